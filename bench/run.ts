@@ -1,0 +1,30 @@
+/**
+ * `npm run bench -- <name>`: runs one benchmark (or all) against one database in one run, so
+ * every figure is printed next to a floor measured on the same server a moment earlier.
+ */
+import { floorBench } from './benchmarks/floor.bench.js';
+import { openBenchDatabase } from './support/bench-database.js';
+
+const benchmarks: Record<string, (url: string) => Promise<void>> = {
+  floor: floorBench,
+};
+
+async function main(): Promise<void> {
+  const requested = process.argv.slice(2).filter((arg) => !arg.startsWith('-'));
+  const unknown = requested.filter((name) => !(name in benchmarks));
+  if (unknown.length > 0) {
+    throw new Error(`unknown benchmark ${unknown.join(', ')}; available: ${Object.keys(benchmarks).join(', ')}`);
+  }
+  const names = requested.length > 0 ? requested : Object.keys(benchmarks);
+  const database = await openBenchDatabase();
+  try {
+    for (const name of names) await benchmarks[name](database.url);
+  } finally {
+    await database.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

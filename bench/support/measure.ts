@@ -1,0 +1,46 @@
+import type pg from 'pg';
+
+/**
+ * Runs `operation` from `clients` concurrent connections for `durationMs` and returns
+ * operations per second. Each client gets its own connection and a counter `i` unique across clients.
+ */
+export async function throughput(
+  pool: pg.Pool,
+  clients: number,
+  durationMs: number,
+  operation: (client: pg.PoolClient, i: number) => Promise<unknown>,
+): Promise<number> {
+  let next = 0;
+  let done = 0;
+  const connections = await Promise.all(Array.from({ length: clients }, () => pool.connect()));
+  const deadline = performance.now() + durationMs;
+  const started = performance.now();
+  try {
+    await Promise.all(
+      connections.map(async (client) => {
+        while (performance.now() < deadline) {
+          await operation(client, next++);
+          done++;
+        }
+      }),
+    );
+  } finally {
+    for (const client of connections) client.release();
+  }
+  return done / ((performance.now() - started) / 1000);
+}
+
+/** The floor every benchmark compares against: a bare single-row INSERT, one commit each. */
+export async function bareInsertFloor(pool: pg.Pool, clients: number, durationMs: number): Promise<number> {
+  await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, v int NOT NULL)');
+  await pool.query('TRUNCATE bench_floor');
+  const run = Math.random().toString(36).slice(2);
+  return throughput(pool, clients, durationMs, (client, i) =>
+    client.query('INSERT INTO bench_floor (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING', [`${run}:${i}`, i]),
+  );
+}
+
+export function printTable(title: string, rows: Array<Record<string, string | number>>): void {
+  process.stdout.write(`\n${title}\n`);
+  console.table(rows);
+}

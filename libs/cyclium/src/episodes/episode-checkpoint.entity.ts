@@ -1,0 +1,22 @@
+import { Column, Entity, PrimaryColumn } from 'typeorm';
+
+@Entity({ name: 'cyclium_episode_checkpoints' })
+export class CycliumEpisodeCheckpoint {
+  @PrimaryColumn({ name: 'episode_id', type: 'uuid' })
+  episodeId: string;
+
+  @PrimaryColumn({ name: 'checkpoint_no', type: 'integer' })
+  checkpointNo: number;
+
+  @Column({ type: 'text', nullable: true })
+  phase: string | null;
+
+  @Column({ name: 'schema_version', type: 'integer' })
+  schemaVersion: number;
+
+  @Column({ type: 'jsonb' })
+  state: unknown;
+
+  @Column({ name: 'created_at', type: 'timestamptz' })
+  createdAt: Date;
+}

@@ -1,0 +1,81 @@
+import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+
+export type EpisodeStatus = 'queued' | 'running' | 'blocked' | 'done' | 'partially_failed' | 'failed' | 'canceled';
+
+@Entity({ name: 'cyclium_episodes' })
+export class CycliumEpisode {
+  @PrimaryGeneratedColumn('uuid')
+  id: string;
+
+  @Column({ name: 'actor_id', type: 'text' })
+  actorId: string;
+
+  @Column({ name: 'expectation_id', type: 'text' })
+  expectationId: string;
+
+  @Column({ name: 'trigger_type', type: 'text' })
+  triggerType: string;
+
+  @Column({ name: 'trigger_ref', type: 'jsonb' })
+  triggerRef: Record<string, unknown>;
+
+  @Column({ name: 'dedupe_key', type: 'text', nullable: true })
+  dedupeKey: string | null;
+
+  @Column({ type: 'text' })
+  status: EpisodeStatus;
+
+  @Column({ type: 'text', nullable: true })
+  phase: string | null;
+
+  @Column({ type: 'integer' })
+  attempts: number;
+
+  @Column({ name: 'max_attempts', type: 'integer' })
+  maxAttempts: number;
+
+  @Column({ name: 'error_class', type: 'text', nullable: true })
+  errorClass: string | null;
+
+  @Column({ name: 'error_detail', type: 'text', nullable: true })
+  errorDetail: string | null;
+
+  @Column({ type: 'text', nullable: true })
+  summary: string | null;
+
+  @Column({ type: 'jsonb', nullable: true })
+  classification: unknown;
+
+  @Column({ name: 'owner_node', type: 'text', nullable: true })
+  ownerNode: string | null;
+
+  @Column({ name: 'workflow_instance_id', type: 'uuid', nullable: true })
+  workflowInstanceId: string | null;
+
+  @Column({ name: 'workflow_step_id', type: 'text', nullable: true })
+  workflowStepId: string | null;
+
+  @Column({ name: 'source_stack', type: 'text', nullable: true })
+  sourceStack: string | null;
+
+  @Column({ name: 'source_env', type: 'text', nullable: true })
+  sourceEnv: string | null;
+
+  @Column({ name: 'started_at', type: 'timestamptz', nullable: true })
+  startedAt: Date | null;
+
+  @Column({ name: 'finished_at', type: 'timestamptz', nullable: true })
+  finishedAt: Date | null;
+
+  @Column({ name: 'queued_at', type: 'timestamptz', nullable: true })
+  queuedAt: Date | null;
+
+  @Column({ name: 'archived_at', type: 'timestamptz', nullable: true })
+  archivedAt: Date | null;
+
+  @Column({ name: 'inserted_at', type: 'timestamptz' })
+  insertedAt: Date;
+
+  @Column({ name: 'updated_at', type: 'timestamptz' })
+  updatedAt: Date;
+}

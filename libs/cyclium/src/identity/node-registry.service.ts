@@ -1,0 +1,70 @@
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnApplicationBootstrap,
+} from '@nestjs/common';
+import { hostname } from 'node:os';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import { CYCLIUM_VERSION } from '../version.js';
+import { MissingSchemaError } from '../database/missing-schema.error.js';
+import { NodeIdentity } from './node-identity.service.js';
+
+/**
+ * Keeps this node's row in `cyclium_nodes`: upserted at boot, `last_seen_at` refreshed on a timer.
+ * The row is for operators and for recovery's "is that node gone?" question; it is never a lock.
+ */
+@Injectable()
+export class NodeRegistry implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger(NodeRegistry.name);
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly identity: NodeIdentity,
+    private readonly database: CycliumDataSource,
+    private readonly telemetry: CycliumTelemetry,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  async onApplicationBootstrap(): Promise<void> {
+    await this.register();
+    this.timer = setInterval(() => void this.beat(), this.options.nodeBeatIntervalMs);
+    this.timer.unref();
+  }
+
+  beforeApplicationShutdown(): void {
+    clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  async register(): Promise<void> {
+    const { stackSlug, env, mode } = this.options;
+    await this.database.get().query(
+      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, started_at, last_seen_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now())
+       ON CONFLICT (node_identity) DO UPDATE
+         SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
+             pid = EXCLUDED.pid, version = EXCLUDED.version, started_at = now(), last_seen_at = now()`,
+      [this.identity.name(), stackSlug, env, mode, hostname(), process.pid, CYCLIUM_VERSION],
+    ).catch((error: { code?: string }) => {
+      if (error.code === '42P01') throw new MissingSchemaError('cyclium_nodes');
+      throw error;
+    });
+    this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
+  }
+
+  /** A missed beat is logged and retried on the next tick; liveness is advisory, not a lease. */
+  async beat(): Promise<void> {
+    try {
+      await this.database
+        .get()
+        .query(`UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1`, [this.identity.name()]);
+    } catch (error) {
+      this.logger.warn(`node beat failed: ${(error as Error).message}`);
+    }
+  }
+}

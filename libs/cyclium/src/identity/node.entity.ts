@@ -1,0 +1,31 @@
+import { Column, Entity, PrimaryColumn } from 'typeorm';
+
+@Entity({ name: 'cyclium_nodes' })
+export class CycliumNode {
+  @PrimaryColumn({ name: 'node_identity', type: 'text' })
+  nodeIdentity: string;
+
+  @Column({ type: 'text', nullable: true })
+  stack: string | null;
+
+  @Column({ type: 'text', nullable: true })
+  env: string | null;
+
+  @Column({ type: 'text' })
+  mode: string;
+
+  @Column({ type: 'text' })
+  hostname: string;
+
+  @Column({ type: 'integer' })
+  pid: number;
+
+  @Column({ type: 'text' })
+  version: string;
+
+  @Column({ name: 'started_at', type: 'timestamptz' })
+  startedAt: Date;
+
+  @Column({ name: 'last_seen_at', type: 'timestamptz' })
+  lastSeenAt: Date;
+}

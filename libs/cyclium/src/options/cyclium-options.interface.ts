@@ -1,0 +1,71 @@
+import type { Bus } from '../bus/bus.interface.js';
+import type { WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
+import type { CycliumEpisode } from '../episodes/episode.entity.js';
+
+export type CycliumMode = 'full' | 'trigger_only' | 'disabled';
+export type RecoveryPolicy = 'restart' | 'fail';
+
+export interface RecoveryOptions {
+  /** Run `Recovery.sweep` after boot and then on a timer. Default `true`. */
+  onBoot?: boolean;
+  /** Wait this long after boot before the first sweep, so the cluster can settle. Default 120 000. */
+  settleMs?: number;
+  /** A running episode whose journal is quieter than this is an orphan. Default 120 000. */
+  staleAfterMs?: number;
+  /** Sweep again this often after the first one; `null` sweeps at boot only. Default 60 000. */
+  intervalMs?: number | null;
+  /** Decides the policy per episode, ahead of the expectation's `recoveryPolicy`. */
+  resolvePolicy?: (episode: CycliumEpisode) => RecoveryPolicy;
+}
+
+export interface CycliumOptions {
+  /** This node's identity: a fixed string, or a function called on demand. Default: minted once per process. */
+  nodeIdentity?: string | (() => string);
+  /** `false` (default) makes every claim a passthrough; `'postgres'` uses the shipped adapter. */
+  workClaims?: false | 'postgres' | WorkClaimsAdapter;
+  /** Lease length in seconds; renewed every lease / 3. Default 120. */
+  workClaimsLeaseSeconds?: number;
+  /** Default `'full'`. */
+  mode?: CycliumMode;
+  /** The logical cluster this node belongs to; unset or empty means the single-stack default. */
+  stackSlug?: string | null;
+  /** The world this node operates in within a shared database; unset or empty means the default env. */
+  env?: string | null;
+  /** Default `'postgres'`. */
+  bus?: 'postgres' | 'local' | Bus;
+  /** Random delay before inserting a triggered episode, so the fastest node does not win every key. Default 200. */
+  jitterMs?: number;
+  /** How long a drain waits for episode tasks to stop. Default 5 000. */
+  episodeShutdownMs?: number;
+  recovery?: RecoveryOptions;
+  /** Default 5 000. */
+  triggerPollIntervalMs?: number;
+  triggerPollSourceStack?: string | null;
+  triggerPollSourceEnv?: string | null;
+  /** Pending trigger requests older than this are expired. Default 3 600 000. */
+  triggerRequestTtlMs?: number;
+  /** Name of the host's TypeORM DataSource; the default one when unset. */
+  dataSource?: string;
+  /** How often this node refreshes `cyclium_nodes.last_seen_at`. Default 15 000. */
+  nodeBeatIntervalMs?: number;
+}
+
+/** The options after validation, with every default applied. */
+export interface ResolvedCycliumOptions {
+  nodeIdentity: string | (() => string) | null;
+  workClaims: false | 'postgres' | WorkClaimsAdapter;
+  workClaimsLeaseSeconds: number;
+  mode: CycliumMode;
+  stackSlug: string | null;
+  env: string | null;
+  bus: 'postgres' | 'local' | Bus;
+  jitterMs: number;
+  episodeShutdownMs: number;
+  recovery: Required<Omit<RecoveryOptions, 'resolvePolicy'>> & Pick<RecoveryOptions, 'resolvePolicy'>;
+  triggerPollIntervalMs: number;
+  triggerPollSourceStack: string | null;
+  triggerPollSourceEnv: string | null;
+  triggerRequestTtlMs: number;
+  dataSource: string | undefined;
+  nodeBeatIntervalMs: number;
+}

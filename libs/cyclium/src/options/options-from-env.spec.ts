@@ -1,0 +1,14 @@
+import { describe, expect, it } from '@jest/globals';
+import { cycliumOptionsFromEnv } from './options-from-env.js';
+
+describe('cycliumOptionsFromEnv', () => {
+  it('maps the CYCLIUM_* variables', () => {
+    expect(
+      cycliumOptionsFromEnv({ CYCLIUM_NODE_ID: 'n1', CYCLIUM_STACK_SLUG: 'stack_a', CYCLIUM_ENV: 'rc', CYCLIUM_MODE: 'trigger_only' }),
+    ).toEqual({ nodeIdentity: 'n1', stackSlug: 'stack_a', env: 'rc', mode: 'trigger_only' });
+  });
+
+  it('leaves unset and empty variables out, so defaults apply', () => {
+    expect(cycliumOptionsFromEnv({ CYCLIUM_NODE_ID: '', PATH: '/bin' })).toEqual({});
+  });
+});

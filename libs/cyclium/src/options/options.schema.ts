@@ -1,0 +1,166 @@
+import {
+  IsBoolean,
+  IsIn,
+  IsInt,
+  IsOptional,
+  IsString,
+  Min,
+  ValidateBy,
+  ValidateIf,
+  ValidateNested,
+  type ValidationOptions,
+} from 'class-validator';
+import type { CycliumMode } from './cyclium-options.interface.js';
+
+export const MODES: readonly CycliumMode[] = ['full', 'trigger_only', 'disabled'];
+
+const CLAIM_ADAPTER_METHODS = ['acquire', 'renew', 'complete', 'fail', 'owns', 'reclaimExpired'] as const;
+const BUS_METHODS = ['publish', 'subscribe'] as const;
+
+const defined = (field: string) => ValidateIf((o: Record<string, unknown>) => o[field] !== undefined);
+
+function implementsAll(value: unknown, methods: readonly string[]): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    methods.every((m) => typeof (value as Record<string, unknown>)[m] === 'function')
+  );
+}
+
+function OneOfOr(literals: readonly unknown[], methods: readonly string[], options: ValidationOptions) {
+  return ValidateBy(
+    {
+      name: 'oneOfOrImplementation',
+      validator: { validate: (value) => literals.includes(value) || implementsAll(value, methods) },
+    },
+    options,
+  );
+}
+
+function IsNonEmptyStringOrFunction(options: ValidationOptions) {
+  return ValidateBy(
+    {
+      name: 'nonEmptyStringOrFunction',
+      validator: { validate: (v) => typeof v === 'function' || (typeof v === 'string' && v.trim() !== '') },
+    },
+    options,
+  );
+}
+
+function IsPositiveNumber(options: ValidationOptions) {
+  return ValidateBy(
+    { name: 'positiveNumber', validator: { validate: (v) => typeof v === 'number' && Number.isFinite(v) && v > 0 } },
+    options,
+  );
+}
+
+const nonNegativeMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 0` });
+const positiveMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 1` });
+const stringOrNull = (field: string) => ({ message: `${field} must be a string or null` });
+
+export class RecoveryOptionsSchema {
+  @defined('onBoot')
+  @IsBoolean({ message: 'recovery.onBoot must be true or false' })
+  onBoot?: unknown;
+
+  @defined('settleMs')
+  @IsInt(nonNegativeMs('recovery.settleMs'))
+  @Min(0, nonNegativeMs('recovery.settleMs'))
+  settleMs?: unknown;
+
+  @defined('staleAfterMs')
+  @IsInt(positiveMs('recovery.staleAfterMs'))
+  @Min(1, positiveMs('recovery.staleAfterMs'))
+  staleAfterMs?: unknown;
+
+  @IsOptional()
+  @IsInt({ message: 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only' })
+  @Min(1, { message: 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only' })
+  intervalMs?: unknown;
+
+  @defined('resolvePolicy')
+  @ValidateBy(
+    { name: 'isFunction', validator: { validate: (v) => typeof v === 'function' } },
+    { message: "recovery.resolvePolicy must be a function returning 'restart' or 'fail'" },
+  )
+  resolvePolicy?: unknown;
+}
+
+/**
+ * The shape CycliumModule accepts. Validated with `whitelist` + `forbidNonWhitelisted`, so a
+ * misspelt option fails boot instead of being silently ignored.
+ */
+export class CycliumOptionsSchema {
+  @defined('nodeIdentity')
+  @IsNonEmptyStringOrFunction({ message: 'nodeIdentity must be a non-empty string or a function returning one' })
+  nodeIdentity?: unknown;
+
+  @defined('workClaims')
+  @OneOfOr([false, 'postgres'], CLAIM_ADAPTER_METHODS, {
+    message: `workClaims must be one of: false, 'postgres', or an object implementing WorkClaimsAdapter (${CLAIM_ADAPTER_METHODS.join(', ')})`,
+  })
+  workClaims?: unknown;
+
+  @defined('workClaimsLeaseSeconds')
+  @IsPositiveNumber({ message: 'workClaimsLeaseSeconds must be a number of seconds > 0' })
+  workClaimsLeaseSeconds?: unknown;
+
+  @defined('mode')
+  @IsIn(MODES, { message: `mode must be one of: ${MODES.join(', ')}` })
+  mode?: unknown;
+
+  @IsOptional()
+  @IsString(stringOrNull('stackSlug'))
+  stackSlug?: unknown;
+
+  @IsOptional()
+  @IsString(stringOrNull('env'))
+  env?: unknown;
+
+  @defined('bus')
+  @OneOfOr(['postgres', 'local'], BUS_METHODS, {
+    message: `bus must be one of: 'postgres', 'local', or an object implementing Bus (${BUS_METHODS.join(', ')})`,
+  })
+  bus?: unknown;
+
+  @defined('jitterMs')
+  @IsInt(nonNegativeMs('jitterMs'))
+  @Min(0, nonNegativeMs('jitterMs'))
+  jitterMs?: unknown;
+
+  @defined('episodeShutdownMs')
+  @IsInt(nonNegativeMs('episodeShutdownMs'))
+  @Min(0, nonNegativeMs('episodeShutdownMs'))
+  episodeShutdownMs?: unknown;
+
+  @defined('recovery')
+  @ValidateNested({ message: 'recovery must be an object' })
+  recovery?: unknown;
+
+  @defined('triggerPollIntervalMs')
+  @IsInt(positiveMs('triggerPollIntervalMs'))
+  @Min(1, positiveMs('triggerPollIntervalMs'))
+  triggerPollIntervalMs?: unknown;
+
+  @IsOptional()
+  @IsString(stringOrNull('triggerPollSourceStack'))
+  triggerPollSourceStack?: unknown;
+
+  @IsOptional()
+  @IsString(stringOrNull('triggerPollSourceEnv'))
+  triggerPollSourceEnv?: unknown;
+
+  @defined('triggerRequestTtlMs')
+  @IsInt(positiveMs('triggerRequestTtlMs'))
+  @Min(1, positiveMs('triggerRequestTtlMs'))
+  triggerRequestTtlMs?: unknown;
+
+  @defined('dataSource')
+  @IsString({ message: 'dataSource must be the name of a TypeORM DataSource' })
+  dataSource?: unknown;
+
+  @defined('nodeBeatIntervalMs')
+  @IsInt(positiveMs('nodeBeatIntervalMs'))
+  @Min(1, positiveMs('nodeBeatIntervalMs'))
+  nodeBeatIntervalMs?: unknown;
+}

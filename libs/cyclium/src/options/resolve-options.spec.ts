@@ -1,0 +1,75 @@
+import { describe, expect, it } from '@jest/globals';
+import { CycliumConfigError } from './cyclium-config.error.js';
+import { resolveCycliumOptions } from './resolve-options.js';
+
+const problems = (options: unknown): string[] => {
+  try {
+    resolveCycliumOptions(options as never);
+  } catch (error) {
+    if (error instanceof CycliumConfigError) return error.problems;
+    throw error;
+  }
+  return [];
+};
+
+describe('resolveCycliumOptions', () => {
+  it('fills in every documented default', () => {
+    expect(resolveCycliumOptions(undefined)).toEqual({
+      nodeIdentity: null,
+      workClaims: false,
+      workClaimsLeaseSeconds: 120,
+      mode: 'full',
+      stackSlug: null,
+      env: null,
+      bus: 'postgres',
+      jitterMs: 200,
+      episodeShutdownMs: 5000,
+      recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },
+      triggerPollIntervalMs: 5000,
+      triggerPollSourceStack: null,
+      triggerPollSourceEnv: null,
+      triggerRequestTtlMs: 3_600_000,
+      dataSource: undefined,
+      nodeBeatIntervalMs: 15_000,
+    });
+  });
+
+  it('keeps recovery defaults a partial recovery object leaves out, and null intervalMs means boot only', () => {
+    const resolved = resolveCycliumOptions({ recovery: { settleMs: 0, intervalMs: null } });
+    expect(resolved.recovery).toEqual({ onBoot: true, settleMs: 0, staleAfterMs: 120_000, intervalMs: null });
+  });
+
+  it('defaults the trigger poller to its own env, unless told otherwise (null = the default env)', () => {
+    expect(resolveCycliumOptions({ env: 'rc' }).triggerPollSourceEnv).toBe('rc');
+    expect(resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: null }).triggerPollSourceEnv).toBeNull();
+    expect(resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: 'demo' }).triggerPollSourceEnv).toBe('demo');
+  });
+
+  it('accepts custom adapters and buses by shape', () => {
+    const adapter = { acquire() {}, renew() {}, complete() {}, fail() {}, owns() {}, reclaimExpired() {} };
+    const bus = { publish() {}, subscribe() {} };
+    expect(problems({ workClaims: adapter, bus })).toEqual([]);
+    expect(problems({ workClaims: { acquire() {} } })[0]).toMatch(/^workClaims must be one of/);
+    expect(problems({ bus: 'redis' })[0]).toMatch(/^bus must be one of: 'postgres', 'local'/);
+  });
+
+  it.each([
+    [{ nodeIdentity: '' }, 'nodeIdentity must be a non-empty string or a function returning one (got "")'],
+    [{ workClaimsLeaseSeconds: 0 }, 'workClaimsLeaseSeconds must be a number of seconds > 0 (got 0)'],
+    [{ workClaimsLeaseSeconds: '30' }, 'workClaimsLeaseSeconds must be a number of seconds > 0 (got "30")'],
+    [{ mode: 'fast' }, 'mode must be one of: full, trigger_only, disabled (got "fast")'],
+    [{ stackSlug: 7 }, 'stackSlug must be a string or null (got 7)'],
+    [{ jitterMs: -1 }, 'jitterMs must be a whole number of milliseconds >= 0 (got -1)'],
+    [{ recovery: { onBoot: 'yes' } }, 'recovery.onBoot must be true or false (got "yes")'],
+    [{ recovery: { intervalMs: 0 } }, 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only (got 0)'],
+    [{ recovery: { resolvePolicy: 'restart' } }, `recovery.resolvePolicy must be a function returning 'restart' or 'fail' (got "restart")`],
+    [{ triggerRequestTtlMs: 0 }, 'triggerRequestTtlMs must be a whole number of milliseconds >= 1 (got 0)'],
+    [{ leaseSeconds: 5 }, 'leaseSeconds is not a CycliumModule option'],
+  ])('rejects %j', (options, message) => {
+    expect(problems(options)).toEqual([message]);
+  });
+
+  it('rejects a non-object', () => {
+    expect(problems('full')).toEqual(['options must be an object (got "full")']);
+  });
+});

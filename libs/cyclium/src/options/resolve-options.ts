@@ -1,0 +1,76 @@
+import { validateSync, type ValidationError } from 'class-validator';
+import { CycliumConfigError } from './cyclium-config.error.js';
+import type { CycliumOptions, ResolvedCycliumOptions } from './cyclium-options.interface.js';
+import { CycliumOptionsSchema, RecoveryOptionsSchema } from './options.schema.js';
+
+export const DEFAULT_OPTIONS = {
+  workClaims: false,
+  workClaimsLeaseSeconds: 120,
+  mode: 'full',
+  bus: 'postgres',
+  jitterMs: 200,
+  episodeShutdownMs: 5_000,
+  recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },
+  triggerPollIntervalMs: 5_000,
+  triggerRequestTtlMs: 3_600_000,
+  nodeBeatIntervalMs: 15_000,
+} as const;
+
+function describe(value: unknown): string {
+  if (typeof value === 'function') return 'a function';
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'object' && value !== null) return 'an object';
+  return String(value);
+}
+
+function problemsOf(errors: ValidationError[], prefix = ''): string[] {
+  return errors.flatMap((error) => {
+    const field = `${prefix}${error.property}`;
+    if (!error.constraints) return problemsOf(error.children ?? [], `${field}.`);
+    if (error.constraints['whitelistValidation']) return [`${field} is not a CycliumModule option`];
+    return Object.values(error.constraints).slice(0, 1).map((message) => `${message} (got ${describe(error.value)})`);
+  });
+}
+
+/** An empty slug or env means "unset", exactly like leaving it out. */
+const blankToNull = (value: string | null | undefined): string | null => (value ? value : null);
+
+/**
+ * Validates what the host passed and fills in every default. Throws CycliumConfigError, which
+ * names each bad field and what it accepts, so a typo fails boot instead of running misconfigured.
+ */
+export function resolveCycliumOptions(raw: CycliumOptions | undefined): ResolvedCycliumOptions {
+  const input: CycliumOptions = raw ?? {};
+  if (typeof input !== 'object' || Array.isArray(input)) {
+    throw new CycliumConfigError([`options must be an object (got ${describe(input)})`]);
+  }
+  const schema = Object.assign(new CycliumOptionsSchema(), input);
+  const recoveryInput = input.recovery;
+  if (recoveryInput !== undefined && typeof recoveryInput === 'object' && recoveryInput !== null) {
+    schema.recovery = Object.assign(new RecoveryOptionsSchema(), recoveryInput);
+  }
+  const problems = problemsOf(validateSync(schema, { whitelist: true, forbidNonWhitelisted: true }));
+  if (problems.length > 0) throw new CycliumConfigError(problems);
+
+  const env = blankToNull(input.env);
+  const recovery = { ...DEFAULT_OPTIONS.recovery, ...input.recovery };
+  return {
+    nodeIdentity: input.nodeIdentity ?? null,
+    workClaims: input.workClaims ?? DEFAULT_OPTIONS.workClaims,
+    workClaimsLeaseSeconds: input.workClaimsLeaseSeconds ?? DEFAULT_OPTIONS.workClaimsLeaseSeconds,
+    mode: input.mode ?? DEFAULT_OPTIONS.mode,
+    stackSlug: blankToNull(input.stackSlug),
+    env,
+    bus: input.bus ?? DEFAULT_OPTIONS.bus,
+    jitterMs: input.jitterMs ?? DEFAULT_OPTIONS.jitterMs,
+    episodeShutdownMs: input.episodeShutdownMs ?? DEFAULT_OPTIONS.episodeShutdownMs,
+    recovery: { ...recovery, intervalMs: recovery.intervalMs ?? null },
+    triggerPollIntervalMs: input.triggerPollIntervalMs ?? DEFAULT_OPTIONS.triggerPollIntervalMs,
+    triggerPollSourceStack: blankToNull(input.triggerPollSourceStack),
+    // The poller feeds its own env unless told otherwise; an explicit null targets the default env.
+    triggerPollSourceEnv: input.triggerPollSourceEnv === undefined ? env : blankToNull(input.triggerPollSourceEnv),
+    triggerRequestTtlMs: input.triggerRequestTtlMs ?? DEFAULT_OPTIONS.triggerRequestTtlMs,
+    dataSource: input.dataSource,
+    nodeBeatIntervalMs: input.nodeBeatIntervalMs ?? DEFAULT_OPTIONS.nodeBeatIntervalMs,
+  };
+}

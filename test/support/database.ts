@@ -1,0 +1,54 @@
+import pg from 'pg';
+
+const TEMPLATE = 'cyclium_test_template';
+
+/** The server the run uses: DATABASE_URL, or the embedded one global-setup started. */
+export function serverUrl(): string {
+  const url = process.env.CYCLIUM_TEST_SERVER_URL;
+  if (!url) throw new Error('CYCLIUM_TEST_SERVER_URL is not set: run the tests through jest.config.js (npm test)');
+  return url;
+}
+
+export function databaseUrl(database: string): string {
+  const url = new URL(serverUrl());
+  url.pathname = `/${database}`;
+  return url.toString();
+}
+
+async function admin<T>(fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: serverUrl() });
+  await client.connect();
+  try {
+    return await fn(client);
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * This Jest worker's database, recreated from the migrated template for each test file that asks,
+ * so files never see each other's rows and never wait on each other's locks.
+ */
+export async function freshDatabase(): Promise<string> {
+  const name = `cyclium_test_w${process.env.JEST_WORKER_ID ?? '0'}`;
+  await admin(async (client) => {
+    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await client.query(`CREATE DATABASE ${name} TEMPLATE ${TEMPLATE}`);
+  });
+  return databaseUrl(name);
+}
+
+/** An unmigrated database, for tests of the migrations themselves. */
+export async function emptyDatabase(suffix: string): Promise<string> {
+  const name = `cyclium_test_empty_${suffix}_w${process.env.JEST_WORKER_ID ?? '0'}`;
+  await admin(async (client) => {
+    await client.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await client.query(`CREATE DATABASE ${name}`);
+  });
+  return databaseUrl(name);
+}
+
+/** A small pool on `url`, closed by the caller. */
+export function pool(url: string, max = 4): pg.Pool {
+  return new pg.Pool({ connectionString: url, max });
+}

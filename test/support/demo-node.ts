@@ -1,0 +1,58 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '@cyclium/nestjs/testing';
+import { waitFor } from './wait-for.js';
+
+const DEMO_MAIN = fileURLToPath(new URL('../../apps/demo/dist/main.js', import.meta.url));
+
+export interface DemoNode {
+  port: number;
+  process: ChildProcess;
+  output(): string;
+  get<T>(path: string): Promise<T>;
+  /** Sends `signal` and waits for the process to exit. */
+  stop(signal?: NodeJS.Signals): Promise<void>;
+}
+
+/**
+ * A real demo node process (the compiled app: npm test builds first), healthy before this resolves.
+ * Variables set to `undefined` in `env` are removed from the child's environment.
+ */
+export async function startDemoNode(databaseUrl: string, env: Record<string, string | undefined> = {}): Promise<DemoNode> {
+  const port = await freePort();
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), DEMO_DB_POOL: '3', NO_COLOR: '1' };
+  for (const [name, value] of Object.entries(env)) {
+    if (value === undefined) delete childEnv[name];
+    else childEnv[name] = value;
+  }
+  const child = spawn(process.execPath, [DEMO_MAIN], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+
+  const node: DemoNode = {
+    port,
+    process: child,
+    output: () => output,
+    get: async <T>(path: string) => {
+      const response = await fetch(`http://127.0.0.1:${port}${path}`);
+      if (!response.ok) throw new Error(`GET ${path} → ${response.status}`);
+      return (await response.json()) as T;
+    },
+    stop: async (signal = 'SIGTERM') => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+      await exited;
+    },
+  };
+  try {
+    await waitFor(`demo node on port ${port} to be healthy`, async () => {
+      if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode}:\n${output}`);
+      return (await node.get<{ status: string }>('/health')).status === 'ok';
+    }, 30_000, 100);
+  } catch (error) {
+    await node.stop('SIGKILL');
+    throw error;
+  }
+  return node;
+}

@@ -1,0 +1,29 @@
+// Runs once per `jest` run, in Jest's own process, against the compiled library (npm test builds
+// first). Starts embedded PostgreSQL unless DATABASE_URL is set, and migrates a template database
+// that every test file clones (see database.ts).
+import { migrateDatabase, startPostgres } from '@cyclium/nestjs/testing';
+import pg from 'pg';
+
+export const TEMPLATE = 'cyclium_test_template';
+
+export default async function globalSetup() {
+  let url = process.env.DATABASE_URL;
+  if (!url) {
+    const postgres = await startPostgres();
+    globalThis.__cycliumPostgres = postgres;
+    url = postgres.url;
+  }
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${TEMPLATE} WITH (FORCE)`);
+    await admin.query(`CREATE DATABASE ${TEMPLATE}`);
+  } finally {
+    await admin.end();
+  }
+  const template = new URL(url);
+  template.pathname = `/${TEMPLATE}`;
+  await migrateDatabase(template.toString());
+  // Jest workers inherit this process's environment.
+  process.env.CYCLIUM_TEST_SERVER_URL = url;
+}
