@@ -89,7 +89,13 @@ async function main(): Promise<void> {
     const port = basePort + i;
     // Detached: a terminal's Ctrl-C reaches only the launcher, which then stops the nodes in order.
     const node = spawn(process.execPath, [entry.pathname], {
-      env: { ...process.env, DATABASE_URL: url, PORT: String(port), CYCLIUM_NODE_ID: id },
+      env: {
+        ...process.env,
+        DATABASE_URL: url,
+        PORT: String(port),
+        CYCLIUM_NODE_ID: id,
+        ...(process.stdout.isTTY ? {} : { NO_COLOR: '1' }),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
