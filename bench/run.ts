@@ -2,11 +2,13 @@
  * `npm run bench -- <name>`: runs one benchmark (or all) against one database in one run, so
  * every figure is printed next to a floor measured on the same server a moment earlier.
  */
+import { claimsBench } from './benchmarks/claims.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
 
 const benchmarks: Record<string, (url: string) => Promise<void>> = {
   floor: floorBench,
+  claims: claimsBench,
 };
 
 async function main(): Promise<void> {

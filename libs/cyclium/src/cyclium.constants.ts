@@ -1,2 +1,5 @@
 /** Injection token for the validated options with every default filled in. */
 export const CYCLIUM_OPTIONS = Symbol('CYCLIUM_OPTIONS');
+
+/** Injection token for the claims adapter in use, or `null` when claims are off (passthrough). */
+export const CYCLIUM_CLAIMS_ADAPTER = Symbol('CYCLIUM_CLAIMS_ADAPTER');

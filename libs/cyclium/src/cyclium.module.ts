@@ -1,4 +1,7 @@
 import { Module } from '@nestjs/common';
+import { claimsAdapterProvider } from './claims/claims-adapter.provider.js';
+import { LeaseRenewer } from './claims/lease-renewer.service.js';
+import { WorkClaims } from './claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { NodeIdentity } from './identity/node-identity.service.js';
@@ -22,7 +25,10 @@ import { CycliumTelemetry } from './telemetry/telemetry.service.js';
     StackSlug,
     Env,
     CycliumTelemetry,
+    claimsAdapterProvider,
+    LeaseRenewer,
+    WorkClaims,
   ],
-  exports: [NodeIdentity, StackSlug, Env],
+  exports: [NodeIdentity, StackSlug, Env, WorkClaims],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -24,12 +24,17 @@ export type {
 } from './telemetry/telemetry.events.js';
 
 export type { Bus, BusEvent, BusHandler, PublishOptions } from './bus/bus.interface.js';
+export { WorkClaims, type WorkClaimsAcquireOptions } from './claims/work-claims.service.js';
+export { PostgresClaims } from './claims/postgres-claims.adapter.js';
+export { ClaimHold } from './claims/claim-hold.js';
+export { ClaimLostError, type ClaimLossReason } from './claims/claim-lost.error.js';
 export type {
   AcquireOptions,
   AcquireResult,
   ClaimGrant,
   ClaimWriteResult,
   ExpiredClaim,
+  HeldClaim,
   WorkClaimsAdapter,
 } from './claims/work-claims-adapter.interface.js';
 

@@ -2,14 +2,15 @@
 export interface ClaimGrant {
   /** Increases by one on every acquire and steal of the key: the generation this holder owns. */
   fence: number;
-  /** Retries of this key since it was last completed. */
+  /** Retries of this key since it was last completed (1 on a first claim or after `done`). */
   attempt: number;
   /** When the lease lapses, by the database clock. */
   leaseUntil: Date;
 }
 
 export type AcquireResult =
-  | { status: 'acquired'; claim: ClaimGrant }
+  /** `stolenFrom` names the previous holder when this acquire took over a lapsed lease. */
+  | { status: 'acquired'; claim: ClaimGrant; stolenFrom?: string }
   | { status: 'busy' }
   | { status: 'passthrough' };
 
@@ -29,15 +30,31 @@ export interface ExpiredClaim {
   workType: string | null;
 }
 
+/** One live claim of this node, as the renewer knows it. */
+export interface HeldClaim {
+  key: string;
+  fence: number;
+}
+
 /**
  * The contract every claims adapter honours: leases on dedupe keys, with fences.
  * Pass an implementation as `workClaims` to replace the shipped PostgreSQL adapter.
+ *
+ * `fence`, where a write method takes one, narrows the match to that generation of the claim, so
+ * a holder that lost its lease and got the key back (A → B → A) cannot complete the new lease
+ * with the old fence.
  */
 export interface WorkClaimsAdapter {
   acquire(key: string, owner: string, options: AcquireOptions): Promise<AcquireResult>;
-  renew(key: string, owner: string, leaseSeconds: number): Promise<ClaimWriteResult>;
-  complete(key: string, owner: string): Promise<ClaimWriteResult>;
-  fail(key: string, owner: string, detail: string): Promise<ClaimWriteResult>;
+  renew(key: string, owner: string, leaseSeconds: number, fence?: number): Promise<ClaimWriteResult>;
+  complete(key: string, owner: string, fence?: number): Promise<ClaimWriteResult>;
+  fail(key: string, owner: string, detail: string, fence?: number): Promise<ClaimWriteResult>;
+  /** Owner, fence, state `claimed` and an unexpired lease, all at once. */
   owns(key: string, owner: string, fence: number): Promise<boolean>;
   reclaimExpired(limit: number): Promise<ExpiredClaim[]>;
+  /**
+   * Renews many claims of one owner at once and returns those still held. The node's renewer
+   * calls it once per tick; without it, the renewer falls back to one `renew` per claim.
+   */
+  renewMany?(owner: string, claims: HeldClaim[], leaseSeconds: number): Promise<HeldClaim[]>;
 }

@@ -1,18 +1,31 @@
-import { Inject, Injectable, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
+import pg from 'pg';
 import type { DataSource } from 'typeorm';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import type { SqlExecutor } from './sql-executor.js';
 
 /**
- * The host's TypeORM DataSource, looked up by name once every provider exists. Resolving it
- * lazily keeps `forRootAsync` free to decide `dataSource` at runtime.
+ * The host's TypeORM DataSource, looked up by name once every provider exists (so `forRootAsync`
+ * can decide `dataSource` at runtime), and the pg pool under it, which the raw-SQL rooms use
+ * directly: claims and fenced writes are single statements whose cost is the point.
  */
 @Injectable()
-export class CycliumDataSource implements OnModuleInit {
+export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
   private resolved: DataSource | undefined;
+  private dedicated: pg.Pool | undefined;
+
+  /** Queries the host's pool; resolves it on first use. */
+  readonly sql: SqlExecutor = { query: (...args: [never]) => this.pool().query(...args) };
+
+  /**
+   * Queries a one-connection pool of its own, so a heartbeat never waits behind episode work
+   * that has exhausted the host's pool.
+   */
+  readonly dedicatedSql: SqlExecutor = { query: (...args: [never]) => this.dedicatedPool().query(...args) };
 
   constructor(
     private readonly moduleRef: ModuleRef,
@@ -23,17 +36,54 @@ export class CycliumDataSource implements OnModuleInit {
     this.get();
   }
 
+  async onApplicationShutdown(): Promise<void> {
+    const dedicated = this.dedicated;
+    this.dedicated = undefined;
+    await dedicated?.end();
+  }
+
   get(): DataSource {
     if (this.resolved) return this.resolved;
     const name = this.options.dataSource;
+    let found: DataSource;
     try {
-      this.resolved = this.moduleRef.get<DataSource>(getDataSourceToken(name), { strict: false });
+      found = this.moduleRef.get<DataSource>(getDataSourceToken(name), { strict: false });
     } catch {
       const which = name ? `the TypeORM DataSource named "${name}"` : 'the default TypeORM DataSource';
       throw new CycliumConfigError([
         `dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in the host app`,
       ]);
     }
-    return this.resolved;
+    if (found.options.type !== 'postgres') {
+      throw new CycliumConfigError([`dataSource: Cyclium needs a PostgreSQL DataSource (got type "${found.options.type}")`]);
+    }
+    this.resolved = found;
+    return found;
+  }
+
+  /** The pg pool TypeORM opened for the host. */
+  pool(): pg.Pool {
+    return (this.get().driver as unknown as { master: pg.Pool }).master;
+  }
+
+  /** Runs `work` in one transaction on one connection: committed when it resolves, rolled back when it throws. */
+  async transaction<T>(work: (client: SqlExecutor) => Promise<T>): Promise<T> {
+    const client = await this.pool().connect();
+    try {
+      await client.query('BEGIN');
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    } finally {
+      client.release();
+    }
+  }
+
+  private dedicatedPool(): pg.Pool {
+    this.dedicated ??= new pg.Pool({ ...this.pool().options, max: 1, min: 0 });
+    return this.dedicated;
   }
 }

@@ -1,0 +1,57 @@
+import { ClaimLostError, type ClaimLossReason } from './claim-lost.error.js';
+
+/**
+ * A live claim as its holder sees it: registered with the node's renewer, it aborts `signal` when
+ * a renewal comes back without it, or when no renewal has succeeded by the local deadline. The
+ * deadline runs on the monotonic clock from the moment the last successful renewal (or the
+ * acquire) was *sent*, so it always falls at or before the lease's end in the database.
+ */
+export class ClaimHold {
+  private readonly controller = new AbortController();
+  private deadline: number;
+
+  constructor(
+    readonly key: string,
+    /** `null` for a passthrough hold (claims off): it is never lost. */
+    readonly fence: number | null,
+    private readonly leaseMs: number,
+    sentAt: number,
+    private readonly onRelease: (hold: ClaimHold) => void = () => undefined,
+  ) {
+    this.deadline = fence === null ? Number.POSITIVE_INFINITY : sentAt + leaseMs;
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** Lost by signal, or past the local deadline even if the renewer has not noticed yet. */
+  get lost(): boolean {
+    if (!this.controller.signal.aborted && performance.now() > this.deadline) this.markLost('deadline');
+    return this.controller.signal.aborted;
+  }
+
+  /** Throws ClaimLostError when the claim is lost; call it before every step. */
+  check(): void {
+    if (this.lost) throw this.controller.signal.reason;
+  }
+
+  renewed(sentAt: number): void {
+    if (!this.controller.signal.aborted) this.deadline = Math.max(this.deadline, sentAt + this.leaseMs);
+  }
+
+  markLost(reason: ClaimLossReason): void {
+    if (this.controller.signal.aborted) return;
+    this.controller.abort(new ClaimLostError(this.key, this.fence, reason));
+    this.onRelease(this);
+  }
+
+  /** Stops renewing; the holder is done with the claim (completed, failed or handed back). */
+  release(): void {
+    this.markLost('released');
+  }
+
+  get localDeadline(): number {
+    return this.deadline;
+  }
+}

@@ -1,0 +1,182 @@
+import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type {
+  AcquireOptions,
+  AcquireResult,
+  ClaimWriteResult,
+  ExpiredClaim,
+  HeldClaim,
+  WorkClaimsAdapter,
+} from './work-claims-adapter.interface.js';
+
+interface ClaimRow {
+  inserted: boolean;
+  state: 'claimed' | 'done' | 'failed';
+  owner_node: string;
+  fence: string;
+  attempt: number;
+  lease_until: Date;
+  expired: boolean;
+}
+
+/**
+ * One statement for the common cases: insert a first claim, or, when the key exists, read it.
+ * The read uses this statement's snapshot, so a row another node inserted and committed while we
+ * waited on its conflict is invisible here; no row at all therefore means a claim younger than us:
+ * busy, which is the right answer.
+ */
+const INSERT_OR_READ = prepared('claims_insert_or_read', `
+  WITH inserted AS (
+    INSERT INTO cyclium_work_claims
+      (dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence, work_type)
+    VALUES ($1, 'claimed', $2, now() + make_interval(secs => $3), now(), now(), 1, 1, $4)
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING true AS inserted, state, owner_node, fence, attempt, lease_until, false AS expired
+  )
+  SELECT * FROM inserted
+  UNION ALL
+  SELECT false, state, owner_node, fence, attempt, lease_until, lease_until < now()
+    FROM cyclium_work_claims
+   WHERE dedupe_key = $1 AND NOT EXISTS (SELECT 1 FROM inserted)`);
+
+/**
+ * Takeover of a finished row or a lapsed lease, conditioned on the state we read: the fence is the
+ * row's version (every acquire and steal bumps it), and the lapse is re-checked against the row as
+ * it is when the UPDATE reaches it, so of any number of concurrent takers exactly one matches.
+ */
+const TAKE_OVER = prepared('claims_take_over', `
+  UPDATE cyclium_work_claims
+     SET state = 'claimed', owner_node = $2, lease_until = now() + make_interval(secs => $3),
+         claimed_at = now(), last_heartbeat_at = now(), finished_at = NULL, error_detail = NULL,
+         attempt = CASE WHEN state = 'done' THEN 1 ELSE attempt + 1 END,
+         fence = fence + 1, work_type = COALESCE($4, work_type)
+   WHERE dedupe_key = $1 AND fence = $5 AND state = $6
+     AND (state <> 'claimed' OR lease_until < now())
+  RETURNING fence, attempt, lease_until`);
+
+const RENEW = prepared('claims_renew', `
+  UPDATE cyclium_work_claims
+     SET lease_until = now() + make_interval(secs => $3), last_heartbeat_at = now()
+   WHERE dedupe_key = $1 AND owner_node = $2 AND state = 'claimed' AND lease_until > now()
+     AND ($4::bigint IS NULL OR fence = $4)`);
+
+/** Every live claim of one node in one statement: the heartbeat's whole cost per tick. */
+const RENEW_MANY = prepared('claims_renew_many', `
+  UPDATE cyclium_work_claims AS c
+     SET lease_until = now() + make_interval(secs => $2), last_heartbeat_at = now()
+    FROM unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)
+   WHERE c.dedupe_key = held.dedupe_key AND c.fence = held.fence
+     AND c.owner_node = $1 AND c.state = 'claimed' AND c.lease_until > now()
+  RETURNING c.dedupe_key, c.fence`);
+
+const FINISH = prepared('claims_finish', `
+  UPDATE cyclium_work_claims
+     SET state = $3, finished_at = now(), error_detail = $4
+   WHERE dedupe_key = $1 AND owner_node = $2 AND state = 'claimed'
+     AND ($5::bigint IS NULL OR fence = $5)`);
+
+const OWNS_TEXT = `
+  SELECT 1 FROM cyclium_work_claims
+   WHERE dedupe_key = $1 AND owner_node = $2 AND fence = $3 AND state = 'claimed' AND lease_until > now()`;
+const OWNS = prepared('claims_owns', OWNS_TEXT);
+
+/**
+ * Holds the claim row until the surrounding transaction ends, so a thief's takeover waits for our
+ * commit and then sees the outcome; used as the first statement of every fenced write.
+ */
+const PROVE_OWNERSHIP = prepared('claims_prove_ownership', `${OWNS_TEXT} FOR SHARE`);
+
+const RECLAIM_EXPIRED = prepared('claims_reclaim_expired', `
+  SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
+   WHERE state = 'claimed' AND lease_until < now()
+   ORDER BY lease_until
+   LIMIT $1`);
+
+/**
+ * The shipped adapter: race-free at READ COMMITTED without explicit row locks. A first claim is
+ * one INSERT that loses on the primary key; every takeover is one conditional UPDATE.
+ */
+export class PostgresClaims implements WorkClaimsAdapter {
+  /**
+   * @param sql where claims are acquired and finished (the host's pool)
+   * @param renewals where renewals run: a connection episode work cannot starve
+   */
+  constructor(
+    private readonly sql: SqlExecutor,
+    private readonly renewals: SqlExecutor = sql,
+  ) {}
+
+  async acquire(key: string, owner: string, { leaseSeconds, workType }: AcquireOptions): Promise<AcquireResult> {
+    const { rows } = await this.sql.query<ClaimRow>(INSERT_OR_READ([key, owner, leaseSeconds, workType ?? null]));
+    const row = rows[0];
+    if (!row) return { status: 'busy' };
+    if (row.inserted) return acquired(row);
+    // Not re-entrant: a live lease is busy for everyone, its holder included.
+    if (row.state === 'claimed' && !row.expired) return { status: 'busy' };
+
+    const taken = await this.sql.query<ClaimRow>(TAKE_OVER([key, owner, leaseSeconds, workType ?? null, row.fence, row.state]));
+    if (taken.rowCount !== 1) return { status: 'busy' };
+    return row.state === 'claimed' ? { ...acquired(taken.rows[0]), stolenFrom: row.owner_node } : acquired(taken.rows[0]);
+  }
+
+  async renew(key: string, owner: string, leaseSeconds: number, fence?: number): Promise<ClaimWriteResult> {
+    return outcome(await this.renewals.query(RENEW([key, owner, leaseSeconds, fence ?? null])));
+  }
+
+  async renewMany(owner: string, claims: HeldClaim[], leaseSeconds: number): Promise<HeldClaim[]> {
+    if (claims.length === 0) return [];
+    const { rows } = await this.renewals.query<{ dedupe_key: string; fence: string }>(
+      RENEW_MANY([owner, leaseSeconds, claims.map((c) => c.key), claims.map((c) => c.fence)]),
+    );
+    return rows.map((r) => ({ key: r.dedupe_key, fence: Number(r.fence) }));
+  }
+
+  async complete(key: string, owner: string, fence?: number): Promise<ClaimWriteResult> {
+    return outcome(await this.sql.query(FINISH([key, owner, 'done', null, fence ?? null])));
+  }
+
+  async fail(key: string, owner: string, detail: string, fence?: number): Promise<ClaimWriteResult> {
+    return outcome(await this.sql.query(FINISH([key, owner, 'failed', detail, fence ?? null])));
+  }
+
+  async owns(key: string, owner: string, fence: number): Promise<boolean> {
+    return (await this.sql.query(OWNS([key, owner, fence]))).rowCount === 1;
+  }
+
+  async reclaimExpired(limit: number): Promise<ExpiredClaim[]> {
+    const { rows } = await this.sql.query<{
+      dedupe_key: string;
+      owner_node: string;
+      fence: string;
+      lease_until: Date;
+      work_type: string | null;
+    }>(RECLAIM_EXPIRED([limit]));
+    return rows.map((r) => ({
+      dedupeKey: r.dedupe_key,
+      ownerNode: r.owner_node,
+      fence: Number(r.fence),
+      leaseUntil: r.lease_until,
+      workType: r.work_type,
+    }));
+  }
+
+  /**
+   * Completes the claim on `client`, inside the transaction that proved ownership: a second
+   * connection would wait on the row this transaction holds.
+   */
+  async completeWithin(client: SqlExecutor, key: string, owner: string, fence: number): Promise<ClaimWriteResult> {
+    return outcome(await client.query(FINISH([key, owner, 'done', null, fence])));
+  }
+
+  /** Inside a transaction on `client`: true when this holder still owns the claim, which stays held until commit. */
+  async proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number): Promise<boolean> {
+    return (await client.query(PROVE_OWNERSHIP([key, owner, fence]))).rowCount === 1;
+  }
+}
+
+function acquired(row: Pick<ClaimRow, 'fence' | 'attempt' | 'lease_until'>): Extract<AcquireResult, { status: 'acquired' }> {
+  return { status: 'acquired', claim: { fence: Number(row.fence), attempt: row.attempt, leaseUntil: row.lease_until } };
+}
+
+function outcome(result: { rowCount: number | null }): ClaimWriteResult {
+  return result.rowCount === 1 ? 'ok' : 'not_owner';
+}

@@ -1,0 +1,15 @@
+import type { QueryConfig, QueryResult, QueryResultRow } from 'pg';
+
+/**
+ * What the raw-SQL rooms need from a pool or a checked-out client: one query with positional
+ * parameters, as text + values or as a named (server-side prepared) statement.
+ */
+export interface SqlExecutor {
+  query<R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
+  query<R extends QueryResultRow = QueryResultRow>(config: QueryConfig): Promise<QueryResult<R>>;
+}
+
+/** A statement the hot paths run thousands of times a second: prepared once per connection. */
+export function prepared(name: string, text: string) {
+  return (values: unknown[]): QueryConfig => ({ name: `cyclium_${name}`, text, values });
+}
