@@ -3,12 +3,14 @@
  * every figure is printed next to a floor measured on the same server a moment earlier.
  */
 import { claimsBench } from './benchmarks/claims.bench.js';
+import { episodesBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
 
 const benchmarks: Record<string, (url: string) => Promise<void>> = {
   floor: floorBench,
   claims: claimsBench,
+  episodes: episodesBench,
 };
 
 async function main(): Promise<void> {

@@ -1,4 +1,4 @@
-import type { DynamicModule, INestApplicationContext } from '@nestjs/common';
+import type { DynamicModule, INestApplicationContext, Provider, Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, type CycliumOptions } from '@cyclium/nestjs';
@@ -9,15 +9,20 @@ export interface CycliumAppOptions {
   /** Replaces `CycliumModule.forRoot(cyclium)` (for forRootAsync cases). */
   cycliumModule?: DynamicModule;
   dataSourceName?: string;
+  /** The host's own providers (actors, output adapters). */
+  providers?: Provider[];
+  imports?: Array<DynamicModule | Type<unknown>>;
 }
 
 /** One Cyclium node inside this process: its own Nest app, its own small pool. Close it in afterAll. */
 export async function startCycliumApp(options: CycliumAppOptions): Promise<INestApplicationContext> {
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: options.url, name: options.dataSourceName, extra: { max: 3 } }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: options.url, name: options.dataSourceName, extra: { max: 5 } }),
       options.cycliumModule ?? CycliumModule.forRoot({ jitterMs: 0, ...options.cyclium }),
+      ...(options.imports ?? []),
     ],
+    providers: options.providers ?? [],
   }).compile();
   const app = moduleRef.createNestApplication({ logger: false });
   try {

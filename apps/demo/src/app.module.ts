@@ -3,6 +3,11 @@ import { ScheduleModule } from '@nestjs/schedule';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, cycliumEntities, cycliumOptionsFromEnv } from '@cyclium/nestjs';
+import { AdvisorSummaryAdapter } from './actors/advisor-summary.adapter.js';
+import { ResourceAdvisorActor } from './actors/resource-advisor.actor.js';
+import { ResourceMonitorActor } from './actors/resource-monitor.actor.js';
+import { demoCycliumSettings } from './demo-settings.js';
+import { EventsController } from './events/events.controller.js';
 import { HealthController } from './health/health.controller.js';
 import { NodeController } from './node/node.controller.js';
 
@@ -18,8 +23,9 @@ import { NodeController } from './node/node.controller.js';
     }),
     ScheduleModule.forRoot(),
     TerminusModule,
-    CycliumModule.forRoot(cycliumOptionsFromEnv(process.env)),
+    CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
   ],
-  controllers: [HealthController, NodeController],
+  controllers: [HealthController, NodeController, EventsController],
+  providers: [ResourceMonitorActor, ResourceAdvisorActor, AdvisorSummaryAdapter],
 })
 export class AppModule {}

@@ -1,13 +1,23 @@
 import { Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { ActorHost } from './actors/actor-host.service.js';
+import { ActorRegistry } from './actors/actor-registry.service.js';
+import { Bus } from './bus/bus.interface.js';
+import { BusLifecycle, busProvider } from './bus/bus.provider.js';
 import { claimsAdapterProvider } from './claims/claims-adapter.provider.js';
 import { LeaseRenewer } from './claims/lease-renewer.service.js';
 import { WorkClaims } from './claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
+import { EpisodeRunner } from './episodes/episode-runner.service.js';
+import { EpisodeStore } from './episodes/episode-store.js';
+import { Episodes } from './episodes/episodes.service.js';
+import { Findings } from './findings/findings.service.js';
 import { NodeIdentity } from './identity/node-identity.service.js';
 import { NodeRegistry } from './identity/node-registry.service.js';
 import { CYCLIUM_MODULE_OPTIONS, CycliumConfigurableModule } from './options/cyclium.module-definition.js';
 import { resolveCycliumOptions } from './options/resolve-options.js';
+import { Outputs } from './outputs/outputs.service.js';
 import { Env } from './scope/env.service.js';
 import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
@@ -17,6 +27,7 @@ import { CycliumTelemetry } from './telemetry/telemetry.service.js';
  * Global by default (`isGlobal: false` to opt out). Uses the host's TypeORM DataSource.
  */
 @Module({
+  imports: [DiscoveryModule],
   providers: [
     { provide: CYCLIUM_OPTIONS, inject: [CYCLIUM_MODULE_OPTIONS], useFactory: resolveCycliumOptions },
     CycliumDataSource,
@@ -28,7 +39,16 @@ import { CycliumTelemetry } from './telemetry/telemetry.service.js';
     claimsAdapterProvider,
     LeaseRenewer,
     WorkClaims,
+    busProvider,
+    BusLifecycle,
+    ActorRegistry,
+    ActorHost,
+    EpisodeStore,
+    EpisodeRunner,
+    Episodes,
+    Findings,
+    Outputs,
   ],
-  exports: [NodeIdentity, StackSlug, Env, WorkClaims],
+  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -23,8 +23,8 @@ export type {
   WorkClaimEvent,
 } from './telemetry/telemetry.events.js';
 
-export type { Bus, BusEvent, BusHandler, PublishOptions } from './bus/bus.interface.js';
-export { WorkClaims, type WorkClaimsAcquireOptions } from './claims/work-claims.service.js';
+export { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus/bus.interface.js';
+export { WorkClaims, type FencedStatement, type WorkClaimsAcquireOptions } from './claims/work-claims.service.js';
 export { PostgresClaims } from './claims/postgres-claims.adapter.js';
 export { ClaimHold } from './claims/claim-hold.js';
 export { ClaimLostError, type ClaimLossReason } from './claims/claim-lost.error.js';
@@ -37,6 +37,40 @@ export type {
   HeldClaim,
   WorkClaimsAdapter,
 } from './claims/work-claims-adapter.interface.js';
+
+export { Actor, type ActorOptions, type OverflowPolicy } from './actors/actor.decorator.js';
+export { Expectation, type ExpectationOptions, type FilterValue, type Trigger } from './actors/expectation.decorator.js';
+export { ActorDefinitionError } from './actors/actor-definition.error.js';
+export type { DispatchResult } from './actors/actor-host.service.js';
+export {
+  Episodes,
+  type CancelResult,
+  type CreateEpisode,
+  type ListEpisodes,
+  type TriggerOptions,
+} from './episodes/episodes.service.js';
+export type {
+  Convergence,
+  EpisodeContext,
+  EpisodeRow,
+  EpisodeTrigger,
+  StepTools,
+} from './episodes/episode-context.interface.js';
+export {
+  BudgetExceededError,
+  EpisodeCanceledError,
+  EpisodeInterruptedError,
+  NondeterministicResumeError,
+} from './episodes/episode-errors.js';
+export { TERMINAL_EVENTS, type LifecycleEventType, type LifecyclePayload } from './episodes/episode-events.js';
+export { Findings, type FindingFilters } from './findings/findings.service.js';
+export type { FindingAction } from './findings/finding-action.interface.js';
+export { Outputs } from './outputs/outputs.service.js';
+export { OutputAdapter } from './outputs/output-adapter.decorator.js';
+export type { DeliveryContext, OutputDeliverer } from './outputs/output-adapter.interface.js';
+export type { OutputProposal } from './outputs/output-proposal.interface.js';
+export { LocalBus } from './bus/local-bus.js';
+export { PostgresBus } from './bus/postgres-bus.js';
 
 export { cycliumEntities } from './entities.js';
 export { CycliumEpisode, type EpisodeStatus } from './episodes/episode.entity.js';

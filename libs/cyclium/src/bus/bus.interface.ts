@@ -13,9 +13,13 @@ export interface PublishOptions {
 
 export type BusHandler<P = unknown> = (event: BusEvent<P>) => void | Promise<void>;
 
-/** How events travel between nodes. Implement it to bring your own transport. */
-export interface Bus {
-  publish<P>(type: string, payload: P, options?: PublishOptions): Promise<BusEvent<P>>;
+/**
+ * How events travel between nodes; inject it to publish. Also the contract for bringing your own
+ * transport: `class MyBus implements Bus { ... }`, passed as `bus`.
+ */
+export abstract class Bus {
+  /** Resolves once the event is on its way to every node (for PostgresBus: its NOTIFY committed). */
+  abstract publish<P>(type: string, payload: P, options?: PublishOptions): Promise<BusEvent<P>>;
   /** Returns the unsubscribe function. `'*'` receives every event. */
-  subscribe<P>(type: string, handler: BusHandler<P>): () => void;
+  abstract subscribe<P>(type: string, handler: BusHandler<P>): () => void;
 }

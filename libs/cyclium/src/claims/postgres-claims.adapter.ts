@@ -85,6 +85,12 @@ const OWNS = prepared('claims_owns', OWNS_TEXT);
  */
 const PROVE_OWNERSHIP = prepared('claims_prove_ownership', `${OWNS_TEXT} FOR SHARE`);
 
+/**
+ * The ownership proof as a CTE named `owner` (one row while owned, held until the statement
+ * commits), so a fenced write can be a single statement: `WITH owner AS (...) INSERT ... FROM owner`.
+ */
+export const OWNER_CTE = `owner AS (${OWNS_TEXT} FOR SHARE)`;
+
 const RECLAIM_EXPIRED = prepared('claims_reclaim_expired', `
   SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
    WHERE state = 'claimed' AND lease_until < now()
@@ -105,15 +111,21 @@ export class PostgresClaims implements WorkClaimsAdapter {
     private readonly renewals: SqlExecutor = sql,
   ) {}
 
-  async acquire(key: string, owner: string, { leaseSeconds, workType }: AcquireOptions): Promise<AcquireResult> {
-    const { rows } = await this.sql.query<ClaimRow>(INSERT_OR_READ([key, owner, leaseSeconds, workType ?? null]));
+  /** `via`: a client inside the caller's transaction, so the claim commits with the caller's write. */
+  async acquire(
+    key: string,
+    owner: string,
+    { leaseSeconds, workType }: AcquireOptions,
+    via: SqlExecutor = this.sql,
+  ): Promise<AcquireResult> {
+    const { rows } = await via.query<ClaimRow>(INSERT_OR_READ([key, owner, leaseSeconds, workType ?? null]));
     const row = rows[0];
     if (!row) return { status: 'busy' };
     if (row.inserted) return acquired(row);
     // Not re-entrant: a live lease is busy for everyone, its holder included.
     if (row.state === 'claimed' && !row.expired) return { status: 'busy' };
 
-    const taken = await this.sql.query<ClaimRow>(TAKE_OVER([key, owner, leaseSeconds, workType ?? null, row.fence, row.state]));
+    const taken = await via.query<ClaimRow>(TAKE_OVER([key, owner, leaseSeconds, workType ?? null, row.fence, row.state]));
     if (taken.rowCount !== 1) return { status: 'busy' };
     return row.state === 'claimed' ? { ...acquired(taken.rows[0]), stolenFrom: row.owner_node } : acquired(taken.rows[0]);
   }
@@ -165,6 +177,11 @@ export class PostgresClaims implements WorkClaimsAdapter {
    */
   async completeWithin(client: SqlExecutor, key: string, owner: string, fence: number): Promise<ClaimWriteResult> {
     return outcome(await client.query(FINISH([key, owner, 'done', null, fence])));
+  }
+
+  /** Fails the claim on `client`, inside the caller's fenced transaction. */
+  async failWithin(client: SqlExecutor, key: string, owner: string, fence: number, detail: string): Promise<ClaimWriteResult> {
+    return outcome(await client.query(FINISH([key, owner, 'failed', detail, fence])));
   }
 
   /** Inside a transaction on `client`: true when this holder still owns the claim, which stays held until commit. */

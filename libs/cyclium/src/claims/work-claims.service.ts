@@ -1,12 +1,13 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { CYCLIUM_CLAIMS_ADAPTER, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import type { QueryResult, QueryResultRow } from 'pg';
 import type { SqlExecutor } from '../database/sql-executor.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { ClaimHold } from './claim-hold.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
-import { PostgresClaims } from './postgres-claims.adapter.js';
+import { OWNER_CTE, PostgresClaims } from './postgres-claims.adapter.js';
 import type {
   AcquireResult,
   ClaimGrant,
@@ -14,6 +15,18 @@ import type {
   ExpiredClaim,
   WorkClaimsAdapter,
 } from './work-claims-adapter.interface.js';
+
+/**
+ * A statement to run fenced: `body` continues a `WITH owner AS (...)` query (see
+ * `fencedStatement`); `name` prepares it once per connection, so it must be unique per body.
+ */
+export interface FencedStatement {
+  name: string;
+  body: string;
+}
+
+/** `owner` with claims off (or for a custom adapter that said yes): always one row. */
+const OPEN_OWNER_CTE = 'WITH owner AS (SELECT 1 FROM (SELECT $1::text, $2::text, $3::bigint) AS unused)';
 
 export interface WorkClaimsAcquireOptions {
   /** Default: `workClaimsLeaseSeconds`. */
@@ -45,12 +58,38 @@ export class WorkClaims {
   }
 
   async acquire(key: string, owner = this.identity.name(), options: WorkClaimsAcquireOptions = {}): Promise<AcquireResult> {
+    return this.acquireVia(undefined, key, owner, options);
+  }
+
+  /**
+   * Acquires inside the caller's transaction on `client` (with the shipped adapter), so the claim
+   * and the caller's write commit or roll back together.
+   */
+  async acquireWithin(
+    client: SqlExecutor,
+    key: string,
+    owner = this.identity.name(),
+    options: WorkClaimsAcquireOptions = {},
+  ): Promise<AcquireResult> {
+    return this.acquireVia(client, key, owner, options);
+  }
+
+  private async acquireVia(
+    client: SqlExecutor | undefined,
+    key: string,
+    owner: string,
+    options: WorkClaimsAcquireOptions,
+  ): Promise<AcquireResult> {
     if (!this.adapter) return { status: 'passthrough' };
     const sentAt = performance.now();
-    const result = await this.adapter.acquire(key, owner, {
+    const acquireOptions = {
       leaseSeconds: options.leaseSeconds ?? this.options.workClaimsLeaseSeconds,
       workType: options.workType,
-    });
+    };
+    const result =
+      client && this.adapter instanceof PostgresClaims
+        ? await this.adapter.acquire(key, owner, acquireOptions, client)
+        : await this.adapter.acquire(key, owner, acquireOptions);
     const durationMs = performance.now() - sentAt;
     if (result.status === 'acquired') {
       this.sentAt.set(result.claim, sentAt);
@@ -120,18 +159,65 @@ export class WorkClaims {
   }
 
   /**
+   * Runs one fenced statement: `body` is the rest of a `WITH` query that may read the CTE `owner`
+   * (one row while `owner` holds `key` at `fence`, none otherwise), e.g.
+   * `INSERT INTO t SELECT $4, $5 FROM owner RETURNING 1`. Parameters $1..$3 are the ownership
+   * check's; the caller's `values` start at $4. With the shipped adapter the check and the write
+   * are one statement that holds the claim row until it commits; with claims off `owner` always
+   * has its row; a custom adapter is asked `owns()` first.
+   */
+  async fencedStatement<R extends QueryResultRow = QueryResultRow>(
+    sql: SqlExecutor,
+    claim: { key: string; owner: string; fence: number | null },
+    statement: FencedStatement,
+    values: unknown[],
+  ): Promise<QueryResult<R>> {
+    const params = [claim.key, claim.owner, claim.fence, ...values];
+    if (this.adapter instanceof PostgresClaims && claim.fence !== null) {
+      return sql.query<R>({ name: `cyclium_${statement.name}_fenced`, text: `WITH ${OWNER_CTE} ${statement.body}`, values: params });
+    }
+    // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
+    if (this.adapter && claim.fence !== null && !(await this.adapter.owns(claim.key, claim.owner, claim.fence))) {
+      return { rows: [], rowCount: 0, command: 'SELECT', oid: 0, fields: [] };
+    }
+    return sql.query<R>({ name: `cyclium_${statement.name}_open`, text: `${OPEN_OWNER_CTE} ${statement.body}`, values: params });
+  }
+
+  /**
    * Completes the claim as part of the caller's fenced transaction on `client`, so the work and the
    * claim's completion commit together. A custom adapter completes through its own store.
    */
   async completeWithin(client: SqlExecutor, key: string, owner: string, fence: number | null): Promise<ClaimWriteResult> {
+    return this.finishWithin(client, key, owner, fence, null);
+  }
+
+  /** Fails the claim as part of the caller's fenced transaction on `client`. */
+  async failWithin(client: SqlExecutor, key: string, owner: string, fence: number | null, detail: string): Promise<ClaimWriteResult> {
+    return this.finishWithin(client, key, owner, fence, detail);
+  }
+
+  private async finishWithin(
+    client: SqlExecutor,
+    key: string,
+    owner: string,
+    fence: number | null,
+    failure: string | null,
+  ): Promise<ClaimWriteResult> {
     if (!this.adapter || fence === null) return 'ok';
     const started = performance.now();
-    const result =
-      this.adapter instanceof PostgresClaims
-        ? await this.adapter.completeWithin(client, key, owner, fence)
-        : await this.adapter.complete(key, owner, fence);
+    const adapter = this.adapter;
+    let result: ClaimWriteResult;
+    if (adapter instanceof PostgresClaims) {
+      result =
+        failure === null
+          ? await adapter.completeWithin(client, key, owner, fence)
+          : await adapter.failWithin(client, key, owner, fence, failure);
+    } else {
+      result = failure === null ? await adapter.complete(key, owner, fence) : await adapter.fail(key, owner, failure, fence);
+    }
     if (result === 'ok') {
-      this.telemetry.emit('work_claims.completed', { dedupeKey: key, fence, durationMs: performance.now() - started });
+      const event = failure === null ? 'work_claims.completed' : 'work_claims.failed';
+      this.telemetry.emit(event, { dedupeKey: key, fence, durationMs: performance.now() - started });
     }
     return result;
   }

@@ -60,9 +60,12 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
     await runner.query(`CREATE INDEX cyclium_episodes_status_stack ON cyclium_episodes (status, source_stack)`);
     await runner.query(`CREATE INDEX cyclium_episodes_status_env ON cyclium_episodes (status, source_env)`);
 
+    // The journal and checkpoints are written once per step, the hottest path there is: no foreign
+    // key (each would add a trigger lookup and a row lock on the episode to every step). Episodes
+    // are archived, never deleted, and only the runner writes these rows, for an episode it holds.
     await runner.query(`
       CREATE TABLE cyclium_episode_steps (
-        episode_id uuid NOT NULL REFERENCES cyclium_episodes (id) ON DELETE CASCADE,
+        episode_id uuid NOT NULL,
         step_no integer NOT NULL,
         kind text NOT NULL,
         name text NOT NULL,
@@ -75,7 +78,7 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
 
     await runner.query(`
       CREATE TABLE cyclium_episode_checkpoints (
-        episode_id uuid NOT NULL REFERENCES cyclium_episodes (id) ON DELETE CASCADE,
+        episode_id uuid NOT NULL,
         checkpoint_no integer NOT NULL,
         phase text,
         schema_version integer NOT NULL DEFAULT 1,

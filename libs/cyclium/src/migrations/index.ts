@@ -1,6 +1,7 @@
 import { CycliumSchema1764400000000 } from './1764400000000-cyclium-schema.js';
+import { CycliumBusPayloads1764400000001 } from './1764400000001-cyclium-bus-payloads.js';
 
-export { CycliumSchema1764400000000 };
+export { CycliumSchema1764400000000, CycliumBusPayloads1764400000001 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
-export const cycliumMigrations = [CycliumSchema1764400000000];
+export const cycliumMigrations = [CycliumSchema1764400000000, CycliumBusPayloads1764400000001];

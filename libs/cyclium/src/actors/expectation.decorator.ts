@@ -1,0 +1,38 @@
+import { Reflector } from '@nestjs/core';
+import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
+
+/** A payload value to match: equal to it, or one of `in`. */
+export type FilterValue = string | number | boolean | null | { in: Array<string | number | boolean | null> };
+
+export type Trigger =
+  /** Bus events of this type whose payload matches `filter` (dotted paths allowed as keys). */
+  | { event: string; filter?: Record<string, FilterValue> }
+  /** Every interval (`'30s'`, `'5m'`, `'1h'`, `'1d'` or milliseconds), aligned to wall-clock buckets. */
+  | { every: string | number }
+  /** A cron expression, evaluated in UTC. */
+  | { cron: string }
+  /** Only `Episodes.trigger(...)`. */
+  | 'manual'
+  /** Only started by a workflow. */
+  | 'workflow';
+
+export interface ExpectationOptions {
+  /** Default: the method name. */
+  id?: string;
+  trigger: Trigger;
+  /** What recovery does with an orphaned episode. Default `fail`. */
+  recoveryPolicy?: RecoveryPolicy;
+  /** Restarts before recovery fails the episode instead. Default 3. */
+  maxAttempts?: number;
+  /** Payload path that names the subject, for per-subject debounce and cooldown. */
+  subjectKey?: string;
+  /** Trailing-edge debounce per subject: run once the subject has been quiet this long. */
+  debounceMs?: number;
+  /** After a run for a subject, ignore its triggers for this long. */
+  cooldownMs?: number;
+  /** Stop before the next step once either is reached; the episode fails with `budget_exceeded`. */
+  budget?: { maxSteps?: number; maxWallMs?: number };
+}
+
+/** Marks an actor method as an expectation: what it does, and what triggers it. */
+export const Expectation = Reflector.createDecorator<ExpectationOptions>();

@@ -1,0 +1,66 @@
+import {
+  Injectable,
+  type BeforeApplicationShutdown,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+  type Provider,
+} from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { busChannel } from './bus-channel.js';
+import { Bus } from './bus.interface.js';
+import { LocalBus } from './local-bus.js';
+import { PostgresBus } from './postgres-bus.js';
+
+export const busProvider: Provider = {
+  provide: Bus,
+  inject: [CYCLIUM_OPTIONS, CycliumDataSource],
+  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource): Bus => {
+    if (options.bus === 'local') return new LocalBus();
+    if (options.bus === 'postgres') {
+      // Read lazily: the host's DataSource is only looked up once every provider exists.
+      return new PostgresBus(database.sql, () => ({ ...database.pool().options }), busChannel(options.stackSlug, options.env));
+    }
+    return options.bus;
+  },
+};
+
+interface Startable {
+  start(): unknown;
+}
+
+interface Stoppable {
+  stop(): unknown;
+}
+
+interface Flushable {
+  flushPending(): unknown;
+}
+
+/**
+ * Starts and stops the bus with the app. Duck-typed because a host's own Bus need not have either
+ * method. Stopping waits for onApplicationShutdown: the bus must keep delivering while the drain
+ * in beforeApplicationShutdown still runs, and its LISTEN connection is its own, not TypeORM's.
+ */
+@Injectable()
+export class BusLifecycle implements OnModuleInit, BeforeApplicationShutdown, OnApplicationShutdown {
+  constructor(private readonly bus: Bus) {}
+
+  async onModuleInit(): Promise<void> {
+    if (hasMethod<Startable>(this.bus, 'start')) await this.bus.start();
+  }
+
+  /** Events still inside the coalescing window go out while the host's pool is open. */
+  async beforeApplicationShutdown(): Promise<void> {
+    if (hasMethod<Flushable>(this.bus, 'flushPending')) await this.bus.flushPending();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (hasMethod<Stoppable>(this.bus, 'stop')) await this.bus.stop();
+  }
+}
+
+function hasMethod<T extends object>(target: object, name: keyof T): target is T {
+  return typeof (target as Record<PropertyKey, unknown>)[name] === 'function';
+}

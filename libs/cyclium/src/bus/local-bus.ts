@@ -1,0 +1,101 @@
+import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
+import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
+
+interface Subscription {
+  readonly handler: BusHandler;
+  active: boolean;
+}
+
+/**
+ * The event every node will see, minted once on the publishing node (rule 2: a receiver that
+ * minted its own id would compute its own dedupe key). `'*'` is refused because it is the
+ * wildcard: its subscribers would get the event twice.
+ */
+export function mintBusEvent<P>(type: string, payload: P, options: PublishOptions = {}): BusEvent<P> {
+  if (typeof type !== 'string' || type === '' || type === '*') {
+    throw new TypeError(`bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`);
+  }
+  if (options.eventId !== undefined && (typeof options.eventId !== 'string' || options.eventId === '')) {
+    throw new TypeError('bus: eventId, when given, must be a non-empty string');
+  }
+  return { type, eventId: options.eventId ?? randomUUID(), payload, publishedAt: new Date().toISOString() };
+}
+
+/**
+ * Events for this process only: tests, single-node hosts, and the fan-out half of PostgresBus.
+ * Handlers run on a later macrotask, never inside `publish`, so a publisher holding a transaction
+ * or a lock never runs subscriber code under it, and a handler that publishes cannot recurse.
+ * Payloads are handed over by reference (no JSON round trip, unlike PostgresBus).
+ */
+export class LocalBus extends Bus {
+  private readonly logger = new Logger(LocalBus.name);
+  private readonly subscriptions = new Map<string, Set<Subscription>>();
+  private readonly queue: BusEvent[] = [];
+  private scheduled = false;
+
+  publish<P>(type: string, payload: P, options?: PublishOptions): Promise<BusEvent<P>> {
+    let event: BusEvent<P>;
+    try {
+      event = mintBusEvent(type, payload, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    this.deliver(event);
+    return Promise.resolve(event);
+  }
+
+  subscribe<P>(type: string, handler: BusHandler<P>): () => void {
+    if (typeof handler !== 'function') throw new TypeError(`bus: the handler for "${type}" must be a function`);
+    const subscription: Subscription = { handler: handler as BusHandler, active: true };
+    let set = this.subscriptions.get(type);
+    if (!set) this.subscriptions.set(type, (set = new Set()));
+    set.add(subscription);
+    return () => {
+      // Also stops a delivery already in progress for this event from reaching the handler.
+      subscription.active = false;
+      const current = this.subscriptions.get(type);
+      current?.delete(subscription);
+      if (current?.size === 0) this.subscriptions.delete(type);
+    };
+  }
+
+  /** Queues an event minted elsewhere (another node, via a transport) for this process's handlers. */
+  deliver(event: BusEvent): void {
+    this.queue.push(event);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(() => this.drain());
+  }
+
+  private drain(): void {
+    this.scheduled = false;
+    // Events published by handlers during this drain go to the next one.
+    const events = this.queue.splice(0);
+    for (const event of events) {
+      const targets = [...(this.subscriptions.get(event.type) ?? []), ...(this.subscriptions.get('*') ?? [])];
+      for (const subscription of targets) {
+        if (subscription.active) this.call(subscription.handler, event);
+      }
+    }
+  }
+
+  private call(handler: BusHandler, event: BusEvent): void {
+    try {
+      const result = handler(event);
+      if (result && typeof (result as PromiseLike<void>).then === 'function') {
+        Promise.resolve(result).catch((error: unknown) => this.failed(event, error));
+      }
+    } catch (error) {
+      this.failed(event, error);
+    }
+  }
+
+  private failed(event: BusEvent, error: unknown): void {
+    const message = error instanceof Error ? error.message : String(error);
+    this.logger.error(
+      `a handler of "${event.type}" failed on event ${event.eventId}: ${message}`,
+      error instanceof Error ? error.stack : undefined,
+    );
+  }
+}

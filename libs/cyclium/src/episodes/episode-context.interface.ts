@@ -1,0 +1,49 @@
+import type { FindingAction } from '../findings/finding-action.interface.js';
+import type { OutputProposal } from '../outputs/output-proposal.interface.js';
+import type { CycliumEpisode } from './episode.entity.js';
+
+export type EpisodeRow = CycliumEpisode;
+
+export interface EpisodeTrigger<P = unknown> {
+  type: 'event' | 'schedule' | 'manual' | 'workflow';
+  eventType?: string;
+  eventId?: string;
+  payload: P;
+  /** The schedule bucket or cron tick this run belongs to (ISO). */
+  scheduledAt?: string;
+}
+
+export interface StepTools {
+  /** 1-based position of this step in the episode; stable across resumes. */
+  stepNo: number;
+  /** `<episode id>:<step no>`: pass it to external systems so a retried step is recognised. */
+  idempotencyKey: string;
+  signal: AbortSignal;
+}
+
+/** What an expectation method receives. */
+export interface EpisodeContext<P = unknown> {
+  readonly episode: EpisodeRow;
+  readonly trigger: EpisodeTrigger<P>;
+  /** Aborts on claim loss, drain, cancel and budget; steps check it before they start. */
+  readonly signal: AbortSignal;
+  /** The claim's fence, or null with claims off. */
+  readonly fence: number | null;
+  /** True when this run continues an interrupted one: checkpointed steps return their stored result. */
+  readonly resumed: boolean;
+  /**
+   * The unit of progress: checks the signal, runs `fn`, and records its result (journal + checkpoint,
+   * fenced) before returning it. `fn`'s result must be JSON-serialisable.
+   */
+  step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T>;
+}
+
+/** What an expectation method may return. */
+export interface Convergence {
+  findings?: FindingAction[];
+  outputs?: OutputProposal[];
+  summary?: string;
+  classification?: unknown;
+  /** Default `done`; `partially_failed` records that part of the work did not succeed. */
+  status?: 'done' | 'partially_failed';
+}

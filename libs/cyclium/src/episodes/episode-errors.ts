@@ -1,0 +1,25 @@
+/** The episode was canceled (`Episodes.cancel`); it stops before its next step. */
+export class EpisodeCanceledError extends Error {
+  override readonly name = 'EpisodeCanceledError';
+  constructor(readonly episodeId: string) {
+    super(`episode ${episodeId} was canceled`);
+  }
+}
+
+/** A budget (`maxSteps` or `maxWallMs`) ran out; the episode stops before its next step. */
+export class BudgetExceededError extends Error {
+  override readonly name = 'BudgetExceededError';
+}
+
+/** On resume, the code asked for a different step than the journal recorded at that position. */
+export class NondeterministicResumeError extends Error {
+  override readonly name = 'NondeterministicResumeError';
+}
+
+/** The node is draining: the episode was stamped `interrupted` and will be restarted elsewhere. */
+export class EpisodeInterruptedError extends Error {
+  override readonly name = 'EpisodeInterruptedError';
+  constructor(readonly episodeId: string) {
+    super(`episode ${episodeId} was interrupted by a drain`);
+  }
+}

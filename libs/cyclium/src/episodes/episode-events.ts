@@ -1,0 +1,58 @@
+import type { EpisodeStatus } from './episode.entity.js';
+import type { EpisodeRow } from './episode-context.interface.js';
+
+/** Asks whichever node runs the episode to stop it before its next step. */
+export const CANCEL_EVENT = 'cyclium.episode.cancel';
+
+export type LifecycleEventType =
+  | 'episode.started'
+  | 'episode.completed'
+  | 'episode.failed'
+  | 'episode.canceled'
+  | 'episode.queued'
+  | 'episode.dropped';
+
+export const TERMINAL_EVENTS: readonly LifecycleEventType[] = ['episode.completed', 'episode.failed', 'episode.canceled', 'episode.dropped'];
+
+/** The payload every lifecycle bus event carries. */
+export interface LifecyclePayload {
+  episodeId: string | null;
+  actorId: string;
+  expectationId: string;
+  status: EpisodeStatus | 'dropped';
+  dedupeKey: string | null;
+  sourceStack: string | null;
+  sourceEnv: string | null;
+  workflowInstanceId: string | null;
+  workflowStepId: string | null;
+  node: string;
+  errorClass?: string;
+}
+
+export function lifecycleEvent(
+  type: LifecycleEventType,
+  episode: Pick<
+    EpisodeRow,
+    'actorId' | 'expectationId' | 'dedupeKey' | 'sourceStack' | 'sourceEnv' | 'workflowInstanceId' | 'workflowStepId'
+  > & { id: string | null },
+  status: LifecyclePayload['status'],
+  node: string,
+  extra: { errorClass?: string } = {},
+): { type: LifecycleEventType; payload: LifecyclePayload } {
+  return {
+    type,
+    payload: {
+      episodeId: episode.id,
+      actorId: episode.actorId,
+      expectationId: episode.expectationId,
+      status,
+      dedupeKey: episode.dedupeKey,
+      sourceStack: episode.sourceStack,
+      sourceEnv: episode.sourceEnv,
+      workflowInstanceId: episode.workflowInstanceId ?? null,
+      workflowStepId: episode.workflowStepId ?? null,
+      node,
+      ...extra,
+    },
+  };
+}

@@ -1,0 +1,103 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, Scope, type INestApplicationContext, type Provider } from '@nestjs/common';
+import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import type pg from 'pg';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { freshDatabase, pool } from './support/database.js';
+
+@Injectable()
+@Actor({ id: 'twin' })
+class TwinOne {
+  @Expectation({ trigger: 'manual' })
+  async go(): Promise<void> {}
+}
+
+@Injectable()
+@Actor({ id: 'twin' })
+class TwinTwo {
+  @Expectation({ trigger: 'manual' })
+  async go(): Promise<void> {}
+}
+
+@Injectable()
+@Actor({ id: 'dup_exp' })
+class DuplicateExpectation {
+  @Expectation({ id: 'same', trigger: 'manual' })
+  async first(): Promise<void> {}
+
+  @Expectation({ id: 'same', trigger: 'manual' })
+  async second(): Promise<void> {}
+}
+
+@Injectable()
+@Actor({ id: 'bad_cron' })
+class BadCron {
+  @Expectation({ trigger: { cron: 'every tuesday' } })
+  async weekly(): Promise<void> {}
+}
+
+@Injectable()
+@Actor({ id: 'bad_interval' })
+class BadInterval {
+  @Expectation({ trigger: { every: '5 fortnights' } })
+  async often(): Promise<void> {}
+}
+
+@Injectable({ scope: Scope.REQUEST })
+@Actor({ id: 'per_request' })
+class PerRequest {
+  @Expectation({ trigger: 'manual' })
+  async go(): Promise<void> {}
+}
+
+@Injectable()
+@Actor({ id: 'stack_b_only', stacks: ['stack_b'] })
+class StackBOnly {
+  @Expectation({ trigger: 'manual', recoveryPolicy: 'restart', maxAttempts: 5 })
+  async go(ep: EpisodeContext): Promise<void> {
+    await ep.step('noop', () => null);
+  }
+}
+
+describe('actor discovery at boot', () => {
+  let url: string;
+  let db: pg.Pool;
+  const apps: INestApplicationContext[] = [];
+
+  beforeAll(async () => {
+    url = await freshDatabase();
+    db = pool(url, 2);
+  });
+
+  afterAll(async () => {
+    await Promise.all(apps.map((app) => app.close()));
+    await db?.end();
+  });
+
+  const boot = (providers: Provider[], stackSlug?: string) =>
+    startCycliumApp({ url, cyclium: { nodeIdentity: `n-${apps.length}`, stackSlug }, providers }).then((app) => {
+      apps.push(app);
+      return app;
+    });
+
+  it.each([
+    [[TwinOne, TwinTwo], 'duplicate actor id "twin" on TwinOne and TwinTwo'],
+    [[DuplicateExpectation], 'duplicate expectation id "same" on DuplicateExpectation.second (already on DuplicateExpectation.first)'],
+    [[BadCron], '@Expectation on BadCron.weekly: cannot parse cron "every tuesday"'],
+    [[BadInterval], `@Expectation on BadInterval.often: cannot parse interval "5 fortnights"`],
+    [[PerRequest], '@Actor PerRequest is request-scoped'],
+  ])('fails boot for %p, naming the class and method', async (providers, message) => {
+    await expect(boot(providers as Provider[])).rejects.toThrow(message);
+  });
+
+  it('hosts an actor only on the stacks it lists, and records its definition for recovery', async () => {
+    const elsewhere = await boot([StackBOnly], 'stack_a');
+    await expect(elsewhere.get(Episodes).trigger('stack_b_only', 'go', {})).rejects.toThrow('no actor stack_b_only');
+
+    const home = await boot([StackBOnly], 'stack_b');
+    const result = await home.get(Episodes).trigger('stack_b_only', 'go', {});
+    expect(result.status).toBe('started');
+    const { rows } = await db.query(`SELECT expectations FROM cyclium_actor_definitions WHERE actor_id = 'stack_b_only'`);
+    expect(rows[0].expectations).toEqual([{ id: 'go', recovery_policy: 'restart', max_attempts: 5 }]);
+  });
+});

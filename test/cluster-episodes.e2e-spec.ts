@@ -1,0 +1,66 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type pg from 'pg';
+import { freshDatabase, pool } from './support/database.js';
+import { startDemoNode, type DemoNode } from './support/demo-node.js';
+import { waitFor } from './support/wait-for.js';
+
+const EVENTS = 500;
+
+describe('3 demo node processes, 500 events over PostgresBus', () => {
+  let url: string;
+  let db: pg.Pool;
+  const nodes: DemoNode[] = [];
+
+  beforeAll(async () => {
+    url = await freshDatabase();
+    db = pool(url, 2);
+    nodes.push(
+      ...(await Promise.all(
+        [1, 2, 3].map((i) => startDemoNode(url, { CYCLIUM_NODE_ID: `node-${i}`, DEMO_JITTER_MS: '50', DEMO_DB_POOL: '8' })),
+      )),
+    );
+  });
+
+  afterAll(async () => {
+    await Promise.all(nodes.map((node) => node.stop('SIGTERM')));
+    await db?.end();
+  });
+
+  const scalar = async (sql: string) => (await db.query(sql)).rows[0].n as number;
+
+  it('makes exactly 500 episodes, all done, none run on two nodes', async () => {
+    const post = async (i: number) => {
+      const response = await fetch(`http://127.0.0.1:${nodes[i % 3].port}/events`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ type: 'resource.updated', payload: { resource: `r-${i}`, usage: i % 100 } }),
+      });
+      expect(response.status).toBe(202);
+    };
+    for (let i = 0; i < EVENTS; i += 25) await Promise.all(Array.from({ length: 25 }, (_, j) => post(i + j)));
+
+    await waitFor(
+      `${EVENTS} episodes done`,
+      async () => (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND actor_id = 'resource_monitor'`)) >= EVENTS,
+      120_000,
+      250,
+    );
+    expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_monitor'`)).toBe(EVENTS);
+    expect(await scalar(`SELECT count(DISTINCT trigger_ref->>'eventId')::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_monitor'`)).toBe(EVENTS);
+    // Running requires the claim, and every claim was taken once (fence 1) by the episode's own node.
+    expect(
+      await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes e JOIN cyclium_work_claims c ON c.dedupe_key = e.dedupe_key
+                     WHERE e.actor_id = 'resource_monitor' AND c.fence = 1 AND c.state = 'done' AND c.owner_node = e.owner_node`),
+    ).toBe(EVENTS);
+    expect(
+      await scalar(`SELECT count(*)::int AS n FROM cyclium_episode_steps s JOIN cyclium_episodes e ON e.id = s.episode_id
+                     WHERE e.actor_id = 'resource_monitor'`),
+    ).toBe(EVENTS);
+    const owners = (await db.query(`SELECT DISTINCT owner_node FROM cyclium_episodes WHERE actor_id = 'resource_monitor'`)).rows;
+    expect(owners.length).toBeGreaterThanOrEqual(2);
+    // resource_monitor's findings: one active breach per resource over the default 90% limit.
+    expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_findings WHERE status = 'active' AND class = 'limit_breach'`)).toBe(
+      Array.from({ length: EVENTS }, (_, i) => i % 100).filter((usage) => usage > 90).length,
+    );
+  }, 180_000);
+});
