@@ -5,6 +5,7 @@ import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
 import { Findings } from '../findings/findings.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
@@ -70,26 +71,20 @@ export class EpisodeRunner implements OnModuleInit {
   }
 
   /** Inserts a running episode and takes its claim in one transaction; busy or duplicate writes nothing. */
-  async begin(spec: NewEpisode): Promise<BeginResult> {
-    try {
-      return await this.database.transaction(async (client) => {
-        const episode = await this.store.insert(spec, client);
-        if (!episode) return { status: 'duplicate' as const };
-        const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), this.identity.name());
-        if (grant.status === 'busy') throw new ClaimBusy();
-        return { status: 'started' as const, episode, grant };
-      });
-    } catch (error) {
-      if (error instanceof ClaimBusy) return { status: 'busy' };
-      throw error;
-    }
+  begin(spec: NewEpisode): Promise<BeginResult> {
+    return this.claimWith((client) => this.store.insert(spec, client));
   }
 
   /** Moves a queued episode of this node to running and takes its claim, in one transaction. */
-  async beginQueued(id: string): Promise<BeginResult> {
+  beginQueued(id: string): Promise<BeginResult> {
+    return this.claimWith((client) => this.store.dequeue(id, this.identity.name(), client));
+  }
+
+  /** `load` writes the running row; the claim commits with it or neither does. */
+  private async claimWith(load: (client: SqlExecutor) => Promise<EpisodeRow | null>): Promise<BeginResult> {
     try {
       return await this.database.transaction(async (client) => {
-        const episode = await this.store.dequeue(id, this.identity.name(), client);
+        const episode = await load(client);
         if (!episode) return { status: 'duplicate' as const };
         const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), this.identity.name());
         if (grant.status === 'busy') throw new ClaimBusy();
