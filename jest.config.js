@@ -12,6 +12,8 @@ const shared = {
 
 /** @type {import('jest').Config} */
 export default {
+  // Real processes and a real database: each wait has its own deadline (waitFor); this is the backstop.
+  testTimeout: 60_000,
   globalSetup: '<rootDir>/test/support/global-setup.mjs',
   globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
   projects: [

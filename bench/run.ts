@@ -5,12 +5,14 @@
 import { claimsBench } from './benchmarks/claims.bench.js';
 import { episodesBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
+import { takeoverBench } from './benchmarks/takeover.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
 
 const benchmarks: Record<string, (url: string) => Promise<void>> = {
   floor: floorBench,
   claims: claimsBench,
   episodes: episodesBench,
+  takeover: takeoverBench,
 };
 
 async function main(): Promise<void> {

@@ -1,7 +1,8 @@
 // Runs once per `jest` run, in Jest's own process, against the compiled library (npm test builds
 // first). Starts embedded PostgreSQL unless DATABASE_URL is set, and migrates a template database
-// that every test file clones (see database.ts).
+// that every test file clones (see database.ts), with the demo app's migrations on top.
 import { migrateDatabase, startPostgres } from '@cyclium/nestjs/testing';
+import { migrateDemoDatabase } from '@cyclium/demo/database';
 import pg from 'pg';
 
 export const TEMPLATE = 'cyclium_test_template';
@@ -24,6 +25,8 @@ export default async function globalSetup() {
   const template = new URL(url);
   template.pathname = `/${TEMPLATE}`;
   await migrateDatabase(template.toString());
+  // The demo app's own table, for the cluster tests that run real demo nodes.
+  await migrateDemoDatabase(template.toString());
   // Jest workers inherit this process's environment.
   process.env.CYCLIUM_TEST_SERVER_URL = url;
 }

@@ -4,9 +4,12 @@ import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, cycliumEntities, cycliumOptionsFromEnv } from '@cyclium/nestjs';
 import { AdvisorSummaryAdapter } from './actors/advisor-summary.adapter.js';
+import { RebalanceReportAdapter } from './actors/rebalance-report.adapter.js';
 import { ResourceAdvisorActor } from './actors/resource-advisor.actor.js';
 import { ResourceMonitorActor } from './actors/resource-monitor.actor.js';
+import { ResourceRebalancerActor } from './actors/resource-rebalancer.actor.js';
 import { demoCycliumSettings } from './demo-settings.js';
+import { EpisodesController } from './episodes/episodes.controller.js';
 import { EventsController } from './events/events.controller.js';
 import { HealthController } from './health/health.controller.js';
 import { NodeController } from './node/node.controller.js';
@@ -25,7 +28,13 @@ import { NodeController } from './node/node.controller.js';
     TerminusModule,
     CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
   ],
-  controllers: [HealthController, NodeController, EventsController],
-  providers: [ResourceMonitorActor, ResourceAdvisorActor, AdvisorSummaryAdapter],
+  controllers: [HealthController, NodeController, EventsController, EpisodesController],
+  providers: [
+    ResourceMonitorActor,
+    ResourceAdvisorActor,
+    AdvisorSummaryAdapter,
+    ResourceRebalancerActor,
+    RebalanceReportAdapter,
+  ],
 })
 export class AppModule {}

@@ -1,13 +1,28 @@
 import type { CycliumOptions } from '@cyclium/nestjs';
 
 /**
- * The demo runs with claims on and short timings, so crashes and takeovers are visible within a
- * minute. `DEMO_LEASE_SECONDS` tunes the lease (the launcher and the cluster tests set it).
+ * The demo runs with claims on and short timings, so crashes, drains and takeovers are visible
+ * within a minute. The launcher and the cluster tests tune them through the environment:
+ *
+ *   DEMO_LEASE_SECONDS         claim lease (default 10)
+ *   DEMO_JITTER_MS             random delay before inserting a triggered episode (default 200)
+ *   DEMO_SHUTDOWN_MS           how long a SIGTERM drain waits for running episodes (default 5000)
+ *   DEMO_SETTLE_MS             delay after boot before the first recovery sweep (default 10000)
+ *   DEMO_STALE_AFTER_MS        journal silence after which a running episode is an orphan (default 20000)
+ *   DEMO_RECOVERY_INTERVAL_MS  period of the recovery sweep after the first one (default 5000)
+ *
+ * (DEMO_DB_POOL, the TypeORM pool size, is read in app.module.ts.)
  */
 export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
   return {
     workClaims: 'postgres',
-    workClaimsLeaseSeconds: Number(env.DEMO_LEASE_SECONDS ?? 15),
+    workClaimsLeaseSeconds: Number(env.DEMO_LEASE_SECONDS ?? 10),
     jitterMs: Number(env.DEMO_JITTER_MS ?? 200),
+    episodeShutdownMs: Number(env.DEMO_SHUTDOWN_MS ?? 5000),
+    recovery: {
+      settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
+      staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),
+      intervalMs: Number(env.DEMO_RECOVERY_INTERVAL_MS ?? 5000),
+    },
   };
 }

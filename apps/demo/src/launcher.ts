@@ -1,11 +1,13 @@
 /**
  * `npm start`: a local Cyclium cluster. Starts embedded PostgreSQL unless DATABASE_URL is set,
- * applies the migrations, then runs N demo nodes with distinct CYCLIUM_NODE_IDs on ports from 3000.
- * Ctrl-C stops the nodes with SIGTERM (so they drain), then the database.
+ * applies Cyclium's migrations and the demo's own, then runs N demo nodes with distinct
+ * CYCLIUM_NODE_IDs on ports from 3000. Ctrl-C stops the nodes with SIGTERM (so they drain), then
+ * the database.
  */
 import { migrateDatabase, startPostgres, type RunningPostgres } from '@cyclium/nestjs/testing';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
+import { migrateDemoDatabase } from './database/migrate-demo.js';
 
 const { values } = parseArgs({
   options: {
@@ -51,6 +53,7 @@ async function main(): Promise<void> {
   }
   say(`database ${url.replace(/:[^:@/]*@/, ':***@')}`);
   await migrateDatabase(url);
+  await migrateDemoDatabase(url);
   say('migrations applied');
 
   const nodes: ChildProcess[] = [];

@@ -18,6 +18,9 @@ import { NodeRegistry } from './identity/node-registry.service.js';
 import { CYCLIUM_MODULE_OPTIONS, CycliumConfigurableModule } from './options/cyclium.module-definition.js';
 import { resolveCycliumOptions } from './options/resolve-options.js';
 import { Outputs } from './outputs/outputs.service.js';
+import { CycliumShutdown } from './recovery/cyclium-shutdown.service.js';
+import { Drainer } from './recovery/drainer.service.js';
+import { Recovery } from './recovery/recovery.service.js';
 import { Env } from './scope/env.service.js';
 import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
@@ -48,7 +51,10 @@ import { CycliumTelemetry } from './telemetry/telemetry.service.js';
     Episodes,
     Findings,
     Outputs,
+    Recovery,
+    Drainer,
+    CycliumShutdown,
   ],
-  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs],
+  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -69,6 +69,8 @@ export { Outputs } from './outputs/outputs.service.js';
 export { OutputAdapter } from './outputs/output-adapter.decorator.js';
 export type { DeliveryContext, OutputDeliverer } from './outputs/output-adapter.interface.js';
 export type { OutputProposal } from './outputs/output-proposal.interface.js';
+export { Recovery, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
+export type { DrainResult } from './recovery/drainer.service.js';
 export { LocalBus } from './bus/local-bus.js';
 export { PostgresBus } from './bus/postgres-bus.js';
 

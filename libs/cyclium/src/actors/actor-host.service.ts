@@ -1,10 +1,4 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  type BeforeApplicationShutdown,
-  type OnApplicationBootstrap,
-} from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
@@ -39,10 +33,16 @@ export interface DispatchOptions {
   jitter: boolean;
 }
 
+interface Waiting {
+  id: string;
+  /** Handed over by recovery: restarts with `resumed: true`, and is never shed. */
+  resumed: boolean;
+}
+
 interface Slots {
   running: number;
-  /** Ids of this node's queued episodes, oldest first. */
-  queue: string[];
+  /** This node's waiting episodes, oldest first. */
+  queue: Waiting[];
 }
 
 /**
@@ -51,7 +51,7 @@ interface Slots {
  * Every node does this for every trigger; the unique index lets one insert through.
  */
 @Injectable()
-export class ActorHost implements OnApplicationBootstrap, BeforeApplicationShutdown {
+export class ActorHost implements OnApplicationBootstrap {
   private readonly logger = new Logger(ActorHost.name);
   private readonly slots = new Map<string, Slots>();
   private readonly unsubscribes: Array<() => void> = [];
@@ -78,10 +78,6 @@ export class ActorHost implements OnApplicationBootstrap, BeforeApplicationShutd
     for (const actor of this.registry.all()) {
       for (const expectation of actor.expectations.values()) this.startTrigger(actor, expectation);
     }
-  }
-
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.stopTriggers();
   }
 
   /** Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces. */
@@ -152,28 +148,60 @@ export class ActorHost implements OnApplicationBootstrap, BeforeApplicationShutd
       return { status: 'dropped' };
     }
     const slots = this.slotsOf(actor.id);
-    if (actor.options.overflow === 'shed_oldest' && slots.queue.length >= actor.options.maxQueued) {
-      const oldest = slots.queue.shift() as string;
-      const canceled = await this.store.cancelQueued(oldest);
+    const sheddable = slots.queue.filter((w) => !w.resumed);
+    if (actor.options.overflow === 'shed_oldest' && sheddable.length >= actor.options.maxQueued) {
+      const oldest = sheddable[0];
+      slots.queue.splice(slots.queue.indexOf(oldest), 1);
+      const canceled = await this.store.cancelQueued(oldest.id);
       if (canceled) await this.bus.publish('episode.canceled', lifecycleEvent('episode.canceled', canceled, 'canceled', node).payload);
     }
     const episode = await this.store.insert({ ...spec, status: 'queued' });
     if (!episode) return { status: 'duplicate' };
-    slots.queue.push(episode.id);
+    slots.queue.push({ id: episode.id, resumed: false });
     await this.bus.publish('episode.queued', lifecycleEvent('episode.queued', episode, 'queued', node).payload);
     // A slot may have freed while we were inserting.
     this.pump(actor);
     return { status: 'queued', episode };
   }
 
-  private launch(actor: RegisteredActor, begun: Extract<BeginResult, { status: 'started' }>, resumed = false): void {
-    const run = this.runner
-      .run(begun.episode, begun.grant, { resumed })
-      .finally(() => {
-        this.runs.delete(run);
-        this.release(actor);
+  /**
+   * Restarts an episode recovery took over: under the actor's concurrency limit like a fresh
+   * trigger, queued when every slot is busy, never dropped or shed. Without a hosted actor it runs
+   * directly (and fails as `unknown_actor`, recorded like any other failure).
+   */
+  resume(episode: EpisodeRow): void {
+    const actor = this.registry.get(episode.actorId);
+    if (!actor) {
+      void this.runner.beginResumed(episode.id).then((begun) => {
+        if (begun.status === 'started') this.track(this.runner.run(begun.episode, begun.grant, { resumed: true }));
       });
-    this.runs.add(run);
+      return;
+    }
+    this.slotsOf(actor.id).queue.push({ id: episode.id, resumed: true });
+    this.pump(actor);
+  }
+
+  /** Takes over a queued episode whose node is gone: it waits in this node's queue. */
+  adoptQueued(episode: EpisodeRow): boolean {
+    const actor = this.registry.get(episode.actorId);
+    if (!actor) return false;
+    this.slotsOf(actor.id).queue.push({ id: episode.id, resumed: false });
+    this.pump(actor);
+    return true;
+  }
+
+  /** Recovered episodes waiting here for a slot (still `running`, phase `recovering`). */
+  pendingResumes(): string[] {
+    return [...this.slots.values()].flatMap((s) => s.queue.filter((w) => w.resumed).map((w) => w.id));
+  }
+
+  private track(run: Promise<void>): void {
+    const tracked = run.finally(() => this.runs.delete(tracked));
+    this.runs.add(tracked);
+  }
+
+  private launch(actor: RegisteredActor, begun: Extract<BeginResult, { status: 'started' }>, resumed = false): void {
+    this.track(this.runner.run(begun.episode, begun.grant, { resumed }).finally(() => this.release(actor)));
   }
 
   private release(actor: RegisteredActor): void {
@@ -185,12 +213,12 @@ export class ActorHost implements OnApplicationBootstrap, BeforeApplicationShutd
   private pump(actor: RegisteredActor): void {
     const slots = this.slotsOf(actor.id);
     while (slots.running < actor.options.maxConcurrentEpisodes && slots.queue.length > 0) {
-      const id = slots.queue.shift() as string;
+      const { id, resumed } = slots.queue.shift() as Waiting;
       slots.running++;
-      this.runner.beginQueued(id).then(
-        (begun) => (begun.status === 'started' ? this.launch(actor, begun) : this.release(actor)),
+      (resumed ? this.runner.beginResumed(id) : this.runner.beginQueued(id)).then(
+        (begun) => (begun.status === 'started' ? this.launch(actor, begun, resumed) : this.release(actor)),
         (error: unknown) => {
-          this.logger.error(`could not start queued episode ${id}: ${String(error)}`);
+          this.logger.error(`could not start ${resumed ? 'recovered' : 'queued'} episode ${id}: ${String(error)}`);
           this.release(actor);
         },
       );

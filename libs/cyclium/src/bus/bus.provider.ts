@@ -1,10 +1,4 @@
-import {
-  Injectable,
-  type BeforeApplicationShutdown,
-  type OnApplicationShutdown,
-  type OnModuleInit,
-  type Provider,
-} from '@nestjs/common';
+import { Injectable, type OnApplicationShutdown, type OnModuleInit, type Provider } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -34,9 +28,6 @@ interface Stoppable {
   stop(): unknown;
 }
 
-interface Flushable {
-  flushPending(): unknown;
-}
 
 /**
  * Starts and stops the bus with the app. Duck-typed because a host's own Bus need not have either
@@ -44,16 +35,11 @@ interface Flushable {
  * in beforeApplicationShutdown still runs, and its LISTEN connection is its own, not TypeORM's.
  */
 @Injectable()
-export class BusLifecycle implements OnModuleInit, BeforeApplicationShutdown, OnApplicationShutdown {
+export class BusLifecycle implements OnModuleInit, OnApplicationShutdown {
   constructor(private readonly bus: Bus) {}
 
   async onModuleInit(): Promise<void> {
     if (hasMethod<Startable>(this.bus, 'start')) await this.bus.start();
-  }
-
-  /** Events still inside the coalescing window go out while the host's pool is open. */
-  async beforeApplicationShutdown(): Promise<void> {
-    if (hasMethod<Flushable>(this.bus, 'flushPending')) await this.bus.flushPending();
   }
 
   async onApplicationShutdown(): Promise<void> {

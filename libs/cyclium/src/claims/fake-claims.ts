@@ -85,6 +85,17 @@ export class FakeClaims implements WorkClaimsAdapter {
     return kept;
   }
 
+  async releaseMany(owner: string, keys: string[]): Promise<number> {
+    let released = 0;
+    for (const key of keys) {
+      const row = this.liveRow(key, owner);
+      if (!row) continue;
+      row.leaseUntil = this.now() - 1;
+      released++;
+    }
+    return released;
+  }
+
   async complete(key: string, owner: string, fence?: number): Promise<ClaimWriteResult> {
     return this.finish(key, owner, 'done', null, fence);
   }

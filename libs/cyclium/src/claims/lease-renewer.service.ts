@@ -1,10 +1,4 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  type BeforeApplicationShutdown,
-  type OnApplicationBootstrap,
-} from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { CYCLIUM_CLAIMS_ADAPTER, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -21,7 +15,7 @@ const id = (key: string, fence: number | null) => `${fence}\u0000${key}`;
  * themselves on their local deadlines.
  */
 @Injectable()
-export class LeaseRenewer implements OnApplicationBootstrap, BeforeApplicationShutdown {
+export class LeaseRenewer implements OnApplicationBootstrap {
   private readonly logger = new Logger(LeaseRenewer.name);
   private readonly holds = new Map<string, ClaimHold>();
   private timer: NodeJS.Timeout | undefined;
@@ -44,7 +38,8 @@ export class LeaseRenewer implements OnApplicationBootstrap, BeforeApplicationSh
     this.timer.unref();
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
+  /** Stops the timer and waits for a tick in flight. */
+  async stop(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
     await this.ticking;

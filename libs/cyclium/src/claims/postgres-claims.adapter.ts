@@ -68,6 +68,11 @@ const RENEW_MANY = prepared('claims_renew_many', `
      AND c.owner_node = $1 AND c.state = 'claimed' AND c.lease_until > now()
   RETURNING c.dedupe_key, c.fence`);
 
+/** Lapses the leases (state stays `claimed`): the next taker steals in place, with fence + 1. */
+const RELEASE_MANY = prepared('claims_release_many', `
+  UPDATE cyclium_work_claims SET lease_until = now()
+   WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[]) AND lease_until > now()`);
+
 const FINISH = prepared('claims_finish', `
   UPDATE cyclium_work_claims
      SET state = $3, finished_at = now(), error_detail = $4
@@ -140,6 +145,11 @@ export class PostgresClaims implements WorkClaimsAdapter {
       RENEW_MANY([owner, leaseSeconds, claims.map((c) => c.key), claims.map((c) => c.fence)]),
     );
     return rows.map((r) => ({ key: r.dedupe_key, fence: Number(r.fence) }));
+  }
+
+  async releaseMany(owner: string, keys: string[]): Promise<number> {
+    if (keys.length === 0) return 0;
+    return (await this.sql.query(RELEASE_MANY([owner, keys]))).rowCount ?? 0;
   }
 
   async complete(key: string, owner: string, fence?: number): Promise<ClaimWriteResult> {

@@ -57,4 +57,9 @@ export interface WorkClaimsAdapter {
    * calls it once per tick; without it, the renewer falls back to one `renew` per claim.
    */
   renewMany?(owner: string, claims: HeldClaim[], leaseSeconds: number): Promise<HeldClaim[]>;
+  /**
+   * Ends the leases of many claims of one owner at once, so other nodes can take them right away
+   * (a draining node). Without it, the gate fails each claim in turn.
+   */
+  releaseMany?(owner: string, keys: string[]): Promise<number>;
 }

@@ -135,6 +135,15 @@ export class WorkClaims {
     return result;
   }
 
+  /** Ends this owner's leases on `keys` at once (one statement with the shipped adapter). */
+  async releaseAll(keys: string[], owner = this.identity.name()): Promise<number> {
+    if (!this.adapter || keys.length === 0) return 0;
+    if (this.adapter.releaseMany) return this.adapter.releaseMany(owner, keys);
+    const adapter = this.adapter;
+    const results = await Promise.all(keys.map((key) => adapter.fail(key, owner, 'released')));
+    return results.filter((r) => r === 'ok').length;
+  }
+
   async owns(key: string, owner: string, fence: number): Promise<boolean> {
     if (!this.adapter) return true;
     return this.adapter.owns(key, owner, fence);

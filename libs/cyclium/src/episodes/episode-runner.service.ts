@@ -80,6 +80,11 @@ export class EpisodeRunner implements OnModuleInit {
     return this.claimWith((client) => this.store.dequeue(id, this.identity.name(), client));
   }
 
+  /** Takes an episode recovery handed to this node (phase `recovering`) and its claim, in one transaction. */
+  beginResumed(id: string): Promise<BeginResult> {
+    return this.claimWith((client) => this.store.takeForResume(id, this.identity.name(), client));
+  }
+
   /** `load` writes the running row; the claim commits with it or neither does. */
   private async claimWith(load: (client: SqlExecutor) => Promise<EpisodeRow | null>): Promise<BeginResult> {
     try {
@@ -182,6 +187,7 @@ export class EpisodeRunner implements OnModuleInit {
   /** Records how a run that did not converge ended, fenced like every other write. */
   private async settle(episode: EpisodeRow, ownership: Ownership, cause: unknown): Promise<void> {
     if (cause instanceof ClaimLostError) {
+      this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${cause.message}`);
       this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: cause.message });
       return;
     }
@@ -201,6 +207,7 @@ export class EpisodeRunner implements OnModuleInit {
       return true;
     });
     if (!recorded) {
+      this.logger.warn(`episode ${episode.id} aborted: claim lost before its outcome was recorded`);
       this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: 'claim lost before the outcome was recorded' });
       return;
     }

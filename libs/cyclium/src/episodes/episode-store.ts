@@ -124,6 +124,16 @@ export class EpisodeStore {
     return rows[0] ? toEpisode(rows[0]) : null;
   }
 
+  /** Takes a recovered episode (phase `recovering`) for this node's restart; null when it moved on. */
+  async takeForResume(id: string, owner: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
+    const { rows } = await via.query(
+      `UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
+        WHERE id = $1 AND status = 'running' AND phase = 'recovering' RETURNING *`,
+      [id, owner],
+    );
+    return rows[0] ? toEpisode(rows[0]) : null;
+  }
+
   /** Cancels a queued episode; null when it was not queued any more. */
   async cancelQueued(id: string): Promise<EpisodeRow | null> {
     const { rows } = await this.database.sql.query(

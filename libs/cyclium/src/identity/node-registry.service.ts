@@ -1,10 +1,4 @@
-import {
-  Inject,
-  Injectable,
-  Logger,
-  type BeforeApplicationShutdown,
-  type OnApplicationBootstrap,
-} from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { hostname } from 'node:os';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
@@ -19,7 +13,7 @@ import { NodeIdentity } from './node-identity.service.js';
  * The row is for operators and for recovery's "is that node gone?" question; it is never a lock.
  */
 @Injectable()
-export class NodeRegistry implements OnApplicationBootstrap, BeforeApplicationShutdown {
+export class NodeRegistry implements OnApplicationBootstrap {
   private readonly logger = new Logger(NodeRegistry.name);
   private timer: NodeJS.Timeout | undefined;
 
@@ -36,9 +30,13 @@ export class NodeRegistry implements OnApplicationBootstrap, BeforeApplicationSh
     this.timer.unref();
   }
 
-  beforeApplicationShutdown(): void {
+  /** Stops beating and removes this node's row: a drained node is gone, and its queued episodes adoptable. */
+  async deregister(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
+    await this.database.sql
+      .query(`DELETE FROM cyclium_nodes WHERE node_identity = $1`, [this.identity.name()])
+      .catch((error: unknown) => this.logger.warn(`could not deregister the node: ${String(error)}`));
   }
 
   async register(): Promise<void> {

@@ -1,0 +1,14 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { OutputAdapter, type CycliumOutput, type DeliveryContext, type OutputDeliverer } from '@cyclium/nestjs';
+
+/** Delivers rebalance reports to the log, so a test can see each one delivered once. */
+@Injectable()
+@OutputAdapter('rebalance.report')
+export class RebalanceReportAdapter implements OutputDeliverer<{ resource: string }> {
+  private readonly logger = new Logger('RebalanceReport');
+
+  async deliver(output: CycliumOutput & { payload: { resource: string } }, context: DeliveryContext): Promise<unknown> {
+    this.logger.log(`rebalanced ${output.payload.resource} (idempotency key ${context.idempotencyKey})`);
+    return { logged: true };
+  }
+}

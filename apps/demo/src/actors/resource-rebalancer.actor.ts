@@ -1,0 +1,70 @@
+import { Injectable } from '@nestjs/common';
+import { InjectDataSource } from '@nestjs/typeorm';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { DataSource } from 'typeorm';
+import { Actor, Expectation, NodeIdentity, type Convergence, type EpisodeContext, type StepTools } from '@cyclium/nestjs';
+
+export interface RebalanceRequest {
+  resource: string;
+  /** How long each step takes. Default 200. */
+  stepMs?: number;
+  /** 1-based step that sleeps through an abort, like real code that never looks at the signal. */
+  ignoreAbortAtStep?: number;
+  /** Propose a `rebalance.report` output under this key. */
+  outputKey?: string;
+}
+
+const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
+
+/**
+ * A slow, five-step episode whose every step leaves a row in `demo_rebalance_log`, so the cluster
+ * tests can see which node ran which step, and how often, across crashes, drains and takeovers.
+ * The two expectations differ only in what recovery does with an orphan.
+ */
+@Injectable()
+@Actor({ id: 'resource_rebalancer', maxConcurrentEpisodes: 10 })
+export class ResourceRebalancerActor {
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly identity: NodeIdentity,
+  ) {}
+
+  @Expectation({ id: 'rebalance', trigger: { event: 'resource.rebalance' }, recoveryPolicy: 'restart', maxAttempts: 3 })
+  rebalance(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
+    return this.run(ep);
+  }
+
+  @Expectation({ id: 'rebalance_once', trigger: { event: 'resource.rebalance_once' }, recoveryPolicy: 'fail' })
+  rebalanceOnce(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
+    return this.run(ep);
+  }
+
+  private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
+    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey } = ep.trigger.payload;
+    for (const name of STEPS) {
+      await ep.step(name, (tools) => this.work(ep.episode.id, name, tools, stepMs, ignoreAbortAtStep));
+    }
+    const node = this.identity.name();
+    return {
+      summary: `rebalanced ${resource} on ${node}`,
+      outputs: outputKey ? [{ type: 'rebalance.report', key: outputKey, payload: { resource } }] : [],
+    };
+  }
+
+  private async work(
+    episodeId: string,
+    name: string,
+    { stepNo, idempotencyKey, signal }: StepTools,
+    stepMs: number,
+    ignoreAbortAtStep: number | undefined,
+  ): Promise<{ step: string; node: string }> {
+    // The stubborn step writes its row even after an abort: the tests count on seeing it.
+    await sleep(stepMs, undefined, stepNo === ignoreAbortAtStep ? {} : { signal });
+    const node = this.identity.name();
+    await this.dataSource.query(
+      `INSERT INTO demo_rebalance_log (episode_id, step_no, step, node, idempotency_key) VALUES ($1, $2, $3, $4, $5)`,
+      [episodeId, stepNo, name, node, idempotencyKey],
+    );
+    return { step: name, node };
+  }
+}

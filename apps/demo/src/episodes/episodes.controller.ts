@@ -1,0 +1,63 @@
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  NotFoundException,
+  Param,
+  ParseUUIDPipe,
+  Post,
+} from '@nestjs/common';
+import { ActorDefinitionError, Episodes } from '@cyclium/nestjs';
+
+interface TriggerRequest {
+  payload?: unknown;
+  dedupeKey?: unknown;
+}
+
+/**
+ * `POST /actors/:actorId/:expectationId { payload?, dedupeKey? }` runs an expectation on the node
+ * that receives the request (unlike `POST /events`, where any node may win), so a test can choose
+ * which node holds the episode. `GET /episodes/:id[/steps]` reads it back from any node.
+ */
+@Controller()
+export class EpisodesController {
+  constructor(private readonly episodes: Episodes) {}
+
+  @Post('actors/:actorId/:expectationId')
+  @HttpCode(202)
+  async trigger(
+    @Param('actorId') actorId: string,
+    @Param('expectationId') expectationId: string,
+    @Body() body: TriggerRequest | undefined,
+  ) {
+    const { payload, dedupeKey } = body ?? {};
+    if (payload !== undefined && (typeof payload !== 'object' || payload === null || Array.isArray(payload))) {
+      throw new BadRequestException('payload must be an object');
+    }
+    if (dedupeKey !== undefined && (typeof dedupeKey !== 'string' || dedupeKey === '')) {
+      throw new BadRequestException('dedupeKey must be a non-empty string');
+    }
+    try {
+      const result = await this.episodes.trigger(actorId, expectationId, payload ?? {}, { dedupeKey });
+      return { status: result.status, episodeId: 'episode' in result ? result.episode.id : null };
+    } catch (error) {
+      // Also thrown when this node's mode cannot run episodes: either way, nothing here can serve it.
+      if (error instanceof ActorDefinitionError) throw new NotFoundException(error.message);
+      throw error;
+    }
+  }
+
+  @Get('episodes/:id')
+  async get(@Param('id', ParseUUIDPipe) id: string) {
+    const episode = await this.episodes.get(id);
+    if (!episode) throw new NotFoundException(`no episode ${id}`);
+    return episode;
+  }
+
+  @Get('episodes/:id/steps')
+  steps(@Param('id', ParseUUIDPipe) id: string) {
+    return this.episodes.steps(id);
+  }
+}
