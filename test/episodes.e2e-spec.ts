@@ -20,6 +20,7 @@ import {
   WorkClaims,
 } from '@cyclium/nestjs';
 import type pg from 'pg';
+import { ActorHost } from '../libs/cyclium/src/actors/actor-host.service.js';
 import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase, pool } from './support/database.js';
@@ -396,7 +397,30 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect((await service.get(all[0].id))?.status).toBe('done');
   });
 
+  it('pages through rows that share a millisecond, or a whole timestamp, without skipping any', async () => {
+    const { rows } = await db.query(
+      `INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, status, inserted_at)
+       SELECT 'paging', 'p', 'manual', 'done', '2026-01-01T00:00:00.123000Z'::timestamptz + make_interval(secs => us / 1e6)
+         FROM unnest(ARRAY[100, 250, 250, 400, 999]) AS us
+       RETURNING id`,
+    );
+    const seen: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await a.get(Episodes).list({ actorId: 'paging', limit: 1, cursor });
+      seen.push(...page.items.map((e) => e.id));
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+    expect(seen.sort()).toEqual(rows.map((r) => r.id).sort());
+  });
+
   it('Bus is injectable and is the configured instance', () => {
     expect(a.get(Bus)).toBe(bus);
+  });
+
+  it('starts nothing new once the node has begun draining (it runs last: node-b stays drained)', async () => {
+    await b.get(ActorHost).stopTriggers();
+    expect(await b.get(Episodes).trigger('monitor', 'script', { tag: 'late' })).toEqual({ status: 'busy' });
+    expect(await episodes(`trigger_ref->'payload'->>'tag' = 'late'`)).toEqual([]);
   });
 });

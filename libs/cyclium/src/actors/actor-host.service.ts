@@ -61,6 +61,8 @@ export class ActorHost implements OnApplicationBootstrap {
   private readonly cooldownUntil = new Map<string, number>();
   private readonly runs = new Set<Promise<void>>();
   private triggersOn = false;
+  /** False once the node drains: nothing new starts here, so nothing escapes the drain's stamp. */
+  private accepting = true;
 
   constructor(
     private readonly registry: ActorRegistry,
@@ -83,6 +85,7 @@ export class ActorHost implements OnApplicationBootstrap {
   /** Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces. */
   async stopTriggers(): Promise<void> {
     this.triggersOn = false;
+    this.accepting = false;
     this.unsubscribes.splice(0).forEach((off) => off());
     for (const timer of [...this.timers, ...this.debounces.values()]) clearTimeout(timer);
     this.timers.clear();
@@ -106,6 +109,8 @@ export class ActorHost implements OnApplicationBootstrap {
     if (options.jitter && this.options.jitterMs > 0) {
       await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
     }
+    // Draining: every other node received the same trigger; a manual caller hears busy.
+    if (!this.accepting) return { status: 'busy' };
     const spec = {
       actorId: actor.id,
       expectationId: expectation.id,
@@ -211,6 +216,7 @@ export class ActorHost implements OnApplicationBootstrap {
 
   /** Starts queued episodes while slots are free. */
   private pump(actor: RegisteredActor): void {
+    if (!this.accepting) return;
     const slots = this.slotsOf(actor.id);
     while (slots.running < actor.options.maxConcurrentEpisodes && slots.queue.length > 0) {
       const { id, resumed } = slots.queue.shift() as Waiting;

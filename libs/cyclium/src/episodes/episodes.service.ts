@@ -117,19 +117,20 @@ export class Episodes {
       ? (JSON.parse(Buffer.from(query.cursor, 'base64url').toString('utf8')) as [string, string])
       : [null, null];
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_episodes
+      // The cursor keeps inserted_at as the database prints it: a JS Date would drop the
+      // microseconds and skip rows inserted within the same millisecond.
+      `SELECT *, inserted_at::text AS cursor_at FROM cyclium_episodes
         WHERE ($1::text IS NULL OR actor_id = $1) AND ($2::text IS NULL OR status = $2)
           AND ($3::timestamptz IS NULL OR (inserted_at, id) < ($3::timestamptz, $4::uuid))
         ORDER BY inserted_at DESC, id DESC
         LIMIT $5`,
       [query.actorId ?? null, query.status ?? null, afterAt, afterId, limit + 1],
     );
-    const items = rows.slice(0, limit).map(toEpisode);
-    const last = items[items.length - 1];
+    const page = rows.slice(0, limit);
+    const last = page[page.length - 1];
     const nextCursor =
-      rows.length > limit && last
-        ? Buffer.from(JSON.stringify([last.insertedAt.toISOString(), last.id])).toString('base64url')
-        : null;
+      rows.length > limit && last ? Buffer.from(JSON.stringify([last.cursor_at, last.id])).toString('base64url') : null;
+    const items = page.map(toEpisode);
     return { items, nextCursor };
   }
 

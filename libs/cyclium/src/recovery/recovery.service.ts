@@ -30,7 +30,7 @@ export interface SweepResult {
   skipped: number;
 }
 
-const CANDIDATES = `
+export const CANDIDATES = `
   SELECT e.* FROM cyclium_episodes e
    WHERE e.status = 'running'
      AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)

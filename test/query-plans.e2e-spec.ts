@@ -1,0 +1,65 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { PostgresClaims } from '@cyclium/nestjs';
+import pg from 'pg';
+import { CANDIDATES } from '../libs/cyclium/src/recovery/recovery.service.js';
+import { freshDatabase } from './support/database.js';
+
+/**
+ * The hot statements must keep using their indexes when statistics are stale: a table analysed
+ * while empty and then filled (the state right after a deploy) is where plans flip to full scans.
+ */
+describe('query plans of the claim and sweep statements', () => {
+  let client: pg.Client;
+
+  const plan = async (sql: string, params: unknown[] = []) =>
+    ((await client.query(`EXPLAIN ${sql}`, params)).rows as Array<{ 'QUERY PLAN': string }>).map((r) => r['QUERY PLAN']).join('\n');
+
+  async function fill(): Promise<void> {
+    await client.query(`
+      INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until, fence)
+      SELECT 'key:' || g, CASE WHEN g % 50 = 0 THEN 'claimed' ELSE 'done' END, 'node-' || (g % 3), now() + interval '1 hour', 1
+        FROM generate_series(1, 50000) g`);
+    await client.query(`
+      INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, dedupe_key, status, started_at)
+      SELECT 'a', 'e', 'event', 'event:a:e:' || g, CASE WHEN g % 500 = 0 THEN 'running' ELSE 'done' END, now()
+        FROM generate_series(1, 50000) g`);
+    await client.query(`
+      INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name)
+      SELECT e.id, s, 'step', 's' || s FROM cyclium_episodes e, generate_series(1, 3) s`);
+  }
+
+  beforeAll(async () => {
+    client = new pg.Client({ connectionString: await freshDatabase() });
+    await client.connect();
+    await client.query('ANALYZE');
+    await fill();
+    // Prepare the adapter's statements on this very connection, then EXPLAIN EXECUTE them.
+    const claims = new PostgresClaims(client);
+    await claims.acquire('key:50', 'node-x', { leaseSeconds: 60 });
+    await claims.renewMany('node-0', [{ key: 'key:3', fence: 1 }], 60);
+    await claims.reclaimExpired(10);
+    await claims.complete('key:50', 'node-x', 1);
+  });
+
+  afterAll(async () => {
+    await client?.end();
+  });
+
+  for (const when of ['analysed while empty, then filled', 'analysed after filling'] as const) {
+    it(`uses indexes, never a full scan of a large table (${when})`, async () => {
+      if (when === 'analysed after filling') await client.query('ANALYZE');
+      const statements = [
+        await plan(`EXECUTE cyclium_claims_insert_or_read('key:7', 'node-x', 60, NULL)`),
+        await plan(`EXECUTE cyclium_claims_renew_many('node-0', 60, ARRAY['key:3', 'key:6'], ARRAY[1, 1]::bigint[])`),
+        await plan(`EXECUTE cyclium_claims_finish('key:7', 'node-x', 'done', NULL, 1)`),
+        await plan(`EXECUTE cyclium_claims_reclaim_expired(10)`),
+        await plan(CANDIDATES, [null, null, 120_000]),
+      ];
+      for (const text of statements) {
+        expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps)/);
+      }
+      expect(statements[3]).toMatch(/cyclium_work_claims_state_lease/);
+      expect(statements[4]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
+    });
+  }
+});
