@@ -66,3 +66,17 @@ describe('cycliumMigrations', () => {
     expect(await dataSource.showMigrations()).toBe(false);
   });
 });
+
+describe('cycliumEntities', () => {
+  it('has an entity for every table the migrations create, and TypeORM accepts them', async () => {
+    const { cycliumEntities } = await import('@cyclium/nestjs');
+    const dataSource = new DataSource({ type: 'postgres', url: await emptyDatabase('entities'), entities: [...cycliumEntities] });
+    await dataSource.initialize();
+    try {
+      const tables = dataSource.entityMetadatas.map((m) => m.tableName).sort();
+      expect(tables).toEqual(TABLES);
+    } finally {
+      await dataSource.destroy();
+    }
+  });
+});

@@ -85,5 +85,6 @@ export { CycliumTriggerRequest, type TriggerRequestStatus } from './dispatch/tri
 export { CycliumWorkflowInstance, type WorkflowInstanceStatus } from './workflows/workflow-instance.entity.js';
 export { CycliumActorDefinition } from './actors/actor-definition.entity.js';
 export { CycliumNode } from './identity/node.entity.js';
+export { CycliumBusPayload } from './bus/bus-payload.entity.js';
 
 export { cycliumMigrations } from './migrations/index.js';
