@@ -204,6 +204,24 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     );
   });
 
+  it('raising an active finding again refreshes it; clearing closes it (default env, one active per key)', async () => {
+    const findings = a.get(Findings);
+    const run = async (usage: number) => {
+      const event = await bus.publish('resource.updated', { kind: 'cache', resource: 'cache-1', usage });
+      await waitFor(`the episode for usage ${usage}`, async () =>
+        (await episodes(`trigger_ref->>'eventId' = $1 AND status = 'done'`, [event.eventId])).length === 1);
+    };
+    await run(95);
+    await run(97);
+    const active = await findings.activeFor({ key: 'limit_breach:cache-1' });
+    expect(active).toHaveLength(1);
+    expect(active[0]).toMatchObject({ summary: '97%', env: null, status: 'active' });
+    await run(10);
+    expect(await findings.activeFor({ key: 'limit_breach:cache-1' })).toEqual([]);
+    const { rows } = await db.query(`SELECT status, cleared_by_episode_id FROM cyclium_findings WHERE finding_key = 'limit_breach:cache-1'`);
+    expect(rows).toEqual([{ status: 'cleared', cleared_by_episode_id: expect.any(String) }]);
+  });
+
   it('the same schedule bucket on both nodes makes exactly one episode', async () => {
     await waitFor('three buckets', async () => (await episodes(`expectation_id = 'tick' AND status = 'done'`)).length >= 3, 10_000);
     const { rows } = await db.query(
