@@ -1,9 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, describe, expect, it } from '@jest/globals';
 import { Injectable, Scope, type INestApplicationContext, type Provider } from '@nestjs/common';
 import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
-import type pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
-import { freshDatabase, pool } from './support/database.js';
+import { useDatabase } from './support/database.js';
 
 @Injectable()
 @Actor({ id: 'twin' })
@@ -60,22 +59,15 @@ class StackBOnly {
 }
 
 describe('actor discovery at boot', () => {
-  let url: string;
-  let db: pg.Pool;
+  const database = useDatabase();
   const apps: INestApplicationContext[] = [];
-
-  beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
-  });
 
   afterAll(async () => {
     await Promise.all(apps.map((app) => app.close()));
-    await db?.end();
   });
 
   const boot = (providers: Provider[], stackSlug?: string) =>
-    startCycliumApp({ url, cyclium: { nodeIdentity: `n-${apps.length}`, stackSlug }, providers }).then((app) => {
+    startCycliumApp({ url: database.url, cyclium: { nodeIdentity: `n-${apps.length}`, stackSlug }, providers }).then((app) => {
       apps.push(app);
       return app;
     });
@@ -97,7 +89,7 @@ describe('actor discovery at boot', () => {
     const home = await boot([StackBOnly], 'stack_b');
     const result = await home.get(Episodes).trigger('stack_b_only', 'go', {});
     expect(result.status).toBe('started');
-    const { rows } = await db.query(`SELECT expectations FROM cyclium_actor_definitions WHERE actor_id = 'stack_b_only'`);
+    const { rows } = await database.db.query(`SELECT expectations FROM cyclium_actor_definitions WHERE actor_id = 'stack_b_only'`);
     expect(rows[0].expectations).toEqual([{ id: 'go', recovery_policy: 'restart', max_attempts: 5 }]);
   });
 });

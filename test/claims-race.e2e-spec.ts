@@ -1,8 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import type pg from 'pg';
-import { freshDatabase, pool } from './support/database.js';
+import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
 const RACER = fileURLToPath(new URL('./fixtures/dist/claims-racer.js', import.meta.url));
@@ -19,34 +18,30 @@ interface RacerStats {
 }
 
 describe('claims across 4 real processes, one of them paused past its lease', () => {
-  let url: string;
-  let db: pg.Pool;
+  const database = useDatabase();
   const racers: ChildProcess[] = [];
 
   beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
-    await db.query(`
+    await database.db.query(`
       CREATE TABLE claim_history (
         id bigserial PRIMARY KEY, key text NOT NULL, fence bigint NOT NULL, owner text NOT NULL,
         kind text NOT NULL, stolen_from text, at timestamptz NOT NULL DEFAULT clock_timestamp())`);
-    await db.query(`CREATE TABLE race_control (stop boolean NOT NULL)`);
-    await db.query(`INSERT INTO race_control VALUES (false)`);
+    await database.db.query(`CREATE TABLE race_control (stop boolean NOT NULL)`);
+    await database.db.query(`INSERT INTO race_control VALUES (false)`);
   });
 
   afterAll(async () => {
     for (const racer of racers) if (racer.exitCode === null) racer.kill('SIGKILL');
-    await db?.end();
   });
 
-  const count = async (sql: string, params: unknown[] = []) => (await db.query(sql, params)).rows[0].n as number;
+  const count = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows[0].n as number;
 
   it('never lets two holders own a key at one fence, and every key shows a strictly increasing fence history', async () => {
     const outputs: string[] = [];
     const exits: Array<Promise<number | null>> = [];
     for (let i = 1; i <= 4; i++) {
       const child = spawn(process.execPath, [RACER], {
-        env: { ...process.env, DATABASE_URL: url, RACER_ID: `racer-${i}`, RACE_KEYS: String(KEYS), RACE_LEASE_SECONDS: '1' },
+        env: { ...process.env, DATABASE_URL: database.url, RACER_ID: `racer-${i}`, RACE_KEYS: String(KEYS), RACE_LEASE_SECONDS: '1' },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       outputs[i] = '';
@@ -74,7 +69,7 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
       (await count(`SELECT count(*)::int AS n FROM claim_history WHERE owner = 'racer-4' AND id > $1`, [pausedAt])) >= 20,
       60_000,
     );
-    await db.query(`UPDATE race_control SET stop = true`);
+    await database.db.query(`UPDATE race_control SET stop = true`);
     const codes = await Promise.all(exits);
     expect({ codes, outputs }).toMatchObject({ codes: [0, 0, 0, 0] });
 

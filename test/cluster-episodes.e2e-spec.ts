@@ -1,32 +1,27 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type pg from 'pg';
-import { freshDatabase, pool } from './support/database.js';
+import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
 import { waitFor } from './support/wait-for.js';
 
 const EVENTS = 500;
 
 describe('3 demo node processes, 500 events over PostgresBus', () => {
-  let url: string;
-  let db: pg.Pool;
+  const database = useDatabase();
   const nodes: DemoNode[] = [];
 
   beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
     nodes.push(
       ...(await Promise.all(
-        [1, 2, 3].map((i) => startDemoNode(url, { CYCLIUM_NODE_ID: `node-${i}`, DEMO_JITTER_MS: '50', DEMO_DB_POOL: '8' })),
+        [1, 2, 3].map((i) => startDemoNode(database.url, { CYCLIUM_NODE_ID: `node-${i}`, DEMO_JITTER_MS: '50', DEMO_DB_POOL: '8' })),
       )),
     );
   });
 
   afterAll(async () => {
     await Promise.all(nodes.map((node) => node.stop('SIGTERM')));
-    await db?.end();
   });
 
-  const scalar = async (sql: string) => (await db.query(sql)).rows[0].n as number;
+  const scalar = async (sql: string) => (await database.db.query(sql)).rows[0].n as number;
 
   it('makes exactly 500 episodes, all done, none run on two nodes', async () => {
     const post = async (i: number) => {
@@ -56,7 +51,7 @@ describe('3 demo node processes, 500 events over PostgresBus', () => {
       await scalar(`SELECT count(*)::int AS n FROM cyclium_episode_steps s JOIN cyclium_episodes e ON e.id = s.episode_id
                      WHERE e.actor_id = 'resource_monitor'`),
     ).toBe(EVENTS);
-    const owners = (await db.query(`SELECT DISTINCT owner_node FROM cyclium_episodes WHERE actor_id = 'resource_monitor'`)).rows;
+    const owners = (await database.db.query(`SELECT DISTINCT owner_node FROM cyclium_episodes WHERE actor_id = 'resource_monitor'`)).rows;
     expect(owners.length).toBeGreaterThanOrEqual(2);
     // resource_monitor's findings: one active breach per resource over the default 90% limit.
     expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_findings WHERE status = 'active' AND class = 'limit_breach'`)).toBe(

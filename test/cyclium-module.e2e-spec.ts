@@ -1,37 +1,26 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterEach, describe, expect, it } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, Env, NodeIdentity, StackSlug, onCyclium, type CycliumOptions } from '@cyclium/nestjs';
-import type pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
-import { emptyDatabase, freshDatabase, pool } from './support/database.js';
+import { emptyDatabase, useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
 describe('CycliumModule', () => {
-  let url: string;
-  let db: pg.Pool;
+  const database = useDatabase();
   const apps: INestApplicationContext[] = [];
-
-  beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
-  });
 
   afterEach(async () => {
     await Promise.all(apps.splice(0).map((app) => app.close()));
   });
 
-  afterAll(async () => {
-    await db?.end();
-  });
-
   const nodeRow = async (identity: string) =>
-    (await db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = $1`, [identity])).rows[0];
+    (await database.db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = $1`, [identity])).rows[0];
 
   it('registers the node with its identity, stack, env and mode, and keeps last_seen_at fresh', async () => {
     const app = await startCycliumApp({
-      url,
+      url: database.url,
       cyclium: { nodeIdentity: 'node-a', stackSlug: 'stack_a', env: 'rc', mode: 'trigger_only', nodeBeatIntervalMs: 50 },
     });
     apps.push(app);
@@ -48,7 +37,7 @@ describe('CycliumModule', () => {
   });
 
   it('treats an empty stack slug and env as unset', async () => {
-    const app = await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-blank', stackSlug: '', env: '' } });
+    const app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-blank', stackSlug: '', env: '' } });
     apps.push(app);
     expect(app.get(StackSlug).current()).toBeNull();
     expect(app.get(Env).current()).toBeNull();
@@ -59,7 +48,7 @@ describe('CycliumModule', () => {
   it('forRootAsync: uses a named DataSource and calls an identity function on demand', async () => {
     let calls = 0;
     const app = await startCycliumApp({
-      url,
+      url: database.url,
       dataSourceName: 'jobs',
       cycliumModule: CycliumModule.forRootAsync({
         useFactory: () => ({ dataSource: 'jobs', nodeIdentity: () => `fn-node-${++calls}` }),
@@ -75,7 +64,7 @@ describe('CycliumModule', () => {
     const seen: unknown[] = [];
     const unsubscribe = onCyclium('node.registered', (event) => seen.push(event));
     try {
-      apps.push(await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-telemetry', env: 'qa' } }));
+      apps.push(await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-telemetry', env: 'qa' } }));
     } finally {
       unsubscribe();
     }
@@ -86,7 +75,7 @@ describe('CycliumModule', () => {
     const compile = (options: unknown) =>
       Test.createTestingModule({
         imports: [
-          TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 1 } }),
+          TypeOrmModule.forRoot({ type: 'postgres', url: database.url, extra: { max: 1 } }),
           CycliumModule.forRoot(options as CycliumOptions),
         ],
       }).compile();
@@ -106,7 +95,7 @@ describe('CycliumModule', () => {
     it('reports every bad field at once, through forRootAsync too', async () => {
       const failure = Test.createTestingModule({
         imports: [
-          TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 1 } }),
+          TypeOrmModule.forRoot({ type: 'postgres', url: database.url, extra: { max: 1 } }),
           CycliumModule.forRootAsync({ useFactory: () => ({ mode: 'fast', jitterMs: 1.5 }) as unknown as CycliumOptions }),
         ],
       }).compile();
@@ -116,7 +105,7 @@ describe('CycliumModule', () => {
 
   it('fails boot with a clear error when the named DataSource does not exist', async () => {
     await expect(
-      startCycliumApp({ url, cyclium: { dataSource: 'nope' } }).then((app) => apps.push(app)),
+      startCycliumApp({ url: database.url, cyclium: { dataSource: 'nope' } }).then((app) => apps.push(app)),
     ).rejects.toThrow('could not find the TypeORM DataSource named "nope"');
   });
 

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type pg from 'pg';
-import { freshDatabase, pool } from './support/database.js';
+import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
 import { FAST_RECOVERY, journal, rebalanceOn, startNode, stepsJournaled, waitForStatus } from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
@@ -10,19 +9,15 @@ const SHUTDOWN_MS = 1500;
 const SLOW_STALENESS = { ...FAST_RECOVERY, DEMO_STALE_AFTER_MS: '60000', DEMO_SHUTDOWN_MS: String(SHUTDOWN_MS) };
 
 describe('graceful stop: SIGTERM a node with 5 running episodes', () => {
-  let url: string;
-  let db: pg.Pool;
+  const database = useDatabase();
   const nodes: DemoNode[] = [];
 
   beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
-    nodes.push(...(await Promise.all(['node-a', 'node-b', 'node-c'].map((id) => startNode(url, id, SLOW_STALENESS)))));
+    nodes.push(...(await Promise.all(['node-a', 'node-b', 'node-c'].map((id) => startNode(database.url, id, SLOW_STALENESS)))));
   });
 
   afterAll(async () => {
     await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
-    await db?.end();
   });
 
   it('stamps all 5 interrupted within episodeShutdownMs, and peers restart them without waiting for staleness', async () => {
@@ -33,16 +28,16 @@ describe('graceful stop: SIGTERM a node with 5 running episodes', () => {
     // This one sleeps through the abort for 3 s per step: longer than what is left of the shutdown window.
     const stubborn = await rebalanceOn(draining, { resource: 'stubborn', stepMs: 3000, ignoreAbortAtStep: 1, outputKey: 'drain-stubborn' });
     await waitFor('the four to be past their first step', async () =>
-      (await Promise.all(ids.map((id) => stepsJournaled(db, id)))).every((steps) => steps.length >= 1),
+      (await Promise.all(ids.map((id) => stepsJournaled(database.db, id)))).every((steps) => steps.length >= 1),
     );
 
-    const { rows } = await db.query(`SELECT clock_timestamp() AS at`);
+    const { rows } = await database.db.query(`SELECT clock_timestamp() AS at`);
     const sigtermAt = rows[0].at as Date;
     const exitStarted = Date.now();
     const exited = new Promise((resolve) => draining.process.once('exit', resolve));
     draining.process.kill('SIGTERM');
     // While the drain waits out its window for the stubborn step, a second SIGTERM arrives.
-    await waitFor('the drain to stamp', async () => (await journal(db, stubborn)).some((j) => j.name === 'interrupted'));
+    await waitFor('the drain to stamp', async () => (await journal(database.db, stubborn)).some((j) => j.name === 'interrupted'));
     draining.process.kill('SIGTERM');
     await exited;
     const exitMs = Date.now() - exitStarted;
@@ -52,19 +47,19 @@ describe('graceful stop: SIGTERM a node with 5 running episodes', () => {
     expect(draining.output()).toContain('still mid-step');
 
     for (const id of [...ids, stubborn]) {
-      const markers = (await journal(db, id)).filter((j) => j.name === 'interrupted');
+      const markers = (await journal(database.db, id)).filter((j) => j.name === 'interrupted');
       expect({ id, markers: markers.length }).toEqual({ id, markers: 1 });
       expect(markers[0].created_at.getTime() - sigtermAt.getTime()).toBeLessThan(SHUTDOWN_MS);
     }
 
     const restartedBy = Date.now() + 30_000; // half the staleness window
     for (const id of [...ids, stubborn]) {
-      const row = await waitForStatus(db, id, 'done', restartedBy - Date.now());
+      const row = await waitForStatus(database.db, id, 'done', restartedBy - Date.now());
       expect(row).toMatchObject({ attempts: 1 });
       expect(['node-b', 'node-c']).toContain(row.owner_node);
-      expect((await journal(db, id)).map((j) => j.name)).toEqual(expect.arrayContaining(['interrupted', 'resumed']));
+      expect((await journal(database.db, id)).map((j) => j.name)).toEqual(expect.arrayContaining(['interrupted', 'resumed']));
     }
-    const outputs = await db.query(`SELECT dedupe_key FROM cyclium_outputs WHERE dedupe_key LIKE 'drain-%' ORDER BY 1`);
+    const outputs = await database.db.query(`SELECT dedupe_key FROM cyclium_outputs WHERE dedupe_key LIKE 'drain-%' ORDER BY 1`);
     expect(outputs.rows.map((r) => r.dedupe_key)).toEqual(['drain-0', 'drain-1', 'drain-2', 'drain-3', 'drain-stubborn']);
   });
 });

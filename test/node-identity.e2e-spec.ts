@@ -1,6 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type pg from 'pg';
-import { freshDatabase, pool } from './support/database.js';
+import { afterAll, describe, expect, it } from '@jest/globals';
+import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
 
 interface NodeInfo {
@@ -9,25 +8,18 @@ interface NodeInfo {
 }
 
 describe('node identity across real processes', () => {
-  let url: string;
-  let db: pg.Pool;
+  const database = useDatabase();
   const nodes: DemoNode[] = [];
-
-  beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
-  });
 
   afterAll(async () => {
     await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
-    await db?.end();
   });
 
   const registered = async () =>
-    (await db.query<{ node_identity: string; pid: number }>(`SELECT node_identity, pid FROM cyclium_nodes`)).rows;
+    (await database.db.query<{ node_identity: string; pid: number }>(`SELECT node_identity, pid FROM cyclium_nodes`)).rows;
 
   it('mints one identity per process: stable while it lives, distinct per process, new after a restart', async () => {
-    const [a, b] = await Promise.all([startDemoNode(url, { CYCLIUM_NODE_ID: undefined }), startDemoNode(url, { CYCLIUM_NODE_ID: undefined })]);
+    const [a, b] = await Promise.all([startDemoNode(database.url, { CYCLIUM_NODE_ID: undefined }), startDemoNode(database.url, { CYCLIUM_NODE_ID: undefined })]);
     nodes.push(a, b);
 
     const a1 = await a.get<NodeInfo>('/node');
@@ -47,7 +39,7 @@ describe('node identity across real processes', () => {
     );
 
     await a.stop();
-    const restarted = await startDemoNode(url, { CYCLIUM_NODE_ID: undefined });
+    const restarted = await startDemoNode(database.url, { CYCLIUM_NODE_ID: undefined });
     nodes.push(restarted);
     const a2 = await restarted.get<NodeInfo>('/node');
     expect(a2.identity).not.toBe(a1.identity);
@@ -56,8 +48,8 @@ describe('node identity across real processes', () => {
 
   it('uses CYCLIUM_NODE_ID when set, so two processes on one host can be told apart by name', async () => {
     const [x, y] = await Promise.all([
-      startDemoNode(url, { CYCLIUM_NODE_ID: 'node-x' }),
-      startDemoNode(url, { CYCLIUM_NODE_ID: 'node-y' }),
+      startDemoNode(database.url, { CYCLIUM_NODE_ID: 'node-x' }),
+      startDemoNode(database.url, { CYCLIUM_NODE_ID: 'node-y' }),
     ]);
     nodes.push(x, y);
     expect((await x.get<NodeInfo>('/node')).identity).toBe('node-x');

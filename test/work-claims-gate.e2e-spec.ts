@@ -1,37 +1,27 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterEach, describe, expect, it } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
 import { ClaimLostError, WorkClaims, onCyclium, type CycliumEventName } from '@cyclium/nestjs';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type pg from 'pg';
 import type { DataSource } from 'typeorm';
 import { startCycliumApp } from './support/cyclium-app.js';
-import { freshDatabase, pool } from './support/database.js';
+import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
 describe('WorkClaims gate in a Nest app', () => {
-  let url: string;
-  let db: pg.Pool;
+  const database = useDatabase();
   const apps: INestApplicationContext[] = [];
-
-  beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
-  });
 
   afterEach(async () => {
     await Promise.all(apps.splice(0).map((app) => app.close()));
   });
 
-  afterAll(async () => {
-    await db?.end();
-  });
-
-  const claimRows = async () => (await db.query(`SELECT count(*)::int AS n FROM cyclium_work_claims`)).rows[0].n as number;
+  const claimRows = async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_work_claims`)).rows[0].n as number;
   const leaseUntil = async (key: string) =>
-    (await db.query(`SELECT lease_until FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0].lease_until as Date;
+    (await database.db.query(`SELECT lease_until FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0].lease_until as Date;
 
   it('with workClaims: false every call is a passthrough that touches no table', async () => {
-    const app = await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-p' } });
+    const app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-p' } });
     apps.push(app);
     const claims = app.get(WorkClaims);
     expect(claims.enabled).toBe(false);
@@ -42,12 +32,12 @@ describe('WorkClaims gate in a Nest app', () => {
     expect(await claims.complete('k1')).toBe('ok');
     const hold = claims.hold('k1', result);
     expect(hold.lost).toBe(false);
-    expect(await claims.proveOwnership(db, 'k1', 'node-p', null)).toBe(true);
+    expect(await claims.proveOwnership(database.db, 'k1', 'node-p', null)).toBe(true);
     expect(await claimRows()).toBe(0);
   });
 
   it("renews a held claim every lease / 3 and aborts the holder's signal when the claim is taken", async () => {
-    const app = await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-g', workClaims: 'postgres', workClaimsLeaseSeconds: 0.9 } });
+    const app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-g', workClaims: 'postgres', workClaimsLeaseSeconds: 0.9 } });
     apps.push(app);
     const claims = app.get(WorkClaims);
     const result = await claims.acquire('renewed-key', 'node-g', { workType: 'episode' });
@@ -58,7 +48,7 @@ describe('WorkClaims gate in a Nest app', () => {
     expect(hold.lost).toBe(false);
 
     // Another node takes it (as a steal would): the next renewal misses it and the holder hears.
-    await db.query(`UPDATE cyclium_work_claims SET owner_node = 'node-h', fence = fence + 1 WHERE dedupe_key = 'renewed-key'`);
+    await database.db.query(`UPDATE cyclium_work_claims SET owner_node = 'node-h', fence = fence + 1 WHERE dedupe_key = 'renewed-key'`);
     await waitFor('the holder to learn it lost the claim', () => hold.signal.aborted, 5_000);
     expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
     expect(hold.signal.reason).toMatchObject({ reason: 'not_owner', key: 'renewed-key', fence: 1 });
@@ -66,7 +56,7 @@ describe('WorkClaims gate in a Nest app', () => {
   });
 
   it('keeps renewing while episode work holds every connection of the host pool', async () => {
-    const app = await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-s', workClaims: 'postgres', workClaimsLeaseSeconds: 0.9 } });
+    const app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-s', workClaims: 'postgres', workClaimsLeaseSeconds: 0.9 } });
     apps.push(app);
     const claims = app.get(WorkClaims);
     const result = await claims.acquire('starved-key');
@@ -95,7 +85,7 @@ describe('WorkClaims gate in a Nest app', () => {
     ];
     const unsubscribe = names.map((name) => onCyclium(name, (event) => events.push({ name, event: { ...event } })));
     try {
-      const app = await startCycliumApp({ url, cyclium: { nodeIdentity: 'node-t', workClaims: 'postgres', workClaimsLeaseSeconds: 0.6 } });
+      const app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-t', workClaims: 'postgres', workClaimsLeaseSeconds: 0.6 } });
       apps.push(app);
       const claims = app.get(WorkClaims);
       const held = await claims.acquire('t1');
@@ -105,7 +95,7 @@ describe('WorkClaims gate in a Nest app', () => {
       expect(await claims.complete('t1', 'node-t', 1)).toBe('ok');
 
       await claims.acquire('t2', 'node-t', { leaseSeconds: 0.1 });
-      await waitFor('t2 to lapse', async () => (await db.query(`SELECT lease_until < now() AS l FROM cyclium_work_claims WHERE dedupe_key = 't2'`)).rows[0].l);
+      await waitFor('t2 to lapse', async () => (await database.db.query(`SELECT lease_until < now() AS l FROM cyclium_work_claims WHERE dedupe_key = 't2'`)).rows[0].l);
       await claims.acquire('t2');
       expect(await claims.fail('t2', 'node-t', 'crash', 2)).toBe('ok');
     } finally {

@@ -1,3 +1,4 @@
+import { afterAll, beforeAll } from '@jest/globals';
 import pg from 'pg';
 
 const TEMPLATE = 'cyclium_test_template';
@@ -51,4 +52,24 @@ export async function emptyDatabase(suffix: string): Promise<string> {
 /** A small pool on `url`, closed by the caller. */
 export function pool(url: string, max = 4): pg.Pool {
   return new pg.Pool({ connectionString: url, max });
+}
+
+export interface TestDatabase {
+  /** This file's database (fresh from the template), set once `beforeAll` has run. */
+  readonly url: string;
+  /** A small pool on it, closed in `afterAll`. */
+  readonly db: pg.Pool;
+}
+
+/** Registers the usual hooks: a fresh database and a pool before the file's tests, closed after. */
+export function useDatabase(poolSize = 2): TestDatabase {
+  const handle = {} as { url: string; db: pg.Pool };
+  beforeAll(async () => {
+    handle.url = await freshDatabase();
+    handle.db = pool(handle.url, poolSize);
+  });
+  afterAll(async () => {
+    await handle.db?.end();
+  });
+  return handle;
 }
