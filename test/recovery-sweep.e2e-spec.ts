@@ -89,6 +89,15 @@ describe('Recovery.sweep', () => {
     await db.query(`UPDATE cyclium_episodes SET status = 'canceled' WHERE id = $1`, [otherStack.id]);
   });
 
+  it('runs concurrent sweeps on one node each with its own scope', async () => {
+    const here = await orphan('scope-default');
+    const there = await orphan('scope-rc', { sourceEnv: 'rc' });
+    const [mine, theirs] = await Promise.all([a.get(Recovery).sweep(), a.get(Recovery).sweep({ sourceEnv: 'rc' })]);
+    expect([mine.restarted, theirs.restarted]).toEqual([1, 1]);
+    expect((await settled(here.id)).status).toBe('done');
+    expect((await settled(there.id)).status).toBe('done');
+  });
+
   it('fails as orphaned past maxAttempts, or when resolvePolicy says fail', async () => {
     const tired = await orphan('tired');
     await db.query(`UPDATE cyclium_episodes SET attempts = 2, max_attempts = 2 WHERE id = $1`, [tired.id]);

@@ -1,8 +1,6 @@
 import type { ActorOptions } from './actor.decorator.js';
 import type { ExpectationOptions } from './expectation.decorator.js';
 
-export type ExpectationHandler = (context: never) => Promise<unknown>;
-
 export interface RegisteredExpectation {
   id: string;
   actorId: string;

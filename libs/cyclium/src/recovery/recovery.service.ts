@@ -80,7 +80,8 @@ function shuffle<T>(items: T[]): T[] {
 export class Recovery implements OnApplicationBootstrap {
   private readonly logger = new Logger(Recovery.name);
   private timer: NodeJS.Timeout | undefined;
-  private sweeping: Promise<SweepResult> | undefined;
+  /** Sweeps on one node run one after another, each with its own options. */
+  private sweeps: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -111,13 +112,14 @@ export class Recovery implements OnApplicationBootstrap {
   async stop(): Promise<void> {
     clearTimeout(this.timer);
     this.timer = undefined;
-    await this.sweeping?.catch(() => undefined);
+    await this.sweeps;
   }
 
-  /** One pass over this node's scope. Concurrent calls on one node share the pass. */
+  /** One pass over the given scope (default: this node's). Calls on one node queue behind each other. */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
-    this.sweeping ??= this.sweepOnce(options).finally(() => (this.sweeping = undefined));
-    return this.sweeping;
+    const pass = this.sweeps.then(() => this.sweepOnce(options));
+    this.sweeps = pass.catch(() => undefined);
+    return pass;
   }
 
   private async sweepQuietly(): Promise<void> {
