@@ -37,7 +37,17 @@ interface Waiting {
   id: string;
   /** Handed over by recovery: restarts with `resumed: true`, and is never shed. */
   resumed: boolean;
+  /** Times its claim was found busy (see pump). */
+  busyTries?: number;
 }
+
+/**
+ * A recovered episode's claim can be busy for a moment: another node's sweep, working from a
+ * candidate list it read just before this node took the episode, may hold the claim until its own
+ * conditional take fails and it lets go. Retry briefly rather than leave the episode to go stale.
+ */
+const RESUME_RETRY_MS = 100;
+const RESUME_RETRIES = 50;
 
 interface Slots {
   running: number;
@@ -219,10 +229,22 @@ export class ActorHost implements OnApplicationBootstrap {
     if (!this.accepting) return;
     const slots = this.slotsOf(actor.id);
     while (slots.running < actor.options.maxConcurrentEpisodes && slots.queue.length > 0) {
-      const { id, resumed } = slots.queue.shift() as Waiting;
+      const waiting = slots.queue.shift() as Waiting;
+      const { id, resumed } = waiting;
       slots.running++;
       (resumed ? this.runner.beginResumed(id) : this.runner.beginQueued(id)).then(
-        (begun) => (begun.status === 'started' ? this.launch(actor, begun, resumed) : this.release(actor)),
+        (begun) => {
+          if (begun.status === 'started') return this.launch(actor, begun, resumed);
+          if (begun.status === 'busy' && resumed && (waiting.busyTries ?? 0) < RESUME_RETRIES) {
+            const retry = setTimeout(() => {
+              this.timers.delete(retry);
+              slots.queue.unshift({ ...waiting, busyTries: (waiting.busyTries ?? 0) + 1 });
+              this.pump(actor);
+            }, RESUME_RETRY_MS);
+            this.timers.add(retry);
+          }
+          this.release(actor);
+        },
         (error: unknown) => {
           this.logger.error(`could not start ${resumed ? 'recovered' : 'queued'} episode ${id}: ${String(error)}`);
           this.release(actor);
