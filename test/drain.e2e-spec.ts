@@ -20,7 +20,7 @@ describe('graceful stop: SIGTERM a node with 5 running episodes', () => {
     await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
   });
 
-  it('stamps all 5 interrupted within episodeShutdownMs, and peers restart them without waiting for staleness', async () => {
+  it('stamps all 5 interrupted before waiting out episodeShutdownMs, and peers restart them without waiting for staleness', async () => {
     const draining = nodes[0];
     const ids = await Promise.all(
       [0, 1, 2, 3].map((i) => rebalanceOn(draining, { resource: `r-${i}`, stepMs: 400, outputKey: `drain-${i}` })),
@@ -31,25 +31,29 @@ describe('graceful stop: SIGTERM a node with 5 running episodes', () => {
       (await Promise.all(ids.map((id) => stepsJournaled(database.db, id)))).every((steps) => steps.length >= 1),
     );
 
-    const { rows } = await database.db.query(`SELECT clock_timestamp() AS at`);
-    const sigtermAt = rows[0].at as Date;
-    const exitStarted = Date.now();
     const exited = new Promise((resolve) => draining.process.once('exit', resolve));
     draining.process.kill('SIGTERM');
     // While the drain waits out its window for the stubborn step, a second SIGTERM arrives.
     await waitFor('the drain to stamp', async () => (await journal(database.db, stubborn)).some((j) => j.name === 'interrupted'));
     draining.process.kill('SIGTERM');
     await exited;
-    const exitMs = Date.now() - exitStarted;
-    // The second signal neither killed the drain early nor ran it again: the window still closed
-    // with the stubborn step left behind (killed with the process), and each episode has one marker.
-    expect(exitMs).toBeLessThan(SHUTDOWN_MS + 4_000);
+    const { rows } = await database.db.query(`SELECT clock_timestamp() AS at`);
+    const exitedBy = rows[0].at as Date;
+    // The second signal neither killed the drain early nor ran it again: the window closed on its
+    // timeout with the stubborn step left behind (killed with the process)...
     expect(draining.output()).toContain('still mid-step');
 
-    for (const id of [...ids, stubborn]) {
-      const markers = (await journal(database.db, id)).filter((j) => j.name === 'interrupted');
-      expect({ id, markers: markers.length }).toEqual({ id, markers: 1 });
-      expect(markers[0].created_at.getTime() - sigtermAt.getTime()).toBeLessThan(SHUTDOWN_MS);
+    // ...and the stamp came first: one statement journaled every marker (one transaction id), at
+    // least a whole window before the process was gone. Both are read off the database, so a
+    // loaded machine only widens the gap, never closes it.
+    const markers = await database.db.query<{ episode_id: string; xid: string; created_at: Date }>(
+      `SELECT episode_id, xmin::text AS xid, created_at FROM cyclium_episode_steps WHERE episode_id = ANY($1) AND name = 'interrupted'`,
+      [[...ids, stubborn]],
+    );
+    expect(markers.rows.map((m) => m.episode_id).sort()).toEqual([...ids, stubborn].sort());
+    expect(new Set(markers.rows.map((m) => m.xid)).size).toBe(1);
+    for (const marker of markers.rows) {
+      expect(exitedBy.getTime() - marker.created_at.getTime()).toBeGreaterThanOrEqual(SHUTDOWN_MS);
     }
 
     const restartedBy = Date.now() + 30_000; // half the staleness window

@@ -81,8 +81,14 @@ describe('rolling deploy of 3 nodes while 300 episodes flow', () => {
     expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE attempts > max_attempts`)).toBe(0);
     expect(await scalar(`SELECT count(DISTINCT dedupe_key)::int AS n FROM cyclium_outputs WHERE dedupe_key LIKE 'roll-%'`)).toBe(EPISODES);
     expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_outputs WHERE dedupe_key LIKE 'roll-%'`)).toBe(EPISODES);
-    // The deploy did interrupt work: each retired node's in-flight episode was restarted elsewhere and finished.
+    // The deploy did interrupt work: each retired node's in-flight episode was restarted elsewhere
+    // and finished. A restart may land on the node retired next and be interrupted again, so the
+    // count of attempts is only bounded (checked above for every episode), not fixed.
     const { rows } = await database.db.query(`SELECT status, attempts FROM cyclium_episodes WHERE id = ANY($1)`, [interrupted]);
-    expect(rows).toEqual(Array.from({ length: 3 }, () => ({ status: 'done', attempts: 1 })));
+    expect(rows).toHaveLength(3);
+    for (const row of rows) {
+      expect(row.status).toBe('done');
+      expect(row.attempts).toBeGreaterThanOrEqual(1);
+    }
   }, 180_000);
 });
