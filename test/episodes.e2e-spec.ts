@@ -432,8 +432,13 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect(seen.sort()).toEqual(rows.map((r) => r.id).sort());
   });
 
-  it('Bus is injectable and is the configured instance', () => {
-    expect(a.get(Bus)).toBe(bus);
+  it('Bus is injectable: it publishes on the configured transport and refuses the reserved types', async () => {
+    const seen: unknown[] = [];
+    const off = bus.subscribe('host.ping', (event) => void seen.push(event.payload));
+    await a.get(Bus).publish('host.ping', { n: 1 });
+    await waitFor('the host event on the configured bus', () => seen.length === 1);
+    off();
+    await expect(a.get(Bus).publish('episode.completed', {})).rejects.toThrow(/reserved for the library/);
   });
 
   it('starts nothing new once the node has begun draining (it runs last: node-b stays drained)', async () => {

@@ -5,10 +5,10 @@ import { emptyDatabase } from './support/database.js';
 
 const TABLES = [
   'cyclium_actor_definitions',
-  'cyclium_bus_payloads',
   'cyclium_episode_checkpoints',
   'cyclium_episode_steps',
   'cyclium_episodes',
+  'cyclium_events',
   'cyclium_findings',
   'cyclium_nodes',
   'cyclium_outputs',
@@ -54,6 +54,8 @@ describe('cycliumMigrations', () => {
     );
     expect(await indexDefinition('cyclium_work_claims_state_lease')).toMatch(/\(state, lease_until\)/);
     expect(await indexDefinition('cyclium_trigger_requests_status_env')).toMatch(/\(status, source_env, inserted_at\)/);
+    expect(await indexDefinition('cyclium_events_channel_tx')).toMatch(/\(channel, tx_id, id\)/);
+    expect(await indexDefinition('cyclium_events_channel_event_id')).toMatch(/UNIQUE INDEX .* \(channel, event_id\)/);
   });
 
   it('reverts cleanly, leaving no cyclium table behind, and applies again', async () => {

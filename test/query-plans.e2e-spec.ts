@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { PostgresClaims } from '@cyclium/nestjs';
 import pg from 'pg';
+import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import { CANDIDATES } from '../libs/cyclium/src/recovery/recovery.service.js';
 import { freshDatabase } from './support/database.js';
 
@@ -8,7 +9,7 @@ import { freshDatabase } from './support/database.js';
  * The hot statements must keep using their indexes when statistics are stale: a table analysed
  * while empty and then filled (the state right after a deploy) is where plans flip to full scans.
  */
-describe('query plans of the claim and sweep statements', () => {
+describe('query plans of the claim, sweep and bus statements', () => {
   let client: pg.Client;
 
   const plan = async (sql: string, params: unknown[] = []) =>
@@ -26,7 +27,17 @@ describe('query plans of the claim and sweep statements', () => {
     await client.query(`
       INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name)
       SELECT e.id, s, 'step', 's' || s FROM cyclium_episodes e, generate_series(1, 3) s`);
+    // Events in 50 transactions of 1,000, on two channels.
+    for (let t = 0; t < 50; t++) {
+      await client.query(
+        `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at)
+         SELECT CASE WHEN g % 2 = 0 THEN 'cyclium_bus' ELSE 'other' END, $1 || ':' || g, 'e', '{}', now() FROM generate_series(1, 1000) g`,
+        [`t${t}`],
+      );
+    }
   }
+
+  const events = new EventLog({ channel: 'cyclium_bus', stackSlug: null, env: null, publisher: () => 'node-x' });
 
   beforeAll(async () => {
     client = new pg.Client({ connectionString: await freshDatabase() });
@@ -39,6 +50,10 @@ describe('query plans of the claim and sweep statements', () => {
     await claims.renewMany('node-0', [{ key: 'key:3', fence: 1 }], 60);
     await claims.reclaimExpired(10);
     await claims.complete('key:50', 'node-x', 1);
+    const from = await events.snapshot(client);
+    const { events: page } = await events.readAfter(client, from, 10);
+    if (page[0]) await events.readPage(client, from, from, page[0], 10);
+    await events.prune(client, 3_600_000, 10);
   });
 
   afterAll(async () => {
@@ -48,18 +63,27 @@ describe('query plans of the claim and sweep statements', () => {
   for (const when of ['analysed while empty, then filled', 'analysed after filling'] as const) {
     it(`uses indexes, never a full scan of a large table (${when})`, async () => {
       if (when === 'analysed after filling') await client.query('ANALYZE');
+      const { rows: ends } = await client.query<{ low: string; high: string }>(
+        `SELECT min(tx_id)::text AS low, max(tx_id)::text AS high FROM cyclium_events`,
+      );
+      const { low, high } = ends[0] as { low: string; high: string };
       const statements = [
         await plan(`EXECUTE cyclium_claims_insert_or_read('key:7', 'node-x', 60, NULL)`),
         await plan(`EXECUTE cyclium_claims_renew_many('node-0', 60, ARRAY['key:3', 'key:6'], ARRAY[1, 1]::bigint[])`),
         await plan(`EXECUTE cyclium_claims_finish('key:7', 'node-x', 'done', NULL, 1)`),
         await plan(`EXECUTE cyclium_claims_reclaim_expired(10)`),
         await plan(CANDIDATES, [null, null, 120_000]),
+        // A reader near the end of the table, with a long transaction still listed in its snapshot.
+        await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500)`),
+        await plan(`EXECUTE cyclium_events_prune(3600000, 1000)`),
       ];
       for (const text of statements) {
-        expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps)/);
+        expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events)/);
       }
       expect(statements[3]).toMatch(/cyclium_work_claims_state_lease/);
       expect(statements[4]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
+      expect(statements[5]).toMatch(/cyclium_events_channel_tx/);
+      expect(statements[6]).toMatch(/cyclium_events_pkey/);
     });
   }
 });

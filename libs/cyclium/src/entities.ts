@@ -1,5 +1,5 @@
 import { CycliumActorDefinition } from './actors/actor-definition.entity.js';
-import { CycliumBusPayload } from './bus/bus-payload.entity.js';
+import { CycliumEvent } from './bus/event.entity.js';
 import { CycliumWorkClaim } from './claims/work-claim.entity.js';
 import { CycliumTriggerRequest } from './dispatch/trigger-request.entity.js';
 import { CycliumEpisodeCheckpoint } from './episodes/episode-checkpoint.entity.js';
@@ -22,5 +22,5 @@ export const cycliumEntities = [
   CycliumWorkflowInstance,
   CycliumActorDefinition,
   CycliumNode,
-  CycliumBusPayload,
+  CycliumEvent,
 ] as const;

@@ -2,8 +2,10 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs
 import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
-import { Bus, type BusEvent } from '../bus/bus.interface.js';
+import type { BusEvent } from '../bus/bus.interface.js';
+import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeRunner, type BeginResult } from '../episodes/episode-runner.service.js';
@@ -47,6 +49,15 @@ interface Waiting {
  * conditional take fails and it lets go. Retry briefly rather than leave the episode to go stale.
  */
 const RESUME_RETRY_MS = 100;
+
+const TRIGGER_RETRY_FIRST_MS = 200;
+const TRIGGER_RETRY_MAX_MS = 5_000;
+
+function describeTrigger(trigger: EpisodeTrigger): string {
+  if (trigger.type === 'event') return `event ${trigger.eventId} "${trigger.eventType}"`;
+  if (trigger.type === 'schedule') return `schedule ${trigger.scheduledAt}`;
+  return trigger.type;
+}
 const RESUME_RETRIES = 50;
 
 interface Slots {
@@ -80,7 +91,7 @@ export class ActorHost implements OnApplicationBootstrap {
     private readonly store: EpisodeStore,
     private readonly identity: NodeIdentity,
     private readonly moduleRef: ModuleRef,
-    @Inject(Bus) private readonly bus: Bus,
+    private readonly events: EventOutbox,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -159,7 +170,7 @@ export class ActorHost implements OnApplicationBootstrap {
     const node = this.identity.name();
     if (actor.options.overflow === 'drop') {
       const { payload } = lifecycleEvent('episode.dropped', { ...spec, id: null, workflowInstanceId: null, workflowStepId: null }, 'dropped', node);
-      await this.bus.publish('episode.dropped', payload);
+      this.events.announce('episode.dropped', payload);
       return { status: 'dropped' };
     }
     const slots = this.slotsOf(actor.id);
@@ -167,13 +178,12 @@ export class ActorHost implements OnApplicationBootstrap {
     if (actor.options.overflow === 'shed_oldest' && sheddable.length >= actor.options.maxQueued) {
       const oldest = sheddable[0];
       slots.queue.splice(slots.queue.indexOf(oldest), 1);
-      const canceled = await this.store.cancelQueued(oldest.id);
-      if (canceled) await this.bus.publish('episode.canceled', lifecycleEvent('episode.canceled', canceled, 'canceled', node).payload);
+      await this.runner.cancelQueued(oldest.id);
     }
     const episode = await this.store.insert({ ...spec, status: 'queued' });
     if (!episode) return { status: 'duplicate' };
     slots.queue.push({ id: episode.id, resumed: false });
-    await this.bus.publish('episode.queued', lifecycleEvent('episode.queued', episode, 'queued', node).payload);
+    this.events.announce('episode.queued', lifecycleEvent('episode.queued', episode, 'queued', node).payload);
     // A slot may have freed while we were inserting.
     this.pump(actor);
     return { status: 'queued', episode };
@@ -187,9 +197,12 @@ export class ActorHost implements OnApplicationBootstrap {
   resume(episode: EpisodeRow): void {
     const actor = this.registry.get(episode.actorId);
     if (!actor) {
-      void this.runner.beginResumed(episode.id).then((begun) => {
-        if (begun.status === 'started') this.track(this.runner.run(begun.episode, begun.grant, { resumed: true }));
-      });
+      this.runner.beginResumed(episode.id).then(
+        (begun) => {
+          if (begun.status === 'started') this.track(this.runner.run(begun.episode, begun.grant, { resumed: true }));
+        },
+        (error: unknown) => this.logger.error(`could not start recovered episode ${episode.id}: ${errorMessage(error)}`),
+      );
       return;
     }
     this.slotsOf(actor.id).queue.push({ id: episode.id, resumed: true });
@@ -266,7 +279,7 @@ export class ActorHost implements OnApplicationBootstrap {
     const trigger = expectation.options.trigger;
     if (trigger === 'manual' || trigger === 'workflow') return;
     if ('event' in trigger) {
-      this.unsubscribes.push(this.bus.subscribe(trigger.event, (event) => this.onEvent(expectation, event)));
+      this.unsubscribes.push(this.events.subscribe(trigger.event, (event) => this.onEvent(expectation, event)));
     } else if ('every' in trigger) {
       this.scheduleEvery(expectation, expectation.intervalMs as number);
     } else {
@@ -334,16 +347,32 @@ export class ActorHost implements OnApplicationBootstrap {
     );
   }
 
+  /**
+   * A trigger that meets an unreachable database is retried with backoff until it lands or the
+   * node drains: every node received it, but if all of them dropped it during an outage, the event
+   * (durably stored and acknowledged) would never become an episode. Any other failure drops it,
+   * with the reason and the event id in the log.
+   */
   private async safeDispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string): Promise<void> {
-    try {
-      await this.dispatch(expectation, trigger, {
-        dedupeKey,
-        sourceStack: this.options.stackSlug,
-        sourceEnv: this.options.env,
-        jitter: true,
-      });
-    } catch (error) {
-      this.logger.error(`trigger of ${expectation.actorId}.${expectation.id} failed: ${String(error)}`);
+    for (let attempt = 0, delay = TRIGGER_RETRY_FIRST_MS; ; attempt++) {
+      try {
+        await this.dispatch(expectation, trigger, {
+          dedupeKey,
+          sourceStack: this.options.stackSlug,
+          sourceEnv: this.options.env,
+          jitter: attempt === 0,
+        });
+        return;
+      } catch (error) {
+        const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
+        if (!isDatabaseUnavailable(error) || !this.triggersOn) {
+          this.logger.warn(`${what} dropped: ${errorMessage(error)}`);
+          return;
+        }
+        if (attempt === 0) this.logger.warn(`${what} is waiting for the database (${errorMessage(error)}); retrying`);
+        await new Promise((resolve) => setTimeout(resolve, delay).unref());
+        delay = Math.min(delay * 2, TRIGGER_RETRY_MAX_MS);
+      }
     }
   }
 

@@ -1,23 +1,39 @@
-import { Injectable, type OnApplicationShutdown, type OnModuleInit, type Provider } from '@nestjs/common';
-import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit, type Provider } from '@nestjs/common';
+import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { busChannel } from './bus-channel.js';
 import { Bus } from './bus.interface.js';
+import { GuardedBus } from './guarded-bus.js';
 import { LocalBus } from './local-bus.js';
 import { PostgresBus } from './postgres-bus.js';
 
-export const busProvider: Provider = {
-  provide: Bus,
-  inject: [CYCLIUM_OPTIONS, CycliumDataSource],
-  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource): Bus => {
+export const busTransportProvider: Provider = {
+  provide: CYCLIUM_BUS_TRANSPORT,
+  inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity],
+  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource, identity: NodeIdentity): Bus => {
     if (options.bus === 'local') return new LocalBus();
     if (options.bus === 'postgres') {
       // Read lazily: the host's DataSource is only looked up once every provider exists.
-      return new PostgresBus(database.sql, () => ({ ...database.pool().options }), busChannel(options.stackSlug, options.env));
+      return new PostgresBus(database.sql, () => database.connectionConfig(), {
+        channel: busChannel(options.stackSlug, options.env),
+        stackSlug: options.stackSlug,
+        env: options.env,
+        publisher: () => identity.name(),
+        pollIntervalMs: options.busPollIntervalMs,
+        retentionMs: options.busRetentionMs,
+      });
     }
     return options.bus;
   },
+};
+
+/** What hosts inject as `Bus`: the transport, guarded against publishing the library's reserved types. */
+export const busProvider: Provider = {
+  provide: Bus,
+  inject: [CYCLIUM_BUS_TRANSPORT],
+  useFactory: (transport: Bus): Bus => new GuardedBus(transport),
 };
 
 interface Startable {
@@ -28,15 +44,14 @@ interface Stoppable {
   stop(): unknown;
 }
 
-
 /**
- * Starts and stops the bus with the app. Duck-typed because a host's own Bus need not have either
- * method. Stopping waits for onApplicationShutdown: the bus must keep delivering while the drain
- * in beforeApplicationShutdown still runs, and its LISTEN connection is its own, not TypeORM's.
+ * Starts and stops the transport with the app. Duck-typed because a host's own Bus need not have
+ * either method. Stopping waits for onApplicationShutdown: the bus must keep delivering while the
+ * drain in beforeApplicationShutdown still runs, and its LISTEN connection is its own, not TypeORM's.
  */
 @Injectable()
 export class BusLifecycle implements OnModuleInit, OnApplicationShutdown {
-  constructor(private readonly bus: Bus) {}
+  constructor(@Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus) {}
 
   async onModuleInit(): Promise<void> {
     if (hasMethod<Startable>(this.bus, 'start')) await this.bus.start();

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
+import { InvalidBusEventError } from './bus-errors.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 
 interface Subscription {
@@ -14,10 +15,10 @@ interface Subscription {
  */
 export function mintBusEvent<P>(type: string, payload: P, options: PublishOptions = {}): BusEvent<P> {
   if (typeof type !== 'string' || type === '' || type === '*') {
-    throw new TypeError(`bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`);
+    throw new InvalidBusEventError(`bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`);
   }
   if (options.eventId !== undefined && (typeof options.eventId !== 'string' || options.eventId === '')) {
-    throw new TypeError('bus: eventId, when given, must be a non-empty string');
+    throw new InvalidBusEventError('bus: eventId, when given, must be a non-empty string');
   }
   return { type, eventId: options.eventId ?? randomUUID(), payload, publishedAt: new Date().toISOString() };
 }

@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { CYCLIUM_CLAIMS_ADAPTER, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { OutageLog } from '../database/database-errors.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -17,6 +18,7 @@ const id = (key: string, fence: number | null) => `${fence}\u0000${key}`;
 @Injectable()
 export class LeaseRenewer implements OnApplicationBootstrap {
   private readonly logger = new Logger(LeaseRenewer.name);
+  private readonly outage = new OutageLog(this.logger, 'claim renewal');
   private readonly holds = new Map<string, ClaimHold>();
   private timer: NodeJS.Timeout | undefined;
   private ticking: Promise<void> | undefined;
@@ -79,9 +81,11 @@ export class LeaseRenewer implements OnApplicationBootstrap {
         ? await adapter.renewMany(owner, claims, leaseSeconds)
         : await renewOneByOne(adapter, owner, claims, leaseSeconds);
     } catch (error) {
-      this.logger.warn(`renewal of ${claims.length} claim(s) failed: ${(error as Error).message}`);
+      // Holders fence themselves on their local deadlines meanwhile; the next tick tries again.
+      this.outage.failed(error);
       return;
     }
+    this.outage.succeeded();
     const durationMs = performance.now() - sentAt;
     const kept = new Set(renewed.map((c) => id(c.key, c.fence)));
     for (const hold of live) {

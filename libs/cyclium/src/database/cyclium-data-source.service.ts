@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import pg from 'pg';
@@ -6,6 +6,7 @@ import type { DataSource } from 'typeorm';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { errorMessage } from './database-errors.js';
 import type { SqlExecutor } from './sql-executor.js';
 
 /**
@@ -15,6 +16,7 @@ import type { SqlExecutor } from './sql-executor.js';
  */
 @Injectable()
 export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
+  private readonly logger = new Logger('Cyclium');
   private resolved: DataSource | undefined;
   private dedicated: pg.Pool | undefined;
 
@@ -66,24 +68,44 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     return (this.get().driver as unknown as { master: pg.Pool }).master;
   }
 
-  /** Runs `work` in one transaction on one connection: committed when it resolves, rolled back when it throws. */
+  /** How to open a connection of our own to the host's database (the bus's LISTEN client). */
+  connectionConfig(): pg.ClientConfig {
+    return { ...this.pool().options };
+  }
+
+  /**
+   * Runs `work` in one transaction on one connection: committed when it resolves, rolled back when
+   * it throws. A connection that breaks meanwhile is discarded, never handed back to the pool, and
+   * its 'error' is caught: pg emits it on a checked-out client when the server goes away, and an
+   * 'error' nobody listens to ends the process.
+   */
   async transaction<T>(work: (client: SqlExecutor) => Promise<T>): Promise<T> {
     const client = await this.pool().connect();
+    let broken: Error | undefined;
+    const onError = (error: Error) => (broken ??= error);
+    client.on('error', onError);
     try {
       await client.query('BEGIN');
       const result = await work(client);
       await client.query('COMMIT');
       return result;
     } catch (error) {
-      await client.query('ROLLBACK').catch(() => undefined);
+      if (!broken) await client.query('ROLLBACK').catch((rollback: Error) => (broken ??= rollback));
       throw error;
     } finally {
-      client.release();
+      client.removeListener('error', onError);
+      client.release(broken);
     }
   }
 
   private dedicatedPool(): pg.Pool {
-    this.dedicated ??= new pg.Pool({ ...this.pool().options, max: 1, min: 0 });
+    if (!this.dedicated) {
+      const pool = new pg.Pool({ ...this.pool().options, max: 1, min: 0 });
+      // An idle client's connection can end at any time (a database restart); pg then emits
+      // 'error' on the pool, and the pool discards that client itself.
+      pool.on('error', (error) => this.logger.warn(`renewal connection lost: ${errorMessage(error)}; the next renewal opens a new one`));
+      this.dedicated = pool;
+    }
     return this.dedicated;
   }
 }

@@ -1,6 +1,6 @@
-import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { Bus } from '../bus/bus.interface.js';
+import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
@@ -19,7 +19,7 @@ import {
   EpisodeInterruptedError,
   NondeterministicResumeError,
 } from './episode-errors.js';
-import { CANCEL_EVENT, lifecycleEvent } from './episode-events.js';
+import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeStore, STEP_WRITE, claimKeyOf, type NewEpisode } from './episode-store.js';
 import { RunningEpisode, type StepRecord } from './running-episode.js';
 
@@ -56,11 +56,11 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly findings: Findings,
     private readonly outputs: Outputs,
     private readonly telemetry: CycliumTelemetry,
-    @Inject(Bus) private readonly bus: Bus,
+    private readonly events: EventOutbox,
   ) {}
 
   onModuleInit(): void {
-    this.bus.subscribe<{ episodeId: string }>(CANCEL_EVENT, (event) => {
+    this.events.subscribe<{ episodeId: string }>(CANCEL_EVENT, (event) => {
       this.running.get(event.payload.episodeId)?.stop(new EpisodeCanceledError(event.payload.episodeId));
     });
   }
@@ -85,7 +85,10 @@ export class EpisodeRunner implements OnModuleInit {
     return this.claimWith((client) => this.store.takeForResume(id, this.identity.name(), client));
   }
 
-  /** `load` writes the running row; the claim commits with it or neither does. */
+  /**
+   * `load` writes the running row; the claim and the `episode.started` event commit with it or
+   * nothing does. Nobody waits on `started`, so it rides along with the next wake-up.
+   */
   private async claimWith(load: (client: SqlExecutor) => Promise<EpisodeRow | null>): Promise<BeginResult> {
     try {
       return await this.database.transaction(async (client) => {
@@ -93,12 +96,24 @@ export class EpisodeRunner implements OnModuleInit {
         if (!episode) return { status: 'duplicate' as const };
         const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), this.identity.name());
         if (grant.status === 'busy') throw new ClaimBusy();
+        await this.events.within(client, [this.lifecycle('episode.started', episode, 'running')], { wake: false });
         return { status: 'started' as const, episode, grant };
       });
     } catch (error) {
       if (error instanceof ClaimBusy) return { status: 'busy' };
       throw error;
     }
+  }
+
+  /** Cancels a queued episode and announces it, in one transaction; null when it was not queued any more. */
+  async cancelQueued(id: string): Promise<EpisodeRow | null> {
+    const canceled = await this.database.transaction(async (client) => {
+      const episode = await this.store.cancelQueued(id, client);
+      if (!episode) return null;
+      return { episode, announce: await this.events.within(client, [this.lifecycle('episode.canceled', episode, 'canceled')]) };
+    });
+    canceled?.announce();
+    return canceled?.episode ?? null;
   }
 
   /** Runs the episode to its end. Never rejects: every outcome is recorded (or, when the claim is lost, left alone). */
@@ -131,7 +146,6 @@ export class EpisodeRunner implements OnModuleInit {
       });
       this.running.set(episode.id, context);
       this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', this.describe(episode));
-      this.publish('episode.started', episode, 'running');
 
       const result = (await expectation.handler(context)) as Convergence | undefined;
       context.throwIfAborted();
@@ -160,13 +174,16 @@ export class EpisodeRunner implements OnModuleInit {
     return rows[0]?.written === 1;
   }
 
-  /** Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim — one transaction. */
+  /**
+   * Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim
+   * and the terminal event — one transaction.
+   */
   private async converge(episode: EpisodeRow, ownership: Ownership, result: Convergence): Promise<void> {
     const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
-    const won = await this.database.transaction<CycliumOutput[] | null>(async (client) => {
+    const won = await this.database.transaction<{ outputs: CycliumOutput[]; announce: Announce } | null>(async (client) => {
       if (!(await this.claims.proveOwnership(client, ownership.key, ownership.owner, ownership.fence))) return null;
       await this.findings.persist(client, episode, result.findings ?? []);
-      const inserted = await this.outputs.insert(client, episode, result.outputs ?? []);
+      const outputs = await this.outputs.insert(client, episode, result.outputs ?? []);
       const updated = await client.query(
         `UPDATE cyclium_episodes
             SET status = $2, summary = $3, classification = $4::jsonb, phase = NULL, finished_at = now(), updated_at = now()
@@ -176,15 +193,16 @@ export class EpisodeRunner implements OnModuleInit {
       if (updated.rowCount !== 1) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
       await client.query(`DELETE FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [episode.id]);
       await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
-      return inserted;
+      const announce = await this.events.within(client, [this.lifecycle('episode.completed', episode, status)]);
+      return { outputs, announce };
     });
     if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
+    won.announce();
     this.telemetry.emit('episode.completed', { ...this.describe(episode), status });
-    this.publish('episode.completed', episode, status);
-    await this.outputs.deliver(won);
+    await this.outputs.deliver(won.outputs);
   }
 
-  /** Records how a run that did not converge ended, fenced like every other write. */
+  /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
   private async settle(episode: EpisodeRow, ownership: Ownership, cause: unknown): Promise<void> {
     if (cause instanceof ClaimLostError) {
       this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${cause.message}`);
@@ -193,36 +211,35 @@ export class EpisodeRunner implements OnModuleInit {
     }
     if (cause instanceof EpisodeInterruptedError) return; // the drainer already stamped it
     const [status, errorClass, detail] = classify(cause);
-    const recorded = await this.database.transaction(async (client) => {
-      if (!(await this.claims.proveOwnership(client, ownership.key, ownership.owner, ownership.fence))) return false;
+    const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
+    const announce = await this.database.transaction<Announce | null>(async (client) => {
+      if (!(await this.claims.proveOwnership(client, ownership.key, ownership.owner, ownership.fence))) return null;
       const updated = await client.query(
         `UPDATE cyclium_episodes
             SET status = $2, error_class = $3, error_detail = $4, phase = NULL, finished_at = now(), updated_at = now()
           WHERE id = $1 AND status = 'running'`,
         [episode.id, status, errorClass, detail],
       );
-      if (updated.rowCount !== 1) return false;
+      if (updated.rowCount !== 1) return null;
       if (status === 'canceled') await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
       else await this.claims.failWithin(client, ownership.key, ownership.owner, ownership.fence, `${errorClass}: ${detail}`);
-      return true;
+      return this.events.within(client, [this.lifecycle(event, episode, status, { errorClass })]);
     });
-    if (!recorded) {
+    if (!announce) {
       this.logger.warn(`episode ${episode.id} aborted: claim lost before its outcome was recorded`);
       this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: 'claim lost before the outcome was recorded' });
       return;
     }
-    const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
+    announce();
     this.telemetry.emit(event, { ...this.describe(episode), errorClass });
-    this.publish(event, episode, status, { errorClass });
   }
 
   private describe(episode: EpisodeRow) {
     return { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId };
   }
 
-  private publish(type: Parameters<typeof lifecycleEvent>[0], episode: EpisodeRow, status: EpisodeStatus, extra = {}): void {
-    const { payload } = lifecycleEvent(type, episode, status, this.identity.name(), extra);
-    this.bus.publish(type, payload).catch((error: unknown) => this.logger.warn(`could not publish ${type}: ${String(error)}`));
+  private lifecycle(type: LifecycleEventType, episode: EpisodeRow, status: EpisodeStatus, extra = {}) {
+    return lifecycleEvent(type, episode, status, this.identity.name(), extra);
   }
 }
 

@@ -135,8 +135,8 @@ export class EpisodeStore {
   }
 
   /** Cancels a queued episode; null when it was not queued any more. */
-  async cancelQueued(id: string): Promise<EpisodeRow | null> {
-    const { rows } = await this.database.sql.query(
+  async cancelQueued(id: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
+    const { rows } = await via.query(
       `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
         WHERE id = $1 AND status = 'queued' RETURNING *`,
       [id],

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { ActorDefinitionError } from '../actors/actor-definition.error.js';
 import { ActorHost, type DispatchResult } from '../actors/actor-host.service.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { Bus } from '../bus/bus.interface.js';
+import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -11,7 +11,8 @@ import { scopeKey } from '../scope/scope-key.js';
 import type { CycliumEpisodeStep } from './episode-step.entity.js';
 import type { EpisodeStatus } from './episode.entity.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
-import { CANCEL_EVENT, lifecycleEvent } from './episode-events.js';
+import { EpisodeRunner } from './episode-runner.service.js';
+import { CANCEL_EVENT } from './episode-events.js';
 import { EpisodeStore, toEpisode } from './episode-store.js';
 
 export interface TriggerOptions {
@@ -59,7 +60,8 @@ export class Episodes {
     private readonly store: EpisodeStore,
     private readonly database: CycliumDataSource,
     private readonly identity: NodeIdentity,
-    @Inject(Bus) private readonly bus: Bus,
+    private readonly runner: EpisodeRunner,
+    private readonly events: EventOutbox,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -157,15 +159,11 @@ export class Episodes {
    * bus) to stop before its next step, and its node records `canceled`.
    */
   async cancel(id: string): Promise<CancelResult> {
-    const queued = await this.store.cancelQueued(id);
-    if (queued) {
-      await this.bus.publish('episode.canceled', lifecycleEvent('episode.canceled', queued, 'canceled', this.identity.name()).payload);
-      return 'canceled';
-    }
+    if (await this.runner.cancelQueued(id)) return 'canceled';
     const episode = await this.store.get(id);
     if (!episode) return 'not_found';
     if (episode.status !== 'running') return 'finished';
-    await this.bus.publish(CANCEL_EVENT, { episodeId: id });
+    await this.events.publish(CANCEL_EVENT, { episodeId: id });
     return 'requested';
   }
 }

@@ -5,6 +5,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CYCLIUM_VERSION } from '../version.js';
+import { OutageLog } from '../database/database-errors.js';
 import { MissingSchemaError } from '../database/missing-schema.error.js';
 import { NodeIdentity } from './node-identity.service.js';
 
@@ -15,6 +16,7 @@ import { NodeIdentity } from './node-identity.service.js';
 @Injectable()
 export class NodeRegistry implements OnApplicationBootstrap {
   private readonly logger = new Logger(NodeRegistry.name);
+  private readonly outage = new OutageLog(this.logger, 'node beat');
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -55,14 +57,19 @@ export class NodeRegistry implements OnApplicationBootstrap {
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
   }
 
-  /** A missed beat is logged and retried on the next tick; liveness is advisory, not a lease. */
+  /**
+   * A missed beat is logged once per outage and retried on the next tick; liveness is advisory,
+   * not a lease. A row that went missing (deleted by an operator, a restored database) is written again.
+   */
   async beat(): Promise<void> {
     try {
-      await this.database
-        .get()
-        .query(`UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1`, [this.identity.name()]);
+      const { rowCount } = await this.database.sql.query(`UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1`, [
+        this.identity.name(),
+      ]);
+      if (rowCount === 0 && this.timer) await this.register();
+      this.outage.succeeded();
     } catch (error) {
-      this.logger.warn(`node beat failed: ${(error as Error).message}`);
+      this.outage.failed(error);
     }
   }
 }

@@ -31,8 +31,12 @@ export interface CycliumOptions {
   stackSlug?: string | null;
   /** The world this node operates in within a shared database; unset or empty means the default env. */
   env?: string | null;
-  /** Default `'postgres'`. */
+  /** Default `'postgres'`: the durable bus (events in cyclium_events, NOTIFY as the wake-up). */
   bus?: 'postgres' | 'local' | Bus;
+  /** With `bus: 'postgres'`: read the events table even without a wake-up this often. Default 5 000. */
+  busPollIntervalMs?: number;
+  /** With `bus: 'postgres'`: delete stored events older than this (a node that is away longer misses them). Default 3 600 000. */
+  busRetentionMs?: number;
   /** Random delay before inserting a triggered episode, so the fastest node does not win every key. Default 200. */
   jitterMs?: number;
   /** How long a drain waits for episode tasks to stop. Default 5 000. */
@@ -59,6 +63,8 @@ export interface ResolvedCycliumOptions {
   stackSlug: string | null;
   env: string | null;
   bus: 'postgres' | 'local' | Bus;
+  busPollIntervalMs: number;
+  busRetentionMs: number;
   jitterMs: number;
   episodeShutdownMs: number;
   recovery: Required<Omit<RecoveryOptions, 'resolvePolicy'>> & Pick<RecoveryOptions, 'resolvePolicy'>;

@@ -123,6 +123,16 @@ export class CycliumOptionsSchema {
   })
   bus?: unknown;
 
+  @defined('busPollIntervalMs')
+  @IsInt(positiveMs('busPollIntervalMs'))
+  @Min(1, positiveMs('busPollIntervalMs'))
+  busPollIntervalMs?: unknown;
+
+  @defined('busRetentionMs')
+  @IsInt(positiveMs('busRetentionMs'))
+  @Min(1, positiveMs('busRetentionMs'))
+  busRetentionMs?: unknown;
+
   @defined('jitterMs')
   @IsInt(nonNegativeMs('jitterMs'))
   @Min(0, nonNegativeMs('jitterMs'))

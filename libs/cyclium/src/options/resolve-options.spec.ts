@@ -22,6 +22,8 @@ describe('resolveCycliumOptions', () => {
       stackSlug: null,
       env: null,
       bus: 'postgres',
+      busPollIntervalMs: 5_000,
+      busRetentionMs: 3_600_000,
       jitterMs: 200,
       episodeShutdownMs: 5000,
       recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },

@@ -1,6 +1,7 @@
 import { Inject, Injectable, type BeforeApplicationShutdown } from '@nestjs/common';
 import { ActorHost } from '../actors/actor-host.service.js';
-import { Bus } from '../bus/bus.interface.js';
+import type { Bus } from '../bus/bus.interface.js';
+import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import { LeaseRenewer } from '../claims/lease-renewer.service.js';
 import { NodeRegistry } from '../identity/node-registry.service.js';
 import { Drainer } from './drainer.service.js';
@@ -26,8 +27,13 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
     private readonly drainer: Drainer,
     private readonly registry: NodeRegistry,
     private readonly renewer: LeaseRenewer,
-    @Inject(Bus) private readonly bus: Bus,
+    @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
   ) {}
+
+  /** True once shutdown began: the node accepts no new work and reports itself unhealthy. */
+  get started(): boolean {
+    return this.done !== undefined;
+  }
 
   beforeApplicationShutdown(): Promise<void> {
     this.done ??= this.shutdown();

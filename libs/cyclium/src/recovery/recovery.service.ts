@@ -1,10 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { ActorHost } from '../actors/actor-host.service.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { Bus } from '../bus/bus.interface.js';
+import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { OutageLog, errorMessage } from '../database/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
@@ -28,6 +29,12 @@ export interface SweepResult {
   restarted: number;
   failed: number;
   skipped: number;
+}
+
+export interface LastSweep {
+  at: Date;
+  result: SweepResult | null;
+  error: string | null;
 }
 
 export const CANDIDATES = `
@@ -80,6 +87,8 @@ function shuffle<T>(items: T[]): T[] {
 export class Recovery implements OnApplicationBootstrap {
   private readonly logger = new Logger(Recovery.name);
   private timer: NodeJS.Timeout | undefined;
+  private readonly outage = new OutageLog(this.logger, 'recovery sweep');
+  private last: LastSweep | null = null;
   /** Sweeps on one node run one after another, each with its own options. */
   private sweeps: Promise<unknown> = Promise.resolve();
 
@@ -91,7 +100,7 @@ export class Recovery implements OnApplicationBootstrap {
     private readonly registry: ActorRegistry,
     private readonly identity: NodeIdentity,
     private readonly telemetry: CycliumTelemetry,
-    @Inject(Bus) private readonly bus: Bus,
+    private readonly events: EventOutbox,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -117,7 +126,16 @@ export class Recovery implements OnApplicationBootstrap {
 
   /** One pass over the given scope (default: this node's). Calls on one node queue behind each other. */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
-    const pass = this.sweeps.then(() => this.sweepOnce(options));
+    const pass = this.sweeps.then(() => this.sweepOnce(options)).then(
+      (result) => {
+        this.last = { at: new Date(), result, error: null };
+        return result;
+      },
+      (error: unknown) => {
+        this.last = { at: new Date(), result: null, error: errorMessage(error) };
+        throw error;
+      },
+    );
     this.sweeps = pass.catch(() => undefined);
     return pass;
   }
@@ -125,9 +143,15 @@ export class Recovery implements OnApplicationBootstrap {
   private async sweepQuietly(): Promise<void> {
     try {
       await this.sweep();
+      this.outage.succeeded();
     } catch (error) {
-      this.logger.warn(`recovery sweep failed: ${(error as Error).message}`);
+      this.outage.failed(error);
     }
+  }
+
+  /** The last sweep this node ran: when (database-independent wall clock), and how it went. */
+  lastSweep(): LastSweep | null {
+    return this.last;
   }
 
   private async sweepOnce(options: SweepOptions): Promise<SweepResult> {
@@ -196,26 +220,26 @@ export class Recovery implements OnApplicationBootstrap {
       policy === 'restart'
         ? `orphaned: attempt ${episode.attempts} is past max_attempts ${episode.maxAttempts}`
         : `orphaned: recovery policy is fail (last seen on ${episode.ownerNode ?? 'unknown'})`;
-    const recorded = await this.database.transaction(async (client) => {
+    const announce = await this.database.transaction<Announce | null>(async (client) => {
       const updated = await client.query(
         `UPDATE cyclium_episodes
             SET status = 'failed', error_class = 'orphaned', error_detail = $2, phase = NULL, finished_at = now(), updated_at = now()
           WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
         [episode.id, detail],
       );
-      if (updated.rowCount !== 1) return false;
+      if (updated.rowCount !== 1) return null;
       await client.query(MARK, [episode.id, 'orphaned', JSON.stringify({ event: 'orphaned', node: me })]);
       await this.claims.failWithin(client, key, me, fence, detail);
-      return true;
+      return this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);
     });
-    if (!recorded) return;
+    if (!announce) return;
+    announce();
     this.telemetry.emit('episode.failed', {
       episodeId: episode.id,
       actorId: episode.actorId,
       expectationId: episode.expectationId,
       errorClass: 'orphaned',
     });
-    await this.bus.publish('episode.failed', lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' }).payload);
   }
 
   /** `resolvePolicy`, else the expectation's `recoveryPolicy`, else the actor's stored definition, else `fail`. */

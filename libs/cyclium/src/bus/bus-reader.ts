@@ -1,0 +1,124 @@
+import { Logger } from '@nestjs/common';
+import { OutageLog } from '../database/database-errors.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
+import type { BusEvent } from './bus.interface.js';
+import type { DbSnapshot } from './db-snapshot.js';
+import type { EventLog, LoggedEvent } from './event-log.js';
+import { SpacedTrigger } from './spaced-trigger.js';
+
+const BATCH = 500;
+
+/** A read that filled its page and is walking the rest of what became visible by `to`. */
+interface Paging {
+  to: DbSnapshot;
+  after: LoggedEvent;
+}
+
+/**
+ * Reads this node's channel of cyclium_events and hands each new row to `deliver`, in order.
+ * The cursor is the snapshot of the previous read (see EventLog.readAfter), kept in memory: it
+ * starts at the end of the table at boot, and reads happen when a NOTIFY says so, after every
+ * LISTEN (re)connect, and on a slow fallback timer, so a missed wake-up costs latency, never an
+ * event. Reads never overlap, and under load they are spaced `spacingMs` apart: however many
+ * wake-ups arrive meanwhile, one read serves them all.
+ */
+export class BusReader {
+  private readonly logger = new Logger('PostgresBus');
+  private readonly outage = new OutageLog(this.logger, 'reading cyclium_events');
+  private from: DbSnapshot | undefined;
+  private paging: Paging | undefined;
+  private readonly reads: SpacedTrigger;
+  private timer: NodeJS.Timeout | undefined;
+  private lastReadAt: number | undefined;
+  private lastLagMs: number | null = null;
+
+  constructor(
+    private readonly sql: SqlExecutor,
+    private readonly log: EventLog,
+    private readonly deliver: (event: BusEvent) => void,
+    private readonly pollIntervalMs: number,
+    spacingMs: number,
+  ) {
+    this.reads = new SpacedTrigger(() => this.read(), spacingMs);
+  }
+
+  /** Takes the current end of the table as the cursor and starts the fallback timer. */
+  async start(): Promise<void> {
+    this.from ??= await this.log.snapshot(this.sql);
+    if (this.timer) return;
+    this.timer = setInterval(() => this.wake(), this.pollIntervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.reads.stop();
+  }
+
+  /** Asks for a read; coalesced with others (see SpacedTrigger). */
+  wake(): void {
+    if (this.from) this.reads.request();
+  }
+
+  /** Reads now and resolves once a read that began after this call has finished. */
+  async catchUp(): Promise<void> {
+    this.wake();
+    await this.reads.idle();
+  }
+
+  /** Milliseconds since the last successful read, or null before the first one. */
+  get lastReadAgoMs(): number | null {
+    return this.lastReadAt === undefined ? null : performance.now() - this.lastReadAt;
+  }
+
+  /** Age of the newest event when it was read (database clock), or null before any. */
+  get lagMs(): number | null {
+    return this.lastLagMs;
+  }
+
+  get failing(): boolean {
+    return this.outage.failing;
+  }
+
+  private async read(): Promise<void> {
+    try {
+      await this.readOnce();
+      this.lastReadAt = performance.now();
+      this.outage.succeeded();
+    } catch (error) {
+      // The cursor has not moved past anything undelivered: the next read starts where this one did.
+      this.outage.failed(error);
+    }
+  }
+
+  private async readOnce(): Promise<void> {
+    const from = this.from as DbSnapshot;
+    if (!this.paging) {
+      const { events, snapshot } = await this.log.readAfter(this.sql, from, BATCH);
+      this.hand(events);
+      if (events.length < BATCH) {
+        this.from = snapshot;
+        return;
+      }
+      this.paging = { to: snapshot, after: events[events.length - 1] as LoggedEvent };
+    }
+    for (let paging = this.paging; paging; paging = this.paging) {
+      const page = await this.log.readPage(this.sql, from, paging.to, paging.after, BATCH);
+      this.hand(page);
+      if (page.length < BATCH) {
+        this.from = paging.to;
+        this.paging = undefined;
+        this.reads.request(); // whatever committed after `to`
+        return;
+      }
+      this.paging = { to: paging.to, after: page[page.length - 1] as LoggedEvent };
+    }
+  }
+
+  private hand(events: LoggedEvent[]): void {
+    for (const logged of events) this.deliver(logged.event);
+    const newest = events[events.length - 1];
+    if (newest) this.lastLagMs = newest.ageMs;
+  }
+}

@@ -1,0 +1,20 @@
+import type { Bus } from './bus.interface.js';
+
+/** How a node's side of the bus is doing; PostgresBus reports it, a custom Bus may. */
+export interface BusStatus {
+  /** The wake-up connection is up. */
+  listening: boolean;
+  /** How long it has been down (0 while listening). */
+  disconnectedForMs: number;
+  /** Since the last successful read of the events table; null before the first. */
+  lastReadAgoMs: number | null;
+  /** How old the newest event was when this node read it (database clock); null before any. */
+  lagMs: number | null;
+  /** The last read failed (the database is away, say). */
+  readFailing: boolean;
+}
+
+export function busStatusOf(bus: Bus): BusStatus | null {
+  const candidate = bus as Partial<{ status(): BusStatus }>;
+  return typeof candidate.status === 'function' ? candidate.status() : null;
+}

@@ -1,0 +1,19 @@
+import type { SqlExecutor } from '../database/sql-executor.js';
+import type { Bus, BusEvent } from './bus.interface.js';
+
+/**
+ * What a bus offers when its events live in this database: the library then writes each lifecycle
+ * event in the transaction that changes the state it announces (an outbox), so a terminal status
+ * without its event, or an event without its status, cannot exist. A custom Bus may implement it.
+ */
+export interface DurableEvents {
+  /** Stores `events` on `client`, inside the caller's open transaction. */
+  appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void>;
+  /** Tells listeners there is something to read; called after that transaction committed. */
+  wake(): void;
+}
+
+export function isDurable(bus: Bus): bus is Bus & DurableEvents {
+  const candidate = bus as Partial<DurableEvents>;
+  return typeof candidate.appendWithin === 'function' && typeof candidate.wake === 'function';
+}

@@ -1,0 +1,152 @@
+import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { BusEvent } from './bus.interface.js';
+import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
+
+/** An event ready to store: its payload already serialised (and checked) as JSON text. */
+export interface StorableEvent {
+  readonly event: BusEvent;
+  readonly payloadJson: string;
+}
+
+/** An event as a reader found it. */
+export interface LoggedEvent {
+  readonly event: BusEvent;
+  readonly id: string;
+  readonly txId: string;
+  /** How long ago it was stored, by the database clock, when it was read. */
+  readonly ageMs: number;
+}
+
+/** Where the stamp of a row comes from: the stack, env and node that wrote it. */
+export interface EventLogScope {
+  readonly channel: string;
+  readonly stackSlug: string | null;
+  readonly env: string | null;
+  readonly publisher: () => string;
+}
+
+/**
+ * One statement for a whole batch, on the host pool (a publish) or on the client of the caller's
+ * transaction (a lifecycle event committed with the state it announces). The ordinality keeps
+ * the batch's order in the identity, which is the order readers deliver one transaction's rows in.
+ * A repeated event id is stored once: a publisher retrying after an error cannot duplicate it.
+ */
+const APPEND = prepared('events_append', `
+  INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env)
+  SELECT $1, e.event_id, e.type, e.payload, e.published_at, $2, $3, $4
+    FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[]) WITH ORDINALITY AS e (event_id, type, payload, published_at, n)
+   ORDER BY e.n
+  ON CONFLICT (channel, event_id) DO NOTHING`);
+
+const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload, e.published_at,
+       (extract(epoch FROM statement_timestamp() - e.created_at) * 1000)::int AS age_ms`;
+
+/**
+ * Every row that became visible since the snapshot `from`, and the snapshot it was read with (the
+ * next read's `from`). A row is new exactly when its transaction was still running at `from`
+ * (listed in its xip) or had not started (at or past its xmax), so the reader neither skips a
+ * transaction that commits late nor delivers a row twice, and a long transaction elsewhere costs
+ * one index probe per read instead of stalling delivery (the method of Skytools PgQ's batches).
+ * `pg_current_snapshot()` is the statement's own snapshot: the rows and the snapshot agree.
+ */
+const READ_AFTER = prepared('events_read_after', `
+  SELECT s.snap::text AS snapshot, ${COLUMNS}
+    FROM (SELECT pg_current_snapshot() AS snap) s
+    LEFT JOIN LATERAL (
+      SELECT * FROM cyclium_events
+       WHERE channel = $1 AND (tx_id >= $2::xid8 OR tx_id = ANY($3::xid8[]))
+       ORDER BY tx_id, id
+       LIMIT $4) e ON true
+   ORDER BY e.tx_id, e.id`);
+
+/** The rest of a read that filled its page: rows new since `from` and visible in `to`, after a key. */
+const READ_PAGE = prepared('events_read_page', `
+  SELECT ${COLUMNS}
+    FROM cyclium_events e
+   WHERE e.channel = $1 AND (e.tx_id >= $2::xid8 OR e.tx_id = ANY($3::xid8[]))
+     AND pg_visible_in_snapshot(e.tx_id, $4::pg_snapshot)
+     AND (e.tx_id, e.id) > ($5::xid8, $6::bigint)
+   ORDER BY e.tx_id, e.id
+   LIMIT $7`);
+
+const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`);
+
+/**
+ * Retention, by the database clock (rule 1). Only the oldest rows by id are examined, so a pass
+ * costs at most `limit` index entries however large the table; the transaction-scoped advisory
+ * lock lets one node prune at a time, and the others skip rather than wait.
+ */
+const PRUNE = prepared('events_prune', `
+  WITH lock AS (SELECT pg_try_advisory_xact_lock(7268853211580712513) AS held)
+  DELETE FROM cyclium_events
+   WHERE id = ANY (ARRAY(SELECT id FROM cyclium_events WHERE (SELECT held FROM lock) ORDER BY id LIMIT $2))
+     AND created_at < now() - make_interval(secs => $1::double precision / 1000)`);
+
+interface EventRow {
+  snapshot?: string;
+  id: string | null;
+  tx_id: string;
+  event_id: string;
+  type: string;
+  payload: unknown;
+  published_at: Date;
+  age_ms: number;
+}
+
+/** Every statement on cyclium_events. */
+export class EventLog {
+  constructor(private readonly scope: EventLogScope) {}
+
+  get channel(): string {
+    return this.scope.channel;
+  }
+
+  async append(sql: SqlExecutor, events: readonly StorableEvent[]): Promise<void> {
+    if (events.length === 0) return;
+    const { channel, stackSlug, env, publisher } = this.scope;
+    await sql.query(
+      APPEND([
+        channel,
+        publisher(),
+        stackSlug,
+        env,
+        events.map((e) => e.event.eventId),
+        events.map((e) => e.event.type),
+        events.map((e) => e.payloadJson),
+        events.map((e) => e.event.publishedAt),
+      ]),
+    );
+  }
+
+  async snapshot(sql: SqlExecutor): Promise<DbSnapshot> {
+    const { rows } = await sql.query<{ snapshot: string }>(SNAPSHOT([]));
+    return parseSnapshot(rows[0]?.snapshot ?? '');
+  }
+
+  async readAfter(sql: SqlExecutor, from: DbSnapshot, limit: number): Promise<{ events: LoggedEvent[]; snapshot: DbSnapshot }> {
+    const { rows } = await sql.query<EventRow>(READ_AFTER([this.scope.channel, from.xmax, from.xip, limit]));
+    const snapshot = parseSnapshot(rows[0]?.snapshot ?? '');
+    return { events: rows.filter((r) => r.id !== null).map(toLogged), snapshot };
+  }
+
+  async readPage(sql: SqlExecutor, from: DbSnapshot, to: DbSnapshot, after: LoggedEvent, limit: number): Promise<LoggedEvent[]> {
+    const { rows } = await sql.query<EventRow>(
+      READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after.txId, after.id, limit]),
+    );
+    return rows.map(toLogged);
+  }
+
+  /** Deletes up to `limit` events older than `olderThanMs`; 0 also when another node holds the pruning lock. */
+  async prune(sql: SqlExecutor, olderThanMs: number, limit: number): Promise<number> {
+    return (await sql.query(PRUNE([olderThanMs, limit]))).rowCount ?? 0;
+  }
+}
+
+function toLogged(row: EventRow): LoggedEvent {
+  return {
+    id: row.id as string,
+    txId: row.tx_id,
+    ageMs: row.age_ms,
+    event: { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt: row.published_at.toISOString() },
+  };
+}

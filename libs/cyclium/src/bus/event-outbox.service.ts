@@ -1,0 +1,60 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
+import { errorMessage } from '../database/database-errors.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
+import { Bus, type BusEvent, type BusHandler } from './bus.interface.js';
+import { isDurable } from './durable-events.interface.js';
+import { mintBusEvent } from './local-bus.js';
+
+export interface OutgoingEvent {
+  type: string;
+  payload: unknown;
+}
+
+/** What to call once the transaction that staged events has committed. */
+export type Announce = () => void;
+
+/**
+ * How the library itself talks on the bus: its reserved types (lifecycle events, cancel requests)
+ * go straight to the transport, past the guard hosts get. With a durable bus, `within` writes
+ * the events in the caller's transaction; with any other bus they are published after commit,
+ * as well as that bus can.
+ */
+@Injectable()
+export class EventOutbox {
+  private readonly logger = new Logger(EventOutbox.name);
+
+  constructor(@Inject(CYCLIUM_BUS_TRANSPORT) private readonly transport: Bus) {}
+
+  /**
+   * Stages `events` inside the caller's transaction on `client`; returns what to call after it
+   * committed. `wake: false` lets events nobody waits for ride along with the next wake-up
+   * instead of costing one of their own.
+   */
+  async within(client: SqlExecutor, events: readonly OutgoingEvent[], options: { wake?: boolean } = {}): Promise<Announce> {
+    const transport = this.transport;
+    if (isDurable(transport)) {
+      await transport.appendWithin(client, events.map((e) => mintBusEvent(e.type, e.payload)));
+      return options.wake === false ? noop : () => transport.wake();
+    }
+    return () => {
+      for (const event of events) this.announce(event.type, event.payload);
+    };
+  }
+
+  /** Publishes a library event; rejects when the transport could not take it. */
+  publish(type: string, payload: unknown): Promise<BusEvent> {
+    return this.transport.publish(type, payload);
+  }
+
+  /** Publishes without waiting; a failure is logged (the state the event announces is already written). */
+  announce(type: string, payload: unknown): void {
+    this.transport.publish(type, payload).catch((error: unknown) => this.logger.warn(`could not publish ${type}: ${errorMessage(error)}`));
+  }
+
+  subscribe<P>(type: string, handler: BusHandler<P>): () => void {
+    return this.transport.subscribe(type, handler);
+  }
+}
+
+const noop: Announce = () => undefined;

@@ -1,0 +1,69 @@
+import { describe, expect, it } from '@jest/globals';
+import { GroupCommit, type Pending } from './group-commit.js';
+
+/** A send the test finishes by hand, recording each batch. */
+function controlledSend() {
+  const batches: number[][] = [];
+  const finish: Array<() => void> = [];
+  const send = (batch: Array<Pending<number>>) => {
+    batches.push(batch.map((p) => p.item));
+    return new Promise<void>((resolve) => {
+      finish.push(() => {
+        for (const p of batch) p.resolve();
+        resolve();
+      });
+    });
+  };
+  return { batches, finish, send };
+}
+
+const turn = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('GroupCommit', () => {
+  it('sends a lone item at once, without waiting for company', async () => {
+    const { batches, finish, send } = controlledSend();
+    const queue = new GroupCommit(send);
+    const done = queue.add(1);
+    await turn();
+    expect(batches).toEqual([[1]]);
+    finish[0]?.();
+    await done;
+  });
+
+  it('coalesces what arrives while a send is in flight into the next one, in order', async () => {
+    const { batches, finish, send } = controlledSend();
+    const queue = new GroupCommit(send);
+    const first = queue.add(1);
+    queue.add(2); // same turn: same batch
+    await turn();
+    const later = [queue.add(3), queue.add(4), queue.add(5)];
+    await turn();
+    expect(batches).toEqual([[1, 2]]); // nothing overlaps the send in flight
+    finish[0]?.();
+    await first;
+    await turn();
+    await turn();
+    expect(batches).toEqual([[1, 2], [3, 4, 5]]);
+    finish[1]?.();
+    await Promise.all(later);
+    await queue.idle();
+  });
+
+  it('rejects the items a failed send left unsettled, and keeps going', async () => {
+    const sent: number[][] = [];
+    const queue = new GroupCommit<number>(async (batch) => {
+      sent.push(batch.map((p) => p.item));
+      if (batch.some((p) => p.item === 1)) {
+        batch[0]?.resolve();
+        throw new Error('boom');
+      }
+      for (const p of batch) p.resolve();
+    });
+    const a = queue.add(0);
+    const b = queue.add(1);
+    await expect(a).resolves.toBeUndefined();
+    await expect(b).rejects.toThrow('boom');
+    await expect(queue.add(2)).resolves.toBeUndefined();
+    expect(sent).toEqual([[0, 1], [2]]);
+  });
+});

@@ -1,0 +1,50 @@
+import { describe, expect, it } from '@jest/globals';
+import { SpacedTrigger } from './spaced-trigger.js';
+
+describe('SpacedTrigger', () => {
+  it('runs at once after a quiet spell, then at most once per spacing however often it is asked', async () => {
+    const runs: number[] = [];
+    const started = performance.now();
+    const trigger = new SpacedTrigger(async () => void runs.push(performance.now() - started), 50);
+    trigger.request();
+    await new Promise((r) => setImmediate(r));
+    expect(runs).toHaveLength(1);
+    expect(runs[0]).toBeLessThan(25); // no fixed wait when idle
+    for (let i = 0; i < 20; i++) trigger.request();
+    await trigger.idle();
+    expect(runs).toHaveLength(2); // twenty requests inside the spacing: one more run
+    expect((runs[1] as number) - (runs[0] as number)).toBeGreaterThanOrEqual(45);
+  });
+
+  it('never overlaps runs, and a request during a run gets a run after it', async () => {
+    let active = 0;
+    let most = 0;
+    let release!: () => void;
+    const trigger = new SpacedTrigger(async () => {
+      active++;
+      most = Math.max(most, active);
+      await new Promise<void>((r) => (release = r));
+      active--;
+    }, 1);
+    trigger.request();
+    await new Promise((r) => setImmediate(r));
+    trigger.request();
+    release();
+    await new Promise((r) => setTimeout(r, 10));
+    release();
+    await trigger.idle();
+    expect(most).toBe(1);
+  });
+
+  it('runs nothing after stop', async () => {
+    let runs = 0;
+    const trigger = new SpacedTrigger(async () => void runs++, 1_000);
+    trigger.request();
+    await trigger.idle();
+    trigger.request(); // would wait out the spacing
+    await trigger.stop();
+    trigger.request();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(runs).toBe(1);
+  });
+});

@@ -1,0 +1,82 @@
+/** The message of anything thrown. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** The SQLSTATE (or Node system error code) of an error, looking through TypeORM's and our own wrappers. */
+export function errorCode(error: unknown): string | undefined {
+  for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string') return code;
+    const next = current as { driverError?: unknown; cause?: unknown };
+    current = next.driverError ?? next.cause;
+  }
+  return undefined;
+}
+
+/** Node's socket errors when the server cannot be reached or went away. */
+const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/** pg's own words for a connection that ended under a query, or a pool that could not get one in time. */
+const PG_MESSAGES = [/Connection terminated/i, /connection timeout/i, /timeout exceeded when trying to connect/i, /Client has encountered a connection error/i];
+
+/**
+ * True when `error` says the database is away (unreachable, restarting, shutting down, out of
+ * connections) rather than that the request was wrong: the case an HTTP caller should see as 503.
+ */
+export function isDatabaseUnavailable(error: unknown): boolean {
+  for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
+    if ((current as { name?: unknown }).name === 'DatabaseUnavailableError') return true;
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string') {
+      // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect now; 53300: too many connections.
+      if (code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300') return true;
+      if (SOCKET_CODES.has(code)) return true;
+    }
+    const message = current instanceof Error ? current.message : '';
+    if (PG_MESSAGES.some((pattern) => pattern.test(message))) return true;
+    const next = current as { driverError?: unknown; cause?: unknown };
+    current = next.driverError ?? next.cause;
+  }
+  return false;
+}
+
+/** The database could not be reached to do what was asked; nothing was written. Retry later. */
+export class DatabaseUnavailableError extends Error {
+  override readonly name = 'DatabaseUnavailableError';
+
+  constructor(what: string, cause: unknown) {
+    super(`${what}: the database is unavailable (${errorMessage(cause)})`, { cause });
+  }
+}
+
+/**
+ * Logs a recurring task's failures once per outage, not once per tick: the first failure as a
+ * warning, silence while it keeps failing, then one line when it works again.
+ */
+export class OutageLog {
+  private failures = 0;
+  private since = 0;
+
+  constructor(
+    private readonly logger: { warn(message: string): void; log(message: string): void },
+    private readonly what: string,
+  ) {}
+
+  get failing(): boolean {
+    return this.failures > 0;
+  }
+
+  failed(error: unknown): void {
+    if (this.failures++ > 0) return;
+    this.since = performance.now();
+    this.logger.warn(`${this.what} failed: ${errorMessage(error)} (retrying; further failures are not logged until it works again)`);
+  }
+
+  succeeded(): void {
+    if (this.failures === 0) return;
+    const seconds = ((performance.now() - this.since) / 1000).toFixed(1);
+    this.logger.log(`${this.what} works again after ${this.failures} failed attempt(s) over ${seconds} s`);
+    this.failures = 0;
+  }
+}
