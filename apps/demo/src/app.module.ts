@@ -3,6 +3,7 @@ import { ScheduleModule } from '@nestjs/schedule';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, cycliumEntities, cycliumOptionsFromEnv } from '@cyclium/nestjs';
+import { CycliumHealthIndicator } from '@cyclium/nestjs/health';
 import { AdvisorSummaryAdapter } from './actors/advisor-summary.adapter.js';
 import { RebalanceReportAdapter } from './actors/rebalance-report.adapter.js';
 import { ResourceAdvisorActor } from './actors/resource-advisor.actor.js';
@@ -30,6 +31,7 @@ import { NodeController } from './node/node.controller.js';
   ],
   controllers: [HealthController, NodeController, EventsController, EpisodesController],
   providers: [
+    CycliumHealthIndicator,
     ResourceMonitorActor,
     ResourceAdvisorActor,
     AdvisorSummaryAdapter,

@@ -10,6 +10,7 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_SETTLE_MS             delay after boot before the first recovery sweep (default 10000)
  *   DEMO_STALE_AFTER_MS        journal silence after which a running episode is an orphan (default 20000)
  *   DEMO_RECOVERY_INTERVAL_MS  period of the recovery sweep after the first one (default 5000)
+ *   DEMO_NODE_BEAT_MS          how often the node refreshes its cyclium_nodes row (default 15000)
  *
  * (DEMO_DB_POOL, the TypeORM pool size, is read in app.module.ts.)
  */
@@ -19,6 +20,7 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     workClaimsLeaseSeconds: Number(env.DEMO_LEASE_SECONDS ?? 10),
     jitterMs: Number(env.DEMO_JITTER_MS ?? 200),
     episodeShutdownMs: Number(env.DEMO_SHUTDOWN_MS ?? 5000),
+    nodeBeatIntervalMs: Number(env.DEMO_NODE_BEAT_MS ?? 15000),
     recovery: {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),

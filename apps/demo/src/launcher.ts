@@ -32,15 +32,29 @@ function prefixLines(stream: NodeJS.ReadableStream | null, prefix: string, out: 
   });
 }
 
-async function waitHealthy(port: number, node: ChildProcess, deadlineMs: number): Promise<void> {
+/**
+ * Healthy means *this* child answers: /node must report its identity and pid, so a stale process
+ * still holding the port (a previous cluster, say) cannot pass for a node that failed to bind.
+ */
+async function waitHealthy(id: string, port: number, node: ChildProcess, deadlineMs: number): Promise<void> {
   const deadline = Date.now() + deadlineMs;
   while (Date.now() < deadline) {
-    if (node.exitCode !== null) throw new Error(`node on port ${port} exited with code ${node.exitCode}`);
-    const ok = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
-    if (ok) return;
+    if (node.exitCode !== null || node.signalCode !== null) {
+      throw new Error(`${id} (port ${port}) failed to start: it exited with ${node.signalCode ?? `code ${node.exitCode}`} (see its log above)`);
+    }
+    const healthy = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
+    if (healthy) {
+      const who = await fetch(`http://127.0.0.1:${port}/node`)
+        .then((r) => r.json() as Promise<{ identity?: string; pid?: number }>)
+        .catch(() => ({}) as { identity?: string; pid?: number });
+      if (who.identity === id && who.pid === node.pid) return;
+      if (who.pid !== undefined && who.pid !== node.pid) {
+        throw new Error(`${id} could not take port ${port}: another process (pid ${who.pid}, ${who.identity ?? 'unknown'}) answers there`);
+      }
+    }
     await new Promise((r) => setTimeout(r, 200));
   }
-  throw new Error(`node on port ${port} was not healthy within ${deadlineMs} ms`);
+  throw new Error(`${id} (port ${port}) was not healthy within ${deadlineMs} ms`);
 }
 
 async function main(): Promise<void> {
@@ -105,14 +119,21 @@ async function main(): Promise<void> {
     prefixLines(node.stdout, `[${id}]`, process.stdout);
     prefixLines(node.stderr, `[${id}]`, process.stderr);
     node.on('exit', (code, signal) => {
-      if (!stopping) say(`${id} exited unexpectedly (${signal ?? `code ${code}`})`);
+      if (stopping) return;
+      say(`${id} exited unexpectedly (${signal ?? `code ${code}`})`);
+      // With every node gone there is no cluster left to serve: stop the database and say so.
+      if (nodes.every((n) => n.exitCode !== null || n.signalCode !== null)) {
+        say('every node has exited');
+        void stopAll(1);
+      }
     });
     nodes.push(node);
   }
-  try {
-    await Promise.all(nodes.map((node, i) => waitHealthy(basePort + i, node, 60_000)));
-  } catch (error) {
-    say((error as Error).message);
+  const started = await Promise.allSettled(nodes.map((node, i) => waitHealthy(`node-${i + 1}`, basePort + i, node, 60_000)));
+  const failures = started.flatMap((result) => (result.status === 'rejected' ? [(result.reason as Error).message] : []));
+  if (failures.length > 0) {
+    for (const failure of failures) say(failure);
+    say(`${failures.length} of ${nodeCount} node(s) failed to start; stopping`);
     await stopAll(1);
     return;
   }

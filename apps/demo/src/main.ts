@@ -1,10 +1,12 @@
 import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
+import { HttpAdapterHost, NestFactory } from '@nestjs/core';
 import { AppModule } from './app.module.js';
+import { DatabaseUnavailableFilter } from './http/database-unavailable.filter.js';
 
 async function bootstrap(): Promise<void> {
   const app = await NestFactory.create(AppModule, { logger: ['error', 'warn', 'log'] });
+  app.useGlobalFilters(new DatabaseUnavailableFilter(app.get(HttpAdapterHost).httpAdapter));
   // SIGTERM runs beforeApplicationShutdown, where Cyclium drains before TypeORM closes.
   app.enableShutdownHooks();
   const port = Number(process.env.PORT ?? 3000);
@@ -12,4 +14,8 @@ async function bootstrap(): Promise<void> {
   new Logger('Demo').log(`listening on http://127.0.0.1:${port}`);
 }
 
-void bootstrap();
+bootstrap().catch((error: unknown) => {
+  // A node that cannot boot (port in use, database away, missing schema) says why and exits non-zero.
+  new Logger('Demo').error(`could not start: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+  process.exit(1);
+});

@@ -3,7 +3,8 @@ import { DiscoveryModule } from '@nestjs/core';
 import { ActorHost } from './actors/actor-host.service.js';
 import { ActorRegistry } from './actors/actor-registry.service.js';
 import { Bus } from './bus/bus.interface.js';
-import { BusLifecycle, busProvider } from './bus/bus.provider.js';
+import { BusLifecycle, busProvider, busTransportProvider } from './bus/bus.provider.js';
+import { EventOutbox } from './bus/event-outbox.service.js';
 import { claimsAdapterProvider } from './claims/claims-adapter.provider.js';
 import { LeaseRenewer } from './claims/lease-renewer.service.js';
 import { WorkClaims } from './claims/work-claims.service.js';
@@ -24,6 +25,7 @@ import { Recovery } from './recovery/recovery.service.js';
 import { Env } from './scope/env.service.js';
 import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
+import { CycliumStatus } from './health/cyclium-status.service.js';
 
 /**
  * `CycliumModule.forRoot(options)` / `forRootAsync({ imports, inject, useFactory })`.
@@ -42,8 +44,10 @@ import { CycliumTelemetry } from './telemetry/telemetry.service.js';
     claimsAdapterProvider,
     LeaseRenewer,
     WorkClaims,
+    busTransportProvider,
     busProvider,
     BusLifecycle,
+    EventOutbox,
     ActorRegistry,
     ActorHost,
     EpisodeStore,
@@ -54,7 +58,8 @@ import { CycliumTelemetry } from './telemetry/telemetry.service.js';
     Recovery,
     Drainer,
     CycliumShutdown,
+    CycliumStatus,
   ],
-  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery],
+  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery, CycliumStatus],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

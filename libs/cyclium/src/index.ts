@@ -8,6 +8,7 @@ export type {
 export { CycliumConfigError } from './options/cyclium-config.error.js';
 export { cycliumOptionsFromEnv } from './options/options-from-env.js';
 export { MissingSchemaError } from './database/missing-schema.error.js';
+export { DatabaseUnavailableError, isDatabaseUnavailable } from './database/database-errors.js';
 
 export { NodeIdentity } from './identity/node-identity.service.js';
 export { StackSlug } from './scope/stack-slug.service.js';
@@ -24,6 +25,10 @@ export type {
 } from './telemetry/telemetry.events.js';
 
 export { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus/bus.interface.js';
+export { InvalidBusEventError } from './bus/bus-errors.js';
+export type { DurableEvents } from './bus/durable-events.interface.js';
+export type { BusStatus } from './bus/bus-status.interface.js';
+export { CycliumStatus, type HealthOptions, type HealthReport, type StatusSnapshot } from './health/cyclium-status.service.js';
 export { WorkClaims, type FencedStatement, type WorkClaimsAcquireOptions } from './claims/work-claims.service.js';
 export { PostgresClaims } from './claims/postgres-claims.adapter.js';
 export { ClaimHold } from './claims/claim-hold.js';
@@ -69,10 +74,10 @@ export { Outputs } from './outputs/outputs.service.js';
 export { OutputAdapter } from './outputs/output-adapter.decorator.js';
 export type { DeliveryContext, OutputDeliverer } from './outputs/output-adapter.interface.js';
 export type { OutputProposal } from './outputs/output-proposal.interface.js';
-export { Recovery, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
+export { Recovery, type LastSweep, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
 export type { DrainResult } from './recovery/drainer.service.js';
 export { LocalBus } from './bus/local-bus.js';
-export { PostgresBus } from './bus/postgres-bus.js';
+export { PostgresBus, type PostgresBusOptions } from './bus/postgres-bus.js';
 
 export { cycliumEntities } from './entities.js';
 export { CycliumEpisode, type EpisodeStatus } from './episodes/episode.entity.js';
@@ -85,6 +90,6 @@ export { CycliumTriggerRequest, type TriggerRequestStatus } from './dispatch/tri
 export { CycliumWorkflowInstance, type WorkflowInstanceStatus } from './workflows/workflow-instance.entity.js';
 export { CycliumActorDefinition } from './actors/actor-definition.entity.js';
 export { CycliumNode } from './identity/node.entity.js';
-export { CycliumBusPayload } from './bus/bus-payload.entity.js';
+export { CycliumEvent } from './bus/event.entity.js';
 
 export { cycliumMigrations } from './migrations/index.js';

@@ -1,5 +1,5 @@
 import { BadRequestException, Body, Controller, HttpCode, Post } from '@nestjs/common';
-import { Bus } from '@cyclium/nestjs';
+import { Bus, InvalidBusEventError } from '@cyclium/nestjs';
 
 interface PublishRequest {
   type?: unknown;
@@ -7,7 +7,12 @@ interface PublishRequest {
   eventId?: unknown;
 }
 
-/** `POST /events { type, payload, eventId? }` publishes on the cluster bus from any node. */
+/**
+ * `POST /events { type, payload, eventId? }` publishes on the cluster bus from any node. 202 means
+ * the event is stored: every node will see it. 400 for an event the bus refuses (a reserved type,
+ * a payload PostgreSQL cannot store); 503 while the database is away (retry with the same eventId:
+ * a repeated id is stored once).
+ */
 @Controller('events')
 export class EventsController {
   constructor(private readonly bus: Bus) {}
@@ -15,13 +20,16 @@ export class EventsController {
   @Post()
   @HttpCode(202)
   async publish(@Body() body: PublishRequest) {
-    if (typeof body?.type !== 'string' || body.type === '' || body.type === '*') {
-      throw new BadRequestException('type must be a non-empty string other than "*"');
-    }
+    if (typeof body?.type !== 'string') throw new BadRequestException('type must be a string');
     if (body.eventId !== undefined && (typeof body.eventId !== 'string' || body.eventId === '')) {
       throw new BadRequestException('eventId must be a non-empty string');
     }
-    const event = await this.bus.publish(body.type, body.payload ?? {}, { eventId: body.eventId });
-    return { eventId: event.eventId, type: event.type };
+    try {
+      const event = await this.bus.publish(body.type, body.payload ?? {}, { eventId: body.eventId });
+      return { eventId: event.eventId, type: event.type };
+    } catch (error) {
+      if (error instanceof InvalidBusEventError) throw new BadRequestException(error.message);
+      throw error;
+    }
   }
 }
