@@ -18,6 +18,12 @@ export default {
   globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
   projects: [
     { ...shared, displayName: 'unit', testMatch: ['<rootDir>/libs/**/src/**/*.spec.ts', '<rootDir>/apps/**/src/**/*.spec.ts'] },
-    { ...shared, displayName: 'integration', testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'] },
+    {
+      ...shared,
+      displayName: 'integration',
+      testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'],
+      // Fails a test on any unhandled rejection or uncaught exception here, or a crashed node process.
+      setupFilesAfterEnv: ['<rootDir>/test/support/fault-guard.ts'],
+    },
   ],
 };

@@ -2,6 +2,7 @@
  * `npm run bench -- <name>`: runs one benchmark (or all) against one database in one run, so
  * every figure is printed next to a floor measured on the same server a moment earlier.
  */
+import { busBench } from './benchmarks/bus.bench.js';
 import { claimsBench } from './benchmarks/claims.bench.js';
 import { episodesBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
@@ -12,6 +13,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   floor: floorBench,
   claims: claimsBench,
   episodes: episodesBench,
+  bus: busBench,
   takeover: takeoverBench,
 };
 

@@ -58,4 +58,20 @@ describe('3 demo node processes, 500 events over PostgresBus', () => {
       Array.from({ length: EVENTS }, (_, i) => i % 100).filter((usage) => usage > 90).length,
     );
   }, 180_000);
+
+  it('answers 400, and stores nothing, for an event the bus refuses', async () => {
+    const post = (body: unknown) =>
+      fetch(`http://127.0.0.1:${nodes[0]?.port}/events`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    for (const body of [
+      { type: 'episode.completed', payload: { episodeId: 'forged' } },
+      { type: 'cyclium.episode.cancel', payload: { episodeId: 'forged' } },
+      { type: 'resource.updated', eventId: 'nul-payload', payload: { resource: 'a\u0000b' } },
+      { type: '*', payload: {} },
+    ]) {
+      const response = await post(body);
+      expect({ body, status: response.status }).toEqual({ body, status: 400 });
+      expect(((await response.json()) as { message: string }).message).toMatch(/reserved for the library|NUL character|concrete, non-empty type/);
+    }
+    expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_events WHERE payload->>'episodeId' = 'forged' OR event_id = 'nul-payload'`)).toBe(0);
+  });
 });

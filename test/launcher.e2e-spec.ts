@@ -2,11 +2,13 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer as createHttpServer, type Server } from 'node:http';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '@cyclium/nestjs/testing';
+import { freshDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
 const LAUNCHER = fileURLToPath(new URL('../apps/demo/dist/launcher.js', import.meta.url));
@@ -28,32 +30,46 @@ async function consecutiveFreePorts(count: number): Promise<number> {
   }
 }
 
+/** Runs the launcher against `DATABASE_URL` (or its own PostgreSQL when undefined), collecting its output. */
+function runLauncher(args: string[], databaseUrl: string | undefined) {
+  const env = { ...process.env };
+  if (databaseUrl === undefined) delete env.DATABASE_URL;
+  else env.DATABASE_URL = databaseUrl;
+  const child = spawn(process.execPath, [LAUNCHER, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return { child, exited, output: () => output };
+}
+
 describe('npm start launcher', () => {
   let launcher: ChildProcess | undefined;
   let dataRoot: string | undefined;
+  let squatter: Server | undefined;
+  const orphans: number[] = [];
 
   afterAll(async () => {
     if (launcher && launcher.exitCode === null) launcher.kill('SIGKILL');
+    for (const pid of orphans) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }
+    squatter?.close();
     if (dataRoot) await rm(dataRoot, { recursive: true, force: true });
   });
 
   it('starts its own PostgreSQL and three healthy nodes, and on SIGINT stops the nodes before the database', async () => {
     dataRoot = await mkdtemp(join(tmpdir(), 'cyclium-launcher-'));
     const basePort = await consecutiveFreePorts(3);
-    const env = { ...process.env };
-    delete env.DATABASE_URL;
-    const child = spawn(
-      process.execPath,
-      [LAUNCHER, '--nodes', '3', '--base-port', String(basePort), '--data-dir', join(dataRoot, 'pgdata')],
-      { env, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const run = runLauncher(['--nodes', '3', '--base-port', String(basePort), '--data-dir', join(dataRoot, 'pgdata')], undefined);
+    const { child, exited } = run;
     launcher = child;
-    let output = '';
-    child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-    child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
 
-    await waitFor('the cluster to come up', () => output.includes('cluster up: 3 nodes'), 60_000, 100);
+    await waitFor('the cluster to come up', () => run.output().includes('cluster up: 3 nodes'), 60_000, 100);
     for (let i = 0; i < 3; i++) {
       const health = await fetch(`http://127.0.0.1:${basePort + i}/health`);
       expect(health.status).toBe(200);
@@ -64,6 +80,7 @@ describe('npm start launcher', () => {
 
     child.kill('SIGINT');
     expect(await exited).toBe(0);
+    const output = run.output();
     const order = ['stopping nodes (SIGTERM)', 'stopping PostgreSQL', 'stopped'].map((line) => output.indexOf(line));
     expect(order.every((at) => at >= 0)).toBe(true);
     expect([...order].sort((a, b) => a - b)).toEqual(order);
@@ -72,5 +89,37 @@ describe('npm start launcher', () => {
     }
     // Persistent data survives the stop, so the next npm start finds its episodes again.
     expect(existsSync(join(dataRoot, 'pgdata', 'PG_VERSION'))).toBe(true);
+  }, 120_000);
+
+  it('reports a node that could not take its port, instead of claiming the cluster is up, and exits non-zero', async () => {
+    const basePort = await consecutiveFreePorts(3);
+    // A stale process on the second port that even answers /health like a node would.
+    squatter = createHttpServer((request, response) => {
+      response.setHeader('content-type', 'application/json');
+      response.end(request.url === '/node' ? JSON.stringify({ identity: 'node-2', pid: 1 }) : JSON.stringify({ status: 'ok' }));
+    });
+    await new Promise<void>((resolve) => squatter?.listen(basePort + 1, '127.0.0.1', resolve));
+    const run = runLauncher(['--nodes', '3', '--base-port', String(basePort)], await freshDatabase());
+    launcher = run.child;
+    expect(await run.exited).toBe(1);
+    expect(run.output()).not.toContain('cluster up');
+    expect(run.output()).toMatch(/node-2 (failed to start|could not take port)/);
+    expect(run.output()).toContain('1 of 3 node(s) failed to start');
+    squatter.close();
+    squatter = undefined;
+  }, 120_000);
+
+  it('exits non-zero once every node has died', async () => {
+    const basePort = await consecutiveFreePorts(2);
+    const run = runLauncher(['--nodes', '2', '--base-port', String(basePort)], await freshDatabase());
+    launcher = run.child;
+    await waitFor('the cluster to come up', () => run.output().includes('cluster up: 2 nodes'), 60_000, 100);
+    for (let i = 0; i < 2; i++) {
+      const { pid } = (await (await fetch(`http://127.0.0.1:${basePort + i}/node`)).json()) as { pid: number };
+      orphans.push(pid);
+      process.kill(pid, 'SIGKILL');
+    }
+    expect(await run.exited).toBe(1);
+    expect(run.output()).toContain('every node has exited');
   }, 120_000);
 });

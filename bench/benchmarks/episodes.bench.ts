@@ -4,7 +4,9 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
 import pg from 'pg';
+import { commitsSoFar as commits, settleStats } from '../support/commits.js';
 import { printTable, throughput } from '../support/measure.js';
+import { NotifyOnlyBus } from '../support/notify-only-bus.js';
 
 const N = 2_000;
 const ROUNDS = 4;
@@ -24,30 +26,26 @@ class BenchActor {
   }
 }
 
-/**
- * Commits so far in this database. Read on a short-lived connection: a backend that stays idle in
- * a pool flushes its statistics late and would leak its commits into the next measurement.
- */
-async function commits(url: string): Promise<number> {
-  const client = new pg.Client({ connectionString: url });
-  await client.connect();
-  try {
-    const { rows } = await client.query(`SELECT xact_commit::bigint AS n FROM pg_stat_database WHERE datname = current_database()`);
-    return Number(rows[0].n);
-  } finally {
-    await client.end();
-  }
-}
-
-/** Waits until backends that exited have flushed their statistics. */
-const settleStats = () => new Promise((resolve) => setTimeout(resolve, 1_500));
+type BusKind = 'durable' | 'notify-only';
 
 /** N episodes of one expectation, at most CONCURRENCY in flight, on one node with claims on. */
-async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number): Promise<{ seconds: number; commits: number }> {
+async function runEpisodes(
+  url: string,
+  expectation: 'k1' | 'k5',
+  n: number,
+  busKind: BusKind = 'durable',
+  inFlight = CONCURRENCY,
+): Promise<{ seconds: number; commits: number }> {
+  const busPool = busKind === 'notify-only' ? new pg.Pool({ connectionString: url, max: 2 }) : undefined;
   @Module({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: CONCURRENCY + 4 } }),
-      CycliumModule.forRoot({ nodeIdentity: `bench-${expectation}`, workClaims: 'postgres', jitterMs: 0, bus: 'postgres' }),
+      CycliumModule.forRoot({
+        nodeIdentity: `bench-${expectation}`,
+        workClaims: 'postgres',
+        jitterMs: 0,
+        bus: busPool ? new NotifyOnlyBus(busPool, url) : 'postgres',
+      }),
     ],
     providers: [BenchActor],
   })
@@ -67,7 +65,7 @@ async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number): Pr
   const started = performance.now();
   try {
     for (let i = 0; i < n; i++) {
-      while (i - completed >= CONCURRENCY) await new Promise<void>((resolve) => (waiting = resolve));
+      while (i - completed >= inFlight) await new Promise<void>((resolve) => (waiting = resolve));
       const result = await episodes.trigger('bench', expectation, { i });
       if (result.status !== 'started') throw new Error(`episode ${i} was ${result.status}`);
     }
@@ -77,6 +75,7 @@ async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number): Pr
   }
   const seconds = (performance.now() - started) / 1000;
   await app.close();
+  await busPool?.end();
   await settleStats();
   // Every backend of the app has exited (and flushed its statistics) once close resolves.
   return { seconds, commits: (await commits(url)) - before - 1 };
@@ -103,34 +102,41 @@ async function floor(url: string): Promise<number> {
  * (time at K = 5 − time at K = 1) / (4 × N).
  */
 export async function episodesBench(url: string): Promise<void> {
-  {
-    // Interleaved rounds (floor, K = 1, K = 5), summed: drift on a shared machine hits all three alike.
-    const k1 = { seconds: 0, commits: 0 };
-    const k5 = { seconds: 0, commits: 0 };
-    let floorSum = 0;
-    for (let round = 0; round < ROUNDS; round++) {
-      floorSum += await floor(url);
-      for (const [total, expectation] of [[k1, 'k1'], [k5, 'k5']] as const) {
-        const measured = await runEpisodes(url, expectation, N / ROUNDS);
-        total.seconds += measured.seconds;
-        total.commits += measured.commits;
-      }
+  // Interleaved rounds (floor, then each configuration), summed: drift on a shared machine hits all alike.
+  const configurations = [
+    { label: 'K=1, 16 in flight, durable bus', expectation: 'k1', bus: 'durable', inFlight: CONCURRENCY },
+    { label: 'K=1, 16 in flight, NOTIFY-only bus', expectation: 'k1', bus: 'notify-only', inFlight: CONCURRENCY },
+    { label: 'K=5, 16 in flight, durable bus', expectation: 'k5', bus: 'durable', inFlight: CONCURRENCY },
+    { label: 'K=1, 1 in flight, durable bus', expectation: 'k1', bus: 'durable', inFlight: 1 },
+    { label: 'K=1, 1 in flight, NOTIFY-only bus', expectation: 'k1', bus: 'notify-only', inFlight: 1 },
+  ] as const;
+  const totals = configurations.map(() => ({ seconds: 0, commits: 0, n: 0 }));
+  let floorSum = 0;
+  for (let round = 0; round < ROUNDS; round++) {
+    floorSum += await floor(url);
+    for (const [i, c] of configurations.entries()) {
+      const n = c.inFlight === 1 ? N / ROUNDS / 4 : N / ROUNDS;
+      const measured = await runEpisodes(url, c.expectation, n, c.bus, c.inFlight);
+      const total = totals[i] as { seconds: number; commits: number; n: number };
+      total.seconds += measured.seconds;
+      total.commits += measured.commits;
+      total.n += n;
     }
-    const floorRate = floorSum / ROUNDS;
-    const floorSecondsPerInsert = 1 / floorRate;
-    const stepSeconds = (k5.seconds - k1.seconds) / (4 * N);
-    printTable(`episodes: N = ${N.toLocaleString('en')} per K, ${CONCURRENCY} in flight, claims on, PostgresBus`, [
-      { K: 1, 'episodes/s': Math.round(N / k1.seconds), 'commits/episode': (k1.commits / N).toFixed(2), 'target ≤ K+3': 4 },
-      { K: 5, 'episodes/s': Math.round(N / k5.seconds), 'commits/episode': (k5.commits / N).toFixed(2), 'target ≤ K+3': 8 },
-    ]);
-    printTable('episodes: the cost of one step next to one bare single-row insert commit (same concurrency)', [
-      {
-        'floor inserts/s': Math.round(floorRate),
-        'floor ms/insert': (floorSecondsPerInsert * 1000).toFixed(3),
-        'marginal ms/step': (stepSeconds * 1000).toFixed(3),
-        'step / insert': `${(stepSeconds / floorSecondsPerInsert).toFixed(2)}x`,
-        target: '≤ 2x',
-      },
-    ]);
   }
+  const floorRate = floorSum / ROUNDS;
+  const floorSecondsPerInsert = 1 / floorRate;
+  printTable(`episodes: claims on, N = ${N.toLocaleString('en')} per configuration at 16 in flight (${N / 4} at 1)`, configurations.map((c, i) => {
+    const total = totals[i] as { seconds: number; commits: number; n: number };
+    return { configuration: c.label, 'episodes/s': Math.round(total.n / total.seconds), 'commits/episode': (total.commits / total.n).toFixed(2) };
+  }));
+  const [k1, , k5] = totals as [{ seconds: number; n: number }, unknown, { seconds: number; n: number }];
+  const stepSeconds = (k5.seconds / k5.n - k1.seconds / k1.n) / 4;
+  printTable('episodes: the cost of one step next to one bare single-row insert commit (16 in flight)', [
+    {
+      'floor inserts/s': Math.round(floorRate),
+      'floor ms/insert': (floorSecondsPerInsert * 1000).toFixed(3),
+      'marginal ms/step': (stepSeconds * 1000).toFixed(3),
+      'step / insert': `${(stepSeconds / floorSecondsPerInsert).toFixed(2)}x`,
+    },
+  ]);
 }

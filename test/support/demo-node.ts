@@ -5,6 +5,20 @@ import { waitFor } from './wait-for.js';
 
 const DEMO_MAIN = fileURLToPath(new URL('../../apps/demo/dist/main.js', import.meta.url));
 
+/** What a crashing node prints: an 'error' event nobody listened to, a rejection nobody handled. */
+const CRASH_MARKERS = [/Unhandled 'error' event/, /UnhandledPromiseRejection/, /unhandledRejection/, /uncaughtException/];
+
+const faults: string[] = [];
+
+/** Node processes that crashed (an error exit code, or a crash printed) since the last call (see fault-guard.ts). */
+export function takeNodeFaults(): string[] {
+  return faults.splice(0);
+}
+
+function tail(output: string): string {
+  return output.split('\n').slice(-40).join('\n');
+}
+
 export interface DemoNode {
   port: number;
   process: ChildProcess;
@@ -29,7 +43,16 @@ export async function startDemoNode(databaseUrl: string, env: Record<string, str
   let output = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  let booted = false;
+  const exited = new Promise<void>((resolve) =>
+    child.once('exit', (code, signal) => {
+      // Tests end nodes with signals (SIGTERM drains, SIGKILL crashes on purpose); a node that
+      // exits with an error code, or prints a crash, did so on its own.
+      const crashed = (code !== null && code !== 0) || CRASH_MARKERS.some((marker) => marker.test(output));
+      if (booted && crashed) faults.push(`demo node on port ${port} crashed (${signal ?? `code ${code}`}):\n${tail(output)}`);
+      resolve();
+    }),
+  );
 
   const node: DemoNode = {
     port,
@@ -54,5 +77,6 @@ export async function startDemoNode(databaseUrl: string, env: Record<string, str
     await node.stop('SIGKILL');
     throw error;
   }
+  booted = true;
   return node;
 }
