@@ -1,7 +1,8 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import { ActorHost } from './actors/actor-host.service.js';
 import { ActorRegistry } from './actors/actor-registry.service.js';
+import { ActorSlots } from './actors/actor-slots.service.js';
+import { TriggerSources } from './actors/trigger-sources.service.js';
 import { Bus } from './bus/bus.interface.js';
 import { BusLifecycle, busProvider, busTransportProvider } from './bus/bus.provider.js';
 import { EventOutbox } from './bus/event-outbox.service.js';
@@ -11,6 +12,7 @@ import { WorkClaims } from './claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
+import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { Episodes } from './episodes/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
@@ -49,8 +51,10 @@ import { CycliumStatus } from './health/cyclium-status.service.js';
     BusLifecycle,
     EventOutbox,
     ActorRegistry,
-    ActorHost,
+    ActorSlots,
+    TriggerSources,
     EpisodeStore,
+    EpisodeJournal,
     EpisodeRunner,
     Episodes,
     Findings,

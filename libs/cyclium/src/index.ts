@@ -40,13 +40,14 @@ export type {
   ClaimWriteResult,
   ExpiredClaim,
   HeldClaim,
+  InTransactionClaims,
   WorkClaimsAdapter,
 } from './claims/work-claims-adapter.interface.js';
 
 export { Actor, type ActorOptions, type OverflowPolicy } from './actors/actor.decorator.js';
 export { Expectation, type ExpectationOptions, type FilterValue, type Trigger } from './actors/expectation.decorator.js';
 export { ActorDefinitionError } from './actors/actor-definition.error.js';
-export type { DispatchResult } from './actors/actor-host.service.js';
+export type { DispatchResult } from './actors/actor-slots.service.js';
 export {
   Episodes,
   type CancelResult,
@@ -74,7 +75,7 @@ export { Outputs } from './outputs/outputs.service.js';
 export { OutputAdapter } from './outputs/output-adapter.decorator.js';
 export type { DeliveryContext, OutputDeliverer } from './outputs/output-adapter.interface.js';
 export type { OutputProposal } from './outputs/output-proposal.interface.js';
-export { Recovery, type LastSweep, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
+export { Recovery, type LastSweep, type SkipReason, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
 export type { DrainResult } from './recovery/drainer.service.js';
 export { LocalBus } from './bus/local-bus.js';
 export { PostgresBus, type PostgresBusOptions } from './bus/postgres-bus.js';

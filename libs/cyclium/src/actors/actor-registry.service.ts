@@ -3,7 +3,7 @@ import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { validateCronExpression } from 'cron';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { ActorDefinitionError } from './actor-definition.error.js';
 import { Actor, type ActorOptions } from './actor.decorator.js';
 import { Expectation, type ExpectationOptions } from './expectation.decorator.js';
@@ -140,6 +140,18 @@ export class ActorRegistry implements OnModuleInit {
       fail(`recoveryPolicy must be 'restart' or 'fail'`);
     }
     return { id, actorId, className, methodName, options, intervalMs, handler: async () => undefined };
+  }
+
+  /** The recovery policy recorded for an expectation by whichever node hosts its actor (for one hosted elsewhere). */
+  async recordedPolicy(actorId: string, expectationId: string): Promise<RecoveryPolicy | null> {
+    const { rows } = await this.database.sql.query<{ policy: string | null }>(
+      `SELECT x->>'recovery_policy' AS policy
+         FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
+        WHERE d.actor_id = $1 AND x->>'id' = $2`,
+      [actorId, expectationId],
+    );
+    const policy = rows[0]?.policy;
+    return policy === 'restart' || policy === 'fail' ? policy : null;
   }
 
   /** Recovery reads policies from here when the actor's code is not at hand (another stack, say). */

@@ -51,6 +51,15 @@ export class ClaimHold {
     this.markLost('released');
   }
 
+  /**
+   * Stops renewing without calling the claim lost: the holder is about to give the lease up
+   * itself (a drain), so the renewer must not report the missing renewal as `renew_failed`. The
+   * local deadline still applies.
+   */
+  stopRenewing(): void {
+    this.onRelease(this);
+  }
+
   get localDeadline(): number {
     return this.deadline;
   }

@@ -5,6 +5,7 @@ import type {
   ClaimWriteResult,
   ExpiredClaim,
   HeldClaim,
+  InTransactionClaims,
   WorkClaimsAdapter,
 } from './work-claims-adapter.interface.js';
 
@@ -91,10 +92,10 @@ const OWNS = prepared('claims_owns', OWNS_TEXT);
 const PROVE_OWNERSHIP = prepared('claims_prove_ownership', `${OWNS_TEXT} FOR SHARE`);
 
 /**
- * The ownership proof as a CTE named `owner` (one row while owned, held until the statement
- * commits), so a fenced write can be a single statement: `WITH owner AS (...) INSERT ... FROM owner`.
+ * The ownership proof as the body of a CTE named `owner` (one row while owned, held until the
+ * statement commits), so a fenced write can be a single statement.
  */
-export const OWNER_CTE = `owner AS (${OWNS_TEXT} FOR SHARE)`;
+const OWNER_CTE = `${OWNS_TEXT} FOR SHARE`;
 
 const RECLAIM_EXPIRED = prepared('claims_reclaim_expired', `
   SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
@@ -111,18 +112,25 @@ export class PostgresClaims implements WorkClaimsAdapter {
    * @param sql where claims are acquired and finished (the host's pool)
    * @param renewals where renewals run: a connection episode work cannot starve
    */
+  /** Claims and the host's work share one database, so they can share its transactions. */
+  readonly inTransaction: InTransactionClaims = {
+    acquire: (client, key, owner, options) => this.acquireOn(client, key, owner, options),
+    proveOwnership: async (client, key, owner, fence) => (await client.query(PROVE_OWNERSHIP([key, owner, fence]))).rowCount === 1,
+    finish: async (client, key, owner, fence, failure) =>
+      outcome(await client.query(FINISH([key, owner, failure === null ? 'done' : 'failed', failure, fence]))),
+    ownerCte: OWNER_CTE,
+  };
+
   constructor(
     private readonly sql: SqlExecutor,
     private readonly renewals: SqlExecutor = sql,
   ) {}
 
-  /** `via`: a client inside the caller's transaction, so the claim commits with the caller's write. */
-  async acquire(
-    key: string,
-    owner: string,
-    { leaseSeconds, workType }: AcquireOptions,
-    via: SqlExecutor = this.sql,
-  ): Promise<AcquireResult> {
+  acquire(key: string, owner: string, options: AcquireOptions): Promise<AcquireResult> {
+    return this.acquireOn(this.sql, key, owner, options);
+  }
+
+  private async acquireOn(via: SqlExecutor, key: string, owner: string, { leaseSeconds, workType }: AcquireOptions): Promise<AcquireResult> {
     const { rows } = await via.query<ClaimRow>(INSERT_OR_READ([key, owner, leaseSeconds, workType ?? null]));
     const row = rows[0];
     if (!row) return { status: 'busy' };
@@ -179,24 +187,6 @@ export class PostgresClaims implements WorkClaimsAdapter {
       leaseUntil: r.lease_until,
       workType: r.work_type,
     }));
-  }
-
-  /**
-   * Completes the claim on `client`, inside the transaction that proved ownership: a second
-   * connection would wait on the row this transaction holds.
-   */
-  async completeWithin(client: SqlExecutor, key: string, owner: string, fence: number): Promise<ClaimWriteResult> {
-    return outcome(await client.query(FINISH([key, owner, 'done', null, fence])));
-  }
-
-  /** Fails the claim on `client`, inside the caller's fenced transaction. */
-  async failWithin(client: SqlExecutor, key: string, owner: string, fence: number, detail: string): Promise<ClaimWriteResult> {
-    return outcome(await client.query(FINISH([key, owner, 'failed', detail, fence])));
-  }
-
-  /** Inside a transaction on `client`: true when this holder still owns the claim, which stays held until commit. */
-  async proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number): Promise<boolean> {
-    return (await client.query(PROVE_OWNERSHIP([key, owner, fence]))).rowCount === 1;
   }
 }
 

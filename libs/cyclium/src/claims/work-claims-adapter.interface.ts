@@ -36,6 +36,32 @@ export interface HeldClaim {
   fence: number;
 }
 
+import type { SqlExecutor } from '../database/sql-executor.js';
+
+/**
+ * What an adapter whose claims live in the caller's PostgreSQL database can offer: taking part in
+ * the caller's transaction on `client`, so a claim commits (or rolls back) with the work it
+ * guards, and a fenced write proves ownership in the same statement or transaction as the write.
+ *
+ * The statement contract:
+ * - `acquire` has the adapter's `acquire` semantics, run on `client`.
+ * - `proveOwnership` is the first statement of a fenced transaction: true while `owner` holds `key`
+ *   at `fence` with state `claimed` and an unexpired lease (by the database clock), and it holds
+ *   the claim row until that transaction ends (e.g. `SELECT … FOR SHARE`), so a takeover waits for
+ *   the commit and then sees its outcome.
+ * - `finish` completes (`failure` null) or fails the claim at `fence`, on `client`.
+ * - `ownerCte` is the body of a CTE named `owner` with the same meaning as `proveOwnership`: one
+ *   row while owned (held until the statement's transaction ends), none otherwise, reading `$1` key,
+ *   `$2` owner, `$3` fence. The library writes fenced statements as
+ *   `WITH owner AS (<ownerCte>) <write> … FROM owner`, its own parameters starting at `$4`.
+ */
+export interface InTransactionClaims {
+  acquire(client: SqlExecutor, key: string, owner: string, options: AcquireOptions): Promise<AcquireResult>;
+  proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number): Promise<boolean>;
+  finish(client: SqlExecutor, key: string, owner: string, fence: number, failure: string | null): Promise<ClaimWriteResult>;
+  readonly ownerCte: string;
+}
+
 /**
  * The contract every claims adapter honours: leases on dedupe keys, with fences.
  * Pass an implementation as `workClaims` to replace the shipped PostgreSQL adapter.
@@ -62,4 +88,10 @@ export interface WorkClaimsAdapter {
    * (a draining node). Without it, the gate fails each claim in turn.
    */
   releaseMany?(owner: string, keys: string[]): Promise<number>;
+  /**
+   * Present when the claims live in the host's database and can join its transactions (see
+   * InTransactionClaims). Without it, a fenced write asks `owns()` first, which cannot hold the
+   * claim until the write commits: as strong as a separate store allows.
+   */
+  readonly inTransaction?: InTransactionClaims;
 }

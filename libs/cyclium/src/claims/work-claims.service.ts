@@ -7,7 +7,6 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { ClaimHold } from './claim-hold.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
-import { OWNER_CTE, PostgresClaims } from './postgres-claims.adapter.js';
 import type {
   AcquireResult,
   ClaimGrant,
@@ -86,10 +85,8 @@ export class WorkClaims {
       leaseSeconds: options.leaseSeconds ?? this.options.workClaimsLeaseSeconds,
       workType: options.workType,
     };
-    const result =
-      client && this.adapter instanceof PostgresClaims
-        ? await this.adapter.acquire(key, owner, acquireOptions, client)
-        : await this.adapter.acquire(key, owner, acquireOptions);
+    const joined = client ? this.adapter.inTransaction : undefined;
+    const result = joined && client ? await joined.acquire(client, key, owner, acquireOptions) : await this.adapter.acquire(key, owner, acquireOptions);
     const durationMs = performance.now() - sentAt;
     if (result.status === 'acquired') {
       this.sentAt.set(result.claim, sentAt);
@@ -163,8 +160,8 @@ export class WorkClaims {
    */
   async proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number | null): Promise<boolean> {
     if (!this.adapter || fence === null) return true;
-    if (this.adapter instanceof PostgresClaims) return this.adapter.proveOwnership(client, key, owner, fence);
-    return this.adapter.owns(key, owner, fence);
+    const joined = this.adapter.inTransaction;
+    return joined ? joined.proveOwnership(client, key, owner, fence) : this.adapter.owns(key, owner, fence);
   }
 
   /**
@@ -182,8 +179,9 @@ export class WorkClaims {
     values: unknown[],
   ): Promise<QueryResult<R>> {
     const params = [claim.key, claim.owner, claim.fence, ...values];
-    if (this.adapter instanceof PostgresClaims && claim.fence !== null) {
-      return sql.query<R>({ name: `cyclium_${statement.name}_fenced`, text: `WITH ${OWNER_CTE} ${statement.body}`, values: params });
+    const joined = this.adapter?.inTransaction;
+    if (joined && claim.fence !== null) {
+      return sql.query<R>({ name: `cyclium_${statement.name}_fenced`, text: `WITH owner AS (${joined.ownerCte}) ${statement.body}`, values: params });
     }
     // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
     if (this.adapter && claim.fence !== null && !(await this.adapter.owns(claim.key, claim.owner, claim.fence))) {
@@ -215,15 +213,10 @@ export class WorkClaims {
     if (!this.adapter || fence === null) return 'ok';
     const started = performance.now();
     const adapter = this.adapter;
+    const joined = adapter.inTransaction;
     let result: ClaimWriteResult;
-    if (adapter instanceof PostgresClaims) {
-      result =
-        failure === null
-          ? await adapter.completeWithin(client, key, owner, fence)
-          : await adapter.failWithin(client, key, owner, fence, failure);
-    } else {
-      result = failure === null ? await adapter.complete(key, owner, fence) : await adapter.fail(key, owner, failure, fence);
-    }
+    if (joined) result = await joined.finish(client, key, owner, fence, failure);
+    else result = failure === null ? await adapter.complete(key, owner, fence) : await adapter.fail(key, owner, failure, fence);
     if (result === 'ok') {
       const event = failure === null ? 'work_claims.completed' : 'work_claims.failed';
       this.telemetry.emit(event, { dedupeKey: key, fence, durationMs: performance.now() - started });

@@ -1,10 +1,12 @@
 import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
+import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { errorMessage } from '../database/database-errors.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
 import { Findings } from '../findings/findings.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -20,8 +22,9 @@ import {
   NondeterministicResumeError,
 } from './episode-errors.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
-import { EpisodeStore, STEP_WRITE, claimKeyOf, type NewEpisode } from './episode-store.js';
-import { RunningEpisode, type StepRecord } from './running-episode.js';
+import { EpisodeJournal, STEP_WRITE } from './episode-journal.js';
+import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
+import { RunningEpisode, type History, type StepRecord, type StepWriteOutcome } from './running-episode.js';
 
 export type BeginResult =
   | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
@@ -29,7 +32,9 @@ export type BeginResult =
   | { status: 'busy' };
 
 /** Rolls back a begin whose claim was busy: the node then writes nothing at all. */
-class ClaimBusy extends Error {}
+class ClaimBusy extends Error {
+  override readonly name = 'ClaimBusy';
+}
 
 interface Ownership {
   key: string;
@@ -37,19 +42,32 @@ interface Ownership {
   fence: number | null;
 }
 
+export interface RunOptions {
+  resumed?: boolean;
+  /** A hold already renewing this claim (a restart handed over by recovery); otherwise one is made from the grant. */
+  hold?: ClaimHold;
+}
+
+/** Failures the library decides rather than the host's code: each gets a warning with the episode's id. */
+const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded']);
+
 /**
  * Runs one episode from its claim to its terminal status: steps fenced one statement each, then
- * the post-converge transaction. Every terminal path publishes exactly one terminal bus event; a
- * run that lost its claim writes nothing and publishes nothing (the episode is someone else's now).
+ * the post-converge transaction. Every terminal path publishes exactly one terminal event (in the
+ * same transaction as the status, with a durable bus); a run that lost its claim, or whose node
+ * is draining, writes nothing more (the episode is someone else's, or stamped for a restart).
  */
 @Injectable()
 export class EpisodeRunner implements OnModuleInit {
   private readonly logger = new Logger(EpisodeRunner.name);
   private readonly running = new Map<string, RunningEpisode>();
+  /** Stamped by the drain: whatever these runs hit from now on, they record nothing. */
+  private readonly interrupted = new Set<string>();
 
   constructor(
     private readonly database: CycliumDataSource,
     private readonly store: EpisodeStore,
+    private readonly journal: EpisodeJournal,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
     private readonly registry: ActorRegistry,
@@ -60,12 +78,13 @@ export class EpisodeRunner implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
+    // The prompt path; the durable one is the flag the next step write reads back.
     this.events.subscribe<{ episodeId: string }>(CANCEL_EVENT, (event) => {
       this.running.get(event.payload.episodeId)?.stop(new EpisodeCanceledError(event.payload.episodeId));
     });
   }
 
-  /** Episodes running on this node now. */
+  /** Episodes running on this node now, from the first moment of their run. */
   inFlight(): RunningEpisode[] {
     return [...this.running.values()];
   }
@@ -75,14 +94,25 @@ export class EpisodeRunner implements OnModuleInit {
     return this.claimWith((client) => this.store.insert(spec, client));
   }
 
-  /** Moves a queued episode of this node to running and takes its claim, in one transaction. */
-  beginQueued(id: string): Promise<BeginResult> {
-    return this.claimWith((client) => this.store.dequeue(id, this.identity.name(), client));
+  /** Takes this node's oldest queued episode of `actorId` and its claim, in one transaction; `duplicate` when none is left. */
+  beginQueued(actorId: string): Promise<BeginResult> {
+    return this.claimWith((client) => this.store.dequeue(actorId, this.identity.name(), client));
   }
 
-  /** Takes an episode recovery handed to this node (phase `recovering`) and its claim, in one transaction. */
-  beginResumed(id: string): Promise<BeginResult> {
-    return this.claimWith((client) => this.store.takeForResume(id, this.identity.name(), client));
+  /**
+   * The start of a restart recovery handed over with its claim: the episode leaves `recovering`,
+   * fenced on that claim, with its `episode.started`. Null when the claim or the episode moved on.
+   */
+  async startResumed(episode: EpisodeRow, grant: AcquireResult): Promise<EpisodeRow | null> {
+    const ownership = this.ownershipOf(episode, grant);
+    const started = await this.database.transaction(async (client) => {
+      const { rows } = await this.claims.fencedStatement(client, ownership, RESUME_START, [episode.id]);
+      if (!rows[0]) return null;
+      const row = toEpisode(rows[0]);
+      await this.events.within(client, [this.lifecycle('episode.started', row, 'running')], { wake: false });
+      return row;
+    });
+    return started;
   }
 
   /**
@@ -107,63 +137,96 @@ export class EpisodeRunner implements OnModuleInit {
 
   /** Cancels a queued episode and announces it, in one transaction; null when it was not queued any more. */
   async cancelQueued(id: string): Promise<EpisodeRow | null> {
-    const canceled = await this.database.transaction(async (client) => {
+    return this.announceWith(async (client) => {
       const episode = await this.store.cancelQueued(id, client);
-      if (!episode) return null;
-      return { episode, announce: await this.events.within(client, [this.lifecycle('episode.canceled', episode, 'canceled')]) };
+      return episode && { episode, event: this.lifecycle('episode.canceled', episode, 'canceled') };
     });
-    canceled?.announce();
-    return canceled?.episode ?? null;
+  }
+
+  /** Cancels this node's oldest queued episode of `actorId` (shedding), with its event; null when none is queued. */
+  async shedOldest(actorId: string): Promise<EpisodeRow | null> {
+    return this.announceWith(async (client) => {
+      const episode = await this.store.cancelOldestQueued(actorId, this.identity.name(), client);
+      return episode && { episode, event: this.lifecycle('episode.canceled', episode, 'canceled') };
+    });
+  }
+
+  private async announceWith(
+    write: (client: SqlExecutor) => Promise<{ episode: EpisodeRow; event: { type: string; payload: unknown } } | null>,
+  ): Promise<EpisodeRow | null> {
+    const done = await this.database.transaction(async (client) => {
+      const written = await write(client);
+      return written && { episode: written.episode, announce: await this.events.within(client, [written.event]) };
+    });
+    done?.announce();
+    return done?.episode ?? null;
+  }
+
+  /**
+   * The drain stamped these episodes for a restart elsewhere: from now on their runs record
+   * nothing, whatever they hit (a step write colliding with the drain's marker, say).
+   */
+  markInterrupted(ids: readonly string[]): void {
+    for (const id of ids) this.interrupted.add(id);
   }
 
   /** Runs the episode to its end. Never rejects: every outcome is recorded (or, when the claim is lost, left alone). */
-  async run(episode: EpisodeRow, grant: AcquireResult, options: { resumed?: boolean } = {}): Promise<void> {
+  async run(episode: EpisodeRow, grant: AcquireResult, options: RunOptions = {}): Promise<void> {
     const resumed = options.resumed ?? false;
-    const ownership: Ownership = {
-      key: claimKeyOf(episode),
-      owner: this.identity.name(),
-      fence: grant.status === 'acquired' ? grant.claim.fence : null,
-    };
-    const hold = this.claims.hold(ownership.key, grant);
-    let context: RunningEpisode | undefined;
+    const ownership = this.ownershipOf(episode, grant);
+    const hold = options.hold ?? this.claims.hold(ownership.key, grant);
+    const expectation = this.registry.expectation(episode.actorId, episode.expectationId);
+    const context = new RunningEpisode({
+      episode,
+      trigger: episode.triggerRef as unknown as EpisodeTrigger,
+      fence: ownership.fence,
+      resumed,
+      hold,
+      history: resumed ? this.history(episode.id) : { checkpoints: new Map(), nextJournalNo: 1 },
+      budget: expectation?.options.budget,
+      writeStep: (record) => this.writeStep(episode, ownership, record),
+    });
+    this.running.set(episode.id, context);
     try {
-      const expectation = this.registry.expectation(episode.actorId, episode.expectationId);
       if (!expectation) {
         throw Object.assign(new Error(`no actor ${episode.actorId} with expectation ${episode.expectationId} on this node`), {
           errorClass: 'unknown_actor',
         });
       }
-      context = new RunningEpisode({
-        episode,
-        trigger: episode.triggerRef as unknown as EpisodeTrigger,
-        fence: ownership.fence,
-        resumed,
-        hold,
-        checkpoints: resumed ? await this.store.checkpoints(episode.id) : new Map(),
-        firstJournalNo: resumed ? await this.store.nextJournalNo(episode.id) : 1,
-        budget: expectation.options.budget,
-        writeStep: (record) => this.writeStep(episode, ownership, record),
-      });
-      this.running.set(episode.id, context);
       this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', this.describe(episode));
-
+      context.throwIfAborted();
       const result = (await expectation.handler(context)) as Convergence | undefined;
       context.throwIfAborted();
       await this.converge(episode, ownership, result ?? {});
     } catch (error) {
-      const cause = context?.signal.aborted ? (context.signal.reason as unknown) : error;
+      const cause = context.signal.aborted ? (context.signal.reason as unknown) : error;
       await this.settle(episode, ownership, cause).catch((e: unknown) =>
-        this.logger.error(`could not record the end of episode ${episode.id}: ${String(e)}`),
+        this.logger.error(`could not record the end of episode ${episode.id}: ${errorMessage(e)}`),
       );
     } finally {
       this.running.delete(episode.id);
+      this.interrupted.delete(episode.id);
       hold.release();
     }
   }
 
-  private async writeStep(episode: EpisodeRow, ownership: Ownership, record: StepRecord): Promise<boolean> {
+  private history(id: string): Promise<History> {
+    const loaded = Promise.all([this.journal.checkpoints(id), this.journal.nextPosition(id)]).then(([checkpoints, nextJournalNo]) => ({
+      checkpoints,
+      nextJournalNo,
+    }));
+    // Read by the first step; a method that takes no step must not leave its failure unhandled.
+    loaded.catch(() => undefined);
+    return loaded;
+  }
+
+  private ownershipOf(episode: EpisodeRow, grant: AcquireResult): Ownership {
+    return { key: claimKeyOf(episode), owner: this.identity.name(), fence: grant.status === 'acquired' ? grant.claim.fence : null };
+  }
+
+  private async writeStep(episode: EpisodeRow, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
     const result = JSON.stringify({ v: record.result ?? null });
-    const { rows } = await this.claims.fencedStatement<{ written: number }>(this.database.sql, ownership, STEP_WRITE, [
+    const { rows } = await this.claims.fencedStatement<{ written: number; cancel_requested: boolean }>(this.database.sql, ownership, STEP_WRITE, [
       episode.id,
       record.journalNo,
       record.name,
@@ -171,7 +234,8 @@ export class EpisodeRunner implements OnModuleInit {
       record.durationMs,
       record.stepNo,
     ]);
-    return rows[0]?.written === 1;
+    if (rows[0]?.written !== 1) return 'not_owner';
+    return rows[0].cancel_requested ? 'cancel_requested' : 'written';
   }
 
   /**
@@ -184,14 +248,9 @@ export class EpisodeRunner implements OnModuleInit {
       if (!(await this.claims.proveOwnership(client, ownership.key, ownership.owner, ownership.fence))) return null;
       await this.findings.persist(client, episode, result.findings ?? []);
       const outputs = await this.outputs.insert(client, episode, result.outputs ?? []);
-      const updated = await client.query(
-        `UPDATE cyclium_episodes
-            SET status = $2, summary = $3, classification = $4::jsonb, phase = NULL, finished_at = now(), updated_at = now()
-          WHERE id = $1 AND status = 'running'`,
-        [episode.id, status, result.summary ?? null, result.classification === undefined ? null : JSON.stringify(result.classification)],
-      );
-      if (updated.rowCount !== 1) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
-      await client.query(`DELETE FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [episode.id]);
+      const outcome = { status, summary: result.summary ?? null, classification: result.classification };
+      if (!(await this.store.complete(client, episode.id, outcome))) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
+      await this.journal.clearCheckpoints(client, episode.id);
       await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
       const announce = await this.events.within(client, [this.lifecycle('episode.completed', episode, status)]);
       return { outputs, announce };
@@ -204,23 +263,18 @@ export class EpisodeRunner implements OnModuleInit {
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
   private async settle(episode: EpisodeRow, ownership: Ownership, cause: unknown): Promise<void> {
+    // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
+    if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) return;
     if (cause instanceof ClaimLostError) {
       this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${cause.message}`);
       this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: cause.message });
       return;
     }
-    if (cause instanceof EpisodeInterruptedError) return; // the drainer already stamped it
     const [status, errorClass, detail] = classify(cause);
     const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
     const announce = await this.database.transaction<Announce | null>(async (client) => {
       if (!(await this.claims.proveOwnership(client, ownership.key, ownership.owner, ownership.fence))) return null;
-      const updated = await client.query(
-        `UPDATE cyclium_episodes
-            SET status = $2, error_class = $3, error_detail = $4, phase = NULL, finished_at = now(), updated_at = now()
-          WHERE id = $1 AND status = 'running'`,
-        [episode.id, status, errorClass, detail],
-      );
-      if (updated.rowCount !== 1) return null;
+      if (!(await this.store.fail(client, episode.id, { status, errorClass, detail }))) return null;
       if (status === 'canceled') await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
       else await this.claims.failWithin(client, ownership.key, ownership.owner, ownership.fence, `${errorClass}: ${detail}`);
       return this.events.within(client, [this.lifecycle(event, episode, status, { errorClass })]);
@@ -231,6 +285,9 @@ export class EpisodeRunner implements OnModuleInit {
       return;
     }
     announce();
+    if (DECIDED.has(errorClass)) {
+      this.logger.warn(`episode ${episode.id} (${episode.actorId}.${episode.expectationId}) failed as ${errorClass}: ${detail.split('\n')[0]}`);
+    }
     this.telemetry.emit(event, { ...this.describe(episode), errorClass });
   }
 

@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import type { FencedStatement } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
 import type { EpisodeStatus } from './episode.entity.js';
@@ -18,9 +19,39 @@ export interface NewEpisode {
   workflowStepId?: string | null;
 }
 
-export interface Checkpoint {
-  name: string;
-  state: unknown;
+/** A row written as it is, for seeding and tests (`Episodes.create`). */
+export interface SeedEpisode {
+  actorId: string;
+  expectationId: string;
+  triggerType: EpisodeTrigger['type'];
+  payload: unknown;
+  status: EpisodeStatus;
+  dedupeKey: string | null;
+  ownerNode: string | null;
+  maxAttempts: number;
+  sourceStack: string | null;
+  sourceEnv: string | null;
+  /** null: the database clock, when the row is running. */
+  startedAt: Date | null;
+}
+
+export interface EpisodePage {
+  actorId?: string;
+  status?: EpisodeStatus;
+  limit: number;
+  /** `[inserted_at as the database prints it, id]` of the last row of the previous page. */
+  after?: [string, string];
+}
+
+/** Where recovery looks, and what it must leave alone. */
+export interface CandidateScope {
+  stack: string | null;
+  env: string | null;
+  staleAfterMs: number;
+  /** A node whose beat is older than this counts as gone. */
+  goneAfterMs: number;
+  /** With claims on, a claim decides whether a waiting restart is still protected. */
+  claimsOn: boolean;
 }
 
 const INSERT = prepared(
@@ -34,23 +65,73 @@ const INSERT = prepared(
    RETURNING *`,
 );
 
+/** The next queued episode of one actor on one node, oldest first, moved to running; the conditional update loses to a concurrent cancel. */
+const DEQUEUE = prepared(
+  'episodes_dequeue',
+  `UPDATE cyclium_episodes SET status = 'running', started_at = now(), updated_at = now()
+    WHERE id = (SELECT id FROM cyclium_episodes
+                 WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
+                 ORDER BY queued_at, id LIMIT 1)
+      AND status = 'queued'
+   RETURNING *`,
+);
+
 /**
- * The rest of a fenced `WITH owner AS (...)` statement (see WorkClaims.fencedStatement): one
- * journal row and one checkpoint, written only while the claim is owned, as one commit.
+ * The first write of a restarted run, fenced (continues `WITH owner AS (...)`, see
+ * WorkClaims.fencedStatement): it leaves phase `recovering` only while the handed-over claim is
+ * still this node's.
  */
-export const STEP_WRITE = {
-  name: 'episodes_step_write',
-  body: `,
-  journal AS (
-    INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref, duration_ms)
-    SELECT $4, $5, 'step', $6, $7::jsonb, $8 FROM owner RETURNING 1
-  ),
-  checkpoint AS (
-    INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state)
-    SELECT $4, $9, $6, $7::jsonb FROM owner RETURNING 1
-  )
-  SELECT count(*)::int AS written FROM journal`,
+export const RESUME_START: FencedStatement = {
+  name: 'episodes_resume_start',
+  body: `
+  UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
+    FROM owner
+   WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering' AND owner_node = $2
+  RETURNING cyclium_episodes.*`,
 };
+
+/**
+ * Running episodes nobody is working on: stamped `interrupted` by a drain, or with a journal (or
+ * start) quieter than `staleAfterMs` by the database clock. A restart waiting for a slot
+ * (`recovering`) on a node that is alive is left alone — with claims on, only while its claim is
+ * live, so a restart whose node lost the claim (an outage, say) becomes recoverable again.
+ */
+export const CANDIDATES = `
+  SELECT e.* FROM cyclium_episodes e
+   WHERE e.status = 'running'
+     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
+     AND e.source_env IS NOT DISTINCT FROM $2
+     AND (e.phase = 'interrupted'
+          OR coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
+                      e.started_at, e.inserted_at) < now() - make_interval(secs => $3::double precision / 1000))
+     AND NOT (e.phase = 'recovering'
+              AND EXISTS (SELECT 1 FROM cyclium_nodes n
+                           WHERE n.node_identity = e.owner_node
+                             AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
+              AND (NOT $5::boolean
+                   OR EXISTS (SELECT 1 FROM cyclium_work_claims c
+                               WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+                                 AND c.state = 'claimed' AND c.lease_until > now())))
+   LIMIT 500`;
+
+/** Queued episodes of actors this node hosts whose node stopped beating (or deregistered when it drained). */
+const ORPHANED_QUEUED = `
+  SELECT e.* FROM cyclium_episodes e
+   WHERE e.status = 'queued'
+     AND e.actor_id = ANY($5::text[])
+     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
+     AND e.source_env IS NOT DISTINCT FROM $2
+     AND e.owner_node IS DISTINCT FROM $4
+     AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
+                      WHERE n.node_identity = e.owner_node
+                        AND n.last_seen_at > now() - make_interval(secs => $3::double precision / 1000))
+   LIMIT 500`;
+
+/** Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. */
+const TAKE = `
+  UPDATE cyclium_episodes SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now()
+   WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
+  RETURNING *`;
 
 /** Maps a `cyclium_episodes` row as pg returns it onto the entity's shape. */
 export function toEpisode(row: Record<string, unknown>): EpisodeRow {
@@ -78,17 +159,24 @@ export function toEpisode(row: Record<string, unknown>): EpisodeRow {
     finishedAt: row.finished_at as Date | null,
     queuedAt: row.queued_at as Date | null,
     archivedAt: row.archived_at as Date | null,
+    cancelRequestedAt: (row.cancel_requested_at as Date | null | undefined) ?? null,
     insertedAt: row.inserted_at as Date,
     updatedAt: row.updated_at as Date,
   };
 }
+
+const one = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);
 
 /** The claim key of an episode: its dedupe key, or its id when it has none. */
 export function claimKeyOf(episode: Pick<EpisodeRow, 'id' | 'dedupeKey'>): string {
   return episode.dedupeKey ?? `episode:${episode.id}`;
 }
 
-/** Raw SQL for episode rows: inserts, status moves, the journal's reads. */
+/**
+ * Every statement on cyclium_episodes: inserts, the queue, status moves, recovery's candidates
+ * and takes, the drain's stamp. `via` is a client inside the caller's transaction where the write
+ * must commit with others; the pool otherwise.
+ */
 @Injectable()
 export class EpisodeStore {
   constructor(private readonly database: CycliumDataSource) {}
@@ -111,59 +199,184 @@ export class EpisodeStore {
         spec.workflowStepId ?? null,
       ]),
     );
-    return rows[0] ? toEpisode(rows[0]) : null;
+    return one(rows);
   }
 
-  /** Moves a queued episode to running on this node; null when it is no longer queued (canceled, say). */
-  async dequeue(id: string, owner: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
-    const { rows } = await via.query(
-      `UPDATE cyclium_episodes SET status = 'running', owner_node = $2, started_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'queued' RETURNING *`,
-      [id, owner],
+  /** Writes a row as given; `started_at` defaults to the database clock (rule 1) for a running row. */
+  async seed(spec: SeedEpisode): Promise<EpisodeRow> {
+    const { rows } = await this.database.sql.query(
+      `INSERT INTO cyclium_episodes
+         (actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
+          source_stack, source_env, started_at, queued_at)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+               coalesce($11, CASE WHEN $6 = 'running' THEN now() END), CASE WHEN $6 = 'queued' THEN now() END)
+       RETURNING *`,
+      [
+        spec.actorId,
+        spec.expectationId,
+        spec.triggerType,
+        JSON.stringify({ type: spec.triggerType, payload: spec.payload }),
+        spec.dedupeKey,
+        spec.status,
+        spec.ownerNode,
+        spec.maxAttempts,
+        spec.sourceStack,
+        spec.sourceEnv,
+        spec.startedAt,
+      ],
     );
-    return rows[0] ? toEpisode(rows[0]) : null;
+    return toEpisode(rows[0] as Record<string, unknown>);
   }
 
-  /** Takes a recovered episode (phase `recovering`) for this node's restart; null when it moved on. */
-  async takeForResume(id: string, owner: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
-    const { rows } = await via.query(
-      `UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
-        WHERE id = $1 AND status = 'running' AND phase = 'recovering' RETURNING *`,
-      [id, owner],
+  /** Takes this node's oldest queued episode of `actorId` and moves it to running; null when none is left. */
+  async dequeue(actorId: string, owner: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
+    return one((await via.query(DEQUEUE([owner, actorId]))).rows);
+  }
+
+  /** The actors with episodes waiting in this node's queue (a node back under the same identity has a backlog). */
+  async actorsWithQueued(owner: string): Promise<string[]> {
+    const { rows } = await this.database.sql.query<{ actor_id: string }>(
+      `SELECT DISTINCT actor_id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1`,
+      [owner],
     );
-    return rows[0] ? toEpisode(rows[0]) : null;
+    return rows.map((r) => r.actor_id);
+  }
+
+  /** How many episodes of `actorId` wait in this node's queue. */
+  async queuedCount(actorId: string, owner: string): Promise<number> {
+    const { rows } = await this.database.sql.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2`,
+      [owner, actorId],
+    );
+    return rows[0]?.n ?? 0;
+  }
+
+  /** The oldest queued episode of `actorId` on this node, canceled; null when there is none. */
+  async cancelOldestQueued(actorId: string, owner: string, via: SqlExecutor): Promise<EpisodeRow | null> {
+    const { rows } = await via.query(
+      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
+        WHERE id = (SELECT id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
+                     ORDER BY queued_at, id LIMIT 1)
+          AND status = 'queued'
+       RETURNING *`,
+      [owner, actorId],
+    );
+    return one(rows);
   }
 
   /** Cancels a queued episode; null when it was not queued any more. */
   async cancelQueued(id: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
     const { rows } = await via.query(
-      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
+      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
+              cancel_requested_at = coalesce(cancel_requested_at, now())
         WHERE id = $1 AND status = 'queued' RETURNING *`,
       [id],
     );
-    return rows[0] ? toEpisode(rows[0]) : null;
+    return one(rows);
+  }
+
+  /** Marks a running (or waiting) episode for cancellation; null when it is not running. */
+  async requestCancel(id: string): Promise<EpisodeRow | null> {
+    const { rows } = await this.database.sql.query(
+      `UPDATE cyclium_episodes SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
+        WHERE id = $1 AND status IN ('running', 'blocked') RETURNING *`,
+      [id],
+    );
+    return one(rows);
+  }
+
+  /** The terminal write of a converged run, inside its post-converge transaction; false when the row moved on. */
+  async complete(
+    client: SqlExecutor,
+    id: string,
+    outcome: { status: EpisodeStatus; summary: string | null; classification: unknown },
+  ): Promise<boolean> {
+    const { rowCount } = await client.query(
+      `UPDATE cyclium_episodes
+          SET status = $2, summary = $3, classification = $4::jsonb, phase = NULL, finished_at = now(), updated_at = now()
+        WHERE id = $1 AND status = 'running'`,
+      [id, outcome.status, outcome.summary, outcome.classification === undefined ? null : JSON.stringify(outcome.classification)],
+    );
+    return rowCount === 1;
+  }
+
+  /**
+   * The terminal write of a run that did not converge, inside its fenced transaction. `recovering`
+   * narrows it to an episode recovery took and still holds (a failed orphan).
+   */
+  async fail(
+    client: SqlExecutor,
+    id: string,
+    outcome: { status: Extract<EpisodeStatus, 'failed' | 'canceled'>; errorClass: string; detail: string },
+    recovering = false,
+  ): Promise<boolean> {
+    const { rowCount } = await client.query(
+      `UPDATE cyclium_episodes
+          SET status = $2, error_class = $3, error_detail = $4, phase = NULL, finished_at = now(), updated_at = now()
+        WHERE id = $1 AND status = 'running' AND (NOT $5::boolean OR phase = 'recovering')`,
+      [id, outcome.status, outcome.errorClass, outcome.detail, recovering],
+    );
+    return rowCount === 1;
   }
 
   async get(id: string): Promise<EpisodeRow | null> {
-    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id]);
-    return rows[0] ? toEpisode(rows[0]) : null;
+    return one((await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows);
   }
 
-  /** Checkpointed step results by step number, for a resumed run. */
-  async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
-    const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: { v?: unknown } }>(
-      `SELECT checkpoint_no, phase, state FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
-      [id],
+  /** Newest first, by keyset; returns one row more than asked when there is a next page. */
+  async page(query: EpisodePage): Promise<Array<{ episode: EpisodeRow; cursorAt: string }>> {
+    const [afterAt, afterId] = query.after ?? [null, null];
+    const { rows } = await this.database.sql.query(
+      // The cursor keeps inserted_at as the database prints it: a JS Date would drop the
+      // microseconds and skip rows inserted within the same millisecond.
+      `SELECT *, inserted_at::text AS cursor_at FROM cyclium_episodes
+        WHERE ($1::text IS NULL OR actor_id = $1) AND ($2::text IS NULL OR status = $2)
+          AND ($3::timestamptz IS NULL OR (inserted_at, id) < ($3::timestamptz, $4::uuid))
+        ORDER BY inserted_at DESC, id DESC
+        LIMIT $5`,
+      [query.actorId ?? null, query.status ?? null, afterAt, afterId, query.limit + 1],
     );
-    return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: r.state?.v }]));
+    return rows.map((r: Record<string, unknown>) => ({ episode: toEpisode(r), cursorAt: r.cursor_at as string }));
   }
 
-  /** The next free journal position (markers such as `resumed` take positions too). */
-  async nextJournalNo(id: string): Promise<number> {
-    const { rows } = await this.database.sql.query<{ next: number }>(
-      `SELECT coalesce(max(step_no), 0)::int + 1 AS next FROM cyclium_episode_steps WHERE episode_id = $1`,
-      [id],
+  // ── recovery ──────────────────────────────────────────────────────────────────────────────────
+
+  async candidates(scope: CandidateScope): Promise<EpisodeRow[]> {
+    const { rows } = await this.database.sql.query(CANDIDATES, [scope.stack, scope.env, scope.staleAfterMs, scope.goneAfterMs, scope.claimsOn]);
+    return rows.map(toEpisode);
+  }
+
+  /** Takes a candidate for this node's recovery, on the state it was read in; null when another node got there. */
+  async take(client: SqlExecutor, candidate: EpisodeRow, owner: string): Promise<EpisodeRow | null> {
+    return one((await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner])).rows);
+  }
+
+  async orphanedQueued(scope: Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>, owner: string, hostedActors: string[]): Promise<EpisodeRow[]> {
+    const { rows } = await this.database.sql.query(ORPHANED_QUEUED, [scope.stack, scope.env, scope.goneAfterMs, owner, hostedActors]);
+    return rows.map(toEpisode);
+  }
+
+  /** Moves a queued episode of a gone node into this node's queue; null when it moved on. */
+  async adopt(episode: EpisodeRow, owner: string): Promise<EpisodeRow | null> {
+    const { rows } = await this.database.sql.query(
+      `UPDATE cyclium_episodes SET owner_node = $3, updated_at = now()
+        WHERE id = $1 AND status = 'queued' AND owner_node IS NOT DISTINCT FROM $2 RETURNING *`,
+      [episode.id, episode.ownerNode, owner],
     );
-    return rows[0].next;
+    return one(rows);
+  }
+
+  // ── drain ─────────────────────────────────────────────────────────────────────────────────────
+
+  /** Stamps running episodes `interrupted`, so peers restart them without waiting for staleness. */
+  async stampInterrupted(ids: readonly string[]): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const { rows } = await this.database.sql.query<{ id: string }>(
+      `UPDATE cyclium_episodes SET phase = 'interrupted', updated_at = now()
+        WHERE id = ANY($1::uuid[]) AND status = 'running'
+       RETURNING id`,
+      [ids],
+    );
+    return rows.map((r) => r.id);
   }
 }

@@ -73,6 +73,10 @@ export class CycliumEpisode {
   @Column({ name: 'archived_at', type: 'timestamptz', nullable: true })
   archivedAt: Date | null;
 
+  /** Set by `Episodes.cancel`: the running node stops before its next step. */
+  @Column({ name: 'cancel_requested_at', type: 'timestamptz', nullable: true })
+  cancelRequestedAt: Date | null;
+
   @Column({ name: 'inserted_at', type: 'timestamptz' })
   insertedAt: Date;
 

@@ -1,9 +1,9 @@
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { ExpectationOptions } from '../actors/expectation.decorator.js';
-import { BudgetExceededError, NondeterministicResumeError } from './episode-errors.js';
+import { BudgetExceededError, EpisodeCanceledError, NondeterministicResumeError } from './episode-errors.js';
 import type { EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episode-context.interface.js';
-import type { Checkpoint } from './episode-store.js';
+import type { Checkpoint } from './episode-journal.js';
 
 export interface StepRecord {
   stepNo: number;
@@ -13,20 +13,33 @@ export interface StepRecord {
   durationMs: number;
 }
 
+/** What a fenced step write found: written (and whether a cancel is pending), or the claim is gone. */
+export type StepWriteOutcome = 'written' | 'cancel_requested' | 'not_owner';
+
+/** Where a resumed run picks up: the checkpointed results and the next free journal position. */
+export interface History {
+  checkpoints: Map<number, Checkpoint>;
+  nextJournalNo: number;
+}
+
 export interface RunningEpisodeDeps {
   episode: EpisodeRow;
   trigger: EpisodeTrigger;
   fence: number | null;
   resumed: boolean;
   hold: ClaimHold;
-  checkpoints: Map<number, Checkpoint>;
-  firstJournalNo: number;
+  /** Loaded while the method starts; a fresh run has none. */
+  history: Promise<History> | History;
   budget: ExpectationOptions['budget'];
-  /** Writes the step's journal row and checkpoint, fenced; false when the claim is no longer ours. */
-  writeStep: (record: StepRecord) => Promise<boolean>;
+  writeStep: (record: StepRecord) => Promise<StepWriteOutcome>;
 }
 
-/** One episode in flight on this node: the context its method receives, and the handle to stop it. */
+const FRESH: History = { checkpoints: new Map(), nextJournalNo: 1 };
+
+/**
+ * One episode in flight on this node: the context its method receives, and the handle to stop it.
+ * It exists from the first moment of the run, so a drain that looks at this node sees it.
+ */
 export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   readonly episode: EpisodeRow;
   readonly trigger: EpisodeTrigger<P>;
@@ -36,15 +49,25 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   private readonly controller = new AbortController();
   private readonly startedAt = performance.now();
   private stepNo = 0;
-  private journalNo: number;
+  private journalNo: number | undefined;
+  private history: History | undefined;
 
   constructor(private readonly deps: RunningEpisodeDeps) {
     this.episode = deps.episode;
     this.trigger = deps.trigger as EpisodeTrigger<P>;
     this.fence = deps.fence;
     this.resumed = deps.resumed;
-    this.journalNo = deps.firstJournalNo;
     this.signal = AbortSignal.any([deps.hold.signal, this.controller.signal]);
+    if (deps.episode.cancelRequestedAt) this.stop(new EpisodeCanceledError(deps.episode.id));
+  }
+
+  /** The drain gives this claim up itself: stop renewing it, quietly. */
+  stopRenewing(): void {
+    this.deps.hold.stopRenewing();
+  }
+
+  get claimKey(): string {
+    return this.deps.hold.key;
   }
 
   /** Stops the episode before its next step (cancel, drain). The first reason wins. */
@@ -74,30 +97,33 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
 
   async step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T> {
     this.throwIfStopped();
+    this.history ??= this.deps.resumed ? await this.deps.history : FRESH;
+    this.throwIfStopped();
     const stepNo = ++this.stepNo;
-    const recorded = this.deps.checkpoints.get(stepNo);
+    const recorded = this.history.checkpoints.get(stepNo);
     if (recorded) {
       if (recorded.name !== name) {
-        throw new NondeterministicResumeError(
-          `step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`,
-        );
+        throw new NondeterministicResumeError(`step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`);
       }
       return recorded.state as T;
     }
     const started = performance.now();
     const result = await fn({ stepNo, idempotencyKey: `${this.episode.id}:${stepNo}`, signal: this.signal });
-    const written = await this.deps.writeStep({
+    this.journalNo ??= this.history.nextJournalNo;
+    const outcome = await this.deps.writeStep({
       stepNo,
       journalNo: this.journalNo++,
       name,
       result,
       durationMs: Math.round(performance.now() - started),
     });
-    if (!written) {
+    if (outcome === 'not_owner') {
       const lost = new ClaimLostError(this.deps.hold.key, this.fence, 'not_owner');
       this.stop(lost);
       throw lost;
     }
+    // The step is recorded; the cancel takes effect before the next one.
+    if (outcome === 'cancel_requested') this.stop(new EpisodeCanceledError(this.episode.id));
     return result;
   }
 }

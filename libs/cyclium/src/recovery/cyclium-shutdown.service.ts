@@ -1,8 +1,10 @@
-import { Inject, Injectable, type BeforeApplicationShutdown } from '@nestjs/common';
-import { ActorHost } from '../actors/actor-host.service.js';
+import { Inject, Injectable, Logger, type BeforeApplicationShutdown } from '@nestjs/common';
+import { ActorSlots } from '../actors/actor-slots.service.js';
+import { TriggerSources } from '../actors/trigger-sources.service.js';
 import type { Bus } from '../bus/bus.interface.js';
-import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import { LeaseRenewer } from '../claims/lease-renewer.service.js';
+import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
+import { errorMessage } from '../database/database-errors.js';
 import { NodeRegistry } from '../identity/node-registry.service.js';
 import { Drainer } from './drainer.service.js';
 import { Recovery } from './recovery.service.js';
@@ -19,10 +21,12 @@ const ignore = () => undefined;
  */
 @Injectable()
 export class CycliumShutdown implements BeforeApplicationShutdown {
+  private readonly logger = new Logger('Cyclium');
   private done: Promise<void> | undefined;
 
   constructor(
-    private readonly host: ActorHost,
+    private readonly triggers: TriggerSources,
+    private readonly slots: ActorSlots,
     private readonly recovery: Recovery,
     private readonly drainer: Drainer,
     private readonly registry: NodeRegistry,
@@ -42,16 +46,28 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
 
   private async shutdown(): Promise<void> {
     for (const signal of SIGNALS) process.on(signal, ignore);
+    const flushable = this.bus as Bus & { flushPending?: () => Promise<void> };
     try {
-      await this.host.stopTriggers();
-      await this.recovery.stop();
-      await this.drainer.drain();
-      const flushable = this.bus as Bus & { flushPending?: () => Promise<void> };
-      await flushable.flushPending?.();
-      await this.registry.deregister();
-      await this.renewer.stop();
+      // Each step runs whatever the previous one did: one failing statement must not skip the rest.
+      await this.step('stop the triggers', async () => {
+        this.slots.stopAccepting();
+        await this.triggers.stop();
+      });
+      await this.step('stop recovery sweeps', () => this.recovery.stop());
+      await this.step('drain', () => this.drainer.drain());
+      await this.step('flush the bus', async () => flushable.flushPending?.());
+      await this.step('deregister the node', () => this.registry.deregister());
+      await this.step('stop renewing claims', () => this.renewer.stop());
     } finally {
       for (const signal of SIGNALS) process.removeListener(signal, ignore);
+    }
+  }
+
+  private async step(what: string, run: () => Promise<unknown>): Promise<void> {
+    try {
+      await run();
+    } catch (error) {
+      this.logger.error(`shutdown: could not ${what}: ${errorMessage(error)}; carrying on`);
     }
   }
 }

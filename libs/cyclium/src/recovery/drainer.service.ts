@@ -1,11 +1,12 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { ActorHost } from '../actors/actor-host.service.js';
+import { ActorSlots } from '../actors/actor-slots.service.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { errorMessage } from '../database/database-errors.js';
 import { EpisodeInterruptedError } from '../episodes/episode-errors.js';
+import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
-import { claimKeyOf } from '../episodes/episode-store.js';
+import { EpisodeStore, claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -15,24 +16,15 @@ export interface DrainResult {
   killed: number;
 }
 
-const STAMP = `
-  UPDATE cyclium_episodes SET phase = 'interrupted', updated_at = now()
-   WHERE id = ANY($1::uuid[]) AND status = 'running'
-  RETURNING id`;
-
-const MARK_INTERRUPTED = `
-  INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
-  SELECT s.id,
-         coalesce((SELECT max(j.step_no) FROM cyclium_episode_steps j WHERE j.episode_id = s.id), 0) + 1,
-         'observation', 'interrupted', jsonb_build_object('event', 'interrupted', 'node', $2::text)
-    FROM unnest($1::uuid[]) AS s (id)`;
-
 /**
- * Rule 7, on shutdown: write first, then stop. Stamps every episode this node runs (or holds for a
- * restart) `interrupted`, releases their claims and journals one marker each — three statements,
- * whatever the number — then aborts the tasks and waits up to `episodeShutdownMs`. Releasing the
- * claims first means a task still mid-step can no longer write: its fenced write finds the lease
- * gone. Peers restart stamped episodes at their next sweep, without waiting for staleness.
+ * Rule 7, on shutdown: write first, then stop. Once every start under way has launched (so no
+ * episode begun here escapes), it stamps every episode this node runs or holds for a restart
+ * `interrupted`, releases their claims and journals one marker each — three statements, whatever
+ * the number — then aborts the tasks and waits up to `episodeShutdownMs`. Releasing the claims
+ * first means a task still mid-step can no longer write: its fenced write finds the lease gone.
+ * The renewer stops renewing those claims before they are released, so a clean drain reports no
+ * `renew_failed`. A statement that fails is logged and the drain goes on: the rest of the shutdown
+ * must still happen. Peers restart stamped episodes at their next sweep, without waiting for staleness.
  */
 @Injectable()
 export class Drainer {
@@ -40,9 +32,10 @@ export class Drainer {
   private draining: Promise<DrainResult> | undefined;
 
   constructor(
-    private readonly database: CycliumDataSource,
+    private readonly store: EpisodeStore,
+    private readonly journal: EpisodeJournal,
     private readonly runner: EpisodeRunner,
-    private readonly host: ActorHost,
+    private readonly slots: ActorSlots,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
     private readonly telemetry: CycliumTelemetry,
@@ -57,15 +50,23 @@ export class Drainer {
 
   private async drainOnce(): Promise<DrainResult> {
     const me = this.identity.name();
+    this.slots.stopAccepting();
+    await this.slots.startsSettled();
     const running = this.runner.inFlight();
-    const ids = [...running.map((r) => r.episode.id), ...this.host.pendingResumes()];
-    let stamped = 0;
+    const waiting = this.slots.takeWaitingRestarts();
+    const ids = [...running.map((r) => r.episode.id), ...waiting.map((w) => w.episode.id)];
+    this.runner.markInterrupted(ids);
+
+    let stamped: string[] = [];
     if (ids.length > 0) {
-      const { rows } = await this.database.sql.query<{ id: string }>(STAMP, [ids]);
-      stamped = rows.length;
-      await this.claims.releaseAll(running.map((r) => claimKeyOf(r.episode)), me);
-      await this.database.sql.query(MARK_INTERRUPTED, [rows.map((r) => r.id), me]);
+      stamped = await this.attempt('stamp the running episodes interrupted', () => this.store.stampInterrupted(ids), []);
+      for (const episode of running) episode.stopRenewing();
+      for (const restart of waiting) restart.hold.stopRenewing();
+      const keys = [...running.map((r) => r.claimKey), ...waiting.map((w) => claimKeyOf(w.episode))];
+      await this.attempt('release their claims', () => this.claims.releaseAll(keys, me), 0);
+      await this.attempt('journal their interrupted markers', () => this.journal.mark(stamped, 'interrupted', { node: me }), []);
     }
+    for (const restart of waiting) restart.hold.release();
     for (const episode of running) episode.stop(new EpisodeInterruptedError(episode.episode.id));
     for (const episode of running) {
       this.telemetry.emit('episode.interrupted', {
@@ -76,10 +77,19 @@ export class Drainer {
     }
 
     const window = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), this.options.episodeShutdownMs).unref());
-    await Promise.race([this.host.idle(), window]);
+    await Promise.race([this.slots.idle(), window]);
     const killed = this.runner.inFlight().length;
     if (killed > 0) this.logger.warn(`${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to be killed with the process (already stamped)`);
-    this.telemetry.emit('drain.completed', { stamped, killed });
-    return { stamped, killed };
+    this.telemetry.emit('drain.completed', { stamped: stamped.length, killed });
+    return { stamped: stamped.length, killed };
+  }
+
+  private async attempt<T>(what: string, statement: () => Promise<T>, fallback: T): Promise<T> {
+    try {
+      return await statement();
+    } catch (error) {
+      this.logger.error(`drain: could not ${what}: ${errorMessage(error)}; carrying on with the shutdown`);
+      return fallback;
+    }
   }
 }

@@ -1,15 +1,17 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
-import { ActorHost } from '../actors/actor-host.service.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { ActorSlots } from '../actors/actor-slots.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
+import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { OutageLog, errorMessage } from '../database/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
+import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
-import { claimKeyOf, toEpisode } from '../episodes/episode-store.js';
+import { EpisodeStore, claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -25,10 +27,14 @@ export interface SweepOptions {
   resolvePolicy?: (episode: EpisodeRow) => RecoveryPolicy;
 }
 
+/** Why a candidate was left: a live claim holds it, another node took it first, its actor runs elsewhere, or the attempt failed. */
+export type SkipReason = 'busy' | 'taken' | 'not_hosted' | 'error';
+
 export interface SweepResult {
   restarted: number;
   failed: number;
   skipped: number;
+  skippedFor: Partial<Record<SkipReason, number>>;
 }
 
 export interface LastSweep {
@@ -37,65 +43,50 @@ export interface LastSweep {
   error: string | null;
 }
 
-export const CANDIDATES = `
-  SELECT e.* FROM cyclium_episodes e
-   WHERE e.status = 'running'
-     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
-     AND e.source_env IS NOT DISTINCT FROM $2
-     AND (e.phase = 'interrupted'
-          OR coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
-                      e.started_at, e.inserted_at) < now() - make_interval(secs => $3::double precision / 1000))
-   LIMIT 500`;
+/** Rolls a recovery transaction back (the claim it took included) and says why. */
+class Skip extends Error {
+  override readonly name = 'Skip';
+  constructor(readonly reason: SkipReason) {
+    super(reason);
+  }
+}
 
-/** Queued episodes whose node stopped beating (or deregistered when it drained). */
-const ORPHANED_QUEUED = `
-  SELECT e.* FROM cyclium_episodes e
-   WHERE e.status = 'queued'
-     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
-     AND e.source_env IS NOT DISTINCT FROM $2
-     AND e.owner_node IS DISTINCT FROM $4
-     AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
-                      WHERE n.node_identity = e.owner_node
-                        AND n.last_seen_at > now() - make_interval(secs => $3::double precision / 1000))
-   LIMIT 500`;
-
-/** Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. */
-const TAKE = `
-  UPDATE cyclium_episodes SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now()
-   WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
-  RETURNING *`;
-
-const MARK = `
-  INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
-  SELECT $1, coalesce(max(step_no), 0) + 1, 'observation', $2, $3::jsonb FROM cyclium_episode_steps WHERE episode_id = $1`;
+type Outcome =
+  | { kind: 'restart'; episode: EpisodeRow; grant: AcquireResult }
+  | { kind: 'failed'; episode: EpisodeRow; detail: string; announce: Announce };
 
 function shuffle<T>(items: T[]): T[] {
   for (let i = items.length - 1; i > 0; i--) {
     const j = Math.floor(Math.random() * (i + 1));
-    [items[i], items[j]] = [items[j], items[i]];
+    [items[i], items[j]] = [items[j], items[i]] as [T, T];
   }
   return items;
 }
 
 /**
  * Finds episodes orphaned by a crash (quiet journal) or a drain (phase `interrupted`) and takes
- * each over exactly once across the cluster: claim first (a live holder means skip), then one
- * conditional UPDATE, then restart (queued under the actor's limit, resumed from checkpoints) or
- * fail as `orphaned`, per policy and `maxAttempts`.
+ * each over exactly once across the cluster. One transaction per episode takes its claim (a live
+ * holder means skip), takes the row with one conditional UPDATE, and journals `resumed` — or fails
+ * it as `orphaned`, per policy and `maxAttempts`. A restart keeps the claim: it is handed to this
+ * node's slots with its fence and renewed while it waits, so no moment exists when a peer could
+ * take it again. Only actors this node hosts are taken for a restart; a failure may be applied
+ * anywhere.
  */
 @Injectable()
 export class Recovery implements OnApplicationBootstrap {
   private readonly logger = new Logger(Recovery.name);
-  private timer: NodeJS.Timeout | undefined;
   private readonly outage = new OutageLog(this.logger, 'recovery sweep');
   private last: LastSweep | null = null;
+  private timer: NodeJS.Timeout | undefined;
   /** Sweeps on one node run one after another, each with its own options. */
   private sweeps: Promise<unknown> = Promise.resolve();
 
   constructor(
     private readonly database: CycliumDataSource,
+    private readonly store: EpisodeStore,
+    private readonly journal: EpisodeJournal,
     private readonly claims: WorkClaims,
-    private readonly host: ActorHost,
+    private readonly slots: ActorSlots,
     private readonly runner: EpisodeRunner,
     private readonly registry: ActorRegistry,
     private readonly identity: NodeIdentity,
@@ -140,6 +131,11 @@ export class Recovery implements OnApplicationBootstrap {
     return pass;
   }
 
+  /** The last sweep this node ran: when, and how it went. */
+  lastSweep(): LastSweep | null {
+    return this.last;
+  }
+
   private async sweepQuietly(): Promise<void> {
     try {
       await this.sweep();
@@ -149,97 +145,107 @@ export class Recovery implements OnApplicationBootstrap {
     }
   }
 
-  /** The last sweep this node ran: when (database-independent wall clock), and how it went. */
-  lastSweep(): LastSweep | null {
-    return this.last;
-  }
-
   private async sweepOnce(options: SweepOptions): Promise<SweepResult> {
     const staleAfterMs = options.staleAfterMs ?? this.options.recovery.staleAfterMs;
-    const stack = options.sourceStack === undefined ? this.options.stackSlug : options.sourceStack;
-    const env = options.sourceEnv === undefined ? this.options.env : options.sourceEnv;
-    const me = this.identity.name();
-    const result: SweepResult = { restarted: 0, failed: 0, skipped: 0 };
-    const local = new Set(this.runner.inFlight().map((r) => r.episode.id));
-
-    const { rows } = await this.database.sql.query(CANDIDATES, [stack, env, staleAfterMs]);
-    for (const candidate of shuffle(rows.map(toEpisode)).filter((e) => !local.has(e.id))) {
-      const outcome = await this.recover(candidate, me, options).catch((error: unknown) => {
-        this.logger.warn(`recovery of episode ${candidate.id} failed: ${(error as Error).message}`);
-        return 'skipped' as const;
-      });
-      result[outcome]++;
-    }
-
     // A node's liveness beat is slower than a short staleAfterMs; never call a beating node gone.
     const goneAfterMs = Math.max(staleAfterMs, 3 * this.options.nodeBeatIntervalMs);
-    const queued = await this.database.sql.query(ORPHANED_QUEUED, [stack, env, goneAfterMs, me]);
-    for (const episode of shuffle(queued.rows.map(toEpisode))) {
-      const adopted = await this.database.sql.query(
-        `UPDATE cyclium_episodes SET owner_node = $3, updated_at = now()
-          WHERE id = $1 AND status = 'queued' AND owner_node IS NOT DISTINCT FROM $2 RETURNING *`,
-        [episode.id, episode.ownerNode, me],
-      );
-      if (adopted.rowCount === 1 && this.host.adoptQueued(toEpisode(adopted.rows[0]))) result.restarted++;
-      else result.skipped++;
+    const scope = {
+      stack: options.sourceStack === undefined ? this.options.stackSlug : options.sourceStack,
+      env: options.sourceEnv === undefined ? this.options.env : options.sourceEnv,
+      staleAfterMs,
+      goneAfterMs,
+      claimsOn: this.claims.enabled,
+    };
+    const me = this.identity.name();
+    const result: SweepResult = { restarted: 0, failed: 0, skipped: 0, skippedFor: {} };
+    const skip = (reason: SkipReason) => {
+      result.skipped++;
+      result.skippedFor[reason] = (result.skippedFor[reason] ?? 0) + 1;
+    };
+    const local = new Set(this.runner.inFlight().map((r) => r.episode.id));
+
+    for (const candidate of shuffle(await this.store.candidates(scope)).filter((e) => !local.has(e.id))) {
+      try {
+        const outcome = await this.recover(candidate, me, options);
+        if (outcome === 'restarted' || outcome === 'failed') result[outcome]++;
+        else skip(outcome);
+      } catch (error) {
+        this.logger.warn(`recovery of episode ${candidate.id} failed: ${errorMessage(error)}`);
+        skip('error');
+      }
+    }
+
+    const hosted = this.registry.all().map((actor) => actor.id);
+    for (const episode of shuffle(await this.store.orphanedQueued(scope, me, hosted))) {
+      const adopted = await this.store.adopt(episode, me);
+      if (!adopted) {
+        skip('taken');
+        continue;
+      }
+      this.logger.log(`adopted queued episode ${episode.id} (${episode.actorId}) from ${episode.ownerNode ?? 'no node'}, which is gone`);
+      this.slots.noteQueued(adopted.actorId);
+      result.restarted++;
     }
     this.telemetry.emit('recovery.sweep', result);
     return result;
   }
 
-  private async recover(candidate: EpisodeRow, me: string, options: SweepOptions): Promise<keyof SweepResult> {
+  private async recover(candidate: EpisodeRow, me: string, options: SweepOptions): Promise<'restarted' | 'failed' | SkipReason> {
+    const hosted = this.slots.hosts(candidate.actorId);
+    const policy = await this.policyFor(candidate, options.resolvePolicy);
+    const attempt = candidate.attempts + 1;
+    const restart = policy === 'restart' && attempt <= candidate.maxAttempts;
+    // Only the stack that hosts the actor can run it: leave the orphan to a node there.
+    if (restart && !hosted) return 'not_hosted';
     const key = claimKeyOf(candidate);
-    const grant = await this.claims.acquire(key, me, { workType: 'recovery' });
-    if (grant.status === 'busy') return 'skipped'; // a live holder: never recover it
-    const fence = grant.status === 'acquired' ? grant.claim.fence : null;
+    const from = candidate.ownerNode ?? 'an unknown node';
 
-    const taken = await this.database.sql.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, me]);
-    if (taken.rowCount !== 1) {
-      if (fence !== null) await this.claims.complete(key, me, fence);
-      return 'skipped';
+    let outcome: Outcome;
+    try {
+      outcome = await this.database.transaction<Outcome>(async (client) => {
+        const grant = await this.claims.acquireWithin(client, key, me, { workType: 'recovery' });
+        if (grant.status === 'busy') throw new Skip('busy'); // a live holder: never recover it
+        const episode = await this.store.take(client, candidate, me);
+        if (!episode) throw new Skip('taken');
+        if (restart) {
+          await this.journal.mark([episode.id], 'resumed', { attempt, node: me, from: candidate.phase ?? 'stale', lastOwner: from }, client);
+          return { kind: 'restart', episode, grant };
+        }
+        const detail = [
+          policy === 'restart'
+            ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}`
+            : 'orphaned: recovery policy is fail',
+          `(last owned by ${from})`,
+          hosted ? '' : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
+        ].join(' ').trim();
+        const fence = grant.status === 'acquired' ? grant.claim.fence : null;
+        if (!(await this.store.fail(client, episode.id, { status: 'failed', errorClass: 'orphaned', detail }, true))) throw new Skip('taken');
+        await this.journal.mark([episode.id], 'orphaned', { node: me, lastOwner: from }, client);
+        if ((await this.claims.failWithin(client, key, me, fence, detail)) !== 'ok') throw new Skip('taken');
+        const announce = await this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);
+        return { kind: 'failed', episode, detail, announce };
+      });
+    } catch (error) {
+      if (error instanceof Skip) return error.reason;
+      throw error;
     }
-    const episode = toEpisode(taken.rows[0]);
-    const policy = await this.policyFor(episode, options.resolvePolicy);
-    if (policy === 'restart' && episode.attempts <= episode.maxAttempts) {
-      await this.database.sql.query(MARK, [
-        episode.id,
-        'resumed',
-        JSON.stringify({ event: 'resumed', attempt: episode.attempts, node: me, from: candidate.phase ?? 'stale' }),
-      ]);
-      // The shipped adapter is not re-entrant: the restart must find this claim finished, not held.
-      if (fence !== null) await this.claims.complete(key, me, fence);
-      this.host.resume(episode);
-      return 'restarted';
+
+    if (outcome.kind === 'failed') {
+      outcome.announce();
+      this.logger.warn(`episode ${outcome.episode.id} (${outcome.episode.actorId}.${outcome.episode.expectationId}) failed as ${outcome.detail}`);
+      this.telemetry.emit('episode.failed', { ...this.describe(outcome.episode), errorClass: 'orphaned' });
+      return 'failed';
     }
-    await this.failOrphaned(episode, key, me, fence, policy);
-    return 'failed';
+    const why = candidate.phase === 'interrupted' ? 'interrupted by a drain' : 'its journal went quiet';
+    this.logger.log(
+      `restarting episode ${candidate.id} (${candidate.actorId}.${candidate.expectationId}) from ${from} (${why}): attempt ${attempt} of ${candidate.maxAttempts}`,
+    );
+    this.slots.resume(outcome.episode, outcome.grant);
+    return 'restarted';
   }
 
-  private async failOrphaned(episode: EpisodeRow, key: string, me: string, fence: number | null, policy: RecoveryPolicy): Promise<void> {
-    const detail =
-      policy === 'restart'
-        ? `orphaned: attempt ${episode.attempts} is past max_attempts ${episode.maxAttempts}`
-        : `orphaned: recovery policy is fail (last seen on ${episode.ownerNode ?? 'unknown'})`;
-    const announce = await this.database.transaction<Announce | null>(async (client) => {
-      const updated = await client.query(
-        `UPDATE cyclium_episodes
-            SET status = 'failed', error_class = 'orphaned', error_detail = $2, phase = NULL, finished_at = now(), updated_at = now()
-          WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
-        [episode.id, detail],
-      );
-      if (updated.rowCount !== 1) return null;
-      await client.query(MARK, [episode.id, 'orphaned', JSON.stringify({ event: 'orphaned', node: me })]);
-      await this.claims.failWithin(client, key, me, fence, detail);
-      return this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);
-    });
-    if (!announce) return;
-    announce();
-    this.telemetry.emit('episode.failed', {
-      episodeId: episode.id,
-      actorId: episode.actorId,
-      expectationId: episode.expectationId,
-      errorClass: 'orphaned',
-    });
+  private describe(episode: EpisodeRow) {
+    return { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId };
   }
 
   /** `resolvePolicy`, else the expectation's `recoveryPolicy`, else the actor's stored definition, else `fail`. */
@@ -247,12 +253,6 @@ export class Recovery implements OnApplicationBootstrap {
     if (resolve) return resolve(episode);
     const declared = this.registry.expectation(episode.actorId, episode.expectationId)?.options.recoveryPolicy;
     if (declared) return declared;
-    const { rows } = await this.database.sql.query<{ policy: RecoveryPolicy | null }>(
-      `SELECT x->>'recovery_policy' AS policy
-         FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
-        WHERE d.actor_id = $1 AND x->>'id' = $2`,
-      [episode.actorId, episode.expectationId],
-    );
-    return rows[0]?.policy === 'restart' ? 'restart' : 'fail';
+    return (await this.registry.recordedPolicy(episode.actorId, episode.expectationId)) ?? 'fail';
   }
 }

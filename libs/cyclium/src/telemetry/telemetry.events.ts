@@ -32,7 +32,13 @@ export interface CycliumEventMap {
   'episode.canceled': EpisodeEvent;
   'episode.interrupted': EpisodeEvent;
   'episode.aborted': EpisodeEvent;
-  'recovery.sweep': CycliumEventBase & { restarted: number; failed: number; skipped: number };
+  'recovery.sweep': CycliumEventBase & {
+    restarted: number;
+    failed: number;
+    skipped: number;
+    /** Why each skipped candidate was left: `busy` (a live claim), `taken` (another node), `not_hosted`, `error`. */
+    skippedFor: Partial<Record<'busy' | 'taken' | 'not_hosted' | 'error', number>>;
+  };
   'trigger_requests.deferred': CycliumEventBase & { requestId: string; episodeId: string };
   'trigger_requests.dispatched': CycliumEventBase & { requestId: string; episodeId: string };
   'trigger_requests.expired': CycliumEventBase & { count: number };

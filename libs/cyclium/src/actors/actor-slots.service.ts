@@ -1,0 +1,262 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { EventOutbox } from '../bus/event-outbox.service.js';
+import type { ClaimHold } from '../claims/claim-hold.js';
+import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
+import { WorkClaims } from '../claims/work-claims.service.js';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { errorMessage } from '../database/database-errors.js';
+import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import { lifecycleEvent } from '../episodes/episode-events.js';
+import { EpisodeRunner, type BeginResult } from '../episodes/episode-runner.service.js';
+import { EpisodeStore, claimKeyOf, type NewEpisode } from '../episodes/episode-store.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { ActorDefinitionError } from './actor-definition.error.js';
+import { ActorRegistry } from './actor-registry.service.js';
+import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
+
+export type DispatchResult =
+  | { status: 'started'; episode: EpisodeRow }
+  | { status: 'queued'; episode: EpisodeRow }
+  | { status: 'dropped' }
+  | { status: 'duplicate' }
+  | { status: 'busy' };
+
+export interface DispatchOptions {
+  dedupeKey: string | null;
+  sourceStack: string | null;
+  sourceEnv: string | null;
+}
+
+/** A restart recovery handed to this node, waiting for a slot with its claim renewed meanwhile. */
+export interface WaitingRestart {
+  episode: EpisodeRow;
+  grant: AcquireResult;
+  hold: ClaimHold;
+}
+
+const QUEUE_RETRY_MS = 1_000;
+
+interface Slots {
+  running: number;
+  /** Recovered episodes waiting here (still `running`, phase `recovering`), oldest first; they go before the queue. */
+  restarts: WaitingRestart[];
+  /** This node may have queued rows of the actor in the table; false once a dequeue came back empty. */
+  maybeQueued: boolean;
+  /** One dequeue at a time per actor, so this node never races itself for its own rows. */
+  dequeuing: boolean;
+}
+
+/**
+ * Where triggers become running episodes: each actor's concurrency limit on this node, its queue
+ * (the table: rows `queued` with this node as owner, taken oldest first as slots free, so a node
+ * that restarts under the same identity resumes its backlog and memory holds no queue), and the
+ * restarts recovery hands over with their claims. A draining node starts nothing new, and the
+ * drain can wait for every start already under way.
+ */
+@Injectable()
+export class ActorSlots implements OnApplicationBootstrap {
+  private readonly logger = new Logger('ActorHost');
+  private readonly slots = new Map<string, Slots>();
+  private readonly runs = new Set<Promise<void>>();
+  private readonly starts = new Set<Promise<unknown>>();
+  private accepting = true;
+
+  constructor(
+    private readonly registry: ActorRegistry,
+    private readonly runner: EpisodeRunner,
+    private readonly store: EpisodeStore,
+    private readonly claims: WorkClaims,
+    private readonly identity: NodeIdentity,
+    private readonly events: EventOutbox,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  /** A node that restarts under the same identity finds its backlog in the table and runs it. */
+  async onApplicationBootstrap(): Promise<void> {
+    if (this.options.mode !== 'full') return;
+    for (const actorId of await this.store.actorsWithQueued(this.identity.name())) this.noteQueued(actorId);
+  }
+
+  /** Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit. */
+  async dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
+    const actor = this.registry.get(expectation.actorId);
+    if (!actor) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
+    // Draining: every other node received the same trigger; a manual caller hears busy.
+    if (!this.accepting) return { status: 'busy' };
+    const spec: Omit<NewEpisode, 'status'> = {
+      actorId: actor.id,
+      expectationId: expectation.id,
+      trigger,
+      dedupeKey: options.dedupeKey,
+      ownerNode: this.identity.name(),
+      maxAttempts: expectation.options.maxAttempts ?? 3,
+      sourceStack: options.sourceStack,
+      sourceEnv: options.sourceEnv,
+    };
+    const slots = this.slotsOf(actor.id);
+    if (slots.running >= actor.options.maxConcurrentEpisodes) return this.overflow(actor, spec);
+    slots.running++;
+    const begun = await this.starting(this.runner.begin({ ...spec, status: 'running' })).catch((error: unknown) => {
+      this.release(actor);
+      throw error;
+    });
+    if (begun.status !== 'started') {
+      this.logger.debug(`${begun.status}: ${options.dedupeKey} (another node has it)`);
+      this.release(actor);
+      return begun;
+    }
+    this.launch(actor, begun.episode, begun.grant);
+    return { status: 'started', episode: begun.episode };
+  }
+
+  private async overflow(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): Promise<DispatchResult> {
+    const node = this.identity.name();
+    if (actor.options.overflow === 'drop') {
+      const { payload } = lifecycleEvent('episode.dropped', { ...spec, id: null, workflowInstanceId: null, workflowStepId: null }, 'dropped', node);
+      this.events.announce('episode.dropped', payload);
+      return { status: 'dropped' };
+    }
+    if (actor.options.overflow === 'shed_oldest' && (await this.store.queuedCount(actor.id, node)) >= actor.options.maxQueued) {
+      await this.runner.shedOldest(actor.id);
+    }
+    const episode = await this.store.insert({ ...spec, status: 'queued' });
+    if (!episode) return { status: 'duplicate' };
+    this.events.announce('episode.queued', lifecycleEvent('episode.queued', episode, 'queued', node).payload);
+    // A slot may have freed while we were inserting.
+    this.noteQueued(actor.id);
+    return { status: 'queued', episode };
+  }
+
+  /**
+   * Takes a restart recovery handed over with its claim: it runs under the actor's limit like a
+   * fresh trigger, waits when every slot is busy (never dropped or shed), and its claim is renewed
+   * meanwhile, so every peer finds it busy. One whose claim is lost while it waits is let go: it is
+   * recoverable again, by anyone.
+   */
+  resume(episode: EpisodeRow, grant: AcquireResult): void {
+    const actor = this.registry.get(episode.actorId);
+    const hold = this.claims.hold(claimKeyOf(episode), grant);
+    if (!actor || !this.accepting) {
+      // Recovery only hands over actors this node hosts, before the drain: anything else is let go.
+      hold.release();
+      return;
+    }
+    this.slotsOf(actor.id).restarts.push({ episode, grant, hold });
+    this.pump(actor);
+  }
+
+  /** This node may have queued episodes of `actorId` in the table (its own, adopted, or from before a restart). */
+  noteQueued(actorId: string): void {
+    const actor = this.registry.get(actorId);
+    if (!actor) return;
+    this.slotsOf(actor.id).maybeQueued = true;
+    this.pump(actor);
+  }
+
+  /** True when this node hosts the actor. */
+  hosts(actorId: string): boolean {
+    return this.registry.get(actorId) !== undefined;
+  }
+
+  /** The drain: nothing new starts here from now on. */
+  stopAccepting(): void {
+    this.accepting = false;
+  }
+
+  /** Resolves once every start under way (insert, dequeue, restart) has either launched its run or given up. */
+  async startsSettled(): Promise<void> {
+    while (this.starts.size > 0) await Promise.allSettled([...this.starts]);
+  }
+
+  /** Hands the drain every restart still waiting for a slot; they will not start here. */
+  takeWaitingRestarts(): WaitingRestart[] {
+    return [...this.slots.values()].flatMap((slots) => slots.restarts.splice(0));
+  }
+
+  /** Resolves once every run this node started has ended. */
+  async idle(): Promise<void> {
+    while (this.runs.size > 0) await Promise.allSettled([...this.runs]);
+  }
+
+  private starting<T>(start: Promise<T>): Promise<T> {
+    this.starts.add(start);
+    const forget = () => this.starts.delete(start);
+    start.then(forget, forget);
+    return start;
+  }
+
+  private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, resumed?: WaitingRestart): void {
+    const run = this.runner
+      .run(episode, grant, resumed ? { resumed: true, hold: resumed.hold } : {})
+      .finally(() => this.release(actor));
+    const tracked = run.finally(() => this.runs.delete(tracked));
+    this.runs.add(tracked);
+  }
+
+  private release(actor: RegisteredActor): void {
+    this.slotsOf(actor.id).running--;
+    this.pump(actor);
+  }
+
+  /** Fills free slots: waiting restarts first, then this node's queue in the table, oldest first. */
+  private pump(actor: RegisteredActor): void {
+    if (!this.accepting) return;
+    const slots = this.slotsOf(actor.id);
+    while (slots.running < actor.options.maxConcurrentEpisodes && slots.restarts.length > 0) {
+      const waiting = slots.restarts.shift() as WaitingRestart;
+      if (waiting.hold.lost) continue;
+      slots.running++;
+      void this.startRestart(actor, waiting);
+    }
+    if (slots.running < actor.options.maxConcurrentEpisodes && slots.maybeQueued && !slots.dequeuing) {
+      slots.dequeuing = true;
+      slots.running++;
+      void this.startQueued(actor).finally(() => {
+        slots.dequeuing = false;
+        this.pump(actor);
+      });
+    }
+  }
+
+  private async startRestart(actor: RegisteredActor, waiting: WaitingRestart): Promise<void> {
+    try {
+      const episode = await this.starting(this.runner.startResumed(waiting.episode, waiting.grant));
+      if (episode && this.accepting) return this.launch(actor, episode, waiting.grant, waiting);
+      waiting.hold.release();
+    } catch (error) {
+      this.logger.error(`could not start recovered episode ${waiting.episode.id}: ${errorMessage(error)}`);
+      waiting.hold.release();
+    }
+    this.release(actor);
+  }
+
+  private async startQueued(actor: RegisteredActor): Promise<void> {
+    const slots = this.slotsOf(actor.id);
+    let begun: BeginResult;
+    try {
+      begun = await this.starting(this.runner.beginQueued(actor.id));
+    } catch (error) {
+      // The database is away, say: the backlog stays in the table; look again in a moment.
+      this.logger.warn(`could not start a queued episode of ${actor.id}: ${errorMessage(error)}; retrying in ${QUEUE_RETRY_MS} ms`);
+      slots.running--;
+      slots.maybeQueued = false;
+      setTimeout(() => this.noteQueued(actor.id), QUEUE_RETRY_MS).unref();
+      return;
+    }
+    if (begun.status === 'started') return this.launch(actor, begun.episode, begun.grant);
+    if (begun.status === 'busy') this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; it waits for the next look at the queue`);
+    // Nothing left: look again when something is queued.
+    slots.maybeQueued = false;
+    slots.running--;
+  }
+
+  private slotsOf(actorId: string): Slots {
+    let slots = this.slots.get(actorId);
+    if (!slots) {
+      slots = { running: 0, restarts: [], maybeQueued: false, dequeuing: false };
+      this.slots.set(actorId, slots);
+    }
+    return slots;
+  }
+}

@@ -1,0 +1,105 @@
+import { Injectable } from '@nestjs/common';
+import type { FencedStatement } from '../claims/work-claims.service.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { CycliumEpisodeStep } from './episode-step.entity.js';
+
+export interface Checkpoint {
+  name: string;
+  state: unknown;
+}
+
+/**
+ * The rest of a fenced `WITH owner AS (...)` statement (see WorkClaims.fencedStatement): one
+ * journal row and one checkpoint, written only while the claim is owned, as one commit. It also
+ * reads back whether a cancel was requested, so a running episode learns of one with the round
+ * trip it makes anyway.
+ */
+export const STEP_WRITE: FencedStatement = {
+  name: 'episodes_step_write',
+  body: `,
+  journal AS (
+    INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref, duration_ms)
+    SELECT $4, $5, 'step', $6, $7::jsonb, $8 FROM owner RETURNING 1
+  ),
+  checkpoint AS (
+    INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state)
+    SELECT $4, $9, $6, $7::jsonb FROM owner RETURNING 1
+  )
+  SELECT (SELECT count(*)::int FROM journal) AS written,
+         EXISTS (SELECT 1 FROM cyclium_episodes WHERE id = $4 AND cancel_requested_at IS NOT NULL) AS cancel_requested`,
+};
+
+/**
+ * Markers (`resumed`, `interrupted`, `orphaned`) take the next journal position. A peer can take
+ * the same one at the same moment (a drain's marker and a sweep's `resumed`, say), so a marker
+ * that meets a taken position is simply written at the next one: the journal never collides and
+ * no marker is lost. Returns the episodes that got their marker.
+ */
+const MARK = prepared('episodes_mark', `
+  INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
+  SELECT m.id, coalesce((SELECT max(j.step_no) FROM cyclium_episode_steps j WHERE j.episode_id = m.id), 0) + 1,
+         'observation', $2, $3::jsonb
+    FROM unnest($1::uuid[]) AS m (id)
+  ON CONFLICT (episode_id, step_no) DO NOTHING
+  RETURNING episode_id`);
+
+const MARK_ATTEMPTS = 5;
+
+/** Every statement on cyclium_episode_steps and cyclium_episode_checkpoints. */
+@Injectable()
+export class EpisodeJournal {
+  constructor(private readonly database: CycliumDataSource) {}
+
+  /** Appends the marker `name` (`result_ref.event` = name) to each episode; on `via` inside a transaction, or on the pool. */
+  async mark(ids: readonly string[], name: string, detail: Record<string, unknown>, via: SqlExecutor = this.database.sql): Promise<string[]> {
+    const ref = JSON.stringify({ event: name, ...detail });
+    const marked: string[] = [];
+    let missing = [...ids];
+    for (let attempt = 0; attempt < MARK_ATTEMPTS && missing.length > 0; attempt++) {
+      const { rows } = await via.query<{ episode_id: string }>(MARK([missing, name, ref]));
+      const done = new Set(rows.map((r) => r.episode_id));
+      marked.push(...done);
+      missing = missing.filter((id) => !done.has(id));
+    }
+    return marked;
+  }
+
+  /** Checkpointed step results by step number, for a resumed run. */
+  async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
+    const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: { v?: unknown } }>(
+      `SELECT checkpoint_no, phase, state FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
+      [id],
+    );
+    return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: r.state?.v }]));
+  }
+
+  /** The next free journal position (markers such as `resumed` take positions too). */
+  async nextPosition(id: string): Promise<number> {
+    const { rows } = await this.database.sql.query<{ next: number }>(
+      `SELECT coalesce(max(step_no), 0)::int + 1 AS next FROM cyclium_episode_steps WHERE episode_id = $1`,
+      [id],
+    );
+    return rows[0]?.next ?? 1;
+  }
+
+  /** Inside the post-converge transaction: a finished episode keeps its journal, not its checkpoints. */
+  async clearCheckpoints(client: SqlExecutor, id: string): Promise<void> {
+    await client.query(`DELETE FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [id]);
+  }
+
+  /** The journal: steps and markers, in order. */
+  async steps(id: string): Promise<CycliumEpisodeStep[]> {
+    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id]);
+    return rows.map((r: Record<string, unknown>) => ({
+      episodeId: r.episode_id as string,
+      stepNo: r.step_no as number,
+      kind: r.kind as string,
+      name: r.name as string,
+      resultRef: r.result_ref,
+      errorClass: r.error_class as string | null,
+      durationMs: r.duration_ms as number | null,
+      createdAt: r.created_at as Date,
+    }));
+  }
+}
