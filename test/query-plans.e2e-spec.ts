@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { PostgresClaims } from '@cyclium/nestjs';
 import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
-import { CANDIDATES } from '../libs/cyclium/src/recovery/recovery.service.js';
+import { CANDIDATES } from '../libs/cyclium/src/episodes/episode-store.js';
 import { freshDatabase } from './support/database.js';
 
 /**
@@ -72,7 +72,7 @@ describe('query plans of the claim, sweep and bus statements', () => {
         await plan(`EXECUTE cyclium_claims_renew_many('node-0', 60, ARRAY['key:3', 'key:6'], ARRAY[1, 1]::bigint[])`),
         await plan(`EXECUTE cyclium_claims_finish('key:7', 'node-x', 'done', NULL, 1)`),
         await plan(`EXECUTE cyclium_claims_reclaim_expired(10)`),
-        await plan(CANDIDATES, [null, null, 120_000]),
+        await plan(CANDIDATES, [null, null, 120_000, 45_000, true]),
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
         await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500)`),
         await plan(`EXECUTE cyclium_events_prune(3600000, 1000)`),

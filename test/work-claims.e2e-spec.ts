@@ -174,7 +174,7 @@ describe('PostgresClaims against real PostgreSQL', () => {
     const holder = await db.connect();
     try {
       await holder.query('BEGIN');
-      expect(await claims.proveOwnership(holder, key, 'node-a', 1)).toBe(true);
+      expect(await claims.inTransaction.proveOwnership(holder, key, 'node-a', 1)).toBe(true);
       await lapse(key);
       let settled = false;
       const theft = claims.acquire(key, 'node-b', { leaseSeconds: 30 }).finally(() => (settled = true));
@@ -188,6 +188,6 @@ describe('PostgresClaims against real PostgreSQL', () => {
     } finally {
       holder.release();
     }
-    expect(await claims.proveOwnership(db, key, 'node-a', 1)).toBe(false);
+    expect(await claims.inTransaction.proveOwnership(db, key, 'node-a', 1)).toBe(false);
   });
 });
