@@ -4,8 +4,10 @@
  */
 import { busBench } from './benchmarks/bus.bench.js';
 import { claimsBench } from './benchmarks/claims.bench.js';
+import { e2eBench } from './benchmarks/e2e.bench.js';
 import { episodesBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
+import { scaleBench } from './benchmarks/scale.bench.js';
 import { takeoverBench } from './benchmarks/takeover.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
 
@@ -14,6 +16,8 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   claims: claimsBench,
   episodes: episodesBench,
   bus: busBench,
+  e2e: e2eBench,
+  scale: scaleBench,
   takeover: takeoverBench,
 };
 

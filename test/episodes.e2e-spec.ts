@@ -55,6 +55,8 @@ interface ScriptPayload {
   tag: string;
   steps?: string[];
   gateAt?: string;
+  /** Wait at this gate after the last step, before converging. */
+  gateBeforeConverge?: boolean;
   crash?: boolean;
   outputKey?: string;
   finding?: string;
@@ -100,6 +102,7 @@ class MonitorActor {
         }),
       );
     }
+    if (ep.trigger.payload.gateBeforeConverge) await gates.get(tag)?.pass();
     if (crash) throw new Error(`boom in ${tag}`);
     return {
       summary: results.join(','),
@@ -289,6 +292,27 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect((await a.get(Episodes).steps(id)).map((s) => s.name)).toEqual(['s1']);
     expect((await db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'stolen-out'`)).rows).toEqual([]);
     expect((await db.query(`SELECT * FROM cyclium_findings WHERE finding_key = 'stolen-finding'`)).rows).toEqual([]);
+    expect(terminalEvents(id)).toEqual([]);
+  });
+
+  it('a holder whose claim was stolen after its last step converges nothing: no finding, output, status or event', async () => {
+    gates.set('stale-converge', new Gate());
+    const started = await a.get(Episodes).trigger('monitor', 'script', {
+      tag: 'stale-converge', steps: ['s1'], gateBeforeConverge: true, outputKey: 'stale-out', finding: 'stale-finding',
+    });
+    const id = (started as { episode: { id: string } }).episode.id;
+    await gates.get('stale-converge')?.entered;
+    // Stolen in place, as a peer's takeover would: the holder has not noticed (its renewal has not run).
+    await db.query(`UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`, [`episode:${id}`]);
+    gates.get('stale-converge')?.release();
+    await waitFor('the run to end on node-a', () => a.get(EpisodeRunner).inFlight().every((r) => r.episode.id !== id));
+
+    expect((await episodes(`id = $1`, [id]))[0]).toMatchObject({ status: 'running', finished_at: null, summary: null });
+    expect((await db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'stale-out'`)).rows).toEqual([]);
+    expect((await db.query(`SELECT * FROM cyclium_findings WHERE finding_key = 'stale-finding'`)).rows).toEqual([]);
+    expect((await db.query(`SELECT state, owner_node FROM cyclium_work_claims WHERE dedupe_key = $1`, [`episode:${id}`])).rows).toEqual([
+      { state: 'claimed', owner_node: 'thief' },
+    ]);
     expect(terminalEvents(id)).toEqual([]);
   });
 

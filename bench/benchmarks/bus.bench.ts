@@ -1,6 +1,6 @@
 import { PostgresBus, type Bus } from '@cyclium/nestjs';
 import pg from 'pg';
-import { commitsSoFar, settleStats } from '../support/commits.js';
+import { countsSoFar, settleStats, since } from '../support/counters.js';
 import { bareInsertFloor, printTable } from '../support/measure.js';
 import { NotifyOnlyBus } from '../support/notify-only-bus.js';
 
@@ -40,7 +40,7 @@ async function round(url: string, transport: Transport, publishers: number): Pro
   await Promise.all([publisher, ...subscribers].map((n) => n.bus.start()));
 
   await settleStats();
-  const before = await commitsSoFar(url);
+  const before = await countsSoFar(url);
   let sent = 0;
   const started = performance.now();
   const deadline = started + DURATION_MS;
@@ -61,7 +61,7 @@ async function round(url: string, transport: Transport, publishers: number): Pro
   await Promise.all([publisher, ...subscribers].map((n) => n.bus.stop()));
   await Promise.all([publisher, ...subscribers].map((n) => n.pool.end()));
   await settleStats();
-  const commits = (await commitsSoFar(url)) - before - 1;
+  const { commits } = since(before, await countsSoFar(url));
   return { published: sent / (publishedIn / 1000), delivered: sent / (deliveredIn / 1000), commits: commits / sent };
 }
 

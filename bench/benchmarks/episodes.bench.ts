@@ -4,16 +4,16 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
 import pg from 'pg';
-import { commitsSoFar as commits, settleStats } from '../support/commits.js';
+import { countsSoFar, settleStats, since, statementSource, type Counts } from '../support/counters.js';
 import { printTable, throughput } from '../support/measure.js';
-import { NotifyOnlyBus } from '../support/notify-only-bus.js';
 
-const N = 2_000;
-const ROUNDS = 4;
-const CONCURRENCY = 16;
+const IN_FLIGHT = [1, 4, 16] as const;
+/** Episodes per configuration and round, by in-flight count (fewer where each takes a round trip alone). */
+const PER_ROUND: Record<(typeof IN_FLIGHT)[number], number> = { 1: 250, 4: 500, 16: 1_000 };
+const ROUNDS = 2;
 
 @Injectable()
-@Actor({ id: 'bench', maxConcurrentEpisodes: CONCURRENCY })
+@Actor({ id: 'bench', maxConcurrentEpisodes: 32 })
 class BenchActor {
   @Expectation({ id: 'k1', trigger: 'manual' })
   async k1(ep: EpisodeContext<{ i: number }>): Promise<void> {
@@ -26,35 +26,26 @@ class BenchActor {
   }
 }
 
-type BusKind = 'durable' | 'notify-only';
+interface Measured extends Counts {
+  seconds: number;
+  n: number;
+}
 
-/** N episodes of one expectation, at most CONCURRENCY in flight, on one node with claims on. */
-async function runEpisodes(
-  url: string,
-  expectation: 'k1' | 'k5',
-  n: number,
-  busKind: BusKind = 'durable',
-  inFlight = CONCURRENCY,
-): Promise<{ seconds: number; commits: number }> {
-  const busPool = busKind === 'notify-only' ? new pg.Pool({ connectionString: url, max: 2 }) : undefined;
+/** N episodes of one expectation started with `Episodes.trigger`, at most `inFlight` at once, on one node with claims on. */
+async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number, inFlight: number): Promise<Measured> {
   @Module({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: CONCURRENCY + 4 } }),
-      CycliumModule.forRoot({
-        nodeIdentity: `bench-${expectation}`,
-        workClaims: 'postgres',
-        jitterMs: 0,
-        bus: busPool ? new NotifyOnlyBus(busPool, url) : 'postgres',
-      }),
+      TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 20 } }),
+      CycliumModule.forRoot({ nodeIdentity: `bench-${expectation}-${inFlight}`, workClaims: 'postgres', jitterMs: 0 }),
     ],
     providers: [BenchActor],
   })
   class BenchModule {}
 
-  await settleStats();
-  const before = await commits(url);
   const app = await NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
   await app.init();
+  await settleStats();
+  const before = await countsSoFar(url);
   const episodes = app.get(Episodes);
   let completed = 0;
   let waiting: (() => void) | undefined;
@@ -74,20 +65,19 @@ async function runEpisodes(
     off();
   }
   const seconds = (performance.now() - started) / 1000;
+  // Closing flushes the bus's last wake-up and ends every backend, so their statistics are in.
   await app.close();
-  await busPool?.end();
   await settleStats();
-  // Every backend of the app has exited (and flushed its statistics) once close resolves.
-  return { seconds, commits: (await commits(url)) - before - 1 };
+  return { seconds, n, ...since(before, await countsSoFar(url)) };
 }
 
-/** Bare single-row insert commits per second at the episodes' concurrency, on a pool of its own. */
-async function floor(url: string): Promise<number> {
-  const pool = new pg.Pool({ connectionString: url, max: CONCURRENCY });
+/** Bare single-row insert commits per second at `clients` concurrency, on a pool of its own. */
+async function floor(url: string, clients: number): Promise<number> {
+  const pool = new pg.Pool({ connectionString: url, max: clients });
   try {
     await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, v int NOT NULL)');
     const run = `${Date.now()}-${Math.random()}`;
-    return await throughput(pool, CONCURRENCY, 1_500, (c, i) =>
+    return await throughput(pool, clients, 1_500, (c, i) =>
       c.query('INSERT INTO bench_floor (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING', [`e:${run}:${i}`, i]),
     );
   } finally {
@@ -96,47 +86,42 @@ async function floor(url: string): Promise<number> {
 }
 
 /**
- * Episodes per second and database commits per episode (pg_stat_database.xact_commit) for
- * N = 2,000 episodes of K = 1 and K = 5 steps (in interleaved rounds), claims on, next to the floor:
- * bare single-row insert commits at the same concurrency. The marginal cost of a step is
- * (time at K = 5 − time at K = 1) / (4 × N).
+ * Episodes per second, statements and commits per episode for K = 1 and K = 5 steps at 1, 4 and
+ * 16 in flight (claims on, the durable bus), each next to the bare single-insert floor at the same
+ * concurrency. Rounds are interleaved (floor, then every configuration) and summed, so drift on a
+ * shared machine hits them all alike. Statements and commits include the bus's wake-ups and reads.
  */
 export async function episodesBench(url: string): Promise<void> {
-  // Interleaved rounds (floor, then each configuration), summed: drift on a shared machine hits all alike.
-  const configurations = [
-    { label: 'K=1, 16 in flight, durable bus', expectation: 'k1', bus: 'durable', inFlight: CONCURRENCY },
-    { label: 'K=1, 16 in flight, NOTIFY-only bus', expectation: 'k1', bus: 'notify-only', inFlight: CONCURRENCY },
-    { label: 'K=5, 16 in flight, durable bus', expectation: 'k5', bus: 'durable', inFlight: CONCURRENCY },
-    { label: 'K=1, 1 in flight, durable bus', expectation: 'k1', bus: 'durable', inFlight: 1 },
-    { label: 'K=1, 1 in flight, NOTIFY-only bus', expectation: 'k1', bus: 'notify-only', inFlight: 1 },
-  ] as const;
-  const totals = configurations.map(() => ({ seconds: 0, commits: 0, n: 0 }));
-  let floorSum = 0;
+  const source = await statementSource(url);
+  const configurations = IN_FLIGHT.flatMap((inFlight) => (['k1', 'k5'] as const).map((expectation) => ({ expectation, inFlight })));
+  const totals = configurations.map(() => ({ seconds: 0, n: 0, commits: 0, statements: 0 }));
+  const floors = new Map<number, number>();
   for (let round = 0; round < ROUNDS; round++) {
-    floorSum += await floor(url);
+    for (const clients of IN_FLIGHT) floors.set(clients, (floors.get(clients) ?? 0) + (await floor(url, clients)) / ROUNDS);
     for (const [i, c] of configurations.entries()) {
-      const n = c.inFlight === 1 ? N / ROUNDS / 4 : N / ROUNDS;
-      const measured = await runEpisodes(url, c.expectation, n, c.bus, c.inFlight);
-      const total = totals[i] as { seconds: number; commits: number; n: number };
+      const measured = await runEpisodes(url, c.expectation, PER_ROUND[c.inFlight], c.inFlight);
+      const total = totals[i] as Measured;
       total.seconds += measured.seconds;
+      total.n += measured.n;
       total.commits += measured.commits;
-      total.n += n;
+      total.statements += measured.statements;
     }
   }
-  const floorRate = floorSum / ROUNDS;
-  const floorSecondsPerInsert = 1 / floorRate;
-  printTable(`episodes: claims on, N = ${N.toLocaleString('en')} per configuration at 16 in flight (${N / 4} at 1)`, configurations.map((c, i) => {
-    const total = totals[i] as { seconds: number; commits: number; n: number };
-    return { configuration: c.label, 'episodes/s': Math.round(total.n / total.seconds), 'commits/episode': (total.commits / total.n).toFixed(2) };
-  }));
-  const [k1, , k5] = totals as [{ seconds: number; n: number }, unknown, { seconds: number; n: number }];
-  const stepSeconds = (k5.seconds / k5.n - k1.seconds / k1.n) / 4;
-  printTable('episodes: the cost of one step next to one bare single-row insert commit (16 in flight)', [
-    {
-      'floor inserts/s': Math.round(floorRate),
-      'floor ms/insert': (floorSecondsPerInsert * 1000).toFixed(3),
-      'marginal ms/step': (stepSeconds * 1000).toFixed(3),
-      'step / insert': `${(stepSeconds / floorSecondsPerInsert).toFixed(2)}x`,
-    },
-  ]);
+  printTable(
+    `episodes: started by Episodes.trigger, claims on, durable bus; statements counted by ${source}`,
+    configurations.map((c, i) => {
+      const total = totals[i] as Measured;
+      const rate = total.n / total.seconds;
+      const floorRate = floors.get(c.inFlight) as number;
+      return {
+        K: c.expectation === 'k1' ? 1 : 5,
+        'in flight': c.inFlight,
+        'episodes/s': Math.round(rate),
+        'statements/episode': (total.statements / total.n).toFixed(2),
+        'commits/episode': (total.commits / total.n).toFixed(2),
+        'floor inserts/s': Math.round(floorRate),
+        'episodes / floor': `${(rate / floorRate).toFixed(2)}x`,
+      };
+    }),
+  );
 }

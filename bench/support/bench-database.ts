@@ -8,13 +8,14 @@ export interface BenchDatabase {
 
 /**
  * A fresh, migrated `cyclium_bench` database on DATABASE_URL's server, or on an embedded
- * PostgreSQL started for this run and stopped by `close()`.
+ * PostgreSQL started for this run (with pg_stat_statements loaded, so statements can be counted
+ * by the server) and stopped by `close()`.
  */
 export async function openBenchDatabase(): Promise<BenchDatabase> {
   let server: RunningPostgres | undefined;
   let serverUrl = process.env.DATABASE_URL;
   if (!serverUrl) {
-    server = await startPostgres();
+    server = await startPostgres({ settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all', 'pg_stat_statements.track_planning': 'on' } });
     serverUrl = server.url;
     const stop = () => void server?.stop().finally(() => process.exit(130));
     process.once('SIGINT', stop);

@@ -13,6 +13,7 @@ import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
+import { EpisodeStatements } from './episodes/episode-statements.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { Episodes } from './episodes/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
@@ -55,6 +56,7 @@ import { CycliumStatus } from './health/cyclium-status.service.js';
     TriggerSources,
     EpisodeStore,
     EpisodeJournal,
+    EpisodeStatements,
     EpisodeRunner,
     Episodes,
     Findings,

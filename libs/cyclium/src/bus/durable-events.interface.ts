@@ -1,4 +1,5 @@
 import type { SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import type { Bus, BusEvent } from './bus.interface.js';
 
 /**
@@ -9,11 +10,18 @@ import type { Bus, BusEvent } from './bus.interface.js';
 export interface DurableEvents {
   /** Stores `events` on `client`, inside the caller's open transaction. */
   appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void>;
+  /**
+   * The same as the body of a CTE in a statement the library composes (`INSERT … RETURNING`),
+   * writing only when the SQL condition `when` holds, so an outcome and its event are one round trip.
+   */
+  appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string;
   /** Tells listeners there is something to read; called after that transaction committed. */
   wake(): void;
 }
 
 export function isDurable(bus: Bus): bus is Bus & DurableEvents {
   const candidate = bus as Partial<DurableEvents>;
-  return typeof candidate.appendWithin === 'function' && typeof candidate.wake === 'function';
+  return (
+    typeof candidate.appendWithin === 'function' && typeof candidate.appendFragment === 'function' && typeof candidate.wake === 'function'
+  );
 }

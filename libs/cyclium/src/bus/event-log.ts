@@ -1,4 +1,5 @@
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import type { BusEvent } from './bus.interface.js';
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 
@@ -116,6 +117,22 @@ export class EventLog {
         events.map((e) => e.event.publishedAt),
       ]),
     );
+  }
+
+  /** APPEND as the body of a CTE of a larger statement, writing only when `when` holds. */
+  appendFragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
+    const { channel, stackSlug, env, publisher } = this.scope;
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    return `
+      INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env)
+      SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at, ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')}
+        FROM unnest(${p(events.map((e) => e.event.eventId), 'text[]')}, ${p(events.map((e) => e.event.type), 'text[]')},
+                    ${p(events.map((e) => e.payloadJson), 'jsonb[]')}, ${p(events.map((e) => e.event.publishedAt), 'timestamptz[]')})
+             WITH ORDINALITY AS e (event_id, type, payload, published_at, n)
+       WHERE (${when})
+       ORDER BY e.n
+      ON CONFLICT (channel, event_id) DO NOTHING
+      RETURNING 1`;
   }
 
   async snapshot(sql: SqlExecutor): Promise<DbSnapshot> {

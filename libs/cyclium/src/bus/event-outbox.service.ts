@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import { errorMessage } from '../database/database-errors.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import { Bus, type BusEvent, type BusHandler } from './bus.interface.js';
 import { isDurable } from './durable-events.interface.js';
 import { mintBusEvent } from './local-bus.js';
@@ -40,6 +41,19 @@ export class EventOutbox {
     return () => {
       for (const event of events) this.announce(event.type, event.payload);
     };
+  }
+
+  /**
+   * The events as a CTE body of a statement the library composes, written when `when` holds; null
+   * when the bus is not durable (then `announce` publishes them after commit).
+   */
+  fragment(statement: Statement, events: readonly OutgoingEvent[], when: string, options: { wake?: boolean } = {}): { body: string | null; announce: Announce } {
+    const transport = this.transport;
+    if (isDurable(transport)) {
+      const body = transport.appendFragment(statement, events.map((e) => mintBusEvent(e.type, e.payload)), when);
+      return { body, announce: options.wake === false ? noop : () => transport.wake() };
+    }
+    return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
   }
 
   /** Publishes a library event; rejects when the transport could not take it. */

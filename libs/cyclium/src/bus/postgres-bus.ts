@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { DatabaseUnavailableError, OutageLog, errorCode, errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
 import { MissingSchemaError } from '../database/missing-schema.error.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import { InvalidBusEventError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
 import { BusReader } from './bus-reader.js';
@@ -35,9 +36,9 @@ export interface PostgresBusOptions {
   /** Delete stored events older than this. Default 3 600 000 (one hour). */
   retentionMs?: number;
   /**
-   * Under load, wake-ups this node sends, and reads it makes, are at least this far apart (one
-   * wake-up or read then serves everything that happened meanwhile); when idle neither waits.
-   * Default 10.
+   * Under load, wake-ups this node sends, and reads it makes, average at most one per this many
+   * milliseconds (a burst of four goes at once), so one wake-up or read serves everything that
+   * happened meanwhile; when idle neither waits. Default 10.
    */
   spacingMs?: number;
 }
@@ -133,6 +134,10 @@ export class PostgresBus extends Bus implements DurableEvents {
   /** Stores `events` on `client`, inside the caller's transaction: they commit with it or not at all. */
   async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
     await this.log.append(client, events.map(storableEvent));
+  }
+
+  appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {
+    return this.log.appendFragment(statement, events.map(storableEvent), when);
   }
 
   /** Wakes every listener of the channel; call once the transaction that appended has committed. */

@@ -5,7 +5,7 @@ describe('SpacedTrigger', () => {
   it('runs at once after a quiet spell, then at most once per spacing however often it is asked', async () => {
     const runs: number[] = [];
     const started = performance.now();
-    const trigger = new SpacedTrigger(async () => void runs.push(performance.now() - started), 50);
+    const trigger = new SpacedTrigger(async () => void runs.push(performance.now() - started), 50, 1);
     trigger.request();
     await new Promise((r) => setImmediate(r));
     expect(runs).toHaveLength(1);
@@ -14,6 +14,20 @@ describe('SpacedTrigger', () => {
     await trigger.idle();
     expect(runs).toHaveLength(2); // twenty requests inside the spacing: one more run
     expect((runs[1] as number) - (runs[0] as number)).toBeGreaterThanOrEqual(45);
+  });
+
+  it('lets a burst through at once, then spaces the rest', async () => {
+    let runs = 0;
+    const trigger = new SpacedTrigger(async () => void runs++, 1_000, 3);
+    for (let i = 0; i < 3; i++) {
+      trigger.request();
+      await trigger.idle();
+    }
+    expect(runs).toBe(3);
+    trigger.request();
+    await new Promise((r) => setTimeout(r, 30));
+    expect(runs).toBe(3); // the bucket is empty: this one waits for a token
+    await trigger.stop();
   });
 
   it('never overlaps runs, and a request during a run gets a run after it', async () => {
@@ -38,7 +52,7 @@ describe('SpacedTrigger', () => {
 
   it('runs nothing after stop', async () => {
     let runs = 0;
-    const trigger = new SpacedTrigger(async () => void runs++, 1_000);
+    const trigger = new SpacedTrigger(async () => void runs++, 1_000, 1);
     trigger.request();
     await trigger.idle();
     trigger.request(); // would wait out the spacing

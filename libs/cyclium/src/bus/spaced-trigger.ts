@@ -1,20 +1,25 @@
 /**
- * Runs `action` when asked, but never more often than once per `spacingMs`, and never two at
- * once: asked after a quiet spell, it runs at once; asked again sooner, it runs once more when
- * the spacing has passed, however many times it was asked meanwhile. Idle costs nothing and adds
- * no wait; under load the runs per second are capped, so each run serves more of what happened.
+ * Runs `action` when asked, never two at once, and at most one run per `spacingMs` on average
+ * once it is busy: a token bucket of `burst` runs. Asked while idle or lightly used, it runs at
+ * once (a lone event pays no wait); asked faster than the bucket refills, it runs once more when
+ * a token is back, however many times it was asked meanwhile, so each run serves more of what
+ * happened as load rises.
  */
 export class SpacedTrigger {
   private running: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
   private pending = false;
-  private lastStart = Number.NEGATIVE_INFINITY;
   private stopped = false;
+  private tokens: number;
+  private refilledAt = performance.now();
 
   constructor(
     private readonly action: () => Promise<void>,
     private readonly spacingMs: number,
-  ) {}
+    private readonly burst = 4,
+  ) {
+    this.tokens = burst;
+  }
 
   request(): void {
     if (this.stopped) return;
@@ -26,7 +31,7 @@ export class SpacedTrigger {
   async idle(): Promise<void> {
     while (this.running || this.timer || (this.pending && !this.stopped)) {
       if (this.running) await this.running;
-      else await new Promise((resolve) => setTimeout(resolve, this.spacingMs));
+      else await new Promise((resolve) => setTimeout(resolve, Math.max(1, this.spacingMs)));
     }
   }
 
@@ -39,19 +44,26 @@ export class SpacedTrigger {
     await this.running;
   }
 
+  private refill(): void {
+    const now = performance.now();
+    if (this.spacingMs > 0) this.tokens = Math.min(this.burst, this.tokens + (now - this.refilledAt) / this.spacingMs);
+    else this.tokens = this.burst;
+    this.refilledAt = now;
+  }
+
   private schedule(): void {
     if (!this.pending || this.running || this.timer || this.stopped) return;
-    const wait = this.lastStart + this.spacingMs - performance.now();
-    if (wait > 0) {
+    this.refill();
+    if (this.tokens < 1) {
       this.timer = setTimeout(() => {
         this.timer = undefined;
         this.schedule();
-      }, wait);
+      }, (1 - this.tokens) * this.spacingMs);
       this.timer.unref();
       return;
     }
+    this.tokens -= 1;
     this.pending = false;
-    this.lastStart = performance.now();
     this.running = this.action()
       .catch(() => undefined)
       .finally(() => {

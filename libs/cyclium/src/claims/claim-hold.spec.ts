@@ -117,22 +117,34 @@ describe('ClaimHold', () => {
     expect(error).toMatchObject({ reason: 'not_owner' });
   });
 
-  it("release() aborts the signal with reason 'released' and calls onRelease once", () => {
+  it('release() stops renewing once, counts as lost, and builds no error until someone checks', () => {
     const onRelease = jest.fn();
     const hold = fresh(onRelease);
     hold.release();
     hold.release();
-    expect(hold.signal.aborted).toBe(true);
-    expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
-    expect(hold.signal.reason).toMatchObject({ name: 'ClaimLostError', reason: 'released', key: 'k', fence: 4 });
     expect(onRelease).toHaveBeenCalledTimes(1);
-    expect(() => hold.check()).toThrow(ClaimLostError);
+    expect(hold.lost).toBe(true);
+    // The success path allocates nothing: the signal is left alone.
+    expect(hold.signal.aborted).toBe(false);
+    let thrown: unknown;
+    try {
+      hold.check();
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(ClaimLostError);
+    expect(thrown).toMatchObject({ name: 'ClaimLostError', reason: 'released', key: 'k', fence: 4 });
+    // A lost hold released afterwards keeps its reason.
+    const lost = fresh();
+    lost.markLost('not_owner');
+    lost.release();
+    expect(lost.signal.reason).toMatchObject({ reason: 'not_owner' });
   });
 
   it('a passthrough hold can still be released explicitly', () => {
     const hold = new ClaimHold('k', null, LEASE_MS, performance.now());
     hold.release();
-    expect(hold.signal.aborted).toBe(true);
-    expect(hold.signal.reason).toMatchObject({ reason: 'released', fence: null });
+    expect(hold.lost).toBe(true);
+    expect(() => hold.check()).toThrow(expect.objectContaining({ reason: 'released', fence: null }));
   });
 });

@@ -9,6 +9,7 @@ import { ClaimLostError, type ClaimLossReason } from './claim-lost.error.js';
 export class ClaimHold {
   private readonly controller = new AbortController();
   private deadline: number;
+  private released = false;
 
   constructor(
     readonly key: string,
@@ -25,15 +26,17 @@ export class ClaimHold {
     return this.controller.signal;
   }
 
-  /** Lost by signal, or past the local deadline even if the renewer has not noticed yet. */
+  /** Lost by signal, released, or past the local deadline even if the renewer has not noticed yet. */
   get lost(): boolean {
+    if (this.released) return true;
     if (!this.controller.signal.aborted && performance.now() > this.deadline) this.markLost('deadline');
     return this.controller.signal.aborted;
   }
 
   /** Throws ClaimLostError when the claim is lost; call it before every step. */
   check(): void {
-    if (this.lost) throw this.controller.signal.reason;
+    if (!this.lost) return;
+    throw this.released && !this.controller.signal.aborted ? new ClaimLostError(this.key, this.fence, 'released') : this.controller.signal.reason;
   }
 
   renewed(sentAt: number): void {
@@ -41,14 +44,20 @@ export class ClaimHold {
   }
 
   markLost(reason: ClaimLossReason): void {
-    if (this.controller.signal.aborted) return;
+    if (this.controller.signal.aborted || this.released) return;
     this.controller.abort(new ClaimLostError(this.key, this.fence, reason));
     this.onRelease(this);
   }
 
-  /** Stops renewing; the holder is done with the claim (completed, failed or handed back). */
+  /**
+   * Stops renewing; the holder is done with the claim (completed, failed or handed back). The
+   * signal is left as it is: a holder that is done has nothing left to abort, and the success path
+   * of every episode builds no error.
+   */
   release(): void {
-    this.markLost('released');
+    if (this.released) return;
+    this.released = true;
+    if (!this.controller.signal.aborted) this.onRelease(this);
   }
 
   /**

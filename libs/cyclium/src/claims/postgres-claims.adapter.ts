@@ -119,6 +119,44 @@ export class PostgresClaims implements WorkClaimsAdapter {
     finish: async (client, key, owner, fence, failure) =>
       outcome(await client.query(FINISH([key, owner, failure === null ? 'done' : 'failed', failure, fence]))),
     ownerCte: OWNER_CTE,
+    fragments: {
+      owner: ({ key, owner, fence }) => `
+        SELECT 1 FROM cyclium_work_claims
+         WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence} AND state = 'claimed' AND lease_until > now()
+        FOR SHARE`,
+      // The row as this statement sees it decides, exactly as in INSERT_OR_READ + TAKE_OVER: no row
+      // means insert (a concurrent first claim makes it busy); a row is taken over only in the state read.
+      acquire: ({ key, owner, leaseSeconds, workType, when }) => [
+        ['claim_seen', `SELECT state, owner_node, fence FROM cyclium_work_claims WHERE dedupe_key = ${key}`],
+        [
+          'claim_new',
+          `INSERT INTO cyclium_work_claims
+             (dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence, work_type)
+           SELECT ${key}, 'claimed', ${owner}, now() + make_interval(secs => ${leaseSeconds}), now(), now(), 1, 1, ${workType}
+            WHERE (${when}) AND NOT EXISTS (SELECT 1 FROM claim_seen)
+           ON CONFLICT (dedupe_key) DO NOTHING
+           RETURNING fence, attempt, lease_until, NULL::text AS stolen_from`,
+        ],
+        [
+          'claim_taken',
+          `UPDATE cyclium_work_claims c
+              SET state = 'claimed', owner_node = ${owner}, lease_until = now() + make_interval(secs => ${leaseSeconds}),
+                  claimed_at = now(), last_heartbeat_at = now(), finished_at = NULL, error_detail = NULL,
+                  attempt = CASE WHEN c.state = 'done' THEN 1 ELSE c.attempt + 1 END,
+                  fence = c.fence + 1, work_type = COALESCE(${workType}, c.work_type)
+             FROM claim_seen seen
+            WHERE (${when}) AND c.dedupe_key = ${key} AND c.fence = seen.fence AND c.state = seen.state
+              AND (c.state <> 'claimed' OR c.lease_until < now())
+           RETURNING c.fence, c.attempt, c.lease_until, CASE WHEN seen.state = 'claimed' THEN seen.owner_node END AS stolen_from`,
+        ],
+        ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
+      ],
+      finish: ({ key, owner, fence, failure, when }) => `
+        UPDATE cyclium_work_claims
+           SET state = CASE WHEN ${failure}::text IS NULL THEN 'done' ELSE 'failed' END, finished_at = now(), error_detail = ${failure}
+         WHERE dedupe_key = ${key} AND owner_node = ${owner} AND state = 'claimed' AND fence = ${fence} AND (${when})
+        RETURNING 1`,
+    },
   };
 
   constructor(

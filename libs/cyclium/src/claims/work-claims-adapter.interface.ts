@@ -60,6 +60,24 @@ export interface InTransactionClaims {
   proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number): Promise<boolean>;
   finish(client: SqlExecutor, key: string, owner: string, fence: number, failure: string | null): Promise<ClaimWriteResult>;
   readonly ownerCte: string;
+  /** The same three, as CTEs the library composes into one statement with its own writes (see ClaimFragments). */
+  readonly fragments: ClaimFragments;
+}
+
+/**
+ * SQL text for composing claims into a larger statement. Every `refs` value is an SQL expression
+ * (usually a positional parameter) to use as is; `when` is a boolean expression gating the write.
+ * - `owner(refs)`: a SELECT with one row while `owner` holds `key` at `fence` (state `claimed`,
+ *   lease unexpired), holding the claim row until the statement's transaction ends.
+ * - `acquire(refs)`: `[name, body]` CTEs, the last one named `claim`, with one row (`fence`,
+ *   `attempt`, `lease_until`, `stolen_from`) when the claim was taken, none when it is busy; with
+ *   `acquire`'s semantics (insert, or take over a finished row or a lapsed lease as read).
+ * - `finish(refs)`: an UPDATE … RETURNING 1 that completes (`failure` NULL) or fails the claim at `fence`.
+ */
+export interface ClaimFragments {
+  owner(refs: { key: string; owner: string; fence: string }): string;
+  acquire(refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string }): Array<[string, string]>;
+  finish(refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
 }
 
 /**

@@ -9,6 +9,7 @@ import type { ClaimHold } from './claim-hold.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
 import type {
   AcquireResult,
+  ClaimFragments,
   ClaimGrant,
   ClaimWriteResult,
   ExpiredClaim,
@@ -26,6 +27,33 @@ export interface FencedStatement {
 
 /** `owner` with claims off (or for a custom adapter that said yes): always one row. */
 const OPEN_OWNER_CTE = 'WITH owner AS (SELECT 1 FROM (SELECT $1::text, $2::text, $3::bigint) AS unused)';
+
+/**
+ * Claims outside the statement: with claims off, or with a custom adapter whose store is elsewhere
+ * (the caller then asks `owns()` before and finishes the claim through the adapter after commit).
+ * `owner` always has its row and `claim` always has one (a passthrough grant).
+ */
+const OPEN_FRAGMENTS: ClaimFragments = {
+  // The refs are selected and dropped: every parameter of a statement must appear in its text.
+  owner: ({ key, owner, fence }) => `SELECT 1 FROM (SELECT ${key}, ${owner}, ${fence}) AS unused`,
+  acquire: ({ key, owner, leaseSeconds, workType }) => [
+    [
+      'claim',
+      `SELECT NULL::bigint AS fence, NULL::int AS attempt, NULL::timestamptz AS lease_until, NULL::text AS stolen_from
+         FROM (SELECT ${key}, ${owner}, ${leaseSeconds}, ${workType}) AS unused`,
+    ],
+  ],
+  finish: ({ key, owner, fence, failure, when }) => `SELECT 1 FROM (SELECT ${key}, ${owner}, ${fence}, ${failure}) AS unused WHERE (${when})`,
+};
+
+/** How claims take part in a statement the library composes (see Statement). */
+export interface ClaimsInStatement {
+  /** The statement itself proves, takes and finishes the claim (the adapter has `inTransaction`). */
+  joined: boolean;
+  fragments: ClaimFragments;
+  /** Names the fragments' variant in the statement's prepared name. */
+  shape: 'joined' | 'open';
+}
 
 export interface WorkClaimsAcquireOptions {
   /** Default: `workClaimsLeaseSeconds`. */
@@ -54,6 +82,45 @@ export class WorkClaims {
   /** False when claims are off and every call is a passthrough. */
   get enabled(): boolean {
     return this.adapter !== null;
+  }
+
+  /** The lease every claim of this node is taken for, in seconds. */
+  get leaseSeconds(): number {
+    return this.options.workClaimsLeaseSeconds;
+  }
+
+  /** How claims join the one-round-trip statements of an episode's life. */
+  inStatement(): ClaimsInStatement {
+    const joined = this.adapter?.inTransaction;
+    return joined ? { joined: true, fragments: joined.fragments, shape: 'joined' } : this.openClaims();
+  }
+
+  /** The fragments of claims outside the statement (checked and finished by the caller around it). */
+  openClaims(): ClaimsInStatement {
+    return { joined: false, fragments: OPEN_FRAGMENTS, shape: 'open' };
+  }
+
+  /** Makes a grant from what an `acquire` fragment returned (one row when acquired, none when busy). */
+  grantOf(
+    row: { fence: string | null; attempt: number | null; lease_until: Date | null; stolen_from: string | null },
+    key: string,
+    sentAt: number,
+  ): AcquireResult {
+    if (!this.adapter) return { status: 'passthrough' };
+    if (row.fence === null) {
+      this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs: performance.now() - sentAt });
+      return { status: 'busy' };
+    }
+    const claim: ClaimGrant = { fence: Number(row.fence), attempt: row.attempt as number, leaseUntil: row.lease_until as Date };
+    this.sentAt.set(claim, sentAt);
+    const event = row.stolen_from === null ? 'work_claims.acquired' : 'work_claims.steal';
+    this.telemetry.emit(event, { dedupeKey: key, fence: claim.fence, durationMs: performance.now() - sentAt });
+    return row.stolen_from === null ? { status: 'acquired', claim } : { status: 'acquired', claim, stolenFrom: row.stolen_from };
+  }
+
+  /** Telemetry for a claim a composed statement finished. */
+  finished(key: string, fence: number | null, failed: boolean, startedAt: number): void {
+    this.telemetry.emit(failed ? 'work_claims.failed' : 'work_claims.completed', { dedupeKey: key, fence, durationMs: performance.now() - startedAt });
   }
 
   async acquire(key: string, owner = this.identity.name(), options: WorkClaimsAcquireOptions = {}): Promise<AcquireResult> {

@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import type { CycliumEpisodeStep } from './episode-step.entity.js';
 
 export interface Checkpoint {
@@ -83,9 +84,9 @@ export class EpisodeJournal {
     return rows[0]?.next ?? 1;
   }
 
-  /** Inside the post-converge transaction: a finished episode keeps its journal, not its checkpoints. */
-  async clearCheckpoints(client: SqlExecutor, id: string): Promise<void> {
-    await client.query(`DELETE FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [id]);
+  /** Part of the post-converge statement: a finished episode keeps its journal, not its checkpoints. */
+  clearCheckpointsFragment(statement: Statement, id: string, when: string): string {
+    return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id = ${statement.param(id, 'uuid')} AND (${when}) RETURNING 1`;
   }
 
   /** The journal: steps and markers, in order. */

@@ -1,15 +1,17 @@
-import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { errorMessage } from '../database/database-errors.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
 import { Findings } from '../findings/findings.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { Outputs } from '../outputs/outputs.service.js';
 import type { CycliumOutput } from '../outputs/output.entity.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -23,6 +25,7 @@ import {
 } from './episode-errors.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeJournal, STEP_WRITE } from './episode-journal.js';
+import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
 import { RunningEpisode, type History, type StepRecord, type StepWriteOutcome } from './running-episode.js';
 
@@ -34,12 +37,6 @@ export type BeginResult =
 /** Rolls back a begin whose claim was busy: the node then writes nothing at all. */
 class ClaimBusy extends Error {
   override readonly name = 'ClaimBusy';
-}
-
-interface Ownership {
-  key: string;
-  owner: string;
-  fence: number | null;
 }
 
 export interface RunOptions {
@@ -75,6 +72,8 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly outputs: Outputs,
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
+    private readonly statements: EpisodeStatements,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
   onModuleInit(): void {
@@ -89,8 +88,9 @@ export class EpisodeRunner implements OnModuleInit {
     return [...this.running.values()];
   }
 
-  /** Inserts a running episode and takes its claim in one transaction; busy or duplicate writes nothing. */
+  /** Inserts a running episode and takes its claim, one round trip; busy or duplicate writes nothing. */
   begin(spec: NewEpisode): Promise<BeginResult> {
+    if (this.statements.beginsInOneStatement) return this.statements.begin(spec);
     return this.claimWith((client) => this.store.insert(spec, client));
   }
 
@@ -109,15 +109,15 @@ export class EpisodeRunner implements OnModuleInit {
       const { rows } = await this.claims.fencedStatement(client, ownership, RESUME_START, [episode.id]);
       if (!rows[0]) return null;
       const row = toEpisode(rows[0]);
-      await this.events.within(client, [this.lifecycle('episode.started', row, 'running')], { wake: false });
+      if (this.options.startedEvents) await this.events.within(client, [this.lifecycle('episode.started', row, 'running')], { wake: false });
       return row;
     });
     return started;
   }
 
   /**
-   * `load` writes the running row; the claim and the `episode.started` event commit with it or
-   * nothing does. Nobody waits on `started`, so it rides along with the next wake-up.
+   * `load` writes the running row; the claim (and `episode.started`, when enabled) commits with it
+   * or nothing does.
    */
   private async claimWith(load: (client: SqlExecutor) => Promise<EpisodeRow | null>): Promise<BeginResult> {
     try {
@@ -126,7 +126,7 @@ export class EpisodeRunner implements OnModuleInit {
         if (!episode) return { status: 'duplicate' as const };
         const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), this.identity.name());
         if (grant.status === 'busy') throw new ClaimBusy();
-        await this.events.within(client, [this.lifecycle('episode.started', episode, 'running')], { wake: false });
+        if (this.options.startedEvents) await this.events.within(client, [this.lifecycle('episode.started', episode, 'running')], { wake: false });
         return { status: 'started' as const, episode, grant };
       });
     } catch (error) {
@@ -240,25 +240,19 @@ export class EpisodeRunner implements OnModuleInit {
 
   /**
    * Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim
-   * and the terminal event — one transaction.
+   * and the terminal event — one statement.
    */
   private async converge(episode: EpisodeRow, ownership: Ownership, result: Convergence): Promise<void> {
     const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
-    const won = await this.database.transaction<{ outputs: CycliumOutput[]; announce: Announce } | null>(async (client) => {
-      if (!(await this.claims.proveOwnership(client, ownership.key, ownership.owner, ownership.fence))) return null;
-      await this.findings.persist(client, episode, result.findings ?? []);
-      const outputs = await this.outputs.insert(client, episode, result.outputs ?? []);
-      const outcome = { status, summary: result.summary ?? null, classification: result.classification };
-      if (!(await this.store.complete(client, episode.id, outcome))) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
-      await this.journal.clearCheckpoints(client, episode.id);
-      await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
-      const announce = await this.events.within(client, [this.lifecycle('episode.completed', episode, status)]);
-      return { outputs, announce };
+    const won = await this.statements.end(episode, ownership, {
+      terminal: { status, summary: result.summary ?? null, classification: result.classification },
+      findings: result.findings,
+      outputs: result.outputs,
+      event: this.lifecycle('episode.completed', episode, status),
     });
     if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
-    won.announce();
     this.telemetry.emit('episode.completed', { ...this.describe(episode), status });
-    await this.outputs.deliver(won.outputs);
+    if (won.length > 0) await this.outputs.deliver(won);
   }
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
@@ -272,19 +266,15 @@ export class EpisodeRunner implements OnModuleInit {
     }
     const [status, errorClass, detail] = classify(cause);
     const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
-    const announce = await this.database.transaction<Announce | null>(async (client) => {
-      if (!(await this.claims.proveOwnership(client, ownership.key, ownership.owner, ownership.fence))) return null;
-      if (!(await this.store.fail(client, episode.id, { status, errorClass, detail }))) return null;
-      if (status === 'canceled') await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
-      else await this.claims.failWithin(client, ownership.key, ownership.owner, ownership.fence, `${errorClass}: ${detail}`);
-      return this.events.within(client, [this.lifecycle(event, episode, status, { errorClass })]);
+    const recorded = await this.statements.end(episode, ownership, {
+      terminal: { status, errorClass, detail },
+      event: this.lifecycle(event, episode, status, { errorClass }),
     });
-    if (!announce) {
+    if (recorded === null) {
       this.logger.warn(`episode ${episode.id} aborted: claim lost before its outcome was recorded`);
       this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: 'claim lost before the outcome was recorded' });
       return;
     }
-    announce();
     if (DECIDED.has(errorClass)) {
       this.logger.warn(`episode ${episode.id} (${episode.actorId}.${episode.expectationId}) failed as ${errorClass}: ${detail.split('\n')[0]}`);
     }

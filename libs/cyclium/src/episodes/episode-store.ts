@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import type { EpisodeStatus } from './episode.entity.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 
@@ -33,6 +34,15 @@ export interface SeedEpisode {
   sourceEnv: string | null;
   /** null: the database clock, when the row is running. */
   startedAt: Date | null;
+}
+
+/** How a run ended, as its terminal write records it. */
+export interface TerminalOutcome {
+  status: EpisodeStatus;
+  summary?: string | null;
+  classification?: unknown;
+  errorClass?: string | null;
+  detail?: string | null;
 }
 
 export interface EpisodePage {
@@ -202,6 +212,41 @@ export class EpisodeStore {
     return one(rows);
   }
 
+  // ── fragments of the one-round-trip statements (see EpisodeStatements) ──────────────────────
+
+  /** Inserts the running episode `id` when `when` holds; the dedupe index still decides. */
+  insertFragment(statement: Statement, id: string, spec: NewEpisode, when: string): string {
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    return `
+      INSERT INTO cyclium_episodes
+        (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
+         source_stack, source_env, workflow_instance_id, workflow_step_id, started_at)
+      SELECT ${p(id, 'uuid')}, ${p(spec.actorId, 'text')}, ${p(spec.expectationId, 'text')}, ${p(spec.trigger.type, 'text')},
+             ${p(JSON.stringify(spec.trigger), 'jsonb')}, ${p(spec.dedupeKey, 'text')}, 'running', ${p(spec.ownerNode, 'text')},
+             ${p(spec.maxAttempts, 'int')}, ${p(spec.sourceStack, 'text')}, ${p(spec.sourceEnv, 'text')},
+             ${p(spec.workflowInstanceId ?? null, 'uuid')}, ${p(spec.workflowStepId ?? null, 'text')}, now()
+       WHERE (${when})
+      ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING
+      RETURNING *`;
+  }
+
+  /**
+   * The terminal write of a run, joined to the CTE `owner` (no row, no write): `done` or
+   * `partially_failed` with its summary, or `failed` / `canceled` with its error.
+   */
+  finishFragment(statement: Statement, id: string, outcome: TerminalOutcome): string {
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    return `
+      UPDATE cyclium_episodes
+         SET status = ${p(outcome.status, 'text')}, summary = coalesce(${p(outcome.summary ?? null, 'text')}, summary),
+             classification = coalesce(${p(outcome.classification === undefined ? null : JSON.stringify(outcome.classification), 'jsonb')}, classification),
+             error_class = ${p(outcome.errorClass ?? null, 'text')}, error_detail = ${p(outcome.detail ?? null, 'text')},
+             phase = NULL, finished_at = now(), updated_at = now()
+        FROM owner
+       WHERE cyclium_episodes.id = ${p(id, 'uuid')} AND cyclium_episodes.status = 'running'
+      RETURNING cyclium_episodes.id`;
+  }
+
   /** Writes a row as given; `started_at` defaults to the database clock (rule 1) for a running row. */
   async seed(spec: SeedEpisode): Promise<EpisodeRow> {
     const { rows } = await this.database.sql.query(
@@ -285,36 +330,13 @@ export class EpisodeStore {
     return one(rows);
   }
 
-  /** The terminal write of a converged run, inside its post-converge transaction; false when the row moved on. */
-  async complete(
-    client: SqlExecutor,
-    id: string,
-    outcome: { status: EpisodeStatus; summary: string | null; classification: unknown },
-  ): Promise<boolean> {
+  /** Fails an episode recovery took and still holds (phase `recovering`), inside the recovery's transaction. */
+  async failOrphaned(client: SqlExecutor, id: string, detail: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_episodes
-          SET status = $2, summary = $3, classification = $4::jsonb, phase = NULL, finished_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'running'`,
-      [id, outcome.status, outcome.summary, outcome.classification === undefined ? null : JSON.stringify(outcome.classification)],
-    );
-    return rowCount === 1;
-  }
-
-  /**
-   * The terminal write of a run that did not converge, inside its fenced transaction. `recovering`
-   * narrows it to an episode recovery took and still holds (a failed orphan).
-   */
-  async fail(
-    client: SqlExecutor,
-    id: string,
-    outcome: { status: Extract<EpisodeStatus, 'failed' | 'canceled'>; errorClass: string; detail: string },
-    recovering = false,
-  ): Promise<boolean> {
-    const { rowCount } = await client.query(
-      `UPDATE cyclium_episodes
-          SET status = $2, error_class = $3, error_detail = $4, phase = NULL, finished_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'running' AND (NOT $5::boolean OR phase = 'recovering')`,
-      [id, outcome.status, outcome.errorClass, outcome.detail, recovering],
+          SET status = 'failed', error_class = 'orphaned', error_detail = $2, phase = NULL, finished_at = now(), updated_at = now()
+        WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
+      [id, detail],
     );
     return rowCount === 1;
   }

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { Env } from '../scope/env.service.js';
 import type { CycliumFinding, FindingStatus } from './finding.entity.js';
@@ -59,38 +59,93 @@ export class Findings {
     return rows.map(toFinding);
   }
 
-  /** Applies an episode's finding actions on `client`, inside its post-converge transaction. */
-  async persist(client: SqlExecutor, episode: EpisodeRow, actions: FindingAction[]): Promise<void> {
-    for (const action of actions) {
-      if (action.op === 'clear') {
-        await client.query(
-          `UPDATE cyclium_findings SET status = 'cleared', cleared_at = now(), cleared_by_episode_id = $3, updated_at = now()
-            WHERE finding_key = $1 AND env IS NOT DISTINCT FROM $2 AND status = 'active'`,
-          [action.key, episode.sourceEnv, episode.id],
-        );
-        continue;
-      }
-      const fields = [action.class ?? null, action.severity ?? null, action.subject ?? null, action.summary ?? null];
-      const evidence = action.evidence === undefined ? null : JSON.stringify(action.evidence);
-      if (action.op === 'update') {
-        await client.query(
-          `UPDATE cyclium_findings
-              SET class = coalesce($3, class), severity = coalesce($4, severity), subject = coalesce($5, subject),
-                  summary = coalesce($6, summary), evidence = coalesce($7::jsonb, evidence), updated_at = now()
-            WHERE finding_key = $1 AND env IS NOT DISTINCT FROM $2 AND status = 'active'`,
-          [action.key, episode.sourceEnv, ...fields, evidence],
-        );
-        continue;
-      }
-      await client.query(
+  /**
+   * The finding actions of a converging episode as CTEs of its post-converge statement, writing
+   * only when `when` holds. Actions on one key are folded in order first (a raise then a clear is a
+   * clear; an update after a raise refines the raise), so no row is written twice by one statement.
+   */
+  fragments(statement: Statement, episode: EpisodeRow, actions: readonly FindingAction[], when: string): Array<[string, string]> {
+    const { raises, updates, clears } = fold(actions);
+    const ctes: Array<[string, string]> = [];
+    if (raises.length + updates.length + clears.length === 0) return ctes;
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    const env = p(episode.sourceEnv, 'text');
+    if (clears.length > 0) {
+      ctes.push([
+        'finding_clears',
+        `UPDATE cyclium_findings SET status = 'cleared', cleared_at = now(), cleared_by_episode_id = ${p(episode.id, 'uuid')}, updated_at = now()
+          WHERE finding_key = ANY(${p(clears, 'text[]')}) AND env IS NOT DISTINCT FROM ${env} AND status = 'active' AND (${when})
+         RETURNING 1`,
+      ]);
+    }
+    const columns = (list: Fields[]) =>
+      [
+        p(list.map((f) => f.key), 'text[]'),
+        p(list.map((f) => f.class ?? null), 'text[]'),
+        p(list.map((f) => f.severity ?? null), 'text[]'),
+        p(list.map((f) => f.subject ?? null), 'text[]'),
+        p(list.map((f) => f.summary ?? null), 'text[]'),
+        p(list.map((f) => (f.evidence === undefined ? null : JSON.stringify(f.evidence))), 'jsonb[]'),
+      ].join(', ');
+    if (updates.length > 0) {
+      ctes.push([
+        'finding_updates',
+        `UPDATE cyclium_findings f
+            SET class = coalesce(u.class, f.class), severity = coalesce(u.severity, f.severity), subject = coalesce(u.subject, f.subject),
+                summary = coalesce(u.summary, f.summary), evidence = coalesce(u.evidence, f.evidence), updated_at = now()
+           FROM unnest(${columns(updates)}) AS u (finding_key, class, severity, subject, summary, evidence)
+          WHERE f.finding_key = u.finding_key AND f.env IS NOT DISTINCT FROM ${env} AND f.status = 'active' AND (${when})
+         RETURNING 1`,
+      ]);
+    }
+    if (raises.length > 0) {
+      ctes.push([
+        'finding_raises',
         `INSERT INTO cyclium_findings
            (actor_id, expectation_id, finding_key, status, class, severity, subject, summary, evidence, raised_by_episode_id, env)
-         VALUES ($1, $2, $3, 'active', $4, $5, $6, $7, $8::jsonb, $9, $10)
+         SELECT ${p(episode.actorId, 'text')}, ${p(episode.expectationId, 'text')}, r.finding_key, 'active', r.class, r.severity,
+                r.subject, r.summary, r.evidence, ${p(episode.id, 'uuid')}, ${env}
+           FROM unnest(${columns(raises)}) AS r (finding_key, class, severity, subject, summary, evidence)
+          WHERE (${when})
          ON CONFLICT (finding_key, env) WHERE status = 'active' DO UPDATE
            SET class = EXCLUDED.class, severity = EXCLUDED.severity, subject = EXCLUDED.subject,
-               summary = EXCLUDED.summary, evidence = EXCLUDED.evidence, updated_at = now()`,
-        [episode.actorId, episode.expectationId, action.key, ...fields, evidence, episode.id, episode.sourceEnv],
-      );
+               summary = EXCLUDED.summary, evidence = EXCLUDED.evidence, updated_at = now()
+         RETURNING 1`,
+      ]);
+    }
+    return ctes;
+  }
+}
+
+type Fields = Omit<Extract<FindingAction, { op: 'raise' }>, 'op'>;
+
+/** One final action per key, applying the list in order. */
+function fold(actions: readonly FindingAction[]): { raises: Fields[]; updates: Fields[]; clears: string[] } {
+  const last = new Map<string, { op: 'raise' | 'update'; fields: Fields } | { op: 'clear' }>();
+  for (const action of actions) {
+    const before = last.get(action.key);
+    if (action.op === 'clear') {
+      last.set(action.key, { op: 'clear' });
+    } else if (action.op === 'raise') {
+      const { op: _, ...fields } = action;
+      last.set(action.key, { op: 'raise', fields });
+    } else if (before?.op !== 'clear') {
+      // An update refines whatever is pending for the key (a raise stays a raise); after a clear it changes nothing.
+      const { op: _, ...fields } = action;
+      const merged = before ? { ...before.fields, ...definedOnly(fields) } : fields;
+      last.set(action.key, { op: before?.op ?? 'update', fields: merged });
     }
   }
+  const raises: Fields[] = [];
+  const updates: Fields[] = [];
+  const clears: string[] = [];
+  for (const [key, entry] of last) {
+    if (entry.op === 'clear') clears.push(key);
+    else (entry.op === 'raise' ? raises : updates).push({ ...entry.fields, key });
+  }
+  return { raises, updates, clears };
+}
+
+function definedOnly<T extends object>(fields: T): Partial<T> {
+  return Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

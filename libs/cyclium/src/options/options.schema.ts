@@ -138,6 +138,10 @@ export class CycliumOptionsSchema {
   @Min(0, nonNegativeMs('jitterMs'))
   jitterMs?: unknown;
 
+  @defined('startedEvents')
+  @IsBoolean({ message: 'startedEvents must be true or false' })
+  startedEvents?: unknown;
+
   @defined('episodeShutdownMs')
   @IsInt(nonNegativeMs('episodeShutdownMs'))
   @Min(0, nonNegativeMs('episodeShutdownMs'))

@@ -25,6 +25,7 @@ describe('resolveCycliumOptions', () => {
       busPollIntervalMs: 5_000,
       busRetentionMs: 3_600_000,
       jitterMs: 200,
+      startedEvents: false,
       episodeShutdownMs: 5000,
       recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },
       triggerPollIntervalMs: 5000,

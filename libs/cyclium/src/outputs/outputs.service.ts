@@ -2,7 +2,7 @@ import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import { ActorDefinitionError } from '../actors/actor-definition.error.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { claimKeyOf } from '../episodes/episode-store.js';
 import { scopeKey } from '../scope/scope-key.js';
@@ -11,7 +11,8 @@ import type { OutputDeliverer } from './output-adapter.interface.js';
 import type { CycliumOutput, OutputStatus } from './output.entity.js';
 import type { OutputProposal } from './output-proposal.interface.js';
 
-function toOutput(row: Record<string, unknown>): CycliumOutput {
+/** Maps a `cyclium_outputs` row as pg returns it onto the entity's shape. */
+export function toOutput(row: Record<string, unknown>): CycliumOutput {
   return {
     id: row.id as string,
     episodeId: row.episode_id as string,
@@ -60,23 +61,21 @@ export class Outputs implements OnModuleInit {
     return `${claimKeyOf(episode)}:${proposal.type}:${index}`;
   }
 
-  /** Inserts on `client` (inside the post-converge transaction); returns the rows this episode won. */
-  async insert(client: SqlExecutor, episode: EpisodeRow, proposals: OutputProposal[]): Promise<CycliumOutput[]> {
-    if (proposals.length === 0) return [];
-    const { rows } = await client.query(
-      `INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload)
-       SELECT $1, p.type, p.dedupe_key, p.payload
-         FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS p (type, dedupe_key, payload)
-       ON CONFLICT (dedupe_key) DO NOTHING
-       RETURNING *`,
-      [
-        episode.id,
-        proposals.map((p) => p.type),
-        proposals.map((p, i) => this.keyOf(episode, p, i)),
-        proposals.map((p) => JSON.stringify(p.payload ?? null)),
-      ],
-    );
-    return rows.map(toOutput);
+  /**
+   * The proposals of a converging episode as the body of a CTE of its post-converge statement
+   * (`INSERT … RETURNING`), writing only when `when` holds; the rows it returns are the ones this
+   * episode won, to deliver after commit (read them back with `toOutput`).
+   */
+  fragment(statement: Statement, episode: EpisodeRow, proposals: readonly OutputProposal[], when: string): string {
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    return `
+      INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload)
+      SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload
+        FROM unnest(${p(proposals.map((o) => o.type), 'text[]')}, ${p(proposals.map((o, i) => this.keyOf(episode, o, i)), 'text[]')},
+                    ${p(proposals.map((o) => JSON.stringify(o.payload ?? null)), 'jsonb[]')}) AS o (type, dedupe_key, payload)
+       WHERE (${when})
+      ON CONFLICT (dedupe_key) DO NOTHING
+      RETURNING *`;
   }
 
   /** Delivers committed rows; each ends `delivered` or `failed` with the reason. */

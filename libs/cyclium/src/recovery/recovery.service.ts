@@ -219,7 +219,7 @@ export class Recovery implements OnApplicationBootstrap {
           hosted ? '' : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
         ].join(' ').trim();
         const fence = grant.status === 'acquired' ? grant.claim.fence : null;
-        if (!(await this.store.fail(client, episode.id, { status: 'failed', errorClass: 'orphaned', detail }, true))) throw new Skip('taken');
+        if (!(await this.store.failOrphaned(client, episode.id, detail))) throw new Skip('taken');
         await this.journal.mark([episode.id], 'orphaned', { node: me, lastOwner: from }, client);
         if ((await this.claims.failWithin(client, key, me, fence, detail)) !== 'ok') throw new Skip('taken');
         const announce = await this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);

@@ -14,6 +14,8 @@ export interface StartPostgresOptions {
   port?: number;
   /** How long initdb + start may take. Default 120 s. */
   timeoutMs?: number;
+  /** Server settings, e.g. `{ shared_preload_libraries: 'pg_stat_statements' }`. */
+  settings?: Record<string, string>;
 }
 
 export interface RunningPostgres {
@@ -48,13 +50,14 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     dataDir,
     port: options.port ?? (await freePort()),
     persistent: options.persistent ?? options.dataDir !== undefined,
+    settings: options.settings ?? {},
   };
   const keeper = fork(new URL('./postgres-keeper.js', import.meta.url), [JSON.stringify(request)], {
     detached: true,
     stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
   });
 
-  await new Promise<void>((ready, fail) => {
+  const started = new Promise<void>((ready, fail) => {
     const timer = setTimeout(() => fail(new Error('embedded PostgreSQL did not start in time')), options.timeoutMs ?? 120_000);
     keeper.on('message', (message: KeeperMessage) => {
       if (message.type === 'ready') {
@@ -70,6 +73,14 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
       fail(new Error(`embedded PostgreSQL keeper exited with code ${code}`));
     });
   });
+  try {
+    await started;
+  } catch (error) {
+    // Nothing of this call may outlive its failure: the keeper, nor the folder made for it.
+    if (keeper.exitCode === null && keeper.signalCode === null) keeper.kill('SIGKILL');
+    if (scratch) await rm(scratch, { recursive: true, force: true });
+    throw error;
+  }
   // The keeper stops the server itself if this process dies; it must not keep this process alive.
   keeper.unref();
   keeper.channel?.unref();

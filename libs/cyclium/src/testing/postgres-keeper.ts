@@ -30,7 +30,13 @@ async function main(): Promise<void> {
     password: 'postgres',
     persistent: request.persistent,
     createPostgresUser: isRoot,
-    postgresFlags: ['-c', 'max_connections=300', '-c', 'listen_addresses=127.0.0.1'],
+    postgresFlags: [
+      '-c',
+      'max_connections=300',
+      '-c',
+      'listen_addresses=127.0.0.1',
+      ...Object.entries(request.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+    ],
     onLog: () => undefined,
     onError: (error) => process.stderr.write(`[postgres] ${String(error)}\n`),
   });

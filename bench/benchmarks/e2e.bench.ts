@@ -1,0 +1,114 @@
+import 'reflect-metadata';
+import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { Actor, Bus, CycliumModule, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
+import pg from 'pg';
+import { countsSoFar, settleStats, since, statementSource } from '../support/counters.js';
+import { printTable, throughput } from '../support/measure.js';
+
+const IN_FLIGHT = [1, 4, 16] as const;
+const PER_ROUND: Record<(typeof IN_FLIGHT)[number], number> = { 1: 250, 4: 500, 16: 1_000 };
+const ROUNDS = 2;
+
+@Injectable()
+@Actor({ id: 'e2e', maxConcurrentEpisodes: 32 })
+class EventActor {
+  @Expectation({ id: 'on_event', trigger: { event: 'bench.e2e' } })
+  async onEvent(ep: EpisodeContext<{ i: number }>): Promise<void> {
+    await ep.step('s1', () => ep.trigger.payload.i);
+  }
+}
+
+async function node(url: string, identity: string, providers: Array<typeof EventActor>): Promise<INestApplicationContext> {
+  @Module({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 20 } }),
+      CycliumModule.forRoot({ nodeIdentity: identity, workClaims: 'postgres', jitterMs: 0 }),
+    ],
+    providers,
+  })
+  class NodeModule {}
+  const app = await NestFactory.createApplicationContext(NodeModule, { logger: ['error', 'warn'] });
+  await app.init();
+  return app;
+}
+
+/** `n` events published on one node, each becoming an episode on another, at most `inFlight` unfinished at once. */
+async function run(url: string, n: number, inFlight: number) {
+  const publisher = await node(url, `e2e-pub-${inFlight}`, []);
+  const runner = await node(url, `e2e-run-${inFlight}`, [EventActor]);
+  await settleStats();
+  const before = await countsSoFar(url);
+  let completed = 0;
+  let waiting: (() => void) | undefined;
+  const off = onCyclium('episode.completed', () => {
+    completed++;
+    waiting?.();
+  });
+  const bus = publisher.get(Bus);
+  const started = performance.now();
+  try {
+    for (let i = 0; i < n; i++) {
+      while (i - completed >= inFlight) await new Promise<void>((resolve) => (waiting = resolve));
+      await bus.publish('bench.e2e', { i });
+    }
+    while (completed < n) await new Promise<void>((resolve) => (waiting = resolve));
+  } finally {
+    off();
+  }
+  const seconds = (performance.now() - started) / 1000;
+  await Promise.all([publisher.close(), runner.close()]);
+  await settleStats();
+  return { seconds, n, ...since(before, await countsSoFar(url)) };
+}
+
+async function floor(url: string, clients: number): Promise<number> {
+  const pool = new pg.Pool({ connectionString: url, max: clients });
+  try {
+    await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, v int NOT NULL)');
+    const tag = `${Date.now()}-${Math.random()}`;
+    return await throughput(pool, clients, 1_500, (c, i) =>
+      c.query('INSERT INTO bench_floor (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING', [`x:${tag}:${i}`, i]),
+    );
+  } finally {
+    await pool.end();
+  }
+}
+
+/**
+ * End to end across nodes: an event published on one node (the durable bus) becomes a one-step
+ * episode on another, at 1, 4 and 16 in flight, next to the bare single-insert floor at the same
+ * concurrency. Statements and commits count both nodes and the bus.
+ */
+export async function e2eBench(url: string): Promise<void> {
+  const source = await statementSource(url);
+  const totals = IN_FLIGHT.map(() => ({ seconds: 0, n: 0, commits: 0, statements: 0 }));
+  const floors = IN_FLIGHT.map(() => 0);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [i, inFlight] of IN_FLIGHT.entries()) {
+      floors[i] = (floors[i] as number) + (await floor(url, inFlight)) / ROUNDS;
+      const measured = await run(url, PER_ROUND[inFlight], inFlight);
+      const total = totals[i] as (typeof totals)[number];
+      total.seconds += measured.seconds;
+      total.n += measured.n;
+      total.commits += measured.commits;
+      total.statements += measured.statements;
+    }
+  }
+  printTable(
+    `e2e: published on one node, run on another (claims on, durable bus); statements counted by ${source}`,
+    IN_FLIGHT.map((inFlight, i) => {
+      const total = totals[i] as (typeof totals)[number];
+      const rate = total.n / total.seconds;
+      return {
+        'in flight': inFlight,
+        'episodes/s': Math.round(rate),
+        'statements/episode': (total.statements / total.n).toFixed(2),
+        'commits/episode': (total.commits / total.n).toFixed(2),
+        'floor inserts/s': Math.round(floors[i] as number),
+        'episodes / floor': `${(rate / (floors[i] as number)).toFixed(2)}x`,
+      };
+    }),
+  );
+}

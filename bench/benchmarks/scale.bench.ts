@@ -1,0 +1,137 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { migrateDatabase, freePort } from '@cyclium/nestjs/testing';
+import { migrateDemoDatabase } from '@cyclium/demo/database';
+import pg from 'pg';
+import { countsSoFar, settleStats, since, statementSource, type Counts } from '../support/counters.js';
+import { printTable } from '../support/measure.js';
+
+const DEMO_MAIN = fileURLToPath(new URL('../../../apps/demo/dist/main.js', import.meta.url));
+const NODE_COUNTS = [3, 6, 12];
+const EVENTS = 600;
+const POSTERS = 8;
+const IDLE_MS = 20_000;
+
+/** Library defaults for everything the demo would otherwise shorten; claims on, as in the demo. */
+const DEFAULTS = {
+  DEMO_SETTLE_MS: '120000',
+  DEMO_RECOVERY_INTERVAL_MS: '60000',
+  DEMO_STALE_AFTER_MS: '120000',
+  DEMO_NODE_BEAT_MS: '15000',
+  DEMO_LEASE_SECONDS: '120',
+  DEMO_DB_POOL: '4',
+  NO_COLOR: '1',
+};
+
+interface Node {
+  port: number;
+  child: ChildProcess;
+}
+
+async function startNode(url: string, id: string): Promise<Node> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [DEMO_MAIN], {
+    env: { ...process.env, ...DEFAULTS, DATABASE_URL: url, PORT: String(port), CYCLIUM_NODE_ID: id },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`${id} exited with code ${child.exitCode}`);
+    if (await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false)) return { port, child };
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`${id} was not healthy in time`);
+}
+
+async function stop(nodes: Node[]): Promise<void> {
+  await Promise.all(
+    nodes.map(
+      (node) =>
+        new Promise<void>((done) => {
+          if (node.child.exitCode !== null || node.child.signalCode !== null) return done();
+          node.child.once('exit', () => done());
+          node.child.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
+async function freshDatabase(serverUrl: string, name: string): Promise<string> {
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  await migrateDatabase(url.toString());
+  await migrateDemoDatabase(url.toString());
+  return url.toString();
+}
+
+async function count(url: string, sql: string): Promise<number> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return Number((await client.query(sql)).rows[0].n);
+  } finally {
+    await client.end();
+  }
+}
+
+/**
+ * Commits and statements per event as the cluster grows: 3, 6 and 12 demo node processes on one
+ * database, each with the library's default timings, 600 `resource.updated` events over HTTP
+ * (each one a one-step episode), then every node stopped so the listening connections report the
+ * commits they owe (a listener's reads are counted when it next runs a statement or exits).
+ * Before the load, the idle cost: statements per second per node with nothing to do.
+ */
+export async function scaleBench(benchUrl: string): Promise<void> {
+  const rows = [];
+  for (const n of NODE_COUNTS) {
+    const url = await freshDatabase(benchUrl, `cyclium_scale_${n}`);
+    await statementSource(url);
+    const nodes: Node[] = [];
+    try {
+      nodes.push(...(await Promise.all(Array.from({ length: n }, (_, i) => startNode(url, `scale-${i + 1}`)))));
+      await settleStats();
+      const idleBefore = await countsSoFar(url);
+      await new Promise((r) => setTimeout(r, IDLE_MS));
+      const idle = since(idleBefore, await countsSoFar(url));
+
+      const before = await countsSoFar(url);
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: POSTERS }, async () => {
+          for (let i = next++; i < EVENTS; i = next++) {
+            const node = nodes[i % nodes.length] as Node;
+            const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ type: 'resource.updated', payload: { resource: `scale-${i}`, usage: i % 100 } }),
+            });
+            if (response.status !== 202) throw new Error(`POST /events answered ${response.status}`);
+          }
+        }),
+      );
+      const deadline = Date.now() + 120_000;
+      while ((await count(url, `SELECT count(*) AS n FROM cyclium_episodes WHERE status = 'done'`)) < EVENTS) {
+        if (Date.now() > deadline) throw new Error('the episodes did not finish in time');
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      await stop(nodes);
+      await settleStats();
+      const load: Counts = since(before, await countsSoFar(url));
+      rows.push({
+        nodes: n,
+        'commits/event': (load.commits / EVENTS).toFixed(2),
+        'statements/event': (load.statements / EVENTS).toFixed(2),
+        'idle statements/s/node': (idle.statements / (IDLE_MS / 1000) / n).toFixed(2),
+        'idle commits/s/node': (idle.commits / (IDLE_MS / 1000) / n).toFixed(2),
+      });
+    } finally {
+      await stop(nodes);
+    }
+  }
+  printTable(`scale: ${EVENTS} events over HTTP, each a one-step episode, library default timings; counted by ${await statementSource(benchUrl)}`, rows);
+}

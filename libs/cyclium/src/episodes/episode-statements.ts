@@ -1,0 +1,187 @@
+import { randomUUID } from 'node:crypto';
+import { Inject, Injectable } from '@nestjs/common';
+import { EventOutbox, type OutgoingEvent } from '../bus/event-outbox.service.js';
+import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
+import { WorkClaims } from '../claims/work-claims.service.js';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { errorMessage } from '../database/database-errors.js';
+import { Statement } from '../database/statement.js';
+import { Findings } from '../findings/findings.service.js';
+import type { FindingAction } from '../findings/finding-action.interface.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import type { CycliumOutput } from '../outputs/output.entity.js';
+import type { OutputProposal } from '../outputs/output-proposal.interface.js';
+import { Outputs, toOutput } from '../outputs/outputs.service.js';
+import type { EpisodeRow } from './episode-context.interface.js';
+import { lifecycleEvent } from './episode-events.js';
+import { EpisodeJournal } from './episode-journal.js';
+import { EpisodeStore, claimKeyOf, toEpisode, type NewEpisode, type TerminalOutcome } from './episode-store.js';
+
+/** Who must own what for a write to count: the episode's claim key, this node, the fence it holds. */
+export interface Ownership {
+  key: string;
+  owner: string;
+  fence: number | null;
+}
+
+export type BeginOutcome =
+  | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
+  | { status: 'duplicate' }
+  | { status: 'busy' };
+
+export interface EndOutcome {
+  terminal: TerminalOutcome;
+  findings?: readonly FindingAction[];
+  outputs?: readonly OutputProposal[];
+  /** The terminal lifecycle event, committed with the status. */
+  event: OutgoingEvent;
+}
+
+/** The text the busy guard fails with (an integer cast of it), recognised to answer busy. */
+const BUSY = 'cyclium: the claim is busy';
+
+interface BeginRow {
+  fence: string | null;
+  attempt: number | null;
+  lease_until: Date | null;
+  stolen_from: string | null;
+  id: string | null;
+  [column: string]: unknown;
+}
+
+/**
+ * The state changes of an episode's life as one round trip each (rule 4 inside every one of them):
+ *
+ * - begin: the row is inserted (the dedupe index decides), the claim is taken by the insert that
+ *   won (and `episode.started` written, when enabled) — or nothing stays, when the key is a
+ *   duplicate or the claim busy;
+ * - end: ownership at the fence (holding the claim row), findings, outputs, the terminal status,
+ *   the checkpoints cleared, the claim finished and the terminal event — all or nothing, and only
+ *   while the claim is still this node's.
+ *
+ * Each room contributes the fragment for its own table (see Statement). A claims adapter that
+ * cannot join the statement (its store is elsewhere) is asked `owns()` first and finished after
+ * commit; a bus that is not durable publishes after commit.
+ */
+@Injectable()
+export class EpisodeStatements {
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly store: EpisodeStore,
+    private readonly journal: EpisodeJournal,
+    private readonly claims: WorkClaims,
+    private readonly findings: Findings,
+    private readonly outputs: Outputs,
+    private readonly events: EventOutbox,
+    private readonly identity: NodeIdentity,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  /** True when `begin` is one statement here (claims off, or an adapter that joins statements). */
+  get beginsInOneStatement(): boolean {
+    return !this.claims.enabled || this.claims.inStatement().joined;
+  }
+
+  /** Begin in one statement; use only when `beginsInOneStatement`. */
+  async begin(spec: NewEpisode): Promise<BeginOutcome> {
+    const id = randomUUID();
+    const key = claimKeyOf({ id, dedupeKey: spec.dedupeKey });
+    const me = this.identity.name();
+    const claims = this.claims.inStatement();
+    const statement = new Statement(`begin_${claims.shape}`);
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    // The dedupe index decides first; only the insert that won takes the claim.
+    statement.with('ep', this.store.insertFragment(statement, id, spec, 'true'));
+    const acquire = claims.fragments.acquire({
+      key: p(key, 'text'),
+      owner: p(me, 'text'),
+      leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
+      workType: p(null, 'text'),
+      when: 'EXISTS (SELECT 1 FROM ep)',
+    });
+    for (const [name, body] of acquire) statement.with(name, body);
+    const started = lifecycleEvent(
+      'episode.started',
+      { ...spec, id, workflowInstanceId: spec.workflowInstanceId ?? null, workflowStepId: spec.workflowStepId ?? null },
+      'running',
+      me,
+    );
+    // Opt-in (it costs a fifth of an episode's throughput); nobody waits on it, so it rides along with the next wake-up.
+    const event = this.options.startedEvents
+      ? this.events.fragment(statement, [started], 'EXISTS (SELECT 1 FROM ep) AND EXISTS (SELECT 1 FROM claim)', { wake: false })
+      : { body: null, announce: () => undefined };
+    if (event.body) statement.with('started', event.body);
+
+    // Inserted but the claim is busy (a live lease on a key no live episode had): the statement
+    // must write nothing, so it fails on purpose, rolling the insert back with it. The cast reads
+    // the inserted row, so the planner cannot fold it into an error of its own.
+    const busy = p(BUSY, 'text');
+    const sentAt = performance.now();
+    let rows: BeginRow[];
+    try {
+      ({ rows } = await this.database.sql.query<BeginRow>(
+        statement.build(`
+          SELECT c.fence::text, c.attempt, c.lease_until, c.stolen_from, e.*,
+                 CASE WHEN e.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM claim) THEN (${busy} || e.id::text)::int END AS busy
+            FROM (SELECT 1) one LEFT JOIN ep e ON true LEFT JOIN claim c ON e.id IS NOT NULL`),
+      ));
+    } catch (error) {
+      if (errorMessage(error).includes(BUSY)) {
+        this.claims.grantOf({ fence: null, attempt: null, lease_until: null, stolen_from: null }, key, sentAt);
+        return { status: 'busy' };
+      }
+      throw error;
+    }
+    const row = rows[0] as BeginRow;
+    if (row.id === null) return { status: 'duplicate' };
+    const grant = this.claims.grantOf(row, key, sentAt);
+    event.announce();
+    return { status: 'started', episode: toEpisode(row), grant };
+  }
+
+  /**
+   * The end of a run, in one statement: null when the claim (or the running row) was no longer
+   * this node's, and then nothing was written. Returns the outputs this episode won, to deliver.
+   */
+  async end(episode: EpisodeRow, ownership: Ownership, outcome: EndOutcome): Promise<CycliumOutput[] | null> {
+    const claims = this.claims.inStatement();
+    const joined = claims.joined && ownership.fence !== null;
+    if (!joined && ownership.fence !== null && !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))) return null;
+
+    const statement = new Statement(`end_${joined ? 'joined' : 'open'}`);
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    const refs = { key: p(ownership.key, 'text'), owner: p(ownership.owner, 'text'), fence: p(ownership.fence, 'bigint') };
+    statement.with('owner', (joined ? claims : this.claims.openClaims()).fragments.owner(refs));
+    statement.with('ep', this.store.finishFragment(statement, episode.id, outcome.terminal));
+    const won = 'EXISTS (SELECT 1 FROM ep)';
+    const converged = outcome.terminal.status === 'done' || outcome.terminal.status === 'partially_failed';
+    if (converged) statement.with('checkpoints', this.journal.clearCheckpointsFragment(statement, episode.id, won));
+    for (const [name, body] of this.findings.fragments(statement, episode, outcome.findings ?? [], won)) statement.with(name, body);
+    const proposals = outcome.outputs ?? [];
+    if (proposals.length > 0) statement.with('outputs', this.outputs.fragment(statement, episode, proposals, won));
+    const failure = outcome.terminal.status === 'failed' ? `${outcome.terminal.errorClass}: ${outcome.terminal.detail}` : null;
+    if (joined) statement.with('claim_finished', claims.fragments.finish({ ...refs, failure: p(failure, 'text'), when: won }));
+    const event = this.events.fragment(statement, [outcome.event], won);
+    if (event.body) statement.with('terminal_event', event.body);
+
+    const startedAt = performance.now();
+    const { rows } = await this.database.sql.query<{ won: number } & Record<string, unknown>>(
+      statement.build(
+        proposals.length > 0
+          ? `SELECT w.n AS won, o.* FROM (SELECT count(*)::int AS n FROM ep) w LEFT JOIN outputs o ON true`
+          : `SELECT count(*)::int AS won FROM ep`,
+      ),
+    );
+    if (rows[0]?.won !== 1) return null;
+    if (ownership.fence !== null) {
+      if (joined) this.claims.finished(ownership.key, ownership.fence, failure !== null, startedAt);
+      // A custom adapter's store is not this database: finish there, as strong as it allows.
+      else if (failure === null) await this.claims.complete(ownership.key, ownership.owner, ownership.fence);
+      else await this.claims.fail(ownership.key, ownership.owner, failure, ownership.fence);
+    }
+    event.announce();
+    return rows.filter((r) => r.id !== null && r.id !== undefined).map(toOutput);
+  }
+}
