@@ -5,7 +5,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, Bus, CycliumModule, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
 import pg from 'pg';
 import { countsSoFar, settleStats, since, statementSource } from '../support/counters.js';
-import { printTable, throughput } from '../support/measure.js';
+import { bareInsertFloor, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 const PER_ROUND: Record<(typeof IN_FLIGHT)[number], number> = { 1: 250, 4: 500, 16: 1_000 };
@@ -63,14 +63,11 @@ async function run(url: string, n: number, inFlight: number) {
   return { seconds, n, ...since(before, await countsSoFar(url)) };
 }
 
+/** Bare single-row insert commits per second at `clients` concurrency, on a pool of its own. */
 async function floor(url: string, clients: number): Promise<number> {
   const pool = new pg.Pool({ connectionString: url, max: clients });
   try {
-    await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, v int NOT NULL)');
-    const tag = `${Date.now()}-${Math.random()}`;
-    return await throughput(pool, clients, 1_500, (c, i) =>
-      c.query('INSERT INTO bench_floor (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING', [`x:${tag}:${i}`, i]),
-    );
+    return await bareInsertFloor(pool, clients, 1_500);
   } finally {
     await pool.end();
   }

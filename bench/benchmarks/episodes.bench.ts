@@ -5,7 +5,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
 import pg from 'pg';
 import { countsSoFar, settleStats, since, statementSource, type Counts } from '../support/counters.js';
-import { printTable, throughput } from '../support/measure.js';
+import { bareInsertFloor, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 /** Episodes per configuration and round, by in-flight count (fewer where each takes a round trip alone). */
@@ -75,11 +75,7 @@ async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number, inF
 async function floor(url: string, clients: number): Promise<number> {
   const pool = new pg.Pool({ connectionString: url, max: clients });
   try {
-    await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, v int NOT NULL)');
-    const run = `${Date.now()}-${Math.random()}`;
-    return await throughput(pool, clients, 1_500, (c, i) =>
-      c.query('INSERT INTO bench_floor (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING', [`e:${run}:${i}`, i]),
-    );
+    return await bareInsertFloor(pool, clients, 1_500);
   } finally {
     await pool.end();
   }
