@@ -4,6 +4,7 @@
  */
 import { busBench } from './benchmarks/bus.bench.js';
 import { claimsBench } from './benchmarks/claims.bench.js';
+import { dispatchBench } from './benchmarks/dispatch.bench.js';
 import { e2eBench } from './benchmarks/e2e.bench.js';
 import { episodesBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
@@ -18,6 +19,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   bus: busBench,
   e2e: e2eBench,
   scale: scaleBench,
+  dispatch: dispatchBench,
   takeover: takeoverBench,
 };
 

@@ -65,7 +65,7 @@ describe('npm start launcher', () => {
   it('starts its own PostgreSQL and three healthy nodes, and on SIGINT stops the nodes before the database', async () => {
     dataRoot = await mkdtemp(join(tmpdir(), 'cyclium-launcher-'));
     const basePort = await consecutiveFreePorts(3);
-    const run = runLauncher(['--nodes', '3', '--base-port', String(basePort), '--data-dir', join(dataRoot, 'pgdata')], undefined);
+    const run = runLauncher(['--nodes', '3', '--trigger-only', '1', '--base-port', String(basePort), '--data-dir', join(dataRoot, 'pgdata')], undefined);
     const { child, exited } = run;
     launcher = child;
 
@@ -75,6 +75,9 @@ describe('npm start launcher', () => {
       expect(health.status).toBe(200);
       const node = (await (await fetch(`http://127.0.0.1:${basePort + i}/node`)).json()) as { identity: string };
       expect(node.identity).toBe(`node-${i + 1}`);
+      // --trigger-only 1: the last node defers its episodes to the two full ones.
+      const mode = (await (await fetch(`http://127.0.0.1:${basePort + i}/mode`)).json()) as { nodeMode: string };
+      expect(mode.nodeMode).toBe(i === 2 ? 'trigger_only' : 'full');
     }
     expect(existsSync(join(dataRoot, 'pgdata', 'PG_VERSION'))).toBe(true);
 

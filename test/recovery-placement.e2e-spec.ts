@@ -27,7 +27,14 @@ describe('recovery only restarts an actor where it is hosted', () => {
     const node = (id: string, stackSlug: string) =>
       startCycliumApp({
         url: database.url,
-        cyclium: { nodeIdentity: id, stackSlug, workClaims: 'postgres', bus, recovery: { onBoot: false, staleAfterMs: 1_000 } },
+        cyclium: {
+          nodeIdentity: id,
+          stackSlug,
+          workClaims: 'postgres',
+          bus,
+          recovery: { onBoot: false, staleAfterMs: 1_000 },
+          triggerPollIntervalMs: 200,
+        },
         providers: [PlacedActor],
       });
     [a, b] = await Promise.all([node('node-a', 'stack_a'), node('node-b', 'stack_b')]);
@@ -48,15 +55,34 @@ describe('recovery only restarts an actor where it is hosted', () => {
       startedAt: new Date(Date.now() - 60_000),
       ownerNode: 'node-dead',
     });
-    // Its own sweep and a sweep of stack_a's rows from stack_b: neither takes what it cannot run.
+    // Its own sweep does not take what it cannot run.
     expect(await b.get(Recovery).sweep()).toMatchObject({ restarted: 0, failed: 0, skipped: 1, skippedFor: { not_hosted: 1 } });
-    expect(await b.get(Recovery).sweep({ sourceStack: 'stack_a' })).toMatchObject({ restarted: 0, failed: 0, skippedFor: { not_hosted: 1 } });
     expect(await row(orphan.id)).toMatchObject({ status: 'running', attempts: 0, phase: null, owner_node: 'node-dead' });
 
     expect(await a.get(Recovery).sweep()).toMatchObject({ restarted: 1 });
     await waitFor('stack_a to finish it', async () => (await row(orphan.id)).status === 'done');
     expect(await row(orphan.id)).toMatchObject({ attempts: 1, owner_node: 'node-a' });
     expect(ranOn).toContain('legacy@node-a');
+  });
+
+  it('a sweep of stack_a\'s rows from stack_b defers the restart to stack_a as a trigger request, which runs it', async () => {
+    const orphan = await b.get(Episodes).create({
+      actorId: 'placed',
+      expectationId: 'job',
+      payload: { tag: 'crossed' },
+      sourceStack: 'stack_a',
+      startedAt: new Date(Date.now() - 60_000),
+      ownerNode: 'node-dead',
+    });
+    expect(await b.get(Recovery).sweep({ sourceStack: 'stack_a' })).toMatchObject({ restarted: 0, deferred: 1, failed: 0 });
+    expect(await row(orphan.id)).toMatchObject({ status: 'deferred', attempts: 1, owner_node: null });
+    const requests = (await database.db.query(`SELECT source_node, source_stack, opts FROM cyclium_trigger_requests WHERE episode_id = $1`, [orphan.id])).rows;
+    expect(requests).toEqual([{ source_node: 'node-b', source_stack: 'stack_a', opts: { resume: true } }]);
+    await waitFor('stack_a to run it from its request', async () => (await row(orphan.id)).status === 'done', 10_000);
+    expect(await row(orphan.id)).toMatchObject({ owner_node: 'node-a', attempts: 1 });
+    expect(ranOn).toContain('crossed@node-a');
+    const done = (await database.db.query(`SELECT status, claimed_by FROM cyclium_trigger_requests WHERE episode_id = $1`, [orphan.id])).rows;
+    expect(done).toEqual([{ status: 'completed', claimed_by: 'node-a' }]);
   });
 
   it('adopts a queued episode of a gone node only where its actor is hosted: never strands it on a node that cannot run it', async () => {

@@ -13,6 +13,7 @@ import { demoCycliumSettings } from './demo-settings.js';
 import { EpisodesController } from './episodes/episodes.controller.js';
 import { EventsController } from './events/events.controller.js';
 import { HealthController } from './health/health.controller.js';
+import { ModeController } from './mode/mode.controller.js';
 import { NodeController } from './node/node.controller.js';
 
 @Module({
@@ -29,7 +30,7 @@ import { NodeController } from './node/node.controller.js';
     TerminusModule,
     CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
   ],
-  controllers: [HealthController, NodeController, EventsController, EpisodesController],
+  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController],
   providers: [
     CycliumHealthIndicator,
     ResourceMonitorActor,

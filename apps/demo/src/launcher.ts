@@ -14,11 +14,16 @@ const { values } = parseArgs({
     nodes: { type: 'string', default: '3' },
     'base-port': { type: 'string', default: '3000' },
     'data-dir': { type: 'string', default: '.cyclium/pgdata' },
+    'trigger-only': { type: 'string', default: '0' },
   },
 });
 const nodeCount = Number(values.nodes);
 const basePort = Number(values['base-port']);
 if (!Number.isInteger(nodeCount) || nodeCount < 1) throw new Error(`--nodes must be a whole number >= 1 (got ${values.nodes})`);
+const triggerOnly = Number(values['trigger-only']);
+if (!Number.isInteger(triggerOnly) || triggerOnly < 0 || triggerOnly > nodeCount) {
+  throw new Error(`--trigger-only must be a whole number from 0 to --nodes (got ${values['trigger-only']})`);
+}
 
 const say = (line: string) => process.stdout.write(`[launcher] ${line}\n`);
 
@@ -111,6 +116,8 @@ async function main(): Promise<void> {
         DATABASE_URL: url,
         PORT: String(port),
         CYCLIUM_NODE_ID: id,
+        // The last N nodes defer their episodes to the full ones.
+        ...(i >= nodeCount - triggerOnly ? { CYCLIUM_MODE: 'trigger_only' } : {}),
         ...(process.stdout.isTTY ? {} : { NO_COLOR: '1' }),
       },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -137,7 +144,10 @@ async function main(): Promise<void> {
     await stopAll(1);
     return;
   }
-  for (let i = 0; i < nodeCount; i++) say(`node-${i + 1} listening on http://127.0.0.1:${basePort + i} (GET /health)`);
+  for (let i = 0; i < nodeCount; i++) {
+    const mode = i >= nodeCount - triggerOnly ? 'trigger_only' : 'full';
+    say(`node-${i + 1} (${mode}) listening on http://127.0.0.1:${basePort + i} (GET /health)`);
+  }
   say(`cluster up: ${nodeCount} nodes. Ctrl-C to stop.`);
 }
 

@@ -29,6 +29,11 @@ import { Env } from './scope/env.service.js';
 import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
 import { CycliumStatus } from './health/cyclium-status.service.js';
+import { DeferredRunner } from './dispatch/deferred-runner.service.js';
+import { Dispatcher } from './dispatch/dispatcher.service.js';
+import { Mode } from './dispatch/mode.service.js';
+import { TriggerPoller } from './dispatch/trigger-poller.service.js';
+import { TriggerRequests } from './dispatch/trigger-requests.service.js';
 
 /**
  * `CycliumModule.forRoot(options)` / `forRootAsync({ imports, inject, useFactory })`.
@@ -65,7 +70,12 @@ import { CycliumStatus } from './health/cyclium-status.service.js';
     Drainer,
     CycliumShutdown,
     CycliumStatus,
+    Mode,
+    Dispatcher,
+    DeferredRunner,
+    TriggerRequests,
+    TriggerPoller,
   ],
-  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery, CycliumStatus],
+  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery, CycliumStatus, Mode, TriggerRequests],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -7,7 +7,8 @@ import { Actor, Expectation, Findings, type Convergence, type EpisodeContext } f
 export class ResourceAdvisorActor {
   constructor(private readonly findings: Findings) {}
 
-  @Expectation({ id: 'summarize', trigger: { every: '1m' }, recoveryPolicy: 'restart' })
+  /** Once a minute by default; the tests shorten it with DEMO_ADVISOR_EVERY (read when the class loads). */
+  @Expectation({ id: 'summarize', trigger: { every: process.env.DEMO_ADVISOR_EVERY ?? '1m' }, recoveryPolicy: 'restart' })
   async summarize(ep: EpisodeContext): Promise<Convergence> {
     const breaches = await ep.step('read_breaches', async () =>
       (await this.findings.activeFor({ class: 'limit_breach' })).map((f) => ({ subject: f.subject, severity: f.severity })),

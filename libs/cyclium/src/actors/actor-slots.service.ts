@@ -15,7 +15,8 @@ import { ActorDefinitionError } from './actor-definition.error.js';
 import { ActorRegistry } from './actor-registry.service.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
 
-export type DispatchResult =
+/** What the slots did with a trigger this node runs itself. */
+export type SlotResult =
   | { status: 'started'; episode: EpisodeRow }
   | { status: 'queued'; episode: EpisodeRow }
   | { status: 'dropped' }
@@ -79,7 +80,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   }
 
   /** Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit. */
-  async dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
+  async dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<SlotResult> {
     const actor = this.registry.get(expectation.actorId);
     if (!actor) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
     // Draining: every other node received the same trigger; a manual caller hears busy.
@@ -110,7 +111,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     return { status: 'started', episode: begun.episode };
   }
 
-  private async overflow(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): Promise<DispatchResult> {
+  private async overflow(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): Promise<SlotResult> {
     const node = this.identity.name();
     if (actor.options.overflow === 'drop') {
       const { payload } = lifecycleEvent('episode.dropped', { ...spec, id: null, workflowInstanceId: null, workflowStepId: null }, 'dropped', node);
@@ -159,6 +160,41 @@ export class ActorSlots implements OnApplicationBootstrap {
     return this.registry.get(actorId) !== undefined;
   }
 
+  /** False once the node drains: nothing new starts (or is deferred) here. */
+  get open(): boolean {
+    return this.accepting;
+  }
+
+  /** Slots of `actorId` free now, counting the restarts already waiting for one. */
+  free(actorId: string): number {
+    const actor = this.registry.get(actorId);
+    if (!actor || !this.accepting) return 0;
+    const slots = this.slotsOf(actorId);
+    return Math.max(0, actor.options.maxConcurrentEpisodes - slots.running - slots.restarts.length);
+  }
+
+  /**
+   * Runs an episode that `start` begins (a deferred one a full node took) in one of the actor's
+   * slots, reserved first; false when none is free. The start counts for the drain like any other.
+   */
+  runStarted(actorId: string, start: () => Promise<{ episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null>): boolean {
+    const actor = this.registry.get(actorId);
+    if (!actor || this.free(actorId) < 1) return false;
+    this.slotsOf(actorId).running++;
+    void this.starting(start()).then(
+      (begun) => {
+        // Launched even when the drain began meanwhile: it waits for this start, then stamps the run.
+        if (begun) return this.launch(actor, begun.episode, begun.grant, undefined, begun.resumed);
+        this.release(actor);
+      },
+      (error: unknown) => {
+        this.logger.error(`could not start a deferred episode of ${actorId}: ${errorMessage(error)}`);
+        this.release(actor);
+      },
+    );
+    return true;
+  }
+
   /** The drain: nothing new starts here from now on. */
   stopAccepting(): void {
     this.accepting = false;
@@ -186,9 +222,9 @@ export class ActorSlots implements OnApplicationBootstrap {
     return start;
   }
 
-  private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, resumed?: WaitingRestart): void {
+  private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, restart?: WaitingRestart, resumed = false): void {
     const run = this.runner
-      .run(episode, grant, resumed ? { resumed: true, hold: resumed.hold } : {})
+      .run(episode, grant, restart ? { resumed: true, hold: restart.hold } : { resumed })
       .finally(() => this.release(actor));
     const tracked = run.finally(() => this.runs.delete(tracked));
     this.runs.add(tracked);
@@ -222,7 +258,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private async startRestart(actor: RegisteredActor, waiting: WaitingRestart): Promise<void> {
     try {
       const episode = await this.starting(this.runner.startResumed(waiting.episode, waiting.grant));
-      if (episode && this.accepting) return this.launch(actor, episode, waiting.grant, waiting);
+      if (episode) return this.launch(actor, episode, waiting.grant, waiting);
       waiting.hold.release();
     } catch (error) {
       this.logger.error(`could not start recovered episode ${waiting.episode.id}: ${errorMessage(error)}`);

@@ -11,7 +11,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { scopeKey } from '../scope/scope-key.js';
 import { ActorDefinitionError } from './actor-definition.error.js';
 import { ActorRegistry } from './actor-registry.service.js';
-import { ActorSlots } from './actor-slots.service.js';
+import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
 import { bucketStart } from './interval.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
@@ -44,14 +44,14 @@ export class TriggerSources implements OnApplicationBootstrap {
 
   constructor(
     private readonly registry: ActorRegistry,
-    private readonly slots: ActorSlots,
+    private readonly dispatcher: Dispatcher,
     private readonly events: EventOutbox,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
+  /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
   onApplicationBootstrap(): void {
-    if (this.options.mode !== 'full') return;
     this.on = true;
     for (const actor of this.registry.all()) {
       for (const expectation of actor.expectations.values()) this.start(actor, expectation);
@@ -166,7 +166,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     for (let attempt = 0, delay = RETRY_FIRST_MS; this.on; attempt++) {
       try {
-        await this.slots.dispatch(expectation, trigger, { dedupeKey, sourceStack: this.options.stackSlug, sourceEnv: this.options.env });
+        const result = await this.dispatcher.dispatch(expectation, trigger, { dedupeKey, sourceStack: this.options.stackSlug, sourceEnv: this.options.env });
+        if (result.status === 'disabled') this.logger.debug(`${what} fired nothing: the actor is disabled on this node`);
         return;
       } catch (error) {
         if (!isDatabaseUnavailable(error)) {

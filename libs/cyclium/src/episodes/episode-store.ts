@@ -214,20 +214,64 @@ export class EpisodeStore {
 
   // ── fragments of the one-round-trip statements (see EpisodeStatements) ──────────────────────
 
-  /** Inserts the running episode `id` when `when` holds; the dedupe index still decides. */
-  insertFragment(statement: Statement, id: string, spec: NewEpisode, when: string): string {
+  /**
+   * Inserts episode `id` when `when` holds — `running` (started now, on `spec.ownerNode`) or
+   * `deferred` (waiting for a full node, owned by none); the dedupe index still decides.
+   */
+  insertFragment(statement: Statement, id: string, spec: NewEpisode, when: string, status: 'running' | 'deferred' = 'running'): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    const running = status === 'running';
     return `
       INSERT INTO cyclium_episodes
         (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-         source_stack, source_env, workflow_instance_id, workflow_step_id, started_at)
+         source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at)
       SELECT ${p(id, 'uuid')}, ${p(spec.actorId, 'text')}, ${p(spec.expectationId, 'text')}, ${p(spec.trigger.type, 'text')},
-             ${p(JSON.stringify(spec.trigger), 'jsonb')}, ${p(spec.dedupeKey, 'text')}, 'running', ${p(spec.ownerNode, 'text')},
+             ${p(JSON.stringify(spec.trigger), 'jsonb')}, ${p(spec.dedupeKey, 'text')}, '${status}', ${p(running ? spec.ownerNode : null, 'text')},
              ${p(spec.maxAttempts, 'int')}, ${p(spec.sourceStack, 'text')}, ${p(spec.sourceEnv, 'text')},
-             ${p(spec.workflowInstanceId ?? null, 'uuid')}, ${p(spec.workflowStepId ?? null, 'text')}, now()
+             ${p(spec.workflowInstanceId ?? null, 'uuid')}, ${p(spec.workflowStepId ?? null, 'text')},
+             ${running ? 'now(), NULL' : 'NULL, now()'}
        WHERE (${when})
       ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING
       RETURNING *`;
+  }
+
+  /** A deferred episode a full node took: running here now. Null when it is not deferred any more (or gone). */
+  async startDeferred(client: SqlExecutor, id: string, owner: string): Promise<EpisodeRow | null> {
+    const { rows } = await client.query(
+      `UPDATE cyclium_episodes SET status = 'running', owner_node = $2, phase = NULL, started_at = coalesce(started_at, now()), updated_at = now()
+        WHERE id = $1 AND status = 'deferred' RETURNING *`,
+      [id, owner],
+    );
+    return one(rows);
+  }
+
+  /** A restart recovery took on a node that cannot run it: it waits as deferred for a full node. */
+  async deferRestart(client: SqlExecutor, id: string): Promise<boolean> {
+    const { rowCount } = await client.query(
+      `UPDATE cyclium_episodes SET status = 'deferred', owner_node = NULL, updated_at = now()
+        WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
+      [id],
+    );
+    return rowCount === 1;
+  }
+
+  /** Deferred episodes whose request expired: failed, with the request's reason. */
+  async failDeferred(client: SqlExecutor, failures: Array<{ episodeId: string; reason: string }>): Promise<number> {
+    if (failures.length === 0) return 0;
+    const { rowCount } = await client.query(
+      `UPDATE cyclium_episodes e
+          SET status = 'failed', error_class = 'trigger_request_expired', error_detail = f.reason, finished_at = now(), updated_at = now()
+         FROM unnest($1::uuid[], $2::text[]) AS f (id, reason)
+        WHERE e.id = f.id AND e.status = 'deferred'`,
+      [failures.map((f) => f.episodeId), failures.map((f) => f.reason)],
+    );
+    return rowCount ?? 0;
+  }
+
+  /** What became of an episode a request names: its status, or null when the row is gone. */
+  async statusOf(client: SqlExecutor, id: string): Promise<EpisodeStatus | null> {
+    const { rows } = await client.query<{ status: EpisodeStatus }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
+    return rows[0]?.status ?? null;
   }
 
   /**

@@ -1,6 +1,6 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
-export type EpisodeStatus = 'queued' | 'running' | 'blocked' | 'done' | 'partially_failed' | 'failed' | 'canceled';
+export type EpisodeStatus = 'queued' | 'deferred' | 'running' | 'blocked' | 'done' | 'partially_failed' | 'failed' | 'canceled';
 
 @Entity({ name: 'cyclium_episodes' })
 export class CycliumEpisode {

@@ -1,7 +1,8 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { ActorDefinitionError } from '../actors/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { ActorSlots, type DispatchResult } from '../actors/actor-slots.service.js';
+import { Dispatcher } from '../dispatch/dispatcher.service.js';
+import type { DispatchResult } from '../dispatch/dispatch-result.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -56,7 +57,7 @@ const pick = <T>(explicit: T | undefined, fallback: T): T => (explicit === undef
 @Injectable()
 export class Episodes {
   constructor(
-    private readonly slots: ActorSlots,
+    private readonly dispatcher: Dispatcher,
     private readonly registry: ActorRegistry,
     private readonly store: EpisodeStore,
     private readonly journal: EpisodeJournal,
@@ -66,17 +67,22 @@ export class Episodes {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** Runs an expectation now on this node (under its actor's concurrency limit). */
+  /**
+   * Runs an expectation now: on this node (under its actor's concurrency limit) in full mode; in
+   * trigger-only mode the episode is created and deferred to a full node (`deferred`, with the
+   * request's id). A disabled node (or actor) refuses.
+   */
   async trigger<P>(actorId: string, expectationId: string, payload: P, options: TriggerOptions = {}): Promise<DispatchResult> {
     const expectation = this.registry.expectation(actorId, expectationId);
     if (!expectation) throw new ActorDefinitionError(`no actor ${actorId} with expectation ${expectationId} on this node`);
-    if (this.options.mode !== 'full') throw new ActorDefinitionError(`this node runs in mode ${this.options.mode}, not full`);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
-    return this.slots.dispatch(expectation, { type: 'manual', payload }, {
+    const result = await this.dispatcher.dispatch(expectation, { type: 'manual', payload }, {
       dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
       sourceStack: pick(options.sourceStack, this.options.stackSlug),
       sourceEnv,
     });
+    if (result.status === 'disabled') throw new ActorDefinitionError(`${actorId} is disabled on this node (mode disabled): nothing runs or is deferred here`);
+    return result;
   }
 
   /**

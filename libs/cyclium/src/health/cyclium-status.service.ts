@@ -9,6 +9,7 @@ import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumShutdown } from '../recovery/cyclium-shutdown.service.js';
+import { Mode } from '../dispatch/mode.service.js';
 import { Recovery, type LastSweep } from '../recovery/recovery.service.js';
 
 export interface HealthOptions {
@@ -54,6 +55,7 @@ export class CycliumStatus {
     private readonly renewer: LeaseRenewer,
     private readonly recovery: Recovery,
     private readonly shutdown: CycliumShutdown,
+    private readonly mode: Mode,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
@@ -61,7 +63,7 @@ export class CycliumStatus {
   snapshot(): StatusSnapshot {
     return {
       nodeIdentity: this.identity.name(),
-      mode: this.options.mode,
+      mode: this.mode.current,
       stack: this.options.stackSlug,
       env: this.options.env,
       draining: this.shutdown.started,

@@ -2,8 +2,15 @@ import { CycliumSchema1764400000000 } from './1764400000000-cyclium-schema.js';
 import { CycliumBusPayloads1764400000001 } from './1764400000001-cyclium-bus-payloads.js';
 import { CycliumEvents1764400000002 } from './1764400000002-cyclium-events.js';
 import { CycliumEpisodeQueue1764400000003 } from './1764400000003-cyclium-episode-queue.js';
+import { CycliumTriggerOnly1764400000004 } from './1764400000004-cyclium-trigger-only.js';
 
-export { CycliumSchema1764400000000, CycliumBusPayloads1764400000001, CycliumEvents1764400000002, CycliumEpisodeQueue1764400000003 };
+export {
+  CycliumSchema1764400000000,
+  CycliumBusPayloads1764400000001,
+  CycliumEvents1764400000002,
+  CycliumEpisodeQueue1764400000003,
+  CycliumTriggerOnly1764400000004,
+};
 
 /** Add these to your DataSource's `migrations`, in this order. */
 export const cycliumMigrations = [
@@ -11,4 +18,5 @@ export const cycliumMigrations = [
   CycliumBusPayloads1764400000001,
   CycliumEvents1764400000002,
   CycliumEpisodeQueue1764400000003,
+  CycliumTriggerOnly1764400000004,
 ];

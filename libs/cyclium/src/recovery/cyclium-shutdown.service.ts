@@ -3,6 +3,7 @@ import { ActorSlots } from '../actors/actor-slots.service.js';
 import { TriggerSources } from '../actors/trigger-sources.service.js';
 import type { Bus } from '../bus/bus.interface.js';
 import { LeaseRenewer } from '../claims/lease-renewer.service.js';
+import { TriggerPoller } from '../dispatch/trigger-poller.service.js';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import { errorMessage } from '../database/database-errors.js';
 import { NodeRegistry } from '../identity/node-registry.service.js';
@@ -31,6 +32,7 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
     private readonly drainer: Drainer,
     private readonly registry: NodeRegistry,
     private readonly renewer: LeaseRenewer,
+    private readonly poller: TriggerPoller,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
   ) {}
 
@@ -53,7 +55,10 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
         this.slots.stopAccepting();
         await this.triggers.stop();
       });
-      await this.step('stop recovery sweeps', () => this.recovery.stop());
+      await this.step('stop recovery sweeps and the trigger request poller', async () => {
+        await this.recovery.stop();
+        await this.poller.stop();
+      });
       await this.step('drain', () => this.drainer.drain());
       await this.step('flush the bus', async () => flushable.flushPending?.());
       await this.step('deregister the node', () => this.registry.deregister());

@@ -15,6 +15,9 @@ import { EpisodeStore, claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import { REQUEST_WAKE_EVENT } from '../dispatch/deferred-runner.service.js';
+import { Mode } from '../dispatch/mode.service.js';
+import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 
 export interface SweepOptions {
   /** Default: `recovery.staleAfterMs`. */
@@ -32,6 +35,8 @@ export type SkipReason = 'busy' | 'taken' | 'not_hosted' | 'error';
 
 export interface SweepResult {
   restarted: number;
+  /** Restarts handed to a full node as trigger requests (this node, or the actor here, is trigger-only; or another stack hosts it). */
+  deferred: number;
   failed: number;
   skipped: number;
   skippedFor: Partial<Record<SkipReason, number>>;
@@ -53,6 +58,7 @@ class Skip extends Error {
 
 type Outcome =
   | { kind: 'restart'; episode: EpisodeRow; grant: AcquireResult }
+  | { kind: 'deferred'; episode: EpisodeRow; announce: Announce }
   | { kind: 'failed'; episode: EpisodeRow; detail: string; announce: Announce };
 
 function shuffle<T>(items: T[]): T[] {
@@ -92,15 +98,18 @@ export class Recovery implements OnApplicationBootstrap {
     private readonly identity: NodeIdentity,
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
+    private readonly mode: Mode,
+    private readonly requests: TriggerRequests,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
   onApplicationBootstrap(): void {
     const { onBoot, settleMs, intervalMs } = this.options.recovery;
-    if (this.options.mode !== 'full' || !onBoot) return;
+    if (!onBoot) return;
     const next = (delay: number) => {
       this.timer = setTimeout(async () => {
-        await this.sweepQuietly();
+        // A disabled node runs and defers nothing: it leaves orphans to the others.
+        if (this.mode.current !== 'disabled') await this.sweepQuietly();
         if (intervalMs !== null && this.timer !== undefined) next(intervalMs);
       }, delay);
       this.timer.unref();
@@ -157,7 +166,7 @@ export class Recovery implements OnApplicationBootstrap {
       claimsOn: this.claims.enabled,
     };
     const me = this.identity.name();
-    const result: SweepResult = { restarted: 0, failed: 0, skipped: 0, skippedFor: {} };
+    const result: SweepResult = { restarted: 0, deferred: 0, failed: 0, skipped: 0, skippedFor: {} };
     const skip = (reason: SkipReason) => {
       result.skipped++;
       result.skippedFor[reason] = (result.skippedFor[reason] ?? 0) + 1;
@@ -167,7 +176,7 @@ export class Recovery implements OnApplicationBootstrap {
     for (const candidate of shuffle(await this.store.candidates(scope)).filter((e) => !local.has(e.id))) {
       try {
         const outcome = await this.recover(candidate, me, options);
-        if (outcome === 'restarted' || outcome === 'failed') result[outcome]++;
+        if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred') result[outcome]++;
         else skip(outcome);
       } catch (error) {
         this.logger.warn(`recovery of episode ${candidate.id} failed: ${errorMessage(error)}`);
@@ -190,13 +199,17 @@ export class Recovery implements OnApplicationBootstrap {
     return result;
   }
 
-  private async recover(candidate: EpisodeRow, me: string, options: SweepOptions): Promise<'restarted' | 'failed' | SkipReason> {
+  private async recover(candidate: EpisodeRow, me: string, options: SweepOptions): Promise<'restarted' | 'deferred' | 'failed' | SkipReason> {
     const hosted = this.slots.hosts(candidate.actorId);
     const policy = await this.policyFor(candidate, options.resolvePolicy);
     const attempt = candidate.attempts + 1;
     const restart = policy === 'restart' && attempt <= candidate.maxAttempts;
-    // Only the stack that hosts the actor can run it: leave the orphan to a node there.
-    if (restart && !hosted) return 'not_hosted';
+    const mode = this.mode.of(candidate.actorId);
+    // Sweeping another stack's rows: restarts of actors hosted there go to that stack as requests.
+    const otherStack = options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
+    const defer = restart && ((hosted && mode === 'trigger_only') || (!hosted && otherStack));
+    // Otherwise only a node that hosts (and runs) the actor can run it: leave the orphan to one.
+    if (restart && !defer && (!hosted || mode !== 'full')) return 'not_hosted';
     const key = claimKeyOf(candidate);
     const from = candidate.ownerNode ?? 'an unknown node';
 
@@ -209,7 +222,20 @@ export class Recovery implements OnApplicationBootstrap {
         if (!episode) throw new Skip('taken');
         if (restart) {
           await this.journal.mark([episode.id], 'resumed', { attempt, node: me, from: candidate.phase ?? 'stale', lastOwner: from }, client);
-          return { kind: 'restart', episode, grant };
+          if (!defer) return { kind: 'restart', episode, grant };
+          // Waits as deferred for a full node's poller, which takes it with a claim of its own.
+          if (!(await this.store.deferRestart(client, episode.id))) throw new Skip('taken');
+          await this.requests.insertWithin(client, episode.id, {
+            actorId: episode.actorId,
+            expectationId: episode.expectationId,
+            sourceNode: me,
+            sourceStack: episode.sourceStack,
+            sourceEnv: episode.sourceEnv,
+            opts: { resume: true },
+          });
+          await this.claims.completeWithin(client, key, me, grant.status === 'acquired' ? grant.claim.fence : null);
+          const announce = await this.events.within(client, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }]);
+          return { kind: 'deferred', episode, announce };
         }
         const detail = [
           policy === 'restart'
@@ -230,6 +256,13 @@ export class Recovery implements OnApplicationBootstrap {
       throw error;
     }
 
+    if (outcome.kind === 'deferred') {
+      outcome.announce();
+      this.logger.log(
+        `deferred the restart of episode ${candidate.id} (${candidate.actorId}.${candidate.expectationId}) from ${from} to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
+      );
+      return 'deferred';
+    }
     if (outcome.kind === 'failed') {
       outcome.announce();
       this.logger.warn(`episode ${outcome.episode.id} (${outcome.episode.actorId}.${outcome.episode.expectationId}) failed as ${outcome.detail}`);

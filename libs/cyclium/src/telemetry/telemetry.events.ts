@@ -34,6 +34,7 @@ export interface CycliumEventMap {
   'episode.aborted': EpisodeEvent;
   'recovery.sweep': CycliumEventBase & {
     restarted: number;
+    deferred: number;
     failed: number;
     skipped: number;
     /** Why each skipped candidate was left: `busy` (a live claim), `taken` (another node), `not_hosted`, `error`. */

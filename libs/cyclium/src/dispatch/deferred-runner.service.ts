@@ -1,0 +1,85 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { ActorDefinitionError } from '../actors/actor-definition.error.js';
+import { ActorSlots, type DispatchOptions } from '../actors/actor-slots.service.js';
+import type { RegisteredExpectation } from '../actors/registered-actor.js';
+import { EventOutbox } from '../bus/event-outbox.service.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { Statement } from '../database/statement.js';
+import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import { EpisodeStore, toEpisode, type NewEpisode } from '../episodes/episode-store.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import { TriggerRequests } from './trigger-requests.service.js';
+
+/** Tells full nodes a request is waiting, so they need not wait for their next poll. */
+export const REQUEST_WAKE_EVENT = 'cyclium.trigger_requests.pending';
+
+export type DeferResult = { status: 'deferred'; episode: EpisodeRow; requestId: string } | { status: 'duplicate' } | { status: 'busy' };
+
+/**
+ * The runner of a trigger-only node: the episode row is created as always (deferred, so a UI shows
+ * it), and instead of running it the node records a trigger request for a full node — both, and
+ * the wake-up event, in one statement; the dedupe index still decides, so a duplicate writes
+ * neither. The wake-up goes out after commit.
+ */
+@Injectable()
+export class DeferredRunner {
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly store: EpisodeStore,
+    private readonly requests: TriggerRequests,
+    private readonly registry: ActorRegistry,
+    private readonly slots: ActorSlots,
+    private readonly events: EventOutbox,
+    private readonly identity: NodeIdentity,
+    private readonly telemetry: CycliumTelemetry,
+  ) {}
+
+  async defer(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DeferResult> {
+    if (!this.registry.get(expectation.actorId)) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
+    if (!this.slots.open) return { status: 'busy' };
+    const me = this.identity.name();
+    const spec: NewEpisode = {
+      actorId: expectation.actorId,
+      expectationId: expectation.id,
+      trigger,
+      dedupeKey: options.dedupeKey,
+      status: 'running',
+      ownerNode: null,
+      maxAttempts: expectation.options.maxAttempts ?? 3,
+      sourceStack: options.sourceStack,
+      sourceEnv: options.sourceEnv,
+    };
+    const statement = new Statement('defer');
+    statement.with('ep', this.store.insertFragment(statement, randomUUID(), spec, 'true', 'deferred'));
+    statement.with(
+      'req',
+      this.requests.insertFragment(
+        statement,
+        {
+          actorId: spec.actorId,
+          expectationId: spec.expectationId,
+          sourceNode: me,
+          sourceStack: spec.sourceStack,
+          sourceEnv: spec.sourceEnv,
+          opts: {},
+        },
+        'ep',
+      ),
+    );
+    const wake = this.events.fragment(statement, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }], 'EXISTS (SELECT 1 FROM req)');
+    if (wake.body) statement.with('wake', wake.body);
+    const { rows } = await this.database.sql.query(
+      statement.build(`SELECT e.*, (SELECT id FROM req) AS request_id FROM (SELECT 1) one LEFT JOIN ep e ON true`),
+    );
+    const row = rows[0] as Record<string, unknown>;
+    if (row.id === null) return { status: 'duplicate' };
+    wake.announce();
+    const episode = toEpisode(row);
+    const requestId = row.request_id as string;
+    this.telemetry.emit('trigger_requests.deferred', { requestId, episodeId: episode.id });
+    return { status: 'deferred', episode, requestId };
+  }
+}

@@ -1,0 +1,29 @@
+import { Injectable } from '@nestjs/common';
+import { ActorSlots, type DispatchOptions } from '../actors/actor-slots.service.js';
+import type { RegisteredExpectation } from '../actors/registered-actor.js';
+import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import { DeferredRunner } from './deferred-runner.service.js';
+import type { DispatchResult } from './dispatch-result.js';
+import { Mode } from './mode.service.js';
+
+/**
+ * The seam between what triggers an episode and what runs it: the actor's mode on this node picks
+ * the runner — its slots here (`full`), a trigger request for a full node (`trigger_only`), or
+ * nothing (`disabled`). Trigger sources and `Episodes.trigger` go through it; the slots and the
+ * runners never ask about modes.
+ */
+@Injectable()
+export class Dispatcher {
+  constructor(
+    private readonly mode: Mode,
+    private readonly slots: ActorSlots,
+    private readonly deferred: DeferredRunner,
+  ) {}
+
+  dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
+    const mode = this.mode.of(expectation.actorId);
+    if (mode === 'full') return this.slots.dispatch(expectation, trigger, options);
+    if (mode === 'trigger_only') return this.deferred.defer(expectation, trigger, options);
+    return Promise.resolve({ status: 'disabled' });
+  }
+}

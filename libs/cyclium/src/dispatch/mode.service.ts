@@ -1,0 +1,69 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import { CycliumConfigError } from '../options/cyclium-config.error.js';
+import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { MODES } from '../options/options.schema.js';
+
+export interface ModeStatus {
+  nodeMode: CycliumMode;
+  overrides: Record<string, CycliumMode>;
+  nodeIdentity: string;
+}
+
+/**
+ * What this node does with triggers, node-wide and per actor: `full` runs them here,
+ * `trigger_only` creates the episode and defers its run to a full node (a trigger request),
+ * `disabled` fires nothing. Starts from the `mode` option (`CYCLIUM_MODE`) and changes at runtime;
+ * reads are memory only, so asking it costs nothing on the hot path.
+ */
+@Injectable()
+export class Mode {
+  private readonly logger = new Logger(Mode.name);
+  private nodeMode: CycliumMode;
+  private readonly overrides = new Map<string, CycliumMode>();
+
+  constructor(
+    @Inject(CYCLIUM_OPTIONS) options: ResolvedCycliumOptions,
+    private readonly identity: NodeIdentity,
+  ) {
+    this.nodeMode = options.mode;
+  }
+
+  /** The node-wide mode. */
+  get current(): CycliumMode {
+    return this.nodeMode;
+  }
+
+  /** The mode that applies to `actorId`: its override, else the node's. */
+  of(actorId: string): CycliumMode {
+    return this.overrides.get(actorId) ?? this.nodeMode;
+  }
+
+  set(mode: CycliumMode): void {
+    this.nodeMode = checked(mode, 'Mode.set');
+    this.logger.log(`node mode is now ${mode}`);
+  }
+
+  setActorOverride(actorId: string, mode: CycliumMode): void {
+    if (typeof actorId !== 'string' || actorId === '') throw new CycliumConfigError(['Mode.setActorOverride: actorId must be a non-empty string']);
+    this.overrides.set(actorId, checked(mode, 'Mode.setActorOverride'));
+  }
+
+  clearActorOverride(actorId: string): void {
+    this.overrides.delete(actorId);
+  }
+
+  clearAllOverrides(): void {
+    this.overrides.clear();
+  }
+
+  status(): ModeStatus {
+    return { nodeMode: this.nodeMode, overrides: Object.fromEntries(this.overrides), nodeIdentity: this.identity.name() };
+  }
+}
+
+function checked(mode: CycliumMode, where: string): CycliumMode {
+  if (!MODES.includes(mode)) throw new CycliumConfigError([`${where}: mode must be one of: ${MODES.join(', ')} (got ${JSON.stringify(mode)})`]);
+  return mode;
+}

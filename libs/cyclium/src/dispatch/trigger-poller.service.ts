@@ -1,0 +1,179 @@
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
+import { SchedulerRegistry } from '@nestjs/schedule';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { ActorSlots } from '../actors/actor-slots.service.js';
+import { EventOutbox } from '../bus/event-outbox.service.js';
+import { SpacedTrigger } from '../bus/spaced-trigger.js';
+import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
+import { WorkClaims } from '../claims/work-claims.service.js';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { OutageLog, errorMessage } from '../database/database-errors.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import { EpisodeStore, claimKeyOf } from '../episodes/episode-store.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import { REQUEST_WAKE_EVENT } from './deferred-runner.service.js';
+import { Mode } from './mode.service.js';
+import type { CycliumTriggerRequest } from './trigger-request.entity.js';
+import { TriggerRequests, requestClaimKey } from './trigger-requests.service.js';
+
+const BATCH = 100;
+const INTERVAL_NAME = 'cyclium:trigger-poller';
+
+/** Rolls a take back (the claims it took included) when the episode's own claim is busy. */
+class EpisodeClaimBusy extends Error {
+  override readonly name = 'EpisodeClaimBusy';
+}
+
+type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null;
+
+/**
+ * On full nodes: runs what trigger-only nodes deferred. Every `triggerPollIntervalMs` (through the
+ * app's SchedulerRegistry), and at once when a deferring node's wake-up arrives over the bus, it
+ * reads pending requests oldest first — its env strictly (`triggerPollSourceEnv`), one stack or
+ * every one (`triggerPollSourceStack`), only actors it hosts and runs in full mode, no more than its
+ * free slots — and takes each in one transaction: the work claim `trigger_request:<id>`, the
+ * conditional `UPDATE … WHERE status = 'pending'`, the episode moved from deferred to running here
+ * with its own claim. So a request is either still pending or done with; a node killed after it
+ * took some leaves running episodes, which recovery restarts like any other. Requests pending
+ * longer than `triggerRequestTtlMs` expire, and their episodes fail with the reason. The mode is
+ * read at every tick: a node switched away from full polls nothing until it is switched back.
+ */
+@Injectable()
+export class TriggerPoller implements OnApplicationBootstrap {
+  private readonly logger = new Logger(TriggerPoller.name);
+  private readonly outage = new OutageLog(this.logger, 'trigger request poll');
+  private readonly polls = new SpacedTrigger(() => this.poll(), 0, 1);
+  private timer: NodeJS.Timeout | undefined;
+  private unsubscribe: (() => void) | undefined;
+  private lastExpiry = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly requests: TriggerRequests,
+    private readonly store: EpisodeStore,
+    private readonly claims: WorkClaims,
+    private readonly registry: ActorRegistry,
+    private readonly slots: ActorSlots,
+    private readonly mode: Mode,
+    private readonly events: EventOutbox,
+    private readonly identity: NodeIdentity,
+    private readonly telemetry: CycliumTelemetry,
+    private readonly moduleRef: ModuleRef,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  onApplicationBootstrap(): void {
+    if (this.registry.all().length === 0) return;
+    this.unsubscribe = this.events.subscribe(REQUEST_WAKE_EVENT, () => this.polls.request());
+    const timer = setInterval(() => this.polls.request(), this.options.triggerPollIntervalMs);
+    timer.unref();
+    this.timer = timer;
+    this.schedulerRegistry()?.addInterval(INTERVAL_NAME, timer);
+    this.polls.request();
+  }
+
+  /** Stops polling (the drain calls it) and waits for a poll in flight. */
+  async stop(): Promise<void> {
+    this.unsubscribe?.();
+    clearInterval(this.timer);
+    this.timer = undefined;
+    const registry = this.schedulerRegistry();
+    if (registry?.doesExist('interval', INTERVAL_NAME)) registry.deleteInterval(INTERVAL_NAME);
+    await this.polls.stop();
+  }
+
+  /** Polls now (tests, and a host that wants its requests picked up at once). */
+  async pollNow(): Promise<void> {
+    this.polls.request();
+    await this.polls.idle();
+  }
+
+  private async poll(): Promise<void> {
+    if (this.mode.current !== 'full' || !this.slots.open) return;
+    try {
+      await this.expireOld();
+      const free = new Map(
+        this.registry
+          .all()
+          .filter((actor) => this.mode.of(actor.id) === 'full')
+          .map((actor) => [actor.id, this.slots.free(actor.id)] as const)
+          .filter(([, n]) => n > 0),
+      );
+      const capacity = [...free.values()].reduce((sum, n) => sum + n, 0);
+      if (capacity === 0) return;
+      const pending = await this.requests.pending({
+        env: this.options.triggerPollSourceEnv,
+        stack: this.options.triggerPollSourceStack,
+        actors: [...free.keys()],
+        limit: Math.min(capacity, BATCH),
+      });
+      for (const request of pending) {
+        const left = free.get(request.actorId) ?? 0;
+        if (left < 1) continue;
+        if (this.slots.runStarted(request.actorId, () => this.start(request))) free.set(request.actorId, left - 1);
+      }
+      this.outage.succeeded();
+    } catch (error) {
+      this.outage.failed(error);
+    }
+  }
+
+  /** Takes `request` and starts its episode here, or ends the request with the reason; null when there is nothing to run. */
+  private async start(request: CycliumTriggerRequest): Promise<Started> {
+    const me = this.identity.name();
+    const key = requestClaimKey(request.id);
+    try {
+      const started = await this.database.transaction<Started>(async (client) => {
+        const claim = await this.claims.acquireWithin(client, key, me, { workType: 'trigger_request' });
+        if (claim.status === 'busy' || !(await this.requests.take(client, request.id, me))) return null;
+        const fence = claim.status === 'acquired' ? claim.claim.fence : null;
+        const episode = await this.store.startDeferred(client, request.episodeId, me);
+        if (!episode) {
+          const status = await this.store.statusOf(client, request.episodeId);
+          if (status === null) await this.requests.fail(client, request.id, `episode ${request.episodeId} no longer exists`);
+          else await this.requests.note(client, request.id, `episode ${request.episodeId} was ${status}, not deferred: nothing to run`);
+          await this.claims.completeWithin(client, key, me, fence);
+          return null;
+        }
+        const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), me);
+        if (grant.status === 'busy') throw new EpisodeClaimBusy();
+        await this.claims.completeWithin(client, key, me, fence);
+        return { episode, grant, resumed: request.opts.resume === true };
+      });
+      if (started) this.telemetry.emit('trigger_requests.dispatched', { requestId: request.id, episodeId: request.episodeId });
+      else this.logger.debug(`trigger request ${request.id}: nothing to run here`);
+      return started;
+    } catch (error) {
+      if (error instanceof EpisodeClaimBusy) return null; // the request stays pending, for later
+      this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(error)}`);
+      return null;
+    }
+  }
+
+  /** At most once per poll interval, whoever polls first: a cheap statement when nothing is old. */
+  private async expireOld(): Promise<void> {
+    const now = performance.now();
+    if (now - this.lastExpiry < this.options.triggerPollIntervalMs) return;
+    this.lastExpiry = now;
+    const expired = await this.database.transaction(async (client) => {
+      const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv);
+      await this.store.failDeferred(client, requests);
+      return requests;
+    });
+    if (expired.length === 0) return;
+    for (const request of expired) this.logger.warn(`trigger request ${request.id} expired: ${request.reason}`);
+    this.telemetry.emit('trigger_requests.expired', { count: expired.length });
+  }
+
+  private schedulerRegistry(): SchedulerRegistry | undefined {
+    try {
+      return this.moduleRef.get(SchedulerRegistry, { strict: false });
+    } catch {
+      return undefined; // the app did not import ScheduleModule: the timer runs all the same
+    }
+  }
+}

@@ -1,0 +1,153 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
+import type { Statement } from '../database/statement.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import type { CycliumTriggerRequest, TriggerRequestStatus } from './trigger-request.entity.js';
+
+/** What a deferring node records for a full node to run. */
+export interface NewTriggerRequest {
+  actorId: string;
+  expectationId: string;
+  sourceNode: string;
+  sourceStack: string | null;
+  sourceEnv: string | null;
+  /** Runner options, such as `{ resume: true }` for a restart. */
+  opts: Record<string, unknown>;
+}
+
+/** Which requests a poller takes: its env (strictly), optionally one stack, and only actors it can run. */
+export interface RequestFilter {
+  env: string | null;
+  stack: string | null;
+  actors: string[];
+  limit: number;
+}
+
+function toRequest(row: Record<string, unknown>): CycliumTriggerRequest {
+  return {
+    id: row.id as string,
+    episodeId: row.episode_id as string,
+    actorId: row.actor_id as string,
+    expectationId: row.expectation_id as string,
+    sourceNode: row.source_node as string,
+    sourceStack: row.source_stack as string | null,
+    sourceEnv: row.source_env as string | null,
+    status: row.status as TriggerRequestStatus,
+    opts: (row.opts ?? {}) as Record<string, unknown>,
+    claimedBy: row.claimed_by as string | null,
+    claimedAt: row.claimed_at as Date | null,
+    error: row.error as string | null,
+    insertedAt: row.inserted_at as Date,
+    completedAt: row.completed_at as Date | null,
+  };
+}
+
+/** The claim key a full node takes a request under. */
+export function requestClaimKey(id: string): string {
+  return `trigger_request:${id}`;
+}
+
+/**
+ * Every statement on cyclium_trigger_requests, and the reads an operator or a UI wants: the
+ * requests trigger-only nodes deferred, oldest first, and what became of each.
+ */
+@Injectable()
+export class TriggerRequests {
+  constructor(
+    private readonly database: CycliumDataSource,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  /** The request for the episode a statement inserts (CTE `episode` with column `id`), written only when it did. */
+  insertFragment(statement: Statement, request: NewTriggerRequest, episodeCte: string): string {
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    return `
+      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts)
+      SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')}, ${p(request.sourceNode, 'text')},
+             ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')}
+        FROM ${episodeCte} e
+      RETURNING id`;
+  }
+
+  /** Inserts a request inside the caller's transaction (a deferred restart). */
+  async insertWithin(client: SqlExecutor, episodeId: string, request: NewTriggerRequest): Promise<string> {
+    const { rows } = await client.query<{ id: string }>(
+      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts)
+       VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) RETURNING id`,
+      [episodeId, request.actorId, request.expectationId, request.sourceNode, request.sourceStack, request.sourceEnv, JSON.stringify(request.opts)],
+    );
+    return (rows[0] as { id: string }).id;
+  }
+
+  /** Pending requests a poller may take, oldest first. */
+  async pending(filter: RequestFilter): Promise<CycliumTriggerRequest[]> {
+    if (filter.actors.length === 0 || filter.limit < 1) return [];
+    // Two shapes so each uses the (status, source_env, inserted_at) index: IS NOT DISTINCT FROM cannot.
+    const env = filter.env === null ? 'source_env IS NULL AND $1::text IS NULL' : 'source_env = $1';
+    // Past the TTL a request only expires: it is never taken, however soon the expiry runs.
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_trigger_requests
+        WHERE status = 'pending' AND ${env} AND ($2::text IS NULL OR source_stack = $2) AND actor_id = ANY($3::text[])
+          AND inserted_at >= now() - make_interval(secs => $5::double precision / 1000)
+        ORDER BY inserted_at, id
+        LIMIT $4`,
+      [filter.env, filter.stack, filter.actors, filter.limit, this.options.triggerRequestTtlMs],
+    );
+    return rows.map(toRequest);
+  }
+
+  /** Takes a pending request for `owner`, inside the caller's transaction; false when another node got there. */
+  async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
+    const { rowCount } = await client.query(
+      `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
+        WHERE id = $1 AND status = 'pending' AND inserted_at >= now() - make_interval(secs => $3::double precision / 1000)`,
+      [id, owner, this.options.triggerRequestTtlMs],
+    );
+    return rowCount === 1;
+  }
+
+  /** Ends a request this node took without a run, with the reason (its episode is gone, say). */
+  async fail(client: SqlExecutor, id: string, reason: string): Promise<void> {
+    await client.query(`UPDATE cyclium_trigger_requests SET status = 'failed', error = $2, completed_at = now() WHERE id = $1`, [id, reason]);
+  }
+
+  /** Notes on a taken request why nothing ran (its episode had already ended, say). */
+  async note(client: SqlExecutor, id: string, reason: string): Promise<void> {
+    await client.query(`UPDATE cyclium_trigger_requests SET error = $2 WHERE id = $1`, [id, reason]);
+  }
+
+  /**
+   * Expires pending requests older than the TTL (by the database clock) in this node's env, with
+   * the reason; returns their episodes.
+   */
+  async expire(client: SqlExecutor, env: string | null): Promise<Array<{ episodeId: string; reason: string; id: string }>> {
+    const ttl = this.options.triggerRequestTtlMs;
+    const { rows } = await client.query<{ id: string; episode_id: string; error: string }>(
+      `UPDATE cyclium_trigger_requests
+          SET status = 'expired', completed_at = now(),
+              error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
+        WHERE status = 'pending' AND source_env IS NOT DISTINCT FROM $2::text
+          AND inserted_at < now() - make_interval(secs => $1::double precision / 1000)
+       RETURNING id, episode_id, error`,
+      [ttl, env],
+    );
+    return rows.map((r) => ({ id: r.id, episodeId: r.episode_id, reason: r.error }));
+  }
+
+  /** One request, for a UI. */
+  async get(id: string): Promise<CycliumTriggerRequest | null> {
+    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_trigger_requests WHERE id = $1`, [id]);
+    return rows[0] ? toRequest(rows[0]) : null;
+  }
+
+  /** The requests of one episode, oldest first. */
+  async forEpisode(episodeId: string): Promise<CycliumTriggerRequest[]> {
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`,
+      [episodeId],
+    );
+    return rows.map(toRequest);
+  }
+}
