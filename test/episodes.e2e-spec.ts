@@ -3,7 +3,6 @@ import { Injectable, Logger, type INestApplicationContext } from '@nestjs/common
 import { ScheduleModule } from '@nestjs/schedule';
 import {
   Actor,
-  Bus,
   Episodes,
   Expectation,
   Findings,

@@ -33,8 +33,11 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
   const database = useDatabase();
   const apps = new Map<string, INestApplicationContext>();
 
+  const bus = new LocalBus();
+  const failedEvents: Array<{ episodeId: string; status: string; errorClass?: string }> = [];
+
   beforeAll(async () => {
-    const bus = new LocalBus();
+    bus.subscribe<(typeof failedEvents)[number]>('episode.failed', (event) => void failedEvents.push(event.payload));
     const boot = (id: string, mode: 'full' | 'trigger_only', env: string | null) =>
       startCycliumApp({
         url: database.url,
@@ -133,6 +136,11 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     await waitFor('the TTL to expire it', async () => (await requestsOf(episodeId))[0]?.status === 'expired', TTL_MS * 6, 100);
     expect((await requestsOf(episodeId))[0]?.error).toMatch(/pending for more than 1500 ms: no full node that hosts ghost took it/);
     expect(await episodeRow(episodeId)).toMatchObject({ status: 'failed', error_class: 'trigger_request_expired' });
+    // Like every terminal path, the expiry publishes the episode's terminal event (a workflow waits on it).
+    await waitFor('its terminal event', () => failedEvents.some((e) => e.episodeId === episodeId));
+    expect(failedEvents.filter((e) => e.episodeId === episodeId)).toEqual([
+      expect.objectContaining({ status: 'failed', errorClass: 'trigger_request_expired' }),
+    ]);
   });
 
   it('a request already older than the TTL expires instead of running', async () => {

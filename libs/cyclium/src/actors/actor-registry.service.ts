@@ -3,6 +3,7 @@ import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { validateCronExpression } from 'cron';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { decoratedMethods } from '../discovery/decorated-methods.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { ActorDefinitionError } from './actor-definition.error.js';
 import { Actor, type ActorOptions } from './actor.decorator.js';
@@ -21,6 +22,9 @@ const OVERFLOWS = ['queue', 'drop', 'shed_oldest'];
 export class ActorRegistry implements OnModuleInit {
   private readonly logger = new Logger(ActorRegistry.name);
   private readonly actors = new Map<string, RegisteredActor>();
+  /** Every actor the app declares, this node's stack or not (workflows may name any of them). */
+  private readonly declaredActors = new Map<string, RegisteredActor>();
+  private discovered = false;
 
   constructor(
     private readonly discovery: DiscoveryService,
@@ -35,6 +39,18 @@ export class ActorRegistry implements OnModuleInit {
     await this.recordDefinitions();
   }
 
+  /** An expectation the app declares, whether or not its actor runs on this node's stack. */
+  declared(actorId: string, expectationId: string): RegisteredExpectation | undefined {
+    this.discover();
+    return this.declaredActors.get(actorId)?.expectations.get(expectationId);
+  }
+
+  /** Whether the app declares the actor at all. */
+  declares(actorId: string): boolean {
+    this.discover();
+    return this.declaredActors.has(actorId);
+  }
+
   all(): RegisteredActor[] {
     return [...this.actors.values()];
   }
@@ -47,7 +63,10 @@ export class ActorRegistry implements OnModuleInit {
     return this.actors.get(actorId)?.expectations.get(expectationId);
   }
 
+  /** Once, whoever asks first (the workflow registry may, before this provider's own init). */
   private discover(): void {
+    if (this.discovered) return;
+    this.discovered = true;
     const owners = new Map<string, string>();
     for (const wrapper of this.discovery.getProviders({ metadataKey: Actor.KEY })) {
       const options = this.discovery.getMetadataByDecorator(Actor, wrapper) as ActorOptions;
@@ -60,22 +79,18 @@ export class ActorRegistry implements OnModuleInit {
       if (previous) throw new ActorDefinitionError(`duplicate actor id "${actor.id}" on ${previous} and ${className}`);
       owners.set(actor.id, className);
 
-      const instance = wrapper.instance as Record<string, unknown>;
-      for (const methodName of this.scanner.getAllMethodNames(Object.getPrototypeOf(instance))) {
-        const method = instance[methodName];
-        if (typeof method !== 'function') continue;
-        const expectationOptions = this.reflector.get(Expectation, method);
-        if (!expectationOptions) continue;
+      for (const { methodName, options: expectationOptions, call } of decoratedMethods(this.scanner, this.reflector, Expectation, wrapper.instance as object)) {
         const expectation = this.validateExpectation(actor.id, className, methodName, expectationOptions);
         if (actor.expectations.has(expectation.id)) {
           throw new ActorDefinitionError(
             `duplicate expectation id "${expectation.id}" on ${className}.${methodName} (already on ${className}.${actor.expectations.get(expectation.id)?.methodName})`,
           );
         }
-        expectation.handler = (context) => (method as (c: unknown) => Promise<unknown>).call(instance, context);
+        expectation.handler = call;
         actor.expectations.set(expectation.id, expectation);
       }
 
+      this.declaredActors.set(actor.id, actor);
       const stack = this.options.stackSlug;
       if (actor.options.stacks && !(stack !== null && actor.options.stacks.includes(stack))) {
         this.logger.log(`actor ${actor.id} skipped: runs on stacks ${actor.options.stacks.join(', ')}, this node is ${stack ?? 'unset'}`);

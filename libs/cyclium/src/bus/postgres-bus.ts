@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type pg from 'pg';
 import { DatabaseUnavailableError, OutageLog, errorCode, errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
+import { toJsonb } from '../database/jsonb.js';
 import { MissingSchemaError } from '../database/missing-schema.error.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
@@ -247,32 +248,17 @@ export class PostgresBus extends Bus implements DurableEvents {
 
 /**
  * Serialises an event's payload now, so a payload PostgreSQL cannot store fails its own publish
- * with a reason rather than a batch later: jsonb refuses NUL characters and unpaired surrogates,
- * which JSON.stringify writes as `\u0000` and `\udXXX` escapes (paired surrogates it writes as
- * they are), and text columns refuse NUL.
+ * with a reason rather than a batch later (text columns refuse NUL too).
  */
 export function storableEvent(event: BusEvent): StorableEvent {
   const what = `event ${JSON.stringify(event.eventId)} ("${event.type}")`;
-  let payloadJson: string | undefined;
-  try {
-    payloadJson = JSON.stringify(event.payload ?? null);
-  } catch (error) {
-    throw new InvalidBusEventError(`bus: cannot serialise the payload of ${what}: ${errorMessage(error)}`);
-  }
-  payloadJson ??= 'null';
-  if (payloadJson.includes('\\u') && UNSTORABLE_ESCAPE.test(payloadJson)) {
-    throw new InvalidBusEventError(
-      `bus: the payload of ${what} holds a NUL character or an unpaired surrogate, which PostgreSQL cannot store; remove it`,
-    );
-  }
+  const payload = toJsonb(event.payload);
+  if ('problem' in payload) throw new InvalidBusEventError(`bus: the payload of ${what} ${payload.problem}; remove it`);
   if (event.type.includes('\u0000') || event.eventId.includes('\u0000')) {
     throw new InvalidBusEventError(`bus: the type or id of ${what} holds a NUL character, which PostgreSQL cannot store`);
   }
-  return { event, payloadJson };
+  return { event, payloadJson: payload.json };
 }
-
-/** `\u0000` or a surrogate escape not preceded by an escaped backslash (an even run of backslashes). */
-const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
 
 function roundOrNull(value: number | null): number | null {
   return value === null ? null : Math.round(value);

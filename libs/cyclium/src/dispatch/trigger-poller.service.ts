@@ -11,6 +11,7 @@ import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { OutageLog, errorMessage } from '../database/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeStore, claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -159,11 +160,15 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const now = performance.now();
     if (now - this.lastExpiry < this.options.triggerPollIntervalMs) return;
     this.lastExpiry = now;
-    const expired = await this.database.transaction(async (client) => {
+    // Every terminal path publishes its event: a workflow waiting on one of these hears it failed.
+    const { expired, announce } = await this.database.transaction(async (client) => {
       const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv);
-      await this.store.failDeferred(client, requests);
-      return requests;
+      const failed = await this.store.failDeferred(client, requests);
+      const me = this.identity.name();
+      const events = failed.map((episode) => lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'trigger_request_expired' }));
+      return { expired: requests, announce: await this.events.within(client, events) };
     });
+    announce();
     if (expired.length === 0) return;
     for (const request of expired) this.logger.warn(`trigger request ${request.id} expired: ${request.reason}`);
     this.telemetry.emit('trigger_requests.expired', { count: expired.length });

@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
+import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
@@ -9,11 +9,9 @@ import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { errorMessage } from '../database/database-errors.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
-import { Findings } from '../findings/findings.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { Outputs } from '../outputs/outputs.service.js';
-import type { CycliumOutput } from '../outputs/output.entity.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { EpisodeStatus } from './episode.entity.js';
 import type { Convergence, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
@@ -68,7 +66,6 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
     private readonly registry: ActorRegistry,
-    private readonly findings: Findings,
     private readonly outputs: Outputs,
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
@@ -135,11 +132,11 @@ export class EpisodeRunner implements OnModuleInit {
     }
   }
 
-  /** Cancels a queued episode and announces it, in one transaction; null when it was not queued any more. */
+  /** Cancels an episode that has not started (queued, or deferred) and announces it, in one transaction; null when it had. */
   async cancelQueued(id: string): Promise<EpisodeRow | null> {
     return this.announceWith(async (client) => {
-      const episode = await this.store.cancelQueued(id, client);
-      return episode && { episode, event: this.lifecycle('episode.canceled', episode, 'canceled') };
+      const [episode] = await this.store.cancelWaiting([id], client);
+      return episode ? { episode, event: this.lifecycle('episode.canceled', episode, 'canceled') } : null;
     });
   }
 

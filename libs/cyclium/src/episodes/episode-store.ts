@@ -255,17 +255,18 @@ export class EpisodeStore {
     return rowCount === 1;
   }
 
-  /** Deferred episodes whose request expired: failed, with the request's reason. */
-  async failDeferred(client: SqlExecutor, failures: Array<{ episodeId: string; reason: string }>): Promise<number> {
-    if (failures.length === 0) return 0;
-    const { rowCount } = await client.query(
+  /** Deferred episodes whose request expired: failed, with the request's reason; returns them. */
+  async failDeferred(client: SqlExecutor, failures: Array<{ episodeId: string; reason: string }>): Promise<EpisodeRow[]> {
+    if (failures.length === 0) return [];
+    const { rows } = await client.query(
       `UPDATE cyclium_episodes e
           SET status = 'failed', error_class = 'trigger_request_expired', error_detail = f.reason, finished_at = now(), updated_at = now()
          FROM unnest($1::uuid[], $2::text[]) AS f (id, reason)
-        WHERE e.id = f.id AND e.status = 'deferred'`,
+        WHERE e.id = f.id AND e.status = 'deferred'
+       RETURNING e.*`,
       [failures.map((f) => f.episodeId), failures.map((f) => f.reason)],
     );
-    return rowCount ?? 0;
+    return rows.map(toEpisode);
   }
 
   /** What became of an episode a request names: its status, or null when the row is gone. */
@@ -353,25 +354,27 @@ export class EpisodeStore {
     return one(rows);
   }
 
-  /** Cancels a queued episode; null when it was not queued any more. */
-  async cancelQueued(id: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
+  /** Cancels the episodes of `ids` that have not started yet (queued or deferred); returns them. */
+  async cancelWaiting(ids: readonly string[], via: SqlExecutor = this.database.sql): Promise<EpisodeRow[]> {
+    if (ids.length === 0) return [];
     const { rows } = await via.query(
       `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
               cancel_requested_at = coalesce(cancel_requested_at, now())
-        WHERE id = $1 AND status = 'queued' RETURNING *`,
-      [id],
+        WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'deferred') RETURNING *`,
+      [ids],
     );
-    return one(rows);
+    return rows.map(toEpisode);
   }
 
-  /** Marks a running (or waiting) episode for cancellation; null when it is not running. */
-  async requestCancel(id: string): Promise<EpisodeRow | null> {
-    const { rows } = await this.database.sql.query(
+  /** Asks the nodes running `ids` to stop them (the flag their next step write reads back); returns the ids still running. */
+  async requestCancel(ids: readonly string[], via: SqlExecutor = this.database.sql): Promise<string[]> {
+    if (ids.length === 0) return [];
+    const { rows } = await via.query<{ id: string }>(
       `UPDATE cyclium_episodes SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
-        WHERE id = $1 AND status IN ('running', 'blocked') RETURNING *`,
-      [id],
+        WHERE id = ANY($1::uuid[]) AND status IN ('running', 'blocked') RETURNING id`,
+      [ids],
     );
-    return one(rows);
+    return rows.map((r) => r.id);
   }
 
   /** Fails an episode recovery took and still holds (phase `recovering`), inside the recovery's transaction. */
@@ -387,6 +390,11 @@ export class EpisodeStore {
 
   async get(id: string): Promise<EpisodeRow | null> {
     return one((await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows);
+  }
+
+  async getMany(ids: readonly string[]): Promise<EpisodeRow[]> {
+    if (ids.length === 0) return [];
+    return (await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = ANY($1::uuid[])`, [ids])).rows.map(toEpisode);
   }
 
   /** Newest first, by keyset; returns one row more than asked when there is a next page. */

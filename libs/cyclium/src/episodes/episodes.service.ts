@@ -128,14 +128,14 @@ export class Episodes {
   }
 
   /**
-   * Cancels from any node, any stack or env: a queued episode is canceled at once; a running one
-   * gets a durable cancel request on its row, which its node reads back with its next step write
-   * (and hears over the bus at once, when it shares this node's channel), and records `canceled`
-   * before that next step.
+   * Cancels from any node, any stack or env: an episode not yet started (queued, or deferred) is
+   * canceled at once; a running one gets a durable cancel request on its row, which its node reads
+   * back with its next step write (and hears over the bus at once, when it shares this node's
+   * channel), and records `canceled` before that next step.
    */
   async cancel(id: string): Promise<CancelResult> {
     if (await this.runner.cancelQueued(id)) return 'canceled';
-    const requested = await this.store.requestCancel(id);
+    const [requested] = await this.store.requestCancel([id]);
     if (!requested) return (await this.store.get(id)) ? 'finished' : 'not_found';
     this.events.announce(CANCEL_EVENT, { episodeId: id });
     return 'requested';
