@@ -34,6 +34,13 @@ import { Dispatcher } from './dispatch/dispatcher.service.js';
 import { Mode } from './dispatch/mode.service.js';
 import { TriggerPoller } from './dispatch/trigger-poller.service.js';
 import { TriggerRequests } from './dispatch/trigger-requests.service.js';
+import { RecoverySchedule } from './recovery/recovery-schedule.service.js';
+import { StepInputs } from './workflows/step-inputs.service.js';
+import { WorkflowAdvancer } from './workflows/workflow-advancer.service.js';
+import { WorkflowEngine } from './workflows/workflow-engine.service.js';
+import { WorkflowInstanceStore } from './workflows/workflow-instance-store.js';
+import { WorkflowReconciler } from './workflows/workflow-reconciler.service.js';
+import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
 
 /**
  * `CycliumModule.forRoot(options)` / `forRootAsync({ imports, inject, useFactory })`.
@@ -67,6 +74,7 @@ import { TriggerRequests } from './dispatch/trigger-requests.service.js';
     Findings,
     Outputs,
     Recovery,
+    RecoverySchedule,
     Drainer,
     CycliumShutdown,
     CycliumStatus,
@@ -75,7 +83,13 @@ import { TriggerRequests } from './dispatch/trigger-requests.service.js';
     DeferredRunner,
     TriggerRequests,
     TriggerPoller,
+    WorkflowRegistry,
+    WorkflowInstanceStore,
+    StepInputs,
+    WorkflowAdvancer,
+    WorkflowEngine,
+    WorkflowReconciler,
   ],
-  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery, CycliumStatus, Mode, TriggerRequests],
+  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery, CycliumStatus, Mode, TriggerRequests, WorkflowEngine],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

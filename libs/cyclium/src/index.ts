@@ -78,6 +78,20 @@ export { OutputAdapter } from './outputs/output-adapter.decorator.js';
 export type { DeliveryContext, OutputDeliverer } from './outputs/output-adapter.interface.js';
 export type { OutputProposal } from './outputs/output-proposal.interface.js';
 export { Recovery, type LastSweep, type SkipReason, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
+export type { ReconcileOptions, ReconcileResult } from './workflows/workflow-reconciler.service.js';
+export {
+  Workflow,
+  WorkflowStep,
+  type StepFailureAction,
+  type StepFailurePolicy,
+  type WorkflowOptions,
+  type WorkflowStepContext,
+  type WorkflowStepOptions,
+  type WorkflowTrigger,
+} from './workflows/workflow.decorator.js';
+export { WorkflowEngine, type StartWorkflowOptions, type WorkflowCancelResult } from './workflows/workflow-engine.service.js';
+export { InvalidWorkflowInputError, WorkflowDefinitionError } from './workflows/workflow-definition.error.js';
+export type { StepResult, StepState, StepStatus } from './workflows/workflow-step-state.js';
 export type { DrainResult } from './recovery/drainer.service.js';
 export { LocalBus } from './bus/local-bus.js';
 export { PostgresBus, type PostgresBusOptions } from './bus/postgres-bus.js';

@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto';
+import type { QueryConfig } from 'pg';
 import { Injectable } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorDefinitionError } from '../actors/actor-definition.error.js';
 import { ActorSlots, type DispatchOptions } from '../actors/actor-slots.service.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
-import { EventOutbox } from '../bus/event-outbox.service.js';
+import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
 import { Statement } from '../database/statement.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { EpisodeStore, toEpisode, type NewEpisode } from '../episodes/episode-store.js';
@@ -40,7 +42,6 @@ export class DeferredRunner {
   async defer(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DeferResult> {
     if (!this.registry.get(expectation.actorId)) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
     if (!this.slots.open) return { status: 'busy' };
-    const me = this.identity.name();
     const spec: NewEpisode = {
       actorId: expectation.actorId,
       expectationId: expectation.id,
@@ -52,8 +53,33 @@ export class DeferredRunner {
       sourceStack: options.sourceStack,
       sourceEnv: options.sourceEnv,
     };
+    const { statement, wake } = this.deferStatement(randomUUID(), spec, 0);
+    const { rows } = await this.database.sql.query(statement);
+    const row = rows[0] as Record<string, unknown>;
+    if (row.id === null) return { status: 'duplicate' };
+    wake.announce();
+    const episode = toEpisode(row);
+    const requestId = row.request_id as string;
+    this.telemetry.emit('trigger_requests.deferred', { requestId, episodeId: episode.id });
+    return { status: 'deferred', episode, requestId };
+  }
+
+  /**
+   * The same, inside the caller's transaction, for an episode whose actor may run anywhere (a
+   * workflow step): false when the dedupe index refused it. The wake-up is written with it; call
+   * the returned announce after commit. `delayMs` keeps full nodes from taking it that long.
+   */
+  async deferWithin(client: SqlExecutor, id: string, spec: NewEpisode, delayMs: number): Promise<{ inserted: boolean; announce: Announce }> {
+    const { statement, wake } = this.deferStatement(id, spec, delayMs);
+    const { rows } = await client.query(statement);
+    return { inserted: (rows[0] as { id: string | null }).id !== null, announce: wake.announce };
+  }
+
+  /** Episode `id` (deferred), its request and the wake-up: one statement, all or none. */
+  private deferStatement(id: string, spec: NewEpisode, delayMs: number): { statement: QueryConfig; wake: { announce: Announce } } {
+    const me = this.identity.name();
     const statement = new Statement('defer');
-    statement.with('ep', this.store.insertFragment(statement, randomUUID(), spec, 'true', 'deferred'));
+    statement.with('ep', this.store.insertFragment(statement, id, spec, 'true', 'deferred'));
     statement.with(
       'req',
       this.requests.insertFragment(
@@ -65,21 +91,13 @@ export class DeferredRunner {
           sourceStack: spec.sourceStack,
           sourceEnv: spec.sourceEnv,
           opts: {},
+          delayMs,
         },
         'ep',
       ),
     );
     const wake = this.events.fragment(statement, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }], 'EXISTS (SELECT 1 FROM req)');
     if (wake.body) statement.with('wake', wake.body);
-    const { rows } = await this.database.sql.query(
-      statement.build(`SELECT e.*, (SELECT id FROM req) AS request_id FROM (SELECT 1) one LEFT JOIN ep e ON true`),
-    );
-    const row = rows[0] as Record<string, unknown>;
-    if (row.id === null) return { status: 'duplicate' };
-    wake.announce();
-    const episode = toEpisode(row);
-    const requestId = row.request_id as string;
-    this.telemetry.emit('trigger_requests.deferred', { requestId, episodeId: episode.id });
-    return { status: 'deferred', episode, requestId };
+    return { statement: statement.build(`SELECT e.*, (SELECT id FROM req) AS request_id FROM (SELECT 1) one LEFT JOIN ep e ON true`), wake };
   }
 }

@@ -41,6 +41,10 @@ export class CycliumTriggerRequest {
   @Column({ type: 'text', nullable: true })
   error: string | null;
 
+  /** Not taken before this (a workflow step's retry backing off); null: at once. */
+  @Column({ name: 'not_before', type: 'timestamptz', nullable: true })
+  notBefore: Date | null;
+
   @Column({ name: 'inserted_at', type: 'timestamptz' })
   insertedAt: Date;
 

@@ -15,6 +15,8 @@ export interface NewTriggerRequest {
   sourceEnv: string | null;
   /** Runner options, such as `{ resume: true }` for a restart. */
   opts: Record<string, unknown>;
+  /** Not to be taken for this long (a workflow step's retry backing off). Default 0. */
+  delayMs?: number;
 }
 
 /** Which requests a poller takes: its env (strictly), optionally one stack, and only actors it can run. */
@@ -39,6 +41,7 @@ function toRequest(row: Record<string, unknown>): CycliumTriggerRequest {
     claimedBy: row.claimed_by as string | null,
     claimedAt: row.claimed_at as Date | null,
     error: row.error as string | null,
+    notBefore: (row.not_before as Date | null | undefined) ?? null,
     insertedAt: row.inserted_at as Date,
     completedAt: row.completed_at as Date | null,
   };
@@ -64,9 +67,10 @@ export class TriggerRequests {
   insertFragment(statement: Statement, request: NewTriggerRequest, episodeCte: string): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     return `
-      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts)
+      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before)
       SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')}, ${p(request.sourceNode, 'text')},
-             ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')}
+             ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')},
+             now() + nullif(make_interval(secs => ${p(request.delayMs ?? 0, 'double precision')} / 1000), interval '0')
         FROM ${episodeCte} e
       RETURNING id`;
   }
@@ -86,11 +90,13 @@ export class TriggerRequests {
     if (filter.actors.length === 0 || filter.limit < 1) return [];
     // Two shapes so each uses the (status, source_env, inserted_at) index: IS NOT DISTINCT FROM cannot.
     const env = filter.env === null ? 'source_env IS NULL AND $1::text IS NULL' : 'source_env = $1';
-    // Past the TTL a request only expires: it is never taken, however soon the expiry runs.
+    // Past the TTL a request only expires: it is never taken, however soon the expiry runs. A
+    // request that waits (`not_before`) counts its TTL from when it may first be taken.
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_trigger_requests
         WHERE status = 'pending' AND ${env} AND ($2::text IS NULL OR source_stack = $2) AND actor_id = ANY($3::text[])
-          AND inserted_at >= now() - make_interval(secs => $5::double precision / 1000)
+          AND (not_before IS NULL OR not_before <= now())
+          AND coalesce(not_before, inserted_at) >= now() - make_interval(secs => $5::double precision / 1000)
         ORDER BY inserted_at, id
         LIMIT $4`,
       [filter.env, filter.stack, filter.actors, filter.limit, this.options.triggerRequestTtlMs],
@@ -102,7 +108,8 @@ export class TriggerRequests {
   async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
-        WHERE id = $1 AND status = 'pending' AND inserted_at >= now() - make_interval(secs => $3::double precision / 1000)`,
+        WHERE id = $1 AND status = 'pending' AND (not_before IS NULL OR not_before <= now())
+          AND coalesce(not_before, inserted_at) >= now() - make_interval(secs => $3::double precision / 1000)`,
       [id, owner, this.options.triggerRequestTtlMs],
     );
     return rowCount === 1;
@@ -129,7 +136,7 @@ export class TriggerRequests {
           SET status = 'expired', completed_at = now(),
               error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
         WHERE status = 'pending' AND source_env IS NOT DISTINCT FROM $2::text
-          AND inserted_at < now() - make_interval(secs => $1::double precision / 1000)
+          AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
        RETURNING id, episode_id, error`,
       [ttl, env],
     );

@@ -27,6 +27,8 @@ export interface LifecyclePayload {
   workflowStepId: string | null;
   node: string;
   errorClass?: string;
+  /** Re-published by `Recovery.reconcileWorkflows` for an episode that ended while no engine heard it. */
+  replayed?: boolean;
 }
 
 export function lifecycleEvent(
@@ -37,7 +39,7 @@ export function lifecycleEvent(
   > & { id: string | null },
   status: LifecyclePayload['status'],
   node: string,
-  extra: { errorClass?: string } = {},
+  extra: { errorClass?: string; replayed?: boolean } = {},
 ): { type: LifecycleEventType; payload: LifecyclePayload } {
   return {
     type,

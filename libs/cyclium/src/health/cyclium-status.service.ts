@@ -9,6 +9,7 @@ import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumShutdown } from '../recovery/cyclium-shutdown.service.js';
+import type { ReconcileResult } from '../workflows/workflow-reconciler.service.js';
 import { Mode } from '../dispatch/mode.service.js';
 import { Recovery, type LastSweep } from '../recovery/recovery.service.js';
 
@@ -32,6 +33,8 @@ export interface StatusSnapshot {
   liveClaims: number;
   bus: BusStatus | null;
   lastSweep: LastSweep | null;
+  /** The last `reconcileWorkflows` this node ran (after each sweep, where the workflow engine is on). */
+  lastReconcile: { at: Date; result: ReconcileResult } | null;
 }
 
 export interface HealthReport {
@@ -71,6 +74,7 @@ export class CycliumStatus {
       liveClaims: this.renewer.held().length,
       bus: busStatusOf(this.bus),
       lastSweep: this.recovery.lastSweep(),
+      lastReconcile: this.recovery.lastReconcile(),
     };
   }
 

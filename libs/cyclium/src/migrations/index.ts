@@ -3,6 +3,7 @@ import { CycliumBusPayloads1764400000001 } from './1764400000001-cyclium-bus-pay
 import { CycliumEvents1764400000002 } from './1764400000002-cyclium-events.js';
 import { CycliumEpisodeQueue1764400000003 } from './1764400000003-cyclium-episode-queue.js';
 import { CycliumTriggerOnly1764400000004 } from './1764400000004-cyclium-trigger-only.js';
+import { CycliumWorkflows1764400000005 } from './1764400000005-cyclium-workflows.js';
 
 export {
   CycliumSchema1764400000000,
@@ -10,6 +11,7 @@ export {
   CycliumEvents1764400000002,
   CycliumEpisodeQueue1764400000003,
   CycliumTriggerOnly1764400000004,
+  CycliumWorkflows1764400000005,
 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
@@ -19,4 +21,5 @@ export const cycliumMigrations = [
   CycliumEvents1764400000002,
   CycliumEpisodeQueue1764400000003,
   CycliumTriggerOnly1764400000004,
+  CycliumWorkflows1764400000005,
 ];

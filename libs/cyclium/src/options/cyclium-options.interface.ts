@@ -57,6 +57,12 @@ export interface CycliumOptions {
   dataSource?: string;
   /** How often this node refreshes `cyclium_nodes.last_seen_at`. Default 15 000. */
   nodeBeatIntervalMs?: number;
+  /**
+   * Advance workflow instances on this node (hear their steps' terminal events, start the next
+   * steps, reconcile after each sweep). Off, the node still starts workflows and runs their step
+   * episodes; nodes with it on advance them. Default `true`.
+   */
+  workflowEngine?: boolean;
 }
 
 /** The options after validation, with every default applied. */
@@ -80,4 +86,5 @@ export interface ResolvedCycliumOptions {
   triggerRequestTtlMs: number;
   dataSource: string | undefined;
   nodeBeatIntervalMs: number;
+  workflowEngine: boolean;
 }

@@ -177,4 +177,8 @@ export class CycliumOptionsSchema {
   @IsInt(positiveMs('nodeBeatIntervalMs'))
   @Min(1, positiveMs('nodeBeatIntervalMs'))
   nodeBeatIntervalMs?: unknown;
+
+  @defined('workflowEngine')
+  @IsBoolean({ message: 'workflowEngine must be true or false' })
+  workflowEngine?: unknown;
 }

@@ -34,6 +34,7 @@ describe('resolveCycliumOptions', () => {
       triggerRequestTtlMs: 3_600_000,
       dataSource: undefined,
       nodeBeatIntervalMs: 15_000,
+      workflowEngine: true,
     });
   });
 

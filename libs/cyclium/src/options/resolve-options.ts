@@ -17,6 +17,7 @@ export const DEFAULT_OPTIONS = {
   triggerPollIntervalMs: 5_000,
   triggerRequestTtlMs: 3_600_000,
   nodeBeatIntervalMs: 15_000,
+  workflowEngine: true,
 } as const;
 
 function describe(value: unknown): string {
@@ -78,5 +79,6 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     triggerRequestTtlMs: input.triggerRequestTtlMs ?? DEFAULT_OPTIONS.triggerRequestTtlMs,
     dataSource: input.dataSource,
     nodeBeatIntervalMs: input.nodeBeatIntervalMs ?? DEFAULT_OPTIONS.nodeBeatIntervalMs,
+    workflowEngine: input.workflowEngine ?? DEFAULT_OPTIONS.workflowEngine,
   };
 }

@@ -8,14 +8,16 @@ import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import { errorMessage } from '../database/database-errors.js';
 import { NodeRegistry } from '../identity/node-registry.service.js';
 import { Drainer } from './drainer.service.js';
+import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
+import { RecoverySchedule } from './recovery-schedule.service.js';
 import { Recovery } from './recovery.service.js';
 
 const SIGNALS: NodeJS.Signals[] = ['SIGTERM', 'SIGINT'];
 const ignore = () => undefined;
 
 /**
- * The one shutdown hook, so the order is fixed rather than left to hook scheduling: stop triggers
- * and sweeps, drain (which needs the database, hence beforeApplicationShutdown, before TypeORM
+ * The one shutdown hook, so the order is fixed rather than left to hook scheduling: stop triggers,
+ * the workflow engine and sweeps, drain (which needs the database, hence beforeApplicationShutdown, before TypeORM
  * closes), flush the bus's last events, deregister the node (its queued episodes are then
  * adoptable at once), stop renewing. A second signal while this runs is ignored rather than
  * letting the default action kill the drain halfway.
@@ -29,6 +31,8 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
     private readonly triggers: TriggerSources,
     private readonly slots: ActorSlots,
     private readonly recovery: Recovery,
+    private readonly schedule: RecoverySchedule,
+    private readonly workflows: WorkflowEngine,
     private readonly drainer: Drainer,
     private readonly registry: NodeRegistry,
     private readonly renewer: LeaseRenewer,
@@ -51,11 +55,13 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
     const flushable = this.bus as Bus & { flushPending?: () => Promise<void> };
     try {
       // Each step runs whatever the previous one did: one failing statement must not skip the rest.
-      await this.step('stop the triggers', async () => {
+      await this.step('stop the triggers and the workflow engine', async () => {
         this.slots.stopAccepting();
         await this.triggers.stop();
+        await this.workflows.stop();
       });
       await this.step('stop recovery sweeps and the trigger request poller', async () => {
+        this.schedule.stop();
         await this.recovery.stop();
         await this.poller.stop();
       });

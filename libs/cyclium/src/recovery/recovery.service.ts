@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorSlots } from '../actors/actor-slots.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
@@ -6,7 +6,7 @@ import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { OutageLog, errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../database/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
@@ -18,6 +18,7 @@ import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { REQUEST_WAKE_EVENT } from '../dispatch/deferred-runner.service.js';
 import { Mode } from '../dispatch/mode.service.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
+import { WorkflowReconciler, type ReconcileOptions, type ReconcileResult } from '../workflows/workflow-reconciler.service.js';
 
 export interface SweepOptions {
   /** Default: `recovery.staleAfterMs`. */
@@ -79,11 +80,10 @@ function shuffle<T>(items: T[]): T[] {
  * anywhere.
  */
 @Injectable()
-export class Recovery implements OnApplicationBootstrap {
+export class Recovery {
   private readonly logger = new Logger(Recovery.name);
-  private readonly outage = new OutageLog(this.logger, 'recovery sweep');
   private last: LastSweep | null = null;
-  private timer: NodeJS.Timeout | undefined;
+  private lastReconciled: { at: Date; result: ReconcileResult } | null = null;
   /** Sweeps on one node run one after another, each with its own options. */
   private sweeps: Promise<unknown> = Promise.resolve();
 
@@ -100,27 +100,12 @@ export class Recovery implements OnApplicationBootstrap {
     private readonly events: EventOutbox,
     private readonly mode: Mode,
     private readonly requests: TriggerRequests,
+    private readonly reconciler: WorkflowReconciler,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  onApplicationBootstrap(): void {
-    const { onBoot, settleMs, intervalMs } = this.options.recovery;
-    if (!onBoot) return;
-    const next = (delay: number) => {
-      this.timer = setTimeout(async () => {
-        // A disabled node runs and defers nothing: it leaves orphans to the others.
-        if (this.mode.current !== 'disabled') await this.sweepQuietly();
-        if (intervalMs !== null && this.timer !== undefined) next(intervalMs);
-      }, delay);
-      this.timer.unref();
-    };
-    next(settleMs);
-  }
-
-  /** Stops the boot and interval sweeps (the drain calls it first) and waits for one in flight. */
+  /** Waits for a sweep or reconciliation in flight (the drain calls it, after the schedule stopped). */
   async stop(): Promise<void> {
-    clearTimeout(this.timer);
-    this.timer = undefined;
     await this.sweeps;
   }
 
@@ -145,13 +130,24 @@ export class Recovery implements OnApplicationBootstrap {
     return this.last;
   }
 
-  private async sweepQuietly(): Promise<void> {
-    try {
-      await this.sweep();
-      this.outage.succeeded();
-    } catch (error) {
-      this.outage.failed(error);
-    }
+  /**
+   * Re-publishes the terminal event of every step episode that finished while no workflow engine
+   * heard it, for the live instances in scope (default: this node's stack, rows without one
+   * included, and its env strictly) of the workflows this node declares. Steps whose episodes are
+   * still under way are skipped. RecoverySchedule runs it after each sweep on nodes whose engine is on.
+   */
+  reconcileWorkflows(options: ReconcileOptions = {}): Promise<ReconcileResult> {
+    const pass = this.sweeps.then(() => this.reconciler.reconcile(options));
+    this.sweeps = pass.catch(() => undefined);
+    return pass.then((result) => {
+      this.lastReconciled = { at: new Date(), result };
+      return result;
+    });
+  }
+
+  /** The last reconciliation this node ran, if any. */
+  lastReconcile(): { at: Date; result: ReconcileResult } | null {
+    return this.lastReconciled;
   }
 
   private async sweepOnce(options: SweepOptions): Promise<SweepResult> {

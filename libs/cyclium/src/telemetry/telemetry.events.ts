@@ -43,6 +43,9 @@ export interface CycliumEventMap {
   'trigger_requests.deferred': CycliumEventBase & { requestId: string; episodeId: string };
   'trigger_requests.dispatched': CycliumEventBase & { requestId: string; episodeId: string };
   'trigger_requests.expired': CycliumEventBase & { count: number };
+  'recovery.reconcile': CycliumEventBase & { replayed: number; skipped: number };
+  'workflow.started': CycliumEventBase & { instanceId: string; workflowId: string };
+  'workflow.finished': CycliumEventBase & { instanceId: string; workflowId: string; status: string; error: string | null };
   'drain.completed': CycliumEventBase & { stamped: number; killed: number };
   'node.registered': CycliumEventBase & { stack: string | null; env: string | null; mode: string };
 }

@@ -1,5 +1,7 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import type { StepState } from './workflow-step-state.js';
 
+/** `blocked` is never written by the engine today; reconciliation and the subject index treat it as live. */
 export type WorkflowInstanceStatus = 'running' | 'blocked' | 'done' | 'failed' | 'canceled';
 
 @Entity({ name: 'cyclium_workflow_instances' })
@@ -13,8 +15,20 @@ export class CycliumWorkflowInstance {
   @Column({ type: 'text' })
   status: WorkflowInstanceStatus;
 
+  /** Per step: status, attempts, the episode of the current attempt, its result (small) and error. */
   @Column({ name: 'step_states', type: 'jsonb' })
-  stepStates: Record<string, unknown>;
+  stepStates: Record<string, StepState>;
+
+  @Column({ type: 'jsonb' })
+  input: unknown;
+
+  /** Bumped by every advance; each advance is conditional on the version it read. */
+  @Column({ type: 'integer' })
+  version: number;
+
+  /** Why the instance failed or was canceled. */
+  @Column({ type: 'text', nullable: true })
+  error: string | null;
 
   @Column({ name: 'subject_value', type: 'text', nullable: true })
   subjectValue: string | null;
