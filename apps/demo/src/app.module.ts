@@ -15,6 +15,8 @@ import { EventsController } from './events/events.controller.js';
 import { HealthController } from './health/health.controller.js';
 import { ModeController } from './mode/mode.controller.js';
 import { NodeController } from './node/node.controller.js';
+import { ResourceReviewWorkflow } from './workflows/resource-review.workflow.js';
+import { WorkflowsController } from './workflows/workflows.controller.js';
 
 @Module({
   imports: [
@@ -30,7 +32,7 @@ import { NodeController } from './node/node.controller.js';
     TerminusModule,
     CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
   ],
-  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController],
+  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController],
   providers: [
     CycliumHealthIndicator,
     ResourceMonitorActor,
@@ -38,6 +40,7 @@ import { NodeController } from './node/node.controller.js';
     AdvisorSummaryAdapter,
     ResourceRebalancerActor,
     RebalanceReportAdapter,
+    ResourceReviewWorkflow,
   ],
 })
 export class AppModule {}

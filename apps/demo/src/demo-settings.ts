@@ -14,6 +14,7 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_TRIGGER_POLL_MS       how often a full node polls for deferred trigger requests (default 5000)
  *   DEMO_TRIGGER_TTL_MS        how long a trigger request may stay pending (default 3600000)
  *   DEMO_ADVISOR_EVERY         resource_advisor's interval (default 1m; read in resource-advisor.actor.ts)
+ *   DEMO_WORKFLOW_ENGINE       'off' runs workflow steps here but leaves advancing workflows to other nodes
  *
  * (DEMO_DB_POOL, the TypeORM pool size, is read in app.module.ts.)
  */
@@ -26,6 +27,7 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     nodeBeatIntervalMs: Number(env.DEMO_NODE_BEAT_MS ?? 15000),
     triggerPollIntervalMs: Number(env.DEMO_TRIGGER_POLL_MS ?? 5000),
     triggerRequestTtlMs: Number(env.DEMO_TRIGGER_TTL_MS ?? 3_600_000),
+    workflowEngine: env.DEMO_WORKFLOW_ENGINE !== 'off',
     recovery: {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),

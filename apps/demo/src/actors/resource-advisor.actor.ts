@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable } from '@nestjs/common';
 import { Actor, Expectation, Findings, type Convergence, type EpisodeContext } from '@cyclium/nestjs';
 
@@ -16,4 +17,27 @@ export class ResourceAdvisorActor {
     const summary = breaches.length === 0 ? 'all resources within limits' : `${breaches.length} resource(s) over limit`;
     return { summary, outputs: [{ type: 'advisor.summary', payload: { at: ep.trigger.scheduledAt, summary, breaches } }] };
   }
+
+  /**
+   * The `resource_review` workflow's second step: advice for one resource from its check. `draftMs`
+   * makes the drafting step take that long (the deploy test stops a node in the middle of it).
+   */
+  @Expectation({ id: 'advise', trigger: 'workflow', recoveryPolicy: 'restart' })
+  async advise(ep: EpisodeContext<AdviseInput>): Promise<Convergence> {
+    const { resource, breached, usage, limit, draftMs = 0 } = ep.trigger.payload;
+    const open = await ep.step('read_finding', async () => (await this.findings.activeFor({ class: 'limit_breach' })).some((f) => f.subject === resource));
+    const advice = await ep.step('draft', async ({ signal }) => {
+      if (draftMs > 0) await sleep(draftMs, undefined, { signal }).catch(() => undefined);
+      return breached ? `raise the limit of ${resource} above ${limit}% or shed load (at ${usage}%)` : `${resource} is fine at ${usage}%`;
+    });
+    return { summary: advice, classification: { resource, breached, findingOpen: open } };
+  }
+}
+
+export interface AdviseInput {
+  resource: string;
+  breached: boolean;
+  usage: number;
+  limit: number;
+  draftMs?: number;
 }

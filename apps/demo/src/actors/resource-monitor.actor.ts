@@ -7,7 +7,10 @@ export interface ResourceUpdated {
   limit?: number;
 }
 
-/** Watches resource usage events and keeps one `limit_breach` finding per resource up to date. */
+/**
+ * Watches resource usage events and keeps one `limit_breach` finding per resource up to date; also
+ * the first step of the `resource_review` workflow, which passes the same payload.
+ */
 @Injectable()
 @Actor({ id: 'resource_monitor', maxConcurrentEpisodes: 5 })
 export class ResourceMonitorActor {
@@ -16,7 +19,8 @@ export class ResourceMonitorActor {
     const { resource, usage, limit = 90 } = ep.trigger.payload;
     const breached = await ep.step('evaluate', () => usage > limit);
     const key = `limit_breach:${resource}`;
-    if (!breached) return { findings: [{ op: 'clear', key }], summary: `${resource} at ${usage}% (limit ${limit}%)` };
+    const classification = { resource, usage, limit, breached };
+    if (!breached) return { findings: [{ op: 'clear', key }], summary: `${resource} at ${usage}% (limit ${limit}%)`, classification };
     return {
       findings: [
         {
@@ -30,6 +34,7 @@ export class ResourceMonitorActor {
         },
       ],
       summary: `${resource} breached its limit`,
+      classification,
     };
   }
 }
