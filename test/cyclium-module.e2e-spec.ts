@@ -1,11 +1,31 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
-import type { INestApplicationContext } from '@nestjs/common';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CycliumModule, Env, NodeIdentity, StackSlug, onCyclium, type CycliumOptions } from '@cyclium/nestjs';
+import { Actor, CycliumModule, Env, Episodes, Expectation, MissingSchemaError, NodeIdentity, StackSlug, onCyclium, type CycliumOptions } from '@cyclium/nestjs';
+import { cycliumMigrations } from '@cyclium/nestjs/migrations';
+import { DataSource } from 'typeorm';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { emptyDatabase, useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
+
+@Injectable()
+@Actor({ id: 'greeter' })
+class Greeter {
+  @Expectation({ trigger: 'manual' })
+  async greet(): Promise<void> {}
+}
+
+/** Applies the first `count` Cyclium migrations (those not yet applied). */
+async function migrate(url: string, count: number): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url, migrations: cycliumMigrations.slice(0, count) });
+  await dataSource.initialize();
+  try {
+    await dataSource.runMigrations({ transaction: 'each' });
+  } finally {
+    await dataSource.destroy();
+  }
+}
 
 describe('CycliumModule', () => {
   const database = useDatabase();
@@ -112,9 +132,25 @@ describe('CycliumModule', () => {
     ).rejects.toThrow('could not find the TypeORM DataSource named "nope"');
   });
 
-  it('fails boot with a clear error when the migrations have not run', async () => {
-    await expect(
-      startCycliumApp({ url: await emptyDatabase('unmigrated'), cyclium: {} }).then((app) => apps.push(app)),
-    ).rejects.toThrow('cyclium_nodes does not exist: add cycliumMigrations');
+  it('names the first migration a partly migrated database lacks, before anything queries it, then boots once all have run', async () => {
+    const url = await emptyDatabase('unmigrated');
+    // An actor makes the registry write its definitions during init: the check must come first.
+    const boot = () => startCycliumApp({ url, cyclium: {}, providers: [Greeter] }).then((app) => apps.push(app));
+    for (let applied = 0; applied < cycliumMigrations.length; applied++) {
+      const failure = await boot().then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      const next = new cycliumMigrations[applied]().name;
+      expect(failure).toBeInstanceOf(MissingSchemaError);
+      expect((failure as MissingSchemaError).migration).toBe(next);
+      expect((failure as Error).message).toContain(`Cyclium migration ${next} has not run on this database`);
+      expect((failure as Error).message).toContain('migrationsRun: true');
+      expect((failure as Error).message).toContain('npx typeorm migration:run -d');
+      await migrate(url, applied + 1);
+    }
+    await boot();
+    expect(apps).toHaveLength(1);
+    await expect(apps[0].get(Episodes).trigger('greeter', 'greet', {})).resolves.toMatchObject({ status: 'started' });
   });
 });

@@ -207,7 +207,7 @@ export class PostgresBus extends Bus implements DurableEvents {
 
   private publishError(event: BusEvent, error: unknown): Error {
     const what = `event ${event.eventId} ("${event.type}")`;
-    if (errorCode(error) === '42P01') return new MissingSchemaError('cyclium_events');
+    if (errorCode(error) === '42P01') return new MissingSchemaError('CycliumEvents1764400000002', 'table cyclium_events');
     if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError(`bus: could not store ${what}`, error);
     if (errorCode(error)?.startsWith('22')) return new InvalidBusEventError(`bus: PostgreSQL refused ${what}: ${errorMessage(error)}`);
     return error instanceof Error ? error : new Error(String(error));

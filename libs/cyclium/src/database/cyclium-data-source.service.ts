@@ -7,6 +7,8 @@ import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { errorMessage } from './database-errors.js';
+import { MissingSchemaError } from './missing-schema.error.js';
+import { firstMissingMigration } from './schema-probe.js';
 import type { SqlExecutor } from './sql-executor.js';
 
 /**
@@ -34,8 +36,15 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  onModuleInit(): void {
+  /**
+   * Nest runs a module's init hooks in dependency order, so this check finishes before any provider
+   * that queries through this service starts: a missing migration is named here, not as a
+   * `relation does not exist` from whichever statement happens to run first.
+   */
+  async onModuleInit(): Promise<void> {
     this.get();
+    const lacking = await firstMissingMigration(this.sql);
+    if (lacking) throw new MissingSchemaError(lacking.migration, lacking.missing);
   }
 
   async onApplicationShutdown(): Promise<void> {

@@ -6,7 +6,6 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CYCLIUM_VERSION } from '../version.js';
 import { OutageLog } from '../database/database-errors.js';
-import { MissingSchemaError } from '../database/missing-schema.error.js';
 import { NodeIdentity } from './node-identity.service.js';
 
 /**
@@ -50,10 +49,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
          SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
              pid = EXCLUDED.pid, version = EXCLUDED.version, started_at = now(), last_seen_at = now()`,
       [this.identity.name(), stackSlug, env, mode, hostname(), process.pid, CYCLIUM_VERSION],
-    ).catch((error: { code?: string }) => {
-      if (error.code === '42P01') throw new MissingSchemaError('cyclium_nodes');
-      throw error;
-    });
+    );
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
   }
 

@@ -1,0 +1,38 @@
+import type { SqlExecutor } from './sql-executor.js';
+
+/**
+ * One catalog fact per migration, each something only that migration creates, so a partly migrated
+ * database names the first migration it still lacks. `to_regclass` follows the search_path, as every
+ * other Cyclium statement does.
+ */
+const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string }> = [
+  { migration: 'CycliumSchema1764400000000', missing: 'table cyclium_episodes', holds: `to_regclass('cyclium_episodes') IS NOT NULL` },
+  {
+    // The next migration replaces this table with cyclium_events.
+    migration: 'CycliumBusPayloads1764400000001',
+    missing: 'table cyclium_bus_payloads',
+    holds: `(to_regclass('cyclium_bus_payloads') IS NOT NULL OR to_regclass('cyclium_events') IS NOT NULL)`,
+  },
+  { migration: 'CycliumEvents1764400000002', missing: 'table cyclium_events', holds: `to_regclass('cyclium_events') IS NOT NULL` },
+  { migration: 'CycliumEpisodeQueue1764400000003', missing: 'index cyclium_episodes_queue', holds: `to_regclass('cyclium_episodes_queue') IS NOT NULL` },
+  {
+    migration: 'CycliumTriggerOnly1764400000004',
+    missing: `the 'deferred' episode status`,
+    holds: `EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('cyclium_episodes')
+              AND conname = 'cyclium_episodes_status_check' AND pg_get_constraintdef(oid) LIKE '%deferred%')`,
+  },
+  {
+    migration: 'CycliumWorkflows1764400000005',
+    missing: 'index cyclium_workflow_instances_live_subject',
+    holds: `to_regclass('cyclium_workflow_instances_live_subject') IS NOT NULL`,
+  },
+];
+
+const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;
+
+/** The first Cyclium migration this database has not had, or undefined when it has them all. */
+export async function firstMissingMigration(sql: SqlExecutor): Promise<{ migration: string; missing: string } | undefined> {
+  const { rows } = await sql.query<{ holds: boolean[] }>(STATEMENT);
+  const index = rows[0].holds.indexOf(false);
+  return index === -1 ? undefined : { migration: PROBES[index].migration, missing: PROBES[index].missing };
+}
