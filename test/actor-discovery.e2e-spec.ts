@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from '@jest/globals';
 import { Injectable, Scope, type INestApplicationContext, type Provider } from '@nestjs/common';
-import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Episodes, Expectation, type EpisodeContext, type Trigger } from '@cyclium/nestjs';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 
@@ -42,6 +42,14 @@ class BadInterval {
   async often(): Promise<void> {}
 }
 
+// A cast, as plain JavaScript would do without one: the types forbid mixing trigger kinds.
+@Injectable()
+@Actor({ id: 'mixed_trigger' })
+class MixedTrigger {
+  @Expectation({ trigger: { event: 'resource.updated', cron: '* * * * *' } as unknown as Trigger })
+  async both(): Promise<void> {}
+}
+
 @Injectable({ scope: Scope.REQUEST })
 @Actor({ id: 'per_request' })
 class PerRequest {
@@ -77,6 +85,7 @@ describe('actor discovery at boot', () => {
     [[DuplicateExpectation], 'duplicate expectation id "same" on DuplicateExpectation.second (already on DuplicateExpectation.first)'],
     [[BadCron], '@Expectation on BadCron.weekly: cannot parse cron "every tuesday"'],
     [[BadInterval], `@Expectation on BadInterval.often: cannot parse interval "5 fortnights"`],
+    [[MixedTrigger], '@Expectation on MixedTrigger.both: trigger must be exactly one of { event, filter? }, { every } or { cron }'],
     [[PerRequest], '@Actor PerRequest is request-scoped'],
   ])('fails boot for %p, naming the class and method', async (providers, message) => {
     await expect(boot(providers as Provider[])).rejects.toThrow(message);

@@ -132,16 +132,24 @@ export class ActorRegistry implements OnModuleInit {
     };
     const id = options.id ?? methodName;
     const trigger = options.trigger;
+    if (trigger && typeof trigger === 'object') {
+      // The types rule this out; plain JavaScript (or a cast) could still mix kinds, and one would be silently dropped.
+      const kinds = ['event', 'every', 'cron'].filter((k) => k in trigger);
+      const unknown = Object.keys(trigger).filter((k) => !['event', 'every', 'cron', 'filter'].includes(k));
+      if (kinds.length !== 1 || unknown.length > 0 || ('filter' in trigger && !('event' in trigger))) {
+        fail(`trigger must be exactly one of { event, filter? }, { every } or { cron } (got ${JSON.stringify(trigger)})`);
+      }
+    }
     let intervalMs: number | null = null;
     if (trigger === 'manual' || trigger === 'workflow') {
       // nothing to parse
-    } else if (trigger && typeof trigger === 'object' && 'every' in trigger) {
+    } else if (trigger && typeof trigger === 'object' && trigger.every !== undefined) {
       intervalMs = parseInterval(trigger.every);
       if (intervalMs === null) fail(`cannot parse interval ${JSON.stringify(trigger.every)} (use '30s', '5m', '1h', '1d' or milliseconds)`);
-    } else if (trigger && typeof trigger === 'object' && 'cron' in trigger) {
+    } else if (trigger && typeof trigger === 'object' && trigger.cron !== undefined) {
       const { valid, error } = validateCronExpression(trigger.cron);
       if (!valid) fail(`cannot parse cron ${JSON.stringify(trigger.cron)}: ${error?.message ?? 'invalid'}`);
-    } else if (!(trigger && typeof trigger === 'object' && 'event' in trigger && typeof trigger.event === 'string')) {
+    } else if (!(trigger && typeof trigger === 'object' && typeof trigger.event === 'string')) {
       fail(`trigger must be { event }, { every }, { cron }, 'manual' or 'workflow' (got ${JSON.stringify(trigger)})`);
     }
     for (const field of ['debounceMs', 'cooldownMs'] as const) {

@@ -4,13 +4,14 @@ import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
 /** A payload value to match: equal to it, or one of `in`. */
 export type FilterValue = string | number | boolean | null | { in: Array<string | number | boolean | null> };
 
+/** Each object trigger names exactly one kind: mixing `event` with `every` or `cron` is a compile error. */
 export type Trigger =
   /** Bus events of this type whose payload matches `filter` (dotted paths allowed as keys). */
-  | { event: string; filter?: Record<string, FilterValue> }
+  | { event: string; filter?: Record<string, FilterValue>; every?: never; cron?: never }
   /** Every interval (`'30s'`, `'5m'`, `'1h'`, `'1d'` or milliseconds), aligned to wall-clock buckets. */
-  | { every: string | number }
+  | { every: string | number; event?: never; filter?: never; cron?: never }
   /** A cron expression, evaluated in UTC. */
-  | { cron: string }
+  | { cron: string; event?: never; filter?: never; every?: never }
   /** Only `Episodes.trigger(...)`. */
   | 'manual'
   /** Only started by a workflow. */

@@ -81,11 +81,11 @@ export class TriggerSources implements OnApplicationBootstrap {
   private start(actor: RegisteredActor, expectation: RegisteredExpectation): void {
     const trigger = expectation.options.trigger;
     if (trigger === 'manual' || trigger === 'workflow') return;
-    if ('event' in trigger) {
+    if (trigger.event !== undefined) {
       this.unsubscribes.push(this.events.subscribe(trigger.event, (event) => this.onEvent(expectation, event)));
-    } else if ('every' in trigger) {
+    } else if (trigger.every !== undefined) {
       this.scheduleEvery(expectation, expectation.intervalMs as number);
-    } else {
+    } else if (trigger.cron !== undefined) {
       this.scheduleCron(actor, expectation, trigger.cron);
     }
   }

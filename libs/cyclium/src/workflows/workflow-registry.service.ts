@@ -68,8 +68,9 @@ export class WorkflowRegistry implements OnModuleInit {
     if (!options || typeof options.id !== 'string' || options.id.trim() === '') fail('id must be a non-empty string');
     const declared = options as WorkflowOptions;
     const trigger = declared.trigger ?? 'manual';
-    if (trigger !== 'manual' && !(typeof trigger === 'object' && trigger !== null && typeof trigger.event === 'string' && trigger.event !== '')) {
-      fail(`trigger must be 'manual' or { event } (got ${JSON.stringify(trigger)})`);
+    const extra = typeof trigger === 'object' && trigger !== null ? Object.keys(trigger).filter((k) => k !== 'event' && k !== 'filter') : [];
+    if (trigger !== 'manual' && !(typeof trigger === 'object' && trigger !== null && typeof trigger.event === 'string' && trigger.event !== '' && extra.length === 0)) {
+      fail(`trigger must be 'manual' or { event, filter? } (got ${JSON.stringify(trigger)})`);
     }
     if (declared.subjectKey !== undefined && (typeof declared.subjectKey !== 'string' || declared.subjectKey === '')) {
       fail('subjectKey must be a non-empty input path');

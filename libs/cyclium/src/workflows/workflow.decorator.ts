@@ -6,7 +6,7 @@ export type WorkflowTrigger =
   /** Only `WorkflowEngine.start(...)`. */
   | 'manual'
   /** Each bus event of this type whose payload matches starts one instance across the cluster; the payload is its input. */
-  | { event: string; filter?: Record<string, FilterValue> };
+  | { event: string; filter?: Record<string, FilterValue>; every?: never; cron?: never };
 
 export interface WorkflowOptions {
   id: string;
