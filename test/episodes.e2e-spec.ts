@@ -9,6 +9,8 @@ import {
   LocalBus,
   OutputAdapter,
   TERMINAL_EVENTS,
+  TriggerRequests,
+  WorkflowEngine,
   type BusEvent,
   type Convergence,
   type CycliumOutput,
@@ -481,6 +483,18 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect((await episodes(`id = ANY($1)`, [all])).map((r) => r.status).sort()).toEqual(
       ['canceled', 'canceled', 'canceled', 'done', 'done', 'done', 'done', 'failed', 'failed'],
     );
+  });
+
+  it('answers a lookup by an id that cannot be one as not found, not as a database error', async () => {
+    for (const id of ['none', '42', "x' OR '1'='1"]) {
+      await expect(a.get(Episodes).get(id)).resolves.toBeNull();
+      await expect(a.get(Episodes).steps(id)).resolves.toEqual([]);
+      await expect(a.get(Episodes).cancel(id)).resolves.toBe('not_found');
+      await expect(a.get(WorkflowEngine).get(id)).resolves.toBeNull();
+      await expect(a.get(WorkflowEngine).cancel(id)).resolves.toBe('not_found');
+      await expect(a.get(TriggerRequests).get(id)).resolves.toBeNull();
+      await expect(a.get(TriggerRequests).forEpisode(id)).resolves.toEqual([]);
+    }
   });
 
   it('starts nothing new once the node has begun draining', async () => {

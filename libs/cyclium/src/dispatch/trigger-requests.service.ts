@@ -5,6 +5,7 @@ import type { SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import type { CycliumTriggerRequest, TriggerRequestStatus } from './trigger-request.entity.js';
+import { isUuid } from '../database/uuid.js';
 
 /** What a deferring node records for a full node to run. */
 export interface NewTriggerRequest {
@@ -145,12 +146,14 @@ export class TriggerRequests {
 
   /** One request, for a UI. */
   async get(id: string): Promise<CycliumTriggerRequest | null> {
+    if (!isUuid(id)) return null;
     const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_trigger_requests WHERE id = $1`, [id]);
     return rows[0] ? toRequest(rows[0]) : null;
   }
 
   /** The requests of one episode, oldest first. */
   async forEpisode(episodeId: string): Promise<CycliumTriggerRequest[]> {
+    if (!isUuid(episodeId)) return [];
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`,
       [episodeId],

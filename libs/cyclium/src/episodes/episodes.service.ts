@@ -15,6 +15,7 @@ import { CANCEL_EVENT } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeRunner } from './episode-runner.service.js';
 import { EpisodeStore } from './episode-store.js';
+import { isUuid } from '../database/uuid.js';
 
 export interface TriggerOptions {
   /** Makes the trigger idempotent: a second trigger with the same key while the first is live is a duplicate. Scoped by env. */
@@ -106,8 +107,9 @@ export class Episodes {
     });
   }
 
-  get(id: string): Promise<EpisodeRow | null> {
-    return this.store.get(id);
+  /** Null for an id that names no episode (not a UUID included). */
+  async get(id: string): Promise<EpisodeRow | null> {
+    return isUuid(id) ? this.store.get(id) : null;
   }
 
   /** Newest first, by keyset pages. */
@@ -123,8 +125,8 @@ export class Episodes {
   }
 
   /** The journal: steps and markers, in order. */
-  steps(id: string): Promise<CycliumEpisodeStep[]> {
-    return this.journal.steps(id);
+  async steps(id: string): Promise<CycliumEpisodeStep[]> {
+    return isUuid(id) ? this.journal.steps(id) : [];
   }
 
   /**
@@ -134,6 +136,7 @@ export class Episodes {
    * channel), and records `canceled` before that next step.
    */
   async cancel(id: string): Promise<CancelResult> {
+    if (!isUuid(id)) return 'not_found';
     if (await this.runner.cancelQueued(id)) return 'canceled';
     const [requested] = await this.store.requestCancel([id]);
     if (!requested) return (await this.store.get(id)) ? 'finished' : 'not_found';

@@ -15,6 +15,7 @@ import { WorkflowAdvancer, type WriteOutcome } from './workflow-advancer.service
 import { InvalidWorkflowInputError, WorkflowDefinitionError } from './workflow-definition.error.js';
 import { WorkflowInstanceStore, type WorkflowInstanceRow } from './workflow-instance-store.js';
 import { WorkflowRegistry } from './workflow-registry.service.js';
+import { isUuid } from '../database/uuid.js';
 
 export interface StartWorkflowOptions {
   /** One live instance per subject: a start while one runs returns that one. Default: the input at the workflow's `subjectKey`, else none. */
@@ -104,6 +105,7 @@ export class WorkflowEngine implements OnApplicationBootstrap {
 
   /** Cancels a live instance from any node: its waiting steps never start, its running step episodes are canceled. */
   async cancel(instanceId: string, reason = 'canceled by request'): Promise<WorkflowCancelResult> {
+    if (!isUuid(instanceId)) return 'not_found';
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
       const instance = await this.instances.get(instanceId);
       if (!instance) return 'not_found';
@@ -115,8 +117,9 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     throw new Error(`could not cancel workflow instance ${instanceId}: it kept advancing under this call`);
   }
 
-  get(instanceId: string): Promise<WorkflowInstanceRow | null> {
-    return this.instances.get(instanceId);
+  /** Null for an id that names no instance (not a UUID included). */
+  async get(instanceId: string): Promise<WorkflowInstanceRow | null> {
+    return isUuid(instanceId) ? this.instances.get(instanceId) : null;
   }
 
   /** Applies a step episode's terminal event (heard live, or replayed by reconciliation). */

@@ -9,6 +9,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { WorkflowInstanceStore, type WorkflowInstanceRow } from './workflow-instance-store.js';
 import { WorkflowRegistry } from './workflow-registry.service.js';
+import { isUuid } from '../database/uuid.js';
 
 export interface ReconcileOptions {
   /** Default: this node's stack (unset: every stack). Instances with no stack match any stack. */
@@ -25,7 +26,6 @@ export interface ReconcileResult {
 }
 
 const PAGE = 200;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 const EVENT_OF: Record<string, LifecycleEventType> = {
   done: 'episode.completed',
@@ -96,7 +96,7 @@ export class WorkflowReconciler {
     }
     return Object.entries(states as Record<string, { status?: unknown; episodeId?: unknown }>).flatMap(([stepId, state]) => {
       if (state?.status !== 'running') return [];
-      if (typeof state.episodeId !== 'string' || !UUID.test(state.episodeId)) {
+      if (!isUuid(state.episodeId)) {
         this.logger.warn(`workflow instance ${instance.id}: step ${stepId} is running without a valid episode id; skipped`);
         return [];
       }
