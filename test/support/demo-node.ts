@@ -32,14 +32,29 @@ export interface DemoNode {
  * A real demo node process (the compiled app: npm test builds first), healthy before this resolves.
  * Variables set to `undefined` in `env` are removed from the child's environment.
  */
-export async function startDemoNode(databaseUrl: string, env: Record<string, string | undefined> = {}): Promise<DemoNode> {
+export function startDemoNode(databaseUrl: string, env: Record<string, string | undefined> = {}): Promise<DemoNode> {
+  return startNodeProcess(DEMO_MAIN, databaseUrl, {
+    env: { DEMO_DB_POOL: '3', ...env },
+    ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
+  });
+}
+
+export interface NodeProcessOptions {
+  env?: Record<string, string | undefined>;
+  cwd?: string;
+  /** True once the node answers; polled until it is, for up to 30 s. */
+  ready: (node: DemoNode) => Promise<boolean>;
+}
+
+/** Any Nest app's compiled `main` as a real process on a free port, watched by the fault guard. */
+export async function startNodeProcess(main: string, databaseUrl: string, options: NodeProcessOptions): Promise<DemoNode> {
   const port = await freePort();
-  const childEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), DEMO_DB_POOL: '3', NO_COLOR: '1' };
-  for (const [name, value] of Object.entries(env)) {
+  const childEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), NO_COLOR: '1' };
+  for (const [name, value] of Object.entries(options.env ?? {})) {
     if (value === undefined) delete childEnv[name];
     else childEnv[name] = value;
   }
-  const child = spawn(process.execPath, [DEMO_MAIN], { env: childEnv, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [main], { env: childEnv, cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
   child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
@@ -49,7 +64,7 @@ export async function startDemoNode(databaseUrl: string, env: Record<string, str
       // Tests end nodes with signals (SIGTERM drains, SIGKILL crashes on purpose); a node that
       // exits with an error code, or prints a crash, did so on its own.
       const crashed = (code !== null && code !== 0) || CRASH_MARKERS.some((marker) => marker.test(output));
-      if (booted && crashed) faults.push(`demo node on port ${port} crashed (${signal ?? `code ${code}`}):\n${tail(output)}`);
+      if (booted && crashed) faults.push(`node on port ${port} crashed (${signal ?? `code ${code}`}):\n${tail(output)}`);
       resolve();
     }),
   );
@@ -69,13 +84,13 @@ export async function startDemoNode(databaseUrl: string, env: Record<string, str
     },
   };
   try {
-    await waitFor(`demo node on port ${port} to be healthy`, async () => {
+    await waitFor(`node on port ${port} to answer`, async () => {
       if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode}:\n${output}`);
-      return (await node.get<{ status: string }>('/health')).status === 'ok';
+      return options.ready(node);
     }, 30_000, 100);
   } catch (error) {
     await node.stop('SIGKILL');
-    throw error;
+    throw new Error(`${error instanceof Error ? error.message : String(error)}\n--- its output:\n${tail(output)}`);
   }
   booted = true;
   return node;
