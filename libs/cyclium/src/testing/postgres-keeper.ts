@@ -59,6 +59,9 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  send({ type: 'error', message: error instanceof Error ? error.message : String(error) });
-  process.exit(1);
+  const message: KeeperMessage = { type: 'error', message: error instanceof Error ? error.message : String(error) };
+  // Exit only once the message is out: exiting at once can beat it to the parent, which then
+  // reports a bare exit code instead of the reason.
+  if (process.send) process.send(message, () => process.exit(1));
+  else process.exit(1);
 });
