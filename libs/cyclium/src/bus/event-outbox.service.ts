@@ -33,6 +33,8 @@ export class EventOutbox {
    * instead of costing one of their own.
    */
   async within(client: SqlExecutor, events: readonly OutgoingEvent[], options: { wake?: boolean } = {}): Promise<Announce> {
+    // Nothing to say must not wake anyone: every NOTIFY costs each listening connection a transaction.
+    if (events.length === 0) return noop;
     const transport = this.transport;
     if (isDurable(transport)) {
       await transport.appendWithin(client, events.map((e) => mintBusEvent(e.type, e.payload)));

@@ -155,10 +155,14 @@ export class TriggerPoller implements OnApplicationBootstrap {
     }
   }
 
-  /** At most once per poll interval, whoever polls first: a cheap statement when nothing is old. */
+  /**
+   * A tenth of the TTL late at most (and at most once a minute, once per poll interval at least):
+   * a request's TTL is long, and an idle cluster should not pay a transaction per node per poll for it.
+   */
   private async expireOld(): Promise<void> {
     const now = performance.now();
-    if (now - this.lastExpiry < this.options.triggerPollIntervalMs) return;
+    const every = Math.max(this.options.triggerPollIntervalMs, Math.min(60_000, this.options.triggerRequestTtlMs / 10));
+    if (now - this.lastExpiry < every) return;
     this.lastExpiry = now;
     // Every terminal path publishes its event: a workflow waiting on one of these hears it failed.
     const { expired, announce } = await this.database.transaction(async (client) => {

@@ -47,7 +47,10 @@ export interface CycliumOptions {
   /** How long a drain waits for episode tasks to stop. Default 5 000. */
   episodeShutdownMs?: number;
   recovery?: RecoveryOptions;
-  /** Default 5 000. */
+  /**
+   * How often a full node polls for deferred trigger requests without being woken (a deferring
+   * node's wake-up over the bus polls at once; this covers a lost one). Default 15 000.
+   */
   triggerPollIntervalMs?: number;
   triggerPollSourceStack?: string | null;
   triggerPollSourceEnv?: string | null;
