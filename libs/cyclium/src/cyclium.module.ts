@@ -3,6 +3,7 @@ import { DiscoveryModule } from '@nestjs/core';
 import { ActorRegistry } from './actors/actor-registry.service.js';
 import { ActorSlots } from './actors/actor-slots.service.js';
 import { TriggerSources } from './actors/trigger-sources.service.js';
+import { TriggerPlacement } from './actors/trigger-placement.service.js';
 import { Bus } from './bus/bus.interface.js';
 import { BusLifecycle, busProvider, busTransportProvider } from './bus/bus.provider.js';
 import { EventOutbox } from './bus/event-outbox.service.js';
@@ -19,6 +20,7 @@ import { Episodes } from './episodes/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
 import { NodeIdentity } from './identity/node-identity.service.js';
 import { NodeRegistry } from './identity/node-registry.service.js';
+import { Peers } from './identity/peers.service.js';
 import { CYCLIUM_MODULE_OPTIONS, CycliumConfigurableModule } from './options/cyclium.module-definition.js';
 import { resolveCycliumOptions } from './options/resolve-options.js';
 import { Outputs } from './outputs/outputs.service.js';
@@ -53,6 +55,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     CycliumDataSource,
     NodeIdentity,
     NodeRegistry,
+    Peers,
     StackSlug,
     Env,
     CycliumTelemetry,
@@ -66,6 +69,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     ActorRegistry,
     ActorSlots,
     TriggerSources,
+    TriggerPlacement,
     EpisodeStore,
     EpisodeJournal,
     EpisodeStatements,

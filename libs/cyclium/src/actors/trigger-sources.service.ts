@@ -16,6 +16,7 @@ import { eventKey, scheduleKey } from './dedupe-keys.js';
 import { bucketStart } from './interval.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
 import { matchesFilter, readPath } from './trigger-filter.js';
+import { TriggerPlacement } from './trigger-placement.service.js';
 
 const RETRY_FIRST_MS = 200;
 const RETRY_MAX_MS = 5_000;
@@ -29,7 +30,8 @@ function describeTrigger(trigger: EpisodeTrigger): string {
 /**
  * Turns what happens into triggers: bus events (filtered, debounced and cooled down per subject),
  * wall-clock buckets and cron ticks, each with the deterministic dedupe key every node computes
- * alike. Every node does this for every trigger; the unique index lets one insert through.
+ * alike. Every node does this for every trigger; for bus events one node dispatches and the rest
+ * stand by (TriggerPlacement), for timers every node tries; the unique index lets one insert through.
  */
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
@@ -45,6 +47,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   constructor(
     private readonly registry: ActorRegistry,
     private readonly dispatcher: Dispatcher,
+    private readonly placement: TriggerPlacement,
     private readonly events: EventOutbox,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
@@ -53,6 +56,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
   onApplicationBootstrap(): void {
     this.on = true;
+    this.placement.start();
     for (const actor of this.registry.all()) {
       for (const expectation of actor.expectations.values()) this.start(actor, expectation);
     }
@@ -61,6 +65,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   /** Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces and cooldowns. */
   async stop(): Promise<void> {
     this.on = false;
+    this.placement.stop();
     this.unsubscribes.splice(0).forEach((off) => off());
     for (const timer of [...this.timers, ...this.debounces.values()]) clearTimeout(timer);
     this.timers.clear();
@@ -104,6 +109,7 @@ export class TriggerSources implements OnApplicationBootstrap {
         expectation,
         { type: 'event', eventType: event.type, eventId: event.eventId, payload: event.payload },
         scopeKey(eventKey(expectation.actorId, expectation.id, event.type, event.eventId, event.payload), this.options.env),
+        true,
       );
     };
     if (!debounceMs) return fire();
@@ -156,17 +162,23 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /**
-   * Sleeps a random 0–jitterMs first, so the fastest node does not win every key. A trigger that
-   * meets an unreachable database is retried with backoff until it lands or the node drains: every
-   * node received it, but if all of them dropped it during an outage, an acknowledged event would
-   * never become an episode. Any other failure drops it, with the reason and the event id logged.
+   * A bus event (`placed`) goes through TriggerPlacement: the node ranked first dispatches at once,
+   * the others only as backups. A timer, which fires on every node anyway, races instead, after a
+   * random 0–jitterMs so the fastest node does not win every key. A trigger that meets an
+   * unreachable database is retried with backoff until it lands or the node drains: if every node
+   * dropped it during an outage, an acknowledged event would never become an episode. Any other
+   * failure drops it, with the reason and the event id logged.
    */
-  private async trigger(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string): Promise<void> {
-    if (this.options.jitterMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
+  private async trigger(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, placed = false): Promise<void> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
+    const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
+    if (turn === 'handled' || !this.on) return;
+    if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
+    if (turn === 'race' && this.options.jitterMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
     for (let attempt = 0, delay = RETRY_FIRST_MS; this.on; attempt++) {
       try {
         const result = await this.dispatcher.dispatch(expectation, trigger, { dedupeKey, sourceStack: this.options.stackSlug, sourceEnv: this.options.env });
+        if (placed) this.placement.dispatched(dedupeKey, result);
         if (result.status === 'disabled') this.logger.debug(`${what} fired nothing: the actor is disabled on this node`);
         return;
       } catch (error) {

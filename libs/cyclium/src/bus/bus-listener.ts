@@ -6,8 +6,8 @@ const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 2_000;
 
 export interface BusListenerHandlers {
-  /** A NOTIFY arrived on the channel: there is something to read. */
-  onNotify(): void;
+  /** A NOTIFY arrived on the channel, with its payload: a wake-up ('') or a dispatch signal. */
+  onNotify(payload: string): void;
   /** LISTEN is in place, at start or after a reconnect: read what may have been missed. */
   onListening(): void;
 }
@@ -92,7 +92,7 @@ export class BusListener {
     client.on('error', onGone);
     client.on('end', () => onGone(new Error('the connection ended')));
     client.on('notification', (message) => {
-      if (message.channel === this.channel) this.handlers.onNotify();
+      if (message.channel === this.channel) this.handlers.onNotify(message.payload ?? '');
     });
     try {
       await client.connect();

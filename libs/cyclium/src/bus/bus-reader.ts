@@ -37,7 +37,7 @@ export class BusReader {
     private readonly log: EventLog,
     private readonly deliver: (event: BusEvent) => void,
     private readonly pollIntervalMs: number,
-    spacingMs: number,
+    spacingMs: number | (() => number),
   ) {
     this.reads = new SpacedTrigger(() => this.read(), spacingMs);
   }

@@ -2,17 +2,20 @@ import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit, type
 import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
+import { Peers } from '../identity/peers.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { busChannel } from './bus-channel.js';
 import { Bus } from './bus.interface.js';
 import { GuardedBus } from './guarded-bus.js';
 import { LocalBus } from './local-bus.js';
+import { notifySpacingMs } from './notify-spacing.js';
 import { PostgresBus } from './postgres-bus.js';
+
 
 export const busTransportProvider: Provider = {
   provide: CYCLIUM_BUS_TRANSPORT,
-  inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity],
-  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource, identity: NodeIdentity): Bus => {
+  inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity, Peers],
+  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource, identity: NodeIdentity, peers: Peers): Bus => {
     if (options.bus === 'local') return new LocalBus();
     if (options.bus === 'postgres') {
       // Read lazily: the host's DataSource is only looked up once every provider exists.
@@ -23,6 +26,8 @@ export const busTransportProvider: Provider = {
         publisher: () => identity.name(),
         pollIntervalMs: options.busPollIntervalMs,
         retentionMs: options.busRetentionMs,
+        // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
+        notifySpacingMs: () => notifySpacingMs(peers.size),
       });
     }
     return options.bus;

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import { InvalidBusEventError } from './bus-errors.js';
+import type { DispatchSignals } from './dispatch-signals.interface.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 
 interface Subscription {
@@ -29,8 +30,9 @@ export function mintBusEvent<P>(type: string, payload: P, options: PublishOption
  * or a lock never runs subscriber code under it, and a handler that publishes cannot recurse.
  * Payloads are handed over by reference (no JSON round trip, unlike PostgresBus).
  */
-export class LocalBus extends Bus {
+export class LocalBus extends Bus implements DispatchSignals {
   private readonly logger = new Logger(LocalBus.name);
+  private readonly signalHandlers = new Set<(tokens: readonly string[]) => void>();
   private readonly subscriptions = new Map<string, Set<Subscription>>();
   private readonly queue: BusEvent[] = [];
   private scheduled = false;
@@ -59,6 +61,20 @@ export class LocalBus extends Bus {
       current?.delete(subscription);
       if (current?.size === 0) this.subscriptions.delete(type);
     };
+  }
+
+  /** Every app sharing this bus (in-process nodes of a test) hears it, on a later macrotask. */
+  signalDispatched(tokens: readonly string[]): void {
+    if (tokens.length === 0) return;
+    const copy = [...tokens];
+    setImmediate(() => {
+      for (const handler of this.signalHandlers) handler(copy);
+    });
+  }
+
+  onDispatched(handler: (tokens: readonly string[]) => void): () => void {
+    this.signalHandlers.add(handler);
+    return () => this.signalHandlers.delete(handler);
   }
 
   /** Queues an event minted elsewhere (another node, via a transport) for this process's handlers. */

@@ -9,6 +9,7 @@ import { InvalidBusEventError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
 import { BusReader } from './bus-reader.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
+import type { DispatchSignals } from './dispatch-signals.interface.js';
 import type { DurableEvents } from './durable-events.interface.js';
 import { EventLog, type StorableEvent } from './event-log.js';
 import { GroupCommit, type Pending } from './group-commit.js';
@@ -16,11 +17,17 @@ import { LocalBus, mintBusEvent } from './local-bus.js';
 import { SpacedTrigger } from './spaced-trigger.js';
 
 /**
- * The wake-up: a NOTIFY with no payload, in a transaction of its own after the events committed
- * (a NOTIFY inside the writing transaction would serialise its commit with every other notifying
- * commit in the cluster). Not durable, so it never waits for a WAL flush.
+ * Wake-ups and dispatch signals share one NOTIFY per run, in a transaction of its own after the
+ * events committed (a NOTIFY inside the writing transaction would serialise its commit with every
+ * other notifying commit in the cluster). Not durable, so it never waits for a WAL flush. Every
+ * NOTIFY costs each listening connection in the database a transaction to read it, which is why
+ * there are as few as the load allows. Payloads: '' wakes readers; 'w:' and 'd:' carry signal
+ * tokens, with and without a wake-up (an older node takes either for a wake-up, which is harmless).
  */
-const WAKE = prepared('bus_wake', `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')`);
+const NOTIFY = prepared('bus_notify', `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`);
+const WAKE_AND_SIGNAL = 'w:';
+const SIGNAL_ONLY = 'd:';
+const PAYLOAD_BYTES = 7_900;
 
 const PRUNE_BATCH = 1_000;
 const PRUNE_BATCHES_PER_PASS = 20;
@@ -37,11 +44,17 @@ export interface PostgresBusOptions {
   /** Delete stored events older than this. Default 3 600 000 (one hour). */
   retentionMs?: number;
   /**
-   * Under load, wake-ups this node sends, and reads it makes, average at most one per this many
-   * milliseconds (a burst of four goes at once), so one wake-up or read serves everything that
-   * happened meanwhile; when idle neither waits. Default 10.
+   * Under load, the reads this node makes average at most one per this many milliseconds (a burst
+   * of four goes at once), so one read serves everything that happened meanwhile; when idle it
+   * does not wait. A function is read again each time. Default 10.
    */
-  spacingMs?: number;
+  spacingMs?: number | (() => number);
+  /**
+   * The same for the NOTIFYs this node sends (wake-ups and dispatch signals together). Each one
+   * costs every listening connection of the database a transaction, so CycliumModule grows it with
+   * the cluster (see notifySpacingMs). Default: `spacingMs`.
+   */
+  notifySpacingMs?: number | (() => number);
 }
 
 /**
@@ -56,14 +69,17 @@ export interface PostgresBusOptions {
  * order per publisher; the event id is stable, and a repeated id is stored once. Payloads make a
  * JSON round trip (jsonb: object keys may come back reordered).
  */
-export class PostgresBus extends Bus implements DurableEvents {
+export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
   private readonly logger = new Logger(PostgresBus.name);
   private readonly local = new LocalBus();
   private readonly log: EventLog;
   private readonly listener: BusListener;
   private readonly reader: BusReader;
   private readonly outbox: GroupCommit<StorableEvent>;
-  private readonly waker: SpacedTrigger;
+  private readonly notifier: SpacedTrigger;
+  private pendingWake = false;
+  private pendingSignals: string[] = [];
+  private readonly signalHandlers = new Set<(tokens: readonly string[]) => void>();
   private readonly wakeOutage = new OutageLog(this.logger, 'waking listeners (NOTIFY)');
   private readonly pruneOutage = new OutageLog(this.logger, 'pruning cyclium_events');
   private readonly retentionMs: number;
@@ -91,11 +107,11 @@ export class PostgresBus extends Bus implements DurableEvents {
     const spacingMs = options.spacingMs ?? 10;
     this.reader = new BusReader(sql, this.log, (event) => this.local.deliver(event), options.pollIntervalMs ?? 5_000, spacingMs);
     this.listener = new BusListener(listenConfig, channel, {
-      onNotify: () => this.reader.wake(),
+      onNotify: (payload) => this.heard(payload),
       onListening: () => this.reader.wake(),
     });
     this.outbox = new GroupCommit((batch) => this.store(batch));
-    this.waker = new SpacedTrigger(() => this.notify(), spacingMs);
+    this.notifier = new SpacedTrigger(() => this.notify(), options.notifySpacingMs ?? spacingMs);
   }
 
   get channel(): string {
@@ -143,7 +159,19 @@ export class PostgresBus extends Bus implements DurableEvents {
 
   /** Wakes every listener of the channel; call once the transaction that appended has committed. */
   wake(): void {
-    this.waker.request();
+    this.pendingWake = true;
+    this.notifier.request();
+  }
+
+  signalDispatched(tokens: readonly string[]): void {
+    if (tokens.length === 0) return;
+    this.pendingSignals.push(...tokens);
+    this.notifier.request();
+  }
+
+  onDispatched(handler: (tokens: readonly string[]) => void): () => void {
+    this.signalHandlers.add(handler);
+    return () => this.signalHandlers.delete(handler);
   }
 
   /** LISTENs, takes the end of the table as this node's cursor, and starts pruning. Rejects if the database is away. */
@@ -168,7 +196,7 @@ export class PostgresBus extends Bus implements DurableEvents {
   /** Resolves once every publish and wake-up asked for so far has been sent. */
   async flushPending(): Promise<void> {
     await this.outbox.idle();
-    await this.waker.idle();
+    await this.notifier.idle();
   }
 
   /** Reads this node's channel now (tests, and a host that wants to be sure it is current). */
@@ -214,13 +242,27 @@ export class PostgresBus extends Bus implements DurableEvents {
   }
 
   private async notify(): Promise<void> {
+    const wake = this.pendingWake;
+    const tokens = this.pendingSignals;
+    this.pendingWake = false;
+    this.pendingSignals = [];
+    const payloads = notifyPayloads(wake, tokens);
     try {
-      await this.sql.query(WAKE([this.channel]));
+      await this.sql.query(NOTIFY([this.channel, payloads]));
       this.wakeOutage.succeeded();
     } catch (error) {
-      // Listeners still read on their fallback timer: a lost wake-up costs latency, not events.
+      // Listeners still read on their fallback timer: a lost wake-up costs latency, not events, and
+      // a lost signal costs the waiting backups one dedupe attempt each, never an episode.
       this.wakeOutage.failed(error);
     }
+  }
+
+  private heard(payload: string): void {
+    const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
+    if (!signals || payload.startsWith(WAKE_AND_SIGNAL)) this.reader.wake();
+    if (!signals) return;
+    const tokens = payload.slice(2).split(',').filter((t) => t !== '');
+    for (const handler of this.signalHandlers) handler(tokens);
   }
 
   // ── retention ─────────────────────────────────────────────────────────────────────────────────
@@ -258,6 +300,23 @@ export function storableEvent(event: BusEvent): StorableEvent {
     throw new InvalidBusEventError(`bus: the type or id of ${what} holds a NUL character, which PostgreSQL cannot store`);
   }
   return { event, payloadJson: payload.json };
+}
+
+/** One wake-up ('' when there is nothing else to say) and the tokens, in payloads NOTIFY accepts. */
+function notifyPayloads(wake: boolean, tokens: readonly string[]): string[] {
+  if (tokens.length === 0) return wake ? [''] : [];
+  const payloads: string[] = [];
+  let current = '';
+  for (const token of tokens) {
+    if (current !== '' && current.length + token.length + 1 > PAYLOAD_BYTES) {
+      payloads.push(current);
+      current = '';
+    }
+    current = current === '' ? token : `${current},${token}`;
+  }
+  payloads.push(current);
+  // The first payload carries the wake-up.
+  return payloads.map((list, i) => (wake && i === 0 ? WAKE_AND_SIGNAL : SIGNAL_ONLY) + list);
 }
 
 function roundOrNull(value: number | null): number | null {

@@ -15,7 +15,8 @@ export class SpacedTrigger {
 
   constructor(
     private readonly action: () => Promise<void>,
-    private readonly spacingMs: number,
+    /** A function is read again at every run, so the spacing can follow the cluster's size. */
+    private readonly spacing: number | (() => number),
     private readonly burst = 4,
   ) {
     this.tokens = burst;
@@ -44,9 +45,14 @@ export class SpacedTrigger {
     await this.running;
   }
 
+  private get spacingMs(): number {
+    return typeof this.spacing === 'function' ? this.spacing() : this.spacing;
+  }
+
   private refill(): void {
     const now = performance.now();
-    if (this.spacingMs > 0) this.tokens = Math.min(this.burst, this.tokens + (now - this.refilledAt) / this.spacingMs);
+    const spacingMs = this.spacingMs;
+    if (spacingMs > 0) this.tokens = Math.min(this.burst, this.tokens + (now - this.refilledAt) / spacingMs);
     else this.tokens = this.burst;
     this.refilledAt = now;
   }

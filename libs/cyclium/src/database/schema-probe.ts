@@ -26,6 +26,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'index cyclium_workflow_instances_live_subject',
     holds: `to_regclass('cyclium_workflow_instances_live_subject') IS NOT NULL`,
   },
+  {
+    migration: 'CycliumNodeActors1764400000006',
+    missing: 'column cyclium_nodes.actors',
+    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'actors' AND NOT attisdropped)`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

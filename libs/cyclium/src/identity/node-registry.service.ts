@@ -7,10 +7,28 @@ import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CYCLIUM_VERSION } from '../version.js';
 import { OutageLog } from '../database/database-errors.js';
 import { NodeIdentity } from './node-identity.service.js';
+import { Peers, type Peer } from './peers.service.js';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+
+interface BeatRow {
+  found: number;
+  peers: Peer[];
+}
+
+/**
+ * The nodes that share this node's bus channel and take triggers, seen within the staleness window
+ * (parameters: stack, env, seconds). Read in the statement that registers or beats, so knowing the
+ * cluster costs no round trip of its own.
+ */
+const PEERS_FROM = (stack: number, env: number, seconds: number) => `coalesce((
+  SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors) ORDER BY node_identity) FROM cyclium_nodes
+   WHERE stack IS NOT DISTINCT FROM $${stack}::text AND env IS NOT DISTINCT FROM $${env}::text AND mode <> 'disabled'
+     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json)`;
 
 /**
  * Keeps this node's row in `cyclium_nodes`: upserted at boot, `last_seen_at` refreshed on a timer.
- * The row is for operators and for recovery's "is that node gone?" question; it is never a lock.
+ * The row is for operators, for recovery's "is that node gone?" question and for the peer list
+ * triggers are ranked over (Peers); it is never a lock.
  */
 @Injectable()
 export class NodeRegistry implements OnApplicationBootstrap {
@@ -22,6 +40,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
     private readonly identity: NodeIdentity,
     private readonly database: CycliumDataSource,
     private readonly telemetry: CycliumTelemetry,
+    private readonly peers: Peers,
+    private readonly registry: ActorRegistry,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -29,6 +49,11 @@ export class NodeRegistry implements OnApplicationBootstrap {
     await this.register();
     this.timer = setInterval(() => void this.beat(), this.options.nodeBeatIntervalMs);
     this.timer.unref();
+  }
+
+  /** A peer that missed three of this node's beat intervals is left out of the ranking. */
+  private staleAfterSeconds(): number {
+    return (3 * this.options.nodeBeatIntervalMs) / 1000;
   }
 
   /** Stops beating and removes this node's row: a drained node is gone, and its queued episodes adoptable. */
@@ -42,14 +67,28 @@ export class NodeRegistry implements OnApplicationBootstrap {
 
   async register(): Promise<void> {
     const { stackSlug, env, mode } = this.options;
-    await this.database.get().query(
-      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, started_at, last_seen_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now())
-       ON CONFLICT (node_identity) DO UPDATE
-         SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
-             pid = EXCLUDED.pid, version = EXCLUDED.version, started_at = now(), last_seen_at = now()`,
-      [this.identity.name(), stackSlug, env, mode, hostname(), process.pid, CYCLIUM_VERSION],
+    const { rows } = await this.database.sql.query<BeatRow>(
+      `WITH me AS (
+         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, started_at, last_seen_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $9, now(), now())
+         ON CONFLICT (node_identity) DO UPDATE
+           SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
+               pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, started_at = now(), last_seen_at = now()
+         RETURNING 1)
+       SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 8)} AS peers`,
+      [
+        this.identity.name(),
+        stackSlug,
+        env,
+        mode,
+        hostname(),
+        process.pid,
+        CYCLIUM_VERSION,
+        this.staleAfterSeconds(),
+        this.registry.all().map((actor) => actor.id),
+      ],
     );
+    this.peers.update((rows[0] as BeatRow).peers);
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
   }
 
@@ -59,10 +98,14 @@ export class NodeRegistry implements OnApplicationBootstrap {
    */
   async beat(): Promise<void> {
     try {
-      const { rowCount } = await this.database.sql.query(`UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1`, [
-        this.identity.name(),
-      ]);
-      if (rowCount === 0 && this.timer) await this.register();
+      const { rows } = await this.database.sql.query<BeatRow>(
+        `WITH me AS (UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1 RETURNING 1)
+         SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 4)} AS peers`,
+        [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds()],
+      );
+      const row = rows[0] as BeatRow;
+      this.peers.update(row.peers);
+      if (row.found === 0 && this.timer) await this.register();
       this.outage.succeeded();
     } catch (error) {
       this.outage.failed(error);

@@ -28,4 +28,8 @@ export class CycliumNode {
 
   @Column({ name: 'last_seen_at', type: 'timestamptz' })
   lastSeenAt: Date;
+
+  /** The actors this node hosts; null for a node from before the column (counted as hosting all). */
+  @Column({ type: 'text', array: true, nullable: true })
+  actors: string[] | null;
 }

@@ -4,6 +4,7 @@ import { CycliumEvents1764400000002 } from './1764400000002-cyclium-events.js';
 import { CycliumEpisodeQueue1764400000003 } from './1764400000003-cyclium-episode-queue.js';
 import { CycliumTriggerOnly1764400000004 } from './1764400000004-cyclium-trigger-only.js';
 import { CycliumWorkflows1764400000005 } from './1764400000005-cyclium-workflows.js';
+import { CycliumNodeActors1764400000006 } from './1764400000006-cyclium-node-actors.js';
 
 export {
   CycliumSchema1764400000000,
@@ -12,6 +13,7 @@ export {
   CycliumEpisodeQueue1764400000003,
   CycliumTriggerOnly1764400000004,
   CycliumWorkflows1764400000005,
+  CycliumNodeActors1764400000006,
 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
@@ -22,4 +24,5 @@ export const cycliumMigrations = [
   CycliumEpisodeQueue1764400000003,
   CycliumTriggerOnly1764400000004,
   CycliumWorkflows1764400000005,
+  CycliumNodeActors1764400000006,
 ];

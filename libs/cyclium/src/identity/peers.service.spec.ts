@@ -1,0 +1,68 @@
+import { describe, expect, it } from '@jest/globals';
+import { resolveCycliumOptions } from '../options/resolve-options.js';
+import { NodeIdentity } from './node-identity.service.js';
+import { Peers } from './peers.service.js';
+
+const NODES = ['node-1', 'node-2', 'node-3', 'node-4', 'node-5'];
+
+function cluster(names: string[]): Peers[] {
+  return names.map((name) => {
+    const peers = new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: name })));
+    peers.update(names.map((identity) => ({ identity, actors: null })));
+    return peers;
+  });
+}
+
+describe('Peers', () => {
+  it('ranks the nodes alike on every node: each key has one first node, and the ranks are 0..n-1', () => {
+    const nodes = cluster(NODES);
+    const firsts = new Map<number, number>();
+    for (let i = 0; i < 2_000; i++) {
+      const key = `event:monitor:check:${i}`;
+      const ranks = nodes.map((peers) => peers.rankOf(key, 'monitor'));
+      expect([...ranks].sort()).toEqual([0, 1, 2, 3, 4]);
+      const first = ranks.indexOf(0);
+      firsts.set(first, (firsts.get(first) ?? 0) + 1);
+    }
+    // Spread evenly enough that no node takes most of the work (expected 400 each).
+    for (const index of NODES.keys()) expect(firsts.get(index) ?? 0).toBeGreaterThan(300);
+  });
+
+  it('moves only the keys of a node that leaves to the others', () => {
+    const before = cluster(NODES);
+    const after = cluster(NODES.slice(0, 4));
+    for (let i = 0; i < 500; i++) {
+      const key = `k${i}`;
+      const firstBefore = before.findIndex((p) => p.rankOf(key, 'monitor') === 0);
+      const firstAfter = after.findIndex((p) => p.rankOf(key, 'monitor') === 0);
+      if (firstBefore !== 4) expect(firstAfter).toBe(firstBefore);
+    }
+  });
+
+  it('ranks only the nodes that host the actor (a node that does not say counts as hosting all)', () => {
+    const [api] = cluster(['api']);
+    api.update([
+      { identity: 'api', actors: [] },
+      { identity: 'worker-1', actors: ['monitor'] },
+      { identity: 'worker-2', actors: null },
+    ]);
+    const worker = new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: 'worker-1' })));
+    worker.update([
+      { identity: 'api', actors: [] },
+      { identity: 'worker-2', actors: null },
+    ]);
+    for (let i = 0; i < 200; i++) {
+      // worker-1 competes with worker-2 only: the api node never stands in front of it.
+      expect(worker.rankOf(`k${i}`, 'monitor')).toBeLessThan(2);
+    }
+    expect([...Array(200).keys()].some((i) => worker.rankOf(`k${i}`, 'monitor') === 0)).toBe(true);
+  });
+
+  it('always counts itself, and alone ranks first for everything', () => {
+    const [alone] = cluster(['solo']);
+    alone.update([]);
+    expect(alone.list()).toEqual(['solo']);
+    expect(alone.size).toBe(1);
+    expect(alone.rankOf('anything', 'monitor')).toBe(0);
+  });
+});
