@@ -7,7 +7,9 @@ import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Bus, Expectation, LocalBus, Mode, NodeIdentity, type EpisodeContext } from '@cyclium/nestjs';
 import { TriggerPlacement } from '../libs/cyclium/src/actors/trigger-placement.service.js';
+import { eventKey } from '../libs/cyclium/src/actors/dedupe-keys.js';
 import { Dispatcher } from '../libs/cyclium/src/dispatch/dispatcher.service.js';
+import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
 import { Peers } from '../libs/cyclium/src/identity/peers.service.js';
 import { resolveCycliumOptions } from '../libs/cyclium/src/options/resolve-options.js';
 import { startCycliumApp } from './support/cyclium-app.js';
@@ -20,6 +22,15 @@ import { waitFor } from './support/wait-for.js';
 @Actor({ id: 'placed', maxConcurrentEpisodes: 20 })
 class PlacedActor {
   @Expectation({ id: 'handle', trigger: { event: 'placed.happened' } })
+  async handle(ep: EpisodeContext<{ n: number }>): Promise<void> {
+    await ep.step('note', () => ep.trigger.payload.n);
+  }
+}
+
+@Injectable()
+@Actor({ id: 'handed' })
+class HandedActor {
+  @Expectation({ id: 'handle', trigger: { event: 'handed.happened' } })
   async handle(ep: EpisodeContext<{ n: number }>): Promise<void> {
     await ep.step('note', () => ep.trigger.payload.n);
   }
@@ -118,6 +129,45 @@ describe('event placement', () => {
       } finally {
         apps[0].get(Mode).clearActorOverride('placed');
       }
+    });
+  });
+
+  describe('a backup that drains while standing by', () => {
+    const bus = new LocalBus();
+    let first: INestApplicationContext;
+    let backup: INestApplicationContext;
+
+    beforeAll(async () => {
+      const node = (name: string) =>
+        startCycliumApp({ url: database.url, cyclium: { nodeIdentity: name, workClaims: 'postgres', bus, nodeBeatIntervalMs: 100 }, providers: [HandedActor] });
+      first = await node('hand-first');
+      backup = await node('hand-backup');
+      await waitFor('both nodes to know each other', () => first.get(Peers).size === 2 && backup.get(Peers).size === 2);
+    });
+
+    afterAll(async () => {
+      await Promise.all([first?.close(), backup?.close()]);
+    });
+
+    it('hands the trigger to the cluster as a trigger request instead of forgetting it', async () => {
+      // An event whose trigger hand-first ranks first for, with the actor disabled there: it signals nothing.
+      let eventId = '';
+      for (let i = 0; !eventId; i++) {
+        const key = eventKey('handed', 'handle', 'handed.happened', `hand-${i}`, { n: i });
+        if (firstFor(['hand-first', 'hand-backup'], key, 'handed') === 'hand-first') eventId = `hand-${i}`;
+      }
+      first.get(Mode).setActorOverride('handed', 'disabled');
+      const n = Number(eventId.slice('hand-'.length));
+      await first.get(Bus).publish('handed.happened', { n }, { eventId });
+      await waitFor('the backup to stand by', () => backup.get(TriggerPlacement).waitingBackups === 1);
+      await backup.close();
+      backup = undefined as unknown as INestApplicationContext;
+      const row = async () => (await database.db.query(`SELECT status FROM cyclium_episodes WHERE trigger_ref->>'eventId' = $1`, [eventId])).rows;
+      expect(await row()).toEqual([{ status: 'deferred' }]);
+      // Once a full node may run the actor again, it takes the request and the episode finishes.
+      first.get(Mode).clearActorOverride('handed');
+      await first.get(TriggerPoller).pollNow();
+      await waitFor('the handed-over episode to finish', async () => (await row())[0]?.status === 'done');
     });
   });
 

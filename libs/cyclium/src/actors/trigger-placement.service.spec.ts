@@ -64,12 +64,15 @@ describe('TriggerPlacement', () => {
     await expect(a.placement.turn('k', 'actor')).resolves.toBe('race');
   });
 
-  it('lets every waiting backup go when the node stops', async () => {
+  it('hands over what it stands by for when the node stops, rather than forgetting it', async () => {
     const bus = new LocalBus();
     const a = node('a', bus, ['a', 'b']);
     const b = node('b', bus, ['a', 'b']);
-    const backup = b.placement.turn(keyFirstOn(a.peers), 'actor');
+    const key = keyFirstOn(a.peers);
+    const backup = b.placement.turn(key, 'actor');
     b.placement.stop();
-    await expect(backup).resolves.toBe('handled');
+    await expect(backup).resolves.toBe('handover');
+    expect(b.placement.waitingBackups).toBe(0);
+    await expect(b.placement.turn(key, 'actor')).resolves.toBe('handover');
   });
 });

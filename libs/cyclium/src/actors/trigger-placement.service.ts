@@ -26,10 +26,17 @@ export type Turn =
   | 'first'
   /** Dispatch now: this node's backup delay passed and no node signaled it. */
   | 'backup'
-  /** Leave it: another node signaled that it is handled (or this node is stopping). */
+  /** Leave it: another node signaled that it is handled. */
   | 'handled'
+  /**
+   * This node began to drain while standing by: it holds the only memory of this trigger it has,
+   * so it hands it to the cluster (a deferred episode and a trigger request) instead of dropping it.
+   */
+  | 'handover'
   /** No ranking (a bus without dispatch signals): every node races, as the dedupe index allows. */
   | 'race';
+
+type WaitOutcome = 'signaled' | 'timeout' | 'stopped';
 
 /** Results after which the trigger is someone's: an episode exists for its key, here or elsewhere. */
 const SETTLED: ReadonlySet<DispatchResult['status']> = new Set(['started', 'queued', 'deferred', 'duplicate']);
@@ -40,14 +47,15 @@ const SETTLED: ReadonlySet<DispatchResult['status']> = new Set(['started', 'queu
  * bus; each other one waits its rank's delay and dispatches only if no signal came. A dead or
  * stalled first node therefore costs its triggers a backup's delay, never the episode, and a lost
  * signal costs one more attempt, which the dedupe index turns away. A node that drained, dropped
- * the trigger for overflow or is disabled signals nothing, so a backup takes it.
+ * the trigger for overflow or is disabled signals nothing, so a backup takes it; a backup that
+ * drains hands what it stood by for to the cluster as trigger requests (see Turn).
  */
 @Injectable()
 export class TriggerPlacement {
   private readonly signals: DispatchSignals | undefined;
   /** Token → when this node stops remembering its signal. Insertion order is expiry order. */
   private readonly signaled = new Map<string, number>();
-  private readonly waiting = new Map<string, Set<() => void>>();
+  private readonly waiting = new Map<string, Set<(outcome: WaitOutcome) => void>>();
   private unsubscribe: (() => void) | undefined;
   private stopped = false;
 
@@ -63,12 +71,12 @@ export class TriggerPlacement {
     this.unsubscribe ??= this.signals?.onDispatched((tokens) => this.heard(tokens));
   }
 
-  /** Releases every waiting backup (they leave their triggers to the nodes still up). */
+  /** Releases every waiting backup with 'handover'. */
   stop(): void {
     this.stopped = true;
     this.unsubscribe?.();
     this.unsubscribe = undefined;
-    for (const wakers of this.waiting.values()) for (const wake of wakers) wake();
+    for (const wakers of this.waiting.values()) for (const release of wakers) release('stopped');
     this.waiting.clear();
     this.signaled.clear();
   }
@@ -80,8 +88,9 @@ export class TriggerPlacement {
     if (rank === 0) return 'first';
     const token = tokenOf(dedupeKey);
     if (this.knows(token)) return 'handled';
-    const signaledInTime = await this.waitFor(token, rank * backupStepMs(this.peers.size));
-    return signaledInTime || this.stopped ? 'handled' : 'backup';
+    if (this.stopped) return 'handover';
+    const outcome = await this.waitFor(token, rank * backupStepMs(this.peers.size));
+    return outcome === 'signaled' ? 'handled' : outcome === 'stopped' ? 'handover' : 'backup';
   }
 
   /** After a dispatch: tells the other nodes when the trigger is settled, so their backups stand down. */
@@ -107,20 +116,19 @@ export class TriggerPlacement {
     return until !== undefined && until > performance.now();
   }
 
-  private waitFor(token: string, ms: number): Promise<boolean> {
+  private waitFor(token: string, ms: number): Promise<WaitOutcome> {
     return new Promise((resolve) => {
       let wakers = this.waiting.get(token);
       if (!wakers) this.waiting.set(token, (wakers = new Set()));
-      const done = (signaled: boolean) => {
+      const done = (outcome: WaitOutcome) => {
         clearTimeout(timer);
-        wakers.delete(wake);
+        wakers.delete(done);
         if (wakers.size === 0 && this.waiting.get(token) === wakers) this.waiting.delete(token);
-        resolve(signaled);
+        resolve(outcome);
       };
-      const wake = () => done(true);
-      const timer = setTimeout(() => done(false), ms);
+      const timer = setTimeout(() => done('timeout'), ms);
       timer.unref();
-      wakers.add(wake);
+      wakers.add(done);
     });
   }
 
@@ -133,7 +141,7 @@ export class TriggerPlacement {
     for (const token of tokens) {
       this.signaled.delete(token);
       this.signaled.set(token, now + SIGNAL_MEMORY_MS);
-      for (const wake of [...(this.waiting.get(token) ?? [])]) wake();
+      for (const release of [...(this.waiting.get(token) ?? [])]) release('signaled');
     }
   }
 }

@@ -42,6 +42,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   private readonly debounces = new Map<string, NodeJS.Timeout>();
   /** Per subject, until when its triggers are ignored; each entry deletes itself when it lapses. */
   private readonly cooldownUntil = new Map<string, number>();
+  private readonly handovers = new Set<Promise<void>>();
   private on = false;
 
   constructor(
@@ -66,6 +67,9 @@ export class TriggerSources implements OnApplicationBootstrap {
   async stop(): Promise<void> {
     this.on = false;
     this.placement.stop();
+    // The released backups turn into handovers on their next tick; let them start, then wait.
+    await new Promise((resolve) => setImmediate(resolve));
+    await Promise.all(this.handovers);
     this.unsubscribes.splice(0).forEach((off) => off());
     for (const timer of [...this.timers, ...this.debounces.values()]) clearTimeout(timer);
     this.timers.clear();
@@ -172,6 +176,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   private async trigger(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, placed = false): Promise<void> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
+    if (turn === 'handover') return this.handOver(expectation, trigger, dedupeKey, what);
     if (turn === 'handled' || !this.on) return;
     if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
     if (turn === 'race' && this.options.jitterMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
@@ -191,6 +196,22 @@ export class TriggerSources implements OnApplicationBootstrap {
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
     }
+  }
+
+  /**
+   * Tracked, so the drain waits for it: once this node stops, nobody else remembers that this
+   * trigger still lacks its episode. A duplicate (the first node did dispatch) writes nothing.
+   */
+  private handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, what: string): Promise<void> {
+    const handing = this.dispatcher
+      .handOver(expectation, trigger, { dedupeKey, sourceStack: this.options.stackSlug, sourceEnv: this.options.env })
+      .then(
+        (result) => void this.logger.debug(`${what}: handed to the cluster while draining (${result.status})`),
+        (error: unknown) => this.logger.warn(`${what} could not be handed over while draining, and is lost: ${errorMessage(error)}`),
+      )
+      .finally(() => this.handovers.delete(handing));
+    this.handovers.add(handing);
+    return handing;
   }
 
   private schedulerRegistry(required: boolean): SchedulerRegistry | undefined {

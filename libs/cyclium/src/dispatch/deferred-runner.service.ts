@@ -39,9 +39,10 @@ export class DeferredRunner {
     private readonly telemetry: CycliumTelemetry,
   ) {}
 
-  async defer(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DeferResult> {
+  /** `handover`: a draining node leaving a trigger to the cluster, which defers even though it accepts nothing new. */
+  async defer(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions, handover = false): Promise<DeferResult> {
     if (!this.registry.get(expectation.actorId)) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
-    if (!this.slots.open) return { status: 'busy' };
+    if (!handover && !this.slots.open) return { status: 'busy' };
     const spec: NewEpisode = {
       actorId: expectation.actorId,
       expectationId: expectation.id,
