@@ -4,6 +4,7 @@ import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
 import type { BusEvent } from '../bus/bus.interface.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
+import { EpisodeStore } from '../episodes/episode-store.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
@@ -42,7 +43,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   private readonly debounces = new Map<string, NodeJS.Timeout>();
   /** Per subject, until when its triggers are ignored; each entry deletes itself when it lapses. */
   private readonly cooldownUntil = new Map<string, number>();
-  private readonly handovers = new Set<Promise<void>>();
+  private readonly handovers: Array<{ expectation: RegisteredExpectation; trigger: EpisodeTrigger; dedupeKey: string; what: string }> = [];
   private on = false;
 
   constructor(
@@ -50,6 +51,7 @@ export class TriggerSources implements OnApplicationBootstrap {
     private readonly dispatcher: Dispatcher,
     private readonly placement: TriggerPlacement,
     private readonly events: EventOutbox,
+    private readonly store: EpisodeStore,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
@@ -67,9 +69,9 @@ export class TriggerSources implements OnApplicationBootstrap {
   async stop(): Promise<void> {
     this.on = false;
     this.placement.stop();
-    // The released backups turn into handovers on their next tick; let them start, then wait.
+    // The released backups turn into handovers within this tick's microtasks.
     await new Promise((resolve) => setImmediate(resolve));
-    await Promise.all(this.handovers);
+    await this.handOverAll();
     this.unsubscribes.splice(0).forEach((off) => off());
     for (const timer of [...this.timers, ...this.debounces.values()]) clearTimeout(timer);
     this.timers.clear();
@@ -199,19 +201,35 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /**
-   * Tracked, so the drain waits for it: once this node stops, nobody else remembers that this
-   * trigger still lacks its episode. A duplicate (the first node did dispatch) writes nothing.
+   * Collected, so the drain hands them over together: once this node stops, nobody else may
+   * remember that these triggers still lack their episodes. Most have one by now (the first
+   * node's signal was on its way), so one statement finds those and only the rest are deferred.
    */
-  private handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, what: string): Promise<void> {
-    const handing = this.dispatcher
-      .handOver(expectation, trigger, { dedupeKey, sourceStack: this.options.stackSlug, sourceEnv: this.options.env })
-      .then(
-        (result) => void this.logger.debug(`${what}: handed to the cluster while draining (${result.status})`),
-        (error: unknown) => this.logger.warn(`${what} could not be handed over while draining, and is lost: ${errorMessage(error)}`),
-      )
-      .finally(() => this.handovers.delete(handing));
-    this.handovers.add(handing);
-    return handing;
+  private handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, what: string): void {
+    this.handovers.push({ expectation, trigger, dedupeKey, what });
+  }
+
+  private async handOverAll(): Promise<void> {
+    const pending = this.handovers.splice(0);
+    if (pending.length === 0) return;
+    let held: Set<string>;
+    try {
+      held = await this.store.heldDedupeKeys(pending.map((p) => p.dedupeKey));
+    } catch (error) {
+      this.logger.warn(`could not check ${pending.length} trigger(s) this node stood by for; handing each over: ${errorMessage(error)}`);
+      held = new Set();
+    }
+    const options = { sourceStack: this.options.stackSlug, sourceEnv: this.options.env };
+    await Promise.all(
+      pending
+        .filter((p) => !held.has(p.dedupeKey))
+        .map(({ expectation, trigger, dedupeKey, what }) =>
+          this.dispatcher.handOver(expectation, trigger, { ...options, dedupeKey }).then(
+            (result) => void this.logger.log(`${what}: handed to the cluster while draining (${result.status})`),
+            (error: unknown) => this.logger.warn(`${what} could not be handed over while draining, and is lost: ${errorMessage(error)}`),
+          ),
+        ),
+    );
   }
 
   private schedulerRegistry(required: boolean): SchedulerRegistry | undefined {

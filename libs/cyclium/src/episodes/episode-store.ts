@@ -388,6 +388,16 @@ export class EpisodeStore {
     return rowCount === 1;
   }
 
+  /** Which of `keys` a live episode holds (the dedupe index's own condition): one statement for many. */
+  async heldDedupeKeys(keys: readonly string[]): Promise<Set<string>> {
+    if (keys.length === 0) return new Set();
+    const { rows } = await this.database.sql.query<{ dedupe_key: string }>(
+      `SELECT dedupe_key FROM cyclium_episodes WHERE dedupe_key = ANY($1::text[]) AND archived_at IS NULL`,
+      [keys],
+    );
+    return new Set(rows.map((r) => r.dedupe_key));
+  }
+
   async get(id: string): Promise<EpisodeRow | null> {
     return one((await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows);
   }

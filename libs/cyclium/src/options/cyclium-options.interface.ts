@@ -49,7 +49,7 @@ export interface CycliumOptions {
   recovery?: RecoveryOptions;
   /**
    * How often a full node polls for deferred trigger requests without being woken (a deferring
-   * node's wake-up over the bus polls at once; this covers a lost one). Default 15 000.
+   * node's wake-up over the bus polls at once; this covers a lost one). Default 5 000.
    */
   triggerPollIntervalMs?: number;
   triggerPollSourceStack?: string | null;

@@ -28,7 +28,7 @@ describe('resolveCycliumOptions', () => {
       startedEvents: false,
       episodeShutdownMs: 5000,
       recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },
-      triggerPollIntervalMs: 15_000,
+      triggerPollIntervalMs: 5000,
       triggerPollSourceStack: null,
       triggerPollSourceEnv: null,
       triggerRequestTtlMs: 3_600_000,

@@ -14,7 +14,7 @@ export const DEFAULT_OPTIONS = {
   startedEvents: false,
   episodeShutdownMs: 5_000,
   recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },
-  triggerPollIntervalMs: 15_000,
+  triggerPollIntervalMs: 5_000,
   triggerRequestTtlMs: 3_600_000,
   nodeBeatIntervalMs: 15_000,
   workflowEngine: true,
