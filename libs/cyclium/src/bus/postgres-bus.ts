@@ -3,10 +3,11 @@ import type pg from 'pg';
 import { DatabaseUnavailableError, OutageLog, errorCode, errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
 import { toJsonb } from '../database/jsonb.js';
 import { MissingSchemaError } from '../database/missing-schema.error.js';
-import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
 import { InvalidBusEventError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
+import { BusNotifier } from './bus-notifier.js';
 import { BusReader } from './bus-reader.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 import type { DispatchSignals } from './dispatch-signals.interface.js';
@@ -14,20 +15,6 @@ import type { DurableEvents } from './durable-events.interface.js';
 import { EventLog, type StorableEvent } from './event-log.js';
 import { GroupCommit, type Pending } from './group-commit.js';
 import { LocalBus, mintBusEvent } from './local-bus.js';
-import { SpacedTrigger } from './spaced-trigger.js';
-
-/**
- * Wake-ups and dispatch signals share one NOTIFY per run, in a transaction of its own after the
- * events committed (a NOTIFY inside the writing transaction would serialise its commit with every
- * other notifying commit in the cluster). Not durable, so it never waits for a WAL flush. Every
- * NOTIFY costs each listening connection in the database a transaction to read it, which is why
- * there are as few as the load allows. Payloads: '' wakes readers; 'w:' and 'd:' carry signal
- * tokens, with and without a wake-up (an older node takes either for a wake-up, which is harmless).
- */
-const NOTIFY = prepared('bus_notify', `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`);
-const WAKE_AND_SIGNAL = 'w:';
-const SIGNAL_ONLY = 'd:';
-const PAYLOAD_BYTES = 7_900;
 
 const PRUNE_BATCH = 1_000;
 const PRUNE_BATCHES_PER_PASS = 20;
@@ -76,11 +63,8 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
   private readonly listener: BusListener;
   private readonly reader: BusReader;
   private readonly outbox: GroupCommit<StorableEvent>;
-  private readonly notifier: SpacedTrigger;
-  private pendingWake = false;
-  private pendingSignals: string[] = [];
+  private readonly notifier: BusNotifier;
   private readonly signalHandlers = new Set<(tokens: readonly string[]) => void>();
-  private readonly wakeOutage = new OutageLog(this.logger, 'waking listeners (NOTIFY)');
   private readonly pruneOutage = new OutageLog(this.logger, 'pruning cyclium_events');
   private readonly retentionMs: number;
   private pruneTimer: NodeJS.Timeout | undefined;
@@ -111,7 +95,7 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
       onListening: () => this.reader.wake(),
     });
     this.outbox = new GroupCommit((batch) => this.store(batch));
-    this.notifier = new SpacedTrigger(() => this.notify(), options.notifySpacingMs ?? spacingMs);
+    this.notifier = new BusNotifier(sql, channel, options.notifySpacingMs ?? spacingMs);
   }
 
   get channel(): string {
@@ -159,14 +143,11 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
 
   /** Wakes every listener of the channel; call once the transaction that appended has committed. */
   wake(): void {
-    this.pendingWake = true;
-    this.notifier.request();
+    this.notifier.wake();
   }
 
   signalDispatched(tokens: readonly string[]): void {
-    if (tokens.length === 0) return;
-    this.pendingSignals.push(...tokens);
-    this.notifier.request();
+    this.notifier.signal(tokens);
   }
 
   onDispatched(handler: (tokens: readonly string[]) => void): () => void {
@@ -241,27 +222,10 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
     return error instanceof Error ? error : new Error(String(error));
   }
 
-  private async notify(): Promise<void> {
-    const wake = this.pendingWake;
-    const tokens = this.pendingSignals;
-    this.pendingWake = false;
-    this.pendingSignals = [];
-    const payloads = notifyPayloads(wake, tokens);
-    try {
-      await this.sql.query(NOTIFY([this.channel, payloads]));
-      this.wakeOutage.succeeded();
-    } catch (error) {
-      // Listeners still read on their fallback timer: a lost wake-up costs latency, not events, and
-      // a lost signal costs the waiting backups one dedupe attempt each, never an episode.
-      this.wakeOutage.failed(error);
-    }
-  }
-
   private heard(payload: string): void {
-    const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
-    if (!signals || payload.startsWith(WAKE_AND_SIGNAL)) this.reader.wake();
-    if (!signals) return;
-    const tokens = payload.slice(2).split(',').filter((t) => t !== '');
+    const { wake, tokens } = BusNotifier.parse(payload);
+    if (wake) this.reader.wake();
+    if (tokens.length === 0) return;
     for (const handler of this.signalHandlers) handler(tokens);
   }
 
@@ -300,23 +264,6 @@ export function storableEvent(event: BusEvent): StorableEvent {
     throw new InvalidBusEventError(`bus: the type or id of ${what} holds a NUL character, which PostgreSQL cannot store`);
   }
   return { event, payloadJson: payload.json };
-}
-
-/** One wake-up ('' when there is nothing else to say) and the tokens, in payloads NOTIFY accepts. */
-function notifyPayloads(wake: boolean, tokens: readonly string[]): string[] {
-  if (tokens.length === 0) return wake ? [''] : [];
-  const payloads: string[] = [];
-  let current = '';
-  for (const token of tokens) {
-    if (current !== '' && current.length + token.length + 1 > PAYLOAD_BYTES) {
-      payloads.push(current);
-      current = '';
-    }
-    current = current === '' ? token : `${current},${token}`;
-  }
-  payloads.push(current);
-  // The first payload carries the wake-up.
-  return payloads.map((list, i) => (wake && i === 0 ? WAKE_AND_SIGNAL : SIGNAL_ONLY) + list);
 }
 
 function roundOrNull(value: number | null): number | null {

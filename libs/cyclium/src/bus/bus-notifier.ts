@@ -1,0 +1,94 @@
+import { Logger } from '@nestjs/common';
+import { OutageLog } from '../database/database-errors.js';
+import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import { SpacedTrigger } from './spaced-trigger.js';
+
+/**
+ * Wake-ups and dispatch signals share one NOTIFY per run, in a transaction of its own after the
+ * events committed (a NOTIFY inside the writing transaction would serialise its commit with every
+ * other notifying commit in the cluster). Not durable, so it never waits for a WAL flush. Every
+ * NOTIFY costs each listening connection in the database a transaction to read it, which is why
+ * there are as few as the load allows. Payloads: '' wakes readers; 'w:' and 'd:' carry signal
+ * tokens, with and without a wake-up (an older node takes either for a wake-up, which is harmless).
+ */
+const NOTIFY = prepared('bus_notify', `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`);
+const WAKE_AND_SIGNAL = 'w:';
+const SIGNAL_ONLY = 'd:';
+const PAYLOAD_BYTES = 7_900;
+
+/** What a NOTIFY said: read the events table, and these triggers are handled. */
+export interface Heard {
+  wake: boolean;
+  tokens: string[];
+}
+
+/** The NOTIFYs one node sends on its channel: whatever was asked for since the last run, in one statement. */
+export class BusNotifier {
+  private readonly logger = new Logger('PostgresBus');
+  private readonly outage = new OutageLog(this.logger, 'waking listeners (NOTIFY)');
+  private readonly runs: SpacedTrigger;
+  private pendingWake = false;
+  private pendingSignals: string[] = [];
+
+  constructor(
+    private readonly sql: SqlExecutor,
+    private readonly channel: string,
+    spacingMs: number | (() => number),
+  ) {
+    this.runs = new SpacedTrigger(() => this.send(), spacingMs);
+  }
+
+  wake(): void {
+    this.pendingWake = true;
+    this.runs.request();
+  }
+
+  signal(tokens: readonly string[]): void {
+    if (tokens.length === 0) return;
+    this.pendingSignals.push(...tokens);
+    this.runs.request();
+  }
+
+  /** Resolves once everything asked for so far has been sent. */
+  idle(): Promise<void> {
+    return this.runs.idle();
+  }
+
+  /** Reads a payload this channel carried. */
+  static parse(payload: string): Heard {
+    const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
+    if (!signals) return { wake: true, tokens: [] };
+    return { wake: payload.startsWith(WAKE_AND_SIGNAL), tokens: payload.slice(2).split(',').filter((t) => t !== '') };
+  }
+
+  private async send(): Promise<void> {
+    const payloads = notifyPayloads(this.pendingWake, this.pendingSignals);
+    this.pendingWake = false;
+    this.pendingSignals = [];
+    try {
+      await this.sql.query(NOTIFY([this.channel, payloads]));
+      this.outage.succeeded();
+    } catch (error) {
+      // Listeners still read on their fallback timer: a lost wake-up costs latency, not events, and
+      // a lost signal costs the waiting backups one dedupe attempt each, never an episode.
+      this.outage.failed(error);
+    }
+  }
+}
+
+/** One wake-up ('' when there is nothing else to say) and the tokens, in payloads NOTIFY accepts. */
+export function notifyPayloads(wake: boolean, tokens: readonly string[]): string[] {
+  if (tokens.length === 0) return wake ? [''] : [];
+  const payloads: string[] = [];
+  let current = '';
+  for (const token of tokens) {
+    if (current !== '' && current.length + token.length + 1 > PAYLOAD_BYTES) {
+      payloads.push(current);
+      current = '';
+    }
+    current = current === '' ? token : `${current},${token}`;
+  }
+  payloads.push(current);
+  // The first payload carries the wake-up.
+  return payloads.map((list, i) => (wake && i === 0 ? WAKE_AND_SIGNAL : SIGNAL_ONLY) + list);
+}
