@@ -3,9 +3,8 @@ import { Injectable, Module, type INestApplicationContext } from '@nestjs/common
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, Bus, CycliumModule, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
-import pg from 'pg';
 import { countsSoFar, settleStats, since, statementSource } from '../support/counters.js';
-import { bareInsertFloor, printTable } from '../support/measure.js';
+import { insertFloor, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 const PER_ROUND: Record<(typeof IN_FLIGHT)[number], number> = { 1: 250, 4: 500, 16: 1_000 };
@@ -63,16 +62,6 @@ async function run(url: string, n: number, inFlight: number) {
   return { seconds, n, ...since(before, await countsSoFar(url)) };
 }
 
-/** Bare single-row insert commits per second at `clients` concurrency, on a pool of its own. */
-async function floor(url: string, clients: number): Promise<number> {
-  const pool = new pg.Pool({ connectionString: url, max: clients });
-  try {
-    return await bareInsertFloor(pool, clients, 1_500);
-  } finally {
-    await pool.end();
-  }
-}
-
 /**
  * End to end across nodes: an event published on one node (the durable bus) becomes a one-step
  * episode on another, at 1, 4 and 16 in flight, next to the bare single-insert floor at the same
@@ -84,7 +73,7 @@ export async function e2eBench(url: string): Promise<void> {
   const floors = IN_FLIGHT.map(() => 0);
   for (let round = 0; round < ROUNDS; round++) {
     for (const [i, inFlight] of IN_FLIGHT.entries()) {
-      floors[i] = (floors[i] as number) + (await floor(url, inFlight)) / ROUNDS;
+      floors[i] = (floors[i] as number) + (await insertFloor(url, inFlight)) / ROUNDS;
       const measured = await run(url, PER_ROUND[inFlight], inFlight);
       const total = totals[i] as (typeof totals)[number];
       total.seconds += measured.seconds;

@@ -3,9 +3,8 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
-import pg from 'pg';
 import { countsSoFar, settleStats, since, statementSource, type Counts } from '../support/counters.js';
-import { bareInsertFloor, printTable } from '../support/measure.js';
+import { insertFloor, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 /** Episodes per configuration and round, by in-flight count (fewer where each takes a round trip alone). */
@@ -71,16 +70,6 @@ async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number, inF
   return { seconds, n, ...since(before, await countsSoFar(url)) };
 }
 
-/** Bare single-row insert commits per second at `clients` concurrency, on a pool of its own. */
-async function floor(url: string, clients: number): Promise<number> {
-  const pool = new pg.Pool({ connectionString: url, max: clients });
-  try {
-    return await bareInsertFloor(pool, clients, 1_500);
-  } finally {
-    await pool.end();
-  }
-}
-
 /**
  * Episodes per second, statements and commits per episode for K = 1 and K = 5 steps at 1, 4 and
  * 16 in flight (claims on, the durable bus), each next to the bare single-insert floor at the same
@@ -93,7 +82,7 @@ export async function episodesBench(url: string): Promise<void> {
   const totals = configurations.map(() => ({ seconds: 0, n: 0, commits: 0, statements: 0 }));
   const floors = new Map<number, number>();
   for (let round = 0; round < ROUNDS; round++) {
-    for (const clients of IN_FLIGHT) floors.set(clients, (floors.get(clients) ?? 0) + (await floor(url, clients)) / ROUNDS);
+    for (const clients of IN_FLIGHT) floors.set(clients, (floors.get(clients) ?? 0) + (await insertFloor(url, clients)) / ROUNDS);
     for (const [i, c] of configurations.entries()) {
       const measured = await runEpisodes(url, c.expectation, PER_ROUND[c.inFlight], c.inFlight);
       const total = totals[i] as Measured;

@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import pg from 'pg';
 
 /**
  * Runs `operation` from `clients` concurrent connections for `durationMs` and returns
@@ -43,4 +43,14 @@ export async function bareInsertFloor(pool: pg.Pool, clients: number, durationMs
 export function printTable(title: string, rows: Array<Record<string, string | number>>): void {
   process.stdout.write(`\n${title}\n`);
   console.table(rows);
+}
+
+/** `bareInsertFloor` for 1.5 s at `clients` concurrency, on a pool of its own. */
+export async function insertFloor(url: string, clients: number): Promise<number> {
+  const pool = new pg.Pool({ connectionString: url, max: clients });
+  try {
+    return await bareInsertFloor(pool, clients, 1_500);
+  } finally {
+    await pool.end();
+  }
 }
