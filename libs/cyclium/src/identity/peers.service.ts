@@ -13,6 +13,8 @@ import { NodeIdentity } from './node-identity.service.js';
 @Injectable()
 export class Peers {
   private others: readonly Peer[] = [];
+  /** Read on every NOTIFY run (its spacing follows the cluster's size): computed once per update. */
+  private count = 1;
 
   constructor(private readonly identity: NodeIdentity) {}
 
@@ -22,12 +24,13 @@ export class Peers {
   }
 
   get size(): number {
-    return this.list().length;
+    return this.count;
   }
 
   /** Replaces the list (NodeRegistry, at registration and every beat). */
   update(peers: readonly Peer[]): void {
     this.others = peers.filter((peer) => peer.identity !== this.identity.name());
+    this.count = new Set(this.others.map((p) => p.identity)).size + 1;
   }
 
   /**
