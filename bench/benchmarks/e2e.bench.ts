@@ -4,7 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, Bus, CycliumModule, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
 import { countsSoFar, settleStats, since, statementSource } from '../support/counters.js';
-import { insertFloor, printTable } from '../support/measure.js';
+import { insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 const PER_ROUND: Record<(typeof IN_FLIGHT)[number], number> = { 1: 250, 4: 500, 16: 1_000 };
@@ -39,23 +39,9 @@ async function run(url: string, n: number, inFlight: number) {
   const runner = await node(url, `e2e-run-${inFlight}`, [EventActor]);
   await settleStats();
   const before = await countsSoFar(url);
-  let completed = 0;
-  let waiting: (() => void) | undefined;
-  const off = onCyclium('episode.completed', () => {
-    completed++;
-    waiting?.();
-  });
   const bus = publisher.get(Bus);
   const started = performance.now();
-  try {
-    for (let i = 0; i < n; i++) {
-      while (i - completed >= inFlight) await new Promise<void>((resolve) => (waiting = resolve));
-      await bus.publish('bench.e2e', { i });
-    }
-    while (completed < n) await new Promise<void>((resolve) => (waiting = resolve));
-  } finally {
-    off();
-  }
+  await keepInFlight(n, inFlight, (i) => bus.publish('bench.e2e', { i }), (done) => onCyclium('episode.completed', done));
   const seconds = (performance.now() - started) / 1000;
   await Promise.all([publisher.close(), runner.close()]);
   await settleStats();

@@ -4,7 +4,7 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
 import { countsSoFar, settleStats, since, statementSource, type Counts } from '../support/counters.js';
-import { insertFloor, printTable } from '../support/measure.js';
+import { insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 /** Episodes per configuration and round, by in-flight count (fewer where each takes a round trip alone). */
@@ -46,23 +46,16 @@ async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number, inF
   await settleStats();
   const before = await countsSoFar(url);
   const episodes = app.get(Episodes);
-  let completed = 0;
-  let waiting: (() => void) | undefined;
-  const off = onCyclium('episode.completed', () => {
-    completed++;
-    waiting?.();
-  });
   const started = performance.now();
-  try {
-    for (let i = 0; i < n; i++) {
-      while (i - completed >= inFlight) await new Promise<void>((resolve) => (waiting = resolve));
+  await keepInFlight(
+    n,
+    inFlight,
+    async (i) => {
       const result = await episodes.trigger('bench', expectation, { i });
       if (result.status !== 'started') throw new Error(`episode ${i} was ${result.status}`);
-    }
-    while (completed < n) await new Promise<void>((resolve) => (waiting = resolve));
-  } finally {
-    off();
-  }
+    },
+    (done) => onCyclium('episode.completed', done),
+  );
   const seconds = (performance.now() - started) / 1000;
   // Closing flushes the bus's last wake-up and ends every backend, so their statistics are in.
   await app.close();

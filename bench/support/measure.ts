@@ -54,3 +54,36 @@ export async function insertFloor(url: string, clients: number): Promise<number>
     await pool.end();
   }
 }
+
+/**
+ * Starts `n` units of work with `start(i)`, keeping at most `inFlight` unfinished at once, and
+ * resolves when `n` completions were reported through `onDone` (which returns its unsubscribe).
+ * Starts are not serialised: like `inFlight` independent callers, each begins as soon as a slot
+ * frees, so the start path is measured at the same concurrency as the floor it is compared with.
+ */
+export function keepInFlight(
+  n: number,
+  inFlight: number,
+  start: (i: number) => Promise<unknown>,
+  onDone: (done: () => void) => () => void,
+): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let issued = 0;
+    let completed = 0;
+    const refill = () => {
+      while (issued < n && issued - completed < inFlight) start(issued++).catch(fail);
+    };
+    const off = onDone(() => {
+      completed++;
+      if (completed === n) {
+        off();
+        resolve();
+      } else refill();
+    });
+    const fail = (error: unknown) => {
+      off();
+      reject(error);
+    };
+    refill();
+  });
+}
