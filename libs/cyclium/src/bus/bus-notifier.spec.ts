@@ -1,5 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { BusNotifier, notifyPayloads } from './bus-notifier.js';
+import type { QueryConfig } from 'pg';
+import type { SqlExecutor } from '../database/sql-executor.js';
+import { BusNotifier, notifyPayloads, type Heard } from './bus-notifier.js';
 
 describe('BusNotifier payloads', () => {
   it('sends a bare wake-up as an empty payload, which every node (older ones too) reads as "look"', () => {
@@ -17,5 +19,45 @@ describe('BusNotifier payloads', () => {
     expect(heard.map((h) => h.wake)).toEqual(payloads.map((_, i) => i === 0));
     expect(heard.flatMap((h) => h.tokens)).toEqual(tokens);
     expect(BusNotifier.parse(notifyPayloads(false, ['a'])[0] as string)).toEqual({ wake: false, tokens: ['a'] });
+  });
+});
+
+describe('BusNotifier and a lone node', () => {
+  function notifier(alone: { value: boolean }) {
+    const sent: string[][] = [];
+    const heardLocally: Heard[] = [];
+    const sql = {
+      query: async (config: QueryConfig) => {
+        sent.push((config.values as [string, string[]])[1]);
+        return { rows: [] };
+      },
+    } as unknown as SqlExecutor;
+    const audience = { get alone() { return alone.value; }, joined: () => undefined };
+    const bus = new BusNotifier(sql, 'cyclium_bus', 0, { audience, hear: (heard) => heardLocally.push(heard) });
+    return { bus, sent, heardLocally };
+  }
+
+  it('hears its own wake-ups and signals in-process while alone, and NOTIFYs them otherwise', async () => {
+    const alone = { value: true };
+    const { bus, sent, heardLocally } = notifier(alone);
+    bus.wake();
+    bus.signal(['t1']);
+    await bus.idle();
+    expect(sent).toEqual([]);
+    expect(heardLocally.flatMap((h) => h.tokens)).toEqual(['t1']);
+    expect(heardLocally.some((h) => h.wake)).toBe(true);
+
+    alone.value = false;
+    bus.wake();
+    await bus.idle();
+    expect(sent).toEqual([['']]);
+  });
+
+  it('announces itself even while alone, and a listener reads the announcement as a wake-up naming the node', async () => {
+    const { bus, sent } = notifier({ value: true });
+    bus.announce('node-b');
+    await bus.idle();
+    expect(sent).toEqual([['j:node-b']]);
+    expect(BusNotifier.parse('j:node-b')).toEqual({ wake: true, tokens: [], joined: 'node-b' });
   });
 });

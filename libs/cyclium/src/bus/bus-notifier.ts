@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { OutageLog } from '../database/database-errors.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { BusAudience } from './bus-audience.interface.js';
 import { SpacedTrigger } from './spaced-trigger.js';
 
 /**
@@ -8,18 +9,29 @@ import { SpacedTrigger } from './spaced-trigger.js';
  * events committed (a NOTIFY inside the writing transaction would serialise its commit with every
  * other notifying commit in the cluster). Not durable, so it never waits for a WAL flush. Every
  * NOTIFY costs each listening connection in the database a transaction to read it, which is why
- * there are as few as the load allows. Payloads: '' wakes readers; 'w:' and 'd:' carry signal
- * tokens, with and without a wake-up (an older node takes either for a wake-up, which is harmless).
+ * there are as few as the load allows, and none at all while this node knows it is the only
+ * listener (it then hears itself in-process). Payloads: '' wakes readers; 'w:' and 'd:' carry
+ * signal tokens, with and without a wake-up; 'j:' names a node that started listening (an older
+ * node takes any of them for a wake-up, which is harmless).
  */
 const NOTIFY = prepared('bus_notify', `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`);
 const WAKE_AND_SIGNAL = 'w:';
 const SIGNAL_ONLY = 'd:';
+const JOINED = 'j:';
 const PAYLOAD_BYTES = 7_900;
 
 /** What a NOTIFY said: read the events table, and these triggers are handled. */
 export interface Heard {
   wake: boolean;
   tokens: string[];
+  /** The node that announced it started listening. */
+  joined?: string;
+}
+
+/** Hearing oneself without a NOTIFY, while nobody else listens. */
+export interface LoneListener {
+  audience: BusAudience;
+  hear(heard: Heard): void;
 }
 
 /** The NOTIFYs one node sends on its channel: whatever was asked for since the last run, in one statement. */
@@ -29,11 +41,13 @@ export class BusNotifier {
   private readonly runs: SpacedTrigger;
   private pendingWake = false;
   private pendingSignals: string[] = [];
+  private pendingJoin: string | undefined;
 
   constructor(
     private readonly sql: SqlExecutor,
     private readonly channel: string,
     spacingMs: number | (() => number),
+    private readonly lone?: LoneListener,
   ) {
     this.runs = new SpacedTrigger(() => this.send(), spacingMs);
   }
@@ -49,6 +63,12 @@ export class BusNotifier {
     this.runs.request();
   }
 
+  /** Tells the channel that `identity` listens now, so a node that thought itself alone NOTIFYs again. */
+  announce(identity: string): void {
+    this.pendingJoin = identity;
+    this.runs.request();
+  }
+
   /** Resolves once everything asked for so far has been sent. */
   idle(): Promise<void> {
     return this.runs.idle();
@@ -56,15 +76,25 @@ export class BusNotifier {
 
   /** Reads a payload this channel carried. */
   static parse(payload: string): Heard {
+    if (payload.startsWith(JOINED)) return { wake: true, tokens: [], joined: payload.slice(JOINED.length) };
     const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
     if (!signals) return { wake: true, tokens: [] };
     return { wake: payload.startsWith(WAKE_AND_SIGNAL), tokens: payload.slice(2).split(',').filter((t) => t !== '') };
   }
 
   private async send(): Promise<void> {
-    const payloads = notifyPayloads(this.pendingWake, this.pendingSignals);
+    const wake = this.pendingWake;
+    const tokens = this.pendingSignals;
+    const join = this.pendingJoin;
     this.pendingWake = false;
     this.pendingSignals = [];
+    this.pendingJoin = undefined;
+    if (join === undefined && this.lone?.audience.alone) {
+      if (wake || tokens.length > 0) this.lone.hear({ wake, tokens });
+      return;
+    }
+    const payloads = notifyPayloads(wake, tokens);
+    if (join !== undefined) payloads.push(JOINED + join);
     try {
       await this.sql.query(NOTIFY([this.channel, payloads]));
       this.outage.succeeded();

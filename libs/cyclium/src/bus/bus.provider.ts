@@ -28,6 +28,7 @@ export const busTransportProvider: Provider = {
         retentionMs: options.busRetentionMs,
         // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
         notifySpacingMs: () => notifySpacingMs(peers.size),
+        audience: peers,
       });
     }
     return options.bus;

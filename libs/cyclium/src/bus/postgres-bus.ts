@@ -7,7 +7,8 @@ import type { SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
 import { InvalidBusEventError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
-import { BusNotifier } from './bus-notifier.js';
+import type { BusAudience } from './bus-audience.interface.js';
+import { BusNotifier, type Heard } from './bus-notifier.js';
 import { BusReader } from './bus-reader.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 import type { DispatchSignals } from './dispatch-signals.interface.js';
@@ -42,6 +43,12 @@ export interface PostgresBusOptions {
    * the cluster (see notifySpacingMs). Default: `spacingMs`.
    */
   notifySpacingMs?: number | (() => number);
+  /**
+   * Who else listens on the channel (CycliumModule passes Peers). While it says this node is
+   * alone, wake-ups and signals are heard in-process and cost no NOTIFY. Without it, every
+   * wake-up is a NOTIFY.
+   */
+  audience?: BusAudience;
 }
 
 /**
@@ -69,6 +76,8 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
   private readonly retentionMs: number;
   private pruneTimer: NodeJS.Timeout | undefined;
   private pruning: Promise<void> | undefined;
+  private readonly audience: BusAudience | undefined;
+  private readonly identity: () => string;
 
   constructor(
     private readonly sql: SqlExecutor,
@@ -88,14 +97,17 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
       env: options.env ?? null,
       publisher: options.publisher ?? (() => 'unknown'),
     });
+    this.identity = options.publisher ?? (() => 'unknown');
+    this.audience = options.audience;
     const spacingMs = options.spacingMs ?? 10;
     this.reader = new BusReader(sql, this.log, (event) => this.local.deliver(event), options.pollIntervalMs ?? 5_000, spacingMs);
     this.listener = new BusListener(listenConfig, channel, {
-      onNotify: (payload) => this.heard(payload),
+      onNotify: (payload) => this.hear(BusNotifier.parse(payload)),
       onListening: () => this.reader.wake(),
     });
     this.outbox = new GroupCommit((batch) => this.store(batch));
-    this.notifier = new BusNotifier(sql, channel, options.notifySpacingMs ?? spacingMs);
+    const lone = this.audience ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) } : undefined;
+    this.notifier = new BusNotifier(sql, channel, options.notifySpacingMs ?? spacingMs, lone);
   }
 
   get channel(): string {
@@ -159,6 +171,9 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
   async start(): Promise<void> {
     await this.listener.start();
     await this.reader.start();
+    // Our row reaches the other nodes only with their next look at the node table; until then
+    // this tells a node that thought itself alone to NOTIFY again.
+    if (this.audience) this.notifier.announce(this.identity());
     if (!this.pruneTimer) {
       this.pruneTimer = setInterval(() => this.prune(), Math.min(60_000, Math.max(1_000, this.retentionMs / 4)));
       this.pruneTimer.unref();
@@ -222,8 +237,13 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
     return error instanceof Error ? error : new Error(String(error));
   }
 
-  private heard(payload: string): void {
-    const { wake, tokens } = BusNotifier.parse(payload);
+  private hear({ wake, tokens, joined }: Heard): void {
+    if (joined !== undefined && joined !== this.identity() && this.audience) {
+      const wasAlone = this.audience.alone;
+      this.audience.joined(joined);
+      // What this node committed unannounced since the newcomer took its cursor: it reads that now.
+      if (wasAlone) this.notifier.wake();
+    }
     if (wake) this.reader.wake();
     if (tokens.length === 0) return;
     for (const handler of this.signalHandlers) handler(tokens);

@@ -13,17 +13,23 @@ import { ActorRegistry } from '../actors/actor-registry.service.js';
 interface BeatRow {
   found: number;
   peers: Peer[];
+  listeners: string[];
 }
 
 /**
- * The nodes that share this node's bus channel and take triggers, seen within the staleness window
- * (parameters: stack, env, seconds). Read in the statement that registers or beats, so knowing the
- * cluster costs no round trip of its own.
+ * The nodes that share this node's bus channel and take triggers (`peers`), and every node that
+ * listens on it whatever its mode (`listeners`), seen within the staleness window (parameters:
+ * stack, env, seconds). Read in the statement that registers or beats, so knowing the cluster
+ * costs no round trip of its own.
  */
 const PEERS_FROM = (stack: number, env: number, seconds: number) => `coalesce((
   SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors) ORDER BY node_identity) FROM cyclium_nodes
    WHERE stack IS NOT DISTINCT FROM $${stack}::text AND env IS NOT DISTINCT FROM $${env}::text AND mode <> 'disabled'
-     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json)`;
+     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS peers,
+  coalesce((
+  SELECT json_agg(node_identity) FROM cyclium_nodes
+   WHERE stack IS NOT DISTINCT FROM $${stack}::text AND env IS NOT DISTINCT FROM $${env}::text
+     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS listeners`;
 
 /**
  * Keeps this node's row in `cyclium_nodes`: upserted at boot, `last_seen_at` refreshed on a timer.
@@ -75,7 +81,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
            SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
                pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, started_at = now(), last_seen_at = now()
          RETURNING 1)
-       SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 8)} AS peers`,
+       SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 8)}`,
       [
         this.identity.name(),
         stackSlug,
@@ -88,7 +94,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
         this.registry.all().map((actor) => actor.id),
       ],
     );
-    this.peers.update((rows[0] as BeatRow).peers);
+    const row = rows[0] as BeatRow;
+    this.peers.update(row.peers, row.listeners);
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
   }
 
@@ -100,11 +107,11 @@ export class NodeRegistry implements OnApplicationBootstrap {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
         `WITH me AS (UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1 RETURNING 1)
-         SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 4)} AS peers`,
+         SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 4)}`,
         [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds()],
       );
       const row = rows[0] as BeatRow;
-      this.peers.update(row.peers);
+      this.peers.update(row.peers, row.listeners);
       if (row.found === 0 && this.timer) await this.register();
       this.outage.succeeded();
     } catch (error) {

@@ -65,4 +65,48 @@ describe('Peers', () => {
     expect(alone.size).toBe(1);
     expect(alone.rankOf('anything', 'monitor')).toBe(0);
   });
+
+  describe('as the bus audience', () => {
+    const solo = (beatMs = 15_000) =>
+      new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: 'solo' })), resolveCycliumOptions({ nodeBeatIntervalMs: beatMs }));
+
+    it('is never alone before its first look at the node table', () => {
+      expect(solo().alone).toBe(false);
+    });
+
+    it('is alone when no other node listens, whatever the peers that take triggers', () => {
+      const peers = solo();
+      peers.update([{ identity: 'solo', actors: null }], ['solo']);
+      expect(peers.alone).toBe(true);
+      // A disabled node takes no triggers but still listens.
+      peers.update([{ identity: 'solo', actors: null }], ['solo', 'disabled-one']);
+      expect(peers.alone).toBe(false);
+    });
+
+    it('is not alone from the moment a node announces itself until the node table shows it, then as the table says', () => {
+      const peers = solo();
+      peers.update([], ['solo']);
+      peers.joined('solo');
+      expect(peers.alone).toBe(true);
+      peers.joined('newcomer');
+      expect(peers.alone).toBe(false);
+      // A look taken before the newcomer registered does not forget it.
+      peers.update([], ['solo']);
+      expect(peers.alone).toBe(false);
+      peers.update([], ['solo', 'newcomer']);
+      expect(peers.alone).toBe(false);
+      // Once the table showed it, the table decides: the newcomer left.
+      peers.update([], ['solo']);
+      expect(peers.alone).toBe(true);
+    });
+
+    it('forgets an announced node that never registers after three beat intervals', async () => {
+      const peers = solo(10);
+      peers.update([], ['solo']);
+      peers.joined('ghost');
+      expect(peers.alone).toBe(false);
+      await new Promise((resolve) => setTimeout(resolve, 40));
+      expect(peers.alone).toBe(true);
+    });
+  });
 });
