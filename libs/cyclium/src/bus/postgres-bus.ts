@@ -27,7 +27,7 @@ export interface PostgresBusOptions {
   env?: string | null;
   /** Stamped on every stored event. */
   publisher?: () => string;
-  /** Read even without a wake-up this often. Default 5 000. */
+  /** Read even without a wake-up this often. Default 10 000. */
   pollIntervalMs?: number;
   /** Delete stored events older than this. Default 3 600 000 (one hour). */
   retentionMs?: number;
@@ -100,7 +100,7 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
     this.identity = options.publisher ?? (() => 'unknown');
     this.audience = options.audience;
     const spacingMs = options.spacingMs ?? 10;
-    this.reader = new BusReader(sql, this.log, (event) => this.local.deliver(event), options.pollIntervalMs ?? 5_000, spacingMs);
+    this.reader = new BusReader(sql, this.log, (event) => this.local.deliver(event), options.pollIntervalMs ?? 10_000, spacingMs);
     this.listener = new BusListener(listenConfig, channel, {
       onNotify: (payload) => this.hear(BusNotifier.parse(payload)),
       onListening: () => this.reader.wake(),

@@ -33,7 +33,11 @@ export interface CycliumOptions {
   env?: string | null;
   /** Default `'postgres'`: the durable bus (events in cyclium_events, NOTIFY as the wake-up). */
   bus?: 'postgres' | 'local' | Bus;
-  /** With `bus: 'postgres'`: read the events table even without a wake-up this often. Default 5 000. */
+  /**
+   * With `bus: 'postgres'`: read the events table even without a wake-up this often. Default 10 000.
+   * It covers a wake-up that never came (its sender died between commit and NOTIFY); a reconnect
+   * reads at once anyway.
+   */
   busPollIntervalMs?: number;
   /** With `bus: 'postgres'`: delete stored events older than this (a node that is away longer misses them). Default 3 600 000. */
   busRetentionMs?: number;

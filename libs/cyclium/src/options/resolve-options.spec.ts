@@ -22,7 +22,7 @@ describe('resolveCycliumOptions', () => {
       stackSlug: null,
       env: null,
       bus: 'postgres',
-      busPollIntervalMs: 5_000,
+      busPollIntervalMs: 10_000,
       busRetentionMs: 3_600_000,
       jitterMs: 200,
       startedEvents: false,

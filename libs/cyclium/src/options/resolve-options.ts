@@ -8,7 +8,7 @@ export const DEFAULT_OPTIONS = {
   workClaimsLeaseSeconds: 120,
   mode: 'full',
   bus: 'postgres',
-  busPollIntervalMs: 5_000,
+  busPollIntervalMs: 10_000,
   busRetentionMs: 3_600_000,
   jitterMs: 200,
   startedEvents: false,
