@@ -69,6 +69,7 @@ export {
   BudgetExceededError,
   EpisodeCanceledError,
   EpisodeInterruptedError,
+  InvalidListQueryError,
   NondeterministicResumeError,
 } from './episodes/episode-errors.js';
 export { TERMINAL_EVENTS, type LifecycleEventType, type LifecyclePayload } from './episodes/episode-events.js';

@@ -23,3 +23,8 @@ export class EpisodeInterruptedError extends Error {
     super(`episode ${episodeId} was interrupted by a drain`);
   }
 }
+
+/** `Episodes.list` was asked for something it cannot page by: the message names the field. A caller's mistake (a 400 over HTTP). */
+export class InvalidListQueryError extends Error {
+  override readonly name = 'InvalidListQueryError';
+}

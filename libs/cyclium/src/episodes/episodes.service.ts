@@ -15,7 +15,9 @@ import { CANCEL_EVENT } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeRunner } from './episode-runner.service.js';
 import { EpisodeStore } from './episode-store.js';
+import { errorCode } from '../database/database-errors.js';
 import { isUuid } from '../database/uuid.js';
+import { InvalidListQueryError } from './episode-errors.js';
 
 export interface TriggerOptions {
   /** Makes the trigger idempotent: a second trigger with the same key while the first is live is a duplicate. Scoped by env. */
@@ -112,11 +114,24 @@ export class Episodes {
     return isUuid(id) ? this.store.get(id) : null;
   }
 
-  /** Newest first, by keyset pages. */
+  /**
+   * Newest first, by keyset pages. A limit that is not a whole number, or a cursor this method did
+   * not hand out, fails with InvalidListQueryError (an empty cursor means the first page).
+   */
   async list(query: ListEpisodes = {}): Promise<{ items: EpisodeRow[]; nextCursor: string | null }> {
+    if (query.limit !== undefined && !Number.isInteger(query.limit)) {
+      throw new InvalidListQueryError(`episodes: limit must be a whole number (got ${String(query.limit)})`);
+    }
     const limit = Math.min(Math.max(query.limit ?? 50, 1), 500);
-    const after = query.cursor ? (JSON.parse(Buffer.from(query.cursor, 'base64url').toString('utf8')) as [string, string]) : undefined;
-    const rows = await this.store.page({ actorId: query.actorId, status: query.status, limit, after });
+    const after = query.cursor ? decodeCursor(query.cursor) : undefined;
+    let rows: Awaited<ReturnType<EpisodeStore['page']>>;
+    try {
+      rows = await this.store.page({ actorId: query.actorId, status: query.status, limit, after });
+    } catch (error) {
+      // Only the cursor's timestamp is left for PostgreSQL to refuse (class 22, data exception).
+      if (after && errorCode(error)?.startsWith('22')) throw invalidCursor(query.cursor as string);
+      throw error;
+    }
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
     const nextCursor =
@@ -143,4 +158,22 @@ export class Episodes {
     this.events.announce(CANCEL_EVENT, { episodeId: id });
     return 'requested';
   }
+}
+
+function invalidCursor(cursor: string): InvalidListQueryError {
+  return new InvalidListQueryError(`episodes: cursor ${JSON.stringify(cursor.slice(0, 100))} is not one Episodes.list returned; pass nextCursor unchanged`);
+}
+
+/** The cursor is [inserted_at as the database printed it, id], base64url JSON. */
+function decodeCursor(cursor: string): [string, string] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    throw invalidCursor(cursor);
+  }
+  if (!Array.isArray(parsed) || parsed.length !== 2) throw invalidCursor(cursor);
+  const [at, id] = parsed as unknown[];
+  if (typeof at !== 'string' || typeof id !== 'string' || !isUuid(id)) throw invalidCursor(cursor);
+  return [at, id];
 }
