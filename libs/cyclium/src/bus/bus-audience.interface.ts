@@ -11,3 +11,16 @@ export interface BusAudience {
   /** Another node announced that it listens now (its row may not have reached this node's last look). */
   joined(identity: string): void;
 }
+
+/**
+ * A bus that can tell the other nodes of its channel that this node listens (PostgresBus). Said
+ * once this node's row is written: whoever starts listening later reads the row at its own
+ * registration, and whoever listens already hears this, so no node stays alone by mistake.
+ */
+export interface ListeningAnnouncement {
+  announceListening(): void;
+}
+
+export function announcesListening(bus: object): bus is ListeningAnnouncement {
+  return typeof (bus as Partial<ListeningAnnouncement>).announceListening === 'function';
+}

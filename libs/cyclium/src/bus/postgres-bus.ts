@@ -7,7 +7,7 @@ import type { SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
 import { InvalidBusEventError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
-import type { BusAudience } from './bus-audience.interface.js';
+import type { BusAudience, ListeningAnnouncement } from './bus-audience.interface.js';
 import { BusNotifier, type Heard } from './bus-notifier.js';
 import { BusReader } from './bus-reader.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
@@ -63,7 +63,7 @@ export interface PostgresBusOptions {
  * order per publisher; the event id is stable, and a repeated id is stored once. Payloads make a
  * JSON round trip (jsonb: object keys may come back reordered).
  */
-export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
+export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, ListeningAnnouncement {
   private readonly logger = new Logger(PostgresBus.name);
   private readonly local = new LocalBus();
   private readonly log: EventLog;
@@ -153,6 +153,14 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
     return this.log.appendFragment(statement, events.map(storableEvent), when);
   }
 
+  /**
+   * Tells the channel this node listens (NodeRegistry, once its row is written): a node that
+   * thought itself alone NOTIFYs again from now on, and at once for what it committed unannounced.
+   */
+  announceListening(): void {
+    if (this.audience) this.notifier.announce(this.identity());
+  }
+
   /** Wakes every listener of the channel; call once the transaction that appended has committed. */
   wake(): void {
     this.notifier.wake();
@@ -171,9 +179,6 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals {
   async start(): Promise<void> {
     await this.listener.start();
     await this.reader.start();
-    // Our row reaches the other nodes only with their next look at the node table; until then
-    // this tells a node that thought itself alone to NOTIFY again.
-    if (this.audience) this.notifier.announce(this.identity());
     if (!this.pruneTimer) {
       this.pruneTimer = setInterval(() => this.prune(), Math.min(60_000, Math.max(1_000, this.retentionMs / 4)));
       this.pruneTimer.unref();

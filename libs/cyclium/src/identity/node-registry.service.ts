@@ -1,6 +1,8 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { hostname } from 'node:os';
-import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { announcesListening } from '../bus/bus-audience.interface.js';
+import { Bus } from '../bus/bus.interface.js';
+import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -48,6 +50,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     private readonly telemetry: CycliumTelemetry,
     private readonly peers: Peers,
     private readonly registry: ActorRegistry,
+    @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -96,6 +99,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     );
     const row = rows[0] as BeatRow;
     this.peers.update(row.peers, row.listeners);
+    if (announcesListening(this.bus)) this.bus.announceListening();
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
   }
 
