@@ -70,6 +70,11 @@ async function freshDatabase(serverUrl: string, name: string): Promise<string> {
   url.pathname = `/${name}`;
   await migrateDatabase(url.toString());
   await migrateDemoDatabase(url.toString());
+  // Fresh tables are what autovacuum looks for first: analyzed now, they leave the idle window alone.
+  const client = new pg.Client({ connectionString: url.toString() });
+  await client.connect();
+  await client.query('VACUUM ANALYZE');
+  await client.end();
   return url.toString();
 }
 
