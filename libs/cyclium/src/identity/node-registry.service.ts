@@ -24,7 +24,7 @@ interface BeatRow {
  * stack, env, seconds). Read in the statement that registers or beats, so knowing the cluster
  * costs no round trip of its own.
  */
-const PEERS_FROM = (stack: number, env: number, seconds: number) => `coalesce((
+const CHANNEL_NODES_FROM = (stack: number, env: number, seconds: number) => `coalesce((
   SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors) ORDER BY node_identity) FROM cyclium_nodes
    WHERE stack IS NOT DISTINCT FROM $${stack}::text AND env IS NOT DISTINCT FROM $${env}::text AND mode <> 'disabled'
      AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS peers,
@@ -84,7 +84,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
            SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
                pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, started_at = now(), last_seen_at = now()
          RETURNING 1)
-       SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 8)}`,
+       SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}`,
       [
         this.identity.name(),
         stackSlug,
@@ -111,7 +111,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
         `WITH me AS (UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1 RETURNING 1)
-         SELECT (SELECT count(*) FROM me)::int AS found, ${PEERS_FROM(2, 3, 4)}`,
+         SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 4)}`,
         [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds()],
       );
       const row = rows[0] as BeatRow;
