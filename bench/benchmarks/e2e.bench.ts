@@ -22,8 +22,9 @@ class EventActor {
 async function node(url: string, identity: string, providers: Array<typeof EventActor>): Promise<INestApplicationContext> {
   @Module({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 20 } }),
-      CycliumModule.forRoot({ nodeIdentity: identity, workClaims: 'postgres', jitterMs: 0 }),
+      // Two nodes share this process: each DataSource gets a name of its own.
+      TypeOrmModule.forRoot({ type: 'postgres', url, name: identity, extra: { max: 20 } }),
+      CycliumModule.forRoot({ nodeIdentity: identity, dataSource: identity, workClaims: 'postgres', jitterMs: 0 }),
     ],
     providers,
   })
