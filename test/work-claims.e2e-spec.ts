@@ -190,4 +190,30 @@ describe('PostgresClaims against real PostgreSQL', () => {
     }
     expect(await claims.inTransaction.proveOwnership(db, key, 'node-a', 1)).toBe(false);
   });
+
+  it('renews many claims in key order, so it waits for a writer that holds claims in key order instead of deadlocking with it', async () => {
+    const [low, high] = ['order-a', 'order-b'];
+    // The higher key first: whether a plan walks the keys as given or the leases oldest first, an
+    // unordered renewal would lock it first.
+    for (const key of [high, low]) expect((await claims.acquire(key, 'node-o', { leaseSeconds: 30 })).status).toBe('acquired');
+    // A batched step write in the middle of its locking: the lower key is held, the higher one next.
+    const writer = await db.connect();
+    try {
+      await writer.query('BEGIN');
+      await writer.query(`SELECT 1 FROM cyclium_work_claims WHERE dedupe_key = $1 FOR SHARE`, [low]);
+      // Asked in the other order on purpose: a renewal that locked as asked would take the higher key first.
+      const renewed = claims.renewMany('node-o', [{ key: high, fence: 1 }, { key: low, fence: 1 }], 30);
+      await waitFor('the renewal to wait for the writer', async () =>
+        (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%last_heartbeat_at = now()%'`)).rows[0].n === 1,
+      );
+      // With the higher key taken by the renewal, this would be a deadlock (one of the two aborted).
+      await writer.query(`SET LOCAL lock_timeout = '5s'`);
+      await writer.query(`SELECT 1 FROM cyclium_work_claims WHERE dedupe_key = $1 FOR SHARE`, [high]);
+      await writer.query('COMMIT');
+      expect((await renewed).map((c) => c.key).sort()).toEqual([low, high]);
+    } finally {
+      await writer.query('ROLLBACK').catch(() => undefined);
+      writer.release();
+    }
+  });
 });

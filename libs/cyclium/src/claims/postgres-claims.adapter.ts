@@ -60,19 +60,34 @@ const RENEW = prepared('claims_renew', `
    WHERE dedupe_key = $1 AND owner_node = $2 AND state = 'claimed' AND lease_until > now()
      AND ($4::bigint IS NULL OR fence = $4)`);
 
-/** Every live claim of one node in one statement: the heartbeat's whole cost per tick. */
+/**
+ * Every live claim of one node in one statement: the heartbeat's whole cost per tick. Statements
+ * that lock several claim rows (this one, the release and batched step writes) lock them in key
+ * order, so they wait for each other instead of deadlocking.
+ */
 const RENEW_MANY = prepared('claims_renew_many', `
+  WITH locked AS (
+    SELECT c.dedupe_key FROM cyclium_work_claims c
+      JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence) ON c.dedupe_key = held.dedupe_key AND c.fence = held.fence
+     WHERE c.owner_node = $1 AND c.state = 'claimed' AND c.lease_until > now()
+     ORDER BY c.dedupe_key
+       FOR UPDATE OF c)
   UPDATE cyclium_work_claims AS c
      SET lease_until = now() + make_interval(secs => $2), last_heartbeat_at = now()
-    FROM unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)
-   WHERE c.dedupe_key = held.dedupe_key AND c.fence = held.fence
-     AND c.owner_node = $1 AND c.state = 'claimed' AND c.lease_until > now()
+    FROM locked
+   WHERE c.dedupe_key = locked.dedupe_key
   RETURNING c.dedupe_key, c.fence`);
 
-/** Lapses the leases (state stays `claimed`): the next taker steals in place, with fence + 1. */
+/** Lapses the leases (state stays `claimed`): the next taker steals in place, with fence + 1. In key order, as RENEW_MANY. */
 const RELEASE_MANY = prepared('claims_release_many', `
-  UPDATE cyclium_work_claims SET lease_until = now()
-   WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[]) AND lease_until > now()`);
+  WITH locked AS (
+    SELECT dedupe_key FROM cyclium_work_claims
+     WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[]) AND lease_until > now()
+     ORDER BY dedupe_key
+       FOR UPDATE)
+  UPDATE cyclium_work_claims AS c SET lease_until = now()
+    FROM locked
+   WHERE c.dedupe_key = locked.dedupe_key`);
 
 const FINISH = prepared('claims_finish', `
   UPDATE cyclium_work_claims
@@ -124,6 +139,12 @@ export class PostgresClaims implements WorkClaimsAdapter {
         SELECT 1 FROM cyclium_work_claims
          WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence} AND state = 'claimed' AND lease_until > now()
         FOR SHARE`,
+      ownerMany: ({ input }) => `
+        SELECT i.* FROM ${input} i
+          JOIN cyclium_work_claims c ON c.dedupe_key = i.key AND c.owner_node = i.owner AND c.fence = i.fence
+         WHERE c.state = 'claimed' AND c.lease_until > now()
+         ORDER BY c.dedupe_key
+           FOR SHARE OF c`,
       // The row as this statement sees it decides, exactly as in INSERT_OR_READ + TAKE_OVER: no row
       // means insert (a concurrent first claim makes it busy); a row is taken over only in the state read.
       acquire: ({ key, owner, leaseSeconds, workType, when }) => [

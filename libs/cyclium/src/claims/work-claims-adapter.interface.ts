@@ -73,9 +73,14 @@ export interface InTransactionClaims {
  *   `attempt`, `lease_until`, `stolen_from`) when the claim was taken, none when it is busy; with
  *   `acquire`'s semantics (insert, or take over a finished row or a lapsed lease as read).
  * - `finish(refs)`: an UPDATE … RETURNING 1 that completes (`failure` NULL) or fails the claim at `fence`.
+ * - `ownerMany(refs)` (optional): a SELECT of the rows of the CTE `input` (columns `key`, `owner`,
+ *   `fence` among others) whose owner holds the key at that fence, holding those claim rows until
+ *   the transaction ends and locking them in key order, so that two statements that each lock
+ *   several claims cannot deadlock. Without it, fenced writes are never batched.
  */
 export interface ClaimFragments {
   owner(refs: { key: string; owner: string; fence: string }): string;
+  ownerMany?(refs: { input: string }): string;
   acquire(refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string }): Array<[string, string]>;
   finish(refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
 }
