@@ -66,4 +66,26 @@ describe('GroupCommit', () => {
     await expect(queue.add(2)).resolves.toBeUndefined();
     expect(sent).toEqual([[0, 1], [2]]);
   });
+
+  it('lets up to maxInFlight sends overlap, and coalesces what arrives while all of them are busy', async () => {
+    const { batches, finish, send } = controlledSend();
+    const queue = new GroupCommit(send, 2);
+    const first = queue.add(1);
+    await turn();
+    const second = queue.add(2);
+    await turn();
+    expect(batches).toEqual([[1], [2]]); // the second did not wait for the first
+    const later = [queue.add(3), queue.add(4)];
+    await turn();
+    expect(batches).toEqual([[1], [2]]); // both busy: 3 and 4 wait together
+    finish[1]?.();
+    await second;
+    await turn();
+    await turn();
+    expect(batches).toEqual([[1], [2], [3, 4]]);
+    finish[0]?.();
+    finish[2]?.();
+    await Promise.all([first, ...later]);
+    await queue.idle();
+  });
 });

@@ -8,16 +8,21 @@ export interface Pending<T> {
  * Group commit: the first item goes out at once (on the next turn of the event loop, so items
  * added in the same turn share its statement); whatever arrives while a send is in flight waits
  * and leaves together in the next one. There is no fixed wait: a lone publisher pays one round
- * trip, and a busy one pays fewer statements per item as load rises. Sends never overlap, so
- * items leave in the order they were added.
+ * trip, and a busy one pays fewer statements per item as load rises. With `maxInFlight` 1 (the
+ * default) sends never overlap, so items leave in the order they were added; a higher limit lets
+ * that many sends overlap (items that need no order, on a database with cores to run them), and
+ * items wait only while every one of them is busy.
  */
 export class GroupCommit<T> {
   private queue: Array<Pending<T>> = [];
   private scheduled = false;
-  private inFlight: Promise<void> | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
 
   /** `send` settles every item of its batch; a throw rejects those it left unsettled. */
-  constructor(private readonly send: (batch: Array<Pending<T>>) => Promise<void>) {}
+  constructor(
+    private readonly send: (batch: Array<Pending<T>>) => Promise<void>,
+    private readonly maxInFlight = 1,
+  ) {}
 
   add(item: T): Promise<void> {
     return new Promise<void>((resolve, reject) => {
@@ -28,14 +33,14 @@ export class GroupCommit<T> {
 
   /** Resolves once nothing is queued or in flight. */
   async idle(): Promise<void> {
-    while (this.inFlight || this.queue.length > 0) {
-      if (this.inFlight) await this.inFlight;
+    while (this.inFlight.size > 0 || this.queue.length > 0) {
+      if (this.inFlight.size > 0) await Promise.all(this.inFlight);
       else await new Promise((resolve) => setImmediate(resolve));
     }
   }
 
   private schedule(): void {
-    if (this.scheduled || this.inFlight || this.queue.length === 0) return;
+    if (this.scheduled || this.inFlight.size >= this.maxInFlight || this.queue.length === 0) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
@@ -44,17 +49,18 @@ export class GroupCommit<T> {
   }
 
   private flush(): void {
-    if (this.inFlight || this.queue.length === 0) return;
+    if (this.inFlight.size >= this.maxInFlight || this.queue.length === 0) return;
     const batch = this.queue;
     this.queue = [];
-    this.inFlight = this.send(batch)
+    const sending: Promise<void> = this.send(batch)
       .catch((error: unknown) => {
         // Settling twice is a no-op, so items already settled keep their own outcome.
         for (const pending of batch) pending.reject(error);
       })
       .finally(() => {
-        this.inFlight = undefined;
+        this.inFlight.delete(sending);
         this.schedule();
       });
+    this.inFlight.add(sending);
   }
 }
