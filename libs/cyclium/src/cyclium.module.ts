@@ -15,6 +15,7 @@ import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
+import { StepWrites } from './episodes/step-writes.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { Episodes } from './episodes/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
@@ -73,6 +74,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     EpisodeStore,
     EpisodeJournal,
     EpisodeStatements,
+    StepWrites,
     EpisodeRunner,
     Episodes,
     Findings,

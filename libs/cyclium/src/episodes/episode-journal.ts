@@ -32,6 +32,32 @@ export const STEP_WRITE: FencedStatement = {
 };
 
 /**
+ * STEP_WRITE for several episodes in one statement. `owner` is the claims adapter's `ownerMany`
+ * over `input`, so each row is written only while its own claim is held at its fence, exactly as
+ * alone; one row comes back per input row, in input order. Parameters: keys, owners, fences,
+ * episode ids, journal positions, names, results, durations, step numbers (arrays of one length).
+ */
+export function stepWriteMany(ownerMany: string): string {
+  return `
+  WITH input AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[], $8::int[], $9::int[])
+      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, n)),
+  owner AS (${ownerMany}),
+  journal AS (
+    INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref, duration_ms)
+    SELECT episode_id, journal_no, 'step', name, result, duration_ms FROM owner RETURNING episode_id
+  ),
+  checkpoint AS (
+    INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state)
+    SELECT episode_id, step_no, name, result FROM owner RETURNING 1
+  )
+  SELECT EXISTS (SELECT 1 FROM journal j WHERE j.episode_id = i.episode_id) AS written,
+         EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = i.episode_id AND e.cancel_requested_at IS NOT NULL) AS cancel_requested
+    FROM input i
+   ORDER BY i.n`;
+}
+
+/**
  * Markers (`resumed`, `interrupted`, `orphaned`) take the next journal position. A peer can take
  * the same one at the same moment (a drain's marker and a sweep's `resumed`, say), so a marker
  * that meets a taken position is simply written at the next one: the journal never collides and

@@ -22,10 +22,11 @@ import {
   NondeterministicResumeError,
 } from './episode-errors.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
-import { EpisodeJournal, STEP_WRITE } from './episode-journal.js';
+import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
-import { RunningEpisode, type History, type StepRecord, type StepWriteOutcome } from './running-episode.js';
+import { RunningEpisode, type History } from './running-episode.js';
+import { StepWrites } from './step-writes.js';
 
 export type BeginResult =
   | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
@@ -70,6 +71,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
     private readonly statements: EpisodeStatements,
+    private readonly steps: StepWrites,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -181,7 +183,7 @@ export class EpisodeRunner implements OnModuleInit {
       hold,
       history: resumed ? this.history(episode.id) : { checkpoints: new Map(), nextJournalNo: 1 },
       budget: expectation?.options.budget,
-      writeStep: (record) => this.writeStep(episode, ownership, record),
+      writeStep: (record) => this.steps.write(episode.id, ownership, record),
     });
     this.running.set(episode.id, context);
     try {
@@ -219,20 +221,6 @@ export class EpisodeRunner implements OnModuleInit {
 
   private ownershipOf(episode: EpisodeRow, grant: AcquireResult): Ownership {
     return { key: claimKeyOf(episode), owner: this.identity.name(), fence: grant.status === 'acquired' ? grant.claim.fence : null };
-  }
-
-  private async writeStep(episode: EpisodeRow, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
-    const result = JSON.stringify({ v: record.result ?? null });
-    const { rows } = await this.claims.fencedStatement<{ written: number; cancel_requested: boolean }>(this.database.sql, ownership, STEP_WRITE, [
-      episode.id,
-      record.journalNo,
-      record.name,
-      result,
-      record.durationMs,
-      record.stepNo,
-    ]);
-    if (rows[0]?.written !== 1) return 'not_owner';
-    return rows[0].cancel_requested ? 'cancel_requested' : 'written';
   }
 
   /**
