@@ -51,7 +51,7 @@ export function stepWriteMany(ownerMany: string): string {
     INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state)
     SELECT episode_id, step_no, name, result FROM owner RETURNING 1
   )
-  SELECT EXISTS (SELECT 1 FROM journal j WHERE j.episode_id = i.episode_id) AS written,
+  SELECT (SELECT count(*)::int FROM journal j WHERE j.episode_id = i.episode_id) AS written,
          EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = i.episode_id AND e.cancel_requested_at IS NOT NULL) AS cancel_requested
     FROM input i
    ORDER BY i.n`;

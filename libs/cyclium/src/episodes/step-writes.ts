@@ -1,9 +1,11 @@
 import { Injectable } from '@nestjs/common';
+import type { QueryConfig } from 'pg';
 import { createHash } from 'node:crypto';
 import { GroupCommit, type Pending } from '../bus/group-commit.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { isDatabaseUnavailable } from '../database/database-errors.js';
+import { prepared } from '../database/sql-executor.js';
 import { STEP_WRITE, stepWriteMany } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
 import type { StepRecord, StepWriteOutcome } from './running-episode.js';
@@ -13,15 +15,17 @@ const IN_FLIGHT = 4;
 
 interface StepWrite {
   episodeId: string;
-  ownership: Ownership & { fence: number };
+  ownership: Ownership;
   record: StepRecord;
   outcome: StepWriteOutcome;
 }
 
 interface StepRow {
-  written: boolean | number;
+  written: number;
   cancel_requested: boolean;
 }
+
+type ManyStatement = (values: unknown[]) => QueryConfig;
 
 /**
  * Every step write of this node. With a claims adapter that can lock many claims in one statement
@@ -36,8 +40,8 @@ interface StepRow {
 export class StepWrites {
   // Steps need no order among episodes; a few batches at once keep both database cores busy at low concurrency.
   private readonly batches = new GroupCommit<StepWrite>((batch) => this.send(batch), IN_FLIGHT);
-  /** The batched statement, built once per adapter fragment and named after its text (one name, one text per pool). */
-  private many: { text: string; name: string } | undefined;
+  /** The batched statement, built at the first step (null: this adapter cannot batch). */
+  private many: ManyStatement | null | undefined;
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -45,30 +49,31 @@ export class StepWrites {
   ) {}
 
   async write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
-    const { fence } = ownership;
-    if (fence === null || !this.manyFragment()) return this.writeOne(episodeId, ownership, record);
-    const item: StepWrite = { episodeId, ownership: { ...ownership, fence }, record, outcome: 'not_owner' };
+    if (ownership.fence === null || !this.manyStatement()) return this.writeOne(episodeId, ownership, record);
+    const item: StepWrite = { episodeId, ownership, record, outcome: 'not_owner' };
     await this.batches.add(item);
     return item.outcome;
   }
 
-  private manyFragment(): ((refs: { input: string }) => string) | undefined {
-    const claims = this.claims.inStatement();
-    return claims.joined ? claims.fragments.ownerMany : undefined;
+  /** Named after its text: one name stands for one text on a pool, whichever adapter built it. */
+  private manyStatement(): ManyStatement | null {
+    if (this.many === undefined) {
+      const claims = this.claims.inStatement();
+      const ownerMany = claims.joined ? claims.fragments.ownerMany : undefined;
+      const text = ownerMany ? stepWriteMany(ownerMany({ input: 'input' })) : null;
+      this.many = text ? prepared(`episodes_step_write_many_${createHash('sha256').update(text).digest('hex').slice(0, 12)}`, text) : null;
+    }
+    return this.many;
   }
 
   private async send(batch: Array<Pending<StepWrite>>): Promise<void> {
-    const ownerMany = this.manyFragment();
-    if (batch.length === 1 || !ownerMany) {
-      await Promise.all(batch.map((pending) => this.sendOne(pending)));
-      return;
-    }
+    const many = this.manyStatement() as ManyStatement;
+    if (batch.length === 1) return this.sendOne(batch[0] as Pending<StepWrite>);
     const items = batch.map((pending) => pending.item);
     let rows: StepRow[];
     try {
-      ({ rows } = await this.database.sql.query<StepRow>({
-        ...this.manyStatement(ownerMany),
-        values: [
+      ({ rows } = await this.database.sql.query<StepRow>(
+        many([
           items.map((w) => w.ownership.key),
           items.map((w) => w.ownership.owner),
           items.map((w) => w.ownership.fence),
@@ -78,8 +83,8 @@ export class StepWrites {
           items.map((w) => resultJson(w.record)),
           items.map((w) => w.record.durationMs),
           items.map((w) => w.record.stepNo),
-        ],
-      }));
+        ]),
+      ));
     } catch (error) {
       // Away is away for every write alike; anything else may be one write's fault.
       if (isDatabaseUnavailable(error)) throw error;
@@ -90,14 +95,6 @@ export class StepWrites {
       pending.item.outcome = outcomeOf(rows[i]);
       pending.resolve();
     });
-  }
-
-  private manyStatement(ownerMany: (refs: { input: string }) => string): { text: string; name: string } {
-    if (!this.many) {
-      const text = stepWriteMany(ownerMany({ input: 'input' }));
-      this.many = { text, name: `cyclium_episodes_step_write_many_${createHash('sha256').update(text).digest('hex').slice(0, 12)}` };
-    }
-    return this.many;
   }
 
   private async sendOne(pending: Pending<StepWrite>): Promise<void> {
@@ -128,7 +125,6 @@ function resultJson(record: StepRecord): string {
 }
 
 function outcomeOf(row: StepRow | undefined): StepWriteOutcome {
-  // One statement says `written` as a count, the batched one as a boolean.
-  if (!row || (row.written !== 1 && row.written !== true)) return 'not_owner';
+  if (row?.written !== 1) return 'not_owner';
   return row.cancel_requested ? 'cancel_requested' : 'written';
 }
