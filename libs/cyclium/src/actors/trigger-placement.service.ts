@@ -95,7 +95,7 @@ export class TriggerPlacement {
 
   /** After a dispatch: tells the other nodes when the trigger is settled, so their backups stand down. */
   dispatched(dedupeKey: string, result: DispatchResult): void {
-    // Sent even by a node that believes it is alone: a peer that joined since its last beat may be waiting on it.
+    // Sent whatever this node thinks of its peers: the bus keeps it in-process only while it knows nobody else listens.
     if (this.signals && SETTLED.has(result.status)) this.signals.signalDispatched([tokenOf(dedupeKey)]);
   }
 

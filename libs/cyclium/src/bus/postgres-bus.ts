@@ -91,13 +91,8 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
       throw new TypeError(`PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`);
     }
     this.retentionMs = options.retentionMs ?? 3_600_000;
-    this.log = new EventLog({
-      channel,
-      stackSlug: options.stackSlug ?? null,
-      env: options.env ?? null,
-      publisher: options.publisher ?? (() => 'unknown'),
-    });
     this.identity = options.publisher ?? (() => 'unknown');
+    this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: this.identity });
     this.audience = options.audience;
     const spacingMs = options.spacingMs ?? 10;
     this.reader = new BusReader(sql, this.log, (event) => this.local.deliver(event), options.pollIntervalMs ?? 10_000, spacingMs);
