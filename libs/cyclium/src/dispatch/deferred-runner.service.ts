@@ -3,7 +3,7 @@ import type { QueryConfig } from 'pg';
 import { Injectable } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorDefinitionError } from '../actors/actor-definition.error.js';
-import { ActorSlots, type DispatchOptions } from '../actors/actor-slots.service.js';
+import type { DispatchOptions } from '../actors/actor-slots.service.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
@@ -18,7 +18,7 @@ import { TriggerRequests } from './trigger-requests.service.js';
 /** Tells full nodes a request is waiting, so they need not wait for their next poll. */
 export const REQUEST_WAKE_EVENT = 'cyclium.trigger_requests.pending';
 
-export type DeferResult = { status: 'deferred'; episode: EpisodeRow; requestId: string } | { status: 'duplicate' } | { status: 'busy' };
+export type DeferResult = { status: 'deferred'; episode: EpisodeRow; requestId: string } | { status: 'duplicate' };
 
 /**
  * The runner of a trigger-only node: the episode row is created as always (deferred, so a UI shows
@@ -33,16 +33,17 @@ export class DeferredRunner {
     private readonly store: EpisodeStore,
     private readonly requests: TriggerRequests,
     private readonly registry: ActorRegistry,
-    private readonly slots: ActorSlots,
     private readonly events: EventOutbox,
     private readonly identity: NodeIdentity,
     private readonly telemetry: CycliumTelemetry,
   ) {}
 
-  /** `handover`: a draining node leaving a trigger to the cluster, which defers even though it accepts nothing new. */
-  async defer(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions, handover = false): Promise<DeferResult> {
+  /**
+   * Defers even while this node drains: nothing runs here, a full node takes the request, and a
+   * draining node hands what it still holds to the cluster this way (Dispatcher.handOver).
+   */
+  async defer(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DeferResult> {
     if (!this.registry.get(expectation.actorId)) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
-    if (!handover && !this.slots.open) return { status: 'busy' };
     const spec: NewEpisode = {
       actorId: expectation.actorId,
       expectationId: expectation.id,

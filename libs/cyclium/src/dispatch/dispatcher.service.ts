@@ -23,12 +23,12 @@ export class Dispatcher {
   dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
     const mode = this.mode.of(expectation.actorId);
     if (mode === 'full') return this.slots.dispatch(expectation, trigger, options);
-    if (mode === 'trigger_only') return this.deferred.defer(expectation, trigger, options, true);
+    if (mode === 'trigger_only') return this.deferred.defer(expectation, trigger, options);
     return Promise.resolve({ status: 'disabled' });
   }
 
   /** A trigger this node can no longer run (it is draining), left to a full node as a trigger request. */
   handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
-    return this.deferred.defer(expectation, trigger, options, true);
+    return this.deferred.defer(expectation, trigger, options);
   }
 }
