@@ -5,9 +5,9 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
-import { Episodes, WorkClaims } from '@cyclium/nestjs';
 import { StepWrites } from '../libs/cyclium/src/episodes/step-writes.js';
 import { startCycliumApp } from './support/cyclium-app.js';
+import { heldEpisodes } from './support/held-episodes.js';
 import { useDatabase } from './support/database.js';
 
 describe('batched step writes', () => {
@@ -24,19 +24,7 @@ describe('batched step writes', () => {
     await app?.close();
   });
 
-  /** `n` running episodes, each with a claim this node holds at fence 1. */
-  async function held(n: number): Promise<Array<{ id: string; ownership: { key: string; owner: string; fence: number } }>> {
-    const claims = app.get(WorkClaims);
-    return Promise.all(
-      Array.from({ length: n }, async () => {
-        const episode = await app.get(Episodes).create({ actorId: 'batch', expectationId: 'x' });
-        const key = `episode:${episode.id}`;
-        const grant = await claims.acquire(key);
-        if (grant.status !== 'acquired') throw new Error(`claim ${key} was ${grant.status}`);
-        return { id: episode.id, ownership: { key, owner: 'batcher', fence: grant.claim.fence } };
-      }),
-    );
-  }
+  const held = async (n: number) => (await heldEpisodes(app, 'batcher', n)).map((e) => ({ id: e.episode.id, ownership: e.ownership }));
 
   const record = (name: string) => ({ stepNo: 1, journalNo: 1, name, result: { name }, durationMs: 1 });
   const transactionsOf = async (ids: string[]) =>

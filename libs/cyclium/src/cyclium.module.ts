@@ -15,6 +15,7 @@ import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
+import { EndWrites } from './episodes/end-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { Episodes } from './episodes/episodes.service.js';
@@ -75,6 +76,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     EpisodeJournal,
     EpisodeStatements,
     StepWrites,
+    EndWrites,
     EpisodeRunner,
     Episodes,
     Findings,

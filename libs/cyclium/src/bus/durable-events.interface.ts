@@ -15,6 +15,12 @@ export interface DurableEvents {
    * writing only when the SQL condition `when` holds, so an outcome and its event are one round trip.
    */
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string;
+  /**
+   * Optional: the same for a batch of outcomes, writing only the events whose 1-based position in
+   * `events` is in the SQL set `positions` (a subquery of integers). Without it, terminal writes
+   * are never batched.
+   */
+  appendManyFragment?(statement: Statement, events: readonly BusEvent[], positions: string): string;
   /** Tells listeners there is something to read; called after that transaction committed. */
   wake(): void;
 }

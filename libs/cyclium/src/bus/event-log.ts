@@ -119,7 +119,7 @@ export class EventLog {
     );
   }
 
-  /** APPEND as the body of a CTE of a larger statement, writing only when `when` holds. */
+  /** APPEND as the body of a CTE of a larger statement, writing only when `when` holds (`e.n` is an event's 1-based position). */
   appendFragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
     const { channel, stackSlug, env, publisher } = this.scope;
     const p = (value: unknown, cast?: string) => statement.param(value, cast);

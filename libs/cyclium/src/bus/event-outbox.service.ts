@@ -58,6 +58,37 @@ export class EventOutbox {
     return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
   }
 
+  /** False when the transport is durable but cannot write a batch of outcomes' events (each is then written alone). */
+  get batches(): boolean {
+    return !isDurable(this.transport) || typeof this.transport.appendManyFragment === 'function';
+  }
+
+  /**
+   * `fragment` for a batch of outcomes: writes the events whose 1-based position is in the SQL set
+   * `positions`; `announce` takes the positions that were written. Only when `batches`.
+   */
+  fragmentMany(statement: Statement, events: readonly OutgoingEvent[], positions: string): { body: string | null; announce: (written: readonly number[]) => void } {
+    const transport = this.transport;
+    if (isDurable(transport) && transport.appendManyFragment) {
+      const body = transport.appendManyFragment(statement, events.map((e) => mintBusEvent(e.type, e.payload)), positions);
+      return {
+        body,
+        announce: (written) => {
+          if (written.length > 0) transport.wake();
+        },
+      };
+    }
+    return {
+      body: null,
+      announce: (written) => {
+        for (const n of written) {
+          const event = events[n - 1] as OutgoingEvent;
+          this.announce(event.type, event.payload);
+        }
+      },
+    };
+  }
+
   /** Publishes a library event; rejects when the transport could not take it. */
   publish(type: string, payload: unknown): Promise<BusEvent> {
     return this.transport.publish(type, payload);

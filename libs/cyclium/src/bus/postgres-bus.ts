@@ -148,6 +148,10 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
     return this.log.appendFragment(statement, events.map(storableEvent), when);
   }
 
+  appendManyFragment(statement: Statement, events: readonly BusEvent[], positions: string): string {
+    return this.log.appendFragment(statement, events.map(storableEvent), `e.n IN (${positions})`);
+  }
+
   /**
    * Tells the channel this node listens (NodeRegistry, once its row is written): a node that
    * thought itself alone NOTIFYs again from now on, and at once for what it committed unannounced.

@@ -177,6 +177,12 @@ export class PostgresClaims implements WorkClaimsAdapter {
            SET state = CASE WHEN ${failure}::text IS NULL THEN 'done' ELSE 'failed' END, finished_at = now(), error_detail = ${failure}
          WHERE dedupe_key = ${key} AND owner_node = ${owner} AND state = 'claimed' AND fence = ${fence} AND (${when})
         RETURNING 1`,
+      finishMany: ({ input }) => `
+        UPDATE cyclium_work_claims c
+           SET state = CASE WHEN i.failure IS NULL THEN 'done' ELSE 'failed' END, finished_at = now(), error_detail = i.failure
+          FROM ${input} i
+         WHERE c.dedupe_key = i.key AND c.owner_node = i.owner AND c.state = 'claimed' AND c.fence = i.fence
+        RETURNING 1`,
     },
   };
 

@@ -77,12 +77,16 @@ export interface InTransactionClaims {
  *   `fence` among others) whose owner holds the key at that fence, holding those claim rows until
  *   the transaction ends and locking them in key order, so that two statements that each lock
  *   several claims cannot deadlock. Without it, fenced writes are never batched.
+ * - `finishMany(refs)` (optional, with `ownerMany`): an UPDATE … RETURNING 1 that completes or fails,
+ *   for every row of the CTE `input` (columns `key`, `owner`, `fence`, `failure`), the claim at that
+ *   fence (`failure` NULL completes). Without it, terminal writes are never batched.
  */
 export interface ClaimFragments {
   owner(refs: { key: string; owner: string; fence: string }): string;
   ownerMany?(refs: { input: string }): string;
   acquire(refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string }): Array<[string, string]>;
   finish(refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
+  finishMany?(refs: { input: string }): string;
 }
 
 /**

@@ -115,6 +115,11 @@ export class EpisodeJournal {
     return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id = ${statement.param(id, 'uuid')} AND (${when}) RETURNING 1`;
   }
 
+  /** The same for every episode the SQL set `ids` names. */
+  clearCheckpointsManyFragment(ids: string): string {
+    return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id IN (${ids}) RETURNING 1`;
+  }
+
   /** The journal: steps and markers, in order. */
   async steps(id: string): Promise<CycliumEpisodeStep[]> {
     const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id]);

@@ -26,6 +26,7 @@ import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
 import { RunningEpisode, type History } from './running-episode.js';
+import { EndWrites } from './end-writes.js';
 import { StepWrites } from './step-writes.js';
 
 export type BeginResult =
@@ -72,6 +73,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly events: EventOutbox,
     private readonly statements: EpisodeStatements,
     private readonly steps: StepWrites,
+    private readonly ends: EndWrites,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -229,7 +231,7 @@ export class EpisodeRunner implements OnModuleInit {
    */
   private async converge(episode: EpisodeRow, ownership: Ownership, result: Convergence): Promise<void> {
     const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
-    const won = await this.statements.end(episode, ownership, {
+    const won = await this.ends.end(episode, ownership, {
       terminal: { status, summary: result.summary ?? null, classification: result.classification },
       findings: result.findings,
       outputs: result.outputs,
@@ -251,7 +253,7 @@ export class EpisodeRunner implements OnModuleInit {
     }
     const [status, errorClass, detail] = classify(cause);
     const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
-    const recorded = await this.statements.end(episode, ownership, {
+    const recorded = await this.ends.end(episode, ownership, {
       terminal: { status, errorClass, detail },
       event: this.lifecycle(event, episode, status, { errorClass }),
     });

@@ -161,7 +161,7 @@ export class EpisodeStatements {
     for (const [name, body] of this.findings.fragments(statement, episode, outcome.findings ?? [], won)) statement.with(name, body);
     const proposals = outcome.outputs ?? [];
     if (proposals.length > 0) statement.with('outputs', this.outputs.fragment(statement, episode, proposals, won));
-    const failure = outcome.terminal.status === 'failed' ? `${outcome.terminal.errorClass}: ${outcome.terminal.detail}` : null;
+    const failure = claimFailureOf(outcome.terminal);
     if (joined) statement.with('claim_finished', claims.fragments.finish({ ...refs, failure: p(failure, 'text'), when: won }));
     const event = this.events.fragment(statement, [outcome.event], won);
     if (event.body) statement.with('terminal_event', event.body);
@@ -184,4 +184,9 @@ export class EpisodeStatements {
     event.announce();
     return rows.filter((r) => r.id !== null && r.id !== undefined).map(toOutput);
   }
+}
+
+/** What the claim records of a run that failed; null when it converged or was canceled. */
+export function claimFailureOf(terminal: TerminalOutcome): string | null {
+  return terminal.status === 'failed' ? `${terminal.errorClass}: ${terminal.detail}` : null;
 }

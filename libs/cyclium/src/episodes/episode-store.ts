@@ -292,6 +292,31 @@ export class EpisodeStore {
       RETURNING cyclium_episodes.id`;
   }
 
+  /**
+   * `finishFragment` for every row of the CTE `input` (columns `episode_id`, `status`, `summary`,
+   * `classification`, `error_class`, `error_detail`) that is still running, as CTEs, the last named
+   * `ep` (`RETURNING id`). The rows are locked in id order first, as the drain's stamp locks them,
+   * so a batch and a stamp wait for each other instead of deadlocking.
+   */
+  finishManyFragments(input: string): Array<[string, string]> {
+    return [
+      [
+        'ep_locked',
+        `SELECT e.id FROM cyclium_episodes e JOIN ${input} i ON i.episode_id = e.id
+          WHERE e.status = 'running' ORDER BY e.id FOR UPDATE OF e`,
+      ],
+      [
+        'ep',
+        `UPDATE cyclium_episodes e
+            SET status = i.status, summary = coalesce(i.summary, e.summary), classification = coalesce(i.classification, e.classification),
+                error_class = i.error_class, error_detail = i.error_detail, phase = NULL, finished_at = now(), updated_at = now()
+           FROM ep_locked l JOIN ${input} i ON i.episode_id = l.id
+          WHERE e.id = l.id
+         RETURNING e.id`,
+      ],
+    ];
+  }
+
   /** Writes a row as given; `started_at` defaults to the database clock (rule 1) for a running row. */
   async seed(spec: SeedEpisode): Promise<EpisodeRow> {
     const { rows } = await this.database.sql.query(
@@ -456,9 +481,13 @@ export class EpisodeStore {
   async stampInterrupted(ids: readonly string[]): Promise<string[]> {
     if (ids.length === 0) return [];
     const { rows } = await this.database.sql.query<{ id: string }>(
-      `UPDATE cyclium_episodes SET phase = 'interrupted', updated_at = now()
-        WHERE id = ANY($1::uuid[]) AND status = 'running'
-       RETURNING id`,
+      // In id order, as a batch of terminal writes locks them (finishManyFragments).
+      `WITH locked AS (
+         SELECT id FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = 'running' ORDER BY id FOR UPDATE)
+       UPDATE cyclium_episodes e SET phase = 'interrupted', updated_at = now()
+         FROM locked
+        WHERE e.id = locked.id
+       RETURNING e.id`,
       [ids],
     );
     return rows.map((r) => r.id);

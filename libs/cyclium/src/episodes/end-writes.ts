@@ -1,0 +1,132 @@
+import { Injectable } from '@nestjs/common';
+import { EventOutbox } from '../bus/event-outbox.service.js';
+import { GroupCommit, type Pending } from '../bus/group-commit.js';
+import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js';
+import { WorkClaims } from '../claims/work-claims.service.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { isDatabaseUnavailable } from '../database/database-errors.js';
+import { Statement } from '../database/statement.js';
+import type { CycliumOutput } from '../outputs/output.entity.js';
+import type { EpisodeRow } from './episode-context.interface.js';
+import { EpisodeJournal } from './episode-journal.js';
+import { EpisodeStatements, claimFailureOf, type EndOutcome, type Ownership } from './episode-statements.js';
+import { EpisodeStore } from './episode-store.js';
+
+/** Batches a node keeps in flight at once, as StepWrites does. */
+const IN_FLIGHT = 4;
+
+interface EndWrite {
+  episode: EpisodeRow;
+  ownership: Ownership & { fence: number };
+  outcome: EndOutcome;
+  won: boolean;
+}
+
+type BatchFragments = Required<Pick<ClaimFragments, 'ownerMany' | 'finishMany'>>;
+
+/**
+ * Every terminal write of this node (EpisodeStatements.end). Outcomes with nothing but a status
+ * and an event (no findings, no outputs) that arrive while another terminal write is in flight
+ * leave together as one statement, group-committed as step writes are: each row proves its own
+ * claim at its fence (the claims locked in key order, the episodes in id order), and its status,
+ * checkpoint cleanup, claim completion and terminal event are written only when that proof held,
+ * so a stale holder in a batch writes nothing while the others commit. A lone write goes out at
+ * once, alone; a batch PostgreSQL refuses is written again one by one, so only the write at fault
+ * fails. Everything else (findings, outputs, claims off, an adapter or bus that cannot batch) is
+ * written alone.
+ */
+@Injectable()
+export class EndWrites {
+  private readonly batches = new GroupCommit<EndWrite>((batch) => this.send(batch), IN_FLIGHT);
+  /** The claims fragments a batch needs, resolved at the first end (null: this setup cannot batch). */
+  private fragments: BatchFragments | null | undefined;
+
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly statements: EpisodeStatements,
+    private readonly store: EpisodeStore,
+    private readonly journal: EpisodeJournal,
+    private readonly claims: WorkClaims,
+    private readonly events: EventOutbox,
+  ) {}
+
+  /** The end of a run, as EpisodeStatements.end answers it: null when nothing was written. */
+  async end(episode: EpisodeRow, ownership: Ownership, outcome: EndOutcome): Promise<CycliumOutput[] | null> {
+    const { fence } = ownership;
+    if (fence === null || (outcome.findings?.length ?? 0) > 0 || (outcome.outputs?.length ?? 0) > 0 || !this.batchFragments()) {
+      return this.statements.end(episode, ownership, outcome);
+    }
+    const item: EndWrite = { episode, ownership: { ...ownership, fence }, outcome, won: false };
+    await this.batches.add(item);
+    return item.won ? [] : null;
+  }
+
+  private batchFragments(): BatchFragments | null {
+    if (this.fragments === undefined) {
+      const claims = this.claims.inStatement();
+      const { ownerMany, finishMany } = claims.fragments;
+      this.fragments = claims.joined && ownerMany && finishMany && this.events.batches ? { ownerMany, finishMany } : null;
+    }
+    return this.fragments;
+  }
+
+  private async send(batch: Array<Pending<EndWrite>>): Promise<void> {
+    if (batch.length === 1) return this.sendOne(batch[0] as Pending<EndWrite>);
+    const items = batch.map((pending) => pending.item);
+    const { ownerMany, finishMany } = this.batchFragments() as BatchFragments;
+    const statement = new Statement('end_many');
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    const terminal = items.map((w) => w.outcome.terminal);
+    statement.with(
+      'input',
+      `SELECT * FROM unnest(${p(items.map((w) => w.ownership.key), 'text[]')}, ${p(items.map((w) => w.ownership.owner), 'text[]')},
+                            ${p(items.map((w) => w.ownership.fence), 'bigint[]')}, ${p(items.map((w) => w.episode.id), 'uuid[]')},
+                            ${p(terminal.map((t) => t.status), 'text[]')}, ${p(terminal.map((t) => t.summary ?? null), 'text[]')},
+                            ${p(terminal.map((t) => (t.classification === undefined ? null : JSON.stringify(t.classification))), 'jsonb[]')},
+                            ${p(terminal.map((t) => t.errorClass ?? null), 'text[]')}, ${p(terminal.map((t) => t.detail ?? null), 'text[]')},
+                            ${p(terminal.map(claimFailureOf), 'text[]')})
+         WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification, error_class, error_detail, failure, n)`,
+    );
+    statement.with('owner', ownerMany({ input: 'input' }));
+    for (const [name, body] of this.store.finishManyFragments('owner')) statement.with(name, body);
+    statement.with('won', `SELECT o.* FROM owner o JOIN ep ON ep.id = o.episode_id`);
+    statement.with('checkpoints', this.journal.clearCheckpointsManyFragment(`SELECT episode_id FROM won WHERE status IN ('done', 'partially_failed')`));
+    statement.with('claim_finished', finishMany({ input: 'won' }));
+    const event = this.events.fragmentMany(statement, items.map((w) => w.outcome.event), `SELECT n FROM won`);
+    if (event.body) statement.with('terminal_event', event.body);
+
+    const startedAt = performance.now();
+    let rows: Array<{ won: boolean }>;
+    try {
+      ({ rows } = await this.database.sql.query<{ won: boolean }>(
+        statement.build(`SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won FROM input i ORDER BY i.n`),
+      ));
+    } catch (error) {
+      // Away is away for every write alike; anything else may be one write's fault.
+      if (isDatabaseUnavailable(error)) throw error;
+      await Promise.all(batch.map((pending) => this.sendOne(pending)));
+      return;
+    }
+    const written: number[] = [];
+    batch.forEach((pending, i) => {
+      const item = pending.item;
+      item.won = rows[i]?.won === true;
+      if (item.won) {
+        written.push(i + 1);
+        this.claims.finished(item.ownership.key, item.ownership.fence, claimFailureOf(item.outcome.terminal) !== null, startedAt);
+      }
+    });
+    event.announce(written);
+    for (const pending of batch) pending.resolve();
+  }
+
+  private async sendOne(pending: Pending<EndWrite>): Promise<void> {
+    const { episode, ownership, outcome } = pending.item;
+    try {
+      pending.item.won = (await this.statements.end(episode, ownership, outcome)) !== null;
+      pending.resolve();
+    } catch (error) {
+      pending.reject(error);
+    }
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * Terminal writes that arrive together leave as one statement, and each row of it still proves
+ * its own claim at its fence: a stale holder in the batch writes nothing (no status, no claim
+ * completion, no checkpoint cleanup, no terminal event) while the others commit together, and a
+ * write PostgreSQL refuses fails alone while the rest are written one by one.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { INestApplicationContext } from '@nestjs/common';
+import { EndWrites } from '../libs/cyclium/src/episodes/end-writes.js';
+import type { EndOutcome } from '../libs/cyclium/src/episodes/episode-statements.js';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { heldEpisodes, type HeldEpisode as Held } from './support/held-episodes.js';
+import { useDatabase } from './support/database.js';
+
+describe('batched terminal writes', () => {
+  const database = useDatabase();
+  let app: INestApplicationContext;
+  let ends: EndWrites;
+
+  beforeAll(async () => {
+    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'ender', workClaims: 'postgres', bus: 'postgres' } });
+    ends = app.get(EndWrites);
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  /** `n` running episodes, each with a claim this node holds and one checkpoint. */
+  async function held(n: number): Promise<Held[]> {
+    const episodes = await heldEpisodes(app, 'ender', n);
+    await database.db.query(
+      `INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) SELECT id, 1, 's', '{"v":1}' FROM unnest($1::uuid[]) AS id`,
+      [episodes.map((e) => e.episode.id)],
+    );
+    return episodes;
+  }
+
+  const done = (e: Held, summary: string): EndOutcome => ({
+    terminal: { status: 'done', summary, classification: { summary } },
+    event: { type: 'episode.completed', payload: { episodeId: e.episode.id, status: 'done' } },
+  });
+  const failed = (e: Held): EndOutcome => ({
+    terminal: { status: 'failed', errorClass: 'crash', detail: 'boom' },
+    event: { type: 'episode.failed', payload: { episodeId: e.episode.id, status: 'failed' } },
+  });
+
+  async function state(episodes: Held[]) {
+    const ids = episodes.map((e) => e.episode.id);
+    const { rows } = await database.db.query(
+      `SELECT e.id, e.status, e.summary, e.classification, e.error_class, e.finished_at IS NOT NULL AS finished, e.xmin::text AS tx,
+              c.state AS claim, c.owner_node AS claim_owner, c.error_detail AS claim_error,
+              (SELECT count(*)::int FROM cyclium_episode_checkpoints k WHERE k.episode_id = e.id) AS checkpoints,
+              (SELECT array_agg(v.type ORDER BY v.id) FROM cyclium_events v WHERE v.payload->>'episodeId' = e.id::text) AS events
+         FROM cyclium_episodes e JOIN cyclium_work_claims c ON c.dedupe_key = 'episode:' || e.id
+        WHERE e.id = ANY($1::uuid[])`,
+      [ids],
+    );
+    return ids.map((id) => rows.find((r: { id: string }) => r.id === id));
+  }
+
+  it('writes a batch in one transaction, and a stale holder in it writes nothing', async () => {
+    const episodes = await held(5);
+    const [stolen, fails, ...rest] = episodes as [Held, Held, Held, Held, Held];
+    // Another node took the first claim over (fence + 1); its holder has not noticed.
+    await database.db.query(`UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`, [stolen.ownership.key]);
+
+    const outcomes = await Promise.all([
+      ends.end(stolen.episode, stolen.ownership, done(stolen, 'stolen')),
+      ends.end(fails.episode, fails.ownership, failed(fails)),
+      ...rest.map((e, i) => ends.end(e.episode, e.ownership, done(e, `ok-${i}`))),
+    ]);
+
+    expect(outcomes).toEqual([null, [], [], [], []]);
+    const [s, f, ...ok] = await state(episodes);
+    expect(s).toMatchObject({ status: 'running', summary: null, finished: false, claim: 'claimed', claim_owner: 'thief', checkpoints: 1, events: null });
+    expect(f).toMatchObject({ status: 'failed', error_class: 'crash', finished: true, claim: 'failed', claim_error: 'crash: boom', checkpoints: 1 });
+    expect(f.events).toEqual(['episode.failed']);
+    ok.forEach((row, i) => {
+      expect(row).toMatchObject({ status: 'done', summary: `ok-${i}`, classification: { summary: `ok-${i}` }, finished: true, claim: 'done', checkpoints: 0 });
+      expect(row.events).toEqual(['episode.completed']);
+    });
+    // The four winners committed in one transaction.
+    expect(new Set([f, ...ok].map((r) => r.tx)).size).toBe(1);
+  });
+
+  it('fails only the write PostgreSQL refuses, and writes the others one by one', async () => {
+    const episodes = await held(4);
+    const [bad, ...rest] = episodes as [Held, Held, Held, Held];
+    const outcome = done(bad, 'bad');
+    // A status the table's check refuses: the batch fails, then this write fails alone.
+    outcome.terminal.status = 'no-such-status' as EndOutcome['terminal']['status'];
+
+    const outcomes = await Promise.allSettled([
+      ends.end(bad.episode, bad.ownership, outcome),
+      ...rest.map((e, i) => ends.end(e.episode, e.ownership, done(e, `alone-${i}`))),
+    ]);
+
+    expect(outcomes[0]?.status).toBe('rejected');
+    expect(outcomes.slice(1).map((o) => (o.status === 'fulfilled' ? o.value : o.reason))).toEqual([[], [], []]);
+    const [b, ...ok] = await state(episodes);
+    expect(b).toMatchObject({ status: 'running', claim: 'claimed', checkpoints: 1, events: null });
+    ok.forEach((row) => expect(row).toMatchObject({ status: 'done', claim: 'done', checkpoints: 0 }));
+    expect(new Set(ok.map((r) => r.tx)).size).toBe(3);
+  });
+});
