@@ -15,6 +15,7 @@ import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
+import { BeginWrites } from './episodes/begin-writes.js';
 import { EndWrites } from './episodes/end-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
 import { EpisodeStore } from './episodes/episode-store.js';
@@ -77,6 +78,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     EpisodeStatements,
     StepWrites,
     EndWrites,
+    BeginWrites,
     EpisodeRunner,
     Episodes,
     Findings,

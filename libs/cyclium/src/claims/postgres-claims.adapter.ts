@@ -177,6 +177,41 @@ export class PostgresClaims implements WorkClaimsAdapter {
            SET state = CASE WHEN ${failure}::text IS NULL THEN 'done' ELSE 'failed' END, finished_at = now(), error_detail = ${failure}
          WHERE dedupe_key = ${key} AND owner_node = ${owner} AND state = 'claimed' AND fence = ${fence} AND (${when})
         RETURNING 1`,
+      // acquire for many keys, each decided on the row as this statement sees it; takeovers lock in
+      // key order (a lock re-reads the row, so a taker that lost the race finds no match: busy).
+      acquireMany: ({ input, owner, leaseSeconds }) => [
+        ['claim_seen', `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ${input} i ON i.key = c.dedupe_key`],
+        [
+          'claim_new',
+          `INSERT INTO cyclium_work_claims
+             (dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence)
+           SELECT i.key, 'claimed', ${owner}, now() + make_interval(secs => ${leaseSeconds}), now(), now(), 1, 1
+             FROM ${input} i
+            WHERE NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE seen.dedupe_key = i.key)
+            ORDER BY i.key
+           ON CONFLICT (dedupe_key) DO NOTHING
+           RETURNING dedupe_key AS key, fence, attempt, lease_until, NULL::text AS stolen_from`,
+        ],
+        [
+          'claim_lapsed',
+          `SELECT c.dedupe_key, seen.state AS seen_state, seen.owner_node AS seen_owner FROM cyclium_work_claims c
+             JOIN claim_seen seen ON seen.dedupe_key = c.dedupe_key AND c.fence = seen.fence AND c.state = seen.state
+            WHERE c.state <> 'claimed' OR c.lease_until < now()
+            ORDER BY c.dedupe_key
+              FOR UPDATE OF c`,
+        ],
+        [
+          'claim_taken',
+          `UPDATE cyclium_work_claims c
+              SET state = 'claimed', owner_node = ${owner}, lease_until = now() + make_interval(secs => ${leaseSeconds}),
+                  claimed_at = now(), last_heartbeat_at = now(), finished_at = NULL, error_detail = NULL,
+                  attempt = CASE WHEN c.state = 'done' THEN 1 ELSE c.attempt + 1 END, fence = c.fence + 1
+             FROM claim_lapsed l
+            WHERE c.dedupe_key = l.dedupe_key
+           RETURNING c.dedupe_key AS key, c.fence, c.attempt, c.lease_until, CASE WHEN l.seen_state = 'claimed' THEN l.seen_owner END AS stolen_from`,
+        ],
+        ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
+      ],
       finishMany: ({ input }) => `
         UPDATE cyclium_work_claims c
            SET state = CASE WHEN i.failure IS NULL THEN 'done' ELSE 'failed' END, finished_at = now(), error_detail = i.failure

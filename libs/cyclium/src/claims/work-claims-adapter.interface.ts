@@ -77,6 +77,10 @@ export interface InTransactionClaims {
  *   `fence` among others) whose owner holds the key at that fence, holding those claim rows until
  *   the transaction ends and locking them in key order, so that two statements that each lock
  *   several claims cannot deadlock. Without it, fenced writes are never batched.
+ * - `acquireMany(refs)` (optional): `acquire` for every row of the CTE `input` (column `key`, keys
+ *   distinct), as `[name, body]` CTEs, the last one named `claim`, with one row (`key`, `fence`,
+ *   `attempt`, `lease_until`, `stolen_from`) per claim taken; a key without a row is busy. Rows are
+ *   written and taken over in key order. Without it, begins are never batched.
  * - `finishMany(refs)` (optional, with `ownerMany`): an UPDATE … RETURNING 1 that completes or fails,
  *   for every row of the CTE `input` (columns `key`, `owner`, `fence`, `failure`), the claim at that
  *   fence (`failure` NULL completes). Without it, terminal writes are never batched.
@@ -86,6 +90,7 @@ export interface ClaimFragments {
   ownerMany?(refs: { input: string }): string;
   acquire(refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string }): Array<[string, string]>;
   finish(refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
+  acquireMany?(refs: { input: string; owner: string; leaseSeconds: string }): Array<[string, string]>;
   finishMany?(refs: { input: string }): string;
 }
 

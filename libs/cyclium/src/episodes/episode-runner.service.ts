@@ -26,6 +26,7 @@ import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
 import { RunningEpisode, type History } from './running-episode.js';
+import { BeginWrites } from './begin-writes.js';
 import { EndWrites } from './end-writes.js';
 import { StepWrites } from './step-writes.js';
 
@@ -74,6 +75,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly statements: EpisodeStatements,
     private readonly steps: StepWrites,
     private readonly ends: EndWrites,
+    private readonly begins: BeginWrites,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -91,7 +93,7 @@ export class EpisodeRunner implements OnModuleInit {
 
   /** Inserts a running episode and takes its claim, one round trip; busy or duplicate writes nothing. */
   begin(spec: NewEpisode): Promise<BeginResult> {
-    if (this.statements.beginsInOneStatement) return this.statements.begin(spec);
+    if (this.statements.beginsInOneStatement) return this.begins.begin(spec);
     return this.claimWith((client) => this.store.insert(spec, client));
   }
 

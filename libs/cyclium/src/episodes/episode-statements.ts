@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { QueryConfig } from 'pg';
 import { Inject, Injectable } from '@nestjs/common';
 import { EventOutbox, type OutgoingEvent } from '../bus/event-outbox.service.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
@@ -6,6 +7,7 @@ import { WorkClaims } from '../claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { errorMessage } from '../database/database-errors.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
 import { Statement } from '../database/statement.js';
 import { Findings } from '../findings/findings.service.js';
 import type { FindingAction } from '../findings/finding-action.interface.js';
@@ -42,7 +44,7 @@ export interface EndOutcome {
 /** The text the busy guard fails with (an integer cast of it), recognised to answer busy. */
 const BUSY = 'cyclium: the claim is busy';
 
-interface BeginRow {
+export interface BeginRow {
   fence: string | null;
   attempt: number | null;
   lease_until: Date | null;
@@ -114,25 +116,16 @@ export class EpisodeStatements {
       : { body: null, announce: () => undefined };
     if (event.body) statement.with('started', event.body);
 
-    // Inserted but the claim is busy (a live lease on a key no live episode had): the statement
-    // must write nothing, so it fails on purpose, rolling the insert back with it. The cast reads
-    // the inserted row, so the planner cannot fold it into an error of its own.
-    const busy = p(BUSY, 'text');
     const sentAt = performance.now();
-    let rows: BeginRow[];
-    try {
-      ({ rows } = await this.database.sql.query<BeginRow>(
-        statement.build(`
-          SELECT c.fence::text, c.attempt, c.lease_until, c.stolen_from, e.*,
-                 CASE WHEN e.id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM claim) THEN (${busy} || e.id::text)::int END AS busy
-            FROM (SELECT 1) one LEFT JOIN ep e ON true LEFT JOIN claim c ON e.id IS NOT NULL`),
-      ));
-    } catch (error) {
-      if (errorMessage(error).includes(BUSY)) {
-        this.claims.grantOf({ fence: null, attempt: null, lease_until: null, stolen_from: null }, key, sentAt);
-        return { status: 'busy' };
-      }
-      throw error;
+    const rows = await queryBegin(
+      this.database.sql,
+      statement.build(`
+        SELECT ${beginColumns(statement, 'NOT EXISTS (SELECT 1 FROM claim)')}
+          FROM (SELECT 1) one LEFT JOIN ep e ON true LEFT JOIN claim c ON e.id IS NOT NULL`),
+    );
+    if (rows === 'busy') {
+      this.claims.grantOf({ fence: null, attempt: null, lease_until: null, stolen_from: null }, key, sentAt);
+      return { status: 'busy' };
     }
     const row = rows[0] as BeginRow;
     if (row.id === null) return { status: 'duplicate' };
@@ -189,4 +182,27 @@ export class EpisodeStatements {
 /** What the claim records of a run that failed; null when it converged or was canceled. */
 export function claimFailureOf(terminal: TerminalOutcome): string | null {
   return terminal.status === 'failed' ? `${terminal.errorClass}: ${terminal.detail}` : null;
+}
+
+/** Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was written). */
+export async function queryBegin(sql: SqlExecutor, query: QueryConfig): Promise<BeginRow[] | 'busy'> {
+  try {
+    return (await sql.query<BeginRow>(query)).rows;
+  } catch (error) {
+    if (errorMessage(error).includes(BUSY)) return 'busy';
+    throw error;
+  }
+}
+
+/**
+ * What a begin answers per episode, from `e` (the inserted row, or none: a duplicate) and `c` (its
+ * claim): the grant's columns and the row. Inserted but the claim is busy (`claimMissing`: a live
+ * lease on a key no live episode had): the statement must write nothing, so it fails on purpose,
+ * rolling the insert back with it. The cast reads the inserted row, so the planner cannot fold it
+ * into an error of its own.
+ */
+export function beginColumns(statement: Statement, claimMissing: string): string {
+  const busy = statement.param(BUSY, 'text');
+  return `c.fence::text, c.attempt, c.lease_until, c.stolen_from, e.*,
+          CASE WHEN e.id IS NOT NULL AND ${claimMissing} THEN (${busy} || e.id::text)::int END AS busy`;
 }

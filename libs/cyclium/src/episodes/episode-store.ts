@@ -235,6 +235,25 @@ export class EpisodeStore {
       RETURNING *`;
   }
 
+  /**
+   * `insertFragment` (running, started now) for every row of the CTE `input` (columns `id`, `key`,
+   * `actor_id`, `expectation_id`, `trigger_type`, `trigger_ref`, `dedupe_key`, `owner_node`,
+   * `max_attempts`, `source_stack`, `source_env`, `workflow_instance_id`, `workflow_step_id`), in
+   * key order, so two batches that meet on dedupe keys wait for each other instead of deadlocking.
+   */
+  insertManyFragment(input: string): string {
+    return `
+      INSERT INTO cyclium_episodes
+        (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
+         source_stack, source_env, workflow_instance_id, workflow_step_id, started_at)
+      SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, 'running', owner_node, max_attempts,
+             source_stack, source_env, workflow_instance_id, workflow_step_id, now()
+        FROM ${input}
+       ORDER BY key
+      ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING
+      RETURNING *`;
+  }
+
   /** A deferred episode a full node took: running here now. Null when it is not deferred any more (or gone). */
   async startDeferred(client: SqlExecutor, id: string, owner: string): Promise<EpisodeRow | null> {
     const { rows } = await client.query(

@@ -1,0 +1,132 @@
+import { randomUUID } from 'node:crypto';
+import { Inject, Injectable } from '@nestjs/common';
+import { GroupCommit, type Pending } from '../bus/group-commit.js';
+import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js';
+import { WorkClaims } from '../claims/work-claims.service.js';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { isDatabaseUnavailable } from '../database/database-errors.js';
+import { Statement } from '../database/statement.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { EpisodeStatements, beginColumns, queryBegin, type BeginOutcome, type BeginRow } from './episode-statements.js';
+import { EpisodeStore, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
+
+/** Batches a node keeps in flight at once, as StepWrites does. */
+const IN_FLIGHT = 4;
+
+interface BeginWrite {
+  id: string;
+  key: string;
+  spec: NewEpisode;
+  outcome: BeginOutcome;
+}
+
+type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
+
+/**
+ * Every begin of this node that is one statement (EpisodeStatements.begin). Begins that arrive
+ * while another is in flight leave together as one statement, group-committed as step writes
+ * are: the dedupe index still decides each insert, and only an insert that won takes its claim.
+ * When a claim turns out busy, or PostgreSQL refuses the batch for any reason but being away,
+ * nothing of the batch stays and every begin of it runs again alone, so its own outcome (busy,
+ * duplicate, an error) is the one it would have had alone. A lone begin goes out at once, alone.
+ * With claims off, another adapter, or `startedEvents`, each begin is written alone.
+ */
+@Injectable()
+export class BeginWrites {
+  private readonly batches = new GroupCommit<BeginWrite>((batch) => this.send(batch), IN_FLIGHT);
+  /** The claims fragment a batch needs, resolved at the first begin (null: this setup cannot batch). */
+  private acquireMany: AcquireMany | null | undefined;
+
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly statements: EpisodeStatements,
+    private readonly store: EpisodeStore,
+    private readonly claims: WorkClaims,
+    private readonly identity: NodeIdentity,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  /** EpisodeStatements.begin, batched with others when it can be. */
+  async begin(spec: NewEpisode): Promise<BeginOutcome> {
+    if (!this.batchFragment()) return this.statements.begin(spec);
+    const id = randomUUID();
+    const item: BeginWrite = { id, key: claimKeyOf({ id, dedupeKey: spec.dedupeKey }), spec, outcome: { status: 'duplicate' } };
+    await this.batches.add(item);
+    return item.outcome;
+  }
+
+  private batchFragment(): AcquireMany | null {
+    if (this.acquireMany === undefined) {
+      const claims = this.claims.inStatement();
+      const acquireMany = claims.fragments.acquireMany;
+      this.acquireMany = this.claims.enabled && claims.joined && acquireMany && !this.options.startedEvents ? acquireMany : null;
+    }
+    return this.acquireMany;
+  }
+
+  private async send(batch: Array<Pending<BeginWrite>>): Promise<void> {
+    if (batch.length === 1) return this.sendOne(batch[0] as Pending<BeginWrite>);
+    const items = batch.map((pending) => pending.item);
+    const statement = new Statement('begin_many');
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    const specs = items.map((b) => b.spec);
+    statement.with(
+      'input',
+      `SELECT * FROM unnest(${p(items.map((b) => b.id), 'uuid[]')}, ${p(items.map((b) => b.key), 'text[]')},
+                            ${p(specs.map((s) => s.actorId), 'text[]')}, ${p(specs.map((s) => s.expectationId), 'text[]')},
+                            ${p(specs.map((s) => s.trigger.type), 'text[]')}, ${p(specs.map((s) => JSON.stringify(s.trigger)), 'jsonb[]')},
+                            ${p(specs.map((s) => s.dedupeKey), 'text[]')}, ${p(specs.map((s) => s.ownerNode), 'text[]')},
+                            ${p(specs.map((s) => s.maxAttempts), 'int[]')}, ${p(specs.map((s) => s.sourceStack), 'text[]')},
+                            ${p(specs.map((s) => s.sourceEnv), 'text[]')}, ${p(specs.map((s) => s.workflowInstanceId ?? null), 'uuid[]')},
+                            ${p(specs.map((s) => s.workflowStepId ?? null), 'text[]')})
+         WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, owner_node, max_attempts,
+                               source_stack, source_env, workflow_instance_id, workflow_step_id, n)`,
+    );
+    statement.with('ep', this.store.insertManyFragment('input'));
+    statement.with('began', `SELECT i.key FROM input i JOIN ep ON ep.id = i.id`);
+    const acquire = (this.batchFragment() as AcquireMany)({
+      input: 'began',
+      owner: p(this.identity.name(), 'text'),
+      leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
+    });
+    for (const [name, body] of acquire) statement.with(name, body);
+
+    const sentAt = performance.now();
+    let rows: BeginRow[] | 'busy' = 'busy';
+    try {
+      rows = await queryBegin(
+        this.database.sql,
+        statement.build(`
+          SELECT ${beginColumns(statement, 'c.key IS NULL')}
+            FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
+           ORDER BY i.n`),
+      );
+    } catch (error) {
+      // Away is away for every begin alike; a refusal may be one begin's fault.
+      if (isDatabaseUnavailable(error)) throw error;
+    }
+    if (rows === 'busy') {
+      // Nothing of the batch stayed: alone, each begin gets its own answer (busy, started, an error).
+      await Promise.all(batch.map((pending) => this.sendOne(pending)));
+      return;
+    }
+    const answers = rows;
+    batch.forEach((pending, i) => {
+      const row = answers[i] as BeginRow;
+      const item = pending.item;
+      item.outcome = row.id === null ? { status: 'duplicate' } : { status: 'started', episode: toEpisode(row), grant: this.claims.grantOf(row, item.key, sentAt) };
+      pending.resolve();
+    });
+  }
+
+  private async sendOne(pending: Pending<BeginWrite>): Promise<void> {
+    try {
+      pending.item.outcome = await this.statements.begin(pending.item.spec);
+      pending.resolve();
+    } catch (error) {
+      pending.reject(error);
+    }
+  }
+}
