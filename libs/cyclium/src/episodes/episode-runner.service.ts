@@ -21,13 +21,13 @@ import {
   EpisodeInterruptedError,
   NondeterministicResumeError,
 } from './episode-errors.js';
+import { BeginWrites } from './begin-writes.js';
+import { EndWrites } from './end-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
 import { RunningEpisode, type History } from './running-episode.js';
-import { BeginWrites } from './begin-writes.js';
-import { EndWrites } from './end-writes.js';
 import { StepWrites } from './step-writes.js';
 
 export type BeginResult =
