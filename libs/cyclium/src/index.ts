@@ -37,6 +37,7 @@ export { ClaimLostError, type ClaimLossReason } from './claims/claim-lost.error.
 export type {
   AcquireOptions,
   AcquireResult,
+  ClaimFragments,
   ClaimGrant,
   ClaimWriteResult,
   ExpiredClaim,
