@@ -3,8 +3,8 @@ import { Injectable, Module, type INestApplicationContext } from '@nestjs/common
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, Bus, CycliumModule, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
-import { countsSoFar, settleStats, since, statementSource } from '../support/counters.js';
-import { insertFloor, keepInFlight, printTable } from '../support/measure.js';
+import { countsSoFar, settleIdleStats, settleStats, since, statementSource } from '../support/counters.js';
+import { WARM_UP, insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 const PER_ROUND: Record<(typeof IN_FLIGHT)[number], number> = { 1: 250, 4: 500, 16: 1_000 };
@@ -38,11 +38,13 @@ async function node(url: string, identity: string, providers: Array<typeof Event
 async function run(url: string, n: number, inFlight: number) {
   const publisher = await node(url, `e2e-pub-${inFlight}`, []);
   const runner = await node(url, `e2e-run-${inFlight}`, [EventActor]);
-  await settleStats();
-  const before = await countsSoFar(url);
   const bus = publisher.get(Bus);
+  const runMany = (count: number) => keepInFlight(count, inFlight, (i) => bus.publish('bench.e2e', { i }), (done) => onCyclium('episode.completed', done));
+  await runMany(WARM_UP);
+  await settleIdleStats();
+  const before = await countsSoFar(url);
   const started = performance.now();
-  await keepInFlight(n, inFlight, (i) => bus.publish('bench.e2e', { i }), (done) => onCyclium('episode.completed', done));
+  await runMany(n);
   const seconds = (performance.now() - started) / 1000;
   await Promise.all([publisher.close(), runner.close()]);
   await settleStats();

@@ -3,8 +3,8 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
-import { countsSoFar, settleStats, since, statementSource, type Counts } from '../support/counters.js';
-import { insertFloor, keepInFlight, printTable } from '../support/measure.js';
+import { countsSoFar, settleIdleStats, settleStats, since, statementSource, type Counts } from '../support/counters.js';
+import { WARM_UP, insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
 /** Episodes per configuration and round, by in-flight count (fewer where each takes a round trip alone). */
@@ -43,19 +43,22 @@ async function runEpisodes(url: string, expectation: 'k1' | 'k5', n: number, inF
 
   const app = await NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
   await app.init();
-  await settleStats();
-  const before = await countsSoFar(url);
   const episodes = app.get(Episodes);
+  const runMany = (count: number) =>
+    keepInFlight(
+      count,
+      inFlight,
+      async (i) => {
+        const result = await episodes.trigger('bench', expectation, { i });
+        if (result.status !== 'started') throw new Error(`episode ${i} was ${result.status}`);
+      },
+      (done) => onCyclium('episode.completed', done),
+    );
+  await runMany(WARM_UP);
+  await settleIdleStats();
+  const before = await countsSoFar(url);
   const started = performance.now();
-  await keepInFlight(
-    n,
-    inFlight,
-    async (i) => {
-      const result = await episodes.trigger('bench', expectation, { i });
-      if (result.status !== 'started') throw new Error(`episode ${i} was ${result.status}`);
-    },
-    (done) => onCyclium('episode.completed', done),
-  );
+  await runMany(n);
   const seconds = (performance.now() - started) / 1000;
   // Closing flushes the bus's last wake-up and ends every backend, so their statistics are in.
   await app.close();

@@ -73,3 +73,10 @@ export function since(before: Counts, after: Counts): Counts {
 
 /** Waits until backends that exited have flushed their statistics. */
 export const settleStats = () => new Promise((resolve) => setTimeout(resolve, 1_500));
+
+/**
+ * Waits until backends that stay connected (a warmed-up pool) have flushed theirs: an idle
+ * backend with pending statistics flushes them after 10 s (PGSTAT_IDLE_INTERVAL), so commits made
+ * before a measurement do not leak into it.
+ */
+export const settleIdleStats = () => new Promise((resolve) => setTimeout(resolve, 11_000));

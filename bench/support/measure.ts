@@ -56,6 +56,12 @@ export async function insertFloor(url: string, clients: number): Promise<number>
 }
 
 /**
+ * Units of work a throughput configuration runs first, uncounted: the pool opens its connections,
+ * statements get prepared and V8 optimises the hot path, so the figure is steady state.
+ */
+export const WARM_UP = 200;
+
+/**
  * Starts `n` units of work with `start(i)`, keeping at most `inFlight` unfinished at once, and
  * resolves when `n` completions were reported through `onDone` (which returns its unsubscribe).
  * Starts are not serialised: like `inFlight` independent callers, each begins as soon as a slot
