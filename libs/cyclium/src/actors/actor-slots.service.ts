@@ -44,6 +44,8 @@ interface Slots {
   restarts: WaitingRestart[];
   /** This node may have queued rows of the actor in the table; false once a dequeue came back empty. */
   maybeQueued: boolean;
+  /** How often a queued row was noted: a dequeue that comes back empty clears `maybeQueued` only if none was noted meanwhile. */
+  notes: number;
   /** One dequeue at a time per actor, so this node never races itself for its own rows. */
   dequeuing: boolean;
 }
@@ -151,7 +153,9 @@ export class ActorSlots implements OnApplicationBootstrap {
   noteQueued(actorId: string): void {
     const actor = this.registry.get(actorId);
     if (!actor) return;
-    this.slotsOf(actor.id).maybeQueued = true;
+    const slots = this.slotsOf(actor.id);
+    slots.maybeQueued = true;
+    slots.notes++;
     this.pump(actor);
   }
 
@@ -269,6 +273,7 @@ export class ActorSlots implements OnApplicationBootstrap {
 
   private async startQueued(actor: RegisteredActor): Promise<void> {
     const slots = this.slotsOf(actor.id);
+    const notes = slots.notes;
     let begun: BeginResult;
     try {
       begun = await this.starting(this.runner.beginQueued(actor.id));
@@ -282,15 +287,16 @@ export class ActorSlots implements OnApplicationBootstrap {
     }
     if (begun.status === 'started') return this.launch(actor, begun.episode, begun.grant);
     if (begun.status === 'busy') this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; it waits for the next look at the queue`);
-    // Nothing left: look again when something is queued.
-    slots.maybeQueued = false;
+    // Nothing left: look again when something is queued. A row queued while this dequeue was in
+    // flight may have committed after its snapshot, so it was noted but not seen: look once more.
+    slots.maybeQueued = slots.notes !== notes;
     slots.running--;
   }
 
   private slotsOf(actorId: string): Slots {
     let slots = this.slots.get(actorId);
     if (!slots) {
-      slots = { running: 0, restarts: [], maybeQueued: false, dequeuing: false };
+      slots = { running: 0, restarts: [], maybeQueued: false, notes: 0, dequeuing: false };
       this.slots.set(actorId, slots);
     }
     return slots;
