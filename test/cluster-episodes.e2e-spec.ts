@@ -36,7 +36,15 @@ describe('3 demo node processes, 500 events over PostgresBus', () => {
 
     await waitFor(
       `${EVENTS} episodes done`,
-      async () => (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND actor_id = 'resource_monitor'`)) >= EVENTS,
+      async () => {
+        const { rows } = await database.db.query(
+          `SELECT status, phase, owner_node, count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_monitor' GROUP BY 1, 2, 3 ORDER BY 4 DESC`,
+        );
+        const done = rows.filter((r: { status: string }) => r.status === 'done').reduce((sum: number, r: { n: number }) => sum + r.n, 0);
+        // Not there yet: what the rows are doing, for the timeout's message.
+        if (done < EVENTS) throw new Error(`by status, phase and node: ${JSON.stringify(rows)}`);
+        return true;
+      },
       120_000,
       250,
     );
