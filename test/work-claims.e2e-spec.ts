@@ -168,6 +168,29 @@ describe('PostgresClaims against real PostgreSQL', () => {
     }
   });
 
+  it('a claim taken late in a transaction leases from the acquire, not from the transaction\'s start', async () => {
+    const fresh = freshKey();
+    const lapsed = freshKey();
+    await claims.acquire(lapsed, 'node-b', { leaseSeconds: 0.1 });
+    await lapse(lapsed);
+    const client = await db.connect();
+    try {
+      await client.query('BEGIN');
+      // The transaction has been open for half a second when it takes the claims (its now() is that old).
+      await client.query('SELECT pg_sleep(0.5)');
+      expect(await claims.inTransaction.acquire(client, fresh, 'node-a', { leaseSeconds: 2 })).toMatchObject({ status: 'acquired' });
+      expect(await claims.inTransaction.acquire(client, lapsed, 'node-a', { leaseSeconds: 2 })).toMatchObject({ status: 'acquired', stolenFrom: 'node-b' });
+      const { rows } = await client.query(
+        `SELECT extract(epoch FROM lease_until - clock_timestamp())::float8 AS left FROM cyclium_work_claims WHERE dedupe_key = ANY($1::text[])`,
+        [[fresh, lapsed]],
+      );
+      expect(rows.map((r: { left: number }) => r.left > 1.8)).toEqual([true, true]);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+  });
+
   it('a fenced transaction holds the claim row until commit, so a thief waits and then wins cleanly', async () => {
     const key = freshKey();
     await claims.acquire(key, 'node-a', { leaseSeconds: 0.3 });

@@ -21,6 +21,9 @@ interface ClaimRow {
 
 /**
  * One statement for the common cases: insert a first claim, or, when the key exists, read it.
+ * The lease runs from this statement (clock_timestamp()), not from its transaction's start
+ * (now()): inside a longer transaction the holder's local deadline counts from when this statement
+ * was sent, and it must not outlast the lease the database granted (rule 1).
  * The read uses this statement's snapshot, so a row another node inserted and committed while we
  * waited on its conflict is invisible here; no row at all therefore means a claim younger than us:
  * busy, which is the right answer.
@@ -29,7 +32,7 @@ const INSERT_OR_READ = prepared('claims_insert_or_read', `
   WITH inserted AS (
     INSERT INTO cyclium_work_claims
       (dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence, work_type)
-    VALUES ($1, 'claimed', $2, now() + make_interval(secs => $3), now(), now(), 1, 1, $4)
+    VALUES ($1, 'claimed', $2, clock_timestamp() + make_interval(secs => $3), now(), now(), 1, 1, $4)
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING true AS inserted, state, owner_node, fence, attempt, lease_until, false AS expired
   )
@@ -46,7 +49,7 @@ const INSERT_OR_READ = prepared('claims_insert_or_read', `
  */
 const TAKE_OVER = prepared('claims_take_over', `
   UPDATE cyclium_work_claims
-     SET state = 'claimed', owner_node = $2, lease_until = now() + make_interval(secs => $3),
+     SET state = 'claimed', owner_node = $2, lease_until = clock_timestamp() + make_interval(secs => $3),
          claimed_at = now(), last_heartbeat_at = now(), finished_at = NULL, error_detail = NULL,
          attempt = CASE WHEN state = 'done' THEN 1 ELSE attempt + 1 END,
          fence = fence + 1, work_type = COALESCE($4, work_type)
