@@ -1,25 +1,20 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
-import { GroupCommit, type Pending } from '../bus/group-commit.js';
 import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { isDatabaseUnavailable } from '../database/database-errors.js';
 import { Statement } from '../database/statement.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { BatchedWrites, type BatchAnswer } from './batched-writes.js';
 import { EpisodeStatements, beginColumns, queryBegin, type BeginOutcome, type BeginRow } from './episode-statements.js';
 import { EpisodeStore, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
-
-/** Batches a node keeps in flight at once, as StepWrites does. */
-const IN_FLIGHT = 4;
 
 interface BeginWrite {
   id: string;
   key: string;
   spec: NewEpisode;
-  outcome: BeginOutcome;
 }
 
 type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
@@ -35,7 +30,10 @@ type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
  */
 @Injectable()
 export class BeginWrites {
-  private readonly batches = new GroupCommit<BeginWrite>((batch) => this.send(batch), IN_FLIGHT);
+  private readonly batches = new BatchedWrites<BeginWrite, BeginOutcome>(
+    (b) => this.statements.begin(b.spec),
+    (items) => this.beginMany(items),
+  );
   /** The claims fragment a batch needs, resolved at the first begin (null: this setup cannot batch). */
   private acquireMany: AcquireMany | null | undefined;
 
@@ -52,9 +50,7 @@ export class BeginWrites {
   async begin(spec: NewEpisode): Promise<BeginOutcome> {
     if (!this.batchFragment()) return this.statements.begin(spec);
     const id = randomUUID();
-    const item: BeginWrite = { id, key: claimKeyOf({ id, dedupeKey: spec.dedupeKey }), spec, outcome: { status: 'duplicate' } };
-    await this.batches.add(item);
-    return item.outcome;
+    return this.batches.write({ id, key: claimKeyOf({ id, dedupeKey: spec.dedupeKey }), spec });
   }
 
   private batchFragment(): AcquireMany | null {
@@ -66,9 +62,7 @@ export class BeginWrites {
     return this.acquireMany;
   }
 
-  private async send(batch: Array<Pending<BeginWrite>>): Promise<void> {
-    if (batch.length === 1) return this.sendOne(batch[0] as Pending<BeginWrite>);
-    const items = batch.map((pending) => pending.item);
+  private async beginMany(items: BeginWrite[]): Promise<BatchAnswer<BeginOutcome>> {
     const statement = new Statement('begin_many');
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const specs = items.map((b) => b.spec);
@@ -94,39 +88,18 @@ export class BeginWrites {
     for (const [name, body] of acquire) statement.with(name, body);
 
     const sentAt = performance.now();
-    let rows: BeginRow[] | 'busy' = 'busy';
-    try {
-      rows = await queryBegin(
-        this.database.sql,
-        statement.build(`
-          SELECT ${beginColumns(statement, 'c.key IS NULL')}
-            FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
-           ORDER BY i.n`),
-      );
-    } catch (error) {
-      // Away is away for every begin alike; a refusal may be one begin's fault.
-      if (isDatabaseUnavailable(error)) throw error;
-    }
-    if (rows === 'busy') {
-      // Nothing of the batch stayed: alone, each begin gets its own answer (busy, started, an error).
-      await Promise.all(batch.map((pending) => this.sendOne(pending)));
-      return;
-    }
-    const answers = rows;
-    batch.forEach((pending, i) => {
-      const row = answers[i] as BeginRow;
-      const item = pending.item;
-      item.outcome = row.id === null ? { status: 'duplicate' } : { status: 'started', episode: toEpisode(row), grant: this.claims.grantOf(row, item.key, sentAt) };
-      pending.resolve();
+    const rows = await queryBegin(
+      this.database.sql,
+      statement.build(`
+        SELECT ${beginColumns(statement, 'c.key IS NULL')}
+          FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
+         ORDER BY i.n`),
+    );
+    // A busy claim left nothing of the batch: alone, each begin gets its own answer (busy, started, an error).
+    if (rows === 'busy') return 'alone';
+    return items.map((item, i) => {
+      const row = rows[i] as BeginRow;
+      return row.id === null ? { status: 'duplicate' } : { status: 'started', episode: toEpisode(row), grant: this.claims.grantOf(row, item.key, sentAt) };
     });
-  }
-
-  private async sendOne(pending: Pending<BeginWrite>): Promise<void> {
-    try {
-      pending.item.outcome = await this.statements.begin(pending.item.spec);
-      pending.resolve();
-    } catch (error) {
-      pending.reject(error);
-    }
   }
 }

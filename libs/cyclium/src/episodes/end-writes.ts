@@ -1,25 +1,20 @@
 import { Injectable } from '@nestjs/common';
 import { EventOutbox } from '../bus/event-outbox.service.js';
-import { GroupCommit, type Pending } from '../bus/group-commit.js';
 import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { isDatabaseUnavailable } from '../database/database-errors.js';
 import { Statement } from '../database/statement.js';
 import type { CycliumOutput } from '../outputs/output.entity.js';
+import { BatchedWrites } from './batched-writes.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, claimFailureOf, type EndOutcome, type Ownership } from './episode-statements.js';
 import { EpisodeStore } from './episode-store.js';
 
-/** Batches a node keeps in flight at once, as StepWrites does. */
-const IN_FLIGHT = 4;
-
 interface EndWrite {
   episode: EpisodeRow;
   ownership: Ownership & { fence: number };
   outcome: EndOutcome;
-  won: boolean;
 }
 
 type BatchFragments = Required<Pick<ClaimFragments, 'ownerMany' | 'finishMany'>>;
@@ -37,7 +32,10 @@ type BatchFragments = Required<Pick<ClaimFragments, 'ownerMany' | 'finishMany'>>
  */
 @Injectable()
 export class EndWrites {
-  private readonly batches = new GroupCommit<EndWrite>((batch) => this.send(batch), IN_FLIGHT);
+  private readonly batches = new BatchedWrites<EndWrite, boolean>(
+    async (w) => (await this.statements.end(w.episode, w.ownership, w.outcome)) !== null,
+    (items) => this.endMany(items),
+  );
   /** The claims fragments a batch needs, resolved at the first end (null: this setup cannot batch). */
   private fragments: BatchFragments | null | undefined;
 
@@ -56,9 +54,7 @@ export class EndWrites {
     if (fence === null || (outcome.findings?.length ?? 0) > 0 || (outcome.outputs?.length ?? 0) > 0 || !this.batchFragments()) {
       return this.statements.end(episode, ownership, outcome);
     }
-    const item: EndWrite = { episode, ownership: { ...ownership, fence }, outcome, won: false };
-    await this.batches.add(item);
-    return item.won ? [] : null;
+    return (await this.batches.write({ episode, ownership: { ...ownership, fence }, outcome })) ? [] : null;
   }
 
   private batchFragments(): BatchFragments | null {
@@ -70,9 +66,7 @@ export class EndWrites {
     return this.fragments;
   }
 
-  private async send(batch: Array<Pending<EndWrite>>): Promise<void> {
-    if (batch.length === 1) return this.sendOne(batch[0] as Pending<EndWrite>);
-    const items = batch.map((pending) => pending.item);
+  private async endMany(items: EndWrite[]): Promise<boolean[]> {
     const { ownerMany, finishMany } = this.batchFragments() as BatchFragments;
     const statement = new Statement('end_many');
     const p = (value: unknown, cast: string) => statement.param(value, cast);
@@ -96,37 +90,17 @@ export class EndWrites {
     if (event.body) statement.with('terminal_event', event.body);
 
     const startedAt = performance.now();
-    let rows: Array<{ won: boolean }>;
-    try {
-      ({ rows } = await this.database.sql.query<{ won: boolean }>(
-        statement.build(`SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won FROM input i ORDER BY i.n`),
-      ));
-    } catch (error) {
-      // Away is away for every write alike; anything else may be one write's fault.
-      if (isDatabaseUnavailable(error)) throw error;
-      await Promise.all(batch.map((pending) => this.sendOne(pending)));
-      return;
-    }
+    const { rows } = await this.database.sql.query<{ won: boolean }>(
+      statement.build(`SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won FROM input i ORDER BY i.n`),
+    );
+    const won = items.map((_, i) => rows[i]?.won === true);
     const written: number[] = [];
-    batch.forEach((pending, i) => {
-      const item = pending.item;
-      item.won = rows[i]?.won === true;
-      if (item.won) {
-        written.push(i + 1);
-        this.claims.finished(item.ownership.key, item.ownership.fence, claimFailureOf(item.outcome.terminal) !== null, startedAt);
-      }
+    items.forEach((item, i) => {
+      if (!won[i]) return;
+      written.push(i + 1);
+      this.claims.finished(item.ownership.key, item.ownership.fence, claimFailureOf(item.outcome.terminal) !== null, startedAt);
     });
     event.announce(written);
-    for (const pending of batch) pending.resolve();
-  }
-
-  private async sendOne(pending: Pending<EndWrite>): Promise<void> {
-    const { episode, ownership, outcome } = pending.item;
-    try {
-      pending.item.won = (await this.statements.end(episode, ownership, outcome)) !== null;
-      pending.resolve();
-    } catch (error) {
-      pending.reject(error);
-    }
+    return won;
   }
 }

@@ -1,23 +1,18 @@
 import { Injectable } from '@nestjs/common';
 import type { QueryConfig } from 'pg';
 import { createHash } from 'node:crypto';
-import { GroupCommit, type Pending } from '../bus/group-commit.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { isDatabaseUnavailable } from '../database/database-errors.js';
 import { prepared } from '../database/sql-executor.js';
 import { STEP_WRITE, stepWriteMany } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
 import type { StepRecord, StepWriteOutcome } from './running-episode.js';
-
-/** Batches a node keeps in flight at once: fewer than its episodes, so each batch still serves several. */
-const IN_FLIGHT = 4;
+import { BatchedWrites } from './batched-writes.js';
 
 interface StepWrite {
   episodeId: string;
   ownership: Ownership;
   record: StepRecord;
-  outcome: StepWriteOutcome;
 }
 
 interface StepRow {
@@ -39,7 +34,10 @@ type ManyStatement = (values: unknown[]) => QueryConfig;
 @Injectable()
 export class StepWrites {
   // Steps need no order among episodes; a few batches at once keep both database cores busy at low concurrency.
-  private readonly batches = new GroupCommit<StepWrite>((batch) => this.send(batch), IN_FLIGHT);
+  private readonly batches = new BatchedWrites<StepWrite, StepWriteOutcome>(
+    (w) => this.writeOne(w.episodeId, w.ownership, w.record),
+    (items) => this.writeMany(items),
+  );
   /** The batched statement, built at the first step (null: this adapter cannot batch). */
   private many: ManyStatement | null | undefined;
 
@@ -48,11 +46,9 @@ export class StepWrites {
     private readonly claims: WorkClaims,
   ) {}
 
-  async write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
+  write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
     if (ownership.fence === null || !this.manyStatement()) return this.writeOne(episodeId, ownership, record);
-    const item: StepWrite = { episodeId, ownership, record, outcome: 'not_owner' };
-    await this.batches.add(item);
-    return item.outcome;
+    return this.batches.write({ episodeId, ownership, record });
   }
 
   /** Named after its text: one name stands for one text on a pool, whichever adapter built it. */
@@ -66,45 +62,22 @@ export class StepWrites {
     return this.many;
   }
 
-  private async send(batch: Array<Pending<StepWrite>>): Promise<void> {
+  private async writeMany(items: StepWrite[]): Promise<StepWriteOutcome[]> {
     const many = this.manyStatement() as ManyStatement;
-    if (batch.length === 1) return this.sendOne(batch[0] as Pending<StepWrite>);
-    const items = batch.map((pending) => pending.item);
-    let rows: StepRow[];
-    try {
-      ({ rows } = await this.database.sql.query<StepRow>(
-        many([
-          items.map((w) => w.ownership.key),
-          items.map((w) => w.ownership.owner),
-          items.map((w) => w.ownership.fence),
-          items.map((w) => w.episodeId),
-          items.map((w) => w.record.journalNo),
-          items.map((w) => w.record.name),
-          items.map((w) => resultJson(w.record)),
-          items.map((w) => w.record.durationMs),
-          items.map((w) => w.record.stepNo),
-        ]),
-      ));
-    } catch (error) {
-      // Away is away for every write alike; anything else may be one write's fault.
-      if (isDatabaseUnavailable(error)) throw error;
-      await Promise.all(batch.map((pending) => this.sendOne(pending)));
-      return;
-    }
-    batch.forEach((pending, i) => {
-      pending.item.outcome = outcomeOf(rows[i]);
-      pending.resolve();
-    });
-  }
-
-  private async sendOne(pending: Pending<StepWrite>): Promise<void> {
-    const { episodeId, ownership, record } = pending.item;
-    try {
-      pending.item.outcome = await this.writeOne(episodeId, ownership, record);
-      pending.resolve();
-    } catch (error) {
-      pending.reject(error);
-    }
+    const { rows } = await this.database.sql.query<StepRow>(
+      many([
+        items.map((w) => w.ownership.key),
+        items.map((w) => w.ownership.owner),
+        items.map((w) => w.ownership.fence),
+        items.map((w) => w.episodeId),
+        items.map((w) => w.record.journalNo),
+        items.map((w) => w.record.name),
+        items.map((w) => resultJson(w.record)),
+        items.map((w) => w.record.durationMs),
+        items.map((w) => w.record.stepNo),
+      ]),
+    );
+    return items.map((_, i) => outcomeOf(rows[i]));
   }
 
   private async writeOne(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
