@@ -45,6 +45,16 @@ describe('ActorSlots queue', () => {
     expect(await settles(() => dequeues.length === 2)).toBe(true);
   });
 
+  it('looks again by itself when the oldest queued row has a claim held elsewhere', async () => {
+    const { slots, dequeues } = slotsWithManualQueue();
+    slots.noteQueued('a');
+    dequeues[0]?.({ status: 'busy' });
+    // Nothing notes the queue when the other node lets the claim go: the slots must come back on their own.
+    const deadline = Date.now() + 3_000;
+    while (dequeues.length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(dequeues).toHaveLength(2);
+  });
+
   it('stops looking when a dequeue comes back empty and nothing was queued meanwhile', async () => {
     const { slots, dequeues } = slotsWithManualQueue();
     slots.noteQueued('a');

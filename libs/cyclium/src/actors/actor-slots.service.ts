@@ -48,6 +48,10 @@ interface Slots {
   notes: number;
   /** One dequeue at a time per actor, so this node never races itself for its own rows. */
   dequeuing: boolean;
+  /** A look at the queue booked for later, after one that could not take the oldest row. */
+  retry: NodeJS.Timeout | undefined;
+  /** The last dequeue met a claim held elsewhere (warned once per streak, not once per look). */
+  headBusy: boolean;
 }
 
 /**
@@ -278,25 +282,40 @@ export class ActorSlots implements OnApplicationBootstrap {
     try {
       begun = await this.starting(this.runner.beginQueued(actor.id));
     } catch (error) {
-      // The database is away, say: the backlog stays in the table; look again in a moment.
+      // The database is away, say: the backlog stays in the table.
       this.logger.warn(`could not start a queued episode of ${actor.id}: ${errorMessage(error)}; retrying in ${QUEUE_RETRY_MS} ms`);
-      slots.running--;
-      slots.maybeQueued = false;
-      setTimeout(() => this.noteQueued(actor.id), QUEUE_RETRY_MS).unref();
-      return;
+      return this.lookAgainLater(actor, slots);
     }
+    if (begun.status === 'busy') {
+      // Its claim is live on another node, which ends it or lets it lapse: nothing will note this
+      // queue when that happens, so the row (and every row behind it) would wait for the next trigger.
+      if (!slots.headBusy) this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
+      slots.headBusy = true;
+      return this.lookAgainLater(actor, slots);
+    }
+    slots.headBusy = false;
     if (begun.status === 'started') return this.launch(actor, begun.episode, begun.grant);
-    if (begun.status === 'busy') this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; it waits for the next look at the queue`);
     // Nothing left: look again when something is queued. A row queued while this dequeue was in
     // flight may have committed after its snapshot, so it was noted but not seen: look once more.
     slots.maybeQueued = slots.notes !== notes;
     slots.running--;
   }
 
+  private lookAgainLater(actor: RegisteredActor, slots: Slots): void {
+    slots.running--;
+    slots.maybeQueued = false;
+    if (slots.retry) return;
+    slots.retry = setTimeout(() => {
+      slots.retry = undefined;
+      this.noteQueued(actor.id);
+    }, QUEUE_RETRY_MS);
+    slots.retry.unref();
+  }
+
   private slotsOf(actorId: string): Slots {
     let slots = this.slots.get(actorId);
     if (!slots) {
-      slots = { running: 0, restarts: [], maybeQueued: false, notes: 0, dequeuing: false };
+      slots = { running: 0, restarts: [], maybeQueued: false, notes: 0, dequeuing: false, retry: undefined, headBusy: false };
       this.slots.set(actorId, slots);
     }
     return slots;

@@ -1,0 +1,86 @@
+/**
+ * A queued episode whose claim another node holds when a slot frees cannot start then. Nothing
+ * notes the queue when that node lets the claim go, so the slots look again by themselves: the
+ * episode starts once the claim is free, taken over at the next fence, without a new trigger.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { useDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+let openGate: () => void = () => undefined;
+const gate = new Promise<void>((resolve) => (openGate = resolve));
+
+@Injectable()
+@Actor({ id: 'single', maxConcurrentEpisodes: 1 })
+class SingleSlotActor {
+  @Expectation({ id: 'work', trigger: 'manual' })
+  async work(ep: EpisodeContext<{ gated: boolean }>): Promise<void> {
+    if (ep.trigger.payload.gated) await gate;
+    await ep.step('s1', () => 'ok');
+  }
+}
+
+describe('a queued episode whose claim is held elsewhere', () => {
+  const database = useDatabase();
+  let app: INestApplicationContext;
+
+  beforeAll(async () => {
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'queue-node', workClaims: 'postgres', bus: 'postgres' },
+      providers: [SingleSlotActor],
+    });
+  });
+
+  afterAll(async () => {
+    openGate();
+    await app?.close();
+  });
+
+  const statusOf = async (id: string): Promise<string> =>
+    (await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]?.status;
+
+  it('starts once the claim is let go, without another trigger', async () => {
+    const episodes = app.get(Episodes);
+    const runner = app.get(EpisodeRunner);
+    const dequeue = runner.beginQueued.bind(runner);
+    const answers: string[] = [];
+    runner.beginQueued = async (actorId) => {
+      const answer = await dequeue(actorId);
+      answers.push(answer.status);
+      return answer;
+    };
+    const first = await episodes.trigger('single', 'work', { gated: true });
+    const second = await episodes.trigger('single', 'work', { gated: false }, { dedupeKey: 'held-elsewhere' });
+    expect([first.status, second.status]).toEqual(['started', 'queued']);
+    const firstId = 'episode' in first ? first.episode.id : '';
+    const secondId = 'episode' in second ? second.episode.id : '';
+    const { rows } = await database.db.query(`SELECT dedupe_key FROM cyclium_episodes WHERE id = $1`, [secondId]);
+    const key = rows[0].dedupe_key as string;
+    // Another node holds a live claim on that key (a holder finishing work under it, say).
+    await database.db.query(
+      `INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence)
+       VALUES ($1, 'claimed', 'elsewhere', now() + interval '1 hour', now(), now(), 1, 7)`,
+      [key],
+    );
+
+    openGate();
+    await waitFor('the first episode to finish', async () => (await statusOf(firstId)) === 'done');
+    // The slot freed while the claim was held: the dequeue met it busy, and the episode waits.
+    await waitFor('the dequeue to meet the held claim', () => answers.includes('busy'));
+    expect(await statusOf(secondId)).toBe('queued');
+
+    // The other node finishes: nothing here hears of it.
+    await database.db.query(`UPDATE cyclium_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`, [key]);
+
+    await waitFor('the queued episode to run', async () => (await statusOf(secondId)) === 'done', 10_000);
+    const claim = await database.db.query(`SELECT state, owner_node, fence::int FROM cyclium_work_claims WHERE dedupe_key = $1`, [key]);
+    expect(claim.rows[0]).toEqual({ state: 'done', owner_node: 'queue-node', fence: 8 });
+    expect(answers[0]).toBe('busy');
+    expect(answers).toContain('started');
+  });
+});
