@@ -27,6 +27,8 @@ export type {
 export { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus/bus.interface.js';
 export { InvalidBusEventError } from './bus/bus-errors.js';
 export type { DurableEvents } from './bus/durable-events.interface.js';
+export type { SqlExecutor } from './database/sql-executor.js';
+export type { Statement } from './database/statement.js';
 export type { DispatchSignals } from './bus/dispatch-signals.interface.js';
 export type { BusStatus } from './bus/bus-status.interface.js';
 export { CycliumStatus, type HealthOptions, type HealthReport, type StatusSnapshot } from './health/cyclium-status.service.js';

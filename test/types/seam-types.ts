@@ -1,0 +1,21 @@
+/**
+ * Compile-time check, run by `tsc -p test/tsconfig.test.json` in `npm test`: a custom durable bus
+ * can be written against the package's own exports, naming every type its seam takes.
+ */
+import type { BusEvent, DurableEvents, SqlExecutor, Statement } from '@cyclium/nestjs';
+
+export class OutboxTable implements DurableEvents {
+  async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
+    await client.query('INSERT INTO app_outbox (type, payload) SELECT * FROM unnest($1::text[], $2::jsonb[])', [
+      events.map((e) => e.type),
+      events.map((e) => JSON.stringify(e.payload)),
+    ]);
+  }
+
+  appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {
+    const types = statement.param(events.map((e) => e.type), 'text[]');
+    return `INSERT INTO app_outbox (type) SELECT t FROM unnest(${types}) t WHERE ${when} RETURNING 1`;
+  }
+
+  wake(): void {}
+}
