@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { PostgresClaims } from '@cyclium/nestjs';
 import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
-import { CANDIDATES } from '../libs/cyclium/src/episodes/episode-store.js';
+import { CANDIDATES } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
 import { freshDatabase } from './support/database.js';
 
 /**

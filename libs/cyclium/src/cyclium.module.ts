@@ -18,6 +18,8 @@ import { EpisodeStatements } from './episodes/episode-statements.js';
 import { BeginWrites } from './episodes/begin-writes.js';
 import { EndWrites } from './episodes/end-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
+import { EpisodeQueue } from './episodes/episode-queue.js';
+import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { Episodes } from './episodes/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
@@ -74,6 +76,8 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     TriggerSources,
     TriggerPlacement,
     EpisodeStore,
+    EpisodeQueue,
+    EpisodeRecoveryStore,
     EpisodeJournal,
     EpisodeStatements,
     StepWrites,

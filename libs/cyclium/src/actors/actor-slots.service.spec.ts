@@ -1,5 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import type { EpisodeRunner, BeginResult } from '../episodes/episode-runner.service.js';
+import type { EpisodeQueue } from '../episodes/episode-queue.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
 import type { EventOutbox } from '../bus/event-outbox.service.js';
 import type { WorkClaims } from '../claims/work-claims.service.js';
@@ -19,6 +20,7 @@ function slotsWithManualQueue() {
     { get: () => actor } as unknown as ActorRegistry,
     runner as unknown as EpisodeRunner,
     {} as EpisodeStore,
+    {} as EpisodeQueue,
     {} as WorkClaims,
     new NodeIdentity(options),
     {} as EventOutbox,

@@ -8,6 +8,7 @@ import { errorMessage } from '../database/database-errors.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeRunner, type BeginResult } from '../episodes/episode-runner.service.js';
+import { EpisodeQueue } from '../episodes/episode-queue.js';
 import { EpisodeStore, claimKeyOf, type NewEpisode } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -73,6 +74,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     private readonly registry: ActorRegistry,
     private readonly runner: EpisodeRunner,
     private readonly store: EpisodeStore,
+    private readonly queue: EpisodeQueue,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
     private readonly events: EventOutbox,
@@ -82,7 +84,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   /** A node that restarts under the same identity finds its backlog in the table and runs it. */
   async onApplicationBootstrap(): Promise<void> {
     if (this.options.mode !== 'full') return;
-    for (const actorId of await this.store.actorsWithQueued(this.identity.name())) this.noteQueued(actorId);
+    for (const actorId of await this.queue.actorsWithQueued(this.identity.name())) this.noteQueued(actorId);
   }
 
   /** Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit. */
@@ -124,7 +126,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       this.events.announce('episode.dropped', payload);
       return { status: 'dropped' };
     }
-    if (actor.options.overflow === 'shed_oldest' && (await this.store.queuedCount(actor.id, node)) >= actor.options.maxQueued) {
+    if (actor.options.overflow === 'shed_oldest' && (await this.queue.queuedCount(actor.id, node)) >= actor.options.maxQueued) {
       await this.runner.shedOldest(actor.id);
     }
     const episode = await this.store.insert({ ...spec, status: 'queued' });

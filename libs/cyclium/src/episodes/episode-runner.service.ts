@@ -26,6 +26,7 @@ import { EndWrites } from './end-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
+import { EpisodeQueue } from './episode-queue.js';
 import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
 import { RunningEpisode, type History } from './running-episode.js';
 import { StepWrites } from './step-writes.js';
@@ -65,6 +66,7 @@ export class EpisodeRunner implements OnModuleInit {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly store: EpisodeStore,
+    private readonly queue: EpisodeQueue,
     private readonly journal: EpisodeJournal,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
@@ -99,7 +101,7 @@ export class EpisodeRunner implements OnModuleInit {
 
   /** Takes this node's oldest queued episode of `actorId` and its claim, in one transaction; `duplicate` when none is left. */
   beginQueued(actorId: string): Promise<BeginResult> {
-    return this.claimWith((client) => this.store.dequeue(actorId, this.identity.name(), client));
+    return this.claimWith((client) => this.queue.dequeue(actorId, this.identity.name(), client));
   }
 
   /**
@@ -149,7 +151,7 @@ export class EpisodeRunner implements OnModuleInit {
   /** Cancels this node's oldest queued episode of `actorId` (shedding), with its event; null when none is queued. */
   async shedOldest(actorId: string): Promise<EpisodeRow | null> {
     return this.announceWith(async (client) => {
-      const episode = await this.store.cancelOldestQueued(actorId, this.identity.name(), client);
+      const episode = await this.queue.cancelOldestQueued(actorId, this.identity.name(), client);
       return episode && { episode, event: this.lifecycle('episode.canceled', episode, 'canceled') };
     });
   }

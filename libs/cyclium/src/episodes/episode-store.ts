@@ -53,17 +53,6 @@ export interface EpisodePage {
   after?: [string, string];
 }
 
-/** Where recovery looks, and what it must leave alone. */
-export interface CandidateScope {
-  stack: string | null;
-  env: string | null;
-  staleAfterMs: number;
-  /** A node whose beat is older than this counts as gone. */
-  goneAfterMs: number;
-  /** With claims on, a claim decides whether a waiting restart is still protected. */
-  claimsOn: boolean;
-}
-
 const INSERT = prepared(
   'episodes_insert',
   `INSERT INTO cyclium_episodes
@@ -72,17 +61,6 @@ const INSERT = prepared(
    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
            CASE WHEN $6 = 'running' THEN now() END, CASE WHEN $6 = 'queued' THEN now() END)
    ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING
-   RETURNING *`,
-);
-
-/** The next queued episode of one actor on one node, oldest first, moved to running; the conditional update loses to a concurrent cancel. */
-const DEQUEUE = prepared(
-  'episodes_dequeue',
-  `UPDATE cyclium_episodes SET status = 'running', started_at = now(), updated_at = now()
-    WHERE id = (SELECT id FROM cyclium_episodes
-                 WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
-                 ORDER BY queued_at, id LIMIT 1)
-      AND status = 'queued'
    RETURNING *`,
 );
 
@@ -99,49 +77,6 @@ export const RESUME_START: FencedStatement = {
    WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering' AND owner_node = $2
   RETURNING cyclium_episodes.*`,
 };
-
-/**
- * Running episodes nobody is working on: stamped `interrupted` by a drain, or with a journal (or
- * start) quieter than `staleAfterMs` by the database clock. A restart waiting for a slot
- * (`recovering`) on a node that is alive is left alone — with claims on, only while its claim is
- * live, so a restart whose node lost the claim (an outage, say) becomes recoverable again.
- */
-export const CANDIDATES = `
-  SELECT e.* FROM cyclium_episodes e
-   WHERE e.status = 'running'
-     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
-     AND e.source_env IS NOT DISTINCT FROM $2
-     AND (e.phase = 'interrupted'
-          OR coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
-                      e.started_at, e.inserted_at) < now() - make_interval(secs => $3::double precision / 1000))
-     AND NOT (e.phase = 'recovering'
-              AND EXISTS (SELECT 1 FROM cyclium_nodes n
-                           WHERE n.node_identity = e.owner_node
-                             AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
-              AND (NOT $5::boolean
-                   OR EXISTS (SELECT 1 FROM cyclium_work_claims c
-                               WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-                                 AND c.state = 'claimed' AND c.lease_until > now())))
-   LIMIT 500`;
-
-/** Queued episodes of actors this node hosts whose node stopped beating (or deregistered when it drained). */
-const ORPHANED_QUEUED = `
-  SELECT e.* FROM cyclium_episodes e
-   WHERE e.status = 'queued'
-     AND e.actor_id = ANY($5::text[])
-     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
-     AND e.source_env IS NOT DISTINCT FROM $2
-     AND e.owner_node IS DISTINCT FROM $4
-     AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
-                      WHERE n.node_identity = e.owner_node
-                        AND n.last_seen_at > now() - make_interval(secs => $3::double precision / 1000))
-   LIMIT 500`;
-
-/** Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. */
-const TAKE = `
-  UPDATE cyclium_episodes SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now()
-   WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
-  RETURNING *`;
 
 /** Maps a `cyclium_episodes` row as pg returns it onto the entity's shape. */
 export function toEpisode(row: Record<string, unknown>): EpisodeRow {
@@ -175,7 +110,8 @@ export function toEpisode(row: Record<string, unknown>): EpisodeRow {
   };
 }
 
-const one = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);
+/** The first row mapped, or null when there is none. */
+export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);
 
 /** The claim key of an episode: its dedupe key, or its id when it has none. */
 export function claimKeyOf(episode: Pick<EpisodeRow, 'id' | 'dedupeKey'>): string {
@@ -183,9 +119,10 @@ export function claimKeyOf(episode: Pick<EpisodeRow, 'id' | 'dedupeKey'>): strin
 }
 
 /**
- * Every statement on cyclium_episodes: inserts, the queue, status moves, recovery's candidates
- * and takes, the drain's stamp. `via` is a client inside the caller's transaction where the write
- * must commit with others; the pool otherwise.
+ * The statements on cyclium_episodes that create, move and read episodes: inserts, status
+ * moves, terminal writes, lookups. The queue's are in EpisodeQueue, recovery's and the drain's in
+ * EpisodeRecoveryStore: the three are the only rooms that write this table. `via` is a client
+ * inside the caller's transaction where the write must commit with others; the pool otherwise.
  */
 @Injectable()
 export class EpisodeStore {
@@ -209,7 +146,7 @@ export class EpisodeStore {
         spec.workflowStepId ?? null,
       ]),
     );
-    return one(rows);
+    return oneEpisode(rows);
   }
 
   // ── fragments of the one-round-trip statements (see EpisodeStatements) ──────────────────────
@@ -261,17 +198,7 @@ export class EpisodeStore {
         WHERE id = $1 AND status = 'deferred' RETURNING *`,
       [id, owner],
     );
-    return one(rows);
-  }
-
-  /** A restart recovery took on a node that cannot run it: it waits as deferred for a full node. */
-  async deferRestart(client: SqlExecutor, id: string): Promise<boolean> {
-    const { rowCount } = await client.query(
-      `UPDATE cyclium_episodes SET status = 'deferred', owner_node = NULL, updated_at = now()
-        WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
-      [id],
-    );
-    return rowCount === 1;
+    return oneEpisode(rows);
   }
 
   /** Deferred episodes whose request expired: failed, with the request's reason; returns them. */
@@ -362,42 +289,6 @@ export class EpisodeStore {
     return toEpisode(rows[0] as Record<string, unknown>);
   }
 
-  /** Takes this node's oldest queued episode of `actorId` and moves it to running; null when none is left. */
-  async dequeue(actorId: string, owner: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
-    return one((await via.query(DEQUEUE([owner, actorId]))).rows);
-  }
-
-  /** The actors with episodes waiting in this node's queue (a node back under the same identity has a backlog). */
-  async actorsWithQueued(owner: string): Promise<string[]> {
-    const { rows } = await this.database.sql.query<{ actor_id: string }>(
-      `SELECT DISTINCT actor_id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1`,
-      [owner],
-    );
-    return rows.map((r) => r.actor_id);
-  }
-
-  /** How many episodes of `actorId` wait in this node's queue. */
-  async queuedCount(actorId: string, owner: string): Promise<number> {
-    const { rows } = await this.database.sql.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2`,
-      [owner, actorId],
-    );
-    return rows[0]?.n ?? 0;
-  }
-
-  /** The oldest queued episode of `actorId` on this node, canceled; null when there is none. */
-  async cancelOldestQueued(actorId: string, owner: string, via: SqlExecutor): Promise<EpisodeRow | null> {
-    const { rows } = await via.query(
-      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
-        WHERE id = (SELECT id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
-                     ORDER BY queued_at, id LIMIT 1)
-          AND status = 'queued'
-       RETURNING *`,
-      [owner, actorId],
-    );
-    return one(rows);
-  }
-
   /** Cancels the episodes of `ids` that have not started yet (queued or deferred); returns them. */
   async cancelWaiting(ids: readonly string[], via: SqlExecutor = this.database.sql): Promise<EpisodeRow[]> {
     if (ids.length === 0) return [];
@@ -421,17 +312,6 @@ export class EpisodeStore {
     return rows.map((r) => r.id);
   }
 
-  /** Fails an episode recovery took and still holds (phase `recovering`), inside the recovery's transaction. */
-  async failOrphaned(client: SqlExecutor, id: string, detail: string): Promise<boolean> {
-    const { rowCount } = await client.query(
-      `UPDATE cyclium_episodes
-          SET status = 'failed', error_class = 'orphaned', error_detail = $2, phase = NULL, finished_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
-      [id, detail],
-    );
-    return rowCount === 1;
-  }
-
   /** Which of `keys` a live episode holds (the dedupe index's own condition): one statement for many. */
   async heldDedupeKeys(keys: readonly string[]): Promise<Set<string>> {
     if (keys.length === 0) return new Set();
@@ -443,7 +323,7 @@ export class EpisodeStore {
   }
 
   async get(id: string): Promise<EpisodeRow | null> {
-    return one((await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows);
+    return oneEpisode((await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows);
   }
 
   async getMany(ids: readonly string[]): Promise<EpisodeRow[]> {
@@ -465,50 +345,5 @@ export class EpisodeStore {
       [query.actorId ?? null, query.status ?? null, afterAt, afterId, query.limit + 1],
     );
     return rows.map((r: Record<string, unknown>) => ({ episode: toEpisode(r), cursorAt: r.cursor_at as string }));
-  }
-
-  // ── recovery ──────────────────────────────────────────────────────────────────────────────────
-
-  async candidates(scope: CandidateScope): Promise<EpisodeRow[]> {
-    const { rows } = await this.database.sql.query(CANDIDATES, [scope.stack, scope.env, scope.staleAfterMs, scope.goneAfterMs, scope.claimsOn]);
-    return rows.map(toEpisode);
-  }
-
-  /** Takes a candidate for this node's recovery, on the state it was read in; null when another node got there. */
-  async take(client: SqlExecutor, candidate: EpisodeRow, owner: string): Promise<EpisodeRow | null> {
-    return one((await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner])).rows);
-  }
-
-  async orphanedQueued(scope: Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>, owner: string, hostedActors: string[]): Promise<EpisodeRow[]> {
-    const { rows } = await this.database.sql.query(ORPHANED_QUEUED, [scope.stack, scope.env, scope.goneAfterMs, owner, hostedActors]);
-    return rows.map(toEpisode);
-  }
-
-  /** Moves a queued episode of a gone node into this node's queue; null when it moved on. */
-  async adopt(episode: EpisodeRow, owner: string): Promise<EpisodeRow | null> {
-    const { rows } = await this.database.sql.query(
-      `UPDATE cyclium_episodes SET owner_node = $3, updated_at = now()
-        WHERE id = $1 AND status = 'queued' AND owner_node IS NOT DISTINCT FROM $2 RETURNING *`,
-      [episode.id, episode.ownerNode, owner],
-    );
-    return one(rows);
-  }
-
-  // ── drain ─────────────────────────────────────────────────────────────────────────────────────
-
-  /** Stamps running episodes `interrupted`, so peers restart them without waiting for staleness. */
-  async stampInterrupted(ids: readonly string[]): Promise<string[]> {
-    if (ids.length === 0) return [];
-    const { rows } = await this.database.sql.query<{ id: string }>(
-      // In id order, as a batch of terminal writes locks them (finishManyFragments).
-      `WITH locked AS (
-         SELECT id FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = 'running' ORDER BY id FOR UPDATE)
-       UPDATE cyclium_episodes e SET phase = 'interrupted', updated_at = now()
-         FROM locked
-        WHERE e.id = locked.id
-       RETURNING e.id`,
-      [ids],
-    );
-    return rows.map((r) => r.id);
   }
 }

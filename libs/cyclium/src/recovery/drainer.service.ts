@@ -6,7 +6,8 @@ import { errorMessage } from '../database/database-errors.js';
 import { EpisodeInterruptedError } from '../episodes/episode-errors.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
-import { EpisodeStore, claimKeyOf } from '../episodes/episode-store.js';
+import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
+import { claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -32,7 +33,7 @@ export class Drainer {
   private draining: Promise<DrainResult> | undefined;
 
   constructor(
-    private readonly store: EpisodeStore,
+    private readonly store: EpisodeRecoveryStore,
     private readonly journal: EpisodeJournal,
     private readonly runner: EpisodeRunner,
     private readonly slots: ActorSlots,

@@ -11,7 +11,8 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
-import { EpisodeStore, claimKeyOf } from '../episodes/episode-store.js';
+import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
+import { claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -89,7 +90,7 @@ export class Recovery {
 
   constructor(
     private readonly database: CycliumDataSource,
-    private readonly store: EpisodeStore,
+    private readonly store: EpisodeRecoveryStore,
     private readonly journal: EpisodeJournal,
     private readonly claims: WorkClaims,
     private readonly slots: ActorSlots,

@@ -1,0 +1,61 @@
+import { Injectable } from '@nestjs/common';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import type { EpisodeRow } from './episode-context.interface.js';
+import { oneEpisode } from './episode-store.js';
+
+/** The next queued episode of one actor on one node, oldest first, moved to running; the conditional update loses to a concurrent cancel. */
+const DEQUEUE = prepared(
+  'episodes_dequeue',
+  `UPDATE cyclium_episodes SET status = 'running', started_at = now(), updated_at = now()
+    WHERE id = (SELECT id FROM cyclium_episodes
+                 WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
+                 ORDER BY queued_at, id LIMIT 1)
+      AND status = 'queued'
+   RETURNING *`,
+);
+
+/**
+ * The statements on `cyclium_episodes` that treat it as each node's queue: rows `queued` with the
+ * node as owner, taken oldest first as slots free.
+ */
+@Injectable()
+export class EpisodeQueue {
+  constructor(private readonly database: CycliumDataSource) {}
+
+  /** Takes this node's oldest queued episode of `actorId` and moves it to running; null when none is left. */
+  async dequeue(actorId: string, owner: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
+    return oneEpisode((await via.query(DEQUEUE([owner, actorId]))).rows);
+  }
+
+  /** The actors with episodes waiting in this node's queue (a node back under the same identity has a backlog). */
+  async actorsWithQueued(owner: string): Promise<string[]> {
+    const { rows } = await this.database.sql.query<{ actor_id: string }>(
+      `SELECT DISTINCT actor_id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1`,
+      [owner],
+    );
+    return rows.map((r) => r.actor_id);
+  }
+
+  /** How many episodes of `actorId` wait in this node's queue. */
+  async queuedCount(actorId: string, owner: string): Promise<number> {
+    const { rows } = await this.database.sql.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2`,
+      [owner, actorId],
+    );
+    return rows[0]?.n ?? 0;
+  }
+
+  /** The oldest queued episode of `actorId` on this node, canceled; null when there is none. */
+  async cancelOldestQueued(actorId: string, owner: string, via: SqlExecutor): Promise<EpisodeRow | null> {
+    const { rows } = await via.query(
+      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
+        WHERE id = (SELECT id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
+                     ORDER BY queued_at, id LIMIT 1)
+          AND status = 'queued'
+       RETURNING *`,
+      [owner, actorId],
+    );
+    return oneEpisode(rows);
+  }
+}
