@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
 import pg from 'pg';
 import { Bus } from '@cyclium/nestjs';
+import { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -23,6 +24,36 @@ describe('a node alone on its bus channel', () => {
     await Promise.all(apps.splice(0).map((app) => app.close()));
     await raw?.end().catch(() => undefined);
     raw = undefined;
+  });
+
+  it('does not read its own events back when no handler here wants them, and delivers them with the next read', async () => {
+    const app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'lone-quiet', ...SLOW } });
+    apps.push(app);
+    const bus = app.get(Bus);
+    // Every read of the events table this node makes goes through the pool's executor.
+    const sql = app.get(CycliumDataSource).sql;
+    const query = sql.query.bind(sql) as (...args: unknown[]) => Promise<never>;
+    let reads = 0;
+    (sql as { query: unknown }).query = (...args: unknown[]) => {
+      const name = (args[0] as { name?: string }).name ?? '';
+      if (name.startsWith('cyclium_events_read')) reads++;
+      return query(...args);
+    };
+    const wanted: number[] = [];
+    bus.subscribe<{ n: number }>('lone.wanted', (event) => void wanted.push(event.payload.n));
+    await bus.publish('lone.wanted', { n: 1 });
+    await waitFor('lone-quiet to hear its first wanted event', () => wanted.length === 1, 5_000);
+
+    reads = 0;
+    for (let n = 1; n <= 5; n++) await bus.publish('lone.unwanted', { n });
+    const late: number[] = [];
+    bus.subscribe<{ n: number }>('lone.unwanted', (event) => void late.push(event.payload.n));
+    await bus.publish('lone.wanted', { n: 2 });
+    await waitFor('lone-quiet to hear its second wanted event', () => wanted.length === 2, 5_000);
+
+    // One read, for the wanted event; the five nobody wanted rode along with it.
+    expect(reads).toBe(1);
+    expect(late).toEqual([1, 2, 3, 4, 5]);
   });
 
   it('delivers to itself without a NOTIFY, and NOTIFYs as soon as a second node starts listening', async () => {

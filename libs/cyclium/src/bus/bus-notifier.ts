@@ -40,6 +40,8 @@ export class BusNotifier {
   private readonly outage = new OutageLog(this.logger, 'waking listeners (NOTIFY)');
   private readonly runs: SpacedTrigger;
   private pendingWake = false;
+  /** Some wake-up asked for since the last run wants this node's own reader woken too. */
+  private pendingReadHere = false;
   private pendingSignals: string[] = [];
   private pendingJoin: string | undefined;
 
@@ -52,8 +54,10 @@ export class BusNotifier {
     this.runs = new SpacedTrigger(() => this.send(), spacingMs);
   }
 
-  wake(): void {
+  /** `readHere` false: while this node is alone, its own reader need not read what woke it. */
+  wake(readHere = true): void {
     this.pendingWake = true;
+    this.pendingReadHere ||= readHere;
     this.runs.request();
   }
 
@@ -86,11 +90,13 @@ export class BusNotifier {
     const wake = this.pendingWake;
     const tokens = this.pendingSignals;
     const join = this.pendingJoin;
+    const readHere = this.pendingReadHere;
     this.pendingWake = false;
+    this.pendingReadHere = false;
     this.pendingSignals = [];
     this.pendingJoin = undefined;
     if (join === undefined && this.lone?.audience.alone) {
-      if (wake || tokens.length > 0) this.lone.hear({ wake, tokens });
+      if ((wake && readHere) || tokens.length > 0) this.lone.hear({ wake: wake && readHere, tokens });
       return;
     }
     const payloads = notifyPayloads(wake, tokens);

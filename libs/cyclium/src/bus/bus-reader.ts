@@ -35,7 +35,8 @@ export class BusReader {
   constructor(
     private readonly sql: SqlExecutor,
     private readonly log: EventLog,
-    private readonly deliver: (event: BusEvent) => void,
+    /** Hands an event to this node's handlers; false when none of them wanted it. */
+    private readonly deliver: (event: BusEvent) => boolean,
     private readonly pollIntervalMs: number,
     spacingMs: number | (() => number),
   ) {
@@ -72,7 +73,7 @@ export class BusReader {
     return this.lastReadAt === undefined ? null : performance.now() - this.lastReadAt;
   }
 
-  /** Age of the newest event when it was read (database clock), or null before any. */
+  /** Age of the newest event a handler here wanted when it was read (database clock), or null before any. */
   get lagMs(): number | null {
     return this.lastLagMs;
   }
@@ -117,8 +118,9 @@ export class BusReader {
   }
 
   private hand(events: LoggedEvent[]): void {
-    for (const logged of events) this.deliver(logged.event);
-    const newest = events[events.length - 1];
+    let newest: LoggedEvent | undefined;
+    for (const logged of events) if (this.deliver(logged.event)) newest = logged;
+    // Events nobody here wants may wait for the next read (see PostgresBus.wake): their age is not lag.
     if (newest) this.lastLagMs = newest.ageMs;
   }
 }

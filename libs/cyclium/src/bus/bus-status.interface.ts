@@ -8,7 +8,7 @@ export interface BusStatus {
   disconnectedForMs: number;
   /** Since the last successful read of the events table; null before the first. */
   lastReadAgoMs: number | null;
-  /** How old the newest event was when this node read it (database clock); null before any. */
+  /** How old the newest event a handler on this node wanted was when this node read it (database clock); null before any. */
   lagMs: number | null;
   /** The last read failed (the database is away, say). */
   readFailing: boolean;

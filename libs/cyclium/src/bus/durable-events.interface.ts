@@ -21,8 +21,11 @@ export interface DurableEvents {
    * are never batched.
    */
   appendManyFragment?(statement: Statement, events: readonly BusEvent[], positions: string): string;
-  /** Tells listeners there is something to read; called after that transaction committed. */
-  wake(): void;
+  /**
+   * Tells listeners there is something to read; called after that transaction committed, with the
+   * types of the events it wrote (a bus may then spare readers that want none of them).
+   */
+  wake(types?: readonly string[]): void;
 }
 
 export function isDurable(bus: Bus): bus is Bus & DurableEvents {

@@ -38,7 +38,7 @@ export class EventOutbox {
     const transport = this.transport;
     if (isDurable(transport)) {
       await transport.appendWithin(client, events.map((e) => mintBusEvent(e.type, e.payload)));
-      return options.wake === false ? noop : () => transport.wake();
+      return options.wake === false ? noop : () => transport.wake(typesOf(events));
     }
     return () => {
       for (const event of events) this.announce(event.type, event.payload);
@@ -53,7 +53,7 @@ export class EventOutbox {
     const transport = this.transport;
     if (isDurable(transport)) {
       const body = transport.appendFragment(statement, events.map((e) => mintBusEvent(e.type, e.payload)), when);
-      return { body, announce: options.wake === false ? noop : () => transport.wake() };
+      return { body, announce: options.wake === false ? noop : () => transport.wake(typesOf(events)) };
     }
     return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
   }
@@ -74,7 +74,7 @@ export class EventOutbox {
       return {
         body,
         announce: (written) => {
-          if (written.length > 0) transport.wake();
+          if (written.length > 0) transport.wake(written.map((n) => (events[n - 1] as OutgoingEvent).type));
         },
       };
     }
@@ -105,3 +105,5 @@ export class EventOutbox {
 }
 
 const noop: Announce = () => undefined;
+
+const typesOf = (events: readonly OutgoingEvent[]): string[] => events.map((e) => e.type);

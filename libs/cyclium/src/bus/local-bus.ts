@@ -77,12 +77,19 @@ export class LocalBus extends Bus implements DispatchSignals {
     return () => this.signalHandlers.delete(handler);
   }
 
-  /** Queues an event minted elsewhere (another node, via a transport) for this process's handlers. */
-  deliver(event: BusEvent): void {
+  /** Queues an event minted elsewhere (another node, via a transport) for this process's handlers; false when none wants it. */
+  deliver(event: BusEvent): boolean {
     this.queue.push(event);
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(() => this.drain());
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.drain());
+    }
+    return this.wants(event.type);
+  }
+
+  /** Whether a handler here takes events of `type` (its own subscribers, or the wildcard's). */
+  wants(type: string): boolean {
+    return this.subscriptions.has(type) || this.subscriptions.has('*');
   }
 
   private drain(): void {

@@ -160,9 +160,14 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
     if (this.audience) this.notifier.announce(this.identity());
   }
 
-  /** Wakes every listener of the channel; call once the transaction that appended has committed. */
-  wake(): void {
-    this.notifier.wake();
+  /**
+   * Wakes every listener of the channel; call once the transaction that appended has committed.
+   * While this node is alone on the channel, its own reader is woken only when a handler here
+   * wants one of `types`: otherwise it would read its own events back for nobody. They are read
+   * with the next read (a wanted event, another node's, or the fallback timer).
+   */
+  wake(types?: readonly string[]): void {
+    this.notifier.wake(types === undefined || types.some((type) => this.local.wants(type)));
   }
 
   signalDispatched(tokens: readonly string[]): void {
@@ -210,7 +215,7 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
     try {
       await this.log.append(this.sql, batch.map((p) => p.item));
       for (const pending of batch) pending.resolve();
-      this.wake();
+      this.wake(batch.map((pending) => pending.item.event.type));
       return;
     } catch (error) {
       // A value PostgreSQL refuses (class 22) fails its own publish only: retry the batch one by one.
@@ -220,17 +225,17 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
   }
 
   private async storeOneByOne(batch: Array<Pending<StorableEvent>>): Promise<void> {
-    let stored = 0;
+    const stored: string[] = [];
     for (const pending of batch) {
       try {
         await this.log.append(this.sql, [pending.item]);
         pending.resolve();
-        stored++;
+        stored.push(pending.item.event.type);
       } catch (error) {
         pending.reject(this.publishError(pending.item.event, error));
       }
     }
-    if (stored > 0) this.wake();
+    if (stored.length > 0) this.wake(stored);
   }
 
   private publishError(event: BusEvent, error: unknown): Error {
