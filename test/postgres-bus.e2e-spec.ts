@@ -35,7 +35,12 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   let b: BusNode;
 
   /** A slow fallback timer, so every delivery in these tests is explained by a wake-up or a reconnect. */
-  function node(channel: string, scope: { stackSlug?: string | null; env?: string | null } = {}, pollIntervalMs = 600_000): BusNode {
+  function node(
+    channel: string,
+    scope: { stackSlug?: string | null; env?: string | null } = {},
+    pollIntervalMs = 600_000,
+    wantsEverything = true,
+  ): BusNode {
     const db = pool(url, 3);
     const statements: string[] = [];
     const sql: SqlExecutor = {
@@ -61,7 +66,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       { channel, ...scope, publisher: () => name, pollIntervalMs },
     );
     const received: BusEvent[] = [];
-    bus.subscribe('*', (event) => void received.push(event));
+    if (wantsEverything) bus.subscribe('*', (event) => void received.push(event));
     const created: BusNode = {
       bus,
       db,
@@ -112,6 +117,26 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(a.of('greeting')).toEqual([jsonOf(published)]);
     expect(b.of('greeting')).toEqual([jsonOf(published)]);
     expect(typed).toEqual([jsonOf(published)]);
+  });
+
+  it('does not read back what a node woke the channel for when no handler on it wants it', async () => {
+    const channel = busChannel('bus-quiet', null);
+    const quiet = node(channel, {}, 600_000, false);
+    const peer = node(channel);
+    await Promise.all([quiet.bus.start(), peer.bus.start()]);
+    const markers: BusEvent[] = [];
+    quiet.bus.subscribe('marker', (event) => void markers.push(event));
+    const reads = () => quiet.statements.filter((s) => s.includes('s.snap::text AS snapshot') || s.includes('pg_visible_in_snapshot')).length;
+    const before = reads();
+
+    const sent = [];
+    for (let n = 1; n <= 5; n++) sent.push(await quiet.bus.publish('quiet.unwanted', { n }));
+    await waitFor('the peer to read all five', () => peer.of('quiet.unwanted').length === 5);
+    // The peer's marker is the first thing the quiet node wants: one read, for it alone.
+    const marker = await peer.bus.publish('marker', null);
+    await waitFor('the quiet node to hear the marker', () => markers.some((e) => e.eventId === marker.eventId));
+    expect(reads() - before).toBe(1);
+    expect(peer.of('quiet.unwanted').map((e) => e.eventId)).toEqual(sent.map((e) => e.eventId));
   });
 
   it('stores a repeated event id once and delivers it once: a publisher may retry safely', async () => {

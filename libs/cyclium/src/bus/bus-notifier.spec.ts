@@ -22,6 +22,32 @@ describe('BusNotifier payloads', () => {
   });
 });
 
+describe('BusNotifier wake-ups its own node can skip', () => {
+  it('names the sender when no handler on it wants what woke the channel, and every other reader still reads', async () => {
+    const sent: string[][] = [];
+    const sql = {
+      query: async (config: QueryConfig) => {
+        sent.push((config.values as [string, string[]])[1]);
+        return { rows: [] };
+      },
+    } as unknown as SqlExecutor;
+    const bus = new BusNotifier(sql, 'cyclium_bus', 0, undefined, () => 'node-q');
+    bus.wake(false);
+    await bus.idle();
+    bus.signal(['t1']);
+    await bus.idle();
+    expect(sent).toEqual([['q:node-q'], ['d:t1']]);
+    expect(BusNotifier.parse('q:node-q')).toEqual({ wake: true, tokens: [], notFor: 'node-q' });
+
+    // Wake-ups coalesced into one NOTIFY: one that a handler here wants makes it a plain one.
+    bus.wake(false);
+    bus.wake(false);
+    bus.wake(true);
+    await bus.idle();
+    expect(sent.slice(2)).toEqual([['q:node-q'], ['']]);
+  });
+});
+
 describe('BusNotifier and a lone node', () => {
   function notifier(alone: { value: boolean }) {
     const sent: string[][] = [];

@@ -11,13 +11,15 @@ import { SpacedTrigger } from './spaced-trigger.js';
  * NOTIFY costs each listening connection in the database a transaction to read it, which is why
  * there are as few as the load allows, and none at all while this node knows it is the only
  * listener (it then hears itself in-process). Payloads: '' wakes readers; 'w:' and 'd:' carry
- * signal tokens, with and without a wake-up; 'j:' names a node that started listening (an older
+ * signal tokens, with and without a wake-up; 'q:' wakes every reader but the named node's own,
+ * for events no handler on the sender wants; 'j:' names a node that started listening (an older
  * node takes any of them for a wake-up, which is harmless).
  */
 const NOTIFY = prepared('bus_notify', `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`);
 const WAKE_AND_SIGNAL = 'w:';
 const SIGNAL_ONLY = 'd:';
 const JOINED = 'j:';
+const WAKE_OTHERS = 'q:';
 const PAYLOAD_BYTES = 7_900;
 
 /** What a NOTIFY said: read the events table, and these triggers are handled. */
@@ -26,6 +28,8 @@ export interface Heard {
   tokens: string[];
   /** The node that announced it started listening. */
   joined?: string;
+  /** The wake-up is for every reader but this node's: nothing on it wants what woke the channel. */
+  notFor?: string;
 }
 
 /** Hearing oneself without a NOTIFY, while nobody else listens. */
@@ -50,6 +54,8 @@ export class BusNotifier {
     private readonly channel: string,
     spacingMs: number | (() => number),
     private readonly lone?: LoneListener,
+    /** This node's identity, named in a wake-up its own reader can skip. */
+    private readonly identity: () => string = () => '',
   ) {
     this.runs = new SpacedTrigger(() => this.send(), spacingMs);
   }
@@ -82,6 +88,7 @@ export class BusNotifier {
   static parse(payload: string): Heard {
     if (payload.startsWith(JOINED)) return { wake: true, tokens: [], joined: payload.slice(JOINED.length) };
     const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
+    if (payload.startsWith(WAKE_OTHERS)) return { wake: true, tokens: [], notFor: payload.slice(WAKE_OTHERS.length) };
     if (!signals) return { wake: true, tokens: [] };
     return { wake: payload.startsWith(WAKE_AND_SIGNAL), tokens: payload.slice(2).split(',').filter((t) => t !== '') };
   }
@@ -99,7 +106,9 @@ export class BusNotifier {
       if ((wake && readHere) || tokens.length > 0) this.lone.hear({ wake: wake && readHere, tokens });
       return;
     }
-    const payloads = notifyPayloads(wake, tokens);
+    const identity = this.identity();
+    const othersOnly = wake && !readHere && identity !== '';
+    const payloads = othersOnly ? [WAKE_OTHERS + identity, ...notifyPayloads(false, tokens)] : notifyPayloads(wake, tokens);
     if (join !== undefined) payloads.push(JOINED + join);
     try {
       await this.sql.query(NOTIFY([this.channel, payloads]));

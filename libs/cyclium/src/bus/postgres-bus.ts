@@ -102,7 +102,8 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
     });
     this.outbox = new GroupCommit((batch) => this.store(batch));
     const lone = this.audience ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) } : undefined;
-    this.notifier = new BusNotifier(sql, channel, options.notifySpacingMs ?? spacingMs, lone);
+    // Only a node with a name of its own can be told apart from its peers in a wake-up.
+    this.notifier = new BusNotifier(sql, channel, options.notifySpacingMs ?? spacingMs, lone, options.publisher ?? (() => ''));
   }
 
   get channel(): string {
@@ -162,9 +163,10 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
 
   /**
    * Wakes every listener of the channel; call once the transaction that appended has committed.
-   * While this node is alone on the channel, its own reader is woken only when a handler here
-   * wants one of `types`: otherwise it would read its own events back for nobody. They are read
-   * with the next read (a wanted event, another node's, or the fallback timer).
+   * This node's own reader is woken only when a handler here wants one of `types` (alone on the
+   * channel, in-process; otherwise by a wake-up that names it as the one reader to skip): it would
+   * read its own events back for nobody. They are read with its next read (a wanted event,
+   * another node's, or the fallback timer).
    */
   wake(types?: readonly string[]): void {
     this.notifier.wake(types === undefined || types.some((type) => this.local.wants(type)));
@@ -246,14 +248,15 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
     return error instanceof Error ? error : new Error(String(error));
   }
 
-  private hear({ wake, tokens, joined }: Heard): void {
+  private hear({ wake, tokens, joined, notFor }: Heard): void {
     if (joined !== undefined && joined !== this.identity() && this.audience) {
       const wasAlone = this.audience.alone;
       this.audience.joined(joined);
       // What this node committed unannounced since the newcomer took its cursor: it reads that now.
       if (wasAlone) this.notifier.wake();
     }
-    if (wake) this.reader.wake();
+    // A wake-up this node sent for events none of its handlers wants: the others read, it need not.
+    if (wake && notFor !== this.identity()) this.reader.wake();
     if (tokens.length === 0) return;
     for (const handler of this.signalHandlers) handler(tokens);
   }
