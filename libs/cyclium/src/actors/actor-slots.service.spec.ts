@@ -1,4 +1,4 @@
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import type { EpisodeRunner, BeginResult } from '../episodes/episode-runner.service.js';
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
@@ -48,13 +48,18 @@ describe('ActorSlots queue', () => {
   });
 
   it('looks again by itself when the oldest queued row has a claim held elsewhere', async () => {
-    const { slots, dequeues } = slotsWithManualQueue();
-    slots.noteQueued('a');
-    dequeues[0]?.({ status: 'busy' });
-    // Nothing notes the queue when the other node lets the claim go: the slots must come back on their own.
-    const deadline = Date.now() + 3_000;
-    while (dequeues.length < 2 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(dequeues).toHaveLength(2);
+    jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask', 'Date', 'performance'] });
+    try {
+      const { slots, dequeues } = slotsWithManualQueue();
+      slots.noteQueued('a');
+      dequeues[0]?.({ status: 'busy' });
+      // Nothing notes the queue when the other node lets the claim go: the slots must come back on their own.
+      expect(await settles(() => dequeues.length > 1)).toBe(false);
+      jest.advanceTimersByTime(1_000);
+      expect(dequeues).toHaveLength(2);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('stops looking when a dequeue comes back empty and nothing was queued meanwhile', async () => {
