@@ -53,7 +53,7 @@ describe('query plans of the claim, sweep and bus statements', () => {
     const from = await events.snapshot(client);
     const { events: page } = await events.readAfter(client, from, 10);
     if (page[0]) await events.readPage(client, from, from, page[0], 10);
-    await events.prune(client, 3_600_000, 10);
+    await events.prune(client, 3_600_000, 604_800_000, 10);
   });
 
   afterAll(async () => {
@@ -75,7 +75,7 @@ describe('query plans of the claim, sweep and bus statements', () => {
         await plan(CANDIDATES, [null, null, 120_000, 45_000, true]),
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
         await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500)`),
-        await plan(`EXECUTE cyclium_events_prune(3600000, 1000)`),
+        await plan(`EXECUTE cyclium_events_prune_dispatched(3600000, 1000, 604800000)`),
       ];
       for (const text of statements) {
         expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events)/);

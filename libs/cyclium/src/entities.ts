@@ -1,4 +1,5 @@
 import { CycliumActorDefinition } from './actors/actor-definition.entity.js';
+import { CycliumBusPosition } from './bus/bus-position.entity.js';
 import { CycliumEvent } from './bus/event.entity.js';
 import { CycliumWorkClaim } from './claims/work-claim.entity.js';
 import { CycliumTriggerRequest } from './dispatch/trigger-request.entity.js';
@@ -23,4 +24,5 @@ export const cycliumEntities = [
   CycliumActorDefinition,
   CycliumNode,
   CycliumEvent,
+  CycliumBusPosition,
 ] as const;

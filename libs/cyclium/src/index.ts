@@ -113,5 +113,6 @@ export { CycliumWorkflowInstance, type WorkflowInstanceStatus } from './workflow
 export { CycliumActorDefinition } from './actors/actor-definition.entity.js';
 export { CycliumNode } from './identity/node.entity.js';
 export { CycliumEvent } from './bus/event.entity.js';
+export { CycliumBusPosition } from './bus/bus-position.entity.js';
 
 export { cycliumMigrations } from './migrations/index.js';

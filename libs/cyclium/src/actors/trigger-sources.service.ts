@@ -3,6 +3,7 @@ import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
 import type { BusEvent } from '../bus/bus.interface.js';
+import type { EventReceipt } from '../bus/durable-subscriptions.interface.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
@@ -14,6 +15,7 @@ import { ActorDefinitionError } from './actor-definition.error.js';
 import { ActorRegistry } from './actor-registry.service.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
+import { EventWindows } from './event-windows.js';
 import { bucketStart } from './interval.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
 import { matchesFilter, readPath } from './trigger-filter.js';
@@ -28,11 +30,23 @@ function describeTrigger(trigger: EpisodeTrigger): string {
   return trigger.type;
 }
 
+interface Handover {
+  expectation: RegisteredExpectation;
+  trigger: EpisodeTrigger;
+  dedupeKey: string;
+  what: string;
+  settled: (settled: boolean) => void;
+}
+
 /**
  * Turns what happens into triggers: bus events (filtered, debounced and cooled down per subject),
  * wall-clock buckets and cron ticks, each with the deterministic dedupe key every node computes
  * alike. Every node does this for every trigger; for bus events one node dispatches and the rest
  * stand by (TriggerPlacement), for timers every node tries; the unique index lets one insert through.
+ * Each event-triggered expectation is a durable consumer of the bus: an event counts as handled
+ * (and its position moves past it) only once its trigger settled, so a trigger this node drops by
+ * stopping (a debounce pending, a retry through an outage) is read again by the next node, or by
+ * this one after its restart.
  */
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
@@ -40,10 +54,8 @@ export class TriggerSources implements OnApplicationBootstrap {
   private readonly unsubscribes: Array<() => void> = [];
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly cronJobs: Array<{ name: string; job: CronJob }> = [];
-  private readonly debounces = new Map<string, NodeJS.Timeout>();
-  /** Per subject, until when its triggers are ignored; each entry deletes itself when it lapses. */
-  private readonly cooldownUntil = new Map<string, number>();
-  private readonly handovers: Array<{ expectation: RegisteredExpectation; trigger: EpisodeTrigger; dedupeKey: string; what: string }> = [];
+  private readonly windows = new EventWindows();
+  private readonly handovers: Handover[] = [];
   private on = false;
 
   constructor(
@@ -63,6 +75,12 @@ export class TriggerSources implements OnApplicationBootstrap {
     for (const actor of this.registry.all()) {
       for (const expectation of actor.expectations.values()) this.start(actor, expectation);
     }
+    if (!this.events.replays && this.unsubscribes.length > 0) {
+      this.logger.warn(
+        'the configured bus cannot replay (it does not implement DurableSubscriptions): an event published while ' +
+          "no node hosting its actor reads the bus never becomes an episode. Use bus: 'postgres' for that guarantee.",
+      );
+    }
   }
 
   /** Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces and cooldowns. */
@@ -73,10 +91,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     await new Promise((resolve) => setImmediate(resolve));
     await this.handOverAll();
     this.unsubscribes.splice(0).forEach((off) => off());
-    for (const timer of [...this.timers, ...this.debounces.values()]) clearTimeout(timer);
+    for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
-    this.debounces.clear();
-    this.cooldownUntil.clear();
+    // Their events stay unsettled: the next reader of the bus (a peer, or this node after its restart) fires them.
+    this.windows.clear();
     const registry = this.schedulerRegistry(false);
     for (const { name, job } of this.cronJobs.splice(0)) {
       await job.stop();
@@ -86,14 +104,15 @@ export class TriggerSources implements OnApplicationBootstrap {
 
   /** Subjects cooling down now (memory stays bounded by the subjects seen within `cooldownMs`). */
   get coolingDown(): number {
-    return this.cooldownUntil.size;
+    return this.windows.coolingDown;
   }
 
   private start(actor: RegisteredActor, expectation: RegisteredExpectation): void {
     const trigger = expectation.options.trigger;
     if (trigger === 'manual' || trigger === 'workflow') return;
     if (trigger.event !== undefined) {
-      this.unsubscribes.push(this.events.subscribe(trigger.event, (event) => this.onEvent(expectation, event)));
+      const consumer = `${actor.id}.${expectation.id}`;
+      this.unsubscribes.push(this.events.subscribeDurable(consumer, trigger.event, (event, receipt) => this.onEvent(expectation, event, receipt)));
     } else if (trigger.every !== undefined) {
       this.scheduleEvery(expectation, expectation.intervalMs as number);
     } else if (trigger.cron !== undefined) {
@@ -101,35 +120,20 @@ export class TriggerSources implements OnApplicationBootstrap {
     }
   }
 
-  private onEvent(expectation: RegisteredExpectation, event: BusEvent): void {
+  /** Settles once the event's trigger has (see EventWindows); filtered out, it settles at once. */
+  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt): Promise<void> {
     const trigger = expectation.options.trigger as { event: string; filter?: Parameters<typeof matchesFilter>[0] };
-    if (!matchesFilter(trigger.filter, event.payload)) return;
+    if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
     const { subjectKey, debounceMs, cooldownMs } = expectation.options;
     const subject = `${expectation.actorId}\u0000${expectation.id}\u0000${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
-    if (this.cooldownUntil.has(subject)) return;
-    const fire = () => {
-      this.debounces.delete(subject);
-      if (!this.on) return;
-      if (cooldownMs) this.coolDown(subject, cooldownMs);
-      void this.trigger(
+    return this.windows.admit(subject, event, receipt, debounceMs ?? 0, cooldownMs ?? 0, (fired) =>
+      this.trigger(
         expectation,
-        { type: 'event', eventType: event.type, eventId: event.eventId, payload: event.payload },
-        scopeKey(eventKey(expectation.actorId, expectation.id, event.type, event.eventId, event.payload), this.options.env),
+        { type: 'event', eventType: fired.type, eventId: fired.eventId, payload: fired.payload },
+        scopeKey(eventKey(expectation.actorId, expectation.id, fired.type, fired.eventId, fired.payload), this.options.env),
         true,
-      );
-    };
-    if (!debounceMs) return fire();
-    // Trailing edge: every event for the subject restarts its quiet period; the last one runs.
-    clearTimeout(this.debounces.get(subject));
-    this.debounces.set(subject, setTimeout(fire, debounceMs));
-  }
-
-  private coolDown(subject: string, cooldownMs: number): void {
-    const until = Date.now() + cooldownMs;
-    this.cooldownUntil.set(subject, until);
-    setTimeout(() => {
-      if (this.cooldownUntil.get(subject) === until) this.cooldownUntil.delete(subject);
-    }, cooldownMs).unref();
+      ),
+    );
   }
 
   /** Fires at the start of each wall-clock bucket, so every node computes the same bucket and key. */
@@ -160,10 +164,9 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
-    void this.trigger(
-      expectation,
-      { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() },
-      scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env),
+    const trigger: EpisodeTrigger = { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() };
+    this.trigger(expectation, trigger, scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env)).catch(
+      (error: unknown) => this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)}) dropped: ${errorMessage(error)}`),
     );
   }
 
@@ -171,33 +174,38 @@ export class TriggerSources implements OnApplicationBootstrap {
    * A bus event (`placed`) goes through TriggerPlacement: the node ranked first dispatches at once,
    * the others only as backups. A timer, which fires on every node anyway, races instead, after a
    * random 0–jitterMs so the fastest node does not win every key. A trigger that meets an
-   * unreachable database is retried with backoff until it lands or the node drains: if every node
-   * dropped it during an outage, an acknowledged event would never become an episode. Any other
-   * failure drops it, with the reason and the event id logged.
+   * unreachable database is retried with backoff until it lands or the node drains. Resolves true
+   * once the trigger is settled (an episode or a trigger request exists for it, here or elsewhere,
+   * or it needs none); false when this node stopped first (the bus's next reader fires it again);
+   * rejects for a reason of the trigger's own.
    */
-  private async trigger(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, placed = false): Promise<void> {
+  private async trigger(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, placed = false): Promise<boolean> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
     if (turn === 'handover') return this.handOver(expectation, trigger, dedupeKey, what);
-    if (turn === 'handled' || !this.on) return;
+    if (turn === 'handled') return true;
+    if (!this.on) return false;
     if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
     if (turn === 'race' && this.options.jitterMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
     for (let attempt = 0, delay = RETRY_FIRST_MS; this.on; attempt++) {
       try {
         const result = await this.dispatcher.dispatch(expectation, trigger, { dedupeKey, sourceStack: this.options.stackSlug, sourceEnv: this.options.env });
         if (placed) this.placement.dispatched(dedupeKey, result);
-        if (result.status === 'disabled') this.logger.debug(`${what} fired nothing: the actor is disabled on this node`);
-        return;
-      } catch (error) {
-        if (!isDatabaseUnavailable(error)) {
-          this.logger.warn(`${what} dropped: ${errorMessage(error)}`);
-          return;
+        if (result.status === 'disabled') {
+          this.logger.debug(`${what} fired nothing: the actor is disabled on this node`);
+          return false;
         }
+        // Busy because this node began to drain: nobody took it.
+        return result.status !== 'busy' || this.on;
+      } catch (error) {
+        if (!isDatabaseUnavailable(error)) throw error;
         if (attempt === 0) this.logger.warn(`${what} is waiting for the database (${errorMessage(error)}); retrying`);
         await new Promise((resolve) => setTimeout(resolve, delay).unref());
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
     }
+    this.logger.log(`${what} left for the bus's next reader: this node stopped while the database was away`);
+    return false;
   }
 
   /**
@@ -205,8 +213,8 @@ export class TriggerSources implements OnApplicationBootstrap {
    * remember that these triggers still lack their episodes. Most have one by now (the first
    * node's signal was on its way), so one statement finds those and only the rest are deferred.
    */
-  private handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, what: string): void {
-    this.handovers.push({ expectation, trigger, dedupeKey, what });
+  private handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, what: string): Promise<boolean> {
+    return new Promise((settled) => this.handovers.push({ expectation, trigger, dedupeKey, what, settled }));
   }
 
   private async handOverAll(): Promise<void> {
@@ -220,13 +228,20 @@ export class TriggerSources implements OnApplicationBootstrap {
       held = new Set();
     }
     const options = { sourceStack: this.options.stackSlug, sourceEnv: this.options.env };
+    for (const p of pending) if (held.has(p.dedupeKey)) p.settled(true);
     await Promise.all(
       pending
         .filter((p) => !held.has(p.dedupeKey))
-        .map(({ expectation, trigger, dedupeKey, what }) =>
+        .map(({ expectation, trigger, dedupeKey, what, settled }) =>
           this.dispatcher.handOver(expectation, trigger, { ...options, dedupeKey }).then(
-            (result) => void this.logger.log(`${what}: handed to the cluster while draining (${result.status})`),
-            (error: unknown) => this.logger.warn(`${what} could not be handed over while draining, and is lost: ${errorMessage(error)}`),
+            (result) => {
+              this.logger.log(`${what}: handed to the cluster while draining (${result.status})`);
+              settled(true);
+            },
+            (error: unknown) => {
+              this.logger.warn(`${what} could not be handed over while draining; the bus's next reader fires it: ${errorMessage(error)}`);
+              settled(false);
+            },
           ),
         ),
     );

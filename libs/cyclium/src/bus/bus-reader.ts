@@ -1,7 +1,6 @@
 import { Logger } from '@nestjs/common';
 import { OutageLog } from '../database/database-errors.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
-import type { BusEvent } from './bus.interface.js';
 import type { DbSnapshot } from './db-snapshot.js';
 import type { EventLog, LoggedEvent } from './event-log.js';
 import { SpacedTrigger } from './spaced-trigger.js';
@@ -14,10 +13,21 @@ interface Paging {
   after: LoggedEvent;
 }
 
+/** Where the rows a read finds go. */
+export interface ReaderSink {
+  /** Before each read: lets consumers that joined catch up from their stored positions to `cursor`. */
+  catchUp(cursor: DbSnapshot): Promise<void>;
+  /** Hands an event to this node's handlers (read at `readAt`, performance.now()); false when none of them wanted it. */
+  deliver(event: LoggedEvent, readAt: number): boolean;
+  /** Every row visible in `snapshot` has been handed over. */
+  readTo(snapshot: DbSnapshot): void;
+}
+
 /**
- * Reads this node's channel of cyclium_events and hands each new row to `deliver`, in order.
+ * Reads this node's channel of cyclium_events and hands each new row to the sink, in order.
  * The cursor is the snapshot of the previous read (see EventLog.readAfter), kept in memory: it
- * starts at the end of the table at boot, and reads happen when a NOTIFY says so, after every
+ * starts at the end of the table at boot (durable consumers catch up from their own stored
+ * positions before they join the live reads: see DurableConsumers), and reads happen when a NOTIFY says so, after every
  * LISTEN (re)connect, and on a slow fallback timer, so a missed wake-up costs latency, never an
  * event. Reads never overlap, and under load they are spaced `spacingMs` apart: however many
  * wake-ups arrive meanwhile, one read serves them all.
@@ -35,8 +45,7 @@ export class BusReader {
   constructor(
     private readonly sql: SqlExecutor,
     private readonly log: EventLog,
-    /** Hands an event to this node's handlers; false when none of them wanted it. */
-    private readonly deliver: (event: BusEvent) => boolean,
+    private readonly sink: ReaderSink,
     private readonly pollIntervalMs: number,
     spacingMs: number | (() => number),
   ) {
@@ -95,11 +104,12 @@ export class BusReader {
 
   private async readOnce(): Promise<void> {
     const from = this.from as DbSnapshot;
+    await this.sink.catchUp(from);
     if (!this.paging) {
       const { events, snapshot } = await this.log.readAfter(this.sql, from, BATCH);
       this.hand(events);
       if (events.length < BATCH) {
-        this.from = snapshot;
+        this.moveTo(snapshot);
         return;
       }
       this.paging = { to: snapshot, after: events[events.length - 1] as LoggedEvent };
@@ -108,7 +118,7 @@ export class BusReader {
       const page = await this.log.readPage(this.sql, from, paging.to, paging.after, BATCH);
       this.hand(page);
       if (page.length < BATCH) {
-        this.from = paging.to;
+        this.moveTo(paging.to);
         this.paging = undefined;
         this.reads.request(); // whatever committed after `to`
         return;
@@ -117,9 +127,15 @@ export class BusReader {
     }
   }
 
+  private moveTo(snapshot: DbSnapshot): void {
+    this.from = snapshot;
+    this.sink.readTo(snapshot);
+  }
+
   private hand(events: LoggedEvent[]): void {
     let newest: LoggedEvent | undefined;
-    for (const logged of events) if (this.deliver(logged.event)) newest = logged;
+    const readAt = performance.now();
+    for (const logged of events) if (this.sink.deliver(logged, readAt)) newest = logged;
     // Events nobody here wants may wait for the next read (see PostgresBus.wake): their age is not lag.
     if (newest) this.lastLagMs = newest.ageMs;
   }

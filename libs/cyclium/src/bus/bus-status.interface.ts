@@ -12,6 +12,8 @@ export interface BusStatus {
   lagMs: number | null;
   /** The last read failed (the database is away, say). */
   readFailing: boolean;
+  /** Events retention deleted since boot although a consumer had not dispatched them (busUndispatchedMaxAgeMs); optional for a custom Bus. */
+  undispatchedPruned?: number;
 }
 
 export function busStatusOf(bus: Bus): BusStatus | null {

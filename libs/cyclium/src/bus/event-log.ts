@@ -14,6 +14,8 @@ export interface LoggedEvent {
   readonly event: BusEvent;
   readonly id: string;
   readonly txId: string;
+  /** When it was stored, by the database clock (epoch milliseconds). */
+  readonly committedAt: number;
   /** How long ago it was stored, by the database clock, when it was read. */
   readonly ageMs: number;
 }
@@ -40,6 +42,7 @@ const APPEND = prepared('events_append', `
   ON CONFLICT (channel, event_id) DO NOTHING`);
 
 const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload, e.published_at,
+       (extract(epoch FROM e.created_at) * 1000)::float8 AS created_ms,
        (extract(epoch FROM statement_timestamp() - e.created_at) * 1000)::int AS age_ms`;
 
 /**
@@ -75,18 +78,30 @@ const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text
 /**
  * Retention, by the database clock (rule 1). Only the oldest rows by id are examined, so a pass
  * costs at most `limit` index entries however large the table; the transaction-scoped advisory
- * lock lets one node prune at a time, and the others skip rather than wait.
+ * lock lets one node prune at a time, and the others skip rather than wait. An event some
+ * consumer's position has not passed (see BusPositions) is kept until `undispatchedMs`, then
+ * deleted all the same and counted, so a channel nobody consumes any more cannot grow without end.
  */
-const PRUNE = prepared('events_prune', `
-  WITH lock AS (SELECT pg_try_advisory_xact_lock(7268853211580712513) AS held)
-  DELETE FROM cyclium_events
-   WHERE id = ANY (ARRAY(SELECT id FROM cyclium_events WHERE (SELECT held FROM lock) ORDER BY id LIMIT $2))
-     AND created_at < now() - make_interval(secs => $1::double precision / 1000)`);
+const PRUNE = prepared('events_prune_dispatched', `
+  WITH lock AS (SELECT pg_try_advisory_xact_lock(7268853211580712513) AS held),
+  expired AS (
+    SELECT o.id,
+           EXISTS (SELECT 1 FROM cyclium_bus_positions p
+                    WHERE p.channel = o.channel AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
+           o.created_at < now() - make_interval(secs => $3::double precision / 1000) AS overdue
+      FROM (SELECT id, channel, tx_id, created_at FROM cyclium_events
+             WHERE (SELECT held FROM lock) ORDER BY id LIMIT $2) o
+     WHERE o.created_at < now() - make_interval(secs => $1::double precision / 1000)),
+  doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),
+  deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id)
+  SELECT count(*)::int AS deleted, (count(*) FILTER (WHERE d.undispatched))::int AS undispatched
+    FROM deleted JOIN doomed d USING (id)`);
 
 interface EventRow {
   snapshot?: string;
   id: string | null;
   tx_id: string;
+  created_ms: number;
   event_id: string;
   type: string;
   payload: unknown;
@@ -146,16 +161,21 @@ export class EventLog {
     return { events: rows.filter((r) => r.id !== null).map(toLogged), snapshot };
   }
 
-  async readPage(sql: SqlExecutor, from: DbSnapshot, to: DbSnapshot, after: LoggedEvent, limit: number): Promise<LoggedEvent[]> {
+  /** Rows new since `from` and visible in `to`, after `after` (from the start when absent). */
+  async readPage(sql: SqlExecutor, from: DbSnapshot, to: DbSnapshot, after: LoggedEvent | undefined, limit: number): Promise<LoggedEvent[]> {
     const { rows } = await sql.query<EventRow>(
-      READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after.txId, after.id, limit]),
+      READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit]),
     );
     return rows.map(toLogged);
   }
 
-  /** Deletes up to `limit` events older than `olderThanMs`; 0 also when another node holds the pruning lock. */
-  async prune(sql: SqlExecutor, olderThanMs: number, limit: number): Promise<number> {
-    return (await sql.query(PRUNE([olderThanMs, limit]))).rowCount ?? 0;
+  /**
+   * Deletes up to `limit` events older than `olderThanMs` that every consumer's position has passed,
+   * or older than `undispatchedMs` whatever the positions; nothing when another node holds the lock.
+   */
+  async prune(sql: SqlExecutor, olderThanMs: number, undispatchedMs: number, limit: number): Promise<{ deleted: number; undispatched: number }> {
+    const { rows } = await sql.query<{ deleted: number; undispatched: number }>(PRUNE([olderThanMs, limit, undispatchedMs]));
+    return rows[0] ?? { deleted: 0, undispatched: 0 };
   }
 }
 
@@ -163,6 +183,7 @@ function toLogged(row: EventRow): LoggedEvent {
   return {
     id: row.id as string,
     txId: row.tx_id,
+    committedAt: row.created_ms,
     ageMs: row.age_ms,
     event: { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt: row.published_at.toISOString() },
   };

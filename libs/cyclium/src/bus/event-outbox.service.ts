@@ -5,6 +5,7 @@ import type { SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
 import { Bus, type BusEvent, type BusHandler } from './bus.interface.js';
 import { isDurable } from './durable-events.interface.js';
+import { hasDurableSubscriptions, type DurableHandler } from './durable-subscriptions.interface.js';
 import { mintBusEvent } from './local-bus.js';
 
 export interface OutgoingEvent {
@@ -101,6 +102,25 @@ export class EventOutbox {
 
   subscribe<P>(type: string, handler: BusHandler<P>): () => void {
     return this.transport.subscribe(type, handler);
+  }
+
+  /** True when the transport replays to named consumers (see DurableSubscriptions). */
+  get replays(): boolean {
+    return hasDurableSubscriptions(this.transport);
+  }
+
+  /**
+   * A named consumer that gets what committed since its stored position; on a transport that
+   * cannot replay, a plain subscription (the handler's settling then means nothing).
+   */
+  subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void {
+    const transport = this.transport;
+    if (hasDurableSubscriptions(transport)) return transport.subscribeDurable(consumer, type, handler);
+    return transport.subscribe<P>(type, (event) => {
+      handler(event, { committedAt: Date.now(), ageMs: 0, readAt: performance.now(), replayed: false }).catch((error: unknown) =>
+        this.logger.warn(`${consumer} could not take event ${event.eventId}: ${errorMessage(error)}`),
+      );
+    });
   }
 }
 

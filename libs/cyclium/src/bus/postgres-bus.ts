@@ -9,16 +9,21 @@ import { InvalidBusEventError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
 import type { BusAudience, ListeningAnnouncement } from './bus-audience.interface.js';
 import { BusNotifier, type Heard } from './bus-notifier.js';
-import { BusReader } from './bus-reader.js';
+import { BusPositions } from './bus-positions.js';
+import { BusReader, type ReaderSink } from './bus-reader.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 import type { DispatchSignals } from './dispatch-signals.interface.js';
 import type { DurableEvents } from './durable-events.interface.js';
+import { DurableConsumers } from './durable-consumers.js';
+import type { DurableHandler, DurableSubscriptions } from './durable-subscriptions.interface.js';
 import { EventLog, type StorableEvent } from './event-log.js';
 import { GroupCommit, type Pending } from './group-commit.js';
 import { LocalBus, mintBusEvent } from './local-bus.js';
 
 const PRUNE_BATCH = 1_000;
 const PRUNE_BATCHES_PER_PASS = 20;
+/** How often settled consumer positions are stored (one statement for all of this node's, only when one moved). */
+const POSITION_FLUSH_MS = 1_000;
 
 export interface PostgresBusOptions {
   /** The NOTIFY channel and the events' scope (see busChannel). */
@@ -29,8 +34,10 @@ export interface PostgresBusOptions {
   publisher?: () => string;
   /** Read even without a wake-up this often. Default 10 000. */
   pollIntervalMs?: number;
-  /** Delete stored events older than this. Default 3 600 000 (one hour). */
+  /** Delete stored events older than this once every consumer's position has passed them. Default 3 600 000 (one hour). */
   retentionMs?: number;
+  /** Delete events older than this even when a consumer's position has not passed them (warned and counted). Default a week. */
+  undispatchedMaxAgeMs?: number;
   /**
    * Under load, the reads this node makes average at most one per this many milliseconds (a burst
    * of four goes at once), so one read serves everything that happened meanwhile; when idle it
@@ -63,12 +70,18 @@ export interface PostgresBusOptions {
  * order per publisher; the event id is stable, and a repeated id is stored once. Payloads make a
  * JSON round trip (jsonb: object keys may come back reordered).
  */
-export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, ListeningAnnouncement {
+export class PostgresBus extends Bus implements DurableEvents, DurableSubscriptions, DispatchSignals, ListeningAnnouncement {
   private readonly logger = new Logger(PostgresBus.name);
   private readonly local = new LocalBus();
   private readonly log: EventLog;
   private readonly listener: BusListener;
   private readonly reader: BusReader;
+  private readonly consumers: DurableConsumers;
+  private readonly positionsOutage = new OutageLog(this.logger, 'storing bus positions');
+  private positionTimer: NodeJS.Timeout | undefined;
+  private flushing: Promise<void> | undefined;
+  private undispatchedPruned = 0;
+  private readonly undispatchedMaxAgeMs: number;
   private readonly outbox: GroupCommit<StorableEvent>;
   private readonly notifier: BusNotifier;
   private readonly signalHandlers = new Set<(tokens: readonly string[]) => void>();
@@ -91,11 +104,21 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
       throw new TypeError(`PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`);
     }
     this.retentionMs = options.retentionMs ?? 3_600_000;
+    this.undispatchedMaxAgeMs = options.undispatchedMaxAgeMs ?? 604_800_000;
     this.identity = options.publisher ?? (() => 'unknown');
     this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: this.identity });
     this.audience = options.audience;
     const spacingMs = options.spacingMs ?? 10;
-    this.reader = new BusReader(sql, this.log, (event) => this.local.deliver(event), options.pollIntervalMs ?? 10_000, spacingMs);
+    this.consumers = new DurableConsumers(sql, this.log, new BusPositions(channel));
+    const sink: ReaderSink = {
+      catchUp: (cursor) => this.consumers.catchUp(cursor),
+      deliver: (logged, readAt) => {
+        const durable = this.consumers.deliver(logged, readAt);
+        return this.local.deliver(logged.event) || durable;
+      },
+      readTo: (snapshot) => this.consumers.readTo(snapshot),
+    };
+    this.reader = new BusReader(sql, this.log, sink, options.pollIntervalMs ?? 10_000, spacingMs);
     this.listener = new BusListener(listenConfig, channel, {
       onNotify: (payload) => this.hear(BusNotifier.parse(payload)),
       onListening: () => this.reader.wake(),
@@ -123,6 +146,7 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
       lastReadAgoMs: roundOrNull(this.reader.lastReadAgoMs),
       lagMs: this.reader.lagMs,
       readFailing: this.reader.failing,
+      undispatchedPruned: this.undispatchedPruned,
     };
   }
 
@@ -136,8 +160,23 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
     return this.outbox.add(storable).then(() => storable.event as BusEvent<P>);
   }
 
+  /**
+   * Handlers get the events committed after this node began to read (its boot), at least once:
+   * what committed while it was down is not replayed to them. For that, see `subscribeDurable`.
+   */
   subscribe<P>(type: string, handler: BusHandler<P>): () => void {
     return this.local.subscribe(type, handler);
+  }
+
+  /**
+   * `consumer` gets every event of `type` committed since its stored position, then the live ones
+   * (see DurableConsumers); its position moves past an event once the handler's promise settles.
+   */
+  subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void {
+    if (typeof handler !== 'function') throw new TypeError(`bus: the handler of consumer "${consumer}" must be a function`);
+    const unsubscribe = this.consumers.add(consumer, type, handler as DurableHandler);
+    this.reader.wake();
+    return unsubscribe;
   }
 
   /** Stores `events` on `client`, inside the caller's transaction: they commit with it or not at all. */
@@ -169,7 +208,7 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
    * another node's, or the fallback timer).
    */
   wake(types?: readonly string[]): void {
-    this.notifier.wake(types === undefined || types.some((type) => this.local.wants(type)));
+    this.notifier.wake(types === undefined || types.some((type) => this.local.wants(type) || this.consumers.wants(type)));
   }
 
   signalDispatched(tokens: readonly string[]): void {
@@ -189,21 +228,41 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
       this.pruneTimer = setInterval(() => this.prune(), Math.min(60_000, Math.max(1_000, this.retentionMs / 4)));
       this.pruneTimer.unref();
     }
+    if (!this.positionTimer) {
+      this.positionTimer = setInterval(() => void this.flushPositions(false), POSITION_FLUSH_MS);
+      this.positionTimer.unref();
+    }
   }
 
   /** Stops reading and pruning and closes the LISTEN connection. Publishing keeps working (it uses the host pool). */
   async stop(): Promise<void> {
     clearInterval(this.pruneTimer);
     this.pruneTimer = undefined;
+    clearInterval(this.positionTimer);
+    this.positionTimer = undefined;
+    await this.flushing;
     await this.listener.stop();
     await this.reader.stop();
     await this.pruning;
   }
 
-  /** Resolves once every publish and wake-up asked for so far has been sent. */
+  /** Resolves once every publish and wake-up asked for so far has been sent, and the settled positions stored. */
   async flushPending(): Promise<void> {
     await this.outbox.idle();
     await this.notifier.idle();
+    await this.flushPositions(true);
+  }
+
+  /** Stores the consumers' settled positions (one at a time; a failure is logged, and retried next time). */
+  private flushPositions(all: boolean): Promise<void> {
+    this.flushing ??= this.consumers
+      .flush(all)
+      .then(
+        () => this.positionsOutage.succeeded(),
+        (error: unknown) => this.positionsOutage.failed(error),
+      )
+      .finally(() => (this.flushing = undefined));
+    return this.flushing;
   }
 
   /** Reads this node's channel now (tests, and a host that wants to be sure it is current). */
@@ -266,10 +325,19 @@ export class PostgresBus extends Bus implements DurableEvents, DispatchSignals, 
   /** Deletes events past the retention window now, in batches; also runs on a timer. Resolves with the count. */
   async pruneNow(): Promise<number> {
     let total = 0;
+    let undispatched = 0;
     for (let pass = 0; pass < PRUNE_BATCHES_PER_PASS; pass++) {
-      const deleted = await this.log.prune(this.sql, this.retentionMs, PRUNE_BATCH);
-      total += deleted;
-      if (deleted < PRUNE_BATCH) break;
+      const pruned = await this.log.prune(this.sql, this.retentionMs, this.undispatchedMaxAgeMs, PRUNE_BATCH);
+      total += pruned.deleted;
+      undispatched += pruned.undispatched;
+      if (pruned.deleted < PRUNE_BATCH) break;
+    }
+    if (undispatched > 0) {
+      this.undispatchedPruned += undispatched;
+      this.logger.warn(
+        `deleted ${undispatched} event(s) older than busUndispatchedMaxAgeMs (${this.undispatchedMaxAgeMs} ms) that a consumer ` +
+          `had not dispatched: no node hosting it read them in time (see cyclium_bus_positions)`,
+      );
     }
     return total;
   }

@@ -41,6 +41,12 @@ export interface CycliumOptions {
   busPollIntervalMs?: number;
   /** With `bus: 'postgres'`: delete stored events older than this (a node that is away longer misses them). Default 3 600 000. */
   busRetentionMs?: number;
+  /**
+   * With `bus: 'postgres'`: an event that an expectation's position has not passed (no node hosting
+   * it has dispatched it) is kept this long, then deleted with a warning and counted. It bounds a
+   * channel whose consumer is gone for good (an expectation removed or renamed). Default 604 800 000 (a week).
+   */
+  busUndispatchedMaxAgeMs?: number;
   /** Random delay before inserting a triggered episode, so the fastest node does not win every key. Default 200. */
   jitterMs?: number;
   /**
@@ -83,6 +89,7 @@ export interface ResolvedCycliumOptions {
   bus: 'postgres' | 'local' | Bus;
   busPollIntervalMs: number;
   busRetentionMs: number;
+  busUndispatchedMaxAgeMs: number;
   jitterMs: number;
   startedEvents: boolean;
   episodeShutdownMs: number;

@@ -133,6 +133,11 @@ export class CycliumOptionsSchema {
   @Min(1, positiveMs('busRetentionMs'))
   busRetentionMs?: unknown;
 
+  @defined('busUndispatchedMaxAgeMs')
+  @IsInt(positiveMs('busUndispatchedMaxAgeMs'))
+  @Min(1, positiveMs('busUndispatchedMaxAgeMs'))
+  busUndispatchedMaxAgeMs?: unknown;
+
   @defined('jitterMs')
   @IsInt(nonNegativeMs('jitterMs'))
   @Min(0, nonNegativeMs('jitterMs'))

@@ -24,6 +24,7 @@ describe('resolveCycliumOptions', () => {
       bus: 'postgres',
       busPollIntervalMs: 10_000,
       busRetentionMs: 3_600_000,
+      busUndispatchedMaxAgeMs: 604_800_000,
       jitterMs: 200,
       startedEvents: false,
       episodeShutdownMs: 5000,

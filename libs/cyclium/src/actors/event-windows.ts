@@ -1,0 +1,117 @@
+import type { BusEvent } from '../bus/bus.interface.js';
+import type { EventReceipt } from '../bus/durable-subscriptions.interface.js';
+
+/** Fires the trigger of `event`; resolves true once it is settled (an episode exists, or need not). */
+export type Fire = (event: BusEvent, receipt: EventReceipt) => Promise<boolean>;
+
+interface Settle {
+  resolve: () => void;
+  reject: (error: unknown) => void;
+}
+
+interface Window {
+  last: BusEvent;
+  receipt: EventReceipt;
+  timer: NodeJS.Timeout;
+  /** The settling of every event the window took in: they are dispatched by its last one. */
+  settles: Settle[];
+  fire: Fire;
+  debounceMs: number;
+  cooldownMs: number;
+}
+
+/** Stays pending: an event whose trigger did not settle keeps its consumer's position before it. */
+const unsettled = new Promise<void>(() => undefined);
+
+/** The database clock now, as seen from a receipt: its age when read plus the time since. */
+function databaseNow(receipt: EventReceipt): number {
+  return receipt.committedAt + receipt.ageMs + (performance.now() - receipt.readAt);
+}
+
+/**
+ * Debounce (trailing edge) and cooldown per subject, decided from the events' committed times on
+ * the database clock rather than from when this node read them: a node that replays the events
+ * after a restart, or boots in the middle of a window, groups them as the live node did, and both
+ * fire the same last event (whose dedupe key lets one episode through). An event committed less
+ * than `debounceMs` after the window's last one joins it; the window fires at its last event's
+ * committed time + `debounceMs`; a subject cools down from that moment for `cooldownMs`.
+ */
+export class EventWindows {
+  private readonly windows = new Map<string, Window>();
+  /** Per subject, until when (database clock) its events are ignored. */
+  private readonly coolUntil = new Map<string, number>();
+  private readonly coolTimers = new Set<NodeJS.Timeout>();
+
+  /** Resolves once the trigger that covers `event` has settled; stays pending if it never does. */
+  admit(subject: string, event: BusEvent, receipt: EventReceipt, debounceMs: number, cooldownMs: number, fire: Fire): Promise<void> {
+    const at = receipt.committedAt;
+    const open = this.windows.get(subject);
+    // Read late (a replay, or a slow read): the window had already closed by the committed clock.
+    if (open && at - open.receipt.committedAt >= open.debounceMs) this.close(subject, open);
+    const until = this.coolUntil.get(subject);
+    if (until !== undefined && at < until) return Promise.resolve();
+    if (debounceMs <= 0) return this.run(subject, event, receipt, at, cooldownMs, fire);
+    return new Promise<void>((resolve, reject) => {
+      const window = this.windows.get(subject);
+      if (window) {
+        clearTimeout(window.timer);
+        window.last = event;
+        window.receipt = receipt;
+        window.settles.push({ resolve, reject });
+      }
+      const current: Window = window ?? {
+        last: event,
+        receipt,
+        timer: undefined as unknown as NodeJS.Timeout,
+        settles: [{ resolve, reject }],
+        fire,
+        debounceMs,
+        cooldownMs,
+      };
+      current.timer = setTimeout(() => this.close(subject, current), Math.max(0, at + debounceMs - databaseNow(receipt)));
+      current.timer.unref();
+      this.windows.set(subject, current);
+    });
+  }
+
+  /** Drops every open window and cooldown; their events stay unsettled, for the next reader. */
+  clear(): void {
+    for (const window of this.windows.values()) clearTimeout(window.timer);
+    this.windows.clear();
+    for (const timer of this.coolTimers) clearTimeout(timer);
+    this.coolTimers.clear();
+    this.coolUntil.clear();
+  }
+
+  /** Subjects cooling down now (bounded by the subjects seen within `cooldownMs`). */
+  get coolingDown(): number {
+    return this.coolUntil.size;
+  }
+
+  private close(subject: string, window: Window): void {
+    clearTimeout(window.timer);
+    if (this.windows.get(subject) === window) this.windows.delete(subject);
+    const firedAt = window.receipt.committedAt + window.debounceMs;
+    // The outcome reaches the window's events through their settles; nothing is left to reject here.
+    this.run(subject, window.last, window.receipt, firedAt, window.cooldownMs, window.fire).then(
+      () => window.settles.forEach((s) => s.resolve()),
+      (error: unknown) => window.settles.forEach((s) => s.reject(error)),
+    );
+  }
+
+  /** Resolves once the trigger settled, rejects for a reason of the event's own, stays pending otherwise. */
+  private run(subject: string, event: BusEvent, receipt: EventReceipt, firedAt: number, cooldownMs: number, fire: Fire): Promise<void> {
+    if (cooldownMs > 0) this.coolDown(subject, firedAt + cooldownMs, receipt);
+    return fire(event, receipt).then((settled) => (settled ? undefined : unsettled));
+  }
+
+  private coolDown(subject: string, until: number, receipt: EventReceipt): void {
+    this.coolUntil.set(subject, until);
+    const timer = setTimeout(() => {
+      this.coolTimers.delete(timer);
+      if (this.coolUntil.get(subject) === until) this.coolUntil.delete(subject);
+    }, Math.max(0, until - databaseNow(receipt)));
+    timer.unref();
+    this.coolTimers.add(timer);
+  }
+}

@@ -1,0 +1,130 @@
+import { Logger } from '@nestjs/common';
+import { errorMessage } from '../database/database-errors.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
+import type { BusEvent } from './bus.interface.js';
+import type { BusPositions } from './bus-positions.js';
+import type { DbSnapshot } from './db-snapshot.js';
+import { DurableConsumer } from './durable-consumer.js';
+import type { DurableHandler } from './durable-subscriptions.interface.js';
+import type { EventLog, LoggedEvent } from './event-log.js';
+
+const PAGE = 500;
+/** Positions that only idle reads moved are stored this seldom (retention needs them, nothing else). */
+const IDLE_WRITE_MS = 60_000;
+
+/**
+ * This node's durable consumers of one channel. A consumer that joins first catches up, inside the
+ * reader's serial reads: the events of its type committed after its stored position and visible
+ * in the reader's cursor, then the live reads. Settled positions are written in one statement per
+ * node, at most once per `flush` and only when one moved.
+ */
+export class DurableConsumers {
+  private readonly logger = new Logger('PostgresBus');
+  private readonly byType = new Map<string, Set<DurableConsumer>>();
+  private joining: DurableConsumer[] = [];
+  /** Unsubscribed since the last flush: their last settled position is still worth storing. */
+  private leaving: DurableConsumer[] = [];
+  private lastIdleWrite = performance.now();
+
+  constructor(
+    private readonly sql: SqlExecutor,
+    private readonly log: EventLog,
+    private readonly positions: BusPositions,
+  ) {}
+
+  add(name: string, type: string, handler: DurableHandler): () => void {
+    const consumer = new DurableConsumer(name, type, handler, (who, event, error) => this.skipped(who, event, error));
+    let set = this.byType.get(type);
+    if (!set) this.byType.set(type, (set = new Set()));
+    set.add(consumer);
+    this.joining.push(consumer);
+    return () => {
+      consumer.active = false;
+      if (consumer.ready) this.leaving.push(consumer);
+      set.delete(consumer);
+      if (set.size === 0 && this.byType.get(type) === set) this.byType.delete(type);
+    };
+  }
+
+  wants(type: string): boolean {
+    return this.byType.has(type);
+  }
+
+  /** Catches up the consumers that joined since the last read, up to the reader's `cursor`. */
+  async catchUp(cursor: DbSnapshot): Promise<void> {
+    const joining = this.joining.filter((c) => c.active);
+    if (joining.length === 0) return;
+    const stored = await this.positions.open(this.sql, joining.map((c) => c.name), cursor);
+    // Consumers stored at the same position (one node's flush writes them together) share one replay.
+    const groups = new Map<string, { from: DbSnapshot; consumers: DurableConsumer[] }>();
+    for (const consumer of joining) {
+      const from = stored.get(consumer.name) ?? cursor;
+      const group = groups.get(from.text) ?? { from, consumers: [] };
+      group.consumers.push(consumer);
+      groups.set(from.text, group);
+    }
+    for (const { from, consumers } of groups.values()) await this.replay(from, cursor, consumers);
+    for (const consumer of joining) {
+      consumer.readTo(cursor);
+      consumer.ready = true;
+    }
+    this.joining = this.joining.filter((c) => !joining.includes(c));
+  }
+
+  /** Hands a live event to the ready consumers of its type; false when there are none. */
+  deliver(logged: LoggedEvent, readAt: number): boolean {
+    const consumers = this.byType.get(logged.event.type);
+    if (!consumers) return false;
+    for (const consumer of consumers) if (consumer.ready) consumer.deliver(logged, readAt, false);
+    return true;
+  }
+
+  readTo(snapshot: DbSnapshot): void {
+    for (const consumers of this.byType.values()) for (const consumer of consumers) if (consumer.ready) consumer.readTo(snapshot);
+  }
+
+  /** Stores the positions that moved; `all` also those only idle reads moved (a drain, or now and then). */
+  async flush(all = false): Promise<void> {
+    const idle = all || performance.now() - this.lastIdleWrite >= IDLE_WRITE_MS;
+    const taken = new Map<string, DbSnapshot>();
+    const from: DurableConsumer[] = [];
+    const leaving = this.leaving.splice(0);
+    for (const consumer of [...leaving, ...[...this.byType.values()].flatMap((set) => [...set])]) {
+      const position = consumer.ready ? consumer.take(idle) : undefined;
+      if (position) {
+        taken.set(consumer.name, position);
+        from.push(consumer);
+      }
+    }
+    if (idle) this.lastIdleWrite = performance.now();
+    try {
+      await this.positions.advance(this.sql, taken);
+    } catch (error) {
+      for (const consumer of from) consumer.untake();
+      throw error;
+    }
+  }
+
+  private async replay(from: DbSnapshot, to: DbSnapshot, consumers: readonly DurableConsumer[]): Promise<void> {
+    const types = new Set(consumers.map((c) => c.type));
+    let after: LoggedEvent | undefined;
+    for (;;) {
+      const page = await this.log.readPage(this.sql, from, to, after, PAGE);
+      const readAt = performance.now();
+      for (const logged of page) {
+        if (!types.has(logged.event.type)) continue;
+        for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt, true);
+      }
+      if (page.length < PAGE) return;
+      after = page[page.length - 1];
+    }
+  }
+
+  private skipped(consumer: string, event: BusEvent, error: unknown): void {
+    const reason = errorMessage(error);
+    this.logger.warn(`${consumer} skipped event ${event.eventId} ("${event.type}"): ${reason}`);
+    this.positions.skipped(this.sql, consumer, `event ${event.eventId}: ${reason}`).catch((failure: unknown) => {
+      this.logger.warn(`could not record that ${consumer} skipped event ${event.eventId}: ${errorMessage(failure)}`);
+    });
+  }
+}
