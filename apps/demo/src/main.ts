@@ -5,7 +5,9 @@ import { AppModule } from './app.module.js';
 import { DatabaseUnavailableFilter } from './http/database-unavailable.filter.js';
 
 async function bootstrap(): Promise<void> {
-  const app = await NestFactory.create(AppModule, { logger: ['error', 'warn', 'log'] });
+  // forceCloseConnections: once the drain is done, close keep-alive connections that a client keeps
+  // busy too, or the process would wait for that client to stop sending before it could exit.
+  const app = await NestFactory.create(AppModule, { logger: ['error', 'warn', 'log'], forceCloseConnections: true });
   app.useGlobalFilters(new DatabaseUnavailableFilter(app.get(HttpAdapterHost).httpAdapter));
   // SIGTERM runs beforeApplicationShutdown, where Cyclium drains before TypeORM closes.
   app.enableShutdownHooks();

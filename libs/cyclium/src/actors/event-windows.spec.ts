@@ -1,0 +1,69 @@
+import { describe, expect, it, jest } from '@jest/globals';
+import type { BusEvent } from '../bus/bus.interface.js';
+import type { EventReceipt } from '../bus/durable-subscriptions.interface.js';
+import { EventWindows } from './event-windows.js';
+
+const event = (id: string): BusEvent => ({ type: 't', eventId: id, payload: {}, publishedAt: '' });
+
+/** A receipt for an event committed at `committedAt`, read now with the database clock at `dbNow`. */
+const receipt = (committedAt: number, dbNow: number, replayed = false): EventReceipt => ({
+  committedAt,
+  ageMs: dbNow - committedAt,
+  readAt: performance.now(),
+  replayed,
+});
+
+describe('EventWindows', () => {
+  it('groups a replay by committed time: a gap of a debounce or more closes the window, whenever the events are read', async () => {
+    const windows = new EventWindows();
+    const fired: string[] = [];
+    const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
+    // All read at once, long after they committed (a node that boots after a stop).
+    const settled = [
+      windows.admit('s', event('a'), receipt(0, 60_000), 3_000, 0, fire),
+      windows.admit('s', event('b'), receipt(2_000, 60_000), 3_000, 0, fire),
+      windows.admit('s', event('c'), receipt(6_000, 60_000), 3_000, 0, fire),
+    ];
+    await Promise.all(settled);
+    expect(fired).toEqual(['b', 'c']);
+  });
+
+  it('fires a live window a debounce after its last event committed, not after it was read', async () => {
+    jest.useFakeTimers({ doNotFake: ['performance'] });
+    try {
+      const windows = new EventWindows();
+      const fired: string[] = [];
+      // Committed 2.5 s before it was read: 0.5 s of the 3 s window is left.
+      void windows.admit('s', event('a'), receipt(10_000, 12_500), 3_000, 0, async (e) => (fired.push(e.eventId), true));
+      jest.advanceTimersByTime(400);
+      expect(fired).toEqual([]);
+      jest.advanceTimersByTime(200);
+      expect(fired).toEqual(['a']);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('ignores what commits within a cooldown of the firing, by committed time', async () => {
+    const windows = new EventWindows();
+    const fired: string[] = [];
+    const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
+    await windows.admit('s', event('a'), receipt(0, 100), 0, 1_000, fire);
+    await windows.admit('s', event('b'), receipt(900, 1_000), 0, 1_000, fire);
+    await windows.admit('s', event('c'), receipt(1_100, 1_200), 0, 1_000, fire);
+    expect(fired).toEqual(['a', 'c']);
+    windows.clear();
+  });
+
+  it('leaves every event of a window unsettled when its trigger did not settle, and rejects them all for a reason of its own', async () => {
+    const windows = new EventWindows();
+    const outcomes: string[] = [];
+    const track = (p: Promise<void>, name: string) => p.then(() => outcomes.push(`${name} settled`), () => outcomes.push(`${name} skipped`));
+    track(windows.admit('s', event('a'), receipt(0, 10_000), 100, 0, async () => false), 'a');
+    track(windows.admit('s', event('b'), receipt(50, 10_000), 100, 0, async () => false), 'b');
+    track(windows.admit('t', event('c'), receipt(0, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))), 'c');
+    track(windows.admit('t', event('d'), receipt(50, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))), 'd');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(outcomes.sort()).toEqual(['c skipped', 'd skipped']);
+  });
+});
