@@ -26,6 +26,8 @@ export const busTransportProvider: Provider = {
         publisher: () => identity.name(),
         pollIntervalMs: options.busPollIntervalMs,
         retentionMs: options.busRetentionMs,
+        publishQueueMax: options.busPublishQueueMax,
+        maxPayloadBytes: options.busMaxPayloadBytes,
         // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
         notifySpacingMs: () => notifySpacingMs(peers.size),
         audience: peers,

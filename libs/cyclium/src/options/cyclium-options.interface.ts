@@ -41,6 +41,19 @@ export interface CycliumOptions {
   busPollIntervalMs?: number;
   /** With `bus: 'postgres'`: delete stored events older than this (a node that is away longer misses them). Default 3 600 000. */
   busRetentionMs?: number;
+  /**
+   * With `bus: 'postgres'`: the most publishes this node holds in memory waiting for the database
+   * (queued or being stored). One more is refused at once with `PublishQueueFullError` (a
+   * `DatabaseUnavailableError`: answer 503 and retry) instead of a queue that grows while the
+   * database is slow. Default 10 000.
+   */
+  busPublishQueueMax?: number;
+  /**
+   * With `bus: 'postgres'`: the largest payload `publish` takes, in bytes of its JSON (UTF-8).
+   * A larger one is refused with `EventPayloadTooLargeError` before anything is queued.
+   * Default 1 048 576 (1 MiB).
+   */
+  busMaxPayloadBytes?: number;
   /** Random delay before inserting a triggered episode, so the fastest node does not win every key. Default 200. */
   jitterMs?: number;
   /**
@@ -83,6 +96,8 @@ export interface ResolvedCycliumOptions {
   bus: 'postgres' | 'local' | Bus;
   busPollIntervalMs: number;
   busRetentionMs: number;
+  busPublishQueueMax: number;
+  busMaxPayloadBytes: number;
   jitterMs: number;
   startedEvents: boolean;
   episodeShutdownMs: number;
