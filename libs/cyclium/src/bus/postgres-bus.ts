@@ -19,8 +19,8 @@ import { GroupCommit, type Pending } from './group-commit.js';
 import { LocalBus, mintBusEvent } from './local-bus.js';
 
 const PRUNE_BATCH = 1_000;
-const DEFAULT_PUBLISH_QUEUE_MAX = 10_000;
 const PRUNE_BATCHES_PER_PASS = 20;
+const DEFAULT_PUBLISH_QUEUE_MAX = 10_000;
 
 export interface PostgresBusOptions {
   /** The NOTIFY channel and the events' scope (see busChannel). */
@@ -335,8 +335,10 @@ export function storableEvent(event: BusEvent): StorableEvent {
   const what = describeEvent(event);
   const payload = toJsonb(event.payload);
   if ('problem' in payload) throw new InvalidBusEventError(`bus: the payload of ${what} ${payload.problem}; remove it`, 'payload');
-  if (event.type.includes('\u0000') || event.eventId.includes('\u0000')) {
-    throw new InvalidBusEventError(`bus: the type or id of ${what} holds a NUL character, which PostgreSQL cannot store`);
+  for (const field of ['type', 'eventId'] as const) {
+    if (event[field].includes('\u0000')) {
+      throw new InvalidBusEventError(`bus: the ${field} of ${what} holds a NUL character, which PostgreSQL cannot store`, field);
+    }
   }
   return { event, payloadJson: payload.json };
 }
