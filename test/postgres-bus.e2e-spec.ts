@@ -1,11 +1,17 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import pg from 'pg';
-import { DatabaseUnavailableError, InvalidBusEventError } from '@cyclium/nestjs';
+import {
+  DatabaseUnavailableError,
+  EventIdConflictError,
+  EventPayloadTooLargeError,
+  InvalidBusEventError,
+  PublishQueueFullError,
+} from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import type { BusEvent } from '../libs/cyclium/src/bus/bus.interface.js';
 import { GuardedBus } from '../libs/cyclium/src/bus/guarded-bus.js';
-import { PostgresBus } from '../libs/cyclium/src/bus/postgres-bus.js';
+import { PostgresBus, type PostgresBusOptions } from '../libs/cyclium/src/bus/postgres-bus.js';
 import { freePort } from '@cyclium/nestjs/testing';
 import type { SqlExecutor } from '../libs/cyclium/src/database/sql-executor.js';
 import { freshDatabase, pool } from './support/database.js';
@@ -40,6 +46,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     scope: { stackSlug?: string | null; env?: string | null } = {},
     pollIntervalMs = 600_000,
     wantsEverything = true,
+    limits: Pick<PostgresBusOptions, 'maxPayloadBytes' | 'publishQueueMax'> = {},
   ): BusNode {
     const db = pool(url, 3);
     const statements: string[] = [];
@@ -63,7 +70,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
         }
         return config;
       },
-      { channel, ...scope, publisher: () => name, pollIntervalMs },
+      { channel, ...scope, publisher: () => name, pollIntervalMs, ...limits },
     );
     const received: BusEvent[] = [];
     if (wantsEverything) bus.subscribe('*', (event) => void received.push(event));
@@ -139,14 +146,124 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(peer.of('quiet.unwanted').map((e) => e.eventId)).toEqual(sent.map((e) => e.eventId));
   });
 
-  it('stores a repeated event id once and delivers it once: a publisher may retry safely', async () => {
-    const first = await a.bus.publish('retry', { attempt: 1 }, { eventId: 'delivery-7' });
-    const again = await b.bus.publish('retry', { attempt: 2 }, { eventId: 'delivery-7' });
+  it('stores a repeated event id once and delivers it once: an identical retry resolves, from any node', async () => {
+    const first = await a.bus.publish('retry', { attempt: 1, of: 'delivery-7' }, { eventId: 'delivery-7' });
+    // The same event (jsonb equality: key order does not matter), retried from another node.
+    const again = await b.bus.publish('retry', { of: 'delivery-7', attempt: 1 }, { eventId: 'delivery-7' });
     expect(again.eventId).toBe(first.eventId);
     await settle(a, [a, b]);
     expect(await stored('delivery-7')).toHaveLength(1);
-    expect(a.of('retry').map((e) => e.payload)).toEqual([{ attempt: 1 }]);
-    expect(b.of('retry').map((e) => e.payload)).toEqual([{ attempt: 1 }]);
+    expect(a.of('retry').map((e) => e.payload)).toEqual([{ attempt: 1, of: 'delivery-7' }]);
+    expect(b.of('retry').map((e) => e.payload)).toEqual([{ attempt: 1, of: 'delivery-7' }]);
+  });
+
+  it('three concurrent publishes, one with a 4,000-character id: the other two are stored; the id reused with a new type is refused and the stored event is unchanged', async () => {
+    const [left, long, right] = await Promise.allSettled([
+      a.bus.publish('order.placed', { n: 1 }, { eventId: 'order-1' }),
+      a.bus.publish('order.placed', { n: 2 }, { eventId: 'x'.repeat(4_000) }),
+      a.bus.publish('order.placed', { n: 3 }, { eventId: 'order-3' }),
+    ]);
+    expect(left.status).toBe('fulfilled');
+    expect(right.status).toBe('fulfilled');
+    const tooLong = (long as PromiseRejectedResult).reason as InvalidBusEventError;
+    expect(tooLong).toBeInstanceOf(InvalidBusEventError);
+    expect(tooLong.field).toBe('eventId');
+    expect(tooLong.message).toMatch(/eventId must be at most 200 characters/);
+    const before = await stored('order-1');
+    expect(before).toEqual([{ channel: CHANNEL, type: 'order.placed', payload: { n: 1 }, publisher: 'node-1' }]);
+    expect(await stored('order-3')).toHaveLength(1);
+    expect((await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE length(event_id) > 200`)).rows[0].n).toBe(0);
+
+    const reused = b.bus.publish('order.shipped', { n: 1 }, { eventId: 'order-1' });
+    await expect(reused).rejects.toBeInstanceOf(EventIdConflictError);
+    await expect(reused).rejects.toThrow(/"order-1" is already stored with another type or payload/);
+    await expect(b.bus.publish('order.placed', { n: 99 }, { eventId: 'order-1' })).rejects.toBeInstanceOf(EventIdConflictError);
+    await expect(b.bus.publish('order.placed', { n: 1 }, { eventId: 'order-1' })).resolves.toMatchObject({ eventId: 'order-1' });
+    expect(await stored('order-1')).toEqual(before);
+    await settle(a, [a, b]);
+    expect(b.of('order.shipped')).toEqual([]);
+    expect(b.of('order.placed').map((e) => e.eventId)).toEqual(['order-1', 'order-3']);
+  });
+
+  it('settles each publish of one batch on its own when they share an id, and a race between nodes has one winner', async () => {
+    // One tick, one statement: the first of each id is stored, the rest compared with it.
+    const sameTick = await Promise.allSettled([
+      a.bus.publish('dup', 'first', { eventId: 'dup-1' }),
+      a.bus.publish('dup', 'first', { eventId: 'dup-1' }),
+      a.bus.publish('dup', 'second', { eventId: 'dup-1' }),
+    ]);
+    expect(sameTick.map((o) => o.status)).toEqual(['fulfilled', 'fulfilled', 'rejected']);
+    expect((sameTick[2] as PromiseRejectedResult).reason).toBeInstanceOf(EventIdConflictError);
+    expect((await stored('dup-1')).map((r) => r.payload)).toEqual(['first']);
+
+    // Two nodes at once: whichever commits first wins; the other is told, never silently merged.
+    for (let round = 0; round < 10; round++) {
+      const id = `race-${round}`;
+      const outcomes = await Promise.allSettled([a.bus.publish('race', 'from-a', { eventId: id }), b.bus.publish('race', 'from-b', { eventId: id })]);
+      const won = outcomes.findIndex((o) => o.status === 'fulfilled');
+      expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
+      expect((outcomes[1 - won] as PromiseRejectedResult).reason).toBeInstanceOf(EventIdConflictError);
+      expect((await stored(id)).map((r) => r.payload)).toEqual([won === 0 ? 'from-a' : 'from-b']);
+    }
+  });
+
+  it('refuses an id taken by another event inside the caller\'s transaction (appendWithin), and appends an identical one', async () => {
+    const client = await admin.connect();
+    try {
+      const event = { type: 'within', eventId: 'within-1', payload: { k: 1 }, publishedAt: new Date().toISOString() };
+      await client.query('BEGIN');
+      await a.bus.appendWithin(client, [event]);
+      await a.bus.appendWithin(client, [{ ...event, publishedAt: new Date().toISOString() }]); // its own row, seen in its transaction
+      await expect(a.bus.appendWithin(client, [{ ...event, payload: { k: 2 } }])).rejects.toBeInstanceOf(EventIdConflictError);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    expect((await stored('within-1')).map((r) => r.payload)).toEqual([{ k: 1 }]);
+  });
+
+  it('bounds types and payload bytes at publish, naming the field, and stores nothing of a refused event', async () => {
+    const small = node(CHANNEL, {}, 600_000, false, { maxPayloadBytes: 1_000 });
+    const longType = await small.bus.publish('t'.repeat(201), {}, { eventId: 'long-type' }).catch((e: unknown) => e);
+    expect(longType).toBeInstanceOf(InvalidBusEventError);
+    expect((longType as InvalidBusEventError).field).toBe('type');
+    const big = await small.bus.publish('big', { blob: 'x'.repeat(1_000) }, { eventId: 'too-big' }).catch((e: unknown) => e);
+    expect(big).toBeInstanceOf(EventPayloadTooLargeError);
+    expect(big).toMatchObject({ field: 'payload', limitBytes: 1_000, bytes: 1_011 });
+    expect((big as Error).message).toMatch(/"too-big".*1011 bytes.*limit of 1000/);
+    await expect(small.bus.publish('big', { blob: 'x'.repeat(900) }, { eventId: 'fits' })).resolves.toMatchObject({ eventId: 'fits' });
+    expect(await stored('long-type')).toEqual([]);
+    expect(await stored('too-big')).toEqual([]);
+    expect(await stored('fits')).toHaveLength(1);
+  });
+
+  it('answers backpressure at once, not a growing queue, while the database is slow: PublishQueueFullError, a DatabaseUnavailableError', async () => {
+    const slow = node(CHANNEL, {}, 600_000, false, { publishQueueMax: 3 });
+    const locker = await admin.connect();
+    let held: Array<Promise<BusEvent>> = [];
+    try {
+      // Inserts wait on this lock: the database is "slow" for as long as the test holds it.
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE cyclium_events IN SHARE ROW EXCLUSIVE MODE');
+      held = [0, 1, 2].map((i) => slow.bus.publish('slow', i, { eventId: `slow-${i}` }));
+      await waitFor('the first insert to wait on the lock', async () =>
+        (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO cyclium_events%'`)).rows.length > 0,
+      );
+      const refused = await slow.bus.publish('slow', 3, { eventId: 'slow-3' }).catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(PublishQueueFullError);
+      expect(refused).toBeInstanceOf(DatabaseUnavailableError);
+      expect((refused as Error).message).toMatch(/3 publishes are already waiting.*"slow-3"/);
+    } finally {
+      await locker.query('ROLLBACK');
+      locker.release();
+    }
+    await Promise.all(held);
+    expect((await admin.query(`SELECT event_id FROM cyclium_events WHERE type = 'slow' ORDER BY id`)).rows.map((r) => r.event_id)).toEqual([
+      'slow-0',
+      'slow-1',
+      'slow-2',
+    ]);
+    await expect(slow.bus.publish('slow', 4, { eventId: 'slow-4' })).resolves.toMatchObject({ eventId: 'slow-4' }); // room again
   });
 
   it('group-commits 300 events of one tick into one statement, delivered complete and in order', async () => {

@@ -15,6 +15,8 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_TRIGGER_TTL_MS        how long a trigger request may stay pending (default 3600000)
  *   DEMO_ADVISOR_EVERY         resource_advisor's interval (default 1m; read in resource-advisor.actor.ts)
  *   DEMO_WORKFLOW_ENGINE       'off' runs workflow steps here but leaves advancing workflows to other nodes
+ *   DEMO_BUS_QUEUE_MAX         publishes held in memory before POST /events answers 503 (library default 10000)
+ *   DEMO_BUS_MAX_PAYLOAD_BYTES largest event payload, in bytes of JSON (library default 1048576)
  *
  * (DEMO_DB_POOL, the TypeORM pool size, is read in app.module.ts.)
  */
@@ -28,6 +30,9 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     triggerPollIntervalMs: Number(env.DEMO_TRIGGER_POLL_MS ?? 5000),
     triggerRequestTtlMs: Number(env.DEMO_TRIGGER_TTL_MS ?? 3_600_000),
     workflowEngine: env.DEMO_WORKFLOW_ENGINE !== 'off',
+    // Unset leaves the library's defaults.
+    ...(env.DEMO_BUS_QUEUE_MAX ? { busPublishQueueMax: Number(env.DEMO_BUS_QUEUE_MAX) } : {}),
+    ...(env.DEMO_BUS_MAX_PAYLOAD_BYTES ? { busMaxPayloadBytes: Number(env.DEMO_BUS_MAX_PAYLOAD_BYTES) } : {}),
     recovery: {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),

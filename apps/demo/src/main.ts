@@ -1,13 +1,19 @@
 import 'reflect-metadata';
 import { Logger } from '@nestjs/common';
 import { HttpAdapterHost, NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
+import { demoCycliumSettings } from './demo-settings.js';
 import { DatabaseUnavailableFilter } from './http/database-unavailable.filter.js';
 
 async function bootstrap(): Promise<void> {
   // forceCloseConnections: once the drain is done, close keep-alive connections that a client keeps
   // busy too, or the process would wait for that client to stop sending before it could exit.
-  const app = await NestFactory.create(AppModule, { logger: ['error', 'warn', 'log'], forceCloseConnections: true });
+  const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: ['error', 'warn', 'log'], forceCloseConnections: true });
+  // Express's 100 KB default would answer 413 before the bus could say which field is too large:
+  // let a body through up to the bus's payload limit (the library's 1 MiB unless set) plus room for the rest.
+  const maxPayloadBytes = demoCycliumSettings(process.env).busMaxPayloadBytes ?? 1_048_576;
+  app.useBodyParser('json', { limit: maxPayloadBytes + 64 * 1024 });
   app.useGlobalFilters(new DatabaseUnavailableFilter(app.get(HttpAdapterHost).httpAdapter));
   // SIGTERM runs beforeApplicationShutdown, where Cyclium drains before TypeORM closes.
   app.enableShutdownHooks();

@@ -25,7 +25,14 @@ export type {
 } from './telemetry/telemetry.events.js';
 
 export { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus/bus.interface.js';
-export { InvalidBusEventError } from './bus/bus-errors.js';
+export {
+  EventIdConflictError,
+  EventPayloadTooLargeError,
+  InvalidBusEventError,
+  PublishQueueFullError,
+  type BusEventField,
+} from './bus/bus-errors.js';
+export { MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_CHARS } from './bus/event-bounds.js';
 export type { DurableEvents } from './bus/durable-events.interface.js';
 export type { SqlExecutor } from './database/sql-executor.js';
 export type { Statement } from './database/statement.js';

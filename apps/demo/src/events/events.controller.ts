@@ -1,5 +1,5 @@
-import { BadRequestException, Body, Controller, HttpCode, Post } from '@nestjs/common';
-import { Bus, InvalidBusEventError } from '@cyclium/nestjs';
+import { BadRequestException, Body, ConflictException, Controller, HttpCode, PayloadTooLargeException, Post } from '@nestjs/common';
+import { Bus, EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError } from '@cyclium/nestjs';
 
 interface PublishRequest {
   type?: unknown;
@@ -9,9 +9,13 @@ interface PublishRequest {
 
 /**
  * `POST /events { type, payload, eventId? }` publishes on the cluster bus from any node. 202 means
- * the event is stored: every node will see it. 400 for an event the bus refuses (a reserved type,
- * a payload PostgreSQL cannot store); 503 while the database is away (retry with the same eventId:
- * a repeated id is stored once).
+ * the event is stored: every node will see it. A publish is stored or refused, never dropped:
+ * - 400 naming the `field` for an event the bus refuses (a reserved type, a type or eventId over
+ *   200 characters, a payload PostgreSQL cannot store);
+ * - 413 for a payload over the bus's limit (1 MiB of JSON unless DEMO_BUS_MAX_PAYLOAD_BYTES says);
+ * - 409 for an eventId already stored with another type or payload (an identical retry is 202);
+ * - 503 with `Retry-After` while the database is away or this node already holds as many publishes
+ *   as it may (retry with the same eventId: a repeated id is stored once).
  */
 @Controller('events')
 export class EventsController {
@@ -20,15 +24,20 @@ export class EventsController {
   @Post()
   @HttpCode(202)
   async publish(@Body() body: PublishRequest) {
-    if (typeof body?.type !== 'string') throw new BadRequestException('type must be a string');
+    if (typeof body?.type !== 'string') throw new BadRequestException({ statusCode: 400, message: 'type must be a string', field: 'type' });
     if (body.eventId !== undefined && (typeof body.eventId !== 'string' || body.eventId === '')) {
-      throw new BadRequestException('eventId must be a non-empty string');
+      throw new BadRequestException({ statusCode: 400, message: 'eventId must be a non-empty string', field: 'eventId' });
     }
     try {
       const event = await this.bus.publish(body.type, body.payload ?? {}, { eventId: body.eventId });
       return { eventId: event.eventId, type: event.type };
     } catch (error) {
-      if (error instanceof InvalidBusEventError) throw new BadRequestException(error.message);
+      if (error instanceof EventPayloadTooLargeError) {
+        throw new PayloadTooLargeException({ statusCode: 413, message: error.message, field: error.field, limitBytes: error.limitBytes });
+      }
+      if (error instanceof InvalidBusEventError) throw new BadRequestException({ statusCode: 400, message: error.message, field: error.field });
+      if (error instanceof EventIdConflictError) throw new ConflictException({ statusCode: 409, message: error.message, field: 'eventId' });
+      // DatabaseUnavailableError, PublishQueueFullError included: the global filter answers 503.
       throw error;
     }
   }

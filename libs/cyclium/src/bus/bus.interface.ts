@@ -7,7 +7,11 @@ export interface BusEvent<P = unknown> {
 }
 
 export interface PublishOptions {
-  /** Reuse an id the caller already has (a webhook delivery id, say); minted when absent. */
+  /**
+   * Reuse an id the caller already has (a webhook delivery id, say); minted when absent. At most
+   * 200 characters. An id names one event: with PostgresBus, publishing it again with the same
+   * type and payload is a safe retry, with another type or payload it is refused.
+   */
   eventId?: string;
 }
 
@@ -18,7 +22,11 @@ export type BusHandler<P = unknown> = (event: BusEvent<P>) => void | Promise<voi
  * transport: `class MyBus implements Bus { ... }`, passed as `bus`.
  */
 export abstract class Bus {
-  /** Resolves once the event is on its way to every node (for PostgresBus: its NOTIFY committed). */
+  /**
+   * Resolves once the event is on its way to every node (for PostgresBus: its row committed), or
+   * rejects saying why it was not taken: InvalidBusEventError, EventIdConflictError,
+   * DatabaseUnavailableError (PublishQueueFullError among them).
+   */
   abstract publish<P>(type: string, payload: P, options?: PublishOptions): Promise<BusEvent<P>>;
   /** Returns the unsubscribe function. `'*'` receives every event. */
   abstract subscribe<P>(type: string, handler: BusHandler<P>): () => void;

@@ -27,6 +27,8 @@ export const busTransportProvider: Provider = {
         pollIntervalMs: options.busPollIntervalMs,
         retentionMs: options.busRetentionMs,
         undispatchedMaxAgeMs: options.busUndispatchedMaxAgeMs,
+        publishQueueMax: options.busPublishQueueMax,
+        maxPayloadBytes: options.busMaxPayloadBytes,
         // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
         notifySpacingMs: () => notifySpacingMs(peers.size),
         audience: peers,

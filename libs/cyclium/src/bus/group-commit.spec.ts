@@ -88,4 +88,31 @@ describe('GroupCommit', () => {
     await Promise.all([first, ...later]);
     await queue.idle();
   });
+
+  it('with a bound, refuses at once what would hold more than max items, queued or in flight', async () => {
+    const { batches, finish, send } = controlledSend();
+    const queue = new GroupCommit(send, 1, { max: 3, refuse: (item: number) => new Error(`full, refused ${item}`) });
+    const first = queue.add(1);
+    await turn();
+    expect(batches).toEqual([[1]]); // in flight, still held
+    const waiting = [queue.add(2), queue.add(3)];
+    await expect(queue.add(4)).rejects.toThrow('full, refused 4');
+    expect(queue.held).toBe(3);
+    finish[0]?.();
+    await first;
+    await turn();
+    await turn();
+    expect(batches).toEqual([[1], [2, 3]]); // the refused one never left
+    const room = queue.add(5); // 2 and 3 are in flight: there is room for one more
+    await expect(queue.add(6)).rejects.toThrow('full, refused 6');
+    finish[1]?.();
+    await Promise.all(waiting);
+    await turn();
+    await turn();
+    finish[2]?.();
+    await room;
+    await queue.idle();
+    expect(batches).toEqual([[1], [2, 3], [5]]);
+    expect(queue.held).toBe(0);
+  });
 });

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import type { BusEvent, BusHandler } from './bus.interface.js';
+import { InvalidBusEventError } from './bus-errors.js';
 import { LocalBus } from './local-bus.js';
 
 /** Resolves with the next event of `type` on `bus` that `matches`: delivery itself is the condition, no sleeping. */
@@ -145,5 +146,25 @@ describe('LocalBus', () => {
     const bus = new LocalBus();
     await expect(bus.publish('*', 1)).rejects.toThrow(/concrete, non-empty type/);
     await expect(bus.publish('', 1)).rejects.toThrow(/concrete, non-empty type/);
+  });
+
+  it('bounds the type and the eventId at 200 characters, naming the field, before anything is delivered', async () => {
+    const bus = new LocalBus();
+    const seen: BusEvent[] = [];
+    bus.subscribe('*', (e) => void seen.push(e));
+    const refusal = async (publishing: Promise<unknown>) => {
+      const error = await publishing.then(() => null, (e: unknown) => e);
+      expect(error).toBeInstanceOf(InvalidBusEventError);
+      return error as InvalidBusEventError;
+    };
+    const longId = await refusal(bus.publish('t', {}, { eventId: 'x'.repeat(4_000) }));
+    expect(longId.field).toBe('eventId');
+    expect(longId.message).toMatch(/eventId must be at most 200 characters \(got 4000/);
+    expect((await refusal(bus.publish('t'.repeat(201), {}))).field).toBe('type');
+    // Characters, not UTF-16 units: 200 emoji are 200 characters.
+    const fits = await bus.publish('t'.repeat(200), {}, { eventId: '😀'.repeat(200) });
+    expect((await refusal(bus.publish('t', {}, { eventId: '😀'.repeat(201) }))).field).toBe('eventId');
+    await next(bus, '*', (e) => e.eventId === fits.eventId);
+    expect(seen).toHaveLength(1);
   });
 });

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import { InvalidBusEventError } from './bus-errors.js';
+import { assertEventBounds } from './event-bounds.js';
 import type { DispatchSignals } from './dispatch-signals.interface.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 
@@ -12,16 +13,18 @@ interface Subscription {
 /**
  * The event every node will see, minted once on the publishing node (rule 2: a receiver that
  * minted its own id would compute its own dedupe key). `'*'` is refused because it is the
- * wildcard: its subscribers would get the event twice.
+ * wildcard: its subscribers would get the event twice. Ids and types are bounded (event-bounds.ts).
  */
 export function mintBusEvent<P>(type: string, payload: P, options: PublishOptions = {}): BusEvent<P> {
   if (typeof type !== 'string' || type === '' || type === '*') {
-    throw new InvalidBusEventError(`bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`);
+    throw new InvalidBusEventError(`bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`, 'type');
   }
   if (options.eventId !== undefined && (typeof options.eventId !== 'string' || options.eventId === '')) {
-    throw new InvalidBusEventError('bus: eventId, when given, must be a non-empty string');
+    throw new InvalidBusEventError('bus: eventId, when given, must be a non-empty string', 'eventId');
   }
-  return { type, eventId: options.eventId ?? randomUUID(), payload, publishedAt: new Date().toISOString() };
+  const eventId = options.eventId ?? randomUUID();
+  assertEventBounds(type, eventId);
+  return { type, eventId, payload, publishedAt: new Date().toISOString() };
 }
 
 /**

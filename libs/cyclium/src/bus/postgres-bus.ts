@@ -5,7 +5,7 @@ import { toJsonb } from '../database/jsonb.js';
 import { MissingSchemaError } from '../database/missing-schema.error.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
-import { InvalidBusEventError } from './bus-errors.js';
+import { EventIdConflictError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
 import type { BusAudience, ListeningAnnouncement } from './bus-audience.interface.js';
 import { BusNotifier, type Heard } from './bus-notifier.js';
@@ -16,7 +16,8 @@ import type { DispatchSignals } from './dispatch-signals.interface.js';
 import type { DurableEvents } from './durable-events.interface.js';
 import { DurableConsumers } from './durable-consumers.js';
 import type { DurableHandler, DurableSubscriptions } from './durable-subscriptions.interface.js';
-import { EventLog, type StorableEvent } from './event-log.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, assertPayloadSize } from './event-bounds.js';
+import { EventLog, type AppendOutcome, type StorableEvent } from './event-log.js';
 import { GroupCommit, type Pending } from './group-commit.js';
 import { LocalBus, mintBusEvent } from './local-bus.js';
 
@@ -24,6 +25,7 @@ const PRUNE_BATCH = 1_000;
 const PRUNE_BATCHES_PER_PASS = 20;
 /** How often settled consumer positions are stored (one statement for all of this node's, only when one moved). */
 const POSITION_FLUSH_MS = 1_000;
+const DEFAULT_PUBLISH_QUEUE_MAX = 10_000;
 
 export interface PostgresBusOptions {
   /** The NOTIFY channel and the events' scope (see busChannel). */
@@ -38,6 +40,13 @@ export interface PostgresBusOptions {
   retentionMs?: number;
   /** Delete events older than this even when a consumer's position has not passed them (warned and counted). Default a week. */
   undispatchedMaxAgeMs?: number;
+  /** Refuse a published payload whose JSON is longer than this many bytes. Default 1 MiB. */
+  maxPayloadBytes?: number;
+  /**
+   * At most this many publishes wait in memory for the database (queued or being stored); one
+   * more is refused at once with PublishQueueFullError. Default 10 000.
+   */
+  publishQueueMax?: number;
   /**
    * Under load, the reads this node makes average at most one per this many milliseconds (a burst
    * of four goes at once), so one read serves everything that happened meanwhile; when idle it
@@ -67,8 +76,11 @@ export interface PostgresBusOptions {
  * events commit inside the transactions that write the states they announce (`appendWithin`).
  *
  * Contract: every node that is up sees every event of its stack and env at least once, in commit
- * order per publisher; the event id is stable, and a repeated id is stored once. Payloads make a
- * JSON round trip (jsonb: object keys may come back reordered).
+ * order per publisher; the event id is stable, and a repeated id is stored once: an identical
+ * retry resolves, the same id with another type or payload is refused (EventIdConflictError).
+ * A publish is stored or refused, never dropped: ids, types and payloads are bounded before
+ * anything is queued, one bad event in a batch fails only its own publish, and a full queue
+ * refuses at once. Payloads make a JSON round trip (jsonb: object keys may come back reordered).
  */
 export class PostgresBus extends Bus implements DurableEvents, DurableSubscriptions, DispatchSignals, ListeningAnnouncement {
   private readonly logger = new Logger(PostgresBus.name);
@@ -87,6 +99,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   private readonly signalHandlers = new Set<(tokens: readonly string[]) => void>();
   private readonly pruneOutage = new OutageLog(this.logger, 'pruning cyclium_events');
   private readonly retentionMs: number;
+  private readonly maxPayloadBytes: number;
   private pruneTimer: NodeJS.Timeout | undefined;
   private pruning: Promise<void> | undefined;
   private readonly audience: BusAudience | undefined;
@@ -105,6 +118,8 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     }
     this.retentionMs = options.retentionMs ?? 3_600_000;
     this.undispatchedMaxAgeMs = options.undispatchedMaxAgeMs ?? 604_800_000;
+    this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    const publishQueueMax = options.publishQueueMax ?? DEFAULT_PUBLISH_QUEUE_MAX;
     this.identity = options.publisher ?? (() => 'unknown');
     this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: this.identity });
     this.audience = options.audience;
@@ -123,7 +138,10 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       onNotify: (payload) => this.hear(BusNotifier.parse(payload)),
       onListening: () => this.reader.wake(),
     });
-    this.outbox = new GroupCommit((batch) => this.store(batch));
+    this.outbox = new GroupCommit((batch) => this.store(batch), 1, {
+      max: publishQueueMax,
+      refuse: (item) => new PublishQueueFullError(publishQueueMax, describeEvent(item.event)),
+    });
     const lone = this.audience ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) } : undefined;
     // Only a node with a name of its own can be told apart from its peers in a wake-up.
     this.notifier = new BusNotifier(sql, channel, options.notifySpacingMs ?? spacingMs, lone, options.publisher ?? (() => ''));
@@ -154,6 +172,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     let storable: StorableEvent;
     try {
       storable = storableEvent(mintBusEvent(type, payload, options));
+      assertPayloadSize(storable.payloadJson, this.maxPayloadBytes, describeEvent(storable.event));
     } catch (error) {
       return Promise.reject(error);
     }
@@ -179,9 +198,14 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     return unsubscribe;
   }
 
-  /** Stores `events` on `client`, inside the caller's transaction: they commit with it or not at all. */
+  /**
+   * Stores `events` on `client`, inside the caller's transaction: they commit with it or not at
+   * all. An id already stored with another type or payload throws EventIdConflictError (roll back).
+   */
   async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
-    await this.log.append(client, events.map(storableEvent));
+    const outcomes = await this.log.append(client, events.map(storableEvent));
+    const conflict = events.find((_, i) => outcomes[i] === 'conflict');
+    if (conflict) throw new EventIdConflictError(conflict.eventId, conflict.type);
   }
 
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {
@@ -273,37 +297,56 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   // ── publishing ────────────────────────────────────────────────────────────────────────────────
 
   private async store(batch: Array<Pending<StorableEvent>>): Promise<void> {
+    let outcomes: AppendOutcome[];
     try {
-      await this.log.append(this.sql, batch.map((p) => p.item));
-      for (const pending of batch) pending.resolve();
-      this.wake(batch.map((pending) => pending.item.event.type));
-      return;
+      outcomes = await this.log.append(this.sql, batch.map((p) => p.item));
     } catch (error) {
-      // A value PostgreSQL refuses (class 22) fails its own publish only: retry the batch one by one.
-      if (batch.length > 1 && errorCode(error)?.startsWith('22')) return this.storeOneByOne(batch);
+      // Only an outage or a missing table fails every event alike; anything else may be one
+      // event's own fault (a value PostgreSQL refuses, a row over a limit): retry one by one.
+      if (batch.length > 1 && !failsEveryEvent(error)) return this.storeOneByOne(batch);
       for (const pending of batch) pending.reject(this.publishError(pending.item.event, error));
+      return;
     }
+    const stored: string[] = [];
+    batch.forEach((pending, i) => {
+      if (this.settle(pending, outcomes[i] as AppendOutcome)) stored.push(pending.item.event.type);
+    });
+    if (stored.length > 0) this.wake(stored);
   }
 
   private async storeOneByOne(batch: Array<Pending<StorableEvent>>): Promise<void> {
     const stored: string[] = [];
-    for (const pending of batch) {
+    for (const [at, pending] of batch.entries()) {
       try {
-        await this.log.append(this.sql, [pending.item]);
-        pending.resolve();
-        stored.push(pending.item.event.type);
+        const [outcome] = await this.log.append(this.sql, [pending.item]);
+        if (this.settle(pending, outcome as AppendOutcome)) stored.push(pending.item.event.type);
       } catch (error) {
         pending.reject(this.publishError(pending.item.event, error));
+        // The database went away meanwhile: the rest would each wait out the same outage.
+        if (failsEveryEvent(error)) {
+          for (const rest of batch.slice(at + 1)) rest.reject(this.publishError(rest.item.event, error));
+          break;
+        }
       }
     }
     if (stored.length > 0) this.wake(stored);
   }
 
+  /** Resolves or refuses one publish by its outcome; true when its row is new (someone must be woken). */
+  private settle(pending: Pending<StorableEvent>, outcome: AppendOutcome): boolean {
+    const { event } = pending.item;
+    if (outcome === 'conflict') pending.reject(new EventIdConflictError(event.eventId, event.type));
+    else pending.resolve();
+    return outcome === 'stored';
+  }
+
   private publishError(event: BusEvent, error: unknown): Error {
-    const what = `event ${event.eventId} ("${event.type}")`;
-    if (errorCode(error) === '42P01') return new MissingSchemaError('CycliumEvents1764400000002', 'table cyclium_events');
+    const what = describeEvent(event);
+    const code = errorCode(error);
+    if (code === '42P01') return new MissingSchemaError('CycliumEvents1764400000002', 'table cyclium_events');
     if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError(`bus: could not store ${what}`, error);
-    if (errorCode(error)?.startsWith('22')) return new InvalidBusEventError(`bus: PostgreSQL refused ${what}: ${errorMessage(error)}`);
+    // 22: a value PostgreSQL refuses; 54000: a row over one of its limits (an index row, say).
+    if (code?.startsWith('22') || code === '54000') return new InvalidBusEventError(`bus: PostgreSQL refused ${what}: ${errorMessage(error)}`);
     return error instanceof Error ? error : new Error(String(error));
   }
 
@@ -357,13 +400,26 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
  * with a reason rather than a batch later (text columns refuse NUL too).
  */
 export function storableEvent(event: BusEvent): StorableEvent {
-  const what = `event ${JSON.stringify(event.eventId)} ("${event.type}")`;
+  const what = describeEvent(event);
   const payload = toJsonb(event.payload);
-  if ('problem' in payload) throw new InvalidBusEventError(`bus: the payload of ${what} ${payload.problem}; remove it`);
-  if (event.type.includes('\u0000') || event.eventId.includes('\u0000')) {
-    throw new InvalidBusEventError(`bus: the type or id of ${what} holds a NUL character, which PostgreSQL cannot store`);
+  if ('problem' in payload) throw new InvalidBusEventError(`bus: the payload of ${what} ${payload.problem}; remove it`, 'payload');
+  for (const field of ['type', 'eventId'] as const) {
+    if (event[field].includes('\u0000')) {
+      throw new InvalidBusEventError(`bus: the ${field} of ${what} holds a NUL character, which PostgreSQL cannot store`, field);
+    }
   }
   return { event, payloadJson: payload.json };
+}
+
+/** An outage or a missing table: what no event of a batch can get past, so retrying them one by one is no use. */
+function failsEveryEvent(error: unknown): boolean {
+  return isDatabaseUnavailable(error) || errorCode(error) === '42P01';
+}
+
+/** How errors name an event: its id (quoted, and cut short when long) and type. */
+function describeEvent(event: BusEvent): string {
+  const id = event.eventId.length > 80 ? `${event.eventId.slice(0, 80)}…` : event.eventId;
+  return `event ${JSON.stringify(id)} ("${event.type}")`;
 }
 
 function roundOrNull(value: number | null): number | null {

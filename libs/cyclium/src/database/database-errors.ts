@@ -26,7 +26,7 @@ const PG_MESSAGES = [/Connection terminated/i, /connection timeout/i, /timeout e
  */
 export function isDatabaseUnavailable(error: unknown): boolean {
   for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
-    if ((current as { name?: unknown }).name === 'DatabaseUnavailableError') return true;
+    if (current instanceof DatabaseUnavailableError || (current as { name?: unknown }).name === 'DatabaseUnavailableError') return true;
     const code = (current as { code?: unknown }).code;
     if (typeof code === 'string') {
       // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect now; 53300: too many connections.
@@ -43,7 +43,7 @@ export function isDatabaseUnavailable(error: unknown): boolean {
 
 /** The database could not be reached to do what was asked; nothing was written. Retry later. */
 export class DatabaseUnavailableError extends Error {
-  override readonly name = 'DatabaseUnavailableError';
+  override readonly name: string = 'DatabaseUnavailableError';
 
   constructor(what: string, cause: unknown) {
     super(`${what}: the database is unavailable (${errorMessage(cause)})`, { cause });

@@ -39,7 +39,10 @@ export interface CycliumOptions {
    * reads at once anyway.
    */
   busPollIntervalMs?: number;
-  /** With `bus: 'postgres'`: delete stored events older than this (a node that is away longer misses them). Default 3 600 000. */
+  /**
+   * With `bus: 'postgres'`: delete stored events older than this once every event-triggered
+   * expectation's position has passed them (see `busUndispatchedMaxAgeMs`). Default 3 600 000.
+   */
   busRetentionMs?: number;
   /**
    * With `bus: 'postgres'`: an event that an expectation's position has not passed (no node hosting
@@ -47,6 +50,19 @@ export interface CycliumOptions {
    * channel whose consumer is gone for good (an expectation removed or renamed). Default 604 800 000 (a week).
    */
   busUndispatchedMaxAgeMs?: number;
+  /**
+   * With `bus: 'postgres'`: the most publishes this node holds in memory waiting for the database
+   * (queued or being stored). One more is refused at once with `PublishQueueFullError` (a
+   * `DatabaseUnavailableError`: answer 503 and retry) instead of a queue that grows while the
+   * database is slow. Default 10 000.
+   */
+  busPublishQueueMax?: number;
+  /**
+   * With `bus: 'postgres'`: the largest payload `publish` takes, in bytes of its JSON (UTF-8).
+   * A larger one is refused with `EventPayloadTooLargeError` before anything is queued.
+   * Default 1 048 576 (1 MiB).
+   */
+  busMaxPayloadBytes?: number;
   /** Random delay before inserting a triggered episode, so the fastest node does not win every key. Default 200. */
   jitterMs?: number;
   /**
@@ -90,6 +106,8 @@ export interface ResolvedCycliumOptions {
   busPollIntervalMs: number;
   busRetentionMs: number;
   busUndispatchedMaxAgeMs: number;
+  busPublishQueueMax: number;
+  busMaxPayloadBytes: number;
   jitterMs: number;
   startedEvents: boolean;
   episodeShutdownMs: number;

@@ -4,6 +4,7 @@ import {
   IsInt,
   IsOptional,
   IsString,
+  Max,
   Min,
   ValidateBy,
   ValidateIf,
@@ -11,6 +12,9 @@ import {
   type ValidationOptions,
 } from 'class-validator';
 import type { CycliumMode } from './cyclium-options.interface.js';
+
+/** The largest jsonb value PostgreSQL stores (just under 256 MiB). */
+const MAX_JSONB_BYTES = 268_435_455;
 
 export const MODES: readonly CycliumMode[] = ['full', 'trigger_only', 'disabled'];
 
@@ -137,6 +141,17 @@ export class CycliumOptionsSchema {
   @IsInt(positiveMs('busUndispatchedMaxAgeMs'))
   @Min(1, positiveMs('busUndispatchedMaxAgeMs'))
   busUndispatchedMaxAgeMs?: unknown;
+  @defined('busPublishQueueMax')
+  @IsInt({ message: 'busPublishQueueMax must be a whole number of publishes >= 1' })
+  @Min(1, { message: 'busPublishQueueMax must be a whole number of publishes >= 1' })
+  busPublishQueueMax?: unknown;
+
+  // jsonb stores at most 255 MiB; a bound past it would promise what PostgreSQL refuses.
+  @defined('busMaxPayloadBytes')
+  @IsInt({ message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
+  @Min(1, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
+  @Max(MAX_JSONB_BYTES, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
+  busMaxPayloadBytes?: unknown;
 
   @defined('jitterMs')
   @IsInt(nonNegativeMs('jitterMs'))

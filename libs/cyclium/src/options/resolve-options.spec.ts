@@ -25,6 +25,8 @@ describe('resolveCycliumOptions', () => {
       busPollIntervalMs: 10_000,
       busRetentionMs: 3_600_000,
       busUndispatchedMaxAgeMs: 604_800_000,
+      busPublishQueueMax: 10_000,
+      busMaxPayloadBytes: 1_048_576,
       jitterMs: 200,
       startedEvents: false,
       episodeShutdownMs: 5000,
@@ -69,6 +71,10 @@ describe('resolveCycliumOptions', () => {
     [{ recovery: { intervalMs: 0 } }, 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only (got 0)'],
     [{ recovery: { resolvePolicy: 'restart' } }, `recovery.resolvePolicy must be a function returning 'restart' or 'fail' (got "restart")`],
     [{ triggerRequestTtlMs: 0 }, 'triggerRequestTtlMs must be a whole number of milliseconds >= 1 (got 0)'],
+    [{ busPublishQueueMax: 0 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 0)'],
+    [{ busPublishQueueMax: 2.5 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 2.5)'],
+    [{ busMaxPayloadBytes: 0 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 0)'],
+    [{ busMaxPayloadBytes: 300_000_000 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 300000000)'],
     [{ leaseSeconds: 5 }, 'leaseSeconds is not a CycliumModule option'],
   ])('rejects %j', (options, message) => {
     expect(problems(options)).toEqual([message]);

@@ -1,0 +1,90 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { useDatabase } from './support/database.js';
+import { startDemoNode, type DemoNode } from './support/demo-node.js';
+import { waitFor } from './support/wait-for.js';
+
+interface Answer {
+  status: number;
+  retryAfter: string | null;
+  body: { message?: string; field?: string; eventId?: string };
+}
+
+/** POST /events on a real demo node: a publish is stored (202) or refused with a status that says why, never dropped. */
+describe('POST /events refuses what it cannot store, naming the field', () => {
+  const database = useDatabase();
+  let node: DemoNode;
+
+  beforeAll(async () => {
+    // A queue of one publish and a small payload limit, so both bounds are reached with little data.
+    node = await startDemoNode(database.url, { CYCLIUM_NODE_ID: 'http-1', DEMO_BUS_QUEUE_MAX: '1', DEMO_BUS_MAX_PAYLOAD_BYTES: '2000' });
+  });
+
+  afterAll(async () => {
+    await node?.stop('SIGTERM');
+  });
+
+  const publish = async (body: unknown): Promise<Answer> => {
+    const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return { status: response.status, retryAfter: response.headers.get('retry-after'), body: (await response.json()) as Answer['body'] };
+  };
+
+  const rows = async (eventId: string) =>
+    (await database.db.query(`SELECT type, payload, created_at FROM cyclium_events WHERE event_id = $1`, [eventId])).rows;
+
+  it('answers 400 for an eventId or type over 200 characters and 413 for a payload over the limit, storing nothing', async () => {
+    const longId = await publish({ type: 'http.test', eventId: 'x'.repeat(4_000), payload: {} });
+    expect(longId).toMatchObject({ status: 400, body: { field: 'eventId' } });
+    expect(longId.body.message).toMatch(/eventId must be at most 200 characters/);
+    expect(await publish({ type: 't'.repeat(201), payload: {} })).toMatchObject({ status: 400, body: { field: 'type' } });
+    const big = await publish({ type: 'http.test', eventId: 'too-big', payload: { blob: 'x'.repeat(3_000) } });
+    expect(big).toMatchObject({ status: 413, body: { field: 'payload' } });
+    expect(big.body.message).toMatch(/over the limit of 2000/);
+    expect(await rows('too-big')).toEqual([]);
+    expect((await database.db.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE length(event_id) > 200 OR length(type) > 200`)).rows[0].n).toBe(0);
+  });
+
+  it('answers 409 for an eventId stored with another type or payload, 202 for an identical retry; the stored event is unchanged', async () => {
+    expect(await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 9 } })).toMatchObject({ status: 202, body: { eventId: 'order-9' } });
+    const before = await rows('order-9');
+    const conflict = await publish({ type: 'http.other', eventId: 'order-9', payload: { n: 9 } });
+    expect(conflict).toMatchObject({ status: 409, body: { field: 'eventId' } });
+    expect(conflict.body.message).toMatch(/already stored with another type or payload/);
+    expect(await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 10 } })).toMatchObject({ status: 409 });
+    expect(await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 9 } })).toMatchObject({ status: 202 });
+    expect(await rows('order-9')).toEqual(before);
+    expect(before).toHaveLength(1);
+  });
+
+  it('answers 503 with Retry-After at once while its publish queue is full, and stores what it had accepted', async () => {
+    const locker = await database.db.connect();
+    let first: Promise<Answer> | undefined;
+    try {
+      // Inserts into cyclium_events wait on this lock: the database is slow for as long as the test holds it.
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE cyclium_events IN SHARE ROW EXCLUSIVE MODE');
+      first = publish({ type: 'http.test', eventId: 'queued-1', payload: {} });
+      await waitFor('the first publish to wait on the lock', async () =>
+        (
+          await database.db.query(
+            `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO cyclium_events%'`,
+          )
+        ).rows.length > 0,
+      );
+      const refused = await publish({ type: 'http.test', eventId: 'queued-2', payload: {} });
+      expect(refused.status).toBe(503);
+      expect(refused.retryAfter).toBe('1');
+    } finally {
+      await locker.query('ROLLBACK');
+      locker.release();
+    }
+    expect(await first).toMatchObject({ status: 202, body: { eventId: 'queued-1' } });
+    expect(await rows('queued-1')).toHaveLength(1);
+    expect(await rows('queued-2')).toEqual([]);
+    // Room again: the refused publish succeeds when retried.
+    expect(await publish({ type: 'http.test', eventId: 'queued-2', payload: {} })).toMatchObject({ status: 202 });
+  });
+});
