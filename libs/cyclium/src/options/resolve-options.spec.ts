@@ -35,6 +35,9 @@ describe('resolveCycliumOptions', () => {
       dataSource: undefined,
       nodeBeatIntervalMs: 15_000,
       workflowEngine: true,
+      deliveryTimeoutMs: 30_000,
+      outputMaxAttempts: 8,
+      outputRetryBaseMs: 5_000,
     });
   });
 
@@ -68,6 +71,10 @@ describe('resolveCycliumOptions', () => {
     [{ recovery: { intervalMs: 0 } }, 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only (got 0)'],
     [{ recovery: { resolvePolicy: 'restart' } }, `recovery.resolvePolicy must be a function returning 'restart' or 'fail' (got "restart")`],
     [{ triggerRequestTtlMs: 0 }, 'triggerRequestTtlMs must be a whole number of milliseconds >= 1 (got 0)'],
+    [{ deliveryTimeoutMs: 0 }, 'deliveryTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],
+    [{ outputMaxAttempts: 1.5 }, 'outputMaxAttempts must be a whole number >= 1 (got 1.5)'],
+    [{ outputMaxAttempts: 0 }, 'outputMaxAttempts must be a whole number >= 1 (got 0)'],
+    [{ outputRetryBaseMs: '5s' }, 'outputRetryBaseMs must be a whole number of milliseconds >= 1 (got "5s")'],
     [{ leaseSeconds: 5 }, 'leaseSeconds is not a CycliumModule option'],
   ])('rejects %j', (options, message) => {
     expect(problems(options)).toEqual([message]);
