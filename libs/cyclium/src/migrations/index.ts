@@ -5,6 +5,7 @@ import { CycliumEpisodeQueue1764400000003 } from './1764400000003-cyclium-episod
 import { CycliumTriggerOnly1764400000004 } from './1764400000004-cyclium-trigger-only.js';
 import { CycliumWorkflows1764400000005 } from './1764400000005-cyclium-workflows.js';
 import { CycliumNodeActors1764400000006 } from './1764400000006-cyclium-node-actors.js';
+import { CycliumOutputOutbox1764400000008 } from './1764400000008-cyclium-output-outbox.js';
 
 export {
   CycliumSchema1764400000000,
@@ -14,6 +15,7 @@ export {
   CycliumTriggerOnly1764400000004,
   CycliumWorkflows1764400000005,
   CycliumNodeActors1764400000006,
+  CycliumOutputOutbox1764400000008,
 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
@@ -25,4 +27,5 @@ export const cycliumMigrations = [
   CycliumTriggerOnly1764400000004,
   CycliumWorkflows1764400000005,
   CycliumNodeActors1764400000006,
+  CycliumOutputOutbox1764400000008,
 ];
