@@ -14,7 +14,7 @@ const after = (ms: string) => `now() + make_interval(secs => ${ms}::double preci
  * attempt never finished (its lease ran out) ends `failed` in the same statement.
  * Parameters: owner, types, limit, max attempts, lease ms.
  */
-const TAKE = `
+export const TAKE_DUE = `
   WITH due AS (
     SELECT id FROM cyclium_outputs
      WHERE status = 'pending' AND next_attempt_at <= now() AND type = ANY($2::text[])
@@ -50,7 +50,7 @@ export class OutputStore {
 
   /** Taken rows (status `pending`, leased to `owner`) and rows that ran out of attempts (status `failed`). */
   async take(owner: string, types: readonly string[], limit: number, maxAttempts: number, leaseMs: number): Promise<CycliumOutput[]> {
-    const { rows } = await this.database.sql.query(TAKE, [owner, types, limit, maxAttempts, leaseMs]);
+    const { rows } = await this.database.sql.query(TAKE_DUE, [owner, types, limit, maxAttempts, leaseMs]);
     return rows.map(toOutput);
   }
 
