@@ -26,7 +26,7 @@ type Outcome = { ok: true; ref: unknown } | { ok: false; error: unknown };
 @Injectable()
 export class OutputDelivery {
   private readonly logger = new Logger('Outputs');
-  private readonly inFlight = new Map<string, { controller: AbortController; done: Promise<void> }>();
+  private readonly inFlight = new Set<{ controller: AbortController; done: Promise<void> }>();
   private draining = false;
   private drained = false;
 
@@ -67,12 +67,12 @@ export class OutputDelivery {
    */
   async drain(): Promise<void> {
     this.draining = true;
-    const settled = Promise.all([...this.inFlight.values()].map((a) => a.done));
+    const settled = Promise.all([...this.inFlight].map((a) => a.done));
     let timer: NodeJS.Timeout | undefined;
     const window = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.options.episodeShutdownMs)));
     await Promise.race([settled, window]);
     clearTimeout(timer);
-    const cut = [...this.inFlight.values()];
+    const cut = [...this.inFlight];
     for (const attempt of cut) attempt.controller.abort(new DeliveryInterruptedError());
     await Promise.all(cut.map((a) => a.done));
     this.drained = true;
@@ -84,11 +84,12 @@ export class OutputDelivery {
 
   private track(output: CycliumOutput, sentAt: number): Promise<void> {
     const controller = new AbortController();
-    const done = this.attempt(output, sentAt, controller)
+    const entry = { controller, done: Promise.resolve() };
+    entry.done = this.attempt(output, sentAt, controller)
       .catch((error: unknown) => this.recordError(`end of output ${output.id}`, error))
-      .finally(() => this.inFlight.delete(output.id));
-    this.inFlight.set(output.id, { controller, done });
-    return done;
+      .finally(() => this.inFlight.delete(entry));
+    this.inFlight.add(entry);
+    return entry.done;
   }
 
   private async attempt(output: CycliumOutput, sentAt: number, controller: AbortController): Promise<void> {
