@@ -203,6 +203,20 @@ describe('outputs are an outbox (claims off)', () => {
     expect(await row('orphan-type')).toMatchObject({ status: 'pending', attempts: 0, lease_owner: null });
   });
 
+  it('a row whose last allowed attempt never finished (its lease ran out) ends failed, naming the node that held it', async () => {
+    await emit(producer, [{ type: 'parked', key: 'last-try-died', payload: {} }]);
+    await ended('last-try-died', 'pending');
+    // As a node that died inside its third and last attempt leaves it, once the lease ran out.
+    await database.db.query(
+      `UPDATE cyclium_outputs SET type = 'shared', attempts = 3, lease_owner = 'out-gone', error = 'earlier failure', next_attempt_at = now()
+        WHERE dedupe_key = 'last-try-died'`,
+    );
+    const failed = await ended('last-try-died', 'failed');
+    expect(failed.attempts).toBe(3);
+    expect(failed.error).toBe('attempt 3 of 3 never finished: the lease of out-gone ran out (last error: earlier failure)');
+    expect(callsOf('last-try-died')).toEqual([]);
+  });
+
   it('two nodes taking due rows at the same moment never take one row twice (one conditional UPDATE, no work claims)', async () => {
     // Rows of a type no app hosts, so only the takes below touch them.
     const keys = Array.from({ length: 200 }, (_, i) => `race-${i}`);
