@@ -19,10 +19,11 @@ const ignore = () => undefined;
 
 /**
  * The one shutdown hook, so the order is fixed rather than left to hook scheduling: stop triggers,
- * the workflow engine, sweeps and output rescue, drain the episodes and the output deliveries (which
- * needs the database, hence beforeApplicationShutdown, before TypeORM closes), flush the bus's last events, deregister the node (its queued episodes are then
- * adoptable at once), stop renewing. A second signal while this runs is ignored rather than
- * letting the default action kill the drain halfway.
+ * the workflow engine, sweeps and the output rescue, drain the episodes and the output deliveries
+ * (which needs the database, hence beforeApplicationShutdown, before TypeORM closes), flush the
+ * bus's last events, deregister the node (its queued episodes are then adoptable at once), stop
+ * renewing. A second signal while this runs is ignored rather than letting the default action
+ * kill the drain halfway.
  */
 @Injectable()
 export class CycliumShutdown implements BeforeApplicationShutdown {
@@ -64,12 +65,12 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
         await this.triggers.stop();
         await this.workflows.stop();
       });
-      await this.step('stop recovery sweeps, the trigger request poller and the output rescue', async () => {
+      await this.step('stop recovery sweeps and the trigger request poller', async () => {
         this.schedule.stop();
         await this.recovery.stop();
         await this.poller.stop();
-        await this.outputRescue.stop();
       });
+      await this.step('stop taking outputs', () => this.outputRescue.stop());
       // Side by side: both wait up to episodeShutdownMs, and an episode may be delivering its outputs.
       await Promise.all([
         this.step('drain', () => this.drainer.drain()),
