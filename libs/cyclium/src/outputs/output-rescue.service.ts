@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import { SpacedTrigger } from '../bus/spaced-trigger.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { OutageLog } from '../database/database-errors.js';
@@ -15,13 +15,13 @@ const BATCH = 16;
 /**
  * Delivers what the converging node did not: rows whose lease ran out (their node died or hung
  * inside an adapter), rows due for a retry, rows of types the converging node did not host.
- * It has no timer of its own: the node's beat asks the database whether a row of a type hosted
- * here is due (a read inside a statement the beat runs anyway, so an idle node pays nothing for
- * it), and only then does this take rows, with one conditional UPDATE. A node that is not in
- * `full` mode, or is draining, takes nothing.
+ * It has no timer of its own: the node's registration at boot and every beat after it ask the
+ * database whether a row of a type hosted here is due (a read inside a statement they run anyway,
+ * so an idle node pays nothing for it), and only then does this take rows, with one conditional
+ * UPDATE. A node that is not in `full` mode, or is draining, takes nothing.
  */
 @Injectable()
-export class OutputRescue implements OnApplicationBootstrap {
+export class OutputRescue {
   private readonly logger = new Logger('Outputs');
   private readonly outage = new OutageLog(this.logger, 'output rescue');
   private readonly passes = new SpacedTrigger(() => this.pass(), 0, 1);
@@ -35,11 +35,6 @@ export class OutputRescue implements OnApplicationBootstrap {
     private readonly identity: NodeIdentity,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
-
-  /** A first look at boot, for what waited while no node hosting these types was up. */
-  onApplicationBootstrap(): void {
-    if (this.wanted()) this.passes.request();
-  }
 
   /** The types this node would take now, for the beat's due check; null when it takes none. */
   wanted(): string[] | null {
