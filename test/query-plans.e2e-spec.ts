@@ -3,13 +3,14 @@ import { PostgresClaims } from '@cyclium/nestjs';
 import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import { CANDIDATES } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
+import { OutputStore, TAKE_DUE } from '../libs/cyclium/src/outputs/output-store.js';
 import { freshDatabase } from './support/database.js';
 
 /**
  * The hot statements must keep using their indexes when statistics are stale: a table analysed
  * while empty and then filled (the state right after a deploy) is where plans flip to full scans.
  */
-describe('query plans of the claim, sweep and bus statements', () => {
+describe('query plans of the claim, sweep, bus and output statements', () => {
   let client: pg.Client;
 
   const plan = async (sql: string, params: unknown[] = []) =>
@@ -27,6 +28,13 @@ describe('query plans of the claim, sweep and bus statements', () => {
     await client.query(`
       INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name)
       SELECT e.id, s, 'step', 's' || s FROM cyclium_episodes e, generate_series(1, 3) s`);
+    // Outputs: nearly all delivered; of the pending ones, a few due, the rest leased or backing off.
+    await client.query(`
+      INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, status, attempts, next_attempt_at)
+      SELECT e.id, 't' || (row_number() OVER () % 4), 'out:' || e.id,
+             CASE WHEN row_number() OVER () % 100 = 0 THEN 'pending' ELSE 'delivered' END, 1,
+             now() + CASE WHEN row_number() OVER () % 1000 = 0 THEN interval '-1 minute' ELSE interval '1 minute' END
+        FROM cyclium_episodes e`);
     // Events in 50 transactions of 1,000, on two channels.
     for (let t = 0; t < 50; t++) {
       await client.query(
@@ -76,14 +84,18 @@ describe('query plans of the claim, sweep and bus statements', () => {
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
         await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500)`),
         await plan(`EXECUTE cyclium_events_prune_dispatched(3600000, 1000, 604800000)`),
+        await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000]),
+        await plan(`SELECT ${OutputStore.dueFragment('$1')}`, [['t1', 't2']]),
       ];
       for (const text of statements) {
-        expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events)/);
+        expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events|outputs)/);
       }
       expect(statements[3]).toMatch(/cyclium_work_claims_state_lease/);
       expect(statements[4]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
       expect(statements[5]).toMatch(/cyclium_events_channel_tx/);
       expect(statements[6]).toMatch(/cyclium_events_pkey/);
+      expect(statements[7]).toMatch(/cyclium_outputs_due/);
+      expect(statements[8]).toMatch(/Index Only Scan using cyclium_outputs_due/);
     });
   }
 });

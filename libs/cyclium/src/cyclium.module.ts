@@ -29,6 +29,10 @@ import { Peers } from './identity/peers.service.js';
 import { CYCLIUM_MODULE_OPTIONS, CycliumConfigurableModule } from './options/cyclium.module-definition.js';
 import { resolveCycliumOptions } from './options/resolve-options.js';
 import { Outputs } from './outputs/outputs.service.js';
+import { OutputAdapters } from './outputs/output-adapters.service.js';
+import { OutputDelivery } from './outputs/output-delivery.service.js';
+import { OutputRescue } from './outputs/output-rescue.service.js';
+import { OutputStore } from './outputs/output-store.js';
 import { CycliumShutdown } from './recovery/cyclium-shutdown.service.js';
 import { Drainer } from './recovery/drainer.service.js';
 import { Recovery } from './recovery/recovery.service.js';
@@ -87,6 +91,10 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     Episodes,
     Findings,
     Outputs,
+    OutputAdapters,
+    OutputStore,
+    OutputDelivery,
+    OutputRescue,
     Recovery,
     RecoverySchedule,
     Drainer,

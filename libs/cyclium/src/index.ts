@@ -88,6 +88,7 @@ export type { FindingAction } from './findings/finding-action.interface.js';
 export { Outputs } from './outputs/outputs.service.js';
 export { OutputAdapter } from './outputs/output-adapter.decorator.js';
 export type { DeliveryContext, OutputDeliverer } from './outputs/output-adapter.interface.js';
+export { DeliveryInterruptedError, DeliveryTimeoutError } from './outputs/output-errors.js';
 export type { OutputProposal } from './outputs/output-proposal.interface.js';
 export { Recovery, type LastSweep, type SkipReason, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
 export type { ReconcileOptions, ReconcileResult } from './workflows/workflow-reconciler.service.js';

@@ -235,6 +235,8 @@ export class EpisodeRunner implements OnModuleInit {
    */
   private async converge(episode: EpisodeRow, ownership: Ownership, result: Convergence): Promise<void> {
     const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
+    // The outputs' leases run from the database's now(), which is later than this.
+    const sentAt = performance.now();
     const won = await this.ends.end(episode, ownership, {
       terminal: { status, summary: result.summary ?? null, classification: result.classification },
       findings: result.findings,
@@ -243,7 +245,7 @@ export class EpisodeRunner implements OnModuleInit {
     });
     if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
     this.telemetry.emit('episode.completed', { ...this.describe(episode), status });
-    if (won.length > 0) await this.outputs.deliver(won);
+    if (won.length > 0) await this.outputs.deliver(won, sentAt);
   }
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */

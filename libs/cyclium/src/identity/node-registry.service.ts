@@ -11,11 +11,14 @@ import { OutageLog } from '../database/database-errors.js';
 import { NodeIdentity } from './node-identity.service.js';
 import { Peers, type Peer } from './peers.service.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { OutputRescue } from '../outputs/output-rescue.service.js';
+import { OutputStore } from '../outputs/output-store.js';
 
 interface BeatRow {
   found: number;
   peers: Peer[];
   listeners: string[];
+  outputs_due: boolean;
 }
 
 /**
@@ -50,6 +53,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     private readonly telemetry: CycliumTelemetry,
     private readonly peers: Peers,
     private readonly registry: ActorRegistry,
+    private readonly outputs: OutputRescue,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
@@ -58,6 +62,15 @@ export class NodeRegistry implements OnApplicationBootstrap {
     await this.register();
     this.timer = setInterval(() => void this.beat(), this.options.nodeBeatIntervalMs);
     this.timer.unref();
+  }
+
+  /**
+   * Whether an output of a type this node takes is due (parameter `types`: null when it takes
+   * none), asked in the statement the beat runs anyway: the outbox's scan costs an idle node no
+   * transaction of its own, and the rescue writes only when something is due.
+   */
+  private outputsDue(types: number): string {
+    return `($${types}::text[] IS NOT NULL AND ${OutputStore.dueFragment(`$${types}`)}) AS outputs_due`;
   }
 
   /** A peer that missed three of this node's beat intervals is left out of the ranking. */
@@ -84,7 +97,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
            SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
                pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, started_at = now(), last_seen_at = now()
          RETURNING 1)
-       SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}`,
+       SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10)}`,
       [
         this.identity.name(),
         stackSlug,
@@ -95,10 +108,12 @@ export class NodeRegistry implements OnApplicationBootstrap {
         CYCLIUM_VERSION,
         this.staleAfterSeconds(),
         this.registry.all().map((actor) => actor.id),
+        this.outputs.wanted(),
       ],
     );
     const row = rows[0] as BeatRow;
     this.peers.update(row.peers, row.listeners);
+    if (row.outputs_due) this.outputs.request();
     if (announcesListening(this.bus)) this.bus.announceListening();
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
   }
@@ -111,11 +126,12 @@ export class NodeRegistry implements OnApplicationBootstrap {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
         `WITH me AS (UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1 RETURNING 1)
-         SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 4)}`,
-        [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds()],
+         SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
+        [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds(), this.outputs.wanted()],
       );
       const row = rows[0] as BeatRow;
       this.peers.update(row.peers, row.listeners);
+      if (row.outputs_due) this.outputs.request();
       if (row.found === 0 && this.timer) await this.register();
       this.outage.succeeded();
     } catch (error) {

@@ -6,6 +6,7 @@ import { CycliumTriggerOnly1764400000004 } from './1764400000004-cyclium-trigger
 import { CycliumWorkflows1764400000005 } from './1764400000005-cyclium-workflows.js';
 import { CycliumNodeActors1764400000006 } from './1764400000006-cyclium-node-actors.js';
 import { CycliumBusPositions1764400000007 } from './1764400000007-cyclium-bus-positions.js';
+import { CycliumOutputOutbox1764400000008 } from './1764400000008-cyclium-output-outbox.js';
 
 export {
   CycliumSchema1764400000000,
@@ -16,6 +17,7 @@ export {
   CycliumWorkflows1764400000005,
   CycliumNodeActors1764400000006,
   CycliumBusPositions1764400000007,
+  CycliumOutputOutbox1764400000008,
 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
@@ -28,4 +30,5 @@ export const cycliumMigrations = [
   CycliumWorkflows1764400000005,
   CycliumNodeActors1764400000006,
   CycliumBusPositions1764400000007,
+  CycliumOutputOutbox1764400000008,
 ];

@@ -92,6 +92,15 @@ export interface CycliumOptions {
    * episodes; nodes with it on advance them. Default `true`.
    */
   workflowEngine?: boolean;
+  /**
+   * How long one output delivery may take. Past it the adapter's `signal` aborts, the attempt
+   * counts as failed, and the row's lease (this plus a second) lets another node take it. Default 30 000.
+   */
+  deliveryTimeoutMs?: number;
+  /** Delivery attempts per output, across nodes; past the last one it ends `failed`. Default 8. */
+  outputMaxAttempts?: number;
+  /** The wait before the first retry of a failed delivery; each later one waits twice the one before, an hour at most. Default 5 000. */
+  outputRetryBaseMs?: number;
 }
 
 /** The options after validation, with every default applied. */
@@ -119,4 +128,7 @@ export interface ResolvedCycliumOptions {
   dataSource: string | undefined;
   nodeBeatIntervalMs: number;
   workflowEngine: boolean;
+  deliveryTimeoutMs: number;
+  outputMaxAttempts: number;
+  outputRetryBaseMs: number;
 }

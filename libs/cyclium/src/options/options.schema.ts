@@ -201,4 +201,19 @@ export class CycliumOptionsSchema {
   @defined('workflowEngine')
   @IsBoolean({ message: 'workflowEngine must be true or false' })
   workflowEngine?: unknown;
+
+  @defined('deliveryTimeoutMs')
+  @IsInt(positiveMs('deliveryTimeoutMs'))
+  @Min(1, positiveMs('deliveryTimeoutMs'))
+  deliveryTimeoutMs?: unknown;
+
+  @defined('outputMaxAttempts')
+  @IsInt({ message: 'outputMaxAttempts must be a whole number >= 1' })
+  @Min(1, { message: 'outputMaxAttempts must be a whole number >= 1' })
+  outputMaxAttempts?: unknown;
+
+  @defined('outputRetryBaseMs')
+  @IsInt(positiveMs('outputRetryBaseMs'))
+  @Min(1, positiveMs('outputRetryBaseMs'))
+  outputRetryBaseMs?: unknown;
 }

@@ -38,6 +38,9 @@ describe('resolveCycliumOptions', () => {
       dataSource: undefined,
       nodeBeatIntervalMs: 15_000,
       workflowEngine: true,
+      deliveryTimeoutMs: 30_000,
+      outputMaxAttempts: 8,
+      outputRetryBaseMs: 5_000,
     });
   });
 
@@ -75,6 +78,10 @@ describe('resolveCycliumOptions', () => {
     [{ busPublishQueueMax: 2.5 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 2.5)'],
     [{ busMaxPayloadBytes: 0 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 0)'],
     [{ busMaxPayloadBytes: 300_000_000 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 300000000)'],
+    [{ deliveryTimeoutMs: 0 }, 'deliveryTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],
+    [{ outputMaxAttempts: 1.5 }, 'outputMaxAttempts must be a whole number >= 1 (got 1.5)'],
+    [{ outputMaxAttempts: 0 }, 'outputMaxAttempts must be a whole number >= 1 (got 0)'],
+    [{ outputRetryBaseMs: '5s' }, 'outputRetryBaseMs must be a whole number of milliseconds >= 1 (got "5s")'],
     [{ leaseSeconds: 5 }, 'leaseSeconds is not a CycliumModule option'],
   ])('rejects %j', (options, message) => {
     expect(problems(options)).toEqual([message]);

@@ -21,6 +21,9 @@ export const DEFAULT_OPTIONS = {
   triggerRequestTtlMs: 3_600_000,
   nodeBeatIntervalMs: 15_000,
   workflowEngine: true,
+  deliveryTimeoutMs: 30_000,
+  outputMaxAttempts: 8,
+  outputRetryBaseMs: 5_000,
 } as const;
 
 function describe(value: unknown): string {
@@ -86,5 +89,8 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     dataSource: input.dataSource,
     nodeBeatIntervalMs: input.nodeBeatIntervalMs ?? DEFAULT_OPTIONS.nodeBeatIntervalMs,
     workflowEngine: input.workflowEngine ?? DEFAULT_OPTIONS.workflowEngine,
+    deliveryTimeoutMs: input.deliveryTimeoutMs ?? DEFAULT_OPTIONS.deliveryTimeoutMs,
+    outputMaxAttempts: input.outputMaxAttempts ?? DEFAULT_OPTIONS.outputMaxAttempts,
+    outputRetryBaseMs: input.outputRetryBaseMs ?? DEFAULT_OPTIONS.outputRetryBaseMs,
   };
 }

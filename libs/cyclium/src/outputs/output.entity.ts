@@ -33,4 +33,19 @@ export class CycliumOutput {
 
   @Column({ name: 'delivered_at', type: 'timestamptz', nullable: true })
   deliveredAt: Date | null;
+
+  /** Delivery attempts started so far (a drain gives back the one it interrupted). */
+  @Column({ type: 'int' })
+  attempts: number;
+
+  /**
+   * When the row is next due, by the database clock: the backoff's end after a failure, the end
+   * of the lease while an attempt runs (so an attempt whose node died is due again then).
+   */
+  @Column({ name: 'next_attempt_at', type: 'timestamptz' })
+  nextAttemptAt: Date;
+
+  /** The node whose attempt runs now; null between attempts. */
+  @Column({ name: 'lease_owner', type: 'text', nullable: true })
+  leaseOwner: string | null;
 }

@@ -7,6 +7,8 @@ import { TriggerPoller } from '../dispatch/trigger-poller.service.js';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import { errorMessage } from '../database/database-errors.js';
 import { NodeRegistry } from '../identity/node-registry.service.js';
+import { OutputDelivery } from '../outputs/output-delivery.service.js';
+import { OutputRescue } from '../outputs/output-rescue.service.js';
 import { Drainer } from './drainer.service.js';
 import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
 import { RecoverySchedule } from './recovery-schedule.service.js';
@@ -17,10 +19,11 @@ const ignore = () => undefined;
 
 /**
  * The one shutdown hook, so the order is fixed rather than left to hook scheduling: stop triggers,
- * the workflow engine and sweeps, drain (which needs the database, hence beforeApplicationShutdown, before TypeORM
- * closes), flush the bus's last events, deregister the node (its queued episodes are then
- * adoptable at once), stop renewing. A second signal while this runs is ignored rather than
- * letting the default action kill the drain halfway.
+ * the workflow engine, sweeps and the output rescue, drain the episodes and the output deliveries
+ * (which needs the database, hence beforeApplicationShutdown, before TypeORM closes), flush the
+ * bus's last events, deregister the node (its queued episodes are then adoptable at once), stop
+ * renewing. A second signal while this runs is ignored rather than letting the default action
+ * kill the drain halfway.
  */
 @Injectable()
 export class CycliumShutdown implements BeforeApplicationShutdown {
@@ -37,6 +40,8 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
     private readonly registry: NodeRegistry,
     private readonly renewer: LeaseRenewer,
     private readonly poller: TriggerPoller,
+    private readonly outputRescue: OutputRescue,
+    private readonly outputDelivery: OutputDelivery,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
   ) {}
 
@@ -65,7 +70,12 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
         await this.recovery.stop();
         await this.poller.stop();
       });
-      await this.step('drain', () => this.drainer.drain());
+      await this.step('stop taking outputs', () => this.outputRescue.stop());
+      // Side by side: both wait up to episodeShutdownMs, and an episode may be delivering its outputs.
+      await Promise.all([
+        this.step('drain', () => this.drainer.drain()),
+        this.step('drain the output deliveries', () => this.outputDelivery.drain()),
+      ]);
       await this.step('flush the bus', async () => flushable.flushPending?.());
       await this.step('deregister the node', () => this.registry.deregister());
       await this.step('stop renewing claims', () => this.renewer.stop());

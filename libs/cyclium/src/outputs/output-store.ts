@@ -1,0 +1,92 @@
+import { Injectable } from '@nestjs/common';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { CycliumOutput } from './output.entity.js';
+import { toOutput } from './output-row.js';
+
+/** `now() + ms` by the database clock, from a parameter reference. */
+const after = (ms: string) => `now() + make_interval(secs => ${ms}::double precision / 1000)`;
+
+/**
+ * Takes due rows of the types this node hosts, oldest due first, in one conditional UPDATE: each
+ * counts an attempt, names this node and moves `next_attempt_at` to the lease's end. A node that
+ * loses a race waits on the row and then finds it no longer due (READ COMMITTED re-reads the
+ * predicate on the row it waited for), so two nodes never hold one row. A row whose last allowed
+ * attempt never finished (its lease ran out) ends `failed` in the same statement.
+ * Parameters: owner, types, limit, max attempts, lease ms.
+ */
+export const TAKE_DUE = `
+  WITH due AS (
+    SELECT id FROM cyclium_outputs
+     WHERE status = 'pending' AND next_attempt_at <= now() AND type = ANY($2::text[])
+     ORDER BY next_attempt_at
+     LIMIT $3)
+  UPDATE cyclium_outputs o
+     SET attempts = o.attempts + (o.attempts < $4)::int,
+         status = CASE WHEN o.attempts < $4 THEN 'pending' ELSE 'failed' END,
+         lease_owner = CASE WHEN o.attempts < $4 THEN $1::text END,
+         next_attempt_at = CASE WHEN o.attempts < $4 THEN ${after('$5')} ELSE o.next_attempt_at END,
+         error = CASE WHEN o.attempts < $4 THEN o.error
+                      ELSE format('attempt %s of %s never finished: the lease of %s ran out (last error: %s)',
+                                  o.attempts, $4, coalesce(o.lease_owner, 'no node'), coalesce(o.error, 'none')) END
+    FROM due
+   WHERE o.id = due.id AND o.status = 'pending' AND o.next_attempt_at <= now()
+  RETURNING o.*`;
+
+/**
+ * The statements on `cyclium_outputs` after the insert (which rides the post-converge statement,
+ * see Outputs): taking due rows, and ending an attempt. An attempt's end is fenced by its number
+ * (every take counts one), so a holder whose lease ran out and whose row another node took writes
+ * nothing; a failure is also fenced by the owner, so an attempt the drain released writes nothing.
+ */
+@Injectable()
+export class OutputStore {
+  constructor(private readonly database: CycliumDataSource) {}
+
+  /** True when a row of `types` is due; for a statement that runs anyway (the node's beat). */
+  static dueFragment(typesRef: string): string {
+    return `EXISTS (SELECT 1 FROM cyclium_outputs
+                     WHERE status = 'pending' AND next_attempt_at <= now() AND type = ANY(${typesRef}::text[]))`;
+  }
+
+  /** Taken rows (status `pending`, leased to `owner`) and rows that ran out of attempts (status `failed`). */
+  async take(owner: string, types: readonly string[], limit: number, maxAttempts: number, leaseMs: number): Promise<CycliumOutput[]> {
+    const { rows } = await this.database.sql.query(TAKE_DUE, [owner, types, limit, maxAttempts, leaseMs]);
+    return rows.map(toOutput);
+  }
+
+  async delivered(id: string, attempt: number, ref: unknown): Promise<boolean> {
+    const { rowCount } = await this.database.sql.query(
+      `UPDATE cyclium_outputs
+          SET status = 'delivered', delivered_ref = $3, delivered_at = now(), error = NULL, lease_owner = NULL
+        WHERE id = $1 AND status = 'pending' AND attempts = $2`,
+      [id, attempt, JSON.stringify(ref ?? null)],
+    );
+    return rowCount === 1;
+  }
+
+  /** Due again `delayMs` from now (the database's), or `failed` when `delayMs` is null. */
+  async failed(id: string, attempt: number, owner: string, reason: string, delayMs: number | null): Promise<boolean> {
+    const { rowCount } = await this.database.sql.query(
+      `UPDATE cyclium_outputs
+          SET status = CASE WHEN $5::double precision IS NULL THEN 'failed' ELSE 'pending' END,
+              next_attempt_at = coalesce(${after('$5')}, next_attempt_at),
+              error = $4, lease_owner = NULL
+        WHERE id = $1 AND status = 'pending' AND attempts = $2 AND lease_owner = $3`,
+      [id, attempt, owner, reason, delayMs],
+    );
+    return rowCount === 1;
+  }
+
+  /**
+   * Hands `owner`'s pending rows (all of them, or those of `ids`) back at once, the interrupted
+   * attempt not counted: a drain does this so a peer need not wait for the leases to run out.
+   */
+  async release(owner: string, ids?: readonly string[]): Promise<number> {
+    const { rowCount } = await this.database.sql.query(
+      `UPDATE cyclium_outputs SET lease_owner = NULL, next_attempt_at = now(), attempts = greatest(attempts - 1, 0)
+        WHERE status = 'pending' AND lease_owner = $1 AND ($2::uuid[] IS NULL OR id = ANY($2::uuid[]))`,
+      [owner, ids ?? null],
+    );
+    return rowCount ?? 0;
+  }
+}
