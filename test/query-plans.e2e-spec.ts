@@ -2,6 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { PostgresClaims } from '@cyclium/nestjs';
 import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
+import type { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';
+import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
 import { CANDIDATES } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
 import { freshDatabase } from './support/database.js';
 
@@ -54,6 +56,7 @@ describe('query plans of the claim, sweep and bus statements', () => {
     const { events: page } = await events.readAfter(client, from, 10);
     if (page[0]) await events.readPage(client, from, from, page[0], 10);
     await events.prune(client, 3_600_000, 10);
+    await new EpisodeQueue({ sql: client } as unknown as CycliumDataSource).takeFromPeer('a', 'node-x', { stack: null, env: null });
   });
 
   afterAll(async () => {
@@ -76,6 +79,7 @@ describe('query plans of the claim, sweep and bus statements', () => {
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
         await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500)`),
         await plan(`EXECUTE cyclium_events_prune(3600000, 1000)`),
+        await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL)`),
       ];
       for (const text of statements) {
         expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events)/);
@@ -84,6 +88,7 @@ describe('query plans of the claim, sweep and bus statements', () => {
       expect(statements[4]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
       expect(statements[5]).toMatch(/cyclium_events_channel_tx/);
       expect(statements[6]).toMatch(/cyclium_events_pkey/);
+      expect(statements[7]).toMatch(/cyclium_episodes_queue/);
     });
   }
 });

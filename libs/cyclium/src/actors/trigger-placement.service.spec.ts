@@ -5,7 +5,7 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { Peers } from '../identity/peers.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
-import type { ActorSlots } from './actor-slots.service.js';
+import type { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { BACKUP_STEP_MS, TriggerPlacement } from './trigger-placement.service.js';
 
 interface TestNode {
@@ -19,8 +19,8 @@ function node(name: string, bus: Bus, names: string[]): TestNode {
   const peers = new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: name })));
   peers.update(names.map((identity) => ({ identity, actors: null })));
   const offered: string[] = [];
-  const slots = { noteOffered: (actorId: string) => offered.push(actorId) } as unknown as ActorSlots;
-  const placement = new TriggerPlacement(bus, peers, slots);
+  const dispatcher = { offered: (actorId: string) => offered.push(actorId) } as unknown as Dispatcher;
+  const placement = new TriggerPlacement(bus, peers, dispatcher);
   placement.start();
   return { peers, placement, offered };
 }

@@ -5,8 +5,8 @@ import { Bus } from '../bus/bus.interface.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import type { DispatchResult } from '../dispatch/dispatch-result.js';
+import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { Peers } from '../identity/peers.service.js';
-import { ActorSlots } from './actor-slots.service.js';
 
 /**
  * How long each rank waits after the one before it for a signal that the trigger is handled: 2 s,
@@ -65,8 +65,8 @@ interface Waiter {
  * drains hands what it stood by for to the cluster as trigger requests (see Turn).
  *
  * A first node with no free slot queues the episode on itself, durably, as before, and its signal
- * also offers the row to the next rank: that node stands down like the others but notes the
- * offer (ActorSlots), and takes the row from the full node's queue as soon as it has a free slot.
+ * also offers the row to the next rank: that node stands down like the others but notes the offer
+ * (Dispatcher.offered), and takes the row from the full node's queue as soon as it has a free slot.
  * Each offer goes to one node, spread by the same ranking, so idle nodes do not all race for each
  * row; a node that was offered something takes any peer's queued rows of the actor while it is free.
  */
@@ -84,7 +84,7 @@ export class TriggerPlacement {
   constructor(
     @Inject(CYCLIUM_BUS_TRANSPORT) transport: Bus,
     private readonly peers: Peers,
-    private readonly slots: ActorSlots,
+    private readonly dispatcher: Dispatcher,
   ) {
     this.signals = hasDispatchSignals(transport) ? transport : undefined;
   }
@@ -161,7 +161,7 @@ export class TriggerPlacement {
     const offer = this.offers.get(token);
     if (!offer || offer.until <= performance.now() || offer.from + 1 !== rank) return;
     this.offers.delete(token);
-    this.slots.noteOffered(actorId);
+    this.dispatcher.offered(actorId);
   }
 
   private waitFor(token: string, rank: number, actorId: string, ms: number): Promise<WaitOutcome> {
@@ -202,7 +202,7 @@ export class TriggerPlacement {
       const from = Number(offer.slice(at + OFFER.length));
       if (!Number.isInteger(from)) continue;
       const next = [...(this.waiting.get(token) ?? [])].find((waiter) => waiter.rank === from + 1);
-      if (next) this.slots.noteOffered(next.actorId);
+      if (next) this.dispatcher.offered(next.actorId);
       else {
         this.offers.delete(token);
         this.offers.set(token, { from, until: now + SIGNAL_MEMORY_MS });
