@@ -48,29 +48,51 @@ describe('busy nodes pass work on', () => {
     await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
   });
 
+  /** `count` events each node in `order` ranks first for, round robin, posted to `to`. */
+  async function publish(count: number, order: string[], to: (n: number) => DemoNode, tag: string): Promise<string[]> {
+    const events: Array<{ eventId: string; payload: { resource: string; stepMs: number } }> = [];
+    for (let i = 0; events.length < count; i++) {
+      const payload = { resource: `${tag}-${i}`, stepMs: 20 };
+      if (firstFor(`${tag}-${i}`, payload) === order[events.length % order.length]) events.push({ eventId: `${tag}-${i}`, payload });
+    }
+    for (const [n, event] of events.entries()) {
+      await post(to(n), '/events', { type: 'resource.rebalance', eventId: event.eventId, payload: event.payload });
+    }
+    return events.map((e) => e.eventId);
+  }
+
+  const doneFor = (ids: string[]) =>
+    scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`, [ids]);
+  const queuedFor = (ids: string[]) =>
+    scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE queued_at IS NOT NULL AND trigger_ref->>'eventId' = ANY($1)`, [ids]);
+  const ownersOf = async (ids: string[]) =>
+    (await database.db.query(`SELECT owner_node FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids])).rows.map((r) => r.owner_node as string);
+
   it('runs all 10 events on B while A is busy with a long episode', async () => {
     const [a] = nodes;
     const long = await rebalanceOn(a, { resource: 'long', stepMs: 60_000 });
     // Half of them A ranks first (without a free slot, it would keep them), half B.
-    const events: Array<{ eventId: string; payload: { resource: string; stepMs: number } }> = [];
-    for (let i = 0; events.length < 10; i++) {
-      const payload = { resource: `busy-${i}`, stepMs: 20 };
-      const eventId = `busy-${i}`;
-      if (firstFor(eventId, payload) === NAMES[events.length % 2]) events.push({ eventId, payload });
-    }
-    for (const [n, event] of events.entries()) {
-      await post(nodes[n % 2], '/events', { type: 'resource.rebalance', eventId: event.eventId, payload: event.payload });
-    }
-    const ids = events.map((e) => e.eventId);
-    await waitFor(
-      'the 10 episodes to be done',
-      async () => (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`, [ids])) === 10,
-      20_000,
-      100,
-    );
-    const rows = (await database.db.query(`SELECT owner_node FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids])).rows;
-    expect(rows).toEqual(Array.from({ length: 10 }, () => ({ owner_node: NAMES[1] })));
+    const ids = await publish(10, NAMES, (n) => nodes[n % 2], 'busy');
+    await waitFor('the 10 episodes to be done', async () => (await doneFor(ids)) === 10, 20_000, 100);
+    expect(await ownersOf(ids)).toEqual(Array<string>(10).fill(NAMES[1]));
+    // At least the five A ranked first were queued (on A: it had no slot) before B took them.
+    expect(await queuedFor(ids)).toBeGreaterThanOrEqual(5);
     const longRow = (await database.db.query(`SELECT status, owner_node FROM cyclium_episodes WHERE id = $1`, [long])).rows[0];
     expect(longRow).toEqual({ status: 'running', owner_node: NAMES[0] });
+  }, 40_000);
+
+  it('keeps what a full node offered to a next rank that is dead: the full node runs it once it frees', async () => {
+    const [a, b] = nodes;
+    // A (still busy, and now frozen) is the next rank for everything B ranks first.
+    a.process.kill('SIGSTOP');
+    try {
+      await rebalanceOn(b, { resource: 'long-b', stepMs: 500 });
+      const ids = await publish(4, [NAMES[1]], () => b, 'frozen');
+      await waitFor('the 4 episodes to be done', async () => (await doneFor(ids)) === 4, 20_000, 100);
+      expect(await ownersOf(ids)).toEqual(Array<string>(4).fill(NAMES[1]));
+      expect(await queuedFor(ids)).toBe(4);
+    } finally {
+      a.process.kill('SIGCONT');
+    }
   }, 40_000);
 });
