@@ -84,7 +84,7 @@ export class Peers implements BusAudience {
     return ahead;
   }
 
-  /** How many nodes host `actorId`, this one included (ranks run from 0 to this - 1). */
+  /** How many nodes host `actorId`, this one counted as one, as `rankOf` does (ranks run from 0 to this - 1). */
   hostsOf(actorId: string): number {
     let hosts = 1;
     for (const other of this.others) if (!other.actors || other.actors.includes(actorId)) hosts++;
