@@ -48,7 +48,12 @@ export class EpisodeQueue {
   }
 
   /** Takes the newest episode of `actorId` queued on another node, in this stack and env, and moves it to running here; null when none is left. */
-  async takeFromPeer(actorId: string, owner: string, scope: { stack: string | null; env: string | null }, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
+  async takeFromPeer(
+    actorId: string,
+    owner: string,
+    scope: { stack: string | null; env: string | null },
+    via: SqlExecutor = this.database.sql,
+  ): Promise<EpisodeRow | null> {
     return oneEpisode((await via.query(TAKE_FROM_PEER([owner, actorId, scope.stack, scope.env]))).rows);
   }
 
