@@ -88,7 +88,6 @@ describe('query plans of the claim, sweep and bus statements', () => {
       expect(statements[4]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
       expect(statements[5]).toMatch(/cyclium_events_channel_tx/);
       expect(statements[6]).toMatch(/cyclium_events_pkey/);
-      expect(statements[7]).toMatch(/cyclium_episodes_queue/);
     });
   }
 });
