@@ -2,6 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { PostgresClaims } from '@cyclium/nestjs';
 import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
+import type { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';
+import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
 import { CANDIDATES } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
 import { OutputStore, TAKE_DUE } from '../libs/cyclium/src/outputs/output-store.js';
 import { freshDatabase } from './support/database.js';
@@ -62,6 +64,7 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
     const { events: page } = await events.readAfter(client, from, 10);
     if (page[0]) await events.readPage(client, from, from, page[0], 10);
     await events.prune(client, 3_600_000, 604_800_000, 10);
+    await new EpisodeQueue({ sql: client } as unknown as CycliumDataSource).takeFromPeer('a', 'node-x', { stack: null, env: null });
   });
 
   afterAll(async () => {
@@ -86,6 +89,7 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
         await plan(`EXECUTE cyclium_events_prune_dispatched(3600000, 1000, 604800000)`),
         await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000]),
         await plan(`SELECT ${OutputStore.dueFragment('$1')}`, [['t1', 't2']]),
+        await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL)`),
       ];
       for (const text of statements) {
         expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events|outputs)/);

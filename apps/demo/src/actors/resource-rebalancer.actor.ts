@@ -22,7 +22,8 @@ const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
  * The two expectations differ only in what recovery does with an orphan.
  */
 @Injectable()
-@Actor({ id: 'resource_rebalancer', maxConcurrentEpisodes: 10 })
+// DEMO_REBALANCER_SLOTS (default 10): a cluster test makes nodes full with one long episode.
+@Actor({ id: 'resource_rebalancer', maxConcurrentEpisodes: Number(process.env.DEMO_REBALANCER_SLOTS ?? 10) })
 export class ResourceRebalancerActor {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,

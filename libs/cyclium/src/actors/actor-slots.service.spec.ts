@@ -1,4 +1,6 @@
 import { describe, expect, it, jest } from '@jest/globals';
+import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { EpisodeRunner, BeginResult } from '../episodes/episode-runner.service.js';
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
@@ -15,7 +17,13 @@ function slotsWithManualQueue() {
   const options = resolveCycliumOptions({ nodeIdentity: 'slots' });
   const actor = { id: 'a', options: { maxConcurrentEpisodes: 1 } } as unknown as RegisteredActor;
   const dequeues: Array<(result: BeginResult) => void> = [];
-  const runner = { beginQueued: () => new Promise<BeginResult>((resolve) => dequeues.push(resolve)) };
+  const takes: Array<(result: BeginResult) => void> = [];
+  const runs: Array<() => void> = [];
+  const runner = {
+    beginQueued: () => new Promise<BeginResult>((resolve) => dequeues.push(resolve)),
+    beginFromPeer: () => new Promise<BeginResult>((resolve) => takes.push(resolve)),
+    run: () => new Promise<void>((resolve) => runs.push(resolve)),
+  };
   const slots = new ActorSlots(
     { get: () => actor } as unknown as ActorRegistry,
     runner as unknown as EpisodeRunner,
@@ -26,7 +34,7 @@ function slotsWithManualQueue() {
     {} as EventOutbox,
     options,
   );
-  return { slots, dequeues };
+  return { slots, dequeues, takes, runs };
 }
 
 /** Lets pending promise callbacks run, a bounded number of event-loop turns at most. */
@@ -70,5 +78,56 @@ describe('ActorSlots queue', () => {
     expect(await settles(() => dequeues.length > 1)).toBe(false);
     slots.noteQueued('a');
     expect(dequeues).toHaveLength(2);
+  });
+});
+
+describe('ActorSlots taking what full peers offered', () => {
+  const started = (id: string): BeginResult => ({ status: 'started', episode: { id } as EpisodeRow, grant: {} as AcquireResult });
+
+  it('takes rows from peers while a slot is free, until a take comes back empty', async () => {
+    const { slots, takes, runs } = slotsWithManualQueue();
+    slots.noteOffered('a');
+    expect(takes).toHaveLength(1);
+    takes[0]?.(started('e1'));
+    expect(await settles(() => runs.length === 1)).toBe(true);
+    // The slot is busy: no look until the run ends; then it looks again, there may be more.
+    expect(takes).toHaveLength(1);
+    runs[0]?.();
+    expect(await settles(() => takes.length === 2)).toBe(true);
+    takes[1]?.({ status: 'duplicate' });
+    expect(await settles(() => takes.length > 2)).toBe(false);
+    // The next offer starts it again.
+    slots.noteOffered('a');
+    expect(takes).toHaveLength(3);
+  });
+
+  it('waits for a free slot, and runs its own queue before what peers offered', async () => {
+    const { slots, dequeues, takes, runs } = slotsWithManualQueue();
+    slots.noteQueued('a');
+    dequeues[0]?.(started('own'));
+    expect(await settles(() => runs.length === 1)).toBe(true);
+    slots.noteOffered('a');
+    slots.noteQueued('a');
+    expect(takes).toHaveLength(0);
+    runs[0]?.();
+    expect(await settles(() => dequeues.length === 2)).toBe(true);
+    expect(takes).toHaveLength(0);
+    dequeues[1]?.({ status: 'duplicate' });
+    expect(await settles(() => takes.length === 1)).toBe(true);
+  });
+
+  it('looks once more when an offer came while a take that came back empty was in flight', async () => {
+    const { slots, takes } = slotsWithManualQueue();
+    slots.noteOffered('a');
+    slots.noteOffered('a');
+    takes[0]?.({ status: 'duplicate' });
+    expect(await settles(() => takes.length === 2)).toBe(true);
+  });
+
+  it('takes nothing once the node drains', () => {
+    const { slots, takes } = slotsWithManualQueue();
+    slots.stopAccepting();
+    slots.noteOffered('a');
+    expect(takes).toHaveLength(0);
   });
 });

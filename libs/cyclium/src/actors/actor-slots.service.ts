@@ -47,7 +47,11 @@ interface Slots {
   maybeQueued: boolean;
   /** How often a queued row was noted: a dequeue that comes back empty clears `maybeQueued` only if none was noted meanwhile. */
   notes: number;
-  /** One dequeue at a time per actor, so this node never races itself for its own rows. */
+  /** A full peer offered this node a row it queued: this node takes from peers' queues while it has a slot and its own queue is empty. */
+  offered: boolean;
+  /** How often an offer was noted: a take that comes back empty clears `offered` only if none was noted meanwhile. */
+  offers: number;
+  /** One dequeue (own queue or a peer's) at a time per actor, so this node never races itself for its own rows. */
   dequeuing: boolean;
   /** A look at the queue booked for later, after one that could not take the oldest row. */
   retry: NodeJS.Timeout | undefined;
@@ -58,7 +62,8 @@ interface Slots {
 /**
  * Where triggers become running episodes: each actor's concurrency limit on this node, its queue
  * (the table: rows `queued` with this node as owner, taken oldest first as slots free, so a node
- * that restarts under the same identity resumes its backlog and memory holds no queue), and the
+ * that restarts under the same identity resumes its backlog and memory holds no queue), the rows
+ * full peers offered it (taken from their queues once its own is empty), and the
  * restarts recovery hands over with their claims. A draining node starts nothing new, and the
  * drain can wait for every start already under way.
  */
@@ -165,6 +170,19 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.pump(actor);
   }
 
+  /**
+   * A full peer queued an episode of `actorId` and offered it here (TriggerPlacement): take rows
+   * from peers' queues whenever a slot is free and this node's own queue is empty, until none is left.
+   */
+  noteOffered(actorId: string): void {
+    const actor = this.registry.get(actorId);
+    if (!actor) return;
+    const slots = this.slotsOf(actor.id);
+    slots.offered = true;
+    slots.offers++;
+    this.pump(actor);
+  }
+
   /** True when this node hosts the actor. */
   hosts(actorId: string): boolean {
     return this.registry.get(actorId) !== undefined;
@@ -245,7 +263,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.pump(actor);
   }
 
-  /** Fills free slots: waiting restarts first, then this node's queue in the table, oldest first. */
+  /** Fills free slots: waiting restarts first, then this node's queue in the table, oldest first, then what peers offered. */
   private pump(actor: RegisteredActor): void {
     if (!this.accepting) return;
     const slots = this.slotsOf(actor.id);
@@ -255,14 +273,41 @@ export class ActorSlots implements OnApplicationBootstrap {
       slots.running++;
       void this.startRestart(actor, waiting);
     }
-    if (slots.running < actor.options.maxConcurrentEpisodes && slots.maybeQueued && !slots.dequeuing) {
+    if (slots.running < actor.options.maxConcurrentEpisodes && (slots.maybeQueued || slots.offered) && !slots.dequeuing) {
       slots.dequeuing = true;
       slots.running++;
-      void this.startQueued(actor).finally(() => {
-        slots.dequeuing = false;
-        this.pump(actor);
-      });
+      // Both handle the database's failures themselves: anything else is a bug, logged rather than unhandled.
+      const take = slots.maybeQueued ? this.startQueued(actor) : this.startFromPeer(actor);
+      void take
+        .catch((error: unknown) => this.logger.error(`could not take a queued episode of ${actor.id}: ${errorMessage(error)}`))
+        .finally(() => {
+          slots.dequeuing = false;
+          this.pump(actor);
+        });
     }
+  }
+
+  /**
+   * Takes the newest row a peer queued: the full node keeps it durable until then, so a take that
+   * fails or finds its claim held elsewhere leaves it where it is (its owner runs it when it frees).
+   */
+  private async startFromPeer(actor: RegisteredActor): Promise<void> {
+    const slots = this.slotsOf(actor.id);
+    const offers = slots.offers;
+    let begun: BeginResult;
+    try {
+      begun = await this.starting(this.runner.beginFromPeer(actor.id));
+    } catch (error) {
+      this.logger.warn(`could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`);
+      begun = { status: 'duplicate' };
+    }
+    if (begun.status === 'started') {
+      this.logger.debug(`took queued episode ${begun.episode.id} of ${actor.id} from a full peer`);
+      return this.launch(actor, begun.episode, begun.grant);
+    }
+    // None left (or its claim is held elsewhere): stop looking until the next offer, unless one came meanwhile.
+    slots.offered = slots.offers !== offers;
+    slots.running--;
   }
 
   private async startRestart(actor: RegisteredActor, waiting: WaitingRestart): Promise<void> {
@@ -317,7 +362,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private slotsOf(actorId: string): Slots {
     let slots = this.slots.get(actorId);
     if (!slots) {
-      slots = { running: 0, restarts: [], maybeQueued: false, notes: 0, dequeuing: false, retry: undefined, headBusy: false };
+      slots = { running: 0, restarts: [], maybeQueued: false, notes: 0, offered: false, offers: 0, dequeuing: false, retry: undefined, headBusy: false };
       this.slots.set(actorId, slots);
     }
     return slots;

@@ -4,15 +4,33 @@ import { LocalBus } from '../bus/local-bus.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { Peers } from '../identity/peers.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import type { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { BACKUP_STEP_MS, TriggerPlacement } from './trigger-placement.service.js';
 
-function node(name: string, bus: Bus, names: string[]): { peers: Peers; placement: TriggerPlacement } {
+interface TestNode {
+  peers: Peers;
+  placement: TriggerPlacement;
+  /** The actors this node was offered a queued row of, in order. */
+  offered: string[];
+}
+
+function node(name: string, bus: Bus, names: string[]): TestNode {
   const peers = new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: name })));
   peers.update(names.map((identity) => ({ identity, actors: null })));
-  const placement = new TriggerPlacement(bus, peers);
+  const offered: string[] = [];
+  const dispatcher = { offered: (actorId: string) => offered.push(actorId) } as unknown as Dispatcher;
+  const placement = new TriggerPlacement(bus, peers, dispatcher);
   placement.start();
-  return { peers, placement };
+  return { peers, placement, offered };
 }
+
+/** A key for which the nodes rank in the order given. */
+function keyRanked(...order: Peers[]): string {
+  for (let i = 0; ; i++) if (order.every((peers, rank) => peers.rankOf(`key-${i}`, 'actor') === rank)) return `key-${i}`;
+}
+
+const queuedRow = { status: 'queued', episode: { actorId: 'actor' } as EpisodeRow } as const;
 
 /** A key for which `first` ranks 0 among the two nodes. */
 function keyFirstOn(first: Peers): string {
@@ -74,5 +92,61 @@ describe('TriggerPlacement', () => {
     await expect(backup).resolves.toBe('handover');
     expect(b.placement.waitingBackups).toBe(0);
     await expect(b.placement.turn(key, 'actor')).resolves.toBe('handover');
+  });
+
+  describe('a first node with no free slot', () => {
+    it('offers the row it queued to the next rank only, which stands down at once and notes the offer', async () => {
+      const bus = new LocalBus();
+      const names = ['a', 'b', 'c'];
+      const [a, b, c] = names.map((name) => node(name, bus, names));
+      const key = keyRanked(a.peers, b.peers, c.peers);
+      const started = performance.now();
+      const turns = [b.placement.turn(key, 'actor'), c.placement.turn(key, 'actor')];
+      a.placement.dispatched(key, queuedRow);
+      await expect(Promise.all(turns)).resolves.toEqual(['handled', 'handled']);
+      expect(performance.now() - started).toBeLessThan(BACKUP_STEP_MS / 2);
+      expect(b.offered).toEqual(['actor']);
+      expect(c.offered).toEqual([]);
+      expect(a.offered).toEqual([]);
+    });
+
+    it('still offers the row to a next rank that hears the event only after the offer', async () => {
+      const bus = new LocalBus();
+      const a = node('a', bus, ['a', 'b']);
+      const b = node('b', bus, ['a', 'b']);
+      const key = keyRanked(a.peers, b.peers);
+      a.placement.dispatched(key, queuedRow);
+      await expect(b.placement.turn(key, 'actor')).resolves.toBe('handled');
+      expect(b.offered).toEqual(['actor']);
+      // Once: the offer is used up.
+      await expect(b.placement.turn(key, 'actor')).resolves.toBe('handled');
+      expect(b.offered).toEqual(['actor']);
+    });
+
+    it('offers nothing when it runs the episode, nor from the last rank (nobody is next)', async () => {
+      const bus = new LocalBus();
+      const send = jest.spyOn(bus, 'signalDispatched');
+      const a = node('a', bus, ['a', 'b']);
+      const b = node('b', bus, ['a', 'b']);
+      const key = keyRanked(a.peers, b.peers);
+      const backup = b.placement.turn(key, 'actor');
+      a.placement.dispatched(key, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
+      await expect(backup).resolves.toBe('handled');
+      // b is last for this one: it keeps what it queued, and tells nobody to take it.
+      b.placement.dispatched(key, queuedRow);
+      expect(send.mock.calls.map(([tokens]) => tokens.length)).toEqual([1, 1]);
+      expect([...a.offered, ...b.offered]).toEqual([]);
+    });
+
+    it('sends its offer with the settled signal, in one NOTIFY run', () => {
+      const bus = new LocalBus();
+      const send = jest.spyOn(bus, 'signalDispatched');
+      const a = node('a', bus, ['a', 'b']);
+      node('b', bus, ['a', 'b']);
+      const key = keyRanked(a.peers);
+      a.placement.dispatched(key, queuedRow);
+      expect(send).toHaveBeenCalledTimes(1);
+      expect(send.mock.calls[0]?.[0]).toHaveLength(2);
+    });
   });
 });

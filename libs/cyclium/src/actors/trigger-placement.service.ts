@@ -5,6 +5,7 @@ import { Bus } from '../bus/bus.interface.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import type { DispatchResult } from '../dispatch/dispatch-result.js';
+import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { Peers } from '../identity/peers.service.js';
 
 /**
@@ -42,6 +43,19 @@ type WaitOutcome = 'signaled' | 'timeout' | 'stopped';
 const SETTLED: ReadonlySet<DispatchResult['status']> = new Set(['started', 'queued', 'deferred', 'duplicate']);
 
 /**
+ * Between a signal token and the rank of the node that queued the trigger for want of a slot: an
+ * offer of that row to the next rank. A node that does not know offers takes it for a token no
+ * trigger has, and ignores it.
+ */
+const OFFER = '>';
+
+interface Waiter {
+  rank: number;
+  actorId: string;
+  release: (outcome: WaitOutcome) => void;
+}
+
+/**
  * Makes a bus event that every node hears cost one dedupe attempt instead of one per node. The
  * nodes rank themselves per trigger (Peers): the first dispatches at once and signals it over the
  * bus; each other one waits its rank's delay and dispatches only if no signal came. A dead or
@@ -49,19 +63,28 @@ const SETTLED: ReadonlySet<DispatchResult['status']> = new Set(['started', 'queu
  * signal costs one more attempt, which the dedupe index turns away. A node that drained, dropped
  * the trigger for overflow or is disabled signals nothing, so a backup takes it; a backup that
  * drains hands what it stood by for to the cluster as trigger requests (see Turn).
+ *
+ * A first node with no free slot queues the episode on itself, durably, as before, and its signal
+ * also offers the row to the next rank: that node stands down like the others but notes the offer
+ * (Dispatcher.offered), and takes the row from the full node's queue as soon as it has a free slot.
+ * Each offer goes to one node, spread by the same ranking, so idle nodes do not all race for each
+ * row; a node that was offered something takes any peer's queued rows of the actor while it is free.
  */
 @Injectable()
 export class TriggerPlacement {
   private readonly signals: DispatchSignals | undefined;
   /** Token → when this node stops remembering its signal. Insertion order is expiry order. */
   private readonly signaled = new Map<string, number>();
-  private readonly waiting = new Map<string, Set<(outcome: WaitOutcome) => void>>();
+  /** Token → the rank that queued it and offered it on, until when remembered (an offer heard before this node's turn). */
+  private readonly offers = new Map<string, { from: number; until: number }>();
+  private readonly waiting = new Map<string, Set<Waiter>>();
   private unsubscribe: (() => void) | undefined;
   private stopped = false;
 
   constructor(
     @Inject(CYCLIUM_BUS_TRANSPORT) transport: Bus,
     private readonly peers: Peers,
+    private readonly dispatcher: Dispatcher,
   ) {
     this.signals = hasDispatchSignals(transport) ? transport : undefined;
   }
@@ -76,9 +99,10 @@ export class TriggerPlacement {
     this.stopped = true;
     this.unsubscribe?.();
     this.unsubscribe = undefined;
-    for (const wakers of this.waiting.values()) for (const release of wakers) release('stopped');
+    for (const waiters of this.waiting.values()) for (const waiter of waiters) waiter.release('stopped');
     this.waiting.clear();
     this.signaled.clear();
+    this.offers.clear();
   }
 
   /** Whether, and when, this node dispatches the trigger with `dedupeKey` for `actorId`; resolves once it should. */
@@ -87,22 +111,38 @@ export class TriggerPlacement {
     const rank = this.peers.rankOf(dedupeKey, actorId);
     if (rank === 0) return 'first';
     const token = tokenOf(dedupeKey);
-    if (this.knows(token)) return 'handled';
+    if (this.knows(token)) {
+      this.takeOffer(token, rank, actorId);
+      return 'handled';
+    }
     if (this.stopped) return 'handover';
-    const outcome = await this.waitFor(token, rank * backupStepMs(this.peers.size));
+    const outcome = await this.waitFor(token, rank, actorId, rank * backupStepMs(this.peers.size));
     return outcome === 'signaled' ? 'handled' : outcome === 'stopped' ? 'handover' : 'backup';
   }
 
-  /** After a dispatch: tells the other nodes when the trigger is settled, so their backups stand down. */
+  /**
+   * After a dispatch: tells the other nodes when the trigger is settled, so their backups stand
+   * down, and when it was queued here for want of a slot, offers it to the next rank in the same
+   * NOTIFY (only then: the common case sends what it always did).
+   */
   dispatched(dedupeKey: string, result: DispatchResult): void {
+    if (!this.signals || !SETTLED.has(result.status)) return;
+    const token = tokenOf(dedupeKey);
+    const tokens = [token];
+    if (result.status === 'queued') {
+      const { actorId } = result.episode;
+      const rank = this.peers.rankOf(dedupeKey, actorId);
+      // Before the plain token, so a NOTIFY split between payloads still carries the offer first.
+      if (rank + 1 < this.peers.hostsOf(actorId)) tokens.unshift(`${token}${OFFER}${rank}`);
+    }
     // Sent whatever this node thinks of its peers: the bus keeps it in-process only while it knows nobody else listens.
-    if (this.signals && SETTLED.has(result.status)) this.signals.signalDispatched([tokenOf(dedupeKey)]);
+    this.signals.signalDispatched(tokens);
   }
 
   /** Backups standing by now, each for a trigger another node ranked first for. */
   get waitingBackups(): number {
     let count = 0;
-    for (const wakers of this.waiting.values()) count += wakers.size;
+    for (const waiters of this.waiting.values()) count += waiters.size;
     return count;
   }
 
@@ -116,19 +156,31 @@ export class TriggerPlacement {
     return until !== undefined && until > performance.now();
   }
 
-  private waitFor(token: string, ms: number): Promise<WaitOutcome> {
+  /** A remembered offer of `token` made by the rank just before this node's: the row is this node's to take. */
+  private takeOffer(token: string, rank: number, actorId: string): void {
+    const offer = this.offers.get(token);
+    if (!offer || offer.until <= performance.now() || offer.from + 1 !== rank) return;
+    this.offers.delete(token);
+    this.dispatcher.offered(actorId);
+  }
+
+  private waitFor(token: string, rank: number, actorId: string, ms: number): Promise<WaitOutcome> {
     return new Promise((resolve) => {
-      let wakers = this.waiting.get(token);
-      if (!wakers) this.waiting.set(token, (wakers = new Set()));
-      const done = (outcome: WaitOutcome) => {
-        clearTimeout(timer);
-        wakers.delete(done);
-        if (wakers.size === 0 && this.waiting.get(token) === wakers) this.waiting.delete(token);
-        resolve(outcome);
+      let waiters = this.waiting.get(token);
+      if (!waiters) this.waiting.set(token, (waiters = new Set()));
+      const waiter: Waiter = {
+        rank,
+        actorId,
+        release: (outcome) => {
+          clearTimeout(timer);
+          waiters.delete(waiter);
+          if (waiters.size === 0 && this.waiting.get(token) === waiters) this.waiting.delete(token);
+          resolve(outcome);
+        },
       };
-      const timer = setTimeout(() => done('timeout'), ms);
+      const timer = setTimeout(() => waiter.release('timeout'), ms);
       timer.unref();
-      wakers.add(done);
+      waiters.add(waiter);
     });
   }
 
@@ -138,10 +190,29 @@ export class TriggerPlacement {
       if (until > now) break;
       this.signaled.delete(token);
     }
+    for (const [token, { until }] of this.offers) {
+      if (until > now) break;
+      this.offers.delete(token);
+    }
+    // Offers first: the plain token in the same batch releases the waiter the offer is for.
+    for (const offer of tokens) {
+      const at = offer.indexOf(OFFER);
+      if (at < 0) continue;
+      const token = offer.slice(0, at);
+      const from = Number(offer.slice(at + OFFER.length));
+      if (!Number.isInteger(from)) continue;
+      const next = [...(this.waiting.get(token) ?? [])].find((waiter) => waiter.rank === from + 1);
+      if (next) this.dispatcher.offered(next.actorId);
+      else {
+        this.offers.delete(token);
+        this.offers.set(token, { from, until: now + SIGNAL_MEMORY_MS });
+      }
+    }
     for (const token of tokens) {
+      if (token.includes(OFFER)) continue;
       this.signaled.delete(token);
       this.signaled.set(token, now + SIGNAL_MEMORY_MS);
-      for (const release of [...(this.waiting.get(token) ?? [])]) release('signaled');
+      for (const waiter of [...(this.waiting.get(token) ?? [])]) waiter.release('signaled');
     }
   }
 }

@@ -27,6 +27,14 @@ export class Dispatcher {
     return Promise.resolve({ status: 'disabled' });
   }
 
+  /**
+   * A full peer queued an episode of `actorId` and offered it here: the slots take it from that
+   * queue only where the actor runs (`full`); elsewhere the row stays with its owner.
+   */
+  offered(actorId: string): void {
+    if (this.mode.of(actorId) === 'full') this.slots.noteOffered(actorId);
+  }
+
   /** A trigger this node can no longer run (it is draining), left to a full node as a trigger request. */
   handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
     return this.deferred.defer(expectation, trigger, options);

@@ -16,8 +16,27 @@ const DEQUEUE = prepared(
 );
 
 /**
+ * A queued episode of one actor that another node holds in its queue, moved to running here (a
+ * peer with a free slot takes work off a full node). The newest: the owner takes its own queue
+ * oldest first, so the two meet only on its last row, where the loser's "nothing left" is true.
+ * SKIP LOCKED keeps two takers off one row (a loser would stop looking while rows remain); the
+ * conditional update still decides. Same stack and env only (rule 8).
+ */
+const TAKE_FROM_PEER = prepared(
+  'episodes_take_from_peer',
+  `UPDATE cyclium_episodes SET status = 'running', owner_node = $1, started_at = now(), updated_at = now()
+    WHERE id = (SELECT id FROM cyclium_episodes
+                 WHERE status = 'queued' AND actor_id = $2 AND owner_node IS DISTINCT FROM $1
+                   AND source_stack IS NOT DISTINCT FROM $3 AND source_env IS NOT DISTINCT FROM $4
+                 ORDER BY queued_at DESC, id DESC LIMIT 1
+                 FOR UPDATE SKIP LOCKED)
+      AND status = 'queued'
+   RETURNING *`,
+);
+
+/**
  * The statements on `cyclium_episodes` that treat it as each node's queue: rows `queued` with the
- * node as owner, taken oldest first as slots free.
+ * node as owner, taken oldest first as slots free, and by a peer with a free slot newest first.
  */
 @Injectable()
 export class EpisodeQueue {
@@ -26,6 +45,16 @@ export class EpisodeQueue {
   /** Takes this node's oldest queued episode of `actorId` and moves it to running; null when none is left. */
   async dequeue(actorId: string, owner: string, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
     return oneEpisode((await via.query(DEQUEUE([owner, actorId]))).rows);
+  }
+
+  /** Takes the newest episode of `actorId` queued on another node, in this stack and env, and moves it to running here; null when none is left. */
+  async takeFromPeer(
+    actorId: string,
+    owner: string,
+    scope: { stack: string | null; env: string | null },
+    via: SqlExecutor = this.database.sql,
+  ): Promise<EpisodeRow | null> {
+    return oneEpisode((await via.query(TAKE_FROM_PEER([owner, actorId, scope.stack, scope.env]))).rows);
   }
 
   /** The actors with episodes waiting in this node's queue (a node back under the same identity has a backlog). */

@@ -104,6 +104,12 @@ export class EpisodeRunner implements OnModuleInit {
     return this.claimWith((client) => this.queue.dequeue(actorId, this.identity.name(), client));
   }
 
+  /** The start of an episode queued on a full peer, taken from its queue (EpisodeQueue.takeFromPeer); duplicate when none is left. */
+  beginFromPeer(actorId: string): Promise<BeginResult> {
+    const scope = { stack: this.options.stackSlug, env: this.options.env };
+    return this.claimWith((client) => this.queue.takeFromPeer(actorId, this.identity.name(), scope, client));
+  }
+
   /**
    * The start of a restart recovery handed over with its claim: the episode leaves `recovering`,
    * fenced on that claim, with its `episode.started`. Null when the claim or the episode moved on.

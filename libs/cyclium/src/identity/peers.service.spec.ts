@@ -14,6 +14,19 @@ function cluster(names: string[]): Peers[] {
 }
 
 describe('Peers', () => {
+  it('counts the hosts of an actor, itself included, as the ranks run: the last rank is hosts - 1', () => {
+    const peers = new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: 'node-1' })));
+    peers.update([
+      { identity: 'node-1', actors: ['x'] },
+      { identity: 'node-2', actors: ['x', 'y'] },
+      { identity: 'node-3', actors: ['y'] },
+      { identity: 'node-4', actors: null },
+    ]);
+    expect(peers.hostsOf('x')).toBe(3);
+    const ranks = new Set(Array.from({ length: 200 }, (_, i) => peers.rankOf(`k${i}`, 'x')));
+    expect(Math.max(...ranks)).toBe(peers.hostsOf('x') - 1);
+  });
+
   it('ranks the nodes alike on every node: each key has one first node, and the ranks are 0..n-1', () => {
     const nodes = cluster(NODES);
     const firsts = new Map<number, number>();

@@ -83,6 +83,13 @@ export class Peers implements BusAudience {
     }
     return ahead;
   }
+
+  /** How many nodes host `actorId`, this one counted as one, as `rankOf` does (ranks run from 0 to this - 1). */
+  hostsOf(actorId: string): number {
+    let hosts = 1;
+    for (const other of this.others) if (!other.actors || other.actors.includes(actorId)) hosts++;
+    return hosts;
+  }
 }
 
 export interface Peer {
