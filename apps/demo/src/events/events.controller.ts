@@ -9,7 +9,8 @@ interface PublishRequest {
 
 /**
  * `POST /events { type, payload, eventId? }` publishes on the cluster bus from any node. 202 means
- * the event is stored: every node will see it. A publish is stored or refused, never dropped:
+ * the event is stored: it becomes one episode per expectation that subscribes to it, even if every
+ * node stops right after (the next node to boot catches up from the bus positions). A publish is stored or refused, never dropped:
  * - 400 naming the `field` for an event the bus refuses (a reserved type, a type or eventId over
  *   200 characters, a payload PostgreSQL cannot store);
  * - 413 for a payload over the bus's limit (1 MiB of JSON unless DEMO_BUS_MAX_PAYLOAD_BYTES says);

@@ -31,6 +31,7 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'column cyclium_nodes.actors',
     holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'actors' AND NOT attisdropped)`,
   },
+  { migration: 'CycliumBusPositions1764400000007', missing: 'table cyclium_bus_positions', holds: `to_regclass('cyclium_bus_positions') IS NOT NULL` },
   { migration: 'CycliumOutputOutbox1764400000008', missing: 'index cyclium_outputs_due', holds: `to_regclass('cyclium_outputs_due') IS NOT NULL` },
 ];
 
