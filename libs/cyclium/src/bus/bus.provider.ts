@@ -31,6 +31,7 @@ export const busTransportProvider: Provider = {
         maxPayloadBytes: options.busMaxPayloadBytes,
         // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
         notifySpacingMs: () => notifySpacingMs(peers.size),
+        positionFlushMs: () => 1_000 * peers.size,
         audience: peers,
       });
     }

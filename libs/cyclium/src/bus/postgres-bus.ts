@@ -23,8 +23,6 @@ import { LocalBus, mintBusEvent } from './local-bus.js';
 
 const PRUNE_BATCH = 1_000;
 const PRUNE_BATCHES_PER_PASS = 20;
-/** How often settled consumer positions are stored (one statement for all of this node's, only when one moved). */
-const POSITION_FLUSH_MS = 1_000;
 const DEFAULT_PUBLISH_QUEUE_MAX = 10_000;
 
 export interface PostgresBusOptions {
@@ -60,6 +58,14 @@ export interface PostgresBusOptions {
    */
   notifySpacingMs?: number | (() => number);
   /**
+   * How often this node stores its consumers' settled positions while events flow (one statement
+   * for all of them, only when one moved). The positions of every node hosting an expectation go
+   * to one row, the furthest wins, so CycliumModule spaces each node's writes by the cluster's size
+   * and the cluster as a whole writes about once a second. A function is read again each time.
+   * Default 1 000.
+   */
+  positionFlushMs?: number | (() => number);
+  /**
    * Who else listens on the channel (CycliumModule passes Peers). While it says this node is
    * alone, wake-ups and signals are heard in-process and cost no NOTIFY. Without it, every
    * wake-up is a NOTIFY.
@@ -91,6 +97,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   private readonly consumers: DurableConsumers;
   private readonly positionsOutage = new OutageLog(this.logger, 'storing bus positions');
   private positionTimer: NodeJS.Timeout | undefined;
+  private readonly positionFlushMs: () => number;
   private flushing: Promise<void> | undefined;
   private undispatchedPruned = 0;
   private readonly undispatchedMaxAgeMs: number;
@@ -118,6 +125,8 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     }
     this.retentionMs = options.retentionMs ?? 3_600_000;
     this.undispatchedMaxAgeMs = options.undispatchedMaxAgeMs ?? 604_800_000;
+    const flushMs = options.positionFlushMs ?? 1_000;
+    this.positionFlushMs = typeof flushMs === 'function' ? flushMs : () => flushMs;
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     const publishQueueMax = options.publishQueueMax ?? DEFAULT_PUBLISH_QUEUE_MAX;
     this.identity = options.publisher ?? (() => 'unknown');
@@ -252,17 +261,14 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       this.pruneTimer = setInterval(() => this.prune(), Math.min(60_000, Math.max(1_000, this.retentionMs / 4)));
       this.pruneTimer.unref();
     }
-    if (!this.positionTimer) {
-      this.positionTimer = setInterval(() => void this.flushPositions(false), POSITION_FLUSH_MS);
-      this.positionTimer.unref();
-    }
+    if (!this.positionTimer) this.schedulePositionFlush();
   }
 
   /** Stops reading and pruning and closes the LISTEN connection. Publishing keeps working (it uses the host pool). */
   async stop(): Promise<void> {
     clearInterval(this.pruneTimer);
     this.pruneTimer = undefined;
-    clearInterval(this.positionTimer);
+    clearTimeout(this.positionTimer);
     this.positionTimer = undefined;
     await this.flushing;
     await this.listener.stop();
@@ -275,6 +281,15 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     await this.outbox.idle();
     await this.notifier.idle();
     await this.flushPositions(true);
+  }
+
+  private schedulePositionFlush(): void {
+    this.positionTimer = setTimeout(() => {
+      void this.flushPositions(false).then(() => {
+        if (this.positionTimer) this.schedulePositionFlush();
+      });
+    }, this.positionFlushMs());
+    this.positionTimer.unref();
   }
 
   /** Stores the consumers' settled positions (one at a time; a failure is logged, and retried next time). */
