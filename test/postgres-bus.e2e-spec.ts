@@ -434,6 +434,31 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(await stored(fresh.eventId)).toHaveLength(1);
   });
 
+  it('keeps an event a consumer has not dispatched past the retention window, until busUndispatchedMaxAgeMs, then prunes and counts it', async () => {
+    // An expectation whose every host is gone: its position stays where it was when this event came.
+    await admin.query(`INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'gone.away', pg_current_snapshot())`, [CHANNEL]);
+    try {
+      const held = await a.bus.publish('held', 'nobody dispatched me');
+      await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE channel = $1`, [CHANNEL]);
+      await a.bus.pruneNow();
+      expect(await stored(held.eventId)).toHaveLength(1);
+      expect(a.bus.status().undispatchedPruned).toBe(0);
+
+      await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '8 days' WHERE event_id = $1`, [held.eventId]);
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      try {
+        expect(await a.bus.pruneNow()).toBe(1);
+        expect(warn.mock.calls.some(([message]) => String(message).includes('busUndispatchedMaxAgeMs'))).toBe(true);
+      } finally {
+        warn.mockRestore();
+      }
+      expect(await stored(held.eventId)).toEqual([]);
+      expect(a.bus.status().undispatchedPruned).toBe(1);
+    } finally {
+      await admin.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [CHANNEL]);
+    }
+  });
+
   it('stops: stop closes the LISTEN connection, one per bus however often it was started', async () => {
     const listeners = async () =>
       (
