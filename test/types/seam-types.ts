@@ -2,7 +2,7 @@
  * Compile-time check, run by `tsc -p test/tsconfig.test.json` in `npm test`: a custom durable bus
  * can be written against the package's own exports, naming every type its seam takes.
  */
-import type { BusEvent, DurableEvents, SqlExecutor, Statement } from '@cyclium/nestjs';
+import type { BusEvent, DurableEvents, DurableHandler, DurableSubscriptions, EventReceipt, SqlExecutor, Statement } from '@cyclium/nestjs';
 
 export class OutboxTable implements DurableEvents {
   async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
@@ -18,4 +18,18 @@ export class OutboxTable implements DurableEvents {
   }
 
   wake(): void {}
+}
+
+/** A bus that replays to named consumers: each handler settles once its event is dispatched. */
+export class ReplayingBus implements DurableSubscriptions {
+  private readonly handlers = new Map<string, DurableHandler>();
+
+  subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void {
+    this.handlers.set(`${consumer}:${type}`, handler as DurableHandler);
+    return () => this.handlers.delete(`${consumer}:${type}`);
+  }
+
+  async replay(key: string, event: BusEvent, receipt: EventReceipt): Promise<void> {
+    await this.handlers.get(key)?.(event, receipt);
+  }
 }

@@ -34,6 +34,7 @@ export {
 } from './bus/bus-errors.js';
 export { MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_CHARS } from './bus/event-bounds.js';
 export type { DurableEvents } from './bus/durable-events.interface.js';
+export type { DurableHandler, DurableSubscriptions, EventReceipt } from './bus/durable-subscriptions.interface.js';
 export type { SqlExecutor } from './database/sql-executor.js';
 export type { Statement } from './database/statement.js';
 export type { DispatchSignals } from './bus/dispatch-signals.interface.js';
