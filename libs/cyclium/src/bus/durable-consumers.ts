@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { errorMessage } from '../database/database-errors.js';
+import { OutageLog, errorMessage } from '../database/database-errors.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
 import type { BusEvent } from './bus.interface.js';
 import type { BusPositions } from './bus-positions.js';
@@ -16,7 +16,7 @@ const IDLE_WRITE_MS = 60_000;
  * This node's durable consumers of one channel. A consumer that joins first catches up, inside the
  * reader's serial reads: the events of its type committed after its stored position and visible
  * in the reader's cursor, then the live reads. Settled positions are written in one statement per
- * node, at most once per `flush` and only when one moved.
+ * node, every `flushMs` (and on a drain), only when one moved.
  */
 export class DurableConsumers {
   private readonly logger = new Logger('PostgresBus');
@@ -25,12 +25,33 @@ export class DurableConsumers {
   /** Unsubscribed since the last flush: their last settled position is still worth storing. */
   private leaving: DurableConsumer[] = [];
   private lastIdleWrite = performance.now();
+  private readonly outage = new OutageLog(this.logger, 'storing bus positions');
+  private timer: NodeJS.Timeout | undefined;
+  private flushing: Promise<void> | undefined;
 
   constructor(
     private readonly sql: SqlExecutor,
     private readonly log: EventLog,
     private readonly positions: BusPositions,
+    /** Read again before each wait. */
+    private readonly flushMs: () => number,
   ) {}
+
+  /** Stores settled positions every `flushMs` from now on. */
+  start(): void {
+    if (this.timer) return;
+    const schedule = () => {
+      this.timer = setTimeout(() => void this.flush(false).then(() => this.timer && schedule()), this.flushMs());
+      this.timer.unref();
+    };
+    schedule();
+  }
+
+  async stop(): Promise<void> {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    await this.flushing;
+  }
 
   add(name: string, type: string, handler: DurableHandler): () => void {
     const consumer = new DurableConsumer(name, type, handler, (who, event, error) => this.skipped(who, event, error));
@@ -83,8 +104,21 @@ export class DurableConsumers {
     for (const consumers of this.byType.values()) for (const consumer of consumers) if (consumer.ready) consumer.readTo(snapshot);
   }
 
-  /** Stores the positions that moved; `all` also those only idle reads moved (a drain, or now and then). */
-  async flush(all = false): Promise<void> {
+  /**
+   * Stores the positions that moved; `all` also those only idle reads moved (a drain, or now and
+   * then). One at a time; a failure is logged once per outage and the positions are offered again.
+   */
+  flush(all: boolean): Promise<void> {
+    this.flushing ??= this.write(all)
+      .then(
+        () => this.outage.succeeded(),
+        (error: unknown) => this.outage.failed(error),
+      )
+      .finally(() => (this.flushing = undefined));
+    return this.flushing;
+  }
+
+  private async write(all: boolean): Promise<void> {
     const idle = all || performance.now() - this.lastIdleWrite >= IDLE_WRITE_MS;
     const taken = new Map<string, DbSnapshot>();
     const from: DurableConsumer[] = [];

@@ -1,0 +1,142 @@
+import { DatabaseUnavailableError, errorCode, errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
+import { toJsonb } from '../database/jsonb.js';
+import { MissingSchemaError } from '../database/missing-schema.error.js';
+import type { SqlExecutor } from '../database/sql-executor.js';
+import { EventIdConflictError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
+import type { BusEvent, PublishOptions } from './bus.interface.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, assertPayloadSize } from './event-bounds.js';
+import type { AppendOutcome, EventLog, StorableEvent } from './event-log.js';
+import { GroupCommit, type Pending } from './group-commit.js';
+import { mintBusEvent } from './local-bus.js';
+
+const DEFAULT_QUEUE_MAX = 10_000;
+
+export interface EventPublisherOptions {
+  /** Refuse a payload whose JSON is longer than this many bytes. Default 1 MiB. */
+  maxPayloadBytes?: number;
+  /** At most this many publishes wait in memory for the database; one more is refused at once. Default 10 000. */
+  queueMax?: number;
+}
+
+/**
+ * A publish is stored or refused, never dropped: the event is minted and bounded before anything
+ * is queued, the queue of publishes waiting for the database is bounded, and publishes are
+ * group-committed (one statement per batch, the first at once, the rest coalesced while it is in
+ * flight). One bad event in a batch fails only its own publish.
+ */
+export class EventPublisher {
+  private readonly outbox: GroupCommit<StorableEvent>;
+  private readonly maxPayloadBytes: number;
+
+  constructor(
+    private readonly sql: SqlExecutor,
+    private readonly log: EventLog,
+    /** Called with the types of the rows a batch stored, once it has committed. */
+    private readonly stored: (types: readonly string[]) => void,
+    options: EventPublisherOptions = {},
+  ) {
+    this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    const queueMax = options.queueMax ?? DEFAULT_QUEUE_MAX;
+    this.outbox = new GroupCommit((batch) => this.store(batch), 1, {
+      max: queueMax,
+      refuse: (item) => new PublishQueueFullError(queueMax, describeEvent(item.event)),
+    });
+  }
+
+  publish<P>(type: string, payload: P, options?: PublishOptions): Promise<BusEvent<P>> {
+    let storable: StorableEvent;
+    try {
+      storable = storableEvent(mintBusEvent(type, payload, options));
+      assertPayloadSize(storable.payloadJson, this.maxPayloadBytes, describeEvent(storable.event));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.outbox.add(storable).then(() => storable.event as BusEvent<P>);
+  }
+
+  /** Resolves once every publish asked for so far has been stored or refused. */
+  idle(): Promise<void> {
+    return this.outbox.idle();
+  }
+
+  private async store(batch: Array<Pending<StorableEvent>>): Promise<void> {
+    let outcomes: AppendOutcome[];
+    try {
+      outcomes = await this.log.append(this.sql, batch.map((p) => p.item));
+    } catch (error) {
+      // Only an outage or a missing table fails every event alike; anything else may be one
+      // event's own fault (a value PostgreSQL refuses, a row over a limit): retry one by one.
+      if (batch.length > 1 && !failsEveryEvent(error)) return this.storeOneByOne(batch);
+      for (const pending of batch) pending.reject(this.publishError(pending.item.event, error));
+      return;
+    }
+    const stored: string[] = [];
+    batch.forEach((pending, i) => {
+      if (this.settle(pending, outcomes[i] as AppendOutcome)) stored.push(pending.item.event.type);
+    });
+    if (stored.length > 0) this.stored(stored);
+  }
+
+  private async storeOneByOne(batch: Array<Pending<StorableEvent>>): Promise<void> {
+    const stored: string[] = [];
+    for (const [at, pending] of batch.entries()) {
+      try {
+        const [outcome] = await this.log.append(this.sql, [pending.item]);
+        if (this.settle(pending, outcome as AppendOutcome)) stored.push(pending.item.event.type);
+      } catch (error) {
+        pending.reject(this.publishError(pending.item.event, error));
+        // The database went away meanwhile: the rest would each wait out the same outage.
+        if (failsEveryEvent(error)) {
+          for (const rest of batch.slice(at + 1)) rest.reject(this.publishError(rest.item.event, error));
+          break;
+        }
+      }
+    }
+    if (stored.length > 0) this.stored(stored);
+  }
+
+  /** Resolves or refuses one publish by its outcome; true when its row is new (someone must be woken). */
+  private settle(pending: Pending<StorableEvent>, outcome: AppendOutcome): boolean {
+    const { event } = pending.item;
+    if (outcome === 'conflict') pending.reject(new EventIdConflictError(event.eventId, event.type));
+    else pending.resolve();
+    return outcome === 'stored';
+  }
+
+  private publishError(event: BusEvent, error: unknown): Error {
+    const what = describeEvent(event);
+    const code = errorCode(error);
+    if (code === '42P01') return new MissingSchemaError('CycliumEvents1764400000002', 'table cyclium_events');
+    if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError(`bus: could not store ${what}`, error);
+    // 22: a value PostgreSQL refuses; 54000: a row over one of its limits (an index row, say).
+    if (code?.startsWith('22') || code === '54000') return new InvalidBusEventError(`bus: PostgreSQL refused ${what}: ${errorMessage(error)}`);
+    return error instanceof Error ? error : new Error(String(error));
+  }
+}
+
+/**
+ * Serialises an event's payload now, so a payload PostgreSQL cannot store fails its own publish
+ * with a reason rather than a batch later (text columns refuse NUL too).
+ */
+export function storableEvent(event: BusEvent): StorableEvent {
+  const what = describeEvent(event);
+  const payload = toJsonb(event.payload);
+  if ('problem' in payload) throw new InvalidBusEventError(`bus: the payload of ${what} ${payload.problem}; remove it`, 'payload');
+  for (const field of ['type', 'eventId'] as const) {
+    if (event[field].includes('\u0000')) {
+      throw new InvalidBusEventError(`bus: the ${field} of ${what} holds a NUL character, which PostgreSQL cannot store`, field);
+    }
+  }
+  return { event, payloadJson: payload.json };
+}
+
+/** An outage or a missing table: what no event of a batch can get past, so retrying them one by one is no use. */
+function failsEveryEvent(error: unknown): boolean {
+  return isDatabaseUnavailable(error) || errorCode(error) === '42P01';
+}
+
+/** How errors name an event: its id (quoted, and cut short when long) and type. */
+function describeEvent(event: BusEvent): string {
+  const id = event.eventId.length > 80 ? `${event.eventId.slice(0, 80)}…` : event.eventId;
+  return `event ${JSON.stringify(id)} ("${event.type}")`;
+}
