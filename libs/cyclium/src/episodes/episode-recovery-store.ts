@@ -19,7 +19,9 @@ export interface CandidateScope {
  * Running episodes nobody is working on: stamped `interrupted` by a drain, or with a journal (or
  * start) quieter than `staleAfterMs` by the database clock. A restart waiting for a slot
  * (`recovering`) on a node that is alive is left alone — with claims on, only while its claim is
- * live, so a restart whose node lost the claim (an outage, say) becomes recoverable again.
+ * live, so a restart whose node lost the claim (an outage, say) becomes recoverable again. The
+ * phase of an ordinary run is NULL: the exclusion is NULL-safe, or it would drop every such run of
+ * an owner that beats again (the default configuration's node restarted under its fixed identity).
  */
 export const CANDIDATES = `
   SELECT e.* FROM cyclium_episodes e
@@ -29,7 +31,7 @@ export const CANDIDATES = `
      AND (e.phase = 'interrupted'
           OR coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
                       e.started_at, e.inserted_at) < now() - make_interval(secs => $3::double precision / 1000))
-     AND NOT (e.phase = 'recovering'
+     AND NOT (e.phase IS NOT DISTINCT FROM 'recovering'
               AND EXISTS (SELECT 1 FROM cyclium_nodes n
                            WHERE n.node_identity = e.owner_node
                              AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
