@@ -22,6 +22,7 @@ export class Mode {
   private readonly logger = new Logger(Mode.name);
   private nodeMode: CycliumMode;
   private readonly overrides = new Map<string, CycliumMode>();
+  private readonly listeners = new Set<(mode: CycliumMode) => void>();
 
   constructor(
     @Inject(CYCLIUM_OPTIONS) options: ResolvedCycliumOptions,
@@ -43,6 +44,13 @@ export class Mode {
   set(mode: CycliumMode): void {
     this.nodeMode = checked(mode, 'Mode.set');
     this.logger.log(`node mode is now ${mode}`);
+    for (const listener of this.listeners) listener(mode);
+  }
+
+  /** Calls `listener` after each change of the node-wide mode; returns the function that stops it. */
+  onChange(listener: (mode: CycliumMode) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 
   setActorOverride(actorId: string, mode: CycliumMode): void {

@@ -11,6 +11,7 @@ import { OutageLog } from '../database/database-errors.js';
 import { NodeIdentity } from './node-identity.service.js';
 import { Peers, type Peer } from './peers.service.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { Mode } from '../dispatch/mode.service.js';
 import { OutputRescue } from '../outputs/output-rescue.service.js';
 import { OutputStore } from '../outputs/output-store.js';
 
@@ -54,6 +55,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     private readonly peers: Peers,
     private readonly registry: ActorRegistry,
     private readonly outputs: OutputRescue,
+    private readonly mode: Mode,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
@@ -62,6 +64,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
     await this.register();
     this.timer = setInterval(() => void this.beat(), this.options.nodeBeatIntervalMs);
     this.timer.unref();
+    // Peers rank only nodes whose row says they take triggers: a mode change is written at once.
+    this.mode.onChange(() => void this.beat());
   }
 
   /**
@@ -88,7 +92,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
   }
 
   async register(): Promise<void> {
-    const { stackSlug, env, mode } = this.options;
+    const { stackSlug, env } = this.options;
+    const mode = this.mode.current;
     const { rows } = await this.database.sql.query<BeatRow>(
       `WITH me AS (
          INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, started_at, last_seen_at)
@@ -125,9 +130,9 @@ export class NodeRegistry implements OnApplicationBootstrap {
   async beat(): Promise<void> {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
-        `WITH me AS (UPDATE cyclium_nodes SET last_seen_at = now() WHERE node_identity = $1 RETURNING 1)
+        `WITH me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6 WHERE node_identity = $1 RETURNING 1)
          SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
-        [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds(), this.outputs.wanted()],
+        [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds(), this.outputs.wanted(), this.mode.current],
       );
       const row = rows[0] as BeatRow;
       this.peers.update(row.peers, row.listeners);
