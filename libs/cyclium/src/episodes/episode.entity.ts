@@ -1,6 +1,9 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
-export type EpisodeStatus = 'queued' | 'deferred' | 'running' | 'blocked' | 'done' | 'partially_failed' | 'failed' | 'canceled';
+/** Every status an episode row can have (the table's check constraint). */
+export const EPISODE_STATUSES = ['queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'] as const;
+
+export type EpisodeStatus = (typeof EPISODE_STATUSES)[number];
 
 @Entity({ name: 'cyclium_episodes' })
 export class CycliumEpisode {

@@ -9,7 +9,7 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { scopeKey } from '../scope/scope-key.js';
 import type { CycliumEpisodeStep } from './episode-step.entity.js';
-import type { EpisodeStatus } from './episode.entity.js';
+import { EPISODE_STATUSES, type EpisodeStatus } from './episode.entity.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import { CANCEL_EVENT } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
@@ -115,10 +115,14 @@ export class Episodes {
   }
 
   /**
-   * Newest first, by keyset pages. A limit that is not a whole number, or a cursor this method did
-   * not hand out, fails with InvalidListQueryError (an empty cursor means the first page).
+   * Newest first, by keyset pages. A limit that is not a whole number, a status no episode can
+   * have, or a cursor this method did not hand out, fails with InvalidListQueryError (an empty
+   * cursor means the first page).
    */
   async list(query: ListEpisodes = {}): Promise<{ items: EpisodeRow[]; nextCursor: string | null }> {
+    if (query.status !== undefined && !(EPISODE_STATUSES as readonly string[]).includes(query.status)) {
+      throw new InvalidListQueryError(`episodes: status must be one of ${EPISODE_STATUSES.join(', ')} (got ${JSON.stringify(query.status)})`);
+    }
     if (query.limit !== undefined && !Number.isInteger(query.limit)) {
       throw new InvalidListQueryError(`episodes: limit must be a whole number (got ${String(query.limit)})`);
     }
