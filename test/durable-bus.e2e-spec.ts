@@ -1,10 +1,9 @@
 import { afterAll, afterEach, describe, expect, it } from '@jest/globals';
-import { fileURLToPath } from 'node:url';
+import { startBusNode } from './support/bus-node.js';
 import { useDatabase } from './support/database.js';
-import { startNodeProcess, type DemoNode } from './support/demo-node.js';
+import { post } from './support/demo-cluster.js';
+import type { DemoNode } from './support/demo-node.js';
 import { waitFor } from './support/wait-for.js';
-
-const BUS_NODE = fileURLToPath(new URL('./fixtures/dist/bus-node.js', import.meta.url));
 
 /**
  * The bus's dispatch positions (cyclium_bus_positions) with real node processes: events that
@@ -16,22 +15,12 @@ describe('durable dispatch positions', () => {
   const nodes: DemoNode[] = [];
 
   async function boot(id: string, actors: string, env: Record<string, string> = {}): Promise<DemoNode> {
-    const node = await startNodeProcess(BUS_NODE, database.url, {
-      env: { CYCLIUM_NODE_ID: id, BUS_ACTORS: actors, ...env },
-      ready: async (n) => (await n.get<{ status: string }>('/health')).status === 'ok',
-    });
+    const node = await startBusNode(database.url, id, actors, env);
     nodes.push(node);
     return node;
   }
 
-  async function publish(node: DemoNode, type: string, eventId: string, payload: unknown): Promise<void> {
-    const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ type, eventId, payload }),
-    });
-    if (response.status !== 202) throw new Error(`publish ${eventId} → ${response.status} ${await response.text()}`);
-  }
+  const publish = (node: DemoNode, type: string, eventId: string, payload: unknown) => post(node, '/events', { type, eventId, payload });
 
   /** Episodes per event id for one actor (event ids starting with `prefix`: the tests share the database). */
   async function episodesByEvent(actor: string, prefix = ''): Promise<Map<string, number>> {

@@ -1,10 +1,9 @@
 import { afterAll, describe, expect, it } from '@jest/globals';
-import { fileURLToPath } from 'node:url';
+import { startBusNode } from './support/bus-node.js';
 import { useDatabase } from './support/database.js';
-import { startNodeProcess, type DemoNode } from './support/demo-node.js';
+import { post } from './support/demo-cluster.js';
+import type { DemoNode } from './support/demo-node.js';
 import { waitFor } from './support/wait-for.js';
-
-const BUS_NODE = fileURLToPath(new URL('./fixtures/dist/bus-node.js', import.meta.url));
 
 /**
  * The library's default configuration (claims off) with a fixed node identity: a node killed
@@ -20,10 +19,7 @@ describe('recovery after a restart under the same identity, claims off', () => {
   });
 
   const boot = async () => {
-    const node = await startNodeProcess(BUS_NODE, database.url, {
-      env: { CYCLIUM_NODE_ID: 'fixed-node', BUS_ACTORS: 'slow', BUS_STEP_MS: '1500', BUS_STALE_MS: '2000' },
-      ready: async (n) => (await n.get<{ status: string }>('/health')).status === 'ok',
-    });
+    const node = await startBusNode(database.url, 'fixed-node', 'slow', { BUS_STEP_MS: '1500', BUS_STALE_MS: '2000' });
     nodes.push(node);
     return node;
   };
@@ -34,14 +30,7 @@ describe('recovery after a restart under the same identity, claims off', () => {
 
   it('restarts the episodes a kill -9 left running once the same identity is back and beating', async () => {
     const first = await boot();
-    for (let i = 0; i < 3; i++) {
-      const response = await fetch(`http://127.0.0.1:${first.port}/events`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ type: 'test.slow', eventId: `same-id-${i}`, payload: { n: i } }),
-      });
-      expect(response.status).toBe(202);
-    }
+    for (let i = 0; i < 3; i++) await post(first, '/events', { type: 'test.slow', eventId: `same-id-${i}`, payload: { n: i } });
     await waitFor('three running episodes', async () => (await episodes()).filter((e) => e.status === 'running').length === 3, 15_000);
     await first.stop('SIGKILL');
 

@@ -6,11 +6,10 @@ import { EventWindows } from './event-windows.js';
 const event = (id: string): BusEvent => ({ type: 't', eventId: id, payload: {}, publishedAt: '' });
 
 /** A receipt for an event committed at `committedAt`, read now with the database clock at `dbNow`. */
-const receipt = (committedAt: number, dbNow: number, replayed = false): EventReceipt => ({
+const receipt = (committedAt: number, dbNow: number): EventReceipt => ({
   committedAt,
   ageMs: dbNow - committedAt,
   readAt: performance.now(),
-  replayed,
 });
 
 describe('EventWindows', () => {

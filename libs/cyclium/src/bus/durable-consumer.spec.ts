@@ -17,9 +17,9 @@ describe('DurableConsumer', () => {
   it('moves its position to a read only once that read and every one before it settled', async () => {
     const pending = new Map<string, () => void>();
     const consumer = new DurableConsumer('a.b', 't', (event) => new Promise((resolve) => pending.set(event.eventId, resolve)), () => undefined);
-    consumer.deliver(logged('1'), 0, false);
+    consumer.deliver(logged('1'), 0);
     consumer.readTo(snapshot(10));
-    consumer.deliver(logged('2'), 0, false);
+    consumer.deliver(logged('2'), 0);
     consumer.readTo(snapshot(20));
     expect(consumer.take(true)).toBeUndefined();
 
@@ -43,7 +43,7 @@ describe('DurableConsumer', () => {
   it('records an event whose handler rejects and moves past it', async () => {
     const skipped: string[] = [];
     const consumer = new DurableConsumer('a.b', 't', async () => Promise.reject(new Error('bad row')), (_c, event) => skipped.push(event.eventId));
-    consumer.deliver(logged('9'), 0, false);
+    consumer.deliver(logged('9'), 0);
     consumer.readTo(snapshot(30));
     await new Promise((resolve) => setImmediate(resolve));
     expect(skipped).toEqual(['9']);
@@ -52,7 +52,7 @@ describe('DurableConsumer', () => {
 
   it('keeps its marks bounded behind an event that never settles, and never moves past it', () => {
     const consumer = new DurableConsumer('a.b', 't', () => new Promise(() => undefined), () => undefined);
-    consumer.deliver(logged('1'), 0, false);
+    consumer.deliver(logged('1'), 0);
     for (let i = 1; i <= 1_000; i++) consumer.readTo(snapshot(i));
     expect((consumer as unknown as { marks: unknown[] }).marks.length).toBeLessThanOrEqual(64);
     expect(consumer.take(true)).toBeUndefined();

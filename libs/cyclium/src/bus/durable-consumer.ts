@@ -37,11 +37,11 @@ export class DurableConsumer {
     private readonly skip: (consumer: string, event: BusEvent, error: unknown) => void,
   ) {}
 
-  deliver(logged: LoggedEvent, readAt: number, replayed: boolean): void {
+  deliver(logged: LoggedEvent, readAt: number): void {
     const mark = this.current;
     mark.open++;
     mark.events++;
-    const receipt = { committedAt: logged.committedAt, ageMs: logged.ageMs, readAt, replayed };
+    const receipt = { committedAt: logged.committedAt, ageMs: logged.ageMs, readAt };
     let settling: Promise<void>;
     try {
       settling = this.handler(logged.event, receipt);

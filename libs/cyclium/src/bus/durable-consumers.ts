@@ -73,8 +73,13 @@ export class DurableConsumers {
 
   /** Catches up the consumers that joined since the last read, up to the reader's `cursor`. */
   async catchUp(cursor: DbSnapshot): Promise<void> {
+    // Every read asks: nothing to allocate when nobody joined.
+    if (this.joining.length === 0) return;
     const joining = this.joining.filter((c) => c.active);
-    if (joining.length === 0) return;
+    if (joining.length === 0) {
+      this.joining = [];
+      return;
+    }
     const stored = await this.positions.open(this.sql, joining.map((c) => c.name), cursor);
     // Consumers stored at the same position (one node's flush writes them together) share one replay.
     const groups = new Map<string, { from: DbSnapshot; consumers: DurableConsumer[] }>();
@@ -89,14 +94,15 @@ export class DurableConsumers {
       consumer.readTo(cursor);
       consumer.ready = true;
     }
-    this.joining = this.joining.filter((c) => !joining.includes(c));
+    // Keep only those that joined during the awaits above; an unsubscribed one has nothing to catch up.
+    this.joining = this.joining.filter((c) => c.active && !joining.includes(c));
   }
 
   /** Hands a live event to the ready consumers of its type; false when there are none. */
   deliver(logged: LoggedEvent, readAt: number): boolean {
     const consumers = this.byType.get(logged.event.type);
     if (!consumers) return false;
-    for (const consumer of consumers) if (consumer.ready) consumer.deliver(logged, readAt, false);
+    for (const consumer of consumers) if (consumer.ready) consumer.deliver(logged, readAt);
     return true;
   }
 
@@ -147,7 +153,7 @@ export class DurableConsumers {
       const readAt = performance.now();
       for (const logged of page) {
         if (!types.has(logged.event.type)) continue;
-        for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt, true);
+        for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt);
       }
       if (page.length < PAGE) return;
       after = page[page.length - 1];

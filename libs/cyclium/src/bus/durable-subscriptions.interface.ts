@@ -8,8 +8,6 @@ export interface EventReceipt {
   readonly ageMs: number;
   /** …which was at this `performance.now()` on this node. */
   readonly readAt: number;
-  /** Read while catching up from the consumer's stored position: it committed before this node began to read it live. */
-  readonly replayed: boolean;
 }
 
 /**

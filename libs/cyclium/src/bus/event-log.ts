@@ -186,10 +186,7 @@ export class EventLog {
         publisher(),
         stackSlug,
         env,
-        batch.map((e) => e.event.eventId),
-        batch.map((e) => e.event.type),
-        batch.map((e) => e.payloadJson),
-        batch.map((e) => e.event.publishedAt),
+        ...columns(batch),
       ]),
     );
     for (const i of firsts) outcomes[i] = 'stored';
@@ -214,7 +211,7 @@ export class EventLog {
   ): Promise<number[]> {
     const batch = indexes.map((i) => events[i] as StorableEvent);
     const { rows } = await sql.query<{ n: number; same: boolean }>(
-      COMPARE([this.scope.channel, batch.map((e) => e.event.eventId), batch.map((e) => e.event.type), batch.map((e) => e.payloadJson)]),
+      COMPARE([this.scope.channel, ...columns(batch).slice(0, 3)]),
     );
     for (const row of rows) outcomes[indexes[row.n - 1] as number] = row.same ? 'same' : 'conflict';
     return indexes.filter((i) => outcomes[i] === undefined);
@@ -228,11 +225,11 @@ export class EventLog {
   appendFragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
     const { channel, stackSlug, env, publisher } = this.scope;
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    const [ids, types, payloads, times] = columns(events);
     return `
       INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env)
       SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at, ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')}
-        FROM unnest(${p(events.map((e) => e.event.eventId), 'text[]')}, ${p(events.map((e) => e.event.type), 'text[]')},
-                    ${p(events.map((e) => e.payloadJson), 'jsonb[]')}, ${p(events.map((e) => e.event.publishedAt), 'timestamptz[]')})
+        FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')}, ${p(times, 'timestamptz[]')})
              WITH ORDINALITY AS e (event_id, type, payload, published_at, n)
        WHERE (${when})
        ORDER BY e.n
@@ -267,6 +264,11 @@ export class EventLog {
     const { rows } = await sql.query<{ deleted: number; undispatched: number }>(PRUNE([olderThanMs, limit, undispatchedMs]));
     return rows[0] ?? { deleted: 0, undispatched: 0 };
   }
+}
+
+/** The batch as the unnest() arrays every append and compare statement takes: ids, types, payloads, publish times. */
+function columns(batch: readonly StorableEvent[]): [string[], string[], string[], string[]] {
+  return [batch.map((e) => e.event.eventId), batch.map((e) => e.event.type), batch.map((e) => e.payloadJson), batch.map((e) => e.event.publishedAt)];
 }
 
 function toLogged(row: EventRow): LoggedEvent {

@@ -117,7 +117,7 @@ export class EventOutbox {
     const transport = this.transport;
     if (hasDurableSubscriptions(transport)) return transport.subscribeDurable(consumer, type, handler);
     return transport.subscribe<P>(type, (event) => {
-      handler(event, { committedAt: Date.now(), ageMs: 0, readAt: performance.now(), replayed: false }).catch((error: unknown) =>
+      handler(event, { committedAt: Date.now(), ageMs: 0, readAt: performance.now() }).catch((error: unknown) =>
         this.logger.warn(`${consumer} could not take event ${event.eventId}: ${errorMessage(error)}`),
       );
     });
