@@ -10,7 +10,7 @@ interface Answer {
 }
 
 /** POST /events on a real demo node: a publish is stored (202) or refused with a status that says why, never dropped. */
-describe('POST /events refuses what it cannot store, naming the field', () => {
+describe('POST /events and POST /actors refuse what they cannot store, naming the field', () => {
   const database = useDatabase();
   let node: DemoNode;
 
@@ -57,6 +57,26 @@ describe('POST /events refuses what it cannot store, naming the field', () => {
     expect(await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 9 } })).toMatchObject({ status: 202 });
     expect(await rows('order-9')).toEqual(before);
     expect(before).toHaveLength(1);
+  });
+
+  it('answers 400 naming the field for a manual trigger PostgreSQL could not store, writing nothing', async () => {
+    const trigger = async (body: unknown) => {
+      const response = await fetch(`http://127.0.0.1:${node.port}/actors/resource_rebalancer/rebalance`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+      return { status: response.status, body: (await response.json()) as Answer['body'] };
+    };
+    const nulPayload = await trigger({ payload: { note: 'a\u0000b' } });
+    expect(nulPayload).toMatchObject({ status: 400, body: { field: 'payload' } });
+    expect(nulPayload.body.message).toMatch(/NUL character/);
+    expect(await trigger({ payload: {}, dedupeKey: 'k\u0000' })).toMatchObject({ status: 400, body: { field: 'dedupeKey' } });
+    const long = await trigger({ payload: {}, dedupeKey: 'é'.repeat(600) }); // 600 characters, 1,200 bytes
+    expect(long).toMatchObject({ status: 400, body: { field: 'dedupeKey' } });
+    expect(long.body.message).toMatch(/at most 1000 bytes/);
+    const written = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_rebalancer'`);
+    expect(written.rows[0].n).toBe(0);
   });
 
   it('answers 503 with Retry-After at once while its publish queue is full, and stores what it had accepted', async () => {

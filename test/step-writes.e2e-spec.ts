@@ -26,7 +26,7 @@ describe('batched step writes', () => {
 
   const held = async (n: number) => (await heldEpisodes(app, 'batcher', n)).map((e) => ({ id: e.episode.id, ownership: e.ownership }));
 
-  const record = (name: string) => ({ stepNo: 1, journalNo: 1, name, result: { name }, durationMs: 1 });
+  const record = (name: string) => ({ stepNo: 1, journalNo: 1, name, resultJson: JSON.stringify({ v: { name } }), durationMs: 1 });
   const transactionsOf = async (ids: string[]) =>
     Number((await database.db.query(`SELECT count(DISTINCT xmin::text) AS n FROM cyclium_episode_steps WHERE episode_id = ANY($1::uuid[])`, [ids])).rows[0].n);
 

@@ -282,6 +282,13 @@ describe('workflows on two nodes', () => {
     expect(carry.trigger_ref.payload.seen).toBe('failed');
   });
 
+  it('refuses a subject longer than its index entry allows, counted in bytes, before writing', async () => {
+    // 1,000 characters but 3,000 bytes: a limit in characters let this through to the unique index, which refused it.
+    await expect(a.get(WorkflowEngine).start('per_subject', { resource: '€'.repeat(1_000) })).rejects.toThrow(/at most 1000 bytes/);
+    const rows = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_workflow_instances WHERE length(subject_value) = 1000`);
+    expect(rows.rows[0].n).toBe(0);
+  });
+
   it('two nodes starting one workflow for one subject at the same moment get one instance; a start after it ended gets a new one', async () => {
     const subjects = Array.from({ length: 10 }, (_, i) => `disk-${i}`);
     const starts = await Promise.all(

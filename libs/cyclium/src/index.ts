@@ -81,7 +81,9 @@ export {
   EpisodeCanceledError,
   EpisodeInterruptedError,
   InvalidListQueryError,
+  InvalidTriggerError,
   NondeterministicResumeError,
+  StepResultError,
 } from './episodes/episode-errors.js';
 export { TERMINAL_EVENTS, type LifecycleEventType, type LifecyclePayload } from './episodes/episode-events.js';
 export { Findings, type FindingFilters } from './findings/findings.service.js';

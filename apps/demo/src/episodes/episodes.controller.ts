@@ -9,7 +9,7 @@ import {
   ParseUUIDPipe,
   Post,
 } from '@nestjs/common';
-import { ActorDefinitionError, Episodes } from '@cyclium/nestjs';
+import { ActorDefinitionError, Episodes, InvalidTriggerError } from '@cyclium/nestjs';
 
 interface TriggerRequest {
   payload?: unknown;
@@ -45,6 +45,7 @@ export class EpisodesController {
     } catch (error) {
       // Also thrown when this node's mode cannot run episodes: either way, nothing here can serve it.
       if (error instanceof ActorDefinitionError) throw new NotFoundException(error.message);
+      if (error instanceof InvalidTriggerError) throw new BadRequestException({ statusCode: 400, message: error.message, field: error.field });
       throw error;
     }
   }

@@ -17,8 +17,13 @@ export function toJsonb(value: unknown): { json: string } | { problem: string } 
     return { problem: `cannot be serialised as JSON: ${errorMessage(error)}` };
   }
   json ??= 'null';
-  if (json.includes('\\u') && UNSTORABLE_ESCAPE.test(json)) {
+  if (hasUnstorableEscape(json)) {
     return { problem: 'holds a NUL character or an unpaired surrogate, which PostgreSQL cannot store' };
   }
   return { json };
+}
+
+/** True when JSON text holds an escape jsonb refuses: `\u0000`, or an unpaired surrogate. */
+export function hasUnstorableEscape(json: string): boolean {
+  return json.includes('\\u') && UNSTORABLE_ESCAPE.test(json);
 }

@@ -28,3 +28,34 @@ export class EpisodeInterruptedError extends Error {
 export class InvalidListQueryError extends Error {
   override readonly name = 'InvalidListQueryError';
 }
+
+/**
+ * A step returned a value that cannot be stored (not JSON: a cycle, a BigInt). The step's function
+ * has run; the episode fails with `error_class: 'step_result'` unless the host catches this.
+ */
+export class StepResultError extends Error {
+  override readonly name = 'StepResultError';
+  readonly errorClass = 'step_result';
+
+  constructor(
+    readonly stepName: string,
+    problem: string,
+  ) {
+    super(`step "${stepName}" returned a result that ${problem}; return plain JSON data`);
+  }
+}
+
+/**
+ * `Episodes.trigger` (or `create`) was given input PostgreSQL cannot store; nothing was written. A
+ * caller's mistake (a 400 over HTTP): `field` names what to fix.
+ */
+export class InvalidTriggerError extends TypeError {
+  override readonly name = 'InvalidTriggerError';
+
+  constructor(
+    readonly field: 'payload' | 'dedupeKey',
+    message: string,
+  ) {
+    super(message);
+  }
+}

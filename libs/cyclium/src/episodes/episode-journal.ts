@@ -4,6 +4,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
 import type { Statement } from '../database/statement.js';
 import type { CycliumEpisodeStep } from './episode-step.entity.js';
+import { decodeStepResult, presentStepResult } from './step-result.js';
 
 export interface Checkpoint {
   name: string;
@@ -94,11 +95,11 @@ export class EpisodeJournal {
 
   /** Checkpointed step results by step number, for a resumed run. */
   async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
-    const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: { v?: unknown } }>(
+    const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: unknown }>(
       `SELECT checkpoint_no, phase, state FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
       [id],
     );
-    return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: r.state?.v }]));
+    return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: decodeStepResult(r.state) }]));
   }
 
   /** The next free journal position (markers such as `resumed` take positions too). */
@@ -128,7 +129,7 @@ export class EpisodeJournal {
       stepNo: r.step_no as number,
       kind: r.kind as string,
       name: r.name as string,
-      resultRef: r.result_ref,
+      resultRef: presentStepResult(r.result_ref),
       errorClass: r.error_class as string | null,
       durationMs: r.duration_ms as number | null,
       createdAt: r.created_at as Date,

@@ -18,9 +18,14 @@ import { EpisodeStore } from './episode-store.js';
 import { errorCode } from '../database/database-errors.js';
 import { isUuid } from '../database/uuid.js';
 import { InvalidListQueryError } from './episode-errors.js';
+import { checkTriggerInput } from './trigger-input.js';
 
 export interface TriggerOptions {
-  /** Makes the trigger idempotent: a second trigger with the same key while the first is live is a duplicate. Scoped by env. */
+  /**
+   * Makes the trigger idempotent: a second trigger with the same key while the first is live is a
+   * duplicate. Scoped by env. A non-empty string of at most 1,000 UTF-8 bytes with no NUL
+   * (InvalidTriggerError otherwise).
+   */
   dedupeKey?: string;
   /** Default: this node's stack. An explicit null stamps the row with no stack. */
   sourceStack?: string | null;
@@ -78,6 +83,7 @@ export class Episodes {
   async trigger<P>(actorId: string, expectationId: string, payload: P, options: TriggerOptions = {}): Promise<DispatchResult> {
     const expectation = this.registry.expectation(actorId, expectationId);
     if (!expectation) throw new ActorDefinitionError(`no actor ${actorId} with expectation ${expectationId} on this node`);
+    checkTriggerInput(`trigger ${actorId}.${expectationId}`, payload, options.dedupeKey);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
     const result = await this.dispatcher.dispatch(expectation, { type: 'manual', payload }, {
       dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
@@ -92,8 +98,9 @@ export class Episodes {
    * Inserts an episode row without running it (seeding, tests, acting on another env). Stack and
    * env default to this node's; an explicit value wins, `null` included.
    */
-  create(params: CreateEpisode): Promise<EpisodeRow> {
+  async create(params: CreateEpisode): Promise<EpisodeRow> {
     const status = params.status ?? 'running';
+    checkTriggerInput(`create ${params.actorId}.${params.expectationId}`, params.payload, params.dedupeKey);
     return this.store.seed({
       actorId: params.actorId,
       expectationId: params.expectationId,

@@ -4,12 +4,14 @@ import type { ExpectationOptions } from '../actors/expectation.decorator.js';
 import { BudgetExceededError, EpisodeCanceledError, NondeterministicResumeError } from './episode-errors.js';
 import type { EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episode-context.interface.js';
 import type { Checkpoint } from './episode-journal.js';
+import { encodeStepResult } from './step-result.js';
 
 export interface StepRecord {
   stepNo: number;
   journalNo: number;
   name: string;
-  result: unknown;
+  /** The result as stored (see encodeStepResult). */
+  resultJson: string;
   durationMs: number;
 }
 
@@ -109,12 +111,13 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     }
     const started = performance.now();
     const result = await fn({ stepNo, idempotencyKey: `${this.episode.id}:${stepNo}`, signal: this.signal });
+    const resultJson = encodeStepResult(name, result);
     this.journalNo ??= this.history.nextJournalNo;
     const outcome = await this.deps.writeStep({
       stepNo,
       journalNo: this.journalNo++,
       name,
-      result,
+      resultJson,
       durationMs: Math.round(performance.now() - started),
     });
     if (outcome === 'not_owner') {

@@ -72,7 +72,7 @@ export class StepWrites {
         items.map((w) => w.episodeId),
         items.map((w) => w.record.journalNo),
         items.map((w) => w.record.name),
-        items.map((w) => resultJson(w.record)),
+        items.map((w) => w.record.resultJson),
         items.map((w) => w.record.durationMs),
         items.map((w) => w.record.stepNo),
       ]),
@@ -85,16 +85,12 @@ export class StepWrites {
       episodeId,
       record.journalNo,
       record.name,
-      resultJson(record),
+      record.resultJson,
       record.durationMs,
       record.stepNo,
     ]);
     return outcomeOf(rows[0]);
   }
-}
-
-function resultJson(record: StepRecord): string {
-  return JSON.stringify({ v: record.result ?? null });
 }
 
 function outcomeOf(row: StepRow | undefined): StepWriteOutcome {

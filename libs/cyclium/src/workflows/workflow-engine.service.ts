@@ -26,7 +26,7 @@ export type WorkflowCancelResult = 'canceled' | 'finished' | 'not_found';
 
 /** How often one node tries an event or a start that keeps losing races before leaving it to its peers (and reconciliation). */
 const ATTEMPTS = 8;
-const MAX_SUBJECT_LENGTH = 1_000;
+const MAX_SUBJECT_BYTES = 1_000;
 
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
@@ -175,8 +175,10 @@ export class WorkflowEngine implements OnApplicationBootstrap {
   private subjectOf(workflow: RegisteredWorkflow, input: unknown, explicit: string | null | undefined): string | null {
     const raw = explicit !== undefined ? explicit : workflow.options.subjectKey ? readPath(input, workflow.options.subjectKey) : undefined;
     if (raw === undefined || raw === null) return null;
-    if ((typeof raw !== 'string' && typeof raw !== 'number') || String(raw) === '' || String(raw).length > MAX_SUBJECT_LENGTH) {
-      throw new InvalidWorkflowInputError(`the subject of ${workflow.id} must be a non-empty string or number of at most ${MAX_SUBJECT_LENGTH} characters (got ${JSON.stringify(raw)})`);
+    // The subject is a unique index entry, which PostgreSQL bounds in bytes, not characters.
+    if ((typeof raw !== 'string' && typeof raw !== 'number') || String(raw) === '' || Buffer.byteLength(String(raw), 'utf8') > MAX_SUBJECT_BYTES) {
+      const shown = JSON.stringify(typeof raw === 'string' ? `${raw.slice(0, 40)}${raw.length > 40 ? '…' : ''}` : raw);
+      throw new InvalidWorkflowInputError(`the subject of ${workflow.id} must be a non-empty string or number of at most ${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`);
     }
     const subject = String(raw);
     if (subject.includes('\u0000')) throw new InvalidWorkflowInputError(`the subject of ${workflow.id} holds a NUL character, which PostgreSQL cannot store`);

@@ -1,0 +1,23 @@
+import { toJsonb } from '../database/jsonb.js';
+import { InvalidTriggerError } from './episode-errors.js';
+
+/**
+ * The longest manual `dedupeKey`, in UTF-8 bytes. The key (plus `:<env>`) is a unique index entry,
+ * and PostgreSQL refuses a btree entry past about 2,700 bytes with an error only at write time.
+ */
+export const MAX_DEDUPE_KEY_BYTES = 1_000;
+
+/** Refuses, before anything is written, a payload or dedupe key that PostgreSQL would refuse. */
+export function checkTriggerInput(what: string, payload: unknown, dedupeKey: string | null | undefined): void {
+  const json = toJsonb(payload);
+  if ('problem' in json) throw new InvalidTriggerError('payload', `${what}: the payload ${json.problem}`);
+  if (dedupeKey === undefined || dedupeKey === null) return;
+  if (typeof dedupeKey !== 'string' || dedupeKey === '') {
+    throw new InvalidTriggerError('dedupeKey', `${what}: dedupeKey must be a non-empty string (got ${JSON.stringify(dedupeKey)})`);
+  }
+  if (dedupeKey.includes('\u0000')) throw new InvalidTriggerError('dedupeKey', `${what}: dedupeKey holds a NUL character, which PostgreSQL cannot store`);
+  const bytes = Buffer.byteLength(dedupeKey, 'utf8');
+  if (bytes > MAX_DEDUPE_KEY_BYTES) {
+    throw new InvalidTriggerError('dedupeKey', `${what}: dedupeKey must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (got ${bytes}); hash a longer one`);
+  }
+}
