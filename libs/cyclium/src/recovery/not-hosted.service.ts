@@ -31,7 +31,7 @@ export class NotHostedEpisodes {
   ) {}
 
   /** The grace period in force, or null when the option turns this off. */
-  graceMs(): number | null {
+  private graceMs(): number | null {
     const grace = this.options.recovery.notHostedGraceMs;
     // A node beating normally must never look as if it stopped declaring its actors.
     return grace === null ? null : Math.max(grace, 3 * this.options.nodeBeatIntervalMs);
