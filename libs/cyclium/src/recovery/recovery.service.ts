@@ -11,7 +11,7 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
-import { EpisodeRecoveryStore, type CandidateCursor } from '../episodes/episode-recovery-store.js';
+import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateCursor } from '../episodes/episode-recovery-store.js';
 import { claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -23,8 +23,9 @@ import { WorkflowReconciler, type ReconcileOptions, type ReconcileResult } from 
 import { NotHostedEpisodes } from './not-hosted.service.js';
 
 /**
- * How much one sweep reads: pages follow each other while they come back full, up to this many
- * candidates or this long; what is left waits for the next sweep, oldest first again.
+ * How much one sweep reads: pages follow each other while they come back full (and fewer than a
+ * page of restarts were taken), up to this many candidates or this long; what is left waits for
+ * the next sweep, oldest first again.
  */
 const SWEEP_MAX_CANDIDATES = 5_000;
 const SWEEP_MAX_MS = 30_000;
@@ -187,6 +188,7 @@ export class Recovery {
     const local = new Set(this.runner.inFlight().map((r) => r.episode.id));
     const deadline = performance.now() + SWEEP_MAX_MS;
 
+    // A restart waits here for a slot with its claim held: past a page of them, the rest is left to peers' sweeps.
     let after: CandidateCursor | null = null;
     let read = 0;
     do {
@@ -204,7 +206,7 @@ export class Recovery {
         }
       }
       after = page.next;
-    } while (after && read < SWEEP_MAX_CANDIDATES && performance.now() < deadline);
+    } while (after && result.restarted < RECOVERY_PAGE && read < SWEEP_MAX_CANDIDATES && performance.now() < deadline);
 
     for (const episode of shuffle(await this.store.orphanedQueued(scope, me, hosted))) {
       const adopted = await this.store.adopt(episode, me);
