@@ -4,7 +4,7 @@ import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import type { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';
 import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
-import { CANDIDATES } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
+import { CANDIDATES, NOT_HOSTED } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
 import { OutputStore, TAKE_DUE } from '../libs/cyclium/src/outputs/output-store.js';
 import { freshDatabase } from './support/database.js';
 
@@ -83,13 +83,14 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
         await plan(`EXECUTE cyclium_claims_renew_many('node-0', 60, ARRAY['key:3', 'key:6'], ARRAY[1, 1]::bigint[])`),
         await plan(`EXECUTE cyclium_claims_finish('key:7', 'node-x', 'done', NULL, 1)`),
         await plan(`EXECUTE cyclium_claims_reclaim_expired(10)`),
-        await plan(CANDIDATES, [null, null, 120_000, 45_000, true]),
+        await plan(CANDIDATES, [null, null, 120_000, 45_000, true, ['b'], false, null, null, 500]),
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
         await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500)`),
         await plan(`EXECUTE cyclium_events_prune_dispatched(3600000, 1000, 604800000)`),
         await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000]),
         await plan(`SELECT ${OutputStore.dueFragment('$1')}`, [['t1', 't2']]),
         await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL)`),
+        await plan(NOT_HOSTED, [null, null, ['b'], 3_600_000, 500, 'not hosted: %s %s']),
       ];
       for (const text of statements) {
         expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events|outputs)/);
@@ -100,6 +101,7 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
       expect(statements[6]).toMatch(/cyclium_events_pkey/);
       expect(statements[7]).toMatch(/cyclium_outputs_due/);
       expect(statements[8]).toMatch(/Index Only Scan using cyclium_outputs_due/);
+      expect(statements[10]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
     });
   }
 });

@@ -45,6 +45,7 @@ import { Dispatcher } from './dispatch/dispatcher.service.js';
 import { Mode } from './dispatch/mode.service.js';
 import { TriggerPoller } from './dispatch/trigger-poller.service.js';
 import { TriggerRequests } from './dispatch/trigger-requests.service.js';
+import { NotHostedEpisodes } from './recovery/not-hosted.service.js';
 import { RecoverySchedule } from './recovery/recovery-schedule.service.js';
 import { StepInputs } from './workflows/step-inputs.service.js';
 import { WorkflowAdvancer } from './workflows/workflow-advancer.service.js';
@@ -96,6 +97,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     OutputDelivery,
     OutputRescue,
     Recovery,
+    NotHostedEpisodes,
     RecoverySchedule,
     Drainer,
     CycliumShutdown,

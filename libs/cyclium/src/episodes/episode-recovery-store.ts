@@ -13,6 +13,25 @@ export interface CandidateScope {
   goneAfterMs: number;
   /** With claims on, a claim decides whether a waiting restart is still protected. */
   claimsOn: boolean;
+  /**
+   * The actors this node can restart; null when any row may be acted on (a sweep of another
+   * stack defers restarts there). A row of another actor is read only when it will be failed.
+   */
+  hosted: readonly string[] | null;
+  /** A `resolvePolicy` decides in code: a row of an unhosted actor may be one to fail, so all are read. */
+  policyInCode: boolean;
+}
+
+/** Where the next page of candidates starts: after this staleness and id (the text keeps microseconds). */
+export interface CandidateCursor {
+  quietSince: string;
+  id: string;
+}
+
+export interface CandidatePage {
+  episodes: EpisodeRow[];
+  /** Null when the page was not full: nothing is left to read. */
+  next: CandidateCursor | null;
 }
 
 /**
@@ -22,15 +41,23 @@ export interface CandidateScope {
  * live, so a restart whose node lost the claim (an outage, say) becomes recoverable again. The
  * phase of an ordinary run is NULL: the exclusion is NULL-safe, or it would drop every such run of
  * an owner that beats again (the default configuration's node restarted under its fixed identity).
+ *
+ * Read oldest-quiet first, in pages after a cursor, leaving out what this node cannot act on: a
+ * restart of an actor it does not host (the recorded policy says `restart` and attempts are left).
+ * Without that, a block of such rows (an actor removed while its episodes ran) would fill every
+ * page and hide the orphans behind it. No index serves the order: the quiet time comes from the
+ * journal, computed for every running row by the staleness test anyway; the sort is a top-N of
+ * the rows that passed.
  */
 export const CANDIDATES = `
-  SELECT e.* FROM cyclium_episodes e
+  SELECT e.*, q.quiet_since::text AS quiet_since FROM cyclium_episodes e
+   CROSS JOIN LATERAL (
+     SELECT coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
+                     e.started_at, e.inserted_at) AS quiet_since) q
    WHERE e.status = 'running'
      AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
      AND e.source_env IS NOT DISTINCT FROM $2
-     AND (e.phase = 'interrupted'
-          OR coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
-                      e.started_at, e.inserted_at) < now() - make_interval(secs => $3::double precision / 1000))
+     AND (e.phase IS NOT DISTINCT FROM 'interrupted' OR q.quiet_since < now() - make_interval(secs => $3::double precision / 1000))
      AND NOT (e.phase IS NOT DISTINCT FROM 'recovering'
               AND EXISTS (SELECT 1 FROM cyclium_nodes n
                            WHERE n.node_identity = e.owner_node
@@ -39,7 +66,54 @@ export const CANDIDATES = `
                    OR EXISTS (SELECT 1 FROM cyclium_work_claims c
                                WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
                                  AND c.state = 'claimed' AND c.lease_until > now())))
-   LIMIT 500`;
+     AND ($6::text[] IS NULL OR e.actor_id = ANY($6::text[]) OR $7::boolean OR e.attempts >= e.max_attempts
+          OR (SELECT x->>'recovery_policy' FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
+               WHERE d.actor_id = e.actor_id AND x->>'id' = e.expectation_id LIMIT 1) IS DISTINCT FROM 'restart')
+     AND ($8::timestamptz IS NULL OR (q.quiet_since, e.id) > ($8::timestamptz, $9::uuid))
+   ORDER BY q.quiet_since, e.id
+   LIMIT $10`;
+
+/** Rows per page of CANDIDATES and per batch of NOT_HOSTED. */
+export const RECOVERY_PAGE = 500;
+
+/**
+ * Running or queued episodes of an actor that neither this node ($3) nor any node of their stack
+ * and env has declared within the grace period ($4 ms), quiet for as long, and held by no live
+ * claim: no node will ever run them. The time an actor was last declared is the newest beat of a
+ * node listing it (a crashed node's row stays; a drained one deleted its row, but stamped its runs
+ * as it went, so their own quiet time covers it); a node that is only late with its beat during a
+ * deploy still counts. A NULL actor list (a node from before the column) declares everything.
+ * Taken with SKIP LOCKED in id order and failed on the status as read, so sweeps of several nodes
+ * at once each fail a row at most once, and a restart taken meanwhile (which touches updated_at)
+ * is left alone.
+ */
+export const NOT_HOSTED = `
+  WITH stranded AS (
+    SELECT e.id FROM cyclium_episodes e
+     WHERE e.status IN ('running', 'queued')
+       AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
+       AND e.source_env IS NOT DISTINCT FROM $2
+       AND e.actor_id <> ALL($3::text[])
+       AND greatest(e.updated_at,
+                    coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
+                             e.started_at, e.inserted_at)) < now() - make_interval(secs => $4::double precision / 1000)
+       AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
+                        WHERE n.env IS NOT DISTINCT FROM e.source_env
+                          AND (n.stack IS NULL OR e.source_stack IS NULL OR n.stack = e.source_stack)
+                          AND (n.actors IS NULL OR e.actor_id = ANY(n.actors))
+                          AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
+       AND NOT EXISTS (SELECT 1 FROM cyclium_work_claims c
+                        WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+                          AND c.state = 'claimed' AND c.lease_until > now())
+     ORDER BY e.id
+     LIMIT $5
+     FOR UPDATE OF e SKIP LOCKED)
+  UPDATE cyclium_episodes e
+     SET status = 'failed', error_class = 'not_hosted', phase = NULL, finished_at = now(), updated_at = now(),
+         error_detail = format($6::text, e.actor_id, coalesce(e.owner_node, 'no node'))
+    FROM stranded
+   WHERE e.id = stranded.id AND e.status IN ('running', 'queued')
+  RETURNING e.*`;
 
 /** Queued episodes of actors this node hosts whose node stopped beating (or deregistered when it drained). */
 const ORPHANED_QUEUED = `
@@ -90,9 +164,37 @@ export class EpisodeRecoveryStore {
     return rowCount === 1;
   }
 
-  /** Running episodes nobody works on, in this node's stack and env (CANDIDATES). */
-  async candidates(scope: CandidateScope): Promise<EpisodeRow[]> {
-    const { rows } = await this.database.sql.query(CANDIDATES, [scope.stack, scope.env, scope.staleAfterMs, scope.goneAfterMs, scope.claimsOn]);
+  /** A page of running episodes nobody works on, in this node's stack and env, oldest-quiet first (CANDIDATES). */
+  async candidates(scope: CandidateScope, after: CandidateCursor | null): Promise<CandidatePage> {
+    const { rows } = await this.database.sql.query<Record<string, unknown> & { quiet_since: string }>(CANDIDATES, [
+      scope.stack,
+      scope.env,
+      scope.staleAfterMs,
+      scope.goneAfterMs,
+      scope.claimsOn,
+      scope.hosted,
+      scope.policyInCode,
+      after?.quietSince ?? null,
+      after?.id ?? null,
+      RECOVERY_PAGE,
+    ]);
+    const last = rows.at(-1);
+    const next = rows.length === RECOVERY_PAGE && last ? { quietSince: last.quiet_since, id: last.id as string } : null;
+    return { episodes: rows.map(toEpisode), next };
+  }
+
+  /**
+   * Fails a batch of episodes no node will run (NOT_HOSTED) as `not_hosted`, inside the caller's
+   * transaction; `detail` is a format() string given the actor and the last owner.
+   */
+  async failNotHosted(
+    client: SqlExecutor,
+    scope: Pick<CandidateScope, 'stack' | 'env'>,
+    hosted: readonly string[],
+    graceMs: number,
+    detail: string,
+  ): Promise<EpisodeRow[]> {
+    const { rows } = await client.query(NOT_HOSTED, [scope.stack, scope.env, hosted, graceMs, RECOVERY_PAGE, detail]);
     return rows.map(toEpisode);
   }
 

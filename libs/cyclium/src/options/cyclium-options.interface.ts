@@ -16,6 +16,13 @@ export interface RecoveryOptions {
   intervalMs?: number | null;
   /** Decides the policy per episode, ahead of the expectation's `recoveryPolicy`. */
   resolvePolicy?: (episode: CycliumEpisode) => RecoveryPolicy;
+  /**
+   * Running or queued episodes of an actor that no live node of their stack and env has declared
+   * for this long (and quiet for as long) end `failed` with `error_class: 'not_hosted'`: the actor
+   * was removed or renamed, and nothing will ever run them. Never shorter than three node beats;
+   * `null` leaves them running forever. Default 3 600 000 (an hour).
+   */
+  notHostedGraceMs?: number | null;
 }
 
 export interface CycliumOptions {

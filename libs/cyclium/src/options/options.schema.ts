@@ -82,6 +82,11 @@ export class RecoveryOptionsSchema {
   @Min(1, { message: 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only' })
   intervalMs?: unknown;
 
+  @IsOptional()
+  @IsInt({ message: 'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them' })
+  @Min(1, { message: 'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them' })
+  notHostedGraceMs?: unknown;
+
   @defined('resolvePolicy')
   @ValidateBy(
     { name: 'isFunction', validator: { validate: (v) => typeof v === 'function' } },

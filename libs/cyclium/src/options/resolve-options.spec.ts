@@ -30,7 +30,7 @@ describe('resolveCycliumOptions', () => {
       jitterMs: 200,
       startedEvents: false,
       episodeShutdownMs: 5000,
-      recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },
+      recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000, notHostedGraceMs: 3_600_000 },
       triggerPollIntervalMs: 5000,
       triggerPollSourceStack: null,
       triggerPollSourceEnv: null,
@@ -46,7 +46,8 @@ describe('resolveCycliumOptions', () => {
 
   it('keeps recovery defaults a partial recovery object leaves out, and null intervalMs means boot only', () => {
     const resolved = resolveCycliumOptions({ recovery: { settleMs: 0, intervalMs: null } });
-    expect(resolved.recovery).toEqual({ onBoot: true, settleMs: 0, staleAfterMs: 120_000, intervalMs: null });
+    expect(resolved.recovery).toEqual({ onBoot: true, settleMs: 0, staleAfterMs: 120_000, intervalMs: null, notHostedGraceMs: 3_600_000 });
+    expect(resolveCycliumOptions({ recovery: { notHostedGraceMs: null } }).recovery.notHostedGraceMs).toBeNull();
   });
 
   it('defaults the trigger poller to its own env, unless told otherwise (null = the default env)', () => {
@@ -72,6 +73,7 @@ describe('resolveCycliumOptions', () => {
     [{ jitterMs: -1 }, 'jitterMs must be a whole number of milliseconds >= 0 (got -1)'],
     [{ recovery: { onBoot: 'yes' } }, 'recovery.onBoot must be true or false (got "yes")'],
     [{ recovery: { intervalMs: 0 } }, 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only (got 0)'],
+    [{ recovery: { notHostedGraceMs: 1.5 } }, 'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them (got 1.5)'],
     [{ recovery: { resolvePolicy: 'restart' } }, `recovery.resolvePolicy must be a function returning 'restart' or 'fail' (got "restart")`],
     [{ triggerRequestTtlMs: 0 }, 'triggerRequestTtlMs must be a whole number of milliseconds >= 1 (got 0)'],
     [{ busPublishQueueMax: 0 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 0)'],

@@ -16,7 +16,7 @@ export const DEFAULT_OPTIONS = {
   jitterMs: 200,
   startedEvents: false,
   episodeShutdownMs: 5_000,
-  recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000 },
+  recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000, notHostedGraceMs: 3_600_000 },
   triggerPollIntervalMs: 5_000,
   triggerRequestTtlMs: 3_600_000,
   nodeBeatIntervalMs: 15_000,
@@ -80,7 +80,11 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     jitterMs: input.jitterMs ?? DEFAULT_OPTIONS.jitterMs,
     startedEvents: input.startedEvents ?? DEFAULT_OPTIONS.startedEvents,
     episodeShutdownMs: input.episodeShutdownMs ?? DEFAULT_OPTIONS.episodeShutdownMs,
-    recovery: { ...recovery, intervalMs: recovery.intervalMs ?? null },
+    recovery: {
+      ...recovery,
+      intervalMs: recovery.intervalMs ?? null,
+      notHostedGraceMs: input.recovery?.notHostedGraceMs === undefined ? DEFAULT_OPTIONS.recovery.notHostedGraceMs : input.recovery.notHostedGraceMs,
+    },
     triggerPollIntervalMs: input.triggerPollIntervalMs ?? DEFAULT_OPTIONS.triggerPollIntervalMs,
     triggerPollSourceStack: blankToNull(input.triggerPollSourceStack),
     // The poller feeds its own env unless told otherwise; an explicit null targets the default env.

@@ -11,7 +11,7 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
-import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
+import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateCursor } from '../episodes/episode-recovery-store.js';
 import { claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -20,6 +20,15 @@ import { REQUEST_WAKE_EVENT } from '../dispatch/deferred-runner.service.js';
 import { Mode } from '../dispatch/mode.service.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { WorkflowReconciler, type ReconcileOptions, type ReconcileResult } from '../workflows/workflow-reconciler.service.js';
+import { NotHostedEpisodes } from './not-hosted.service.js';
+
+/**
+ * How much one sweep reads: pages follow each other while they come back full (and fewer than a
+ * page of restarts were taken), up to this many candidates or this long; what is left waits for
+ * the next sweep, oldest first again.
+ */
+const SWEEP_MAX_CANDIDATES = 5_000;
+const SWEEP_MAX_MS = 30_000;
 
 export interface SweepOptions {
   /** Default: `recovery.staleAfterMs`. */
@@ -40,6 +49,8 @@ export interface SweepResult {
   /** Restarts handed to a full node as trigger requests (this node, or the actor here, is trigger-only; or another stack hosts it). */
   deferred: number;
   failed: number;
+  /** Episodes of an actor no live node has declared for `recovery.notHostedGraceMs`, failed as `not_hosted`. */
+  notHosted: number;
   skipped: number;
   skippedFor: Partial<Record<SkipReason, number>>;
 }
@@ -102,6 +113,7 @@ export class Recovery {
     private readonly mode: Mode,
     private readonly requests: TriggerRequests,
     private readonly reconciler: WorkflowReconciler,
+    private readonly notHosted: NotHostedEpisodes,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -155,33 +167,47 @@ export class Recovery {
     const staleAfterMs = options.staleAfterMs ?? this.options.recovery.staleAfterMs;
     // A node's liveness beat is slower than a short staleAfterMs; never call a beating node gone.
     const goneAfterMs = Math.max(staleAfterMs, 3 * this.options.nodeBeatIntervalMs);
+    const hosted = this.registry.all().map((actor) => actor.id);
+    // Sweeping another stack's rows: restarts of actors hosted there go to that stack, so any row may be acted on.
+    const otherStack = options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
     const scope = {
       stack: options.sourceStack === undefined ? this.options.stackSlug : options.sourceStack,
       env: options.sourceEnv === undefined ? this.options.env : options.sourceEnv,
       staleAfterMs,
       goneAfterMs,
       claimsOn: this.claims.enabled,
+      hosted: otherStack ? null : hosted,
+      policyInCode: (options.resolvePolicy ?? this.options.recovery.resolvePolicy) !== undefined,
     };
     const me = this.identity.name();
-    const result: SweepResult = { restarted: 0, deferred: 0, failed: 0, skipped: 0, skippedFor: {} };
+    const result: SweepResult = { restarted: 0, deferred: 0, failed: 0, notHosted: 0, skipped: 0, skippedFor: {} };
     const skip = (reason: SkipReason) => {
       result.skipped++;
       result.skippedFor[reason] = (result.skippedFor[reason] ?? 0) + 1;
     };
     const local = new Set(this.runner.inFlight().map((r) => r.episode.id));
+    const deadline = performance.now() + SWEEP_MAX_MS;
 
-    for (const candidate of shuffle(await this.store.candidates(scope)).filter((e) => !local.has(e.id))) {
-      try {
-        const outcome = await this.recover(candidate, me, options);
-        if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred') result[outcome]++;
-        else skip(outcome);
-      } catch (error) {
-        this.logger.warn(`recovery of episode ${candidate.id} failed: ${errorMessage(error)}`);
-        skip('error');
+    // A restart waits here for a slot with its claim held: past a page of them, the rest is left to peers' sweeps.
+    let after: CandidateCursor | null = null;
+    let read = 0;
+    do {
+      const page = await this.store.candidates(scope, after);
+      read += page.episodes.length;
+      // Shuffled within the page, so nodes sweeping at the same time mostly reach for different rows.
+      for (const candidate of shuffle(page.episodes).filter((e) => !local.has(e.id))) {
+        try {
+          const outcome = await this.recover(candidate, me, options);
+          if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred') result[outcome]++;
+          else skip(outcome);
+        } catch (error) {
+          this.logger.warn(`recovery of episode ${candidate.id} failed: ${errorMessage(error)}`);
+          skip('error');
+        }
       }
-    }
+      after = page.next;
+    } while (after && result.restarted < RECOVERY_PAGE && read < SWEEP_MAX_CANDIDATES && performance.now() < deadline);
 
-    const hosted = this.registry.all().map((actor) => actor.id);
     for (const episode of shuffle(await this.store.orphanedQueued(scope, me, hosted))) {
       const adopted = await this.store.adopt(episode, me);
       if (!adopted) {
@@ -192,6 +218,7 @@ export class Recovery {
       this.slots.noteQueued(adopted.actorId);
       result.restarted++;
     }
+    result.notHosted = await this.notHosted.sweep(scope, me, deadline);
     this.telemetry.emit('recovery.sweep', result);
     return result;
   }
