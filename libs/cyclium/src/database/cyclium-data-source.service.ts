@@ -86,7 +86,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
 
   /** How to open a connection of our own to the host's database (the bus's LISTEN client). */
   connectionConfig(): pg.ClientConfig {
-    return { ...this.pool().options };
+    return { ...this.pool().options, ...this.ownConnectionBounds() };
   }
 
   /**
@@ -110,9 +110,23 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     }
   }
 
+  /**
+   * The bounds for connections the library opens itself (not the host's pool, whose settings stay
+   * the host's): a connect or a statement that a frozen server never answers would otherwise hold
+   * the renewal pool's one connection, or the LISTEN reconnect loop, until the server resumes.
+   * Values the host set on its pool win.
+   */
+  private ownConnectionBounds(): Pick<pg.ClientConfig, 'connectionTimeoutMillis' | 'query_timeout'> {
+    const host = this.pool().options;
+    return {
+      connectionTimeoutMillis: host.connectionTimeoutMillis || this.options.checkoutTimeoutMs,
+      query_timeout: host.query_timeout || this.options.queryTimeoutMs,
+    };
+  }
+
   private dedicatedPool(): pg.Pool {
     if (!this.dedicated) {
-      const pool = new pg.Pool({ ...this.pool().options, max: 1, min: 0 });
+      const pool = new pg.Pool({ ...this.pool().options, max: 1, min: 0, ...this.ownConnectionBounds() });
       // An idle client's connection can end at any time (a database restart); pg then emits
       // 'error' on the pool, and the pool discards that client itself.
       pool.on('error', (error) => this.logger.warn(`renewal connection lost: ${errorMessage(error)}; the next renewal opens a new one`));
