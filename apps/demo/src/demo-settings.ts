@@ -18,6 +18,8 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_WORKFLOW_ENGINE       'off' runs workflow steps here but leaves advancing workflows to other nodes
  *   DEMO_BUS_QUEUE_MAX         publishes held in memory before POST /events answers 503 (library default 10000)
  *   DEMO_BUS_MAX_PAYLOAD_BYTES largest event payload, in bytes of JSON (library default 1048576)
+ *   DEMO_CHECKOUT_TIMEOUT_MS   how long the library waits for a pool connection (library default 10000)
+ *   DEMO_QUERY_TIMEOUT_MS      how long the library waits for one statement's answer (library default 30000)
  *
  * (DEMO_DB_POOL, the TypeORM pool size, is read in app.module.ts.)
  */
@@ -34,6 +36,8 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     // Unset leaves the library's defaults.
     ...(env.DEMO_BUS_QUEUE_MAX ? { busPublishQueueMax: Number(env.DEMO_BUS_QUEUE_MAX) } : {}),
     ...(env.DEMO_BUS_MAX_PAYLOAD_BYTES ? { busMaxPayloadBytes: Number(env.DEMO_BUS_MAX_PAYLOAD_BYTES) } : {}),
+    ...(env.DEMO_CHECKOUT_TIMEOUT_MS ? { checkoutTimeoutMs: Number(env.DEMO_CHECKOUT_TIMEOUT_MS) } : {}),
+    ...(env.DEMO_QUERY_TIMEOUT_MS ? { queryTimeoutMs: Number(env.DEMO_QUERY_TIMEOUT_MS) } : {}),
     recovery: {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),

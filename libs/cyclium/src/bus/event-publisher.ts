@@ -1,4 +1,4 @@
-import { DatabaseUnavailableError, errorCode, errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
+import { DatabaseUnavailableError, errorCode, errorMessage, isDatabaseTimeout, isDatabaseUnavailable } from '../database/database-errors.js';
 import { toJsonb } from '../database/jsonb.js';
 import { MissingSchemaError } from '../database/missing-schema.error.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
@@ -68,6 +68,7 @@ export class EventPublisher {
       // event's own fault (a value PostgreSQL refuses, a row over a limit): retry one by one.
       if (batch.length > 1 && !failsEveryEvent(error)) return this.storeOneByOne(batch);
       for (const pending of batch) pending.reject(this.publishError(pending.item.event, error));
+      this.refuseQueuedAfterTimeout(error);
       return;
     }
     const stored: string[] = [];
@@ -88,11 +89,24 @@ export class EventPublisher {
         // The database went away meanwhile: the rest would each wait out the same outage.
         if (failsEveryEvent(error)) {
           for (const rest of batch.slice(at + 1)) rest.reject(this.publishError(rest.item.event, error));
+          this.refuseQueuedAfterTimeout(error);
           break;
         }
       }
     }
     if (stored.length > 0) this.stored(stored);
+  }
+
+  /**
+   * Publishes queued behind a statement that met the library's timeout would each wait out the
+   * same bound again before their own statement even starts: they are refused now (nothing of
+   * theirs was sent), so every publish answers within one checkout + query timeout.
+   */
+  private refuseQueuedAfterTimeout(error: unknown): void {
+    if (!isDatabaseTimeout(error)) return;
+    for (const queued of this.outbox.takeQueued()) {
+      queued.reject(new DatabaseUnavailableError(`bus: did not store ${describeEvent(queued.item.event)} (the publish ahead of it timed out)`, error));
+    }
   }
 
   /** Resolves or refuses one publish by its outcome; true when its row is new (someone must be woken). */

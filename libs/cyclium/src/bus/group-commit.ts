@@ -47,6 +47,13 @@ export class GroupCommit<T> {
     });
   }
 
+  /** Removes and returns the items still waiting for a send (none of them has been sent). */
+  takeQueued(): Array<Pending<T>> {
+    const queued = this.queue;
+    this.queue = [];
+    return queued;
+  }
+
   /** Resolves once nothing is queued or in flight. */
   async idle(): Promise<void> {
     while (this.inFlight.size > 0 || this.queue.length > 0) {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import type { QueryConfig, QueryResult } from 'pg';
-import { DatabaseUnavailableError } from '../database/database-errors.js';
+import { DatabaseTimeoutError, DatabaseUnavailableError } from '../database/database-errors.js';
 import type { SqlExecutor } from '../database/sql-executor.js';
 import { EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
 import { PostgresBus, type PostgresBusOptions } from './postgres-bus.js';
@@ -82,6 +82,28 @@ describe('PostgresBus publishing (no database)', () => {
     for (const outcome of lost) expect((outcome as PromiseRejectedResult).reason).toBeInstanceOf(DatabaseUnavailableError);
     expect(statements).toBe(1);
     await Promise.all([bus.flushPending(), cut.flushPending()]);
+  });
+
+  it('refuses the publishes queued behind a statement that timed out at once, sending nothing of theirs', async () => {
+    let timeOut: (() => void) | undefined;
+    let statements = 0;
+    const sql = {
+      query: () => {
+        statements++;
+        return new Promise((_, reject) => (timeOut = () => reject(new DatabaseTimeoutError('cyclium: no answer', new Error('no answer')))));
+      },
+    } as unknown as SqlExecutor;
+    const bus = busOn(sql);
+    const first = bus.publish('t', 1, { eventId: 'in-flight' }).catch((e: unknown) => e);
+    await new Promise((resolve) => setImmediate(resolve));
+    const queued = [bus.publish('t', 2, { eventId: 'queued-1' }), bus.publish('t', 3, { eventId: 'queued-2' })].map((p) => p.catch((e: unknown) => e));
+    timeOut?.();
+    expect(await first).toBeInstanceOf(DatabaseUnavailableError);
+    for (const refused of await Promise.all(queued)) {
+      expect(refused).toBeInstanceOf(DatabaseUnavailableError);
+      expect((refused as Error).message).toMatch(/did not store event "queued-\d".*the publish ahead of it timed out/);
+    }
+    expect(statements).toBe(1);
   });
 
   it('resolves an identical retry and refuses the same id with another meaning, per event of one batch', async () => {

@@ -10,31 +10,38 @@ import { errorMessage } from './database-errors.js';
 import { MissingSchemaError } from './missing-schema.error.js';
 import { firstMissingMigration } from './schema-probe.js';
 import type { SqlExecutor } from './sql-executor.js';
+import { StatementBounds } from './statement-bounds.js';
 
 /**
  * The host's TypeORM DataSource, looked up by name once every provider exists (so `forRootAsync`
  * can decide `dataSource` at runtime), and the pg pool under it, which the raw-SQL rooms use
- * directly: claims and fenced writes are single statements whose cost is the point.
+ * directly: claims and fenced writes are single statements whose cost is the point. Every
+ * statement and connection checkout of the library's is bounded (`queryTimeoutMs`,
+ * `checkoutTimeoutMs`) on the client side, without touching the pool's settings: a database that
+ * stops answering fails the library's callers with DatabaseUnavailableError instead of hanging them.
  */
 @Injectable()
 export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('Cyclium');
   private resolved: DataSource | undefined;
   private dedicated: pg.Pool | undefined;
+  private readonly bounds: StatementBounds;
 
   /** Queries the host's pool; resolves it on first use. */
-  readonly sql: SqlExecutor = { query: (...args: [never]) => this.pool().query(...args) };
+  readonly sql: SqlExecutor = { query: (...args: unknown[]) => this.bounds.query(this.pool(), args) } as SqlExecutor;
 
   /**
    * Queries a one-connection pool of its own, so a heartbeat never waits behind episode work
    * that has exhausted the host's pool.
    */
-  readonly dedicatedSql: SqlExecutor = { query: (...args: [never]) => this.dedicatedPool().query(...args) };
+  readonly dedicatedSql: SqlExecutor = { query: (...args: unknown[]) => this.bounds.query(this.dedicatedPool(), args) } as SqlExecutor;
 
   constructor(
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
-  ) {}
+  ) {
+    this.bounds = new StatementBounds(options);
+  }
 
   /**
    * Nest runs a module's init hooks in dependency order, so this check finishes before any provider
@@ -79,37 +86,47 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
 
   /** How to open a connection of our own to the host's database (the bus's LISTEN client). */
   connectionConfig(): pg.ClientConfig {
-    return { ...this.pool().options };
+    return { ...this.pool().options, ...this.ownConnectionBounds() };
   }
 
   /**
    * Runs `work` in one transaction on one connection: committed when it resolves, rolled back when
-   * it throws. A connection that breaks meanwhile is discarded, never handed back to the pool, and
-   * its 'error' is caught: pg emits it on a checked-out client when the server goes away, and an
-   * 'error' nobody listens to ends the process.
+   * it throws. A connection that breaks meanwhile (an 'error', a statement past `queryTimeoutMs`)
+   * is discarded, never handed back to the pool; the server rolls back what it had not committed.
    */
   async transaction<T>(work: (client: SqlExecutor) => Promise<T>): Promise<T> {
-    const client = await this.pool().connect();
-    let broken: Error | undefined;
-    const onError = (error: Error) => (broken ??= error);
-    client.on('error', onError);
+    const client = await this.bounds.checkout(this.pool());
+    let failed: Error | undefined;
     try {
-      await client.query('BEGIN');
-      const result = await work(client);
-      await client.query('COMMIT');
+      await client.sql.query('BEGIN');
+      const result = await work(client.sql);
+      await client.sql.query('COMMIT');
       return result;
     } catch (error) {
-      if (!broken) await client.query('ROLLBACK').catch((rollback: Error) => (broken ??= rollback));
+      if (!client.broken) await client.sql.query('ROLLBACK').catch((rollback: Error) => (failed = rollback));
       throw error;
     } finally {
-      client.removeListener('error', onError);
-      client.release(broken);
+      client.release(failed);
     }
+  }
+
+  /**
+   * The bounds for connections the library opens itself (not the host's pool, whose settings stay
+   * the host's): a connect or a statement that a frozen server never answers would otherwise hold
+   * the renewal pool's one connection, or the LISTEN reconnect loop, until the server resumes.
+   * Values the host set on its pool win.
+   */
+  private ownConnectionBounds(): Pick<pg.ClientConfig, 'connectionTimeoutMillis' | 'query_timeout'> {
+    const host = this.pool().options;
+    return {
+      connectionTimeoutMillis: host.connectionTimeoutMillis || this.options.checkoutTimeoutMs,
+      query_timeout: host.query_timeout || this.options.queryTimeoutMs,
+    };
   }
 
   private dedicatedPool(): pg.Pool {
     if (!this.dedicated) {
-      const pool = new pg.Pool({ ...this.pool().options, max: 1, min: 0 });
+      const pool = new pg.Pool({ ...this.pool().options, max: 1, min: 0, ...this.ownConnectionBounds() });
       // An idle client's connection can end at any time (a database restart); pg then emits
       // 'error' on the pool, and the pool discards that client itself.
       pool.on('error', (error) => this.logger.warn(`renewal connection lost: ${errorMessage(error)}; the next renewal opens a new one`));

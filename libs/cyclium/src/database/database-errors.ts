@@ -17,8 +17,20 @@ export function errorCode(error: unknown): string | undefined {
 /** Node's socket errors when the server cannot be reached or went away. */
 const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
 
-/** pg's own words for a connection that ended under a query, or a pool that could not get one in time. */
-const PG_MESSAGES = [/Connection terminated/i, /connection timeout/i, /timeout exceeded when trying to connect/i, /Client has encountered a connection error/i];
+/**
+ * pg's own words for a connection that ended under a query, a pool that could not get one in time,
+ * or a query that got no answer within its `query_timeout`.
+ */
+const PG_MESSAGES = [
+  /Connection terminated/i,
+  /connection timeout/i,
+  /timeout exceeded when trying to connect/i,
+  /Client has encountered a connection error/i,
+  /Query read timeout/,
+];
+
+/** By name too, for an error from another copy of this module. */
+const UNAVAILABLE_NAMES = new Set<unknown>(['DatabaseUnavailableError', 'DatabaseTimeoutError', 'PublishQueueFullError']);
 
 /**
  * True when `error` says the database is away (unreachable, restarting, shutting down, out of
@@ -26,7 +38,7 @@ const PG_MESSAGES = [/Connection terminated/i, /connection timeout/i, /timeout e
  */
 export function isDatabaseUnavailable(error: unknown): boolean {
   for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
-    if (current instanceof DatabaseUnavailableError || (current as { name?: unknown }).name === 'DatabaseUnavailableError') return true;
+    if (current instanceof DatabaseUnavailableError || UNAVAILABLE_NAMES.has((current as { name?: unknown }).name)) return true;
     const code = (current as { code?: unknown }).code;
     if (typeof code === 'string') {
       // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect now; 53300: too many connections.
@@ -41,13 +53,41 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return false;
 }
 
-/** The database could not be reached to do what was asked; nothing was written. Retry later. */
+/**
+ * The database could not be reached, or did not answer in time (`checkoutTimeoutMs`,
+ * `queryTimeoutMs`), to do what was asked. Answer 503 and retry later.
+ *
+ * Whether a write took effect is **unknown**: a statement that timed out, or whose connection broke
+ * under it, may have committed before the answer was lost (or may still run once a frozen server
+ * resumes). Retrying the same request is safe where the library makes it idempotent: a publish
+ * with the same `eventId` is stored once (an identical one is accepted again, not duplicated),
+ * and a trigger with the same `dedupeKey` starts no second episode while the first is not
+ * archived (the retry answers `duplicate`). Without an `eventId` or `dedupeKey` a retry may
+ * store the event or start the episode twice.
+ */
 export class DatabaseUnavailableError extends Error {
   override readonly name: string = 'DatabaseUnavailableError';
 
   constructor(what: string, cause: unknown) {
     super(`${what}: the database is unavailable (${errorMessage(cause)})`, { cause });
   }
+}
+
+/**
+ * The library's own bound ran out (`checkoutTimeoutMs`, `queryTimeoutMs`): the caller already
+ * waited as long as it may, so work queued behind this call should not wait the same again.
+ */
+export class DatabaseTimeoutError extends DatabaseUnavailableError {
+  override readonly name: string = 'DatabaseTimeoutError';
+}
+
+/** True when `error`, or one it wraps, is a DatabaseTimeoutError. */
+export function isDatabaseTimeout(error: unknown): boolean {
+  for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
+    if (current instanceof DatabaseTimeoutError) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 /**

@@ -91,6 +91,19 @@ export interface CycliumOptions {
   triggerRequestTtlMs?: number;
   /** Name of the host's TypeORM DataSource; the default one when unset. */
   dataSource?: string;
+  /**
+   * How long the library waits for a connection from the pool before its call fails with
+   * `DatabaseUnavailableError` (nothing was sent). Raced on the client side: the pool's own
+   * settings, and the host's queries, are left as they are. Default 10 000.
+   */
+  checkoutTimeoutMs?: number;
+  /**
+   * How long the library waits for the answer to one of its own statements before the call fails
+   * with `DatabaseUnavailableError` and the connection is discarded. Client-side, so it also fires
+   * when the server stops answering altogether; whether a timed-out write took effect is unknown.
+   * Default 30 000.
+   */
+  queryTimeoutMs?: number;
   /** How often this node refreshes `cyclium_nodes.last_seen_at`. Default 15 000. */
   nodeBeatIntervalMs?: number;
   /**
@@ -133,6 +146,8 @@ export interface ResolvedCycliumOptions {
   triggerPollSourceEnv: string | null;
   triggerRequestTtlMs: number;
   dataSource: string | undefined;
+  checkoutTimeoutMs: number;
+  queryTimeoutMs: number;
   nodeBeatIntervalMs: number;
   workflowEngine: boolean;
   deliveryTimeoutMs: number;

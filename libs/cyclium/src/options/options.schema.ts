@@ -198,6 +198,16 @@ export class CycliumOptionsSchema {
   @IsString({ message: 'dataSource must be the name of a TypeORM DataSource' })
   dataSource?: unknown;
 
+  @defined('checkoutTimeoutMs')
+  @IsInt(positiveMs('checkoutTimeoutMs'))
+  @Min(1, positiveMs('checkoutTimeoutMs'))
+  checkoutTimeoutMs?: unknown;
+
+  @defined('queryTimeoutMs')
+  @IsInt(positiveMs('queryTimeoutMs'))
+  @Min(1, positiveMs('queryTimeoutMs'))
+  queryTimeoutMs?: unknown;
+
   @defined('nodeBeatIntervalMs')
   @IsInt(positiveMs('nodeBeatIntervalMs'))
   @Min(1, positiveMs('nodeBeatIntervalMs'))
