@@ -1,4 +1,6 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { UnknownActorError } from '../actors/unknown-actor.error.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
@@ -27,6 +29,7 @@ export class Mode {
   constructor(
     @Inject(CYCLIUM_OPTIONS) options: ResolvedCycliumOptions,
     private readonly identity: NodeIdentity,
+    private readonly registry: ActorRegistry,
   ) {
     this.nodeMode = options.mode;
   }
@@ -53,9 +56,15 @@ export class Mode {
     return () => this.listeners.delete(listener);
   }
 
+  /** Throws UnknownActorError for an actor this node does not host: a typo would otherwise change nothing, silently. */
   setActorOverride(actorId: string, mode: CycliumMode): void {
     if (typeof actorId !== 'string' || actorId === '') throw new CycliumConfigError(['Mode.setActorOverride: actorId must be a non-empty string']);
-    this.overrides.set(actorId, checked(mode, 'Mode.setActorOverride'));
+    const checkedMode = checked(mode, 'Mode.setActorOverride');
+    // declares() runs the registry's discovery first, should this be called before its init.
+    if (!this.registry.declares(actorId) || !this.registry.get(actorId)) {
+      throw new UnknownActorError(actorId, 'Mode.setActorOverride', this.registry.all().map((actor) => actor.id));
+    }
+    this.overrides.set(actorId, checkedMode);
   }
 
   clearActorOverride(actorId: string): void {
