@@ -29,7 +29,7 @@ class SingleSlotActor {
   }
 }
 
-describe('a queued episode whose claim is held elsewhere', () => {
+describe('a queue head that cannot be taken: its claim held elsewhere, or its cancel under way', () => {
   const database = useDatabase();
   let app: INestApplicationContext;
 
