@@ -195,7 +195,9 @@ export class EpisodeRunner implements OnModuleInit {
       hold,
       history: resumed ? this.history(episode.id) : { checkpoints: new Map(), nextJournalNo: 1 },
       budget: expectation?.options.budget,
-      writeStep: (record) => this.steps.write(episode.id, ownership, record),
+      // Stamped by the drain, whose marker takes the next journal position before the claim goes:
+      // a step that ends meanwhile writes nothing, as it would once the claim is released.
+      writeStep: (record) => (this.interrupted.has(episode.id) ? Promise.resolve('not_owner' as const) : this.steps.write(episode.id, ownership, record)),
     });
     this.running.set(episode.id, context);
     try {
