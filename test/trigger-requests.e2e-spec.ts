@@ -64,6 +64,7 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
       boot('trigger-solo-1', 'trigger_only', 'solo'),
       boot('trigger-solo-2', 'trigger_only', 'solo'),
       boot('switcher', 'trigger_only', 'sw', 600_000),
+      boot('actor-switcher', 'trigger_only', 'sw-actor', 600_000),
     ]);
   });
 
@@ -111,23 +112,26 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     expect(mode.of('deferable')).toBe('full');
   });
 
-  it('a node switched from trigger_only to full takes its backlog at once: its own queue, and what it deferred meanwhile', async () => {
-    const node = app('switcher');
+  it.each([
+    ['a node', 'switcher', (mode: Mode) => mode.set('full')],
+    ['an actor', 'actor-switcher', (mode: Mode) => mode.setActorOverride('deferrable', 'full')],
+  ])('%s switched from trigger_only to full takes its backlog at once: its own queue, and what it deferred meanwhile', async (_, id, toFull) => {
+    const node = app(id);
     const queued = await node.get(Episodes).create({
       actorId: 'deferrable',
       expectationId: 'job',
-      payload: { tag: 'switch-queued' },
+      payload: { tag: `${id}-queued` },
       status: 'queued',
-      ownerNode: 'switcher',
+      ownerNode: id,
     });
-    const deferred = await defer('switcher', 'switch-deferred');
-    node.get(Mode).set('full');
+    const deferred = await defer(id, `${id}-deferred`);
+    toFull(node.get(Mode));
     await waitFor(
       'both to run on the switched node',
       async () => (await episodeRow(queued.id)).status === 'done' && (await episodeRow(deferred.episode.id)).status === 'done',
       5_000,
     );
-    expect(ranOn).toEqual(expect.arrayContaining(['switch-queued@switcher', 'switch-deferred@switcher']));
+    expect(ranOn).toEqual(expect.arrayContaining([`${id}-queued@${id}`, `${id}-deferred@${id}`]));
   });
 
   it('a request deferred in an env with no full node expires on the trigger-only nodes there, once', async () => {

@@ -73,7 +73,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private readonly runs = new Set<Promise<void>>();
   private readonly starts = new Set<Promise<unknown>>();
   private accepting = true;
-  private offModeChange: (() => void) | undefined;
+  private readonly offModeChanges: Array<() => void> = [];
 
   constructor(
     private readonly registry: ActorRegistry,
@@ -88,20 +88,31 @@ export class ActorSlots implements OnApplicationBootstrap {
 
   /**
    * A node that restarts under the same identity finds its backlog in the table and runs it; so
-   * does a node switched to full at runtime (its queue from before, kept while it ran nothing).
+   * does a node (or an actor) switched to full at runtime: its queue from before, kept while it ran nothing.
    */
   async onApplicationBootstrap(): Promise<void> {
-    this.offModeChange = this.mode.onChange((mode) => {
-      if (mode !== 'full') return;
-      this.pickUpBacklog().catch((error: unknown) =>
-        this.logger.warn(`could not read this node's queue after the switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`),
-      );
-    });
-    if (this.mode.current === 'full') await this.pickUpBacklog();
+    this.offModeChanges.push(
+      this.mode.onChange((mode) => {
+        if (mode === 'full') this.pickUpBacklogSoon();
+      }),
+      this.mode.onActorChange((actorId) => {
+        if (this.mode.of(actorId) === 'full') this.pickUpBacklogSoon(actorId);
+      }),
+    );
+    await this.pickUpBacklog();
   }
 
-  private async pickUpBacklog(): Promise<void> {
-    for (const actorId of await this.queue.actorsWithQueued(this.identity.name())) this.noteQueued(actorId);
+  /** Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this node's queue. */
+  private async pickUpBacklog(actorId?: string): Promise<void> {
+    for (const queued of await this.queue.actorsWithQueued(this.identity.name())) {
+      if ((actorId === undefined || queued === actorId) && this.mode.of(queued) === 'full') this.noteQueued(queued);
+    }
+  }
+
+  private pickUpBacklogSoon(actorId?: string): void {
+    this.pickUpBacklog(actorId).catch((error: unknown) =>
+      this.logger.warn(`could not read this node's queue after a switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`),
+    );
   }
 
   /** Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit. */
@@ -240,7 +251,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   /** The drain: nothing new starts here from now on. */
   stopAccepting(): void {
     this.accepting = false;
-    this.offModeChange?.();
+    for (const off of this.offModeChanges.splice(0)) off();
   }
 
   /** Resolves once every start under way (insert, dequeue, restart) has either launched its run or given up. */

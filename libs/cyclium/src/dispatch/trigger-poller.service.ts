@@ -42,8 +42,8 @@ type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } |
  * took some leaves running episodes, which recovery restarts like any other. Requests pending
  * longer than `triggerRequestTtlMs` expire, and their episodes fail with the reason: on every node
  * that is not disabled, whatever it hosts, so an env with no full node (or none that hosts the
- * actor) still sees its requests end. The mode is read at every tick: a node switched away from
- * full takes nothing until it is switched back, and the switch back polls at once.
+ * actor) still sees its requests end. The mode is read at every tick, per actor: an actor switched
+ * away from full is taken for nothing until it is switched back, and the switch back polls at once.
  */
 @Injectable()
 export class TriggerPoller implements OnApplicationBootstrap {
@@ -75,9 +75,13 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const offMode = this.mode.onChange((mode) => {
       if (mode === 'full') this.polls.request();
     });
+    const offActor = this.mode.onActorChange((actorId) => {
+      if (this.mode.of(actorId) === 'full') this.polls.request();
+    });
     this.unsubscribe = () => {
       offWake();
       offMode();
+      offActor();
     };
     const timer = setInterval(() => this.polls.request(), this.options.triggerPollIntervalMs);
     timer.unref();
@@ -103,11 +107,10 @@ export class TriggerPoller implements OnApplicationBootstrap {
   }
 
   private async poll(): Promise<void> {
-    const mode = this.mode.current;
-    if (mode === 'disabled' || !this.slots.open) return;
+    if (this.mode.current === 'disabled' || !this.slots.open) return;
     try {
       await this.expireOld();
-      if (mode !== 'full') return this.outage.succeeded();
+      // Per actor: a trigger-only node takes requests for an actor switched to full on its own.
       const free = new Map(
         this.registry
           .all()
