@@ -141,7 +141,7 @@ export class TriggerRequests {
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
                       WHERE status = 'pending' AND source_env IS NOT DISTINCT FROM $2::text
                         AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
-                      FOR UPDATE SKIP LOCKED)
+                      FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,
       [ttl, env],
     );
