@@ -8,6 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { ActorSlots } from '../libs/cyclium/src/actors/actor-slots.service.js';
 import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
@@ -93,6 +94,8 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
   it('a dequeue that races a cancel of the queue head takes the row behind it', async () => {
     const episodes = app.get(Episodes);
     const idOf = (result: Awaited<ReturnType<Episodes['trigger']>>) => ('episode' in result ? result.episode.id : '');
+    // The last run's row is done a moment before its slot is given back.
+    await waitFor('the slot to be free', () => app.get(ActorSlots).free('single') === 1);
     const running = await episodes.trigger('single', 'work', { gated: false, headRace: true });
     const head = await episodes.trigger('single', 'work', { gated: false }, { dedupeKey: 'race-head' });
     const behind = await episodes.trigger('single', 'work', { gated: false }, { dedupeKey: 'race-behind' });
