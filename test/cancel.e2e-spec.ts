@@ -9,6 +9,8 @@ import { waitFor } from './support/wait-for.js';
 const steps: string[] = [];
 let entered: (() => void) | undefined;
 let release: (() => void) | undefined;
+let enteredStepless: (() => void) | undefined;
+let releaseStepless: (() => void) | undefined;
 
 @Injectable()
 @Actor({ id: 'cancellable' })
@@ -21,6 +23,14 @@ class CancellableActor {
       await new Promise<void>((resolve) => (release = resolve));
     });
     await ep.step('second', () => void steps.push('second'));
+  }
+
+  /** Takes no step: nothing in its run reads the cancel flag back on the way. */
+  @Expectation({ id: 'stepless', trigger: 'manual' })
+  async stepless(): Promise<{ summary: string }> {
+    enteredStepless?.();
+    await new Promise<void>((resolve) => (releaseStepless = resolve));
+    return { summary: 'ran to its end' };
   }
 }
 
@@ -38,7 +48,21 @@ describe('cancel is durable', () => {
 
   afterAll(async () => {
     release?.();
+    releaseStepless?.();
     await Promise.all([a?.close(), b?.close()]);
+  });
+
+  it('a cancel that no bus message brings to a run that takes no step still ends it canceled, not done', async () => {
+    const inside = new Promise<void>((resolve) => (enteredStepless = resolve));
+    const started = await a.get(Episodes).trigger('cancellable', 'stepless', {});
+    const id = (started as { episode: { id: string } }).episode.id;
+    await inside;
+    // From env rc: its message goes over rc's channel, which node-a does not hear.
+    expect(await b.get(Episodes).cancel(id)).toBe('requested');
+    releaseStepless?.();
+    await waitFor('the episode to end', async () => (await a.get(Episodes).get(id))?.status !== 'running');
+    // The method had already run (no step to stop it before): the cancel still decides the end.
+    expect(await a.get(Episodes).get(id)).toMatchObject({ status: 'canceled', errorClass: 'canceled', summary: null });
   });
 
   it('a cancel sent while the running node hears no bus at all still stops it before its next step, across envs', async () => {

@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it, jest } from '@jest/globals';
 import { Injectable, Logger, type INestApplicationContext } from '@nestjs/common';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Actor, Episodes, Expectation, LocalBus, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Episodes, Expectation, LocalBus, onCyclium, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { ActorSlots } from '../libs/cyclium/src/actors/actor-slots.service.js';
 import { LeaseRenewer } from '../libs/cyclium/src/claims/lease-renewer.service.js';
 import { EpisodeJournal } from '../libs/cyclium/src/episodes/episode-journal.js';
 import { startCycliumApp } from './support/cyclium-app.js';
@@ -20,6 +21,26 @@ class BurstActor {
   }
 }
 
+const resumedInSecond: string[] = [];
+let openResumed: () => void = () => undefined;
+const resumedGate = new Promise<void>((resolve) => (openResumed = resolve));
+
+@Injectable()
+@Actor({ id: 'relay' })
+class RelayActor {
+  @Expectation({ id: 'work', trigger: 'manual', recoveryPolicy: 'restart' })
+  async work(ep: EpisodeContext<{ hold?: boolean }>): Promise<void> {
+    await ep.step('first', () => 'one');
+    await ep.step('second', async ({ signal }) => {
+      if (!ep.trigger.payload.hold) return 'two';
+      if (!ep.resumed) return new Promise<string>((resolve) => signal.addEventListener('abort', () => resolve('aborted')));
+      resumedInSecond.push(ep.episode.id);
+      await resumedGate;
+      return 'two';
+    });
+  }
+}
+
 describe('the drain, racing what is starting and what peers write', () => {
   const database = useDatabase();
   const apps: INestApplicationContext[] = [];
@@ -29,12 +50,25 @@ describe('the drain, racing what is starting and what peers write', () => {
     await Promise.all(apps.splice(0).map((app) => app.close().catch(() => undefined)));
   });
 
-  const start = (id: string) =>
+  // Recovery sweeps only when a test asks (the first scheduled one is 2 min away), with staleness as long.
+  const start = (id: string, workClaimsLeaseSeconds = 6) =>
     startCycliumApp({
       url: database.url,
-      cyclium: { nodeIdentity: id, workClaims: 'postgres', workClaimsLeaseSeconds: 6, bus: new LocalBus(), episodeShutdownMs: 300 },
-      providers: [BurstActor],
+      cyclium: { nodeIdentity: id, workClaims: 'postgres', workClaimsLeaseSeconds, bus: new LocalBus(), episodeShutdownMs: 300 },
+      providers: [BurstActor, RelayActor],
     }).then((app) => (apps.push(app), app));
+  const close = async (app: INestApplicationContext) => {
+    await app.close();
+    apps.splice(apps.indexOf(app), 1);
+  };
+  const row = async (id: string) => (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
+  const waiters = async (event: string) =>
+    (
+      await database.db.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = $1 AND datname = current_database()`,
+        [event],
+      )
+    ).rows[0].n as number;
 
   it('a shutdown during a burst of triggers stamps every episode begun on the node, and reports no renew_failed', async () => {
     const app = await start('node-burst');
@@ -116,5 +150,93 @@ describe('the drain, racing what is starting and what peers write', () => {
       await database.db.query(`SELECT lease_until <= now() AS released FROM cyclium_work_claims WHERE dedupe_key = $1`, [`episode:${id}`])
     ).rows;
     expect(claim).toEqual([{ released: true }]);
+  });
+
+  it('a restart handed over while the node drains is stamped and released by the drain: a peer restarts it at once', async () => {
+    // A long lease: the peer cannot be served by the claim lapsing within the test.
+    const draining = await start('node-handing', 30);
+    const peer = await start('node-taking', 30);
+    const orphan = await draining.get(Episodes).create({
+      actorId: 'relay',
+      expectationId: 'work',
+      startedAt: new Date(Date.now() - 600_000),
+      ownerNode: 'node-gone',
+    });
+    const locker = await database.db.connect();
+    let sweeping: Promise<unknown> | undefined;
+    let closing: Promise<void> | undefined;
+    try {
+      // The sweep takes the orphan's claim, then waits on its row: it hands the restart over only
+      // once the drain has begun.
+      await locker.query('BEGIN');
+      await locker.query(`SELECT 1 FROM cyclium_episodes WHERE id = $1 FOR UPDATE`, [orphan.id]);
+      sweeping = draining.get(Recovery).sweep();
+      await waitFor('the sweep to wait on the row', async () => (await waiters('transactionid')) + (await waiters('tuple')) >= 1);
+      closing = close(draining);
+      await waitFor('the drain to begin', () => !draining.get(ActorSlots).open);
+      await locker.query('COMMIT');
+      expect(await sweeping).toMatchObject({ restarted: 1 });
+      await closing;
+    } finally {
+      await locker.query('ROLLBACK').catch(() => undefined);
+      locker.release();
+      await Promise.allSettled([sweeping, closing]);
+    }
+    expect(await row(orphan.id)).toMatchObject({ status: 'running', phase: 'interrupted' });
+    await waitFor(
+      'the peer to restart and finish it',
+      async () => {
+        await peer.get(Recovery).sweep();
+        return (await row(orphan.id)).status === 'done';
+      },
+      5_000,
+    );
+    expect(await row(orphan.id)).toMatchObject({ owner_node: 'node-taking' });
+  });
+
+  it('the drain journals its marker before it releases the claim: a peer that takes over never collides with it', async () => {
+    const draining = await start('node-leaving', 30);
+    const peer = await start('node-staying', 30);
+    const started = await draining.get(Episodes).trigger('relay', 'work', { hold: true });
+    const id = (started as { episode: { id: string } }).episode.id;
+    await waitFor('the episode to be in its second step', async () => (await draining.get(Episodes).steps(id)).length === 1);
+    // The drain's marker waits on a lock the test holds, so a peer gets every chance to start before it lands.
+    await database.db.query(`
+      CREATE FUNCTION hold_interrupted() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF NEW.name = 'interrupted' THEN PERFORM pg_advisory_xact_lock_shared(7131); END IF;
+        RETURN NEW;
+      END $$`);
+    await database.db.query(`CREATE TRIGGER hold_interrupted BEFORE INSERT ON cyclium_episode_steps FOR EACH ROW EXECUTE FUNCTION hold_interrupted()`);
+    const holder = await database.db.connect();
+    let closing: Promise<void> | undefined;
+    try {
+      await holder.query('SELECT pg_advisory_lock(7131)');
+      closing = close(draining);
+      await waitFor('the marker to wait', async () => (await waiters('advisory')) >= 1);
+      const swept = await peer.get(Recovery).sweep();
+      // Had the peer got in, its run has read the journal's next position by the time it is in step two.
+      if (swept.restarted > 0) await waitFor('the peer to be in its second step', () => resumedInSecond.includes(id));
+      await holder.query('SELECT pg_advisory_unlock(7131)');
+      await closing;
+    } finally {
+      await holder.query('SELECT pg_advisory_unlock_all()').catch(() => undefined);
+      holder.release();
+      await closing?.catch(() => undefined);
+      await database.db.query(`DROP TRIGGER hold_interrupted ON cyclium_episode_steps; DROP FUNCTION hold_interrupted()`);
+    }
+    await waitFor(
+      'the peer to restart it',
+      async () => {
+        if ((await row(id)).owner_node !== 'node-staying') await peer.get(Recovery).sweep();
+        return (await row(id)).owner_node === 'node-staying';
+      },
+      5_000,
+    );
+    openResumed();
+    await waitFor('the episode to end', async () => (await row(id)).status !== 'running');
+    expect(await row(id)).toMatchObject({ status: 'done', owner_node: 'node-staying' });
+    const journal = await peer.get(Episodes).steps(id);
+    expect(journal.map((s) => s.name)).toEqual(['first', 'interrupted', 'resumed', 'second']);
   });
 });

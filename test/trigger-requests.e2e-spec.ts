@@ -10,6 +10,7 @@ import {
   Mode,
   Recovery,
   TriggerRequests,
+  UnknownActorError,
   type EpisodeContext,
 } from '@cyclium/nestjs';
 import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
@@ -38,7 +39,7 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
 
   beforeAll(async () => {
     bus.subscribe<(typeof failedEvents)[number]>('episode.failed', (event) => void failedEvents.push(event.payload));
-    const boot = (id: string, mode: 'full' | 'trigger_only', env: string | null) =>
+    const boot = (id: string, mode: 'full' | 'trigger_only', env: string | null, triggerPollIntervalMs = 100) =>
       startCycliumApp({
         url: database.url,
         cyclium: {
@@ -47,7 +48,7 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
           env,
           workClaims: 'postgres',
           bus,
-          triggerPollIntervalMs: 100,
+          triggerPollIntervalMs,
           triggerRequestTtlMs: TTL_MS,
           recovery: { onBoot: false, staleAfterMs: 1_000 },
         },
@@ -58,6 +59,12 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
       boot('full-rc', 'full', 'rc'),
       boot('trigger-default', 'trigger_only', null),
       boot('trigger-rc', 'trigger_only', 'rc'),
+      // Envs with no full node: one whose requests only trigger-only nodes can expire, two of them
+      // at once; one whose node is switched to full, polling so rarely that only the switch explains a prompt run.
+      boot('trigger-solo-1', 'trigger_only', 'solo'),
+      boot('trigger-solo-2', 'trigger_only', 'solo'),
+      boot('switcher', 'trigger_only', 'sw', 600_000),
+      boot('actor-switcher', 'trigger_only', 'sw-actor', 600_000),
     ]);
   });
 
@@ -82,11 +89,57 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     expect(mode.of('other')).toBe('full');
     expect(mode.status().overrides).toEqual({ deferrable: 'trigger_only' });
     mode.clearActorOverride('deferrable');
-    mode.setActorOverride('a', 'disabled');
+    mode.setActorOverride('deferrable', 'disabled');
     mode.clearAllOverrides();
     expect(mode.status().overrides).toEqual({});
     expect(() => mode.set('sideways' as never)).toThrow(CycliumConfigError);
     expect(mode.current).toBe('full');
+  });
+
+  it('Mode.setActorOverride refuses an actor this node does not host, naming it, and keeps the overrides as they were', () => {
+    const mode = app('full-default').get(Mode);
+    const refusal = (() => {
+      try {
+        mode.setActorOverride('deferable', 'disabled');
+      } catch (error) {
+        return error;
+      }
+    })();
+    expect(refusal).toBeInstanceOf(UnknownActorError);
+    expect(refusal).toMatchObject({ name: 'UnknownActorError', actorId: 'deferable' });
+    expect((refusal as Error).message).toBe('Mode.setActorOverride: no actor "deferable" is hosted on this node (hosted: deferrable)');
+    expect(mode.status().overrides).toEqual({});
+    expect(mode.of('deferable')).toBe('full');
+  });
+
+  it.each([
+    ['a node', 'switcher', (mode: Mode) => mode.set('full')],
+    ['an actor', 'actor-switcher', (mode: Mode) => mode.setActorOverride('deferrable', 'full')],
+  ])('%s switched from trigger_only to full takes its backlog at once: its own queue, and what it deferred meanwhile', async (_, id, toFull) => {
+    const node = app(id);
+    const queued = await node.get(Episodes).create({
+      actorId: 'deferrable',
+      expectationId: 'job',
+      payload: { tag: `${id}-queued` },
+      status: 'queued',
+      ownerNode: id,
+    });
+    const deferred = await defer(id, `${id}-deferred`);
+    toFull(node.get(Mode));
+    await waitFor(
+      'both to run on the switched node',
+      async () => (await episodeRow(queued.id)).status === 'done' && (await episodeRow(deferred.episode.id)).status === 'done',
+      5_000,
+    );
+    expect(ranOn).toEqual(expect.arrayContaining([`${id}-queued@${id}`, `${id}-deferred@${id}`]));
+  });
+
+  it('a request deferred in an env with no full node expires on the trigger-only nodes there, once', async () => {
+    const lonely = await defer('trigger-solo-1', 'lonely');
+    await waitFor('the TTL to expire it', async () => (await requestsOf(lonely.episode.id))[0]?.status === 'expired', TTL_MS * 6, 100);
+    expect(await episodeRow(lonely.episode.id)).toMatchObject({ status: 'failed', error_class: 'trigger_request_expired' });
+    await waitFor('its terminal event', () => failedEvents.some((e) => e.episodeId === lonely.episode.id));
+    expect(failedEvents.filter((e) => e.episodeId === lonely.episode.id)).toHaveLength(1);
   });
 
   it('a disabled node fires nothing: a manual trigger is refused and writes no row', async () => {

@@ -59,6 +59,7 @@ export type {
 export { Actor, type ActorOptions, type OverflowPolicy } from './actors/actor.decorator.js';
 export { Expectation, type ExpectationOptions, type FilterValue, type Trigger } from './actors/expectation.decorator.js';
 export { ActorDefinitionError } from './actors/actor-definition.error.js';
+export { UnknownActorError } from './actors/unknown-actor.error.js';
 export type { DispatchResult } from './dispatch/dispatch-result.js';
 export { Mode, type ModeStatus } from './dispatch/mode.service.js';
 export { TriggerRequests } from './dispatch/trigger-requests.service.js';

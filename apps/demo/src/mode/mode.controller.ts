@@ -1,5 +1,5 @@
 import { BadRequestException, Body, Controller, Get, HttpCode, Post } from '@nestjs/common';
-import { CycliumConfigError, Mode, type CycliumMode } from '@cyclium/nestjs';
+import { CycliumConfigError, Mode, UnknownActorError, type CycliumMode } from '@cyclium/nestjs';
 
 interface ModeRequest {
   /** The node-wide mode. */
@@ -35,7 +35,7 @@ export class ModeController {
         else this.mode.setActorOverride(actorId, value as CycliumMode);
       }
     } catch (error) {
-      if (error instanceof CycliumConfigError) throw new BadRequestException(error.message);
+      if (error instanceof CycliumConfigError || error instanceof UnknownActorError) throw new BadRequestException(error.message);
       throw error;
     }
     return this.mode.status();

@@ -6,6 +6,7 @@ import type { EpisodeQueue } from '../episodes/episode-queue.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
 import type { EventOutbox } from '../bus/event-outbox.service.js';
 import type { WorkClaims } from '../claims/work-claims.service.js';
+import { Mode } from '../dispatch/mode.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
 import type { ActorRegistry } from './actor-registry.service.js';
@@ -24,15 +25,17 @@ function slotsWithManualQueue() {
     beginFromPeer: () => new Promise<BeginResult>((resolve) => takes.push(resolve)),
     run: () => new Promise<void>((resolve) => runs.push(resolve)),
   };
+  const registry = { get: () => actor } as unknown as ActorRegistry;
+  const identity = new NodeIdentity(options);
   const slots = new ActorSlots(
-    { get: () => actor } as unknown as ActorRegistry,
+    registry,
     runner as unknown as EpisodeRunner,
     {} as EpisodeStore,
     {} as EpisodeQueue,
     {} as WorkClaims,
-    new NodeIdentity(options),
+    identity,
     {} as EventOutbox,
-    options,
+    new Mode(options, identity, registry),
   );
   return { slots, dequeues, takes, runs };
 }

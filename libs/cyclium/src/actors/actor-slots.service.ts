@@ -1,17 +1,16 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../claims/work-claims.service.js';
-import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { errorMessage } from '../database/database-errors.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeRunner, type BeginResult } from '../episodes/episode-runner.service.js';
 import { EpisodeQueue } from '../episodes/episode-queue.js';
 import { EpisodeStore, claimKeyOf, type NewEpisode } from '../episodes/episode-store.js';
+import { Mode } from '../dispatch/mode.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
-import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { ActorDefinitionError } from './actor-definition.error.js';
 import { ActorRegistry } from './actor-registry.service.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
@@ -74,6 +73,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private readonly runs = new Set<Promise<void>>();
   private readonly starts = new Set<Promise<unknown>>();
   private accepting = true;
+  private readonly offModeChanges: Array<() => void> = [];
 
   constructor(
     private readonly registry: ActorRegistry,
@@ -83,13 +83,36 @@ export class ActorSlots implements OnApplicationBootstrap {
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
     private readonly events: EventOutbox,
-    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+    private readonly mode: Mode,
   ) {}
 
-  /** A node that restarts under the same identity finds its backlog in the table and runs it. */
+  /**
+   * A node that restarts under the same identity finds its backlog in the table and runs it; so
+   * does a node (or an actor) switched to full at runtime: its queue from before, kept while it ran nothing.
+   */
   async onApplicationBootstrap(): Promise<void> {
-    if (this.options.mode !== 'full') return;
-    for (const actorId of await this.queue.actorsWithQueued(this.identity.name())) this.noteQueued(actorId);
+    this.offModeChanges.push(
+      this.mode.onChange((mode) => {
+        if (mode === 'full') this.pickUpBacklogSoon();
+      }),
+      this.mode.onActorChange((actorId) => {
+        if (this.mode.of(actorId) === 'full') this.pickUpBacklogSoon(actorId);
+      }),
+    );
+    await this.pickUpBacklog();
+  }
+
+  /** Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this node's queue. */
+  private async pickUpBacklog(actorId?: string): Promise<void> {
+    for (const queued of await this.queue.actorsWithQueued(this.identity.name())) {
+      if ((actorId === undefined || queued === actorId) && this.mode.of(queued) === 'full') this.noteQueued(queued);
+    }
+  }
+
+  private pickUpBacklogSoon(actorId?: string): void {
+    this.pickUpBacklog(actorId).catch((error: unknown) =>
+      this.logger.warn(`could not read this node's queue after a switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`),
+    );
   }
 
   /** Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit. */
@@ -146,13 +169,15 @@ export class ActorSlots implements OnApplicationBootstrap {
    * Takes a restart recovery handed over with its claim: it runs under the actor's limit like a
    * fresh trigger, waits when every slot is busy (never dropped or shed), and its claim is renewed
    * meanwhile, so every peer finds it busy. One whose claim is lost while it waits is let go: it is
-   * recoverable again, by anyone.
+   * recoverable again, by anyone. One handed over once the drain began (a sweep in flight when it
+   * did) waits for the drain, which stamps it and gives its claim up in the database, like every
+   * restart still waiting: let go in memory only, it would hold peers off for a lease and more.
    */
   resume(episode: EpisodeRow, grant: AcquireResult): void {
     const actor = this.registry.get(episode.actorId);
     const hold = this.claims.hold(claimKeyOf(episode), grant);
-    if (!actor || !this.accepting) {
-      // Recovery only hands over actors this node hosts, before the drain: anything else is let go.
+    if (!actor) {
+      // Recovery only hands over actors this node hosts: anything else is let go.
       hold.release();
       return;
     }
@@ -226,6 +251,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   /** The drain: nothing new starts here from now on. */
   stopAccepting(): void {
     this.accepting = false;
+    for (const off of this.offModeChanges.splice(0)) off();
   }
 
   /** Resolves once every start under way (insert, dequeue, restart) has either launched its run or given up. */

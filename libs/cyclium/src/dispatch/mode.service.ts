@@ -1,4 +1,6 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { UnknownActorError } from '../actors/unknown-actor.error.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
@@ -23,10 +25,12 @@ export class Mode {
   private nodeMode: CycliumMode;
   private readonly overrides = new Map<string, CycliumMode>();
   private readonly listeners = new Set<(mode: CycliumMode) => void>();
+  private readonly actorListeners = new Set<(actorId: string) => void>();
 
   constructor(
     @Inject(CYCLIUM_OPTIONS) options: ResolvedCycliumOptions,
     private readonly identity: NodeIdentity,
+    private readonly registry: ActorRegistry,
   ) {
     this.nodeMode = options.mode;
   }
@@ -53,17 +57,36 @@ export class Mode {
     return () => this.listeners.delete(listener);
   }
 
+  /** Calls `listener` after each change of one actor's override (set or cleared); returns the function that stops it. */
+  onActorChange(listener: (actorId: string) => void): () => void {
+    this.actorListeners.add(listener);
+    return () => this.actorListeners.delete(listener);
+  }
+
+  /** Throws UnknownActorError for an actor this node does not host: a typo would otherwise change nothing, silently. */
   setActorOverride(actorId: string, mode: CycliumMode): void {
     if (typeof actorId !== 'string' || actorId === '') throw new CycliumConfigError(['Mode.setActorOverride: actorId must be a non-empty string']);
-    this.overrides.set(actorId, checked(mode, 'Mode.setActorOverride'));
+    const checkedMode = checked(mode, 'Mode.setActorOverride');
+    // declares() runs the registry's discovery first, should this be called before its init.
+    if (!this.registry.declares(actorId) || !this.registry.get(actorId)) {
+      throw new UnknownActorError(actorId, 'Mode.setActorOverride', this.registry.all().map((actor) => actor.id));
+    }
+    this.overrides.set(actorId, checkedMode);
+    this.actorChanged(actorId);
   }
 
   clearActorOverride(actorId: string): void {
-    this.overrides.delete(actorId);
+    if (this.overrides.delete(actorId)) this.actorChanged(actorId);
   }
 
   clearAllOverrides(): void {
+    const cleared = [...this.overrides.keys()];
     this.overrides.clear();
+    for (const actorId of cleared) this.actorChanged(actorId);
+  }
+
+  private actorChanged(actorId: string): void {
+    for (const listener of this.actorListeners) listener(actorId);
   }
 
   status(): ModeStatus {

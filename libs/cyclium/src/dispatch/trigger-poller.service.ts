@@ -40,8 +40,10 @@ type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } |
  * conditional `UPDATE … WHERE status = 'pending'`, the episode moved from deferred to running here
  * with its own claim. So a request is either still pending or done with; a node killed after it
  * took some leaves running episodes, which recovery restarts like any other. Requests pending
- * longer than `triggerRequestTtlMs` expire, and their episodes fail with the reason. The mode is
- * read at every tick: a node switched away from full polls nothing until it is switched back.
+ * longer than `triggerRequestTtlMs` expire, and their episodes fail with the reason: on every node
+ * that is not disabled, whatever it hosts, so an env with no full node (or none that hosts the
+ * actor) still sees its requests end. The mode is read at every tick, per actor: an actor switched
+ * away from full is taken for nothing until it is switched back, and the switch back polls at once.
  */
 @Injectable()
 export class TriggerPoller implements OnApplicationBootstrap {
@@ -68,8 +70,19 @@ export class TriggerPoller implements OnApplicationBootstrap {
   ) {}
 
   onApplicationBootstrap(): void {
-    if (this.registry.all().length === 0) return;
-    this.unsubscribe = this.events.subscribe(REQUEST_WAKE_EVENT, () => this.polls.request());
+    const offWake = this.events.subscribe(REQUEST_WAKE_EVENT, () => this.polls.request());
+    // What was deferred while this node ran nothing is taken at the switch, not at the next tick.
+    const offMode = this.mode.onChange((mode) => {
+      if (mode === 'full') this.polls.request();
+    });
+    const offActor = this.mode.onActorChange((actorId) => {
+      if (this.mode.of(actorId) === 'full') this.polls.request();
+    });
+    this.unsubscribe = () => {
+      offWake();
+      offMode();
+      offActor();
+    };
     const timer = setInterval(() => this.polls.request(), this.options.triggerPollIntervalMs);
     timer.unref();
     this.timer = timer;
@@ -94,9 +107,10 @@ export class TriggerPoller implements OnApplicationBootstrap {
   }
 
   private async poll(): Promise<void> {
-    if (this.mode.current !== 'full' || !this.slots.open) return;
+    if (this.mode.current === 'disabled' || !this.slots.open) return;
     try {
       await this.expireOld();
+      // Per actor: a trigger-only node takes requests for an actor switched to full on its own.
       const free = new Map(
         this.registry
           .all()

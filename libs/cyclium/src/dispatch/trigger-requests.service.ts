@@ -128,7 +128,9 @@ export class TriggerRequests {
 
   /**
    * Expires pending requests older than the TTL (by the database clock) in this node's env, with
-   * the reason; returns their episodes.
+   * the reason; returns their episodes. Every node that is not disabled runs it: a row another
+   * node is expiring (or taking) at the same moment is skipped rather than waited for, so nodes
+   * never queue up behind each other here, and each request expires once.
    */
   async expire(client: SqlExecutor, env: string | null): Promise<Array<{ episodeId: string; reason: string; id: string }>> {
     const ttl = this.options.triggerRequestTtlMs;
@@ -136,8 +138,10 @@ export class TriggerRequests {
       `UPDATE cyclium_trigger_requests
           SET status = 'expired', completed_at = now(),
               error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
-        WHERE status = 'pending' AND source_env IS NOT DISTINCT FROM $2::text
-          AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
+        WHERE id IN (SELECT id FROM cyclium_trigger_requests
+                      WHERE status = 'pending' AND source_env IS NOT DISTINCT FROM $2::text
+                        AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
+                      FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,
       [ttl, env],
     );

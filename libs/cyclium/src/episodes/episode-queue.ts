@@ -4,13 +4,23 @@ import { prepared, type SqlExecutor } from '../database/sql-executor.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode } from './episode-store.js';
 
-/** The next queued episode of one actor on one node, oldest first, moved to running; the conditional update loses to a concurrent cancel. */
+/**
+ * The oldest queued episode of one actor on one node, locked. A head that a concurrent statement
+ * is moving (a cancel, a peer's take) is waited for and re-read, and when it is no longer queued
+ * the next row is taken in its place: without the lock the statement would pick the head from its
+ * snapshot, lose it to the cancel, and answer "nothing queued" while rows wait behind it. NO KEY
+ * UPDATE is the lock the update takes anyway, so it conflicts with nothing more.
+ */
+const QUEUE_HEAD = `SELECT id FROM cyclium_episodes
+                 WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
+                 ORDER BY queued_at, id LIMIT 1
+                 FOR NO KEY UPDATE`;
+
+/** The next queued episode of one actor on one node, oldest first, moved to running. */
 const DEQUEUE = prepared(
   'episodes_dequeue',
   `UPDATE cyclium_episodes SET status = 'running', started_at = now(), updated_at = now()
-    WHERE id = (SELECT id FROM cyclium_episodes
-                 WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
-                 ORDER BY queued_at, id LIMIT 1)
+    WHERE id = (${QUEUE_HEAD})
       AND status = 'queued'
    RETURNING *`,
 );
@@ -79,8 +89,7 @@ export class EpisodeQueue {
   async cancelOldestQueued(actorId: string, owner: string, via: SqlExecutor): Promise<EpisodeRow | null> {
     const { rows } = await via.query(
       `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
-        WHERE id = (SELECT id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2
-                     ORDER BY queued_at, id LIMIT 1)
+        WHERE id = (${QUEUE_HEAD})
           AND status = 'queued'
        RETURNING *`,
       [owner, actorId],

@@ -195,7 +195,9 @@ export class EpisodeRunner implements OnModuleInit {
       hold,
       history: resumed ? this.history(episode.id) : { checkpoints: new Map(), nextJournalNo: 1 },
       budget: expectation?.options.budget,
-      writeStep: (record) => this.steps.write(episode.id, ownership, record),
+      // Stamped by the drain, whose marker takes the next journal position before the claim goes:
+      // a step that ends meanwhile writes nothing, as it would once the claim is released.
+      writeStep: (record) => (this.interrupted.has(episode.id) ? Promise.resolve('not_owner' as const) : this.steps.write(episode.id, ownership, record)),
     });
     this.running.set(episode.id, context);
     try {
@@ -207,6 +209,7 @@ export class EpisodeRunner implements OnModuleInit {
       this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', this.describe(episode));
       context.throwIfAborted();
       const result = (await expectation.handler(context)) as Convergence | undefined;
+      if (!context.wroteStep) await this.honourCancel(context);
       context.throwIfAborted();
       await this.converge(episode, ownership, result ?? {});
     } catch (error) {
@@ -218,6 +221,22 @@ export class EpisodeRunner implements OnModuleInit {
       this.running.delete(episode.id);
       this.interrupted.delete(episode.id);
       hold.release();
+    }
+  }
+
+  /**
+   * A run that wrote no step never read its cancel flag back, and its bus message can come before
+   * the run exists here (a cancel right after the begin) or not at all (another channel): the flag
+   * is read once at its end. The method has run by then; the episode still ends `canceled`, its
+   * findings and outputs unwritten, as when a cancel is heard after the last step. A read that
+   * fails leaves the end to the end write, which meets the same fault.
+   */
+  private async honourCancel(context: RunningEpisode): Promise<void> {
+    if (context.signal.aborted) return;
+    try {
+      if (await this.store.cancelRequested(context.episode.id)) context.stop(new EpisodeCanceledError(context.episode.id));
+    } catch (error) {
+      this.logger.warn(`could not read whether episode ${context.episode.id} was canceled: ${errorMessage(error)}`);
     }
   }
 

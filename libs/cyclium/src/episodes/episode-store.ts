@@ -312,6 +312,15 @@ export class EpisodeStore {
     return rows.map((r) => r.id);
   }
 
+  /** Whether a cancel was requested for the episode (a run that wrote no step reads it once, at its end). */
+  async cancelRequested(id: string): Promise<boolean> {
+    const { rows } = await this.database.sql.query<{ requested: boolean }>(
+      `SELECT cancel_requested_at IS NOT NULL AS requested FROM cyclium_episodes WHERE id = $1`,
+      [id],
+    );
+    return rows[0]?.requested === true;
+  }
+
   /** Which of `keys` a live episode holds (the dedupe index's own condition): one statement for many. */
   async heldDedupeKeys(keys: readonly string[]): Promise<Set<string>> {
     if (keys.length === 0) return new Set();

@@ -53,6 +53,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   private stepNo = 0;
   private journalNo: number | undefined;
   private history: History | undefined;
+  private wrote = false;
 
   constructor(private readonly deps: RunningEpisodeDeps) {
     this.episode = deps.episode;
@@ -70,6 +71,11 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
 
   get claimKey(): string {
     return this.deps.hold.key;
+  }
+
+  /** True once a step write of this run came back: each one read the episode's cancel flag. */
+  get wroteStep(): boolean {
+    return this.wrote;
   }
 
   /** Stops the episode before its next step (cancel, drain). The first reason wins. */
@@ -120,6 +126,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       resultJson,
       durationMs: Math.round(performance.now() - started),
     });
+    this.wrote = true;
     if (outcome === 'not_owner') {
       const lost = new ClaimLostError(this.deps.hold.key, this.fence, 'not_owner');
       this.stop(lost);

@@ -20,12 +20,16 @@ export interface DrainResult {
 /**
  * Rule 7, on shutdown: write first, then stop. Once every start under way has launched (so no
  * episode begun here escapes), it stamps every episode this node runs or holds for a restart
- * `interrupted`, releases their claims and journals one marker each — three statements, whatever
- * the number — then aborts the tasks and waits up to `episodeShutdownMs`. Releasing the claims
- * first means a task still mid-step can no longer write: its fenced write finds the lease gone.
- * The renewer stops renewing those claims before they are released, so a clean drain reports no
- * `renew_failed`. A statement that fails is logged and the drain goes on: the rest of the shutdown
- * must still happen. Peers restart stamped episodes at their next sweep, without waiting for staleness.
+ * (a restart recovery handed over after the drain began included) `interrupted`, journals one
+ * marker each and releases their claims — three statements, whatever the number — then aborts the
+ * tasks and waits up to `episodeShutdownMs`. The marker goes before the release: a peer can take an
+ * episode over only once its claim is free, so it reads the journal with the marker already in it
+ * and never has a step of its own meet the marker at the same position. A task still mid-step
+ * until the release can still checkpoint (the restart keeps that step); after it, its fenced write
+ * finds the lease gone. The renewer stops renewing those claims before they are released, so a
+ * clean drain reports no `renew_failed`. A statement that fails is logged and the drain goes on:
+ * the rest of the shutdown must still happen. Peers restart stamped episodes at their next sweep,
+ * without waiting for staleness.
  */
 @Injectable()
 export class Drainer {
@@ -61,11 +65,11 @@ export class Drainer {
     let stamped: string[] = [];
     if (ids.length > 0) {
       stamped = await this.attempt('stamp the running episodes interrupted', () => this.store.stampInterrupted(ids), []);
+      await this.attempt('journal their interrupted markers', () => this.journal.mark(stamped, 'interrupted', { node: me }), []);
       for (const episode of running) episode.stopRenewing();
       for (const restart of waiting) restart.hold.stopRenewing();
       const keys = [...running.map((r) => r.claimKey), ...waiting.map((w) => claimKeyOf(w.episode))];
       await this.attempt('release their claims', () => this.claims.releaseAll(keys, me), 0);
-      await this.attempt('journal their interrupted markers', () => this.journal.mark(stamped, 'interrupted', { node: me }), []);
     }
     for (const restart of waiting) restart.hold.release();
     for (const episode of running) episode.stop(new EpisodeInterruptedError(episode.episode.id));
