@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { bootMatrixProcess, identitiesOf, startMatrixProcess, triggerOn, type MatrixNode } from './support/matrix-node.js';
+import { bootStandby, identitiesOf, startMatrixProcess, triggerOn, type MatrixNode } from './support/matrix-node.js';
 import { waitFor } from './support/wait-for.js';
 
 /**
@@ -12,10 +12,10 @@ import { waitFor } from './support/wait-for.js';
  * mid-step. A minted identity has no "same identity" to come back under: that cell boots the same
  * node config again, which mints a new identity, with no other node in its env.
  *
- * Five processes carry the 40 nodes (test/fixtures/matrix-node.ts hosts several per process): one
- * victim process per fault (all eight cells of that fault), one process of survivors (a peer in
- * each `other` cell's env), and, once a victim process is gone, one process that brings back the
- * `same` cells' nodes of that fault.
+ * Three processes carry the 40 nodes (test/fixtures/matrix-node.ts hosts several per process; a
+ * two-core machine cannot boot 32 Nest processes in the time): one victim process per fault (all
+ * eight cells of that fault), and one with a peer in each `other` cell's env and, on standby, the
+ * `same` cells' nodes, which boot as soon as their victim process is gone.
  *
  * Every episode must be taken by its policy (journal `resumed` or `orphaned`) within
  * max(staleAfterMs, lease) + settleMs + 2 × intervalMs of the fault, by the database clock; the
@@ -68,8 +68,8 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     await Promise.all(processes.map((p) => p.stop('SIGKILL')));
   });
 
-  const start = async (nodes: MatrixNode[], standby = false) => {
-    const started = await startMatrixProcess(database.url, nodes, TIMINGS, standby);
+  const start = async (nodes: MatrixNode[]) => {
+    const started = await startMatrixProcess(database.url, nodes, TIMINGS);
     processes.push(started);
     return started;
   };
@@ -118,13 +118,16 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
   it(`every episode ends by its policy within ${BOUND_MS} ms of the fault, no checkpointed step run twice`, async () => {
     const faults: Fault[] = ['SIGKILL', 'SIGTERM'];
     const cellsOf = (fault: Fault) => CELLS.filter((c) => c.fault === fault);
-    const sameOf = (fault: Fault) => cellsOf(fault).filter((c) => c.after === 'same').map((c) => nodeOf(c, 'a'));
-    // The replacements load their code now and boot their nodes once the victim is gone.
-    const [survivors, standby, ...victims] = await Promise.all([
-      start(CELLS.filter((c) => c.after === 'other').map((c) => nodeOf(c, 'b'))),
-      Promise.all(faults.map((fault) => start(sameOf(fault), true))),
+    const sameOf = (fault: Fault) => cellsOf(fault).filter((c) => c.after === 'same');
+    // One process for the peers of the `other` cells and, on standby, the replacements of the
+    // `same` cells, which boot once the victim process is gone.
+    const [survivors, ...victims] = (await Promise.all([
+      start([
+        ...CELLS.filter((c) => c.after === 'other').map((c) => nodeOf(c, 'b')),
+        ...faults.flatMap((fault) => sameOf(fault).map((c) => ({ ...nodeOf(c, 'a'), standby: fault }))),
+      ]),
       ...faults.map((fault) => start(cellsOf(fault).map((c) => nodeOf(c, 'a')))),
-    ]);
+    ])) as [DemoNode, DemoNode, DemoNode];
     const episodes = new Map<Cell, { restart: string; fail: string }>();
     await Promise.all(
       faults.flatMap((fault, i) =>
@@ -145,14 +148,10 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
         await waitFor(`${fault} cells mid-episode`, async () => (await Promise.all(ids.map(steps))).every((s) => s.length >= 2), 20_000, 100);
         faultAt.set(fault, (await database.db.query<{ at: Date }>(`SELECT clock_timestamp() AS at`)).rows[0]!.at);
         await (victims[i] as DemoNode).stop(fault);
-        await bootMatrixProcess(standby[i] as DemoNode);
+        await bootStandby(survivors, fault, sameOf(fault).map(envOf));
       }),
     );
-    const recovererNames = Object.assign(
-      {},
-      await identitiesOf(survivors as DemoNode),
-      ...(await Promise.all(standby.map(identitiesOf))),
-    ) as Record<string, string>;
+    const recovererNames = await identitiesOf(survivors);
 
     const all = [...episodes.values()];
     await waitFor(

@@ -9,6 +9,8 @@ export interface MatrixNode {
   env: string;
   claims: 'off' | 'postgres';
   nodeId?: string;
+  /** Boots on bootStandby(process, standby) rather than with the process. */
+  standby?: string;
 }
 
 export interface MatrixTimings {
@@ -20,11 +22,8 @@ export interface MatrixTimings {
   beatMs: number;
 }
 
-/**
- * A real process of test/fixtures/matrix-node.ts hosting `nodes`, each booted before this
- * resolves; with `standby`, only loaded: its nodes boot on bootMatrixProcess.
- */
-export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: MatrixTimings, standby = false): Promise<DemoNode> {
+/** A real process of test/fixtures/matrix-node.ts hosting `nodes`, each not on standby booted before this resolves. */
+export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: MatrixTimings): Promise<DemoNode> {
   return startNodeProcess(MATRIX_NODE, url, {
     env: {
       MATRIX_NODES: JSON.stringify(nodes),
@@ -34,17 +33,19 @@ export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: Ma
       MATRIX_INTERVAL_MS: String(timings.intervalMs),
       MATRIX_STEP_MS: String(timings.stepMs),
       MATRIX_BEAT_MS: String(timings.beatMs),
-      MATRIX_STANDBY: standby ? '1' : undefined,
     },
-    ready: async (node) => (await node.get<{ status: string }>('/health')).status === (standby ? 'waiting' : 'ok'),
+    ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
   });
 }
 
-/** Boots the nodes of a process started on standby; resolves once they are all up. */
-export async function bootMatrixProcess(process: DemoNode): Promise<void> {
-  const response = await fetch(`http://127.0.0.1:${process.port}/boot`, { method: 'POST' });
-  if (response.status !== 202) throw new Error(`boot on port ${process.port}: ${response.status}`);
-  await waitFor(`the nodes on port ${process.port} to boot`, async () => (await process.get<{ status: string }>('/health')).status === 'ok', 30_000, 100);
+/** Boots the nodes of `group` (`standby: group`); resolves once each is up. */
+export async function bootStandby(process: DemoNode, group: string, envs: string[]): Promise<void> {
+  const response = await fetch(`http://127.0.0.1:${process.port}/boot/${group}`, { method: 'POST' });
+  if (response.status !== 202) throw new Error(`boot ${group} on port ${process.port}: ${response.status}`);
+  await waitFor(`the ${group} nodes on port ${process.port} to boot`, async () => {
+    const up = await identitiesOf(process);
+    return envs.every((env) => up[env] !== undefined);
+  }, 30_000, 100);
 }
 
 /** Each env's node identity in that process. */
