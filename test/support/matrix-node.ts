@@ -23,7 +23,7 @@ export interface MatrixTimings {
 }
 
 /** A real process of test/fixtures/matrix-node.ts hosting `nodes`, each not on standby booted before this resolves. */
-export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: MatrixTimings): Promise<DemoNode> {
+export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: MatrixTimings, extra: Record<string, string> = {}): Promise<DemoNode> {
   return startNodeProcess(MATRIX_NODE, url, {
     env: {
       MATRIX_NODES: JSON.stringify(nodes),
@@ -33,19 +33,22 @@ export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: Ma
       MATRIX_INTERVAL_MS: String(timings.intervalMs),
       MATRIX_STEP_MS: String(timings.stepMs),
       MATRIX_BEAT_MS: String(timings.beatMs),
+      ...extra,
     },
     ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
   });
 }
 
-/** Boots the nodes of `group` (`standby: group`); resolves once each is up. */
+/** Boots the nodes of `group` (`standby: group`); resolves once each is up, rejects with the error of a boot that failed. */
 export async function bootStandby(process: DemoNode, group: string, envs: string[]): Promise<void> {
   const response = await fetch(`http://127.0.0.1:${process.port}/boot/${group}`, { method: 'POST' });
   if (response.status !== 202) throw new Error(`boot ${group} on port ${process.port}: ${response.status}`);
-  await waitFor(`the ${group} nodes on port ${process.port} to boot`, async () => {
-    const up = await identitiesOf(process);
-    return envs.every((env) => up[env] !== undefined);
+  const failure = await waitFor(`the ${group} nodes on port ${process.port} to boot`, async () => {
+    const health = await process.get<{ nodes: Record<string, string>; failed: Record<string, string> }>('/health');
+    if (health.failed[group]) return { error: health.failed[group] };
+    return envs.every((env) => health.nodes[env] !== undefined) ? { error: null } : undefined;
   }, 30_000, 100);
+  if (failure?.error) throw new Error(failure.error);
 }
 
 /** Each env's node identity in that process. */
