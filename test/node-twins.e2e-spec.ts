@@ -21,7 +21,8 @@ describe('two live processes with the same node identity', () => {
   });
 
   const row = async () =>
-    (await database.db.query<{ boot_id: string | null }>(`SELECT boot_id FROM cyclium_nodes WHERE node_identity = 'twin'`)).rows[0];
+    (await database.db.query<{ boot_id: string | null; started_at: Date }>(`SELECT boot_id, started_at FROM cyclium_nodes WHERE node_identity = 'twin'`))
+      .rows[0];
 
   it('refuses the second at boot, naming the identity; warns instead while the first is going, and leaves it the row', async () => {
     const extra = { MATRIX_STUBBORN: '1', MATRIX_SHUTDOWN_MS: '3000' };
@@ -46,13 +47,14 @@ describe('two live processes with the same node identity', () => {
     await waitFor('the first to clear its boot id', async () => (await row())?.boot_id === null, 5_000, 50);
     await bootStandby(second, 'later', ['twins']);
     expect(second.output()).toContain('node identity "twin" is still registered by a process that is shutting down; taking it over');
-    const laterBoot = (await row())?.boot_id;
+    const { boot_id: laterBoot, started_at: laterStart } = (await row()) as { boot_id: string | null; started_at: Date };
     expect(laterBoot).toMatch(/^[0-9a-f-]{36}$/);
     expect(laterBoot).not.toBe(firstBoot);
 
-    // The first finishes its drain and deregisters: the row is the later node's now, and stays.
+    // The first finishes its drain and deregisters: the row is the later node's now, and stays
+    // (never deleted and written again: the same start).
     await first.stop();
-    expect((await row())?.boot_id).toBe(laterBoot);
+    expect(await row()).toEqual({ boot_id: laterBoot, started_at: laterStart });
     expect(second.output()).not.toContain('is also beating from another live process');
   });
 });
