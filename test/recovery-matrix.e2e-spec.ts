@@ -18,9 +18,12 @@ import { waitFor } from './support/wait-for.js';
  * `same` cells' nodes, which boot as soon as their victim process is gone.
  *
  * Every episode must be taken by its policy (journal `resumed` or `orphaned`) within
- * max(staleAfterMs, lease) + settleMs + 2 × intervalMs of the fault, by the database clock; the
- * restarted ones must end `done`, the others `failed / orphaned`; and no step runs again after its
- * checkpoint (its side effect, written just before the checkpoint, never appears after it).
+ * max(staleAfterMs, lease) + settleMs + 2 × intervalMs of the fault, by the database clock (for a
+ * `same` cell, counted from its replacement's boot instead when that came later than the fault
+ * plus max(staleAfterMs, lease): see `marker`); the restarted ones must end `done`, the others
+ * `failed / orphaned`; and no step runs again after its checkpoint (its side effect, written just
+ * before the checkpoint, never appears after it). With a fixed identity the replacement boots
+ * after the node-identity check (at most two beats of 1 s), inside that deadline.
  */
 const TIMINGS = { staleAfterMs: 6_000, leaseSeconds: 3, settleMs: 500, intervalMs: 500, stepMs: 800, beatMs: 1_000 };
 const BOUND_MS = Math.max(TIMINGS.staleAfterMs, TIMINGS.leaseSeconds * 1000) + TIMINGS.settleMs + 2 * TIMINGS.intervalMs;
