@@ -11,6 +11,7 @@ export { MissingSchemaError } from './database/missing-schema.error.js';
 export { DatabaseUnavailableError, isDatabaseUnavailable } from './database/database-errors.js';
 
 export { NodeIdentity } from './identity/node-identity.service.js';
+export { DuplicateNodeIdentityError } from './identity/duplicate-node-identity.error.js';
 export { StackSlug } from './scope/stack-slug.service.js';
 export { Env } from './scope/env.service.js';
 export { scopeKey } from './scope/scope-key.js';

@@ -33,6 +33,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
   },
   { migration: 'CycliumBusPositions1764400000007', missing: 'table cyclium_bus_positions', holds: `to_regclass('cyclium_bus_positions') IS NOT NULL` },
   { migration: 'CycliumOutputOutbox1764400000008', missing: 'index cyclium_outputs_due', holds: `to_regclass('cyclium_outputs_due') IS NOT NULL` },
+  {
+    migration: 'CycliumNodeBootId1764400000009',
+    missing: 'column cyclium_nodes.boot_id',
+    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'boot_id' AND NOT attisdropped)`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

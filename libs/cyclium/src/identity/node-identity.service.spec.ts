@@ -22,9 +22,16 @@ describe('NodeIdentity', () => {
     expect(() => identity(() => '').name()).toThrow('nodeIdentity function must return a non-empty string');
   });
 
-  it('mints one identity per process from hostname, pid and random hex', () => {
-    const a = identity().name();
+  it('mints one identity per node from hostname, pid and random hex, stable while it lives', () => {
+    const node = identity();
+    const a = node.name();
     expect(a).toMatch(new RegExp(`^${hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-${process.pid}-[0-9a-f]{8}$`));
-    expect(identity().name()).toBe(a);
+    expect(node.name()).toBe(a);
+    // A second node in the same process is another node.
+    expect(identity().name()).not.toBe(a);
+  });
+
+  it('has a boot id of its own per node, even under a fixed identity', () => {
+    expect(identity('node-7').bootId).not.toBe(identity('node-7').bootId);
   });
 });

@@ -1,17 +1,9 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-
-let minted: string | undefined;
-
-/** Minted once per process: stable while it lives, different after a restart. */
-function mintedIdentity(): string {
-  minted ??= `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
-  return minted;
-}
 
 /**
  * Who this node is for every coordination row it writes. Nothing else in the library reads the
@@ -20,11 +12,25 @@ function mintedIdentity(): string {
  */
 @Injectable()
 export class NodeIdentity {
+  /**
+   * Random per node instance, whatever its identity: tells this process apart from another one
+   * (a restart, or a misconfigured twin) that runs, or ran, under the same identity.
+   */
+  readonly bootId = randomUUID();
+  /**
+   * Minted once per node (one CycliumModule): stable while it lives, different after a restart.
+   * Per node rather than per process, so two nodes booted in one process are not one identity.
+   */
+  private minted: string | undefined;
+
   constructor(@Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions) {}
 
   name(): string {
     const configured = this.options.nodeIdentity;
-    if (configured === null) return mintedIdentity();
+    if (configured === null) {
+      this.minted ??= `${hostname()}-${process.pid}-${randomBytes(4).toString('hex')}`;
+      return this.minted;
+    }
     if (typeof configured === 'string') return configured;
     const resolved = configured();
     if (typeof resolved !== 'string' || resolved.trim() === '') {

@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { hostname } from 'node:os';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { announcesListening } from '../bus/bus-audience.interface.js';
 import { Bus } from '../bus/bus.interface.js';
 import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
@@ -8,6 +9,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CYCLIUM_VERSION } from '../version.js';
 import { OutageLog } from '../database/database-errors.js';
+import { DuplicateNodeIdentityError } from './duplicate-node-identity.error.js';
 import { NodeIdentity } from './node-identity.service.js';
 import { Peers, type Peer } from './peers.service.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
@@ -17,6 +19,8 @@ import { OutputStore } from '../outputs/output-store.js';
 
 interface BeatRow {
   found: number;
+  /** The boot id the row had before this beat: another process's when two run under one identity. */
+  previous_boot: string | null;
   peers: Peer[];
   listeners: string[];
   outputs_due: boolean;
@@ -47,6 +51,10 @@ export class NodeRegistry implements OnApplicationBootstrap {
   private readonly logger = new Logger(NodeRegistry.name);
   private readonly outage = new OutageLog(this.logger, 'node beat');
   private timer: NodeJS.Timeout | undefined;
+  /** Set once shutdown began: beats clear the boot id and never take the row back. */
+  private going = false;
+  /** The other boot last reported beating under this identity, so it is logged once. */
+  private twinReported: string | null = null;
 
   constructor(
     private readonly identity: NodeIdentity,
@@ -82,25 +90,72 @@ export class NodeRegistry implements OnApplicationBootstrap {
     return (3 * this.options.nodeBeatIntervalMs) / 1000;
   }
 
-  /** Stops beating and removes this node's row: a drained node is gone, and its queued episodes adoptable. */
+  /**
+   * Shutdown began: the row's boot id is cleared (and stays so on the beats still to come), which
+   * tells a process booting under this identity meanwhile that this one is going, not a twin.
+   */
+  async leaving(): Promise<void> {
+    this.going = true;
+    await this.beat();
+  }
+
+  /**
+   * Stops beating and removes this node's row: a drained node is gone, and its queued episodes
+   * adoptable. A row a newer process of this identity already took is left to it.
+   */
   async deregister(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
     await this.database.sql
-      .query(`DELETE FROM cyclium_nodes WHERE node_identity = $1`, [this.identity.name()])
+      .query(`DELETE FROM cyclium_nodes WHERE node_identity = $1 AND (boot_id IS NULL OR boot_id = $2)`, [this.identity.name(), this.identity.bootId])
       .catch((error: unknown) => this.logger.warn(`could not deregister the node: ${String(error)}`));
   }
 
+  /**
+   * Refuses to boot while another process runs this identity. A fresh row with another boot id
+   * may be a live twin or a process that just died (kill -9, then the same identity at once):
+   * only a beat seen to advance tells them apart, so this watches the row until it is older than
+   * two beat intervals (the previous process is gone) or it advances (a twin: refused). A row
+   * whose boot id was cleared belongs to a process that is going: that is only warned about.
+   */
+  private async refuseTwin(): Promise<void> {
+    const me = this.identity.name();
+    const goneAfterMs = 2 * this.options.nodeBeatIntervalMs;
+    const read = async () =>
+      (
+        await this.database.sql.query<{ boot_id: string | null; seen: string; age_ms: number }>(
+          `SELECT boot_id, last_seen_at::text AS seen, (extract(epoch FROM now() - last_seen_at) * 1000)::float8 AS age_ms
+             FROM cyclium_nodes WHERE node_identity = $1`,
+          [me],
+        )
+      ).rows[0];
+    const first = await read();
+    if (!first || first.boot_id === this.identity.bootId || first.age_ms >= goneAfterMs) return;
+    const going = () => this.logger.warn(`node identity "${me}" is still registered by a process that is shutting down; taking it over`);
+    if (first.boot_id === null) return going();
+    const until = performance.now() + goneAfterMs - first.age_ms;
+    while (performance.now() < until) {
+      await sleep(Math.min(250, this.options.nodeBeatIntervalMs / 4));
+      const now = await read();
+      if (!now) return;
+      if (now.boot_id === null) return going();
+      if (now.seen !== first.seen || now.boot_id !== first.boot_id) throw new DuplicateNodeIdentityError(me, now.boot_id);
+    }
+    this.logger.log(`node identity "${me}": the previous process (boot id ${first.boot_id}) stopped beating; taking its place`);
+  }
+
   async register(): Promise<void> {
+    await this.refuseTwin();
     const { stackSlug, env } = this.options;
     const mode = this.mode.current;
     const { rows } = await this.database.sql.query<BeatRow>(
       `WITH me AS (
-         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, started_at, last_seen_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $9, now(), now())
+         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, boot_id, started_at, last_seen_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $11, now(), now())
          ON CONFLICT (node_identity) DO UPDATE
            SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
-               pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, started_at = now(), last_seen_at = now()
+               pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, boot_id = EXCLUDED.boot_id,
+               started_at = now(), last_seen_at = now()
          RETURNING 1)
        SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10)}`,
       [
@@ -114,6 +169,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
         this.staleAfterSeconds(),
         this.registry.all().map((actor) => actor.id),
         this.outputs.wanted(),
+        this.identity.bootId,
       ],
     );
     const row = rows[0] as BeatRow;
@@ -125,22 +181,47 @@ export class NodeRegistry implements OnApplicationBootstrap {
 
   /**
    * A missed beat is logged once per outage and retried on the next tick; liveness is advisory,
-   * not a lease. A row that went missing (deleted by an operator, a restored database) is written again.
+   * not a lease. A row that went missing (deleted by an operator, a restored database) is written
+   * again, unless this node is going. The beat writes this process's boot id ($7; NULL once going,
+   * and then only over its own row): one that finds another there shares its identity with a live
+   * process that got past the boot check, and says so.
    */
   async beat(): Promise<void> {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
-        `WITH me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6 WHERE node_identity = $1 RETURNING 1)
-         SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
-        [this.identity.name(), this.options.stackSlug, this.options.env, this.staleAfterSeconds(), this.outputs.wanted(), this.mode.current],
+        `WITH previous AS (SELECT boot_id FROM cyclium_nodes WHERE node_identity = $1),
+              me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6, boot_id = $7
+                      WHERE node_identity = $1 AND ($7::uuid IS NOT NULL OR boot_id IS NULL OR boot_id = $8) RETURNING 1)
+         SELECT (SELECT count(*) FROM me)::int AS found, (SELECT boot_id FROM previous) AS previous_boot,
+                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
+        [
+          this.identity.name(),
+          this.options.stackSlug,
+          this.options.env,
+          this.staleAfterSeconds(),
+          this.outputs.wanted(),
+          this.mode.current,
+          this.going ? null : this.identity.bootId,
+          this.identity.bootId,
+        ],
       );
       const row = rows[0] as BeatRow;
       this.peers.update(row.peers, row.listeners);
       if (row.outputs_due) this.outputs.request();
-      if (row.found === 0 && this.timer) await this.register();
+      this.reportTwin(row.previous_boot);
+      if (row.found === 0 && this.timer && !this.going) await this.register();
       this.outage.succeeded();
     } catch (error) {
       this.outage.failed(error);
     }
+  }
+
+  private reportTwin(previous: string | null): void {
+    if (this.going || previous === null || previous === this.identity.bootId || previous === this.twinReported) return;
+    this.twinReported = previous;
+    this.logger.error(
+      `node identity "${this.identity.name()}" is also beating from another live process (boot id ${previous}): ` +
+        `two processes under one identity take each other's work for their own; give each its own nodeIdentity`,
+    );
   }
 }

@@ -32,4 +32,8 @@ export class CycliumNode {
   /** The actors this node hosts; null for a node from before the column (counted as hosting all). */
   @Column({ type: 'text', array: true, nullable: true })
   actors: string[] | null;
+
+  /** The process now running this node (random per process); null while it is going, or for rows from before the column. */
+  @Column({ name: 'boot_id', type: 'uuid', nullable: true })
+  bootId: string | null;
 }

@@ -7,6 +7,7 @@ import { CycliumWorkflows1764400000005 } from './1764400000005-cyclium-workflows
 import { CycliumNodeActors1764400000006 } from './1764400000006-cyclium-node-actors.js';
 import { CycliumBusPositions1764400000007 } from './1764400000007-cyclium-bus-positions.js';
 import { CycliumOutputOutbox1764400000008 } from './1764400000008-cyclium-output-outbox.js';
+import { CycliumNodeBootId1764400000009 } from './1764400000009-cyclium-node-boot-id.js';
 
 export {
   CycliumSchema1764400000000,
@@ -18,6 +19,7 @@ export {
   CycliumNodeActors1764400000006,
   CycliumBusPositions1764400000007,
   CycliumOutputOutbox1764400000008,
+  CycliumNodeBootId1764400000009,
 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
@@ -31,4 +33,5 @@ export const cycliumMigrations = [
   CycliumNodeActors1764400000006,
   CycliumBusPositions1764400000007,
   CycliumOutputOutbox1764400000008,
+  CycliumNodeBootId1764400000009,
 ];

@@ -26,7 +26,7 @@ export interface RecoveryOptions {
 }
 
 export interface CycliumOptions {
-  /** This node's identity: a fixed string, or a function called on demand. Default: minted once per process. */
+  /** This node's identity: a fixed string, or a function called on demand. Default: minted once per node (hostname, pid and random hex), so a restart is a new identity. */
   nodeIdentity?: string | (() => string);
   /** `false` (default) makes every claim a passthrough; `'postgres'` uses the shipped adapter. */
   workClaims?: false | 'postgres' | WorkClaimsAdapter;

@@ -18,7 +18,8 @@ const SIGNALS: NodeJS.Signals[] = ['SIGTERM', 'SIGINT'];
 const ignore = () => undefined;
 
 /**
- * The one shutdown hook, so the order is fixed rather than left to hook scheduling: stop triggers,
+ * The one shutdown hook, so the order is fixed rather than left to hook scheduling: mark the node
+ * as going (its boot id cleared), stop triggers,
  * the workflow engine, sweeps and the output rescue, drain the episodes and the output deliveries
  * (which needs the database, hence beforeApplicationShutdown, before TypeORM closes), flush the
  * bus's last events, deregister the node (its queued episodes are then adoptable at once), stop
@@ -60,6 +61,8 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
     const flushable = this.bus as Bus & { flushPending?: () => Promise<void> };
     try {
       // Each step runs whatever the previous one did: one failing statement must not skip the rest.
+      // First, so a process booting under this identity meanwhile sees this one going, not a twin.
+      await this.step('mark the node as going', () => this.registry.leaving());
       await this.step('stop the triggers and the workflow engine', async () => {
         this.slots.stopAccepting();
         await this.triggers.stop();
