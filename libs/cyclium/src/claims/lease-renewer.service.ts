@@ -40,6 +40,11 @@ export class LeaseRenewer implements OnApplicationBootstrap {
     this.timer.unref();
   }
 
+  /** The last renewal round failed (the database did not take it); false again after one succeeds. */
+  get failing(): boolean {
+    return this.outage.failing;
+  }
+
   /** Stops the timer and waits for a tick in flight. */
   async stop(): Promise<void> {
     clearInterval(this.timer);
