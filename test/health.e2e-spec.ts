@@ -101,7 +101,7 @@ describe('health: liveness and readiness tell the truth', () => {
     try {
       for (let i = 0; i < (pool.options.max ?? 5); i++) taken.push(await pool.connect());
       const saturatedAt = performance.now();
-      const heardAt = () => performance.now() - (status.snapshot().bus?.echoHeardAgoMs ?? Infinity);
+      const heardAt = () => performance.now() - (status.snapshot().bus?.heardAgoMs ?? Infinity);
       const report = await status.readiness(PROBE);
       expect(report.failing).toEqual([]);
       expect(status.liveness().live).toBe(true);
@@ -145,7 +145,7 @@ describe('health: a LISTEN connection that hears nothing is found out', () => {
       target: database.url,
       onClientData: (chunk: Buffer, connection: ProxyConnection): ChunkVerdict => {
         if (chunk.includes('LISTEN "')) listenConnection = connection.id;
-        else if (chunk.includes('cyclium_echo_')) echoesSent++;
+        else if (chunk.includes('pg_notify($1, $2)')) echoesSent++;
         return connection.id === silenced ? 'drop' : 'forward';
       },
       onServerData: (chunk: Buffer, connection: ProxyConnection): ChunkVerdict =>

@@ -45,7 +45,7 @@ export class BusListener {
     private readonly handlers: BusListenerHandlers,
     echo?: BusEchoOptions,
   ) {
-    this.echo = echo && echo.intervalMs > 0 ? new BusEcho(echo) : undefined;
+    this.echo = echo && echo.intervalMs > 0 ? new BusEcho(channel, echo) : undefined;
   }
 
   get listening(): boolean {
@@ -62,8 +62,8 @@ export class BusListener {
     return this.echo?.degradedReason;
   }
 
-  /** Since the LISTEN connection last heard its echo; null before the first, or with the self-check off. */
-  get echoHeardAgoMs(): number | null {
+  /** Since the LISTEN connection last heard anything on the channel; null before the first, or with the self-check off. */
+  get heardAgoMs(): number | null {
     return this.echo?.lastHeardAgoMs ?? null;
   }
 
@@ -119,14 +119,13 @@ export class BusListener {
     client.on('error', onGone);
     client.on('end', () => onGone(new Error('the connection ended')));
     client.on('notification', (message) => {
-      if (message.channel === this.channel) this.handlers.onNotify(message.payload ?? '');
-      else if (message.channel === this.echo?.channel) this.echo.heard();
+      if (message.channel !== this.channel) return;
+      this.echo?.heard();
+      this.handlers.onNotify(message.payload ?? '');
     });
-    // One message, so a pooler runs both on the same server connection.
-    const channels = this.echo ? [this.channel, this.echo.channel] : [this.channel];
     try {
       await client.connect();
-      await client.query(channels.map((channel) => `LISTEN ${quoteIdentifier(channel)}`).join('; '));
+      await client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
       if (gone) throw new Error('the connection closed right after LISTEN');
     } catch (error) {
       if (this.client === client) this.client = undefined;

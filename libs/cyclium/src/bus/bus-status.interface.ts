@@ -11,8 +11,8 @@ export interface BusStatus {
   degraded?: boolean;
   /** Why it is degraded; null when it is not. */
   degradedReason?: string | null;
-  /** Since the wake-up connection last heard its echo; null before the first or with the self-check off. */
-  echoHeardAgoMs?: number | null;
+  /** Since the wake-up connection last heard anything on the channel (an echo or not); null before the first or with the self-check off. */
+  heardAgoMs?: number | null;
   /** How long it has been down (0 while listening). */
   disconnectedForMs: number;
   /** Since the last successful read of the events table; null before the first. */

@@ -65,8 +65,8 @@ export interface PostgresBusOptions {
    */
   audience?: BusAudience;
   /**
-   * The LISTEN connection's self-check (see BusEcho): an echo NOTIFY this often, sent through
-   * `echoSql` (default: the `sql` the bus was given). 0 turns it off. Default 10 000.
+   * The LISTEN connection's self-check (see BusEcho): an echo NOTIFY after this much quiet on the
+   * channel, sent through `echoSql` (default: the `sql` the bus was given). 0 turns it off. Default 10 000.
    */
   echoIntervalMs?: number;
   /** An echo not heard within this marks the bus degraded (status().degraded). Default 5 000. */
@@ -164,7 +164,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       listening: this.listener.listening,
       degraded: degradedReason !== null,
       degradedReason,
-      echoHeardAgoMs: roundOrNull(this.listener.echoHeardAgoMs),
+      heardAgoMs: roundOrNull(this.listener.heardAgoMs),
       disconnectedForMs: Math.round(this.listener.disconnectedForMs),
       lastReadAgoMs: roundOrNull(this.reader.lastReadAgoMs),
       lagMs: this.reader.lagMs,
