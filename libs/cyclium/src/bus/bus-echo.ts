@@ -120,6 +120,7 @@ export class BusEcho {
     if (first) this.logger.warn(`${this.degradedBy}: the bus is degraded (wake-ups wait for the fallback poll); checking the connection`);
     void this.check(target, first);
   }
+
   /** Silent: half-open, replace it. Answering but deaf: a pooler; say so once and do not spin. */
   private async check(target: EchoedConnection, first: boolean): Promise<void> {
     let timer: NodeJS.Timeout | undefined;
