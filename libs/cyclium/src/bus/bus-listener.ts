@@ -7,8 +7,6 @@ const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 2_000;
 /** Keepalive probes start after this much silence (the OS default is two hours); the echo bounds detection, this frees the socket. */
 const KEEPALIVE_DELAY_MS = 10_000;
-/** A connect that hangs (a frozen peer accepts TCP but never answers) is given up after this, and retried. */
-const CONNECT_TIMEOUT_MS = 10_000;
 
 export interface BusListenerHandlers {
   /** A NOTIFY arrived on the channel, with its payload: a wake-up ('') or a dispatch signal. */
@@ -105,7 +103,6 @@ export class BusListener {
       ...config,
       keepAlive: config.keepAlive ?? true,
       keepAliveInitialDelayMillis: config.keepAliveInitialDelayMillis ?? KEEPALIVE_DELAY_MS,
-      connectionTimeoutMillis: config.connectionTimeoutMillis || CONNECT_TIMEOUT_MS,
     });
     this.client = client;
     let live = false;
