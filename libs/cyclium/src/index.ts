@@ -40,7 +40,7 @@ export type { SqlExecutor } from './database/sql-executor.js';
 export type { Statement } from './database/statement.js';
 export type { DispatchSignals } from './bus/dispatch-signals.interface.js';
 export type { BusStatus } from './bus/bus-status.interface.js';
-export { CycliumStatus, type HealthOptions, type HealthReport, type StatusSnapshot } from './health/cyclium-status.service.js';
+export { CycliumStatus, type HealthOptions, type HealthReport, type LivenessReport, type ReadinessCheck, type StatusSnapshot } from './health/cyclium-status.service.js';
 export { WorkClaims, type FencedStatement, type WorkClaimsAcquireOptions } from './claims/work-claims.service.js';
 export { PostgresClaims } from './claims/postgres-claims.adapter.js';
 export { ClaimHold } from './claims/claim-hold.js';

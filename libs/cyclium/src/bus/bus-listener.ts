@@ -1,9 +1,12 @@
 import { Logger } from '@nestjs/common';
 import pg from 'pg';
 import { errorMessage } from '../database/database-errors.js';
+import { BusEcho, type BusEchoOptions } from './bus-echo.js';
 
 const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 2_000;
+/** Keepalive probes start after this much silence (the OS default is two hours); the echo bounds detection, this frees the socket. */
+const KEEPALIVE_DELAY_MS = 10_000;
 
 export interface BusListenerHandlers {
   /** A NOTIFY arrived on the channel, with its payload: a wake-up ('') or a dispatch signal. */
@@ -17,7 +20,9 @@ export interface BusListenerHandlers {
  * pool's: a pooled client would be handed to other work and its LISTEN would leak or vanish.
  * When the connection drops it is discarded and a new one is tried with backoff (capped low, so a
  * database that comes back is heard from within a couple of seconds) until `stop()`. Nothing is
- * lost meanwhile: events live in a table and the reader catches up after every reconnect.
+ * lost meanwhile: events live in a table and the reader catches up after every reconnect. A
+ * connection that stays open but hears nothing (half-open, or a pooler that drops notifications)
+ * is caught by the echo self-check (see BusEcho).
  */
 export class BusListener {
   private readonly logger = new Logger('PostgresBus');
@@ -30,12 +35,16 @@ export class BusListener {
   private wakeRetry: (() => void) | undefined;
   /** Monotonic time the connection was lost; undefined while listening or before the first start. */
   private downSince: number | undefined;
+  private readonly echo: BusEcho | undefined;
 
   constructor(
     private readonly config: () => pg.ClientConfig,
     readonly channel: string,
     private readonly handlers: BusListenerHandlers,
-  ) {}
+    echo?: BusEchoOptions,
+  ) {
+    this.echo = echo && echo.intervalMs > 0 ? new BusEcho(channel, echo) : undefined;
+  }
 
   get listening(): boolean {
     return this.isListening;
@@ -44,6 +53,16 @@ export class BusListener {
   /** How long the connection has been down (0 while listening). */
   get disconnectedForMs(): number {
     return this.downSince === undefined ? 0 : performance.now() - this.downSince;
+  }
+
+  /** Why the bus is degraded (its LISTEN connection does not hear its own echo), or undefined. */
+  get degradedReason(): string | undefined {
+    return this.echo?.degradedReason;
+  }
+
+  /** Since the LISTEN connection last heard anything on the channel; null before the first, or with the self-check off. */
+  get heardAgoMs(): number | null {
+    return this.echo?.lastHeardAgoMs ?? null;
   }
 
   /** Connects and LISTENs. Rejects if the first attempt fails; later drops are retried. */
@@ -57,6 +76,7 @@ export class BusListener {
     this.starting = undefined;
     clearTimeout(this.retryTimer);
     this.wakeRetry?.();
+    this.echo?.stop();
     const client = this.client;
     this.client = undefined;
     this.isListening = false;
@@ -79,7 +99,11 @@ export class BusListener {
   private async listen(): Promise<void> {
     const config = this.config();
     // An idle LISTEN connection sends nothing, so without keepalive a dead peer would go unnoticed.
-    const client = new pg.Client({ ...config, keepAlive: config.keepAlive ?? true });
+    const client = new pg.Client({
+      ...config,
+      keepAlive: config.keepAlive ?? true,
+      keepAliveInitialDelayMillis: config.keepAliveInitialDelayMillis ?? KEEPALIVE_DELAY_MS,
+    });
     this.client = client;
     let live = false;
     let gone = false;
@@ -92,7 +116,9 @@ export class BusListener {
     client.on('error', onGone);
     client.on('end', () => onGone(new Error('the connection ended')));
     client.on('notification', (message) => {
-      if (message.channel === this.channel) this.handlers.onNotify(message.payload ?? '');
+      if (message.channel !== this.channel) return;
+      this.echo?.heard();
+      this.handlers.onNotify(message.payload ?? '');
     });
     try {
       await client.connect();
@@ -111,7 +137,18 @@ export class BusListener {
     live = true;
     this.isListening = true;
     this.downSince = undefined;
+    this.echo?.watch({
+      probe: async () => void (await client.query('SELECT 1')),
+      reconnect: (reason) => this.replace(client, reason),
+    });
     this.handlers.onListening();
+  }
+
+  /** Gives up on a connection that answers nothing: closing it politely would wait on the dead peer. */
+  private replace(client: pg.Client, reason: string): void {
+    if (this.client !== client) return;
+    this.lost(client, new Error(`the LISTEN connection was replaced: ${reason}`));
+    (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
   }
 
   private lost(client: pg.Client, error: Error): void {
@@ -119,6 +156,7 @@ export class BusListener {
     this.client = undefined;
     this.isListening = false;
     this.downSince = performance.now();
+    this.echo?.unwatch();
     void client.end().catch(() => undefined);
     if (this.stopped) return;
     this.logger.warn(`lost the LISTEN connection on ${this.channel} (${error.message}); reconnecting, then catching up from the events table`);

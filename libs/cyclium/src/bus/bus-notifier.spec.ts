@@ -86,4 +86,8 @@ describe('BusNotifier and a lone node', () => {
     expect(sent).toEqual([['j:node-b']]);
     expect(BusNotifier.parse('j:node-b')).toEqual({ wake: true, tokens: [], joined: 'node-b' });
   });
+
+  it("reads a listener's echo (its self-check) as asking for nothing: no read, no signal", () => {
+    expect(BusNotifier.parse('e:')).toEqual({ wake: false, tokens: [] });
+  });
 });

@@ -2,6 +2,7 @@ import { Logger } from '@nestjs/common';
 import { OutageLog } from '../database/database-errors.js';
 import { prepared, type SqlExecutor } from '../database/sql-executor.js';
 import type { BusAudience } from './bus-audience.interface.js';
+import { ECHO_PAYLOAD } from './bus-echo.js';
 import { SpacedTrigger } from './spaced-trigger.js';
 
 /**
@@ -12,8 +13,9 @@ import { SpacedTrigger } from './spaced-trigger.js';
  * there are as few as the load allows, and none at all while this node knows it is the only
  * listener (it then hears itself in-process). Payloads: '' wakes readers; 'w:' and 'd:' carry
  * signal tokens, with and without a wake-up; 'q:' wakes every reader but the named node's own,
- * for events no handler on the sender wants; 'j:' names a node that started listening (an older
- * node takes any of them for a wake-up, which is harmless).
+ * for events no handler on the sender wants; 'j:' names a node that started listening; 'e:' is a
+ * listener's self-check (BusEcho) and asks for nothing (an older node takes any of them for a
+ * wake-up, which is harmless).
  */
 const NOTIFY = prepared('bus_notify', `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`);
 const WAKE_AND_SIGNAL = 'w:';
@@ -86,6 +88,7 @@ export class BusNotifier {
 
   /** Reads a payload this channel carried. */
   static parse(payload: string): Heard {
+    if (payload.startsWith(ECHO_PAYLOAD)) return { wake: false, tokens: [] };
     if (payload.startsWith(JOINED)) return { wake: true, tokens: [], joined: payload.slice(JOINED.length) };
     const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
     if (payload.startsWith(WAKE_OTHERS)) return { wake: true, tokens: [], notFor: payload.slice(WAKE_OTHERS.length) };

@@ -4,6 +4,15 @@ import type { Bus } from './bus.interface.js';
 export interface BusStatus {
   /** The wake-up connection is up. */
   listening: boolean;
+  /**
+   * The wake-up connection is open but does not hear its own echo NOTIFY (half-open, or a pooler in
+   * transaction mode): wake-ups are lost and events wait for the fallback poll. Optional for a custom Bus.
+   */
+  degraded?: boolean;
+  /** Why it is degraded; null when it is not. */
+  degradedReason?: string | null;
+  /** Since the wake-up connection last heard anything on the channel (an echo or not); null before the first or with the self-check off. */
+  heardAgoMs?: number | null;
   /** How long it has been down (0 while listening). */
   disconnectedForMs: number;
   /** Since the last successful read of the events table; null before the first. */

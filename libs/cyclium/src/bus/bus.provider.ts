@@ -25,6 +25,10 @@ export const busTransportProvider: Provider = {
         env: options.env,
         publisher: () => identity.name(),
         pollIntervalMs: options.busPollIntervalMs,
+        echoIntervalMs: options.busEchoIntervalMs,
+        echoTimeoutMs: options.busEchoTimeoutMs,
+        // Not the host pool: a saturated pool must not delay the echo into a false verdict.
+        echoSql: database.dedicatedSql,
         retentionMs: options.busRetentionMs,
         undispatchedMaxAgeMs: options.busUndispatchedMaxAgeMs,
         publishQueueMax: options.busPublishQueueMax,

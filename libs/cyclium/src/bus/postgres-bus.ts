@@ -4,6 +4,7 @@ import type { Statement } from '../database/statement.js';
 import { EventIdConflictError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
 import type { BusAudience, ListeningAnnouncement } from './bus-audience.interface.js';
+import type { BusStatus } from './bus-status.interface.js';
 import { BusNotifier, type Heard } from './bus-notifier.js';
 import { BusPositions } from './bus-positions.js';
 import { BusReader, type ReaderSink } from './bus-reader.js';
@@ -63,6 +64,15 @@ export interface PostgresBusOptions {
    * wake-up is a NOTIFY.
    */
   audience?: BusAudience;
+  /**
+   * The LISTEN connection's self-check (see BusEcho): an echo NOTIFY after this much quiet on the
+   * channel, sent through `echoSql` (default: the `sql` the bus was given). 0 turns it off. Default 10 000.
+   */
+  echoIntervalMs?: number;
+  /** An echo not heard within this marks the bus degraded (status().degraded). Default 5 000. */
+  echoTimeoutMs?: number;
+  /** Where the echo NOTIFY is sent from: any connection but the LISTEN one. */
+  echoSql?: SqlExecutor;
 }
 
 /**
@@ -120,10 +130,15 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       readTo: (snapshot) => this.consumers.readTo(snapshot),
     };
     this.reader = new BusReader(sql, this.log, sink, options.pollIntervalMs ?? 10_000, spacingMs);
-    this.listener = new BusListener(listenConfig, channel, {
-      onNotify: (payload) => this.hear(BusNotifier.parse(payload)),
-      onListening: () => this.reader.wake(),
-    });
+    this.listener = new BusListener(
+      listenConfig,
+      channel,
+      {
+        onNotify: (payload) => this.hear(BusNotifier.parse(payload)),
+        onListening: () => this.reader.wake(),
+      },
+      { sql: options.echoSql ?? sql, intervalMs: options.echoIntervalMs ?? 10_000, timeoutMs: options.echoTimeoutMs ?? 5_000 },
+    );
     this.publisher = new EventPublisher(sql, this.log, (types) => this.wake(types), {
       maxPayloadBytes: options.maxPayloadBytes,
       queueMax: options.publishQueueMax,
@@ -143,9 +158,13 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   }
 
   /** How this node's side of the bus is doing, for health checks. */
-  status() {
+  status(): BusStatus {
+    const degradedReason = this.listener.degradedReason ?? null;
     return {
       listening: this.listener.listening,
+      degraded: degradedReason !== null,
+      degradedReason,
+      heardAgoMs: roundOrNull(this.listener.heardAgoMs),
       disconnectedForMs: Math.round(this.listener.disconnectedForMs),
       lastReadAgoMs: roundOrNull(this.reader.lastReadAgoMs),
       lagMs: this.reader.lagMs,

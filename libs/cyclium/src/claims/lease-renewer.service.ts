@@ -40,6 +40,11 @@ export class LeaseRenewer implements OnApplicationBootstrap {
     this.timer.unref();
   }
 
+  /** The last renewal round failed and there are still claims to renew; false again after one succeeds. */
+  get failing(): boolean {
+    return this.outage.failing && [...this.holds.values()].some((hold) => !hold.lost);
+  }
+
   /** Stops the timer and waits for a tick in flight. */
   async stop(): Promise<void> {
     clearInterval(this.timer);

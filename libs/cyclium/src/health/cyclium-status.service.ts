@@ -16,7 +16,7 @@ import { Recovery, type LastSweep } from '../recovery/recovery.service.js';
 export interface HealthOptions {
   /** The database must answer `SELECT 1` within this. Default 1 500. */
   timeoutMs?: number;
-  /** The bus's wake-up connection may be down this long before the node counts as unhealthy. Default 10 000. */
+  /** The bus's wake-up connection may be down this long before the node counts as not ready. Default 10 000. */
   busDisconnectedMs?: number;
   /** Reuse a report this long, so a storm of probes costs one query. Default 1 000. */
   cacheMs?: number;
@@ -37,19 +37,45 @@ export interface StatusSnapshot {
   lastReconcile: { at: Date; result: ReconcileResult } | null;
 }
 
+/**
+ * Why a node is not ready, as stable codes (the messages may change):
+ * - `draining`: shutdown began; the node takes no new work.
+ * - `database`: `SELECT 1` did not answer within `timeoutMs` (sent on the library's own connection, not the host pool).
+ * - `bus_disconnected`: the bus's LISTEN connection has been down longer than `busDisconnectedMs`.
+ * - `bus_degraded`: the LISTEN connection is open but does not hear its own echo (half-open, or a pooler in transaction mode).
+ * - `bus_reader_failing`: the last read of the events table failed.
+ * - `renewals_failing`: the last renewal of this node's work claims failed.
+ */
+export type ReadinessCheck = 'draining' | 'database' | 'bus_disconnected' | 'bus_degraded' | 'bus_reader_failing' | 'renewals_failing';
+
 export interface HealthReport {
+  /** Ready to take work: no check failed. */
+  ready: boolean;
+  /** The same as `ready` (the name `isHealthy` and older hosts read). */
   healthy: boolean;
-  /** Why it is not healthy; empty when it is. */
+  /** The failed checks, each once, in a stable order; empty when ready. */
+  failing: ReadinessCheck[];
+  /** Why it is not ready, one `<check>: <what>` line per failed check; empty when ready. */
   reasons: string[];
   /** The database round trip, or null when it did not answer in time. */
   databaseMs: number | null;
   status: StatusSnapshot;
 }
 
-/** This node's state at a glance, and the health verdict the Terminus indicator reports. */
+/**
+ * Liveness: the process can make progress. No database, pool or bus state goes into it: each of
+ * those faults heals without a restart (and a database outage would otherwise restart every node
+ * at once), while a process too wedged to make progress does not answer the probe at all.
+ */
+export interface LivenessReport {
+  live: true;
+  status: StatusSnapshot;
+}
+
+/** This node's state at a glance, and the liveness and readiness verdicts the Terminus indicator reports. */
 @Injectable()
 export class CycliumStatus {
-  private cached: { key: string; at: number; report: Promise<HealthReport> } | undefined;
+  private cached: { timeoutMs: number; at: number; ping: Promise<number> } | undefined;
 
   constructor(
     private readonly identity: NodeIdentity,
@@ -78,37 +104,57 @@ export class CycliumStatus {
     };
   }
 
-  /**
-   * Unhealthy when the database does not answer within `timeoutMs`, when the bus's wake-up
-   * connection has been down longer than `busDisconnectedMs`, or while the node drains.
-   */
-  health(options: HealthOptions = {}): Promise<HealthReport> {
-    const { timeoutMs = 1_500, busDisconnectedMs = 10_000, cacheMs = 1_000 } = options;
-    const key = `${timeoutMs}:${busDisconnectedMs}`;
-    const now = performance.now();
-    if (this.cached && this.cached.key === key && now - this.cached.at < cacheMs) return this.cached.report;
-    const report = this.measure(timeoutMs, busDisconnectedMs);
-    this.cached = { key, at: now, report };
-    return report;
+  /** Always live while it answers (see LivenessReport); costs no query. */
+  liveness(): LivenessReport {
+    return { live: true, status: this.snapshot() };
   }
 
-  private async measure(timeoutMs: number, busDisconnectedMs: number): Promise<HealthReport> {
-    const reasons: string[] = [];
-    const databaseMs = await this.ping(timeoutMs).catch((error: unknown) => {
-      reasons.push(`database: ${errorMessage(error)}`);
+  /** Not ready while any ReadinessCheck fails. Only the database round trip is cached; the rest is read fresh. */
+  async readiness(options: HealthOptions = {}): Promise<HealthReport> {
+    const { timeoutMs = 1_500, busDisconnectedMs = 10_000, cacheMs = 1_000 } = options;
+    const failed: Array<[ReadinessCheck, string]> = [];
+    const databaseMs = await this.cachedPing(timeoutMs, cacheMs).catch((error: unknown) => {
+      failed.push(['database', errorMessage(error)]);
       return null;
     });
     const status = this.snapshot();
-    if (status.bus && !status.bus.listening && status.bus.disconnectedForMs > busDisconnectedMs) {
-      reasons.push(`bus: the wake-up connection has been down for ${Math.round(status.bus.disconnectedForMs / 1000)} s`);
+    const bus = status.bus;
+    if (status.draining) failed.unshift(['draining', 'this node is shutting down']);
+    if (bus && !bus.listening && bus.disconnectedForMs > busDisconnectedMs) {
+      failed.push(['bus_disconnected', `the LISTEN connection has been down for ${Math.round(bus.disconnectedForMs / 1000)} s`]);
     }
-    if (status.draining) reasons.push('draining: this node is shutting down');
-    return { healthy: reasons.length === 0, reasons, databaseMs, status };
+    if (bus?.degraded) failed.push(['bus_degraded', bus.degradedReason ?? 'the LISTEN connection does not hear its own echo']);
+    if (bus?.readFailing) failed.push(['bus_reader_failing', 'the last read of the events table failed']);
+    if (this.renewer.failing) failed.push(['renewals_failing', "the last renewal of this node's work claims failed"]);
+    return {
+      ready: failed.length === 0,
+      healthy: failed.length === 0,
+      failing: failed.map(([check]) => check),
+      reasons: failed.map(([check, what]) => `${check}: ${what}`),
+      databaseMs,
+      status,
+    };
   }
 
+  /** The readiness verdict, under its older name. */
+  health(options: HealthOptions = {}): Promise<HealthReport> {
+    return this.readiness(options);
+  }
+
+  /** A storm of probes costs one query. */
+  private cachedPing(timeoutMs: number, cacheMs: number): Promise<number> {
+    const now = performance.now();
+    if (this.cached && this.cached.timeoutMs === timeoutMs && now - this.cached.at < cacheMs) return this.cached.ping;
+    const ping = this.ping(timeoutMs);
+    ping.catch(() => undefined); // read by this caller; a later cache hit reads it again
+    this.cached = { timeoutMs, at: now, ping };
+    return ping;
+  }
+
+  /** On the library's own connection: a host pool that is merely saturated is not a database that is away. */
   private ping(timeoutMs: number): Promise<number> {
     const started = performance.now();
-    const query = this.database.sql.query('SELECT 1').then(() => Math.round(performance.now() - started));
+    const query = this.database.dedicatedSql.query('SELECT 1').then(() => Math.round(performance.now() - started));
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);

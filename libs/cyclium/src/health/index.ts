@@ -1,2 +1,2 @@
 export { CycliumHealthIndicator } from './cyclium-health.indicator.js';
-export type { HealthOptions, HealthReport, StatusSnapshot } from './cyclium-status.service.js';
+export type { HealthOptions, HealthReport, LivenessReport, ReadinessCheck, StatusSnapshot } from './cyclium-status.service.js';

@@ -47,6 +47,15 @@ export interface CycliumOptions {
    */
   busPollIntervalMs?: number;
   /**
+   * With `bus: 'postgres'`: the LISTEN connection's self-check. This often the node NOTIFYs an echo
+   * channel of its own and expects to hear it; unheard within `busEchoTimeoutMs`, the bus is
+   * degraded (readiness down, a warn log) and a LISTEN connection that answers nothing is replaced.
+   * Each echo is one small non-durable commit. 0 turns it off. Default 10 000.
+   */
+  busEchoIntervalMs?: number;
+  /** With `bus: 'postgres'`: how long an echo may take to be heard. Default 5 000. */
+  busEchoTimeoutMs?: number;
+  /**
    * With `bus: 'postgres'`: delete stored events older than this once every event-triggered
    * expectation's position has passed them (see `busUndispatchedMaxAgeMs`). Default 3 600 000.
    */
@@ -133,6 +142,8 @@ export interface ResolvedCycliumOptions {
   env: string | null;
   bus: 'postgres' | 'local' | Bus;
   busPollIntervalMs: number;
+  busEchoIntervalMs: number;
+  busEchoTimeoutMs: number;
   busRetentionMs: number;
   busUndispatchedMaxAgeMs: number;
   busPublishQueueMax: number;

@@ -137,6 +137,16 @@ export class CycliumOptionsSchema {
   @Min(1, positiveMs('busPollIntervalMs'))
   busPollIntervalMs?: unknown;
 
+  @defined('busEchoIntervalMs')
+  @IsInt(nonNegativeMs('busEchoIntervalMs'))
+  @Min(0, nonNegativeMs('busEchoIntervalMs'))
+  busEchoIntervalMs?: unknown;
+
+  @defined('busEchoTimeoutMs')
+  @IsInt(positiveMs('busEchoTimeoutMs'))
+  @Min(1, positiveMs('busEchoTimeoutMs'))
+  busEchoTimeoutMs?: unknown;
+
   @defined('busRetentionMs')
   @IsInt(positiveMs('busRetentionMs'))
   @Min(1, positiveMs('busRetentionMs'))

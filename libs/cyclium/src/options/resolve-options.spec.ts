@@ -23,6 +23,8 @@ describe('resolveCycliumOptions', () => {
       env: null,
       bus: 'postgres',
       busPollIntervalMs: 10_000,
+      busEchoIntervalMs: 10_000,
+      busEchoTimeoutMs: 5_000,
       busRetentionMs: 3_600_000,
       busUndispatchedMaxAgeMs: 604_800_000,
       busPublishQueueMax: 10_000,
