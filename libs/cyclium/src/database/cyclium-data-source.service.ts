@@ -9,7 +9,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { errorMessage } from './database-errors.js';
 import { MissingSchemaError } from './missing-schema.error.js';
 import { firstMissingMigration } from './schema-probe.js';
-import type { SqlExecutor } from './sql-executor.js';
+import { unnamedStatements, type SqlExecutor } from './sql-executor.js';
 
 /**
  * The host's TypeORM DataSource, looked up by name once every provider exists (so `forRootAsync`
@@ -23,13 +23,13 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
   private dedicated: pg.Pool | undefined;
 
   /** Queries the host's pool; resolves it on first use. */
-  readonly sql: SqlExecutor = { query: (...args: [never]) => this.pool().query(...args) };
+  readonly sql: SqlExecutor = this.named({ query: (...args: [never]) => this.pool().query(...args) });
 
   /**
    * Queries a one-connection pool of its own, so a heartbeat never waits behind episode work
    * that has exhausted the host's pool.
    */
-  readonly dedicatedSql: SqlExecutor = { query: (...args: [never]) => this.dedicatedPool().query(...args) };
+  readonly dedicatedSql: SqlExecutor = this.named({ query: (...args: [never]) => this.dedicatedPool().query(...args) });
 
   constructor(
     private readonly moduleRef: ModuleRef,
@@ -95,7 +95,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     client.on('error', onError);
     try {
       await client.query('BEGIN');
-      const result = await work(client);
+      const result = await work(this.named(client));
       await client.query('COMMIT');
       return result;
     } catch (error) {
@@ -105,6 +105,13 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
       client.removeListener('error', onError);
       client.release(broken);
     }
+  }
+
+  /** `executor`, or with `preparedStatements: false` the same without statement names. */
+  private named(executor: SqlExecutor): SqlExecutor {
+    const unnamed = unnamedStatements(executor);
+    // Read per query: field initialisers run before the options are assigned.
+    return { query: (...args: [never]) => (this.options.preparedStatements ? executor : unnamed).query(...args) };
   }
 
   private dedicatedPool(): pg.Pool {
