@@ -7,6 +7,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { busChannel } from './bus-channel.js';
 import { Bus } from './bus.interface.js';
 import { GuardedBus } from './guarded-bus.js';
+import { listenConnectionConfig } from './listen-connection.js';
 import { LocalBus } from './local-bus.js';
 import { notifySpacingMs } from './notify-spacing.js';
 import { PostgresBus } from './postgres-bus.js';
@@ -19,7 +20,7 @@ export const busTransportProvider: Provider = {
     if (options.bus === 'local') return new LocalBus();
     if (options.bus === 'postgres') {
       // Read lazily: the host's DataSource is only looked up once every provider exists.
-      return new PostgresBus(database.sql, () => database.connectionConfig(), {
+      return new PostgresBus(database.sql, () => listenConnectionConfig(database.connectionConfig(), options.listenUrl), {
         channel: busChannel(options.stackSlug, options.env),
         stackSlug: options.stackSlug,
         env: options.env,

@@ -9,7 +9,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { errorMessage } from './database-errors.js';
 import { MissingSchemaError } from './missing-schema.error.js';
 import { firstMissingMigration } from './schema-probe.js';
-import type { SqlExecutor } from './sql-executor.js';
+import { unnamedStatements, type SqlExecutor } from './sql-executor.js';
 import { StatementBounds } from './statement-bounds.js';
 
 /**
@@ -28,13 +28,13 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
   private readonly bounds: StatementBounds;
 
   /** Queries the host's pool; resolves it on first use. */
-  readonly sql: SqlExecutor = { query: (...args: unknown[]) => this.bounds.query(this.pool(), args) } as SqlExecutor;
+  readonly sql: SqlExecutor = this.named({ query: (...args: unknown[]) => this.bounds.query(this.pool(), args) } as SqlExecutor);
 
   /**
    * Queries a one-connection pool of its own, so a heartbeat never waits behind episode work
    * that has exhausted the host's pool.
    */
-  readonly dedicatedSql: SqlExecutor = { query: (...args: unknown[]) => this.bounds.query(this.dedicatedPool(), args) } as SqlExecutor;
+  readonly dedicatedSql: SqlExecutor = this.named({ query: (...args: unknown[]) => this.bounds.query(this.dedicatedPool(), args) } as SqlExecutor);
 
   constructor(
     private readonly moduleRef: ModuleRef,
@@ -99,7 +99,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     let failed: Error | undefined;
     try {
       await client.sql.query('BEGIN');
-      const result = await work(client.sql);
+      const result = await work(this.named(client.sql));
       await client.sql.query('COMMIT');
       return result;
     } catch (error) {
@@ -122,6 +122,13 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
       connectionTimeoutMillis: host.connectionTimeoutMillis || this.options.checkoutTimeoutMs,
       query_timeout: host.query_timeout || this.options.queryTimeoutMs,
     };
+  }
+
+  /** `executor`, or with `preparedStatements: false` the same without statement names. */
+  private named(executor: SqlExecutor): SqlExecutor {
+    const unnamed = unnamedStatements(executor);
+    // Read per query: field initialisers run before the options are assigned.
+    return { query: (...args: [never]) => (this.options.preparedStatements ? executor : unnamed).query(...args) };
   }
 
   private dedicatedPool(): pg.Pool {

@@ -13,3 +13,14 @@ export interface SqlExecutor {
 export function prepared(name: string, text: string) {
   return (values: unknown[]): QueryConfig => ({ name: `cyclium_${name}`, text, values });
 }
+
+/**
+ * The same executor, sending every statement unnamed: a pooler in transaction mode hands each
+ * transaction to any server connection, where a name this client prepared elsewhere is missing
+ * or, prepared there by another client, already exists.
+ */
+export function unnamedStatements(executor: SqlExecutor): SqlExecutor {
+  const query = (first: string | QueryConfig, values?: unknown[]) =>
+    typeof first === 'string' ? executor.query(first, values) : executor.query({ ...first, name: undefined });
+  return { query: query as SqlExecutor['query'] };
+}

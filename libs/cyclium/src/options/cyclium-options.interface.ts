@@ -79,6 +79,21 @@ export interface CycliumOptions {
    * Default 1 048 576 (1 MiB).
    */
   busMaxPayloadBytes?: number;
+  /**
+   * With `bus: 'postgres'`: a connection URL for the bus's LISTEN connection alone, straight to
+   * PostgreSQL (or through a pooler in session mode), for a host whose DataSource goes through a
+   * pooler in transaction mode, where LISTEN is silently lost. The host pool's other client settings
+   * (ssl, application name, timeouts) carry over; the URL says where and as whom. Unset: LISTEN
+   * uses the host's DataSource settings.
+   */
+  listenUrl?: string;
+  /**
+   * `false` sends every library statement unnamed (parsed each time) instead of as a named
+   * prepared statement, for a pooler in transaction mode that cannot carry them (PgBouncer before
+   * 1.21, or later without `max_prepared_statements`). Costs some CPU per statement on the server.
+   * Default `true`.
+   */
+  preparedStatements?: boolean;
   /** Random delay before inserting a triggered episode, so the fastest node does not win every key. Default 200. */
   jitterMs?: number;
   /**
@@ -148,6 +163,8 @@ export interface ResolvedCycliumOptions {
   busUndispatchedMaxAgeMs: number;
   busPublishQueueMax: number;
   busMaxPayloadBytes: number;
+  listenUrl: string | null;
+  preparedStatements: boolean;
   jitterMs: number;
   startedEvents: boolean;
   episodeShutdownMs: number;

@@ -58,6 +58,23 @@ function IsPositiveNumber(options: ValidationOptions) {
   );
 }
 
+/** A URL pg can connect with; only the postgres bus opens a LISTEN connection, so elsewhere it would be ignored. */
+function IsPostgresUrl(options: ValidationOptions) {
+  return ValidateBy(
+    {
+      name: 'postgresUrl',
+      validator: {
+        validate: (v, args) => {
+          const bus = (args?.object as { bus?: unknown } | undefined)?.bus;
+          if (typeof v !== 'string' || (bus !== undefined && bus !== 'postgres')) return false;
+          return URL.canParse(v) && ['postgres:', 'postgresql:'].includes(new URL(v).protocol);
+        },
+      },
+    },
+    options,
+  );
+}
+
 const nonNegativeMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 0` });
 const positiveMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 1` });
 const stringOrNull = (field: string) => ({ message: `${field} must be a string or null` });
@@ -167,6 +184,14 @@ export class CycliumOptionsSchema {
   @Min(1, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
   @Max(MAX_JSONB_BYTES, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
   busMaxPayloadBytes?: unknown;
+
+  @defined('listenUrl')
+  @IsPostgresUrl({ message: "listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres'" })
+  listenUrl?: unknown;
+
+  @defined('preparedStatements')
+  @IsBoolean({ message: 'preparedStatements must be true or false' })
+  preparedStatements?: unknown;
 
   @defined('jitterMs')
   @IsInt(nonNegativeMs('jitterMs'))

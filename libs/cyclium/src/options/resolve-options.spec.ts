@@ -29,6 +29,8 @@ describe('resolveCycliumOptions', () => {
       busUndispatchedMaxAgeMs: 604_800_000,
       busPublishQueueMax: 10_000,
       busMaxPayloadBytes: 1_048_576,
+      listenUrl: null,
+      preparedStatements: true,
       jitterMs: 200,
       startedEvents: false,
       episodeShutdownMs: 5000,
@@ -58,6 +60,12 @@ describe('resolveCycliumOptions', () => {
     expect(resolveCycliumOptions({ env: 'rc' }).triggerPollSourceEnv).toBe('rc');
     expect(resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: null }).triggerPollSourceEnv).toBeNull();
     expect(resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: 'demo' }).triggerPollSourceEnv).toBe('demo');
+  });
+
+  it('takes a listenUrl for the postgres bus, and unnamed statements', () => {
+    const resolved = resolveCycliumOptions({ listenUrl: 'postgresql://app@db-primary/app', preparedStatements: false });
+    expect(resolved).toMatchObject({ listenUrl: 'postgresql://app@db-primary/app', preparedStatements: false });
+    expect(problems({ listenUrl: 'postgres://db/app', bus: 'postgres' })).toEqual([]);
   });
 
   it('accepts custom adapters and buses by shape', () => {
@@ -90,6 +98,12 @@ describe('resolveCycliumOptions', () => {
     [{ outputMaxAttempts: 1.5 }, 'outputMaxAttempts must be a whole number >= 1 (got 1.5)'],
     [{ outputMaxAttempts: 0 }, 'outputMaxAttempts must be a whole number >= 1 (got 0)'],
     [{ outputRetryBaseMs: '5s' }, 'outputRetryBaseMs must be a whole number of milliseconds >= 1 (got "5s")'],
+    [{ listenUrl: 'db-primary:5432' }, `listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres' (got "db-primary:5432")`],
+    [
+      { listenUrl: 'postgres://app:s3cret@db/app', bus: 'local' },
+      `listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres' (got "postgres://app:***@db/app")`,
+    ],
+    [{ preparedStatements: 'false' }, 'preparedStatements must be true or false (got "false")'],
     [{ leaseSeconds: 5 }, 'leaseSeconds is not a CycliumModule option'],
   ])('rejects %j', (options, message) => {
     expect(problems(options)).toEqual([message]);

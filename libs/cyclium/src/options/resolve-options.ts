@@ -15,6 +15,7 @@ export const DEFAULT_OPTIONS = {
   busUndispatchedMaxAgeMs: 604_800_000,
   busPublishQueueMax: 10_000,
   busMaxPayloadBytes: 1_048_576,
+  preparedStatements: true,
   jitterMs: 200,
   startedEvents: false,
   episodeShutdownMs: 5_000,
@@ -32,9 +33,14 @@ export const DEFAULT_OPTIONS = {
 
 function describe(value: unknown): string {
   if (typeof value === 'function') return 'a function';
-  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'string') return JSON.stringify(withoutPassword(value));
   if (typeof value === 'object' && value !== null) return 'an object';
   return String(value);
+}
+
+/** A connection URL's password must not reach a boot log through a config error. */
+function withoutPassword(value: string): string {
+  return value.replace(/^(postgres(?:ql)?:\/\/[^:/@]*:)[^@]*@/i, '$1***@');
 }
 
 function problemsOf(errors: ValidationError[], prefix = ''): string[] {
@@ -83,6 +89,8 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     busUndispatchedMaxAgeMs: input.busUndispatchedMaxAgeMs ?? DEFAULT_OPTIONS.busUndispatchedMaxAgeMs,
     busPublishQueueMax: input.busPublishQueueMax ?? DEFAULT_OPTIONS.busPublishQueueMax,
     busMaxPayloadBytes: input.busMaxPayloadBytes ?? DEFAULT_OPTIONS.busMaxPayloadBytes,
+    listenUrl: input.listenUrl ?? null,
+    preparedStatements: input.preparedStatements ?? DEFAULT_OPTIONS.preparedStatements,
     jitterMs: input.jitterMs ?? DEFAULT_OPTIONS.jitterMs,
     startedEvents: input.startedEvents ?? DEFAULT_OPTIONS.startedEvents,
     episodeShutdownMs: input.episodeShutdownMs ?? DEFAULT_OPTIONS.episodeShutdownMs,
