@@ -17,6 +17,7 @@ import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
 import { BeginWrites } from './episodes/begin-writes.js';
 import { EndWrites } from './episodes/end-writes.js';
+import { OwnedWrites } from './episodes/owned-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
@@ -87,6 +88,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     EpisodeStatements,
     StepWrites,
     EndWrites,
+    OwnedWrites,
     BeginWrites,
     EpisodeRunner,
     Episodes,

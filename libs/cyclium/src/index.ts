@@ -82,6 +82,7 @@ export {
   BudgetExceededError,
   EpisodeCanceledError,
   EpisodeInterruptedError,
+  EpisodeWriteUnavailableError,
   InvalidListQueryError,
   InvalidTriggerError,
   NondeterministicResumeError,

@@ -221,6 +221,9 @@ export class PostgresClaims implements WorkClaimsAdapter {
           FROM ${input} i
          WHERE c.dedupe_key = i.key AND c.owner_node = i.owner AND c.state = 'claimed' AND c.fence = i.fence
         RETURNING 1`,
+      finished: ({ key, owner, fence }) => `
+        SELECT 1 FROM cyclium_work_claims
+         WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence} AND state IN ('done', 'failed')`,
     },
   };
 

@@ -84,6 +84,9 @@ export interface InTransactionClaims {
  * - `finishMany(refs)` (optional, with `ownerMany`): an UPDATE … RETURNING 1 that completes or fails,
  *   for every row of the CTE `input` (columns `key`, `owner`, `fence`, `failure`), the claim at that
  *   fence (`failure` NULL completes). Without it, terminal writes are never batched.
+ * - `finished(refs)` (optional): a SELECT with one row when `owner` finished (completed or failed)
+ *   `key` at `fence`: how a terminal write whose reply was lost is recognised as committed. Without
+ *   it, the episode row alone decides (its status, and this node as its owner).
  */
 export interface ClaimFragments {
   owner(refs: { key: string; owner: string; fence: string }): string;
@@ -92,6 +95,7 @@ export interface ClaimFragments {
   finish(refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
   acquireMany?(refs: { input: string; owner: string; leaseSeconds: string }): Array<[string, string]>;
   finishMany?(refs: { input: string }): string;
+  finished?(refs: { key: string; owner: string; fence: string }): string;
 }
 
 /**

@@ -53,6 +53,20 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return false;
 }
 
+/** Refusals that leave nothing written and may pass on their own: lock or statement timeout, serialization failure, deadlock. */
+const TRANSIENT_CODES = new Set(['55P03', '57014', '40001', '40P01']);
+
+/**
+ * True when the same statement may well succeed if sent again: the database is away
+ * (isDatabaseUnavailable), or it refused this attempt for a reason of the moment. The library
+ * retries its own episode writes on these; an HTTP caller still sees only the former as 503.
+ */
+export function isTransientDatabaseError(error: unknown): boolean {
+  if (isDatabaseUnavailable(error)) return true;
+  const code = errorCode(error);
+  return code !== undefined && TRANSIENT_CODES.has(code);
+}
+
 /**
  * The database could not be reached, or did not answer in time (`checkoutTimeoutMs`,
  * `queryTimeoutMs`), to do what was asked. Answer 503 and retry later.

@@ -6,6 +6,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { Statement } from '../database/statement.js';
 import type { CycliumOutput } from '../outputs/output.entity.js';
 import { BatchedWrites } from './batched-writes.js';
+import type { EpisodeStatus } from './episode.entity.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, claimFailureOf, type EndOutcome, type Ownership } from './episode-statements.js';
@@ -55,6 +56,33 @@ export class EndWrites {
       return this.statements.end(episode, ownership, outcome);
     }
     return (await this.batches.write({ episode, ownership: { ...ownership, fence }, outcome })) ? [] : null;
+  }
+
+  /**
+   * After an end that may have committed without its answer reaching us: `ended` when it did
+   * (this owner finished the claim at this fence and the episode has this status), `lost` when it
+   * did not and the claim is no longer this node's, `owned` when it did not and may be sent again.
+   * Without claims in the statement, the episode row decides: this status, this node its owner.
+   */
+  async confirm(episodeId: string, ownership: Ownership, status: EpisodeStatus): Promise<'ended' | 'owned' | 'lost'> {
+    const claims = this.claims.inStatement();
+    const finished = claims.joined && ownership.fence !== null ? claims.fragments.finished : undefined;
+    const statement = new Statement(`end_confirm_${finished ? 'claim' : 'row'}`);
+    const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    const refs = { key: p(ownership.key, 'text'), owner: p(ownership.owner, 'text'), fence: p(ownership.fence, 'bigint') };
+    const fragments = claims.joined && ownership.fence !== null ? claims.fragments : this.claims.openClaims().fragments;
+    statement.with('owner', fragments.owner(refs));
+    if (finished) statement.with('finished', finished(refs));
+    const row = `SELECT 1 FROM cyclium_episodes WHERE id = ${p(episodeId, 'uuid')} AND status = ${p(status, 'text')}
+                    ${finished ? '' : `AND owner_node IS NOT DISTINCT FROM ${refs.owner}`}`;
+    const { rows } = await this.database.sql.query<{ ended: boolean; owned: boolean }>(
+      statement.build(`SELECT ${finished ? 'EXISTS (SELECT 1 FROM finished) AND ' : ''}EXISTS (${row}) AS ended, EXISTS (SELECT 1 FROM owner) AS owned`),
+    );
+    if (rows[0]?.ended) return 'ended';
+    if (!rows[0]?.owned) return 'lost';
+    // A custom adapter's store is not this database: ask it, as the end itself does.
+    if (!claims.joined && ownership.fence !== null && !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))) return 'lost';
+    return 'owned';
   }
 
   private batchFragments(): BatchFragments | null {

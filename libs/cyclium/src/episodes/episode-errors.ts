@@ -1,3 +1,5 @@
+import { errorMessage } from '../database/database-errors.js';
+
 /** The episode was canceled (`Episodes.cancel`); it stops before its next step. */
 export class EpisodeCanceledError extends Error {
   override readonly name = 'EpisodeCanceledError';
@@ -57,5 +59,20 @@ export class InvalidTriggerError extends TypeError {
     message: string,
   ) {
     super(message);
+  }
+}
+
+/**
+ * A write of a running episode kept meeting database faults until this node could no longer be
+ * sure it owns the episode (its claim's local deadline passed, or, with claims off, the recovery's
+ * staleness window). Nothing more is written by this run: the row stays `running` for recovery,
+ * and the run is not recorded as the host's failure. A step that throws it must not be caught
+ * and retried by the host: the episode stops there.
+ */
+export class EpisodeWriteUnavailableError extends Error {
+  override readonly name = 'EpisodeWriteUnavailableError';
+
+  constructor(episodeId: string, what: string, cause: unknown) {
+    super(`episode ${episodeId}: the ${what} could not be written (${errorMessage(cause)}); left to recovery`, { cause });
   }
 }

@@ -33,6 +33,21 @@ export const STEP_WRITE: FencedStatement = {
 };
 
 /**
+ * Whether a STEP_WRITE whose reply was lost committed: the journal row of that step at that
+ * position. While the claim is held at this fence no other holder can have written a step there
+ * (a previous holder's writes all came before this run read its next position; markers are
+ * observations), so the row is this write's. Reads ownership and a pending cancel as STEP_WRITE does.
+ */
+export const STEP_CONFIRM: FencedStatement = {
+  name: 'episodes_step_confirm',
+  body: `
+  SELECT (SELECT count(*)::int FROM owner) AS owned,
+         EXISTS (SELECT 1 FROM cyclium_episode_steps
+                  WHERE episode_id = $4 AND step_no = $5 AND kind = 'step' AND name = $6) AS written,
+         EXISTS (SELECT 1 FROM cyclium_episodes WHERE id = $4 AND cancel_requested_at IS NOT NULL) AS cancel_requested`,
+};
+
+/**
  * STEP_WRITE for several episodes in one statement. `owner` is the claims adapter's `ownerMany`
  * over `input`, so each row is written only while its own claim is held at its fence, exactly as
  * alone; one row comes back per input row, in input order. Parameters: keys, owners, fences,

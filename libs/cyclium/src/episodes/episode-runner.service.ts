@@ -19,17 +19,16 @@ import {
   BudgetExceededError,
   EpisodeCanceledError,
   EpisodeInterruptedError,
+  EpisodeWriteUnavailableError,
   NondeterministicResumeError,
 } from './episode-errors.js';
 import { BeginWrites } from './begin-writes.js';
-import { EndWrites } from './end-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
-import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeQueue } from './episode-queue.js';
 import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
-import { RunningEpisode, type History } from './running-episode.js';
-import { StepWrites } from './step-writes.js';
+import { OwnedWrites, type WriteScope } from './owned-writes.js';
+import { RunningEpisode } from './running-episode.js';
 
 export type BeginResult =
   | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
@@ -67,7 +66,6 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly database: CycliumDataSource,
     private readonly store: EpisodeStore,
     private readonly queue: EpisodeQueue,
-    private readonly journal: EpisodeJournal,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
     private readonly registry: ActorRegistry,
@@ -75,8 +73,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
     private readonly statements: EpisodeStatements,
-    private readonly steps: StepWrites,
-    private readonly ends: EndWrites,
+    private readonly writes: OwnedWrites,
     private readonly begins: BeginWrites,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
@@ -187,17 +184,18 @@ export class EpisodeRunner implements OnModuleInit {
     const ownership = this.ownershipOf(episode, grant);
     const hold = options.hold ?? this.claims.hold(ownership.key, grant);
     const expectation = this.registry.expectation(episode.actorId, episode.expectationId);
+    const scope = this.writes.scope(episode.id, hold);
     const context = new RunningEpisode({
       episode,
       trigger: episode.triggerRef as unknown as EpisodeTrigger,
       fence: ownership.fence,
       resumed,
       hold,
-      history: resumed ? this.history(episode.id) : { checkpoints: new Map(), nextJournalNo: 1 },
+      history: resumed ? this.history(scope) : { checkpoints: new Map(), nextJournalNo: 1 },
       budget: expectation?.options.budget,
       // Stamped by the drain, whose marker takes the next journal position before the claim goes:
       // a step that ends meanwhile writes nothing, as it would once the claim is released.
-      writeStep: (record) => (this.interrupted.has(episode.id) ? Promise.resolve('not_owner' as const) : this.steps.write(episode.id, ownership, record)),
+      writeStep: (record) => (this.interrupted.has(episode.id) ? Promise.resolve('not_owner' as const) : this.writes.step(scope, ownership, record)),
     });
     this.running.set(episode.id, context);
     try {
@@ -211,10 +209,10 @@ export class EpisodeRunner implements OnModuleInit {
       const result = (await expectation.handler(context)) as Convergence | undefined;
       if (!context.wroteStep) await this.honourCancel(context);
       context.throwIfAborted();
-      await this.converge(episode, ownership, result ?? {});
+      await this.converge(episode, ownership, scope, result ?? {});
     } catch (error) {
       const cause = context.signal.aborted ? (context.signal.reason as unknown) : error;
-      await this.settle(episode, ownership, cause).catch((e: unknown) =>
+      await this.settle(episode, ownership, scope, cause).catch((e: unknown) =>
         this.logger.error(`could not record the end of episode ${episode.id}: ${errorMessage(e)}`),
       );
     } finally {
@@ -240,11 +238,8 @@ export class EpisodeRunner implements OnModuleInit {
     }
   }
 
-  private history(id: string): Promise<History> {
-    const loaded = Promise.all([this.journal.checkpoints(id), this.journal.nextPosition(id)]).then(([checkpoints, nextJournalNo]) => ({
-      checkpoints,
-      nextJournalNo,
-    }));
+  private history(scope: WriteScope) {
+    const loaded = this.writes.history(scope);
     // Read by the first step; a method that takes no step must not leave its failure unhandled.
     loaded.catch(() => undefined);
     return loaded;
@@ -258,11 +253,11 @@ export class EpisodeRunner implements OnModuleInit {
    * Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim
    * and the terminal event — one statement.
    */
-  private async converge(episode: EpisodeRow, ownership: Ownership, result: Convergence): Promise<void> {
+  private async converge(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, result: Convergence): Promise<void> {
     const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
     // The outputs' leases run from the database's now(), which is later than this.
     const sentAt = performance.now();
-    const won = await this.ends.end(episode, ownership, {
+    const won = await this.writes.end(scope, episode, ownership, {
       terminal: { status, summary: result.summary ?? null, classification: result.classification },
       findings: result.findings,
       outputs: result.outputs,
@@ -274,20 +269,27 @@ export class EpisodeRunner implements OnModuleInit {
   }
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
-  private async settle(episode: EpisodeRow, ownership: Ownership, cause: unknown): Promise<void> {
+  private async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown): Promise<void> {
     // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
     if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) return;
-    if (cause instanceof ClaimLostError) {
-      this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${cause.message}`);
-      this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: cause.message });
+    // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
+    if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
+      this.abandon(episode, cause.message);
       return;
     }
     const [status, errorClass, detail] = classify(cause);
     const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
-    const recorded = await this.ends.end(episode, ownership, {
-      terminal: { status, errorClass, detail },
-      event: this.lifecycle(event, episode, status, { errorClass }),
-    });
+    let recorded;
+    try {
+      recorded = await this.writes.end(scope, episode, ownership, {
+        terminal: { status, errorClass, detail },
+        event: this.lifecycle(event, episode, status, { errorClass }),
+      });
+    } catch (error) {
+      if (!(error instanceof EpisodeWriteUnavailableError)) throw error;
+      this.abandon(episode, error.message);
+      return;
+    }
     if (recorded === null) {
       this.logger.warn(`episode ${episode.id} aborted: claim lost before its outcome was recorded`);
       this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: 'claim lost before the outcome was recorded' });
@@ -297,6 +299,11 @@ export class EpisodeRunner implements OnModuleInit {
       this.logger.warn(`episode ${episode.id} (${episode.actorId}.${episode.expectationId}) failed as ${errorClass}: ${detail.split('\n')[0]}`);
     }
     this.telemetry.emit(event, { ...this.describe(episode), errorClass });
+  }
+
+  private abandon(episode: EpisodeRow, reason: string): void {
+    this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${reason}`);
+    this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason });
   }
 
   private describe(episode: EpisodeRow) {

@@ -1,7 +1,7 @@
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { ExpectationOptions } from '../actors/expectation.decorator.js';
-import { BudgetExceededError, EpisodeCanceledError, NondeterministicResumeError } from './episode-errors.js';
+import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
 import type { EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episode-context.interface.js';
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
@@ -103,9 +103,19 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     }
   }
 
+  /** A library write that gave up stops the episode, so a method that catches it cannot go on and have it recorded as its own failure. */
+  private async library<T>(write: Promise<T> | T): Promise<T> {
+    try {
+      return await write;
+    } catch (error) {
+      if (error instanceof EpisodeWriteUnavailableError) this.stop(error);
+      throw error;
+    }
+  }
+
   async step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T> {
     this.throwIfStopped();
-    this.history ??= this.deps.resumed ? await this.deps.history : FRESH;
+    this.history ??= this.deps.resumed ? await this.library(this.deps.history) : FRESH;
     this.throwIfStopped();
     const stepNo = ++this.stepNo;
     const recorded = this.history.checkpoints.get(stepNo);
@@ -119,13 +129,9 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     const result = await fn({ stepNo, idempotencyKey: `${this.episode.id}:${stepNo}`, signal: this.signal });
     const resultJson = encodeStepResult(name, result);
     this.journalNo ??= this.history.nextJournalNo;
-    const outcome = await this.deps.writeStep({
-      stepNo,
-      journalNo: this.journalNo++,
-      name,
-      resultJson,
-      durationMs: Math.round(performance.now() - started),
-    });
+    const outcome = await this.library(
+      this.deps.writeStep({ stepNo, journalNo: this.journalNo++, name, resultJson, durationMs: Math.round(performance.now() - started) }),
+    );
     this.wrote = true;
     if (outcome === 'not_owner') {
       const lost = new ClaimLostError(this.deps.hold.key, this.fence, 'not_owner');

@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { WorkClaims } from '../claims/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared } from '../database/sql-executor.js';
-import { STEP_WRITE, stepWriteMany } from './episode-journal.js';
+import { STEP_CONFIRM, STEP_WRITE, stepWriteMany } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
 import type { StepRecord, StepWriteOutcome } from './running-episode.js';
 import { BatchedWrites } from './batched-writes.js';
@@ -49,6 +49,22 @@ export class StepWrites {
   write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
     if (ownership.fence === null || !this.manyStatement()) return this.writeOne(episodeId, ownership, record);
     return this.batches.write({ episodeId, ownership, record });
+  }
+
+  /**
+   * After a write that may have committed without its answer reaching us: its outcome when it did
+   * (or `not_owner` when the claim is gone either way), null when it did not and may be sent again.
+   */
+  async confirm(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome | null> {
+    const { rows } = await this.claims.fencedStatement<{ owned: number; written: boolean; cancel_requested: boolean }>(this.database.sql, ownership, STEP_CONFIRM, [
+      episodeId,
+      record.journalNo,
+      record.name,
+    ]);
+    const row = rows[0];
+    if (!row || row.owned !== 1) return 'not_owner';
+    if (!row.written) return null;
+    return row.cancel_requested ? 'cancel_requested' : 'written';
   }
 
   /** Named after its text: one name stands for one text on a pool, whichever adapter built it. */
