@@ -8,6 +8,8 @@ import { waitFor } from './support/wait-for.js';
 
 /** How often each step's function ran, by `<episode id>:<step no>`. */
 const runs = new Map<string, number>();
+/** Called as each step's function runs (the blackout case starts its fault from there). */
+let onStep: (stepNo: number) => void = () => undefined;
 
 @Injectable()
 @Actor({ id: 'lost_reply' })
@@ -18,6 +20,7 @@ class LostReplyActor {
       await ep.step(name, ({ stepNo }) => {
         const key = `${ep.episode.id}:${stepNo}`;
         runs.set(key, (runs.get(key) ?? 0) + 1);
+        onStep(stepNo);
         return stepNo;
       });
     }
@@ -41,7 +44,7 @@ function endsWithReadyForQuery(chunk: Buffer): boolean {
  * committed write when it tries again, neither failing the episode as the host's crash nor
  * writing the step twice, nor taking its committed end for a lost claim.
  */
-describe("a library write that committed but lost its reply", () => {
+describe('a library write that committed but lost its reply', () => {
   const database = useDatabase();
   let proxy: TcpProxy;
   let app: INestApplicationContext;
@@ -116,5 +119,72 @@ describe("a library write that committed but lost its reply", () => {
     expect([1, 2, 3].map((n) => runs.get(`${id}:${n}`))).toEqual([1, 1, 1]);
     await waitFor('the completion to be told', () => completed.includes(id));
     expect(aborted).not.toContain(id);
+  });
+});
+
+/**
+ * The database stays out of reach (every connection cut as it speaks) for longer than the claim's
+ * lease while a step write waits to be sent again: the run stops retrying once it no longer owns
+ * the episode, writes nothing (no `failed / crash`), and leaves the row to recovery, whose
+ * `restart` carries the episode on from its checkpoint once the database is back.
+ */
+describe('a step write that cannot be written before the claim runs out', () => {
+  const database = useDatabase();
+  let proxy: TcpProxy;
+  let app: INestApplicationContext;
+  let blackout = false;
+  const aborted: string[] = [];
+  let unsubscribe = () => undefined as void;
+
+  beforeAll(async () => {
+    proxy = await TcpProxy.start({ target: database.url, onClientData: () => (blackout ? 'drop-and-close' : 'forward') });
+    unsubscribe = onCyclium('episode.aborted', (event) => void aborted.push(event.episodeId));
+    app = await startCycliumApp({
+      url: proxy.url(database.url),
+      cyclium: {
+        nodeIdentity: 'blackout-node',
+        workClaims: 'postgres',
+        workClaimsLeaseSeconds: 2,
+        recovery: { settleMs: 0, staleAfterMs: 500, intervalMs: 200 },
+      },
+      providers: [LostReplyActor],
+    });
+  });
+
+  afterAll(async () => {
+    blackout = false;
+    onStep = () => undefined;
+    unsubscribe();
+    await app?.close();
+    await proxy?.close();
+  });
+
+  it('leaves the episode running for recovery, which restarts it to done', async () => {
+    let first = true;
+    onStep = (stepNo) => {
+      if (stepNo !== 2 || !first) return;
+      first = false;
+      blackout = true;
+    };
+    const started = await app.get(Episodes).trigger('lost_reply', 'work', {});
+    if (started.status !== 'started') throw new Error(`trigger was ${started.status}`);
+    const id = started.episode.id;
+    await waitFor('the run to give the episode up', () => aborted.includes(id), 10_000);
+    const { rows } = await database.db.query(`SELECT status, error_class FROM cyclium_episodes WHERE id = $1`, [id]);
+    expect(rows[0]).toEqual({ status: 'running', error_class: null });
+    blackout = false;
+
+    await waitFor(`episode ${id} to end`, async () => {
+      const { rows: now } = await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
+      return now[0]?.status !== 'running';
+    }, 15_000);
+    const { rows: end } = await database.db.query(
+      `SELECT e.status, e.error_class, (SELECT array_agg(s.name ORDER BY s.step_no) FROM cyclium_episode_steps s WHERE s.episode_id = e.id AND s.kind = 'step') AS steps
+         FROM cyclium_episodes e WHERE e.id = $1`,
+      [id],
+    );
+    expect(end[0]).toEqual({ status: 'done', error_class: null, steps: ['s1', 's2', 's3'] });
+    // s1 was checkpointed before the blackout and is not run again; s2 never was, so the restart runs it again.
+    expect([1, 2, 3].map((n) => runs.get(`${id}:${n}`))).toEqual([1, 2, 1]);
   });
 });

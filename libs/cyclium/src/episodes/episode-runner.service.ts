@@ -279,15 +279,14 @@ export class EpisodeRunner implements OnModuleInit {
     }
     const [status, errorClass, detail] = classify(cause);
     const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
-    let recorded;
-    try {
-      recorded = await this.writes.end(scope, episode, ownership, {
-        terminal: { status, errorClass, detail },
-        event: this.lifecycle(event, episode, status, { errorClass }),
+    const recorded = await this.writes
+      .end(scope, episode, ownership, { terminal: { status, errorClass, detail }, event: this.lifecycle(event, episode, status, { errorClass }) })
+      .catch((error: unknown) => {
+        if (error instanceof EpisodeWriteUnavailableError) return error;
+        throw error;
       });
-    } catch (error) {
-      if (!(error instanceof EpisodeWriteUnavailableError)) throw error;
-      this.abandon(episode, error.message);
+    if (recorded instanceof EpisodeWriteUnavailableError) {
+      this.abandon(episode, recorded.message);
       return;
     }
     if (recorded === null) {
