@@ -39,12 +39,15 @@ function endsWithReadyForQuery(chunk: Buffer): boolean {
 }
 
 /**
- * A write reaches PostgreSQL and commits, and its reply never comes back (the connection is cut
- * just then, as a pooler reload or a network fault would): the library must recognise its own
- * committed write when it tries again, neither failing the episode as the host's crash nor
- * writing the step twice, nor taking its committed end for a lost claim.
+ * Faults of the library's own connection under one node (claims on, a 2 s lease, a fast recovery),
+ * through a proxy. A write reaches PostgreSQL and commits, and its reply never comes back (the
+ * connection is cut just then, as a pooler reload or a network fault would): the library must
+ * recognise its own committed write when it tries again, neither failing the episode as the host's
+ * crash nor writing the step twice, nor taking its committed end for a lost claim. And when the
+ * database stays out of reach for longer than the lease, the run gives the episode up to recovery
+ * instead of recording a crash.
  */
-describe('a library write that committed but lost its reply', () => {
+describe("faults of the library's own writes", () => {
   const database = useDatabase();
   let proxy: TcpProxy;
   let app: INestApplicationContext;
@@ -54,11 +57,14 @@ describe('a library write that committed but lost its reply', () => {
   const completed: string[] = [];
   const aborted: string[] = [];
   const unsubscribe: Array<() => void> = [];
+  /** Every connection is cut as soon as it speaks: the database is out of reach. */
+  let blackout = false;
 
   beforeAll(async () => {
     proxy = await TcpProxy.start({
       target: database.url,
       onClientData: (chunk: Buffer, connection: ProxyConnection): ChunkVerdict => {
+        if (blackout) return 'drop-and-close';
         if (armed && chunk.includes(STATEMENTS[armed])) {
           dropped.push(armed);
           armed = null;
@@ -77,12 +83,19 @@ describe('a library write that committed but lost its reply', () => {
     unsubscribe.push(onCyclium('episode.aborted', (event) => void aborted.push(event.episodeId)));
     app = await startCycliumApp({
       url: proxy.url(database.url),
-      cyclium: { nodeIdentity: 'lost-reply-node', workClaims: 'postgres', workClaimsLeaseSeconds: 30 },
+      cyclium: {
+        nodeIdentity: 'lost-reply-node',
+        workClaims: 'postgres',
+        workClaimsLeaseSeconds: 2,
+        recovery: { settleMs: 0, staleAfterMs: 500, intervalMs: 200 },
+      },
       providers: [LostReplyActor],
     });
   });
 
   afterAll(async () => {
+    blackout = false;
+    onStep = () => undefined;
     for (const off of unsubscribe) off();
     await app?.close();
     await proxy?.close();
@@ -112,7 +125,7 @@ describe('a library write that committed but lost its reply', () => {
     return rows[0];
   }
 
-  it.each(['step', 'end'] as const)('a %s write: the episode ends done, the write applied once', async (kind) => {
+  it.each(['step', 'end'] as const)('the reply to a %s write is lost after commit: the episode ends done, the write applied once', async (kind) => {
     const id = await runWithLostReply(kind);
     expect(dropped).toContain(kind);
     expect(await written(id)).toEqual({ status: 'done', error_class: null, steps: ['s1', 's2', 's3'], terminal_events: 1, claim: 'done' });
@@ -120,46 +133,8 @@ describe('a library write that committed but lost its reply', () => {
     await waitFor('the completion to be told', () => completed.includes(id));
     expect(aborted).not.toContain(id);
   });
-});
 
-/**
- * The database stays out of reach (every connection cut as it speaks) for longer than the claim's
- * lease while a step write waits to be sent again: the run stops retrying once it no longer owns
- * the episode, writes nothing (no `failed / crash`), and leaves the row to recovery, whose
- * `restart` carries the episode on from its checkpoint once the database is back.
- */
-describe('a step write that cannot be written before the claim runs out', () => {
-  const database = useDatabase();
-  let proxy: TcpProxy;
-  let app: INestApplicationContext;
-  let blackout = false;
-  const aborted: string[] = [];
-  let unsubscribe = () => undefined as void;
-
-  beforeAll(async () => {
-    proxy = await TcpProxy.start({ target: database.url, onClientData: () => (blackout ? 'drop-and-close' : 'forward') });
-    unsubscribe = onCyclium('episode.aborted', (event) => void aborted.push(event.episodeId));
-    app = await startCycliumApp({
-      url: proxy.url(database.url),
-      cyclium: {
-        nodeIdentity: 'blackout-node',
-        workClaims: 'postgres',
-        workClaimsLeaseSeconds: 2,
-        recovery: { settleMs: 0, staleAfterMs: 500, intervalMs: 200 },
-      },
-      providers: [LostReplyActor],
-    });
-  });
-
-  afterAll(async () => {
-    blackout = false;
-    onStep = () => undefined;
-    unsubscribe();
-    await app?.close();
-    await proxy?.close();
-  });
-
-  it('leaves the episode running for recovery, which restarts it to done', async () => {
+  it('a step write that cannot be written before the lease runs out: left running for recovery, which restarts it to done', async () => {
     let first = true;
     onStep = (stepNo) => {
       if (stepNo !== 2 || !first) return;
