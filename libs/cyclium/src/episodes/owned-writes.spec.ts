@@ -68,10 +68,12 @@ describe('OwnedWrites', () => {
     await expect(writes.step(writes.scope('e1', hold), ownership, record)).rejects.toBeInstanceOf(EpisodeWriteUnavailableError);
   });
 
-  it('an end found committed by this owner at this fence is a success, not a lost claim; one found lost is null', async () => {
+  it('an end found committed by this owner at this fence (before or after sending it again) is a success, not a lost claim; one found lost is null', async () => {
     const ended = setup({ end: [() => { throw cut(); }], ended: ['ended'] });
     await expect(ended.writes.end(ended.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toEqual([]);
     expect(ended.ends.end).toHaveBeenCalledTimes(1);
+    const late = setup({ end: [() => { throw cut(); }, () => null], ended: ['owned', 'ended'] });
+    await expect(late.writes.end(late.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toEqual([]);
     const lost = setup({ end: [() => { throw cut(); }], ended: ['lost'] });
     await expect(lost.writes.end(lost.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toBeNull();
   });

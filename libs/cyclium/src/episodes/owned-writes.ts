@@ -68,10 +68,13 @@ export class OwnedWrites {
   /** EndWrites.end; an end found committed answers no outputs to deliver (they are pending rows the output rescue delivers). */
   end(scope: WriteScope, episode: EpisodeRow, ownership: Ownership, outcome: EndOutcome): Promise<CycliumOutput[] | null> {
     const write = () => this.ends.end(episode, ownership, outcome);
+    const committed = async () => (await this.ends.confirm(episode.id, ownership, outcome.terminal.status)) === 'ended';
     return this.retry(scope, `end (${outcome.terminal.status})`, write, async () => {
       const found = await this.ends.confirm(episode.id, ownership, outcome.terminal.status);
       if (found === 'ended') return [];
-      return found === 'lost' ? null : write();
+      if (found === 'lost') return null;
+      // An attempt that timed out on this side may still have been running there, and committed first.
+      return (await write()) ?? ((await committed()) ? [] : null);
     });
   }
 
