@@ -1,6 +1,8 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { ActorDefinitionsStore } from './actors/actor-definitions.store.js';
 import { ActorRegistry } from './actors/actor-registry.service.js';
+import { ActorExplorer } from './actors/actor.explorer.js';
 import { ActorSlots } from './actors/actor-slots.service.js';
 import { TriggerSources } from './actors/trigger-sources.service.js';
 import { TriggerPlacement } from './actors/trigger-placement.service.js';
@@ -77,6 +79,8 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     busProvider,
     BusLifecycle,
     EventOutbox,
+    ActorExplorer,
+    ActorDefinitionsStore,
     ActorRegistry,
     ActorSlots,
     TriggerSources,

@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { ActorDefinitionsStore } from '../actors/actor-definitions.store.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorSlots } from '../actors/actor-slots.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
@@ -107,6 +108,7 @@ export class Recovery {
     private readonly slots: ActorSlots,
     private readonly runner: EpisodeRunner,
     private readonly registry: ActorRegistry,
+    private readonly definitions: ActorDefinitionsStore,
     private readonly identity: NodeIdentity,
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
@@ -310,6 +312,6 @@ export class Recovery {
     if (resolve) return resolve(episode);
     const declared = this.registry.expectation(episode.actorId, episode.expectationId)?.options.recoveryPolicy;
     if (declared) return declared;
-    return (await this.registry.recordedPolicy(episode.actorId, episode.expectationId)) ?? 'fail';
+    return (await this.definitions.recordedPolicy(episode.actorId, episode.expectationId)) ?? 'fail';
   }
 }

@@ -1,0 +1,73 @@
+import { validateCronExpression } from 'cron';
+import { ActorDefinitionError } from './actor-definition.error.js';
+import type { ActorOptions } from './actor.decorator.js';
+import type { ExpectationOptions } from './expectation.decorator.js';
+import { parseInterval } from './interval.js';
+import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
+
+const OVERFLOWS = ['queue', 'drop', 'shed_oldest'];
+
+/** `@Actor` options with their defaults, or ActorDefinitionError naming the class and the field. */
+export function validateActor(className: string, options: ActorOptions | undefined): RegisteredActor {
+  const fail = (message: string): never => {
+    throw new ActorDefinitionError(`@Actor on ${className}: ${message}`);
+  };
+  if (!options || typeof options.id !== 'string' || options.id.trim() === '') fail('id must be a non-empty string');
+  const actorOptions = options as ActorOptions;
+  const max = actorOptions.maxConcurrentEpisodes ?? 3;
+  if (!Number.isInteger(max) || max < 1) fail(`maxConcurrentEpisodes must be a whole number >= 1 (got ${max})`);
+  const overflow = actorOptions.overflow ?? 'queue';
+  if (!OVERFLOWS.includes(overflow)) fail(`overflow must be one of: ${OVERFLOWS.join(', ')} (got ${String(overflow)})`);
+  const maxQueued = actorOptions.maxQueued ?? max;
+  if (!Number.isInteger(maxQueued) || maxQueued < 1) fail(`maxQueued must be a whole number >= 1 (got ${maxQueued})`);
+  if (actorOptions.stacks !== undefined && !Array.isArray(actorOptions.stacks)) fail('stacks must be an array of stack slugs');
+  return {
+    id: actorOptions.id,
+    className,
+    options: { id: actorOptions.id, maxConcurrentEpisodes: max, overflow, maxQueued, stacks: actorOptions.stacks },
+    expectations: new Map(),
+  };
+}
+
+/**
+ * `@Expectation` options, with the trigger parsed, or ActorDefinitionError naming the method:
+ * anything that could only fail later (a bad cron, an interval nobody can parse) fails boot.
+ */
+export function validateExpectation(actorId: string, className: string, methodName: string, options: ExpectationOptions): RegisteredExpectation {
+  const fail = (message: string): never => {
+    throw new ActorDefinitionError(`@Expectation on ${className}.${methodName}: ${message}`);
+  };
+  const id = options.id ?? methodName;
+  const trigger = options.trigger;
+  if (trigger && typeof trigger === 'object') {
+    // The types rule this out; plain JavaScript (or a cast) could still mix kinds, and one would be silently dropped.
+    const kinds = ['event', 'every', 'cron'].filter((k) => k in trigger);
+    const unknown = Object.keys(trigger).filter((k) => !['event', 'every', 'cron', 'filter'].includes(k));
+    if (kinds.length !== 1 || unknown.length > 0 || ('filter' in trigger && !('event' in trigger))) {
+      fail(`trigger must be exactly one of { event, filter? }, { every } or { cron } (got ${JSON.stringify(trigger)})`);
+    }
+  }
+  let intervalMs: number | null = null;
+  if (trigger === 'manual' || trigger === 'workflow') {
+    // nothing to parse
+  } else if (trigger && typeof trigger === 'object' && trigger.every !== undefined) {
+    intervalMs = parseInterval(trigger.every);
+    if (intervalMs === null) fail(`cannot parse interval ${JSON.stringify(trigger.every)} (use '30s', '5m', '1h', '1d' or milliseconds)`);
+  } else if (trigger && typeof trigger === 'object' && trigger.cron !== undefined) {
+    const { valid, error } = validateCronExpression(trigger.cron);
+    if (!valid) fail(`cannot parse cron ${JSON.stringify(trigger.cron)}: ${error?.message ?? 'invalid'}`);
+  } else if (!(trigger && typeof trigger === 'object' && typeof trigger.event === 'string')) {
+    fail(`trigger must be { event }, { every }, { cron }, 'manual' or 'workflow' (got ${JSON.stringify(trigger)})`);
+  }
+  for (const field of ['debounceMs', 'cooldownMs'] as const) {
+    const value = options[field];
+    if (value !== undefined && !(Number.isInteger(value) && value >= 0)) fail(`${field} must be a whole number of milliseconds >= 0`);
+  }
+  if (options.maxAttempts !== undefined && !(Number.isInteger(options.maxAttempts) && options.maxAttempts >= 1)) {
+    fail('maxAttempts must be a whole number >= 1');
+  }
+  if (options.recoveryPolicy !== undefined && !['restart', 'fail'].includes(options.recoveryPolicy)) {
+    fail(`recoveryPolicy must be 'restart' or 'fail'`);
+  }
+  return { id, actorId, className, methodName, options, intervalMs, handler: async () => undefined };
+}
