@@ -56,6 +56,7 @@ import { WorkflowEngine } from './workflows/workflow-engine.service.js';
 import { WorkflowInstanceStore } from './workflows/workflow-instance-store.js';
 import { WorkflowReconciler } from './workflows/workflow-reconciler.service.js';
 import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
+import { WorkflowExplorer } from './workflows/workflow.explorer.js';
 
 /**
  * `CycliumModule.forRoot(options)` / `forRootAsync({ imports, inject, useFactory })`.
@@ -113,6 +114,7 @@ import { WorkflowRegistry } from './workflows/workflow-registry.service.js';
     DeferredRunner,
     TriggerRequests,
     TriggerPoller,
+    WorkflowExplorer,
     WorkflowRegistry,
     WorkflowInstanceStore,
     StepInputs,
