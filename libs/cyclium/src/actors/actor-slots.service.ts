@@ -14,6 +14,7 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { ActorDefinitionError } from './actor-definition.error.js';
 import { ActorRegistry } from './actor-registry.service.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
+import { RunTracker } from './run-tracker.js';
 
 /** What the slots did with a trigger this node runs itself. */
 export type SlotResult =
@@ -70,8 +71,7 @@ interface Slots {
 export class ActorSlots implements OnApplicationBootstrap {
   private readonly logger = new Logger('ActorHost');
   private readonly slots = new Map<string, Slots>();
-  private readonly runs = new Set<Promise<void>>();
-  private readonly starts = new Set<Promise<unknown>>();
+  private readonly tracker = new RunTracker();
   private accepting = true;
   private readonly offModeChanges: Array<() => void> = [];
 
@@ -255,8 +255,8 @@ export class ActorSlots implements OnApplicationBootstrap {
   }
 
   /** Resolves once every start under way (insert, dequeue, restart) has either launched its run or given up. */
-  async startsSettled(): Promise<void> {
-    while (this.starts.size > 0) await Promise.allSettled([...this.starts]);
+  startsSettled(): Promise<void> {
+    return this.tracker.startsSettled();
   }
 
   /** Hands the drain every restart still waiting for a slot; they will not start here. */
@@ -265,23 +265,18 @@ export class ActorSlots implements OnApplicationBootstrap {
   }
 
   /** Resolves once every run this node started has ended. */
-  async idle(): Promise<void> {
-    while (this.runs.size > 0) await Promise.allSettled([...this.runs]);
+  idle(): Promise<void> {
+    return this.tracker.idle();
   }
 
   private starting<T>(start: Promise<T>): Promise<T> {
-    this.starts.add(start);
-    const forget = () => this.starts.delete(start);
-    start.then(forget, forget);
-    return start;
+    return this.tracker.starting(start);
   }
 
   private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, restart?: WaitingRestart, resumed = false): void {
-    const run = this.runner
-      .run(episode, grant, restart ? { resumed: true, hold: restart.hold } : { resumed })
-      .finally(() => this.release(actor));
-    const tracked = run.finally(() => this.runs.delete(tracked));
-    this.runs.add(tracked);
+    this.tracker.running(
+      this.runner.run(episode, grant, restart ? { resumed: true, hold: restart.hold } : { resumed }).finally(() => this.release(actor)),
+    );
   }
 
   private release(actor: RegisteredActor): void {

@@ -1,0 +1,32 @@
+/**
+ * What the drain waits for on one node: the starts under way (an insert, a dequeue, a restart,
+ * until it launched its run or gave up) and the runs themselves.
+ */
+export class RunTracker {
+  private readonly starts = new Set<Promise<unknown>>();
+  private readonly runs = new Set<Promise<void>>();
+
+  /** `start`, counted until it settles. */
+  starting<T>(start: Promise<T>): Promise<T> {
+    this.starts.add(start);
+    const forget = () => this.starts.delete(start);
+    start.then(forget, forget);
+    return start;
+  }
+
+  /** `run`, counted until it settles (it must not reject: the runner settles its own failures). */
+  running(run: Promise<void>): void {
+    const tracked = run.finally(() => this.runs.delete(tracked));
+    this.runs.add(tracked);
+  }
+
+  /** Resolves once every start under way has either launched its run or given up. */
+  async startsSettled(): Promise<void> {
+    while (this.starts.size > 0) await Promise.allSettled([...this.starts]);
+  }
+
+  /** Resolves once every run has ended. */
+  async idle(): Promise<void> {
+    while (this.runs.size > 0) await Promise.allSettled([...this.runs]);
+  }
+}
