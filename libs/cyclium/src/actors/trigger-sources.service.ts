@@ -1,7 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
-import { CronJob } from 'cron';
 import type { BusEvent } from '../bus/bus.interface.js';
 import type { EventReceipt } from '../bus/durable-subscriptions.interface.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
@@ -15,10 +14,11 @@ import { ActorDefinitionError } from './actor-definition.error.js';
 import { ActorRegistry } from './actor-registry.service.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
+import { DrainHandovers } from './drain-handovers.js';
 import { EventWindows } from './event-windows.js';
-import { bucketStart } from './interval.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
 import { matchesFilter, readPath } from './trigger-filter.js';
+import { TimerTriggers } from './timer-triggers.js';
 import { TriggerPlacement } from './trigger-placement.service.js';
 
 const RETRY_FIRST_MS = 200;
@@ -28,14 +28,6 @@ function describeTrigger(trigger: EpisodeTrigger): string {
   if (trigger.type === 'event') return `event ${trigger.eventId} "${trigger.eventType}"`;
   if (trigger.type === 'schedule') return `schedule ${trigger.scheduledAt}`;
   return trigger.type;
-}
-
-interface Handover {
-  expectation: RegisteredExpectation;
-  trigger: EpisodeTrigger;
-  dedupeKey: string;
-  what: string;
-  settled: (settled: boolean) => void;
 }
 
 /**
@@ -52,10 +44,9 @@ interface Handover {
 export class TriggerSources implements OnApplicationBootstrap {
   private readonly logger = new Logger('ActorHost');
   private readonly unsubscribes: Array<() => void> = [];
-  private readonly timers = new Set<NodeJS.Timeout>();
-  private readonly cronJobs: Array<{ name: string; job: CronJob }> = [];
+  private readonly timers = new TimerTriggers((expectation, bucket) => this.fireSchedule(expectation, bucket));
   private readonly windows = new EventWindows();
-  private readonly handovers: Handover[] = [];
+  private readonly handovers: DrainHandovers;
   private on = false;
 
   constructor(
@@ -63,10 +54,12 @@ export class TriggerSources implements OnApplicationBootstrap {
     private readonly dispatcher: Dispatcher,
     private readonly placement: TriggerPlacement,
     private readonly events: EventOutbox,
-    private readonly store: EpisodeStore,
+    store: EpisodeStore,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
-  ) {}
+  ) {
+    this.handovers = new DrainHandovers(store, dispatcher, this.logger, { sourceStack: options.stackSlug, sourceEnv: options.env });
+  }
 
   /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
   onApplicationBootstrap(): void {
@@ -89,17 +82,11 @@ export class TriggerSources implements OnApplicationBootstrap {
     this.placement.stop();
     // The released backups turn into handovers within this tick's microtasks.
     await new Promise((resolve) => setImmediate(resolve));
-    await this.handOverAll();
+    await this.handovers.handOverAll();
     this.unsubscribes.splice(0).forEach((off) => off());
-    for (const timer of this.timers) clearTimeout(timer);
-    this.timers.clear();
     // Their events stay unsettled: the next reader of the bus (a peer, or this node after its restart) fires them.
     this.windows.clear();
-    const registry = this.schedulerRegistry(false);
-    for (const { name, job } of this.cronJobs.splice(0)) {
-      await job.stop();
-      if (registry?.doesExist('cron', name)) registry.deleteCronJob(name);
-    }
+    await this.timers.stop(this.schedulerRegistry(false));
   }
 
   /** Subjects cooling down now (memory stays bounded by the subjects seen within `cooldownMs`). */
@@ -114,9 +101,9 @@ export class TriggerSources implements OnApplicationBootstrap {
       const consumer = `${actor.id}.${expectation.id}`;
       this.unsubscribes.push(this.events.subscribeDurable(consumer, trigger.event, (event, receipt) => this.onEvent(expectation, event, receipt)));
     } else if (trigger.every !== undefined) {
-      this.scheduleEvery(expectation, expectation.intervalMs as number);
+      this.timers.every(expectation, expectation.intervalMs as number);
     } else if (trigger.cron !== undefined) {
-      this.scheduleCron(actor, expectation, trigger.cron);
+      this.timers.cron(`cyclium:${actor.id}:${expectation.id}`, expectation, trigger.cron, this.schedulerRegistry(true));
     }
   }
 
@@ -134,33 +121,6 @@ export class TriggerSources implements OnApplicationBootstrap {
         true,
       ),
     );
-  }
-
-  /** Fires at the start of each wall-clock bucket, so every node computes the same bucket and key. */
-  private scheduleEvery(expectation: RegisteredExpectation, intervalMs: number): void {
-    const now = Date.now();
-    const next = bucketStart(now, intervalMs) + intervalMs;
-    const timer = setTimeout(() => {
-      this.timers.delete(timer);
-      if (!this.on) return;
-      this.scheduleEvery(expectation, intervalMs);
-      this.fireSchedule(expectation, new Date(next));
-    }, next - now);
-    timer.unref();
-    this.timers.add(timer);
-  }
-
-  private scheduleCron(actor: RegisteredActor, expectation: RegisteredExpectation, cronTime: string): void {
-    const name = `cyclium:${actor.id}:${expectation.id}`;
-    const job = CronJob.from({
-      cronTime,
-      timeZone: 'UTC',
-      start: true,
-      // The tick to the minute: nodes whose timers fire a few ms apart agree on the bucket.
-      onTick: () => this.fireSchedule(expectation, new Date(bucketStart(Date.now(), 60_000))),
-    });
-    this.schedulerRegistry(true)?.addCronJob(name, job);
-    this.cronJobs.push({ name, job });
   }
 
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
@@ -182,7 +142,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   private async trigger(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, placed = false): Promise<boolean> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
-    if (turn === 'handover') return this.handOver(expectation, trigger, dedupeKey, what);
+    if (turn === 'handover') return this.handovers.add(expectation, trigger, dedupeKey, what);
     if (turn === 'handled') return true;
     if (!this.on) return false;
     if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
@@ -206,45 +166,6 @@ export class TriggerSources implements OnApplicationBootstrap {
     }
     this.logger.log(`${what} left for the bus's next reader: this node stopped while the database was away`);
     return false;
-  }
-
-  /**
-   * Collected, so the drain hands them over together: once this node stops, nobody else may
-   * remember that these triggers still lack their episodes. Most have one by now (the first
-   * node's signal was on its way), so one statement finds those and only the rest are deferred.
-   */
-  private handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, what: string): Promise<boolean> {
-    return new Promise((settled) => this.handovers.push({ expectation, trigger, dedupeKey, what, settled }));
-  }
-
-  private async handOverAll(): Promise<void> {
-    const pending = this.handovers.splice(0);
-    if (pending.length === 0) return;
-    let held: Set<string>;
-    try {
-      held = await this.store.heldDedupeKeys(pending.map((p) => p.dedupeKey));
-    } catch (error) {
-      this.logger.warn(`could not check ${pending.length} trigger(s) this node stood by for; handing each over: ${errorMessage(error)}`);
-      held = new Set();
-    }
-    const options = { sourceStack: this.options.stackSlug, sourceEnv: this.options.env };
-    for (const p of pending) if (held.has(p.dedupeKey)) p.settled(true);
-    await Promise.all(
-      pending
-        .filter((p) => !held.has(p.dedupeKey))
-        .map(({ expectation, trigger, dedupeKey, what, settled }) =>
-          this.dispatcher.handOver(expectation, trigger, { ...options, dedupeKey }).then(
-            (result) => {
-              this.logger.log(`${what}: handed to the cluster while draining (${result.status})`);
-              settled(true);
-            },
-            (error: unknown) => {
-              this.logger.warn(`${what} could not be handed over while draining; the bus's next reader fires it: ${errorMessage(error)}`);
-              settled(false);
-            },
-          ),
-        ),
-    );
   }
 
   private schedulerRegistry(required: boolean): SchedulerRegistry | undefined {
