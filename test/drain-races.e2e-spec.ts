@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it, jest } from '@jest/globals';
 import { Injectable, Logger, type INestApplicationContext } from '@nestjs/common';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Actor, Episodes, Expectation, LocalBus, onCyclium, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Episodes, Expectation, onCyclium, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { LocalBus } from '@cyclium/nestjs/adapters';
 import { ActorSlots } from '../libs/cyclium/src/actors/actor-slots.service.js';
 import { LeaseRenewer } from '../libs/cyclium/src/claims/lease-renewer.service.js';
 import { EpisodeJournal } from '../libs/cyclium/src/episodes/episode-journal.js';

@@ -6,14 +6,11 @@ import {
   Episodes,
   Expectation,
   Findings,
-  LocalBus,
   OutputAdapter,
-  TERMINAL_EVENTS,
   TriggerRequests,
   WorkflowEngine,
   type BusEvent,
   type Convergence,
-  type CycliumOutput,
   type DeliveryContext,
   type DispatchResult,
   type EpisodeContext,
@@ -21,6 +18,8 @@ import {
   type OutputDeliverer,
   WorkClaims,
 } from '@cyclium/nestjs';
+import { LocalBus, TERMINAL_EVENTS } from '@cyclium/nestjs/adapters';
+import type { CycliumOutput } from '@cyclium/nestjs/entities';
 import type pg from 'pg';
 import { ActorSlots } from '../libs/cyclium/src/actors/actor-slots.service.js';
 import { TriggerSources } from '../libs/cyclium/src/actors/trigger-sources.service.js';

@@ -5,7 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Bus, Expectation, LocalBus, Mode, NodeIdentity, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Bus, Expectation, Mode, NodeIdentity, type EpisodeContext } from '@cyclium/nestjs';
+import { LocalBus } from '@cyclium/nestjs/adapters';
 import { TriggerPlacement } from '../libs/cyclium/src/actors/trigger-placement.service.js';
 import { eventKey } from '../libs/cyclium/src/actors/dedupe-keys.js';
 import { Dispatcher } from '../libs/cyclium/src/dispatch/dispatcher.service.js';

@@ -72,7 +72,7 @@ describe('cycliumMigrations', () => {
 
 describe('cycliumEntities', () => {
   it('has an entity for every table the migrations create, and TypeORM accepts them', async () => {
-    const { cycliumEntities } = await import('@cyclium/nestjs');
+    const { cycliumEntities } = await import('@cyclium/nestjs/entities');
     const dataSource = new DataSource({ type: 'postgres', url: await emptyDatabase('entities'), entities: [...cycliumEntities] });
     await dataSource.initialize();
     try {

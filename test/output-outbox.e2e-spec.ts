@@ -8,12 +8,12 @@ import {
   OutputAdapter,
   type Convergence,
   type CycliumOptions,
-  type CycliumOutput,
   type DeliveryContext,
   type EpisodeContext,
   type OutputDeliverer,
   type OutputProposal,
 } from '@cyclium/nestjs';
+import type { CycliumOutput } from '@cyclium/nestjs/entities';
 import { OutputStore } from '../libs/cyclium/src/outputs/output-store.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { PostgresClaims } from '@cyclium/nestjs';
+import { PostgresClaims } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import type { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';

@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Injectable, Logger, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, LocalBus, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Episodes, Expectation, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { LocalBus } from '@cyclium/nestjs/adapters';
 import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, LocalBus, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Episodes, Expectation, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { LocalBus } from '@cyclium/nestjs/adapters';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';

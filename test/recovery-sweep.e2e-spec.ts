@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, LocalBus, Recovery, onCyclium, type EpisodeContext, type SweepResult } from '@cyclium/nestjs';
+import { Actor, Episodes, Expectation, Recovery, onCyclium, type EpisodeContext, type SweepResult } from '@cyclium/nestjs';
+import { LocalBus } from '@cyclium/nestjs/adapters';
 import type pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase, pool } from './support/database.js';

@@ -6,13 +6,13 @@ import {
   CycliumConfigError,
   Episodes,
   Expectation,
-  LocalBus,
   Mode,
   Recovery,
   TriggerRequests,
   UnknownActorError,
   type EpisodeContext,
 } from '@cyclium/nestjs';
+import { LocalBus } from '@cyclium/nestjs/adapters';
 import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { PostgresClaims } from '@cyclium/nestjs';
+import { PostgresClaims } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 import { freshDatabase, pool } from './support/database.js';
 import { waitFor } from './support/wait-for.js';

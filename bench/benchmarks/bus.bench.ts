@@ -1,4 +1,5 @@
-import { PostgresBus, type Bus } from '@cyclium/nestjs';
+import { PostgresBus } from '@cyclium/nestjs/adapters';
+import type { Bus } from '@cyclium/nestjs';
 import pg from 'pg';
 import { countsSoFar, settleStats, since } from '../support/counters.js';
 import { bareInsertFloor, printTable } from '../support/measure.js';

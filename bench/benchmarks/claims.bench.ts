@@ -2,7 +2,8 @@ import 'reflect-metadata';
 import { NestFactory } from '@nestjs/core';
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CycliumModule, PostgresClaims, WorkClaims, type ClaimHold } from '@cyclium/nestjs';
+import { CycliumModule, WorkClaims, type ClaimHold } from '@cyclium/nestjs';
+import { PostgresClaims } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 import { printTable, throughput } from '../support/measure.js';
 

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { Bus, LocalBus, type BusEvent, type BusHandler, type PublishOptions } from '@cyclium/nestjs';
+import { Bus, type BusEvent, type BusHandler, type PublishOptions } from '@cyclium/nestjs';
+import { LocalBus } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 
 /**

@@ -7,11 +7,11 @@ import {
   EventIdConflictError,
   EventPayloadTooLargeError,
   InvalidBusEventError,
-  MAX_EVENT_ID_CHARS,
   PublishQueueFullError,
   type BusEventField,
   type CycliumOptions,
 } from '@cyclium/nestjs';
+import { MAX_EVENT_ID_CHARS } from '@cyclium/nestjs/adapters';
 
 export function statusOf(error: unknown): { status: number; field?: BusEventField; detail?: string } {
   if (error instanceof EventPayloadTooLargeError) return { status: 413, field: error.field, detail: `${error.bytes} > ${error.limitBytes} bytes` };

@@ -1,8 +1,10 @@
 /**
  * Compile-time check, run by `tsc -p test/tsconfig.test.json` in `npm test`: a custom durable bus
- * can be written against the package's own exports, naming every type its seam takes.
+ * can be written against the package's own exports (the seam from `@cyclium/nestjs/adapters`),
+ * naming every type it takes.
  */
-import type { BusEvent, DurableEvents, DurableHandler, DurableSubscriptions, EventReceipt, SqlExecutor, Statement } from '@cyclium/nestjs';
+import type { BusEvent, SqlExecutor } from '@cyclium/nestjs';
+import type { DurableEvents, DurableHandler, DurableSubscriptions, EventReceipt, Statement } from '@cyclium/nestjs/adapters';
 
 export class OutboxTable implements DurableEvents {
   async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {

@@ -1,5 +1,6 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { OutputAdapter, type CycliumOutput, type DeliveryContext, type OutputDeliverer } from '@cyclium/nestjs';
+import { OutputAdapter, type DeliveryContext, type OutputDeliverer } from '@cyclium/nestjs';
+import type { CycliumOutput } from '@cyclium/nestjs/entities';
 
 /** Delivers advisor summaries to the log; a real app would post to chat or a ticket system. */
 @Injectable()

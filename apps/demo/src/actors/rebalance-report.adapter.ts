@@ -1,5 +1,6 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { OutputAdapter, type CycliumOutput, type DeliveryContext, type OutputDeliverer } from '@cyclium/nestjs';
+import { OutputAdapter, type DeliveryContext, type OutputDeliverer } from '@cyclium/nestjs';
+import type { CycliumOutput } from '@cyclium/nestjs/entities';
 
 /** Delivers rebalance reports to the log, so a test can see each one delivered once. */
 @Injectable()

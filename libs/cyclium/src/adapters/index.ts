@@ -1,0 +1,33 @@
+/**
+ * `@cyclium/nestjs/adapters`: what the author of a custom bus or work-claims adapter needs, and the
+ * shipped transports to compose or wrap. A host that only configures `bus` and `workClaims` by
+ * name never imports from here.
+ */
+// The bus: the shipped transports, the optional durable seam, and the bounds every event keeps.
+export { PostgresBus, type PostgresBusOptions } from '../bus/postgres-bus.js';
+export { LocalBus } from '../bus/local-bus.js';
+export type { DurableEvents } from '../bus/durable-events.interface.js';
+export type { DurableHandler, DurableSubscriptions, EventReceipt } from '../bus/durable-subscriptions.interface.js';
+export type { DispatchSignals } from '../bus/dispatch-signals.interface.js';
+export type { BusStatus } from '../bus/bus-status.interface.js';
+export { MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_CHARS } from '../bus/event-bounds.js';
+export { TERMINAL_EVENTS } from '../episodes/episode-events.js';
+
+// SQL composition: the statements a durable bus or an in-database claims adapter joins.
+export type { SqlExecutor } from '../database/sql-executor.js';
+export type { Statement } from '../database/statement.js';
+export type { FencedStatement } from '../claims/work-claims.service.js';
+
+// Work claims: the shipped PostgreSQL adapter and the contract a custom one implements.
+export { PostgresClaims } from '../claims/postgres-claims.adapter.js';
+export type {
+  AcquireOptions,
+  AcquireResult,
+  ClaimFragments,
+  ClaimGrant,
+  ClaimWriteResult,
+  ExpiredClaim,
+  HeldClaim,
+  InTransactionClaims,
+  WorkClaimsAdapter,
+} from '../claims/work-claims-adapter.interface.js';

@@ -1,0 +1,68 @@
+/**
+ * The root entry's names are a promise kept through releases: this fails when `@cyclium/nestjs`
+ * gains or loses an export (value or type) without the README's API table changing with it.
+ */
+import { describe, expect, it } from '@jest/globals';
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
+import * as root from '@cyclium/nestjs';
+
+const LIBRARY = fileURLToPath(new URL('../../libs/cyclium/', import.meta.url));
+const MAX_ROOT_VALUES = 40;
+
+/** The names `index.ts` re-exports, split into values and type-only names (it holds nothing else). */
+function entryExports(file: string): { values: string[]; types: string[] } {
+  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
+  const values: string[] = [];
+  const types: string[] = [];
+  for (const statement of source.statements) {
+    if (!ts.isExportDeclaration(statement)) throw new Error(`index.ts: only \`export { … } from\` lists are expected, found: ${statement.getText()}`);
+    const clause = statement.exportClause;
+    if (!clause || !ts.isNamedExports(clause)) throw new Error(`index.ts: no \`export *\`, name each export: ${statement.getText()}`);
+    for (const spec of clause.elements) (statement.isTypeOnly || spec.isTypeOnly ? types : values).push(spec.name.text);
+  }
+  return { values: values.sort(), types: types.sort() };
+}
+
+/** The rows of the README's API table: `| \`Name\` | kind | what it is |`. */
+function readmeTable(): { values: string[]; types: string[]; blank: string[] } {
+  const readme = readFileSync(join(LIBRARY, 'README.md'), 'utf8');
+  const start = readme.indexOf('\n## API\n');
+  if (start < 0) throw new Error('the library README has no "## API" section');
+  const end = readme.indexOf('\n## ', start + 1);
+  const section = readme.slice(start, end < 0 ? undefined : end);
+  const rows = [...section.matchAll(/^\| `([A-Za-z_$][\w$]*)` \| ([a-z]+) \| (.*) \|$/gm)];
+  const values: string[] = [];
+  const types: string[] = [];
+  const blank: string[] = [];
+  for (const [, name, kind, what] of rows) {
+    (kind === 'type' ? types : values).push(name as string);
+    if (!what?.trim()) blank.push(name as string);
+  }
+  return { values: values.sort(), types: types.sort(), blank };
+}
+
+describe('the root entry and the README API table', () => {
+  const entry = entryExports(join(LIBRARY, 'src/index.ts'));
+  const table = readmeTable();
+
+  it('list the same values, and the module exports exactly those at run time', () => {
+    expect(Object.keys(root).sort()).toEqual(entry.values);
+    expect(table.values).toEqual(entry.values);
+    expect(entry.values.length).toBeLessThanOrEqual(MAX_ROOT_VALUES);
+  });
+
+  it('list the same types, each once, each with a line saying what it is', () => {
+    expect(table.types).toEqual(entry.types);
+    expect(new Set([...table.values, ...table.types]).size).toBe(table.values.length + table.types.length);
+    expect(table.blank).toEqual([]);
+  });
+
+  it('has a source barrel for every subpath the package exports', () => {
+    const manifest = JSON.parse(readFileSync(join(LIBRARY, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
+    const subpaths = Object.keys(manifest.exports).filter((key) => key !== '.' && key !== './package.json');
+    expect(subpaths.filter((key) => !existsSync(join(LIBRARY, 'src', key, 'index.ts')))).toEqual([]);
+  });
+});
