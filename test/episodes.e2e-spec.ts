@@ -21,6 +21,7 @@ import {
 import { LocalBus, TERMINAL_EVENTS } from '@cyclium/nestjs/adapters';
 import type { CycliumOutput } from '@cyclium/nestjs/entities';
 import type pg from 'pg';
+import { ActorRegistry } from '../libs/cyclium/src/actors/actor-registry.service.js';
 import { ActorSlots } from '../libs/cyclium/src/actors/actor-slots.service.js';
 import { TriggerSources } from '../libs/cyclium/src/actors/trigger-sources.service.js';
 import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
@@ -316,6 +317,9 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect(terminalEvents(id)).toEqual([]);
   });
 
+  /** The method a resumed run is handed, as the actor's slots would hand it. */
+  const script = () => a.get(ActorRegistry).expectation('monitor', 'script');
+
   it('resume returns checkpointed results without calling fn again', async () => {
     const episodesA = a.get(Episodes);
     const episode = await episodesA.create({ actorId: 'monitor', expectationId: 'script', payload: { tag: 'resume', steps: ['a', 'b', 'c'] } });
@@ -327,7 +331,7 @@ describe('episodes on two nodes sharing one database and one bus', () => {
       await db.query(`INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name) VALUES ($1, $2, 'step', $3)`, [episode.id, no, name]);
     }
     const grant = await a.get(WorkClaims).acquire(`episode:${episode.id}`);
-    await a.get(EpisodeRunner).run(episode, grant, { resumed: true });
+    await a.get(EpisodeRunner).run(episode, script(), grant, { resumed: true });
 
     expect(calls.get('resume:a')).toBeUndefined();
     expect(calls.get('resume:b')).toBeUndefined();
@@ -344,7 +348,7 @@ describe('episodes on two nodes sharing one database and one bus', () => {
       `INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) VALUES ($1, 1, 'renamed', '{"v":1}')`,
       [episode.id],
     );
-    await a.get(EpisodeRunner).run(episode, await a.get(WorkClaims).acquire(`episode:${episode.id}`), { resumed: true });
+    await a.get(EpisodeRunner).run(episode, script(), await a.get(WorkClaims).acquire(`episode:${episode.id}`), { resumed: true });
     const [row] = await episodes(`id = $1`, [episode.id]);
     expect(row).toMatchObject({ status: 'failed', error_class: 'nondeterministic_resume' });
     expect(calls.get('drift:x')).toBeUndefined();

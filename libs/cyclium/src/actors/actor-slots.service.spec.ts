@@ -16,7 +16,7 @@ import { ActorSlots } from './actor-slots.service.js';
 /** Slots for one actor with one slot, whose dequeues the test answers by hand. */
 function slotsWithManualQueue() {
   const options = resolveCycliumOptions({ nodeIdentity: 'slots' });
-  const actor = { id: 'a', options: { maxConcurrentEpisodes: 1 } } as unknown as RegisteredActor;
+  const actor = { id: 'a', options: { maxConcurrentEpisodes: 1 }, expectations: new Map() } as unknown as RegisteredActor;
   const dequeues: Array<(result: BeginResult) => void> = [];
   const takes: Array<(result: BeginResult) => void> = [];
   const runs: Array<() => void> = [];

@@ -275,7 +275,7 @@ export class ActorSlots implements OnApplicationBootstrap {
 
   private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, restart?: WaitingRestart, resumed = false): void {
     this.tracker.running(
-      this.runner.run(episode, grant, restart ? { resumed: true, hold: restart.hold } : { resumed }).finally(() => this.release(actor)),
+      this.runner.run(episode, actor.expectations.get(episode.expectationId), grant, restart ? { resumed: true, hold: restart.hold } : { resumed }).finally(() => this.release(actor)),
     );
   }
 

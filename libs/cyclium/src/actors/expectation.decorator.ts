@@ -1,5 +1,6 @@
 import { Reflector } from '@nestjs/core';
 import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
+import type { EpisodeBudget } from '../episodes/episode-context.interface.js';
 
 /** A payload value to match: equal to it, or one of `in`. */
 export type FilterValue = string | number | boolean | null | { in: Array<string | number | boolean | null> };
@@ -32,7 +33,7 @@ export interface ExpectationOptions {
   /** After a run for a subject, ignore its triggers for this long. */
   cooldownMs?: number;
   /** Stop before the next step once either is reached; the episode fails with `budget_exceeded`. */
-  budget?: { maxSteps?: number; maxWallMs?: number };
+  budget?: EpisodeBudget;
 }
 
 /** Marks an actor method as an expectation: what it does, and what triggers it. */

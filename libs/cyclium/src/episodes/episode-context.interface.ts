@@ -47,3 +47,18 @@ export interface Convergence {
   /** Default `done`; `partially_failed` records that part of the work did not succeed. */
   status?: 'done' | 'partially_failed';
 }
+
+/**
+ * What the runner is handed to run an episode: the method (bound to its instance) and its budget.
+ * The runner never looks actors up; whoever launches the run (the actor's slots) knows the method.
+ */
+export interface EpisodeMethod {
+  handler: (context: unknown) => Promise<unknown>;
+  options: { budget?: EpisodeBudget };
+}
+
+/** Stop before the next step once either is reached; the episode fails with `budget_exceeded`. */
+export interface EpisodeBudget {
+  maxSteps?: number;
+  maxWallMs?: number;
+}

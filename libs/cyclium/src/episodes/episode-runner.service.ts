@@ -1,5 +1,4 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
-import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
@@ -14,7 +13,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { Outputs } from '../outputs/outputs.service.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { EpisodeStatus } from './episode.entity.js';
-import type { Convergence, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
+import type { Convergence, EpisodeMethod, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import {
   BudgetExceededError,
   EpisodeCanceledError,
@@ -68,7 +67,6 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly queue: EpisodeQueue,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
-    private readonly registry: ActorRegistry,
     private readonly outputs: Outputs,
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
@@ -178,12 +176,15 @@ export class EpisodeRunner implements OnModuleInit {
     for (const id of ids) this.interrupted.add(id);
   }
 
-  /** Runs the episode to its end. Never rejects: every outcome is recorded (or, when the claim is lost, left alone). */
-  async run(episode: EpisodeRow, grant: AcquireResult, options: RunOptions = {}): Promise<void> {
+  /**
+   * Runs the episode to its end with `expectation`, the method its actor declares (undefined when
+   * this node does not host it: the episode fails as `unknown_actor`). Never rejects: every outcome
+   * is recorded (or, when the claim is lost, left alone).
+   */
+  async run(episode: EpisodeRow, expectation: EpisodeMethod | undefined, grant: AcquireResult, options: RunOptions = {}): Promise<void> {
     const resumed = options.resumed ?? false;
     const ownership = this.ownershipOf(episode, grant);
     const hold = options.hold ?? this.claims.hold(ownership.key, grant);
-    const expectation = this.registry.expectation(episode.actorId, episode.expectationId);
     const scope = this.writes.scope(episode.id, hold);
     const context = new RunningEpisode({
       episode,

@@ -1,8 +1,7 @@
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
-import type { ExpectationOptions } from '../actors/expectation.decorator.js';
 import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
-import type { EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episode-context.interface.js';
+import type { EpisodeBudget, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episode-context.interface.js';
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
 
@@ -32,7 +31,7 @@ export interface RunningEpisodeDeps {
   hold: ClaimHold;
   /** Loaded while the method starts; a fresh run has none. */
   history: Promise<History> | History;
-  budget: ExpectationOptions['budget'];
+  budget: EpisodeBudget | undefined;
   writeStep: (record: StepRecord) => Promise<StepWriteOutcome>;
 }
 
