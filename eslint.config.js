@@ -17,12 +17,7 @@ export default defineConfig(
     languageOptions: {
       parserOptions: {
         // The tsconfigs that cover every linted file (test/tsconfig.test.json also holds the library's unit specs).
-        project: [
-          'libs/cyclium/tsconfig.lib.json',
-          'apps/demo/tsconfig.app.json',
-          'bench/tsconfig.bench.json',
-          'test/tsconfig.test.json',
-        ],
+        project: ['libs/cyclium/tsconfig.lib.json', 'apps/demo/tsconfig.app.json', 'bench/tsconfig.bench.json', 'test/tsconfig.test.json'],
         tsconfigRootDir: import.meta.dirname,
       },
     },
