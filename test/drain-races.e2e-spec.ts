@@ -77,7 +77,9 @@ describe('the drain, racing what is starting and what peers write', () => {
     const offFailed = onCyclium('work_claims.renew_failed', () => renewFailed++);
     // A renewal right after the drain released the claims: it must not report them as lost.
     let tickedAfterDrain: Promise<void> | undefined;
-    const offDrained = onCyclium('drain.completed', () => (tickedAfterDrain = app.get(LeaseRenewer).tick()));
+    const offDrained = onCyclium('drain.completed', () => {
+      tickedAfterDrain = app.get(LeaseRenewer).tick();
+    });
     try {
       const triggers = Array.from({ length: 60 }, (_, i) => app.get(Episodes).trigger('burst', 'work', { i }).catch(() => 'error'));
       await waitFor('the burst to be under way', async () =>

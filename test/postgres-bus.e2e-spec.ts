@@ -240,7 +240,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   it('answers backpressure at once, not a growing queue, while the database is slow: PublishQueueFullError, a DatabaseUnavailableError', async () => {
     const slow = node(CHANNEL, {}, 600_000, false, { publishQueueMax: 3 });
     const locker = await admin.connect();
-    let held: Array<Promise<BusEvent>> = [];
+    let held: Array<Promise<BusEvent>>;
     try {
       // Inserts wait on this lock: the database is "slow" for as long as the test holds it.
       await locker.query('BEGIN');

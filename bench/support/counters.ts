@@ -19,6 +19,7 @@ let patched = false;
 function countAtTheDriver(): void {
   if (patched) return;
   patched = true;
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- called below with apply(this)
   const original = pg.Client.prototype.query as (...args: unknown[]) => unknown;
   pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
     sentByThisProcess++;

@@ -122,7 +122,7 @@ export async function compileApp(root: string, dir: string): Promise<void> {
     await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', dir], { cwd: dir });
   } catch (error) {
     const { stdout, stderr } = error as { stdout?: string; stderr?: string };
-    throw new Error(`tsc failed in ${dir}:\n${stdout ?? ''}${stderr ?? ''}`);
+    throw new Error(`tsc failed in ${dir}:\n${stdout ?? ''}${stderr ?? ''}`, { cause: error });
   }
 }
 

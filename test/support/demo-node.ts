@@ -90,7 +90,7 @@ export async function startNodeProcess(main: string, databaseUrl: string, option
     }, 30_000, 100);
   } catch (error) {
     await node.stop('SIGKILL');
-    throw new Error(`${error instanceof Error ? error.message : String(error)}\n--- its output:\n${tail(output)}`);
+    throw new Error(`${error instanceof Error ? error.message : String(error)}\n--- its output:\n${tail(output)}`, { cause: error });
   }
   booted = true;
   return node;

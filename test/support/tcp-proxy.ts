@@ -14,9 +14,9 @@ export interface TcpProxyOptions {
   /** The `postgres://` URL whose host and port the proxy forwards to. */
   readonly target: string;
   /** Called for each chunk a client sends; the default forwards it. */
-  onClientData?(chunk: Buffer, connection: ProxyConnection): ChunkVerdict;
+  readonly onClientData?: (chunk: Buffer, connection: ProxyConnection) => ChunkVerdict;
   /** Called for each chunk the server answers; the default forwards it. */
-  onServerData?(chunk: Buffer, connection: ProxyConnection): ChunkVerdict;
+  readonly onServerData?: (chunk: Buffer, connection: ProxyConnection) => ChunkVerdict;
 }
 
 interface Pair extends ProxyConnection {

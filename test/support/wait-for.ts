@@ -10,6 +10,7 @@ export async function waitFor<T>(what: string, probe: () => Promise<T> | T, time
       last = error;
     }
     if (Date.now() > deadline) {
+      // eslint-disable-next-line @typescript-eslint/no-base-to-string -- whatever the probe threw, as String() shows it
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     }
     await new Promise((r) => setTimeout(r, everyMs));

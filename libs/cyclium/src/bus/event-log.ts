@@ -150,7 +150,7 @@ export class EventLog {
 
   /** Stores `events` (ids already stored are compared, not written); one outcome per event, in order. */
   async append(sql: SqlExecutor, events: readonly StorableEvent[]): Promise<AppendOutcome[]> {
-    const outcomes: Array<AppendOutcome | undefined> = new Array(events.length).fill(undefined);
+    const outcomes: Array<AppendOutcome | undefined> = new Array<AppendOutcome | undefined>(events.length).fill(undefined);
     let open = events.map((_, i) => i);
     for (let round = 0; open.length > 0; round++) {
       if (round === APPEND_ROUNDS) throw new Error(`bus: could not settle event ${events[open[0] as number]?.event.eventId} (its stored row keeps vanishing)`);

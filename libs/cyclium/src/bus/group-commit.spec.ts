@@ -34,7 +34,7 @@ describe('GroupCommit', () => {
     const { batches, finish, send } = controlledSend();
     const queue = new GroupCommit(send);
     const first = queue.add(1);
-    queue.add(2); // same turn: same batch
+    void queue.add(2); // same turn: same batch (settles with `first`)
     await turn();
     const later = [queue.add(3), queue.add(4), queue.add(5)];
     await turn();

@@ -14,7 +14,7 @@ interface Append {
  * holding a given id (as PostgreSQL fails a whole statement for one row), `sameAs` answers that an
  * id is already stored (true: identically, false: differently). No connection is ever opened.
  */
-function fakeDatabase(refuse: (ids: string[]) => unknown = () => undefined, sameAs: Record<string, boolean> = {}) {
+function fakeDatabase(refuse: (ids: string[]) => Error | undefined = () => undefined, sameAs: Record<string, boolean> = {}) {
   const appends: Append[] = [];
   let hold: Promise<void> | undefined;
   const sql = {

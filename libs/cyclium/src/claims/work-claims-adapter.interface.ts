@@ -67,6 +67,8 @@ export interface InTransactionClaims {
 /**
  * SQL text for composing claims into a larger statement. Every `refs` value is an SQL expression
  * (usually a positional parameter) to use as is; `when` is a boolean expression gating the write.
+ * The library calls each one detached from the object (`this` is undefined): write them as arrow
+ * functions or functions that do not read `this`.
  * - `owner(refs)`: a SELECT with one row while `owner` holds `key` at `fence` (state `claimed`,
  *   lease unexpired), holding the claim row until the statement's transaction ends.
  * - `acquire(refs)`: `[name, body]` CTEs, the last one named `claim`, with one row (`fence`,
@@ -89,13 +91,13 @@ export interface InTransactionClaims {
  *   it, the episode row alone decides (its status, and this node as its owner).
  */
 export interface ClaimFragments {
-  owner(refs: { key: string; owner: string; fence: string }): string;
-  ownerMany?(refs: { input: string }): string;
-  acquire(refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string }): Array<[string, string]>;
-  finish(refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
-  acquireMany?(refs: { input: string; owner: string; leaseSeconds: string }): Array<[string, string]>;
-  finishMany?(refs: { input: string }): string;
-  finished?(refs: { key: string; owner: string; fence: string }): string;
+  owner(this: void, refs: { key: string; owner: string; fence: string }): string;
+  ownerMany?(this: void, refs: { input: string }): string;
+  acquire(this: void, refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string }): Array<[string, string]>;
+  finish(this: void, refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
+  acquireMany?(this: void, refs: { input: string; owner: string; leaseSeconds: string }): Array<[string, string]>;
+  finishMany?(this: void, refs: { input: string }): string;
+  finished?(this: void, refs: { key: string; owner: string; fence: string }): string;
 }
 
 /**

@@ -15,7 +15,7 @@ export function decoratedMethods<T>(
   instance: object,
 ): Array<DecoratedMethod<T>> {
   const found: Array<DecoratedMethod<T>> = [];
-  for (const methodName of scanner.getAllMethodNames(Object.getPrototypeOf(instance))) {
+  for (const methodName of scanner.getAllMethodNames(Object.getPrototypeOf(instance) as object | null)) {
     const method = (instance as Record<string, unknown>)[methodName];
     if (typeof method !== 'function') continue;
     const options = reflector.get(decorator, method) as T | undefined;

@@ -30,13 +30,15 @@ export class RecoverySchedule implements OnApplicationBootstrap {
     const { onBoot, settleMs, intervalMs } = this.options.recovery;
     if (!onBoot) return;
     const next = (delay: number) => {
-      this.timer = setTimeout(async () => {
+      const pass = async () => {
         if (this.mode.current !== 'disabled') {
           await this.quietly(this.sweepOutage, () => this.recovery.sweep());
           if (this.engine.advancing && this.timer !== undefined) await this.quietly(this.reconcileOutage, () => this.recovery.reconcileWorkflows());
         }
         if (intervalMs !== null && this.timer !== undefined) next(intervalMs);
-      }, delay);
+      };
+      // void: quietly() catches and logs every failure of a pass, so it never rejects.
+      this.timer = setTimeout(() => void pass(), delay);
       this.timer.unref();
     };
     next(settleMs);
