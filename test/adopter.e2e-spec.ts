@@ -88,37 +88,41 @@ describe('the packed library in a new Nest app, as its README says', () => {
     return response.json() as Promise<Record<string, unknown>>;
   };
 
-  it.each<ModuleKind>(['esm', 'cjs'])('%s: type-checks, boots, runs a manual and an event episode to done, and drains on SIGTERM', async (kind) => {
-    const { node, db } = await adopt(kind);
+  it.each<ModuleKind>(['esm', 'cjs'])(
+    '%s: type-checks, boots, runs a manual and an event episode to done, and drains on SIGTERM',
+    async (kind) => {
+      const { node, db } = await adopt(kind);
 
-    const greeted = (await post(node, '/greet', { name: 'Ada' })) as { status: string; episode: EpisodeJson };
-    expect(greeted.status).toBe('started');
-    const done = await waitFor('the greet episode to finish', async () => {
-      const episode = await node.get<EpisodeJson>(`/episodes/${greeted.episode.id}`);
-      return episode.status === 'done' ? episode : undefined;
-    });
-    expect(done?.summary).toBe('Hello, Ada!');
+      const greeted = (await post(node, '/greet', { name: 'Ada' })) as { status: string; episode: EpisodeJson };
+      expect(greeted.status).toBe('started');
+      const done = await waitFor('the greet episode to finish', async () => {
+        const episode = await node.get<EpisodeJson>(`/episodes/${greeted.episode.id}`);
+        return episode.status === 'done' ? episode : undefined;
+      });
+      expect(done?.summary).toBe('Hello, Ada!');
 
-    // The filter lets the paying plan through only; events are read in publish order, so once the
-    // second one's episode is done the first one has been heard and passed over.
-    await post(node, '/signups', { email: 'free@example.com', plan: 'free' });
-    await post(node, '/signups', { email: 'ada@example.com', plan: 'pro' });
-    const welcomes = async () =>
-      (await db.query<{ status: string; summary: string }>(`SELECT status, summary FROM cyclium_episodes WHERE expectation_id = 'welcome'`)).rows;
-    await waitFor('the welcome episode to finish', async () => (await welcomes()).some((e) => e.status === 'done'));
-    expect(await welcomes()).toEqual([{ status: 'done', summary: 'welcomed ada@example.com to pro' }]);
+      // The filter lets the paying plan through only; events are read in publish order, so once the
+      // second one's episode is done the first one has been heard and passed over.
+      await post(node, '/signups', { email: 'free@example.com', plan: 'free' });
+      await post(node, '/signups', { email: 'ada@example.com', plan: 'pro' });
+      const welcomes = async () =>
+        (await db.query<{ status: string; summary: string }>(`SELECT status, summary FROM cyclium_episodes WHERE expectation_id = 'welcome'`)).rows;
+      await waitFor('the welcome episode to finish', async () => (await welcomes()).some((e) => e.status === 'done'));
+      expect(await welcomes()).toEqual([{ status: 'done', summary: 'welcomed ada@example.com to pro' }]);
 
-    await node.stop('SIGTERM');
-    // Nest re-raises the signal once its shutdown hooks have run.
-    expect(node.process.signalCode).toBe('SIGTERM');
-    expect(node.output()).toMatch(/Nest application successfully started/);
-    expect(node.output()).not.toMatch(/\bERROR\b/);
-    const left = await db.query(
-      `SELECT (SELECT count(*) FROM cyclium_nodes WHERE node_identity = $1)::int AS nodes,
+      await node.stop('SIGTERM');
+      // Nest re-raises the signal once its shutdown hooks have run.
+      expect(node.process.signalCode).toBe('SIGTERM');
+      expect(node.output()).toMatch(/Nest application successfully started/);
+      expect(node.output()).not.toMatch(/\bERROR\b/);
+      const left = await db.query(
+        `SELECT (SELECT count(*) FROM cyclium_nodes WHERE node_identity = $1)::int AS nodes,
               (SELECT count(*) FROM cyclium_work_claims WHERE state = 'claimed')::int AS claims,
               (SELECT count(*) FROM cyclium_episodes WHERE status NOT IN ('done'))::int AS unfinished`,
-      [`adopter-${kind}`],
-    );
-    expect(left.rows[0]).toEqual({ nodes: 0, claims: 0, unfinished: 0 });
-  }, 90_000);
+        [`adopter-${kind}`],
+      );
+      expect(left.rows[0]).toEqual({ nodes: 0, claims: 0, unfinished: 0 });
+    },
+    90_000,
+  );
 });

@@ -65,7 +65,11 @@ describe('batched begins', () => {
     expect(grants).toEqual([null, [1, null], [1, null], [5, null], [8, 'gone']]);
     const rows = await live(keys);
     expect(rows.map((r: { dedupe_key: string }) => r.dedupe_key)).toEqual(['b1-done', 'b1-dup', 'b1-lapsed', 'b1-new-1', 'b1-new-2']);
-    expect(rows.every((r: { status: string; claim_owner: string; claim: string }) => r.status === 'running' && r.claim_owner === 'beginner' && r.claim === 'claimed')).toBe(true);
+    expect(
+      rows.every(
+        (r: { status: string; claim_owner: string; claim: string }) => r.status === 'running' && r.claim_owner === 'beginner' && r.claim === 'claimed',
+      ),
+    ).toBe(true);
     const batched = rows.filter((r: { dedupe_key: string }) => r.dedupe_key !== 'b1-dup');
     expect(new Set(batched.map((r: { tx: string }) => r.tx)).size).toBe(1);
   });

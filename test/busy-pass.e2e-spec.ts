@@ -35,12 +35,14 @@ describe('busy nodes pass work on', () => {
     // One slot each; the first recovery sweep well after the test, so only placement moves rows.
     const env = { ...FAST_RECOVERY, DEMO_REBALANCER_SLOTS: '1', DEMO_SETTLE_MS: '60000' };
     for (const name of NAMES) nodes.push(await startNode(database.url, name, env));
-    await waitFor('both nodes to have beaten after the last one registered', async () =>
-      (await scalar(
-        `SELECT count(*)::int AS n FROM cyclium_nodes WHERE node_identity = ANY($1)
+    await waitFor(
+      'both nodes to have beaten after the last one registered',
+      async () =>
+        (await scalar(
+          `SELECT count(*)::int AS n FROM cyclium_nodes WHERE node_identity = ANY($1)
             AND last_seen_at > (SELECT max(started_at) + interval '1 second' FROM cyclium_nodes WHERE node_identity = ANY($1))`,
-        [NAMES],
-      )) === 2,
+          [NAMES],
+        )) === 2,
     );
   });
 

@@ -11,9 +11,7 @@ describe('3 demo node processes, 500 events over PostgresBus', () => {
 
   beforeAll(async () => {
     nodes.push(
-      ...(await Promise.all(
-        [1, 2, 3].map((i) => startDemoNode(database.url, { CYCLIUM_NODE_ID: `node-${i}`, DEMO_JITTER_MS: '50', DEMO_DB_POOL: '8' })),
-      )),
+      ...(await Promise.all([1, 2, 3].map((i) => startDemoNode(database.url, { CYCLIUM_NODE_ID: `node-${i}`, DEMO_JITTER_MS: '50', DEMO_DB_POOL: '8' })))),
     );
   });
 

@@ -92,7 +92,6 @@ describe('whole-cluster stops', () => {
     return accepted.size - signaled;
   }
 
-
   it('loses no accepted event when all three get SIGTERM at once, then kill -9 twice in a row', async () => {
     await bootCluster();
     const answeredWhileDraining = await stopAllUnderLoad('SIGTERM');

@@ -36,8 +36,8 @@ describe('every connection is terminated under three nodes running twelve episod
     ).rows[0]?.n ?? 0;
 
   const stepsWritten = async (ids: string[]): Promise<number> =>
-    (await database.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM cyclium_episode_steps WHERE episode_id = ANY($1) AND kind = 'step'`, [ids]))
-      .rows[0]?.n ?? 0;
+    (await database.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM cyclium_episode_steps WHERE episode_id = ANY($1) AND kind = 'step'`, [ids])).rows[0]
+      ?.n ?? 0;
 
   it('keeps every node up and ends all twelve done, each step run once', async () => {
     const ids = await Promise.all(Array.from({ length: 12 }, (_, i) => triggerWrite(nodes[i % 3] as DemoNode)));
@@ -50,8 +50,7 @@ describe('every connection is terminated under three nodes running twelve episod
 
     await waitFor(
       'all twelve episodes to end',
-      async () =>
-        (await database.db.query(`SELECT 1 FROM cyclium_episodes WHERE id = ANY($1) AND status <> 'running'`, [ids])).rowCount === 12,
+      async () => (await database.db.query(`SELECT 1 FROM cyclium_episodes WHERE id = ANY($1) AND status <> 'running'`, [ids])).rowCount === 12,
       20_000,
       100,
     );

@@ -35,8 +35,7 @@ describe('CycliumModule', () => {
     await Promise.all(apps.splice(0).map((app) => app.close()));
   });
 
-  const nodeRow = async (identity: string) =>
-    (await database.db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = $1`, [identity])).rows[0];
+  const nodeRow = async (identity: string) => (await database.db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = $1`, [identity])).rows[0];
 
   it('registers the node with its identity, stack, env and mode, and keeps last_seen_at fresh', async () => {
     const app = await startCycliumApp({
@@ -97,10 +96,7 @@ describe('CycliumModule', () => {
   describe('invalid options fail module compile, naming the field', () => {
     const compile = (options: unknown) =>
       Test.createTestingModule({
-        imports: [
-          TypeOrmModule.forRoot({ type: 'postgres', url: database.url, extra: { max: 1 } }),
-          CycliumModule.forRoot(options as CycliumOptions),
-        ],
+        imports: [TypeOrmModule.forRoot({ type: 'postgres', url: database.url, extra: { max: 1 } }), CycliumModule.forRoot(options as CycliumOptions)],
       }).compile();
 
     it.each([
@@ -127,9 +123,9 @@ describe('CycliumModule', () => {
   });
 
   it('fails boot with a clear error when the named DataSource does not exist', async () => {
-    await expect(
-      startCycliumApp({ url: database.url, cyclium: { dataSource: 'nope' } }).then((app) => apps.push(app)),
-    ).rejects.toThrow('could not find the TypeORM DataSource named "nope"');
+    await expect(startCycliumApp({ url: database.url, cyclium: { dataSource: 'nope' } }).then((app) => apps.push(app))).rejects.toThrow(
+      'could not find the TypeORM DataSource named "nope"',
+    );
   });
 
   it('names the first migration a partly migrated database lacks, before anything queries it, then boots once all have run', async () => {

@@ -68,8 +68,7 @@ describe('the database freezes under three nodes', () => {
     return { status, ms: Math.round(performance.now() - started) };
   };
 
-  const publish = (node: DemoNode, eventId: string) =>
-    call(node, '/events', { type: 'resource.updated', eventId, payload: { resource: eventId, usage: 50 } });
+  const publish = (node: DemoNode, eventId: string) => call(node, '/events', { type: 'resource.updated', eventId, payload: { resource: eventId, usage: 50 } });
 
   /** A short rebalance started on `node` under the dedupe key `frozen-key-<key>`. */
   const trigger = (node: DemoNode, key: string) =>
@@ -123,8 +122,9 @@ describe('the database freezes under three nodes', () => {
       await waitFor(`the retry of dedupeKey frozen-key-${key} to be accepted`, async () => (await trigger(node, key)).status === 202, 10_000, 100);
     }
     // The beat, the renewer, the sweeps and the bus reader failed their ticks while it was frozen, and work again.
-    await waitFor('every node to beat again', async () =>
-      (await database.db.query(`SELECT 1 FROM cyclium_nodes WHERE last_seen_at > $1`, [thawedAt])).rowCount === nodes.length,
+    await waitFor(
+      'every node to beat again',
+      async () => (await database.db.query(`SELECT 1 FROM cyclium_nodes WHERE last_seen_at > $1`, [thawedAt])).rowCount === nodes.length,
     );
 
     const episodes = restartable.length + 1 + frozen.length + nodes.length + frozenIds.length;
@@ -142,11 +142,14 @@ describe('the database freezes under three nodes', () => {
     // The restart policy: done (restarted from its checkpoint where the freeze cost the claim).
     // The fail policy: done when the freeze spared it, else failed as an orphan. Never a crash.
     for (const id of restartable) expect(ended.find((r) => r.id === id)).toMatchObject({ status: 'done', error_class: null });
-    expect([['done', null], ['failed', 'orphaned']]).toContainEqual(
-      [ended.find((r) => r.id === failFast)?.status, ended.find((r) => r.id === failFast)?.error_class ?? null],
-    );
+    expect([
+      ['done', null],
+      ['failed', 'orphaned'],
+    ]).toContainEqual([ended.find((r) => r.id === failFast)?.status, ended.find((r) => r.id === failFast)?.error_class ?? null]);
     // One event row and one episode per event id, the retried ones included.
-    const perEvent = await database.db.query<{ event_id: string; n: number }>(`SELECT event_id, count(*)::int AS n FROM cyclium_events WHERE type = 'resource.updated' GROUP BY 1`);
+    const perEvent = await database.db.query<{ event_id: string; n: number }>(
+      `SELECT event_id, count(*)::int AS n FROM cyclium_events WHERE type = 'resource.updated' GROUP BY 1`,
+    );
     expect(perEvent.rows.map((r) => r.event_id).sort()).toEqual([...nodes.map((_, i) => `before-${i}`), ...frozenIds].sort());
     expect(perEvent.rows.every((r) => r.n === 1)).toBe(true);
     const monitors = ended.filter((r) => r.event_id !== null);

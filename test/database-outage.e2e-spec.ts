@@ -106,12 +106,18 @@ describe('the database stops for 20 s under a running 3-node cluster', () => {
 
     // While it is away: every node answers /health with 503, and stays alive.
     const unhealthy = new Set<number>();
-    await waitFor('every node to report itself unhealthy', async () => {
-      for (const [i, node] of nodes.entries()) if ((await healthOf(node)) === 503) unhealthy.add(i);
-      return unhealthy.size === nodes.length;
-    }, OUTAGE_MS - 2_000, 250);
+    await waitFor(
+      'every node to report itself unhealthy',
+      async () => {
+        for (const [i, node] of nodes.entries()) if ((await healthOf(node)) === 503) unhealthy.add(i);
+        return unhealthy.size === nodes.length;
+      },
+      OUTAGE_MS - 2_000,
+      250,
+    );
     await waitFor('the rest of the outage', () => Date.now() - stoppedAt >= OUTAGE_MS, OUTAGE_MS + 1_000, 250);
-    for (const node of nodes) expect({ port: node.port, exitCode: node.process.exitCode, signal: node.process.signalCode }).toEqual({ port: node.port, exitCode: null, signal: null });
+    for (const node of nodes)
+      expect({ port: node.port, exitCode: node.process.exitCode, signal: node.process.signalCode }).toEqual({ port: node.port, exitCode: null, signal: null });
 
     await startServer();
     const upAt = Date.now();
@@ -151,7 +157,9 @@ describe('the database stops for 20 s under a running 3-node cluster', () => {
       [[...restartable, failFast]],
     );
     for (const row of ends.rows) {
-      expect(row).toEqual(row.id === failFast ? { id: failFast, status: 'failed', error_class: 'orphaned' } : { id: row.id, status: 'done', error_class: null });
+      expect(row).toEqual(
+        row.id === failFast ? { id: failFast, status: 'failed', error_class: 'orphaned' } : { id: row.id, status: 'done', error_class: null },
+      );
     }
     // No step ran twice: a step journaled before the outage was not run again after it.
     const repeated = await db.query(

@@ -81,9 +81,15 @@ describe('the drain, racing what is starting and what peers write', () => {
       tickedAfterDrain = app.get(LeaseRenewer).tick();
     });
     try {
-      const triggers = Array.from({ length: 60 }, (_, i) => app.get(Episodes).trigger('burst', 'work', { i }).catch(() => 'error'));
-      await waitFor('the burst to be under way', async () =>
-        (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'burst'`)).rows[0].n >= 5,
+      const triggers = Array.from({ length: 60 }, (_, i) =>
+        app
+          .get(Episodes)
+          .trigger('burst', 'work', { i })
+          .catch(() => 'error'),
+      );
+      await waitFor(
+        'the burst to be under way',
+        async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'burst'`)).rows[0].n >= 5,
       );
       await app.close();
       apps.splice(apps.indexOf(app), 1);
@@ -116,8 +122,11 @@ describe('the drain, racing what is starting and what peers write', () => {
       expect(await journal.mark([episode.id], 'resumed', { node: 'peer' }, peer)).toEqual([episode.id]);
       // Ours reads the same free position, then waits on the peer's uncommitted row at it.
       const ours = journal.mark([episode.id], 'interrupted', { node: 'node-marks' });
-      await waitFor('our insert to wait on the peer', async () =>
-        (await database.db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0].n >= 1,
+      await waitFor(
+        'our insert to wait on the peer',
+        async () =>
+          (await database.db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0]
+            .n >= 1,
       );
       await peer.query('COMMIT');
       expect(await ours).toEqual([episode.id]);
@@ -125,7 +134,10 @@ describe('the drain, racing what is starting and what peers write', () => {
       peer.release();
     }
     const steps = await app.get(Episodes).steps(episode.id);
-    expect(steps.map((s) => [s.stepNo, s.name])).toEqual([[1, 'resumed'], [2, 'interrupted']]);
+    expect(steps.map((s) => [s.stepNo, s.name])).toEqual([
+      [1, 'resumed'],
+      [2, 'interrupted'],
+    ]);
   });
 
   it('one failing drain statement does not skip the rest of the shutdown: the node still gives its claims up and deregisters', async () => {
@@ -149,9 +161,7 @@ describe('the drain, racing what is starting and what peers write', () => {
     }
     expect(error.mock.calls.map((c) => String(c[0]))).toContainEqual(expect.stringContaining('stamp refused'));
     expect((await database.db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = 'node-stubborn'`)).rows).toEqual([]);
-    const claim = (
-      await database.db.query(`SELECT lease_until <= now() AS released FROM cyclium_work_claims WHERE dedupe_key = $1`, [`episode:${id}`])
-    ).rows;
+    const claim = (await database.db.query(`SELECT lease_until <= now() AS released FROM cyclium_work_claims WHERE dedupe_key = $1`, [`episode:${id}`])).rows;
     expect(claim).toEqual([{ released: true }]);
   });
 

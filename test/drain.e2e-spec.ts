@@ -22,9 +22,7 @@ describe('graceful stop: SIGTERM a node with 5 running episodes', () => {
 
   it('stamps all 5 interrupted before waiting out episodeShutdownMs, and peers restart them without waiting for staleness', async () => {
     const draining = nodes[0];
-    const ids = await Promise.all(
-      [0, 1, 2, 3].map((i) => rebalanceOn(draining, { resource: `r-${i}`, stepMs: 400, outputKey: `drain-${i}` })),
-    );
+    const ids = await Promise.all([0, 1, 2, 3].map((i) => rebalanceOn(draining, { resource: `r-${i}`, stepMs: 400, outputKey: `drain-${i}` })));
     // This one sleeps through the abort for 3 s per step: longer than what is left of the shutdown window.
     const stubborn = await rebalanceOn(draining, { resource: 'stubborn', stepMs: 3000, ignoreAbortAtStep: 1, outputKey: 'drain-stubborn' });
     await waitFor('the four to be past their first step', async () =>

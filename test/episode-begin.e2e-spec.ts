@@ -44,15 +44,20 @@ describe('beginning an episode, in one round trip', () => {
     ]);
   });
 
-  it('lets exactly one of many concurrent begins of one key through, on its claim\'s first fence', async () => {
+  it("lets exactly one of many concurrent begins of one key through, on its claim's first fence", async () => {
     const results = await Promise.all(
       Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).get(Episodes).trigger('begin', 'x', {}, { dedupeKey: 'raced-key' })),
     );
     expect(results.filter((r) => r.status === 'started')).toHaveLength(1);
     expect(results.filter((r) => r.status !== 'started').every((r) => r.status === 'duplicate' || r.status === 'busy')).toBe(true);
-    await waitFor('the winner to finish', async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE dedupe_key = 'raced-key' AND status = 'done'`)) === 1);
+    await waitFor(
+      'the winner to finish',
+      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE dedupe_key = 'raced-key' AND status = 'done'`)) === 1,
+    );
     expect(await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE dedupe_key = 'raced-key'`)).toBe(1);
-    expect((await database.db.query(`SELECT state, fence FROM cyclium_work_claims WHERE dedupe_key = 'raced-key'`)).rows).toEqual([{ state: 'done', fence: '1' }]);
+    expect((await database.db.query(`SELECT state, fence FROM cyclium_work_claims WHERE dedupe_key = 'raced-key'`)).rows).toEqual([
+      { state: 'done', fence: '1' },
+    ]);
     // A finished episode still holds its key: a later trigger is a duplicate and touches no claim.
     expect(await a.get(Episodes).trigger('begin', 'x', {}, { dedupeKey: 'raced-key' })).toEqual({ status: 'duplicate' });
     expect((await database.db.query(`SELECT fence FROM cyclium_work_claims WHERE dedupe_key = 'raced-key'`)).rows).toEqual([{ fence: '1' }]);

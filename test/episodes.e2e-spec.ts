@@ -192,10 +192,8 @@ describe('episodes on two nodes sharing one database and one bus', () => {
 
   const episodes = async (where: string, params: unknown[] = []) =>
     (await db.query(`SELECT * FROM cyclium_episodes WHERE ${where} ORDER BY inserted_at`, params)).rows;
-  const settled = (id: string) =>
-    waitFor(`episode ${id} to finish`, async () => (await episodes(`id = $1 AND status <> 'running'`, [id]))[0]);
-  const terminalEvents = (id: string) =>
-    lifecycle.filter((e) => e.payload.episodeId === id && TERMINAL_EVENTS.includes(e.type as never));
+  const settled = (id: string) => waitFor(`episode ${id} to finish`, async () => (await episodes(`id = $1 AND status <> 'running'`, [id]))[0]);
+  const terminalEvents = (id: string) => lifecycle.filter((e) => e.payload.episodeId === id && TERMINAL_EVENTS.includes(e.type as never));
 
   it('the same bus event on both nodes makes exactly one episode', async () => {
     const published = [];
@@ -215,17 +213,17 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect(claims[0].n).toBe(20);
     expect(rows.map((r) => r.trigger_ref.eventId).sort()).toEqual(published.map((e) => e.eventId).sort());
     const findings = await a.get(Findings).activeFor({ class: 'limit_breach' });
-    expect(findings.map((f) => f.findingKey).sort()).toEqual(
-      Array.from({ length: 10 }, (_, i) => `limit_breach:db-${i * 2}`).sort(),
-    );
+    expect(findings.map((f) => f.findingKey).sort()).toEqual(Array.from({ length: 10 }, (_, i) => `limit_breach:db-${i * 2}`).sort());
   });
 
   it('raising an active finding again refreshes it; clearing closes it (default env, one active per key)', async () => {
     const findings = a.get(Findings);
     const run = async (usage: number) => {
       const event = await bus.publish('resource.updated', { kind: 'cache', resource: 'cache-1', usage });
-      await waitFor(`the episode for usage ${usage}`, async () =>
-        (await episodes(`trigger_ref->>'eventId' = $1 AND status = 'done'`, [event.eventId])).length === 1);
+      await waitFor(
+        `the episode for usage ${usage}`,
+        async () => (await episodes(`trigger_ref->>'eventId' = $1 AND status = 'done'`, [event.eventId])).length === 1,
+      );
     };
     await run(95);
     await run(97);
@@ -240,9 +238,7 @@ describe('episodes on two nodes sharing one database and one bus', () => {
 
   it('the same schedule bucket on both nodes makes exactly one episode', async () => {
     await waitFor('three buckets', async () => (await episodes(`expectation_id = 'tick' AND status = 'done'`)).length >= 3, 10_000);
-    const { rows } = await db.query(
-      `SELECT dedupe_key, count(*)::int AS n FROM cyclium_episodes WHERE expectation_id = 'tick' GROUP BY dedupe_key`,
-    );
+    const { rows } = await db.query(`SELECT dedupe_key, count(*)::int AS n FROM cyclium_episodes WHERE expectation_id = 'tick' GROUP BY dedupe_key`);
     expect(rows.every((r) => r.n === 1)).toBe(true);
     expect(rows[0].dedupe_key).toMatch(/^schedule:monitor:tick:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   });
@@ -278,14 +274,23 @@ describe('episodes on two nodes sharing one database and one bus', () => {
   it('a stolen claim aborts the episode before its next step: no finding, output, status or later step', async () => {
     gates.set('stolen', new Gate());
     const started = await a.get(Episodes).trigger('monitor', 'script', {
-      tag: 'stolen', steps: ['s1', 's2', 's3'], gateAt: 's2', outputKey: 'stolen-out', finding: 'stolen-finding',
+      tag: 'stolen',
+      steps: ['s1', 's2', 's3'],
+      gateAt: 's2',
+      outputKey: 'stolen-out',
+      finding: 'stolen-finding',
     });
     expect(started.status).toBe('started');
     const id = (started as { episode: { id: string } }).episode.id;
     await gates.get('stolen')?.entered;
     await db.query(`UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`, [`episode:${id}`]);
     gates.get('stolen')?.release();
-    await waitFor('the run to end on node-a', () => a.get(EpisodeRunner).inFlight().every((r) => r.episode.id !== id));
+    await waitFor('the run to end on node-a', () =>
+      a
+        .get(EpisodeRunner)
+        .inFlight()
+        .every((r) => r.episode.id !== id),
+    );
 
     const [row] = await episodes(`id = $1`, [id]);
     expect(row).toMatchObject({ status: 'running', finished_at: null, summary: null });
@@ -299,14 +304,23 @@ describe('episodes on two nodes sharing one database and one bus', () => {
   it('a holder whose claim was stolen after its last step converges nothing: no finding, output, status or event', async () => {
     gates.set('stale-converge', new Gate());
     const started = await a.get(Episodes).trigger('monitor', 'script', {
-      tag: 'stale-converge', steps: ['s1'], gateBeforeConverge: true, outputKey: 'stale-out', finding: 'stale-finding',
+      tag: 'stale-converge',
+      steps: ['s1'],
+      gateBeforeConverge: true,
+      outputKey: 'stale-out',
+      finding: 'stale-finding',
     });
     const id = (started as { episode: { id: string } }).episode.id;
     await gates.get('stale-converge')?.entered;
     // Stolen in place, as a peer's takeover would: the holder has not noticed (its renewal has not run).
     await db.query(`UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`, [`episode:${id}`]);
     gates.get('stale-converge')?.release();
-    await waitFor('the run to end on node-a', () => a.get(EpisodeRunner).inFlight().every((r) => r.episode.id !== id));
+    await waitFor('the run to end on node-a', () =>
+      a
+        .get(EpisodeRunner)
+        .inFlight()
+        .every((r) => r.episode.id !== id),
+    );
 
     expect((await episodes(`id = $1`, [id]))[0]).toMatchObject({ status: 'running', finished_at: null, summary: null });
     expect((await db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'stale-out'`)).rows).toEqual([]);
@@ -323,11 +337,16 @@ describe('episodes on two nodes sharing one database and one bus', () => {
   it('resume returns checkpointed results without calling fn again', async () => {
     const episodesA = a.get(Episodes);
     const episode = await episodesA.create({ actorId: 'monitor', expectationId: 'script', payload: { tag: 'resume', steps: ['a', 'b', 'c'] } });
-    for (const [no, name] of [[1, 'a'], [2, 'b']] as const) {
-      await db.query(
-        `INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) VALUES ($1, $2, $3, $4)`,
-        [episode.id, no, name, JSON.stringify({ v: `${name}-from-checkpoint` })],
-      );
+    for (const [no, name] of [
+      [1, 'a'],
+      [2, 'b'],
+    ] as const) {
+      await db.query(`INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) VALUES ($1, $2, $3, $4)`, [
+        episode.id,
+        no,
+        name,
+        JSON.stringify({ v: `${name}-from-checkpoint` }),
+      ]);
       await db.query(`INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name) VALUES ($1, $2, 'step', $3)`, [episode.id, no, name]);
     }
     const grant = await a.get(WorkClaims).acquire(`episode:${episode.id}`);
@@ -338,16 +357,17 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect(calls.get('resume:c')).toBe(1);
     const [row] = await episodes(`id = $1`, [episode.id]);
     expect(row).toMatchObject({ status: 'done', summary: `a-from-checkpoint,b-from-checkpoint,c@${episode.id}:3` });
-    expect((await episodesA.steps(episode.id)).map((s) => [s.stepNo, s.name])).toEqual([[1, 'a'], [2, 'b'], [3, 'c']]);
+    expect((await episodesA.steps(episode.id)).map((s) => [s.stepNo, s.name])).toEqual([
+      [1, 'a'],
+      [2, 'b'],
+      [3, 'c'],
+    ]);
     expect((await db.query(`SELECT * FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [episode.id])).rows).toEqual([]);
   });
 
   it('a resume whose code asks for a different step fails as nondeterministic_resume', async () => {
     const episode = await a.get(Episodes).create({ actorId: 'monitor', expectationId: 'script', payload: { tag: 'drift', steps: ['x', 'y'] } });
-    await db.query(
-      `INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) VALUES ($1, 1, 'renamed', '{"v":1}')`,
-      [episode.id],
-    );
+    await db.query(`INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) VALUES ($1, 1, 'renamed', '{"v":1}')`, [episode.id]);
     await a.get(EpisodeRunner).run(episode, script(), await a.get(WorkClaims).acquire(`episode:${episode.id}`), { resumed: true });
     const [row] = await episodes(`id = $1`, [episode.id]);
     expect(row).toMatchObject({ status: 'failed', error_class: 'nondeterministic_resume' });
@@ -378,7 +398,14 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     const id = (started as { episode: { id: string } }).episode.id;
     await gates.get('cancel')?.entered;
     expect(await b.get(Episodes).cancel(id)).toBe('requested');
-    await waitFor('node-a to hear the cancel', () => a.get(EpisodeRunner).inFlight().find((r) => r.episode.id === id)?.signal.aborted);
+    await waitFor(
+      'node-a to hear the cancel',
+      () =>
+        a
+          .get(EpisodeRunner)
+          .inFlight()
+          .find((r) => r.episode.id === id)?.signal.aborted,
+    );
     gates.get('cancel')?.release();
     expect(await settled(id)).toMatchObject({ status: 'canceled' });
     expect(calls.get('cancel:c2')).toBeUndefined();
@@ -404,8 +431,10 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     for (const id of ids) expect(await settled(id)).toMatchObject({ status: 'done' });
     const { rows } = await db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'weekly-report'`);
     expect(rows).toHaveLength(1);
-    await waitFor('the delivery to be recorded', async () =>
-      (await db.query(`SELECT status FROM cyclium_outputs WHERE dedupe_key = 'weekly-report'`)).rows[0].status === 'delivered');
+    await waitFor(
+      'the delivery to be recorded',
+      async () => (await db.query(`SELECT status FROM cyclium_outputs WHERE dedupe_key = 'weekly-report'`)).rows[0].status === 'delivered',
+    );
     expect(delivered.length - before).toBe(1);
     expect(delivered[delivered.length - 1].context.idempotencyKey).toBe('weekly-report');
   });
@@ -483,9 +512,17 @@ describe('episodes on two nodes sharing one database and one bus', () => {
       await waitFor(`the terminal event of ${episodeId}`, () => terminalEvents(episodeId).length >= 1);
       expect({ id: episodeId, events: terminalEvents(episodeId).map((e) => e.type) }).toEqual({ id: episodeId, events: [expected[row.status]] });
     }
-    expect((await episodes(`id = ANY($1)`, [all])).map((r) => r.status).sort()).toEqual(
-      ['canceled', 'canceled', 'canceled', 'done', 'done', 'done', 'done', 'failed', 'failed'],
-    );
+    expect((await episodes(`id = ANY($1)`, [all])).map((r) => r.status).sort()).toEqual([
+      'canceled',
+      'canceled',
+      'canceled',
+      'done',
+      'done',
+      'done',
+      'done',
+      'failed',
+      'failed',
+    ]);
   });
 
   it('answers a lookup by an id that cannot be one as not found, not as a database error', async () => {

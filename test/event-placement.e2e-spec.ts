@@ -120,9 +120,8 @@ describe('event placement', () => {
       try {
         const ids = await publishAll(100, 30);
         await waitFor('30 episodes done', async () => (await doneFor(ids)) === 30, 20_000);
-        const rows = (
-          await database.db.query(`SELECT owner_node, dedupe_key FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids])
-        ).rows as Array<{ owner_node: string; dedupe_key: string }>;
+        const rows = (await database.db.query(`SELECT owner_node, dedupe_key FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids]))
+          .rows as Array<{ owner_node: string; dedupe_key: string }>;
         expect(rows).toHaveLength(30);
         expect(rows.filter((r) => r.owner_node === names[0])).toEqual([]);
         // Some of them were place-a's to start: those came through a backup.
@@ -179,8 +178,13 @@ describe('event placement', () => {
     beforeAll(async () => {
       // Beats every second: a stopped node stays on its peers' lists for about three seconds.
       for (const name of names) nodes.push(await startNode(database.url, name, { DEMO_NODE_BEAT_MS: '1000', DEMO_DB_POOL: '4' }));
-      await waitFor('every node to have beaten after the last one registered', async () =>
-        (await scalar(`SELECT count(*)::int AS n FROM cyclium_nodes WHERE node_identity = ANY($1) AND last_seen_at > (SELECT max(started_at) + interval '1 second' FROM cyclium_nodes WHERE node_identity = ANY($1))`, [names])) === 3,
+      await waitFor(
+        'every node to have beaten after the last one registered',
+        async () =>
+          (await scalar(
+            `SELECT count(*)::int AS n FROM cyclium_nodes WHERE node_identity = ANY($1) AND last_seen_at > (SELECT max(started_at) + interval '1 second' FROM cyclium_nodes WHERE node_identity = ANY($1))`,
+            [names],
+          )) === 3,
       );
     });
 
@@ -193,7 +197,10 @@ describe('event placement', () => {
       nodes[2].process.kill('SIGSTOP');
       const ids: string[] = [];
       for (let i = 0; i < 30; i++) {
-        const { eventId } = await post<{ eventId: string }>(nodes[i % 2], '/events', { type: 'resource.updated', payload: { resource: `placed-${i}`, usage: 10 } });
+        const { eventId } = await post<{ eventId: string }>(nodes[i % 2], '/events', {
+          type: 'resource.updated',
+          payload: { resource: `placed-${i}`, usage: 10 },
+        });
         ids.push(eventId);
       }
       await waitFor(

@@ -32,8 +32,7 @@ describe('POST /events and POST /actors refuse what they cannot store, naming th
     return { status: response.status, retryAfter: response.headers.get('retry-after'), body: (await response.json()) as Answer['body'] };
   };
 
-  const rows = async (eventId: string) =>
-    (await database.db.query(`SELECT type, payload, created_at FROM cyclium_events WHERE event_id = $1`, [eventId])).rows;
+  const rows = async (eventId: string) => (await database.db.query(`SELECT type, payload, created_at FROM cyclium_events WHERE event_id = $1`, [eventId])).rows;
 
   it('answers 400 for an eventId or type over 200 characters and 413 for a payload over the limit, storing nothing', async () => {
     const longId = await publish({ type: 'http.test', eventId: 'x'.repeat(4_000), payload: {} });
@@ -87,12 +86,14 @@ describe('POST /events and POST /actors refuse what they cannot store, naming th
       await locker.query('BEGIN');
       await locker.query('LOCK TABLE cyclium_events IN SHARE ROW EXCLUSIVE MODE');
       first = publish({ type: 'http.test', eventId: 'queued-1', payload: {} });
-      await waitFor('the first publish to wait on the lock', async () =>
-        (
-          await database.db.query(
-            `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO cyclium_events%'`,
-          )
-        ).rows.length > 0,
+      await waitFor(
+        'the first publish to wait on the lock',
+        async () =>
+          (
+            await database.db.query(
+              `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO cyclium_events%'`,
+            )
+          ).rows.length > 0,
       );
       const refused = await publish({ type: 'http.test', eventId: 'queued-2', payload: {} });
       expect(refused.status).toBe(503);

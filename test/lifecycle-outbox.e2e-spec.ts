@@ -54,7 +54,12 @@ describe('lifecycle events commit with the state they announce', () => {
         () => 0, // the victim may die before it answers
       ),
     );
-    await waitFor('episodes finishing on the victim', async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done'`)) >= 50, 30_000, 10);
+    await waitFor(
+      'episodes finishing on the victim',
+      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done'`)) >= 50,
+      30_000,
+      10,
+    );
     await victim.stop('SIGKILL');
     await Promise.all(posts);
 
@@ -65,7 +70,12 @@ describe('lifecycle events commit with the state they announce', () => {
 
     // A peer restarts the episodes the victim left running (restart policy); each gets its event, once.
     nodes.push(await startNode(database.url, 'node-peer'));
-    await waitFor('the orphans to be recovered', async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status IN ('running', 'queued')`)) === 0, 60_000, 250);
+    await waitFor(
+      'the orphans to be recovered',
+      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status IN ('running', 'queued')`)) === 0,
+      60_000,
+      250,
+    );
     expect(await mismatches()).toEqual([]);
     process.stdout.write(`lifecycle-outbox: at the kill ${JSON.stringify(byStatus)}\n`);
   }, 120_000);

@@ -29,8 +29,7 @@ describe('cycliumMigrations', () => {
     ).map((r) => r.table_name);
 
   const indexDefinition = async (name: string) =>
-    ((await dataSource.query(`SELECT indexdef FROM pg_indexes WHERE indexname = $1`, [name])) as Array<{ indexdef: string }>)[0]
-      ?.indexdef;
+    ((await dataSource.query(`SELECT indexdef FROM pg_indexes WHERE indexname = $1`, [name])) as Array<{ indexdef: string }>)[0]?.indexdef;
 
   beforeAll(async () => {
     dataSource = new DataSource({ type: 'postgres', url: await emptyDatabase('migrations'), migrations: cycliumMigrations });

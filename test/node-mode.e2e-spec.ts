@@ -14,8 +14,7 @@ describe('cyclium_nodes.mode follows Mode.set', () => {
     await app?.close();
   });
 
-  const modeInRow = async () =>
-    (await database.db.query<{ mode: string }>(`SELECT mode FROM cyclium_nodes WHERE node_identity = 'mode-node'`)).rows[0]?.mode;
+  const modeInRow = async () => (await database.db.query<{ mode: string }>(`SELECT mode FROM cyclium_nodes WHERE node_identity = 'mode-node'`)).rows[0]?.mode;
 
   it('writes each change at once, not at the next beat', async () => {
     // A beat a minute apart: only the change itself can write the row within the wait below.

@@ -220,7 +220,10 @@ describe('outputs are an outbox (claims off)', () => {
   it('two nodes taking due rows at the same moment never take one row twice (one conditional UPDATE, no work claims)', async () => {
     // Rows of a type no app hosts, so only the takes below touch them.
     const keys = Array.from({ length: 200 }, (_, i) => `race-${i}`);
-    await emit(producer, keys.map((key): OutputProposal => ({ type: 'raced', key, payload: {} })));
+    await emit(
+      producer,
+      keys.map((key): OutputProposal => ({ type: 'raced', key, payload: {} })),
+    );
     await waitFor('the rows', async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_outputs WHERE type = 'raced'`)).rows[0].n === 200);
     const takenBy = new Map<string, string[]>();
     await Promise.all(

@@ -102,7 +102,8 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
     expect(Math.max(...latencies)).toBeLessThan(POLL_MS / 2);
     await waitFor(
       'every episode done',
-      async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'pooled' AND status = 'done'`)).rows[0].n === EVENTS,
+      async () =>
+        (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'pooled' AND status = 'done'`)).rows[0].n === EVENTS,
     );
     expect(await busDegraded(runner)).toBeNull();
   });

@@ -1,13 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import pg from 'pg';
-import {
-  DatabaseUnavailableError,
-  EventIdConflictError,
-  EventPayloadTooLargeError,
-  InvalidBusEventError,
-  PublishQueueFullError,
-} from '@cyclium/nestjs';
+import { DatabaseUnavailableError, EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError } from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import type { BusEvent } from '../libs/cyclium/src/bus/bus.interface.js';
 import { GuardedBus } from '../libs/cyclium/src/bus/guarded-bus.js';
@@ -207,7 +201,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     }
   });
 
-  it('refuses an id taken by another event inside the caller\'s transaction (appendWithin), and appends an identical one', async () => {
+  it("refuses an id taken by another event inside the caller's transaction (appendWithin), and appends an identical one", async () => {
     const client = await admin.connect();
     try {
       const event = { type: 'within', eventId: 'within-1', payload: { k: 1 }, publishedAt: new Date().toISOString() };
@@ -246,8 +240,14 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       await locker.query('BEGIN');
       await locker.query('LOCK TABLE cyclium_events IN SHARE ROW EXCLUSIVE MODE');
       held = [0, 1, 2].map((i) => slow.bus.publish('slow', i, { eventId: `slow-${i}` }));
-      await waitFor('the first insert to wait on the lock', async () =>
-        (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO cyclium_events%'`)).rows.length > 0,
+      await waitFor(
+        'the first insert to wait on the lock',
+        async () =>
+          (
+            await admin.query(
+              `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO cyclium_events%'`,
+            )
+          ).rows.length > 0,
       );
       const refused = await slow.bus.publish('slow', 3, { eventId: 'slow-3' }).catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(PublishQueueFullError);
@@ -302,9 +302,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       await late.query('COMMIT');
       a.bus.wake();
       await waitFor('the late commit on node b', () => b.of('order').length === 2);
-      const ids = await admin.query<{ event_id: string; id: string }>(
-        `SELECT event_id, id::text FROM cyclium_events WHERE type = 'order' ORDER BY id`,
-      );
+      const ids = await admin.query<{ event_id: string; id: string }>(`SELECT event_id, id::text FROM cyclium_events WHERE type = 'order' ORDER BY id`);
       // The late row has the lower id, yet it arrived, after the early one.
       expect(ids.rows.map((r) => r.event_id)).toEqual(['late-1', early.eventId]);
       expect(b.of('order').map((e) => e.payload)).toEqual(['early', 'late']);
@@ -355,7 +353,10 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       a.bus.publish('nul', { text: 'a literal \\u0000 is fine, and so is 😀' }, { eventId: 'nul-3' }),
       a.bus.publish('nul', 'neighbour', { eventId: 'nul-4' }),
     ]);
-    for (const [outcome, id] of [[nul, 'nul-1'], [surrogate, 'nul-2']] as const) {
+    for (const [outcome, id] of [
+      [nul, 'nul-1'],
+      [surrogate, 'nul-2'],
+    ] as const) {
       expect(outcome.status).toBe('rejected');
       const reason = (outcome as PromiseRejectedResult).reason as Error;
       expect(reason).toBeInstanceOf(InvalidBusEventError);
@@ -369,7 +370,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(await stored('nul-1')).toEqual([]);
   });
 
-  it('refuses the library\'s reserved types through the Bus hosts get, and says why', async () => {
+  it("refuses the library's reserved types through the Bus hosts get, and says why", async () => {
     const guarded = new GuardedBus(a.bus);
     for (const type of ['episode.completed', 'cyclium.episode.cancel', 'cyclium.anything']) {
       await expect(guarded.publish(type, {})).rejects.toThrow(/is reserved for the library/);
@@ -422,10 +423,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     const old = await a.bus.publish('aged', 'old');
     const fresh = await a.bus.publish('aged', 'fresh');
     // Everything up to `old` was stored two hours ago, as the database's clock tells it.
-    await admin.query(
-      `UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE id <= (SELECT id FROM cyclium_events WHERE event_id = $1)`,
-      [old.eventId],
-    );
+    await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE id <= (SELECT id FROM cyclium_events WHERE event_id = $1)`, [
+      old.eventId,
+    ]);
     const aged = (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE created_at < now() - interval '1 hour'`)).rows[0].n;
     expect(aged).toBeGreaterThan(1_000); // more than one batch
     // The default window is an hour; pruning runs on a timer, and on demand.
@@ -462,10 +462,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   it('stops: stop closes the LISTEN connection, one per bus however often it was started', async () => {
     const listeners = async () =>
       (
-        await admin.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = $1`,
-          [`LISTEN "${CHANNEL}"`],
-        )
+        await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = $1`, [
+          `LISTEN "${CHANNEL}"`,
+        ])
       ).rows[0]?.n;
     const before = await listeners();
     const z = node(CHANNEL);

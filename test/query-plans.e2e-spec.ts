@@ -74,9 +74,7 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
   for (const when of ['analysed while empty, then filled', 'analysed after filling'] as const) {
     it(`uses indexes, never a full scan of a large table (${when})`, async () => {
       if (when === 'analysed after filling') await client.query('ANALYZE');
-      const { rows: ends } = await client.query<{ low: string; high: string }>(
-        `SELECT min(tx_id)::text AS low, max(tx_id)::text AS high FROM cyclium_events`,
-      );
+      const { rows: ends } = await client.query<{ low: string; high: string }>(`SELECT min(tx_id)::text AS low, max(tx_id)::text AS high FROM cyclium_events`);
       const { low, high } = ends[0] as { low: string; high: string };
       const statements = [
         await plan(`EXECUTE cyclium_claims_insert_or_read('key:7', 'node-x', 60, NULL)`),

@@ -34,8 +34,7 @@ describe('the table is the queue', () => {
     nodes.push(await startNode(database.url, 'node-q'));
     await waitFor(
       'the backlog to run on the restarted node',
-      async () =>
-        (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`, [queued])).rows[0].n === 3,
+      async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`, [queued])).rows[0].n === 3,
       60_000,
       250,
     );

@@ -48,8 +48,7 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
     await app?.close();
   });
 
-  const statusOf = async (id: string): Promise<string> =>
-    (await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]?.status;
+  const statusOf = async (id: string): Promise<string> => (await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]?.status;
 
   it('starts once the claim is let go, without another trigger', async () => {
     const episodes = app.get(Episodes);
@@ -110,9 +109,11 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
         [idOf(head)],
       );
       openHeadRaceGate(); // the slot frees: the dequeue meets the head mid-cancel
-      await waitFor('the dequeue to wait on the head', async () =>
-        (await database.db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`))
-          .rows[0].n >= 1,
+      await waitFor(
+        'the dequeue to wait on the head',
+        async () =>
+          (await database.db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0]
+            .n >= 1,
       );
       await canceler.query('COMMIT');
     } finally {

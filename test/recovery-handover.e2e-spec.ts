@@ -88,7 +88,7 @@ describe('a restart recovery hands over keeps its claim while it waits for a slo
     jest.restoreAllMocks();
   });
 
-  it('stays attempts = 1 behind a full slot for 3 × staleAfterMs, runs once, on the sweep\'s own fence', async () => {
+  it("stays attempts = 1 behind a full slot for 3 × staleAfterMs, runs once, on the sweep's own fence", async () => {
     const [a] = apps as [INestApplicationContext];
     const blocking = await a.get(Episodes).trigger('single', 'job', { tag: 'blocker', block: true });
     expect(blocking.status).toBe('started');
@@ -159,16 +159,9 @@ describe('a restart recovery hands over keeps its claim while it waits for a slo
     const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
     jest.spyOn(a.get(EpisodeRunner), 'startResumed').mockRejectedValueOnce(new Error('connect ECONNREFUSED'));
     expect(await a.get(Recovery).sweep()).toMatchObject({ restarted: 1 });
-    await waitFor('the failure to be logged', () =>
-      error.mock.calls.some((c) => String(c[0]).includes(`could not start recovered episode ${episode.id}`)),
-    );
+    await waitFor('the failure to be logged', () => error.mock.calls.some((c) => String(c[0]).includes(`could not start recovered episode ${episode.id}`)));
     // Let go: once its lease lapses, a sweep can take it again, and this time it runs.
-    await waitFor(
-      'a later sweep to restart it',
-      async () => (await a.get(Recovery).sweep()).restarted === 1,
-      10_000,
-      200,
-    );
+    await waitFor('a later sweep to restart it', async () => (await a.get(Recovery).sweep()).restarted === 1, 10_000, 200);
     await waitFor('the restart to finish', async () => (await row(episode.id)).status === 'done');
     expect(await row(episode.id)).toMatchObject({ attempts: 2 });
   });

@@ -64,7 +64,9 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
   const processes: DemoNode[] = [];
 
   beforeAll(async () => {
-    await database.db.query(`CREATE TABLE matrix_effects (episode_id uuid NOT NULL, step text NOT NULL, node text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`);
+    await database.db.query(
+      `CREATE TABLE matrix_effects (episode_id uuid NOT NULL, step text NOT NULL, node text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
+    );
   });
 
   afterAll(async () => {
@@ -105,12 +107,14 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
 
   /** Side effects of a step written after that step's checkpoint committed: a checkpointed step run again. */
   const rerunsAfterCheckpoint = async (id: string) =>
-    (await database.db.query<{ step: string }>(
-      `SELECT f.step FROM matrix_effects f
+    (
+      await database.db.query<{ step: string }>(
+        `SELECT f.step FROM matrix_effects f
          JOIN cyclium_episode_steps s ON s.episode_id = f.episode_id AND s.kind = 'step' AND s.name = f.step
         WHERE f.episode_id = $1 AND f.at > s.created_at`,
-      [id],
-    )).rows.map((r) => r.step);
+        [id],
+      )
+    ).rows.map((r) => r.step);
 
   const nodeOf = (cell: Cell, which: 'a' | 'b'): MatrixNode => ({
     env: envOf(cell),
@@ -159,7 +163,8 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     const all = [...episodes.values()];
     await waitFor(
       'every episode to end',
-      async () => (await Promise.all(all.map(async (e) => (await row(e.restart))?.status === 'done' && (await row(e.fail))?.status === 'failed'))).every(Boolean),
+      async () =>
+        (await Promise.all(all.map(async (e) => (await row(e.restart))?.status === 'done' && (await row(e.fail))?.status === 'failed'))).every(Boolean),
       30_000,
       250,
     ).catch(() => undefined); // the assertions below say which cell is missing what

@@ -26,11 +26,7 @@ class KeptActor {
  * `restart` policy, its definition recorded) and one of an actor that is still hosted (`kept`).
  * The 600 rows are the shape real ones have: running, owned by the dead node, one journal entry.
  */
-async function crash(
-  db: pg.Pool,
-  env: string | null,
-  ago: { died: string; retired: string; orphan: string },
-): Promise<{ orphanId: string; diedAt: Date }> {
+async function crash(db: pg.Pool, env: string | null, ago: { died: string; retired: string; orphan: string }): Promise<{ orphanId: string; diedAt: Date }> {
   const client = await db.connect();
   // A broken connection also rejects the query under way, which fails the test; the event must not end the worker.
   const onError = () => undefined;
@@ -118,7 +114,10 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
     expect(lateMs).toBeLessThanOrEqual(INTERVAL_MS + SWEEP_ALLOWANCE_MS);
     // Taken while the 600 still filled the table: the dead node declared `retired` until it died.
     expect(taken.at.getTime()).toBeLessThan(diedAt.getTime() + GRACE_MS);
-    await waitFor('the orphan to finish', async () => (await one<{ status: string }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [orphanId])).status === 'done');
+    await waitFor(
+      'the orphan to finish',
+      async () => (await one<{ status: string }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [orphanId])).status === 'done',
+    );
 
     const notHosted = () =>
       one<{ n: number; first: Date; last: Date }>(

@@ -66,7 +66,7 @@ describe('recovery only restarts an actor where it is hosted', () => {
     expect(ranOn).toContain('legacy@node-a');
   });
 
-  it('a sweep of stack_a\'s rows from stack_b defers the restart to stack_a as a trigger request, which runs it', async () => {
+  it("a sweep of stack_a's rows from stack_b defers the restart to stack_a as a trigger request, which runs it", async () => {
     const orphan = await b.get(Episodes).create({
       actorId: 'placed',
       expectationId: 'job',

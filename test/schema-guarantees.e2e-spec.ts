@@ -40,10 +40,7 @@ describe('indexes that carry a guarantee', () => {
   });
 
   const raise = (key: string, env: string | null) =>
-    db.query(
-      `INSERT INTO cyclium_findings (actor_id, finding_key, status, env) VALUES ('resource_monitor', $1, 'active', $2)`,
-      [key, env],
-    );
+    db.query(`INSERT INTO cyclium_findings (actor_id, finding_key, status, env) VALUES ('resource_monitor', $1, 'active', $2)`, [key, env]);
 
   it('treats two NULL envs as the same env: one active finding per key', async () => {
     await raise('limit_breach:db-1', null);
@@ -61,17 +58,11 @@ describe('indexes that carry a guarantee', () => {
 
   it('keeps one row per output dedupe key and one claim per work key', async () => {
     const episode = await insertEpisode(null);
-    const output = () =>
-      db.query(`INSERT INTO cyclium_outputs (episode_id, type, dedupe_key) VALUES ($1, 'summary', 'out:1')`, [
-        episode.rows[0].id,
-      ]);
+    const output = () => db.query(`INSERT INTO cyclium_outputs (episode_id, type, dedupe_key) VALUES ($1, 'summary', 'out:1')`, [episode.rows[0].id]);
     await output();
     await expect(output()).rejects.toMatchObject({ code: UNIQUE_VIOLATION });
 
-    const claim = () =>
-      db.query(
-        `INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until) VALUES ('k', 'claimed', 'a', now())`,
-      );
+    const claim = () => db.query(`INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until) VALUES ('k', 'claimed', 'a', now())`);
     await claim();
     await expect(claim()).rejects.toMatchObject({ code: UNIQUE_VIOLATION });
   });

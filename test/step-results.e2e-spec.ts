@@ -82,7 +82,11 @@ describe('step results and trigger input that PostgreSQL cannot store as they ar
   it('refuses a NUL in a payload or dedupe key, and a dedupe key past the index limit, before writing', async () => {
     const episodes = app.get(Episodes);
     const before = (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes`)).rows[0].n;
-    const refusal = (promise: Promise<unknown>) => promise.then(() => null, (error: unknown) => error);
+    const refusal = (promise: Promise<unknown>) =>
+      promise.then(
+        () => null,
+        (error: unknown) => error,
+      );
     const cases = [
       [episodes.trigger('awkward', 'returns', { note: '\u0000' }), 'payload'],
       [episodes.trigger('awkward', 'returns', {}, { dedupeKey: 'a\u0000' }), 'dedupeKey'],

@@ -62,7 +62,9 @@ describe('batched step writes', () => {
     expect(outcomes.slice(1).map((o) => (o.status === 'fulfilled' ? o.value : o.reason))).toEqual(['written', 'written', 'written']);
     const others = episodes.slice(1).map((e) => e.id);
     expect(await transactionsOf(others)).toBe(3);
-    const checkpoints = await database.db.query(`SELECT episode_id FROM cyclium_episode_checkpoints WHERE episode_id = ANY($1::uuid[])`, [episodes.map((e) => e.id)]);
+    const checkpoints = await database.db.query(`SELECT episode_id FROM cyclium_episode_checkpoints WHERE episode_id = ANY($1::uuid[])`, [
+      episodes.map((e) => e.id),
+    ]);
     expect(new Set(checkpoints.rows.map((r: { episode_id: string }) => r.episode_id))).toEqual(new Set(others));
   });
 });

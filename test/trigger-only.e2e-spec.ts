@@ -40,8 +40,9 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
 
   /** Every episode of `ids` done, by a full node, each of its five steps run once and on that node. */
   async function expectRunOnceOnFullNodes(ids: string[]): Promise<void> {
-    await waitFor(`${ids.length} episodes done`, async () =>
-      (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`, [ids])) === ids.length,
+    await waitFor(
+      `${ids.length} episodes done`,
+      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`, [ids])) === ids.length,
       90_000,
       250,
     );
@@ -87,8 +88,9 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
         post(node('node-t'), '/events', { type: 'resource.rebalance', eventId: `to-event-${i}`, payload: { resource: `event-${i}`, stepMs: 10 } }),
       ),
     );
-    await waitFor(`${COUNT} episodes`, async () =>
-      (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE trigger_ref->>'eventId' LIKE 'to-event-%'`)) === COUNT,
+    await waitFor(
+      `${COUNT} episodes`,
+      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE trigger_ref->>'eventId' LIKE 'to-event-%'`)) === COUNT,
       30_000,
     );
     const ids = (await rows(`SELECT id FROM cyclium_episodes WHERE trigger_ref->>'eventId' LIKE 'to-event-%'`)).map((r) => r.id as string);
@@ -99,8 +101,9 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
   }, 120_000);
 
   it('a schedule that fires on all three nodes makes one episode per bucket, run on a full node', async () => {
-    await waitFor('three advisor buckets done', async () =>
-      (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_advisor' AND status = 'done'`)) >= 3,
+    await waitFor(
+      'three advisor buckets done',
+      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_advisor' AND status = 'done'`)) >= 3,
       30_000,
       250,
     );
@@ -115,16 +118,27 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
     await setMode('node-f2', 'trigger_only');
     const deferred = await Promise.all(
       Array.from({ length: 10 }, (_, i) =>
-        post<{ status: string; episodeId: string }>(node('node-f1'), '/actors/resource_rebalancer/rebalance', { payload: { resource: `switched-${i}`, stepMs: 10 } }),
+        post<{ status: string; episodeId: string }>(node('node-f1'), '/actors/resource_rebalancer/rebalance', {
+          payload: { resource: `switched-${i}`, stepMs: 10 },
+        }),
       ),
     );
     expect(deferred.every((r) => r.status === 'deferred')).toBe(true);
     const ids = deferred.map((r) => r.episodeId);
     // No full node left: the requests wait (well past a poll interval and its wake-up).
-    await waitFor('two polls to have passed', async () => {
-      const { rows: [row] } = await database.db.query(`SELECT now() - min(inserted_at) > interval '4 seconds' AS old FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`, [ids]);
-      return row.old;
-    }, 20_000, 250);
+    await waitFor(
+      'two polls to have passed',
+      async () => {
+        const {
+          rows: [row],
+        } = await database.db.query(`SELECT now() - min(inserted_at) > interval '4 seconds' AS old FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`, [
+          ids,
+        ]);
+        return row.old;
+      },
+      20_000,
+      250,
+    );
     expect(await count(`SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND status = 'pending'`, [ids])).toBe(10);
     expect(await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'deferred'`, [ids])).toBe(10);
 
@@ -138,25 +152,27 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
     await setMode('node-f2', 'trigger_only'); // only f1 takes requests
     const taken = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>
-        post<{ status: string; episodeId: string }>(node('node-t'), '/actors/resource_rebalancer/rebalance', { payload: { resource: `killed-${i}`, stepMs: 1_000 } }),
+        post<{ status: string; episodeId: string }>(node('node-t'), '/actors/resource_rebalancer/rebalance', {
+          payload: { resource: `killed-${i}`, stepMs: 1_000 },
+        }),
       ),
     );
     const ids = taken.map((r) => r.episodeId);
-    await waitFor('node-f1 to have taken them all', async () =>
-      (await count(`SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND claimed_by = 'node-f1'`, [ids])) === 8,
+    await waitFor(
+      'node-f1 to have taken them all',
+      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND claimed_by = 'node-f1'`, [ids])) === 8,
     );
     await node('node-f1').stop('SIGKILL');
     await setMode('node-f2', 'full');
-    await waitFor('the recovered episodes to finish on node-f2', async () =>
-      (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done' AND owner_node = 'node-f2'`, [ids])) === 8,
+    await waitFor(
+      'the recovered episodes to finish on node-f2',
+      async () =>
+        (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done' AND owner_node = 'node-f2'`, [ids])) === 8,
       60_000,
       250,
     );
     expect(await count(`SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND status <> 'completed'`, [ids])).toBe(0);
-    const repeated = await rows(
-      `SELECT episode_id, step_no FROM demo_rebalance_log WHERE episode_id = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1`,
-      [ids],
-    );
+    const repeated = await rows(`SELECT episode_id, step_no FROM demo_rebalance_log WHERE episode_id = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1`, [ids]);
     expect(repeated).toEqual([]);
     expect(await count(`SELECT count(DISTINCT (episode_id, step_no))::int AS n FROM demo_rebalance_log WHERE episode_id = ANY($1)`, [ids])).toBe(40);
   }, 90_000);

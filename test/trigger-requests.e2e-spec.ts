@@ -153,7 +153,7 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     }
   });
 
-  it('each env\'s full node runs only its own env\'s requests', async () => {
+  it("each env's full node runs only its own env's requests", async () => {
     const own = await defer('trigger-default', 'env-default');
     const rc = await defer('trigger-rc', 'env-rc');
     await waitFor('both to run', async () => (await episodeRow(own.episode.id)).status === 'done' && (await episodeRow(rc.episode.id)).status === 'done');
@@ -207,13 +207,15 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
   });
 
   it('recovery on a trigger-only node defers the restart to a full node, which resumes it', async () => {
-    const orphan = await app('trigger-default').get(Episodes).create({
-      actorId: 'deferrable',
-      expectationId: 'job',
-      payload: { tag: 'orphan' },
-      startedAt: new Date(Date.now() - 60_000),
-      ownerNode: 'node-dead',
-    });
+    const orphan = await app('trigger-default')
+      .get(Episodes)
+      .create({
+        actorId: 'deferrable',
+        expectationId: 'job',
+        payload: { tag: 'orphan' },
+        startedAt: new Date(Date.now() - 60_000),
+        ownerNode: 'node-dead',
+      });
     expect(await app('trigger-default').get(Recovery).sweep()).toMatchObject({ restarted: 0, deferred: 1 });
     await waitFor('a full node to resume it', async () => (await episodeRow(orphan.id)).status === 'done');
     expect(await episodeRow(orphan.id)).toMatchObject({ owner_node: 'full-default', attempts: 1 });

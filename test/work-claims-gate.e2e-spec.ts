@@ -95,7 +95,10 @@ describe('WorkClaims gate in a Nest app', () => {
       expect(await claims.complete('t1', 'node-t', 1)).toBe('ok');
 
       await claims.acquire('t2', 'node-t', { leaseSeconds: 0.1 });
-      await waitFor('t2 to lapse', async () => (await database.db.query(`SELECT lease_until < now() AS l FROM cyclium_work_claims WHERE dedupe_key = 't2'`)).rows[0].l);
+      await waitFor(
+        't2 to lapse',
+        async () => (await database.db.query(`SELECT lease_until < now() AS l FROM cyclium_work_claims WHERE dedupe_key = 't2'`)).rows[0].l,
+      );
       await claims.acquire('t2');
       expect(await claims.fail('t2', 'node-t', 'crash', 2)).toBe('ok');
     } finally {

@@ -21,14 +21,13 @@ describe('PostgresClaims against real PostgreSQL', () => {
     await db?.end();
   });
 
-  const row = async (key: string) =>
-    (await db.query(`SELECT * FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0] as Record<string, unknown>;
+  const row = async (key: string) => (await db.query(`SELECT * FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0] as Record<string, unknown>;
 
   /** Waits until the database clock has passed the key's lease. */
   const lapse = (key: string) =>
-    waitFor(`the lease on ${key} to lapse`, async () =>
-      (await db.query(`SELECT lease_until < now() AS lapsed FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0]
-        ?.lapsed,
+    waitFor(
+      `the lease on ${key} to lapse`,
+      async () => (await db.query(`SELECT lease_until < now() AS lapsed FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0]?.lapsed,
     );
 
   it('two acquires on one key: one acquired, one busy; the holder asking again is busy too', async () => {
@@ -76,7 +75,7 @@ describe('PostgresClaims against real PostgreSQL', () => {
     expect(await claims.owns(key, 'node-b', 2)).toBe(true);
   });
 
-  it('A → B → A: A\'s first fence does not own, and cannot renew, complete or fail the new lease', async () => {
+  it("A → B → A: A's first fence does not own, and cannot renew, complete or fail the new lease", async () => {
     const key = freshKey();
     await claims.acquire(key, 'node-a', { leaseSeconds: 0.2 });
     await lapse(key);
@@ -168,7 +167,7 @@ describe('PostgresClaims against real PostgreSQL', () => {
     }
   });
 
-  it('a claim taken late in a transaction leases from the acquire, not from the transaction\'s start', async () => {
+  it("a claim taken late in a transaction leases from the acquire, not from the transaction's start", async () => {
     const fresh = freshKey();
     const lapsed = freshKey();
     await claims.acquire(lapsed, 'node-b', { leaseSeconds: 0.1 });
@@ -202,8 +201,10 @@ describe('PostgresClaims against real PostgreSQL', () => {
       let settled = false;
       const theft = claims.acquire(key, 'node-b', { leaseSeconds: 30 }).finally(() => (settled = true));
       // The thief blocks on the held row: prove it is waiting on a lock, not finished.
-      await waitFor('the thief to wait on the claim row', async () =>
-        (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0].n === 1,
+      await waitFor(
+        'the thief to wait on the claim row',
+        async () =>
+          (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0].n === 1,
       );
       expect(settled).toBe(false);
       await holder.query('COMMIT');
@@ -225,9 +226,19 @@ describe('PostgresClaims against real PostgreSQL', () => {
       await writer.query('BEGIN');
       await writer.query(`SELECT 1 FROM cyclium_work_claims WHERE dedupe_key = $1 FOR SHARE`, [low]);
       // Asked in the other order on purpose: a renewal that locked as asked would take the higher key first.
-      const renewed = claims.renewMany('node-o', [{ key: high, fence: 1 }, { key: low, fence: 1 }], 30);
-      await waitFor('the renewal to wait for the writer', async () =>
-        (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%last_heartbeat_at = now()%'`)).rows[0].n === 1,
+      const renewed = claims.renewMany(
+        'node-o',
+        [
+          { key: high, fence: 1 },
+          { key: low, fence: 1 },
+        ],
+        30,
+      );
+      await waitFor(
+        'the renewal to wait for the writer',
+        async () =>
+          (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%last_heartbeat_at = now()%'`))
+            .rows[0].n === 1,
       );
       // With the higher key taken by the renewal, this would be a deadlock (one of the two aborted).
       await writer.query(`SET LOCAL lock_timeout = '5s'`);

@@ -33,13 +33,20 @@ describe('workflows across a deploy, with real node processes', () => {
   const startReview = async (node: DemoNode, input: Record<string, unknown>) =>
     (await post<{ instanceId: string }>(node, '/workflows/resource_review', { input })).instanceId;
   const until = async (node: DemoNode, id: string, status: string, timeoutMs = 30_000): Promise<Instance> =>
-    (await waitFor(`instance ${id} to be ${status}`, async () => {
-      const instance = await node.get<Instance>(`/workflows/${id}`);
-      return instance.status === status ? instance : null;
-    }, timeoutMs, 100)) as Instance;
+    (await waitFor(
+      `instance ${id} to be ${status}`,
+      async () => {
+        const instance = await node.get<Instance>(`/workflows/${id}`);
+        return instance.status === status ? instance : null;
+      },
+      timeoutMs,
+      100,
+    )) as Instance;
   /** The replayed terminal event a node published for `episodeId`, if any. */
   const replayedBy = async (episodeId: string) =>
-    (await rows(`SELECT publisher FROM cyclium_events WHERE payload->>'episodeId' = $1 AND (payload->>'replayed')::boolean`, [episodeId])).map((r) => r.publisher);
+    (await rows(`SELECT publisher FROM cyclium_events WHERE payload->>'episodeId' = $1 AND (payload->>'replayed')::boolean`, [episodeId])).map(
+      (r) => r.publisher,
+    );
 
   it("a step that ends while no engine listens leaves the instance running; a node's boot reconciliation replays it and the workflow completes", async () => {
     // A node that runs steps but advances nothing: the check ends, and nobody hears it end.

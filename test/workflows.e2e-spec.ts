@@ -216,10 +216,14 @@ describe('workflows on two nodes', () => {
       [id],
     );
   const finished = (id: string, timeoutMs = 20_000) =>
-    waitFor(`workflow instance ${id} to finish`, async () => {
-      const row = await instance(id);
-      return row && !['running', 'blocked'].includes(row.status) ? row : null;
-    }, timeoutMs);
+    waitFor(
+      `workflow instance ${id} to finish`,
+      async () => {
+        const row = await instance(id);
+        return row && !['running', 'blocked'].includes(row.status) ? row : null;
+      },
+      timeoutMs,
+    );
 
   it('a three-level workflow with a fan-out completes: each step runs once, after its dependencies, with their results', async () => {
     const id = await a.get(WorkflowEngine).start('fan_out', { tag: 'fan' });
@@ -250,7 +254,7 @@ describe('workflows on two nodes', () => {
     expect(attempts.map((e) => e.status)).toEqual(['failed', 'failed', 'done']);
     expect(done.step_states.attempt).toMatchObject({ status: 'done', attempts: 3 });
     // Backoff by the database clock: 300 ms before the second attempt, 600 ms before the third.
-    const gap = (i: number) => (attempts[i].started_at.getTime() - attempts[i - 1].finished_at.getTime());
+    const gap = (i: number) => attempts[i].started_at.getTime() - attempts[i - 1].finished_at.getTime();
     expect(gap(1)).toBeGreaterThanOrEqual(300 - 5);
     expect(gap(2)).toBeGreaterThanOrEqual(600 - 5);
     const report = (await episodesOf(id)).find((e) => e.workflow_step_id === 'report');
@@ -291,9 +295,7 @@ describe('workflows on two nodes', () => {
 
   it('two nodes starting one workflow for one subject at the same moment get one instance; a start after it ended gets a new one', async () => {
     const subjects = Array.from({ length: 10 }, (_, i) => `disk-${i}`);
-    const starts = await Promise.all(
-      subjects.flatMap((resource) => [a, b, a, b].map((node) => node.get(WorkflowEngine).start('per_subject', { resource }))),
-    );
+    const starts = await Promise.all(subjects.flatMap((resource) => [a, b, a, b].map((node) => node.get(WorkflowEngine).start('per_subject', { resource }))));
     for (let i = 0; i < subjects.length; i++) expect(new Set(starts.slice(i * 4, i * 4 + 4)).size).toBe(1);
     const counts = await rows(
       `SELECT subject_value, count(*)::int AS n FROM cyclium_workflow_instances WHERE workflow_id = 'per_subject' GROUP BY subject_value`,
@@ -344,8 +346,10 @@ describe('workflows on two nodes', () => {
     await bus.publish('wf_test.requested', { kind: 'review', resource: 'db-2' });
     await waitFor('the second instance', async () => (await rows(`SELECT 1 FROM cyclium_workflow_instances WHERE input->>'resource' = 'db-2'`)).length > 0);
     // Both nodes heard both events and each was applied once (the second one's instance is done by the time both handled it).
-    await waitFor('both instances to finish', async () =>
-      (await rows(`SELECT 1 FROM cyclium_workflow_instances WHERE workflow_id = 'on_event' AND status = 'done'`)).length === 2);
+    await waitFor(
+      'both instances to finish',
+      async () => (await rows(`SELECT 1 FROM cyclium_workflow_instances WHERE workflow_id = 'on_event' AND status = 'done'`)).length === 2,
+    );
     const all = await rows(`SELECT input->>'resource' AS resource FROM cyclium_workflow_instances WHERE workflow_id = 'on_event' ORDER BY inserted_at`);
     expect(all.map((r) => r.resource)).toEqual(['db-1', 'db-2']);
   });
@@ -380,11 +384,18 @@ describe('workflows with claims off: the version the advance is conditional on i
   });
 
   it('three nodes hearing every event of 20 fan-outs at once still apply each event once', async () => {
-    const ids = await Promise.all(Array.from({ length: 20 }, (_, i) => (nodes[i % 3] as INestApplicationContext).get(WorkflowEngine).start('fan_out', { tag: `x${i}` })));
-    await waitFor('every fan-out to finish', async () => {
-      const { rows } = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_workflow_instances WHERE id = ANY($1) AND status = 'done'`, [ids]);
-      return rows[0].n === ids.length;
-    }, 60_000, 100);
+    const ids = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => (nodes[i % 3] as INestApplicationContext).get(WorkflowEngine).start('fan_out', { tag: `x${i}` })),
+    );
+    await waitFor(
+      'every fan-out to finish',
+      async () => {
+        const { rows } = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_workflow_instances WHERE id = ANY($1) AND status = 'done'`, [ids]);
+        return rows[0].n === ids.length;
+      },
+      60_000,
+      100,
+    );
     const { rows: versions } = await database.db.query(`SELECT DISTINCT version FROM cyclium_workflow_instances WHERE id = ANY($1)`, [ids]);
     expect(versions).toEqual([{ version: 5 }]);
     const { rows: episodes } = await database.db.query(
@@ -462,8 +473,8 @@ describe('invalid workflow graphs fail boot, naming the class and step', () => {
     ['a missing dependency', DanglingWorkflow, /step "only" runs after "missing", which is not a step of this workflow/],
     ['a retry of zero attempts', BadPolicyWorkflow, /onFailure\.retry\.attempts must be a whole number >= 1/],
   ])('%s', async (_what, workflow, message) => {
-    await expect(
-      startCycliumApp({ url: database.url, cyclium: { ...NODE, nodeIdentity: 'wf-bad' }, providers: [WorkerActor, workflow] }),
-    ).rejects.toThrow(message);
+    await expect(startCycliumApp({ url: database.url, cyclium: { ...NODE, nodeIdentity: 'wf-bad' }, providers: [WorkerActor, workflow] })).rejects.toThrow(
+      message,
+    );
   });
 });

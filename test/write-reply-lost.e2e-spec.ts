@@ -106,10 +106,14 @@ describe("faults of the library's own writes", () => {
     const started = await app.get(Episodes).trigger('lost_reply', 'work', {});
     if (started.status !== 'started') throw new Error(`trigger was ${started.status}`);
     const id = started.episode.id;
-    await waitFor(`episode ${id} to end`, async () => {
-      const { rows } = await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
-      return rows[0]?.status !== 'running';
-    }, 10_000);
+    await waitFor(
+      `episode ${id} to end`,
+      async () => {
+        const { rows } = await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
+        return rows[0]?.status !== 'running';
+      },
+      10_000,
+    );
     return id;
   }
 
@@ -149,10 +153,14 @@ describe("faults of the library's own writes", () => {
     expect(rows[0]).toEqual({ status: 'running', error_class: null });
     blackout = false;
 
-    await waitFor(`episode ${id} to end`, async () => {
-      const { rows: now } = await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
-      return now[0]?.status !== 'running';
-    }, 15_000);
+    await waitFor(
+      `episode ${id} to end`,
+      async () => {
+        const { rows: now } = await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
+        return now[0]?.status !== 'running';
+      },
+      15_000,
+    );
     const { rows: end } = await database.db.query(
       `SELECT e.status, e.error_class, (SELECT array_agg(s.name ORDER BY s.step_no) FROM cyclium_episode_steps s WHERE s.episode_id = e.id AND s.kind = 'step') AS steps
          FROM cyclium_episodes e WHERE e.id = $1`,

@@ -129,8 +129,7 @@ async function renewerAtScale(url: string, pool: pg.Pool): Promise<void> {
     const before = counter.batches.length;
     const started = performance.now();
     const lease = async () =>
-      (await pool.query(`SELECT min(lease_until) AS oldest FROM cyclium_work_claims WHERE owner_node = 'bench-renewer'`)).rows[0]
-        .oldest as Date;
+      (await pool.query(`SELECT min(lease_until) AS oldest FROM cyclium_work_claims WHERE owner_node = 'bench-renewer'`)).rows[0].oldest as Date;
     // Let the renewer's own timer tick for three and a half intervals, then count what it sent.
     await new Promise((r) => setTimeout(r, window));
     const elapsed = performance.now() - started;

@@ -49,7 +49,10 @@ const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.lengt
  */
 export async function dispatchBench(url: string): Promise<void> {
   const rows = [];
-  for (const [label, fullStack] of [['with the NOTIFY wake-up', 'a'], ['poll only (no wake-up)', 'b']] as const) {
+  for (const [label, fullStack] of [
+    ['with the NOTIFY wake-up', 'a'],
+    ['poll only (no wake-up)', 'b'],
+  ] as const) {
     const full = await node(url, `dispatch-full-${fullStack}`, 'full', fullStack);
     const deferring = await node(url, `dispatch-trigger-${fullStack}`, 'trigger_only', 'a');
     const latencies: number[] = [];
@@ -68,7 +71,13 @@ export async function dispatchBench(url: string): Promise<void> {
       await full.close();
     }
     latencies.sort((x, y) => x - y);
-    rows.push({ path: label, samples: SAMPLES, 'p50 ms': percentile(latencies, 50).toFixed(1), 'p99 ms': percentile(latencies, 99).toFixed(1), 'poll interval ms': POLL_MS });
+    rows.push({
+      path: label,
+      samples: SAMPLES,
+      'p50 ms': percentile(latencies, 50).toFixed(1),
+      'p99 ms': percentile(latencies, 99).toFixed(1),
+      'poll interval ms': POLL_MS,
+    });
   }
   printTable('dispatch: a trigger on a trigger-only node to its first step on a full node', rows);
 }

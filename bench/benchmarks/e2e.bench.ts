@@ -44,7 +44,12 @@ async function run(url: string, n: number, inFlight: number) {
   const before = await countsSoFar(url);
   const bus = publisher.get(Bus);
   const started = performance.now();
-  await keepInFlight(n, inFlight, (i) => bus.publish('bench.e2e', { i }), (done) => onCyclium('episode.completed', done));
+  await keepInFlight(
+    n,
+    inFlight,
+    (i) => bus.publish('bench.e2e', { i }),
+    (done) => onCyclium('episode.completed', done),
+  );
   const seconds = (performance.now() - started) / 1000;
   await Promise.all([publisher.close(), runner.close()]);
   await settleStats();

@@ -42,7 +42,13 @@ async function startNode(url: string, id: string): Promise<Node> {
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
     if (child.exitCode !== null) throw new Error(`${id} exited with code ${child.exitCode}`);
-    if (await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false)) return { port, child };
+    if (
+      await fetch(`http://127.0.0.1:${port}/health`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return { port, child };
     await new Promise((r) => setTimeout(r, 200));
   }
   throw new Error(`${id} was not healthy in time`);

@@ -34,7 +34,12 @@ async function startNode(url: string, id: string): Promise<Node> {
     stdio: 'ignore',
   });
   const deadline = Date.now() + 30_000;
-  while (!(await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false))) {
+  while (
+    !(await fetch(`http://127.0.0.1:${port}/health`).then(
+      (r) => r.ok,
+      () => false,
+    ))
+  ) {
     if (Date.now() > deadline || child.exitCode !== null) throw new Error(`node ${id} did not come up`);
     await new Promise((r) => setTimeout(r, 100));
   }

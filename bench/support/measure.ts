@@ -67,12 +67,7 @@ export const WARM_UP = 200;
  * Starts are not serialised: like `inFlight` independent callers, each begins as soon as a slot
  * frees, so the start path is measured at the same concurrency as the floor it is compared with.
  */
-export function keepInFlight(
-  n: number,
-  inFlight: number,
-  start: (i: number) => Promise<unknown>,
-  onDone: (done: () => void) => () => void,
-): Promise<void> {
+export function keepInFlight(n: number, inFlight: number, start: (i: number) => Promise<unknown>, onDone: (done: () => void) => () => void): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     let issued = 0;
     let completed = 0;

@@ -78,9 +78,7 @@ async function installedVersion(name: string): Promise<string> {
  */
 export async function installDependencies(root: string, tarball: string, example: ReadmeExample): Promise<void> {
   const pin = async (names: string[]) =>
-    Object.fromEntries(
-      await Promise.all(names.map(async (name) => [name, name === '@cyclium/nestjs' ? `file:${tarball}` : await installedVersion(name)])),
-    );
+    Object.fromEntries(await Promise.all(names.map(async (name) => [name, name === '@cyclium/nestjs' ? `file:${tarball}` : await installedVersion(name)])));
   const manifest = {
     name: 'cyclium-adopter',
     private: true,

@@ -38,11 +38,7 @@ export async function post<T>(node: DemoNode, path: string, body: unknown): Prom
 
 /** Starts a rebalance episode on that very node; returns its id. */
 export async function rebalanceOn(node: DemoNode, payload: Rebalance, expectation = 'rebalance'): Promise<string> {
-  const { status, episodeId } = await post<{ status: string; episodeId: string | null }>(
-    node,
-    `/actors/resource_rebalancer/${expectation}`,
-    { payload },
-  );
+  const { status, episodeId } = await post<{ status: string; episodeId: string | null }>(node, `/actors/resource_rebalancer/${expectation}`, { payload });
   if (status !== 'started' || !episodeId) throw new Error(`rebalance on port ${node.port} was ${status}`);
   return episodeId;
 }
@@ -52,8 +48,7 @@ export async function episodeRow(db: pg.Pool, id: string): Promise<Record<string
 }
 
 export async function journal(db: pg.Pool, id: string): Promise<Array<{ step_no: number; kind: string; name: string; created_at: Date }>> {
-  return (await db.query(`SELECT step_no, kind, name, created_at FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id]))
-    .rows;
+  return (await db.query(`SELECT step_no, kind, name, created_at FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id])).rows;
 }
 
 /** How many times each step's side effect happened, by step name. */

@@ -84,10 +84,15 @@ export async function startNodeProcess(main: string, databaseUrl: string, option
     },
   };
   try {
-    await waitFor(`node on port ${port} to answer`, async () => {
-      if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode}:\n${output}`);
-      return options.ready(node);
-    }, 30_000, 100);
+    await waitFor(
+      `node on port ${port} to answer`,
+      async () => {
+        if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode}:\n${output}`);
+        return options.ready(node);
+      },
+      30_000,
+      100,
+    );
   } catch (error) {
     await node.stop('SIGKILL');
     throw new Error(`${error instanceof Error ? error.message : String(error)}\n--- its output:\n${tail(output)}`, { cause: error });

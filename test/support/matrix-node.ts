@@ -43,11 +43,16 @@ export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: Ma
 export async function bootStandby(process: DemoNode, group: string, envs: string[]): Promise<void> {
   const response = await fetch(`http://127.0.0.1:${process.port}/boot/${group}`, { method: 'POST' });
   if (response.status !== 202) throw new Error(`boot ${group} on port ${process.port}: ${response.status}`);
-  const failure = await waitFor(`the ${group} nodes on port ${process.port} to boot`, async () => {
-    const health = await process.get<{ nodes: Record<string, string>; failed: Record<string, string> }>('/health');
-    if (health.failed[group]) return { error: health.failed[group] };
-    return envs.every((env) => health.nodes[env] !== undefined) ? { error: null } : undefined;
-  }, 30_000, 100);
+  const failure = await waitFor(
+    `the ${group} nodes on port ${process.port} to boot`,
+    async () => {
+      const health = await process.get<{ nodes: Record<string, string>; failed: Record<string, string> }>('/health');
+      if (health.failed[group]) return { error: health.failed[group] };
+      return envs.every((env) => health.nodes[env] !== undefined) ? { error: null } : undefined;
+    },
+    30_000,
+    100,
+  );
   if (failure?.error) throw new Error(failure.error);
 }
 

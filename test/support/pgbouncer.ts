@@ -108,10 +108,14 @@ export async function startPgBouncer(pgbouncer: PgBouncerBinary, serverUrl: stri
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    await waitFor('pgbouncer to accept connections', async () => {
-      if (child.exitCode !== null) throw new Error(`pgbouncer exited (${child.exitCode}): ${log}`);
-      return accepts(port);
-    }, 10_000);
+    await waitFor(
+      'pgbouncer to accept connections',
+      async () => {
+        if (child.exitCode !== null) throw new Error(`pgbouncer exited (${child.exitCode}): ${log}`);
+        return accepts(port);
+      },
+      10_000,
+    );
   } catch (error) {
     await stop();
     throw error;

@@ -15,7 +15,10 @@ export class OutboxTable implements DurableEvents {
   }
 
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {
-    const types = statement.param(events.map((e) => e.type), 'text[]');
+    const types = statement.param(
+      events.map((e) => e.type),
+      'text[]',
+    );
     return `INSERT INTO app_outbox (type) SELECT t FROM unnest(${types}) t WHERE ${when} RETURNING 1`;
   }
 

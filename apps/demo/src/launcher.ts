@@ -47,7 +47,10 @@ async function waitHealthy(id: string, port: number, node: ChildProcess, deadlin
     if (node.exitCode !== null || node.signalCode !== null) {
       throw new Error(`${id} (port ${port}) failed to start: it exited with ${node.signalCode ?? `code ${node.exitCode}`} (see its log above)`);
     }
-    const healthy = await fetch(`http://127.0.0.1:${port}/health`).then((r) => r.ok, () => false);
+    const healthy = await fetch(`http://127.0.0.1:${port}/health`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (healthy) {
       const who = await fetch(`http://127.0.0.1:${port}/node`)
         .then((r) => r.json() as Promise<{ identity?: string; pid?: number }>)

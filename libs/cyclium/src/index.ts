@@ -26,13 +26,7 @@ export type { CycliumEventBase, CycliumEventMap, CycliumEventName, EpisodeEvent,
 
 // The bus.
 export { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus/bus.interface.js';
-export {
-  EventIdConflictError,
-  EventPayloadTooLargeError,
-  InvalidBusEventError,
-  PublishQueueFullError,
-  type BusEventField,
-} from './bus/bus-errors.js';
+export { EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError, type BusEventField } from './bus/bus-errors.js';
 
 // Health.
 export {
@@ -61,12 +55,7 @@ export { TriggerRequests } from './dispatch/trigger-requests.service.js';
 export { Episodes, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './episodes/episodes.service.js';
 export type { EpisodeStatus } from './episodes/episode.entity.js';
 export type { Convergence, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episodes/episode-context.interface.js';
-export {
-  EpisodeWriteUnavailableError,
-  InvalidListQueryError,
-  InvalidTriggerError,
-  StepResultError,
-} from './episodes/episode-errors.js';
+export { EpisodeWriteUnavailableError, InvalidListQueryError, InvalidTriggerError, StepResultError } from './episodes/episode-errors.js';
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
 
 // Findings and outputs.

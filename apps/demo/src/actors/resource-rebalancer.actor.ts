@@ -62,10 +62,13 @@ export class ResourceRebalancerActor {
     // The stubborn step writes its row even after an abort: the tests count on seeing it.
     await sleep(stepMs, undefined, stepNo === ignoreAbortAtStep ? {} : { signal });
     const node = this.identity.name();
-    await this.dataSource.query(
-      `INSERT INTO demo_rebalance_log (episode_id, step_no, step, node, idempotency_key) VALUES ($1, $2, $3, $4, $5)`,
-      [episodeId, stepNo, name, node, idempotencyKey],
-    );
+    await this.dataSource.query(`INSERT INTO demo_rebalance_log (episode_id, step_no, step, node, idempotency_key) VALUES ($1, $2, $3, $4, $5)`, [
+      episodeId,
+      stepNo,
+      name,
+      node,
+      idempotencyKey,
+    ]);
     return { step: name, node };
   }
 }

@@ -1,14 +1,4 @@
-import {
-  BadRequestException,
-  Body,
-  Controller,
-  Get,
-  HttpCode,
-  NotFoundException,
-  Param,
-  ParseUUIDPipe,
-  Post,
-} from '@nestjs/common';
+import { BadRequestException, Body, Controller, Get, HttpCode, NotFoundException, Param, ParseUUIDPipe, Post } from '@nestjs/common';
 import { ActorDefinitionError, Episodes, InvalidTriggerError } from '@cyclium/nestjs';
 
 interface TriggerRequest {
@@ -27,11 +17,7 @@ export class EpisodesController {
 
   @Post('actors/:actorId/:expectationId')
   @HttpCode(202)
-  async trigger(
-    @Param('actorId') actorId: string,
-    @Param('expectationId') expectationId: string,
-    @Body() body: TriggerRequest | undefined,
-  ) {
+  async trigger(@Param('actorId') actorId: string, @Param('expectationId') expectationId: string, @Body() body: TriggerRequest | undefined) {
     const { payload, dedupeKey } = body ?? {};
     if (payload !== undefined && (typeof payload !== 'object' || payload === null || Array.isArray(payload))) {
       throw new BadRequestException('payload must be an object');

@@ -24,6 +24,10 @@ export class DatabaseUnavailableFilter extends BaseExceptionFilter {
     const adapter = this.applicationRef ?? this.httpAdapterHost?.httpAdapter;
     const response: unknown = host.switchToHttp().getResponse();
     adapter?.setHeader(response, 'retry-after', '1');
-    adapter?.reply(response, { statusCode: HttpStatus.SERVICE_UNAVAILABLE, message: 'the database is unavailable; retry shortly' }, HttpStatus.SERVICE_UNAVAILABLE);
+    adapter?.reply(
+      response,
+      { statusCode: HttpStatus.SERVICE_UNAVAILABLE, message: 'the database is unavailable; retry shortly' },
+      HttpStatus.SERVICE_UNAVAILABLE,
+    );
   }
 }

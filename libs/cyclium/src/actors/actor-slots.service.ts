@@ -18,11 +18,7 @@ import { RunTracker } from './run-tracker.js';
 
 /** What the slots did with a trigger this node runs itself. */
 export type SlotResult =
-  | { status: 'started'; episode: EpisodeRow }
-  | { status: 'queued'; episode: EpisodeRow }
-  | { status: 'dropped' }
-  | { status: 'duplicate' }
-  | { status: 'busy' };
+  { status: 'started'; episode: EpisodeRow } | { status: 'queued'; episode: EpisodeRow } | { status: 'dropped' } | { status: 'duplicate' } | { status: 'busy' };
 
 export interface DispatchOptions {
   dedupeKey: string | null;
@@ -275,7 +271,9 @@ export class ActorSlots implements OnApplicationBootstrap {
 
   private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, restart?: WaitingRestart, resumed = false): void {
     this.tracker.running(
-      this.runner.run(episode, actor.expectations.get(episode.expectationId), grant, restart ? { resumed: true, hold: restart.hold } : { resumed }).finally(() => this.release(actor)),
+      this.runner
+        .run(episode, actor.expectations.get(episode.expectationId), grant, restart ? { resumed: true, hold: restart.hold } : { resumed })
+        .finally(() => this.release(actor)),
     );
   }
 

@@ -57,11 +57,27 @@ describe('EventWindows', () => {
   it('leaves every event of a window unsettled when its trigger did not settle, and rejects them all for a reason of its own', async () => {
     const windows = new EventWindows();
     const outcomes: string[] = [];
-    const track = (p: Promise<void>, name: string) => void p.then(() => outcomes.push(`${name} settled`), () => outcomes.push(`${name} skipped`));
-    track(windows.admit('s', event('a'), receipt(0, 10_000), 100, 0, async () => false), 'a');
-    track(windows.admit('s', event('b'), receipt(50, 10_000), 100, 0, async () => false), 'b');
-    track(windows.admit('t', event('c'), receipt(0, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))), 'c');
-    track(windows.admit('t', event('d'), receipt(50, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))), 'd');
+    const track = (p: Promise<void>, name: string) =>
+      void p.then(
+        () => outcomes.push(`${name} settled`),
+        () => outcomes.push(`${name} skipped`),
+      );
+    track(
+      windows.admit('s', event('a'), receipt(0, 10_000), 100, 0, async () => false),
+      'a',
+    );
+    track(
+      windows.admit('s', event('b'), receipt(50, 10_000), 100, 0, async () => false),
+      'b',
+    );
+    track(
+      windows.admit('t', event('c'), receipt(0, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))),
+      'c',
+    );
+    track(
+      windows.admit('t', event('d'), receipt(50, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))),
+      'd',
+    );
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(outcomes.sort()).toEqual(['c skipped', 'd skipped']);
   });

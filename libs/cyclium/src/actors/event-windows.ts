@@ -107,10 +107,13 @@ export class EventWindows {
 
   private coolDown(subject: string, until: number, receipt: EventReceipt): void {
     this.coolUntil.set(subject, until);
-    const timer = setTimeout(() => {
-      this.coolTimers.delete(timer);
-      if (this.coolUntil.get(subject) === until) this.coolUntil.delete(subject);
-    }, Math.max(0, until - databaseNow(receipt)));
+    const timer = setTimeout(
+      () => {
+        this.coolTimers.delete(timer);
+        if (this.coolUntil.get(subject) === until) this.coolUntil.delete(subject);
+      },
+      Math.max(0, until - databaseNow(receipt)),
+    );
     timer.unref();
     this.coolTimers.add(timer);
   }

@@ -125,8 +125,8 @@ export class TriggerSources implements OnApplicationBootstrap {
 
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
     const trigger: EpisodeTrigger = { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() };
-    this.trigger(expectation, trigger, scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env)).catch(
-      (error: unknown) => this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)}) dropped: ${errorMessage(error)}`),
+    this.trigger(expectation, trigger, scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env)).catch((error: unknown) =>
+      this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)}) dropped: ${errorMessage(error)}`),
     );
   }
 

@@ -10,6 +10,8 @@ import { createHash } from 'node:crypto';
  */
 export function busChannel(stackSlug: string | null, envName: string | null): string {
   if (!stackSlug && !envName) return 'cyclium_bus';
-  const digest = createHash('sha256').update(`${stackSlug ?? ''}\u0000${envName ?? ''}`, 'utf8').digest('hex');
+  const digest = createHash('sha256')
+    .update(`${stackSlug ?? ''}\u0000${envName ?? ''}`, 'utf8')
+    .digest('hex');
   return `cyclium_bus_${digest.slice(0, 16)}`;
 }

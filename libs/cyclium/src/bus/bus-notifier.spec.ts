@@ -58,7 +58,12 @@ describe('BusNotifier and a lone node', () => {
         return { rows: [] };
       },
     } as unknown as SqlExecutor;
-    const audience = { get alone() { return alone.value; }, joined: () => undefined };
+    const audience = {
+      get alone() {
+        return alone.value;
+      },
+      joined: () => undefined,
+    };
     const bus = new BusNotifier(sql, 'cyclium_bus', 0, { audience, hear: (heard) => heardLocally.push(heard) });
     return { bus, sent, heardLocally };
   }

@@ -93,7 +93,13 @@ export class BusNotifier {
     const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
     if (payload.startsWith(WAKE_OTHERS)) return { wake: true, tokens: [], notFor: payload.slice(WAKE_OTHERS.length) };
     if (!signals) return { wake: true, tokens: [] };
-    return { wake: payload.startsWith(WAKE_AND_SIGNAL), tokens: payload.slice(2).split(',').filter((t) => t !== '') };
+    return {
+      wake: payload.startsWith(WAKE_AND_SIGNAL),
+      tokens: payload
+        .slice(2)
+        .split(',')
+        .filter((t) => t !== ''),
+    };
   }
 
   private async send(): Promise<void> {

@@ -12,7 +12,6 @@ import { LocalBus } from './local-bus.js';
 import { notifySpacingMs } from './notify-spacing.js';
 import { PostgresBus } from './postgres-bus.js';
 
-
 export const busTransportProvider: Provider = {
   provide: CYCLIUM_BUS_TRANSPORT,
   inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity, Peers],

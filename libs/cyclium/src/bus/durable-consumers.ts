@@ -80,7 +80,11 @@ export class DurableConsumers {
       this.joining = [];
       return;
     }
-    const stored = await this.positions.open(this.sql, joining.map((c) => c.name), cursor);
+    const stored = await this.positions.open(
+      this.sql,
+      joining.map((c) => c.name),
+      cursor,
+    );
     // Consumers stored at the same position (one node's flush writes them together) share one replay.
     const groups = new Map<string, { from: DbSnapshot; consumers: DurableConsumer[] }>();
     for (const consumer of joining) {

@@ -39,7 +39,9 @@ export interface EventLogScope {
  * snapshot (it committed while the insert waited on it, or this statement wrote it): COMPARE
  * looks again. Ids must be unique within one call (EventLog sends repeats to COMPARE).
  */
-const APPEND = prepared('events_append_checked', `
+const APPEND = prepared(
+  'events_append_checked',
+  `
   WITH e AS MATERIALIZED (
     SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[]) WITH ORDINALITY AS e (event_id, type, payload, published_at, n)
   ), stored AS (
@@ -55,13 +57,17 @@ const APPEND = prepared('events_append_checked', `
             FROM cyclium_events o
            WHERE o.channel = $1 AND o.event_id = e.event_id) AS same
     FROM e
-   WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.event_id = e.event_id)`);
+   WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.event_id = e.event_id)`,
+);
 
 /** Whether each event equals the one stored under its id, in a fresh snapshot; events whose row is gone are left out. */
-const COMPARE = prepared('events_compare', `
+const COMPARE = prepared(
+  'events_compare',
+  `
   SELECT e.n::int AS n, o.type = e.type AND o.payload = e.payload AS same
     FROM unnest($2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS e (event_id, type, payload, n)
-    JOIN cyclium_events o ON o.channel = $1 AND o.event_id = e.event_id`);
+    JOIN cyclium_events o ON o.channel = $1 AND o.event_id = e.event_id`,
+);
 
 /** A row that vanished between the conflict and the look (retention) is inserted again; this many rounds at most. */
 const APPEND_ROUNDS = 3;
@@ -84,7 +90,9 @@ const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e
  * one index probe per read instead of stalling delivery (the method of Skytools PgQ's batches).
  * `pg_current_snapshot()` is the statement's own snapshot: the rows and the snapshot agree.
  */
-const READ_AFTER = prepared('events_read_after', `
+const READ_AFTER = prepared(
+  'events_read_after',
+  `
   SELECT s.snap::text AS snapshot, ${COLUMNS}
     FROM (SELECT pg_current_snapshot() AS snap) s
     LEFT JOIN LATERAL (
@@ -92,17 +100,21 @@ const READ_AFTER = prepared('events_read_after', `
        WHERE channel = $1 AND (tx_id >= $2::xid8 OR tx_id = ANY($3::xid8[]))
        ORDER BY tx_id, id
        LIMIT $4) e ON true
-   ORDER BY e.tx_id, e.id`);
+   ORDER BY e.tx_id, e.id`,
+);
 
 /** The rest of a read that filled its page: rows new since `from` and visible in `to`, after a key. */
-const READ_PAGE = prepared('events_read_page', `
+const READ_PAGE = prepared(
+  'events_read_page',
+  `
   SELECT ${COLUMNS}
     FROM cyclium_events e
    WHERE e.channel = $1 AND (e.tx_id >= $2::xid8 OR e.tx_id = ANY($3::xid8[]))
      AND pg_visible_in_snapshot(e.tx_id, $4::pg_snapshot)
      AND (e.tx_id, e.id) > ($5::xid8, $6::bigint)
    ORDER BY e.tx_id, e.id
-   LIMIT $7`);
+   LIMIT $7`,
+);
 
 const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`);
 
@@ -113,7 +125,9 @@ const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text
  * consumer's position has not passed (see BusPositions) is kept until `undispatchedMs`, then
  * deleted all the same and counted, so a channel nobody consumes any more cannot grow without end.
  */
-const PRUNE = prepared('events_prune_dispatched', `
+const PRUNE = prepared(
+  'events_prune_dispatched',
+  `
   WITH lock AS (SELECT pg_try_advisory_xact_lock(7268853211580712513) AS held),
   expired AS (
     SELECT o.id,
@@ -126,7 +140,8 @@ const PRUNE = prepared('events_prune_dispatched', `
   doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),
   deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id)
   SELECT count(*)::int AS deleted, (count(*) FILTER (WHERE d.undispatched))::int AS undispatched
-    FROM deleted JOIN doomed d USING (id)`);
+    FROM deleted JOIN doomed d USING (id)`,
+);
 
 interface EventRow {
   snapshot?: string;
@@ -180,15 +195,7 @@ export class EventLog {
     }
     const { channel, stackSlug, env, publisher } = this.scope;
     const batch = firsts.map((i) => events[i] as StorableEvent);
-    const { rows } = await sql.query<{ n: number; same: boolean | null }>(
-      APPEND([
-        channel,
-        publisher(),
-        stackSlug,
-        env,
-        ...columns(batch),
-      ]),
-    );
+    const { rows } = await sql.query<{ n: number; same: boolean | null }>(APPEND([channel, publisher(), stackSlug, env, ...columns(batch)]));
     for (const i of firsts) outcomes[i] = 'stored';
     for (const row of rows) {
       const i = firsts[row.n - 1] as number;
@@ -210,9 +217,7 @@ export class EventLog {
     outcomes: Array<AppendOutcome | undefined>,
   ): Promise<number[]> {
     const batch = indexes.map((i) => events[i] as StorableEvent);
-    const { rows } = await sql.query<{ n: number; same: boolean }>(
-      COMPARE([this.scope.channel, ...columns(batch).slice(0, 3)]),
-    );
+    const { rows } = await sql.query<{ n: number; same: boolean }>(COMPARE([this.scope.channel, ...columns(batch).slice(0, 3)]));
     for (const row of rows) outcomes[indexes[row.n - 1] as number] = row.same ? 'same' : 'conflict';
     return indexes.filter((i) => outcomes[i] === undefined);
   }
@@ -250,9 +255,7 @@ export class EventLog {
 
   /** Rows new since `from` and visible in `to`, after `after` (from the start when absent). */
   async readPage(sql: SqlExecutor, from: DbSnapshot, to: DbSnapshot, after: LoggedEvent | undefined, limit: number): Promise<LoggedEvent[]> {
-    const { rows } = await sql.query<EventRow>(
-      READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit]),
-    );
+    const { rows } = await sql.query<EventRow>(READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit]));
     return rows.map(toLogged);
   }
 

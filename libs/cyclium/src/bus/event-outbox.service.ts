@@ -38,7 +38,10 @@ export class EventOutbox {
     if (events.length === 0) return noop;
     const transport = this.transport;
     if (isDurable(transport)) {
-      await transport.appendWithin(client, events.map((e) => mintBusEvent(e.type, e.payload)));
+      await transport.appendWithin(
+        client,
+        events.map((e) => mintBusEvent(e.type, e.payload)),
+      );
       return options.wake === false ? noop : () => transport.wake(typesOf(events));
     }
     return () => {
@@ -50,10 +53,19 @@ export class EventOutbox {
    * The events as a CTE body of a statement the library composes, written when `when` holds; null
    * when the bus is not durable (then `announce` publishes them after commit).
    */
-  fragment(statement: Statement, events: readonly OutgoingEvent[], when: string, options: { wake?: boolean } = {}): { body: string | null; announce: Announce } {
+  fragment(
+    statement: Statement,
+    events: readonly OutgoingEvent[],
+    when: string,
+    options: { wake?: boolean } = {},
+  ): { body: string | null; announce: Announce } {
     const transport = this.transport;
     if (isDurable(transport)) {
-      const body = transport.appendFragment(statement, events.map((e) => mintBusEvent(e.type, e.payload)), when);
+      const body = transport.appendFragment(
+        statement,
+        events.map((e) => mintBusEvent(e.type, e.payload)),
+        when,
+      );
       return { body, announce: options.wake === false ? noop : () => transport.wake(typesOf(events)) };
     }
     return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
@@ -68,10 +80,18 @@ export class EventOutbox {
    * `fragment` for a batch of outcomes: writes the events whose 1-based position is in the SQL set
    * `positions`; `announce` takes the positions that were written. Only when `batches`.
    */
-  fragmentMany(statement: Statement, events: readonly OutgoingEvent[], positions: string): { body: string | null; announce: (written: readonly number[]) => void } {
+  fragmentMany(
+    statement: Statement,
+    events: readonly OutgoingEvent[],
+    positions: string,
+  ): { body: string | null; announce: (written: readonly number[]) => void } {
     const transport = this.transport;
     if (isDurable(transport) && transport.appendManyFragment) {
-      const body = transport.appendManyFragment(statement, events.map((e) => mintBusEvent(e.type, e.payload)), positions);
+      const body = transport.appendManyFragment(
+        statement,
+        events.map((e) => mintBusEvent(e.type, e.payload)),
+        positions,
+      );
       return {
         body,
         announce: (written) => {

@@ -62,7 +62,10 @@ export class EventPublisher {
   private async store(batch: Array<Pending<StorableEvent>>): Promise<void> {
     let outcomes: AppendOutcome[];
     try {
-      outcomes = await this.log.append(this.sql, batch.map((p) => p.item));
+      outcomes = await this.log.append(
+        this.sql,
+        batch.map((p) => p.item),
+      );
     } catch (error) {
       // Only an outage or a missing table fails every event alike; anything else may be one
       // event's own fault (a value PostgreSQL refuses, a row over a limit): retry one by one.

@@ -43,7 +43,10 @@ describe('GroupCommit', () => {
     await first;
     await turn();
     await turn();
-    expect(batches).toEqual([[1, 2], [3, 4, 5]]);
+    expect(batches).toEqual([
+      [1, 2],
+      [3, 4, 5],
+    ]);
     finish[1]?.();
     await Promise.all(later);
     await queue.idle();

@@ -103,10 +103,7 @@ describe('LocalBus', () => {
     // The rejection is logged a microtask after delivery.
     await Promise.resolve();
     const messages = error.mock.calls.map((call) => String(call[0]));
-    expect(messages).toEqual([
-      expect.stringContaining('sync boom'),
-      expect.stringContaining('async boom'),
-    ]);
+    expect(messages).toEqual([expect.stringContaining('sync boom'), expect.stringContaining('async boom')]);
 
     // And the bus keeps delivering afterwards.
     const again = next(bus, 't');
@@ -153,7 +150,10 @@ describe('LocalBus', () => {
     const seen: BusEvent[] = [];
     bus.subscribe('*', (e) => void seen.push(e));
     const refusal = async (publishing: Promise<unknown>) => {
-      const error = await publishing.then(() => null, (e: unknown) => e);
+      const error = await publishing.then(
+        () => null,
+        (e: unknown) => e,
+      );
       expect(error).toBeInstanceOf(InvalidBusEventError);
       return error as InvalidBusEventError;
     };

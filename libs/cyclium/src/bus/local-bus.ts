@@ -120,9 +120,6 @@ export class LocalBus extends Bus implements DispatchSignals {
 
   private failed(event: BusEvent, error: unknown): void {
     const message = error instanceof Error ? error.message : String(error);
-    this.logger.error(
-      `a handler of "${event.type}" failed on event ${event.eventId}: ${message}`,
-      error instanceof Error ? error.stack : undefined,
-    );
+    this.logger.error(`a handler of "${event.type}" failed on event ${event.eventId}: ${message}`, error instanceof Error ? error.stack : undefined);
   }
 }

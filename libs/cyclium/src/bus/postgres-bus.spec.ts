@@ -44,8 +44,7 @@ function fakeDatabase(refuse: (ids: string[]) => Error | undefined = () => undef
   };
 }
 
-const busOn = (sql: SqlExecutor, options: Partial<PostgresBusOptions> = {}) =>
-  new PostgresBus(sql, () => ({}), { channel: 'cyclium_bus_unit', ...options });
+const busOn = (sql: SqlExecutor, options: Partial<PostgresBusOptions> = {}) => new PostgresBus(sql, () => ({}), { channel: 'cyclium_bus_unit', ...options });
 
 const pgError = (code: string, message: string) => Object.assign(new Error(message), { code });
 

@@ -103,11 +103,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   private readonly audience: BusAudience | undefined;
   private readonly identity: () => string;
 
-  constructor(
-    sql: SqlExecutor,
-    listenConfig: () => pg.ClientConfig,
-    options: PostgresBusOptions,
-  ) {
+  constructor(sql: SqlExecutor, listenConfig: () => pg.ClientConfig, options: PostgresBusOptions) {
     super();
     const { channel } = options;
     // LISTEN silently truncates a longer identifier while pg_notify rejects it: the two would never meet.

@@ -61,10 +61,13 @@ export class SpacedTrigger {
     if (!this.pending || this.running || this.timer || this.stopped) return;
     this.refill();
     if (this.tokens < 1) {
-      this.timer = setTimeout(() => {
-        this.timer = undefined;
-        this.schedule();
-      }, (1 - this.tokens) * this.spacingMs);
+      this.timer = setTimeout(
+        () => {
+          this.timer = undefined;
+          this.schedule();
+        },
+        (1 - this.tokens) * this.spacingMs,
+      );
       this.timer.unref();
       return;
     }

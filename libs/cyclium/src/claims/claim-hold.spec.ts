@@ -5,8 +5,7 @@ import { ClaimLostError } from './claim-lost.error.js';
 const LEASE_MS = 60_000;
 
 /** A hold whose local deadline passed a millisecond ago: no waiting needed. */
-const overdue = (onRelease?: (hold: ClaimHold) => void) =>
-  new ClaimHold('k', 4, LEASE_MS, performance.now() - LEASE_MS - 1, onRelease);
+const overdue = (onRelease?: (hold: ClaimHold) => void) => new ClaimHold('k', 4, LEASE_MS, performance.now() - LEASE_MS - 1, onRelease);
 
 /** A hold whose local deadline is a whole lease away. */
 const fresh = (onRelease?: (hold: ClaimHold) => void) => new ClaimHold('k', 4, LEASE_MS, performance.now(), onRelease);

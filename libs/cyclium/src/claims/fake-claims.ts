@@ -1,11 +1,4 @@
-import type {
-  AcquireOptions,
-  AcquireResult,
-  ClaimWriteResult,
-  ExpiredClaim,
-  HeldClaim,
-  WorkClaimsAdapter,
-} from './work-claims-adapter.interface.js';
+import type { AcquireOptions, AcquireResult, ClaimWriteResult, ExpiredClaim, HeldClaim, WorkClaimsAdapter } from './work-claims-adapter.interface.js';
 
 interface FakeRow {
   state: 'claimed' | 'done' | 'failed';

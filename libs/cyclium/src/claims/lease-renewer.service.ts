@@ -82,9 +82,7 @@ export class LeaseRenewer implements OnApplicationBootstrap {
     const sentAt = performance.now();
     let renewed: HeldClaim[];
     try {
-      renewed = adapter.renewMany
-        ? await adapter.renewMany(owner, claims, leaseSeconds)
-        : await renewOneByOne(adapter, owner, claims, leaseSeconds);
+      renewed = adapter.renewMany ? await adapter.renewMany(owner, claims, leaseSeconds) : await renewOneByOne(adapter, owner, claims, leaseSeconds);
     } catch (error) {
       // Holders fence themselves on their local deadlines meanwhile; the next tick tries again.
       this.outage.failed(error);
@@ -106,12 +104,7 @@ export class LeaseRenewer implements OnApplicationBootstrap {
   }
 }
 
-async function renewOneByOne(
-  adapter: WorkClaimsAdapter,
-  owner: string,
-  claims: HeldClaim[],
-  leaseSeconds: number,
-): Promise<HeldClaim[]> {
+async function renewOneByOne(adapter: WorkClaimsAdapter, owner: string, claims: HeldClaim[], leaseSeconds: number): Promise<HeldClaim[]> {
   const results = await Promise.all(claims.map((c) => adapter.renew(c.key, owner, leaseSeconds, c.fence)));
   return claims.filter((_, i) => results[i] === 'ok');
 }

@@ -28,7 +28,9 @@ interface ClaimRow {
  * waited on its conflict is invisible here; no row at all therefore means a claim younger than us:
  * busy, which is the right answer.
  */
-const INSERT_OR_READ = prepared('claims_insert_or_read', `
+const INSERT_OR_READ = prepared(
+  'claims_insert_or_read',
+  `
   WITH inserted AS (
     INSERT INTO cyclium_work_claims
       (dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence, work_type)
@@ -40,14 +42,17 @@ const INSERT_OR_READ = prepared('claims_insert_or_read', `
   UNION ALL
   SELECT false, state, owner_node, fence, attempt, lease_until, lease_until < now()
     FROM cyclium_work_claims
-   WHERE dedupe_key = $1 AND NOT EXISTS (SELECT 1 FROM inserted)`);
+   WHERE dedupe_key = $1 AND NOT EXISTS (SELECT 1 FROM inserted)`,
+);
 
 /**
  * Takeover of a finished row or a lapsed lease, conditioned on the state we read: the fence is the
  * row's version (every acquire and steal bumps it), and the lapse is re-checked against the row as
  * it is when the UPDATE reaches it, so of any number of concurrent takers exactly one matches.
  */
-const TAKE_OVER = prepared('claims_take_over', `
+const TAKE_OVER = prepared(
+  'claims_take_over',
+  `
   UPDATE cyclium_work_claims
      SET state = 'claimed', owner_node = $2, lease_until = clock_timestamp() + make_interval(secs => $3),
          claimed_at = now(), last_heartbeat_at = now(), finished_at = NULL, error_detail = NULL,
@@ -55,20 +60,26 @@ const TAKE_OVER = prepared('claims_take_over', `
          fence = fence + 1, work_type = COALESCE($4, work_type)
    WHERE dedupe_key = $1 AND fence = $5 AND state = $6
      AND (state <> 'claimed' OR lease_until < now())
-  RETURNING fence, attempt, lease_until`);
+  RETURNING fence, attempt, lease_until`,
+);
 
-const RENEW = prepared('claims_renew', `
+const RENEW = prepared(
+  'claims_renew',
+  `
   UPDATE cyclium_work_claims
      SET lease_until = now() + make_interval(secs => $3), last_heartbeat_at = now()
    WHERE dedupe_key = $1 AND owner_node = $2 AND state = 'claimed' AND lease_until > now()
-     AND ($4::bigint IS NULL OR fence = $4)`);
+     AND ($4::bigint IS NULL OR fence = $4)`,
+);
 
 /**
  * Every live claim of one node in one statement: the heartbeat's whole cost per tick. Statements
  * that lock several claim rows (this one, the release and batched step writes) lock them in key
  * order, so they wait for each other instead of deadlocking.
  */
-const RENEW_MANY = prepared('claims_renew_many', `
+const RENEW_MANY = prepared(
+  'claims_renew_many',
+  `
   WITH locked AS (
     SELECT c.dedupe_key FROM cyclium_work_claims c
       JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence) ON c.dedupe_key = held.dedupe_key AND c.fence = held.fence
@@ -79,10 +90,13 @@ const RENEW_MANY = prepared('claims_renew_many', `
      SET lease_until = now() + make_interval(secs => $2), last_heartbeat_at = now()
     FROM locked
    WHERE c.dedupe_key = locked.dedupe_key
-  RETURNING c.dedupe_key, c.fence`);
+  RETURNING c.dedupe_key, c.fence`,
+);
 
 /** Lapses the leases (state stays `claimed`): the next taker steals in place, with fence + 1. In key order, as RENEW_MANY. */
-const RELEASE_MANY = prepared('claims_release_many', `
+const RELEASE_MANY = prepared(
+  'claims_release_many',
+  `
   WITH locked AS (
     SELECT dedupe_key FROM cyclium_work_claims
      WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[]) AND lease_until > now()
@@ -90,13 +104,17 @@ const RELEASE_MANY = prepared('claims_release_many', `
        FOR UPDATE)
   UPDATE cyclium_work_claims AS c SET lease_until = now()
     FROM locked
-   WHERE c.dedupe_key = locked.dedupe_key`);
+   WHERE c.dedupe_key = locked.dedupe_key`,
+);
 
-const FINISH = prepared('claims_finish', `
+const FINISH = prepared(
+  'claims_finish',
+  `
   UPDATE cyclium_work_claims
      SET state = $3, finished_at = now(), error_detail = $4
    WHERE dedupe_key = $1 AND owner_node = $2 AND state = 'claimed'
-     AND ($5::bigint IS NULL OR fence = $5)`);
+     AND ($5::bigint IS NULL OR fence = $5)`,
+);
 
 const OWNS_TEXT = `
   SELECT 1 FROM cyclium_work_claims
@@ -115,11 +133,14 @@ const PROVE_OWNERSHIP = prepared('claims_prove_ownership', `${OWNS_TEXT} FOR SHA
  */
 const OWNER_CTE = `${OWNS_TEXT} FOR SHARE`;
 
-const RECLAIM_EXPIRED = prepared('claims_reclaim_expired', `
+const RECLAIM_EXPIRED = prepared(
+  'claims_reclaim_expired',
+  `
   SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
    WHERE state = 'claimed' AND lease_until < now()
    ORDER BY lease_until
-   LIMIT $1`);
+   LIMIT $1`,
+);
 
 /**
  * The shipped adapter: race-free at READ COMMITTED without explicit row locks. A first claim is

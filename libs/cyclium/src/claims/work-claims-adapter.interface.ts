@@ -10,9 +10,7 @@ export interface ClaimGrant {
 
 export type AcquireResult =
   /** `stolenFrom` names the previous holder when this acquire took over a lapsed lease. */
-  | { status: 'acquired'; claim: ClaimGrant; stolenFrom?: string }
-  | { status: 'busy' }
-  | { status: 'passthrough' };
+  { status: 'acquired'; claim: ClaimGrant; stolenFrom?: string } | { status: 'busy' } | { status: 'passthrough' };
 
 export interface AcquireOptions {
   leaseSeconds: number;

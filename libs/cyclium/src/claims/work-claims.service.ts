@@ -7,14 +7,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { ClaimHold } from './claim-hold.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
-import type {
-  AcquireResult,
-  ClaimFragments,
-  ClaimGrant,
-  ClaimWriteResult,
-  ExpiredClaim,
-  WorkClaimsAdapter,
-} from './work-claims-adapter.interface.js';
+import type { AcquireResult, ClaimFragments, ClaimGrant, ClaimWriteResult, ExpiredClaim, WorkClaimsAdapter } from './work-claims-adapter.interface.js';
 
 /**
  * A statement to run fenced: `body` continues a `WITH owner AS (...)` query (see
@@ -131,21 +124,11 @@ export class WorkClaims {
    * Acquires inside the caller's transaction on `client` (with the shipped adapter), so the claim
    * and the caller's write commit or roll back together.
    */
-  async acquireWithin(
-    client: SqlExecutor,
-    key: string,
-    owner = this.identity.name(),
-    options: WorkClaimsAcquireOptions = {},
-  ): Promise<AcquireResult> {
+  async acquireWithin(client: SqlExecutor, key: string, owner = this.identity.name(), options: WorkClaimsAcquireOptions = {}): Promise<AcquireResult> {
     return this.acquireVia(client, key, owner, options);
   }
 
-  private async acquireVia(
-    client: SqlExecutor | undefined,
-    key: string,
-    owner: string,
-    options: WorkClaimsAcquireOptions,
-  ): Promise<AcquireResult> {
+  private async acquireVia(client: SqlExecutor | undefined, key: string, owner: string, options: WorkClaimsAcquireOptions): Promise<AcquireResult> {
     if (!this.adapter) return { status: 'passthrough' };
     const sentAt = performance.now();
     const acquireOptions = {
@@ -270,13 +253,7 @@ export class WorkClaims {
     return this.finishWithin(client, key, owner, fence, detail);
   }
 
-  private async finishWithin(
-    client: SqlExecutor,
-    key: string,
-    owner: string,
-    fence: number | null,
-    failure: string | null,
-  ): Promise<ClaimWriteResult> {
+  private async finishWithin(client: SqlExecutor, key: string, owner: string, fence: number | null, failure: string | null): Promise<ClaimWriteResult> {
     if (!this.adapter || fence === null) return 'ok';
     const started = performance.now();
     const adapter = this.adapter;

@@ -68,9 +68,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
       found = this.moduleRef.get<DataSource>(getDataSourceToken(name), { strict: false });
     } catch {
       const which = name ? `the TypeORM DataSource named "${name}"` : 'the default TypeORM DataSource';
-      throw new CycliumConfigError([
-        `dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in the host app`,
-      ]);
+      throw new CycliumConfigError([`dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in the host app`]);
     }
     if (found.options.type !== 'postgres') {
       throw new CycliumConfigError([`dataSource: Cyclium needs a PostgreSQL DataSource (got type "${found.options.type}")`]);

@@ -33,7 +33,10 @@ const bounds = new StatementBounds({ checkoutTimeoutMs: 30, queryTimeoutMs: 40 }
 describe('StatementBounds', () => {
   it("sends each statement with pg's query_timeout and hands a healthy connection back", async () => {
     const client = new FakeClient(() => 'ok');
-    await bounds.query(poolOf(async () => client), ['SELECT $1', [1]]);
+    await bounds.query(
+      poolOf(async () => client),
+      ['SELECT $1', [1]],
+    );
     expect(client.sent).toEqual([{ text: 'SELECT $1', values: [1], query_timeout: 40 }]);
     expect(client.released).toEqual([undefined]);
     expect(client.listenerCount('error')).toBe(0);
@@ -41,7 +44,12 @@ describe('StatementBounds', () => {
 
   it('discards a connection whose statement timed out, and says the outcome is unknown', async () => {
     const client = new FakeClient(() => 'timeout');
-    const failure = await bounds.query(poolOf(async () => client), [{ name: 'cyclium_x', text: 'UPDATE x', values: [] }]).catch((e: unknown) => e);
+    const failure = await bounds
+      .query(
+        poolOf(async () => client),
+        [{ name: 'cyclium_x', text: 'UPDATE x', values: [] }],
+      )
+      .catch((e: unknown) => e);
     expect(failure).toBeInstanceOf(DatabaseTimeoutError);
     expect(isDatabaseUnavailable(failure)).toBe(true);
     expect(String((failure as Error).message)).toMatch(/queryTimeoutMs.*took effect is unknown/);

@@ -7,7 +7,4 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
  * duplicate of a live episode, busy (another node holds it, or this node is draining), or nothing
  * at all because the node (or the actor) is disabled.
  */
-export type DispatchResult =
-  | SlotResult
-  | { status: 'deferred'; episode: EpisodeRow; requestId: string }
-  | { status: 'disabled' };
+export type DispatchResult = SlotResult | { status: 'deferred'; episode: EpisodeRow; requestId: string } | { status: 'disabled' };

@@ -69,7 +69,11 @@ export class Mode {
     const checkedMode = checked(mode, 'Mode.setActorOverride');
     // declares() runs the registry's discovery first, should this be called before its init.
     if (!this.registry.declares(actorId) || !this.registry.get(actorId)) {
-      throw new UnknownActorError(actorId, 'Mode.setActorOverride', this.registry.all().map((actor) => actor.id));
+      throw new UnknownActorError(
+        actorId,
+        'Mode.setActorOverride',
+        this.registry.all().map((actor) => actor.id),
+      );
     }
     this.overrides.set(actorId, checkedMode);
     this.actorChanged(actorId);

@@ -158,10 +158,7 @@ export class TriggerRequests {
   /** The requests of one episode, oldest first. */
   async forEpisode(episodeId: string): Promise<CycliumTriggerRequest[]> {
     if (!isUuid(episodeId)) return [];
-    const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`,
-      [episodeId],
-    );
+    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`, [episodeId]);
     return rows.map(toRequest);
   }
 }

@@ -68,13 +68,52 @@ export class BeginWrites {
     const specs = items.map((b) => b.spec);
     statement.with(
       'input',
-      `SELECT * FROM unnest(${p(items.map((b) => b.id), 'uuid[]')}, ${p(items.map((b) => b.key), 'text[]')},
-                            ${p(specs.map((s) => s.actorId), 'text[]')}, ${p(specs.map((s) => s.expectationId), 'text[]')},
-                            ${p(specs.map((s) => s.trigger.type), 'text[]')}, ${p(specs.map((s) => JSON.stringify(s.trigger)), 'jsonb[]')},
-                            ${p(specs.map((s) => s.dedupeKey), 'text[]')}, ${p(specs.map((s) => s.ownerNode), 'text[]')},
-                            ${p(specs.map((s) => s.maxAttempts), 'int[]')}, ${p(specs.map((s) => s.sourceStack), 'text[]')},
-                            ${p(specs.map((s) => s.sourceEnv), 'text[]')}, ${p(specs.map((s) => s.workflowInstanceId ?? null), 'uuid[]')},
-                            ${p(specs.map((s) => s.workflowStepId ?? null), 'text[]')})
+      `SELECT * FROM unnest(${p(
+        items.map((b) => b.id),
+        'uuid[]',
+      )}, ${p(
+        items.map((b) => b.key),
+        'text[]',
+      )},
+                            ${p(
+                              specs.map((s) => s.actorId),
+                              'text[]',
+                            )}, ${p(
+                              specs.map((s) => s.expectationId),
+                              'text[]',
+                            )},
+                            ${p(
+                              specs.map((s) => s.trigger.type),
+                              'text[]',
+                            )}, ${p(
+                              specs.map((s) => JSON.stringify(s.trigger)),
+                              'jsonb[]',
+                            )},
+                            ${p(
+                              specs.map((s) => s.dedupeKey),
+                              'text[]',
+                            )}, ${p(
+                              specs.map((s) => s.ownerNode),
+                              'text[]',
+                            )},
+                            ${p(
+                              specs.map((s) => s.maxAttempts),
+                              'int[]',
+                            )}, ${p(
+                              specs.map((s) => s.sourceStack),
+                              'text[]',
+                            )},
+                            ${p(
+                              specs.map((s) => s.sourceEnv),
+                              'text[]',
+                            )}, ${p(
+                              specs.map((s) => s.workflowInstanceId ?? null),
+                              'uuid[]',
+                            )},
+                            ${p(
+                              specs.map((s) => s.workflowStepId ?? null),
+                              'text[]',
+                            )})
          WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, owner_node, max_attempts,
                                source_stack, source_env, workflow_instance_id, workflow_step_id, n)`,
     );

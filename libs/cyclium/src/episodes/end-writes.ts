@@ -101,11 +101,38 @@ export class EndWrites {
     const terminal = items.map((w) => w.outcome.terminal);
     statement.with(
       'input',
-      `SELECT * FROM unnest(${p(items.map((w) => w.ownership.key), 'text[]')}, ${p(items.map((w) => w.ownership.owner), 'text[]')},
-                            ${p(items.map((w) => w.ownership.fence), 'bigint[]')}, ${p(items.map((w) => w.episode.id), 'uuid[]')},
-                            ${p(terminal.map((t) => t.status), 'text[]')}, ${p(terminal.map((t) => t.summary ?? null), 'text[]')},
-                            ${p(terminal.map((t) => (t.classification === undefined ? null : JSON.stringify(t.classification))), 'jsonb[]')},
-                            ${p(terminal.map((t) => t.errorClass ?? null), 'text[]')}, ${p(terminal.map((t) => t.detail ?? null), 'text[]')},
+      `SELECT * FROM unnest(${p(
+        items.map((w) => w.ownership.key),
+        'text[]',
+      )}, ${p(
+        items.map((w) => w.ownership.owner),
+        'text[]',
+      )},
+                            ${p(
+                              items.map((w) => w.ownership.fence),
+                              'bigint[]',
+                            )}, ${p(
+                              items.map((w) => w.episode.id),
+                              'uuid[]',
+                            )},
+                            ${p(
+                              terminal.map((t) => t.status),
+                              'text[]',
+                            )}, ${p(
+                              terminal.map((t) => t.summary ?? null),
+                              'text[]',
+                            )},
+                            ${p(
+                              terminal.map((t) => (t.classification === undefined ? null : JSON.stringify(t.classification))),
+                              'jsonb[]',
+                            )},
+                            ${p(
+                              terminal.map((t) => t.errorClass ?? null),
+                              'text[]',
+                            )}, ${p(
+                              terminal.map((t) => t.detail ?? null),
+                              'text[]',
+                            )},
                             ${p(terminal.map(claimFailureOf), 'text[]')})
          WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification, error_class, error_detail, failure, n)`,
     );
@@ -114,7 +141,11 @@ export class EndWrites {
     statement.with('won', `SELECT o.* FROM owner o JOIN ep ON ep.id = o.episode_id`);
     statement.with('checkpoints', this.journal.clearCheckpointsManyFragment(`SELECT episode_id FROM won WHERE status IN ('done', 'partially_failed')`));
     statement.with('claim_finished', finishMany({ input: 'won' }));
-    const event = this.events.fragmentMany(statement, items.map((w) => w.outcome.event), `SELECT n FROM won`);
+    const event = this.events.fragmentMany(
+      statement,
+      items.map((w) => w.outcome.event),
+      `SELECT n FROM won`,
+    );
     if (event.body) statement.with('terminal_event', event.body);
 
     const startedAt = performance.now();

@@ -4,13 +4,7 @@ import type { EpisodeRow } from './episode-context.interface.js';
 /** Asks whichever node runs the episode to stop it before its next step. */
 export const CANCEL_EVENT = 'cyclium.episode.cancel';
 
-export type LifecycleEventType =
-  | 'episode.started'
-  | 'episode.completed'
-  | 'episode.failed'
-  | 'episode.canceled'
-  | 'episode.queued'
-  | 'episode.dropped';
+export type LifecycleEventType = 'episode.started' | 'episode.completed' | 'episode.failed' | 'episode.canceled' | 'episode.queued' | 'episode.dropped';
 
 export const TERMINAL_EVENTS: readonly LifecycleEventType[] = ['episode.completed', 'episode.failed', 'episode.canceled', 'episode.dropped'];
 
@@ -33,10 +27,9 @@ export interface LifecyclePayload {
 
 export function lifecycleEvent(
   type: LifecycleEventType,
-  episode: Pick<
-    EpisodeRow,
-    'actorId' | 'expectationId' | 'dedupeKey' | 'sourceStack' | 'sourceEnv' | 'workflowInstanceId' | 'workflowStepId'
-  > & { id: string | null },
+  episode: Pick<EpisodeRow, 'actorId' | 'expectationId' | 'dedupeKey' | 'sourceStack' | 'sourceEnv' | 'workflowInstanceId' | 'workflowStepId'> & {
+    id: string | null;
+  },
   status: LifecyclePayload['status'],
   node: string,
   extra: { errorClass?: string; replayed?: boolean } = {},

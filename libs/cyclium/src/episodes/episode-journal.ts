@@ -79,13 +79,16 @@ export function stepWriteMany(ownerMany: string): string {
  * that meets a taken position is simply written at the next one: the journal never collides and
  * no marker is lost. Returns the episodes that got their marker.
  */
-const MARK = prepared('episodes_mark', `
+const MARK = prepared(
+  'episodes_mark',
+  `
   INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
   SELECT m.id, coalesce((SELECT max(j.step_no) FROM cyclium_episode_steps j WHERE j.episode_id = m.id), 0) + 1,
          'observation', $2, $3::jsonb
     FROM unnest($1::uuid[]) AS m (id)
   ON CONFLICT (episode_id, step_no) DO NOTHING
-  RETURNING episode_id`);
+  RETURNING episode_id`,
+);
 
 const MARK_ATTEMPTS = 5;
 

@@ -29,10 +29,7 @@ import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } fr
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { RunningEpisode } from './running-episode.js';
 
-export type BeginResult =
-  | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
-  | { status: 'duplicate' }
-  | { status: 'busy' };
+export type BeginResult = { status: 'started'; episode: EpisodeRow; grant: AcquireResult } | { status: 'duplicate' } | { status: 'busy' };
 
 /** Rolls back a begin whose claim was busy: the node then writes nothing at all. */
 class ClaimBusy extends Error {

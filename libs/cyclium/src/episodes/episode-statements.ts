@@ -28,10 +28,7 @@ export interface Ownership {
   fence: number | null;
 }
 
-export type BeginOutcome =
-  | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
-  | { status: 'duplicate' }
-  | { status: 'busy' };
+export type BeginOutcome = { status: 'started'; episode: EpisodeRow; grant: AcquireResult } | { status: 'duplicate' } | { status: 'busy' };
 
 export interface EndOutcome {
   terminal: TerminalOutcome;

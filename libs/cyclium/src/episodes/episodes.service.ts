@@ -85,11 +85,15 @@ export class Episodes {
     if (!expectation) throw new ActorDefinitionError(`no actor ${actorId} with expectation ${expectationId} on this node`);
     checkTriggerInput(`trigger ${actorId}.${expectationId}`, payload, options.dedupeKey);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
-    const result = await this.dispatcher.dispatch(expectation, { type: 'manual', payload }, {
-      dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
-      sourceStack: pick(options.sourceStack, this.options.stackSlug),
-      sourceEnv,
-    });
+    const result = await this.dispatcher.dispatch(
+      expectation,
+      { type: 'manual', payload },
+      {
+        dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
+        sourceStack: pick(options.sourceStack, this.options.stackSlug),
+        sourceEnv,
+      },
+    );
     if (result.status === 'disabled') throw new ActorDefinitionError(`${actorId} is disabled on this node (mode disabled): nothing runs or is deferred here`);
     return result;
   }
@@ -145,8 +149,7 @@ export class Episodes {
     }
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
-    const nextCursor =
-      rows.length > limit && last ? Buffer.from(JSON.stringify([last.cursorAt, last.episode.id])).toString('base64url') : null;
+    const nextCursor = rows.length > limit && last ? Buffer.from(JSON.stringify([last.cursorAt, last.episode.id])).toString('base64url') : null;
     return { items: page.map((r) => r.episode), nextCursor };
   }
 

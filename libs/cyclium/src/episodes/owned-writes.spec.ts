@@ -22,7 +22,12 @@ const duplicate = () => Object.assign(new Error('duplicate key value violates un
 
 type StepCall<R> = (episodeId: string, owner: typeof ownership, step: StepRecord) => Promise<R>;
 
-function setup(calls: { write?: Array<() => StepWriteOutcome>; confirm?: Array<StepWriteOutcome | null>; end?: Array<() => [] | null>; ended?: Array<'ended' | 'owned' | 'lost'> }) {
+function setup(calls: {
+  write?: Array<() => StepWriteOutcome>;
+  confirm?: Array<StepWriteOutcome | null>;
+  end?: Array<() => [] | null>;
+  ended?: Array<'ended' | 'owned' | 'lost'>;
+}) {
   const steps = {
     write: jest.fn<StepCall<StepWriteOutcome>>(async () => (calls.write?.shift() as () => StepWriteOutcome)()),
     confirm: jest.fn<StepCall<StepWriteOutcome | null>>(async () => calls.confirm?.shift() ?? null),
@@ -39,42 +44,102 @@ const held = () => new ClaimHold('episode:e1', 7, 60_000, performance.now());
 
 describe('OwnedWrites', () => {
   it('a step write whose reply was lost is found committed and not sent again', async () => {
-    const { steps, writes } = setup({ write: [() => { throw cut(); }], confirm: ['written'] });
+    const { steps, writes } = setup({
+      write: [
+        () => {
+          throw cut();
+        },
+      ],
+      confirm: ['written'],
+    });
     await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe('written');
     expect(steps.write).toHaveBeenCalledTimes(1);
     expect(steps.confirm).toHaveBeenCalledWith('e1', ownership, record);
   });
 
   it('a step write that did not commit is sent again with the same fence; a lock timeout is transient too', async () => {
-    const { steps, writes } = setup({ write: [() => { throw lockTimeout(); }, () => 'written'], confirm: [null] });
+    const { steps, writes } = setup({
+      write: [
+        () => {
+          throw lockTimeout();
+        },
+        () => 'written',
+      ],
+      confirm: [null],
+    });
     await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe('written');
     expect(steps.write).toHaveBeenNthCalledWith(2, 'e1', ownership, record);
   });
 
   it('on a later attempt, a unique violation means the lost attempt committed meanwhile: the next confirm says so', async () => {
-    const { writes } = setup({ write: [() => { throw cut(); }, () => { throw duplicate(); }], confirm: [null, 'cancel_requested'] });
+    const { writes } = setup({
+      write: [
+        () => {
+          throw cut();
+        },
+        () => {
+          throw duplicate();
+        },
+      ],
+      confirm: [null, 'cancel_requested'],
+    });
     await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe('cancel_requested');
   });
 
   it("the host's kind of error is not retried: a first attempt's unique violation or a bad value goes through", async () => {
-    const { steps, writes } = setup({ write: [() => { throw duplicate(); }] });
+    const { steps, writes } = setup({
+      write: [
+        () => {
+          throw duplicate();
+        },
+      ],
+    });
     await expect(writes.step(writes.scope('e1', held()), ownership, record)).rejects.toMatchObject({ code: '23505' });
     expect(steps.confirm).not.toHaveBeenCalled();
   });
 
   it('once the claim is lost, it stops retrying and leaves the episode to recovery', async () => {
     const hold = held();
-    const { writes } = setup({ write: [() => { hold.markLost('deadline'); throw cut(); }] });
+    const { writes } = setup({
+      write: [
+        () => {
+          hold.markLost('deadline');
+          throw cut();
+        },
+      ],
+    });
     await expect(writes.step(writes.scope('e1', hold), ownership, record)).rejects.toBeInstanceOf(EpisodeWriteUnavailableError);
   });
 
   it('an end found committed by this owner at this fence (before or after sending it again) is a success, not a lost claim; one found lost is null', async () => {
-    const ended = setup({ end: [() => { throw cut(); }], ended: ['ended'] });
+    const ended = setup({
+      end: [
+        () => {
+          throw cut();
+        },
+      ],
+      ended: ['ended'],
+    });
     await expect(ended.writes.end(ended.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toEqual([]);
     expect(ended.ends.end).toHaveBeenCalledTimes(1);
-    const late = setup({ end: [() => { throw cut(); }, () => null], ended: ['owned', 'ended'] });
+    const late = setup({
+      end: [
+        () => {
+          throw cut();
+        },
+        () => null,
+      ],
+      ended: ['owned', 'ended'],
+    });
     await expect(late.writes.end(late.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toEqual([]);
-    const lost = setup({ end: [() => { throw cut(); }], ended: ['lost'] });
+    const lost = setup({
+      end: [
+        () => {
+          throw cut();
+        },
+      ],
+      ended: ['lost'],
+    });
     await expect(lost.writes.end(lost.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toBeNull();
   });
 });

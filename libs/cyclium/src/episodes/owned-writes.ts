@@ -87,7 +87,8 @@ export class OwnedWrites {
         const settledMeanwhile = attempt > 0 && errorCode(error) === '23505';
         if (!isTransientDatabaseError(error) && !settledMeanwhile) throw error;
         if (!scope.owned()) throw new EpisodeWriteUnavailableError(scope.episodeId, what, error);
-        if (attempt === 0) this.logger.warn(`episode ${scope.episodeId}: the ${what} met a database fault, retrying while this node owns it: ${errorMessage(error)}`);
+        if (attempt === 0)
+          this.logger.warn(`episode ${scope.episodeId}: the ${what} met a database fault, retrying while this node owns it: ${errorMessage(error)}`);
         await sleep(Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt));
       }
     }

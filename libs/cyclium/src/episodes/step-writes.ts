@@ -56,11 +56,12 @@ export class StepWrites {
    * (or `not_owner` when the claim is gone either way), null when it did not and may be sent again.
    */
   async confirm(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome | null> {
-    const { rows } = await this.claims.fencedStatement<{ owned: number; written: boolean; cancel_requested: boolean }>(this.database.sql, ownership, STEP_CONFIRM, [
-      episodeId,
-      record.journalNo,
-      record.name,
-    ]);
+    const { rows } = await this.claims.fencedStatement<{ owned: number; written: boolean; cancel_requested: boolean }>(
+      this.database.sql,
+      ownership,
+      STEP_CONFIRM,
+      [episodeId, record.journalNo, record.name],
+    );
     const row = rows[0];
     if (!row || row.owned !== 1) return 'not_owner';
     if (!row.written) return null;

@@ -161,9 +161,7 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         completed_at timestamptz
       )`);
     await runner.query(`CREATE INDEX cyclium_trigger_requests_status ON cyclium_trigger_requests (status, inserted_at)`);
-    await runner.query(
-      `CREATE INDEX cyclium_trigger_requests_status_env ON cyclium_trigger_requests (status, source_env, inserted_at)`,
-    );
+    await runner.query(`CREATE INDEX cyclium_trigger_requests_status_env ON cyclium_trigger_requests (status, source_env, inserted_at)`);
 
     await runner.query(`
       CREATE TABLE cyclium_actor_definitions (

@@ -3,9 +3,12 @@ import { cycliumOptionsFromEnv } from './options-from-env.js';
 
 describe('cycliumOptionsFromEnv', () => {
   it('maps the CYCLIUM_* variables', () => {
-    expect(
-      cycliumOptionsFromEnv({ CYCLIUM_NODE_ID: 'n1', CYCLIUM_STACK_SLUG: 'stack_a', CYCLIUM_ENV: 'rc', CYCLIUM_MODE: 'trigger_only' }),
-    ).toEqual({ nodeIdentity: 'n1', stackSlug: 'stack_a', env: 'rc', mode: 'trigger_only' });
+    expect(cycliumOptionsFromEnv({ CYCLIUM_NODE_ID: 'n1', CYCLIUM_STACK_SLUG: 'stack_a', CYCLIUM_ENV: 'rc', CYCLIUM_MODE: 'trigger_only' })).toEqual({
+      nodeIdentity: 'n1',
+      stackSlug: 'stack_a',
+      env: 'rc',
+      mode: 'trigger_only',
+    });
   });
 
   it('maps the pooler settings, passing a bad boolean on for boot to name', () => {

@@ -1,16 +1,4 @@
-import {
-  IsBoolean,
-  IsIn,
-  IsInt,
-  IsOptional,
-  IsString,
-  Max,
-  Min,
-  ValidateBy,
-  ValidateIf,
-  ValidateNested,
-  type ValidationOptions,
-} from 'class-validator';
+import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Max, Min, ValidateBy, ValidateIf, ValidateNested, type ValidationOptions } from 'class-validator';
 import type { CycliumMode } from './cyclium-options.interface.js';
 
 /** The largest jsonb value PostgreSQL stores (just under 256 MiB). */
@@ -24,11 +12,7 @@ const BUS_METHODS = ['publish', 'subscribe'] as const;
 const defined = (field: string) => ValidateIf((o: Record<string, unknown>) => o[field] !== undefined);
 
 function implementsAll(value: unknown, methods: readonly string[]): boolean {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    methods.every((m) => typeof (value as Record<string, unknown>)[m] === 'function')
-  );
+  return typeof value === 'object' && value !== null && methods.every((m) => typeof (value as Record<string, unknown>)[m] === 'function');
 }
 
 function OneOfOr(literals: readonly unknown[], methods: readonly string[], options: ValidationOptions) {
@@ -52,10 +36,7 @@ function IsNonEmptyStringOrFunction(options: ValidationOptions) {
 }
 
 function IsPositiveNumber(options: ValidationOptions) {
-  return ValidateBy(
-    { name: 'positiveNumber', validator: { validate: (v) => typeof v === 'number' && Number.isFinite(v) && v > 0 } },
-    options,
-  );
+  return ValidateBy({ name: 'positiveNumber', validator: { validate: (v) => typeof v === 'number' && Number.isFinite(v) && v > 0 } }, options);
 }
 
 /** A URL pg can connect with; only the postgres bus opens a LISTEN connection, so elsewhere it would be ignored. */

@@ -48,7 +48,9 @@ function problemsOf(errors: ValidationError[], prefix = ''): string[] {
     const field = `${prefix}${error.property}`;
     if (!error.constraints) return problemsOf(error.children ?? [], `${field}.`);
     if (error.constraints['whitelistValidation']) return [`${field} is not a CycliumModule option`];
-    return Object.values(error.constraints).slice(0, 1).map((message) => `${message} (got ${describe(error.value)})`);
+    return Object.values(error.constraints)
+      .slice(0, 1)
+      .map((message) => `${message} (got ${describe(error.value)})`);
   });
 }
 

@@ -55,7 +55,12 @@ export class OutputDelivery {
   async deliver(outputs: readonly CycliumOutput[], sentAt: number): Promise<void> {
     if (this.drained) {
       // Leased by an end that committed after the drain finished: hand them back at once.
-      await this.store.release(this.identity.name(), outputs.map((o) => o.id)).catch((error: unknown) => this.recordError('release', error));
+      await this.store
+        .release(
+          this.identity.name(),
+          outputs.map((o) => o.id),
+        )
+        .catch((error: unknown) => this.recordError('release', error));
       return;
     }
     await Promise.all(outputs.map((output) => this.track(output, sentAt)));
@@ -78,7 +83,9 @@ export class OutputDelivery {
     this.drained = true;
     const released = await this.store.release(this.identity.name());
     if (cut.length > 0 || released > 0) {
-      this.logger.warn(`drain: ${cut.length} output delivery(ies) cut short after ${this.options.episodeShutdownMs} ms; ${released} output(s) released for other nodes`);
+      this.logger.warn(
+        `drain: ${cut.length} output delivery(ies) cut short after ${this.options.episodeShutdownMs} ms; ${released} output(s) released for other nodes`,
+      );
     }
   }
 

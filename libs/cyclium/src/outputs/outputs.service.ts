@@ -47,8 +47,17 @@ export class Outputs {
       SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload, (${hosted})::int,
              CASE WHEN ${hosted} THEN ${p(this.identity.name(), 'text')} END,
              CASE WHEN ${hosted} THEN now() + make_interval(secs => ${p(this.delivery.leaseMs, 'double precision')} / 1000) ELSE now() END
-        FROM unnest(${p(proposals.map((o) => o.type), 'text[]')}, ${p(proposals.map((o, i) => this.keyOf(episode, o, i)), 'text[]')},
-                    ${p(proposals.map((o) => JSON.stringify(o.payload ?? null)), 'jsonb[]')}) AS o (type, dedupe_key, payload)
+        FROM unnest(${p(
+          proposals.map((o) => o.type),
+          'text[]',
+        )}, ${p(
+          proposals.map((o, i) => this.keyOf(episode, o, i)),
+          'text[]',
+        )},
+                    ${p(
+                      proposals.map((o) => JSON.stringify(o.payload ?? null)),
+                      'jsonb[]',
+                    )}) AS o (type, dedupe_key, payload)
        WHERE (${when})
       ON CONFLICT (dedupe_key) DO NOTHING
       RETURNING *`;
@@ -61,6 +70,9 @@ export class Outputs {
    */
   async deliver(outputs: CycliumOutput[], sentAt = performance.now()): Promise<void> {
     const mine = this.identity.name();
-    await this.delivery.deliver(outputs.filter((output) => output.leaseOwner === mine), sentAt);
+    await this.delivery.deliver(
+      outputs.filter((output) => output.leaseOwner === mine),
+      sentAt,
+    );
   }
 }

@@ -84,7 +84,8 @@ export class Drainer {
     const window = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), this.options.episodeShutdownMs).unref());
     await Promise.race([this.slots.idle(), window]);
     const killed = this.runner.inFlight().length;
-    if (killed > 0) this.logger.warn(`${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to be killed with the process (already stamped)`);
+    if (killed > 0)
+      this.logger.warn(`${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to be killed with the process (already stamped)`);
     this.telemetry.emit('drain.completed', { stamped: stamped.length, killed });
     return { stamped: stamped.length, killed };
   }

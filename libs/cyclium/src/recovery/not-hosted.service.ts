@@ -48,7 +48,12 @@ export class NotHostedEpisodes {
     for (;;) {
       const batch = await this.database.transaction(async (client) => {
         const episodes = await this.store.failNotHosted(client, scope, hosted, graceMs, detail);
-        await this.journal.mark(episodes.map((e) => e.id), 'not_hosted', { node: me }, client);
+        await this.journal.mark(
+          episodes.map((e) => e.id),
+          'not_hosted',
+          { node: me },
+          client,
+        );
         const announce = await this.events.within(
           client,
           episodes.map((e) => lifecycleEvent('episode.failed', e, 'failed', me, { errorClass: 'not_hosted' })),
@@ -58,7 +63,12 @@ export class NotHostedEpisodes {
       batch.announce();
       for (const episode of batch.episodes) {
         byActor.set(episode.actorId, (byActor.get(episode.actorId) ?? 0) + 1);
-        this.telemetry.emit('episode.failed', { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId, errorClass: 'not_hosted' });
+        this.telemetry.emit('episode.failed', {
+          episodeId: episode.id,
+          actorId: episode.actorId,
+          expectationId: episode.expectationId,
+          errorClass: 'not_hosted',
+        });
       }
       failed += batch.episodes.length;
       if (batch.episodes.length < RECOVERY_PAGE || performance.now() > deadline) break;

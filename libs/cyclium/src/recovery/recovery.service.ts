@@ -126,16 +126,18 @@ export class Recovery {
 
   /** One pass over the given scope (default: this node's). Calls on one node queue behind each other. */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
-    const pass = this.sweeps.then(() => this.sweepOnce(options)).then(
-      (result) => {
-        this.last = { at: new Date(), result, error: null };
-        return result;
-      },
-      (error: unknown) => {
-        this.last = { at: new Date(), result: null, error: errorMessage(error) };
-        throw error;
-      },
-    );
+    const pass = this.sweeps
+      .then(() => this.sweepOnce(options))
+      .then(
+        (result) => {
+          this.last = { at: new Date(), result, error: null };
+          return result;
+        },
+        (error: unknown) => {
+          this.last = { at: new Date(), result: null, error: errorMessage(error) };
+          throw error;
+        },
+      );
     this.sweeps = pass.catch(() => undefined);
     return pass;
   }
@@ -264,12 +266,12 @@ export class Recovery {
           return { kind: 'deferred', episode, announce };
         }
         const detail = [
-          policy === 'restart'
-            ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}`
-            : 'orphaned: recovery policy is fail',
+          policy === 'restart' ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}` : 'orphaned: recovery policy is fail',
           `(last owned by ${from})`,
           hosted ? '' : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
-        ].join(' ').trim();
+        ]
+          .join(' ')
+          .trim();
         const fence = grant.status === 'acquired' ? grant.claim.fence : null;
         if (!(await this.store.failOrphaned(client, episode.id, detail))) throw new Skip('taken');
         await this.journal.mark([episode.id], 'orphaned', { node: me, lastOwner: from }, client);

@@ -28,7 +28,11 @@ export class StepInputs {
    * PostgreSQL cannot store) fails its step without an episode, which may start or cancel others:
    * repeat until every start has its input.
    */
-  async prepare(workflow: RegisteredWorkflow, instance: InstanceContext, transition: Transition): Promise<{ transition: Transition; inputs: Map<string, unknown> }> {
+  async prepare(
+    workflow: RegisteredWorkflow,
+    instance: InstanceContext,
+    transition: Transition,
+  ): Promise<{ transition: Transition; inputs: Map<string, unknown> }> {
     const inputs = new Map<string, unknown>();
     let current = transition;
     let results: Record<string, StepResult> | null = null;
@@ -39,14 +43,15 @@ export class StepInputs {
       if (!step) throw new Error(`workflow ${workflow.id} has no step ${next.stepId}`);
       results ??= await this.resultsOf(current);
       try {
-        const value = (await step.buildInput({
-          instanceId: instance.id,
-          workflowId: workflow.id,
-          subject: instance.subject,
-          input: instance.input,
-          results,
-          attempt: next.attempt,
-        })) ?? {};
+        const value =
+          (await step.buildInput({
+            instanceId: instance.id,
+            workflowId: workflow.id,
+            subject: instance.subject,
+            input: instance.input,
+            results,
+            attempt: next.attempt,
+          })) ?? {};
         const json = toJsonb(value);
         if ('problem' in json) throw new Error(`the input ${json.problem}`);
         inputs.set(next.episodeId, value);
@@ -76,5 +81,4 @@ export class StepInputs {
     }
     return results;
   }
-
 }

@@ -19,7 +19,6 @@ import { TERMINAL_EPISODE_STATUSES, WorkflowTransitions, type EpisodeOutcome, ty
 /** What a write came to: done, or lost to another node (`conflict`: it advanced first; `busy`: it is advancing now; `duplicate`: a live instance already has the key). */
 export type WriteOutcome = 'ok' | 'conflict' | 'busy' | 'duplicate';
 
-
 class Lost extends Error {
   override readonly name = 'Lost';
   constructor(readonly outcome: Exclude<WriteOutcome, 'ok'>) {
@@ -65,7 +64,8 @@ export class WorkflowAdvancer {
     const prepared = await this.inputs.prepare(workflow, context, WorkflowTransitions.begin(workflow, randomUUID));
     const { transition } = prepared;
     const outcome = await this.write(workflow, context, prepared, async (client) => {
-      if (!(await this.instances.insert(client, { ...spec, status: transition.status, steps: transition.steps, error: transition.error }))) throw new Lost('duplicate');
+      if (!(await this.instances.insert(client, { ...spec, status: transition.status, steps: transition.steps, error: transition.error })))
+        throw new Lost('duplicate');
       return null;
     });
     if (outcome === 'ok') {
@@ -89,7 +89,13 @@ export class WorkflowAdvancer {
       errorClass: episode.errorClass,
       errorDetail: episode.errorDetail,
     };
-    const transition = WorkflowTransitions.episodeEnded(workflow, { status: instance.status, steps: instance.stepStates }, episode.workflowStepId, outcome, randomUUID);
+    const transition = WorkflowTransitions.episodeEnded(
+      workflow,
+      { status: instance.status, steps: instance.stepStates },
+      episode.workflowStepId,
+      outcome,
+      randomUUID,
+    );
     if (!transition) return null;
     return this.update(workflow, instance, transition);
   }
@@ -108,7 +114,13 @@ export class WorkflowAdvancer {
   }
 
   private async update(workflow: RegisteredWorkflow | undefined, instance: WorkflowInstanceRow, transition: Transition): Promise<WriteOutcome> {
-    const context: InstanceContext = { id: instance.id, subject: instance.subjectValue, input: instance.input, sourceStack: instance.sourceStack, sourceEnv: instance.sourceEnv };
+    const context: InstanceContext = {
+      id: instance.id,
+      subject: instance.subjectValue,
+      input: instance.input,
+      sourceStack: instance.sourceStack,
+      sourceEnv: instance.sourceEnv,
+    };
     const prepared = workflow ? await this.inputs.prepare(workflow, context, transition) : { transition, inputs: new Map<string, unknown>() };
     const me = this.identity.name();
     const outcome = await this.write(workflow, context, prepared, async (client) => {
@@ -169,7 +181,12 @@ export class WorkflowAdvancer {
         }
         const canceled = await this.episodes.cancelWaiting(transition.cancel, client);
         const stillRunning = await this.episodes.requestCancel(transition.cancel, client);
-        announces.push(await this.events.within(client, canceled.map((e) => lifecycleEvent('episode.canceled', e, 'canceled', me))));
+        announces.push(
+          await this.events.within(
+            client,
+            canceled.map((e) => lifecycleEvent('episode.canceled', e, 'canceled', me)),
+          ),
+        );
         await last?.();
         return { announces, stillRunning };
       });

@@ -17,7 +17,10 @@ export function validateWorkflow(className: string, options: WorkflowOptions | u
   const declared = options as WorkflowOptions;
   const trigger = declared.trigger ?? 'manual';
   const extra = typeof trigger === 'object' && trigger !== null ? Object.keys(trigger).filter((k) => k !== 'event' && k !== 'filter') : [];
-  if (trigger !== 'manual' && !(typeof trigger === 'object' && trigger !== null && typeof trigger.event === 'string' && trigger.event !== '' && extra.length === 0)) {
+  if (
+    trigger !== 'manual' &&
+    !(typeof trigger === 'object' && trigger !== null && typeof trigger.event === 'string' && trigger.event !== '' && extra.length === 0)
+  ) {
     fail(`trigger must be 'manual' or { event, filter? } (got ${JSON.stringify(trigger)})`);
   }
   if (declared.subjectKey !== undefined && (typeof declared.subjectKey !== 'string' || declared.subjectKey === '')) {
@@ -61,7 +64,8 @@ function policyOf(where: string, policy: StepFailurePolicy | undefined): StepPol
     return { attempts: 1, backoffMs: 0, then: (policy ?? 'fail_workflow') as StepPolicy['then'] };
   }
   const retry = typeof policy === 'object' && policy !== null ? policy.retry : undefined;
-  if (!retry || typeof retry !== 'object') fail(`onFailure must be 'fail_workflow', 'continue' or { retry: { attempts, backoffMs?, then? } } (got ${JSON.stringify(policy)})`);
+  if (!retry || typeof retry !== 'object')
+    fail(`onFailure must be 'fail_workflow', 'continue' or { retry: { attempts, backoffMs?, then? } } (got ${JSON.stringify(policy)})`);
   const { attempts, backoffMs = 1_000, then = 'fail_workflow' } = retry as { attempts: number; backoffMs?: number; then?: string };
   if (!Number.isInteger(attempts) || attempts < 1) fail(`onFailure.retry.attempts must be a whole number >= 1, the first try included (got ${attempts})`);
   if (!Number.isInteger(backoffMs) || backoffMs < 0) fail(`onFailure.retry.backoffMs must be a whole number of milliseconds >= 0 (got ${backoffMs})`);
@@ -75,7 +79,8 @@ export function checkGraph(workflow: RegisteredWorkflow): void {
   if (workflow.steps.size === 0) throw new WorkflowDefinitionError(`${where}: has no @WorkflowStep methods`);
   for (const step of workflow.steps.values()) {
     for (const dependency of step.after) {
-      if (!workflow.steps.has(dependency)) throw new WorkflowDefinitionError(`${where}: step "${step.id}" runs after "${dependency}", which is not a step of this workflow`);
+      if (!workflow.steps.has(dependency))
+        throw new WorkflowDefinitionError(`${where}: step "${step.id}" runs after "${dependency}", which is not a step of this workflow`);
     }
   }
   const state = new Map<string, 'visiting' | 'done'>();

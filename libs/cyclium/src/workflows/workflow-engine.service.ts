@@ -178,7 +178,9 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     // The subject is a unique index entry, which PostgreSQL bounds in bytes, not characters.
     if ((typeof raw !== 'string' && typeof raw !== 'number') || String(raw) === '' || Buffer.byteLength(String(raw), 'utf8') > MAX_SUBJECT_BYTES) {
       const shown = JSON.stringify(typeof raw === 'string' ? `${raw.slice(0, 40)}${raw.length > 40 ? '…' : ''}` : raw);
-      throw new InvalidWorkflowInputError(`the subject of ${workflow.id} must be a non-empty string or number of at most ${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`);
+      throw new InvalidWorkflowInputError(
+        `the subject of ${workflow.id} must be a non-empty string or number of at most ${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`,
+      );
     }
     const subject = String(raw);
     if (subject.includes('\u0000')) throw new InvalidWorkflowInputError(`the subject of ${workflow.id} holds a NUL character, which PostgreSQL cannot store`);

@@ -106,7 +106,11 @@ export class WorkflowInstanceStore {
   }
 
   /** Live instances in scope, oldest first, by keyset pages of `limit` after `afterId`. */
-  async liveInScope(scope: InstanceScope, limit: number, after: { insertedAt: string; id: string } | null): Promise<Array<{ instance: WorkflowInstanceRow; cursorAt: string }>> {
+  async liveInScope(
+    scope: InstanceScope,
+    limit: number,
+    after: { insertedAt: string; id: string } | null,
+  ): Promise<Array<{ instance: WorkflowInstanceRow; cursorAt: string }>> {
     if (scope.workflowIds.length === 0) return [];
     const { rows } = await this.database.sql.query(
       `SELECT *, inserted_at::text AS cursor_at FROM cyclium_workflow_instances

@@ -68,7 +68,9 @@ describe('WorkflowTransitions', () => {
     expect(WorkflowTransitions.episodeEnded(diamond, live(t1), 'a', ended('ep-1', 'done'), next)).toBeNull();
     // An episode of another attempt, or of no step at all.
     expect(WorkflowTransitions.episodeEnded(diamond, live(t1), 'b', ended('someone-else', 'done'), next)).toBeNull();
-    expect(WorkflowTransitions.episodeEnded(diamond, { status: 'canceled', steps: t1.steps }, 'b', ended(t1.steps.b?.episodeId as string, 'done'), next)).toBeNull();
+    expect(
+      WorkflowTransitions.episodeEnded(diamond, { status: 'canceled', steps: t1.steps }, 'b', ended(t1.steps.b?.episodeId as string, 'done'), next),
+    ).toBeNull();
   });
 
   it('retries a failed step with doubling backoff, then applies its final action', () => {
@@ -110,7 +112,10 @@ describe('WorkflowTransitions', () => {
   });
 
   it('continue lets the dependants run and the instance end done', () => {
-    const lenient = workflow([{ id: 'boom', policy: { then: 'continue' } }, { id: 'next', after: ['boom'] }]);
+    const lenient = workflow([
+      { id: 'boom', policy: { then: 'continue' } },
+      { id: 'next', after: ['boom'] },
+    ]);
     const nextId = ids();
     const t0 = WorkflowTransitions.begin(lenient, nextId);
     const t1 = WorkflowTransitions.episodeEnded(lenient, live(t0), 'boom', ended('ep-1', 'failed'), nextId) as Transition;

@@ -36,7 +36,10 @@ export class WorkflowExplorer {
       for (const { methodName, options: stepOptions, call } of decoratedMethods(this.scanner, this.reflector, WorkflowStep, wrapper.instance as object)) {
         const step = validateStep(this.actors, className, methodName, stepOptions);
         const existing = workflow.steps.get(step.id);
-        if (existing) throw new WorkflowDefinitionError(`@WorkflowStep on ${className}.${methodName}: duplicate step id "${step.id}" (already on ${className}.${existing.methodName})`);
+        if (existing)
+          throw new WorkflowDefinitionError(
+            `@WorkflowStep on ${className}.${methodName}: duplicate step id "${step.id}" (already on ${className}.${existing.methodName})`,
+          );
         step.buildInput = call;
         workflow.steps.set(step.id, step);
       }
