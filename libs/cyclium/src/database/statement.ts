@@ -19,6 +19,11 @@ export class Statement {
     return cast ? `$${this.values.length}::${cast}` : `$${this.values.length}`;
   }
 
+  /** `$a::castA, $b::castB, …`: the arrays an `unnest(...)` reads, one parameter per column, in order. */
+  arrays(columns: ReadonlyArray<readonly [values: readonly unknown[], cast: string]>): string {
+    return columns.map(([values, cast]) => this.param(values, cast)).join(', ');
+  }
+
   /** Adds `name AS (body)` to the statement's WITH list. */
   with(name: string, body: string): this {
     this.ctes.push(`${name} AS (${body})`);

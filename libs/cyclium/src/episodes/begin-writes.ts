@@ -66,54 +66,24 @@ export class BeginWrites {
     const statement = new Statement('begin_many');
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const specs = items.map((b) => b.spec);
+    const input = statement.arrays([
+      [items.map((b) => b.id), 'uuid[]'],
+      [items.map((b) => b.key), 'text[]'],
+      [specs.map((s) => s.actorId), 'text[]'],
+      [specs.map((s) => s.expectationId), 'text[]'],
+      [specs.map((s) => s.trigger.type), 'text[]'],
+      [specs.map((s) => JSON.stringify(s.trigger)), 'jsonb[]'],
+      [specs.map((s) => s.dedupeKey), 'text[]'],
+      [specs.map((s) => s.ownerNode), 'text[]'],
+      [specs.map((s) => s.maxAttempts), 'int[]'],
+      [specs.map((s) => s.sourceStack), 'text[]'],
+      [specs.map((s) => s.sourceEnv), 'text[]'],
+      [specs.map((s) => s.workflowInstanceId ?? null), 'uuid[]'],
+      [specs.map((s) => s.workflowStepId ?? null), 'text[]'],
+    ]);
     statement.with(
       'input',
-      `SELECT * FROM unnest(${p(
-        items.map((b) => b.id),
-        'uuid[]',
-      )}, ${p(
-        items.map((b) => b.key),
-        'text[]',
-      )},
-                            ${p(
-                              specs.map((s) => s.actorId),
-                              'text[]',
-                            )}, ${p(
-                              specs.map((s) => s.expectationId),
-                              'text[]',
-                            )},
-                            ${p(
-                              specs.map((s) => s.trigger.type),
-                              'text[]',
-                            )}, ${p(
-                              specs.map((s) => JSON.stringify(s.trigger)),
-                              'jsonb[]',
-                            )},
-                            ${p(
-                              specs.map((s) => s.dedupeKey),
-                              'text[]',
-                            )}, ${p(
-                              specs.map((s) => s.ownerNode),
-                              'text[]',
-                            )},
-                            ${p(
-                              specs.map((s) => s.maxAttempts),
-                              'int[]',
-                            )}, ${p(
-                              specs.map((s) => s.sourceStack),
-                              'text[]',
-                            )},
-                            ${p(
-                              specs.map((s) => s.sourceEnv),
-                              'text[]',
-                            )}, ${p(
-                              specs.map((s) => s.workflowInstanceId ?? null),
-                              'uuid[]',
-                            )},
-                            ${p(
-                              specs.map((s) => s.workflowStepId ?? null),
-                              'text[]',
-                            )})
+      `SELECT * FROM unnest(${input})
          WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, owner_node, max_attempts,
                                source_stack, source_env, workflow_instance_id, workflow_step_id, n)`,
     );

@@ -97,43 +97,22 @@ export class EndWrites {
   private async endMany(items: EndWrite[]): Promise<boolean[]> {
     const { ownerMany, finishMany } = this.batchFragments() as BatchFragments;
     const statement = new Statement('end_many');
-    const p = (value: unknown, cast: string) => statement.param(value, cast);
     const terminal = items.map((w) => w.outcome.terminal);
+    const input = statement.arrays([
+      [items.map((w) => w.ownership.key), 'text[]'],
+      [items.map((w) => w.ownership.owner), 'text[]'],
+      [items.map((w) => w.ownership.fence), 'bigint[]'],
+      [items.map((w) => w.episode.id), 'uuid[]'],
+      [terminal.map((t) => t.status), 'text[]'],
+      [terminal.map((t) => t.summary ?? null), 'text[]'],
+      [terminal.map((t) => (t.classification === undefined ? null : JSON.stringify(t.classification))), 'jsonb[]'],
+      [terminal.map((t) => t.errorClass ?? null), 'text[]'],
+      [terminal.map((t) => t.detail ?? null), 'text[]'],
+      [terminal.map(claimFailureOf), 'text[]'],
+    ]);
     statement.with(
       'input',
-      `SELECT * FROM unnest(${p(
-        items.map((w) => w.ownership.key),
-        'text[]',
-      )}, ${p(
-        items.map((w) => w.ownership.owner),
-        'text[]',
-      )},
-                            ${p(
-                              items.map((w) => w.ownership.fence),
-                              'bigint[]',
-                            )}, ${p(
-                              items.map((w) => w.episode.id),
-                              'uuid[]',
-                            )},
-                            ${p(
-                              terminal.map((t) => t.status),
-                              'text[]',
-                            )}, ${p(
-                              terminal.map((t) => t.summary ?? null),
-                              'text[]',
-                            )},
-                            ${p(
-                              terminal.map((t) => (t.classification === undefined ? null : JSON.stringify(t.classification))),
-                              'jsonb[]',
-                            )},
-                            ${p(
-                              terminal.map((t) => t.errorClass ?? null),
-                              'text[]',
-                            )}, ${p(
-                              terminal.map((t) => t.detail ?? null),
-                              'text[]',
-                            )},
-                            ${p(terminal.map(claimFailureOf), 'text[]')})
+      `SELECT * FROM unnest(${input})
          WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification, error_class, error_detail, failure, n)`,
     );
     statement.with('owner', ownerMany({ input: 'input' }));

@@ -79,32 +79,14 @@ export class Findings {
       ]);
     }
     const columns = (list: Fields[]) =>
-      [
-        p(
-          list.map((f) => f.key),
-          'text[]',
-        ),
-        p(
-          list.map((f) => f.class ?? null),
-          'text[]',
-        ),
-        p(
-          list.map((f) => f.severity ?? null),
-          'text[]',
-        ),
-        p(
-          list.map((f) => f.subject ?? null),
-          'text[]',
-        ),
-        p(
-          list.map((f) => f.summary ?? null),
-          'text[]',
-        ),
-        p(
-          list.map((f) => (f.evidence === undefined ? null : JSON.stringify(f.evidence))),
-          'jsonb[]',
-        ),
-      ].join(', ');
+      statement.arrays([
+        [list.map((f) => f.key), 'text[]'],
+        [list.map((f) => f.class ?? null), 'text[]'],
+        [list.map((f) => f.severity ?? null), 'text[]'],
+        [list.map((f) => f.subject ?? null), 'text[]'],
+        [list.map((f) => f.summary ?? null), 'text[]'],
+        [list.map((f) => (f.evidence === undefined ? null : JSON.stringify(f.evidence))), 'jsonb[]'],
+      ]);
     if (updates.length > 0) {
       ctes.push([
         'finding_updates',

@@ -47,17 +47,11 @@ export class Outputs {
       SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload, (${hosted})::int,
              CASE WHEN ${hosted} THEN ${p(this.identity.name(), 'text')} END,
              CASE WHEN ${hosted} THEN now() + make_interval(secs => ${p(this.delivery.leaseMs, 'double precision')} / 1000) ELSE now() END
-        FROM unnest(${p(
-          proposals.map((o) => o.type),
-          'text[]',
-        )}, ${p(
-          proposals.map((o, i) => this.keyOf(episode, o, i)),
-          'text[]',
-        )},
-                    ${p(
-                      proposals.map((o) => JSON.stringify(o.payload ?? null)),
-                      'jsonb[]',
-                    )}) AS o (type, dedupe_key, payload)
+        FROM unnest(${statement.arrays([
+          [proposals.map((o) => o.type), 'text[]'],
+          [proposals.map((o, i) => this.keyOf(episode, o, i)), 'text[]'],
+          [proposals.map((o) => JSON.stringify(o.payload ?? null)), 'jsonb[]'],
+        ])}) AS o (type, dedupe_key, payload)
        WHERE (${when})
       ON CONFLICT (dedupe_key) DO NOTHING
       RETURNING *`;
