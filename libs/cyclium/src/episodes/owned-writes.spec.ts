@@ -22,12 +22,15 @@ const duplicate = () => Object.assign(new Error('duplicate key value violates un
 
 type StepCall<R> = (episodeId: string, owner: typeof ownership, step: StepRecord) => Promise<R>;
 
-function setup(calls: {
-  write?: Array<() => StepWriteOutcome>;
-  confirm?: Array<StepWriteOutcome | null>;
-  end?: Array<() => [] | null>;
-  ended?: Array<'ended' | 'owned' | 'lost'>;
-}) {
+function setup(
+  calls: {
+    write?: Array<() => StepWriteOutcome>;
+    confirm?: Array<StepWriteOutcome | null>;
+    end?: Array<() => [] | null>;
+    ended?: Array<'ended' | 'owned' | 'lost'>;
+  },
+  resolved: ResolvedCycliumOptions = options,
+) {
   const steps = {
     write: jest.fn<StepCall<StepWriteOutcome>>(async () => (calls.write?.shift() as () => StepWriteOutcome)()),
     confirm: jest.fn<StepCall<StepWriteOutcome | null>>(async () => calls.confirm?.shift() ?? null),
@@ -36,7 +39,7 @@ function setup(calls: {
     end: jest.fn(async () => (calls.end?.shift() as () => [] | null)()),
     confirm: jest.fn(async () => calls.ended?.shift() ?? 'owned'),
   };
-  const writes = new OwnedWrites(steps as unknown as StepWrites, ends as unknown as EndWrites, {} as EpisodeJournal, options);
+  const writes = new OwnedWrites(steps as unknown as StepWrites, ends as unknown as EndWrites, {} as EpisodeJournal, resolved);
   return { steps, ends, writes };
 }
 
@@ -55,6 +58,25 @@ describe('OwnedWrites', () => {
     await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe('written');
     expect(steps.write).toHaveBeenCalledTimes(1);
     expect(steps.confirm).toHaveBeenCalledWith('e1', ownership, record);
+  });
+
+  it('with claims off, a write of a run older than the staleness window still retries: the window starts at its failure', async () => {
+    const { steps, writes } = setup(
+      {
+        write: [
+          () => {
+            throw cut();
+          },
+          () => 'written',
+        ],
+        confirm: [null],
+      },
+      { recovery: { staleAfterMs: 50 } } as ResolvedCycliumOptions,
+    );
+    const scope = writes.scope('e1', new ClaimHold('episode:e1', null, 0, performance.now()));
+    await new Promise((resolve) => setTimeout(resolve, 80)); // the run has lasted longer than staleAfterMs
+    await expect(writes.step(scope, ownership, record)).resolves.toBe('written');
+    expect(steps.write).toHaveBeenCalledTimes(2);
   });
 
   it('a step write that did not commit is sent again with the same fence; a lock timeout is transient too', async () => {

@@ -16,10 +16,13 @@ import { StepWrites } from './step-writes.js';
 const FIRST_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 1_000;
 
-/** One run's right to keep retrying: while its claim holds (claims on), or for the staleness window (claims off). */
+/**
+ * One run's right to keep retrying a write that failed at `failedAt` (performance.now()): while its
+ * claim holds (claims on), or for the staleness window from that failure (claims off).
+ */
 export interface WriteScope {
   readonly episodeId: string;
-  owned(): boolean;
+  owned(failedAt: number): boolean;
 }
 
 /**
@@ -45,8 +48,8 @@ export class OwnedWrites {
 
   scope(episodeId: string, hold: ClaimHold): WriteScope {
     // With claims off nothing expires locally; past the staleness window recovery may take the episode anyway.
-    const until = hold.fence === null ? performance.now() + this.options.recovery.staleAfterMs : Number.POSITIVE_INFINITY;
-    return { episodeId, owned: () => !hold.lost && performance.now() < until };
+    const window = hold.fence === null ? this.options.recovery.staleAfterMs : Number.POSITIVE_INFINITY;
+    return { episodeId, owned: (failedAt) => !hold.lost && performance.now() < failedAt + window };
   }
 
   /** The checkpoints and next journal position of a resumed run. */
@@ -79,6 +82,7 @@ export class OwnedWrites {
   }
 
   private async retry<R>(scope: WriteScope, what: string, first: () => Promise<R>, again: () => Promise<R>): Promise<R> {
+    let failedAt = 0;
     for (let attempt = 0; ; attempt++) {
       try {
         return await (attempt === 0 ? first() : again());
@@ -86,7 +90,8 @@ export class OwnedWrites {
         // A later attempt that meets the row of an earlier one: that one committed meanwhile, and the next confirm sees it.
         const settledMeanwhile = attempt > 0 && errorCode(error) === '23505';
         if (!isTransientDatabaseError(error) && !settledMeanwhile) throw error;
-        if (!scope.owned()) throw new EpisodeWriteUnavailableError(scope.episodeId, what, error);
+        if (attempt === 0) failedAt = performance.now();
+        if (!scope.owned(failedAt)) throw new EpisodeWriteUnavailableError(scope.episodeId, what, error);
         if (attempt === 0)
           this.logger.warn(`episode ${scope.episodeId}: the ${what} met a database fault, retrying while this node owns it: ${errorMessage(error)}`);
         await sleep(Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt));
