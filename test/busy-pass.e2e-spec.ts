@@ -5,8 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { NodeIdentity } from '@cyclium/nestjs';
-import { eventKey } from '../libs/cyclium/src/actors/dedupe-keys.js';
-import { Peers } from '../libs/cyclium/src/identity/peers.service.js';
+import { eventKey } from '../libs/cyclium/src/triggers/dedupe-keys.js';
+import { Peers } from '../libs/cyclium/src/cluster/peers.service.js';
 import { resolveCycliumOptions } from '../libs/cyclium/src/options/resolve-options.js';
 import { FAST_RECOVERY, post, rebalanceOn, startNode } from './support/demo-cluster.js';
 import type { DemoNode } from './support/demo-node.js';

@@ -3,8 +3,8 @@ import { Injectable, Logger, type INestApplicationContext } from '@nestjs/common
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Actor, Episodes, Expectation, onCyclium, Recovery, type EpisodeContext } from '@cyclium/nestjs';
 import { LocalBus } from '@cyclium/nestjs/adapters';
-import { ActorSlots } from '../libs/cyclium/src/actors/actor-slots.service.js';
-import { LeaseRenewer } from '../libs/cyclium/src/claims/lease-renewer.service.js';
+import { ActorSlots } from '../libs/cyclium/src/dispatch/actor-slots.service.js';
+import { LeaseRenewer } from '../libs/cyclium/src/leases/lease-renewer.service.js';
 import { EpisodeJournal } from '../libs/cyclium/src/episodes/episode-journal.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Bus, Expectation, type CycliumOptions, type EpisodeContext } from '@cyclium/nestjs';
 import { CycliumStatus } from '../libs/cyclium/src/health/cyclium-status.service.js';
-import { Peers } from '../libs/cyclium/src/identity/peers.service.js';
+import { Peers } from '../libs/cyclium/src/cluster/peers.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { carriesPreparedStatements, findPgBouncer, startPgBouncer, type PgBouncerBinary, type RunningPgBouncer } from './support/pgbouncer.js';

@@ -7,7 +7,7 @@ import type { BusEvent } from '../libs/cyclium/src/bus/bus.interface.js';
 import { GuardedBus } from '../libs/cyclium/src/bus/guarded-bus.js';
 import { PostgresBus, type PostgresBusOptions } from '../libs/cyclium/src/bus/postgres-bus.js';
 import { freePort } from '@cyclium/nestjs/testing';
-import type { SqlExecutor } from '../libs/cyclium/src/database/sql-executor.js';
+import type { SqlExecutor } from '../libs/cyclium/src/sql/sql-executor.js';
 import { freshDatabase, pool } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 

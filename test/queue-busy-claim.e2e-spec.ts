@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
-import { ActorSlots } from '../libs/cyclium/src/actors/actor-slots.service.js';
+import { ActorSlots } from '../libs/cyclium/src/dispatch/actor-slots.service.js';
 import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';

@@ -10,9 +10,9 @@ export { CycliumModule } from './cyclium.module.js';
 export type { CycliumMode, CycliumOptions, RecoveryOptions, RecoveryPolicy } from './options/cyclium-options.interface.js';
 export { cycliumOptionsFromEnv } from './options/options-from-env.js';
 export { CycliumConfigError } from './options/cyclium-config.error.js';
-export { MissingSchemaError } from './database/missing-schema.error.js';
-export { DatabaseUnavailableError, isDatabaseUnavailable } from './database/database-errors.js';
-export type { SqlExecutor } from './database/sql-executor.js';
+export { MissingSchemaError } from './sql/missing-schema.error.js';
+export { DatabaseUnavailableError, isDatabaseUnavailable } from './sql/database-errors.js';
+export type { SqlExecutor } from './sql/sql-executor.js';
 
 // The node: identity, stack and env.
 export { NodeIdentity } from './identity/node-identity.service.js';
@@ -39,7 +39,7 @@ export {
 } from './health/cyclium-status.service.js';
 
 // Work claims.
-export { WorkClaims, type WorkClaimsAcquireOptions } from './claims/work-claims.service.js';
+export { WorkClaims, type WorkClaimsAcquireOptions } from './leases/work-claims.service.js';
 export type { ClaimHold } from './claims/claim-hold.js';
 export { ClaimLostError, type ClaimLossReason } from './claims/claim-lost.error.js';
 export type { AcquireResult, ClaimWriteResult, ExpiredClaim } from './claims/work-claims-adapter.interface.js';
@@ -47,13 +47,13 @@ export type { AcquireResult, ClaimWriteResult, ExpiredClaim } from './claims/wor
 // Actors and episodes.
 export { Actor, type ActorOptions, type OverflowPolicy } from './actors/actor.decorator.js';
 export { Expectation, type ExpectationOptions, type FilterValue, type Trigger } from './actors/expectation.decorator.js';
-export { ActorDefinitionError } from './actors/actor-definition.error.js';
+export { ActorDefinitionError } from './discovery/actor-definition.error.js';
 export { UnknownActorError } from './actors/unknown-actor.error.js';
 export type { DispatchResult } from './dispatch/dispatch-result.js';
 export { Mode, type ModeStatus } from './dispatch/mode.service.js';
 export { TriggerRequests } from './dispatch/trigger-requests.service.js';
-export { Episodes, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './episodes/episodes.service.js';
-export type { EpisodeStatus } from './episodes/episode.entity.js';
+export { Episodes, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './dispatch/episodes.service.js';
+export type { EpisodeStatus } from './entities/episode.entity.js';
 export type { Convergence, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episodes/episode-context.interface.js';
 export { EpisodeWriteUnavailableError, InvalidListQueryError, InvalidTriggerError, StepResultError } from './episodes/episode-errors.js';
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
@@ -83,4 +83,4 @@ export {
 } from './workflows/workflow.decorator.js';
 export { WorkflowEngine, type StartWorkflowOptions, type WorkflowCancelResult } from './workflows/workflow-engine.service.js';
 export { InvalidWorkflowInputError, WorkflowDefinitionError } from './workflows/workflow-definition.error.js';
-export type { StepResult, StepState, StepStatus } from './workflows/workflow-step-state.js';
+export type { StepResult, StepState, StepStatus } from './entities/workflow-step-state.js';

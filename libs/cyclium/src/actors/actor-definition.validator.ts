@@ -1,5 +1,5 @@
 import { validateCronExpression } from 'cron';
-import { ActorDefinitionError } from './actor-definition.error.js';
+import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import type { ActorOptions } from './actor.decorator.js';
 import type { ExpectationOptions } from './expectation.decorator.js';
 import { parseInterval } from './interval.js';

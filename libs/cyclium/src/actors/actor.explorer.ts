@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { decoratedMethods } from '../discovery/decorated-methods.js';
-import { ActorDefinitionError } from './actor-definition.error.js';
+import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { validateActor, validateExpectation } from './actor-definition.validator.js';
 import { Actor, type ActorOptions } from './actor.decorator.js';
 import { Expectation } from './expectation.decorator.js';

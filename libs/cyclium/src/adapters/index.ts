@@ -14,9 +14,9 @@ export { MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_CHARS } from '../bus/event-bounds.js
 export { TERMINAL_EVENTS } from '../episodes/episode-events.js';
 
 // SQL composition: the statements a durable bus or an in-database claims adapter joins.
-export type { SqlExecutor } from '../database/sql-executor.js';
-export type { Statement } from '../database/statement.js';
-export type { FencedStatement } from '../claims/work-claims.service.js';
+export type { SqlExecutor } from '../sql/sql-executor.js';
+export type { Statement } from '../sql/statement.js';
+export type { FencedStatement } from '../leases/work-claims.service.js';
 
 // Work claims: the shipped PostgreSQL adapter and the contract a custom one implements.
 export { PostgresClaims } from '../claims/postgres-claims.adapter.js';

@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /** Not durable, like the bus's own NOTIFYs: an echo never waits for a WAL flush. */
 const ECHO = `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)`;

@@ -1,4 +1,4 @@
-import { DatabaseUnavailableError } from '../database/database-errors.js';
+import { DatabaseUnavailableError } from '../sql/database-errors.js';
 
 /** The part of an event a refusal is about. */
 export type BusEventField = 'type' | 'eventId' | 'payload';

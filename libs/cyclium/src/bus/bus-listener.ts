@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
 import pg from 'pg';
-import { errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 import { BusEcho, type BusEchoOptions } from './bus-echo.js';
 
 const FIRST_RETRY_MS = 100;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import type { QueryConfig } from 'pg';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { BusNotifier, notifyPayloads, type Heard } from './bus-notifier.js';
 
 describe('BusNotifier payloads', () => {

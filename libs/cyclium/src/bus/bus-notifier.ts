@@ -1,9 +1,9 @@
 import { Logger } from '@nestjs/common';
-import { OutageLog } from '../database/database-errors.js';
-import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import { OutageLog } from '../sql/database-errors.js';
+import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import type { BusAudience } from './bus-audience.interface.js';
 import { ECHO_PAYLOAD } from './bus-echo.js';
-import { SpacedTrigger } from './spaced-trigger.js';
+import { SpacedTrigger } from '../primitives/spaced-trigger.js';
 
 /**
  * Wake-ups and dispatch signals share one NOTIFY per run, in a transaction of its own after the

@@ -1,4 +1,4 @@
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 
 /**

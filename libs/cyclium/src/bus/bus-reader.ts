@@ -1,9 +1,9 @@
 import { Logger } from '@nestjs/common';
-import { OutageLog } from '../database/database-errors.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import { OutageLog } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { DbSnapshot } from './db-snapshot.js';
 import type { EventLog, LoggedEvent } from './event-log.js';
-import { SpacedTrigger } from './spaced-trigger.js';
+import { SpacedTrigger } from '../primitives/spaced-trigger.js';
 
 const BATCH = 500;
 

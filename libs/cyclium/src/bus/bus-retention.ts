@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
-import { OutageLog } from '../database/database-errors.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import { OutageLog } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { EventLog } from './event-log.js';
 
 const BATCH = 1_000;

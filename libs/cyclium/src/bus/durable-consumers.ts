@@ -1,6 +1,6 @@
 import { Logger } from '@nestjs/common';
-import { OutageLog, errorMessage } from '../database/database-errors.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import { OutageLog, errorMessage } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { BusEvent } from './bus.interface.js';
 import type { BusPositions } from './bus-positions.js';
 import type { DbSnapshot } from './db-snapshot.js';

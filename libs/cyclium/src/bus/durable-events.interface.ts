@@ -1,5 +1,5 @@
-import type { SqlExecutor } from '../database/sql-executor.js';
-import type { Statement } from '../database/statement.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import type { Statement } from '../sql/statement.js';
 import type { Bus, BusEvent } from './bus.interface.js';
 
 /**

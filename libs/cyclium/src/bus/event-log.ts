@@ -1,5 +1,5 @@
-import { prepared, type SqlExecutor } from '../database/sql-executor.js';
-import type { Statement } from '../database/statement.js';
+import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
+import type { Statement } from '../sql/statement.js';
 import type { BusEvent } from './bus.interface.js';
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 

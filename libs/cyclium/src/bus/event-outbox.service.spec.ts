@@ -1,5 +1,5 @@
 import { describe, expect, it, jest } from '@jest/globals';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { Bus, type BusEvent } from './bus.interface.js';
 import type { DurableEvents } from './durable-events.interface.js';
 import { EventOutbox } from './event-outbox.service.js';

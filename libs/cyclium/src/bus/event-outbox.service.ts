@@ -1,8 +1,8 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
-import { errorMessage } from '../database/database-errors.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
-import type { Statement } from '../database/statement.js';
+import { errorMessage } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import type { Statement } from '../sql/statement.js';
 import { Bus, type BusEvent, type BusHandler } from './bus.interface.js';
 import { isDurable } from './durable-events.interface.js';
 import { hasDurableSubscriptions, type DurableHandler } from './durable-subscriptions.interface.js';

@@ -1,12 +1,12 @@
-import { DatabaseUnavailableError, errorCode, errorMessage, isDatabaseTimeout, isDatabaseUnavailable } from '../database/database-errors.js';
-import { toJsonb } from '../database/jsonb.js';
-import { MissingSchemaError } from '../database/missing-schema.error.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import { DatabaseUnavailableError, errorCode, errorMessage, isDatabaseTimeout, isDatabaseUnavailable } from '../sql/database-errors.js';
+import { toJsonb } from '../sql/jsonb.js';
+import { MissingSchemaError } from '../sql/missing-schema.error.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { EventIdConflictError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
 import type { BusEvent, PublishOptions } from './bus.interface.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, assertPayloadSize } from './event-bounds.js';
 import type { AppendOutcome, EventLog, StorableEvent } from './event-log.js';
-import { GroupCommit, type Pending } from './group-commit.js';
+import { GroupCommit, type Pending } from '../primitives/group-commit.js';
 import { mintBusEvent } from './local-bus.js';
 
 const DEFAULT_QUEUE_MAX = 10_000;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import type { QueryConfig, QueryResult } from 'pg';
-import { DatabaseTimeoutError, DatabaseUnavailableError } from '../database/database-errors.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import { DatabaseTimeoutError, DatabaseUnavailableError } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
 import { PostgresBus, type PostgresBusOptions } from './postgres-bus.js';
 

@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import type { SqlExecutor } from '../database/sql-executor.js';
-import type { Statement } from '../database/statement.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import type { Statement } from '../sql/statement.js';
 import { EventIdConflictError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
 import type { BusAudience, ListeningAnnouncement } from './bus-audience.interface.js';

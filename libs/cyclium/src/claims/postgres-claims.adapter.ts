@@ -1,4 +1,4 @@
-import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import type {
   AcquireOptions,
   AcquireResult,

@@ -34,7 +34,7 @@ export interface HeldClaim {
   fence: number;
 }
 
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /**
  * What an adapter whose claims live in the caller's PostgreSQL database can offer: taking part in

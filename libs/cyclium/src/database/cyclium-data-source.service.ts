@@ -6,10 +6,10 @@ import type { DataSource } from 'typeorm';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import { errorMessage } from './database-errors.js';
-import { MissingSchemaError } from './missing-schema.error.js';
+import { errorMessage } from '../sql/database-errors.js';
+import { MissingSchemaError } from '../sql/missing-schema.error.js';
 import { firstMissingMigration } from './schema-probe.js';
-import { unnamedStatements, type SqlExecutor } from './sql-executor.js';
+import { unnamedStatements, type SqlExecutor } from '../sql/sql-executor.js';
 import { StatementBounds } from './statement-bounds.js';
 
 /**

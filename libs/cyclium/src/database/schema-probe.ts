@@ -1,4 +1,4 @@
-import type { SqlExecutor } from './sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /**
  * One catalog fact per migration, each something only that migration creates, so a partly migrated

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { describe, expect, it } from '@jest/globals';
 import type pg from 'pg';
-import { DatabaseTimeoutError, isDatabaseUnavailable } from './database-errors.js';
+import { DatabaseTimeoutError, isDatabaseUnavailable } from '../sql/database-errors.js';
 import { StatementBounds } from './statement-bounds.js';
 
 /** A checked-out client that answers, or (like pg past `query_timeout`) fails with 'Query read timeout'. */

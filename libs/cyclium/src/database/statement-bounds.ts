@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { DatabaseTimeoutError, DatabaseUnavailableError } from './database-errors.js';
-import type { SqlExecutor } from './sql-executor.js';
+import { DatabaseTimeoutError, DatabaseUnavailableError } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 
 export interface StatementLimits {
   /** How long the library waits for a connection from a pool. */

@@ -1,4 +1,4 @@
-import type { SlotResult } from '../actors/actor-slots.service.js';
+import type { SlotResult } from './actor-slots.service.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 
 /**

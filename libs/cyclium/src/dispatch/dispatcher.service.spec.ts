@@ -1,6 +1,6 @@
 import { describe, expect, it, jest } from '@jest/globals';
 import type { ActorRegistry } from '../actors/actor-registry.service.js';
-import type { ActorSlots } from '../actors/actor-slots.service.js';
+import type { ActorSlots } from './actor-slots.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
 import type { DeferredRunner } from './deferred-runner.service.js';

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { ActorSlots, type DispatchOptions } from '../actors/actor-slots.service.js';
+import { ActorSlots, type DispatchOptions } from './actor-slots.service.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { DeferredRunner } from './deferred-runner.service.js';

@@ -1,11 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
-import type { Statement } from '../database/statement.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import type { Statement } from '../sql/statement.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import type { CycliumTriggerRequest, TriggerRequestStatus } from './trigger-request.entity.js';
-import { isUuid } from '../database/uuid.js';
+import type { CycliumTriggerRequest, TriggerRequestStatus } from '../entities/trigger-request.entity.js';
+import { isUuid } from '../sql/uuid.js';
 
 /** What a deferring node records for a full node to run. */
 export interface NewTriggerRequest {

@@ -1,5 +1,5 @@
-import { GroupCommit, type Pending } from '../bus/group-commit.js';
-import { isDatabaseUnavailable } from '../database/database-errors.js';
+import { GroupCommit, type Pending } from '../primitives/group-commit.js';
+import { isDatabaseUnavailable } from '../sql/database-errors.js';
 
 /** Batches one kind of write keeps in flight at once: fewer than a node's episodes, so each batch still serves several. */
 const IN_FLIGHT = 4;

@@ -1,15 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
 import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { Statement } from '../database/statement.js';
+import { Statement } from '../sql/statement.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { BatchedWrites, type BatchAnswer } from './batched-writes.js';
 import { EpisodeStatements, beginColumns, queryBegin, type BeginOutcome, type BeginRow } from './episode-statements.js';
-import { EpisodeStore, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
+import { EpisodeStore, toEpisode, type NewEpisode } from './episode-store.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 
 interface BeginWrite {
   id: string;

@@ -1,12 +1,12 @@
 import { Injectable } from '@nestjs/common';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { Statement } from '../database/statement.js';
-import type { CycliumOutput } from '../outputs/output.entity.js';
+import { Statement } from '../sql/statement.js';
+import type { CycliumOutput } from '../entities/output.entity.js';
 import { BatchedWrites } from './batched-writes.js';
-import type { EpisodeStatus } from './episode.entity.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, claimFailureOf, type EndOutcome, type Ownership } from './episode-statements.js';

@@ -1,6 +1,6 @@
 import type { FindingAction } from '../findings/finding-action.interface.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
-import type { CycliumEpisode } from './episode.entity.js';
+import type { CycliumEpisode } from '../entities/episode.entity.js';
 
 export type EpisodeRow = CycliumEpisode;
 

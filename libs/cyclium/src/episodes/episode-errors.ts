@@ -1,4 +1,4 @@
-import { errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 
 /** The episode was canceled (`Episodes.cancel`); it stops before its next step. */
 export class EpisodeCanceledError extends Error {

@@ -1,4 +1,4 @@
-import type { EpisodeStatus } from './episode.entity.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 
 /** Asks whichever node runs the episode to stop it before its next step. */

@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
-import type { FencedStatement } from '../claims/work-claims.service.js';
+import type { FencedStatement } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { prepared, type SqlExecutor } from '../database/sql-executor.js';
-import type { Statement } from '../database/statement.js';
-import type { CycliumEpisodeStep } from './episode-step.entity.js';
+import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
+import type { Statement } from '../sql/statement.js';
+import type { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { decodeStepResult, presentStepResult } from './step-result.js';
 
 export interface Checkpoint {

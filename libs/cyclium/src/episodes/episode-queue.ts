@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { prepared, type SqlExecutor } from '../database/sql-executor.js';
+import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode } from './episode-store.js';
 

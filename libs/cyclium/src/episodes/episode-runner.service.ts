@@ -3,16 +3,16 @@ import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { errorMessage } from '../database/database-errors.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import { errorMessage } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { Outputs } from '../outputs/outputs.service.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
-import type { EpisodeStatus } from './episode.entity.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { Convergence, EpisodeMethod, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import {
   BudgetExceededError,
@@ -25,9 +25,10 @@ import { BeginWrites } from './begin-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeQueue } from './episode-queue.js';
-import { EpisodeStore, RESUME_START, claimKeyOf, toEpisode, type NewEpisode } from './episode-store.js';
+import { EpisodeStore, RESUME_START, toEpisode, type NewEpisode } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { RunningEpisode } from './running-episode.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 
 export type BeginResult = { status: 'started'; episode: EpisodeRow; grant: AcquireResult } | { status: 'duplicate' } | { status: 'busy' };
 

@@ -3,23 +3,24 @@ import type { QueryConfig } from 'pg';
 import { Inject, Injectable } from '@nestjs/common';
 import { EventOutbox, type OutgoingEvent } from '../bus/event-outbox.service.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { errorMessage } from '../database/database-errors.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
-import { Statement } from '../database/statement.js';
+import { errorMessage } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import { Statement } from '../sql/statement.js';
 import { Findings } from '../findings/findings.service.js';
 import type { FindingAction } from '../findings/finding-action.interface.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import type { CycliumOutput } from '../outputs/output.entity.js';
+import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import { Outputs, toOutput } from '../outputs/outputs.service.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
-import { EpisodeStore, claimKeyOf, toEpisode, type NewEpisode, type TerminalOutcome } from './episode-store.js';
+import { EpisodeStore, toEpisode, type NewEpisode, type TerminalOutcome } from './episode-store.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 
 /** Who must own what for a write to count: the episode's claim key, this node, the fence it holds. */
 export interface Ownership {

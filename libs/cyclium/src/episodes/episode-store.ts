@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
-import type { FencedStatement } from '../claims/work-claims.service.js';
+import type { FencedStatement } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { prepared, type SqlExecutor } from '../database/sql-executor.js';
-import type { Statement } from '../database/statement.js';
-import type { EpisodeStatus } from './episode.entity.js';
+import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
+import type { Statement } from '../sql/statement.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 
 export interface NewEpisode {
@@ -112,11 +112,6 @@ export function toEpisode(row: Record<string, unknown>): EpisodeRow {
 
 /** The first row mapped, or null when there is none. */
 export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);
-
-/** The claim key of an episode: its dedupe key, or its id when it has none. */
-export function claimKeyOf(episode: Pick<EpisodeRow, 'id' | 'dedupeKey'>): string {
-  return episode.dedupeKey ?? `episode:${episode.id}`;
-}
 
 /**
  * The statements on cyclium_episodes that create, move and read episodes: inserts, status

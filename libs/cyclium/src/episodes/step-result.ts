@@ -1,5 +1,5 @@
-import { errorMessage } from '../database/database-errors.js';
-import { hasUnstorableEscape } from '../database/jsonb.js';
+import { errorMessage } from '../sql/database-errors.js';
+import { hasUnstorableEscape } from '../sql/jsonb.js';
 import { StepResultError } from './episode-errors.js';
 
 /**

@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import type { QueryConfig } from 'pg';
 import { createHash } from 'node:crypto';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { prepared } from '../database/sql-executor.js';
+import { prepared } from '../sql/sql-executor.js';
 import { STEP_CONFIRM, STEP_WRITE, stepWriteMany } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
 import type { StepRecord, StepWriteOutcome } from './running-episode.js';

@@ -1,4 +1,4 @@
-import { toJsonb } from '../database/jsonb.js';
+import { toJsonb } from '../sql/jsonb.js';
 import { InvalidTriggerError } from './episode-errors.js';
 
 /**

@@ -1,9 +1,9 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { Statement } from '../database/statement.js';
-import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import type { Statement } from '../sql/statement.js';
+import type { CycliumEpisode } from '../entities/episode.entity.js';
 import { Env } from '../scope/env.service.js';
-import type { CycliumFinding, FindingStatus } from './finding.entity.js';
+import type { CycliumFinding, FindingStatus } from '../entities/finding.entity.js';
 import type { FindingAction } from './finding-action.interface.js';
 
 export interface FindingFilters {
@@ -64,7 +64,7 @@ export class Findings {
    * only when `when` holds. Actions on one key are folded in order first (a raise then a clear is a
    * clear; an update after a raise refines the raise), so no row is written twice by one statement.
    */
-  fragments(statement: Statement, episode: EpisodeRow, actions: readonly FindingAction[], when: string): Array<[string, string]> {
+  fragments(statement: Statement, episode: CycliumEpisode, actions: readonly FindingAction[], when: string): Array<[string, string]> {
     const { raises, updates, clears } = fold(actions);
     const ctes: Array<[string, string]> = [];
     if (raises.length + updates.length + clears.length === 0) return ctes;

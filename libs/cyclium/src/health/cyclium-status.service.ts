@@ -1,10 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { Bus } from '../bus/bus.interface.js';
 import { busStatusOf, type BusStatus } from '../bus/bus-status.interface.js';
-import { LeaseRenewer } from '../claims/lease-renewer.service.js';
+import { LeaseRenewer } from '../leases/lease-renewer.service.js';
 import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';

@@ -1,6 +1,6 @@
 import type { Bus } from '../bus/bus.interface.js';
 import type { WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
-import type { CycliumEpisode } from '../episodes/episode.entity.js';
+import type { CycliumEpisode } from '../entities/episode.entity.js';
 
 export type CycliumMode = 'full' | 'trigger_only' | 'disabled';
 export type RecoveryPolicy = 'restart' | 'fail';

@@ -1,4 +1,4 @@
-import type { CycliumOutput } from './output.entity.js';
+import type { CycliumOutput } from '../entities/output.entity.js';
 
 export interface DeliveryContext {
   /**

@@ -1,6 +1,6 @@
 import { Injectable, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
-import { ActorDefinitionError } from '../actors/actor-definition.error.js';
+import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { OutputAdapter } from './output-adapter.decorator.js';
 import type { OutputDeliverer } from './output-adapter.interface.js';
 

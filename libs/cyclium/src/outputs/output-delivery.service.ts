@@ -1,9 +1,9 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import type { CycliumOutput } from './output.entity.js';
+import type { CycliumOutput } from '../entities/output.entity.js';
 import { OutputAdapters } from './output-adapters.service.js';
 import { DeliveryInterruptedError, DeliveryTimeoutError } from './output-errors.js';
 import { OutputStore } from './output-store.js';

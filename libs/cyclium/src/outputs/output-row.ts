@@ -1,4 +1,4 @@
-import type { CycliumOutput, OutputStatus } from './output.entity.js';
+import type { CycliumOutput, OutputStatus } from '../entities/output.entity.js';
 
 /** Maps a `cyclium_outputs` row as pg returns it onto the entity's shape. */
 export function toOutput(row: Record<string, unknown>): CycliumOutput {

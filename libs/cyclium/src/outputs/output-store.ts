@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { CycliumOutput } from './output.entity.js';
+import type { CycliumOutput } from '../entities/output.entity.js';
 import { toOutput } from './output-row.js';
 
 /** `now() + ms` by the database clock, from a parameter reference. */

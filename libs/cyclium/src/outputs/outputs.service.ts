@@ -1,13 +1,13 @@
 import { Injectable } from '@nestjs/common';
-import type { Statement } from '../database/statement.js';
-import type { EpisodeRow } from '../episodes/episode-context.interface.js';
-import { claimKeyOf } from '../episodes/episode-store.js';
+import type { Statement } from '../sql/statement.js';
+import type { CycliumEpisode } from '../entities/episode.entity.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { scopeKey } from '../scope/scope-key.js';
 import { OutputAdapters } from './output-adapters.service.js';
 import { OutputDelivery } from './output-delivery.service.js';
-import type { CycliumOutput } from './output.entity.js';
+import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from './output-proposal.interface.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 
 export { toOutput } from './output-row.js';
 
@@ -27,7 +27,7 @@ export class Outputs {
   ) {}
 
   /** The dedupe key of a proposal: explicit keys scoped by env, otherwise derived from the episode. */
-  keyOf(episode: EpisodeRow, proposal: OutputProposal, index: number): string {
+  keyOf(episode: CycliumEpisode, proposal: OutputProposal, index: number): string {
     if (proposal.key !== undefined) return scopeKey(proposal.key, episode.sourceEnv);
     return `${claimKeyOf(episode)}:${proposal.type}:${index}`;
   }
@@ -39,7 +39,7 @@ export class Outputs {
    * here is inserted with this node's lease and its first attempt counted, so no peer's rescue
    * delivers it while this node does; any other row is due at once for the nodes that host it.
    */
-  fragment(statement: Statement, episode: EpisodeRow, proposals: readonly OutputProposal[], when: string): string {
+  fragment(statement: Statement, episode: CycliumEpisode, proposals: readonly OutputProposal[], when: string): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     const hosted = `o.type = ANY(${p(this.adapters.types(), 'text[]')})`;
     return `

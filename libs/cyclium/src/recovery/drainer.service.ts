@@ -1,16 +1,16 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { ActorSlots } from '../actors/actor-slots.service.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { ActorSlots } from '../dispatch/actor-slots.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 import { EpisodeInterruptedError } from '../episodes/episode-errors.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
-import { claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 
 export interface DrainResult {
   stamped: number;

@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { OutageLog } from '../database/database-errors.js';
+import { OutageLog } from '../sql/database-errors.js';
 import { Mode } from '../dispatch/mode.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { WorkflowEngine } from '../workflows/workflow-engine.service.js';

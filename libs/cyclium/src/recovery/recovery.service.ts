@@ -1,19 +1,18 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { ActorDefinitionsStore } from '../actors/actor-definitions.store.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { ActorSlots } from '../actors/actor-slots.service.js';
+import { ActorSlots } from '../dispatch/actor-slots.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateCursor } from '../episodes/episode-recovery-store.js';
-import { claimKeyOf } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -22,6 +21,7 @@ import { Mode } from '../dispatch/mode.service.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { WorkflowReconciler, type ReconcileOptions, type ReconcileResult } from '../workflows/workflow-reconciler.service.js';
 import { NotHostedEpisodes } from './not-hosted.service.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 
 /**
  * How much one sweep reads: pages follow each other while they come back full (and fewer than a

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable, Logger } from '@nestjs/common';
-import { errorMessage } from '../database/database-errors.js';
-import { toJsonb } from '../database/jsonb.js';
+import { errorMessage } from '../sql/database-errors.js';
+import { toJsonb } from '../sql/jsonb.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import type { RegisteredWorkflow } from './registered-workflow.js';
-import type { StepResult } from './workflow-step-state.js';
+import type { StepResult } from '../entities/workflow-step-state.js';
 import { WorkflowTransitions, type Transition } from './workflow-transitions.js';
 
 /** Who the instance is, as step input builders see it. */

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable, Logger } from '@nestjs/common';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { DeferredRunner, REQUEST_WAKE_EVENT } from '../dispatch/deferred-runner.service.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { CANCEL_EVENT, lifecycleEvent } from '../episodes/episode-events.js';

@@ -4,8 +4,8 @@ import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import type { BusEvent } from '../bus/bus.interface.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { OutageLog, errorMessage, isDatabaseUnavailable } from '../database/database-errors.js';
-import { toJsonb } from '../database/jsonb.js';
+import { OutageLog, errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
+import { toJsonb } from '../sql/jsonb.js';
 import { Mode } from '../dispatch/mode.service.js';
 import { TERMINAL_EVENTS, type LifecyclePayload } from '../episodes/episode-events.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
@@ -15,7 +15,7 @@ import { WorkflowAdvancer, type WriteOutcome } from './workflow-advancer.service
 import { InvalidWorkflowInputError, WorkflowDefinitionError } from './workflow-definition.error.js';
 import { WorkflowInstanceStore, type WorkflowInstanceRow } from './workflow-instance-store.js';
 import { WorkflowRegistry } from './workflow-registry.service.js';
-import { isUuid } from '../database/uuid.js';
+import { isUuid } from '../sql/uuid.js';
 
 export interface StartWorkflowOptions {
   /** One live instance per subject: a start while one runs returns that one. Default: the input at the workflow's `subjectKey`, else none. */

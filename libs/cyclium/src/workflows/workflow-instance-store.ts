@@ -1,8 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { SqlExecutor } from '../database/sql-executor.js';
-import type { CycliumWorkflowInstance, WorkflowInstanceStatus } from './workflow-instance.entity.js';
-import type { StepState } from './workflow-step-state.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import type { CycliumWorkflowInstance, WorkflowInstanceStatus } from '../entities/workflow-instance.entity.js';
+import type { StepState } from '../entities/workflow-step-state.js';
 
 export type WorkflowInstanceRow = CycliumWorkflowInstance;
 

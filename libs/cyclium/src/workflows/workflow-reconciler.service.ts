@@ -9,7 +9,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { WorkflowInstanceStore, type WorkflowInstanceRow } from './workflow-instance-store.js';
 import { WorkflowRegistry } from './workflow-registry.service.js';
-import { isUuid } from '../database/uuid.js';
+import { isUuid } from '../sql/uuid.js';
 
 export interface ReconcileOptions {
   /** Default: this node's stack (unset: every stack). Instances with no stack match any stack. */

@@ -1,7 +1,7 @@
-import type { EpisodeStatus } from '../episodes/episode.entity.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { RegisteredWorkflow } from './registered-workflow.js';
-import type { WorkflowInstanceStatus } from './workflow-instance.entity.js';
-import type { StepResult, StepState } from './workflow-step-state.js';
+import type { WorkflowInstanceStatus } from '../entities/workflow-instance.entity.js';
+import type { StepResult, StepState } from '../entities/workflow-step-state.js';
 
 /** A step episode to create: the current attempt of `stepId`, not to be taken before `delayMs`. */
 export interface StepStart {

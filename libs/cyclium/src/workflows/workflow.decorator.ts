@@ -1,6 +1,6 @@
 import { DiscoveryService, Reflector } from '@nestjs/core';
 import type { FilterValue } from '../actors/expectation.decorator.js';
-import type { StepResult } from './workflow-step-state.js';
+import type { StepResult } from '../entities/workflow-step-state.js';
 
 export type WorkflowTrigger =
   /** Only `WorkflowEngine.start(...)`. */

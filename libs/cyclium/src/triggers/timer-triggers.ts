@@ -1,7 +1,7 @@
 import type { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
-import { bucketStart } from './interval.js';
-import type { RegisteredExpectation } from './registered-actor.js';
+import { bucketStart } from '../actors/interval.js';
+import type { RegisteredExpectation } from '../actors/registered-actor.js';
 
 /** What a timer calls at each tick, with the bucket every node computes alike. */
 export type FireSchedule = (expectation: RegisteredExpectation, bucket: Date) => void;

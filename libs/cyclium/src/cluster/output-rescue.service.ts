@@ -1,13 +1,13 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { SpacedTrigger } from '../bus/spaced-trigger.js';
+import { SpacedTrigger } from '../primitives/spaced-trigger.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { OutageLog } from '../database/database-errors.js';
+import { OutageLog } from '../sql/database-errors.js';
 import { Mode } from '../dispatch/mode.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import { OutputAdapters } from './output-adapters.service.js';
-import { OutputDelivery } from './output-delivery.service.js';
-import { OutputStore } from './output-store.js';
+import { OutputAdapters } from '../outputs/output-adapters.service.js';
+import { OutputDelivery } from '../outputs/output-delivery.service.js';
+import { OutputStore } from '../outputs/output-store.js';
 
 /** At most this many deliveries run on a node at once from the rescue. */
 const BATCH = 16;

@@ -1,9 +1,9 @@
 import type { Logger } from '@nestjs/common';
-import { errorMessage } from '../database/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 import type { Dispatcher } from '../dispatch/dispatcher.service.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
-import type { RegisteredExpectation } from './registered-actor.js';
+import type { RegisteredExpectation } from '../actors/registered-actor.js';
 
 interface Handover {
   expectation: RegisteredExpectation;

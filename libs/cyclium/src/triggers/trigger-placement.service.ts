@@ -6,7 +6,7 @@ import { notifySpacingMs } from '../bus/notify-spacing.js';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import type { DispatchResult } from '../dispatch/dispatch-result.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
-import { Peers } from '../identity/peers.service.js';
+import { Peers } from '../cluster/peers.service.js';
 
 /**
  * How long each rank waits after the one before it for a signal that the trigger is handled: 2 s,

@@ -8,13 +8,13 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CYCLIUM_VERSION } from '../version.js';
-import { OutageLog } from '../database/database-errors.js';
-import { DuplicateNodeIdentityError } from './duplicate-node-identity.error.js';
-import { NodeIdentity } from './node-identity.service.js';
+import { OutageLog } from '../sql/database-errors.js';
+import { DuplicateNodeIdentityError } from '../identity/duplicate-node-identity.error.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
 import { Peers, type Peer } from './peers.service.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Mode } from '../dispatch/mode.service.js';
-import { OutputRescue } from '../outputs/output-rescue.service.js';
+import { OutputRescue } from './output-rescue.service.js';
 import { OutputStore } from '../outputs/output-store.js';
 
 interface BeatRow {

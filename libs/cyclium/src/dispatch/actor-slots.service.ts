@@ -2,19 +2,20 @@ import { Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common'
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
-import { WorkClaims } from '../claims/work-claims.service.js';
-import { errorMessage } from '../database/database-errors.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
+import { errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeRunner, type BeginResult } from '../episodes/episode-runner.service.js';
 import { EpisodeQueue } from '../episodes/episode-queue.js';
-import { EpisodeStore, claimKeyOf, type NewEpisode } from '../episodes/episode-store.js';
-import { Mode } from '../dispatch/mode.service.js';
+import { EpisodeStore, type NewEpisode } from '../episodes/episode-store.js';
+import { Mode } from './mode.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
-import { ActorDefinitionError } from './actor-definition.error.js';
-import { ActorRegistry } from './actor-registry.service.js';
-import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
+import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import { RunTracker } from './run-tracker.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 
 /** What the slots did with a trigger this node runs itself. */
 export type SlotResult =

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
-import { NodeIdentity } from './node-identity.service.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
 import { Peers } from './peers.service.js';
 
 const NODES = ['node-1', 'node-2', 'node-3', 'node-4', 'node-5'];

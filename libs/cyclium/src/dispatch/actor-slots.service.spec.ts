@@ -5,12 +5,12 @@ import type { EpisodeRunner, BeginResult } from '../episodes/episode-runner.serv
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
 import type { EventOutbox } from '../bus/event-outbox.service.js';
-import type { WorkClaims } from '../claims/work-claims.service.js';
-import { Mode } from '../dispatch/mode.service.js';
+import type { WorkClaims } from '../leases/work-claims.service.js';
+import { Mode } from './mode.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
-import type { ActorRegistry } from './actor-registry.service.js';
-import type { RegisteredActor } from './registered-actor.js';
+import type { ActorRegistry } from '../actors/actor-registry.service.js';
+import type { RegisteredActor } from '../actors/registered-actor.js';
 import { ActorSlots } from './actor-slots.service.js';
 
 /** Slots for one actor with one slot, whose dequeues the test answers by hand. */

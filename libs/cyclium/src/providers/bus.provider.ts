@@ -2,15 +2,15 @@ import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit, type
 import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
-import { Peers } from '../identity/peers.service.js';
+import { Peers } from '../cluster/peers.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import { busChannel } from './bus-channel.js';
-import { Bus } from './bus.interface.js';
-import { GuardedBus } from './guarded-bus.js';
-import { listenConnectionConfig } from './listen-connection.js';
-import { LocalBus } from './local-bus.js';
-import { notifySpacingMs } from './notify-spacing.js';
-import { PostgresBus } from './postgres-bus.js';
+import { busChannel } from '../bus/bus-channel.js';
+import { Bus } from '../bus/bus.interface.js';
+import { GuardedBus } from '../bus/guarded-bus.js';
+import { listenConnectionConfig } from '../bus/listen-connection.js';
+import { LocalBus } from '../bus/local-bus.js';
+import { notifySpacingMs } from '../bus/notify-spacing.js';
+import { PostgresBus } from '../bus/postgres-bus.js';
 
 export const busTransportProvider: Provider = {
   provide: CYCLIUM_BUS_TRANSPORT,

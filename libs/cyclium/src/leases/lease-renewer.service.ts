@@ -1,11 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { CYCLIUM_CLAIMS_ADAPTER, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { OutageLog } from '../database/database-errors.js';
+import { OutageLog } from '../sql/database-errors.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
-import { ClaimHold } from './claim-hold.js';
-import type { HeldClaim, WorkClaimsAdapter } from './work-claims-adapter.interface.js';
+import { ClaimHold } from '../claims/claim-hold.js';
+import type { HeldClaim, WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
 
 const id = (key: string, fence: number | null) => `${fence}\u0000${key}`;
 

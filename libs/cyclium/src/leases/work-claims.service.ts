@@ -1,13 +1,13 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { CYCLIUM_CLAIMS_ADAPTER, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import type { QueryResult, QueryResultRow } from 'pg';
-import type { SqlExecutor } from '../database/sql-executor.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
-import type { ClaimHold } from './claim-hold.js';
+import type { ClaimHold } from '../claims/claim-hold.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
-import type { AcquireResult, ClaimFragments, ClaimGrant, ClaimWriteResult, ExpiredClaim, WorkClaimsAdapter } from './work-claims-adapter.interface.js';
+import type { AcquireResult, ClaimFragments, ClaimGrant, ClaimWriteResult, ExpiredClaim, WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
 
 /**
  * A statement to run fenced: `body` continues a `WITH owner AS (...)` query (see

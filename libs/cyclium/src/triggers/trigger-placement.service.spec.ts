@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it, jest } from '@jest/globals';
 import type { Bus } from '../bus/bus.interface.js';
 import { LocalBus } from '../bus/local-bus.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
-import { Peers } from '../identity/peers.service.js';
+import { Peers } from '../cluster/peers.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { Dispatcher } from '../dispatch/dispatcher.service.js';

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import type { BusAudience } from '../bus/bus-audience.interface.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import { NodeIdentity } from './node-identity.service.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
 
 /**
  * The live nodes that hear this node's bus channel and can take a trigger (same stack and env,

@@ -5,10 +5,10 @@ import { resolveCycliumOptions } from '../options/resolve-options.js';
 import { onCyclium } from '../telemetry/on-cyclium.js';
 import type { CycliumEventMap } from '../telemetry/telemetry.events.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
-import { ClaimLostError } from './claim-lost.error.js';
-import { FakeClaims } from './fake-claims.js';
+import { ClaimLostError } from '../claims/claim-lost.error.js';
+import { FakeClaims } from '../claims/fake-claims.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
-import type { HeldClaim, WorkClaimsAdapter } from './work-claims-adapter.interface.js';
+import type { HeldClaim, WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
 
 const LEASE_SECONDS = 3;
 const START = 1_000_000;

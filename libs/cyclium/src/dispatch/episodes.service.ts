@@ -1,24 +1,24 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { ActorDefinitionError } from '../actors/actor-definition.error.js';
+import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { Dispatcher } from '../dispatch/dispatcher.service.js';
-import type { DispatchResult } from '../dispatch/dispatch-result.js';
+import { Dispatcher } from './dispatcher.service.js';
+import type { DispatchResult } from './dispatch-result.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { scopeKey } from '../scope/scope-key.js';
-import type { CycliumEpisodeStep } from './episode-step.entity.js';
-import { EPISODE_STATUSES, type EpisodeStatus } from './episode.entity.js';
-import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
-import { CANCEL_EVENT } from './episode-events.js';
-import { EpisodeJournal } from './episode-journal.js';
-import { EpisodeRunner } from './episode-runner.service.js';
-import { EpisodeStore } from './episode-store.js';
-import { errorCode } from '../database/database-errors.js';
-import { isUuid } from '../database/uuid.js';
-import { InvalidListQueryError } from './episode-errors.js';
-import { checkTriggerInput } from './trigger-input.js';
+import type { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
+import { EPISODE_STATUSES, type EpisodeStatus } from '../entities/episode.entity.js';
+import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import { CANCEL_EVENT } from '../episodes/episode-events.js';
+import { EpisodeJournal } from '../episodes/episode-journal.js';
+import { EpisodeRunner } from '../episodes/episode-runner.service.js';
+import { EpisodeStore } from '../episodes/episode-store.js';
+import { errorCode } from '../sql/database-errors.js';
+import { isUuid } from '../sql/uuid.js';
+import { InvalidListQueryError } from '../episodes/episode-errors.js';
+import { checkTriggerInput } from '../episodes/trigger-input.js';
 
 export interface TriggerOptions {
   /**
