@@ -68,10 +68,12 @@ export function previousRelease(commit: string): PreviousRelease {
       mkdirSync(join(scratch, 'node_modules', '@cyclium'), { recursive: true });
       symlinkSync(join('..', '..', 'libs', 'cyclium'), join(scratch, 'node_modules', '@cyclium', 'nestjs'), 'dir');
       writeFileSync(join(scratch, 'BUILT'), `${commit}\n`);
-      if (existsSync(join(dir, 'BUILT'))) rmSync(scratch, { recursive: true, force: true });
-      else {
-        rmSync(dir, { recursive: true, force: true });
+      try {
         renameSync(scratch, dir);
+      } catch (error) {
+        // Another run finished the same build first: use theirs.
+        if (!existsSync(join(dir, 'BUILT'))) throw error;
+        rmSync(scratch, { recursive: true, force: true });
       }
     } catch (error) {
       rmSync(scratch, { recursive: true, force: true });
