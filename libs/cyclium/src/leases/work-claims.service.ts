@@ -62,15 +62,22 @@ export class WorkClaims {
     sentAt: number,
   ): AcquireResult {
     if (!this.adapter) return { status: 'passthrough' };
-    if (row.fence === null) {
-      this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs: performance.now() - sentAt });
-      return { status: 'busy' };
-    }
+    if (row.fence === null) return this.answered(key, { status: 'busy' }, sentAt);
     const claim: ClaimGrant = { fence: Number(row.fence), attempt: row.attempt as number, leaseUntil: row.lease_until as Date };
-    this.sentAt.set(claim, sentAt);
-    const event = row.stolen_from === null ? 'work_claims.acquired' : 'work_claims.steal';
-    this.telemetry.emit(event, { dedupeKey: key, fence: claim.fence, durationMs: performance.now() - sentAt });
-    return row.stolen_from === null ? { status: 'acquired', claim } : { status: 'acquired', claim, stolenFrom: row.stolen_from };
+    return this.answered(key, row.stolen_from === null ? { status: 'acquired', claim } : { status: 'acquired', claim, stolenFrom: row.stolen_from }, sentAt);
+  }
+
+  /** Remembers when an acquired grant was asked for (its holder's deadline starts there) and reports the answer. */
+  private answered(key: string, result: AcquireResult, sentAt: number): AcquireResult {
+    const durationMs = performance.now() - sentAt;
+    if (result.status === 'acquired') {
+      this.sentAt.set(result.claim, sentAt);
+      const event = result.stolenFrom === undefined ? 'work_claims.acquired' : 'work_claims.steal';
+      this.telemetry.emit(event, { dedupeKey: key, fence: result.claim.fence, durationMs });
+    } else if (result.status === 'busy') {
+      this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs });
+    }
+    return result;
   }
 
   /** Telemetry for a claim a composed statement finished. */
@@ -99,15 +106,7 @@ export class WorkClaims {
     };
     const joined = client ? this.adapter.inTransaction : undefined;
     const result = joined && client ? await joined.acquire(client, key, owner, acquireOptions) : await this.adapter.acquire(key, owner, acquireOptions);
-    const durationMs = performance.now() - sentAt;
-    if (result.status === 'acquired') {
-      this.sentAt.set(result.claim, sentAt);
-      const event = result.stolenFrom === undefined ? 'work_claims.acquired' : 'work_claims.steal';
-      this.telemetry.emit(event, { dedupeKey: key, fence: result.claim.fence, durationMs });
-    } else if (result.status === 'busy') {
-      this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs });
-    }
-    return result;
+    return this.answered(key, result, sentAt);
   }
 
   /**
@@ -128,9 +127,7 @@ export class WorkClaims {
     if (!this.adapter) return 'ok';
     const started = performance.now();
     const result = await this.adapter.complete(key, owner, fence);
-    if (result === 'ok') {
-      this.telemetry.emit('work_claims.completed', { dedupeKey: key, fence: fence ?? null, durationMs: performance.now() - started });
-    }
+    if (result === 'ok') this.finished(key, fence ?? null, false, started);
     return result;
   }
 
@@ -138,9 +135,7 @@ export class WorkClaims {
     if (!this.adapter) return 'ok';
     const started = performance.now();
     const result = await this.adapter.fail(key, owner, detail, fence);
-    if (result === 'ok') {
-      this.telemetry.emit('work_claims.failed', { dedupeKey: key, fence: fence ?? null, durationMs: performance.now() - started });
-    }
+    if (result === 'ok') this.finished(key, fence ?? null, true, started);
     return result;
   }
 
@@ -225,10 +220,7 @@ export class WorkClaims {
     let result: ClaimWriteResult;
     if (joined) result = await joined.finish(client, key, owner, fence, failure);
     else result = failure === null ? await adapter.complete(key, owner, fence) : await adapter.fail(key, owner, failure, fence);
-    if (result === 'ok') {
-      const event = failure === null ? 'work_claims.completed' : 'work_claims.failed';
-      this.telemetry.emit(event, { dedupeKey: key, fence, durationMs: performance.now() - started });
-    }
+    if (result === 'ok') this.finished(key, fence, failure !== null, started);
     return result;
   }
 }
