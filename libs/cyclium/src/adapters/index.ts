@@ -16,7 +16,7 @@ export { TERMINAL_EVENTS } from '../episodes/episode-events.js';
 // SQL composition: the statements a durable bus or an in-database claims adapter joins.
 export type { SqlExecutor } from '../sql/sql-executor.js';
 export type { Statement } from '../sql/statement.js';
-export type { FencedStatement } from '../leases/work-claims.service.js';
+export type { FencedStatement } from '../leases/claims-in-statement.js';
 
 // Work claims: the shipped PostgreSQL adapter and the contract a custom one implements.
 export { PostgresClaims } from '../claims/postgres-claims.adapter.js';

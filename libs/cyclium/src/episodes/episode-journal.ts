@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import type { FencedStatement } from '../leases/work-claims.service.js';
+import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import type { Statement } from '../sql/statement.js';

@@ -7,46 +7,8 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
-import type { AcquireResult, ClaimFragments, ClaimGrant, ClaimWriteResult, ExpiredClaim, WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
-
-/**
- * A statement to run fenced: `body` continues a `WITH owner AS (...)` query (see
- * `fencedStatement`); `name` prepares it once per connection, so it must be unique per body.
- */
-export interface FencedStatement {
-  name: string;
-  body: string;
-}
-
-/** `owner` with claims off (or for a custom adapter that said yes): always one row. */
-const OPEN_OWNER_CTE = 'WITH owner AS (SELECT 1 FROM (SELECT $1::text, $2::text, $3::bigint) AS unused)';
-
-/**
- * Claims outside the statement: with claims off, or with a custom adapter whose store is elsewhere
- * (the caller then asks `owns()` before and finishes the claim through the adapter after commit).
- * `owner` always has its row and `claim` always has one (a passthrough grant).
- */
-const OPEN_FRAGMENTS: ClaimFragments = {
-  // The refs are selected and dropped: every parameter of a statement must appear in its text.
-  owner: ({ key, owner, fence }) => `SELECT 1 FROM (SELECT ${key}, ${owner}, ${fence}) AS unused`,
-  acquire: ({ key, owner, leaseSeconds, workType }) => [
-    [
-      'claim',
-      `SELECT NULL::bigint AS fence, NULL::int AS attempt, NULL::timestamptz AS lease_until, NULL::text AS stolen_from
-         FROM (SELECT ${key}, ${owner}, ${leaseSeconds}, ${workType}) AS unused`,
-    ],
-  ],
-  finish: ({ key, owner, fence, failure, when }) => `SELECT 1 FROM (SELECT ${key}, ${owner}, ${fence}, ${failure}) AS unused WHERE (${when})`,
-};
-
-/** How claims take part in a statement the library composes (see Statement). */
-export interface ClaimsInStatement {
-  /** The statement itself proves, takes and finishes the claim (the adapter has `inTransaction`). */
-  joined: boolean;
-  fragments: ClaimFragments;
-  /** Names the fragments' variant in the statement's prepared name. */
-  shape: 'joined' | 'open';
-}
+import type { AcquireResult, ClaimGrant, ClaimWriteResult, ExpiredClaim, WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
+import { type ClaimsInStatement, type FencedStatement, OPEN_CLAIMS, OPEN_OWNER_CTE } from './claims-in-statement.js';
 
 export interface WorkClaimsAcquireOptions {
   /** Default: `workClaimsLeaseSeconds`. */
@@ -90,7 +52,7 @@ export class WorkClaims {
 
   /** The fragments of claims outside the statement (checked and finished by the caller around it). */
   openClaims(): ClaimsInStatement {
-    return { joined: false, fragments: OPEN_FRAGMENTS, shape: 'open' };
+    return OPEN_CLAIMS;
   }
 
   /** Makes a grant from what an `acquire` fragment returned (one row when acquired, none when busy). */
@@ -100,15 +62,22 @@ export class WorkClaims {
     sentAt: number,
   ): AcquireResult {
     if (!this.adapter) return { status: 'passthrough' };
-    if (row.fence === null) {
-      this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs: performance.now() - sentAt });
-      return { status: 'busy' };
-    }
+    if (row.fence === null) return this.answered(key, { status: 'busy' }, sentAt);
     const claim: ClaimGrant = { fence: Number(row.fence), attempt: row.attempt as number, leaseUntil: row.lease_until as Date };
-    this.sentAt.set(claim, sentAt);
-    const event = row.stolen_from === null ? 'work_claims.acquired' : 'work_claims.steal';
-    this.telemetry.emit(event, { dedupeKey: key, fence: claim.fence, durationMs: performance.now() - sentAt });
-    return row.stolen_from === null ? { status: 'acquired', claim } : { status: 'acquired', claim, stolenFrom: row.stolen_from };
+    return this.answered(key, row.stolen_from === null ? { status: 'acquired', claim } : { status: 'acquired', claim, stolenFrom: row.stolen_from }, sentAt);
+  }
+
+  /** Remembers when an acquired grant was asked for (its holder's deadline starts there) and reports the answer. */
+  private answered(key: string, result: AcquireResult, sentAt: number): AcquireResult {
+    const durationMs = performance.now() - sentAt;
+    if (result.status === 'acquired') {
+      this.sentAt.set(result.claim, sentAt);
+      const event = result.stolenFrom === undefined ? 'work_claims.acquired' : 'work_claims.steal';
+      this.telemetry.emit(event, { dedupeKey: key, fence: result.claim.fence, durationMs });
+    } else if (result.status === 'busy') {
+      this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs });
+    }
+    return result;
   }
 
   /** Telemetry for a claim a composed statement finished. */
@@ -137,15 +106,7 @@ export class WorkClaims {
     };
     const joined = client ? this.adapter.inTransaction : undefined;
     const result = joined && client ? await joined.acquire(client, key, owner, acquireOptions) : await this.adapter.acquire(key, owner, acquireOptions);
-    const durationMs = performance.now() - sentAt;
-    if (result.status === 'acquired') {
-      this.sentAt.set(result.claim, sentAt);
-      const event = result.stolenFrom === undefined ? 'work_claims.acquired' : 'work_claims.steal';
-      this.telemetry.emit(event, { dedupeKey: key, fence: result.claim.fence, durationMs });
-    } else if (result.status === 'busy') {
-      this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs });
-    }
-    return result;
+    return this.answered(key, result, sentAt);
   }
 
   /**
@@ -166,9 +127,7 @@ export class WorkClaims {
     if (!this.adapter) return 'ok';
     const started = performance.now();
     const result = await this.adapter.complete(key, owner, fence);
-    if (result === 'ok') {
-      this.telemetry.emit('work_claims.completed', { dedupeKey: key, fence: fence ?? null, durationMs: performance.now() - started });
-    }
+    if (result === 'ok') this.finished(key, fence ?? null, false, started);
     return result;
   }
 
@@ -176,9 +135,7 @@ export class WorkClaims {
     if (!this.adapter) return 'ok';
     const started = performance.now();
     const result = await this.adapter.fail(key, owner, detail, fence);
-    if (result === 'ok') {
-      this.telemetry.emit('work_claims.failed', { dedupeKey: key, fence: fence ?? null, durationMs: performance.now() - started });
-    }
+    if (result === 'ok') this.finished(key, fence ?? null, true, started);
     return result;
   }
 
@@ -229,15 +186,17 @@ export class WorkClaims {
     values: unknown[],
   ): Promise<QueryResult<R>> {
     const params = [claim.key, claim.owner, claim.fence, ...values];
-    const joined = this.adapter?.inTransaction;
-    if (joined && claim.fence !== null) {
-      return sql.query<R>({ name: `cyclium_${statement.name}_fenced`, text: `WITH owner AS (${joined.ownerCte}) ${statement.body}`, values: params });
-    }
+    const joined = claim.fence === null ? undefined : this.adapter?.inTransaction;
     // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
-    if (this.adapter && claim.fence !== null && !(await this.adapter.owns(claim.key, claim.owner, claim.fence))) {
+    if (!joined && this.adapter && claim.fence !== null && !(await this.adapter.owns(claim.key, claim.owner, claim.fence))) {
       return { rows: [], rowCount: 0, command: 'SELECT', oid: 0, fields: [] };
     }
-    return sql.query<R>({ name: `cyclium_${statement.name}_open`, text: `${OPEN_OWNER_CTE} ${statement.body}`, values: params });
+    const owner = joined ? joined.ownerCte : OPEN_OWNER_CTE;
+    return sql.query<R>({
+      name: `cyclium_${statement.name}_${joined ? 'fenced' : 'open'}`,
+      text: `WITH owner AS (${owner}) ${statement.body}`,
+      values: params,
+    });
   }
 
   /**
@@ -261,10 +220,7 @@ export class WorkClaims {
     let result: ClaimWriteResult;
     if (joined) result = await joined.finish(client, key, owner, fence, failure);
     else result = failure === null ? await adapter.complete(key, owner, fence) : await adapter.fail(key, owner, failure, fence);
-    if (result === 'ok') {
-      const event = failure === null ? 'work_claims.completed' : 'work_claims.failed';
-      this.telemetry.emit(event, { dedupeKey: key, fence, durationMs: performance.now() - started });
-    }
+    if (result === 'ok') this.finished(key, fence, failure !== null, started);
     return result;
   }
 }

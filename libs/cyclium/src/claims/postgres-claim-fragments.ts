@@ -1,0 +1,93 @@
+import { finishClaims, finishedState, insertClaims, ownedClaim, ownedClaims, stillTakeable, takeOverClaims } from './claim-sql.js';
+import type { ClaimFragments } from './work-claims-adapter.interface.js';
+
+/**
+ * PostgresClaims' claims as CTEs of the library's one-round-trip statements, in the shapes of
+ * claim-sql.ts. A lease taken here runs from `now()`: the statement's transaction is the caller's
+ * step, and its holder's deadline counts from when the statement was sent.
+ */
+export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
+  owner: (refs) => ownedClaim(refs, true),
+  ownerMany: ({ input }) => ownedClaims(input),
+  // The row as this statement sees it decides, exactly as in INSERT_OR_READ + TAKE_OVER: no row
+  // means insert (a concurrent first claim makes it busy); a row is taken over only in the state read.
+  acquire: ({ key, owner, leaseSeconds, workType, when }) => [
+    ['claim_seen', `SELECT state, owner_node, fence FROM cyclium_work_claims WHERE dedupe_key = ${key}`],
+    [
+      'claim_new',
+      insertClaims({
+        key,
+        owner,
+        leaseSeconds,
+        leaseFrom: 'now()',
+        workType,
+        rows: `WHERE (${when}) AND NOT EXISTS (SELECT 1 FROM claim_seen)`,
+        returning: 'fence, attempt, lease_until, NULL::text AS stolen_from',
+      }),
+    ],
+    [
+      'claim_taken',
+      takeOverClaims({
+        owner,
+        leaseSeconds,
+        leaseFrom: 'now()',
+        workType,
+        from: 'claim_seen seen',
+        where: `(${when}) AND c.dedupe_key = ${key} AND ${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}`,
+        returning: `c.fence, c.attempt, c.lease_until, CASE WHEN seen.state = 'claimed' THEN seen.owner_node END AS stolen_from`,
+      }),
+    ],
+    ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
+  ],
+  finish: ({ key, owner, fence, failure, when }) =>
+    finishClaims({ key, owner, fence, state: finishedState(`${failure}::text`), detail: failure, when, returning: '1' }),
+  // acquire for many keys, each decided on the row as this statement sees it; takeovers lock in
+  // key order (a lock re-reads the row, so a taker that lost the race finds no match: busy).
+  acquireMany: ({ input, owner, leaseSeconds }) => [
+    ['claim_seen', `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ${input} i ON i.key = c.dedupe_key`],
+    [
+      'claim_new',
+      insertClaims({
+        key: 'i.key',
+        owner,
+        leaseSeconds,
+        leaseFrom: 'now()',
+        rows: `FROM ${input} i WHERE NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE seen.dedupe_key = i.key) ORDER BY i.key`,
+        returning: 'dedupe_key AS key, fence, attempt, lease_until, NULL::text AS stolen_from',
+      }),
+    ],
+    [
+      'claim_lapsed',
+      `SELECT c.dedupe_key, seen.state AS seen_state, seen.owner_node AS seen_owner FROM cyclium_work_claims c
+         JOIN claim_seen seen ON seen.dedupe_key = c.dedupe_key
+        WHERE ${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}
+        ORDER BY c.dedupe_key
+          FOR UPDATE OF c`,
+    ],
+    [
+      'claim_taken',
+      takeOverClaims({
+        owner,
+        leaseSeconds,
+        leaseFrom: 'now()',
+        from: 'claim_lapsed l',
+        where: 'c.dedupe_key = l.dedupe_key',
+        returning: `c.dedupe_key AS key, c.fence, c.attempt, c.lease_until, CASE WHEN l.seen_state = 'claimed' THEN l.seen_owner END AS stolen_from`,
+      }),
+    ],
+    ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
+  ],
+  finishMany: ({ input }) =>
+    finishClaims({
+      key: 'i.key',
+      owner: 'i.owner',
+      fence: 'i.fence',
+      state: finishedState('i.failure'),
+      detail: 'i.failure',
+      from: `${input} i`,
+      returning: '1',
+    }),
+  finished: ({ key, owner, fence }) => `
+    SELECT 1 FROM cyclium_work_claims
+     WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence} AND state IN ('done', 'failed')`,
+};

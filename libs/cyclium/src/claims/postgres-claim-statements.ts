@@ -1,0 +1,114 @@
+import { prepared } from '../sql/sql-executor.js';
+import { finishClaims, heldClaim, insertClaims, ownedClaim, renewLeases, stillTakeable, takeOverClaims } from './claim-sql.js';
+
+/** The prepared statements PostgresClaims sends on its own, in the shapes of claim-sql.ts. */
+
+/** What INSERT_OR_READ and TAKE_OVER return. */
+export interface ClaimRow {
+  inserted: boolean;
+  state: 'claimed' | 'done' | 'failed';
+  owner_node: string;
+  fence: string;
+  attempt: number;
+  lease_until: Date;
+  expired: boolean;
+}
+
+/** A claim's refs as the single statements number them: $1 key, $2 owner, $3 fence. */
+const POSITIONAL = { key: '$1', owner: '$2', fence: '$3' };
+
+/**
+ * One statement for the common cases: insert a first claim, or, when the key exists, read it.
+ * The lease runs from this statement (clock_timestamp()), not from its transaction's start
+ * (now()): inside a longer transaction the holder's local deadline counts from when this statement
+ * was sent, and it must not outlast the lease the database granted (rule 1).
+ * The read uses this statement's snapshot, so a row another node inserted and committed while we
+ * waited on its conflict is invisible here; no row at all therefore means a claim younger than us:
+ * busy, which is the right answer.
+ */
+export const INSERT_OR_READ = prepared(
+  'claims_insert_or_read',
+  `
+  WITH inserted AS (${insertClaims({
+    key: '$1',
+    owner: '$2',
+    leaseSeconds: '$3',
+    leaseFrom: 'clock_timestamp()',
+    workType: '$4',
+    returning: 'true AS inserted, state, owner_node, fence, attempt, lease_until, false AS expired',
+  })}
+  )
+  SELECT * FROM inserted
+  UNION ALL
+  SELECT false, state, owner_node, fence, attempt, lease_until, lease_until < now()
+    FROM cyclium_work_claims
+   WHERE dedupe_key = $1 AND NOT EXISTS (SELECT 1 FROM inserted)`,
+);
+
+/** Takeover of a finished row or a lapsed lease, conditioned on the fence ($5) and state ($6) read. */
+export const TAKE_OVER = prepared(
+  'claims_take_over',
+  takeOverClaims({
+    owner: '$2',
+    leaseSeconds: '$3',
+    leaseFrom: 'clock_timestamp()',
+    workType: '$4',
+    where: `c.dedupe_key = $1 AND ${stillTakeable({ fence: '$5', state: '$6' })}`,
+    returning: 'c.fence, c.attempt, c.lease_until',
+  }),
+);
+
+/** $4 NULL: whichever generation `owner` holds. */
+export const RENEW = prepared(
+  'claims_renew',
+  renewLeases({ leaseSeconds: '$3', where: heldClaim({ key: '$1', owner: '$2', fence: 'coalesce($4::bigint, c.fence)' }) }),
+);
+
+/**
+ * Every live claim of one node in one statement: the heartbeat's whole cost per tick. Statements
+ * that lock several claim rows (this one, the release and batched step writes) lock them in key
+ * order, so they wait for each other instead of deadlocking.
+ */
+export const RENEW_MANY = prepared(
+  'claims_renew_many',
+  `
+  WITH locked AS (
+    SELECT c.dedupe_key FROM cyclium_work_claims c
+      JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence) ON ${heldClaim({ key: 'held.dedupe_key', owner: '$1', fence: 'held.fence' })}
+     ORDER BY c.dedupe_key
+       FOR UPDATE OF c)
+  ${renewLeases({ leaseSeconds: '$2', from: 'locked', where: 'c.dedupe_key = locked.dedupe_key', returning: 'c.dedupe_key, c.fence' })}`,
+);
+
+/** Lapses the leases (state stays `claimed`): the next taker steals in place, with fence + 1. In key order, as RENEW_MANY. */
+export const RELEASE_MANY = prepared(
+  'claims_release_many',
+  `
+  WITH locked AS (
+    SELECT dedupe_key FROM cyclium_work_claims
+     WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[]) AND lease_until > now()
+     ORDER BY dedupe_key
+       FOR UPDATE)
+  UPDATE cyclium_work_claims AS c SET lease_until = now()
+    FROM locked
+   WHERE c.dedupe_key = locked.dedupe_key`,
+);
+
+/** $3 the state to finish in, $4 the failure, $5 the fence (NULL: whichever generation `owner` holds). */
+export const FINISH = prepared('claims_finish', finishClaims({ key: '$1', owner: '$2', fence: 'coalesce($5::bigint, c.fence)', state: '$3', detail: '$4' }));
+
+export const OWNS = prepared('claims_owns', ownedClaim(POSITIONAL, false));
+
+/** The ownership proof at $1..$3, holding the claim row: the first statement of a fenced transaction. */
+export const OWNER_CTE = ownedClaim(POSITIONAL, true);
+
+export const PROVE_OWNERSHIP = prepared('claims_prove_ownership', OWNER_CTE);
+
+export const RECLAIM_EXPIRED = prepared(
+  'claims_reclaim_expired',
+  `
+  SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
+   WHERE state = 'claimed' AND lease_until < now()
+   ORDER BY lease_until
+   LIMIT $1`,
+);
