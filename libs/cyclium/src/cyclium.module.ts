@@ -15,6 +15,7 @@ import { WorkClaims } from './leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
+import { EpisodeEndings } from './episodes/episode-endings.service.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
 import { BeginWrites } from './episodes/begin-writes.js';
@@ -95,6 +96,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EndWrites,
     OwnedWrites,
     BeginWrites,
+    EpisodeEndings,
     EpisodeRunner,
     Episodes,
     Findings,

@@ -9,7 +9,8 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { BatchedWrites, type BatchAnswer } from './batched-writes.js';
 import { EpisodeStatements, beginColumns, queryBegin, type BeginOutcome, type BeginRow } from './episode-statements.js';
-import { EpisodeStore, toEpisode, type NewEpisode } from './episode-store.js';
+import { toEpisode, type NewEpisode } from './episode-store.js';
+import { episodeInput, insertEpisodes, insertOf } from './episode-inserts.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 interface BeginWrite {
@@ -41,7 +42,6 @@ export class BeginWrites {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly statements: EpisodeStatements,
-    private readonly store: EpisodeStore,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
@@ -66,29 +66,14 @@ export class BeginWrites {
   private async beginMany(items: BeginWrite[]): Promise<BatchAnswer<BeginOutcome>> {
     const statement = new Statement('begin_many');
     const p = (value: unknown, cast: string) => statement.param(value, cast);
-    const specs = items.map((b) => b.spec);
-    const input = statement.arrays([
-      [items.map((b) => b.id), 'uuid[]'],
-      [items.map((b) => b.key), 'text[]'],
-      [specs.map((s) => s.actorId), 'text[]'],
-      [specs.map((s) => s.expectationId), 'text[]'],
-      [specs.map((s) => s.trigger.type), 'text[]'],
-      [specs.map((s) => JSON.stringify(s.trigger)), 'jsonb[]'],
-      [specs.map((s) => s.dedupeKey), 'text[]'],
-      [specs.map((s) => s.ownerNode), 'text[]'],
-      [specs.map((s) => s.maxAttempts), 'int[]'],
-      [specs.map((s) => s.sourceStack), 'text[]'],
-      [specs.map((s) => s.sourceEnv), 'text[]'],
-      [specs.map((s) => s.workflowInstanceId ?? null), 'uuid[]'],
-      [specs.map((s) => s.workflowStepId ?? null), 'text[]'],
-    ]);
     statement.with(
       'input',
-      `SELECT * FROM unnest(${input})
-         WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, owner_node, max_attempts,
-                               source_stack, source_env, workflow_instance_id, workflow_step_id, n)`,
+      episodeInput(
+        statement,
+        items.map((b) => insertOf(b.id, b.spec, 'running')),
+      ),
     );
-    statement.with('ep', this.store.insertManyFragment('input'));
+    statement.with('ep', insertEpisodes('input'));
     statement.with('began', `SELECT i.key FROM input i JOIN ep ON ep.id = i.id`);
     const acquire = (this.batchFragment() as AcquireMany)({
       input: 'began',

@@ -9,8 +9,8 @@ import { BatchedWrites } from './batched-writes.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
-import { EpisodeStatements, claimFailureOf, type EndOutcome, type Ownership } from './episode-statements.js';
-import { EpisodeStore } from './episode-store.js';
+import { EpisodeStatements, type EndOutcome, type Ownership } from './episode-statements.js';
+import { claimFailureOf, finishEpisodes } from './terminal-writes.js';
 
 interface EndWrite {
   episode: EpisodeRow;
@@ -43,7 +43,6 @@ export class EndWrites {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly statements: EpisodeStatements,
-    private readonly store: EpisodeStore,
     private readonly journal: EpisodeJournal,
     private readonly claims: WorkClaims,
     private readonly events: EventOutbox,
@@ -116,9 +115,9 @@ export class EndWrites {
          WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification, error_class, error_detail, failure, n)`,
     );
     statement.with('owner', ownerMany({ input: 'input' }));
-    for (const [name, body] of this.store.finishManyFragments('owner')) statement.with(name, body);
+    for (const [name, body] of finishEpisodes('owner')) statement.with(name, body);
     statement.with('won', `SELECT o.* FROM owner o JOIN ep ON ep.id = o.episode_id`);
-    statement.with('checkpoints', this.journal.clearCheckpointsManyFragment(`SELECT episode_id FROM won WHERE status IN ('done', 'partially_failed')`));
+    statement.with('checkpoints', this.journal.clearCheckpointsFragment(`SELECT episode_id FROM won WHERE status IN ('done', 'partially_failed')`));
     statement.with('claim_finished', finishMany({ input: 'won' }));
     const event = this.events.fragmentMany(
       statement,

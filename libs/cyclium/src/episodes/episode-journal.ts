@@ -2,7 +2,6 @@ import { Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
-import type { Statement } from '../sql/statement.js';
 import type { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { decodeStepResult, presentStepResult } from './step-result.js';
 
@@ -129,13 +128,8 @@ export class EpisodeJournal {
     return rows[0]?.next ?? 1;
   }
 
-  /** Part of the post-converge statement: a finished episode keeps its journal, not its checkpoints. */
-  clearCheckpointsFragment(statement: Statement, id: string, when: string): string {
-    return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id = ${statement.param(id, 'uuid')} AND (${when}) RETURNING 1`;
-  }
-
-  /** The same for every episode the SQL set `ids` names. */
-  clearCheckpointsManyFragment(ids: string): string {
+  /** Part of a terminal statement: a finished episode keeps its journal, not its checkpoints (every episode the SQL set `ids` names). */
+  clearCheckpointsFragment(ids: string): string {
     return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id IN (${ids}) RETURNING 1`;
   }
 

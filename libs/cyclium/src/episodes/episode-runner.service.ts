@@ -1,7 +1,6 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
-import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
@@ -10,22 +9,16 @@ import { errorMessage } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import { Outputs } from '../outputs/outputs.service.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { Convergence, EpisodeMethod, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
-import {
-  BudgetExceededError,
-  EpisodeCanceledError,
-  EpisodeInterruptedError,
-  EpisodeWriteUnavailableError,
-  NondeterministicResumeError,
-} from './episode-errors.js';
+import { EpisodeCanceledError, EpisodeInterruptedError } from './episode-errors.js';
 import { BeginWrites } from './begin-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
 import { EpisodeQueue } from './episode-queue.js';
 import { EpisodeStore, RESUME_START, toEpisode, type NewEpisode } from './episode-store.js';
+import { EpisodeEndings, describeEpisode } from './episode-endings.service.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { RunningEpisode } from './running-episode.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
@@ -42,9 +35,6 @@ export interface RunOptions {
   /** A hold already renewing this claim (a restart handed over by recovery); otherwise one is made from the grant. */
   hold?: ClaimHold;
 }
-
-/** Failures the library decides rather than the host's code: each gets a warning with the episode's id. */
-const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded']);
 
 /**
  * Runs one episode from its claim to its terminal status: steps fenced one statement each, then
@@ -65,12 +55,12 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly queue: EpisodeQueue,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
-    private readonly outputs: Outputs,
     private readonly telemetry: CycliumTelemetry,
     private readonly events: EventOutbox,
     private readonly statements: EpisodeStatements,
     private readonly writes: OwnedWrites,
     private readonly begins: BeginWrites,
+    private readonly endings: EpisodeEndings,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -203,37 +193,24 @@ export class EpisodeRunner implements OnModuleInit {
           errorClass: 'unknown_actor',
         });
       }
-      this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', this.describe(episode));
+      this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', describeEpisode(episode));
       context.throwIfAborted();
       const result = (await expectation.handler(context)) as Convergence | undefined;
-      if (!context.wroteStep) await this.honourCancel(context);
+      if (!context.wroteStep) await this.endings.honourCancel(context);
       context.throwIfAborted();
-      await this.converge(episode, ownership, scope, result ?? {});
+      await this.endings.converge(episode, ownership, scope, result ?? {});
     } catch (error) {
       const cause = context.signal.aborted ? (context.signal.reason as unknown) : error;
-      await this.settle(episode, ownership, scope, cause).catch((e: unknown) =>
-        this.logger.error(`could not record the end of episode ${episode.id}: ${errorMessage(e)}`),
-      );
+      // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
+      if (!(cause instanceof EpisodeInterruptedError) && !this.interrupted.has(episode.id)) {
+        await this.endings
+          .settle(episode, ownership, scope, cause)
+          .catch((e: unknown) => this.logger.error(`could not record the end of episode ${episode.id}: ${errorMessage(e)}`));
+      }
     } finally {
       this.running.delete(episode.id);
       this.interrupted.delete(episode.id);
       hold.release();
-    }
-  }
-
-  /**
-   * A run that wrote no step never read its cancel flag back, and its bus message can come before
-   * the run exists here (a cancel right after the begin) or not at all (another channel): the flag
-   * is read once at its end. The method has run by then; the episode still ends `canceled`, its
-   * findings and outputs unwritten, as when a cancel is heard after the last step. A read that
-   * fails leaves the end to the end write, which meets the same fault.
-   */
-  private async honourCancel(context: RunningEpisode): Promise<void> {
-    if (context.signal.aborted) return;
-    try {
-      if (await this.store.cancelRequested(context.episode.id)) context.stop(new EpisodeCanceledError(context.episode.id));
-    } catch (error) {
-      this.logger.warn(`could not read whether episode ${context.episode.id} was canceled: ${errorMessage(error)}`);
     }
   }
 
@@ -248,78 +225,7 @@ export class EpisodeRunner implements OnModuleInit {
     return { key: claimKeyOf(episode), owner: this.identity.name(), fence: grant.status === 'acquired' ? grant.claim.fence : null };
   }
 
-  /**
-   * Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim
-   * and the terminal event — one statement.
-   */
-  private async converge(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, result: Convergence): Promise<void> {
-    const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
-    // The outputs' leases run from the database's now(), which is later than this.
-    const sentAt = performance.now();
-    const won = await this.writes.end(scope, episode, ownership, {
-      terminal: { status, summary: result.summary ?? null, classification: result.classification },
-      findings: result.findings,
-      outputs: result.outputs,
-      event: this.lifecycle('episode.completed', episode, status),
-    });
-    if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
-    this.telemetry.emit('episode.completed', { ...this.describe(episode), status });
-    if (won.length > 0) await this.outputs.deliver(won, sentAt);
-  }
-
-  /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
-  private async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown): Promise<void> {
-    // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
-    if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) return;
-    // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
-    if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
-      this.abandon(episode, cause.message);
-      return;
-    }
-    const [status, errorClass, detail] = classify(cause);
-    const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
-    const recorded = await this.writes
-      .end(scope, episode, ownership, { terminal: { status, errorClass, detail }, event: this.lifecycle(event, episode, status, { errorClass }) })
-      .catch((error: unknown) => {
-        if (error instanceof EpisodeWriteUnavailableError) return error;
-        throw error;
-      });
-    if (recorded instanceof EpisodeWriteUnavailableError) {
-      this.abandon(episode, recorded.message);
-      return;
-    }
-    if (recorded === null) {
-      this.logger.warn(`episode ${episode.id} aborted: claim lost before its outcome was recorded`);
-      this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason: 'claim lost before the outcome was recorded' });
-      return;
-    }
-    if (DECIDED.has(errorClass)) {
-      this.logger.warn(`episode ${episode.id} (${episode.actorId}.${episode.expectationId}) failed as ${errorClass}: ${detail.split('\n')[0]}`);
-    }
-    this.telemetry.emit(event, { ...this.describe(episode), errorClass });
-  }
-
-  private abandon(episode: EpisodeRow, reason: string): void {
-    this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${reason}`);
-    this.telemetry.emit('episode.aborted', { ...this.describe(episode), reason });
-  }
-
-  private describe(episode: EpisodeRow) {
-    return { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId };
-  }
-
   private lifecycle(type: LifecycleEventType, episode: EpisodeRow, status: EpisodeStatus, extra = {}) {
     return lifecycleEvent(type, episode, status, this.identity.name(), extra);
   }
-}
-
-function classify(cause: unknown): [Extract<EpisodeStatus, 'failed' | 'canceled'>, string, string] {
-  if (cause instanceof EpisodeCanceledError) return ['canceled', 'canceled', cause.message];
-  if (cause instanceof BudgetExceededError) return ['failed', 'budget_exceeded', cause.message];
-  if (cause instanceof NondeterministicResumeError) return ['failed', 'nondeterministic_resume', cause.message];
-  if (cause instanceof Error) {
-    const errorClass = (cause as Error & { errorClass?: string }).errorClass ?? 'crash';
-    return ['failed', errorClass, `${cause.message}\n${cause.stack ?? ''}`.trim()];
-  }
-  return ['failed', 'crash', String(cause)];
 }

@@ -19,7 +19,8 @@ import { Outputs, toOutput } from '../outputs/outputs.service.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
-import { EpisodeStore, toEpisode, type NewEpisode, type TerminalOutcome } from './episode-store.js';
+import { EpisodeStore, toEpisode, type NewEpisode } from './episode-store.js';
+import { claimFailureOf, finishEpisodes, type TerminalOutcome } from './terminal-writes.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 /** Who must own what for a write to count: the episode's claim key, this node, the fence it holds. */
@@ -145,14 +146,24 @@ export class EpisodeStatements {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     const refs = { key: p(ownership.key, 'text'), owner: p(ownership.owner, 'text'), fence: p(ownership.fence, 'bigint') };
     statement.with('owner', (joined ? claims : this.claims.openClaims()).fragments.owner(refs));
-    statement.with('ep', this.store.finishFragment(statement, episode.id, outcome.terminal));
+    const { terminal } = outcome;
+    const classification = terminal.classification === undefined ? null : JSON.stringify(terminal.classification);
+    // The batched terminal write's input, of one row while `owner` has its row.
+    statement.with(
+      'outcome',
+      `SELECT ${p(episode.id, 'uuid')} AS episode_id, ${p(terminal.status, 'text')} AS status, ${p(terminal.summary ?? null, 'text')} AS summary,
+              ${p(classification, 'jsonb')} AS classification, ${p(terminal.errorClass ?? null, 'text')} AS error_class,
+              ${p(terminal.detail ?? null, 'text')} AS error_detail
+         FROM owner`,
+    );
+    for (const [name, body] of finishEpisodes('outcome')) statement.with(name, body);
     const won = 'EXISTS (SELECT 1 FROM ep)';
-    const converged = outcome.terminal.status === 'done' || outcome.terminal.status === 'partially_failed';
-    if (converged) statement.with('checkpoints', this.journal.clearCheckpointsFragment(statement, episode.id, won));
+    const converged = terminal.status === 'done' || terminal.status === 'partially_failed';
+    if (converged) statement.with('checkpoints', this.journal.clearCheckpointsFragment('SELECT id FROM ep'));
     for (const [name, body] of this.findings.fragments(statement, episode, outcome.findings ?? [], won)) statement.with(name, body);
     const proposals = outcome.outputs ?? [];
     if (proposals.length > 0) statement.with('outputs', this.outputs.fragment(statement, episode, proposals, won));
-    const failure = claimFailureOf(outcome.terminal);
+    const failure = claimFailureOf(terminal);
     if (joined) statement.with('claim_finished', claims.fragments.finish({ ...refs, failure: p(failure, 'text'), when: won }));
     const event = this.events.fragment(statement, [outcome.event], won);
     if (event.body) statement.with('terminal_event', event.body);
@@ -175,11 +186,6 @@ export class EpisodeStatements {
     event.announce();
     return rows.filter((r) => r.id !== null && r.id !== undefined).map(toOutput);
   }
-}
-
-/** What the claim records of a run that failed; null when it converged or was canceled. */
-export function claimFailureOf(terminal: TerminalOutcome): string | null {
-  return terminal.status === 'failed' ? `${terminal.errorClass}: ${terminal.detail}` : null;
 }
 
 /** Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was written). */

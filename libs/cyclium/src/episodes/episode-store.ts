@@ -1,10 +1,12 @@
+import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
-import type { Statement } from '../sql/statement.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import { Statement } from '../sql/statement.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
+import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert } from './episode-inserts.js';
 
 export interface NewEpisode {
   actorId: string;
@@ -36,15 +38,6 @@ export interface SeedEpisode {
   startedAt: Date | null;
 }
 
-/** How a run ended, as its terminal write records it. */
-export interface TerminalOutcome {
-  status: EpisodeStatus;
-  summary?: string | null;
-  classification?: unknown;
-  errorClass?: string | null;
-  detail?: string | null;
-}
-
 export interface EpisodePage {
   actorId?: string;
   status?: EpisodeStatus;
@@ -52,17 +45,6 @@ export interface EpisodePage {
   /** `[inserted_at as the database prints it, id]` of the last row of the previous page. */
   after?: [string, string];
 }
-
-const INSERT = prepared(
-  'episodes_insert',
-  `INSERT INTO cyclium_episodes
-     (actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-      source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at)
-   VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
-           CASE WHEN $6 = 'running' THEN now() END, CASE WHEN $6 = 'queued' THEN now() END)
-   ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING
-   RETURNING *`,
-);
 
 /**
  * The first write of a restarted run, fenced (continues `WITH owner AS (...)`, see
@@ -125,65 +107,18 @@ export class EpisodeStore {
 
   /** Inserts unless a live episode already has the dedupe key; null when another insert won. */
   async insert(spec: NewEpisode, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
-    const { rows } = await via.query(
-      INSERT([
-        spec.actorId,
-        spec.expectationId,
-        spec.trigger.type,
-        JSON.stringify(spec.trigger),
-        spec.dedupeKey,
-        spec.status,
-        spec.ownerNode,
-        spec.maxAttempts,
-        spec.sourceStack,
-        spec.sourceEnv,
-        spec.workflowInstanceId ?? null,
-        spec.workflowStepId ?? null,
-      ]),
-    );
-    return oneEpisode(rows);
+    const statement = new Statement('episodes_insert');
+    statement.with('ep', insertEpisodes(`(${episodeInput(statement, [insertOf(randomUUID(), spec, spec.status)])})`));
+    return oneEpisode((await via.query(statement.build('SELECT * FROM ep'))).rows);
   }
 
-  // ── fragments of the one-round-trip statements (see EpisodeStatements) ──────────────────────
-
   /**
-   * Inserts episode `id` when `when` holds — `running` (started now, on `spec.ownerNode`) or
-   * `deferred` (waiting for a full node, owned by none); the dedupe index still decides.
+   * Inserts episode `id` when `when` holds, as a CTE of the caller's statement: `running` (started
+   * now, on `spec.ownerNode`) or `deferred` (waiting for a full node, owned by none); the dedupe
+   * index still decides.
    */
   insertFragment(statement: Statement, id: string, spec: NewEpisode, when: string, status: 'running' | 'deferred' = 'running'): string {
-    const p = (value: unknown, cast?: string) => statement.param(value, cast);
-    const running = status === 'running';
-    return `
-      INSERT INTO cyclium_episodes
-        (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-         source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at)
-      SELECT ${p(id, 'uuid')}, ${p(spec.actorId, 'text')}, ${p(spec.expectationId, 'text')}, ${p(spec.trigger.type, 'text')},
-             ${p(JSON.stringify(spec.trigger), 'jsonb')}, ${p(spec.dedupeKey, 'text')}, '${status}', ${p(running ? spec.ownerNode : null, 'text')},
-             ${p(spec.maxAttempts, 'int')}, ${p(spec.sourceStack, 'text')}, ${p(spec.sourceEnv, 'text')},
-             ${p(spec.workflowInstanceId ?? null, 'uuid')}, ${p(spec.workflowStepId ?? null, 'text')},
-             ${running ? 'now(), NULL' : 'NULL, now()'}
-       WHERE (${when})
-      ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING
-      RETURNING *`;
-  }
-
-  /**
-   * `insertFragment` (running, started now) for every row of the CTE `input` (columns `id`, `key`,
-   * `actor_id`, `expectation_id`, `trigger_type`, `trigger_ref`, `dedupe_key`, `owner_node`,
-   * `max_attempts`, `source_stack`, `source_env`, `workflow_instance_id`, `workflow_step_id`), in
-   * key order, so two batches that meet on dedupe keys wait for each other instead of deadlocking.
-   */
-  insertManyFragment(input: string): string {
-    return `
-      INSERT INTO cyclium_episodes
-        (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-         source_stack, source_env, workflow_instance_id, workflow_step_id, started_at)
-      SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, 'running', owner_node, max_attempts,
-             source_stack, source_env, workflow_instance_id, workflow_step_id, now()
-        FROM ${input}
-       ORDER BY key
-      ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING
-      RETURNING *`;
+    return insertEpisodes(`(${episodeInput(statement, [insertOf(id, spec, status)])} WHERE (${when}))`);
   }
 
   /** A deferred episode a full node took: running here now. Null when it is not deferred any more (or gone). */
@@ -216,71 +151,19 @@ export class EpisodeStore {
     return rows[0]?.status ?? null;
   }
 
-  /**
-   * The terminal write of a run, joined to the CTE `owner` (no row, no write): `done` or
-   * `partially_failed` with its summary, or `failed` / `canceled` with its error.
-   */
-  finishFragment(statement: Statement, id: string, outcome: TerminalOutcome): string {
-    const p = (value: unknown, cast?: string) => statement.param(value, cast);
-    return `
-      UPDATE cyclium_episodes
-         SET status = ${p(outcome.status, 'text')}, summary = coalesce(${p(outcome.summary ?? null, 'text')}, summary),
-             classification = coalesce(${p(outcome.classification === undefined ? null : JSON.stringify(outcome.classification), 'jsonb')}, classification),
-             error_class = ${p(outcome.errorClass ?? null, 'text')}, error_detail = ${p(outcome.detail ?? null, 'text')},
-             phase = NULL, finished_at = now(), updated_at = now()
-        FROM owner
-       WHERE cyclium_episodes.id = ${p(id, 'uuid')} AND cyclium_episodes.status = 'running'
-      RETURNING cyclium_episodes.id`;
-  }
-
-  /**
-   * `finishFragment` for every row of the CTE `input` (columns `episode_id`, `status`, `summary`,
-   * `classification`, `error_class`, `error_detail`) that is still running, as CTEs, the last named
-   * `ep` (`RETURNING id`). The rows are locked in id order first, as the drain's stamp locks them,
-   * so a batch and a stamp wait for each other instead of deadlocking.
-   */
-  finishManyFragments(input: string): Array<[string, string]> {
-    return [
-      [
-        'ep_locked',
-        `SELECT e.id FROM cyclium_episodes e JOIN ${input} i ON i.episode_id = e.id
-          WHERE e.status = 'running' ORDER BY e.id FOR UPDATE OF e`,
-      ],
-      [
-        'ep',
-        `UPDATE cyclium_episodes e
-            SET status = i.status, summary = coalesce(i.summary, e.summary), classification = coalesce(i.classification, e.classification),
-                error_class = i.error_class, error_detail = i.error_detail, phase = NULL, finished_at = now(), updated_at = now()
-           FROM ep_locked l JOIN ${input} i ON i.episode_id = l.id
-          WHERE e.id = l.id
-         RETURNING e.id`,
-      ],
-    ];
-  }
-
-  /** Writes a row as given; `started_at` defaults to the database clock (rule 1) for a running row. */
+  /** Writes a row as given (the dedupe index refuses a live key); `started_at` defaults to the database clock (rule 1) for a running row. */
   async seed(spec: SeedEpisode): Promise<EpisodeRow> {
-    const { rows } = await this.database.sql.query(
-      `INSERT INTO cyclium_episodes
-         (actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-          source_stack, source_env, started_at, queued_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-               coalesce($11, CASE WHEN $6 = 'running' THEN now() END), CASE WHEN $6 = 'queued' THEN now() END)
-       RETURNING *`,
-      [
-        spec.actorId,
-        spec.expectationId,
-        spec.triggerType,
-        JSON.stringify({ type: spec.triggerType, payload: spec.payload }),
-        spec.dedupeKey,
-        spec.status,
-        spec.ownerNode,
-        spec.maxAttempts,
-        spec.sourceStack,
-        spec.sourceEnv,
-        spec.startedAt,
-      ],
-    );
+    const statement = new Statement('episodes_seed');
+    const row: EpisodeInsert = {
+      ...spec,
+      id: randomUUID(),
+      triggerRef: JSON.stringify({ type: spec.triggerType, payload: spec.payload }),
+      workflowInstanceId: null,
+      workflowStepId: null,
+      waits: spec.status === 'queued',
+    };
+    statement.with('ep', insertEpisodes(`(${episodeInput(statement, [row])})`, 'fail'));
+    const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
     return toEpisode(rows[0] as Record<string, unknown>);
   }
 

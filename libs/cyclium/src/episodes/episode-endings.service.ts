@@ -1,0 +1,124 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { ClaimLostError } from '../claims/claim-lost.error.js';
+import { errorMessage } from '../sql/database-errors.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import { Outputs } from '../outputs/outputs.service.js';
+import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
+import type { Convergence, EpisodeRow } from './episode-context.interface.js';
+import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
+import { lifecycleEvent, type LifecycleEventType } from './episode-events.js';
+import type { Ownership } from './episode-statements.js';
+import { EpisodeStore } from './episode-store.js';
+import { OwnedWrites, type WriteScope } from './owned-writes.js';
+import type { RunningEpisode } from './running-episode.js';
+
+/** Failures the library decides rather than the host's code: each gets a warning with the episode's id. */
+const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded']);
+
+/**
+ * How a run's end is recorded: its terminal write, fenced like every other write, with exactly
+ * one terminal event (EpisodeRunner decides when a run has ended; this writes what it became).
+ */
+@Injectable()
+export class EpisodeEndings {
+  private readonly logger = new Logger(EpisodeEndings.name);
+
+  constructor(
+    private readonly store: EpisodeStore,
+    private readonly writes: OwnedWrites,
+    private readonly identity: NodeIdentity,
+    private readonly outputs: Outputs,
+    private readonly telemetry: CycliumTelemetry,
+  ) {}
+
+  /**
+   * A run that wrote no step never read its cancel flag back, and its bus message can come before
+   * the run exists here (a cancel right after the begin) or not at all (another channel): the flag
+   * is read once at its end. The method has run by then; the episode still ends `canceled`, its
+   * findings and outputs unwritten, as when a cancel is heard after the last step. A read that
+   * fails leaves the end to the end write, which meets the same fault.
+   */
+  async honourCancel(context: RunningEpisode): Promise<void> {
+    if (context.signal.aborted) return;
+    try {
+      if (await this.store.cancelRequested(context.episode.id)) context.stop(new EpisodeCanceledError(context.episode.id));
+    } catch (error) {
+      this.logger.warn(`could not read whether episode ${context.episode.id} was canceled: ${errorMessage(error)}`);
+    }
+  }
+
+  /**
+   * Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim
+   * and the terminal event — one statement.
+   */
+  async converge(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, result: Convergence): Promise<void> {
+    const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
+    // The outputs' leases run from the database's now(), which is later than this.
+    const sentAt = performance.now();
+    const won = await this.writes.end(scope, episode, ownership, {
+      terminal: { status, summary: result.summary ?? null, classification: result.classification },
+      findings: result.findings,
+      outputs: result.outputs,
+      event: this.lifecycle('episode.completed', episode, status),
+    });
+    if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
+    this.telemetry.emit('episode.completed', { ...describeEpisode(episode), status });
+    if (won.length > 0) await this.outputs.deliver(won, sentAt);
+  }
+
+  /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
+  async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown): Promise<void> {
+    // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
+    if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
+      this.abandon(episode, cause.message);
+      return;
+    }
+    const [status, errorClass, detail] = classify(cause);
+    const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
+    const recorded = await this.writes
+      .end(scope, episode, ownership, { terminal: { status, errorClass, detail }, event: this.lifecycle(event, episode, status, { errorClass }) })
+      .catch((error: unknown) => {
+        if (error instanceof EpisodeWriteUnavailableError) return error;
+        throw error;
+      });
+    if (recorded instanceof EpisodeWriteUnavailableError) {
+      this.abandon(episode, recorded.message);
+      return;
+    }
+    if (recorded === null) {
+      this.logger.warn(`episode ${episode.id} aborted: claim lost before its outcome was recorded`);
+      this.telemetry.emit('episode.aborted', { ...describeEpisode(episode), reason: 'claim lost before the outcome was recorded' });
+      return;
+    }
+    if (DECIDED.has(errorClass)) {
+      this.logger.warn(`episode ${episode.id} (${episode.actorId}.${episode.expectationId}) failed as ${errorClass}: ${detail.split('\n')[0]}`);
+    }
+    this.telemetry.emit(event, { ...describeEpisode(episode), errorClass });
+  }
+
+  private abandon(episode: EpisodeRow, reason: string): void {
+    this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${reason}`);
+    this.telemetry.emit('episode.aborted', { ...describeEpisode(episode), reason });
+  }
+
+  private lifecycle(type: LifecycleEventType, episode: EpisodeRow, status: EpisodeStatus, extra = {}) {
+    return lifecycleEvent(type, episode, status, this.identity.name(), extra);
+  }
+}
+
+/** An episode as telemetry names it. */
+export function describeEpisode(episode: EpisodeRow) {
+  return { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId };
+}
+
+function classify(cause: unknown): [Extract<EpisodeStatus, 'failed' | 'canceled'>, string, string] {
+  if (cause instanceof EpisodeCanceledError) return ['canceled', 'canceled', cause.message];
+  if (cause instanceof BudgetExceededError) return ['failed', 'budget_exceeded', cause.message];
+  if (cause instanceof NondeterministicResumeError) return ['failed', 'nondeterministic_resume', cause.message];
+  if (cause instanceof Error) {
+    const errorClass = (cause as Error & { errorClass?: string }).errorClass ?? 'crash';
+    return ['failed', errorClass, `${cause.message}\n${cause.stack ?? ''}`.trim()];
+  }
+  return ['failed', 'crash', String(cause)];
+}

@@ -1,0 +1,95 @@
+import type { Statement } from '../sql/statement.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
+import type { NewEpisode } from './episode-store.js';
+
+/** One episode row to insert, every column its writer sets. */
+export interface EpisodeInsert {
+  id: string;
+  actorId: string;
+  expectationId: string;
+  triggerType: string;
+  /** The trigger as JSON text. */
+  triggerRef: string;
+  dedupeKey: string | null;
+  status: EpisodeStatus;
+  ownerNode: string | null;
+  maxAttempts: number;
+  sourceStack: string | null;
+  sourceEnv: string | null;
+  workflowInstanceId: string | null;
+  workflowStepId: string | null;
+  /** null: the database clock when the row is running (rule 1), none otherwise. */
+  startedAt: Date | null;
+  /** The row waits from now (`queued_at`): queued, or deferred to a full node. */
+  waits: boolean;
+}
+
+/**
+ * The rows of an insert as one unnest() of column arrays (one row or many, the same text), in
+ * input order (`n`), each with the key its claim is held under (`key`).
+ */
+export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[]): string {
+  const input = statement.arrays([
+    [rows.map((r) => r.id), 'uuid[]'],
+    [rows.map((r) => claimKeyOf(r)), 'text[]'],
+    [rows.map((r) => r.actorId), 'text[]'],
+    [rows.map((r) => r.expectationId), 'text[]'],
+    [rows.map((r) => r.triggerType), 'text[]'],
+    [rows.map((r) => r.triggerRef), 'jsonb[]'],
+    [rows.map((r) => r.dedupeKey), 'text[]'],
+    [rows.map((r) => r.status), 'text[]'],
+    [rows.map((r) => r.ownerNode), 'text[]'],
+    [rows.map((r) => r.maxAttempts), 'int[]'],
+    [rows.map((r) => r.sourceStack), 'text[]'],
+    [rows.map((r) => r.sourceEnv), 'text[]'],
+    [rows.map((r) => r.workflowInstanceId), 'uuid[]'],
+    [rows.map((r) => r.workflowStepId), 'text[]'],
+    [rows.map((r) => r.startedAt), 'timestamptz[]'],
+    [rows.map((r) => r.waits), 'boolean[]'],
+  ]);
+  return `SELECT * FROM unnest(${input})
+            WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
+                                  source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits, n)`;
+}
+
+/**
+ * The one insert of cyclium_episodes, for one row or many: the rows of `input` (a CTE name, or a
+ * parenthesised `episodeInput`), in key order, so two batches that meet on dedupe keys wait for
+ * each other instead of deadlocking. Unless `duplicates` is `fail` (a seed), the dedupe index
+ * decides: a row whose key a live episode holds is skipped. `RETURNING *`: the rows written.
+ */
+export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'skip'): string {
+  return `
+    INSERT INTO cyclium_episodes
+      (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
+       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at)
+    SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
+           source_stack, source_env, workflow_instance_id, workflow_step_id,
+           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END
+      FROM ${input} i
+     ORDER BY key
+    ${duplicates === 'skip' ? 'ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING' : ''}
+    RETURNING *`;
+}
+
+/** The row `spec` inserts as episode `id`: a running row is owned by `spec.ownerNode`, a waiting one by none until it starts. */
+export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): EpisodeInsert {
+  return {
+    id,
+    actorId: spec.actorId,
+    expectationId: spec.expectationId,
+    triggerType: spec.trigger.type,
+    triggerRef: JSON.stringify(spec.trigger),
+    dedupeKey: spec.dedupeKey,
+    status,
+    ownerNode: status === 'deferred' ? null : spec.ownerNode,
+    maxAttempts: spec.maxAttempts,
+    sourceStack: spec.sourceStack,
+    sourceEnv: spec.sourceEnv,
+    workflowInstanceId: spec.workflowInstanceId ?? null,
+    workflowStepId: spec.workflowStepId ?? null,
+    startedAt: null,
+    waits: status !== 'running',
+  };
+}
