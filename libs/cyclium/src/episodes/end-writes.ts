@@ -21,20 +21,20 @@ interface EndWrite {
 type BatchFragments = Required<Pick<ClaimFragments, 'ownerMany' | 'finishMany'>>;
 
 /**
- * Every terminal write of this node (EpisodeStatements.end). Outcomes with nothing but a status
- * and an event (no findings, no outputs) that arrive while another terminal write is in flight
- * leave together as one statement, group-committed as step writes are: each row proves its own
- * claim at its fence (the claims locked in key order, the episodes in id order), and its status,
- * checkpoint cleanup, claim completion and terminal event are written only when that proof held,
- * so a stale holder in a batch writes nothing while the others commit. A lone write goes out at
- * once, alone; a batch PostgreSQL refuses is written again one by one, so only the write at fault
- * fails. Everything else (findings, outputs, claims off, an adapter or bus that cannot batch) is
- * written alone.
+ * Every terminal write of this node. Outcomes with nothing but a status and an event (no
+ * findings, no outputs) are one statement for one end or many: those that arrive while another
+ * terminal write is in flight leave together, group-committed as step writes are, each row
+ * proving its own claim at its fence (the claims locked in key order, the episodes in id order);
+ * its status, checkpoint cleanup, claim completion and terminal event are written only when that
+ * proof held, so a stale holder in a batch writes nothing while the others commit. A lone write
+ * goes out at once, as a batch of one; a batch PostgreSQL refuses is written again one by one, so
+ * only the write at fault fails. Everything else (findings, outputs, claims off, an adapter or bus
+ * that cannot batch) is EpisodeStatements.end, which shares the terminal write (terminal-writes).
  */
 @Injectable()
 export class EndWrites {
   private readonly batches = new BatchedWrites<EndWrite, boolean>(
-    async (w) => (await this.statements.end(w.episode, w.ownership, w.outcome)) !== null,
+    async (w) => (await this.endMany([w]))[0] === true,
     (items) => this.endMany(items),
   );
   /** The claims fragments a batch needs, resolved at the first end (null: this setup cannot batch). */
@@ -95,7 +95,8 @@ export class EndWrites {
 
   private async endMany(items: EndWrite[]): Promise<boolean[]> {
     const { ownerMany, finishMany } = this.batchFragments() as BatchFragments;
-    const statement = new Statement('end_many');
+    // Named as the lone joined end it also is.
+    const statement = new Statement('end_joined_many');
     const terminal = items.map((w) => w.outcome.terminal);
     const input = statement.arrays([
       [items.map((w) => w.ownership.key), 'text[]'],

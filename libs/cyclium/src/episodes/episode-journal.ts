@@ -11,31 +11,10 @@ export interface Checkpoint {
 }
 
 /**
- * The rest of a fenced `WITH owner AS (...)` statement (see WorkClaims.fencedStatement): one
- * journal row and one checkpoint, written only while the claim is owned, as one commit. It also
- * reads back whether a cancel was requested, so a running episode learns of one with the round
- * trip it makes anyway.
- */
-export const STEP_WRITE: FencedStatement = {
-  name: 'episodes_step_write',
-  body: `,
-  journal AS (
-    INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref, duration_ms)
-    SELECT $4, $5, 'step', $6, $7::jsonb, $8 FROM owner RETURNING 1
-  ),
-  checkpoint AS (
-    INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state)
-    SELECT $4, $9, $6, $7::jsonb FROM owner RETURNING 1
-  )
-  SELECT (SELECT count(*)::int FROM journal) AS written,
-         EXISTS (SELECT 1 FROM cyclium_episodes WHERE id = $4 AND cancel_requested_at IS NOT NULL) AS cancel_requested`,
-};
-
-/**
- * Whether a STEP_WRITE whose reply was lost committed: the journal row of that step at that
+ * Whether a step write whose reply was lost committed: the journal row of that step at that
  * position. While the claim is held at this fence no other holder can have written a step there
  * (a previous holder's writes all came before this run read its next position; markers are
- * observations), so the row is this write's. Reads ownership and a pending cancel as STEP_WRITE does.
+ * observations), so the row is this write's. Reads ownership and a pending cancel as the step write does.
  */
 export const STEP_CONFIRM: FencedStatement = {
   name: 'episodes_step_confirm',
@@ -47,17 +26,26 @@ export const STEP_CONFIRM: FencedStatement = {
 };
 
 /**
- * STEP_WRITE for several episodes in one statement. `owner` is the claims adapter's `ownerMany`
- * over `input`, so each row is written only while its own claim is held at its fence, exactly as
- * alone; one row comes back per input row, in input order. Parameters: keys, owners, fences,
- * episode ids, journal positions, names, results, durations, step numbers (arrays of one length).
+ * The step write, for one episode or several: one journal row and one checkpoint per row of
+ * `input` that `owner` keeps, written only while its claim is owned, as one commit. `owner` is the
+ * body of the CTE of the rows whose ownership holds (the claims adapter's `ownerMany` over `input`,
+ * each row fenced on its own claim, exactly as alone); `held`, when given, is a CTE before it (the
+ * claim of a lone write, proven by the adapter's `owner`). It also reads back whether a cancel was
+ * requested, so a running episode learns of one with the round trip it makes anyway. One row comes
+ * back per input row, in input order. Parameters: keys, owners, fences, episode ids, journal
+ * positions, names, results, durations, step numbers (arrays of one length).
  */
-export function stepWriteMany(ownerMany: string): string {
+export function stepWrite(owner: string, held?: string): string {
   return `
   WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[], $8::int[], $9::int[])
-      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, n)),
-  owner AS (${ownerMany}),
+      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, n)),${
+        held === undefined
+          ? ''
+          : `
+  held AS (${held}),`
+      }
+  owner AS (${owner}),
   journal AS (
     INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref, duration_ms)
     SELECT episode_id, journal_no, 'step', name, result, duration_ms FROM owner RETURNING episode_id

@@ -4,7 +4,7 @@ import { createHash } from 'node:crypto';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared } from '../sql/sql-executor.js';
-import { STEP_CONFIRM, STEP_WRITE, stepWriteMany } from './episode-journal.js';
+import { STEP_CONFIRM, stepWrite } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
 import type { StepRecord, StepWriteOutcome } from './running-episode.js';
 import { BatchedWrites } from './batched-writes.js';
@@ -20,35 +20,43 @@ interface StepRow {
   cancel_requested: boolean;
 }
 
-type ManyStatement = (values: unknown[]) => QueryConfig;
+type StepStatement = (values: unknown[]) => QueryConfig;
+
+/** Who proves a write's claim: the adapter, for a batch (`batched`) or alone (`joined`); nobody in the statement (`open`). */
+type Proof = 'batched' | 'joined' | 'open';
 
 /**
- * Every step write of this node. With a claims adapter that can lock many claims in one statement
- * (the shipped one), the writes that arrive while one is in flight leave together as one
- * statement, group-committed as publishing is: each row still commits only while its own claim is
- * held at its fence, so a batch changes what a step costs, not what it guarantees. A lone write
- * goes out at once, alone. A batch that PostgreSQL refuses (a bad value, a deadlock) is written
- * again one by one, so only the write at fault fails. Claims off, or another adapter: each step
- * is written alone.
+ * Every step write of this node, each one statement (episode-journal's `stepWrite`). With a claims
+ * adapter that can lock many claims in one statement (the shipped one), the writes that arrive
+ * while one is in flight leave together as one statement, group-committed as publishing is: each
+ * row still commits only while its own claim is held at its fence, so a batch changes what a step
+ * costs, not what it guarantees. A lone write goes out at once, as a batch of one. A batch that
+ * PostgreSQL refuses (a bad value, a deadlock) is written again one by one, so only the write at
+ * fault fails. Claims off, or another adapter: each step is written alone, its claim proven by the
+ * adapter's `owner` in the statement, or asked `owns()` first when its store is elsewhere.
  */
 @Injectable()
 export class StepWrites {
   // Steps need no order among episodes; a few batches at once keep both database cores busy at low concurrency.
   private readonly batches = new BatchedWrites<StepWrite, StepWriteOutcome>(
-    (w) => this.writeOne(w.episodeId, w.ownership, w.record),
-    (items) => this.writeMany(items),
+    async (w) => (await this.send('batched', [w]))[0] as StepWriteOutcome,
+    (items) => this.send('batched', items),
   );
-  /** The batched statement, built at the first step (null: this adapter cannot batch). */
-  private many: ManyStatement | null | undefined;
+  /** The statement of each proof, built at its first write (null: this adapter cannot batch). */
+  private readonly texts = new Map<Proof, StepStatement | null>();
 
   constructor(
     private readonly database: CycliumDataSource,
     private readonly claims: WorkClaims,
   ) {}
 
-  write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
-    if (ownership.fence === null || !this.manyStatement()) return this.writeOne(episodeId, ownership, record);
-    return this.batches.write({ episodeId, ownership, record });
+  async write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
+    const write = { episodeId, ownership, record };
+    if (ownership.fence !== null && this.statement('batched')) return this.batches.write(write);
+    const joined = this.claims.inStatement().joined && ownership.fence !== null;
+    // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
+    if (!joined && ownership.fence !== null && !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))) return 'not_owner';
+    return (await this.send(joined ? 'joined' : 'open', [write]))[0] as StepWriteOutcome;
   }
 
   /**
@@ -69,20 +77,33 @@ export class StepWrites {
   }
 
   /** Named after its text: one name stands for one text on a pool, whichever adapter built it. */
-  private manyStatement(): ManyStatement | null {
-    if (this.many === undefined) {
-      const claims = this.claims.inStatement();
-      const ownerMany = claims.joined ? claims.fragments.ownerMany : undefined;
-      const text = ownerMany ? stepWriteMany(ownerMany({ input: 'input' })) : null;
-      this.many = text ? prepared(`episodes_step_write_many_${createHash('sha256').update(text).digest('hex').slice(0, 12)}`, text) : null;
+  private statement(proof: Proof): StepStatement | null {
+    if (!this.texts.has(proof)) {
+      const text = this.text(proof);
+      const name = `episodes_step_write_${proof === 'open' ? 'open' : 'fenced'}_${createHash('sha256')
+        .update(text ?? '')
+        .digest('hex')
+        .slice(0, 12)}`;
+      this.texts.set(proof, text === null ? null : prepared(name, text));
     }
-    return this.many;
+    return this.texts.get(proof) ?? null;
   }
 
-  private async writeMany(items: StepWrite[]): Promise<StepWriteOutcome[]> {
-    const many = this.manyStatement() as ManyStatement;
+  private text(proof: Proof): string | null {
+    const claims = proof === 'open' ? this.claims.openClaims() : this.claims.inStatement();
+    if (proof === 'batched') {
+      const ownerMany = claims.joined ? claims.fragments.ownerMany : undefined;
+      return ownerMany ? stepWrite(ownerMany({ input: 'input' })) : null;
+    }
+    // A lone write: its one claim, as the adapter's `owner` proves it (or the open passthrough).
+    const held = claims.fragments.owner({ key: '($1::text[])[1]', owner: '($2::text[])[1]', fence: '($3::bigint[])[1]' });
+    return stepWrite('SELECT i.* FROM input i WHERE EXISTS (SELECT 1 FROM held)', held);
+  }
+
+  private async send(proof: Proof, items: StepWrite[]): Promise<StepWriteOutcome[]> {
+    const statement = this.statement(proof) as StepStatement;
     const { rows } = await this.database.sql.query<StepRow>(
-      many([
+      statement([
         items.map((w) => w.ownership.key),
         items.map((w) => w.ownership.owner),
         items.map((w) => w.ownership.fence),
@@ -95,18 +116,6 @@ export class StepWrites {
       ]),
     );
     return items.map((_, i) => outcomeOf(rows[i]));
-  }
-
-  private async writeOne(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
-    const { rows } = await this.claims.fencedStatement<StepRow>(this.database.sql, ownership, STEP_WRITE, [
-      episodeId,
-      record.journalNo,
-      record.name,
-      record.resultJson,
-      record.durationMs,
-      record.stepNo,
-    ]);
-    return outcomeOf(rows[0]);
   }
 }
 
