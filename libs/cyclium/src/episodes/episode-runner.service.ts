@@ -37,10 +37,11 @@ export interface RunOptions {
 }
 
 /**
- * Runs one episode from its claim to its terminal status: steps fenced one statement each, then
- * the post-converge transaction. Every terminal path publishes exactly one terminal event (in the
- * same transaction as the status, with a durable bus); a run that lost its claim, or whose node
- * is draining, writes nothing more (the episode is someone else's, or stamped for a restart).
+ * Starts episodes (with their claims) and runs each from its claim to its terminal status: steps
+ * fenced one statement each, then the end, which EpisodeEndings records. Every terminal path
+ * publishes exactly one terminal event (in the same transaction as the status, with a durable
+ * bus); a run that lost its claim, or whose node is draining, writes nothing more (the episode is
+ * someone else's, or stamped for a restart).
  */
 @Injectable()
 export class EpisodeRunner implements OnModuleInit {

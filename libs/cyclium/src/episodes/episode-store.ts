@@ -96,9 +96,10 @@ export function toEpisode(row: Record<string, unknown>): EpisodeRow {
 export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);
 
 /**
- * The statements on cyclium_episodes that create, move and read episodes: inserts, status
- * moves, terminal writes, lookups. The queue's are in EpisodeQueue, recovery's and the drain's in
- * EpisodeRecoveryStore: the three are the only rooms that write this table. `via` is a client
+ * The statements on cyclium_episodes that create, move and read episodes: inserts (all of them
+ * the one shape of episode-inserts), status moves, lookups. The terminal write is terminal-writes',
+ * the queue's statements are in EpisodeQueue, recovery's and the drain's in EpisodeRecoveryStore:
+ * these are the only rooms that write this table. `via` is a client
  * inside the caller's transaction where the write must commit with others; the pool otherwise.
  */
 @Injectable()
