@@ -155,10 +155,11 @@ export class EpisodeStore {
   /** Writes a row as given (the dedupe index refuses a live key); `started_at` defaults to the database clock (rule 1) for a running row. */
   async seed(spec: SeedEpisode): Promise<EpisodeRow> {
     const statement = new Statement('episodes_seed');
+    const { payload, ...columns } = spec;
     const row: EpisodeInsert = {
-      ...spec,
+      ...columns,
       id: randomUUID(),
-      triggerRef: JSON.stringify({ type: spec.triggerType, payload: spec.payload }),
+      triggerRef: JSON.stringify({ type: spec.triggerType, payload }),
       workflowInstanceId: null,
       workflowStepId: null,
       waits: spec.status === 'queued',
