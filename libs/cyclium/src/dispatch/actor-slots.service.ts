@@ -35,8 +35,9 @@ interface Slots {
 /**
  * Where triggers become running episodes: each actor's concurrency limit on this node, filled by
  * fresh triggers, by the restarts recovery hands over with their claims (RestartHandover), and by
- * the queue in the table (QueuePump), where a trigger that finds every slot busy waits. A draining node starts nothing new, and the
- * drain can wait for every start already under way (RunTracker).
+ * the queue in the table (QueuePump), where a trigger that finds every slot busy waits. A
+ * draining node starts nothing new, and the drain can wait for every start already under way
+ * (RunTracker).
  */
 @Injectable()
 export class ActorSlots implements OnApplicationBootstrap {
