@@ -5,7 +5,8 @@ import { DatabaseUnavailableError, EventIdConflictError, EventPayloadTooLargeErr
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import type { BusEvent } from '../libs/cyclium/src/bus/bus.interface.js';
 import { GuardedBus } from '../libs/cyclium/src/bus/guarded-bus.js';
-import { PostgresBus, type PostgresBusOptions } from '../libs/cyclium/src/bus/postgres-bus.js';
+import { PostgresBus } from '../libs/cyclium/src/bus/postgres-bus.js';
+import type { PostgresBusOptions } from '../libs/cyclium/src/bus/postgres-bus-options.interface.js';
 import { freePort } from '@cyclium/nestjs/testing';
 import type { SqlExecutor } from '../libs/cyclium/src/sql/sql-executor.js';
 import { freshDatabase, pool } from './support/database.js';

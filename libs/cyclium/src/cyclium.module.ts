@@ -39,7 +39,9 @@ import { OutputRescue } from './cluster/output-rescue.service.js';
 import { OutputStore } from './outputs/output-store.js';
 import { CycliumShutdown } from './recovery/cyclium-shutdown.service.js';
 import { Drainer } from './recovery/drainer.service.js';
+import { EpisodeTakeover } from './recovery/episode-takeover.service.js';
 import { Recovery } from './recovery/recovery.service.js';
+import { RecoverySweep } from './recovery/recovery-sweep.service.js';
 import { Env } from './scope/env.service.js';
 import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
@@ -105,6 +107,8 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     OutputStore,
     OutputDelivery,
     OutputRescue,
+    EpisodeTakeover,
+    RecoverySweep,
     Recovery,
     NotHostedEpisodes,
     RecoverySchedule,

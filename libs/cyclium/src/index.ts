@@ -67,7 +67,8 @@ export { DeliveryInterruptedError, DeliveryTimeoutError } from './outputs/output
 export type { OutputProposal } from './outputs/output-proposal.interface.js';
 
 // Recovery.
-export { Recovery, type LastSweep, type SkipReason, type SweepOptions, type SweepResult } from './recovery/recovery.service.js';
+export { Recovery } from './recovery/recovery.service.js';
+export type { LastSweep, SkipReason, SweepOptions, SweepResult } from './recovery/recovery-sweep.interface.js';
 export type { ReconcileOptions, ReconcileResult } from './workflows/workflow-reconciler.service.js';
 
 // Workflows.

@@ -4,7 +4,8 @@
  * name never imports from here.
  */
 // The bus: the shipped transports, the optional durable seam, and the bounds every event keeps.
-export { PostgresBus, type PostgresBusOptions } from '../bus/postgres-bus.js';
+export { PostgresBus } from '../bus/postgres-bus.js';
+export type { PostgresBusOptions } from '../bus/postgres-bus-options.interface.js';
 export { LocalBus } from '../bus/local-bus.js';
 export type { DurableEvents } from '../bus/durable-events.interface.js';
 export type { DurableHandler, DurableSubscriptions, EventReceipt } from '../bus/durable-subscriptions.interface.js';

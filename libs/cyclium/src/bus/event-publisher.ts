@@ -5,7 +5,8 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 import { EventIdConflictError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
 import type { BusEvent, PublishOptions } from './bus.interface.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, assertPayloadSize } from './event-bounds.js';
-import type { AppendOutcome, EventLog, StorableEvent } from './event-log.js';
+import type { AppendOutcome, StorableEvent } from './event-appender.js';
+import type { EventLog } from './event-log.js';
 import { GroupCommit, type Pending } from '../primitives/group-commit.js';
 import { mintBusEvent } from './local-bus.js';
 

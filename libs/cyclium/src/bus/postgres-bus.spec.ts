@@ -3,7 +3,8 @@ import type { QueryConfig, QueryResult } from 'pg';
 import { DatabaseTimeoutError, DatabaseUnavailableError } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
-import { PostgresBus, type PostgresBusOptions } from './postgres-bus.js';
+import { PostgresBus } from './postgres-bus.js';
+import type { PostgresBusOptions } from './postgres-bus-options.interface.js';
 
 interface Append {
   ids: string[];

@@ -3,9 +3,10 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { Statement } from '../sql/statement.js';
 import { EventIdConflictError } from './bus-errors.js';
 import { BusListener } from './bus-listener.js';
-import type { BusAudience, ListeningAnnouncement } from './bus-audience.interface.js';
+import type { ListeningAnnouncement } from './bus-audience.interface.js';
 import type { BusStatus } from './bus-status.interface.js';
-import { BusNotifier, type Heard } from './bus-notifier.js';
+import { BusNotifier } from './bus-notifier.js';
+import { BusSignals } from './bus-signals.js';
 import { BusPositions } from './bus-positions.js';
 import { BusReader, type ReaderSink } from './bus-reader.js';
 import { BusRetention } from './bus-retention.js';
@@ -17,63 +18,7 @@ import type { DurableHandler, DurableSubscriptions } from './durable-subscriptio
 import { EventLog } from './event-log.js';
 import { EventPublisher, storableEvent } from './event-publisher.js';
 import { LocalBus } from './local-bus.js';
-
-export interface PostgresBusOptions {
-  /** The NOTIFY channel and the events' scope (see busChannel). */
-  channel: string;
-  stackSlug?: string | null;
-  env?: string | null;
-  /** Stamped on every stored event. */
-  publisher?: () => string;
-  /** Read even without a wake-up this often. Default 10 000. */
-  pollIntervalMs?: number;
-  /** Delete stored events older than this once every consumer's position has passed them. Default 3 600 000 (one hour). */
-  retentionMs?: number;
-  /** Delete events older than this even when a consumer's position has not passed them (warned and counted). Default a week. */
-  undispatchedMaxAgeMs?: number;
-  /** Refuse a published payload whose JSON is longer than this many bytes. Default 1 MiB. */
-  maxPayloadBytes?: number;
-  /**
-   * At most this many publishes wait in memory for the database (queued or being stored); one
-   * more is refused at once with PublishQueueFullError. Default 10 000.
-   */
-  publishQueueMax?: number;
-  /**
-   * Under load, the reads this node makes average at most one per this many milliseconds (a burst
-   * of four goes at once), so one read serves everything that happened meanwhile; when idle it
-   * does not wait. A function is read again each time. Default 10.
-   */
-  spacingMs?: number | (() => number);
-  /**
-   * The same for the NOTIFYs this node sends (wake-ups and dispatch signals together). Each one
-   * costs every listening connection of the database a transaction, so CycliumModule grows it with
-   * the cluster (see notifySpacingMs). Default: `spacingMs`.
-   */
-  notifySpacingMs?: number | (() => number);
-  /**
-   * How often this node stores its consumers' settled positions while events flow (one statement
-   * for all of them, only when one moved). The positions of every node hosting an expectation go
-   * to one row, the furthest wins, so CycliumModule spaces each node's writes by the cluster's size
-   * and the cluster as a whole writes about once a second. A function is read again each time.
-   * Default 1 000.
-   */
-  positionFlushMs?: number | (() => number);
-  /**
-   * Who else listens on the channel (CycliumModule passes Peers). While it says this node is
-   * alone, wake-ups and signals are heard in-process and cost no NOTIFY. Without it, every
-   * wake-up is a NOTIFY.
-   */
-  audience?: BusAudience;
-  /**
-   * The LISTEN connection's self-check (see BusEcho): an echo NOTIFY after this much quiet on the
-   * channel, sent through `echoSql` (default: the `sql` the bus was given). 0 turns it off. Default 10 000.
-   */
-  echoIntervalMs?: number;
-  /** An echo not heard within this marks the bus degraded (status().degraded). Default 5 000. */
-  echoTimeoutMs?: number;
-  /** Where the echo NOTIFY is sent from: any connection but the LISTEN one. */
-  echoSql?: SqlExecutor;
-}
+import type { PostgresBusOptions } from './postgres-bus-options.interface.js';
 
 /**
  * The durable bus. An event is a row of cyclium_events, committed before `publish` resolves; a
@@ -98,10 +43,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   private readonly consumers: DurableConsumers;
   private readonly retention: BusRetention;
   private readonly publisher: EventPublisher;
-  private readonly notifier: BusNotifier;
-  private readonly signalHandlers = new Set<(tokens: readonly string[]) => void>();
-  private readonly audience: BusAudience | undefined;
-  private readonly identity: () => string;
+  private readonly signals: BusSignals;
 
   constructor(sql: SqlExecutor, listenConfig: () => pg.ClientConfig, options: PostgresBusOptions) {
     super();
@@ -110,9 +52,8 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     if (typeof channel !== 'string' || channel === '' || Buffer.byteLength(channel, 'utf8') > 63) {
       throw new TypeError(`PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`);
     }
-    this.identity = options.publisher ?? (() => 'unknown');
-    this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: this.identity });
-    this.audience = options.audience;
+    const identity = options.publisher ?? (() => 'unknown');
+    this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: identity });
     const spacingMs = options.spacingMs ?? 10;
     this.retention = new BusRetention(sql, this.log, options.retentionMs ?? 3_600_000, options.undispatchedMaxAgeMs ?? 604_800_000);
     const flushMs = options.positionFlushMs ?? 1_000;
@@ -130,7 +71,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       listenConfig,
       channel,
       {
-        onNotify: (payload) => this.hear(BusNotifier.parse(payload)),
+        onNotify: (payload) => this.signals.hear(BusNotifier.parse(payload)),
         onListening: () => this.reader.wake(),
       },
       { sql: options.echoSql ?? sql, intervalMs: options.echoIntervalMs ?? 10_000, timeoutMs: options.echoTimeoutMs ?? 5_000 },
@@ -139,9 +80,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       maxPayloadBytes: options.maxPayloadBytes,
       queueMax: options.publishQueueMax,
     });
-    const lone = this.audience ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) } : undefined;
-    // Only a node with a name of its own can be told apart from its peers in a wake-up.
-    this.notifier = new BusNotifier(sql, channel, options.notifySpacingMs ?? spacingMs, lone, options.publisher ?? (() => ''));
+    this.signals = new BusSignals(sql, channel, options.notifySpacingMs ?? spacingMs, identity, options.audience, options.publisher, () => this.reader.wake());
   }
 
   get channel(): string {
@@ -215,7 +154,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
    * thought itself alone NOTIFYs again from now on, and at once for what it committed unannounced.
    */
   announceListening(): void {
-    if (this.audience) this.notifier.announce(this.identity());
+    this.signals.announceListening();
   }
 
   /**
@@ -226,16 +165,15 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
    * another node's, or the fallback timer).
    */
   wake(types?: readonly string[]): void {
-    this.notifier.wake(types === undefined || types.some((type) => this.local.wants(type) || this.consumers.wants(type)));
+    this.signals.wake(types === undefined || types.some((type) => this.local.wants(type) || this.consumers.wants(type)));
   }
 
   signalDispatched(tokens: readonly string[]): void {
-    this.notifier.signal(tokens);
+    this.signals.signal(tokens);
   }
 
   onDispatched(handler: (tokens: readonly string[]) => void): () => void {
-    this.signalHandlers.add(handler);
-    return () => this.signalHandlers.delete(handler);
+    return this.signals.onDispatched(handler);
   }
 
   /** LISTENs, takes the end of the table as this node's cursor, and starts pruning. Rejects if the database is away. */
@@ -257,26 +195,13 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   /** Resolves once every publish and wake-up asked for so far has been sent, and the settled positions stored. */
   async flushPending(): Promise<void> {
     await this.publisher.idle();
-    await this.notifier.idle();
+    await this.signals.idle();
     await this.consumers.flush(true);
   }
 
   /** Reads this node's channel now (tests, and a host that wants to be sure it is current). */
   catchUp(): Promise<void> {
     return this.reader.catchUp();
-  }
-
-  private hear({ wake, tokens, joined, notFor }: Heard): void {
-    if (joined !== undefined && joined !== this.identity() && this.audience) {
-      const wasAlone = this.audience.alone;
-      this.audience.joined(joined);
-      // What this node committed unannounced since the newcomer took its cursor: it reads that now.
-      if (wasAlone) this.notifier.wake();
-    }
-    // A wake-up this node sent for events none of its handlers wants: the others read, it need not.
-    if (wake && notFor !== this.identity()) this.reader.wake();
-    if (tokens.length === 0) return;
-    for (const handler of this.signalHandlers) handler(tokens);
   }
 
   // ── retention ─────────────────────────────────────────────────────────────────────────────────

@@ -1,10 +1,22 @@
 /**
  * What the drain waits for on one node: the starts under way (an insert, a dequeue, a restart,
- * until it launched its run or gave up) and the runs themselves.
+ * until it launched its run or gave up) and the runs themselves; and whether the node still
+ * starts anything new (not once it drains).
  */
 export class RunTracker {
   private readonly starts = new Set<Promise<unknown>>();
   private readonly runs = new Set<Promise<void>>();
+  private accepting = true;
+
+  /** False once the node drains: nothing new starts (or is deferred) here. */
+  get open(): boolean {
+    return this.accepting;
+  }
+
+  /** The drain: nothing new starts here from now on. */
+  close(): void {
+    this.accepting = false;
+  }
 
   /** `start`, counted until it settles. */
   starting<T>(start: Promise<T>): Promise<T> {

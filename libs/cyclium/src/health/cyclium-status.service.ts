@@ -11,7 +11,8 @@ import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-opt
 import { CycliumShutdown } from '../recovery/cyclium-shutdown.service.js';
 import type { ReconcileResult } from '../workflows/workflow-reconciler.service.js';
 import { Mode } from '../dispatch/mode.service.js';
-import { Recovery, type LastSweep } from '../recovery/recovery.service.js';
+import { Recovery } from '../recovery/recovery.service.js';
+import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
 
 export interface HealthOptions {
   /** The database must answer `SELECT 1` within this. Default 1 500. */

@@ -1,0 +1,207 @@
+import type { Logger } from '@nestjs/common';
+import type { EventOutbox } from '../bus/event-outbox.service.js';
+import { errorMessage } from '../sql/database-errors.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import type { BeginResult, EpisodeRunner } from '../episodes/episode-runner.service.js';
+import type { EpisodeQueue } from '../episodes/episode-queue.js';
+import { lifecycleEvent } from '../episodes/episode-events.js';
+import type { EpisodeStore, NewEpisode } from '../episodes/episode-store.js';
+import type { NodeIdentity } from '../identity/node-identity.service.js';
+import type { RegisteredActor } from '../actors/registered-actor.js';
+import type { Mode } from './mode.service.js';
+import type { SlotRuns } from './slot-runs.interface.js';
+
+const QUEUE_RETRY_MS = 1_000;
+
+/** What became of a trigger that found every slot busy. */
+export type QueueResult = { status: 'queued'; episode: EpisodeRow } | { status: 'dropped' } | { status: 'duplicate' };
+
+interface QueueState {
+  /** This node may have queued rows of the actor in the table; false once a dequeue came back empty. */
+  maybeQueued: boolean;
+  /** How often a queued row was noted: a dequeue that comes back empty clears `maybeQueued` only if none was noted meanwhile. */
+  notes: number;
+  /** A full peer offered this node a row it queued: this node takes from peers' queues while it has a slot and its own queue is empty. */
+  offered: boolean;
+  /** How often an offer was noted: a take that comes back empty clears `offered` only if none was noted meanwhile. */
+  offers: number;
+  /** One dequeue (own queue or a peer's) at a time per actor, so this node never races itself for its own rows. */
+  dequeuing: boolean;
+  /** A look at the queue booked for later, after one that could not take the oldest row. */
+  retry: NodeJS.Timeout | undefined;
+  /** The last dequeue met a claim held elsewhere (warned once per streak, not once per look). */
+  headBusy: boolean;
+}
+
+/**
+ * The queue in the table: a trigger that finds every slot busy waits there (or is dropped, or
+ * sheds the oldest), and free slots are filled from it: this node's queue (rows `queued` with this
+ * node as owner, oldest first, so a node that restarts under the same identity resumes its backlog
+ * and memory holds no queue), then the rows full peers offered it, taken from their queues once
+ * its own is empty.
+ */
+export class QueuePump {
+  private readonly queues = new Map<string, QueueState>();
+  private readonly offModeChanges: Array<() => void> = [];
+
+  constructor(
+    private readonly runner: EpisodeRunner,
+    private readonly store: EpisodeStore,
+    private readonly queue: EpisodeQueue,
+    private readonly identity: NodeIdentity,
+    private readonly events: EventOutbox,
+    private readonly mode: Mode,
+    private readonly slots: SlotRuns,
+    private readonly logger: Logger,
+  ) {}
+
+  /**
+   * A node that restarts under the same identity finds its backlog in the table and runs it; so
+   * does a node (or an actor) switched to full at runtime: its queue from before, kept while it ran nothing.
+   */
+  async watchBacklog(): Promise<void> {
+    this.offModeChanges.push(
+      this.mode.onChange((mode) => {
+        if (mode === 'full') this.pickUpBacklogSoon();
+      }),
+      this.mode.onActorChange((actorId) => {
+        if (this.mode.of(actorId) === 'full') this.pickUpBacklogSoon(actorId);
+      }),
+    );
+    await this.pickUpBacklog();
+  }
+
+  /** The drain: mode switches pick up no backlog any more. */
+  stopWatching(): void {
+    for (const off of this.offModeChanges.splice(0)) off();
+  }
+
+  /** Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this node's queue. */
+  private async pickUpBacklog(actorId?: string): Promise<void> {
+    for (const queued of await this.queue.actorsWithQueued(this.identity.name())) {
+      if ((actorId === undefined || queued === actorId) && this.mode.of(queued) === 'full') this.slots.noteQueued(queued);
+    }
+  }
+
+  private pickUpBacklogSoon(actorId?: string): void {
+    this.pickUpBacklog(actorId).catch((error: unknown) =>
+      this.logger.warn(`could not read this node's queue after a switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`),
+    );
+  }
+
+  /** This node may have queued rows of `actorId` in the table. */
+  noteQueued(actorId: string): void {
+    const queue = this.stateOf(actorId);
+    queue.maybeQueued = true;
+    queue.notes++;
+  }
+
+  /** A full peer queued a row of `actorId` and offered it here. */
+  noteOffered(actorId: string): void {
+    const queue = this.stateOf(actorId);
+    queue.offered = true;
+    queue.offers++;
+  }
+
+  /** Queues (or drops) a trigger that found every slot of the actor busy, per its `overflow` option. */
+  async enqueue(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): Promise<QueueResult> {
+    const node = this.identity.name();
+    if (actor.options.overflow === 'drop') {
+      const { payload } = lifecycleEvent('episode.dropped', { ...spec, id: null, workflowInstanceId: null, workflowStepId: null }, 'dropped', node);
+      this.events.announce('episode.dropped', payload);
+      return { status: 'dropped' };
+    }
+    if (actor.options.overflow === 'shed_oldest' && (await this.queue.queuedCount(actor.id, node)) >= actor.options.maxQueued) {
+      await this.runner.shedOldest(actor.id);
+    }
+    const episode = await this.store.insert({ ...spec, status: 'queued' });
+    if (!episode) return { status: 'duplicate' };
+    this.events.announce('episode.queued', lifecycleEvent('episode.queued', episode, 'queued', node).payload);
+    // A slot may have freed while we were inserting.
+    this.slots.noteQueued(actor.id);
+    return { status: 'queued', episode };
+  }
+
+  /** Takes one row into a free slot of the actor (the caller checked one is free), unless there is nothing to take or a take is under way. */
+  take(actor: RegisteredActor): void {
+    const queue = this.stateOf(actor.id);
+    if (!(queue.maybeQueued || queue.offered) || queue.dequeuing) return;
+    queue.dequeuing = true;
+    this.slots.reserve(actor.id);
+    // Both handle the database's failures themselves: anything else is a bug, logged rather than unhandled.
+    const take = queue.maybeQueued ? this.startQueued(actor, queue) : this.startFromPeer(actor, queue);
+    void take
+      .catch((error: unknown) => this.logger.error(`could not take a queued episode of ${actor.id}: ${errorMessage(error)}`))
+      .finally(() => {
+        queue.dequeuing = false;
+        this.slots.pump(actor);
+      });
+  }
+
+  /**
+   * Takes the newest row a peer queued: the full node keeps it durable until then, so a take that
+   * fails or finds its claim held elsewhere leaves it where it is (its owner runs it when it frees).
+   */
+  private async startFromPeer(actor: RegisteredActor, queue: QueueState): Promise<void> {
+    const offers = queue.offers;
+    let begun: BeginResult;
+    try {
+      begun = await this.slots.starting(this.runner.beginFromPeer(actor.id));
+    } catch (error) {
+      this.logger.warn(`could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`);
+      begun = { status: 'duplicate' };
+    }
+    if (begun.status === 'started') {
+      this.logger.debug(`took queued episode ${begun.episode.id} of ${actor.id} from a full peer`);
+      return this.slots.launch(actor, begun.episode, begun.grant);
+    }
+    // None left (or its claim is held elsewhere): stop looking until the next offer, unless one came meanwhile.
+    queue.offered = queue.offers !== offers;
+    this.slots.unreserve(actor.id);
+  }
+
+  private async startQueued(actor: RegisteredActor, queue: QueueState): Promise<void> {
+    const notes = queue.notes;
+    let begun: BeginResult;
+    try {
+      begun = await this.slots.starting(this.runner.beginQueued(actor.id));
+    } catch (error) {
+      // The database is away, say: the backlog stays in the table.
+      this.logger.warn(`could not start a queued episode of ${actor.id}: ${errorMessage(error)}; retrying in ${QUEUE_RETRY_MS} ms`);
+      return this.lookAgainLater(actor, queue);
+    }
+    if (begun.status === 'busy') {
+      // Its claim is live on another node, which ends it or lets it lapse: nothing will note this
+      // queue when that happens, so the row (and every row behind it) would wait for the next trigger.
+      if (!queue.headBusy) this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
+      queue.headBusy = true;
+      return this.lookAgainLater(actor, queue);
+    }
+    queue.headBusy = false;
+    if (begun.status === 'started') return this.slots.launch(actor, begun.episode, begun.grant);
+    // Nothing left: look again when something is queued. A row queued while this dequeue was in
+    // flight may have committed after its snapshot, so it was noted but not seen: look once more.
+    queue.maybeQueued = queue.notes !== notes;
+    this.slots.unreserve(actor.id);
+  }
+
+  private lookAgainLater(actor: RegisteredActor, queue: QueueState): void {
+    this.slots.unreserve(actor.id);
+    queue.maybeQueued = false;
+    if (queue.retry) return;
+    queue.retry = setTimeout(() => {
+      queue.retry = undefined;
+      this.slots.noteQueued(actor.id);
+    }, QUEUE_RETRY_MS);
+    queue.retry.unref();
+  }
+
+  private stateOf(actorId: string): QueueState {
+    let queue = this.queues.get(actorId);
+    if (!queue) {
+      queue = { maybeQueued: false, notes: 0, offered: false, offers: 0, dequeuing: false, retry: undefined, headBusy: false };
+      this.queues.set(actorId, queue);
+    }
+    return queue;
+  }
+}

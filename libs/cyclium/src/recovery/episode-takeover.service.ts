@@ -1,0 +1,151 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { ActorDefinitionsStore } from '../actors/actor-definitions.store.js';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { ActorSlots } from '../dispatch/actor-slots.service.js';
+import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
+import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import { lifecycleEvent } from '../episodes/episode-events.js';
+import { EpisodeJournal } from '../episodes/episode-journal.js';
+import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
+import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import { REQUEST_WAKE_EVENT } from '../dispatch/deferred-runner.service.js';
+import { Mode } from '../dispatch/mode.service.js';
+import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
+import type { SkipReason, SweepOptions } from './recovery-sweep.interface.js';
+
+/** Rolls a recovery transaction back (the claim it took included) and says why. */
+class Skip extends Error {
+  override readonly name = 'Skip';
+  constructor(readonly reason: SkipReason) {
+    super(reason);
+  }
+}
+
+type Outcome =
+  | { kind: 'restart'; episode: EpisodeRow; grant: AcquireResult }
+  | { kind: 'deferred'; episode: EpisodeRow; announce: Announce }
+  | { kind: 'failed'; episode: EpisodeRow; detail: string; announce: Announce };
+
+/**
+ * Takes one orphaned episode over, exactly once across the cluster. One transaction takes its
+ * claim (a live holder means skip), takes the row with one conditional UPDATE, and journals
+ * `resumed` — or fails it as `orphaned`, per policy and `maxAttempts`. A restart keeps the claim:
+ * it is handed to this node's slots with its fence and renewed while it waits, so no moment exists
+ * when a peer could take it again. Only actors this node hosts are taken for a restart; a failure
+ * may be applied anywhere.
+ */
+@Injectable()
+export class EpisodeTakeover {
+  private readonly logger = new Logger('Recovery');
+
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly store: EpisodeRecoveryStore,
+    private readonly journal: EpisodeJournal,
+    private readonly claims: WorkClaims,
+    private readonly slots: ActorSlots,
+    private readonly registry: ActorRegistry,
+    private readonly definitions: ActorDefinitionsStore,
+    private readonly telemetry: CycliumTelemetry,
+    private readonly events: EventOutbox,
+    private readonly mode: Mode,
+    private readonly requests: TriggerRequests,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  async recover(candidate: EpisodeRow, me: string, options: SweepOptions): Promise<'restarted' | 'deferred' | 'failed' | SkipReason> {
+    const hosted = this.slots.hosts(candidate.actorId);
+    const policy = await this.policyFor(candidate, options.resolvePolicy);
+    const attempt = candidate.attempts + 1;
+    const restart = policy === 'restart' && attempt <= candidate.maxAttempts;
+    const mode = this.mode.of(candidate.actorId);
+    // Sweeping another stack's rows: restarts of actors hosted there go to that stack as requests.
+    const otherStack = options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
+    const defer = restart && ((hosted && mode === 'trigger_only') || (!hosted && otherStack));
+    // Otherwise only a node that hosts (and runs) the actor can run it: leave the orphan to one.
+    if (restart && !defer && (!hosted || mode !== 'full')) return 'not_hosted';
+    const key = claimKeyOf(candidate);
+    const from = candidate.ownerNode ?? 'an unknown node';
+
+    let outcome: Outcome;
+    try {
+      outcome = await this.database.transaction<Outcome>(async (client) => {
+        const grant = await this.claims.acquireWithin(client, key, me, { workType: 'recovery' });
+        if (grant.status === 'busy') throw new Skip('busy'); // a live holder: never recover it
+        const episode = await this.store.take(client, candidate, me);
+        if (!episode) throw new Skip('taken');
+        if (restart) {
+          await this.journal.mark([episode.id], 'resumed', { attempt, node: me, from: candidate.phase ?? 'stale', lastOwner: from }, client);
+          if (!defer) return { kind: 'restart', episode, grant };
+          // Waits as deferred for a full node's poller, which takes it with a claim of its own.
+          if (!(await this.store.deferRestart(client, episode.id))) throw new Skip('taken');
+          await this.requests.insertWithin(client, episode.id, {
+            actorId: episode.actorId,
+            expectationId: episode.expectationId,
+            sourceNode: me,
+            sourceStack: episode.sourceStack,
+            sourceEnv: episode.sourceEnv,
+            opts: { resume: true },
+          });
+          await this.claims.completeWithin(client, key, me, grant.status === 'acquired' ? grant.claim.fence : null);
+          const announce = await this.events.within(client, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }]);
+          return { kind: 'deferred', episode, announce };
+        }
+        const detail = [
+          policy === 'restart' ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}` : 'orphaned: recovery policy is fail',
+          `(last owned by ${from})`,
+          hosted ? '' : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
+        ]
+          .join(' ')
+          .trim();
+        const fence = grant.status === 'acquired' ? grant.claim.fence : null;
+        if (!(await this.store.failOrphaned(client, episode.id, detail))) throw new Skip('taken');
+        await this.journal.mark([episode.id], 'orphaned', { node: me, lastOwner: from }, client);
+        if ((await this.claims.failWithin(client, key, me, fence, detail)) !== 'ok') throw new Skip('taken');
+        const announce = await this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);
+        return { kind: 'failed', episode, detail, announce };
+      });
+    } catch (error) {
+      if (error instanceof Skip) return error.reason;
+      throw error;
+    }
+
+    if (outcome.kind === 'deferred') {
+      outcome.announce();
+      this.logger.log(
+        `deferred the restart of episode ${candidate.id} (${candidate.actorId}.${candidate.expectationId}) from ${from} to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
+      );
+      return 'deferred';
+    }
+    if (outcome.kind === 'failed') {
+      outcome.announce();
+      this.logger.warn(`episode ${outcome.episode.id} (${outcome.episode.actorId}.${outcome.episode.expectationId}) failed as ${outcome.detail}`);
+      this.telemetry.emit('episode.failed', { ...this.describe(outcome.episode), errorClass: 'orphaned' });
+      return 'failed';
+    }
+    const why = candidate.phase === 'interrupted' ? 'interrupted by a drain' : 'its journal went quiet';
+    this.logger.log(
+      `restarting episode ${candidate.id} (${candidate.actorId}.${candidate.expectationId}) from ${from} (${why}): attempt ${attempt} of ${candidate.maxAttempts}`,
+    );
+    this.slots.resume(outcome.episode, outcome.grant);
+    return 'restarted';
+  }
+
+  private describe(episode: EpisodeRow) {
+    return { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId };
+  }
+
+  /** `resolvePolicy`, else the expectation's `recoveryPolicy`, else the actor's stored definition, else `fail`. */
+  private async policyFor(episode: EpisodeRow, resolve = this.options.recovery.resolvePolicy): Promise<RecoveryPolicy> {
+    if (resolve) return resolve(episode);
+    const declared = this.registry.expectation(episode.actorId, episode.expectationId)?.options.recoveryPolicy;
+    if (declared) return declared;
+    return (await this.definitions.recordedPolicy(episode.actorId, episode.expectationId)) ?? 'fail';
+  }
+}
