@@ -4,7 +4,8 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { Statement } from '../sql/statement.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import type { CycliumTriggerRequest, TriggerRequestStatus } from '../entities/trigger-request.entity.js';
+import { CycliumTriggerRequest } from '../entities/trigger-request.entity.js';
+import { emptyWhenAbsent, nullWhenAbsent, rowMapper } from '../entities/row-mapper.js';
 import { isUuid } from '../sql/uuid.js';
 
 /** What a deferring node records for a full node to run. */
@@ -28,25 +29,7 @@ export interface RequestFilter {
   limit: number;
 }
 
-function toRequest(row: Record<string, unknown>): CycliumTriggerRequest {
-  return {
-    id: row.id as string,
-    episodeId: row.episode_id as string,
-    actorId: row.actor_id as string,
-    expectationId: row.expectation_id as string,
-    sourceNode: row.source_node as string,
-    sourceStack: row.source_stack as string | null,
-    sourceEnv: row.source_env as string | null,
-    status: row.status as TriggerRequestStatus,
-    opts: (row.opts ?? {}) as Record<string, unknown>,
-    claimedBy: row.claimed_by as string | null,
-    claimedAt: row.claimed_at as Date | null,
-    error: row.error as string | null,
-    notBefore: (row.not_before as Date | null | undefined) ?? null,
-    insertedAt: row.inserted_at as Date,
-    completedAt: row.completed_at as Date | null,
-  };
-}
+const toRequest = rowMapper(CycliumTriggerRequest, { opts: emptyWhenAbsent, notBefore: nullWhenAbsent });
 
 /** The claim key a full node takes a request under. */
 export function requestClaimKey(id: string): string {

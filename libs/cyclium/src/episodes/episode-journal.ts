@@ -2,8 +2,12 @@ import { Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
-import type { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
+import { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
+import { rowMapper } from '../entities/row-mapper.js';
 import { decodeStepResult, presentStepResult } from './step-result.js';
+
+/** A journal row, its result as callers see it (see presentStepResult). */
+const toStep = rowMapper(CycliumEpisodeStep, { resultRef: presentStepResult });
 
 export interface Checkpoint {
   name: string;
@@ -124,15 +128,6 @@ export class EpisodeJournal {
   /** The journal: steps and markers, in order. */
   async steps(id: string): Promise<CycliumEpisodeStep[]> {
     const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id]);
-    return rows.map((r: Record<string, unknown>) => ({
-      episodeId: r.episode_id as string,
-      stepNo: r.step_no as number,
-      kind: r.kind as string,
-      name: r.name as string,
-      resultRef: presentStepResult(r.result_ref),
-      errorClass: r.error_class as string | null,
-      durationMs: r.duration_ms as number | null,
-      createdAt: r.created_at as Date,
-    }));
+    return rows.map(toStep);
   }
 }

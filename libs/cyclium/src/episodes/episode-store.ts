@@ -4,7 +4,8 @@ import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { Statement } from '../sql/statement.js';
-import type { EpisodeStatus } from '../entities/episode.entity.js';
+import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.js';
+import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert } from './episode-inserts.js';
 
@@ -61,36 +62,7 @@ export const RESUME_START: FencedStatement = {
 };
 
 /** Maps a `cyclium_episodes` row as pg returns it onto the entity's shape. */
-export function toEpisode(row: Record<string, unknown>): EpisodeRow {
-  return {
-    id: row.id as string,
-    actorId: row.actor_id as string,
-    expectationId: row.expectation_id as string,
-    triggerType: row.trigger_type as string,
-    triggerRef: row.trigger_ref as Record<string, unknown>,
-    dedupeKey: row.dedupe_key as string | null,
-    status: row.status as EpisodeStatus,
-    phase: row.phase as string | null,
-    attempts: row.attempts as number,
-    maxAttempts: row.max_attempts as number,
-    errorClass: row.error_class as string | null,
-    errorDetail: row.error_detail as string | null,
-    summary: row.summary as string | null,
-    classification: row.classification,
-    ownerNode: row.owner_node as string | null,
-    workflowInstanceId: row.workflow_instance_id as string | null,
-    workflowStepId: row.workflow_step_id as string | null,
-    sourceStack: row.source_stack as string | null,
-    sourceEnv: row.source_env as string | null,
-    startedAt: row.started_at as Date | null,
-    finishedAt: row.finished_at as Date | null,
-    queuedAt: row.queued_at as Date | null,
-    archivedAt: row.archived_at as Date | null,
-    cancelRequestedAt: (row.cancel_requested_at as Date | null | undefined) ?? null,
-    insertedAt: row.inserted_at as Date,
-    updatedAt: row.updated_at as Date,
-  };
-}
+export const toEpisode: RowMapper<EpisodeRow> = rowMapper(CycliumEpisode, { cancelRequestedAt: nullWhenAbsent });
 
 /** The first row mapped, or null when there is none. */
 export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);

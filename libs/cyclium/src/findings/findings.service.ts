@@ -3,7 +3,8 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { Statement } from '../sql/statement.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
 import { Env } from '../scope/env.service.js';
-import type { CycliumFinding, FindingStatus } from '../entities/finding.entity.js';
+import { CycliumFinding } from '../entities/finding.entity.js';
+import { rowMapper } from '../entities/row-mapper.js';
 import type { FindingAction } from './finding-action.interface.js';
 
 export interface FindingFilters {
@@ -13,26 +14,7 @@ export interface FindingFilters {
   key?: string;
 }
 
-function toFinding(row: Record<string, unknown>): CycliumFinding {
-  return {
-    id: row.id as string,
-    actorId: row.actor_id as string,
-    expectationId: row.expectation_id as string | null,
-    findingKey: row.finding_key as string,
-    status: row.status as FindingStatus,
-    class: row.class as string | null,
-    severity: row.severity as string | null,
-    subject: row.subject as string | null,
-    summary: row.summary as string | null,
-    evidence: row.evidence,
-    raisedByEpisodeId: row.raised_by_episode_id as string | null,
-    clearedByEpisodeId: row.cleared_by_episode_id as string | null,
-    env: row.env as string | null,
-    raisedAt: row.raised_at as Date,
-    clearedAt: row.cleared_at as Date | null,
-    updatedAt: row.updated_at as Date,
-  };
-}
+const toFinding = rowMapper(CycliumFinding);
 
 /** Findings persist with the episode's env: each env has its own active finding per key. */
 @Injectable()

@@ -1,7 +1,8 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
-import type { CycliumWorkflowInstance, WorkflowInstanceStatus } from '../entities/workflow-instance.entity.js';
+import { CycliumWorkflowInstance, type WorkflowInstanceStatus } from '../entities/workflow-instance.entity.js';
+import { emptyWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { StepState } from '../entities/workflow-step-state.js';
 
 export type WorkflowInstanceRow = CycliumWorkflowInstance;
@@ -32,23 +33,7 @@ export interface InstanceScope {
   workflowIds: readonly string[];
 }
 
-export function toInstance(row: Record<string, unknown>): WorkflowInstanceRow {
-  return {
-    id: row.id as string,
-    workflowId: row.workflow_id as string,
-    status: row.status as WorkflowInstanceStatus,
-    stepStates: (row.step_states ?? {}) as Record<string, StepState>,
-    input: row.input,
-    version: row.version as number,
-    error: row.error as string | null,
-    subjectValue: row.subject_value as string | null,
-    sourceStack: row.source_stack as string | null,
-    sourceEnv: row.source_env as string | null,
-    insertedAt: row.inserted_at as Date,
-    updatedAt: row.updated_at as Date,
-    finishedAt: row.finished_at as Date | null,
-  };
-}
+export const toInstance: RowMapper<WorkflowInstanceRow> = rowMapper(CycliumWorkflowInstance, { stepStates: emptyWhenAbsent });
 
 const ENDS = `CASE WHEN $S IN ('done', 'failed', 'canceled') THEN now() END`;
 const LIVE = `status IN ('running', 'blocked')`;
