@@ -6,6 +6,7 @@ import { Bus } from '../bus/bus.interface.js';
 import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { sameEnv, sameStack } from '../scope/scope-predicates.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CYCLIUM_VERSION } from '../version.js';
 import { OutageLog } from '../sql/database-errors.js';
@@ -34,11 +35,11 @@ interface BeatRow {
  */
 const CHANNEL_NODES_FROM = (stack: number, env: number, seconds: number) => `coalesce((
   SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors) ORDER BY node_identity) FROM cyclium_nodes
-   WHERE stack IS NOT DISTINCT FROM $${stack}::text AND env IS NOT DISTINCT FROM $${env}::text AND mode <> 'disabled'
+   WHERE ${sameStack('stack', `$${stack}::text`)} AND ${sameEnv('env', `$${env}::text`)} AND mode <> 'disabled'
      AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS peers,
   coalesce((
   SELECT json_agg(node_identity) FROM cyclium_nodes
-   WHERE stack IS NOT DISTINCT FROM $${stack}::text AND env IS NOT DISTINCT FROM $${env}::text
+   WHERE ${sameStack('stack', `$${stack}::text`)} AND ${sameEnv('env', `$${env}::text`)}
      AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS listeners`;
 
 /**

@@ -7,6 +7,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTriggerRequest } from '../entities/trigger-request.entity.js';
 import { emptyWhenAbsent, nullWhenAbsent, rowMapper } from '../entities/row-mapper.js';
 import { isUuid } from '../sql/uuid.js';
+import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
 
 /** What a deferring node records for a full node to run. */
 export interface NewTriggerRequest {
@@ -72,13 +73,11 @@ export class TriggerRequests {
   /** Pending requests a poller may take, oldest first. */
   async pending(filter: RequestFilter): Promise<CycliumTriggerRequest[]> {
     if (filter.actors.length === 0 || filter.limit < 1) return [];
-    // Two shapes so each uses the (status, source_env, inserted_at) index: IS NOT DISTINCT FROM cannot.
-    const env = filter.env === null ? 'source_env IS NULL AND $1::text IS NULL' : 'source_env = $1';
     // Past the TTL a request only expires: it is never taken, however soon the expiry runs. A
     // request that waits (`not_before`) counts its TTL from when it may first be taken.
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_trigger_requests
-        WHERE status = 'pending' AND ${env} AND ($2::text IS NULL OR source_stack = $2) AND actor_id = ANY($3::text[])
+        WHERE status = 'pending' AND ${sameEnvIndexed('source_env', '$1', filter.env)} AND ${stackFilter('source_stack', '$2')} AND actor_id = ANY($3::text[])
           AND (not_before IS NULL OR not_before <= now())
           AND coalesce(not_before, inserted_at) >= now() - make_interval(secs => $5::double precision / 1000)
         ORDER BY inserted_at, id
@@ -122,7 +121,7 @@ export class TriggerRequests {
           SET status = 'expired', completed_at = now(),
               error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
-                      WHERE status = 'pending' AND source_env IS NOT DISTINCT FROM $2::text
+                      WHERE status = 'pending' AND ${sameEnv('source_env', '$2::text')}
                         AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
                       FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
+import { sameEnv, sameStack } from '../scope/scope-predicates.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode } from './episode-store.js';
 
@@ -37,7 +38,7 @@ const TAKE_FROM_PEER = prepared(
   `UPDATE cyclium_episodes SET status = 'running', owner_node = $1, started_at = now(), updated_at = now()
     WHERE id = (SELECT id FROM cyclium_episodes
                  WHERE status = 'queued' AND actor_id = $2 AND owner_node IS DISTINCT FROM $1
-                   AND source_stack IS NOT DISTINCT FROM $3 AND source_env IS NOT DISTINCT FROM $4
+                   AND ${sameStack('source_stack', '$3')} AND ${sameEnv('source_env', '$4')}
                  ORDER BY queued_at DESC, id DESC LIMIT 1
                  FOR UPDATE SKIP LOCKED)
       AND status = 'queued'

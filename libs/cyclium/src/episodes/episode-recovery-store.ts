@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
+import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
 
@@ -55,8 +56,8 @@ export const CANDIDATES = `
      SELECT coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
                      e.started_at, e.inserted_at) AS quiet_since) q
    WHERE e.status = 'running'
-     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
-     AND e.source_env IS NOT DISTINCT FROM $2
+     AND ${stackCovers('e.source_stack', '$1')}
+     AND ${sameEnv('e.source_env', '$2')}
      AND (e.phase IS NOT DISTINCT FROM 'interrupted' OR q.quiet_since < now() - make_interval(secs => $3::double precision / 1000))
      AND NOT (e.phase IS NOT DISTINCT FROM 'recovering'
               AND EXISTS (SELECT 1 FROM cyclium_nodes n
@@ -91,15 +92,15 @@ export const NOT_HOSTED = `
   WITH stranded AS (
     SELECT e.id FROM cyclium_episodes e
      WHERE e.status IN ('running', 'queued')
-       AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
-       AND e.source_env IS NOT DISTINCT FROM $2
+       AND ${stackCovers('e.source_stack', '$1')}
+       AND ${sameEnv('e.source_env', '$2')}
        AND e.actor_id <> ALL($3::text[])
        AND greatest(e.updated_at,
                     coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
                              e.started_at, e.inserted_at)) < now() - make_interval(secs => $4::double precision / 1000)
        AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
-                        WHERE n.env IS NOT DISTINCT FROM e.source_env
-                          AND (n.stack IS NULL OR e.source_stack IS NULL OR n.stack = e.source_stack)
+                        WHERE ${sameEnv('n.env', 'e.source_env')}
+                          AND ${stackCovers('e.source_stack', 'n.stack')}
                           AND (n.actors IS NULL OR e.actor_id = ANY(n.actors))
                           AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
        AND NOT EXISTS (SELECT 1 FROM cyclium_work_claims c
@@ -120,8 +121,8 @@ const ORPHANED_QUEUED = `
   SELECT e.* FROM cyclium_episodes e
    WHERE e.status = 'queued'
      AND e.actor_id = ANY($5::text[])
-     AND ($1::text IS NULL OR e.source_stack = $1 OR e.source_stack IS NULL)
-     AND e.source_env IS NOT DISTINCT FROM $2
+     AND ${stackCovers('e.source_stack', '$1')}
+     AND ${sameEnv('e.source_env', '$2')}
      AND e.owner_node IS DISTINCT FROM $4
      AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
                       WHERE n.node_identity = e.owner_node

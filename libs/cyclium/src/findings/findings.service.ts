@@ -3,6 +3,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { Statement } from '../sql/statement.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
 import { Env } from '../scope/env.service.js';
+import { sameEnv } from '../scope/scope-predicates.js';
 import { CycliumFinding } from '../entities/finding.entity.js';
 import { rowMapper } from '../entities/row-mapper.js';
 import type { FindingAction } from './finding-action.interface.js';
@@ -32,7 +33,7 @@ export class Findings {
     const env = options.env === undefined ? this.env.current() : options.env;
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_findings
-        WHERE status = 'active' AND env IS NOT DISTINCT FROM $1
+        WHERE status = 'active' AND ${sameEnv('env', '$1')}
           AND ($2::text IS NULL OR actor_id = $2) AND ($3::text IS NULL OR class = $3)
           AND ($4::text IS NULL OR subject = $4) AND ($5::text IS NULL OR finding_key = $5)
         ORDER BY raised_at, id`,
@@ -56,7 +57,7 @@ export class Findings {
       ctes.push([
         'finding_clears',
         `UPDATE cyclium_findings SET status = 'cleared', cleared_at = now(), cleared_by_episode_id = ${p(episode.id, 'uuid')}, updated_at = now()
-          WHERE finding_key = ANY(${p(clears, 'text[]')}) AND env IS NOT DISTINCT FROM ${env} AND status = 'active' AND (${when})
+          WHERE finding_key = ANY(${p(clears, 'text[]')}) AND ${sameEnv('env', env)} AND status = 'active' AND (${when})
          RETURNING 1`,
       ]);
     }
@@ -76,7 +77,7 @@ export class Findings {
             SET class = coalesce(u.class, f.class), severity = coalesce(u.severity, f.severity), subject = coalesce(u.subject, f.subject),
                 summary = coalesce(u.summary, f.summary), evidence = coalesce(u.evidence, f.evidence), updated_at = now()
            FROM unnest(${columns(updates)}) AS u (finding_key, class, severity, subject, summary, evidence)
-          WHERE f.finding_key = u.finding_key AND f.env IS NOT DISTINCT FROM ${env} AND f.status = 'active' AND (${when})
+          WHERE f.finding_key = u.finding_key AND ${sameEnv('f.env', env)} AND f.status = 'active' AND (${when})
          RETURNING 1`,
       ]);
     }

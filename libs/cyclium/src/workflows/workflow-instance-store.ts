@@ -4,6 +4,7 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 import { CycliumWorkflowInstance, type WorkflowInstanceStatus } from '../entities/workflow-instance.entity.js';
 import { emptyWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { StepState } from '../entities/workflow-step-state.js';
+import { sameAsCoalesced, sameEnv, stackCovers } from '../scope/scope-predicates.js';
 
 export type WorkflowInstanceRow = CycliumWorkflowInstance;
 
@@ -63,7 +64,7 @@ export class WorkflowInstanceStore {
   async live(workflowId: string, subject: string, stack: string | null, env: string | null): Promise<WorkflowInstanceRow | null> {
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_workflow_instances
-        WHERE workflow_id = $1 AND subject_value = $2 AND coalesce(source_stack, '') = coalesce($3, '') AND coalesce(source_env, '') = coalesce($4, '')
+        WHERE workflow_id = $1 AND subject_value = $2 AND ${sameAsCoalesced('source_stack', '$3')} AND ${sameAsCoalesced('source_env', '$4')}
           AND ${LIVE}`,
       [workflowId, subject, stack, env],
     );
@@ -100,8 +101,8 @@ export class WorkflowInstanceStore {
     const { rows } = await this.database.sql.query(
       `SELECT *, inserted_at::text AS cursor_at FROM cyclium_workflow_instances
         WHERE ${LIVE} AND workflow_id = ANY($1::text[])
-          AND ($2::text IS NULL OR source_stack = $2 OR source_stack IS NULL)
-          AND source_env IS NOT DISTINCT FROM $3
+          AND ${stackCovers('source_stack', '$2')}
+          AND ${sameEnv('source_env', '$3')}
           AND ($4::timestamptz IS NULL OR (inserted_at, id) > ($4::timestamptz, $5::uuid))
         ORDER BY inserted_at, id
         LIMIT $6`,
