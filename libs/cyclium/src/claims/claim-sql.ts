@@ -124,3 +124,13 @@ export function finishClaims(refs: ClaimRefs & { state: string; detail: string; 
      WHERE c.dedupe_key = ${refs.key} AND c.owner_node = ${refs.owner} AND c.state = 'claimed' AND c.fence = ${refs.fence}${refs.when === undefined ? '' : ` AND (${refs.when})`}
     ${refs.returning === undefined ? '' : `RETURNING ${refs.returning}`}`;
 }
+
+/**
+ * Whether anyone holds a live claim on the episode row `episode` (an SQL alias of cyclium_episodes)
+ * names: its key as claimKeyOf spells it, state `claimed`, lease unexpired by the database clock.
+ */
+export function liveClaimOnEpisode(episode: string): string {
+  return `EXISTS (SELECT 1 FROM cyclium_work_claims c
+            WHERE c.dedupe_key = coalesce(${episode}.dedupe_key, 'episode:' || ${episode}.id)
+              AND c.state = 'claimed' AND c.lease_until > now())`;
+}

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
+import { liveClaimOnEpisode } from '../claims/claim-sql.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
@@ -64,9 +65,7 @@ export const CANDIDATES = `
                            WHERE n.node_identity = e.owner_node
                              AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
               AND (NOT $5::boolean
-                   OR EXISTS (SELECT 1 FROM cyclium_work_claims c
-                               WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-                                 AND c.state = 'claimed' AND c.lease_until > now())))
+                   OR ${liveClaimOnEpisode('e')}))
      AND ($6::text[] IS NULL OR e.actor_id = ANY($6::text[]) OR $7::boolean OR e.attempts >= e.max_attempts
           OR (SELECT x->>'recovery_policy' FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
                WHERE d.actor_id = e.actor_id AND x->>'id' = e.expectation_id LIMIT 1) IS DISTINCT FROM 'restart')
@@ -103,9 +102,7 @@ export const NOT_HOSTED = `
                           AND ${stackCovers('e.source_stack', 'n.stack')}
                           AND (n.actors IS NULL OR e.actor_id = ANY(n.actors))
                           AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
-       AND NOT EXISTS (SELECT 1 FROM cyclium_work_claims c
-                        WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
-                          AND c.state = 'claimed' AND c.lease_until > now())
+       AND NOT ${liveClaimOnEpisode('e')}
      ORDER BY e.id
      LIMIT $5
      FOR UPDATE OF e SKIP LOCKED)
@@ -224,7 +221,7 @@ export class EpisodeRecoveryStore {
   async stampInterrupted(ids: readonly string[]): Promise<string[]> {
     if (ids.length === 0) return [];
     const { rows } = await this.database.sql.query<{ id: string }>(
-      // In id order, as a batch of terminal writes locks them (finishManyFragments).
+      // In id order, as a batch of terminal writes locks them (finishEpisodes).
       `WITH locked AS (
          SELECT id FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = 'running' ORDER BY id FOR UPDATE)
        UPDATE cyclium_episodes e SET phase = 'interrupted', updated_at = now()
