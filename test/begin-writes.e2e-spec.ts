@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
 import { BeginWrites } from '../libs/cyclium/src/episodes/begin-writes.js';
-import type { NewEpisode } from '../libs/cyclium/src/episodes/episode-store.js';
+import type { NewEpisode } from '../libs/cyclium/src/episodes/episode-inserts.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 

@@ -9,7 +9,8 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { BatchedWrites, type BatchAnswer } from './batched-writes.js';
 import { EpisodeStatements, beginColumns, queryBegin, type BeginOutcome, type BeginRow } from './episode-statements.js';
-import { toEpisode, type NewEpisode } from './episode-store.js';
+import { toEpisode } from './episode-store.js';
+import type { NewEpisode } from './episode-inserts.js';
 import { episodeInput, insertEpisodes, insertOf } from './episode-inserts.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 

@@ -27,14 +27,15 @@ type BatchFragments = Required<Pick<ClaimFragments, 'ownerMany' | 'finishMany'>>
  * proving its own claim at its fence (the claims locked in key order, the episodes in id order);
  * its status, checkpoint cleanup, claim completion and terminal event are written only when that
  * proof held, so a stale holder in a batch writes nothing while the others commit. A lone write
- * goes out at once, as a batch of one; a batch PostgreSQL refuses is written again one by one, so
+ * goes out at once as EpisodeStatements.end, its claim proven by key: the batch's joins over its
+ * input cost twice the planning for one row. A batch PostgreSQL refuses is written again one by one, so
  * only the write at fault fails. Everything else (findings, outputs, claims off, an adapter or bus
  * that cannot batch) is EpisodeStatements.end, which shares the terminal write (terminal-writes).
  */
 @Injectable()
 export class EndWrites {
   private readonly batches = new BatchedWrites<EndWrite, boolean>(
-    async (w) => (await this.endMany([w]))[0] === true,
+    async (w) => (await this.statements.end(w.episode, w.ownership, w.outcome)) !== null,
     (items) => this.endMany(items),
   );
   /** The claims fragments a batch needs, resolved at the first end (null: this setup cannot batch). */

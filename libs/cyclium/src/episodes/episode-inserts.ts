@@ -1,7 +1,22 @@
 import type { Statement } from '../sql/statement.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
-import type { NewEpisode } from './episode-store.js';
+import type { EpisodeTrigger } from './episode-context.interface.js';
+
+/** An episode a writer begins (running) or queues: what it asks for; the insert adds the id and the columns it derives. */
+export interface NewEpisode {
+  actorId: string;
+  expectationId: string;
+  trigger: EpisodeTrigger;
+  dedupeKey: string | null;
+  status: Extract<EpisodeStatus, 'running' | 'queued'>;
+  ownerNode: string | null;
+  maxAttempts: number;
+  sourceStack: string | null;
+  sourceEnv: string | null;
+  workflowInstanceId?: string | null;
+  workflowStepId?: string | null;
+}
 
 /** One episode row to insert, every column its writer sets. */
 export interface EpisodeInsert {

@@ -29,6 +29,16 @@ export const STEP_CONFIRM: FencedStatement = {
          EXISTS (SELECT 1 FROM cyclium_episodes WHERE id = $4 AND cancel_requested_at IS NOT NULL) AS cancel_requested`,
 };
 
+/** The rows of a batch: one per element of the parameter arrays, numbered in order. */
+const STEP_INPUT_MANY = `
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[], $8::int[], $9::int[])
+      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, n)`;
+
+/** The row of a lone write, from scalar parameters in the same order: it plans as one row. */
+const STEP_INPUT_ONE = `
+    SELECT $1::text AS key, $2::text AS owner, $3::bigint AS fence, $4::uuid AS episode_id, $5::int AS journal_no, $6::text AS name,
+           $7::jsonb AS result, $8::int AS duration_ms, $9::int AS step_no, 1::bigint AS n`;
+
 /**
  * The step write, for one episode or several: one journal row and one checkpoint per row of
  * `input` that `owner` keeps, written only while its claim is owned, as one commit. `owner` is the
@@ -37,18 +47,17 @@ export const STEP_CONFIRM: FencedStatement = {
  * claim of a lone write, proven by the adapter's `owner`). It also reads back whether a cancel was
  * requested, so a running episode learns of one with the round trip it makes anyway. One row comes
  * back per input row, in input order. Parameters: keys, owners, fences, episode ids, journal
- * positions, names, results, durations, step numbers (arrays of one length).
+ * positions, names, results, durations, step numbers (arrays of one length; a lone write, the one
+ * that comes with `held`, passes them as scalars).
  */
 export function stepWrite(owner: string, held?: string): string {
   return `
-  WITH input AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[], $8::int[], $9::int[])
-      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, n)),${
-        held === undefined
-          ? ''
-          : `
+  WITH input AS (${held === undefined ? STEP_INPUT_MANY : STEP_INPUT_ONE}),${
+    held === undefined
+      ? ''
+      : `
   held AS (${held}),`
-      }
+  }
   owner AS (${owner}),
   journal AS (
     INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref, duration_ms)

@@ -19,8 +19,9 @@ import { Outputs, toOutput } from '../outputs/outputs.service.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
-import { EpisodeStore, toEpisode, type NewEpisode } from './episode-store.js';
-import { claimFailureOf, finishEpisodes, type TerminalOutcome } from './terminal-writes.js';
+import { EpisodeStore, toEpisode } from './episode-store.js';
+import type { NewEpisode } from './episode-inserts.js';
+import { claimFailureOf, finishEpisode, type TerminalOutcome } from './terminal-writes.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 /** Who must own what for a write to count: the episode's claim key, this node, the fence it holds. */
@@ -148,15 +149,16 @@ export class EpisodeStatements {
     statement.with('owner', (joined ? claims : this.claims.openClaims()).fragments.owner(refs));
     const { terminal } = outcome;
     const classification = terminal.classification === undefined ? null : JSON.stringify(terminal.classification);
-    // The batched terminal write's input, of one row while `owner` has its row.
     statement.with(
-      'outcome',
-      `SELECT ${p(episode.id, 'uuid')} AS episode_id, ${p(terminal.status, 'text')} AS status, ${p(terminal.summary ?? null, 'text')} AS summary,
-              ${p(classification, 'jsonb')} AS classification, ${p(terminal.errorClass ?? null, 'text')} AS error_class,
-              ${p(terminal.detail ?? null, 'text')} AS error_detail
-         FROM owner`,
+      'ep',
+      finishEpisode(p(episode.id, 'uuid'), {
+        status: p(terminal.status, 'text'),
+        summary: p(terminal.summary ?? null, 'text'),
+        classification: p(classification, 'jsonb'),
+        errorClass: p(terminal.errorClass ?? null, 'text'),
+        detail: p(terminal.detail ?? null, 'text'),
+      }),
     );
-    for (const [name, body] of finishEpisodes('outcome')) statement.with(name, body);
     const won = 'EXISTS (SELECT 1 FROM ep)';
     const converged = terminal.status === 'done' || terminal.status === 'partially_failed';
     if (converged) statement.with('checkpoints', this.journal.clearCheckpointsFragment('SELECT id FROM ep'));

@@ -7,21 +7,7 @@ import { Statement } from '../sql/statement.js';
 import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.js';
 import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
-import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert } from './episode-inserts.js';
-
-export interface NewEpisode {
-  actorId: string;
-  expectationId: string;
-  trigger: EpisodeTrigger;
-  dedupeKey: string | null;
-  status: Extract<EpisodeStatus, 'running' | 'queued'>;
-  ownerNode: string | null;
-  maxAttempts: number;
-  sourceStack: string | null;
-  sourceEnv: string | null;
-  workflowInstanceId?: string | null;
-  workflowStepId?: string | null;
-}
+import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert, type NewEpisode } from './episode-inserts.js';
 
 /** A row written as it is, for seeding and tests (`Episodes.create`). */
 export interface SeedEpisode {

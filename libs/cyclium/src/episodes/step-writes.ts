@@ -30,7 +30,8 @@ type Proof = 'batched' | 'joined' | 'open';
  * adapter that can lock many claims in one statement (the shipped one), the writes that arrive
  * while one is in flight leave together as one statement, group-committed as publishing is: each
  * row still commits only while its own claim is held at its fence, so a batch changes what a step
- * costs, not what it guarantees. A lone write goes out at once, as a batch of one. A batch that
+ * costs, not what it guarantees. A lone write goes out at once with its one claim proven by key
+ * (the adapter's `owner`): the batch's join over its input would plan as if for many rows. A batch that
  * PostgreSQL refuses (a bad value, a deadlock) is written again one by one, so only the write at
  * fault fails. Claims off, or another adapter: each step is written alone, its claim proven by the
  * adapter's `owner` in the statement, or asked `owns()` first when its store is elsewhere.
@@ -39,7 +40,7 @@ type Proof = 'batched' | 'joined' | 'open';
 export class StepWrites {
   // Steps need no order among episodes; a few batches at once keep both database cores busy at low concurrency.
   private readonly batches = new BatchedWrites<StepWrite, StepWriteOutcome>(
-    async (w) => (await this.send('batched', [w]))[0] as StepWriteOutcome,
+    async (w) => (await this.send('joined', [w]))[0] as StepWriteOutcome,
     (items) => this.send('batched', items),
   );
   /** The statement of each proof, built at its first write (null: this adapter cannot batch). */
@@ -96,12 +97,29 @@ export class StepWrites {
       return ownerMany ? stepWrite(ownerMany({ input: 'input' })) : null;
     }
     // A lone write: its one claim, as the adapter's `owner` proves it (or the open passthrough).
-    const held = claims.fragments.owner({ key: '($1::text[])[1]', owner: '($2::text[])[1]', fence: '($3::bigint[])[1]' });
+    const held = claims.fragments.owner({ key: '$1::text', owner: '$2::text', fence: '$3::bigint' });
     return stepWrite('SELECT i.* FROM input i WHERE EXISTS (SELECT 1 FROM held)', held);
   }
 
   private async send(proof: Proof, items: StepWrite[]): Promise<StepWriteOutcome[]> {
     const statement = this.statement(proof) as StepStatement;
+    if (proof !== 'batched') {
+      const [{ episodeId, ownership, record }] = items as [StepWrite];
+      const { rows } = await this.database.sql.query<StepRow>(
+        statement([
+          ownership.key,
+          ownership.owner,
+          ownership.fence,
+          episodeId,
+          record.journalNo,
+          record.name,
+          record.resultJson,
+          record.durationMs,
+          record.stepNo,
+        ]),
+      );
+      return [outcomeOf(rows[0])];
+    }
     const { rows } = await this.database.sql.query<StepRow>(
       statement([
         items.map((w) => w.ownership.key),

@@ -15,7 +15,7 @@ export function claimFailureOf(terminal: TerminalOutcome): string | null {
 }
 
 /**
- * The one terminal write of cyclium_episodes, for one run or many: every row of the CTE `input`
+ * The terminal write of many runs in one statement (finishEpisode is one run's): every row of the CTE `input`
  * (columns `episode_id`, `status`, `summary`, `classification`, `error_class`, `error_detail`)
  * whose episode is still running gets its outcome — `done` or `partially_failed` with its summary,
  * `failed` or `canceled` with its error — as CTEs, the last named `ep` (`RETURNING id`). `input`
@@ -33,11 +33,39 @@ export function finishEpisodes(input: string): Array<[string, string]> {
     [
       'ep',
       `UPDATE cyclium_episodes e
-          SET status = i.status, summary = coalesce(i.summary, e.summary), classification = coalesce(i.classification, e.classification),
-              error_class = i.error_class, error_detail = i.error_detail, phase = NULL, finished_at = now(), updated_at = now()
+          SET ${terminalSet({ status: 'i.status', summary: 'i.summary', classification: 'i.classification', errorClass: 'i.error_class', detail: 'i.error_detail' })}
          FROM ep_locked l JOIN ${input} i ON i.episode_id = l.id
         WHERE e.id = l.id
        RETURNING e.id`,
     ],
   ];
+}
+
+/** SQL expressions for an outcome's columns: parameters of a lone write, or an input row's columns. */
+export interface OutcomeRefs {
+  status: string;
+  summary: string;
+  classification: string;
+  errorClass: string;
+  detail: string;
+}
+
+/** The SET list of every terminal write of cyclium_episodes (aliased `e`): one spelling for one run or many. */
+function terminalSet(v: OutcomeRefs): string {
+  return `status = ${v.status}, summary = coalesce(${v.summary}, e.summary), classification = coalesce(${v.classification}, e.classification),
+              error_class = ${v.errorClass}, error_detail = ${v.detail}, phase = NULL, finished_at = now(), updated_at = now()`;
+}
+
+/**
+ * The terminal write of one run, as the CTE `ep` (`RETURNING id`), joined to the CTE `owner`: no
+ * row, no write. Its own row is the only one it locks, so it needs no lock order; and it plans as
+ * one row by key, where finishEpisodes' joins over an input plan for many.
+ */
+export function finishEpisode(id: string, outcome: OutcomeRefs): string {
+  return `
+      UPDATE cyclium_episodes e
+         SET ${terminalSet(outcome)}
+        FROM owner
+       WHERE e.id = ${id} AND e.status = 'running'
+      RETURNING e.id`;
 }
