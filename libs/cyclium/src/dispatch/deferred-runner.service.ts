@@ -82,7 +82,7 @@ export class DeferredRunner {
   private deferStatement(id: string, spec: NewEpisode, delayMs: number): { statement: QueryConfig; wake: { announce: Announce } } {
     const me = this.identity.name();
     const statement = new Statement('defer');
-    statement.with('ep', this.store.insertFragment(statement, id, spec, 'true', 'deferred'));
+    statement.with('ep', this.store.insertFragment(statement, id, spec, 'deferred'));
     statement.with(
       'req',
       this.requests.insertFragment(

@@ -95,7 +95,7 @@ export class EpisodeStatements {
     const statement = new Statement(`begin_${claims.shape}`);
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     // The dedupe index decides first; only the insert that won takes the claim.
-    statement.with('ep', this.store.insertFragment(statement, id, spec, 'true'));
+    statement.with('ep', this.store.insertFragment(statement, id, spec, 'running'));
     const acquire = claims.fragments.acquire({
       key: p(key, 'text'),
       owner: p(me, 'text'),

@@ -67,17 +67,17 @@ export class EpisodeStore {
   /** Inserts unless a live episode already has the dedupe key; null when another insert won. */
   async insert(spec: NewEpisode, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
     const statement = new Statement('episodes_insert');
-    statement.with('ep', insertEpisodes(`(${episodeInput(statement, [insertOf(randomUUID(), spec, spec.status)])})`));
+    statement.with('ep', this.insertFragment(statement, randomUUID(), spec, spec.status));
     return oneEpisode((await via.query(statement.build('SELECT * FROM ep'))).rows);
   }
 
   /**
-   * Inserts episode `id` when `when` holds, as a CTE of the caller's statement: `running` (started
-   * now, on `spec.ownerNode`) or `deferred` (waiting for a full node, owned by none); the dedupe
-   * index still decides.
+   * Inserts episode `id` as a CTE of the caller's statement: `running` (started now, on
+   * `spec.ownerNode`), `queued`, or `deferred` (waiting for a full node, owned by none); the dedupe
+   * index decides.
    */
-  insertFragment(statement: Statement, id: string, spec: NewEpisode, when: string, status: 'running' | 'deferred' = 'running'): string {
-    return insertEpisodes(`(${episodeInput(statement, [insertOf(id, spec, status)])} WHERE (${when}))`);
+  insertFragment(statement: Statement, id: string, spec: NewEpisode, status: Extract<EpisodeStatus, 'running' | 'queued' | 'deferred'>): string {
+    return insertEpisodes(`(${episodeInput(statement, [insertOf(id, spec, status)])})`);
   }
 
   /** A deferred episode a full node took: running here now. Null when it is not deferred any more (or gone). */
