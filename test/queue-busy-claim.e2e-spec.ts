@@ -10,6 +10,7 @@ import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
 import { ActorSlots } from '../libs/cyclium/src/dispatch/actor-slots.service.js';
 import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
+import { QueuedBegins } from '../libs/cyclium/src/episodes/queued-begins.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -59,6 +60,14 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
       const answer = await dequeue(actorId);
       answers.push(answer.status);
       return answer;
+    };
+    // Slots that free together take rows in one statement (QueuedBegins); a busy claim sends it back to one row at a time.
+    const queuedBegins = app.get(QueuedBegins);
+    const take = queuedBegins.take.bind(queuedBegins);
+    queuedBegins.take = async (...args) => {
+      const taken = await take(...args);
+      answers.push(taken === 'busy' ? 'busy' : taken.length > 0 ? 'started' : 'none');
+      return taken;
     };
     const first = await episodes.trigger('single', 'work', { gated: true });
     const second = await episodes.trigger('single', 'work', { gated: false }, { dedupeKey: 'held-elsewhere' });

@@ -23,6 +23,7 @@ import { EndWrites } from './episodes/end-writes.js';
 import { OwnedWrites } from './episodes/owned-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
+import { QueuedBegins } from './episodes/queued-begins.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { Episodes } from './dispatch/episodes.service.js';
@@ -91,6 +92,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     TriggerPlacement,
     EpisodeStore,
     EpisodeQueue,
+    QueuedBegins,
     EpisodeRecoveryStore,
     EpisodeJournal,
     EpisodeStatements,

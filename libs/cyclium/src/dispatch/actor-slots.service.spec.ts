@@ -3,6 +3,9 @@ import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { EpisodeRunner, BeginResult } from '../episodes/episode-runner.service.js';
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
+import type { QueuedBegins } from '../episodes/queued-begins.js';
+import type { RunOptions } from '../episodes/episode-runner.service.js';
+import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
 import type { EventOutbox } from '../bus/event-outbox.service.js';
 import type { WorkClaims } from '../leases/work-claims.service.js';
@@ -13,17 +16,26 @@ import type { ActorRegistry } from '../actors/actor-registry.service.js';
 import type { RegisteredActor } from '../actors/registered-actor.js';
 import { ActorSlots } from './actor-slots.service.js';
 
-/** Slots for one actor with one slot, whose dequeues the test answers by hand. */
-function slotsWithManualQueue() {
+/**
+ * Slots for one actor with `max` slots (one by default), whose begins, dequeues and runs the test
+ * answers by hand; `queuedBegins` stands in for the one-statement take when given.
+ */
+function slotsWithManualQueue(max = 1, queuedBegins: Partial<QueuedBegins> = { available: false }) {
   const options = resolveCycliumOptions({ nodeIdentity: 'slots' });
-  const actor = { id: 'a', options: { maxConcurrentEpisodes: 1 }, expectations: new Map() } as unknown as RegisteredActor;
+  const actor = { id: 'a', options: { maxConcurrentEpisodes: max, overflow: 'queue' }, expectations: new Map() } as unknown as RegisteredActor;
   const dequeues: Array<(result: BeginResult) => void> = [];
   const takes: Array<(result: BeginResult) => void> = [];
   const runs: Array<() => void> = [];
+  const returns: Array<() => void> = [];
+  const begins: Array<(result: BeginResult) => void> = [];
   const runner = {
+    begin: () => new Promise<BeginResult>((resolve) => begins.push(resolve)),
     beginQueued: () => new Promise<BeginResult>((resolve) => dequeues.push(resolve)),
     beginFromPeer: () => new Promise<BeginResult>((resolve) => takes.push(resolve)),
-    run: () => new Promise<void>((resolve) => runs.push(resolve)),
+    run: (_episode: unknown, _expectation: unknown, _grant: unknown, run: RunOptions) => {
+      returns.push(() => run.returned?.());
+      return new Promise<void>((resolve) => runs.push(resolve));
+    },
   };
   const registry = { get: () => actor } as unknown as ActorRegistry;
   const identity = new NodeIdentity(options);
@@ -32,13 +44,18 @@ function slotsWithManualQueue() {
     runner as unknown as EpisodeRunner,
     {} as EpisodeStore,
     {} as EpisodeQueue,
+    queuedBegins as QueuedBegins,
     {} as WorkClaims,
     identity,
     {} as EventOutbox,
     new Mode(options, identity, registry),
   );
-  return { slots, dequeues, takes, runs };
+  return { slots, dequeues, takes, runs, returns, begins };
 }
+
+const started = (id: string): BeginResult => ({ status: 'started', episode: { id } as EpisodeRow, grant: {} as AcquireResult });
+const expectation = { actorId: 'a', id: 'x', options: {} } as unknown as RegisteredExpectation;
+const busEvent = (onWait?: () => void) => ({ dedupeKey: null, sourceStack: null, sourceEnv: null, waitForSlot: true, onWait });
 
 /** Lets pending promise callbacks run, a bounded number of event-loop turns at most. */
 async function settles(condition: () => boolean): Promise<boolean> {
@@ -85,8 +102,6 @@ describe('ActorSlots queue', () => {
 });
 
 describe('ActorSlots taking what full peers offered', () => {
-  const started = (id: string): BeginResult => ({ status: 'started', episode: { id } as EpisodeRow, grant: {} as AcquireResult });
-
   it('takes rows from peers while a slot is free, until a take comes back empty', async () => {
     const { slots, takes, runs } = slotsWithManualQueue();
     slots.noteOffered('a');
@@ -132,5 +147,54 @@ describe('ActorSlots taking what full peers offered', () => {
     slots.stopAccepting();
     slots.noteOffered('a');
     expect(takes).toHaveLength(0);
+  });
+});
+
+describe('ActorSlots bus events waiting in memory', () => {
+  const trigger = { type: 'event', eventType: 't', eventId: 'e', payload: {} } as const;
+
+  it('holds a bus event while every slot is busy, with no queued row, and starts it when the method returns', async () => {
+    const { slots, begins, returns, runs } = slotsWithManualQueue();
+    const first = slots.dispatch(expectation, trigger, busEvent());
+    begins[0]?.(started('e1'));
+    expect(await first).toEqual({ status: 'started', episode: { id: 'e1' } });
+    const onWait = jest.fn();
+    let answer: unknown;
+    // The store is empty: a queued insert here would throw.
+    void slots.dispatch(expectation, trigger, busEvent(onWait)).then((result) => (answer = result));
+    expect(await settles(() => onWait.mock.calls.length === 1)).toBe(true);
+    expect(begins).toHaveLength(1);
+    // The first method returned: its end is still being written, and the slot already starts the next.
+    returns[0]?.();
+    expect(begins).toHaveLength(2);
+    begins[1]?.(started('e2'));
+    expect(await settles(() => answer !== undefined)).toBe(true);
+    expect(answer).toEqual({ status: 'started', episode: { id: 'e2' } });
+    expect(runs).toHaveLength(2);
+  });
+
+  it('answers busy for every waiting event once the node drains, starting none', async () => {
+    const { slots, begins } = slotsWithManualQueue();
+    const first = slots.dispatch(expectation, trigger, busEvent());
+    begins[0]?.(started('e1'));
+    await first;
+    const waiting = [slots.dispatch(expectation, trigger, busEvent()), slots.dispatch(expectation, trigger, busEvent())];
+    slots.stopAccepting();
+    expect(await Promise.all(waiting)).toEqual([{ status: 'busy' }, { status: 'busy' }]);
+    expect(begins).toHaveLength(1);
+  });
+});
+
+describe('ActorSlots taking queued rows together', () => {
+  it('takes one row per free slot in one statement', async () => {
+    const take = jest.fn((_actorId: string, _limit: number, _from: 'own' | 'peer') => Promise.resolve([started('q1'), started('q2')] as never));
+    const { slots, runs, dequeues } = slotsWithManualQueue(3, { available: true, take: take as QueuedBegins['take'] });
+    slots.noteQueued('a');
+    expect(take).toHaveBeenCalledWith('a', 3, 'own');
+    expect(await settles(() => runs.length === 2)).toBe(true);
+    // Two of three came back: the queue is empty, nothing more is asked and the third slot is free.
+    expect(await settles(() => take.mock.calls.length > 1)).toBe(false);
+    expect(dequeues).toHaveLength(0);
+    expect(slots.free('a')).toBe(1);
   });
 });

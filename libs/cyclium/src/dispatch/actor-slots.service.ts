@@ -6,6 +6,7 @@ import { errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { EpisodeRunner, type RunOptions } from '../episodes/episode-runner.service.js';
 import { EpisodeQueue } from '../episodes/episode-queue.js';
+import { QueuedBegins } from '../episodes/queued-begins.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import type { NewEpisode } from '../episodes/episode-inserts.js';
 import { Mode } from './mode.service.js';
@@ -13,19 +14,12 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
-import { QueuePump, type QueueResult } from './queue-pump.js';
+import type { DispatchOptions, SlotResult } from './dispatch-result.js';
+import { QueuePump } from './queue-pump.js';
 import { RestartHandover, type WaitingRestart } from './restart-handover.js';
 import { RunTracker } from './run-tracker.js';
+import { WaitingTriggers } from './waiting-triggers.js';
 import type { SlotRuns } from './slot-runs.interface.js';
-
-/** What the slots did with a trigger this node runs itself. */
-export type SlotResult = { status: 'started'; episode: EpisodeRow } | QueueResult | { status: 'busy' };
-
-export interface DispatchOptions {
-  dedupeKey: string | null;
-  sourceStack: string | null;
-  sourceEnv: string | null;
-}
 
 interface Slots {
   running: number;
@@ -35,10 +29,11 @@ interface Slots {
 
 /**
  * Where triggers become running episodes: each actor's concurrency limit on this node, filled by
- * fresh triggers, by the restarts recovery hands over with their claims (RestartHandover), and by
- * the queue in the table (QueuePump), where a trigger that finds every slot busy waits. A
- * draining node starts nothing new, and the drain can wait for every start already under way
- * (RunTracker).
+ * fresh triggers, by the restarts recovery hands over with their claims (RestartHandover), by bus
+ * events waiting in memory with their event unsettled (WaitingTriggers), and by the queue in the
+ * table (QueuePump), where any other trigger that finds every slot busy waits. A slot frees when
+ * its method returns, so the next begin shares a commit with the end being written. A draining
+ * node starts nothing new, and the drain can wait for every start already under way (RunTracker).
  */
 @Injectable()
 export class ActorSlots implements OnApplicationBootstrap {
@@ -47,28 +42,32 @@ export class ActorSlots implements OnApplicationBootstrap {
   private readonly tracker = new RunTracker();
   private readonly queuePump: QueuePump;
   private readonly handover: RestartHandover;
+  private readonly waiting: WaitingTriggers;
 
   constructor(
     private readonly registry: ActorRegistry,
     private readonly runner: EpisodeRunner,
     store: EpisodeStore,
     queue: EpisodeQueue,
+    queuedBegins: QueuedBegins,
     claims: WorkClaims,
     private readonly identity: NodeIdentity,
     events: EventOutbox,
     mode: Mode,
   ) {
     const runs: SlotRuns = {
+      free: (actorId) => this.free(actorId),
       reserve: (actorId) => this.slotsOf(actorId).running++,
-      unreserve: (actorId) => this.slotsOf(actorId).running--,
+      unreserve: (actorId, count = 1) => (this.slotsOf(actorId).running -= count),
       release: (actor) => this.release(actor),
       pump: (actor) => this.pump(actor),
       noteQueued: (actorId) => this.noteQueued(actorId),
       starting: (start) => this.tracker.starting(start),
       launch: (actor, episode, grant, run) => this.launch(actor, episode, grant, run),
     };
-    this.queuePump = new QueuePump(runner, store, queue, identity, events, mode, runs, this.logger);
+    this.queuePump = new QueuePump(runner, store, queue, queuedBegins, identity, events, mode, runs, this.logger);
     this.handover = new RestartHandover(registry, claims, runner, runs, this.logger);
+    this.waiting = new WaitingTriggers(runner, runs);
   }
 
   onApplicationBootstrap(): Promise<void> {
@@ -92,7 +91,12 @@ export class ActorSlots implements OnApplicationBootstrap {
       sourceEnv: options.sourceEnv,
     };
     const slots = this.slotsOf(actor.id);
-    if (slots.running >= actor.options.maxConcurrentEpisodes) return this.queuePump.enqueue(actor, spec);
+    if (slots.running >= actor.options.maxConcurrentEpisodes) {
+      const waited = options.waitForSlot && actor.options.overflow === 'queue' ? this.waiting.wait(actor, spec) : null;
+      if (!waited) return this.queuePump.enqueue(actor, spec);
+      options.onWait?.();
+      return waited;
+    }
     slots.running++;
     const begun = await this.tracker.starting(this.runner.begin({ ...spec, status: 'running' })).catch((error: unknown) => {
       this.release(actor);
@@ -185,6 +189,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   stopAccepting(): void {
     this.tracker.close();
     this.queuePump.stopWatching();
+    this.waiting.releaseAll();
   }
 
   /** Resolves once every start under way (insert, dequeue, restart) has either launched its run or given up. */
@@ -202,8 +207,15 @@ export class ActorSlots implements OnApplicationBootstrap {
     return this.tracker.idle();
   }
 
+  /** The slot frees when the method returns (or, failing before it runs, when the run ends): the next begin overlaps this end. */
   private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, run: RunOptions = { resumed: false }): void {
-    this.tracker.running(this.runner.run(episode, actor.expectations.get(episode.expectationId), grant, run).finally(() => this.release(actor)));
+    let held = true;
+    const free = () => {
+      if (!held) return;
+      held = false;
+      this.release(actor);
+    };
+    this.tracker.running(this.runner.run(episode, actor.expectations.get(episode.expectationId), grant, { ...run, returned: free }).finally(free));
   }
 
   private release(actor: RegisteredActor): void {
@@ -211,7 +223,10 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.pump(actor);
   }
 
-  /** Fills free slots: waiting restarts first, then this node's queue in the table, oldest first, then what peers offered. */
+  /**
+   * Fills free slots: waiting restarts first, then the triggers waiting in memory, then this node's
+   * queue in the table, oldest first, then what peers offered.
+   */
   private pump(actor: RegisteredActor): void {
     if (!this.tracker.open) return;
     const slots = this.slotsOf(actor.id);
@@ -221,6 +236,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       slots.running++;
       void this.handover.start(actor, waiting);
     }
+    while (slots.running < actor.options.maxConcurrentEpisodes && this.waiting.startNext(actor));
     if (slots.running < actor.options.maxConcurrentEpisodes) this.queuePump.take(actor);
   }
 

@@ -3,7 +3,7 @@ import type { QueryConfig } from 'pg';
 import { Injectable } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
-import type { DispatchOptions } from './actor-slots.service.js';
+import type { DispatchOptions } from './dispatch-result.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';

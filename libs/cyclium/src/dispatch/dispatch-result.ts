@@ -1,4 +1,4 @@
-import type { SlotResult } from './actor-slots.service.js';
+import type { QueueResult } from './queue-pump.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 
 /**
@@ -8,3 +8,19 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
  * at all because the node (or the actor) is disabled.
  */
 export type DispatchResult = SlotResult | { status: 'deferred'; episode: EpisodeRow; requestId: string } | { status: 'disabled' };
+
+/** What the slots did with a trigger this node runs itself. */
+export type SlotResult = { status: 'started'; episode: EpisodeRow } | QueueResult | { status: 'busy' };
+
+export interface DispatchOptions {
+  dedupeKey: string | null;
+  sourceStack: string | null;
+  sourceEnv: string | null;
+  /**
+   * The trigger's source keeps it until it settles (a bus event: its consumer's position stays
+   * behind it), so with every slot busy it may wait in memory (WaitingTriggers) instead of as a queued row.
+   */
+  waitForSlot?: boolean;
+  /** Told when the trigger starts waiting in memory for a slot (TriggerPlacement passes it to a peer that may have one). */
+  onWait?: () => void;
+}

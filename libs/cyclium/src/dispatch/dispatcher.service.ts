@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { ActorSlots, type DispatchOptions } from './actor-slots.service.js';
+import { ActorSlots } from './actor-slots.service.js';
+import type { DispatchOptions } from './dispatch-result.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { DeferredRunner } from './deferred-runner.service.js';
@@ -33,6 +34,11 @@ export class Dispatcher {
    */
   offered(actorId: string): void {
     if (this.mode.of(actorId) === 'full') this.slots.noteOffered(actorId);
+  }
+
+  /** True when a trigger of `actorId` dispatched now would start at once here (the actor runs here and has a free slot). */
+  canStartNow(actorId: string): boolean {
+    return this.mode.of(actorId) === 'full' && this.slots.free(actorId) > 0;
   }
 
   /** A trigger this node can no longer run (it is draining), left to a full node as a trigger request. */

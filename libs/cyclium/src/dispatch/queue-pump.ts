@@ -4,6 +4,7 @@ import { errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { BeginResult, EpisodeRunner } from '../episodes/episode-runner.service.js';
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
+import type { QueuedBegins } from '../episodes/queued-begins.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import type { EpisodeStore } from '../episodes/episode-store.js';
 import type { NewEpisode } from '../episodes/episode-inserts.js';
@@ -13,9 +14,17 @@ import type { Mode } from './mode.service.js';
 import type { SlotRuns } from './slot-runs.interface.js';
 
 const QUEUE_RETRY_MS = 1_000;
+/** Rows one take moves at most, however many slots are free. */
+const TAKE_MAX = 64;
 
 /** What became of a trigger that found every slot busy. */
 export type QueueResult = { status: 'queued'; episode: EpisodeRow } | { status: 'dropped' } | { status: 'duplicate' };
+
+/** What a take started (or found busy), and how many rows it asked for: fewer started means the queue had no more. */
+interface Take {
+  begun: BeginResult[];
+  asked: number;
+}
 
 interface QueueState {
   /** This node may have queued rows of the actor in the table; false once a dequeue came back empty. */
@@ -49,6 +58,7 @@ export class QueuePump {
     private readonly runner: EpisodeRunner,
     private readonly store: EpisodeStore,
     private readonly queue: EpisodeQueue,
+    private readonly queuedBegins: QueuedBegins,
     private readonly identity: NodeIdentity,
     private readonly events: EventOutbox,
     private readonly mode: Mode,
@@ -123,14 +133,19 @@ export class QueuePump {
     return { status: 'queued', episode };
   }
 
-  /** Takes one row into a free slot of the actor (the caller checked one is free), unless there is nothing to take or a take is under way. */
+  /**
+   * Takes rows into the actor's free slots (the caller checked one is free), one per slot and in one
+   * statement where the claims allow (QueuedBegins), unless there is nothing to take or a take is
+   * under way: slots that free meanwhile are filled by the next take, together.
+   */
   take(actor: RegisteredActor): void {
     const queue = this.stateOf(actor.id);
     if (!(queue.maybeQueued || queue.offered) || queue.dequeuing) return;
     queue.dequeuing = true;
-    this.slots.reserve(actor.id);
+    const slots = this.queuedBegins.available ? Math.min(TAKE_MAX, Math.max(1, this.slots.free(actor.id))) : 1;
+    for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
     // Both handle the database's failures themselves: anything else is a bug, logged rather than unhandled.
-    const take = queue.maybeQueued ? this.startQueued(actor, queue) : this.startFromPeer(actor, queue);
+    const take = queue.maybeQueued ? this.startQueued(actor, queue, slots) : this.startFromPeer(actor, queue, slots);
     void take
       .catch((error: unknown) => this.logger.error(`could not take a queued episode of ${actor.id}: ${errorMessage(error)}`))
       .finally(() => {
@@ -143,35 +158,34 @@ export class QueuePump {
    * Takes the newest row a peer queued: the full node keeps it durable until then, so a take that
    * fails or finds its claim held elsewhere leaves it where it is (its owner runs it when it frees).
    */
-  private async startFromPeer(actor: RegisteredActor, queue: QueueState): Promise<void> {
+  private async startFromPeer(actor: RegisteredActor, queue: QueueState, slots: number): Promise<void> {
     const offers = queue.offers;
-    let begun: BeginResult;
+    let take: Take;
     try {
-      begun = await this.slots.starting(this.runner.beginFromPeer(actor.id));
+      take = await this.slots.starting(this.begin(actor.id, slots, 'peer'));
     } catch (error) {
       this.logger.warn(`could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`);
-      begun = { status: 'duplicate' };
+      take = { begun: [], asked: 1 };
     }
-    if (begun.status === 'started') {
-      this.logger.debug(`took queued episode ${begun.episode.id} of ${actor.id} from a full peer`);
-      return this.slots.launch(actor, begun.episode, begun.grant);
-    }
-    // None left (or its claim is held elsewhere): stop looking until the next offer, unless one came meanwhile.
-    queue.offered = queue.offers !== offers;
-    this.slots.unreserve(actor.id);
+    const started = this.launch(actor, take.begun, slots);
+    if (started > 0) this.logger.debug(`took ${started} queued episode(s) of ${actor.id} from full peers`);
+    // None left (or a claim is held elsewhere): stop looking until the next offer, unless one came meanwhile.
+    if (started < take.asked) queue.offered = queue.offers !== offers;
   }
 
-  private async startQueued(actor: RegisteredActor, queue: QueueState): Promise<void> {
+  private async startQueued(actor: RegisteredActor, queue: QueueState, slots: number): Promise<void> {
     const notes = queue.notes;
-    let begun: BeginResult;
+    let take: Take;
     try {
-      begun = await this.slots.starting(this.runner.beginQueued(actor.id));
+      take = await this.slots.starting(this.begin(actor.id, slots, 'own'));
     } catch (error) {
       // The database is away, say: the backlog stays in the table.
+      this.slots.unreserve(actor.id, slots);
       this.logger.warn(`could not start a queued episode of ${actor.id}: ${errorMessage(error)}; retrying in ${QUEUE_RETRY_MS} ms`);
       return this.lookAgainLater(actor, queue);
     }
-    if (begun.status === 'busy') {
+    const started = this.launch(actor, take.begun, slots);
+    if (take.begun.some((b) => b.status === 'busy')) {
       // Its claim is live on another node, which ends it or lets it lapse: nothing will note this
       // queue when that happens, so the row (and every row behind it) would wait for the next trigger.
       if (!queue.headBusy) this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
@@ -179,15 +193,37 @@ export class QueuePump {
       return this.lookAgainLater(actor, queue);
     }
     queue.headBusy = false;
-    if (begun.status === 'started') return this.slots.launch(actor, begun.episode, begun.grant);
-    // Nothing left: look again when something is queued. A row queued while this dequeue was in
-    // flight may have committed after its snapshot, so it was noted but not seen: look once more.
-    queue.maybeQueued = queue.notes !== notes;
-    this.slots.unreserve(actor.id);
+    // Fewer than asked: nothing left. Look again when something is queued; a row queued while this
+    // take was in flight may have committed after its snapshot, so it was noted but not seen: look once more.
+    if (started < take.asked) queue.maybeQueued = queue.notes !== notes;
+  }
+
+  /**
+   * Up to `slots` queued rows of `actorId` started, in one statement when it can be; one row at a
+   * time otherwise, or when that statement met a busy claim (a lone take answers busy for its head).
+   */
+  private async begin(actorId: string, slots: number, from: 'own' | 'peer'): Promise<Take> {
+    if (this.queuedBegins.available) {
+      const taken = await this.queuedBegins.take(actorId, slots, from);
+      if (taken !== 'busy') return { begun: taken, asked: slots };
+    }
+    const one = await (from === 'own' ? this.runner.beginQueued(actorId) : this.runner.beginFromPeer(actorId));
+    return { begun: one.status === 'duplicate' ? [] : [one], asked: 1 };
+  }
+
+  /** Launches the started ones in the slots reserved for them and gives the rest back; returns how many started. */
+  private launch(actor: RegisteredActor, begun: readonly BeginResult[], slots: number): number {
+    let started = 0;
+    for (const b of begun) {
+      if (b.status !== 'started') continue;
+      started++;
+      this.slots.launch(actor, b.episode, b.grant);
+    }
+    this.slots.unreserve(actor.id, slots - started);
+    return started;
   }
 
   private lookAgainLater(actor: RegisteredActor, queue: QueueState): void {
-    this.slots.unreserve(actor.id);
     queue.maybeQueued = false;
     if (queue.retry) return;
     queue.retry = setTimeout(() => {

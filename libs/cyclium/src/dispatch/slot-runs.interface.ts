@@ -8,10 +8,12 @@ import type { RegisteredActor } from '../actors/registered-actor.js';
  * place, and every start they make counts for the drain like any other.
  */
 export interface SlotRuns {
+  /** Slots of the actor free now (none once the node drains). */
+  free(actorId: string): number;
   /** Takes one of the actor's slots; the caller checked that one is free. */
   reserve(actorId: string): void;
-  /** Gives a slot back without filling it: the caller fills it once its own look is over. */
-  unreserve(actorId: string): void;
+  /** Gives `count` slots (one by default) back without filling them: the caller fills them once its own look is over. */
+  unreserve(actorId: string, count?: number): void;
   /** Gives a slot back and fills the free slots again. */
   release(actor: RegisteredActor): void;
   /** Fills the actor's free slots: waiting restarts first, then this node's queue, then what peers offered. */

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import { Inject, Injectable } from '@nestjs/common';
-import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
@@ -8,7 +7,7 @@ import { Statement } from '../sql/statement.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { BatchedWrites, type BatchAnswer } from './batched-writes.js';
-import { EpisodeStatements, beginColumns, queryBegin, type BeginOutcome, type BeginRow } from './episode-statements.js';
+import { EpisodeStatements, batchedAcquire, claimBegun, type AcquireMany, type BeginOutcome, type BeginRow } from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
 import { episodeInput, insertEpisodes, insertOf } from './episode-inserts.js';
@@ -19,8 +18,6 @@ interface BeginWrite {
   key: string;
   spec: NewEpisode;
 }
-
-type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
 
 /**
  * Every begin of this node that is one statement (EpisodeStatements.begin). Begins that arrive
@@ -56,11 +53,7 @@ export class BeginWrites {
   }
 
   private batchFragment(): AcquireMany | null {
-    if (this.acquireMany === undefined) {
-      const claims = this.claims.inStatement();
-      const acquireMany = claims.fragments.acquireMany;
-      this.acquireMany = this.claims.enabled && claims.joined && acquireMany && !this.options.startedEvents ? acquireMany : null;
-    }
+    if (this.acquireMany === undefined) this.acquireMany = batchedAcquire(this.claims, this.options);
     return this.acquireMany;
   }
 
@@ -76,20 +69,13 @@ export class BeginWrites {
     );
     statement.with('ep', insertEpisodes('input'));
     statement.with('began', `SELECT i.key FROM input i JOIN ep ON ep.id = i.id`);
-    const acquire = (this.batchFragment() as AcquireMany)({
-      input: 'began',
-      owner: p(this.identity.name(), 'text'),
-      leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
-    });
-    for (const [name, body] of acquire) statement.with(name, body);
-
-    const sentAt = performance.now();
-    const rows = await queryBegin(
+    const { rows, sentAt } = await claimBegun(
       this.database.sql,
-      statement.build(`
-        SELECT ${beginColumns(statement, 'c.key IS NULL')}
-          FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
-         ORDER BY i.n`),
+      statement,
+      this.batchFragment() as AcquireMany,
+      { owner: p(this.identity.name(), 'text'), leaseSeconds: p(this.claims.leaseSeconds, 'double precision') },
+      `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
+         ORDER BY i.n`,
     );
     // A busy claim left nothing of the batch: alone, each begin gets its own answer (busy, started, an error).
     if (rows === 'busy') return 'alone';

@@ -45,6 +45,44 @@ const TAKE_FROM_PEER = prepared(
    RETURNING *`,
 );
 
+/** Who a take serves: the taking node, the actor, how many rows at most, and the scope a peer's rows must share (rule 8). */
+export interface TakeRefs {
+  owner: string;
+  actorId: string;
+  limit: string;
+  /** A peer's rows only: this node's stack and env. */
+  scope?: { stack: string; env: string };
+}
+
+/**
+ * DEQUEUE and TAKE_FROM_PEER for up to `limit` rows, as the CTEs `head` (the rows, locked) and
+ * `ep` (them moved to running, `RETURNING *`) of a composed statement (QueuedBegins), with the same
+ * locking and the same order: a node's own queue oldest first, waiting for a head that moves; a
+ * peer's newest first, skipping rows another taker has locked.
+ */
+export function takeQueued(from: 'own' | 'peer', refs: TakeRefs): Array<[string, string]> {
+  const head =
+    from === 'own'
+      ? `SELECT id FROM cyclium_episodes
+          WHERE status = 'queued' AND owner_node = ${refs.owner} AND actor_id = ${refs.actorId}
+          ORDER BY queued_at, id LIMIT ${refs.limit}
+          FOR NO KEY UPDATE`
+      : `SELECT id FROM cyclium_episodes
+          WHERE status = 'queued' AND actor_id = ${refs.actorId} AND owner_node IS DISTINCT FROM ${refs.owner}
+            AND ${sameStack('source_stack', refs.scope?.stack ?? 'NULL')} AND ${sameEnv('source_env', refs.scope?.env ?? 'NULL')}
+          ORDER BY queued_at DESC, id DESC LIMIT ${refs.limit}
+          FOR UPDATE SKIP LOCKED`;
+  return [
+    ['head', head],
+    [
+      'ep',
+      `UPDATE cyclium_episodes e SET status = 'running', owner_node = ${refs.owner}, started_at = now(), updated_at = now()
+         FROM head WHERE e.id = head.id AND e.status = 'queued'
+       RETURNING e.*`,
+    ],
+  ];
+}
+
 /**
  * The statements on `cyclium_episodes` that treat it as each node's queue: rows `queued` with the
  * node as owner, taken oldest first as slots free, and by a peer with a free slot newest first.

@@ -35,6 +35,11 @@ export interface RunOptions {
   resumed?: boolean;
   /** A hold already renewing this claim (a restart handed over by recovery); otherwise one is made from the grant. */
   hold?: ClaimHold;
+  /**
+   * Called once the method has returned or thrown, before the end is written: the slot it held
+   * can start the next episode, whose begin then shares a commit with this end instead of waiting for it.
+   */
+  returned?: () => void;
 }
 
 /**
@@ -197,7 +202,12 @@ export class EpisodeRunner implements OnModuleInit {
       }
       this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', describeEpisode(episode));
       context.throwIfAborted();
-      const result = (await expectation.handler(context)) as Convergence | undefined;
+      let result: Convergence | undefined;
+      try {
+        result = (await expectation.handler(context)) as Convergence | undefined;
+      } finally {
+        options.returned?.();
+      }
       if (!context.wroteStep) await this.endings.honourCancel(context);
       context.throwIfAborted();
       await this.endings.converge(episode, ownership, scope, result ?? {});

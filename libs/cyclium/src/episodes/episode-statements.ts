@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { QueryConfig } from 'pg';
 import { Inject, Injectable } from '@nestjs/common';
 import { EventOutbox, type OutgoingEvent } from '../bus/event-outbox.service.js';
-import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
+import type { AcquireResult, ClaimFragments } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
@@ -188,6 +188,33 @@ export class EpisodeStatements {
     event.announce();
     return rows.filter((r) => r.id !== null && r.id !== undefined).map(toOutput);
   }
+}
+
+export type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
+
+/** The claims fragment begins batched in one statement need; null when this setup cannot batch them (claims off, an adapter that cannot join, or `startedEvents`). */
+export function batchedAcquire(claims: WorkClaims, options: ResolvedCycliumOptions): AcquireMany | null {
+  const inStatement = claims.inStatement();
+  const acquireMany = inStatement.fragments.acquireMany;
+  return claims.enabled && inStatement.joined && acquireMany && !options.startedEvents ? acquireMany : null;
+}
+
+/**
+ * Claims the keys of the CTE `began` (column `key`) for `owner` and runs the statement, selecting
+ * each begin's columns (see beginColumns) from `from`, which joins the episode rows as `e` and the
+ * claims as `c`: the rows, or `busy`, and when it was sent (a claim's deadline counts from there).
+ */
+export async function claimBegun(
+  sql: SqlExecutor,
+  statement: Statement,
+  acquire: AcquireMany,
+  claims: { owner: string; leaseSeconds: string },
+  from: string,
+): Promise<{ rows: BeginRow[] | 'busy'; sentAt: number }> {
+  for (const [name, body] of acquire({ input: 'began', ...claims })) statement.with(name, body);
+  const sentAt = performance.now();
+  const rows = await queryBegin(sql, statement.build(`SELECT ${beginColumns(statement, 'c.key IS NULL')} ${from}`));
+  return { rows, sentAt };
 }
 
 /** Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was written). */

@@ -7,6 +7,7 @@ import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import type { DispatchResult } from '../dispatch/dispatch-result.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { Peers } from '../cluster/peers.service.js';
+import { SignalMemory, type Handover } from './signal-memory.js';
 
 /**
  * How long each rank waits after the one before it for a signal that the trigger is handled: 2 s,
@@ -18,8 +19,6 @@ export const BACKUP_STEP_MS = 2_000;
 export function backupStepMs(nodes: number): number {
   return Math.max(BACKUP_STEP_MS, 3 * notifySpacingMs(nodes));
 }
-/** Signals are kept this long, for backups whose trigger fires later (a debounce ending a bit later here). */
-const SIGNAL_MEMORY_MS = 60_000;
 
 /** What this node does with a trigger every node heard. */
 export type Turn =
@@ -37,7 +36,7 @@ export type Turn =
   /** No ranking (a bus without dispatch signals): every node races, as the dedupe index allows. */
   | 'race';
 
-type WaitOutcome = 'signaled' | 'timeout' | 'stopped';
+type WaitOutcome = 'signaled' | 'timeout' | 'passed' | 'stopped';
 
 /** Results after which the trigger is someone's: an episode exists for its key, here or elsewhere. */
 const SETTLED: ReadonlySet<DispatchResult['status']> = new Set(['started', 'queued', 'deferred', 'duplicate']);
@@ -48,6 +47,13 @@ const SETTLED: ReadonlySet<DispatchResult['status']> = new Set(['started', 'queu
  * trigger has, and ignores it.
  */
 const OFFER = '>';
+
+/**
+ * Between a signal token and the rank of a node that holds the trigger in memory for want of a
+ * slot (ActorSlots' waiting triggers): a pass to the next rank, which dispatches it at once if it
+ * has a free slot and otherwise hands the pass on. Older nodes ignore it, as they ignore offers.
+ */
+const PASS = '~';
 
 interface Waiter {
   rank: number;
@@ -69,14 +75,14 @@ interface Waiter {
  * (Dispatcher.offered), and takes the row from the full node's queue as soon as it has a free slot.
  * Each offer goes to one node, spread by the same ranking, so idle nodes do not all race for each
  * row; a node that was offered something takes any peer's queued rows of the actor while it is free.
+ * A bus event that waits in the first node's memory instead (its event stays unsettled there) is
+ * passed down the ranks the same way, to the first node with a free slot, which dispatches it at
+ * once: nobody stands down for a pass, so the backups still cover the first node dying meanwhile.
  */
 @Injectable()
 export class TriggerPlacement {
   private readonly signals: DispatchSignals | undefined;
-  /** Token → when this node stops remembering its signal. Insertion order is expiry order. */
-  private readonly signaled = new Map<string, number>();
-  /** Token → the rank that queued it and offered it on, until when remembered (an offer heard before this node's turn). */
-  private readonly offers = new Map<string, { from: number; until: number }>();
+  private readonly memory = new SignalMemory();
   private readonly waiting = new Map<string, Set<Waiter>>();
   private unsubscribe: (() => void) | undefined;
   private stopped = false;
@@ -101,8 +107,7 @@ export class TriggerPlacement {
     this.unsubscribe = undefined;
     for (const waiters of this.waiting.values()) for (const waiter of waiters) waiter.release('stopped');
     this.waiting.clear();
-    this.signaled.clear();
-    this.offers.clear();
+    this.memory.clear();
   }
 
   /** Whether, and when, this node dispatches the trigger with `dedupeKey` for `actorId`; resolves once it should. */
@@ -111,11 +116,12 @@ export class TriggerPlacement {
     const rank = this.peers.rankOf(dedupeKey, actorId);
     if (rank === 0) return 'first';
     const token = tokenOf(dedupeKey);
-    if (this.knows(token)) {
-      this.takeOffer(token, rank, actorId);
+    if (this.memory.knows(token)) {
+      if (this.memory.takeFrom('offer', token, rank)) this.dispatcher.offered(actorId);
       return 'handled';
     }
     if (this.stopped) return 'handover';
+    if (this.memory.takeFrom('pass', token, rank) && this.tookPass(token, rank, actorId)) return 'backup';
     const outcome = await this.waitFor(token, rank, actorId, rank * backupStepMs(this.peers.size));
     return outcome === 'signaled' ? 'handled' : outcome === 'stopped' ? 'handover' : 'backup';
   }
@@ -139,6 +145,15 @@ export class TriggerPlacement {
     this.signals.signalDispatched(tokens);
   }
 
+  /**
+   * The trigger with `dedupeKey` waits in this node's memory for a slot: the next rank that has
+   * one free dispatches it now (see PASS).
+   */
+  waitingHere(dedupeKey: string, actorId: string): void {
+    if (!this.signals) return;
+    this.passOn(tokenOf(dedupeKey), this.peers.rankOf(dedupeKey, actorId), actorId);
+  }
+
   /** Backups standing by now, each for a trigger another node ranked first for. */
   get waitingBackups(): number {
     let count = 0;
@@ -148,20 +163,19 @@ export class TriggerPlacement {
 
   /** Signals remembered now (bounded by what arrives within SIGNAL_MEMORY_MS). */
   get remembered(): number {
-    return this.signaled.size;
+    return this.memory.size;
   }
 
-  private knows(token: string): boolean {
-    const until = this.signaled.get(token);
-    return until !== undefined && until > performance.now();
+  /** Passes `token` on from `rank` to the next rank, when there is one. */
+  private passOn(token: string, rank: number, actorId: string): void {
+    if (rank + 1 < this.peers.hostsOf(actorId)) this.signals?.signalDispatched([`${token}${PASS}${rank}`]);
   }
 
-  /** A remembered offer of `token` made by the rank just before this node's: the row is this node's to take. */
-  private takeOffer(token: string, rank: number, actorId: string): void {
-    const offer = this.offers.get(token);
-    if (!offer || offer.until <= performance.now() || offer.from + 1 !== rank) return;
-    this.offers.delete(token);
-    this.dispatcher.offered(actorId);
+  /** A pass reached this node's rank: true when it has a free slot and dispatches now; otherwise the pass goes on. */
+  private tookPass(token: string, rank: number, actorId: string): boolean {
+    if (this.dispatcher.canStartNow(actorId)) return true;
+    this.passOn(token, rank, actorId);
+    return false;
   }
 
   private waitFor(token: string, rank: number, actorId: string, ms: number): Promise<WaitOutcome> {
@@ -186,35 +200,37 @@ export class TriggerPlacement {
 
   private heard(tokens: readonly string[]): void {
     const now = performance.now();
-    for (const [token, until] of this.signaled) {
-      if (until > now) break;
-      this.signaled.delete(token);
-    }
-    for (const [token, { until }] of this.offers) {
-      if (until > now) break;
-      this.offers.delete(token);
-    }
-    // Offers first: the plain token in the same batch releases the waiter the offer is for.
-    for (const offer of tokens) {
-      const at = offer.indexOf(OFFER);
-      if (at < 0) continue;
-      const token = offer.slice(0, at);
-      const from = Number(offer.slice(at + OFFER.length));
-      if (!Number.isInteger(from)) continue;
+    this.memory.expire(now);
+    // Offers and passes first: the plain token in the same batch releases the waiter they are for.
+    for (const signal of tokens) {
+      const handed = parseHandedOn(signal);
+      if (!handed) continue;
+      const { kind, token, from } = handed;
       const next = [...(this.waiting.get(token) ?? [])].find((waiter) => waiter.rank === from + 1);
-      if (next) this.dispatcher.offered(next.actorId);
-      else {
-        this.offers.delete(token);
-        this.offers.set(token, { from, until: now + SIGNAL_MEMORY_MS });
-      }
+      if (!next) this.memory.rememberFrom(kind, token, from, now);
+      else if (kind === 'offer') this.dispatcher.offered(next.actorId);
+      else if (this.tookPass(token, next.rank, next.actorId)) next.release('passed');
     }
     for (const token of tokens) {
-      if (token.includes(OFFER)) continue;
-      this.signaled.delete(token);
-      this.signaled.set(token, now + SIGNAL_MEMORY_MS);
+      if (token.includes(OFFER) || token.includes(PASS)) continue;
+      this.memory.remember(token, now);
       for (const waiter of [...(this.waiting.get(token) ?? [])]) waiter.release('signaled');
     }
   }
+}
+
+/** An offer (`token>rank`) or a pass (`token~rank`); undefined for a plain token. */
+function parseHandedOn(signal: string): { kind: Handover; token: string; from: number } | undefined {
+  for (const [kind, mark] of [
+    ['offer', OFFER],
+    ['pass', PASS],
+  ] as const) {
+    const at = signal.indexOf(mark);
+    if (at < 0) continue;
+    const from = Number(signal.slice(at + mark.length));
+    return Number.isInteger(from) ? { kind, token: signal.slice(0, at), from } : undefined;
+  }
+  return undefined;
 }
 
 function tokenOf(dedupeKey: string): string {

@@ -149,7 +149,13 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (turn === 'race' && this.options.jitterMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
     for (let attempt = 0, delay = RETRY_FIRST_MS; this.on; attempt++) {
       try {
-        const result = await this.dispatcher.dispatch(expectation, trigger, { dedupeKey, sourceStack: this.options.stackSlug, sourceEnv: this.options.env });
+        const result = await this.dispatcher.dispatch(expectation, trigger, {
+          dedupeKey,
+          sourceStack: this.options.stackSlug,
+          sourceEnv: this.options.env,
+          waitForSlot: placed,
+          onWait: placed ? () => this.placement.waitingHere(dedupeKey, expectation.actorId) : undefined,
+        });
         if (placed) this.placement.dispatched(dedupeKey, result);
         if (result.status === 'disabled') {
           this.logger.debug(`${what} fired nothing: the actor is disabled on this node`);
