@@ -2,6 +2,7 @@
  * `npm run bench -- <name>`: runs one benchmark (or all) against one database in one run, so
  * every figure is printed next to a floor measured on the same server a moment earlier.
  */
+import { arrivalsBench } from './benchmarks/arrivals.bench.js';
 import { busBench } from './benchmarks/bus.bench.js';
 import { claimsBench } from './benchmarks/claims.bench.js';
 import { dispatchBench } from './benchmarks/dispatch.bench.js';
@@ -21,6 +22,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   scale: scaleBench,
   dispatch: dispatchBench,
   takeover: takeoverBench,
+  arrivals: arrivalsBench,
 };
 
 async function main(): Promise<void> {
