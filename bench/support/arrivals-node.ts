@@ -1,7 +1,8 @@
 /**
  * The worker of `npm run bench -- arrivals`, a process of its own: one node with claims on and
  * the durable bus, every option at its default, hosting a manual 1-step expectation. Its parent
- * sends `{ kind: 'trigger', ids }` over IPC (one episode per id, triggered at once) and hears back
+ * sends `{ kind: 'trigger', unit, ids }` over IPC (one unit per id, started at once: an episode, or
+ * the three-commit floor on a pool of the worker's own) and hears back
  * `{ kind: 'done', id, doneAt }` with the absolute time each was seen `done`, so the generator's
  * timers never share this event loop.
  */
@@ -9,6 +10,7 @@ import 'reflect-metadata';
 import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import pg from 'pg';
 import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
 import { clock, type ArrivalsReply, type ArrivalsRequest } from './arrivals-protocol.js';
 
@@ -58,15 +60,31 @@ async function main(): Promise<void> {
     return new Promise((resolve) => waiting.set(id, resolve));
   };
 
+  const floorPool = new pg.Pool({ connectionString: url, max: 20 });
+  floorPool.on('error', () => undefined);
+  await floorPool.query('CREATE TABLE IF NOT EXISTS bench_arrivals_floor (id int PRIMARY KEY, v int NOT NULL)');
+  await floorPool.query('TRUNCATE bench_arrivals_floor');
+  const floor = async (i: number): Promise<number> => {
+    const client = await floorPool.connect();
+    try {
+      await client.query({ name: 'floor_insert', text: 'INSERT INTO bench_arrivals_floor (id, v) VALUES ($1, 0)', values: [i] });
+      await client.query({ name: 'floor_update', text: 'UPDATE bench_arrivals_floor SET v = $2 WHERE id = $1', values: [i, 1] });
+      await client.query({ name: 'floor_update', text: 'UPDATE bench_arrivals_floor SET v = $2 WHERE id = $1', values: [i, 2] });
+    } finally {
+      client.release();
+    }
+    return clock();
+  };
+
   process.on('message', (request: ArrivalsRequest) => {
     for (const id of request.ids) {
-      run(id).then(
+      (request.unit === 'floor' ? floor(id) : run(id)).then(
         (doneAt) => send({ kind: 'done', id, doneAt }),
         (error: unknown) => send({ kind: 'failed', id, reason: String(error) }),
       );
     }
   });
-  process.once('disconnect', () => void app.close().then(() => process.exit(0)));
+  process.once('disconnect', () => void Promise.all([app.close(), floorPool.end()]).then(() => process.exit(0)));
   send({ kind: 'ready' });
 }
 
