@@ -46,6 +46,8 @@ export class StatementBounds {
    */
   async checkout(pool: pg.Pool): Promise<BoundedClient> {
     const { checkoutTimeoutMs } = this.limits;
+    // An idle connection for every waiter: the pool hands one over on its next turn, nothing to time.
+    if (pool.idleCount > pool.waitingCount) return this.bound(await pool.connect());
     const connecting = pool.connect();
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), checkoutTimeoutMs)));
