@@ -94,8 +94,8 @@ export class ActorSlots implements OnApplicationBootstrap {
     if (slots.running >= actor.options.maxConcurrentEpisodes) {
       const waited = options.waitForSlot && actor.options.overflow === 'queue' ? this.waiting.wait(actor, spec) : null;
       if (!waited) return this.queuePump.enqueue(actor, spec);
-      options.onWait?.();
-      return waited;
+      options.onWait?.(waited.withdraw);
+      return waited.result;
     }
     slots.running++;
     const begun = await this.tracker.starting(this.runner.begin({ ...spec, status: 'running' })).catch((error: unknown) => {

@@ -21,6 +21,9 @@ export interface DispatchOptions {
    * behind it), so with every slot busy it may wait in memory (WaitingTriggers) instead of as a queued row.
    */
   waitForSlot?: boolean;
-  /** Told when the trigger starts waiting in memory for a slot (TriggerPlacement passes it to a peer that may have one). */
-  onWait?: () => void;
+  /**
+   * Told when the trigger starts waiting in memory for a slot (TriggerPlacement passes it to a peer
+   * that may have one), with `withdraw`, which ends the wait as a duplicate once another node started it.
+   */
+  onWait?: (withdraw: () => void) => void;
 }

@@ -33,13 +33,24 @@ export class WaitingTriggers {
     private readonly slots: SlotRuns,
   ) {}
 
-  /** Waits for a slot of `actor` and starts there; null when its waiting room is full (queue it in the table instead). */
-  wait(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): Promise<SlotResult> | null {
+  /**
+   * Waits for a slot of `actor` and starts there; null when its waiting room is full (queue it in
+   * the table instead). `withdraw` ends the wait with `duplicate`: another node started it.
+   */
+  wait(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): { result: Promise<SlotResult>; withdraw: () => void } | null {
     let list = this.waiting.get(actor.id);
     if (!list) this.waiting.set(actor.id, (list = []));
     if (list.length >= WAITING_PER_ACTOR) return null;
     const waiting = list;
-    return new Promise((resolve, reject) => waiting.push({ spec, resolve, reject }));
+    let entry: Waiting | undefined;
+    const result = new Promise<SlotResult>((resolve, reject) => waiting.push((entry = { spec, resolve, reject })));
+    const withdraw = () => {
+      const at = entry ? waiting.indexOf(entry) : -1;
+      if (at < 0) return;
+      waiting.splice(at, 1);
+      entry?.resolve({ status: 'duplicate' });
+    };
+    return { result, withdraw };
   }
 
   /** Triggers of `actorId` waiting now. */

@@ -15,11 +15,11 @@ interface TestNode {
   offered: string[];
 }
 
-function node(name: string, bus: Bus, names: string[]): TestNode {
+function node(name: string, bus: Bus, names: string[], freeSlot = false): TestNode {
   const peers = new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: name })));
   peers.update(names.map((identity) => ({ identity, actors: null })));
   const offered: string[] = [];
-  const dispatcher = { offered: (actorId: string) => offered.push(actorId) } as unknown as Dispatcher;
+  const dispatcher = { offered: (actorId: string) => offered.push(actorId), canStartNow: () => freeSlot } as unknown as Dispatcher;
   const placement = new TriggerPlacement(bus, peers, dispatcher);
   placement.start();
   return { peers, placement, offered };
@@ -147,6 +147,40 @@ describe('TriggerPlacement', () => {
       a.placement.dispatched(key, queuedRow);
       expect(send).toHaveBeenCalledTimes(1);
       expect(send.mock.calls[0]?.[0]).toHaveLength(2);
+    });
+  });
+
+  describe('a node holding a bus event in memory for want of a slot', () => {
+    it('passes it down the ranks to the first node with a free slot, which dispatches at once', async () => {
+      const bus = new LocalBus();
+      const names = ['a', 'b', 'c'];
+      const a = node('a', bus, names);
+      const b = node('b', bus, names);
+      const c = node('c', bus, names, true);
+      const key = keyRanked(a.peers, b.peers, c.peers);
+      const started = performance.now();
+      const turns = [b.placement.turn(key, 'actor'), c.placement.turn(key, 'actor')];
+      a.placement.waitingHere(key, 'actor', () => undefined);
+      // b is full too: it passes the event on and keeps standing by; c has a slot and takes it now.
+      await expect(turns[1]).resolves.toBe('backup');
+      expect(performance.now() - started).toBeLessThan(BACKUP_STEP_MS / 2);
+      expect(b.placement.waitingBackups).toBe(1);
+      c.placement.dispatched(key, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
+      await expect(turns[0]).resolves.toBe('handled');
+    });
+
+    it('stops waiting once another node signals it settled, and not for its own signal', async () => {
+      const bus = new LocalBus();
+      const a = node('a', bus, ['a', 'b']);
+      const b = node('b', bus, ['a', 'b'], true);
+      const [passed, settledHere] = [keyRanked(a.peers, b.peers), 'other-key'];
+      const withdrawn: string[] = [];
+      a.placement.waitingHere(passed, 'actor', () => withdrawn.push(passed));
+      a.placement.waitingHere(settledHere, 'actor', () => withdrawn.push(settledHere));
+      a.placement.dispatched(settledHere, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
+      b.placement.dispatched(passed, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(withdrawn).toEqual([passed]);
     });
   });
 });

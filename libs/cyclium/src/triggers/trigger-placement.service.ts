@@ -83,6 +83,8 @@ interface Waiter {
 export class TriggerPlacement {
   private readonly signals: DispatchSignals | undefined;
   private readonly memory = new SignalMemory();
+  /** Token → how to stop waiting for a slot here, for the triggers this node holds in memory (see waitingHere). */
+  private readonly held = new Map<string, () => void>();
   private readonly waiting = new Map<string, Set<Waiter>>();
   private unsubscribe: (() => void) | undefined;
   private stopped = false;
@@ -108,6 +110,7 @@ export class TriggerPlacement {
     for (const waiters of this.waiting.values()) for (const waiter of waiters) waiter.release('stopped');
     this.waiting.clear();
     this.memory.clear();
+    this.held.clear();
   }
 
   /** Whether, and when, this node dispatches the trigger with `dedupeKey` for `actorId`; resolves once it should. */
@@ -132,8 +135,10 @@ export class TriggerPlacement {
    * NOTIFY (only then: the common case sends what it always did).
    */
   dispatched(dedupeKey: string, result: DispatchResult): void {
-    if (!this.signals || !SETTLED.has(result.status)) return;
+    if (!this.signals) return;
     const token = tokenOf(dedupeKey);
+    this.held.delete(token);
+    if (!SETTLED.has(result.status)) return;
     const tokens = [token];
     if (result.status === 'queued') {
       const { actorId } = result.episode;
@@ -147,11 +152,14 @@ export class TriggerPlacement {
 
   /**
    * The trigger with `dedupeKey` waits in this node's memory for a slot: the next rank that has
-   * one free dispatches it now (see PASS).
+   * one free dispatches it now (see PASS), and once a node signals it settled, `withdraw` ends the
+   * wait here, so a node that passed its backlog on does not begin each of its events again.
    */
-  waitingHere(dedupeKey: string, actorId: string): void {
+  waitingHere(dedupeKey: string, actorId: string, withdraw: () => void): void {
     if (!this.signals) return;
-    this.passOn(tokenOf(dedupeKey), this.peers.rankOf(dedupeKey, actorId), actorId);
+    const token = tokenOf(dedupeKey);
+    this.held.set(token, withdraw);
+    this.passOn(token, this.peers.rankOf(dedupeKey, actorId), actorId);
   }
 
   /** Backups standing by now, each for a trigger another node ranked first for. */
@@ -215,6 +223,9 @@ export class TriggerPlacement {
       if (token.includes(OFFER) || token.includes(PASS)) continue;
       this.memory.remember(token, now);
       for (const waiter of [...(this.waiting.get(token) ?? [])]) waiter.release('signaled');
+      const withdraw = this.held.get(token);
+      this.held.delete(token);
+      withdraw?.();
     }
   }
 }

@@ -154,7 +154,7 @@ export class TriggerSources implements OnApplicationBootstrap {
           sourceStack: this.options.stackSlug,
           sourceEnv: this.options.env,
           waitForSlot: placed,
-          onWait: placed ? () => this.placement.waitingHere(dedupeKey, expectation.actorId) : undefined,
+          onWait: placed ? (withdraw) => this.placement.waitingHere(dedupeKey, expectation.actorId, withdraw) : undefined,
         });
         if (placed) this.placement.dispatched(dedupeKey, result);
         if (result.status === 'disabled') {
