@@ -37,7 +37,8 @@ export class EpisodeEndings {
    * the run exists here (a cancel right after the begin) or not at all (another channel): the flag
    * is read once at its end. The method has run by then; the episode still ends `canceled`, its
    * findings and outputs unwritten, as when a cancel is heard after the last step. A read that
-   * fails leaves the end to the end write, which meets the same fault.
+   * fails leaves the end to the end write, which meets the same fault. A cancel event read for a
+   * running episode asks the same question, so a forged event stops nothing.
    */
   async honourCancel(context: RunningEpisode): Promise<void> {
     if (context.signal.aborted) return;

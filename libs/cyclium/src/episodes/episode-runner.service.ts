@@ -12,7 +12,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { Convergence, EpisodeMethod, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
-import { EpisodeCanceledError, EpisodeInterruptedError } from './episode-errors.js';
+import { EpisodeInterruptedError } from './episode-errors.js';
 import { BeginWrites } from './begin-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
@@ -72,9 +72,11 @@ export class EpisodeRunner implements OnModuleInit {
   ) {}
 
   onModuleInit(): void {
-    // The prompt path; the durable one is the flag the next step write reads back.
+    // The prompt path; the durable one is the flag the next step write reads back. The event only
+    // wakes the run: whoever may insert into cyclium_events could publish one, so the row's flag decides.
     this.events.subscribe<{ episodeId: string }>(CANCEL_EVENT, (event) => {
-      this.running.get(event.payload.episodeId)?.stop(new EpisodeCanceledError(event.payload.episodeId));
+      const running = this.running.get(event.payload.episodeId);
+      if (running) void this.endings.honourCancel(running);
     });
   }
 
