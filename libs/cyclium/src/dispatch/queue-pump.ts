@@ -134,15 +134,17 @@ export class QueuePump {
   }
 
   /**
-   * Takes rows into the actor's free slots (the caller checked one is free), one per slot and in one
-   * statement where the claims allow (QueuedBegins), unless there is nothing to take or a take is
-   * under way: slots that free meanwhile are filled by the next take, together.
+   * Takes rows into the actor's free slots (the caller checked one is free), one per slot but one,
+   * in one statement where the claims allow (QueuedBegins), unless there is nothing to take or a
+   * take is under way: slots that free meanwhile are filled by the next take, together.
    */
   take(actor: RegisteredActor): void {
     const queue = this.stateOf(actor.id);
     if (!(queue.maybeQueued || queue.offered) || queue.dequeuing) return;
     queue.dequeuing = true;
-    const slots = this.queuedBegins.available ? Math.min(TAKE_MAX, Math.max(1, this.slots.free(actor.id))) : 1;
+    // One free slot stays out of the take while it is in flight, for a starter that cannot wait for it
+    // (a deferred episode the poller takes, a fresh trigger): reserved by the take, it would find none.
+    const slots = this.queuedBegins.available ? Math.min(TAKE_MAX, Math.max(1, this.slots.free(actor.id) - 1)) : 1;
     for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
     // Both handle the database's failures themselves: anything else is a bug, logged rather than unhandled.
     const take = queue.maybeQueued ? this.startQueued(actor, queue, slots) : this.startFromPeer(actor, queue, slots);
