@@ -45,14 +45,11 @@ const TAKE_FROM_PEER = prepared(
    RETURNING *`,
 );
 
-/** Who a take serves: the taking node, the actor, how many rows at most, and the scope a peer's rows must share (rule 8). */
-export interface TakeRefs {
-  owner: string;
-  actorId: string;
-  limit: string;
-  /** A peer's rows only: this node's stack and env. */
-  scope?: { stack: string; env: string };
-}
+/**
+ * Who a take serves: the taking node, the actor, how many rows at most, and which queue: the
+ * node's own, or its peers', whose rows must share this node's stack and env (rule 8).
+ */
+export type TakeRefs = { owner: string; actorId: string; limit: string } & ({ from: 'own' } | { from: 'peer'; stack: string; env: string });
 
 /**
  * DEQUEUE and TAKE_FROM_PEER for up to `limit` rows, as the CTEs `head` (the rows, locked) and
@@ -60,16 +57,16 @@ export interface TakeRefs {
  * locking and the same order: a node's own queue oldest first, waiting for a head that moves; a
  * peer's newest first, skipping rows another taker has locked.
  */
-export function takeQueued(from: 'own' | 'peer', refs: TakeRefs): Array<[string, string]> {
+export function takeQueued(refs: TakeRefs): Array<[string, string]> {
   const head =
-    from === 'own'
+    refs.from === 'own'
       ? `SELECT id FROM cyclium_episodes
           WHERE status = 'queued' AND owner_node = ${refs.owner} AND actor_id = ${refs.actorId}
           ORDER BY queued_at, id LIMIT ${refs.limit}
           FOR NO KEY UPDATE`
       : `SELECT id FROM cyclium_episodes
           WHERE status = 'queued' AND actor_id = ${refs.actorId} AND owner_node IS DISTINCT FROM ${refs.owner}
-            AND ${sameStack('source_stack', refs.scope?.stack ?? 'NULL')} AND ${sameEnv('source_env', refs.scope?.env ?? 'NULL')}
+            AND ${sameStack('source_stack', refs.stack)} AND ${sameEnv('source_env', refs.env)}
           ORDER BY queued_at DESC, id DESC LIMIT ${refs.limit}
           FOR UPDATE SKIP LOCKED`;
   return [

@@ -7,7 +7,7 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import { batchedAcquire, claimBegun, type AcquireMany, type BeginOutcome } from './episode-statements.js';
-import { takeQueued } from './episode-queue.js';
+import { takeQueued, type TakeRefs } from './episode-queue.js';
 import { toEpisode } from './episode-store.js';
 
 /** The claim key of a cyclium_episodes row `e`, as claimKeyOf spells it. */
@@ -42,13 +42,9 @@ export class QueuedBegins {
     const statement = new Statement(`take_${from}`);
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const owner = p(this.identity.name(), 'text');
-    const refs = {
-      owner,
-      actorId: p(actorId, 'text'),
-      limit: p(limit, 'int'),
-      scope: from === 'peer' ? { stack: p(this.options.stackSlug, 'text'), env: p(this.options.env, 'text') } : undefined,
-    };
-    for (const [name, body] of takeQueued(from, refs)) statement.with(name, body);
+    const base = { owner, actorId: p(actorId, 'text'), limit: p(limit, 'int') };
+    const refs: TakeRefs = from === 'own' ? { ...base, from } : { ...base, from, stack: p(this.options.stackSlug, 'text'), env: p(this.options.env, 'text') };
+    for (const [name, body] of takeQueued(refs)) statement.with(name, body);
     statement.with('began', `SELECT ${KEY_OF_ROW} AS key FROM ep e`);
     const { rows, sentAt } = await claimBegun(
       this.database.sql,
