@@ -98,7 +98,7 @@ describe('actor discovery at boot', () => {
     const home = await boot([StackBOnly], 'stack_b');
     const result = await home.get(Episodes).trigger('stack_b_only', 'go', {});
     expect(result.status).toBe('started');
-    const { rows } = await database.db.query(`SELECT expectations FROM cyclium_actor_definitions WHERE actor_id = 'stack_b_only'`);
+    const { rows } = await database.db.query(`SELECT expectations FROM cyclium_actor_scopes WHERE actor_id = 'stack_b_only' AND source_stack = 'stack_b'`);
     expect(rows[0].expectations).toEqual([{ id: 'go', recovery_policy: 'restart', max_attempts: 5 }]);
   });
 });

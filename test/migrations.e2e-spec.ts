@@ -5,6 +5,7 @@ import { emptyDatabase } from './support/database.js';
 
 const TABLES = [
   'cyclium_actor_definitions',
+  'cyclium_actor_scopes',
   'cyclium_bus_positions',
   'cyclium_episode_checkpoints',
   'cyclium_episode_steps',

@@ -1,15 +1,21 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
+import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { recordedPolicyOf } from '../episodes/episode-recovery-store.js';
 import type { RegisteredActor } from './registered-actor.js';
 
 /**
- * Every statement on `cyclium_actor_definitions`: what each hosted expectation's recovery policy
- * is, so recovery can read it when the actor's code is not at hand (another stack, say).
+ * What each hosted expectation's recovery policy is, per actor, stack and env, so recovery can
+ * read it when the actor's code is not at hand (another stack, say). A node writes its own scope's
+ * row only: an `rc` node, or another stack, never overwrites what the others read.
  */
 @Injectable()
 export class ActorDefinitionsStore {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
 
   async record(actors: Iterable<RegisteredActor>): Promise<void> {
     for (const actor of actors) {
@@ -19,21 +25,26 @@ export class ActorDefinitionsStore {
         max_attempts: e.options.maxAttempts ?? 3,
       }));
       await this.database.sql.query(
-        `INSERT INTO cyclium_actor_definitions (actor_id, expectations, enabled, updated_at)
-         VALUES ($1, $2, true, now())
-         ON CONFLICT (actor_id) DO UPDATE SET expectations = EXCLUDED.expectations, updated_at = now()`,
-        [actor.id, JSON.stringify(expectations)],
+        `INSERT INTO cyclium_actor_scopes (actor_id, source_stack, source_env, expectations)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (actor_id, coalesce(source_env, ''), coalesce(source_stack, ''))
+         DO UPDATE SET expectations = EXCLUDED.expectations, updated_at = now()`,
+        [actor.id, this.options.stackSlug, this.options.env, JSON.stringify(expectations)],
       );
     }
   }
 
-  /** The recovery policy recorded for an expectation by whichever node hosts its actor. */
-  async recordedPolicy(actorId: string, expectationId: string): Promise<RecoveryPolicy | null> {
+  /** The recovery policy recorded for an episode's expectation in the episode's stack and env (see recordedPolicyOf). */
+  async recordedPolicy(episode: {
+    actorId: string;
+    expectationId: string;
+    sourceStack: string | null;
+    sourceEnv: string | null;
+  }): Promise<RecoveryPolicy | null> {
     const { rows } = await this.database.sql.query<{ policy: string | null }>(
-      `SELECT x->>'recovery_policy' AS policy
-         FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
-        WHERE d.actor_id = $1 AND x->>'id' = $2`,
-      [actorId, expectationId],
+      `SELECT ${recordedPolicyOf('e')} AS policy
+         FROM (SELECT $1::text AS actor_id, $2::text AS expectation_id, $3::text AS source_stack, $4::text AS source_env) e`,
+      [episode.actorId, episode.expectationId, episode.sourceStack, episode.sourceEnv],
     );
     const policy = rows[0]?.policy;
     return policy === 'restart' || policy === 'fail' ? policy : null;

@@ -38,6 +38,7 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'column cyclium_nodes.boot_id',
     holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'boot_id' AND NOT attisdropped)`,
   },
+  { migration: 'CycliumScopedRows1764400000010', missing: 'table cyclium_actor_scopes', holds: `to_regclass('cyclium_actor_scopes') IS NOT NULL` },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -1,6 +1,6 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
 
-/** The stored description of an actor, read by recovery when no compiled actor is at hand. */
+/** An actor's description as nodes before 0.2 stored it, by actor alone; read only when cyclium_actor_scopes has no row for the scope. */
 @Entity({ name: 'cyclium_actor_definitions' })
 export class CycliumActorDefinition {
   @PrimaryColumn({ name: 'actor_id', type: 'text' })

@@ -3,6 +3,7 @@
  * themselves (`entities: [...cycliumEntities]` in their DataSource) or name a row type.
  */
 import { CycliumActorDefinition } from './actor-definition.entity.js';
+import { CycliumActorScope } from './actor-scope.entity.js';
 import { CycliumBusPosition } from './bus-position.entity.js';
 import { CycliumEvent } from './event.entity.js';
 import { CycliumWorkClaim } from './work-claim.entity.js';
@@ -26,6 +27,7 @@ export const cycliumEntities = [
   CycliumTriggerRequest,
   CycliumWorkflowInstance,
   CycliumActorDefinition,
+  CycliumActorScope,
   CycliumNode,
   CycliumEvent,
   CycliumBusPosition,
@@ -40,6 +42,7 @@ export { CycliumOutput, type OutputStatus } from './output.entity.js';
 export { CycliumTriggerRequest, type TriggerRequestStatus } from './trigger-request.entity.js';
 export { CycliumWorkflowInstance, type WorkflowInstanceStatus } from './workflow-instance.entity.js';
 export { CycliumActorDefinition } from './actor-definition.entity.js';
+export { CycliumActorScope } from './actor-scope.entity.js';
 export { CycliumNode } from './node.entity.js';
 export { CycliumEvent } from './event.entity.js';
 export { CycliumBusPosition } from './bus-position.entity.js';

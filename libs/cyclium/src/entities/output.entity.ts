@@ -31,6 +31,13 @@ export class CycliumOutput {
   @Column({ name: 'inserted_at', type: 'timestamptz' })
   insertedAt: Date;
 
+  /** The stack and env of the episode that wrote it. */
+  @Column({ name: 'source_stack', type: 'text', nullable: true })
+  sourceStack: string | null;
+
+  @Column({ name: 'source_env', type: 'text', nullable: true })
+  sourceEnv: string | null;
+
   @Column({ name: 'delivered_at', type: 'timestamptz', nullable: true })
   deliveredAt: Date | null;
 

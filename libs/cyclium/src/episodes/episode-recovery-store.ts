@@ -6,6 +6,20 @@ import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
 
+/**
+ * The recovery policy recorded (by ActorDefinitionsStore) for the episode aliased `e`, as a SQL
+ * expression, NULL when none is: its own stack and env's record first, then another stack's in its
+ * env, then the record of a node of the previous release (`cyclium_actor_definitions`, by actor).
+ */
+export function recordedPolicyOf(e: string): string {
+  return `coalesce(
+    (SELECT x->>'recovery_policy' FROM cyclium_actor_scopes d, jsonb_array_elements(d.expectations) x
+      WHERE d.actor_id = ${e}.actor_id AND coalesce(d.source_env, '') = coalesce(${e}.source_env, '') AND x->>'id' = ${e}.expectation_id
+      ORDER BY (d.source_stack IS NOT DISTINCT FROM ${e}.source_stack) DESC, d.updated_at DESC LIMIT 1),
+    (SELECT x->>'recovery_policy' FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
+      WHERE d.actor_id = ${e}.actor_id AND x->>'id' = ${e}.expectation_id LIMIT 1))`;
+}
+
 /** Where recovery looks, and what it must leave alone. */
 export interface CandidateScope {
   stack: string | null;
@@ -67,8 +81,7 @@ export const CANDIDATES = `
               AND (NOT $5::boolean
                    OR ${liveClaimOnEpisode('e')}))
      AND ($6::text[] IS NULL OR e.actor_id = ANY($6::text[]) OR $7::boolean OR e.attempts >= e.max_attempts
-          OR (SELECT x->>'recovery_policy' FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
-               WHERE d.actor_id = e.actor_id AND x->>'id' = e.expectation_id LIMIT 1) IS DISTINCT FROM 'restart')
+          OR ${recordedPolicyOf('e')} IS DISTINCT FROM 'restart')
      AND ($8::timestamptz IS NULL OR (q.quiet_since, e.id) > ($8::timestamptz, $9::uuid))
    ORDER BY q.quiet_since, e.id
    LIMIT $10`;

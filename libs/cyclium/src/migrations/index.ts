@@ -8,6 +8,7 @@ import { CycliumNodeActors1764400000006 } from './1764400000006-cyclium-node-act
 import { CycliumBusPositions1764400000007 } from './1764400000007-cyclium-bus-positions.js';
 import { CycliumOutputOutbox1764400000008 } from './1764400000008-cyclium-output-outbox.js';
 import { CycliumNodeBootId1764400000009 } from './1764400000009-cyclium-node-boot-id.js';
+import { CycliumScopedRows1764400000010 } from './1764400000010-cyclium-scoped-rows.js';
 
 export {
   CycliumSchema1764400000000,
@@ -20,6 +21,7 @@ export {
   CycliumBusPositions1764400000007,
   CycliumOutputOutbox1764400000008,
   CycliumNodeBootId1764400000009,
+  CycliumScopedRows1764400000010,
 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
@@ -34,4 +36,5 @@ export const cycliumMigrations = [
   CycliumBusPositions1764400000007,
   CycliumOutputOutbox1764400000008,
   CycliumNodeBootId1764400000009,
+  CycliumScopedRows1764400000010,
 ];

@@ -146,6 +146,6 @@ export class EpisodeTakeover {
     if (resolve) return resolve(episode);
     const declared = this.registry.expectation(episode.actorId, episode.expectationId)?.options.recoveryPolicy;
     if (declared) return declared;
-    return (await this.definitions.recordedPolicy(episode.actorId, episode.expectationId)) ?? 'fail';
+    return (await this.definitions.recordedPolicy(episode)) ?? 'fail';
   }
 }
