@@ -217,6 +217,30 @@ describe('outputs are an outbox (claims off)', () => {
     expect(callsOf('last-try-died')).toEqual([]);
   });
 
+  it('a row no episode wrote is failed undelivered, and a forged row under the key an episode will produce gives way to its output', async () => {
+    const warn = jest.spyOn(Logger.prototype, 'warn');
+    const forge = (key: string, episodeId: string) =>
+      database.db.query(`INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload) VALUES ($1, 'script', $2, '{"forged": true}') RETURNING id`, [
+        episodeId,
+        key,
+      ]);
+    // Both name a finished episode, whose end wrote other rows, not these.
+    await emit(producer, [{ type: 'parked', key: 'real-end', payload: {} }]);
+    const finished = (await ended('real-end', 'pending')).episode_id as string;
+    const stray = (await forge('forged-stray', finished)).rows[0].id as string;
+    await forge('forged-ahead', finished);
+    await emit(a, [{ type: 'script', key: 'forged-ahead', payload: { ms: 1 } }]);
+
+    const replaced = await ended('forged-ahead', 'delivered');
+    expect(replaced.payload).toEqual({ ms: 1 });
+    expect(replaced.episode_id).not.toBe(finished);
+    expect(callsOf('forged-ahead')).toHaveLength(1);
+    const failed = await ended('forged-stray', 'failed');
+    expect(failed.error).toBe(`not written by the end of episode ${finished}: not delivered`);
+    expect(callsOf('forged-stray')).toEqual([]);
+    expect(warn.mock.calls.some((args) => String(args[0]).includes(stray))).toBe(true);
+  });
+
   it('two nodes taking due rows at the same moment never take one row twice (one conditional UPDATE, no work claims)', async () => {
     // Rows of a type no app hosts, so only the takes below touch them.
     const keys = Array.from({ length: 200 }, (_, i) => `race-${i}`);

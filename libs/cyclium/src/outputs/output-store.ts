@@ -7,25 +7,35 @@ import { toOutput } from './output-row.js';
 const after = (ms: string) => `now() + make_interval(secs => ${ms}::double precision / 1000)`;
 
 /**
+ * Whether the output row `o` was written by the end statement of the episode that owns it: the
+ * insert and the episode's terminal write share a transaction, so its `inserted_at` is the
+ * episode's `finished_at` (both `now()`). A row inserted by anyone else, before or after, is not
+ * delivered. A writer who copies both columns by hand still passes: signed rows close that.
+ */
+export const OWNED_OUTPUT = (o: string) => `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ${o}.inserted_at)`;
+
+/**
  * Takes due rows of the types this node hosts, oldest due first, in one conditional UPDATE: each
  * counts an attempt, names this node and moves `next_attempt_at` to the lease's end. A node that
  * loses a race waits on the row and then finds it no longer due (READ COMMITTED re-reads the
  * predicate on the row it waited for), so two nodes never hold one row. A row whose last allowed
- * attempt never finished (its lease ran out) ends `failed` in the same statement.
+ * attempt never finished (its lease ran out) ends `failed` in the same statement, and so does a
+ * row its episode's end did not write (OWNED_OUTPUT), undelivered.
  * Parameters: owner, types, limit, max attempts, lease ms.
  */
 export const TAKE_DUE = `
   WITH due AS (
-    SELECT id FROM cyclium_outputs
+    SELECT id, ${OWNED_OUTPUT('d')} AS owned FROM cyclium_outputs d
      WHERE status = 'pending' AND next_attempt_at <= now() AND type = ANY($2::text[])
      ORDER BY next_attempt_at
      LIMIT $3)
   UPDATE cyclium_outputs o
-     SET attempts = o.attempts + (o.attempts < $4)::int,
-         status = CASE WHEN o.attempts < $4 THEN 'pending' ELSE 'failed' END,
-         lease_owner = CASE WHEN o.attempts < $4 THEN $1::text END,
-         next_attempt_at = CASE WHEN o.attempts < $4 THEN ${after('$5')} ELSE o.next_attempt_at END,
-         error = CASE WHEN o.attempts < $4 THEN o.error
+     SET attempts = o.attempts + (due.owned AND o.attempts < $4)::int,
+         status = CASE WHEN due.owned AND o.attempts < $4 THEN 'pending' ELSE 'failed' END,
+         lease_owner = CASE WHEN due.owned AND o.attempts < $4 THEN $1::text END,
+         next_attempt_at = CASE WHEN due.owned AND o.attempts < $4 THEN ${after('$5')} ELSE o.next_attempt_at END,
+         error = CASE WHEN NOT due.owned THEN 'not written by the end of episode ' || o.episode_id || ': not delivered'
+                      WHEN o.attempts < $4 THEN o.error
                       ELSE format('attempt %s of %s never finished: the lease of %s ran out (last error: %s)',
                                   o.attempts, $4, coalesce(o.lease_owner, 'no node'), coalesce(o.error, 'none')) END
     FROM due

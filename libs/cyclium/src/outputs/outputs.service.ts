@@ -5,6 +5,7 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { scopeKey } from '../scope/scope-key.js';
 import { OutputAdapters } from './output-adapters.service.js';
 import { OutputDelivery } from './output-delivery.service.js';
+import { OWNED_OUTPUT } from './output-store.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from './output-proposal.interface.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
@@ -35,7 +36,8 @@ export class Outputs {
   /**
    * The proposals of a converging episode as the body of a CTE of its post-converge statement
    * (`INSERT … RETURNING`), writing only when `when` holds; the rows it returns are the ones this
-   * episode won, to deliver after commit (read them back with `toOutput`). A row of a type hosted
+   * episode won, to deliver after commit (read them back with `toOutput`). A row already under the
+   * key that no episode's end wrote (see OWNED_OUTPUT) is not a duplicate: this one replaces it. A row of a type hosted
    * here is inserted with this node's lease and its first attempt counted, so no peer's rescue
    * delivers it while this node does; any other row is due at once for the nodes that host it.
    */
@@ -43,17 +45,23 @@ export class Outputs {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     const hosted = `o.type = ANY(${p(this.adapters.types(), 'text[]')})`;
     return `
-      INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload, attempts, lease_owner, next_attempt_at)
+      INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload, attempts, lease_owner, next_attempt_at, source_stack, source_env)
       SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload, (${hosted})::int,
              CASE WHEN ${hosted} THEN ${p(this.identity.name(), 'text')} END,
-             CASE WHEN ${hosted} THEN now() + make_interval(secs => ${p(this.delivery.leaseMs, 'double precision')} / 1000) ELSE now() END
+             CASE WHEN ${hosted} THEN now() + make_interval(secs => ${p(this.delivery.leaseMs, 'double precision')} / 1000) ELSE now() END,
+             ${p(episode.sourceStack, 'text')}, ${p(episode.sourceEnv, 'text')}
         FROM unnest(${statement.arrays([
           [proposals.map((o) => o.type), 'text[]'],
           [proposals.map((o, i) => this.keyOf(episode, o, i)), 'text[]'],
           [proposals.map((o) => JSON.stringify(o.payload ?? null)), 'jsonb[]'],
         ])}) AS o (type, dedupe_key, payload)
        WHERE (${when})
-      ON CONFLICT (dedupe_key) DO NOTHING
+      ON CONFLICT (dedupe_key) DO UPDATE
+         SET episode_id = EXCLUDED.episode_id, type = EXCLUDED.type, payload = EXCLUDED.payload, status = 'pending',
+             attempts = EXCLUDED.attempts, lease_owner = EXCLUDED.lease_owner, next_attempt_at = EXCLUDED.next_attempt_at,
+             error = NULL, delivered_ref = NULL, delivered_at = NULL, inserted_at = now(),
+             source_stack = EXCLUDED.source_stack, source_env = EXCLUDED.source_env
+       WHERE NOT ${OWNED_OUTPUT('cyclium_outputs')}
       RETURNING *`;
   }
 
