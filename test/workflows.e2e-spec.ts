@@ -354,6 +354,27 @@ describe('workflows on two nodes', () => {
     expect(all.map((r) => r.resource)).toEqual(['db-1', 'db-2']);
   });
 
+  it('one event id published in two stacks starts one instance in each, each stamped with its stack', async () => {
+    const [c, d] = await Promise.all(
+      (['stack_a', 'stack_b'] as const).map((stackSlug) =>
+        startCycliumApp({ url: database.url, cyclium: { ...NODE, stackSlug, nodeIdentity: `wf-${stackSlug}` }, providers: PROVIDERS }),
+      ),
+    );
+    try {
+      for (const app of [c, d]) await app.get(Bus).publish('wf_test.requested', { kind: 'review', resource: 'both-stacks' }, { eventId: 'shared-delivery-1' });
+      const started = await waitFor('an instance in each stack', async (): Promise<Array<{ id: string; source_stack: string }> | null> => {
+        const found = await rows(
+          `SELECT id, source_stack, status FROM cyclium_workflow_instances WHERE input->>'resource' = 'both-stacks' ORDER BY source_stack`,
+        );
+        return found.length === 2 ? found : null;
+      });
+      expect(started?.map((r) => r.source_stack)).toEqual(['stack_a', 'stack_b']);
+      for (const { id } of started ?? []) expect((await finished(id)).status).toBe('done');
+    } finally {
+      await Promise.all([c.close(), d.close()]);
+    }
+  });
+
   it('cancel stops a running instance: its running step episode is canceled, nothing else starts', async () => {
     const id = await b.get(WorkflowEngine).start('two_step', {});
     await waitFor('step two to run', async () => {

@@ -27,6 +27,8 @@ export type WorkflowCancelResult = 'canceled' | 'finished' | 'not_found';
 /** How often one node tries an event or a start that keeps losing races before leaving it to its peers (and reconciliation). */
 const ATTEMPTS = 8;
 const MAX_SUBJECT_BYTES = 1_000;
+/** create()'s answer when the id it was given is another stack's instance. */
+const OTHER_STACK = Symbol('other stack');
 
 const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
@@ -99,7 +101,7 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     if (this.mode.current === 'disabled') throw new WorkflowDefinitionError(`cannot start ${workflowId}: this node is disabled (mode disabled)`);
     const subject = this.subjectOf(workflow, input, options.subject);
     const id = await this.create(workflow, randomUUID(), input, subject);
-    if (!id) throw new Error(`could not start ${workflowId}: it kept losing to concurrent starts for subject ${subject}`);
+    if (!id || id === OTHER_STACK) throw new Error(`could not start ${workflowId}: it kept losing to concurrent starts for subject ${subject}`);
     return id;
   }
 
@@ -144,19 +146,29 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     this.logger.debug(`workflow instance ${instanceId}: left episode ${episodeId}'s event to the node advancing it`);
   }
 
-  /** An event-triggered start: the instance id derives from the event, so every node that hears it writes the same row once. */
+  /**
+   * An event-triggered start: the instance id derives from the event, so every node that hears it
+   * writes the same row once. The id names the env but not the stack, as nodes of the previous
+   * release derive it; when another stack's instance already holds it (one event id published to
+   * both stacks), this stack's instance takes the id that names the stack too.
+   */
   private async startFromEvent(workflow: RegisteredWorkflow, event: BusEvent): Promise<void> {
     if (this.mode.current === 'disabled') return;
-    const id = uuidFrom(`workflow:${workflow.id}:${event.eventId}:${this.options.env ?? ''}`);
+    const name = `workflow:${workflow.id}:${event.eventId}:${this.options.env ?? ''}`;
     try {
-      await this.create(workflow, id, event.payload ?? {}, this.subjectOf(workflow, event.payload, undefined));
+      const subject = this.subjectOf(workflow, event.payload, undefined);
+      const started = await this.create(workflow, uuidFrom(name), event.payload ?? {}, subject);
+      if (started === OTHER_STACK) await this.create(workflow, uuidFrom(`${name}:${this.options.stackSlug}`), event.payload ?? {}, subject);
     } catch (error) {
       this.logger.warn(`workflow ${workflow.id} not started for event ${event.eventId} (${event.type}): ${errorMessage(error)}`);
     }
   }
 
-  /** Writes the instance; on a unique-key loss returns the live instance that won (or the same id, seen before). */
-  private async create(workflow: RegisteredWorkflow, id: string, input: unknown, subject: string | null): Promise<string | null> {
+  /**
+   * Writes the instance; on a unique-key loss returns the live instance that won (or the same id,
+   * seen before), or OTHER_STACK when the id is held by another stack's instance.
+   */
+  private async create(workflow: RegisteredWorkflow, id: string, input: unknown, subject: string | null): Promise<string | typeof OTHER_STACK | null> {
     const json = toJsonb(input);
     if ('problem' in json) throw new InvalidWorkflowInputError(`the input of ${workflow.id} ${json.problem}`);
     const stack = this.options.stackSlug;
@@ -164,7 +176,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
       const outcome = await this.advancer.create(workflow, { id, workflowId: workflow.id, inputJson: json.json, subject, sourceStack: stack, sourceEnv: env });
       if (outcome === 'ok') return id;
-      if (await this.instances.get(id)) return id;
+      const held = await this.instances.get(id);
+      if (held) return held.sourceStack === stack ? id : OTHER_STACK;
       const live = subject === null ? null : await this.instances.live(workflow.id, subject, stack, env);
       if (live) return live.id;
       // The live instance ended between our insert and our read: try again.
