@@ -1,7 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
-import { Peers } from './peers.service.js';
+import { MAX_COUNTED_NODES, MAX_RANK, Peers } from './peers.service.js';
+import { notifySpacingMs } from '../bus/notify-spacing.js';
 
 const NODES = ['node-1', 'node-2', 'node-3', 'node-4', 'node-5'];
 
@@ -27,13 +28,14 @@ describe('Peers', () => {
     expect(Math.max(...ranks)).toBe(peers.hostsOf('x') - 1);
   });
 
-  it('ranks the nodes alike on every node: each key has one first node, and the ranks are 0..n-1', () => {
+  it('ranks the nodes alike on every node: each key has one first node, and the ranks are 0..MAX_RANK', () => {
     const nodes = cluster(NODES);
     const firsts = new Map<number, number>();
     for (let i = 0; i < 2_000; i++) {
       const key = `event:monitor:check:${i}`;
       const ranks = nodes.map((peers) => peers.rankOf(key, 'monitor'));
-      expect([...ranks].sort()).toEqual([0, 1, 2, 3, 4]);
+      // Five nodes: the last two share the last rank (MAX_RANK = 3).
+      expect([...ranks].sort()).toEqual([0, 1, 2, 3, 3]);
       const first = ranks.indexOf(0);
       firsts.set(first, (firsts.get(first) ?? 0) + 1);
     }
@@ -69,6 +71,16 @@ describe('Peers', () => {
       expect(worker.rankOf(`k${i}`, 'monitor')).toBeLessThan(2);
     }
     expect([...Array(200).keys()].some((i) => worker.rankOf(`k${i}`, 'monitor') === 0)).toBe(true);
+  });
+
+  it('a hundred rows in the node table stretch no wait past the bounds: size, spacing and rank stay capped', () => {
+    const [real] = cluster(['real']);
+    real.update([{ identity: 'real', actors: null }, ...Array.from({ length: 100 }, (_, i) => ({ identity: `forged-${i}`, actors: null }))]);
+    expect(real.size).toBe(MAX_COUNTED_NODES);
+    expect(notifySpacingMs(real.size)).toBe(2_250);
+    expect(real.hostsOf('monitor')).toBe(MAX_RANK + 1);
+    const ranks = Array.from({ length: 200 }, (_, i) => real.rankOf(`k${i}`, 'monitor'));
+    expect(Math.max(...ranks)).toBe(MAX_RANK);
   });
 
   it('always counts itself, and alone ranks first for everything', () => {

@@ -13,10 +13,20 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
  * since someone's last beat) costs an extra attempt or a backup's delay, never an episode: the
  * dedupe index still decides who runs it.
  *
+ * The node table is writable by anyone who can write the shared tables, so no row count stretches
+ * a wait without bound: the size that sets the NOTIFY spacing counts at most MAX_COUNTED_NODES, and
+ * a rank is at most MAX_RANK (nodes further down all stand by as the last rank, and the dedupe index
+ * decides among them). A hundred forged rows cost a 2.25 s spacing and three backup steps, not minutes.
+ *
  * It also knows who else listens on the channel at all (any mode), so a lone node skips its NOTIFYs
  * (BusAudience). A node that announced it started listening counts until a look at the node table
  * shows its row, or for three beat intervals if it never registers.
  */
+/** Nodes counted for the NOTIFY spacing at most: 10 ms × 15² = 2.25 s (see notifySpacingMs). */
+export const MAX_COUNTED_NODES = 16;
+/** The last rank: a node with more nodes ahead of it stands by as this one. */
+export const MAX_RANK = 3;
+
 @Injectable()
 export class Peers implements BusAudience {
   private others: readonly Peer[] = [];
@@ -51,7 +61,7 @@ export class Peers implements BusAudience {
   update(peers: readonly Peer[], listeners: readonly string[] = peers.map((p) => p.identity)): void {
     const me = this.identity.name();
     this.others = peers.filter((peer) => peer.identity !== me);
-    this.count = new Set(this.others.map((p) => p.identity)).size + 1;
+    this.count = Math.min(new Set(this.others.map((p) => p.identity)).size + 1, MAX_COUNTED_NODES);
     const heard = listeners.filter((identity) => identity !== me);
     for (const identity of heard) this.joiners.delete(identity);
     this.otherListeners = new Set(heard).size;
@@ -70,7 +80,8 @@ export class Peers implements BusAudience {
 
   /**
    * This node's place for `key` among the nodes hosting `actorId` (a node that does not say which
-   * actors it hosts counts as hosting all): 0 when it should dispatch first, n - 1 when last.
+   * actors it hosts counts as hosting all): 0 when it should dispatch first, n - 1 when last, and
+   * MAX_RANK at most.
    */
   rankOf(key: string, actorId: string): number {
     const me = this.identity.name();
@@ -81,14 +92,14 @@ export class Peers implements BusAudience {
       const theirs = score(key, other.identity);
       if (theirs > mine || (theirs === mine && other.identity < me)) ahead++;
     }
-    return ahead;
+    return Math.min(ahead, MAX_RANK);
   }
 
-  /** How many nodes host `actorId`, this one counted as one, as `rankOf` does (ranks run from 0 to this - 1). */
+  /** How many ranks the nodes hosting `actorId` fill, this one counted, as `rankOf` does (ranks run from 0 to this - 1). */
   hostsOf(actorId: string): number {
     let hosts = 1;
     for (const other of this.others) if (!other.actors || other.actors.includes(actorId)) hosts++;
-    return hosts;
+    return Math.min(hosts, MAX_RANK + 1);
   }
 }
 
