@@ -1,9 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
+import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { DatabaseUnavailableError, EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError } from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import type { BusEvent } from '../libs/cyclium/src/bus/bus.interface.js';
+import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import { GuardedBus } from '../libs/cyclium/src/bus/guarded-bus.js';
 import { PostgresBus } from '../libs/cyclium/src/bus/postgres-bus.js';
 import type { PostgresBusOptions } from '../libs/cyclium/src/bus/postgres-bus-options.interface.js';
@@ -287,6 +289,24 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(b.of('bulk').map((e) => e.payload)).toEqual(events.map((_, i) => i));
     await settle(a, [a, b]);
     expect(b.of('bulk')).toHaveLength(1_200);
+  }, 30_000);
+
+  it('reads at most 4 MiB of payload a statement and still delivers every event, in full and in order', async () => {
+    const log = new EventLog({ channel: CHANNEL, stackSlug: null, env: null, publisher: () => 'reader' });
+    const from = await log.snapshot(admin);
+    // Random base64 does not compress: each payload is stored at about its 900 KB.
+    const payloads = Array.from({ length: 12 }, () => randomBytes(675_000).toString('base64'));
+    const events = await Promise.all(payloads.map((payload) => a.bus.publish('large', payload)));
+    await waitFor('12 large events on node b', () => b.of('large').length >= 12, 20_000);
+    expect(b.of('large').map((e) => e.eventId)).toEqual(events.map((e) => e.eventId));
+    expect(b.of('large').every((e, i) => e.payload === payloads[i])).toBe(true);
+
+    const first = await log.readAfter(admin, from, 500);
+    expect(first.more).toBe(true);
+    // The rows before the one that crosses 4 MiB, and that one: five of about 900 KB.
+    expect(first.events.length).toBe(5);
+    const rest = await log.readPage(admin, from, first.snapshot, first.events[4], 500);
+    expect(rest.events.length).toBeLessThanOrEqual(5);
   }, 30_000);
 
   it('delivers rows whose ids commit out of order: none is skipped, none repeated', async () => {

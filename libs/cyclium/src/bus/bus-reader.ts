@@ -106,18 +106,18 @@ export class BusReader {
     const from = this.from as DbSnapshot;
     await this.sink.catchUp(from);
     if (!this.paging) {
-      const { events, snapshot } = await this.log.readAfter(this.sql, from, BATCH);
+      const { events, more, snapshot } = await this.log.readAfter(this.sql, from, BATCH);
       this.hand(events);
-      if (events.length < BATCH) {
+      if (!more) {
         this.moveTo(snapshot);
         return;
       }
       this.paging = { to: snapshot, after: events[events.length - 1] as LoggedEvent };
     }
     for (let paging = this.paging; paging; paging = this.paging) {
-      const page = await this.log.readPage(this.sql, from, paging.to, paging.after, BATCH);
+      const { events: page, more } = await this.log.readPage(this.sql, from, paging.to, paging.after, BATCH);
       this.hand(page);
-      if (page.length < BATCH) {
+      if (!more) {
         this.moveTo(paging.to);
         this.paging = undefined;
         this.reads.request(); // whatever committed after `to`

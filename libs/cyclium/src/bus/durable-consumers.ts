@@ -153,13 +153,13 @@ export class DurableConsumers {
     const types = new Set(consumers.map((c) => c.type));
     let after: LoggedEvent | undefined;
     for (;;) {
-      const page = await this.log.readPage(this.sql, from, to, after, PAGE);
+      const { events: page, more } = await this.log.readPage(this.sql, from, to, after, PAGE);
       const readAt = performance.now();
       for (const logged of page) {
         if (!types.has(logged.event.type)) continue;
         for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt);
       }
-      if (page.length < PAGE) return;
+      if (!more) return;
       after = page[page.length - 1];
     }
   }

@@ -20,6 +20,24 @@ const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e
        (extract(epoch FROM statement_timestamp() - e.created_at) * 1000)::int AS age_ms`;
 
 /**
+ * The rows of `page` (ordered by tx_id, id) up to `maxBytes` of stored payload, the row that
+ * crosses it included (so a read always makes progress), each with `taken`: how many rows the
+ * page held. A page cut short by bytes is as full as one that hit its row limit, and the reader
+ * reads on: a row in the shared table, however large, costs one read of its own, not the node's memory.
+ */
+function withinBytes(page: string, maxBytes: string): string {
+  return `
+      SELECT * FROM (
+        SELECT c.*, count(*) OVER () AS taken,
+               sum(coalesce(pg_column_size(c.payload), 0)) OVER (ORDER BY c.tx_id, c.id) - coalesce(pg_column_size(c.payload), 0) AS before_bytes
+          FROM (${page}) c) w
+       WHERE w.before_bytes < ${maxBytes}`;
+}
+
+/** Payload bytes (as stored) one read returns at most, past the row that crosses it. */
+export const READ_MAX_BYTES = 4 * 1_048_576;
+
+/**
  * Every row that became visible since the snapshot `from`, and the snapshot it was read with (the
  * next read's `from`). A row is new exactly when its transaction was still running at `from`
  * (listed in its xip) or had not started (at or past its xmax), so the reader neither skips a
@@ -30,13 +48,15 @@ const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e
 const READ_AFTER = prepared(
   'events_read_after',
   `
-  SELECT s.snap::text AS snapshot, ${COLUMNS}
+  SELECT s.snap::text AS snapshot, ${COLUMNS}, e.taken
     FROM (SELECT pg_current_snapshot() AS snap) s
-    LEFT JOIN LATERAL (
-      SELECT * FROM cyclium_events
-       WHERE channel = $1 AND (tx_id >= $2::xid8 OR tx_id = ANY($3::xid8[]))
-       ORDER BY tx_id, id
-       LIMIT $4) e ON true
+    LEFT JOIN LATERAL (${withinBytes(
+      `SELECT * FROM cyclium_events
+        WHERE channel = $1 AND (tx_id >= $2::xid8 OR tx_id = ANY($3::xid8[]))
+        ORDER BY tx_id, id
+        LIMIT $4`,
+      '$5',
+    )}) e ON true
    ORDER BY e.tx_id, e.id`,
 );
 
@@ -44,13 +64,17 @@ const READ_AFTER = prepared(
 const READ_PAGE = prepared(
   'events_read_page',
   `
-  SELECT ${COLUMNS}
-    FROM cyclium_events e
-   WHERE e.channel = $1 AND (e.tx_id >= $2::xid8 OR e.tx_id = ANY($3::xid8[]))
-     AND pg_visible_in_snapshot(e.tx_id, $4::pg_snapshot)
-     AND (e.tx_id, e.id) > ($5::xid8, $6::bigint)
-   ORDER BY e.tx_id, e.id
-   LIMIT $7`,
+  SELECT ${COLUMNS}, e.taken
+    FROM (${withinBytes(
+      `SELECT * FROM cyclium_events
+        WHERE channel = $1 AND (tx_id >= $2::xid8 OR tx_id = ANY($3::xid8[]))
+          AND pg_visible_in_snapshot(tx_id, $4::pg_snapshot)
+          AND (tx_id, id) > ($5::xid8, $6::bigint)
+        ORDER BY tx_id, id
+        LIMIT $7`,
+      '$8',
+    )}) e
+   ORDER BY e.tx_id, e.id`,
 );
 
 const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`);
@@ -80,8 +104,21 @@ const PRUNE = prepared(
     FROM deleted JOIN doomed d USING (id)`,
 );
 
+/** A read's rows, and whether more may follow them in the same snapshot (a limit cut it). */
+export interface EventPage {
+  events: LoggedEvent[];
+  more: boolean;
+}
+
+/** The page held `limit` rows, or fewer came back than it held (bytes cut it). */
+function isCut(rows: readonly EventRow[], limit: number): boolean {
+  const taken = Number(rows[0]?.taken ?? 0);
+  return taken >= limit || rows.length < taken;
+}
+
 interface EventRow {
   snapshot?: string;
+  taken: string | null;
   id: string | null;
   tx_id: string;
   created_ms: number;
@@ -119,16 +156,27 @@ export class EventLog {
     return parseSnapshot(rows[0]?.snapshot ?? '');
   }
 
-  async readAfter(sql: SqlExecutor, from: DbSnapshot, limit: number): Promise<{ events: LoggedEvent[]; snapshot: DbSnapshot }> {
-    const { rows } = await sql.query<EventRow>(READ_AFTER([this.scope.channel, from.xmax, from.xip, limit]));
+  /** Rows new since `from`, and the snapshot they were read with; `more` when a limit (rows or bytes) cut the read. */
+  async readAfter(sql: SqlExecutor, from: DbSnapshot, limit: number, maxBytes = READ_MAX_BYTES): Promise<EventPage & { snapshot: DbSnapshot }> {
+    const { rows } = await sql.query<EventRow>(READ_AFTER([this.scope.channel, from.xmax, from.xip, limit, maxBytes]));
     const snapshot = parseSnapshot(rows[0]?.snapshot ?? '');
-    return { events: rows.filter((r) => r.id !== null).map(toLogged), snapshot };
+    const events = rows.filter((r) => r.id !== null);
+    return { events: events.map(toLogged), more: isCut(events, limit), snapshot };
   }
 
-  /** Rows new since `from` and visible in `to`, after `after` (from the start when absent). */
-  async readPage(sql: SqlExecutor, from: DbSnapshot, to: DbSnapshot, after: LoggedEvent | undefined, limit: number): Promise<LoggedEvent[]> {
-    const { rows } = await sql.query<EventRow>(READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit]));
-    return rows.map(toLogged);
+  /** Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more` as readAfter's. */
+  async readPage(
+    sql: SqlExecutor,
+    from: DbSnapshot,
+    to: DbSnapshot,
+    after: LoggedEvent | undefined,
+    limit: number,
+    maxBytes = READ_MAX_BYTES,
+  ): Promise<EventPage> {
+    const { rows } = await sql.query<EventRow>(
+      READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit, maxBytes]),
+    );
+    return { events: rows.map(toLogged), more: isCut(rows, limit) };
   }
 
   /**
