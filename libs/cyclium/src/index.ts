@@ -59,7 +59,7 @@ export { EpisodeWriteUnavailableError, InvalidListQueryError, InvalidTriggerErro
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
 
 // Findings and outputs.
-export { Findings, type FindingFilters } from './findings/findings.service.js';
+export { Findings, type FindingFilters, type FindingSource } from './findings/findings.service.js';
 export type { FindingAction } from './findings/finding-action.interface.js';
 export { OutputAdapter } from './outputs/output-adapter.decorator.js';
 export type { DeliveryContext, OutputDeliverer } from './outputs/output-adapter.interface.js';

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { Statement } from '../sql/statement.js';
+import { Statement } from '../sql/statement.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
 import { Env } from '../scope/env.service.js';
 import { sameEnv } from '../scope/scope-predicates.js';
@@ -14,6 +14,9 @@ export interface FindingFilters {
   subject?: string;
   key?: string;
 }
+
+/** The episode a finding action is recorded for: its id, actor and expectation, and the env it lands in. */
+export type FindingSource = Pick<CycliumEpisode, 'id' | 'actorId' | 'expectationId' | 'sourceEnv'>;
 
 const toFinding = rowMapper(CycliumFinding);
 
@@ -43,11 +46,25 @@ export class Findings {
   }
 
   /**
+   * Applies finding actions on behalf of `episode`, outside its end: they land in the episode's
+   * env, whatever this node's (seed 4.3, acting on another env), folded as an end folds them, in
+   * one statement. For an operator or a host reacting to an episode of another env or stack.
+   */
+  async persist(actions: FindingAction | readonly FindingAction[], episode: FindingSource): Promise<void> {
+    const statement = new Statement('finding_persist');
+    const list: readonly FindingAction[] = Array.isArray(actions) ? actions : [actions as FindingAction];
+    const ctes = this.fragments(statement, episode, list, 'true');
+    if (ctes.length === 0) return;
+    for (const [name, body] of ctes) statement.with(name, body);
+    await this.database.sql.query(statement.build('SELECT 1'));
+  }
+
+  /**
    * The finding actions of a converging episode as CTEs of its post-converge statement, writing
    * only when `when` holds. Actions on one key are folded in order first (a raise then a clear is a
    * clear; an update after a raise refines the raise), so no row is written twice by one statement.
    */
-  fragments(statement: Statement, episode: CycliumEpisode, actions: readonly FindingAction[], when: string): Array<[string, string]> {
+  fragments(statement: Statement, episode: FindingSource, actions: readonly FindingAction[], when: string): Array<[string, string]> {
     const { raises, updates, clears } = fold(actions);
     const ctes: Array<[string, string]> = [];
     if (raises.length + updates.length + clears.length === 0) return ctes;
