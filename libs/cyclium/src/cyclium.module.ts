@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { RowSigner } from './integrity/row-signer.service.js';
 import { ActorDefinitionsStore } from './actors/actor-definitions.store.js';
 import { ActorRegistry } from './actors/actor-registry.service.js';
 import { ActorExplorer } from './actors/actor.explorer.js';
@@ -76,6 +77,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     Peers,
     StackSlug,
     Env,
+    RowSigner,
     CycliumTelemetry,
     claimsAdapterProvider,
     LeaseRenewer,

@@ -9,6 +9,7 @@ const logged = (id: string): LoggedEvent => ({
   committedAt: 0,
   ageMs: 0,
   event: { type: 't', eventId: id, payload: {}, publishedAt: '' },
+  trusted: true,
 });
 
 const snapshot = (xmax: number) => parseSnapshot(`${xmax}:${xmax}:`);

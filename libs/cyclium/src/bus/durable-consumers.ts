@@ -156,7 +156,7 @@ export class DurableConsumers {
       const { events: page, more } = await this.log.readPage(this.sql, from, to, after, PAGE);
       const readAt = performance.now();
       for (const logged of page) {
-        if (!types.has(logged.event.type)) continue;
+        if (!logged.trusted || !types.has(logged.event.type)) continue;
         for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt);
       }
       if (!more) return;

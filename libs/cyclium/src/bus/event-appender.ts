@@ -1,6 +1,7 @@
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import type { Statement } from '../sql/statement.js';
 import type { BusEvent } from './bus.interface.js';
+import { isReservedType } from './reserved-types.js';
 
 /** An event ready to store: its payload already serialised (and checked) as JSON text. */
 export interface StorableEvent {
@@ -8,12 +9,20 @@ export interface StorableEvent {
   readonly payloadJson: string;
 }
 
-/** Where the stamp of a row comes from: the stack, env and node that wrote it. */
+/** Where the stamp of a row comes from: the stack, env and node that wrote it, and how reserved events are signed. */
 export interface EventLogScope {
   readonly channel: string;
   readonly stackSlug: string | null;
   readonly env: string | null;
   readonly publisher: () => string;
+  /** Signs and verifies the library's reserved events (the `integrity` option); absent, nothing is signed. */
+  readonly integrity?: EventIntegrity;
+}
+
+/** The `integrity` option as the bus sees it: a signature over a reserved event on a channel, and its check. */
+export interface EventIntegrity {
+  sign(channel: string, event: Pick<BusEvent, 'eventId' | 'type' | 'payload'>): string | null;
+  verify(channel: string, event: Pick<BusEvent, 'eventId' | 'type' | 'payload'>, signature: string | null): boolean;
 }
 
 /**
@@ -31,10 +40,10 @@ const APPEND = prepared(
   'events_append_checked',
   `
   WITH e AS MATERIALIZED (
-    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[]) WITH ORDINALITY AS e (event_id, type, payload, published_at, n)
+    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::text[]) WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
   ), stored AS (
-    INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env)
-    SELECT $1, e.event_id, e.type, e.payload, e.published_at, $2, $3, $4
+    INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env, signature)
+    SELECT $1, e.event_id, e.type, e.payload, e.published_at, $2, $3, $4, e.signature
       FROM e
      ORDER BY e.n
     ON CONFLICT (channel, event_id) DO NOTHING
@@ -102,7 +111,7 @@ export class EventAppender {
     }
     const { channel, stackSlug, env, publisher } = this.scope;
     const batch = firsts.map((i) => events[i] as StorableEvent);
-    const { rows } = await sql.query<{ n: number; same: boolean | null }>(APPEND([channel, publisher(), stackSlug, env, ...columns(batch)]));
+    const { rows } = await sql.query<{ n: number; same: boolean | null }>(APPEND([channel, publisher(), stackSlug, env, ...this.columns(batch)]));
     for (const i of firsts) outcomes[i] = 'stored';
     for (const row of rows) {
       const i = firsts[row.n - 1] as number;
@@ -124,7 +133,7 @@ export class EventAppender {
     outcomes: Array<AppendOutcome | undefined>,
   ): Promise<number[]> {
     const batch = indexes.map((i) => events[i] as StorableEvent);
-    const { rows } = await sql.query<{ n: number; same: boolean }>(COMPARE([this.scope.channel, ...columns(batch).slice(0, 3)]));
+    const { rows } = await sql.query<{ n: number; same: boolean }>(COMPARE([this.scope.channel, ...this.columns(batch).slice(0, 3)]));
     for (const row of rows) outcomes[indexes[row.n - 1] as number] = row.same ? 'same' : 'conflict';
     return indexes.filter((i) => outcomes[i] === undefined);
   }
@@ -134,23 +143,36 @@ export class EventAppender {
    * event's 1-based position). Without the conflict check: the library calls it only with ids it
    * has just minted, which no stored event can share.
    */
+  /**
+   * The batch as the unnest() arrays every append and compare statement takes: ids, types,
+   * payloads, publish times, and signatures (the library's reserved events, with `integrity`).
+   */
+  private columns(batch: readonly StorableEvent[]): [string[], string[], string[], string[], Array<string | null>] {
+    const { channel, integrity } = this.scope;
+    const signatureOf = (e: StorableEvent) =>
+      integrity && isReservedType(e.event.type) ? integrity.sign(channel, { ...e.event, payload: JSON.parse(e.payloadJson) as unknown }) : null;
+    return [
+      batch.map((e) => e.event.eventId),
+      batch.map((e) => e.event.type),
+      batch.map((e) => e.payloadJson),
+      batch.map((e) => e.event.publishedAt),
+      batch.map(signatureOf),
+    ];
+  }
+
   fragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
     const { channel, stackSlug, env, publisher } = this.scope;
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
-    const [ids, types, payloads, times] = columns(events);
+    const [ids, types, payloads, times, signatures] = this.columns(events);
     return `
-      INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env)
-      SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at, ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')}
-        FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')}, ${p(times, 'timestamptz[]')})
-             WITH ORDINALITY AS e (event_id, type, payload, published_at, n)
+      INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env, signature)
+      SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at, ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')},
+             e.signature
+        FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')}, ${p(times, 'timestamptz[]')}, ${p(signatures, 'text[]')})
+             WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
        WHERE (${when})
        ORDER BY e.n
       ON CONFLICT (channel, event_id) DO NOTHING
       RETURNING 1`;
   }
-}
-
-/** The batch as the unnest() arrays every append and compare statement takes: ids, types, payloads, publish times. */
-function columns(batch: readonly StorableEvent[]): [string[], string[], string[], string[]] {
-  return [batch.map((e) => e.event.eventId), batch.map((e) => e.event.type), batch.map((e) => e.payloadJson), batch.map((e) => e.event.publishedAt)];
 }

@@ -3,6 +3,7 @@ import type { Statement } from '../sql/statement.js';
 import type { BusEvent } from './bus.interface.js';
 import { EventAppender, type AppendOutcome, type EventLogScope, type StorableEvent } from './event-appender.js';
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
+import { isReservedType } from './reserved-types.js';
 
 /** An event as a reader found it. */
 export interface LoggedEvent {
@@ -13,9 +14,11 @@ export interface LoggedEvent {
   readonly committedAt: number;
   /** How long ago it was stored, by the database clock, when it was read. */
   readonly ageMs: number;
+  /** False for a reserved event whose signature does not hold (the `integrity` option): nobody is handed it. */
+  readonly trusted: boolean;
 }
 
-const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload, e.published_at,
+const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload, e.published_at, e.signature,
        (extract(epoch FROM e.created_at) * 1000)::float8 AS created_ms,
        (extract(epoch FROM statement_timestamp() - e.created_at) * 1000)::int AS age_ms`;
 
@@ -119,6 +122,7 @@ function isCut(rows: readonly EventRow[], limit: number): boolean {
 interface EventRow {
   snapshot?: string;
   taken: string | null;
+  signature: string | null;
   id: string | null;
   tx_id: string;
   created_ms: number;
@@ -161,7 +165,7 @@ export class EventLog {
     const { rows } = await sql.query<EventRow>(READ_AFTER([this.scope.channel, from.xmax, from.xip, limit, maxBytes]));
     const snapshot = parseSnapshot(rows[0]?.snapshot ?? '');
     const events = rows.filter((r) => r.id !== null);
-    return { events: events.map(toLogged), more: isCut(events, limit), snapshot };
+    return { events: events.map((r) => this.toLogged(r)), more: isCut(events, limit), snapshot };
   }
 
   /** Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more` as readAfter's. */
@@ -176,7 +180,14 @@ export class EventLog {
     const { rows } = await sql.query<EventRow>(
       READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit, maxBytes]),
     );
-    return { events: rows.map(toLogged), more: isCut(rows, limit) };
+    return { events: rows.map((r) => this.toLogged(r)), more: isCut(rows, limit) };
+  }
+
+  private toLogged(row: EventRow): LoggedEvent {
+    const event = { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt: row.published_at.toISOString() };
+    const { integrity, channel } = this.scope;
+    const trusted = !integrity || !isReservedType(row.type) || integrity.verify(channel, event, row.signature);
+    return { id: row.id as string, txId: row.tx_id, committedAt: row.created_ms, ageMs: row.age_ms, event, trusted };
   }
 
   /**
@@ -187,14 +198,4 @@ export class EventLog {
     const { rows } = await sql.query<{ deleted: number; undispatched: number }>(PRUNE([olderThanMs, limit, undispatchedMs]));
     return rows[0] ?? { deleted: 0, undispatched: 0 };
   }
-}
-
-function toLogged(row: EventRow): LoggedEvent {
-  return {
-    id: row.id as string,
-    txId: row.tx_id,
-    committedAt: row.created_ms,
-    ageMs: row.age_ms,
-    event: { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt: row.published_at.toISOString() },
-  };
 }

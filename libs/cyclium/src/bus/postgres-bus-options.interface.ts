@@ -1,7 +1,10 @@
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { BusAudience } from './bus-audience.interface.js';
+import type { EventIntegrity } from './event-appender.js';
 
 export interface PostgresBusOptions {
+  /** Signs the library's reserved events and ignores those that do not verify (the `integrity` option). Default: none. */
+  integrity?: EventIntegrity;
   /** The NOTIFY channel and the events' scope (see busChannel). */
   channel: string;
   stackSlug?: string | null;

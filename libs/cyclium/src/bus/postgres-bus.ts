@@ -1,3 +1,4 @@
+import { Logger } from '@nestjs/common';
 import type pg from 'pg';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { Statement } from '../sql/statement.js';
@@ -37,6 +38,7 @@ import type { PostgresBusOptions } from './postgres-bus-options.interface.js';
  */
 export class PostgresBus extends Bus implements DurableEvents, DurableSubscriptions, DispatchSignals, ListeningAnnouncement {
   private readonly local = new LocalBus();
+  private readonly logger = new Logger(PostgresBus.name);
   private readonly log: EventLog;
   private readonly listener: BusListener;
   private readonly reader: BusReader;
@@ -53,7 +55,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       throw new TypeError(`PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`);
     }
     const identity = options.publisher ?? (() => 'unknown');
-    this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: identity });
+    this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: identity, integrity: options.integrity });
     const spacingMs = options.spacingMs ?? 10;
     this.retention = new BusRetention(sql, this.log, options.retentionMs ?? 3_600_000, options.undispatchedMaxAgeMs ?? 604_800_000);
     const flushMs = options.positionFlushMs ?? 1_000;
@@ -61,6 +63,12 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     const sink: ReaderSink = {
       catchUp: (cursor) => this.consumers.catchUp(cursor),
       deliver: (logged, readAt) => {
+        if (!logged.trusted) {
+          this.logger.warn(
+            `ignored event ${logged.id} (${logged.event.type}, id ${logged.event.eventId}): a reserved type without this deployment's signature`,
+          );
+          return false;
+        }
         const durable = this.consumers.deliver(logged, readAt);
         return this.local.deliver(logged.event) || durable;
       },

@@ -12,17 +12,19 @@ import { CYCLIUM_VERSION } from '../version.js';
 import { OutageLog } from '../sql/database-errors.js';
 import { DuplicateNodeIdentityError } from '../identity/duplicate-node-identity.error.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
-import { Peers, type Peer } from './peers.service.js';
+import { Peers } from './peers.service.js';
+import { NodeSignatures, type SignedPeer } from './node-signatures.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Mode } from '../dispatch/mode.service.js';
 import { OutputRescue } from './output-rescue.service.js';
 import { OutputStore } from '../outputs/output-store.js';
+import { RowSigner } from '../integrity/row-signer.service.js';
 
 interface BeatRow {
   found: number;
   /** The boot id the row had before this beat: another process's when two run under one identity. */
   previous_boot: string | null;
-  peers: Peer[];
+  peers: SignedPeer[];
   listeners: string[];
   outputs_due: boolean;
 }
@@ -34,7 +36,8 @@ interface BeatRow {
  * costs no round trip of its own.
  */
 const CHANNEL_NODES_FROM = (stack: number, env: number, seconds: number) => `coalesce((
-  SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors) ORDER BY node_identity) FROM cyclium_nodes
+  SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors, 'stack', stack, 'env', env, 'mode', mode, 'signature', signature)
+                  ORDER BY node_identity) FROM cyclium_nodes
    WHERE ${sameStack('stack', `$${stack}::text`)} AND ${sameEnv('env', `$${env}::text`)} AND mode <> 'disabled'
      AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS peers,
   coalesce((
@@ -56,6 +59,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
   private going = false;
   /** The other boot last reported beating under this identity, so it is logged once. */
   private twinReported: string | null = null;
+  private readonly signatures: NodeSignatures;
 
   constructor(
     private readonly identity: NodeIdentity,
@@ -65,9 +69,12 @@ export class NodeRegistry implements OnApplicationBootstrap {
     private readonly registry: ActorRegistry,
     private readonly outputs: OutputRescue,
     private readonly mode: Mode,
+    signer: RowSigner,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
-  ) {}
+  ) {
+    this.signatures = new NodeSignatures(signer, this.logger);
+  }
 
   async onApplicationBootstrap(): Promise<void> {
     await this.register();
@@ -151,12 +158,12 @@ export class NodeRegistry implements OnApplicationBootstrap {
     const mode = this.mode.current;
     const { rows } = await this.database.sql.query<BeatRow>(
       `WITH me AS (
-         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, boot_id, started_at, last_seen_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $11, now(), now())
+         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, boot_id, started_at, last_seen_at, signature)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $11, now(), now(), $12)
          ON CONFLICT (node_identity) DO UPDATE
            SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
                pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, boot_id = EXCLUDED.boot_id,
-               started_at = now(), last_seen_at = now()
+               started_at = now(), last_seen_at = now(), signature = EXCLUDED.signature
          RETURNING 1)
        SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10)}`,
       [
@@ -171,10 +178,11 @@ export class NodeRegistry implements OnApplicationBootstrap {
         this.registry.all().map((actor) => actor.id),
         this.outputs.wanted(),
         this.identity.bootId,
+        this.signatureOf(mode),
       ],
     );
     const row = rows[0] as BeatRow;
-    this.peers.update(row.peers, row.listeners);
+    this.peers.update(this.signatures.trusted(row.peers), row.listeners);
     if (row.outputs_due) this.outputs.request();
     if (announcesListening(this.bus)) this.bus.announceListening();
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
@@ -191,7 +199,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
         `WITH previous AS (SELECT boot_id FROM cyclium_nodes WHERE node_identity = $1),
-              me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6, boot_id = $7
+              me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6, boot_id = $7, signature = $9
                       WHERE node_identity = $1 AND ($7::uuid IS NOT NULL OR boot_id IS NULL OR boot_id = $8) RETURNING 1)
          SELECT (SELECT count(*) FROM me)::int AS found, (SELECT boot_id FROM previous) AS previous_boot,
                 ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
@@ -204,10 +212,11 @@ export class NodeRegistry implements OnApplicationBootstrap {
           this.mode.current,
           this.going ? null : this.identity.bootId,
           this.identity.bootId,
+          this.signatureOf(this.mode.current),
         ],
       );
       const row = rows[0] as BeatRow;
-      this.peers.update(row.peers, row.listeners);
+      this.peers.update(this.signatures.trusted(row.peers), row.listeners);
       if (row.outputs_due) this.outputs.request();
       this.reportTwin(row.previous_boot);
       if (row.found === 0 && this.timer && !this.going) await this.register();
@@ -215,6 +224,11 @@ export class NodeRegistry implements OnApplicationBootstrap {
     } catch (error) {
       this.outage.failed(error);
     }
+  }
+
+  private signatureOf(mode: string): string | null {
+    const actors = this.registry.all().map((actor) => actor.id);
+    return this.signatures.sign(this.identity.name(), this.options.stackSlug, this.options.env, mode, actors);
   }
 
   private reportTwin(previous: string | null): void {

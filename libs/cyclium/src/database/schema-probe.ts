@@ -39,6 +39,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'boot_id' AND NOT attisdropped)`,
   },
   { migration: 'CycliumScopedRows1764400000010', missing: 'table cyclium_actor_scopes', holds: `to_regclass('cyclium_actor_scopes') IS NOT NULL` },
+  {
+    migration: 'CycliumRowSignatures1764400000011',
+    missing: 'column cyclium_nodes.signature',
+    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'signature' AND NOT attisdropped)`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -87,6 +87,7 @@ export class DeferredRunner {
       'req',
       this.requests.insertFragment(
         statement,
+        id,
         {
           actorId: spec.actorId,
           expectationId: spec.expectationId,
@@ -96,6 +97,7 @@ export class DeferredRunner {
           opts: {},
           delayMs,
         },
+        spec.trigger,
         'ep',
       ),
     );

@@ -143,6 +143,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const me = this.identity.name();
     const key = requestClaimKey(request.id);
     try {
+      if (this.requests.signed && !(await this.verified(request))) return null;
       const started = await this.database.transaction<Started>(async (client) => {
         const claim = await this.claims.acquireWithin(client, key, me, { workType: 'trigger_request' });
         if (claim.status === 'busy' || !(await this.requests.take(client, request.id, me))) return null;
@@ -168,6 +169,29 @@ export class TriggerPoller implements OnApplicationBootstrap {
       this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(error)}`);
       return null;
     }
+  }
+
+  /**
+   * Whether the request and its episode verify (the `integrity` option). One that does not is
+   * failed with its deferred episode (`tampered`, whose event a waiting workflow hears), and
+   * nothing of it runs; the node goes on with the next.
+   */
+  private async verified(request: CycliumTriggerRequest): Promise<boolean> {
+    const episode = await this.store.get(request.episodeId);
+    if (!episode || this.requests.verify(request, episode)) return true;
+    const reason = `trigger request ${request.id} is not signed by this deployment's integrity key (edited, copied or forged): not run`;
+    const announce = await this.database.transaction(async (client) => {
+      await this.requests.fail(client, request.id, reason);
+      const failed = await this.store.failDeferred(client, [{ episodeId: episode.id, reason }], 'tampered');
+      const me = this.identity.name();
+      return this.events.within(
+        client,
+        failed.map((row) => lifecycleEvent('episode.failed', row, 'failed', me, { errorClass: 'tampered' })),
+      );
+    });
+    announce();
+    this.logger.warn(`${reason}; episode ${episode.id} failed as tampered`);
+    return false;
   }
 
   /**

@@ -7,6 +7,8 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTriggerRequest } from '../entities/trigger-request.entity.js';
 import { emptyWhenAbsent, nullWhenAbsent, rowMapper } from '../entities/row-mapper.js';
 import { isUuid } from '../sql/uuid.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import { RowSigner } from '../integrity/row-signer.service.js';
 import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
 
 /** What a deferring node records for a full node to run. */
@@ -32,6 +34,13 @@ export interface RequestFilter {
 
 const toRequest = rowMapper(CycliumTriggerRequest, { opts: emptyWhenAbsent, notBefore: nullWhenAbsent });
 
+type SignedRequest = Pick<NewTriggerRequest, 'actorId' | 'expectationId' | 'sourceStack' | 'sourceEnv' | 'opts'>;
+
+/** What a request's signature covers. */
+function requestFields(episodeId: string, request: SignedRequest, trigger: unknown): unknown[] {
+  return [episodeId, request.actorId, request.expectationId, request.sourceStack, request.sourceEnv, request.opts, trigger];
+}
+
 /** The claim key a full node takes a request under. */
 export function requestClaimKey(id: string): string {
   return `trigger_request:${id}`;
@@ -45,29 +54,65 @@ export function requestClaimKey(id: string): string {
 export class TriggerRequests {
   constructor(
     private readonly database: CycliumDataSource,
+    private readonly signer: RowSigner,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** The request for the episode a statement inserts (CTE `episode` with column `id`), written only when it did. */
-  insertFragment(statement: Statement, request: NewTriggerRequest, episodeCte: string): string {
+  /**
+   * The request for episode `episodeId`, which the statement inserts (CTE `episodeCte` with column
+   * `id`), written only when it did; signed with the episode's trigger (see verify).
+   */
+  insertFragment(statement: Statement, episodeId: string, request: NewTriggerRequest, trigger: unknown, episodeCte: string): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     return `
-      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before)
+      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before, signature)
       SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')}, ${p(request.sourceNode, 'text')},
              ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')},
-             now() + nullif(make_interval(secs => ${p(request.delayMs ?? 0, 'double precision')} / 1000), interval '0')
+             now() + nullif(make_interval(secs => ${p(request.delayMs ?? 0, 'double precision')} / 1000), interval '0'),
+             ${p(this.signatureOf(episodeId, request, trigger), 'text')}
         FROM ${episodeCte} e
       RETURNING id`;
   }
 
-  /** Inserts a request inside the caller's transaction (a deferred restart). */
-  async insertWithin(client: SqlExecutor, episodeId: string, request: NewTriggerRequest): Promise<string> {
+  /** Inserts a request inside the caller's transaction (a deferred restart), signed with its episode's trigger. */
+  async insertWithin(client: SqlExecutor, episodeId: string, request: NewTriggerRequest, trigger: unknown): Promise<string> {
     const { rows } = await client.query<{ id: string }>(
-      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts)
-       VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) RETURNING id`,
-      [episodeId, request.actorId, request.expectationId, request.sourceNode, request.sourceStack, request.sourceEnv, JSON.stringify(request.opts)],
+      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, signature)
+       VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8) RETURNING id`,
+      [
+        episodeId,
+        request.actorId,
+        request.expectationId,
+        request.sourceNode,
+        request.sourceStack,
+        request.sourceEnv,
+        JSON.stringify(request.opts),
+        this.signatureOf(episodeId, request, trigger),
+      ],
     );
     return (rows[0] as { id: string }).id;
+  }
+
+  /**
+   * Whether a request and the episode it names are as a node of this deployment wrote them (the
+   * `integrity` option; always true without it): the request's episode, actor, expectation, scope
+   * and options, and the episode's actor, expectation and trigger, so neither row can be edited to
+   * run something else.
+   */
+  verify(request: CycliumTriggerRequest, episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId' | 'triggerRef'>): boolean {
+    if (episode.id !== request.episodeId || episode.actorId !== request.actorId || episode.expectationId !== request.expectationId) return false;
+    return this.signer.verify('trigger_request', requestFields(request.episodeId, request, episode.triggerRef), request.signature);
+  }
+
+  /** Whether requests are signed here (the `integrity` option): verify reads their episode first. */
+  get signed(): boolean {
+    return this.signer.enabled;
+  }
+
+  private signatureOf(episodeId: string, request: NewTriggerRequest, trigger: unknown): string | null {
+    if (!this.signer.enabled) return null;
+    // As the episode row will hold it: a JSON round trip, as jsonb makes.
+    return this.signer.sign('trigger_request', requestFields(episodeId, request, JSON.parse(JSON.stringify(trigger ?? null)) as unknown));
   }
 
   /** Pending requests a poller may take, oldest first. */

@@ -36,4 +36,8 @@ export class CycliumNode {
   /** The process now running this node (random per process); null while it is going, or for rows from before the column. */
   @Column({ name: 'boot_id', type: 'uuid', nullable: true })
   bootId: string | null;
+
+  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  @Column({ type: 'text', nullable: true })
+  signature: string | null;
 }

@@ -47,4 +47,8 @@ export class CycliumWorkflowInstance {
 
   @Column({ name: 'finished_at', type: 'timestamptz', nullable: true })
   finishedAt: Date | null;
+
+  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  @Column({ type: 'text', nullable: true })
+  signature: string | null;
 }

@@ -14,7 +14,7 @@ import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import type { RunningEpisode } from './running-episode.js';
 
 /** Failures the library decides rather than the host's code: each gets a warning with the episode's id. */
-const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded']);
+const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded', 'tampered']);
 
 /**
  * How a run's end is recorded: its terminal write, fenced like every other write, with exactly

@@ -4,6 +4,8 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { rowMapper } from '../entities/row-mapper.js';
+import { RowSigner } from '../integrity/row-signer.service.js';
+import { TamperedRowError } from '../integrity/tampered-row.error.js';
 import { decodeStepResult, presentStepResult } from './step-result.js';
 
 /** A journal row, its result as callers see it (see presentStepResult). */
@@ -31,13 +33,13 @@ export const STEP_CONFIRM: FencedStatement = {
 
 /** The rows of a batch: one per element of the parameter arrays, numbered in order. */
 const STEP_INPUT_MANY = `
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[], $8::int[], $9::int[])
-      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, n)`;
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[], $8::int[], $9::int[], $10::text[])
+      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, signature, n)`;
 
 /** The row of a lone write, from scalar parameters in the same order: it plans as one row. */
 const STEP_INPUT_ONE = `
     SELECT $1::text AS key, $2::text AS owner, $3::bigint AS fence, $4::uuid AS episode_id, $5::int AS journal_no, $6::text AS name,
-           $7::jsonb AS result, $8::int AS duration_ms, $9::int AS step_no, 1::bigint AS n`;
+           $7::jsonb AS result, $8::int AS duration_ms, $9::int AS step_no, $10::text AS signature, 1::bigint AS n`;
 
 /**
  * The step write, for one episode or several: one journal row and one checkpoint per row of
@@ -47,8 +49,8 @@ const STEP_INPUT_ONE = `
  * claim of a lone write, proven by the adapter's `owner`). It also reads back whether a cancel was
  * requested, so a running episode learns of one with the round trip it makes anyway. One row comes
  * back per input row, in input order. Parameters: keys, owners, fences, episode ids, journal
- * positions, names, results, durations, step numbers (arrays of one length; a lone write, the one
- * that comes with `held`, passes them as scalars).
+ * positions, names, results, durations, step numbers, checkpoint signatures (arrays of one length;
+ * a lone write, the one that comes with `held`, passes them as scalars).
  */
 export function stepWrite(owner: string, held?: string): string {
   return `
@@ -64,8 +66,8 @@ export function stepWrite(owner: string, held?: string): string {
     SELECT episode_id, journal_no, 'step', name, result, duration_ms FROM owner RETURNING episode_id
   ),
   checkpoint AS (
-    INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state)
-    SELECT episode_id, step_no, name, result FROM owner RETURNING 1
+    INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state, signature)
+    SELECT episode_id, step_no, name, result, signature FROM owner RETURNING 1
   )
   SELECT (SELECT count(*)::int FROM journal j WHERE j.episode_id = i.episode_id) AS written,
          EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = i.episode_id AND e.cancel_requested_at IS NOT NULL) AS cancel_requested
@@ -92,10 +94,18 @@ const MARK = prepared(
 
 const MARK_ATTEMPTS = 5;
 
+/** What a checkpoint's signature covers: its episode, position, step name and stored result. */
+export function checkpointFields(episodeId: string, stepNo: number, name: string, stored: unknown): unknown[] {
+  return [episodeId, stepNo, name, stored];
+}
+
 /** Every statement on cyclium_episode_steps and cyclium_episode_checkpoints. */
 @Injectable()
 export class EpisodeJournal {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly signer: RowSigner,
+  ) {}
 
   /** Appends the marker `name` (`result_ref.event` = name) to each episode; on `via` inside a transaction, or on the pool. */
   async mark(ids: readonly string[], name: string, detail: Record<string, unknown>, via: SqlExecutor = this.database.sql): Promise<string[]> {
@@ -111,12 +121,17 @@ export class EpisodeJournal {
     return marked;
   }
 
-  /** Checkpointed step results by step number, for a resumed run. */
+  /**
+   * Checkpointed step results by step number, for a resumed run. With `integrity` on, a row whose
+   * signature does not hold for this episode (edited, or copied from another) is TamperedRowError.
+   */
   async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
-    const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: unknown }>(
-      `SELECT checkpoint_no, phase, state FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
+    const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: unknown; signature: string | null }>(
+      `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
       [id],
     );
+    const tampered = rows.find((r) => !this.signer.verify('checkpoint', checkpointFields(id, r.checkpoint_no, r.phase, r.state), r.signature));
+    if (tampered) throw new TamperedRowError('cyclium_episode_checkpoints', `(${id}, ${tampered.checkpoint_no})`);
     return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: decodeStepResult(r.state) }]));
   }
 

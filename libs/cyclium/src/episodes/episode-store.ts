@@ -90,16 +90,20 @@ export class EpisodeStore {
     return oneEpisode(rows);
   }
 
-  /** Deferred episodes whose request expired: failed, with the request's reason; returns them. */
-  async failDeferred(client: SqlExecutor, failures: Array<{ episodeId: string; reason: string }>): Promise<EpisodeRow[]> {
+  /** Deferred episodes whose request expired (or was tampered with): failed as `errorClass`, with the reason; returns them. */
+  async failDeferred(
+    client: SqlExecutor,
+    failures: Array<{ episodeId: string; reason: string }>,
+    errorClass: 'trigger_request_expired' | 'tampered' = 'trigger_request_expired',
+  ): Promise<EpisodeRow[]> {
     if (failures.length === 0) return [];
     const { rows } = await client.query(
       `UPDATE cyclium_episodes e
-          SET status = 'failed', error_class = 'trigger_request_expired', error_detail = f.reason, finished_at = now(), updated_at = now()
+          SET status = 'failed', error_class = $3, error_detail = f.reason, finished_at = now(), updated_at = now()
          FROM unnest($1::uuid[], $2::text[]) AS f (id, reason)
         WHERE e.id = f.id AND e.status = 'deferred'
        RETURNING e.*`,
-      [failures.map((f) => f.episodeId), failures.map((f) => f.reason)],
+      [failures.map((f) => f.episodeId), failures.map((f) => f.reason), errorClass],
     );
     return rows.map(toEpisode);
   }

@@ -1,3 +1,4 @@
+import { TamperedRowError } from '../integrity/tampered-row.error.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
@@ -111,7 +112,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     try {
       return await write;
     } catch (error) {
-      if (error instanceof EpisodeWriteUnavailableError) this.stop(error);
+      // A host's catch around a step must not swallow these: the run stops either way.
+      if (error instanceof EpisodeWriteUnavailableError || error instanceof TamperedRowError) this.stop(error);
       throw error;
     }
   }

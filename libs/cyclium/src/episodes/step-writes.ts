@@ -4,7 +4,8 @@ import { createHash } from 'node:crypto';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared } from '../sql/sql-executor.js';
-import { STEP_CONFIRM, stepWrite } from './episode-journal.js';
+import { RowSigner } from '../integrity/row-signer.service.js';
+import { STEP_CONFIRM, checkpointFields, stepWrite } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
 import type { StepRecord, StepWriteOutcome } from './running-episode.js';
 import { BatchedWrites } from './batched-writes.js';
@@ -49,6 +50,7 @@ export class StepWrites {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly claims: WorkClaims,
+    private readonly signer: RowSigner,
   ) {}
 
   async write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
@@ -116,6 +118,7 @@ export class StepWrites {
           record.resultJson,
           record.durationMs,
           record.stepNo,
+          this.signatureOf(episodeId, record),
         ]),
       );
       return [outcomeOf(rows[0])];
@@ -131,9 +134,16 @@ export class StepWrites {
         items.map((w) => w.record.resultJson),
         items.map((w) => w.record.durationMs),
         items.map((w) => w.record.stepNo),
+        items.map((w) => this.signatureOf(w.episodeId, w.record)),
       ]),
     );
     return items.map((_, i) => outcomeOf(rows[i]));
+  }
+
+  /** The checkpoint's signature (the `integrity` option), over the result as it will be read back. */
+  private signatureOf(episodeId: string, record: StepRecord): string | null {
+    if (!this.signer.enabled) return null;
+    return this.signer.sign('checkpoint', checkpointFields(episodeId, record.stepNo, record.name, JSON.parse(record.resultJson)));
   }
 }
 

@@ -9,6 +9,7 @@ import { CycliumBusPositions1764400000007 } from './1764400000007-cyclium-bus-po
 import { CycliumOutputOutbox1764400000008 } from './1764400000008-cyclium-output-outbox.js';
 import { CycliumNodeBootId1764400000009 } from './1764400000009-cyclium-node-boot-id.js';
 import { CycliumScopedRows1764400000010 } from './1764400000010-cyclium-scoped-rows.js';
+import { CycliumRowSignatures1764400000011 } from './1764400000011-cyclium-row-signatures.js';
 
 export {
   CycliumSchema1764400000000,
@@ -22,6 +23,7 @@ export {
   CycliumOutputOutbox1764400000008,
   CycliumNodeBootId1764400000009,
   CycliumScopedRows1764400000010,
+  CycliumRowSignatures1764400000011,
 };
 
 /** Add these to your DataSource's `migrations`, in this order. */
@@ -37,4 +39,5 @@ export const cycliumMigrations = [
   CycliumOutputOutbox1764400000008,
   CycliumNodeBootId1764400000009,
   CycliumScopedRows1764400000010,
+  CycliumRowSignatures1764400000011,
 ];

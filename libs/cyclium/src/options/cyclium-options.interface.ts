@@ -145,6 +145,22 @@ export interface CycliumOptions {
   outputMaxAttempts?: number;
   /** The wait before the first retry of a failed delivery; each later one waits twice the one before, an hour at most. Default 5 000. */
   outputRetryBaseMs?: number;
+  /**
+   * Signs the rows that decide what runs next (checkpoints, trigger requests, workflow instances,
+   * reserved bus events, node rows) with an HMAC, and refuses to act on one that does not verify:
+   * its episode or request fails as `tampered`, a forged event or node row is ignored, with a warn
+   * log naming the row. For several deployments sharing one database (README, "Stacks, envs and
+   * shared tables"). Turn it on once every node runs a release that knows it. Default: off.
+   */
+  integrity?: IntegrityOptions;
+}
+
+/** The `integrity` option: the key that signs, and every key that may have signed a row still in the tables. */
+export interface IntegrityOptions {
+  /** Names the key in `keys` that signs new rows. */
+  keyId: string;
+  /** Secrets by key id, each at least 32 characters; keep a retired key here while rows it signed may still be read. */
+  keys: Record<string, string>;
 }
 
 /** The options after validation, with every default applied. */
@@ -181,4 +197,5 @@ export interface ResolvedCycliumOptions {
   deliveryTimeoutMs: number;
   outputMaxAttempts: number;
   outputRetryBaseMs: number;
+  integrity: IntegrityOptions | null;
 }

@@ -1,5 +1,6 @@
 import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Max, Min, ValidateBy, ValidateIf, ValidateNested, type ValidationOptions } from 'class-validator';
 import type { CycliumMode } from './cyclium-options.interface.js';
+import { integrityProblem } from './integrity-options.js';
 
 /** The largest jsonb value PostgreSQL stores (just under 256 MiB). */
 const MAX_JSONB_BYTES = 268_435_455;
@@ -247,4 +248,8 @@ export class CycliumOptionsSchema {
   @IsInt(positiveMs('outputRetryBaseMs'))
   @Min(1, positiveMs('outputRetryBaseMs'))
   outputRetryBaseMs?: unknown;
+
+  @defined('integrity')
+  @ValidateBy({ name: 'integrity', validator: { validate: (v) => integrityProblem(v) === null } }, { message: (a) => integrityProblem(a.value) ?? '' })
+  integrity?: unknown;
 }

@@ -47,6 +47,7 @@ describe('resolveCycliumOptions', () => {
       deliveryTimeoutMs: 30_000,
       outputMaxAttempts: 8,
       outputRetryBaseMs: 5_000,
+      integrity: null,
     });
   });
 
@@ -105,8 +106,27 @@ describe('resolveCycliumOptions', () => {
     ],
     [{ preparedStatements: 'false' }, 'preparedStatements must be true or false (got "false")'],
     [{ leaseSeconds: 5 }, 'leaseSeconds is not a CycliumModule option'],
+    [{ integrity: { keyId: 'k2', keys: { k1: 'x'.repeat(32) } } }, 'integrity.keyId must name one of integrity.keys (got an object)'],
+    [{ integrity: { keyId: 'k1', keys: { k1: 'short' } } }, 'integrity.keys.k1 must be a string of at least 32 characters (got an object)'],
+    [{ integrity: { keyId: 'k1', keys: {} } }, 'integrity.keys must be an object of secrets by key id, with at least one key (got an object)'],
+    [
+      { integrity: { keyId: 'a:b', keys: { 'a:b': 'x'.repeat(32) } } },
+      `integrity.keys: a key id must be non-empty and hold no ':' (got "a:b") (got an object)`,
+    ],
+    [
+      { integrity: { keyId: 'k1', keys: { k1: 'x'.repeat(32) }, algorithm: 'md5' } },
+      'integrity.algorithm is not an integrity option (keyId, keys) (got an object)',
+    ],
   ])('rejects %j', (options, message) => {
     expect(problems(options)).toEqual([message]);
+  });
+
+  it('takes an integrity key set, copied', () => {
+    const keys = { k1: 'x'.repeat(32), k0: 'y'.repeat(40) };
+    const resolved = resolveCycliumOptions({ integrity: { keyId: 'k1', keys } });
+    expect(resolved.integrity).toEqual({ keyId: 'k1', keys });
+    keys.k1 = 'changed';
+    expect(resolved.integrity?.keys.k1).toBe('x'.repeat(32));
   });
 
   it('rejects a non-object', () => {

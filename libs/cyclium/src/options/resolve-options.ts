@@ -114,5 +114,6 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     deliveryTimeoutMs: input.deliveryTimeoutMs ?? DEFAULT_OPTIONS.deliveryTimeoutMs,
     outputMaxAttempts: input.outputMaxAttempts ?? DEFAULT_OPTIONS.outputMaxAttempts,
     outputRetryBaseMs: input.outputRetryBaseMs ?? DEFAULT_OPTIONS.outputRetryBaseMs,
+    integrity: input.integrity ? { keyId: input.integrity.keyId, keys: { ...input.integrity.keys } } : null,
   };
 }

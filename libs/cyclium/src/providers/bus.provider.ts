@@ -11,11 +11,12 @@ import { listenConnectionConfig } from '../bus/listen-connection.js';
 import { LocalBus } from '../bus/local-bus.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
 import { PostgresBus } from '../bus/postgres-bus.js';
+import { RowSigner } from '../integrity/row-signer.service.js';
 
 export const busTransportProvider: Provider = {
   provide: CYCLIUM_BUS_TRANSPORT,
-  inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity, Peers],
-  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource, identity: NodeIdentity, peers: Peers): Bus => {
+  inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity, Peers, RowSigner],
+  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource, identity: NodeIdentity, peers: Peers, signer: RowSigner): Bus => {
     if (options.bus === 'local') return new LocalBus();
     if (options.bus === 'postgres') {
       // Read lazily: the host's DataSource is only looked up once every provider exists.
@@ -37,6 +38,12 @@ export const busTransportProvider: Provider = {
         notifySpacingMs: () => notifySpacingMs(peers.size),
         positionFlushMs: () => 1_000 * peers.size,
         audience: peers,
+        integrity: signer.enabled
+          ? {
+              sign: (channel, event) => signer.sign('event', [channel, event.eventId, event.type, event.payload]),
+              verify: (channel, event, signature) => signer.verify('event', [channel, event.eventId, event.type, event.payload], signature),
+            }
+          : undefined,
       });
     }
     return options.bus;

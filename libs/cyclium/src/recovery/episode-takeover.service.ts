@@ -85,14 +85,19 @@ export class EpisodeTakeover {
           if (!defer) return { kind: 'restart', episode, grant };
           // Waits as deferred for a full node's poller, which takes it with a claim of its own.
           if (!(await this.store.deferRestart(client, episode.id))) throw new Skip('taken');
-          await this.requests.insertWithin(client, episode.id, {
-            actorId: episode.actorId,
-            expectationId: episode.expectationId,
-            sourceNode: me,
-            sourceStack: episode.sourceStack,
-            sourceEnv: episode.sourceEnv,
-            opts: { resume: true },
-          });
+          await this.requests.insertWithin(
+            client,
+            episode.id,
+            {
+              actorId: episode.actorId,
+              expectationId: episode.expectationId,
+              sourceNode: me,
+              sourceStack: episode.sourceStack,
+              sourceEnv: episode.sourceEnv,
+              opts: { resume: true },
+            },
+            episode.triggerRef,
+          );
           await this.claims.completeWithin(client, key, me, grant.status === 'acquired' ? grant.claim.fence : null);
           const announce = await this.events.within(client, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }]);
           return { kind: 'deferred', episode, announce };

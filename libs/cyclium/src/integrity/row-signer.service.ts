@@ -1,0 +1,53 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { canonicalJson } from './canonical-json.js';
+
+/** What a signature covers: one kind of row, so a row of one table never passes for another's. */
+export type SignedKind = 'checkpoint' | 'trigger_request' | 'event' | 'node' | 'workflow_instance';
+
+/**
+ * Signs and verifies the rows that decide what runs next (the `integrity` option): an HMAC-SHA256
+ * over the row's kind and meaningful fields, the ids that bind it to its episode among them, stored
+ * as `<keyId>:<base64url>` so a key can be rotated (sign with the new one, keep the old one to
+ * verify rows it signed). Without the option nothing is signed and every row passes, as before.
+ */
+@Injectable()
+export class RowSigner {
+  private readonly keyId: string | null;
+  private readonly keys: ReadonlyMap<string, Buffer>;
+
+  constructor(@Inject(CYCLIUM_OPTIONS) options: Pick<ResolvedCycliumOptions, 'integrity'>) {
+    this.keyId = options.integrity?.keyId ?? null;
+    this.keys = new Map(Object.entries(options.integrity?.keys ?? {}).map(([id, secret]) => [id, Buffer.from(secret, 'utf8')]));
+  }
+
+  get enabled(): boolean {
+    return this.keyId !== null;
+  }
+
+  /** The signature of a row with these fields, or null without the option. */
+  sign(kind: SignedKind, fields: readonly unknown[]): string | null {
+    if (this.keyId === null) return null;
+    return `${this.keyId}:${this.mac(this.keys.get(this.keyId) as Buffer, kind, fields).toString('base64url')}`;
+  }
+
+  /** Whether `signature` is this deployment's over these fields; always true without the option. */
+  verify(kind: SignedKind, fields: readonly unknown[], signature: string | null | undefined): boolean {
+    if (this.keyId === null) return true;
+    if (typeof signature !== 'string') return false;
+    const colon = signature.indexOf(':');
+    const key = this.keys.get(signature.slice(0, colon));
+    if (colon < 0 || !key) return false;
+    const given = Buffer.from(signature.slice(colon + 1), 'base64url');
+    const expected = this.mac(key, kind, fields);
+    return given.length === expected.length && timingSafeEqual(given, expected);
+  }
+
+  private mac(key: Buffer, kind: SignedKind, fields: readonly unknown[]): Buffer {
+    return createHmac('sha256', key)
+      .update(canonicalJson([kind, ...fields]))
+      .digest();
+  }
+}
