@@ -107,6 +107,18 @@ export class WorkflowAdvancer {
     return this.update(workflow, instance, transition);
   }
 
+  /**
+   * An instance whose row does not verify (the `integrity` option): ended `failed`, none of its
+   * step states acted on, with a warn log naming it. Its running step episodes end on their own.
+   */
+  private async tampered(instance: WorkflowInstanceRow): Promise<WriteOutcome> {
+    const reason = `tampered: cyclium_workflow_instances row ${instance.id} is not signed by this deployment's integrity key (edited or forged); not advanced`;
+    if (!(await this.instances.failTampered(instance.id, instance.version, reason))) return 'conflict';
+    this.logger.warn(`workflow instance ${instance.id} (${instance.workflowId}) failed: ${reason}`);
+    this.telemetry.emit('workflow.finished', { instanceId: instance.id, workflowId: instance.workflowId, status: 'failed', error: reason });
+    return 'ok';
+  }
+
   /** Clears the wake-ups scheduled for retries (the drain calls it; the requests still wait in the table). */
   stop(): void {
     for (const timer of this.wakes) clearTimeout(timer);
@@ -114,6 +126,7 @@ export class WorkflowAdvancer {
   }
 
   private async update(workflow: RegisteredWorkflow | undefined, instance: WorkflowInstanceRow, transition: Transition): Promise<WriteOutcome> {
+    if (!this.instances.verify(instance)) return this.tampered(instance);
     const context: InstanceContext = {
       id: instance.id,
       subject: instance.subjectValue,
@@ -126,7 +139,7 @@ export class WorkflowAdvancer {
     const outcome = await this.write(workflow, context, prepared, async (client) => {
       const grant = await this.claims.acquireWithin(client, instanceClaimKey(instance.id), me, { workType: 'workflow' });
       if (grant.status === 'busy') throw new Lost('busy');
-      if (!(await this.instances.advance(client, instance.id, instance.version, prepared.transition))) throw new Lost('conflict');
+      if (!(await this.instances.advance(client, instance, prepared.transition))) throw new Lost('conflict');
       return async () => {
         if (grant.status === 'acquired') await this.claims.completeWithin(client, instanceClaimKey(instance.id), me, grant.claim.fence);
       };

@@ -5,6 +5,7 @@ import { CycliumWorkflowInstance, type WorkflowInstanceStatus } from '../entitie
 import { emptyWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { StepState } from '../entities/workflow-step-state.js';
 import { sameAsCoalesced, sameEnv, stackCovers } from '../scope/scope-predicates.js';
+import { RowSigner } from '../integrity/row-signer.service.js';
 
 export type WorkflowInstanceRow = CycliumWorkflowInstance;
 
@@ -39,10 +40,40 @@ export const toInstance: RowMapper<WorkflowInstanceRow> = rowMapper(CycliumWorkf
 const ENDS = `CASE WHEN $S IN ('done', 'failed', 'canceled') THEN now() END`;
 const LIVE = `status IN ('running', 'blocked')`;
 
+/** What an instance's signature covers (step states and input as jsonb gives them back). */
+function instanceFields(
+  id: string,
+  workflowId: string,
+  version: number,
+  status: string,
+  steps: unknown,
+  input: unknown,
+  scope: { subjectValue?: string | null; subject?: string | null; sourceStack: string | null; sourceEnv: string | null },
+): unknown[] {
+  return [id, workflowId, version, status, steps, input, scope.subjectValue ?? scope.subject ?? null, scope.sourceStack, scope.sourceEnv];
+}
+
 /** Every statement on cyclium_workflow_instances. */
 @Injectable()
 export class WorkflowInstanceStore {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly signer: RowSigner,
+  ) {}
+
+  private signatureOf(row: {
+    id: string;
+    workflowId: string;
+    version: number;
+    status: string;
+    stepsJson: string;
+    input: unknown;
+    subject: string | null;
+    sourceStack: string | null;
+    sourceEnv: string | null;
+  }): string | null {
+    return this.signer.sign('workflow_instance', instanceFields(row.id, row.workflowId, row.version, row.status, JSON.parse(row.stepsJson), row.input, row));
+  }
 
   /**
    * Inserts a new instance at version 1; false when a unique key refused it: a live instance of
@@ -50,12 +81,35 @@ export class WorkflowInstanceStore {
    * twice).
    */
   async insert(client: SqlExecutor, spec: NewInstance): Promise<boolean> {
+    const stepsJson = JSON.stringify(spec.steps);
+    const signature = this.signer.enabled ? this.signatureOf({ ...spec, version: 1, stepsJson, input: JSON.parse(spec.inputJson) as unknown }) : null;
     const { rowCount } = await client.query(
       `INSERT INTO cyclium_workflow_instances
-         (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack, source_env, finished_at)
-       VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, ${ENDS.replace('$S', '$3')})
+         (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack, source_env, finished_at, signature)
+       VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, ${ENDS.replace('$S', '$3')}, $10)
        ON CONFLICT DO NOTHING`,
-      [spec.id, spec.workflowId, spec.status, JSON.stringify(spec.steps), spec.inputJson, spec.error, spec.subject, spec.sourceStack, spec.sourceEnv],
+      [spec.id, spec.workflowId, spec.status, stepsJson, spec.inputJson, spec.error, spec.subject, spec.sourceStack, spec.sourceEnv, signature],
+    );
+    return rowCount === 1;
+  }
+
+  /**
+   * Whether a live instance is as a node of this deployment last wrote it (the `integrity` option;
+   * always true without it): its workflow, version, status and step states, input, subject and scope.
+   */
+  verify(instance: WorkflowInstanceRow): boolean {
+    if (!this.signer.enabled) return true;
+    const fields = instanceFields(instance.id, instance.workflowId, instance.version, instance.status, instance.stepStates, instance.input, instance);
+    return this.signer.verify('workflow_instance', fields, instance.signature);
+  }
+
+  /** Ends an instance that failed verification, without acting on anything in it; false when it moved on meanwhile. */
+  async failTampered(id: string, version: number, reason: string): Promise<boolean> {
+    const { rowCount } = await this.database.sql.query(
+      `UPDATE cyclium_workflow_instances
+          SET status = 'failed', error = $3, version = version + 1, updated_at = now(), finished_at = now(), signature = NULL
+        WHERE id = $1 AND version = $2 AND ${LIVE}`,
+      [id, version, reason],
     );
     return rowCount === 1;
   }
@@ -81,12 +135,24 @@ export class WorkflowInstanceStore {
    * of two nodes applying events to one instance the second re-reads, and a replayed event finds
    * its step already moved on. False when it lost.
    */
-  async advance(client: SqlExecutor, id: string, version: number, change: InstanceChange): Promise<boolean> {
+  async advance(client: SqlExecutor, instance: WorkflowInstanceRow, change: InstanceChange): Promise<boolean> {
+    const stepsJson = JSON.stringify(change.steps);
+    const signature = this.signer.enabled
+      ? this.signatureOf({
+          ...instance,
+          subject: instance.subjectValue,
+          version: instance.version + 1,
+          status: change.status,
+          stepsJson,
+          input: instance.input,
+        })
+      : null;
     const { rowCount } = await client.query(
       `UPDATE cyclium_workflow_instances
-          SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(), finished_at = ${ENDS.replace('$S', '$3')}
+          SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(), finished_at = ${ENDS.replace('$S', '$3')},
+              signature = $6
         WHERE id = $1 AND version = $2 AND ${LIVE}`,
-      [id, version, change.status, JSON.stringify(change.steps), change.error],
+      [instance.id, instance.version, change.status, stepsJson, change.error, signature],
     );
     return rowCount === 1;
   }
