@@ -1,23 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { cycliumMigrations } from '@cyclium/nestjs/migrations';
+import { CYCLIUM_TABLES, cycliumMigrations } from '@cyclium/nestjs/migrations';
 import { DataSource } from 'typeorm';
 import { emptyDatabase } from './support/database.js';
 
-const TABLES = [
-  'cyclium_actor_definitions',
-  'cyclium_actor_scopes',
-  'cyclium_bus_positions',
-  'cyclium_episode_checkpoints',
-  'cyclium_episode_steps',
-  'cyclium_episodes',
-  'cyclium_events',
-  'cyclium_findings',
-  'cyclium_nodes',
-  'cyclium_outputs',
-  'cyclium_trigger_requests',
-  'cyclium_work_claims',
-  'cyclium_workflow_instances',
-];
+/** The grants (cycliumGrants) name these: the migrations must create exactly them. */
+const TABLES = [...CYCLIUM_TABLES];
 
 describe('cycliumMigrations', () => {
   let dataSource: DataSource;

@@ -5,6 +5,7 @@
  */
 // The bus: the shipped transports, the optional durable seam, and the bounds every event keeps.
 export { PostgresBus } from '../bus/postgres-bus.js';
+export { busChannel } from '../bus/bus-channel.js';
 export type { PostgresBusOptions } from '../bus/postgres-bus-options.interface.js';
 export { LocalBus } from '../bus/local-bus.js';
 export type { DurableEvents } from '../bus/durable-events.interface.js';

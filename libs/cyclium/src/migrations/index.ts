@@ -26,6 +26,8 @@ export {
   CycliumRowSignatures1764400000011,
 };
 
+export { CYCLIUM_TABLES, cycliumGrants, type CycliumRoles } from './grants.js';
+
 /** Add these to your DataSource's `migrations`, in this order. */
 export const cycliumMigrations = [
   CycliumSchema1764400000000,
