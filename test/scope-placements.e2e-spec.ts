@@ -150,4 +150,30 @@ describe('stacks and envs on one database, with real nodes', () => {
     expect(all.restarted + all.deferred).toBe(1);
     expect(await untouched()).toEqual([]);
   });
+
+  it("a sweep of stack_b from stack_a fails stack_b's fail-policy orphans of an actor it does not host and defers the restart-policy ones to stack_b", async () => {
+    await database.db.query(
+      `INSERT INTO cyclium_actor_scopes (actor_id, source_stack, source_env, expectations)
+       VALUES ('elsewhere', 'stack_b', 'stk', '[{"id": "keep", "recovery_policy": "restart"}, {"id": "drop", "recovery_policy": "fail"}]')`,
+    );
+    const orphans = await rows<{ id: string; expectation_id: string }>(
+      `INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, trigger_ref, status, owner_node, source_stack, source_env,
+                                     started_at, inserted_at, updated_at)
+       SELECT 'elsewhere', x, 'manual', '{"type": "manual", "payload": {}}', 'running', 'gone-node', 'stack_b', 'stk',
+              now() - interval '1 hour', now() - interval '1 hour', now() - interval '1 hour'
+         FROM unnest(ARRAY['keep', 'drop']) AS x
+       RETURNING id, expectation_id`,
+    );
+    const idOf = (expectation: string) => orphans.find((o) => o.expectation_id === expectation)?.id;
+    const result = await postTo<{ restarted: number; deferred: number; failed: number }>(node('stack-a'), '/sweep', { sourceStack: 'stack_b' });
+    expect(result).toMatchObject({ restarted: 0, deferred: 1, failed: 1 });
+    expect((await rows(`SELECT status, error_class FROM cyclium_episodes WHERE id = $1`, [idOf('drop')]))[0]).toEqual({
+      status: 'failed',
+      error_class: 'orphaned',
+    });
+    expect((await rows(`SELECT status FROM cyclium_episodes WHERE id = $1`, [idOf('keep')]))[0]).toEqual({ status: 'deferred' });
+    expect(await rows(`SELECT status, source_stack, source_env, opts FROM cyclium_trigger_requests WHERE episode_id = $1`, [idOf('keep')])).toEqual([
+      { status: 'pending', source_stack: 'stack_b', source_env: 'stk', opts: { resume: true } },
+    ]);
+  });
 });
