@@ -1,6 +1,6 @@
-import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Max, Min, ValidateBy, ValidateIf, ValidateNested, type ValidationOptions } from 'class-validator';
+import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Max, Min, ValidateBy, ValidateIf, ValidateNested } from 'class-validator';
 import type { CycliumMode } from './cyclium-options.interface.js';
-import { integrityProblem } from './integrity-options.js';
+import { IsIntegrityOptions, IsNonEmptyStringOrFunction, IsPositiveNumber, IsPostgresUrl, OneOfOr } from './option-validators.js';
 
 /** The largest jsonb value PostgreSQL stores (just under 256 MiB). */
 const MAX_JSONB_BYTES = 268_435_455;
@@ -11,51 +11,6 @@ const CLAIM_ADAPTER_METHODS = ['acquire', 'renew', 'complete', 'fail', 'owns', '
 const BUS_METHODS = ['publish', 'subscribe'] as const;
 
 const defined = (field: string) => ValidateIf((o: Record<string, unknown>) => o[field] !== undefined);
-
-function implementsAll(value: unknown, methods: readonly string[]): boolean {
-  return typeof value === 'object' && value !== null && methods.every((m) => typeof (value as Record<string, unknown>)[m] === 'function');
-}
-
-function OneOfOr(literals: readonly unknown[], methods: readonly string[], options: ValidationOptions) {
-  return ValidateBy(
-    {
-      name: 'oneOfOrImplementation',
-      validator: { validate: (value) => literals.includes(value) || implementsAll(value, methods) },
-    },
-    options,
-  );
-}
-
-function IsNonEmptyStringOrFunction(options: ValidationOptions) {
-  return ValidateBy(
-    {
-      name: 'nonEmptyStringOrFunction',
-      validator: { validate: (v) => typeof v === 'function' || (typeof v === 'string' && v.trim() !== '') },
-    },
-    options,
-  );
-}
-
-function IsPositiveNumber(options: ValidationOptions) {
-  return ValidateBy({ name: 'positiveNumber', validator: { validate: (v) => typeof v === 'number' && Number.isFinite(v) && v > 0 } }, options);
-}
-
-/** A URL pg can connect with; only the postgres bus opens a LISTEN connection, so elsewhere it would be ignored. */
-function IsPostgresUrl(options: ValidationOptions) {
-  return ValidateBy(
-    {
-      name: 'postgresUrl',
-      validator: {
-        validate: (v, args) => {
-          const bus = (args?.object as { bus?: unknown } | undefined)?.bus;
-          if (typeof v !== 'string' || (bus !== undefined && bus !== 'postgres')) return false;
-          return URL.canParse(v) && ['postgres:', 'postgresql:'].includes(new URL(v).protocol);
-        },
-      },
-    },
-    options,
-  );
-}
 
 const nonNegativeMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 0` });
 const positiveMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 1` });
@@ -250,6 +205,6 @@ export class CycliumOptionsSchema {
   outputRetryBaseMs?: unknown;
 
   @defined('integrity')
-  @ValidateBy({ name: 'integrity', validator: { validate: (v) => integrityProblem(v) === null } }, { message: (a) => integrityProblem(a.value) ?? '' })
+  @IsIntegrityOptions()
   integrity?: unknown;
 }
