@@ -13,8 +13,8 @@ const INTEGRITY = { SCOPE_INTEGRITY: '1', SCOPE_CLAIMS: 'postgres', SCOPE_STEP_M
  * shared tables but not the key edits a checkpoint, copies one from another episode, points a
  * trigger request at another actor, inserts a cancel event and a hundred node rows. Each tampered
  * row fails only its own episode or request as `tampered`, or is ignored, with a log line naming
- * it; the episodes nobody touched finish as usual. A node without the option (env `ctl`) still
- * runs the request edited the same way, as before signing.
+ * it; the episodes nobody touched finish as usual. Nodes without the option (envs `ctl` and
+ * `ctl-resume`) still take an edited checkpoint and run an edited request, as before signing.
  */
 describe('rows nobody can forge: the integrity option', () => {
   const database = useDatabase();
@@ -50,8 +50,10 @@ describe('rows nobody can forge: the integrity option', () => {
       startScopeNode(database.url, { id: 'int-b', env: 'int', extra: INTEGRITY }),
       startScopeNode(database.url, { id: 'int-t', env: 'int-r', mode: 'trigger_only', extra: INTEGRITY }),
       startScopeNode(database.url, { id: 'ctl-t', env: 'ctl', mode: 'trigger_only' }),
+      startScopeNode(database.url, { id: 'ctl-a', env: 'ctl-resume', extra: { SCOPE_CLAIMS: 'postgres', SCOPE_STEP_MS: STEP_MS } }),
+      startScopeNode(database.url, { id: 'ctl-b', env: 'ctl-resume', extra: { SCOPE_CLAIMS: 'postgres', SCOPE_STEP_MS: STEP_MS } }),
     ]);
-    for (const [i, id] of ['int-a', 'int-b', 'int-t', 'ctl-t'].entries()) nodes.set(id, started[i] as DemoNode);
+    for (const [i, id] of ['int-a', 'int-b', 'int-t', 'ctl-t', 'ctl-a', 'ctl-b'].entries()) nodes.set(id, started[i] as DemoNode);
   }, 90_000);
 
   afterAll(async () => {
@@ -87,6 +89,17 @@ describe('rows nobody can forge: the integrity option', () => {
       [edited, copied],
     ]);
     expect(after).toEqual([]);
+  }, 60_000);
+
+  it('without the option an edited checkpoint is taken as it stands on resume, as before signing', async () => {
+    const edited = await trigger('ctl-a', 'slow');
+    await waitFor('two checkpoints', async () => (await rows(`SELECT 1 FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [edited])).length >= 2);
+    await node('ctl-a').stop('SIGKILL');
+    nodes.delete('ctl-a');
+    await database.db.query(`UPDATE cyclium_episode_checkpoints SET state = '{"v": 999}' WHERE episode_id = $1 AND checkpoint_no = 1`, [edited]);
+    expect(await ended(edited)).toMatchObject({ status: 'done', owner_node: 'ctl-b' });
+    // Step 1 was not run again: its edited checkpoint stood in for it.
+    expect(await rows(`SELECT 1 FROM scope_effects WHERE episode_id = $1 AND step = 's1' AND node = 'ctl-b'`, [edited])).toEqual([]);
   }, 60_000);
 
   it('a forged cancel event and a hundred forged node rows are ignored with a log line; events still start at once', async () => {
