@@ -5,6 +5,8 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
+import type { CycliumOutput } from '../entities/output.entity.js';
+import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
 import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
 import { lifecycleEvent, type LifecycleEventType } from './episode-events.js';
@@ -65,7 +67,19 @@ export class EpisodeEndings {
     });
     if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
     this.telemetry.emit('episode.completed', { ...describeEpisode(episode), status });
+    const proposals = result.outputs ?? [];
+    if (won.length < proposals.length) won.push(...(await this.reclaimed(episode, proposals, won)));
     if (won.length > 0) await this.outputs.deliver(won, sentAt);
+  }
+
+  /** Outputs.reclaim; a failure leaves the stray row for the output rescue to fail, as it would without this. */
+  private async reclaimed(episode: EpisodeRow, proposals: readonly OutputProposal[], won: readonly CycliumOutput[]): Promise<CycliumOutput[]> {
+    try {
+      return await this.outputs.reclaim(episode, proposals, won);
+    } catch (error) {
+      this.logger.warn(`episode ${episode.id}: could not check the output rows already under its keys: ${errorMessage(error)}`);
+      return [];
+    }
   }
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */

@@ -42,6 +42,18 @@ export const TAKE_DUE = `
    WHERE o.id = due.id AND o.status = 'pending' AND o.next_attempt_at <= now()
   RETURNING o.*`;
 
+/** Proposals of an ended episode whose keys were already taken, as OutputStore.reclaim takes them. */
+export interface LostProposals {
+  types: string[];
+  keys: string[];
+  /** JSON text. */
+  payloads: string[];
+  /** The types this node delivers: their rows are leased to `owner` for `leaseMs`, as an end leases them. */
+  hosted: readonly string[];
+  owner: string;
+  leaseMs: number;
+}
+
 /**
  * The statements on `cyclium_outputs` after the insert (which rides the post-converge statement,
  * see Outputs): taking due rows, and ending an attempt. An attempt's end is fenced by its number
@@ -56,6 +68,31 @@ export class OutputStore {
   static dueFragment(typesRef: string): string {
     return `EXISTS (SELECT 1 FROM cyclium_outputs
                      WHERE status = 'pending' AND next_attempt_at <= now() AND type = ANY(${typesRef}::text[]))`;
+  }
+
+  /**
+   * Takes over, for episode `episodeId` (which has ended), the rows under `keys` that no episode's
+   * end wrote, with this episode's proposals, leased as its end would have leased them. The rows
+   * are locked first and judged in a second statement, whose snapshot sees every end that
+   * committed before the lock was granted: an owned row is never taken, however close the race.
+   */
+  async reclaim(episodeId: string, lost: LostProposals): Promise<CycliumOutput[]> {
+    return this.database.transaction(async (client) => {
+      await client.query(`SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key FOR UPDATE`, [lost.keys]);
+      const { rows } = await client.query(
+        `UPDATE cyclium_outputs o
+            SET episode_id = e.id, type = p.type, payload = p.payload, status = 'pending', error = NULL, delivered_ref = NULL, delivered_at = NULL,
+                attempts = (p.type = ANY($5::text[]))::int,
+                lease_owner = CASE WHEN p.type = ANY($5::text[]) THEN $6::text END,
+                next_attempt_at = CASE WHEN p.type = ANY($5::text[]) THEN ${after('$7')} ELSE now() END,
+                inserted_at = e.finished_at, source_stack = e.source_stack, source_env = e.source_env
+           FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS p (type, dedupe_key, payload), cyclium_episodes e
+          WHERE e.id = $1 AND e.finished_at IS NOT NULL AND o.dedupe_key = p.dedupe_key AND NOT ${OWNED_OUTPUT('o')}
+         RETURNING o.*`,
+        [episodeId, lost.types, lost.keys, lost.payloads, lost.hosted, lost.owner, lost.leaseMs],
+      );
+      return rows.map(toOutput);
+    });
   }
 
   /** Taken rows (status `pending`, leased to `owner`) and rows that ran out of attempts (status `failed`). */

@@ -5,7 +5,7 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { scopeKey } from '../scope/scope-key.js';
 import { OutputAdapters } from './output-adapters.service.js';
 import { OutputDelivery } from './output-delivery.service.js';
-import { OWNED_OUTPUT } from './output-store.js';
+import { OutputStore } from './output-store.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from './output-proposal.interface.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
@@ -25,6 +25,7 @@ export class Outputs {
     private readonly adapters: OutputAdapters,
     private readonly delivery: OutputDelivery,
     private readonly identity: NodeIdentity,
+    private readonly store: OutputStore,
   ) {}
 
   /** The dedupe key of a proposal: explicit keys scoped by env, otherwise derived from the episode. */
@@ -36,9 +37,8 @@ export class Outputs {
   /**
    * The proposals of a converging episode as the body of a CTE of its post-converge statement
    * (`INSERT … RETURNING`), writing only when `when` holds; the rows it returns are the ones this
-   * episode won, to deliver after commit (read them back with `toOutput`). A row already under the
-   * key that no episode's end wrote (see OWNED_OUTPUT) is not a duplicate: this one replaces it. A row of a type hosted
-   * here is inserted with this node's lease and its first attempt counted, so no peer's rescue
+   * episode won, to deliver after commit (read them back with `toOutput`); see reclaim for the
+   * others. A row of a type hosted here is inserted with this node's lease and its first attempt counted, so no peer's rescue
    * delivers it while this node does; any other row is due at once for the nodes that host it.
    */
   fragment(statement: Statement, episode: CycliumEpisode, proposals: readonly OutputProposal[], when: string): string {
@@ -56,13 +56,29 @@ export class Outputs {
           [proposals.map((o) => JSON.stringify(o.payload ?? null)), 'jsonb[]'],
         ])}) AS o (type, dedupe_key, payload)
        WHERE (${when})
-      ON CONFLICT (dedupe_key) DO UPDATE
-         SET episode_id = EXCLUDED.episode_id, type = EXCLUDED.type, payload = EXCLUDED.payload, status = 'pending',
-             attempts = EXCLUDED.attempts, lease_owner = EXCLUDED.lease_owner, next_attempt_at = EXCLUDED.next_attempt_at,
-             error = NULL, delivered_ref = NULL, delivered_at = NULL, inserted_at = now(),
-             source_stack = EXCLUDED.source_stack, source_env = EXCLUDED.source_env
-       WHERE NOT ${OWNED_OUTPUT('cyclium_outputs')}
+      ON CONFLICT (dedupe_key) DO NOTHING
       RETURNING *`;
+  }
+
+  /**
+   * After the end committed: the proposals whose insert met a row already under their key (`won`
+   * lacks them) take that row over when no episode's end wrote it (OWNED_OUTPUT), and are
+   * returned to deliver. Whether a row is owned cannot be asked inside the end statement: a row
+   * another episode's end committed while it ran is not owned in its snapshot, though it is. Costs
+   * a transaction only when some proposal lost its key, which two episodes proposing one key do.
+   */
+  async reclaim(episode: CycliumEpisode, proposals: readonly OutputProposal[], won: readonly CycliumOutput[]): Promise<CycliumOutput[]> {
+    const taken = new Set(won.map((row) => row.dedupeKey));
+    const lost = proposals.map((proposal, i) => ({ proposal, key: this.keyOf(episode, proposal, i) })).filter(({ key }) => !taken.has(key));
+    if (lost.length === 0) return [];
+    return this.store.reclaim(episode.id, {
+      types: lost.map(({ proposal }) => proposal.type),
+      keys: lost.map(({ key }) => key),
+      payloads: lost.map(({ proposal }) => JSON.stringify(proposal.payload ?? null)),
+      hosted: this.adapters.types(),
+      owner: this.identity.name(),
+      leaseMs: this.delivery.leaseMs,
+    });
   }
 
   /**
