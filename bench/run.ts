@@ -7,7 +7,7 @@ import { busBench } from './benchmarks/bus.bench.js';
 import { claimsBench } from './benchmarks/claims.bench.js';
 import { dispatchBench } from './benchmarks/dispatch.bench.js';
 import { e2eBench } from './benchmarks/e2e.bench.js';
-import { episodesBench } from './benchmarks/episodes.bench.js';
+import { episodesBench, integrityBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
 import { scaleBench } from './benchmarks/scale.bench.js';
 import { takeoverBench } from './benchmarks/takeover.bench.js';
@@ -17,6 +17,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   floor: floorBench,
   claims: claimsBench,
   episodes: episodesBench,
+  integrity: integrityBench,
   bus: busBench,
   e2e: e2eBench,
   scale: scaleBench,

@@ -161,6 +161,11 @@ export async function episodesBench(url: string): Promise<void> {
       };
     }),
   );
+  await integrityBench(url);
+}
+
+/** The integrity pair alone (`npm run bench -- integrity`); `episodes` ends with it. */
+export async function integrityBench(url: string): Promise<void> {
   const pairs = [];
   for (const expectation of ['k1', 'k5'] as const) pairs.push({ expectation, ...(await integrityPair(url, expectation)) });
   printTable(
