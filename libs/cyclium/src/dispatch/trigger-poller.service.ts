@@ -3,7 +3,8 @@ import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorSlots } from './actor-slots.service.js';
-import { EventOutbox } from '../bus/event-outbox.service.js';
+import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import { SpacedTrigger } from '../primitives/spaced-trigger.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
@@ -182,12 +183,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const reason = `trigger request ${request.id} is not signed by this deployment's integrity key (edited, copied or forged): not run`;
     const announce = await this.database.transaction(async (client) => {
       await this.requests.fail(client, request.id, reason);
-      const failed = await this.store.failDeferred(client, [{ episodeId: episode.id, reason }], 'tampered');
-      const me = this.identity.name();
-      return this.events.within(
-        client,
-        failed.map((row) => lifecycleEvent('episode.failed', row, 'failed', me, { errorClass: 'tampered' })),
-      );
+      return this.failDeferred(client, [{ episodeId: episode.id, reason }], 'tampered');
     });
     announce();
     this.logger.warn(`${reason}; episode ${episode.id} failed as tampered`);
@@ -206,15 +202,26 @@ export class TriggerPoller implements OnApplicationBootstrap {
     // Every terminal path publishes its event: a workflow waiting on one of these hears it failed.
     const { expired, announce } = await this.database.transaction(async (client) => {
       const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv);
-      const failed = await this.store.failDeferred(client, requests);
-      const me = this.identity.name();
-      const events = failed.map((episode) => lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'trigger_request_expired' }));
-      return { expired: requests, announce: await this.events.within(client, events) };
+      return { expired: requests, announce: await this.failDeferred(client, requests, 'trigger_request_expired') };
     });
     announce();
     if (expired.length === 0) return;
     for (const request of expired) this.logger.warn(`trigger request ${request.id} expired: ${request.reason}`);
     this.telemetry.emit('trigger_requests.expired', { count: expired.length });
+  }
+
+  /** Fails the deferred episodes of ended requests as `errorClass`, with their `episode.failed` events in the same transaction. */
+  private async failDeferred(
+    client: SqlExecutor,
+    failures: Array<{ episodeId: string; reason: string }>,
+    errorClass: 'trigger_request_expired' | 'tampered',
+  ): Promise<Announce> {
+    const failed = await this.store.failDeferred(client, failures, errorClass);
+    const me = this.identity.name();
+    return this.events.within(
+      client,
+      failed.map((episode) => lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass })),
+    );
   }
 
   private schedulerRegistry(): SchedulerRegistry | undefined {

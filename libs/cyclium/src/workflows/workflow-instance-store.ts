@@ -40,17 +40,14 @@ export const toInstance: RowMapper<WorkflowInstanceRow> = rowMapper(CycliumWorkf
 const ENDS = `CASE WHEN $S IN ('done', 'failed', 'canceled') THEN now() END`;
 const LIVE = `status IN ('running', 'blocked')`;
 
-/** What an instance's signature covers (step states and input as jsonb gives them back). */
-function instanceFields(
-  id: string,
-  workflowId: string,
-  version: number,
-  status: string,
-  steps: unknown,
-  input: unknown,
-  scope: { subjectValue?: string | null; subject?: string | null; sourceStack: string | null; sourceEnv: string | null },
-): unknown[] {
-  return [id, workflowId, version, status, steps, input, scope.subjectValue ?? scope.subject ?? null, scope.sourceStack, scope.sourceEnv];
+/** An instance as its signature covers it: step states and input as jsonb gives them back. */
+type SignedInstance = Pick<
+  WorkflowInstanceRow,
+  'id' | 'workflowId' | 'version' | 'status' | 'stepStates' | 'input' | 'subjectValue' | 'sourceStack' | 'sourceEnv'
+>;
+
+function instanceFields(i: SignedInstance): unknown[] {
+  return [i.id, i.workflowId, i.version, i.status, i.stepStates, i.input, i.subjectValue, i.sourceStack, i.sourceEnv];
 }
 
 /** Every statement on cyclium_workflow_instances. */
@@ -61,18 +58,10 @@ export class WorkflowInstanceStore {
     private readonly signer: RowSigner,
   ) {}
 
-  private signatureOf(row: {
-    id: string;
-    workflowId: string;
-    version: number;
-    status: string;
-    stepsJson: string;
-    input: unknown;
-    subject: string | null;
-    sourceStack: string | null;
-    sourceEnv: string | null;
-  }): string | null {
-    return this.signer.sign('workflow_instance', instanceFields(row.id, row.workflowId, row.version, row.status, JSON.parse(row.stepsJson), row.input, row));
+  /** The signature of the instance as it will be read back (a JSON round trip of its step states), or null without the option. */
+  private signatureOf(instance: Omit<SignedInstance, 'stepStates'>, stepsJson: string): string | null {
+    if (!this.signer.enabled) return null;
+    return this.signer.sign('workflow_instance', instanceFields({ ...instance, stepStates: JSON.parse(stepsJson) as SignedInstance['stepStates'] }));
   }
 
   /**
@@ -82,7 +71,9 @@ export class WorkflowInstanceStore {
    */
   async insert(client: SqlExecutor, spec: NewInstance): Promise<boolean> {
     const stepsJson = JSON.stringify(spec.steps);
-    const signature = this.signer.enabled ? this.signatureOf({ ...spec, version: 1, stepsJson, input: JSON.parse(spec.inputJson) as unknown }) : null;
+    const signature = this.signer.enabled
+      ? this.signatureOf({ ...spec, version: 1, input: JSON.parse(spec.inputJson) as unknown, subjectValue: spec.subject }, stepsJson)
+      : null;
     const { rowCount } = await client.query(
       `INSERT INTO cyclium_workflow_instances
          (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack, source_env, finished_at, signature)
@@ -99,8 +90,7 @@ export class WorkflowInstanceStore {
    */
   verify(instance: WorkflowInstanceRow): boolean {
     if (!this.signer.enabled) return true;
-    const fields = instanceFields(instance.id, instance.workflowId, instance.version, instance.status, instance.stepStates, instance.input, instance);
-    return this.signer.verify('workflow_instance', fields, instance.signature);
+    return this.signer.verify('workflow_instance', instanceFields(instance), instance.signature);
   }
 
   /** Ends an instance that failed verification, without acting on anything in it; false when it moved on meanwhile. */
@@ -137,16 +127,7 @@ export class WorkflowInstanceStore {
    */
   async advance(client: SqlExecutor, instance: WorkflowInstanceRow, change: InstanceChange): Promise<boolean> {
     const stepsJson = JSON.stringify(change.steps);
-    const signature = this.signer.enabled
-      ? this.signatureOf({
-          ...instance,
-          subject: instance.subjectValue,
-          version: instance.version + 1,
-          status: change.status,
-          stepsJson,
-          input: instance.input,
-        })
-      : null;
+    const signature = this.signatureOf({ ...instance, version: instance.version + 1, status: change.status }, stepsJson);
     const { rowCount } = await client.query(
       `UPDATE cyclium_workflow_instances
           SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(), finished_at = ${ENDS.replace('$S', '$3')},
