@@ -91,6 +91,27 @@ describe('rows nobody can forge: the integrity option', () => {
     expect(after).toEqual([]);
   }, 60_000);
 
+  it('the only node, killed and back under the same identity, resumes from its own signed checkpoints: nothing tampered, no step run twice', async () => {
+    const solo = { id: 'int-solo', env: 'int-solo', extra: INTEGRITY };
+    nodes.set('int-solo', await startScopeNode(database.url, solo));
+    const episodeId = await trigger('int-solo', 'slow');
+    await waitFor('two checkpoints', async () => (await rows(`SELECT 1 FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [episodeId])).length >= 2);
+    await node('int-solo').stop('SIGKILL');
+    // No node of its env is up now; the same identity comes straight back.
+    nodes.set('int-solo', await startScopeNode(database.url, solo));
+    expect(await ended(episodeId, 40_000)).toMatchObject({ status: 'done', error_class: null, owner_node: 'int-solo' });
+    const steps = await rows<{ step: string; n: number }>(
+      `SELECT step, count(*)::int AS n FROM scope_effects WHERE episode_id = $1 GROUP BY step ORDER BY step`,
+      [episodeId],
+    );
+    // A step the kill interrupted may run twice; the two checkpointed before it ran once.
+    expect(steps.slice(0, 2)).toEqual([
+      { step: 's1', n: 1 },
+      { step: 's2', n: 1 },
+    ]);
+    expect(steps.map((s) => s.step)).toEqual(['s1', 's2', 's3', 's4', 's5']);
+  }, 60_000);
+
   it('without the option an edited checkpoint is taken as it stands on resume, as before signing', async () => {
     const edited = await trigger('ctl-a', 'slow');
     await waitFor('two checkpoints', async () => (await rows(`SELECT 1 FROM cyclium_episode_checkpoints WHERE episode_id = $1`, [edited])).length >= 2);
