@@ -42,6 +42,17 @@ export const TAKE_DUE = `
    WHERE o.id = due.id AND o.status = 'pending' AND o.next_attempt_at <= now()
   RETURNING o.*`;
 
+/**
+ * How a converging episode's row of type `type` is first written (its end's insert, or a reclaim):
+ * a type this node delivers (`hosted`, a text[] reference) is leased to `owner` for `leaseMs` with
+ * its first attempt counted, so no peer's rescue delivers it meanwhile; any other is due at once
+ * for the nodes that host it. SQL expressions for `attempts`, `lease_owner` and `next_attempt_at`.
+ */
+export function firstLease(refs: { type: string; hosted: string; owner: string; leaseMs: string }): [string, string, string] {
+  const hosted = `${refs.type} = ANY(${refs.hosted})`;
+  return [`(${hosted})::int`, `CASE WHEN ${hosted} THEN ${refs.owner} END`, `CASE WHEN ${hosted} THEN ${after(refs.leaseMs)} ELSE now() END`];
+}
+
 /** Proposals of an ended episode whose keys were already taken, as OutputStore.reclaim takes them. */
 export interface LostProposals {
   types: string[];
@@ -79,12 +90,11 @@ export class OutputStore {
   async reclaim(episodeId: string, lost: LostProposals): Promise<CycliumOutput[]> {
     return this.database.transaction(async (client) => {
       await client.query(`SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key FOR UPDATE`, [lost.keys]);
+      const [attempts, leaseOwner, nextAttemptAt] = firstLease({ type: 'p.type', hosted: '$5::text[]', owner: '$6::text', leaseMs: '$7' });
       const { rows } = await client.query(
         `UPDATE cyclium_outputs o
             SET episode_id = e.id, type = p.type, payload = p.payload, status = 'pending', error = NULL, delivered_ref = NULL, delivered_at = NULL,
-                attempts = (p.type = ANY($5::text[]))::int,
-                lease_owner = CASE WHEN p.type = ANY($5::text[]) THEN $6::text END,
-                next_attempt_at = CASE WHEN p.type = ANY($5::text[]) THEN ${after('$7')} ELSE now() END,
+                attempts = ${attempts}, lease_owner = ${leaseOwner}, next_attempt_at = ${nextAttemptAt},
                 inserted_at = e.finished_at, source_stack = e.source_stack, source_env = e.source_env
            FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS p (type, dedupe_key, payload), cyclium_episodes e
           WHERE e.id = $1 AND e.finished_at IS NOT NULL AND o.dedupe_key = p.dedupe_key AND NOT ${OWNED_OUTPUT('o')}

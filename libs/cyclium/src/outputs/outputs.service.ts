@@ -5,7 +5,7 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { scopeKey } from '../scope/scope-key.js';
 import { OutputAdapters } from './output-adapters.service.js';
 import { OutputDelivery } from './output-delivery.service.js';
-import { OutputStore } from './output-store.js';
+import { OutputStore, firstLease } from './output-store.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from './output-proposal.interface.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
@@ -38,17 +38,19 @@ export class Outputs {
    * The proposals of a converging episode as the body of a CTE of its post-converge statement
    * (`INSERT … RETURNING`), writing only when `when` holds; the rows it returns are the ones this
    * episode won, to deliver after commit (read them back with `toOutput`); see reclaim for the
-   * others. A row of a type hosted here is inserted with this node's lease and its first attempt counted, so no peer's rescue
-   * delivers it while this node does; any other row is due at once for the nodes that host it.
+   * others. Each row is leased as firstLease says.
    */
   fragment(statement: Statement, episode: CycliumEpisode, proposals: readonly OutputProposal[], when: string): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
-    const hosted = `o.type = ANY(${p(this.adapters.types(), 'text[]')})`;
+    const [attempts, leaseOwner, nextAttemptAt] = firstLease({
+      type: 'o.type',
+      hosted: p(this.adapters.types(), 'text[]'),
+      owner: p(this.identity.name(), 'text'),
+      leaseMs: p(this.delivery.leaseMs),
+    });
     return `
       INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload, attempts, lease_owner, next_attempt_at, source_stack, source_env)
-      SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload, (${hosted})::int,
-             CASE WHEN ${hosted} THEN ${p(this.identity.name(), 'text')} END,
-             CASE WHEN ${hosted} THEN now() + make_interval(secs => ${p(this.delivery.leaseMs, 'double precision')} / 1000) ELSE now() END,
+      SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload, ${attempts}, ${leaseOwner}, ${nextAttemptAt},
              ${p(episode.sourceStack, 'text')}, ${p(episode.sourceEnv, 'text')}
         FROM unnest(${statement.arrays([
           [proposals.map((o) => o.type), 'text[]'],
