@@ -149,7 +149,7 @@ describe('the operations API', () => {
     away = true;
     proxy.dropAll();
     try {
-      // The cluster read is shared by callers within a second: the first one after the cut may be the last good one.
+      // The cluster read is shared by callers within half a second: the first one after the cut may be the last good one.
       await waitFor('the cluster read to meet the outage', async () => (await call('GET', '/cluster')).status === 503);
       for (const [method, path] of [
         ['GET', '/cluster'],

@@ -54,7 +54,7 @@ export const MAX_STATUS_WINDOW_MS = 86_400_000;
  * active counts read the status index, finished ones an index-only range over `finished_at`, the
  * requests their (status, inserted_at) index, claims their (state, lease_until) index.
  */
-const STATEMENT = `
+export const CLUSTER_STATUS = `
   WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes WHERE status = 'running' GROUP BY owner_node),
        claims AS (SELECT owner_node, count(*)::int AS n FROM cyclium_work_claims
                    WHERE state = 'claimed' AND lease_until > now() GROUP BY owner_node)
@@ -106,7 +106,7 @@ export class ClusterStatusReader {
   }
 
   private async query(windowMs: number): Promise<ClusterStatus> {
-    const { rows } = await this.database.sql.query<Row>(STATEMENT, [2 * this.options.nodeBeatIntervalMs, windowMs]);
+    const { rows } = await this.database.sql.query<Row>(CLUSTER_STATUS, [2 * this.options.nodeBeatIntervalMs, windowMs]);
     const [row] = rows;
     return {
       at: row.at,

@@ -94,7 +94,7 @@ export class CycliumStatus {
 
   /**
    * Every node and the work in the database, for operators: cheap enough for a few calls a second
-   * (callers within a second share one statement), at a cost that follows the live work and the
+   * (callers within half a second share one statement), at a cost that follows the live work and the
    * window, not the history. Throws DatabaseUnavailableError-classed errors while the database is away.
    */
   cluster(options: ClusterStatusOptions = {}): Promise<ClusterStatus> {
@@ -102,7 +102,7 @@ export class CycliumStatus {
     if (!Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_STATUS_WINDOW_MS) {
       throw new RangeError(`cluster: windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`);
     }
-    return this.clusterReader.read(windowMs, 1_000);
+    return this.clusterReader.read(windowMs, 500);
   }
 
   snapshot(): StatusSnapshot {
