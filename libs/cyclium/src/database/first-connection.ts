@@ -61,9 +61,9 @@ function urlProblem(dataSource: DataSource): string | undefined {
 
 /**
  * Opens a DataSource the host left for later (`manualInitialization: true`): a refusal fails at
- * once, a server not up yet is retried `attempts` times a second apart with one line per attempt.
+ * once, a server not up yet is tried `attempts` times `delayMs` apart with one line per attempt.
  */
-export async function connectAtBoot(dataSource: DataSource, warn: (line: string) => void, attempts = 5): Promise<void> {
+export async function connectAtBoot(dataSource: DataSource, warn: (line: string) => void, attempts = 5, delayMs = 1000): Promise<void> {
   const malformed = urlProblem(dataSource);
   if (malformed) throw new CycliumStartupError(malformed);
   const target = connectionTarget(dataSource);
@@ -82,8 +82,10 @@ export async function connectAtBoot(dataSource: DataSource, warn: (line: string)
           error,
         );
       }
-      warn(`the database is not accepting connections yet (${errorMessage(error)}; ${target}); attempt ${attempt} of ${attempts}, retrying in 1 s`);
-      await sleep(1000);
+      warn(
+        `the database is not accepting connections yet (${errorMessage(error)}; ${target}); attempt ${attempt} of ${attempts}, retrying in ${delayMs / 1000} s`,
+      );
+      await sleep(delayMs);
     }
   }
 }
