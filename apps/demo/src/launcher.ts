@@ -49,8 +49,14 @@ async function main(): Promise<void> {
     });
     url = database.url;
   }
+  if (!URL.canParse(url) || !['postgres:', 'postgresql:'].includes(new URL(url).protocol)) {
+    throw new LauncherError('DATABASE_URL is not a postgres:// or postgresql:// connection URL');
+  }
   say(`database ${url.replace(/:[^:@/]*@/, ':***@')}`);
-  await migrateDatabase(url);
+  await migrateDatabase(url).catch((error: Error & { code?: string }) => {
+    // A wrong password or database: the server's own words name it, the stack would not.
+    throw typeof error.code === 'string' ? new LauncherError(`could not migrate the database: ${error.message}`) : error;
+  });
   await migrateDemoDatabase(url);
   say('migrations applied');
 
@@ -110,7 +116,6 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  // Our own refusals and the database's (a wrong password, say) are one line; a bug keeps its stack.
-  const explained = error instanceof LauncherError || typeof (error as { code?: unknown })?.code === 'string';
-  refuse(error instanceof Error ? ((explained ? error.message : error.stack) ?? error.message) : String(error));
+  // Our own refusals are one line; anything else keeps its stack.
+  refuse(error instanceof Error ? ((error instanceof LauncherError ? error.message : error.stack) ?? error.message) : String(error));
 });
