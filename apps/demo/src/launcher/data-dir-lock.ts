@@ -14,6 +14,12 @@ function alive(pid: number): boolean {
   }
 }
 
+/** False when /proc shows the pid now belongs to something else (a pid reused after a kill -9). */
+async function mayBeLauncher(pid: number): Promise<boolean> {
+  const commandLine = await readFile(`/proc/${pid}/cmdline`, 'utf8').catch(() => undefined);
+  return commandLine === undefined || commandLine.includes('launcher');
+}
+
 async function pidIn(file: string): Promise<number | undefined> {
   const text = await readFile(file, 'utf8').catch(() => '');
   const pid = Number(text.split('\n')[0]?.trim());
@@ -37,7 +43,7 @@ export async function lockDataDir(dataDir: string, shownAs: string): Promise<() 
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const holder = await pidIn(lock);
-      if (holder !== undefined && holder !== process.pid && alive(holder)) {
+      if (holder !== undefined && holder !== process.pid && alive(holder) && (await mayBeLauncher(holder))) {
         throw new LauncherError(`the data folder ${shownAs} is in use by another npm start (pid ${holder}); stop it or pass --data-dir`);
       }
       // Left by a launcher that was killed: take it over.
