@@ -48,6 +48,7 @@ import { Env } from './scope/env.service.js';
 import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
 import { CycliumStatus } from './health/cyclium-status.service.js';
+import { CycliumMetrics } from './metrics/cyclium-metrics.service.js';
 import { DeferredRunner } from './dispatch/deferred-runner.service.js';
 import { Dispatcher } from './dispatch/dispatcher.service.js';
 import { Mode } from './dispatch/mode.service.js';
@@ -119,6 +120,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     Drainer,
     CycliumShutdown,
     CycliumStatus,
+    CycliumMetrics,
     Mode,
     Dispatcher,
     DeferredRunner,
