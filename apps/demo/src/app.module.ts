@@ -13,6 +13,7 @@ import { ResourceRebalancerActor } from './actors/resource-rebalancer.actor.js';
 import { demoCycliumSettings } from './demo-settings.js';
 import { EpisodesController } from './episodes/episodes.controller.js';
 import { EventsController } from './events/events.controller.js';
+import { MetricsController } from './metrics/metrics.controller.js';
 import { HealthController } from './health/health.controller.js';
 import { ModeController } from './mode/mode.controller.js';
 import { NodeController } from './node/node.controller.js';
@@ -33,7 +34,7 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
     TerminusModule,
     CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
   ],
-  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController],
+  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController, MetricsController],
   providers: [
     CycliumHealthIndicator,
     ResourceMonitorActor,

@@ -5,8 +5,11 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
 import { demoCycliumSettings } from './demo-settings.js';
 import { DatabaseUnavailableFilter } from './http/database-unavailable.filter.js';
+import { registerDemoMetrics } from './metrics/metrics-sdk.js';
 
 async function bootstrap(): Promise<void> {
+  // Before the app exists: Cyclium's module looks for a MeterProvider once, as it starts.
+  registerDemoMetrics();
   // forceCloseConnections: once the drain is done, close keep-alive connections that a client keeps
   // busy too, or the process would wait for that client to stop sending before it could exit.
   const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: ['error', 'warn', 'log'], forceCloseConnections: true });
