@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, rebalanceOn, startNode, stepsJournaled, waitForStatus } from './support/demo-cluster.js';
+import { FAST_RECOVERY, post, rebalanceOn, startNode, stepsJournaled, waitForStatus } from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 // The advisor's timer would start episodes (and take claims) of its own while the test counts.
@@ -75,6 +75,25 @@ describe('metrics: /metrics on demo nodes', () => {
 
     expect(await since(b, beforeB, 'cyclium_claims_total', { cyclium_claim_outcome: 'acquired' })).toBe(0);
     expect(await since(b, beforeB, 'cyclium_episodes_ended_total', REBALANCER)).toBe(0);
+  });
+
+  it('times a bus event to the episode it triggered, on the node that ran it, and counts the event published and read', async () => {
+    const [a, b] = nodes;
+    const [beforeA, beforeB] = await Promise.all([scrape(a), scrape(b)]);
+    const latency = { cyclium_actor: 'resource_rebalancer', cyclium_event_type: 'resource.rebalance' };
+    await post(a, '/events', { type: 'resource.rebalance', payload: { resource: 'metered-event', stepMs: 10 } });
+    await waitFor(
+      'one node to time the event to its episode',
+      async () =>
+        (await since(a, beforeA, 'cyclium_episode_trigger_latency_count', latency)) +
+          (await since(b, beforeB, 'cyclium_episode_trigger_latency_count', latency)) ===
+        1,
+    );
+    expect(await since(a, beforeA, 'cyclium_bus_published_total')).toBeGreaterThanOrEqual(1);
+    await waitFor(
+      'both nodes to count the event read',
+      async () => (await since(a, beforeA, 'cyclium_bus_read_total')) >= 1 && (await since(b, beforeB, 'cyclium_bus_read_total')) >= 1,
+    );
   });
 
   it('counts a steal from a SIGSTOP-ed holder on the node that took the claim over', async () => {
