@@ -12,6 +12,7 @@ import { floorBench } from './benchmarks/floor.bench.js';
 import { scaleBench } from './benchmarks/scale.bench.js';
 import { takeoverBench } from './benchmarks/takeover.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
+import { registerBenchMetrics } from './support/bench-metrics.js';
 
 const benchmarks: Record<string, (url: string) => Promise<void>> = {
   floor: floorBench,
@@ -33,11 +34,14 @@ async function main(): Promise<void> {
     throw new Error(`unknown benchmark ${unknown.join(', ')}; available: ${Object.keys(benchmarks).join(', ')}`);
   }
   const names = requested.length > 0 ? requested : Object.keys(benchmarks);
+  const metrics = process.env.BENCH_OTEL === '1' ? registerBenchMetrics() : null;
+  if (metrics) process.stdout.write('BENCH_OTEL=1: an OpenTelemetry MeterProvider is registered, every Cyclium instrument is fed\n');
   const database = await openBenchDatabase();
   try {
     for (const name of names) await benchmarks[name](database.url);
   } finally {
     await database.close();
+    await metrics?.shutdown();
   }
 }
 

@@ -14,6 +14,7 @@ import { ResourceRebalancerActor } from './actors/resource-rebalancer.actor.js';
 import { demoCycliumSettings } from './demo-settings.js';
 import { EpisodesController } from './episodes/episodes.controller.js';
 import { EventsController } from './events/events.controller.js';
+import { MetricsController } from './metrics/metrics.controller.js';
 import { HealthController } from './health/health.controller.js';
 import { ModeController } from './mode/mode.controller.js';
 import { NodeController } from './node/node.controller.js';
@@ -40,7 +41,7 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
     // The operations page and its API at /ops, for this machine only.
     CycliumOpsModule.forRoot({ path: 'ops', guard: LoopbackOnlyGuard }),
   ],
-  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController],
+  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController, MetricsController],
   providers: [
     CycliumHealthIndicator,
     ResourceMonitorActor,

@@ -6,6 +6,7 @@ import type { Server } from 'node:http';
 import { AppModule } from './app.module.js';
 import { demoCycliumSettings } from './demo-settings.js';
 import { DatabaseUnavailableFilter } from './http/database-unavailable.filter.js';
+import { registerDemoMetrics } from './metrics/metrics-sdk.js';
 
 /** Errors whose message is the whole story: their stack would show our internals, not the cause. */
 const SELF_EXPLAINING = new Set(['CycliumStartupError', 'CycliumConfigError', 'MissingSchemaError', 'DuplicateNodeIdentityError', 'DemoStartupError']);
@@ -40,6 +41,8 @@ function listenOn(server: Server, port: number): Promise<void> {
 
 async function bootstrap(): Promise<void> {
   checkDatabaseUrl(process.env.DATABASE_URL);
+  // Before the app exists: Cyclium's module looks for a MeterProvider once, as it starts.
+  registerDemoMetrics();
   // forceCloseConnections: once the drain is done, close keep-alive connections that a client keeps
   // busy too, or the process would wait for that client to stop sending before it could exit.
   const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: ['error', 'warn', 'log'], forceCloseConnections: true });

@@ -51,6 +51,7 @@ import { CycliumStatus } from './health/cyclium-status.service.js';
 import { ClusterStatusReader } from './health/cluster-status.service.js';
 import { SweepRecords } from './cluster/sweep-records.js';
 import { EpisodeRetry } from './dispatch/episode-retry.service.js';
+import { CycliumMetrics } from './metrics/cyclium-metrics.service.js';
 import { DeferredRunner } from './dispatch/deferred-runner.service.js';
 import { Dispatcher } from './dispatch/dispatcher.service.js';
 import { Mode } from './dispatch/mode.service.js';
@@ -125,6 +126,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     ClusterStatusReader,
     SweepRecords,
     EpisodeRetry,
+    CycliumMetrics,
     Mode,
     Dispatcher,
     DeferredRunner,

@@ -21,6 +21,8 @@ export interface ReaderSink {
   deliver(event: LoggedEvent, readAt: number): boolean;
   /** Every row visible in `snapshot` has been handed over. */
   readTo(snapshot: DbSnapshot): void;
+  /** How many rows a read (or a page of it) found, handed over or not. */
+  read?(count: number): void;
 }
 
 /**
@@ -133,6 +135,7 @@ export class BusReader {
   }
 
   private hand(events: LoggedEvent[]): void {
+    if (events.length > 0) this.sink.read?.(events.length);
     let newest: LoggedEvent | undefined;
     const readAt = performance.now();
     for (const logged of events) if (this.sink.deliver(logged, readAt)) newest = logged;

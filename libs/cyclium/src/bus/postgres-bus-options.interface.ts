@@ -2,7 +2,17 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { BusAudience } from './bus-audience.interface.js';
 import type { EventIntegrity } from './event-appender.js';
 
+/** Told what the bus stored and read, for metrics; each call must be cheap and must not throw. */
+export interface BusObserver {
+  /** Events this node stored, announced once their transaction committed. */
+  published(count: number): void;
+  /** Rows this node read from the events table. */
+  read(count: number): void;
+}
+
 export interface PostgresBusOptions {
+  /** Told what this node stored and read (CycliumModule passes its telemetry). Default: none. */
+  observer?: BusObserver;
   /** Signs the library's reserved events and ignores those that do not verify (the `integrity` option). Default: none. */
   integrity?: EventIntegrity;
   /** The NOTIFY channel and the events' scope (see busChannel). */

@@ -19,7 +19,7 @@ import type { DurableHandler, DurableSubscriptions } from './durable-subscriptio
 import { EventLog } from './event-log.js';
 import { EventPublisher, storableEvent } from './event-publisher.js';
 import { LocalBus } from './local-bus.js';
-import type { PostgresBusOptions } from './postgres-bus-options.interface.js';
+import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
 
 /**
  * The durable bus. An event is a row of cyclium_events, committed before `publish` resolves; a
@@ -46,6 +46,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
   private readonly retention: BusRetention;
   private readonly publisher: EventPublisher;
   private readonly signals: BusSignals;
+  private readonly observer: BusObserver | undefined;
 
   constructor(sql: SqlExecutor, listenConfig: () => pg.ClientConfig, options: PostgresBusOptions) {
     super();
@@ -54,6 +55,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     if (typeof channel !== 'string' || channel === '' || Buffer.byteLength(channel, 'utf8') > 63) {
       throw new TypeError(`PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`);
     }
+    this.observer = options.observer;
     const identity = options.publisher ?? (() => 'unknown');
     this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: identity, integrity: options.integrity });
     const spacingMs = options.spacingMs ?? 10;
@@ -73,6 +75,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
         return this.local.deliver(logged.event) || durable;
       },
       readTo: (snapshot) => this.consumers.readTo(snapshot),
+      read: options.observer && ((count) => options.observer?.read(count)),
     };
     this.reader = new BusReader(sql, this.log, sink, options.pollIntervalMs ?? 10_000, spacingMs);
     this.listener = new BusListener(
@@ -173,6 +176,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
    * another node's, or the fallback timer).
    */
   wake(types?: readonly string[]): void {
+    if (types !== undefined && types.length > 0) this.observer?.published(types.length);
     this.signals.wake(types === undefined || types.some((type) => this.local.wants(type) || this.consumers.wants(type)));
   }
 

@@ -42,7 +42,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private readonly tracker = new RunTracker();
   private readonly queuePump: QueuePump;
   private readonly handover: RestartHandover;
-  private readonly waiting: WaitingTriggers;
+  private readonly waitingTriggers: WaitingTriggers;
 
   constructor(
     private readonly registry: ActorRegistry,
@@ -67,7 +67,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     };
     this.queuePump = new QueuePump(runner, store, queue, queuedBegins, identity, events, mode, runs, this.logger);
     this.handover = new RestartHandover(registry, claims, runner, runs, this.logger);
-    this.waiting = new WaitingTriggers(runner, runs);
+    this.waitingTriggers = new WaitingTriggers(runner, runs);
   }
 
   onApplicationBootstrap(): Promise<void> {
@@ -92,7 +92,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     };
     const slots = this.slotsOf(actor.id);
     if (slots.running >= actor.options.maxConcurrentEpisodes) {
-      const waited = options.waitForSlot && actor.options.overflow === 'queue' ? this.waiting.wait(actor, spec) : null;
+      const waited = options.waitForSlot && actor.options.overflow === 'queue' ? this.waitingTriggers.wait(actor, spec) : null;
       if (!waited) return this.queuePump.enqueue(actor, spec);
       options.onWait?.(waited.withdraw);
       return waited.result;
@@ -150,6 +150,11 @@ export class ActorSlots implements OnApplicationBootstrap {
     return this.registry.get(actorId) !== undefined;
   }
 
+  /** Episodes of `actorId` waiting in this node's memory for a slot: restarts handed over, bus triggers held back. */
+  waiting(actorId: string): number {
+    return (this.slots.get(actorId)?.restarts.length ?? 0) + this.waitingTriggers.count(actorId);
+  }
+
   /** False once the node drains: nothing new starts (or is deferred) here. */
   get open(): boolean {
     return this.tracker.open;
@@ -189,7 +194,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   stopAccepting(): void {
     this.tracker.close();
     this.queuePump.stopWatching();
-    this.waiting.releaseAll();
+    this.waitingTriggers.releaseAll();
   }
 
   /** Resolves once every start under way (insert, dequeue, restart) has either launched its run or given up. */
@@ -236,7 +241,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       slots.running++;
       void this.handover.start(actor, waiting);
     }
-    while (slots.running < actor.options.maxConcurrentEpisodes && this.waiting.startNext(actor));
+    while (slots.running < actor.options.maxConcurrentEpisodes && this.waitingTriggers.startNext(actor));
     if (slots.running < actor.options.maxConcurrentEpisodes) this.queuePump.take(actor);
   }
 

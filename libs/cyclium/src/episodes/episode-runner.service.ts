@@ -194,6 +194,10 @@ export class EpisodeRunner implements OnModuleInit {
       // Stamped by the drain, whose marker takes the next journal position before the claim goes:
       // a step that ends meanwhile writes nothing, as it would once the claim is released.
       writeStep: (record) => (this.interrupted.has(episode.id) ? Promise.resolve('not_owner' as const) : this.writes.step(scope, ownership, record)),
+      stepWritten: (durationMs) => {
+        if (this.telemetry.wants('episode.step'))
+          this.telemetry.emit('episode.step', { actorId: episode.actorId, expectationId: episode.expectationId, durationMs });
+      },
     });
     this.running.set(episode.id, context);
     try {

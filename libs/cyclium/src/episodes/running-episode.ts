@@ -34,6 +34,8 @@ export interface RunningEpisodeDeps {
   history: Promise<History> | History;
   budget: EpisodeBudget | undefined;
   writeStep: (record: StepRecord) => Promise<StepWriteOutcome>;
+  /** Told each step's function time once its write came back written (telemetry). */
+  stepWritten?: (durationMs: number) => void;
 }
 
 const FRESH: History = { checkpoints: new Map(), nextJournalNo: 1 };
@@ -132,17 +134,17 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     }
     const started = performance.now();
     const result = await fn({ stepNo, idempotencyKey: `${this.episode.id}:${stepNo}`, signal: this.signal });
+    const durationMs = performance.now() - started;
     const resultJson = encodeStepResult(name, result);
     this.journalNo ??= this.history.nextJournalNo;
-    const outcome = await this.library(
-      this.deps.writeStep({ stepNo, journalNo: this.journalNo++, name, resultJson, durationMs: Math.round(performance.now() - started) }),
-    );
+    const outcome = await this.library(this.deps.writeStep({ stepNo, journalNo: this.journalNo++, name, resultJson, durationMs: Math.round(durationMs) }));
     this.wrote = true;
     if (outcome === 'not_owner') {
       const lost = new ClaimLostError(this.deps.hold.key, this.fence, 'not_owner');
       this.stop(lost);
       throw lost;
     }
+    this.deps.stepWritten?.(durationMs);
     // The step is recorded; the cancel takes effect before the next one.
     if (outcome === 'cancel_requested') this.stop(new EpisodeCanceledError(this.episode.id));
     return result;

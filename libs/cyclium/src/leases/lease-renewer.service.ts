@@ -94,8 +94,10 @@ export class LeaseRenewer implements OnApplicationBootstrap {
     for (const hold of live) {
       if (!this.holds.has(id(hold.key, hold.fence))) continue; // released while we were renewing
       if (kept.has(id(hold.key, hold.fence))) {
+        // Read before `renewed` moves it: the deadline is the previous renewal's send plus the lease.
+        const lagMs = this.telemetry.wants('work_claims.renewed') ? Math.max(0, sentAt - hold.localDeadline + (2 * this.leaseMs) / 3) : undefined;
         hold.renewed(sentAt);
-        this.telemetry.emit('work_claims.renewed', { dedupeKey: hold.key, fence: hold.fence, durationMs });
+        this.telemetry.emit('work_claims.renewed', { dedupeKey: hold.key, fence: hold.fence, durationMs, lagMs });
       } else {
         hold.markLost('not_owner');
         this.telemetry.emit('work_claims.renew_failed', { dedupeKey: hold.key, fence: hold.fence, durationMs });

@@ -246,12 +246,30 @@ describe('LeaseRenewer', () => {
 
       await renewer.tick();
 
-      expect(renewed).toEqual([{ dedupeKey: 'kept', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number) }]);
+      expect(renewed).toEqual([{ dedupeKey: 'kept', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number), lagMs: expect.any(Number) }]);
       expect(failed).toEqual([{ dedupeKey: 'stolen', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number) }]);
       expect(renewed[0].durationMs).toBeGreaterThanOrEqual(0);
     } finally {
       unsubscribeRenewed();
       unsubscribeFailed();
+    }
+  });
+
+  it('says how late a renewal was sent against its schedule, a third of the lease after the acquire', async () => {
+    const renewed: CycliumEventMap['work_claims.renewed'][] = [];
+    const unsubscribe = onCyclium('work_claims.renewed', (event) => renewed.push(event));
+    try {
+      const result = await fake.acquire('late', 'node-a', { leaseSeconds: 60 });
+      if (result.status !== 'acquired') throw new Error('could not acquire late');
+      // Acquired two seconds ago on the local clock: its renewal was due after a third of the lease (1 s), so it is 1 s late.
+      renewer.track('late', result.claim.fence, performance.now() - 2_000);
+      await renewer.tick();
+      expect(renewed.map((e) => e.lagMs)).toEqual([expect.closeTo(1_000, -2)]);
+      // Renewed just now: the next tick, at once, is early, which counts as no lag.
+      await renewer.tick();
+      expect(renewed[1]?.lagMs).toBe(0);
+    } finally {
+      unsubscribe();
     }
   });
 });

@@ -69,15 +69,18 @@ export class WorkClaims {
 
   /** Remembers when an acquired grant was asked for (its holder's deadline starts there) and reports the answer. */
   private answered(key: string, result: AcquireResult, sentAt: number): AcquireResult {
-    const durationMs = performance.now() - sentAt;
+    if (result.status === 'acquired') this.sentAt.set(result.claim, sentAt);
+    this.report(key, result, performance.now() - sentAt);
+    return result;
+  }
+
+  private report(key: string, result: AcquireResult, durationMs: number): void {
     if (result.status === 'acquired') {
-      this.sentAt.set(result.claim, sentAt);
       const event = result.stolenFrom === undefined ? 'work_claims.acquired' : 'work_claims.steal';
       this.telemetry.emit(event, { dedupeKey: key, fence: result.claim.fence, durationMs });
     } else if (result.status === 'busy') {
       this.telemetry.emit('work_claims.busy', { dedupeKey: key, fence: null, durationMs });
     }
-    return result;
   }
 
   /** Telemetry for a claim a composed statement finished. */
@@ -97,7 +100,30 @@ export class WorkClaims {
     return this.acquireVia(client, key, owner, options);
   }
 
-  private async acquireVia(client: SqlExecutor | undefined, key: string, owner: string, options: WorkClaimsAcquireOptions): Promise<AcquireResult> {
+  /**
+   * `acquireWithin` for a transaction that may still roll the claim back: the answer is reported
+   * (telemetry) only when the caller calls `report`, once it knows the claim's write stayed.
+   */
+  async acquireWithinUnreported(
+    client: SqlExecutor,
+    key: string,
+    owner = this.identity.name(),
+    options: WorkClaimsAcquireOptions = {},
+  ): Promise<{ result: AcquireResult; report: () => void }> {
+    if (!this.adapter) return { result: { status: 'passthrough' }, report: () => undefined };
+    const sentAt = performance.now();
+    const result = await this.acquireVia(client, key, owner, options, false);
+    const durationMs = performance.now() - sentAt;
+    return { result, report: () => this.report(key, result, durationMs) };
+  }
+
+  private async acquireVia(
+    client: SqlExecutor | undefined,
+    key: string,
+    owner: string,
+    options: WorkClaimsAcquireOptions,
+    report = true,
+  ): Promise<AcquireResult> {
     if (!this.adapter) return { status: 'passthrough' };
     const sentAt = performance.now();
     const acquireOptions = {
@@ -106,7 +132,9 @@ export class WorkClaims {
     };
     const joined = client ? this.adapter.inTransaction : undefined;
     const result = joined && client ? await joined.acquire(client, key, owner, acquireOptions) : await this.adapter.acquire(key, owner, acquireOptions);
-    return this.answered(key, result, sentAt);
+    if (report) return this.answered(key, result, sentAt);
+    if (result.status === 'acquired') this.sentAt.set(result.claim, sentAt);
+    return result;
   }
 
   /**

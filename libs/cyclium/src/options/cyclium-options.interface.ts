@@ -101,6 +101,11 @@ export interface CycliumOptions {
    * about a fifth of an episode's throughput and the library needs only the terminal events.
    */
   startedEvents?: boolean;
+  /**
+   * Feed OpenTelemetry instruments when the host registered a global MeterProvider before creating
+   * the app (README, "Metrics"); false leaves them unfed even then. Default true.
+   */
+  metrics?: boolean;
   /** How long a drain waits for episode tasks to stop. Default 5 000. */
   episodeShutdownMs?: number;
   recovery?: RecoveryOptions;
@@ -183,6 +188,7 @@ export interface ResolvedCycliumOptions {
   preparedStatements: boolean;
   jitterMs: number;
   startedEvents: boolean;
+  metrics: boolean;
   episodeShutdownMs: number;
   recovery: Required<Omit<RecoveryOptions, 'resolvePolicy'>> & Pick<RecoveryOptions, 'resolvePolicy'>;
   triggerPollIntervalMs: number;

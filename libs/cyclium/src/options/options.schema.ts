@@ -139,6 +139,10 @@ export class CycliumOptionsSchema {
   @IsBoolean({ message: 'startedEvents must be true or false' })
   startedEvents?: unknown;
 
+  @defined('metrics')
+  @IsBoolean({ message: 'metrics must be true or false' })
+  metrics?: unknown;
+
   @defined('episodeShutdownMs')
   @IsInt(nonNegativeMs('episodeShutdownMs'))
   @Min(0, nonNegativeMs('episodeShutdownMs'))

@@ -33,6 +33,7 @@ describe('resolveCycliumOptions', () => {
       preparedStatements: true,
       jitterMs: 200,
       startedEvents: false,
+      metrics: true,
       episodeShutdownMs: 5000,
       recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000, notHostedGraceMs: 3_600_000 },
       triggerPollIntervalMs: 5000,

@@ -18,6 +18,7 @@ export const DEFAULT_OPTIONS = {
   preparedStatements: true,
   jitterMs: 200,
   startedEvents: false,
+  metrics: true,
   episodeShutdownMs: 5_000,
   recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000, notHostedGraceMs: 3_600_000 },
   triggerPollIntervalMs: 5_000,
@@ -95,6 +96,7 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     preparedStatements: input.preparedStatements ?? DEFAULT_OPTIONS.preparedStatements,
     jitterMs: input.jitterMs ?? DEFAULT_OPTIONS.jitterMs,
     startedEvents: input.startedEvents ?? DEFAULT_OPTIONS.startedEvents,
+    metrics: input.metrics ?? DEFAULT_OPTIONS.metrics,
     episodeShutdownMs: input.episodeShutdownMs ?? DEFAULT_OPTIONS.episodeShutdownMs,
     recovery: {
       ...recovery,

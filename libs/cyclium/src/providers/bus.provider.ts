@@ -12,16 +12,27 @@ import { LocalBus } from '../bus/local-bus.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
 import { PostgresBus } from '../bus/postgres-bus.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
+import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import type { BusObserver } from '../bus/postgres-bus-options.interface.js';
 
 export const busTransportProvider: Provider = {
   provide: CYCLIUM_BUS_TRANSPORT,
-  inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity, Peers, RowSigner],
-  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource, identity: NodeIdentity, peers: Peers, signer: RowSigner): Bus => {
+  inject: [CYCLIUM_OPTIONS, CycliumDataSource, NodeIdentity, Peers, RowSigner, CycliumTelemetry],
+  useFactory: (
+    options: ResolvedCycliumOptions,
+    database: CycliumDataSource,
+    identity: NodeIdentity,
+    peers: Peers,
+    signer: RowSigner,
+    telemetry: CycliumTelemetry,
+  ): Bus => {
     if (options.bus === 'local') return new LocalBus();
     if (options.bus === 'postgres') {
+      const channel = busChannel(options.stackSlug, options.env);
       // Read lazily: the host's DataSource is only looked up once every provider exists.
       return new PostgresBus(database.sql, () => listenConnectionConfig(database.connectionConfig(), options.listenUrl), {
-        channel: busChannel(options.stackSlug, options.env),
+        channel,
+        observer: busObserver(telemetry, channel),
         stackSlug: options.stackSlug,
         env: options.env,
         publisher: () => identity.name(),
@@ -49,6 +60,18 @@ export const busTransportProvider: Provider = {
     return options.bus;
   },
 };
+
+/** Bus counts as telemetry events, built only while someone listens. */
+function busObserver(telemetry: CycliumTelemetry, channel: string): BusObserver {
+  return {
+    published: (count) => {
+      if (telemetry.wants('bus.published')) telemetry.emit('bus.published', { channel, count });
+    },
+    read: (count) => {
+      if (telemetry.wants('bus.read')) telemetry.emit('bus.read', { channel, count });
+    },
+  };
+}
 
 /** What hosts inject as `Bus`: the transport, guarded against publishing the library's reserved types. */
 export const busProvider: Provider = {

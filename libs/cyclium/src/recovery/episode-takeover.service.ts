@@ -74,9 +74,13 @@ export class EpisodeTakeover {
     const from = candidate.ownerNode ?? 'an unknown node';
 
     let outcome: Outcome;
+    // The claim's answer counts once it is known to stay: a takeover that finds the row taken rolls its claim back.
+    let reportClaim: () => void = () => undefined;
     try {
       outcome = await this.database.transaction<Outcome>(async (client) => {
-        const grant = await this.claims.acquireWithin(client, key, me, { workType: 'recovery' });
+        const acquired = await this.claims.acquireWithinUnreported(client, key, me, { workType: 'recovery' });
+        const grant = acquired.result;
+        reportClaim = acquired.report;
         if (grant.status === 'busy') throw new Skip('busy'); // a live holder: never recover it
         const episode = await this.store.take(client, candidate, me);
         if (!episode) throw new Skip('taken');
@@ -117,9 +121,11 @@ export class EpisodeTakeover {
         return { kind: 'failed', episode, detail, announce };
       });
     } catch (error) {
+      if (error instanceof Skip && error.reason === 'busy') reportClaim();
       if (error instanceof Skip) return error.reason;
       throw error;
     }
+    reportClaim();
 
     if (outcome.kind === 'deferred') {
       outcome.announce();

@@ -7,6 +7,11 @@ export interface WorkClaimEvent extends CycliumEventBase {
   dedupeKey: string;
   fence: number | null;
   durationMs: number;
+  /**
+   * `work_claims.renewed` only: how late the renewal was sent against its schedule (a third of the
+   * lease after the previous renewal or the acquire), 0 when on time or early. Set only while someone listens.
+   */
+  lagMs?: number;
 }
 
 export interface EpisodeEvent extends CycliumEventBase {
@@ -32,6 +37,17 @@ export interface CycliumEventMap {
   'episode.canceled': EpisodeEvent;
   'episode.interrupted': EpisodeEvent;
   'episode.aborted': EpisodeEvent;
+  /** A step of this node's run returned and its write came back; `durationMs` is the step function's time, as journaled. */
+  'episode.step': CycliumEventBase & { actorId: string; expectationId: string; durationMs: number };
+  /**
+   * An episode triggered by a bus event began on this node; `latencyMs` runs from the event's
+   * `publishedAt` (the publisher's wall clock) to the begin's commit (this node's).
+   */
+  'episode.triggered': CycliumEventBase & { actorId: string; expectationId: string; eventType: string; latencyMs: number };
+  /** Events this node stored on a durable bus and announced after commit (PostgresBus only). */
+  'bus.published': CycliumEventBase & { channel: string; count: number };
+  /** Rows this node read from the events table (PostgresBus only). */
+  'bus.read': CycliumEventBase & { channel: string; count: number };
   'recovery.sweep': CycliumEventBase & {
     restarted: number;
     deferred: number;

@@ -21,6 +21,11 @@ function channelFor(event: CycliumEventName): Channel {
 export class CycliumTelemetry {
   constructor(private readonly identity: NodeIdentity) {}
 
+  /** True while someone listens to `event`: an emit site whose metadata costs something to build asks first. */
+  wants(event: CycliumEventName): boolean {
+    return channelFor(event).hasSubscribers;
+  }
+
   emit<E extends CycliumEventName>(event: E, metadata: Metadata<E>): void {
     const channel = channelFor(event);
     if (!channel.hasSubscribers) return;

@@ -18,6 +18,7 @@ import { DrainHandovers } from './drain-handovers.js';
 import { EventWindows } from './event-windows.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
+import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { TimerTriggers } from './timer-triggers.js';
 import { TriggerPlacement } from './trigger-placement.service.js';
 
@@ -57,6 +58,7 @@ export class TriggerSources implements OnApplicationBootstrap {
     store: EpisodeStore,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+    private readonly telemetry: CycliumTelemetry,
   ) {
     this.handovers = new DrainHandovers(store, dispatcher, this.logger, { sourceStack: options.stackSlug, sourceEnv: options.env });
   }
@@ -119,6 +121,7 @@ export class TriggerSources implements OnApplicationBootstrap {
         { type: 'event', eventType: fired.type, eventId: fired.eventId, payload: fired.payload },
         scopeKey(eventKey(expectation.actorId, expectation.id, fired.type, fired.eventId, fired.payload), this.options.env),
         true,
+        fired.publishedAt,
       ),
     );
   }
@@ -139,7 +142,13 @@ export class TriggerSources implements OnApplicationBootstrap {
    * or it needs none); false when this node stopped first (the bus's next reader fires it again);
    * rejects for a reason of the trigger's own.
    */
-  private async trigger(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, placed = false): Promise<boolean> {
+  private async trigger(
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    dedupeKey: string,
+    placed = false,
+    publishedAt?: string,
+  ): Promise<boolean> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
     if (turn === 'handover') return this.handovers.add(expectation, trigger, dedupeKey, what);
@@ -157,6 +166,7 @@ export class TriggerSources implements OnApplicationBootstrap {
           onWait: placed ? (withdraw) => this.placement.waitingHere(dedupeKey, expectation.actorId, withdraw) : undefined,
         });
         if (placed) this.placement.dispatched(dedupeKey, result);
+        if (result.status === 'started' && publishedAt !== undefined) this.triggered(expectation, trigger, publishedAt);
         if (result.status === 'disabled') {
           this.logger.debug(`${what} fired nothing: the actor is disabled on this node`);
           return false;
@@ -172,6 +182,13 @@ export class TriggerSources implements OnApplicationBootstrap {
     }
     this.logger.log(`${what} left for the bus's next reader: this node stopped while the database was away`);
     return false;
+  }
+
+  private triggered(expectation: RegisteredExpectation, trigger: EpisodeTrigger, publishedAt: string): void {
+    if (!this.telemetry.wants('episode.triggered')) return;
+    const latencyMs = Date.now() - Date.parse(publishedAt);
+    if (!Number.isFinite(latencyMs)) return;
+    this.telemetry.emit('episode.triggered', { actorId: expectation.actorId, expectationId: expectation.id, eventType: trigger.eventType ?? '', latencyMs });
   }
 
   private schedulerRegistry(required: boolean): SchedulerRegistry | undefined {
