@@ -190,7 +190,8 @@ export class QueuePump {
     if (take.begun.some((b) => b.status === 'busy')) {
       // Its claim is live on another node, which ends it or lets it lapse: nothing will note this
       // queue when that happens, so the row (and every row behind it) would wait for the next trigger.
-      if (!queue.headBusy) this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
+      // A busy claim is an expected condition (its holder is live), so debug only.
+      if (!queue.headBusy) this.logger.debug(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
       queue.headBusy = true;
       return this.lookAgainLater(actor, queue);
     }
