@@ -37,7 +37,7 @@ interface Slots {
  */
 @Injectable()
 export class ActorSlots implements OnApplicationBootstrap {
-  private readonly logger = new Logger('ActorHost');
+  private readonly logger = new Logger('CycliumDispatch');
   private readonly slots = new Map<string, Slots>();
   private readonly tracker = new RunTracker();
   private readonly queuePump: QueuePump;

@@ -50,7 +50,7 @@ type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } |
  */
 @Injectable()
 export class TriggerPoller implements OnApplicationBootstrap {
-  private readonly logger = new Logger(TriggerPoller.name);
+  private readonly logger = new Logger('CycliumDispatch');
   private readonly outage = new OutageLog(this.logger, 'trigger request poll');
   private readonly polls = new SpacedTrigger(() => this.poll(), 0, 1);
   private timer: NodeJS.Timeout | undefined;

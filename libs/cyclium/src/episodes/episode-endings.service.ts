@@ -25,7 +25,7 @@ const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exc
  */
 @Injectable()
 export class EpisodeEndings {
-  private readonly logger = new Logger(EpisodeEndings.name);
+  private readonly logger = new Logger('CycliumEpisodes');
 
   constructor(
     private readonly store: EpisodeStore,

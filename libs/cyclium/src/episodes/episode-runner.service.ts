@@ -52,7 +52,7 @@ export interface RunOptions {
  */
 @Injectable()
 export class EpisodeRunner implements OnModuleInit {
-  private readonly logger = new Logger(EpisodeRunner.name);
+  private readonly logger = new Logger('CycliumEpisodes');
   private readonly running = new Map<string, RunningEpisode>();
   /** Stamped by the drain: whatever these runs hit from now on, they record nothing. */
   private readonly interrupted = new Set<string>();
@@ -204,7 +204,8 @@ export class EpisodeRunner implements OnModuleInit {
         });
       }
       this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', describeEpisode(episode));
-      this.logger.debug(`${episodeLabel(episode)} ${resumed ? 'resumed' : 'started'} (attempt ${episode.attempts}, fence ${ownership.fence ?? 'none'})`);
+      const fence = `fence ${ownership.fence ?? 'none'}`;
+      this.logger.debug(`${episodeLabel(episode)} ${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`);
       context.throwIfAborted();
       let result: Convergence | undefined;
       try {

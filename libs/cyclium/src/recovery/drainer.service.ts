@@ -34,7 +34,7 @@ export interface DrainResult {
  */
 @Injectable()
 export class Drainer {
-  private readonly logger = new Logger(Drainer.name);
+  private readonly logger = new Logger('CycliumRecovery');
   private draining: Promise<DrainResult> | undefined;
 
   constructor(

@@ -43,7 +43,7 @@ type Outcome =
  */
 @Injectable()
 export class EpisodeTakeover {
-  private readonly logger = new Logger('Recovery');
+  private readonly logger = new Logger('CycliumRecovery');
 
   constructor(
     private readonly database: CycliumDataSource,

@@ -22,7 +22,7 @@ const LINES_PER_ACTOR = 20;
  */
 @Injectable()
 export class NotHostedEpisodes {
-  private readonly logger = new Logger('Recovery');
+  private readonly logger = new Logger('CycliumRecovery');
 
   constructor(
     private readonly database: CycliumDataSource,

@@ -37,7 +37,7 @@ function shuffle<T>(items: T[]): T[] {
  */
 @Injectable()
 export class RecoverySweep {
-  private readonly logger = new Logger('Recovery');
+  private readonly logger = new Logger('CycliumRecovery');
 
   constructor(
     private readonly store: EpisodeRecoveryStore,
