@@ -1,41 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, type INestApplicationContext, type LoggerService } from '@nestjs/common';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Episodes, Expectation, Recovery, WorkClaims, type EpisodeContext } from '@cyclium/nestjs';
 import { LocalBus } from '@cyclium/nestjs/adapters';
+import { CapturingLogger, STACK_LINE, aboveDebug } from './support/capturing-logger.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
-
-type Level = 'error' | 'warn' | 'log' | 'debug' | 'verbose' | 'fatal';
-interface Line {
-  level: Level;
-  context: string;
-  text: string;
-}
-
-/** What a host's logger receives through `app.useLogger`: every line Cyclium writes goes through Nest's Logger. */
-class CapturingLogger implements LoggerService {
-  readonly lines: Line[] = [];
-  private add(level: Level, message: unknown, rest: unknown[]): void {
-    // Nest passes the context last; an error's stack, when given, comes before it.
-    const context = typeof rest[rest.length - 1] === 'string' ? String(rest.pop()) : '';
-    const text = [message, ...rest].map((part) => (typeof part === 'string' ? part : JSON.stringify(part))).join('\n');
-    this.lines.push({ level, context, text });
-  }
-  log = (message: unknown, ...rest: unknown[]) => this.add('log', message, rest);
-  error = (message: unknown, ...rest: unknown[]) => this.add('error', message, rest);
-  warn = (message: unknown, ...rest: unknown[]) => this.add('warn', message, rest);
-  debug = (message: unknown, ...rest: unknown[]) => this.add('debug', message, rest);
-  verbose = (message: unknown, ...rest: unknown[]) => this.add('verbose', message, rest);
-  fatal = (message: unknown, ...rest: unknown[]) => this.add('fatal', message, rest);
-
-  about(needle: string): Line[] {
-    return this.lines.filter((line) => line.text.includes(needle));
-  }
-}
-
-const aboveDebug = (line: Line) => line.level !== 'debug' && line.level !== 'verbose';
-const STACK_LINE = /\n\s+at /;
 
 /** Steps wait here until the test opens the gate or the run is stopped. */
 const gates = new Map<string, () => void>();
