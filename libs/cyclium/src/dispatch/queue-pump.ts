@@ -241,7 +241,7 @@ export class QueuePump {
   private stateOf(actorId: string): QueueState {
     let queue = this.queues.get(actorId);
     if (!queue) {
-      const outage = new OutageLog(this.logger, `starting queued episodes of ${actorId} (every ${QUEUE_RETRY_MS} ms)`);
+      const outage = new OutageLog(this.logger, `starting queued episodes of ${actorId}`);
       queue = { maybeQueued: false, notes: 0, offered: false, offers: 0, dequeuing: false, retry: undefined, headBusy: false, outage };
       this.queues.set(actorId, queue);
     }

@@ -84,7 +84,9 @@ export class NotHostedEpisodes {
       if (batch.episodes.length < RECOVERY_PAGE || performance.now() > deadline) break;
     }
     for (const [actor, count] of byActor) {
-      if (count > LINES_PER_ACTOR) this.logger.warn(`recovery: failed ${count - LINES_PER_ACTOR} more episode(s) of actor ${actor} as not_hosted`);
+      if (count > LINES_PER_ACTOR) {
+        this.logger.warn(`recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ${LINES_PER_ACTOR} named above`);
+      }
     }
     return failed;
   }
