@@ -144,6 +144,20 @@ describe('logs an operator can read', () => {
     expect(aborted.text).not.toContain('another node');
   });
 
+  it('names the node that took a lost claim over', async () => {
+    const started = await app.get(Episodes).trigger('log-probe', 'ok', { tag: 'stolen', wait: true });
+    if (started.status !== 'started') throw new Error(`not started: ${started.status}`);
+    const id = started.episode.id;
+    await waitFor('the step to wait', () => gates.has('stolen'));
+    // What a peer's takeover writes: the claim at the next fence, and the row under its name.
+    await database.db.query(`UPDATE cyclium_work_claims SET owner_node = 'node-thief', fence = fence + 1 WHERE dedupe_key = $1`, [`episode:${id}`]);
+    await database.db.query(`UPDATE cyclium_episodes SET owner_node = 'node-thief' WHERE id = $1`, [id]);
+    await waitFor('the abort line', () => logger.about(id).some((line) => line.text.includes('aborted')));
+    expect(logger.about(id).filter(aboveDebug)).toEqual([
+      expect.objectContaining({ level: 'warn', text: expect.stringContaining('; node node-thief has taken it over (running)') }),
+    ]);
+  });
+
   it('logs the drain on the draining node in one info line', async () => {
     const started = await app.get(Episodes).trigger('log-probe', 'ok', { tag: 'drained', wait: true });
     if (started.status !== 'started') throw new Error(`not started: ${started.status}`);

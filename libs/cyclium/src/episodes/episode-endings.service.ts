@@ -124,7 +124,7 @@ export class EpisodeEndings {
    * than blaming another node for a lease that simply ran out.
    */
   private abandon(episode: EpisodeRow, cause: ClaimLostError | EpisodeWriteUnavailableError, when = ''): void {
-    const reason = [cause.message, when].filter(Boolean).join(' ');
+    const reason = when ? `${cause.message} (${when})` : cause.message;
     this.telemetry.emit('episode.aborted', { ...describeEpisode(episode), reason });
     const line = `${episodeLabel(episode)} aborted, writing nothing more: ${reason}`;
     if (!(cause instanceof ClaimLostError) || cause.reason !== 'not_owner') {
@@ -141,7 +141,8 @@ export class EpisodeEndings {
     const me = this.identity.name();
     if (!row) return 'the episode row is gone';
     if (['done', 'partially_failed', 'failed', 'canceled'].includes(row.status)) {
-      return `the episode has since ended ${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''} (by ${row.ownerNode ?? 'an unknown node'})`;
+      const where = row.ownerNode && row.ownerNode !== me ? ` on node ${row.ownerNode}` : '';
+      return `the episode has since ended ${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''}${where}`;
     }
     if (row.ownerNode !== me) return `node ${row.ownerNode ?? 'unknown'} has taken it over (${row.status})`;
     return 'its lease ran out before a renewal reached the database, and no node has taken it over yet: recovery restarts it once it is stale';
