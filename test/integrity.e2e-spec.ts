@@ -176,7 +176,8 @@ describe('rows nobody can forge: the integrity option', () => {
     const request = (await rows<{ status: string; error: string }>(`SELECT status, error FROM cyclium_trigger_requests WHERE episode_id = $1`, [tampered]))[0];
     expect(request?.status).toBe('failed');
     expect(request?.error).toMatch(/not signed by this deployment's integrity key/);
-    await logged('int-r-full', `episode ${tampered} failed as tampered`);
+    const tamperedLine = new RegExp(`episode ${tampered} \\([^)]*\\) failed as tampered`);
+    await waitFor('int-r-full to log the tampered episode', () => tamperedLine.test(node('int-r-full').output()), 15_000);
     expect(await rows(`SELECT 1 FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'other'`, [tampered])).toEqual([]);
 
     // As before signing: the edited request runs the other actor.

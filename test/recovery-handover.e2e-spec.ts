@@ -98,7 +98,7 @@ describe('a restart recovery hands over keeps its claim while it waits for a slo
     expect(await a.get(Recovery).sweep()).toMatchObject({ restarted: 1 });
     // The sweep says what it did, naming the node the episode was left by.
     expect(log.mock.calls.map((c) => String(c[0]))).toContainEqual(
-      expect.stringMatching(new RegExp(`restarting episode ${waiting.id} \\(single\\.job\\) from node-dead .*attempt 1 of 3`)),
+      expect.stringMatching(new RegExp(`took over episode ${waiting.id} \\(single\\.job\\) from node-dead .*fence 1: restarting, attempt 1 of 3`)),
     );
     expect(await sweepRepeatedly(apps, 3 * STALE_MS)).toBe(0);
     expect(await row(waiting.id)).toMatchObject({ status: 'running', phase: 'recovering', attempts: 1, owner_node: 'node-a' });

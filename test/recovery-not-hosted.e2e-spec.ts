@@ -142,6 +142,8 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
     expect(traces).toMatchObject({ markers: 600, events: 600 });
     expect(traces.detail).toMatch(/actor retired .*last owned by node-dead-default/);
     expect(warnings.filter((w) => /600 episode\(s\) of actor retired as not_hosted/.test(w))).toHaveLength(1);
+    // One line per episode for the first 20 of the actor, then their count: a warning each, not a flood.
+    expect(warnings.filter((w) => /episode \S+ \(retired\.\w+\) failed as not_hosted/.test(w))).toHaveLength(20);
   });
 
   it('pages past 600 rows a resolvePolicy keeps in the candidates to reach the orphan behind them, in one sweep', async () => {

@@ -52,7 +52,7 @@ describe('WorkClaims gate in a Nest app', () => {
     await waitFor('the holder to learn it lost the claim', () => hold.signal.aborted, 5_000);
     expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
     expect(hold.signal.reason).toMatchObject({ reason: 'not_owner', key: 'renewed-key', fence: 1 });
-    expect(() => hold.check()).toThrow('another node owns it now');
+    expect(() => hold.check()).toThrow('no longer shows it held here');
   });
 
   it('keeps renewing while episode work holds every connection of the host pool', async () => {

@@ -1,4 +1,4 @@
-import type { DynamicModule, INestApplicationContext, Provider, Type } from '@nestjs/common';
+import type { DynamicModule, INestApplicationContext, LoggerService, Provider, Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, type CycliumOptions } from '@cyclium/nestjs';
@@ -12,6 +12,8 @@ export interface CycliumAppOptions {
   /** The host's own providers (actors, output adapters). */
   providers?: Provider[];
   imports?: Array<DynamicModule | Type<unknown>>;
+  /** The app's logger (Nest's Logger then writes to it); default: none. */
+  logger?: LoggerService;
 }
 
 /** One Cyclium node inside this process: its own Nest app, its own small pool. Close it in afterAll. */
@@ -24,7 +26,7 @@ export async function startCycliumApp(options: CycliumAppOptions): Promise<INest
     ],
     providers: options.providers ?? [],
   }).compile();
-  const app = moduleRef.createNestApplication({ logger: false });
+  const app = moduleRef.createNestApplication({ logger: options.logger ?? false });
   try {
     await app.init();
   } catch (error) {

@@ -36,7 +36,8 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
       }),
     }),
     ScheduleModule.forRoot(),
-    TerminusModule,
+    // The health controller logs one short line per failed probe; Terminus's own multi-line report would repeat it.
+    TerminusModule.forRoot({ logger: false }),
     CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
     // The operations page and its API at /ops, for this machine only.
     CycliumOpsModule.forRoot({ path: 'ops', guard: LoopbackOnlyGuard }),

@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { Logger } from '@nestjs/common';
+import { ConsoleLogger, Logger, type LogLevel } from '@nestjs/common';
 import { HttpAdapterHost, NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { Server } from 'node:http';
@@ -39,13 +39,25 @@ function listenOn(server: Server, port: number): Promise<void> {
   });
 }
 
+const LEVELS: LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
+
+/**
+ * Nest's console logger, so every line (Cyclium's included) goes through the host's choice:
+ * `LOG_LEVEL=debug` adds each episode's start and end, `LOG_FORMAT=json` writes one JSON object a line.
+ */
+function demoLogger(env: NodeJS.ProcessEnv): ConsoleLogger {
+  const level = (env.LOG_LEVEL ?? 'log') as LogLevel;
+  const upTo = LEVELS.includes(level) ? LEVELS.indexOf(level) : LEVELS.indexOf('log');
+  return new ConsoleLogger({ logLevels: LEVELS.slice(0, upTo + 1), json: env.LOG_FORMAT === 'json' });
+}
+
 async function bootstrap(): Promise<void> {
   checkDatabaseUrl(process.env.DATABASE_URL);
   // Before the app exists: Cyclium's module looks for a MeterProvider once, as it starts.
   registerDemoMetrics();
   // forceCloseConnections: once the drain is done, close keep-alive connections that a client keeps
   // busy too, or the process would wait for that client to stop sending before it could exit.
-  const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: ['error', 'warn', 'log'], forceCloseConnections: true });
+  const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: demoLogger(process.env), forceCloseConnections: true });
   // Express's 100 KB default would answer 413 before the bus could say which field is too large:
   // let a body through up to the bus's payload limit (the library's 1 MiB unless set) plus room for the rest.
   const maxPayloadBytes = demoCycliumSettings(process.env).busMaxPayloadBytes ?? 1_048_576;

@@ -12,7 +12,7 @@ import type { RegisteredActor, RegisteredExpectation } from './registered-actor.
  */
 @Injectable()
 export class ActorRegistry implements OnModuleInit {
-  private readonly logger = new Logger(ActorRegistry.name);
+  private readonly logger = new Logger('CycliumActors');
   private readonly actors = new Map<string, RegisteredActor>();
   /** Every actor the app declares, this node's stack or not (workflows may name any of them). */
   private readonly declaredActors = new Map<string, RegisteredActor>();

@@ -36,7 +36,7 @@ export interface EchoedConnection {
  * the verdict.
  */
 export class BusEcho {
-  private readonly logger = new Logger('PostgresBus');
+  private readonly logger = new Logger('CycliumBus');
   private timer: NodeJS.Timeout | undefined;
   private pending: { token: number; deadline: NodeJS.Timeout } | undefined;
   private target: EchoedConnection | undefined;

@@ -25,7 +25,7 @@ export interface BusListenerHandlers {
  * is caught by the echo self-check (see BusEcho).
  */
 export class BusListener {
-  private readonly logger = new Logger('PostgresBus');
+  private readonly logger = new Logger('CycliumBus');
   private client: pg.Client | undefined;
   private isListening = false;
   private stopped = true;

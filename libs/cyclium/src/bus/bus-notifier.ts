@@ -42,7 +42,7 @@ export interface LoneListener {
 
 /** The NOTIFYs one node sends on its channel: whatever was asked for since the last run, in one statement. */
 export class BusNotifier {
-  private readonly logger = new Logger('PostgresBus');
+  private readonly logger = new Logger('CycliumBus');
   private readonly outage = new OutageLog(this.logger, 'waking listeners (NOTIFY)');
   private readonly runs: SpacedTrigger;
   private pendingWake = false;

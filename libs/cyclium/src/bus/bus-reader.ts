@@ -35,7 +35,7 @@ export interface ReaderSink {
  * wake-ups arrive meanwhile, one read serves them all.
  */
 export class BusReader {
-  private readonly logger = new Logger('PostgresBus');
+  private readonly logger = new Logger('CycliumBus');
   private readonly outage = new OutageLog(this.logger, 'reading cyclium_events');
   private from: DbSnapshot | undefined;
   private paging: Paging | undefined;

@@ -12,7 +12,7 @@ const BATCHES_PER_PASS = 20;
  * A pass runs every quarter of the window (between 1 s and a minute), one node at a time.
  */
 export class BusRetention {
-  private readonly logger = new Logger('PostgresBus');
+  private readonly logger = new Logger('CycliumBus');
   private readonly outage = new OutageLog(this.logger, 'pruning cyclium_events');
   private timer: NodeJS.Timeout | undefined;
   private pruning: Promise<void> | undefined;

@@ -19,7 +19,7 @@ const IDLE_WRITE_MS = 60_000;
  * node, every `flushMs` (and on a drain), only when one moved.
  */
 export class DurableConsumers {
-  private readonly logger = new Logger('PostgresBus');
+  private readonly logger = new Logger('CycliumBus');
   private readonly byType = new Map<string, Set<DurableConsumer>>();
   private joining: DurableConsumer[] = [];
   /** Unsubscribed since the last flush: their last settled position is still worth storing. */

@@ -24,7 +24,7 @@ export type Announce = () => void;
  */
 @Injectable()
 export class EventOutbox {
-  private readonly logger = new Logger(EventOutbox.name);
+  private readonly logger = new Logger('CycliumBus');
 
   constructor(@Inject(CYCLIUM_BUS_TRANSPORT) private readonly transport: Bus) {}
 

@@ -34,7 +34,7 @@ export function mintBusEvent<P>(type: string, payload: P, options: PublishOption
  * Payloads are handed over by reference (no JSON round trip, unlike PostgresBus).
  */
 export class LocalBus extends Bus implements DispatchSignals {
-  private readonly logger = new Logger(LocalBus.name);
+  private readonly logger = new Logger('CycliumBus');
   private readonly signalHandlers = new Set<(tokens: readonly string[]) => void>();
   private readonly subscriptions = new Map<string, Set<Subscription>>();
   private readonly queue: BusEvent[] = [];

@@ -38,7 +38,7 @@ import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.int
  */
 export class PostgresBus extends Bus implements DurableEvents, DurableSubscriptions, DispatchSignals, ListeningAnnouncement {
   private readonly local = new LocalBus();
-  private readonly logger = new Logger(PostgresBus.name);
+  private readonly logger = new Logger('CycliumBus');
   private readonly log: EventLog;
   private readonly listener: BusListener;
   private readonly reader: BusReader;

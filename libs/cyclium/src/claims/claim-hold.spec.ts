@@ -105,7 +105,7 @@ describe('ClaimHold', () => {
     expect(hold.signal.aborted).toBe(true);
     expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
     expect(hold.signal.reason).toMatchObject({ name: 'ClaimLostError', key: 'k', fence: 4, reason: 'not_owner' });
-    expect((hold.signal.reason as Error).message).toContain('another node owns it now');
+    expect((hold.signal.reason as Error).message).toContain('no longer shows it held here');
     expect(onRelease).toHaveBeenCalledTimes(1);
     expect(onRelease).toHaveBeenCalledWith(hold);
     expect(aborts).toHaveBeenCalledTimes(1);

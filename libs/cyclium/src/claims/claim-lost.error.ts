@@ -1,6 +1,10 @@
 export type ClaimLossReason = 'not_owner' | 'deadline' | 'released';
 
-/** The reason an episode's signal aborts when its lease is gone. */
+/**
+ * The reason an episode's signal aborts when its lease is gone. `not_owner` means the database no
+ * longer shows this holder at this fence with a live lease: the lease may have run out with nobody
+ * taking it, or another node may have taken it; the message claims neither.
+ */
 export class ClaimLostError extends Error {
   override readonly name = 'ClaimLostError';
 
@@ -14,7 +18,7 @@ export class ClaimLostError extends Error {
         ? `claim ${key} (fence ${fence}) lost: no renewal succeeded before the local deadline`
         : reason === 'released'
           ? `claim ${key} (fence ${fence}) released`
-          : `claim ${key} (fence ${fence}) lost: another node owns it now`,
+          : `claim ${key} (fence ${fence}) lost: the database no longer shows it held here at this fence`,
     );
   }
 }

@@ -52,7 +52,7 @@ const CHANNEL_NODES_FROM = (stack: number, env: number, seconds: number) => `coa
  */
 @Injectable()
 export class NodeRegistry implements OnApplicationBootstrap {
-  private readonly logger = new Logger(NodeRegistry.name);
+  private readonly logger = new Logger('CycliumNode');
   private readonly outage = new OutageLog(this.logger, 'node beat');
   private timer: NodeJS.Timeout | undefined;
   /** Set once shutdown began: beats clear the boot id and never take the row back. */

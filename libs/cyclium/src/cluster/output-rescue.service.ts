@@ -22,7 +22,7 @@ const BATCH = 16;
  */
 @Injectable()
 export class OutputRescue {
-  private readonly logger = new Logger('Outputs');
+  private readonly logger = new Logger('CycliumOutputs');
   private readonly outage = new OutageLog(this.logger, 'output rescue');
   private readonly passes = new SpacedTrigger(() => this.pass(), 0, 1);
   private stopped = false;

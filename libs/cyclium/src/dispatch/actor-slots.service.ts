@@ -37,7 +37,7 @@ interface Slots {
  */
 @Injectable()
 export class ActorSlots implements OnApplicationBootstrap {
-  private readonly logger = new Logger('ActorHost');
+  private readonly logger = new Logger('CycliumDispatch');
   private readonly slots = new Map<string, Slots>();
   private readonly tracker = new RunTracker();
   private readonly queuePump: QueuePump;
@@ -103,7 +103,9 @@ export class ActorSlots implements OnApplicationBootstrap {
       throw error;
     });
     if (begun.status !== 'started') {
-      this.logger.debug(`${begun.status}: ${options.dedupeKey} (another node has it)`);
+      // Expected under load and on every duplicate trigger: never above debug.
+      const why = begun.status === 'busy' ? 'its claim has a live holder' : 'an episode with this dedupe key exists';
+      this.logger.debug(`not started ${actor.id} (${options.dedupeKey}): ${why}`);
       this.release(actor);
       return begun;
     }

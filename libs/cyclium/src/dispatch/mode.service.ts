@@ -21,7 +21,7 @@ export interface ModeStatus {
  */
 @Injectable()
 export class Mode {
-  private readonly logger = new Logger(Mode.name);
+  private readonly logger = new Logger('CycliumDispatch');
   private nodeMode: CycliumMode;
   private readonly overrides = new Map<string, CycliumMode>();
   private readonly listeners = new Set<(mode: CycliumMode) => void>();

@@ -1,6 +1,6 @@
 import type { Logger } from '@nestjs/common';
 import type { EventOutbox } from '../bus/event-outbox.service.js';
-import { errorMessage } from '../sql/database-errors.js';
+import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { BeginResult, EpisodeRunner } from '../episodes/episode-runner.service.js';
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
@@ -39,8 +39,10 @@ interface QueueState {
   dequeuing: boolean;
   /** A look at the queue booked for later, after one that could not take the oldest row. */
   retry: NodeJS.Timeout | undefined;
-  /** The last dequeue met a claim held elsewhere (warned once per streak, not once per look). */
+  /** The last dequeue met a claim held elsewhere (said once per streak, not once per look). */
   headBusy: boolean;
+  /** Dequeues failing (the database away): one warning per streak, then one line when they work again. */
+  outage: OutageLog;
 }
 
 /**
@@ -183,14 +185,15 @@ export class QueuePump {
     } catch (error) {
       // The database is away, say: the backlog stays in the table.
       this.slots.unreserve(actor.id, slots);
-      this.logger.warn(`could not start a queued episode of ${actor.id}: ${errorMessage(error)}; retrying in ${QUEUE_RETRY_MS} ms`);
+      queue.outage.failed(error);
       return this.lookAgainLater(actor, queue);
     }
+    queue.outage.succeeded();
     const started = this.launch(actor, take.begun, slots);
     if (take.begun.some((b) => b.status === 'busy')) {
       // Its claim is live on another node, which ends it or lets it lapse: nothing will note this
-      // queue when that happens, so the row (and every row behind it) would wait for the next trigger.
-      if (!queue.headBusy) this.logger.warn(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
+      // queue when that happens, so the row (and every row behind it) would wait for the next trigger. Expected: debug only.
+      if (!queue.headBusy) this.logger.debug(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
       queue.headBusy = true;
       return this.lookAgainLater(actor, queue);
     }
@@ -238,7 +241,8 @@ export class QueuePump {
   private stateOf(actorId: string): QueueState {
     let queue = this.queues.get(actorId);
     if (!queue) {
-      queue = { maybeQueued: false, notes: 0, offered: false, offers: 0, dequeuing: false, retry: undefined, headBusy: false };
+      const outage = new OutageLog(this.logger, `starting queued episodes of ${actorId}`);
+      queue = { maybeQueued: false, notes: 0, offered: false, offers: 0, dequeuing: false, retry: undefined, headBusy: false, outage };
       this.queues.set(actorId, queue);
     }
     return queue;

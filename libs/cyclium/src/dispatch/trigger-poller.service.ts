@@ -13,6 +13,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
+import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -49,7 +50,7 @@ type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } |
  */
 @Injectable()
 export class TriggerPoller implements OnApplicationBootstrap {
-  private readonly logger = new Logger(TriggerPoller.name);
+  private readonly logger = new Logger('CycliumDispatch');
   private readonly outage = new OutageLog(this.logger, 'trigger request poll');
   private readonly polls = new SpacedTrigger(() => this.poll(), 0, 1);
   private timer: NodeJS.Timeout | undefined;
@@ -181,12 +182,12 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const episode = await this.store.get(request.episodeId);
     if (!episode || this.requests.verify(request, episode)) return true;
     const reason = `trigger request ${request.id} is not signed by this deployment's integrity key (edited, copied or forged): not run`;
-    const announce = await this.database.transaction(async (client) => {
+    const { announce, failed } = await this.database.transaction(async (client) => {
       await this.requests.fail(client, request.id, reason);
       return this.failDeferred(client, [{ episodeId: episode.id, reason }], 'tampered');
     });
     announce();
-    this.logger.warn(`${reason}; episode ${episode.id} failed as tampered`);
+    this.logger.warn(`${failed.length > 0 ? `${episodeLabel(episode)} failed as tampered` : `${episodeLabel(episode)} not run`}: ${reason}`);
     return false;
   }
 
@@ -200,13 +201,20 @@ export class TriggerPoller implements OnApplicationBootstrap {
     if (now - this.lastExpiry < every) return;
     this.lastExpiry = now;
     // Every terminal path publishes its event: a workflow waiting on one of these hears it failed.
-    const { expired, announce } = await this.database.transaction(async (client) => {
+    const { expired, announce, failed } = await this.database.transaction(async (client) => {
       const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv);
-      return { expired: requests, announce: await this.failDeferred(client, requests, 'trigger_request_expired') };
+      return { expired: requests, ...(await this.failDeferred(client, requests, 'trigger_request_expired')) };
     });
     announce();
     if (expired.length === 0) return;
-    for (const request of expired) this.logger.warn(`trigger request ${request.id} expired: ${request.reason}`);
+    const reasons = new Map(expired.map((r) => [r.episodeId, r]));
+    for (const episode of failed) {
+      const request = reasons.get(episode.id);
+      this.logger.warn(`${episodeLabel(episode)} failed as trigger_request_expired: request ${request?.id ?? '?'} ${request?.reason ?? ''}`.trim());
+    }
+    // A request whose episode no longer waited on it failed nothing: worth a trace, not a warning.
+    const failedIds = new Set(failed.map((e) => e.id));
+    for (const request of expired) if (!failedIds.has(request.episodeId)) this.logger.debug(`trigger request ${request.id} expired: ${request.reason}`);
     this.telemetry.emit('trigger_requests.expired', { count: expired.length });
   }
 
@@ -215,13 +223,14 @@ export class TriggerPoller implements OnApplicationBootstrap {
     client: SqlExecutor,
     failures: Array<{ episodeId: string; reason: string }>,
     errorClass: 'trigger_request_expired' | 'tampered',
-  ): Promise<Announce> {
+  ): Promise<{ announce: Announce; failed: EpisodeRow[] }> {
     const failed = await this.store.failDeferred(client, failures, errorClass);
     const me = this.identity.name();
-    return this.events.within(
+    const announce = await this.events.within(
       client,
       failed.map((episode) => lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass })),
     );
+    return { announce, failed };
   }
 
   private schedulerRegistry(): SchedulerRegistry | undefined {

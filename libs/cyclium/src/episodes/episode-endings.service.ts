@@ -10,13 +10,14 @@ import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
 import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
 import { lifecycleEvent, type LifecycleEventType } from './episode-events.js';
+import { episodeLabel, failureLines } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { EpisodeStore } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import type { RunningEpisode } from './running-episode.js';
 
-/** Failures the library decides rather than the host's code: each gets a warning with the episode's id. */
-const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded', 'tampered']);
+/** Failures the library decides rather than the host's code: their message says it all, so no stack even at debug. */
+const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded', 'tampered', 'step_result']);
 
 /**
  * How a run's end is recorded: its terminal write, fenced like every other write, with exactly
@@ -24,7 +25,7 @@ const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exc
  */
 @Injectable()
 export class EpisodeEndings {
-  private readonly logger = new Logger(EpisodeEndings.name);
+  private readonly logger = new Logger('CycliumEpisodes');
 
   constructor(
     private readonly store: EpisodeStore,
@@ -67,6 +68,7 @@ export class EpisodeEndings {
     });
     if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
     this.telemetry.emit('episode.completed', { ...describeEpisode(episode), status });
+    this.logger.debug(`${episodeLabel(episode)} ended ${status}`);
     const proposals = result.outputs ?? [];
     if (won.length < proposals.length) won.push(...(await this.reclaimed(episode, proposals, won)));
     if (won.length > 0) await this.outputs.deliver(won, sentAt);
@@ -86,7 +88,7 @@ export class EpisodeEndings {
   async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown): Promise<void> {
     // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
     if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
-      this.abandon(episode, cause.message);
+      this.abandon(episode, cause);
       return;
     }
     const [status, errorClass, detail] = classify(cause);
@@ -98,23 +100,52 @@ export class EpisodeEndings {
         throw error;
       });
     if (recorded instanceof EpisodeWriteUnavailableError) {
-      this.abandon(episode, recorded.message);
+      this.abandon(episode, recorded);
       return;
     }
     if (recorded === null) {
-      this.logger.warn(`episode ${episode.id} aborted: claim lost before its outcome was recorded`);
-      this.telemetry.emit('episode.aborted', { ...describeEpisode(episode), reason: 'claim lost before the outcome was recorded' });
+      this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its outcome was recorded');
       return;
     }
-    if (DECIDED.has(errorClass)) {
-      this.logger.warn(`episode ${episode.id} (${episode.actorId}.${episode.expectationId}) failed as ${errorClass}: ${detail.split('\n')[0]}`);
+    if (status === 'canceled') {
+      this.logger.debug(`${episodeLabel(episode)} ended canceled`);
+    } else {
+      const lines = failureLines(episode, errorClass, cause, DECIDED.has(errorClass));
+      this.logger.warn(lines.warn);
+      if (lines.debug) this.logger.debug(lines.debug);
     }
     this.telemetry.emit(event, { ...describeEpisode(episode), errorClass });
   }
 
-  private abandon(episode: EpisodeRow, reason: string): void {
-    this.logger.warn(`episode ${episode.id} aborted, writing nothing more: ${reason}`);
+  /**
+   * A run that lost its claim, or whose own writes met a database fault, ends here writing nothing.
+   * A claim the database no longer shows as ours says nothing of who has it: the episode row does
+   * (read after the fact, so its answer is only what is known now), and the line says that rather
+   * than blaming another node for a lease that simply ran out.
+   */
+  private abandon(episode: EpisodeRow, cause: ClaimLostError | EpisodeWriteUnavailableError, when = ''): void {
+    const reason = when ? `${cause.message} (${when})` : cause.message;
     this.telemetry.emit('episode.aborted', { ...describeEpisode(episode), reason });
+    const line = `${episodeLabel(episode)} aborted, writing nothing more: ${reason}`;
+    if (!(cause instanceof ClaimLostError) || cause.reason !== 'not_owner') {
+      this.logger.warn(line);
+      return;
+    }
+    this.store
+      .get(episode.id)
+      .then((row) => this.logger.warn(`${line}; ${this.lossFound(row)}`))
+      .catch(() => this.logger.warn(line));
+  }
+
+  private lossFound(row: EpisodeRow | null): string {
+    const me = this.identity.name();
+    if (!row) return 'the episode row is gone';
+    if (['done', 'partially_failed', 'failed', 'canceled'].includes(row.status)) {
+      const where = row.ownerNode && row.ownerNode !== me ? ` on node ${row.ownerNode}` : '';
+      return `the episode has since ended ${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''}${where}`;
+    }
+    if (row.ownerNode !== me) return `node ${row.ownerNode ?? 'unknown'} has taken it over (${row.status})`;
+    return 'its lease ran out before a renewal reached the database, and no node has taken it over yet: recovery restarts it once it is stale';
   }
 
   private lifecycle(type: LifecycleEventType, episode: EpisodeRow, status: EpisodeStatus, extra = {}) {

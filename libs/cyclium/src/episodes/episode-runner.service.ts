@@ -20,6 +20,7 @@ import { EpisodeQueue } from './episode-queue.js';
 import { EpisodeStore, RESUME_START, toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
 import { EpisodeEndings, describeEpisode } from './episode-endings.service.js';
+import { episodeLabel } from './episode-log-lines.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { RunningEpisode } from './running-episode.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
@@ -51,7 +52,7 @@ export interface RunOptions {
  */
 @Injectable()
 export class EpisodeRunner implements OnModuleInit {
-  private readonly logger = new Logger(EpisodeRunner.name);
+  private readonly logger = new Logger('CycliumEpisodes');
   private readonly running = new Map<string, RunningEpisode>();
   /** Stamped by the drain: whatever these runs hit from now on, they record nothing. */
   private readonly interrupted = new Set<string>();
@@ -207,6 +208,8 @@ export class EpisodeRunner implements OnModuleInit {
         });
       }
       this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', describeEpisode(episode));
+      const fence = `fence ${ownership.fence ?? 'none'}`;
+      this.logger.debug(`${episodeLabel(episode)} ${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`);
       context.throwIfAborted();
       let result: Convergence | undefined;
       try {
@@ -220,7 +223,9 @@ export class EpisodeRunner implements OnModuleInit {
     } catch (error) {
       const cause = context.signal.aborted ? (context.signal.reason as unknown) : error;
       // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
-      if (!(cause instanceof EpisodeInterruptedError) && !this.interrupted.has(episode.id)) {
+      if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) {
+        this.logger.debug(`${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`);
+      } else {
         await this.endings
           .settle(episode, ownership, scope, cause)
           .catch((e: unknown) => this.logger.error(`could not record the end of episode ${episode.id}: ${errorMessage(e)}`));

@@ -37,7 +37,7 @@ export interface WriteScope {
  */
 @Injectable()
 export class OwnedWrites {
-  private readonly logger = new Logger(OwnedWrites.name);
+  private readonly logger = new Logger('CycliumEpisodes');
 
   constructor(
     private readonly steps: StepWrites,

@@ -17,7 +17,7 @@ const id = (key: string, fence: number | null) => `${fence}\u0000${key}`;
  */
 @Injectable()
 export class LeaseRenewer implements OnApplicationBootstrap {
-  private readonly logger = new Logger(LeaseRenewer.name);
+  private readonly logger = new Logger('CycliumClaims');
   private readonly outage = new OutageLog(this.logger, 'claim renewal');
   private readonly holds = new Map<string, ClaimHold>();
   private timer: NodeJS.Timeout | undefined;

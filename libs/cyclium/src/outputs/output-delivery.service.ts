@@ -25,7 +25,7 @@ type Outcome = { ok: true; ref: unknown } | { ok: false; error: unknown };
  */
 @Injectable()
 export class OutputDelivery {
-  private readonly logger = new Logger('Outputs');
+  private readonly logger = new Logger('CycliumOutputs');
   private readonly inFlight = new Set<{ controller: AbortController; done: Promise<void> }>();
   private draining = false;
   private drained = false;

@@ -5,6 +5,7 @@ import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { errorMessage } from '../sql/database-errors.js';
 import { EpisodeInterruptedError } from '../episodes/episode-errors.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
+import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -33,7 +34,7 @@ export interface DrainResult {
  */
 @Injectable()
 export class Drainer {
-  private readonly logger = new Logger(Drainer.name);
+  private readonly logger = new Logger('CycliumRecovery');
   private draining: Promise<DrainResult> | undefined;
 
   constructor(
@@ -71,6 +72,8 @@ export class Drainer {
       const keys = [...running.map((r) => r.claimKey), ...waiting.map((w) => claimKeyOf(w.episode))];
       await this.attempt('release their claims', () => this.claims.releaseAll(keys, me), 0);
     }
+    this.logger.log(this.summary(running.length, waiting.length, stamped.length));
+    for (const { episode } of [...running, ...waiting]) this.logger.debug(`draining: ${episodeLabel(episode)} stamped interrupted; a peer restarts it`);
     for (const restart of waiting) restart.hold.release();
     for (const episode of running) episode.stop(new EpisodeInterruptedError(episode.episode.id));
     for (const episode of running) {
@@ -88,6 +91,14 @@ export class Drainer {
       this.logger.warn(`${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to be killed with the process (already stamped)`);
     this.telemetry.emit('drain.completed', { stamped: stamped.length, killed });
     return { stamped: stamped.length, killed };
+  }
+
+  /** The drain's one info line: what this node gave up, so its log says where its work went. */
+  private summary(running: number, waiting: number, stamped: number): string {
+    if (running + waiting === 0) return 'draining: no episode was running here';
+    const handed = `draining: ${running} running episode(s) interrupted${waiting > 0 ? ` and ${waiting} waiting restart(s) given back` : ''}`;
+    const missed = running + waiting - stamped;
+    return `${handed}; peers restart them from their last checkpoints${missed > 0 ? ` (${missed} not stamped: they wait to go stale)` : ''}`;
   }
 
   private async attempt<T>(what: string, statement: () => Promise<T>, fallback: T): Promise<T> {

@@ -10,6 +10,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
+import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
 import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -42,7 +43,7 @@ type Outcome =
  */
 @Injectable()
 export class EpisodeTakeover {
-  private readonly logger = new Logger('Recovery');
+  private readonly logger = new Logger('CycliumRecovery');
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -130,22 +131,26 @@ export class EpisodeTakeover {
     if (outcome.kind === 'deferred') {
       outcome.announce();
       this.logger.log(
-        `deferred the restart of episode ${candidate.id} (${candidate.actorId}.${candidate.expectationId}) from ${from} to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
+        `recovery: deferred the restart of ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}) to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
       );
       return 'deferred';
     }
     if (outcome.kind === 'failed') {
       outcome.announce();
-      this.logger.warn(`episode ${outcome.episode.id} (${outcome.episode.actorId}.${outcome.episode.expectationId}) failed as ${outcome.detail}`);
+      this.logger.warn(`recovery: ${episodeLabel(outcome.episode)} failed as ${outcome.detail}`);
       this.telemetry.emit('episode.failed', { ...this.describe(outcome.episode), errorClass: 'orphaned' });
       return 'failed';
     }
-    const why = candidate.phase === 'interrupted' ? 'interrupted by a drain' : 'its journal went quiet';
+    const fence = outcome.grant.status === 'acquired' ? `fence ${outcome.grant.claim.fence}` : 'no claim';
     this.logger.log(
-      `restarting episode ${candidate.id} (${candidate.actorId}.${candidate.expectationId}) from ${from} (${why}): attempt ${attempt} of ${candidate.maxAttempts}`,
+      `recovery: took over ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}), ${fence}: restarting, attempt ${attempt} of ${candidate.maxAttempts}`,
     );
     this.slots.resume(outcome.episode, outcome.grant);
     return 'restarted';
+  }
+
+  private why(candidate: EpisodeRow): string {
+    return candidate.phase === 'interrupted' ? 'interrupted by a drain' : 'its journal went quiet';
   }
 
   private describe(episode: EpisodeRow) {

@@ -5,9 +5,13 @@ import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
+import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateScope } from '../episodes/episode-recovery-store.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+
+/** One line per failed episode up to this many per actor and sweep, then one line with the rest's count. */
+const LINES_PER_ACTOR = 20;
 
 /**
  * Ends the episodes no node will ever run: running or queued episodes of an actor that no live
@@ -18,7 +22,7 @@ import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
  */
 @Injectable()
 export class NotHostedEpisodes {
-  private readonly logger = new Logger('Recovery');
+  private readonly logger = new Logger('CycliumRecovery');
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -62,7 +66,13 @@ export class NotHostedEpisodes {
       });
       batch.announce();
       for (const episode of batch.episodes) {
-        byActor.set(episode.actorId, (byActor.get(episode.actorId) ?? 0) + 1);
+        const count = (byActor.get(episode.actorId) ?? 0) + 1;
+        byActor.set(episode.actorId, count);
+        if (count <= LINES_PER_ACTOR) {
+          this.logger.warn(
+            `recovery: ${episodeLabel(episode)} failed as not_hosted: no live node of its stack and env has declared the actor for ${graceMs} ms`,
+          );
+        }
         this.telemetry.emit('episode.failed', {
           episodeId: episode.id,
           actorId: episode.actorId,
@@ -74,7 +84,9 @@ export class NotHostedEpisodes {
       if (batch.episodes.length < RECOVERY_PAGE || performance.now() > deadline) break;
     }
     for (const [actor, count] of byActor) {
-      this.logger.warn(`failed ${count} episode(s) of actor ${actor} as not_hosted: no live node of their stack and env has declared it for ${graceMs} ms`);
+      if (count > LINES_PER_ACTOR) {
+        this.logger.warn(`recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ${LINES_PER_ACTOR} named above`);
+      }
     }
     return failed;
   }

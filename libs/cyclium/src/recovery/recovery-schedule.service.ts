@@ -14,7 +14,7 @@ import { Recovery } from './recovery.service.js';
  */
 @Injectable()
 export class RecoverySchedule implements OnApplicationBootstrap {
-  private readonly logger = new Logger(Recovery.name);
+  private readonly logger = new Logger('CycliumRecovery');
   private readonly sweepOutage = new OutageLog(this.logger, 'recovery sweep');
   private readonly reconcileOutage = new OutageLog(this.logger, 'workflow reconciliation');
   private timer: NodeJS.Timeout | undefined;

@@ -3,8 +3,9 @@ import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorSlots } from '../dispatch/actor-slots.service.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { errorMessage } from '../sql/database-errors.js';
+import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
+import { episodeLabel, firstLine } from '../episodes/episode-log-lines.js';
 import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateCursor } from '../episodes/episode-recovery-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -36,7 +37,7 @@ function shuffle<T>(items: T[]): T[] {
  */
 @Injectable()
 export class RecoverySweep {
-  private readonly logger = new Logger('Recovery');
+  private readonly logger = new Logger('CycliumRecovery');
 
   constructor(
     private readonly store: EpisodeRecoveryStore,
@@ -89,7 +90,9 @@ export class RecoverySweep {
           if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred') result[outcome]++;
           else skip(outcome);
         } catch (error) {
-          this.logger.warn(`recovery of episode ${candidate.id} failed: ${errorMessage(error)}`);
+          // The database away: every other candidate would fail the same way; the schedule logs the outage once.
+          if (isDatabaseUnavailable(error)) throw error;
+          this.logger.warn(`recovery: could not take over ${episodeLabel(candidate)}: ${firstLine(errorMessage(error))}; the next sweep tries again`);
           skip('error');
         }
       }
@@ -102,7 +105,7 @@ export class RecoverySweep {
         skip('taken');
         continue;
       }
-      this.logger.log(`adopted queued episode ${episode.id} (${episode.actorId}) from ${episode.ownerNode ?? 'no node'}, which is gone`);
+      this.logger.log(`recovery: adopted queued ${episodeLabel(episode)} from ${episode.ownerNode ?? 'no node'}, which is gone: it runs here`);
       this.slots.noteQueued(adopted.actorId);
       result.restarted++;
     }

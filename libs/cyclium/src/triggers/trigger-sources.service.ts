@@ -43,7 +43,7 @@ function describeTrigger(trigger: EpisodeTrigger): string {
  */
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
-  private readonly logger = new Logger('ActorHost');
+  private readonly logger = new Logger('CycliumDispatch');
   private readonly unsubscribes: Array<() => void> = [];
   private readonly timers = new TimerTriggers((expectation, bucket) => this.fireSchedule(expectation, bucket));
   private readonly windows = new EventWindows();

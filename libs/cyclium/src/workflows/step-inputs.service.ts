@@ -19,7 +19,7 @@ export interface InstanceContext {
 /** Builds step episodes' inputs with the host's `@WorkflowStep` methods, on the node that advances. */
 @Injectable()
 export class StepInputs {
-  private readonly logger = new Logger('WorkflowEngine');
+  private readonly logger = new Logger('CycliumWorkflows');
 
   constructor(private readonly episodes: EpisodeStore) {}
 

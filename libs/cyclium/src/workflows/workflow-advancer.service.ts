@@ -43,7 +43,7 @@ export function instanceClaimKey(id: string): string {
  */
 @Injectable()
 export class WorkflowAdvancer {
-  private readonly logger = new Logger('WorkflowEngine');
+  private readonly logger = new Logger('CycliumWorkflows');
   private readonly wakes = new Set<NodeJS.Timeout>();
 
   constructor(

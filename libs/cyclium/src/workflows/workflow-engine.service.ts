@@ -43,7 +43,7 @@ const pause = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  */
 @Injectable()
 export class WorkflowEngine implements OnApplicationBootstrap {
-  private readonly logger = new Logger(WorkflowEngine.name);
+  private readonly logger = new Logger('CycliumWorkflows');
   private readonly outage = new OutageLog(this.logger, 'advancing workflows');
   private readonly unsubscribes: Array<() => void> = [];
   /** One advance at a time per instance on this node, so the node never races itself. */

@@ -43,7 +43,7 @@ const EVENT_OF: Record<string, LifecycleEventType> = {
  */
 @Injectable()
 export class WorkflowReconciler {
-  private readonly logger = new Logger('Recovery');
+  private readonly logger = new Logger('CycliumRecovery');
 
   constructor(
     private readonly instances: WorkflowInstanceStore,
