@@ -3,10 +3,13 @@
 'use strict';
 
 (function () {
-  const BASE = location.pathname.replace(/\/(index\.html)?$/, '');
+  // The server writes a <base> naming the mount path; without one, the page's own path is the mount.
+  const mount = document.querySelector('base') ? new URL(document.baseURI).pathname : location.pathname;
+  const BASE = mount.replace(/\/(index\.html)?$/, '');
   const POLL_MS = 2000;
   const CANCELLABLE = ['queued', 'deferred', 'running', 'blocked'];
   const RETRYABLE = ['failed', 'partially_failed'];
+  const CANCEL_SAYS = { canceled: 'canceled', requested: 'cancel requested: it stops at its next step', finished: 'already finished' };
 
   const state = {
     live: true,
@@ -153,7 +156,7 @@
   // --- header: this node ------------------------------------------------------------------------
 
   function renderNode(node) {
-    $('node-identity').textContent = node.identity;
+    $('node-identity').textContent = node.identity ?? node.nodeIdentity;
     $('node-scope').textContent = scope(node.stack, node.env);
     const mode = $('node-mode');
     mode.textContent = node.mode;
@@ -318,15 +321,13 @@
     const result = $('action-result');
     try {
       const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, { method: 'POST' });
-      if (verb === 'cancel') {
-        const said = { canceled: 'canceled', requested: 'cancel requested: it stops at its next step', finished: 'already finished' };
-        result.textContent = said[answer.result] || answer.result;
-      } else {
-        result.replaceChildren(
-          'new episode ',
-          el('a', { href: '#', 'data-testid': 'retry-new-episode', onclick: (ev) => (ev.preventDefault(), openEpisode(answer.episode.id)) }, answer.episode.id),
-          ` (${answer.episode.status}), dedupe key ${answer.dedupeKey}`,
-        );
+      if (verb === 'cancel') result.textContent = CANCEL_SAYS[answer.result] || answer.result;
+      // No episode yet when the retry waits (a deferred trigger request, say): its dedupe key still finds it.
+      else if (!answer.episode) result.textContent = `retry ${answer.dispatch || 'accepted'}, dedupe key ${answer.dedupeKey}`;
+      else {
+        const open = (ev) => (ev.preventDefault(), openEpisode(answer.episode.id));
+        const link = el('a', { href: '#', 'data-testid': 'retry-new-episode', onclick: open }, answer.episode.id);
+        result.replaceChildren('new episode ', link, ` (${answer.episode.status}), dedupe key ${answer.dedupeKey}`);
       }
       clearProblem();
       await refresh();

@@ -1,0 +1,150 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import chromium from '@sparticuz/chromium';
+import { mkdir } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import { useDatabase } from './support/database.js';
+import { startDemoNode, type DemoNode } from './support/demo-node.js';
+import { waitFor } from './support/wait-for.js';
+
+const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
+
+interface Episode {
+  id: string;
+  status: string;
+  dedupeKey: string;
+}
+
+/**
+ * The operations page of a real demo node, driven in headless Chromium (shipped inside
+ * @sparticuz/chromium, so `npm install` alone brings it). Every check reads the page as an operator
+ * would: rows appear by the page's own live refresh, never by a reload.
+ */
+describe('the operations page in a browser', () => {
+  const database = useDatabase();
+  let node: DemoNode;
+  let browser: Browser | undefined;
+  let page: Page;
+  const pageErrors: string[] = [];
+
+  const ops = <T>(path: string) => node.get<T>(`/ops/api${path}`);
+  const publish = async (type: string, payload: object): Promise<string> => {
+    const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ type, payload }),
+    });
+    expect(response.status).toBe(202);
+    return ((await response.json()) as { eventId: string }).eventId;
+  };
+  /** The one episode an event caused, found through the API (POST /events answers before it exists). */
+  const episodeOf = (eventId: string) =>
+    waitFor(`the episode of event ${eventId}`, async () => (await ops<{ items: Episode[] }>(`/episodes?eventId=${encodeURIComponent(eventId)}`)).items[0]);
+  const row = (id: string) => page.locator(`[data-testid="episode-row"][data-episode-id="${id}"]`);
+  const text = async (testid: string) => ((await page.getByTestId(testid).textContent()) ?? '').trim();
+  const pageShows = (what: string, probe: () => Promise<boolean>) => waitFor(what, probe, 15_000, 100);
+
+  beforeAll(async () => {
+    const launching = chromium.executablePath().then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
+    // Whichever of the two fails, the other is still closed in afterAll.
+    const [started, launched] = await Promise.allSettled([startDemoNode(database.url, { CYCLIUM_NODE_ID: 'ops-1', DEMO_JITTER_MS: '0' }), launching]);
+    if (started.status === 'fulfilled') node = started.value;
+    if (launched.status === 'fulfilled') browser = launched.value;
+    if (started.status === 'rejected') throw started.reason;
+    if (launched.status === 'rejected') throw launched.reason;
+    page = await launched.value.newPage({ viewport: { width: 1400, height: 1100 } });
+    page.on('pageerror', (error) => pageErrors.push(error.message));
+    await page.goto(`http://127.0.0.1:${node.port}/ops`);
+  });
+
+  afterAll(async () => {
+    try {
+      if (page) {
+        await mkdir(OUTPUT, { recursive: true });
+        await page.screenshot({ path: `${OUTPUT}ops-page.png`, fullPage: true });
+      }
+    } finally {
+      await browser?.close();
+      await node?.stop('SIGTERM');
+    }
+  });
+
+  it("shows the node it is on, its mode, and the cluster's nodes", async () => {
+    await pageShows('the header to name the node', async () => (await text('node-identity')) === 'ops-1');
+    expect(await text('node-mode')).toBe('full');
+    const nodeRow = page.locator('[data-testid="node-row"][data-identity="ops-1"]');
+    await nodeRow.waitFor({ timeout: 15_000 });
+    expect(await nodeRow.textContent()).toContain('live');
+  });
+
+  it('shows an episode after POST /events by its live refresh, and opens its journal', async () => {
+    const eventId = await publish('resource.updated', { resource: 'db-7', usage: 97, limit: 90 });
+    const episode = await episodeOf(eventId);
+    await row(episode.id).waitFor({ timeout: 15_000 });
+    await pageShows('the episode to show done', async () => (await row(episode.id).getAttribute('data-status')) === 'done');
+
+    await row(episode.id).click();
+    await page.getByTestId('episode-detail').waitFor({ state: 'visible' });
+    expect(await text('detail-id')).toBe(episode.id);
+    expect(await text('detail-status')).toBe('done');
+    const steps = page.locator('[data-testid="step-row"]');
+    await pageShows('the journal to list the step', async () => (await steps.count()) > 0);
+    expect(await steps.first().textContent()).toContain('evaluate');
+    expect(await page.getByTestId('detail-findings').textContent()).toContain('limit_breach:db-7');
+    // A finished episode offers neither action.
+    expect(await page.getByTestId('cancel-button').isVisible()).toBe(false);
+    expect(await page.getByTestId('retry-button').isVisible()).toBe(false);
+  });
+
+  it('cancels a running rebalancer from the page and shows it end canceled', async () => {
+    const eventId = await publish('resource.rebalance_once', { resource: 'rack-3', stepMs: 3_000 });
+    const episode = await episodeOf(eventId);
+    await pageShows('the rebalancer to show running', async () => (await row(episode.id).getAttribute('data-status')) === 'running');
+    await row(episode.id).click();
+    await pageShows('the detail to offer Cancel', async () => (await text('detail-id')) === episode.id && page.getByTestId('cancel-button').isVisible());
+
+    await page.getByTestId('cancel-button').click();
+    await pageShows('the cancel to be acknowledged', async () => /cancel requested|canceled/.test(await text('action-result')));
+    await pageShows('the detail to show canceled', async () => (await text('detail-status')) === 'canceled');
+    await pageShows('the table to show canceled', async () => (await row(episode.id).getAttribute('data-status')) === 'canceled');
+    expect(await page.getByTestId('cancel-button').isVisible()).toBe(false);
+    expect((await ops<{ episode: Episode }>(`/episodes/${episode.id}`)).episode.status).toBe('canceled');
+  });
+
+  it('retries a failed episode from the page: a new episode, whose steps start over', async () => {
+    const eventId = await publish('resource.rebalance_once', { resource: 'rack-9', stepMs: 10, failAtStep: 2 });
+    const failed = await episodeOf(eventId);
+    await pageShows('the episode to show failed', async () => (await row(failed.id).getAttribute('data-status')) === 'failed');
+    await row(failed.id).click();
+    await pageShows('the detail to offer Retry', async () => (await text('detail-id')) === failed.id && page.getByTestId('retry-button').isVisible());
+    expect(await text('detail-error')).toContain('failed on purpose');
+    expect(await text('retry-note')).toBe('starts a new episode; its steps run again from the first');
+
+    await page.getByTestId('retry-button').click();
+    const link = page.getByTestId('retry-new-episode');
+    await link.waitFor({ timeout: 15_000 });
+    const retriedId = ((await link.textContent()) ?? '').trim();
+    expect(retriedId).not.toBe(failed.id);
+    await row(retriedId).waitFor({ timeout: 15_000 });
+
+    const retried = await ops<{ episode: Episode & { actorId: string }; steps: { stepNo: number; name: string }[] }>(`/episodes/${retriedId}`);
+    expect(retried.episode).toMatchObject({ actorId: 'resource_rebalancer', dedupeKey: `${failed.dedupeKey}:retry:1` });
+    await link.click();
+    await pageShows('the detail to show the new episode', async () => (await text('detail-id')) === retriedId);
+    await pageShows(
+      'the new episode to journal its first step again',
+      async () => (await page.locator('[data-testid="step-row"]').first().textContent())?.includes('plan') ?? false,
+    );
+  });
+
+  it("switches the node's mode from the page and sees it reported, then back to full", async () => {
+    for (const mode of ['trigger_only', 'full']) {
+      await page.getByTestId('mode-select').selectOption(mode);
+      await page.getByTestId('mode-apply').click();
+      await pageShows(`the header to report ${mode}`, async () => (await text('node-mode')) === mode);
+      expect(await ops<{ mode: string }>('/mode')).toMatchObject({ mode });
+      expect(await ops<{ mode: string }>('/node')).toMatchObject({ mode });
+    }
+    expect(pageErrors).toEqual([]);
+  });
+});
