@@ -53,6 +53,8 @@ describe('the operations page in a browser', () => {
     if (started.status === 'rejected') throw started.reason;
     if (launched.status === 'rejected') throw launched.reason;
     page = await launched.value.newPage({ viewport: { width: 1400, height: 1100 } });
+    // Each wait below has its own deadline; a missing element fails as fast as they do.
+    page.setDefaultTimeout(15_000);
     page.on('pageerror', (error) => pageErrors.push(error.message));
     await page.goto(`http://127.0.0.1:${node.port}/ops`);
   });
