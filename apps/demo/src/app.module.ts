@@ -5,6 +5,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, cycliumOptionsFromEnv } from '@cyclium/nestjs';
 import { cycliumEntities } from '@cyclium/nestjs/entities';
 import { CycliumHealthIndicator } from '@cyclium/nestjs/health';
+import { CycliumOpsModule } from '@cyclium/nestjs/ops';
 import { AdvisorSummaryAdapter } from './actors/advisor-summary.adapter.js';
 import { RebalanceReportAdapter } from './actors/rebalance-report.adapter.js';
 import { ResourceAdvisorActor } from './actors/resource-advisor.actor.js';
@@ -16,6 +17,7 @@ import { EventsController } from './events/events.controller.js';
 import { HealthController } from './health/health.controller.js';
 import { ModeController } from './mode/mode.controller.js';
 import { NodeController } from './node/node.controller.js';
+import { LoopbackOnlyGuard } from './ops/loopback-only.guard.js';
 import { ResourceReviewWorkflow } from './workflows/resource-review.workflow.js';
 import { WorkflowsController } from './workflows/workflows.controller.js';
 
@@ -32,6 +34,8 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
     ScheduleModule.forRoot(),
     TerminusModule,
     CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
+    // The operations page and its API at /ops, for this machine only.
+    CycliumOpsModule.forRoot({ path: 'ops', guard: LoopbackOnlyGuard }),
   ],
   controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController],
   providers: [

@@ -48,6 +48,9 @@ import { Env } from './scope/env.service.js';
 import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
 import { CycliumStatus } from './health/cyclium-status.service.js';
+import { ClusterStatusReader } from './health/cluster-status.service.js';
+import { SweepRecords } from './cluster/sweep-records.js';
+import { EpisodeRetry } from './dispatch/episode-retry.service.js';
 import { DeferredRunner } from './dispatch/deferred-runner.service.js';
 import { Dispatcher } from './dispatch/dispatcher.service.js';
 import { Mode } from './dispatch/mode.service.js';
@@ -119,6 +122,9 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     Drainer,
     CycliumShutdown,
     CycliumStatus,
+    ClusterStatusReader,
+    SweepRecords,
+    EpisodeRetry,
     Mode,
     Dispatcher,
     DeferredRunner,

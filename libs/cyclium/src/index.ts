@@ -37,6 +37,7 @@ export {
   type ReadinessCheck,
   type StatusSnapshot,
 } from './health/cyclium-status.service.js';
+export type { ClusterNode, ClusterStatus, ClusterStatusOptions, EpisodeCount } from './health/cluster-status.service.js';
 
 // Work claims.
 export { WorkClaims, type WorkClaimsAcquireOptions } from './leases/work-claims.service.js';
@@ -53,6 +54,7 @@ export type { DispatchResult } from './dispatch/dispatch-result.js';
 export { Mode, type ModeStatus } from './dispatch/mode.service.js';
 export { TriggerRequests } from './dispatch/trigger-requests.service.js';
 export { Episodes, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './dispatch/episodes.service.js';
+export type { RetryResult } from './dispatch/episode-retry.service.js';
 export type { EpisodeStatus } from './entities/episode.entity.js';
 export type { Convergence, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episodes/episode-context.interface.js';
 export { EpisodeWriteUnavailableError, InvalidListQueryError, InvalidTriggerError, StepResultError } from './episodes/episode-errors.js';

@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Dispatcher } from './dispatcher.service.js';
+import { EpisodeRetry, type RetryResult } from './episode-retry.service.js';
 import type { DispatchResult } from './dispatch-result.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
@@ -51,6 +52,12 @@ export interface CreateEpisode {
 export interface ListEpisodes {
   actorId?: string;
   status?: EpisodeStatus;
+  /** Only this stack's episodes; `null`: those stamped with no stack. Default: every stack. */
+  sourceStack?: string | null;
+  /** Only this env's episodes; `null`: the default env's. Default: every env. */
+  sourceEnv?: string | null;
+  /** Only the episodes this bus event started (the id `Bus.publish` returned). */
+  eventId?: string;
   /** Default 50, at most 500. */
   limit?: number;
   /** `nextCursor` of the previous page. */
@@ -72,6 +79,7 @@ export class Episodes {
     private readonly identity: NodeIdentity,
     private readonly runner: EpisodeRunner,
     private readonly events: EventOutbox,
+    private readonly retries: EpisodeRetry,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -141,7 +149,7 @@ export class Episodes {
     const after = query.cursor ? decodeCursor(query.cursor) : undefined;
     let rows: Awaited<ReturnType<EpisodeStore['page']>>;
     try {
-      rows = await this.store.page({ actorId: query.actorId, status: query.status, limit, after });
+      rows = await this.store.page({ ...query, limit, after });
     } catch (error) {
       // Only the cursor's timestamp is left for PostgreSQL to refuse (class 22, data exception).
       if (after && errorCode(error)?.startsWith('22')) throw invalidCursor(query.cursor as string);
@@ -171,6 +179,15 @@ export class Episodes {
     if (!requested) return (await this.store.get(id)) ? 'finished' : 'not_found';
     this.events.announce(CANCEL_EVENT, { episodeId: id });
     return 'requested';
+  }
+
+  /**
+   * Runs a `failed` (or `partially_failed`) episode again as a new episode of the same expectation
+   * and trigger, under the old dedupe key plus `:retry:<n>`. Its steps start over from the first.
+   * The actor must be declared on this node.
+   */
+  retry(id: string): Promise<RetryResult> {
+    return this.retries.retry(id);
   }
 }
 

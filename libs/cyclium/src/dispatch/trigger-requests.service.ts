@@ -188,4 +188,13 @@ export class TriggerRequests {
     const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`, [episodeId]);
     return rows.map(toRequest);
   }
+
+  /** The newest requests, optionally of one status: the operations page's list. */
+  async recent(status: CycliumTriggerRequest['status'] | undefined, limit: number): Promise<CycliumTriggerRequest[]> {
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_trigger_requests WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
+      [status ?? null, limit],
+    );
+    return rows.map(toRequest);
+  }
 }

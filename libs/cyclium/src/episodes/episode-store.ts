@@ -28,6 +28,10 @@ export interface SeedEpisode {
 export interface EpisodePage {
   actorId?: string;
   status?: EpisodeStatus;
+  /** Undefined: any; null: rows with none. */
+  sourceStack?: string | null;
+  sourceEnv?: string | null;
+  eventId?: string;
   limit: number;
   /** `[inserted_at as the database prints it, id]` of the last row of the previous page. */
   after?: [string, string];
@@ -191,9 +195,22 @@ export class EpisodeStore {
       `SELECT *, inserted_at::text AS cursor_at FROM cyclium_episodes
         WHERE ($1::text IS NULL OR actor_id = $1) AND ($2::text IS NULL OR status = $2)
           AND ($3::timestamptz IS NULL OR (inserted_at, id) < ($3::timestamptz, $4::uuid))
+          AND (NOT $6::boolean OR source_stack IS NOT DISTINCT FROM $7) AND (NOT $8::boolean OR source_env IS NOT DISTINCT FROM $9)
+          AND ($10::text IS NULL OR (trigger_type = 'event' AND trigger_ref ->> 'eventId' = $10))
         ORDER BY inserted_at DESC, id DESC
         LIMIT $5`,
-      [query.actorId ?? null, query.status ?? null, afterAt, afterId, query.limit + 1],
+      [
+        query.actorId ?? null,
+        query.status ?? null,
+        afterAt,
+        afterId,
+        query.limit + 1,
+        query.sourceStack !== undefined,
+        query.sourceStack ?? null,
+        query.sourceEnv !== undefined,
+        query.sourceEnv ?? null,
+        query.eventId ?? null,
+      ],
     );
     return rows.map((r: Record<string, unknown>) => ({ episode: toEpisode(r), cursorAt: r.cursor_at as string }));
   }

@@ -45,6 +45,15 @@ export class Findings {
     return rows.map(toFinding);
   }
 
+  /** The findings an episode raised or cleared, oldest first (the operations page's episode view). */
+  async forEpisode(episodeId: string): Promise<CycliumFinding[]> {
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_findings WHERE raised_by_episode_id = $1 OR cleared_by_episode_id = $1 ORDER BY raised_at, id LIMIT 500`,
+      [episodeId],
+    );
+    return rows.map(toFinding);
+  }
+
   /**
    * Applies finding actions on behalf of `episode`, outside its end: they land in the episode's
    * env, whatever this node's (seed 4.3, acting on another env), folded as an end folds them, in

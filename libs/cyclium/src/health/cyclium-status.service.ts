@@ -13,6 +13,7 @@ import type { ReconcileResult } from '../workflows/workflow-reconciler.service.j
 import { Mode } from '../dispatch/mode.service.js';
 import { Recovery } from '../recovery/recovery.service.js';
 import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
+import { ClusterStatusReader, MAX_STATUS_WINDOW_MS, type ClusterStatus, type ClusterStatusOptions } from './cluster-status.service.js';
 
 export interface HealthOptions {
   /** The database must answer `SELECT 1` within this. Default 1 500. */
@@ -88,7 +89,21 @@ export class CycliumStatus {
     private readonly mode: Mode,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+    private readonly clusterReader: ClusterStatusReader,
   ) {}
+
+  /**
+   * Every node and the work in the database, for operators: cheap enough for a few calls a second
+   * (callers within half a second share one statement), at a cost that follows the live work and the
+   * window, not the history. Throws DatabaseUnavailableError-classed errors while the database is away.
+   */
+  cluster(options: ClusterStatusOptions = {}): Promise<ClusterStatus> {
+    const windowMs = options.windowMs ?? 300_000;
+    if (!Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_STATUS_WINDOW_MS) {
+      throw new RangeError(`cluster: windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`);
+    }
+    return this.clusterReader.read(windowMs, 500);
+  }
 
   snapshot(): StatusSnapshot {
     return {

@@ -10,6 +10,7 @@ import { CycliumOutputOutbox1764400000008 } from './1764400000008-cyclium-output
 import { CycliumNodeBootId1764400000009 } from './1764400000009-cyclium-node-boot-id.js';
 import { CycliumScopedRows1764400000010 } from './1764400000010-cyclium-scoped-rows.js';
 import { CycliumRowSignatures1764400000011 } from './1764400000011-cyclium-row-signatures.js';
+import { CycliumOperatorReads1764400000012 } from './1764400000012-cyclium-operator-reads.js';
 
 export {
   CycliumSchema1764400000000,
@@ -24,6 +25,7 @@ export {
   CycliumNodeBootId1764400000009,
   CycliumScopedRows1764400000010,
   CycliumRowSignatures1764400000011,
+  CycliumOperatorReads1764400000012,
 };
 
 export { CYCLIUM_TABLES, cycliumGrants, type CycliumRoles } from './grants.js';
@@ -42,4 +44,5 @@ export const cycliumMigrations = [
   CycliumNodeBootId1764400000009,
   CycliumScopedRows1764400000010,
   CycliumRowSignatures1764400000011,
+  CycliumOperatorReads1764400000012,
 ];

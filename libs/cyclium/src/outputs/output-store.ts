@@ -75,6 +75,14 @@ export interface LostProposals {
 export class OutputStore {
   constructor(private readonly database: CycliumDataSource) {}
 
+  /** One episode's outputs, in the order its end wrote them. */
+  async forEpisode(episodeId: string): Promise<CycliumOutput[]> {
+    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_outputs WHERE episode_id = $1 ORDER BY inserted_at, dedupe_key LIMIT 500`, [
+      episodeId,
+    ]);
+    return rows.map(toOutput);
+  }
+
   /** True when a row of `types` is due; for a statement that runs anyway (the node's beat). */
   static dueFragment(typesRef: string): string {
     return `EXISTS (SELECT 1 FROM cyclium_outputs

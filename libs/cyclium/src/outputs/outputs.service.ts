@@ -9,6 +9,7 @@ import { OutputStore, firstLease } from './output-store.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from './output-proposal.interface.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
+import { isUuid } from '../sql/uuid.js';
 
 export { toOutput } from './output-row.js';
 
@@ -27,6 +28,11 @@ export class Outputs {
     private readonly identity: NodeIdentity,
     private readonly store: OutputStore,
   ) {}
+
+  /** One episode's outputs, in the order its end wrote them (at most 500). */
+  forEpisode(episodeId: string): Promise<CycliumOutput[]> {
+    return isUuid(episodeId) ? this.store.forEpisode(episodeId) : Promise.resolve([]);
+  }
 
   /** The dedupe key of a proposal: explicit keys scoped by env, otherwise derived from the episode. */
   keyOf(episode: CycliumEpisode, proposal: OutputProposal, index: number): string {

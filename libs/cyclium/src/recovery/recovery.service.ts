@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import { SweepRecords } from '../cluster/sweep-records.js';
 import { errorMessage } from '../sql/database-errors.js';
 import { WorkflowReconciler, type ReconcileOptions, type ReconcileResult } from '../workflows/workflow-reconciler.service.js';
 import { RecoverySweep } from './recovery-sweep.service.js';
@@ -18,6 +19,7 @@ export class Recovery {
   constructor(
     private readonly sweeper: RecoverySweep,
     private readonly reconciler: WorkflowReconciler,
+    private readonly records: SweepRecords,
   ) {}
 
   /** Waits for a sweep or reconciliation in flight (the drain calls it, after the schedule stopped). */
@@ -32,10 +34,12 @@ export class Recovery {
       .then(
         (result) => {
           this.last = { at: new Date(), result, error: null };
+          void this.records.record(this.last);
           return result;
         },
         (error: unknown) => {
           this.last = { at: new Date(), result: null, error: errorMessage(error) };
+          void this.records.record(this.last);
           throw error;
         },
       );

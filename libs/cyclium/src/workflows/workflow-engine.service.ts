@@ -124,6 +124,11 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     return isUuid(instanceId) ? this.instances.get(instanceId) : null;
   }
 
+  /** The newest instances, optionally of one status (at most 500). */
+  list(options: { status?: WorkflowInstanceRow['status']; limit?: number } = {}): Promise<WorkflowInstanceRow[]> {
+    return this.instances.recent(options.status, Math.min(Math.max(options.limit ?? 50, 1), 500));
+  }
+
   /** Applies a step episode's terminal event (heard live, or replayed by reconciliation). */
   private heard(event: BusEvent<LifecyclePayload>): void {
     const payload = event.payload;

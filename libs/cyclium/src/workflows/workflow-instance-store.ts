@@ -139,6 +139,15 @@ export class WorkflowInstanceStore {
   }
 
   /** Live instances in scope, oldest first, by keyset pages of `limit` after `afterId`. */
+  /** The newest instances, optionally of one status: the operations page's list. */
+  async recent(status: WorkflowInstanceRow['status'] | undefined, limit: number): Promise<WorkflowInstanceRow[]> {
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_workflow_instances WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
+      [status ?? null, limit],
+    );
+    return rows.map(toInstance);
+  }
+
   async liveInScope(
     scope: InstanceScope,
     limit: number,

@@ -1,0 +1,124 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import type { EpisodeStatus } from '../entities/episode.entity.js';
+import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
+
+export interface ClusterNode {
+  identity: string;
+  stack: string | null;
+  env: string | null;
+  mode: CycliumMode;
+  hostname: string;
+  pid: number;
+  version: string;
+  startedAt: Date;
+  lastSeenAt: Date;
+  /** Beat within `2 × nodeBeatIntervalMs` by the database's clock; a node killed outright turns stale within three beats. */
+  live: boolean;
+  /** Episodes whose row names this node as owner and is `running`. */
+  runningEpisodes: number;
+  /** Work claims this node holds with a lease still in the future. */
+  liveClaims: number;
+  lastSweep: LastSweep | null;
+}
+
+export interface EpisodeCount {
+  actorId: string;
+  status: EpisodeStatus;
+  count: number;
+}
+
+/** The cluster as the database sees it: every node's row, and what is running, waiting and recently finished. */
+export interface ClusterStatus {
+  /** The database's clock when it was read. */
+  at: Date;
+  nodes: ClusterNode[];
+  /** Queued, deferred, running and blocked episodes, by actor and status. */
+  active: EpisodeCount[];
+  /** Episodes that finished within `windowMs`, by actor and terminal status. */
+  finished: { windowMs: number; counts: EpisodeCount[] };
+  triggerRequests: { pending: number; expiredInWindow: number };
+}
+
+export interface ClusterStatusOptions {
+  /** How far back `finished` and `triggerRequests.expiredInWindow` look. Default 300 000 (5 min), at most 86 400 000. */
+  windowMs?: number;
+}
+
+export const MAX_STATUS_WINDOW_MS = 86_400_000;
+
+/**
+ * One statement, every part of it bounded by live work or the window, never by the history: the
+ * active counts read the status index, finished ones an index-only range over `finished_at`, the
+ * requests their (status, inserted_at) index, claims their (state, lease_until) index.
+ */
+export const CLUSTER_STATUS = `
+  WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes WHERE status = 'running' GROUP BY owner_node),
+       claims AS (SELECT owner_node, count(*)::int AS n FROM cyclium_work_claims
+                   WHERE state = 'claimed' AND lease_until > now() GROUP BY owner_node)
+  SELECT now() AS at,
+    coalesce((SELECT json_agg(json_build_object(
+        'identity', n.node_identity, 'stack', n.stack, 'env', n.env, 'mode', n.mode, 'hostname', n.hostname, 'pid', n.pid,
+        'version', n.version, 'startedAt', n.started_at, 'lastSeenAt', n.last_seen_at,
+        'live', n.last_seen_at > now() - make_interval(secs => $1::float8 / 1000),
+        'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep', n.last_sweep)
+        ORDER BY n.node_identity)
+      FROM cyclium_nodes n LEFT JOIN running r ON r.owner_node = n.node_identity LEFT JOIN claims c ON c.owner_node = n.node_identity), '[]') AS nodes,
+    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
+      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes WHERE status IN ('queued', 'deferred', 'running', 'blocked') GROUP BY 1, 2) a), '[]') AS active,
+    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
+      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
+             WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000) GROUP BY 1, 2) f), '[]') AS finished,
+    (SELECT count(*)::int FROM cyclium_trigger_requests WHERE status = 'pending') AS pending,
+    (SELECT count(*)::int FROM cyclium_trigger_requests
+      WHERE status = 'expired' AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired`;
+
+interface Row {
+  at: Date;
+  nodes: Array<Omit<ClusterNode, 'startedAt' | 'lastSeenAt' | 'lastSweep'> & { startedAt: string; lastSeenAt: string; lastSweep: RawSweep | null }>;
+  active: EpisodeCount[];
+  finished: EpisodeCount[];
+  pending: number;
+  expired: number;
+}
+
+type RawSweep = Omit<LastSweep, 'at'> & { at: string };
+
+/** Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one read. */
+@Injectable()
+export class ClusterStatusReader {
+  private cached: { key: number; at: number; read: Promise<ClusterStatus> } | undefined;
+
+  constructor(
+    private readonly database: CycliumDataSource,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
+
+  read(windowMs: number, cacheMs: number): Promise<ClusterStatus> {
+    const now = performance.now();
+    if (this.cached && this.cached.key === windowMs && now - this.cached.at < cacheMs) return this.cached.read;
+    const read = this.query(windowMs);
+    read.catch(() => undefined); // the caller reads the rejection; a later cache hit reads it again
+    this.cached = { key: windowMs, at: now, read };
+    return read;
+  }
+
+  private async query(windowMs: number): Promise<ClusterStatus> {
+    const { rows } = await this.database.sql.query<Row>(CLUSTER_STATUS, [2 * this.options.nodeBeatIntervalMs, windowMs]);
+    const [row] = rows;
+    return {
+      at: row.at,
+      nodes: row.nodes.map((n) => ({
+        ...n,
+        startedAt: new Date(n.startedAt),
+        lastSeenAt: new Date(n.lastSeenAt),
+        lastSweep: n.lastSweep ? { ...n.lastSweep, at: new Date(n.lastSweep.at) } : null,
+      })),
+      active: row.active,
+      finished: { windowMs, counts: row.finished },
+      triggerRequests: { pending: row.pending, expiredInWindow: row.expired },
+    };
+  }
+}

@@ -1,0 +1,75 @@
+import { Body, Controller, Get, HttpCode, NotFoundException, Param, Post, Query, UseFilters, UseGuards, UsePipes } from '@nestjs/common';
+import { Mode } from '../dispatch/mode.service.js';
+import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
+import { CycliumStatus } from '../health/cyclium-status.service.js';
+import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
+import { OpsAccessGuard } from './ops-access.guard.js';
+import { OpsExceptionFilter } from './ops-exception.filter.js';
+import { ClusterQuery, ModeBody, TriggerRequestListQuery, WorkflowIdParam, WorkflowListQuery } from './ops-queries.dto.js';
+import { opsValidation } from './ops-validation.js';
+
+/** The cluster, this node and its mode, trigger requests and workflow instances. */
+@Controller('api')
+@UseGuards(OpsAccessGuard)
+@UseFilters(OpsExceptionFilter)
+@UsePipes(opsValidation())
+export class OpsClusterController {
+  constructor(
+    private readonly status: CycliumStatus,
+    private readonly mode: Mode,
+    private readonly requests: TriggerRequests,
+    private readonly workflows: WorkflowEngine,
+  ) {}
+
+  @Get('cluster')
+  cluster(@Query() query: ClusterQuery) {
+    return this.status.cluster({ windowMs: query.windowMs });
+  }
+
+  @Get('nodes')
+  async nodes() {
+    const { at, nodes } = await this.status.cluster();
+    return { at, nodes };
+  }
+
+  /** This node, from its own memory: answers while the database is away. */
+  @Get('node')
+  node() {
+    const snapshot = this.status.snapshot();
+    return { ...snapshot, modes: this.modes() };
+  }
+
+  @Get('mode')
+  currentMode() {
+    return this.modes();
+  }
+
+  @Post('mode')
+  @HttpCode(200)
+  setMode(@Body() body: ModeBody) {
+    this.mode.set(body.mode);
+    return this.modes();
+  }
+
+  @Get('trigger-requests')
+  async triggerRequests(@Query() query: TriggerRequestListQuery) {
+    return { items: await this.requests.recent(query.status, query.limit ?? 50) };
+  }
+
+  @Get('workflows')
+  async workflowInstances(@Query() query: WorkflowListQuery) {
+    return { items: await this.workflows.list({ status: query.status, limit: query.limit }) };
+  }
+
+  @Get('workflows/:id')
+  async workflowInstance(@Param() { id }: WorkflowIdParam) {
+    const instance = await this.workflows.get(id);
+    if (!instance) throw new NotFoundException(`no workflow instance ${id}`);
+    return instance;
+  }
+
+  private modes() {
+    const { nodeMode, overrides, nodeIdentity } = this.mode.status();
+    return { mode: nodeMode, actorOverrides: overrides, nodeIdentity };
+  }
+}

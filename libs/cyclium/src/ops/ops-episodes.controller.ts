@@ -1,0 +1,77 @@
+import { ConflictException, Controller, Get, HttpCode, NotFoundException, Param, Post, Query, UseFilters, UseGuards, UsePipes } from '@nestjs/common';
+import { Episodes, type CancelResult } from '../dispatch/episodes.service.js';
+import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
+import { Findings } from '../findings/findings.service.js';
+import { Outputs } from '../outputs/outputs.service.js';
+import { OpsAccessGuard } from './ops-access.guard.js';
+import { OpsExceptionFilter } from './ops-exception.filter.js';
+import { EpisodeIdParam, EpisodeListQuery } from './ops-queries.dto.js';
+import { opsValidation } from './ops-validation.js';
+
+/** Episodes for the operations page: list, read one with everything it wrote, cancel, retry. */
+@Controller('api/episodes')
+@UseGuards(OpsAccessGuard)
+@UseFilters(OpsExceptionFilter)
+@UsePipes(opsValidation())
+export class OpsEpisodesController {
+  constructor(
+    private readonly episodes: Episodes,
+    private readonly findings: Findings,
+    private readonly outputs: Outputs,
+    private readonly requests: TriggerRequests,
+  ) {}
+
+  @Get()
+  list(@Query() query: EpisodeListQuery) {
+    return this.episodes.list({
+      actorId: query.actor,
+      status: query.status,
+      sourceStack: query.stack,
+      sourceEnv: query.env,
+      eventId: query.eventId,
+      limit: query.limit,
+      cursor: query.cursor,
+    });
+  }
+
+  @Get(':id')
+  async one(@Param() { id }: EpisodeIdParam) {
+    const episode = await this.episodes.get(id);
+    if (!episode) throw new NotFoundException(`no episode ${id}`);
+    const [steps, findings, outputs, triggerRequests] = await Promise.all([
+      this.episodes.steps(id),
+      this.findings.forEpisode(id),
+      this.outputs.forEpisode(id),
+      this.requests.forEpisode(id),
+    ]);
+    return { episode, steps, findings, outputs, triggerRequests };
+  }
+
+  @Post(':id/cancel')
+  @HttpCode(200)
+  async cancel(@Param() { id }: EpisodeIdParam): Promise<{ result: Exclude<CancelResult, 'not_found'> }> {
+    const result = await this.episodes.cancel(id);
+    if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
+    return { result };
+  }
+
+  @Post(':id/retry')
+  @HttpCode(201)
+  async retry(@Param() { id }: EpisodeIdParam) {
+    const result = await this.episodes.retry(id);
+    switch (result.status) {
+      case 'retried': {
+        const { dispatch, dedupeKey } = result;
+        return { dispatch: dispatch.status, dedupeKey, episode: 'episode' in dispatch ? { id: dispatch.episode.id, status: dispatch.episode.status } : null };
+      }
+      case 'not_found':
+        throw new NotFoundException(`no episode ${id}`);
+      case 'not_failed':
+        throw new ConflictException(`episode ${id} is ${result.current}: only a failed episode can be retried`);
+      case 'not_hosted':
+        throw new ConflictException(`the actor of episode ${id} is not declared on this node: retry it from a node that hosts it`);
+      case 'disabled':
+        throw new ConflictException(`the actor of episode ${id} is disabled on this node: switch the mode before retrying`);
+    }
+  }
+}

@@ -1,0 +1,21 @@
+import type { CanActivate, DynamicModule, ForwardReference, Type } from '@nestjs/common';
+
+export interface CycliumOpsOptions {
+  /** Where the page and its API are mounted, below any global prefix. Default `ops`. */
+  path?: string;
+  /**
+   * Who may see and steer the cluster: the host's guard, as a class (built by Nest, with `imports`
+   * for its dependencies) or an instance. `false` mounts the page unprotected, for a process
+   * reachable only from a trusted network (the demo on 127.0.0.1). There is no default: a page
+   * that cancels work must not be open by accident.
+   */
+  guard: Type<CanActivate> | CanActivate | false;
+  /** Modules the guard class depends on. */
+  imports?: Array<Type<unknown> | DynamicModule | Promise<DynamicModule> | ForwardReference>;
+}
+
+export const CYCLIUM_OPS_OPTIONS = Symbol('CYCLIUM_OPS_OPTIONS');
+export const CYCLIUM_OPS_HOST_GUARD = Symbol('CYCLIUM_OPS_HOST_GUARD');
+
+/** The header every state-changing request carries: a cross-site form or image cannot send it. */
+export const OPS_CSRF_HEADER = 'x-cyclium-ops';

@@ -1,0 +1,93 @@
+import { Type } from 'class-transformer';
+import { IsIn, IsInt, IsOptional, IsString, IsUUID, Length, Max, Min } from 'class-validator';
+import { EPISODE_STATUSES, type EpisodeStatus } from '../entities/episode.entity.js';
+import { MAX_STATUS_WINDOW_MS } from '../health/cluster-status.service.js';
+import type { CycliumMode } from '../options/cyclium-options.interface.js';
+import { MODES } from '../options/options.schema.js';
+
+const TRIGGER_REQUEST_STATUSES = ['pending', 'claimed', 'completed', 'expired', 'failed'] as const;
+const WORKFLOW_STATUSES = ['running', 'blocked', 'done', 'failed', 'canceled'] as const;
+
+/** Query strings arrive as text: a number field is converted first, then checked. */
+const Limit = () => (target: object, key: string) => {
+  Type(() => Number)(target, key);
+  IsInt({ message: `${key} must be a whole number from 1 to 500` })(target, key);
+  Min(1, { message: `${key} must be a whole number from 1 to 500` })(target, key);
+  Max(500, { message: `${key} must be a whole number from 1 to 500` })(target, key);
+};
+
+const Text = (max: number) => (target: object, key: string) => {
+  IsString({ message: `${key} must be text` })(target, key);
+  Length(1, max, { message: `${key} must be 1 to ${max} characters` })(target, key);
+};
+
+export class EpisodeIdParam {
+  @IsUUID('all', { message: 'id must be a UUID' })
+  id!: string;
+}
+
+export class WorkflowIdParam extends EpisodeIdParam {}
+
+export class ClusterQuery {
+  @IsOptional()
+  @Type(() => Number)
+  @IsInt({ message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}` })
+  @Min(1, { message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}` })
+  @Max(MAX_STATUS_WINDOW_MS, { message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}` })
+  windowMs?: number;
+}
+
+export class EpisodeListQuery {
+  @IsOptional()
+  @Text(200)
+  actor?: string;
+
+  @IsOptional()
+  @IsIn(EPISODE_STATUSES, { message: `status must be one of: ${EPISODE_STATUSES.join(', ')}` })
+  status?: EpisodeStatus;
+
+  @IsOptional()
+  @Text(200)
+  stack?: string;
+
+  @IsOptional()
+  @Text(200)
+  env?: string;
+
+  @IsOptional()
+  @Text(200)
+  eventId?: string;
+
+  @IsOptional()
+  @Limit()
+  limit?: number;
+
+  @IsOptional()
+  @Text(400)
+  cursor?: string;
+}
+
+export class TriggerRequestListQuery {
+  @IsOptional()
+  @IsIn(TRIGGER_REQUEST_STATUSES, { message: `status must be one of: ${TRIGGER_REQUEST_STATUSES.join(', ')}` })
+  status?: (typeof TRIGGER_REQUEST_STATUSES)[number];
+
+  @IsOptional()
+  @Limit()
+  limit?: number;
+}
+
+export class WorkflowListQuery {
+  @IsOptional()
+  @IsIn(WORKFLOW_STATUSES, { message: `status must be one of: ${WORKFLOW_STATUSES.join(', ')}` })
+  status?: (typeof WORKFLOW_STATUSES)[number];
+
+  @IsOptional()
+  @Limit()
+  limit?: number;
+}
+
+export class ModeBody {
+  @IsIn(MODES, { message: `mode must be one of: ${MODES.join(', ')}` })
+  mode!: CycliumMode;
+}

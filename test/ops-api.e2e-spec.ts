@@ -1,0 +1,176 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
+import type { DemoNode } from './support/demo-node.js';
+import { FAST_RECOVERY, rebalanceOn, startNode, waitForStatus } from './support/demo-cluster.js';
+import { useDatabase } from './support/database.js';
+import { TcpProxy } from './support/tcp-proxy.js';
+import { waitFor } from './support/wait-for.js';
+
+const CSRF = { 'x-cyclium-ops': '1' };
+
+interface Answer {
+  status: number;
+  body: { message?: string | string[] } & Record<string, unknown>;
+}
+
+const database = useDatabase();
+
+/**
+ * The operations API of a real demo node (mounted at /ops), reaching its database through a proxy
+ * this file can cut: validation names the field, unknown ids are 404, the cluster and the episodes
+ * read true, cancel and retry act, cross-site writes are refused, and a database that is away is a 503.
+ */
+describe('the operations API', () => {
+  let proxy: TcpProxy;
+  let node: DemoNode;
+  let away = false;
+
+  const call = async (method: 'GET' | 'POST', path: string, body?: unknown, headers: Record<string, string> = CSRF): Promise<Answer> => {
+    const response = await fetch(`http://127.0.0.1:${node.port}/ops/api${path}`, {
+      method,
+      headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? (JSON.parse(text) as Answer['body']) : {} };
+  };
+  const ok = async <T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> => {
+    const answer = await call(method, path, body);
+    if (answer.status >= 300) throw new Error(`${method} ${path} → ${answer.status} ${JSON.stringify(answer.body)}`);
+    return answer.body as T;
+  };
+
+  beforeAll(async () => {
+    proxy = await TcpProxy.start({ target: database.url, onClientData: () => (away ? 'drop-and-close' : 'forward') });
+    node = await startNode(proxy.url(database.url), 'ops-1', FAST_RECOVERY);
+  }, 60_000);
+
+  afterAll(async () => {
+    away = false;
+    await node?.stop('SIGKILL');
+    await proxy?.close();
+  });
+
+  it('answers 400 naming the field for every bad query, path id or body', async () => {
+    const cases: Array<[method: 'GET' | 'POST', path: string, body: unknown, field: string]> = [
+      ['GET', '/episodes?status=nope', undefined, 'status'],
+      ['GET', '/episodes?limit=0', undefined, 'limit'],
+      ['GET', '/episodes?limit=ten', undefined, 'limit'],
+      ['GET', '/episodes?colour=red', undefined, 'colour'],
+      ['GET', '/episodes?cursor=not-one-we-gave', undefined, 'cursor'],
+      ['GET', '/episodes/not-a-uuid', undefined, 'id'],
+      ['POST', '/episodes/not-a-uuid/cancel', undefined, 'id'],
+      ['POST', '/episodes/not-a-uuid/retry', undefined, 'id'],
+      ['GET', '/cluster?windowMs=soon', undefined, 'windowMs'],
+      ['GET', '/cluster?windowMs=0', undefined, 'windowMs'],
+      ['POST', '/mode', { mode: 'turbo' }, 'mode'],
+      ['POST', '/mode', {}, 'mode'],
+      ['POST', '/mode', { mode: 'full', extra: 1 }, 'extra'],
+      ['GET', '/trigger-requests?status=lost', undefined, 'status'],
+      ['GET', '/workflows?limit=501', undefined, 'limit'],
+      ['GET', '/workflows/xyz', undefined, 'id'],
+    ];
+    for (const [method, path, body, field] of cases) {
+      const answer = await call(method, path, body);
+      expect({ method, path, status: answer.status }).toEqual({ method, path, status: 400 });
+      expect({ method, path, message: [answer.body.message].flat().join('; ') }).toEqual({ method, path, message: expect.stringContaining(field) });
+    }
+  });
+
+  it('answers 404 for an id that names nothing', async () => {
+    const unknown = randomUUID();
+    for (const [method, path] of [
+      ['GET', `/episodes/${unknown}`],
+      ['POST', `/episodes/${unknown}/cancel`],
+      ['POST', `/episodes/${unknown}/retry`],
+      ['GET', `/workflows/${unknown}`],
+    ] as const) {
+      expect({ method, path, status: (await call(method, path)).status }).toEqual({ method, path, status: 404 });
+    }
+    expect((await fetch(`http://127.0.0.1:${node.port}/ops/assets/nothing-here.js`)).status).toBe(404);
+  });
+
+  it('refuses a state-changing request without its header or from another site', async () => {
+    const id = randomUUID();
+    expect((await call('POST', `/episodes/${id}/cancel`, undefined, {})).status).toBe(403);
+    expect((await call('POST', `/episodes/${id}/cancel`, undefined, { ...CSRF, origin: 'https://elsewhere.example' })).status).toBe(403);
+    expect((await call('POST', `/episodes/${id}/cancel`, undefined, { ...CSRF, 'sec-fetch-site': 'cross-site' })).status).toBe(403);
+    expect((await call('POST', '/mode', { mode: 'disabled' }, {})).status).toBe(403);
+    expect((await ok<{ mode: string }>('GET', '/mode')).mode).toBe('full');
+  });
+
+  it('lists the node in the cluster, finds the episodes an event caused, and shows one with its journal', async () => {
+    const cluster = await ok<{ nodes: Array<{ identity: string; live: boolean; mode: string }> }>('GET', '/cluster');
+    expect(cluster.nodes).toEqual([expect.objectContaining({ identity: 'ops-1', live: true, mode: 'full' })]);
+
+    const published = await fetch(`http://127.0.0.1:${node.port}/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'resource.rebalance', payload: { resource: 'ops-event', stepMs: 10 } }),
+    });
+    const { eventId } = (await published.json()) as { eventId: string };
+    const found = await waitFor('the event to have its episode', async () => {
+      const page = await ok<{ items: Array<{ id: string; status: string }> }>('GET', `/episodes?eventId=${encodeURIComponent(eventId)}`);
+      return page.items.length === 1 && page.items[0].status === 'done' ? page.items[0] : undefined;
+    }).then((episode) => episode as { id: string });
+    expect((await ok<{ items: unknown[] }>('GET', `/episodes?eventId=other-${eventId}`)).items).toEqual([]);
+    const detail = await ok<{ episode: { id: string }; steps: Array<{ name: string }> }>('GET', `/episodes/${found.id}`);
+    expect(detail.episode.id).toBe(found.id);
+    expect(detail.steps.map((s) => s.name)).toEqual(expect.arrayContaining(['plan', 'drain', 'move', 'verify', 'report']));
+    const actors = await ok<{ items: Array<{ actorId: string }> }>('GET', '/episodes?actor=resource_rebalancer&status=done&limit=1');
+    expect(actors.items).toEqual([expect.objectContaining({ actorId: 'resource_rebalancer' })]);
+  });
+
+  it('cancels a running episode and retries a failed one under its key plus :retry:<n>', async () => {
+    const running = await rebalanceOn(node, { resource: 'ops-cancel', stepMs: 2_000 });
+    expect(await ok('POST', `/episodes/${running}/cancel`)).toEqual({ result: 'requested' });
+    await waitForStatus(database.db, running, 'canceled');
+
+    const failed = randomUUID();
+    await database.db.query(
+      `INSERT INTO cyclium_episodes (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, error_class, started_at, finished_at)
+       VALUES ($1, 'resource_rebalancer', 'rebalance', 'manual', $2, 'ops-failed', 'failed', 'host_error', now(), now())`,
+      [failed, JSON.stringify({ type: 'manual', payload: { resource: 'ops-retry', stepMs: 10 } })],
+    );
+    const first = await ok<{ episode: { id: string }; dedupeKey: string }>('POST', `/episodes/${failed}/retry`);
+    expect(first.dedupeKey).toBe('ops-failed:retry:1');
+    await waitForStatus(database.db, first.episode.id, 'done');
+    const second = await ok<{ episode: { id: string }; dedupeKey: string }>('POST', `/episodes/${failed}/retry`);
+    expect(second.dedupeKey).toBe('ops-failed:retry:2');
+    expect((await call('POST', `/episodes/${first.episode.id}/retry`)).status).toBe(409);
+
+    expect(await ok('POST', '/mode', { mode: 'trigger_only' })).toEqual(expect.objectContaining({ mode: 'trigger_only' }));
+    expect((await ok<{ modes: { mode: string } }>('GET', '/node')).modes.mode).toBe('trigger_only');
+    await ok('POST', '/mode', { mode: 'full' });
+  });
+
+  it('answers 503 on every database-backed route while the database is away, and works again after', async () => {
+    const id = randomUUID();
+    away = true;
+    proxy.dropAll();
+    try {
+      // The cluster read is shared by callers within half a second: the first one after the cut may be the last good one.
+      await waitFor('the cluster read to meet the outage', async () => (await call('GET', '/cluster')).status === 503);
+      for (const [method, path] of [
+        ['GET', '/cluster'],
+        ['GET', '/nodes'],
+        ['GET', '/episodes'],
+        ['GET', `/episodes/${id}`],
+        ['POST', `/episodes/${id}/cancel`],
+        ['POST', `/episodes/${id}/retry`],
+        ['GET', '/trigger-requests'],
+        ['GET', '/workflows'],
+        ['GET', `/workflows/${id}`],
+      ] as const) {
+        const answer = await call(method, path);
+        expect({ method, path, status: answer.status }).toEqual({ method, path, status: 503 });
+      }
+      // This node's own view and its mode live in memory: they still answer.
+      expect((await call('GET', '/node')).status).toBe(200);
+      expect((await call('GET', '/mode')).status).toBe(200);
+    } finally {
+      away = false;
+    }
+    await waitFor('the API to read the database again', async () => (await call('GET', '/episodes?limit=1')).status === 200);
+  });
+});
