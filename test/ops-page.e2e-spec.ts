@@ -80,10 +80,23 @@ describe('the operations page in a browser', () => {
   });
 
   it('shows an episode after POST /events by its live refresh, and opens its journal', async () => {
-    const eventId = await publish('resource.updated', { resource: 'db-7', usage: 97, limit: 90 });
+    // Markup in the data stays text: the summary and the finding carry the resource's name.
+    const eventId = await publish('resource.updated', { resource: '<b>db-7</b>', usage: 97, limit: 90 });
     const episode = await episodeOf(eventId);
     await row(episode.id).waitFor({ timeout: 15_000 });
     await pageShows('the episode to show done', async () => (await row(episode.id).getAttribute('data-status')) === 'done');
+    expect(await row(episode.id).textContent()).toContain('<b>db-7</b> breached its limit');
+    expect(await page.locator('[data-testid="episodes-table"] b').count()).toBe(0);
+
+    // The event id filter finds the episodes an event caused.
+    await publish('resource.updated', { resource: 'db-8', usage: 10 });
+    await page.getByTestId('filter-event').fill(eventId);
+    await page.getByTestId('filter-apply').click();
+    await pageShows("the table to hold that event's episode only", async () => {
+      const ids = await page.locator('[data-testid="episode-row"]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-episode-id')));
+      return ids.length === 1 && ids[0] === episode.id;
+    });
+    await page.getByTestId('filter-clear').click();
 
     await row(episode.id).click();
     await page.getByTestId('episode-detail').waitFor({ state: 'visible' });
@@ -92,7 +105,7 @@ describe('the operations page in a browser', () => {
     const steps = page.locator('[data-testid="step-row"]');
     await pageShows('the journal to list the step', async () => (await steps.count()) > 0);
     expect(await steps.first().textContent()).toContain('evaluate');
-    expect(await page.getByTestId('detail-findings').textContent()).toContain('limit_breach:db-7');
+    expect(await page.getByTestId('detail-findings').textContent()).toContain('limit_breach:<b>db-7</b>');
     // A finished episode offers neither action.
     expect(await page.getByTestId('cancel-button').isVisible()).toBe(false);
     expect(await page.getByTestId('retry-button').isVisible()).toBe(false);
@@ -146,6 +159,10 @@ describe('the operations page in a browser', () => {
       await pageShows(`the header to report ${mode}`, async () => (await text('node-mode')) === mode);
       expect(await ops<{ mode: string }>('/mode')).toMatchObject({ mode });
       expect(await ops<{ mode: string }>('/node')).toMatchObject({ mode });
+      await pageShows(
+        `the nodes table to report ${mode}`,
+        async () => (await page.locator('[data-testid="node-row"][data-identity="ops-1"]').textContent())?.includes(mode) ?? false,
+      );
     }
     expect(pageErrors).toEqual([]);
   });

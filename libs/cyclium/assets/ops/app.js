@@ -19,6 +19,7 @@
     nextCursor: null,
     selected: null,
     busy: false,
+    node: null,
   };
 
   const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
@@ -90,6 +91,8 @@
   const time = (iso) => (iso ? el('time', { datetime: iso, title: iso }, ago(iso)) : '—');
   const badge = (text, kind) => el('span', { class: `badge ${kind || text}` }, text);
   const scope = (stack, env) => `${stack || 'default'} / ${env || 'default'}`;
+  const ref = (e) => e.triggerRef || {};
+  const trigger = (e) => [e.triggerType, ref(e).eventType, ref(e).scheduledAt].filter(Boolean).join(' ');
 
   function short(value, max) {
     const text = typeof value === 'string' ? value : JSON.stringify(value);
@@ -156,7 +159,8 @@
   // --- header: this node ------------------------------------------------------------------------
 
   function renderNode(node) {
-    $('node-identity').textContent = node.identity ?? node.nodeIdentity;
+    state.node = { identity: node.identity ?? node.nodeIdentity, mode: node.mode };
+    $('node-identity').textContent = state.node.identity;
     $('node-scope').textContent = scope(node.stack, node.env);
     const mode = $('node-mode');
     mode.textContent = node.mode;
@@ -183,13 +187,15 @@
   // --- cluster ----------------------------------------------------------------------------------
 
   function renderCluster(cluster) {
+    const self = (n) => state.node && n.identity === state.node.identity;
     const nodeRows = cluster.nodes.map((n) =>
       el(
         'tr',
-        { 'data-testid': 'node-row', 'data-identity': n.identity },
-        el('td', {}, el('code', {}, n.identity)),
+        { 'data-testid': 'node-row', 'data-identity': n.identity, class: self(n) ? 'self' : undefined },
+        el('td', {}, el('code', {}, n.identity), self(n) ? el('span', { class: 'muted small' }, ' (this page)') : null),
         el('td', {}, n.live ? badge('live') : badge('stale')),
-        el('td', {}, n.mode),
+        // A node's row learns a mode change at its next beat; this node's own answer is already current.
+        el('td', {}, self(n) ? state.node.mode : n.mode),
         el('td', {}, scope(n.stack, n.env)),
         el('td', {}, `${n.hostname} / ${n.pid}`),
         el('td', {}, n.version),
@@ -225,7 +231,7 @@
         el('td', { 'data-testid': 'episode-status' }, badge(e.status)),
         el('td', {}, e.phase || ''),
         el('td', { class: 'num' }, `${e.attempts}/${e.maxAttempts ?? '∞'}`),
-        el('td', { title: e.dedupeKey }, `${e.triggerType}${e.triggerRef ? ` ${e.triggerRef}` : ''}`),
+        el('td', { title: e.dedupeKey }, trigger(e)),
         el('td', {}, e.ownerNode || ''),
         el('td', {}, scope(e.sourceStack, e.sourceEnv)),
         el(
@@ -268,7 +274,9 @@
       ...field('status', el('span', { 'data-testid': 'detail-status', class: `badge ${e.status}` }, e.status)),
       ...field('phase', e.phase),
       ...field('attempts', `${e.attempts} of ${e.maxAttempts ?? 'unlimited'}`),
-      ...field('trigger', `${e.triggerType}${e.triggerRef ? ` ${e.triggerRef}` : ''}`),
+      ...field('trigger', trigger(e)),
+      ...field('event id', ref(e).eventId ? el('code', {}, ref(e).eventId) : null),
+      ...field('payload', el('pre', { class: 'payload' }, JSON.stringify(ref(e).payload ?? null, null, 2))),
       ...field('dedupe key', el('code', { 'data-testid': 'detail-dedupe-key' }, e.dedupeKey)),
       ...field('owner node', e.ownerNode),
       ...field('stack / env', scope(e.sourceStack, e.sourceEnv)),
