@@ -8,6 +8,8 @@ import { startDemoNode, type DemoNode } from './support/demo-node.js';
 import { waitFor } from './support/wait-for.js';
 
 const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
+// The advisor's schedule would add an episode a minute: the tables hold only what the tests cause.
+const NODE_ENV = { CYCLIUM_NODE_ID: 'ops-1', DEMO_JITTER_MS: '0', DEMO_ADVISOR_EVERY: '1h' };
 
 interface Episode {
   id: string;
@@ -47,7 +49,7 @@ describe('the operations page in a browser', () => {
   beforeAll(async () => {
     const launching = chromium.executablePath().then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
     // Whichever of the two fails, the other is still closed in afterAll.
-    const [started, launched] = await Promise.allSettled([startDemoNode(database.url, { CYCLIUM_NODE_ID: 'ops-1', DEMO_JITTER_MS: '0' }), launching]);
+    const [started, launched] = await Promise.allSettled([startDemoNode(database.url, NODE_ENV), launching]);
     if (started.status === 'fulfilled') node = started.value;
     if (launched.status === 'fulfilled') browser = launched.value;
     if (started.status === 'rejected') throw started.reason;
@@ -124,6 +126,33 @@ describe('the operations page in a browser', () => {
     await pageShows('the table to show canceled', async () => (await row(episode.id).getAttribute('data-status')) === 'canceled');
     expect(await page.getByTestId('cancel-button').isVisible()).toBe(false);
     expect((await ops<{ episode: Episode }>(`/episodes/${episode.id}`)).episode.status).toBe('canceled');
+  });
+
+  it('pages to older episodes by keyset and back to the newest', async () => {
+    // Three so far (two checks and the canceled rebalancer): pages of two hold two, then one.
+    const newest = (await ops<{ items: Episode[] }>('/episodes?limit=3')).items.map((e) => e.id);
+    expect(newest).toHaveLength(3);
+    const shown = () => page.locator('[data-testid="episode-row"]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-episode-id')));
+    const showing = (what: string, ids: string[]) => pageShows(what, async () => JSON.stringify(await shown()) === JSON.stringify(ids));
+    await page.goto(`http://127.0.0.1:${node.port}/ops?pageSize=2`);
+    await showing('the newest two', newest.slice(0, 2));
+    await page.getByTestId('episodes-older').click();
+    await showing('the one before them', newest.slice(2, 3));
+    await page.getByTestId('episodes-newest').click();
+    await showing('the newest two again', newest.slice(0, 2));
+    await page.goto(`http://127.0.0.1:${node.port}/ops`);
+  });
+
+  it('says the database is unavailable while the API answers 503, and clears it by itself', async () => {
+    // The API's own 503 is the API test's business (test/ops-api); here the page's answer to one.
+    const body = JSON.stringify({ statusCode: 503, message: 'database unavailable' });
+    await page.route('**/api/cluster', (route) => route.fulfill({ status: 503, contentType: 'application/json', body }));
+    try {
+      await pageShows('the banner', async () => (await page.getByTestId('banner').isVisible()) && (await text('banner')).includes('database unavailable'));
+    } finally {
+      await page.unroute('**/api/cluster');
+    }
+    await pageShows('the banner to go once the API answers again', async () => !(await page.getByTestId('banner').isVisible()));
   });
 
   it('retries a failed episode from the page: a new episode, whose steps start over', async () => {

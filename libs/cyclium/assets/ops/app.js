@@ -7,6 +7,8 @@
   const mount = document.querySelector('base') ? new URL(document.baseURI).pathname : location.pathname;
   const BASE = mount.replace(/\/(index\.html)?$/, '');
   const POLL_MS = 2000;
+  // `?pageSize=` in the page's address, for a long table or a short one (the API allows 1 to 100).
+  const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1), 100);
   const CANCELLABLE = ['queued', 'deferred', 'running', 'blocked'];
   const RETRYABLE = ['failed', 'partially_failed'];
   const CANCEL_SAYS = { canceled: 'canceled', requested: 'cancel requested: it stops at its next step', finished: 'already finished' };
@@ -258,7 +260,7 @@
     state.cursors = [null];
   }
 
-  const loadEpisodes = () => api(`/api/episodes${query({ ...state.filters, limit: 25, cursor: state.cursors[state.cursors.length - 1] })}`);
+  const loadEpisodes = () => api(`/api/episodes${query({ ...state.filters, limit: PAGE_SIZE, cursor: state.cursors[state.cursors.length - 1] })}`);
 
   // --- one episode ------------------------------------------------------------------------------
 
