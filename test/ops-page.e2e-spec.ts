@@ -181,6 +181,39 @@ describe('the operations page in a browser', () => {
     );
   });
 
+  it('pauses its live refresh and resumes it', async () => {
+    // A page in a context of its own whose timers the test drives (Playwright's clock), so "no poll
+    // while paused" is counted over ten polling periods without sleeping through them. Not closed
+    // here: with the single-process Chromium, closing a context ends the browser (afterAll does).
+    const paused = await browser!.newPage();
+    await paused.addInitScript(() => {
+      const page = globalThis as unknown as { clusterPolls: number; fetch: (input: unknown, init?: unknown) => Promise<unknown> };
+      const fetch = page.fetch.bind(page);
+      page.clusterPolls = 0;
+      page.fetch = (input, init) => {
+        if (String(input).endsWith('/api/cluster')) page.clusterPolls += 1;
+        return fetch(input, init);
+      };
+    });
+    await paused.clock.install();
+    await paused.goto(`http://127.0.0.1:${node.port}/ops`);
+    const polls = () => paused.evaluate(() => (globalThis as unknown as { clusterPolls: number }).clusterPolls);
+    const idle = () => pageShows('the page to finish refreshing', async () => (await paused.locator('body[data-refreshing]').count()) === 0);
+    await pageShows('the first load', async () => (await paused.getByTestId('refreshed-at').textContent()) !== '');
+    await paused.clock.pauseAt((await paused.evaluate(() => Date.now())) + 10);
+    await idle();
+    const before = await polls();
+    await paused.clock.runFor(2_000);
+    expect(await polls()).toBe(before + 1);
+    await idle();
+
+    await paused.getByTestId('live-toggle').uncheck();
+    await paused.clock.runFor(20_000);
+    expect(await polls()).toBe(before + 1);
+    await paused.getByTestId('live-toggle').check();
+    expect(await polls()).toBe(before + 2);
+  });
+
   it("switches the node's mode from the page and sees it reported, then back to full", async () => {
     for (const mode of ['trigger_only', 'full']) {
       await page.getByTestId('mode-select').selectOption(mode);

@@ -21,6 +21,7 @@
     nextCursor: null,
     selected: null,
     busy: false,
+    again: false,
     node: null,
   };
 
@@ -42,12 +43,7 @@
     return node;
   }
 
-  class ApiError extends Error {
-    constructor(status, message) {
-      super(message);
-      this.status = status;
-    }
-  }
+  const apiError = (status, message) => Object.assign(new Error(message), { status });
 
   async function api(path, options) {
     const init = { headers: { accept: 'application/json' }, credentials: 'same-origin' };
@@ -62,12 +58,12 @@
     try {
       response = await fetch(BASE + path, init);
     } catch (error) {
-      throw new ApiError(0, `server unreachable (${error.message})`);
+      throw apiError(0, `server unreachable (${error.message})`);
     }
     const body = await response.json().catch(() => null);
     if (!response.ok) {
       const message = body && body.message !== undefined ? [].concat(body.message).join('; ') : response.statusText;
-      throw new ApiError(response.status, message);
+      throw apiError(response.status, message);
     }
     return body;
   }
@@ -119,30 +115,9 @@
   function genericTable(items, testid) {
     if (!items || items.length === 0) return el('p', { class: 'muted', 'data-testid': testid }, 'none');
     const keys = Object.keys(items[0]);
-    return el(
-      'table',
-      { 'data-testid': testid },
-      el(
-        'thead',
-        {},
-        el(
-          'tr',
-          {},
-          keys.map((k) => el('th', {}, k)),
-        ),
-      ),
-      el(
-        'tbody',
-        {},
-        items.map((item) =>
-          el(
-            'tr',
-            {},
-            keys.map((k) => el('td', { title: typeof item[k] === 'object' ? JSON.stringify(item[k]) : undefined }, short(item[k] ?? '', 80))),
-          ),
-        ),
-      ),
-    );
+    const cell = (value) => el('td', { title: value !== null && typeof value === 'object' ? JSON.stringify(value) : undefined }, short(value ?? '', 80));
+    const head = el('thead', {}, el('tr', {}, ...keys.map((k) => el('th', {}, k))));
+    return el('table', { 'data-testid': testid }, head, el('tbody', {}, ...items.map((item) => el('tr', {}, ...keys.map((k) => cell(item[k]))))));
   }
 
   // --- banner -----------------------------------------------------------------------------------
@@ -236,11 +211,7 @@
         el('td', { title: e.dedupeKey }, trigger(e)),
         el('td', {}, e.ownerNode || ''),
         el('td', {}, scope(e.sourceStack, e.sourceEnv)),
-        el(
-          'td',
-          { class: e.errorClass ? 'error' : undefined },
-          e.errorClass ? short(`${e.errorClass}: ${e.errorDetail || ''}`, 80) : short(e.summary || '', 80),
-        ),
+        el('td', { class: e.errorClass ? 'error' : undefined }, short(e.errorClass ? `${e.errorClass}: ${e.errorDetail || ''}` : e.summary || '', 80)),
       ),
     );
     fill($('episodes-table').tBodies[0], rows, 'no episodes match', 9);
@@ -313,13 +284,19 @@
     $('detail-trigger-requests').replaceChildren(genericTable(detail.triggerRequests, 'episode-trigger-requests-table'));
   }
 
+  /** Another row clicked while this one loaded wins: an answer for an episode no longer selected is dropped. */
+  function renderSelected(id, detail) {
+    if (state.selected !== id) return;
+    renderDetail(detail);
+    $('episode-detail').hidden = false;
+  }
+
   async function openEpisode(id) {
     state.selected = id;
     $('action-result').textContent = '';
     for (const row of document.querySelectorAll('[data-testid="episode-row"]')) row.classList.toggle('selected', row.dataset.episodeId === id);
     try {
-      renderDetail(await api(`/api/episodes/${encodeURIComponent(id)}`));
-      $('episode-detail').hidden = false;
+      renderSelected(id, await api(`/api/episodes/${encodeURIComponent(id)}`));
     } catch (error) {
       showProblem(error);
     }
@@ -363,15 +340,18 @@
 
   // --- refresh loop -----------------------------------------------------------------------------
 
+  /** One refresh at a time; a click during one (a filter, a page, an action) gets a fresh one right after. */
   async function refresh() {
-    if (state.busy) return;
+    if (state.busy) return void (state.again = true);
     state.busy = true;
+    document.body.toggleAttribute('data-refreshing', true);
     try {
       const [node, cluster, episodes] = await Promise.all([api('/api/node'), api('/api/cluster'), loadEpisodes()]);
       renderNode(node);
       renderCluster(cluster);
       renderEpisodes(episodes);
-      if (state.selected) renderDetail(await api(`/api/episodes/${encodeURIComponent(state.selected)}`));
+      const selected = state.selected;
+      if (selected) renderSelected(selected, await api(`/api/episodes/${encodeURIComponent(selected)}`));
       await refreshLists();
       clearProblem();
       $('refreshed-at').textContent = `updated ${new Date().toLocaleTimeString()}`;
@@ -379,6 +359,11 @@
       showProblem(error);
     } finally {
       state.busy = false;
+      document.body.toggleAttribute('data-refreshing', false);
+      if (state.again) {
+        state.again = false;
+        void refresh();
+      }
     }
   }
 
@@ -389,38 +374,22 @@
   }
 
   function wire() {
-    $('live-toggle').addEventListener('change', (ev) => {
-      state.live = ev.target.checked;
-      if (state.live) void refresh();
-    });
-    $('mode-select').addEventListener('change', (ev) => (ev.target.dataset.touched = '1'));
-    $('mode-apply').addEventListener('click', () => void applyMode().then(refresh));
-    $('episode-filters').addEventListener('submit', (ev) => {
-      ev.preventDefault();
-      readFilters();
-      void refresh();
-    });
-    $('filter-clear').addEventListener('click', () => {
-      $('episode-filters').reset();
-      readFilters();
-      void refresh();
-    });
-    $('episodes-older').addEventListener('click', () => {
-      if (!state.nextCursor) return;
-      state.cursors.push(state.nextCursor);
-      void refresh();
-    });
-    $('episodes-newest').addEventListener('click', () => {
-      state.cursors = [null];
-      void refresh();
-    });
-    $('detail-close').addEventListener('click', () => {
+    const on = (testid, event, handler) => $(testid).addEventListener(event, handler);
+    const reload = () => void refresh();
+    on('live-toggle', 'change', (ev) => (state.live = ev.target.checked) && reload());
+    on('mode-select', 'change', (ev) => (ev.target.dataset.touched = '1'));
+    on('mode-apply', 'click', () => void applyMode().then(refresh));
+    on('episode-filters', 'submit', (ev) => (ev.preventDefault(), readFilters(), reload()));
+    on('filter-clear', 'click', () => ($('episode-filters').reset(), readFilters(), reload()));
+    on('episodes-older', 'click', () => state.nextCursor && (state.cursors.push(state.nextCursor), reload()));
+    on('episodes-newest', 'click', () => ((state.cursors = [null]), reload()));
+    on('detail-close', 'click', () => {
       state.selected = null;
       $('episode-detail').hidden = true;
       for (const row of document.querySelectorAll('[data-testid="episode-row"].selected')) row.classList.remove('selected');
     });
-    $('cancel-button').addEventListener('click', () => void act('cancel'));
-    $('retry-button').addEventListener('click', () => void act('retry'));
+    on('cancel-button', 'click', () => void act('cancel'));
+    on('retry-button', 'click', () => void act('retry'));
   }
 
   function start() {
