@@ -31,8 +31,8 @@ async function consecutiveFreePorts(count: number): Promise<number> {
 }
 
 /** Runs the launcher against `DATABASE_URL` (or its own PostgreSQL when undefined), collecting its output. */
-function runLauncher(args: string[], databaseUrl: string | undefined) {
-  const env = { ...process.env };
+function runLauncher(args: string[], databaseUrl: string | undefined, extraEnv: Record<string, string> = {}) {
+  const env = { ...process.env, ...extraEnv };
   if (databaseUrl === undefined) delete env.DATABASE_URL;
   else env.DATABASE_URL = databaseUrl;
   const child = spawn(process.execPath, [LAUNCHER, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -80,6 +80,14 @@ describe('npm start launcher', () => {
       expect(mode.nodeMode).toBe(i === 2 ? 'trigger_only' : 'full');
     }
     expect(existsSync(join(dataRoot, 'pgdata', 'PG_VERSION'))).toBe(true);
+    expect(run.output()).toMatch(/database shell: psql postgres:\/\/postgres:postgres@127\.0\.0\.1:\d+\/postgres/);
+
+    // A second npm start on the same data folder says who holds it, instead of PostgreSQL's `undefined`.
+    const second = runLauncher(['--nodes', '1', '--base-port', String(await freePort()), '--data-dir', join(dataRoot, 'pgdata')], undefined);
+    expect(await second.exited).toBe(1);
+    expect(second.output().trim()).toBe(
+      `[launcher] the data folder ${join(dataRoot, 'pgdata')} is in use by another npm start (pid ${child.pid}); stop it or pass --data-dir`,
+    );
 
     child.kill('SIGINT');
     expect(await exited).toBe(0);
@@ -112,17 +120,31 @@ describe('npm start launcher', () => {
     squatter = undefined;
   }, 120_000);
 
-  it('exits non-zero once every node has died', async () => {
+  it('restarts a node killed with SIGKILL under the same identity, and says so', async () => {
     const basePort = await consecutiveFreePorts(2);
-    const run = runLauncher(['--nodes', '2', '--base-port', String(basePort)], await freshDatabase());
+    // A 1 s beat: the node's next process waits at most two beats to tell the killed one from a twin.
+    const run = runLauncher(['--nodes', '2', '--base-port', String(basePort)], await freshDatabase(), { DEMO_NODE_BEAT_MS: '1000' });
     launcher = run.child;
     await waitFor('the cluster to come up', () => run.output().includes('cluster up: 2 nodes'), 60_000, 100);
-    for (let i = 0; i < 2; i++) {
-      const { pid } = (await (await fetch(`http://127.0.0.1:${basePort + i}/node`)).json()) as { pid: number };
-      orphans.push(pid);
-      process.kill(pid, 'SIGKILL');
-    }
-    expect(await run.exited).toBe(1);
-    expect(run.output()).toContain('every node has exited');
+    const before = (await (await fetch(`http://127.0.0.1:${basePort}/node`)).json()) as { pid: number };
+    orphans.push(before.pid);
+    expect(run.output()).toContain(`node-1 (full, pid ${before.pid}) on http://127.0.0.1:${basePort}: operations page http://127.0.0.1:${basePort}/ops`);
+    expect(run.output()).toContain('to restart one by hand: kill <its pid>');
+    process.kill(before.pid, 'SIGKILL');
+    const after = await waitFor<{ identity: string; pid: number } | null>(
+      'node-1 to answer again from a new process',
+      async () => {
+        const node = (await (await fetch(`http://127.0.0.1:${basePort}/node`)).json()) as { identity: string; pid: number };
+        return node.pid !== before.pid ? node : null;
+      },
+      30_000,
+      200,
+    );
+    if (!after) throw new Error('unreachable: waitFor returns a truthy value');
+    orphans.push(after.pid);
+    expect(after.identity).toBe('node-1');
+    expect(run.output()).toContain('node-1 exited (SIGKILL); restarting it in 1 s');
+    run.child.kill('SIGINT');
+    expect(await run.exited).toBe(0);
   }, 120_000);
 });

@@ -29,6 +29,9 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
         url: process.env.DATABASE_URL,
         entities: [...cycliumEntities],
         extra: { max: Number(process.env.DEMO_DB_POOL ?? 10) },
+        // Cyclium connects it at boot: a wrong password or database fails at once in one line,
+        // where TypeORM's own connect would retry ten times with a stack trace each.
+        manualInitialization: true,
       }),
     }),
     ScheduleModule.forRoot(),

@@ -1,10 +1,8 @@
 import { BadRequestException, Body, Controller, Get, HttpCode, NotFoundException, Param, ParseUUIDPipe, Post } from '@nestjs/common';
 import { ActorDefinitionError, Episodes, InvalidTriggerError } from '@cyclium/nestjs';
 
-interface TriggerRequest {
-  payload?: unknown;
-  dedupeKey?: unknown;
-}
+import { TriggerBody } from '../http/request-bodies.dto.js';
+import { validatedBody } from '../http/validated-body.pipe.js';
 
 /**
  * `POST /actors/:actorId/:expectationId { payload?, dedupeKey? }` runs an expectation on the node
@@ -17,14 +15,7 @@ export class EpisodesController {
 
   @Post('actors/:actorId/:expectationId')
   @HttpCode(202)
-  async trigger(@Param('actorId') actorId: string, @Param('expectationId') expectationId: string, @Body() body: TriggerRequest | undefined) {
-    const { payload, dedupeKey } = body ?? {};
-    if (payload !== undefined && (typeof payload !== 'object' || payload === null || Array.isArray(payload))) {
-      throw new BadRequestException('payload must be an object');
-    }
-    if (dedupeKey !== undefined && (typeof dedupeKey !== 'string' || dedupeKey === '')) {
-      throw new BadRequestException('dedupeKey must be a non-empty string');
-    }
+  async trigger(@Param('actorId') actorId: string, @Param('expectationId') expectationId: string, @Body(validatedBody()) { payload, dedupeKey }: TriggerBody) {
     try {
       const result = await this.episodes.trigger(actorId, expectationId, payload ?? {}, { dedupeKey });
       return { status: result.status, episodeId: 'episode' in result ? result.episode.id : null };

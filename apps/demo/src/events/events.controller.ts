@@ -1,11 +1,8 @@
 import { BadRequestException, Body, ConflictException, Controller, HttpCode, PayloadTooLargeException, Post } from '@nestjs/common';
 import { Bus, EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError } from '@cyclium/nestjs';
 
-interface PublishRequest {
-  type?: unknown;
-  payload?: unknown;
-  eventId?: unknown;
-}
+import { PublishEventBody } from '../http/request-bodies.dto.js';
+import { validatedBody } from '../http/validated-body.pipe.js';
 
 /**
  * `POST /events { type, payload, eventId? }` publishes on the cluster bus from any node. 202 means
@@ -24,11 +21,7 @@ export class EventsController {
 
   @Post()
   @HttpCode(202)
-  async publish(@Body() body: PublishRequest) {
-    if (typeof body?.type !== 'string') throw new BadRequestException({ statusCode: 400, message: 'type must be a string', field: 'type' });
-    if (body.eventId !== undefined && (typeof body.eventId !== 'string' || body.eventId === '')) {
-      throw new BadRequestException({ statusCode: 400, message: 'eventId must be a non-empty string', field: 'eventId' });
-    }
+  async publish(@Body(validatedBody()) body: PublishEventBody) {
     try {
       const event = await this.bus.publish(body.type, body.payload ?? {}, { eventId: body.eventId });
       return { eventId: event.eventId, type: event.type };

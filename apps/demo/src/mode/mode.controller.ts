@@ -1,12 +1,8 @@
 import { BadRequestException, Body, Controller, Get, HttpCode, Post } from '@nestjs/common';
 import { CycliumConfigError, Mode, UnknownActorError, type CycliumMode } from '@cyclium/nestjs';
 
-interface ModeRequest {
-  /** The node-wide mode. */
-  mode?: unknown;
-  /** Per actor: a mode, or null to clear its override. */
-  overrides?: unknown;
-}
+import { ModeChangeBody } from '../http/request-bodies.dto.js';
+import { validatedBody } from '../http/validated-body.pipe.js';
 
 /**
  * `GET /mode` shows this node's mode and per-actor overrides; `POST /mode { mode?, overrides? }`
@@ -23,11 +19,7 @@ export class ModeController {
 
   @Post()
   @HttpCode(200)
-  change(@Body() body: ModeRequest | undefined) {
-    const { mode, overrides } = body ?? {};
-    if (overrides !== undefined && (typeof overrides !== 'object' || overrides === null || Array.isArray(overrides))) {
-      throw new BadRequestException('overrides must be an object of actor id to mode (or null to clear)');
-    }
+  change(@Body(validatedBody()) { mode, overrides }: ModeChangeBody) {
     try {
       if (mode !== undefined) this.mode.set(mode as CycliumMode);
       for (const [actorId, value] of Object.entries((overrides ?? {}) as Record<string, unknown>)) {

@@ -1,10 +1,8 @@
 import { BadRequestException, Body, Controller, Get, HttpCode, NotFoundException, Param, ParseUUIDPipe, Post } from '@nestjs/common';
 import { InvalidWorkflowInputError, Recovery, WorkflowDefinitionError, WorkflowEngine } from '@cyclium/nestjs';
 
-interface StartRequest {
-  input?: unknown;
-  subject?: unknown;
-}
+import { StartWorkflowBody } from '../http/request-bodies.dto.js';
+import { validatedBody } from '../http/validated-body.pipe.js';
 
 /**
  * `POST /workflows/:workflowId { input, subject? }` starts a workflow (202, with the instance id);
@@ -20,10 +18,7 @@ export class WorkflowsController {
 
   @Post('workflows/:workflowId')
   @HttpCode(202)
-  async start(@Param('workflowId') workflowId: string, @Body() body: StartRequest | undefined) {
-    const { input, subject } = body ?? {};
-    if (input === undefined || typeof input !== 'object' || input === null || Array.isArray(input)) throw new BadRequestException('input must be an object');
-    if (subject !== undefined && typeof subject !== 'string') throw new BadRequestException('subject must be a string');
+  async start(@Param('workflowId') workflowId: string, @Body(validatedBody()) { input, subject }: StartWorkflowBody) {
     try {
       return { instanceId: await this.workflows.start(workflowId, input, subject === undefined ? {} : { subject }) };
     } catch (error) {

@@ -9,6 +9,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { errorMessage } from '../sql/database-errors.js';
 import { MissingSchemaError } from '../sql/missing-schema.error.js';
 import { firstMissingMigration } from './schema-probe.js';
+import { connectAtBoot } from './first-connection.js';
 import { unnamedStatements, type SqlExecutor } from '../sql/sql-executor.js';
 import { StatementBounds } from './statement-bounds.js';
 
@@ -49,7 +50,10 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
    * `relation does not exist` from whichever statement happens to run first.
    */
   async onModuleInit(): Promise<void> {
-    this.get();
+    const dataSource = this.get();
+    // A host that set `manualInitialization` gets a boot that fails fast and says why, instead of
+    // TypeORM's retries with a stack trace each, even for a wrong password.
+    if (!dataSource.isInitialized) await connectAtBoot(dataSource, (line) => this.logger.warn(line));
     const lacking = await firstMissingMigration(this.sql);
     if (lacking) throw new MissingSchemaError(lacking.migration, lacking.missing);
   }

@@ -1,0 +1,91 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { DataSource } from 'typeorm';
+import { errorCode, errorMessage } from '../sql/database-errors.js';
+
+/**
+ * Boot could not reach a usable database, for a reason its message states in one line (a wrong
+ * password, an unknown database or host, a URL that does not parse, a server that never came up).
+ * The stack is left out on purpose: it shows the driver's internals, never the operator's mistake.
+ */
+export class CycliumStartupError extends Error {
+  override readonly name = 'CycliumStartupError';
+
+  constructor(message: string, cause?: unknown) {
+    super(message, { cause });
+    this.stack = `${this.name}: ${message}`;
+  }
+}
+
+/** Server refusals that no retry can cure: a wrong password, an unknown role or database. */
+const REFUSED = new Set(['28P01', '28000', '3D000']);
+
+/** A server that is starting, or not listening yet: worth a few more attempts. */
+const NOT_UP_YET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EAI_AGAIN', '57P03']);
+
+/** The connection settings of `dataSource`, for messages: who connects where, never the password. */
+export function connectionTarget(dataSource: DataSource): string {
+  const options = dataSource.options as { url?: string; host?: string; port?: number; username?: string; database?: string };
+  let user = options.username;
+  let host = options.host ?? 'localhost';
+  let port = String(options.port ?? 5432);
+  let database = options.database;
+  if (options.url && URL.canParse(options.url)) {
+    const url = new URL(options.url);
+    user = decodeURIComponent(url.username) || user;
+    host = url.hostname || host;
+    port = url.port || port;
+    database = decodeURIComponent(url.pathname.slice(1)) || database;
+  }
+  return `user ${user ?? '(default)'} at ${host}:${port}, database ${database ?? '(default)'}`;
+}
+
+/** Why a first connection failed, when no retry could help; undefined for anything else. */
+export function startupProblem(error: unknown): string | undefined {
+  const code = errorCode(error);
+  if (code !== undefined && REFUSED.has(code)) return errorMessage(error);
+  if (code === 'ENOTFOUND') {
+    const host = (error as { hostname?: unknown }).hostname;
+    return typeof host === 'string' ? `database host "${host}" not found` : 'database host not found';
+  }
+  if (code === 'ERR_INVALID_URL') return 'the connection URL does not parse';
+  return undefined;
+}
+
+/** A malformed `url` on the DataSource, named before pg turns it into a lookup of a host called "base". */
+function urlProblem(dataSource: DataSource): string | undefined {
+  const url = (dataSource.options as { url?: unknown }).url;
+  if (url === undefined) return undefined;
+  if (typeof url === 'string' && URL.canParse(url) && ['postgres:', 'postgresql:'].includes(new URL(url).protocol)) return undefined;
+  return 'the DataSource url is not a postgres:// or postgresql:// connection URL';
+}
+
+/**
+ * Opens a DataSource the host left for later (`manualInitialization: true`): a refusal fails at
+ * once, a server not up yet is tried `attempts` times `delayMs` apart with one line per attempt.
+ */
+export async function connectAtBoot(dataSource: DataSource, warn: (line: string) => void, attempts = 5, delayMs = 1000): Promise<void> {
+  const malformed = urlProblem(dataSource);
+  if (malformed) throw new CycliumStartupError(malformed);
+  const target = connectionTarget(dataSource);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await dataSource.initialize();
+      return;
+    } catch (error) {
+      const problem = startupProblem(error);
+      if (problem) throw new CycliumStartupError(`${problem} (${target})`, error);
+      const code = errorCode(error);
+      if (code === undefined || !NOT_UP_YET.has(code)) throw error;
+      if (attempt >= attempts) {
+        throw new CycliumStartupError(
+          `the database is not accepting connections (${errorMessage(error)}; ${target}; gave up after ${attempts} attempts)`,
+          error,
+        );
+      }
+      warn(
+        `the database is not accepting connections yet (${errorMessage(error)}; ${target}); attempt ${attempt} of ${attempts}, retrying in ${delayMs / 1000} s`,
+      );
+      await sleep(delayMs);
+    }
+  }
+}
