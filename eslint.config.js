@@ -55,5 +55,20 @@ export default defineConfig(
     files: ['**/*.js', '**/*.mjs'],
     languageOptions: { globals: { process: 'readonly', URL: 'readonly', console: 'readonly' } },
   },
+  {
+    // The operations page's script runs in the browser as it is shipped (no bundler): browser globals only.
+    files: ['libs/cyclium/assets/**/*.js'],
+    languageOptions: {
+      sourceType: 'script',
+      globals: {
+        document: 'readonly',
+        location: 'readonly',
+        fetch: 'readonly',
+        URLSearchParams: 'readonly',
+        Node: 'readonly',
+        setTimeout: 'readonly',
+      },
+    },
+  },
   prettier,
 );

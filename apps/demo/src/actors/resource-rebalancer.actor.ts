@@ -12,6 +12,8 @@ export interface RebalanceRequest {
   ignoreAbortAtStep?: number;
   /** Propose a `rebalance.report` output under this key. */
   outputKey?: string;
+  /** 1-based step that throws, so the episode ends `failed`: something to inspect and retry on the ops page. */
+  failAtStep?: number;
 }
 
 const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
@@ -41,9 +43,12 @@ export class ResourceRebalancerActor {
   }
 
   private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
-    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey } = ep.trigger.payload;
+    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep } = ep.trigger.payload;
     for (const name of STEPS) {
-      await ep.step(name, (tools) => this.work(ep.episode.id, name, tools, stepMs, ignoreAbortAtStep));
+      await ep.step(name, (tools) => {
+        if (tools.stepNo === failAtStep) throw new Error(`${name} failed on purpose (failAtStep ${failAtStep})`);
+        return this.work(ep.episode.id, name, tools, stepMs, ignoreAbortAtStep);
+      });
     }
     const node = this.identity.name();
     return {

@@ -1,0 +1,402 @@
+// The operations page: plain browser JavaScript over the module's JSON API, no framework, no build.
+// Every value from the server reaches the DOM as text (textContent), never as markup.
+'use strict';
+
+(function () {
+  // The server writes a <base> naming the mount path; without one, the page's own path is the mount.
+  const mount = document.querySelector('base') ? new URL(document.baseURI).pathname : location.pathname;
+  const BASE = mount.replace(/\/(index\.html)?$/, '');
+  const POLL_MS = 2000;
+  // `?pageSize=` in the page's address, for a long table or a short one (the API allows 1 to 100).
+  const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1), 100);
+  const CANCELLABLE = ['queued', 'deferred', 'running', 'blocked'];
+  const RETRYABLE = ['failed', 'partially_failed'];
+  const CANCEL_SAYS = { canceled: 'canceled', requested: 'cancel requested: it stops at its next step', finished: 'already finished' };
+
+  const state = {
+    live: true,
+    filters: {},
+    // Keyset paging: the cursor of each page shown so far; the last one is the page on screen.
+    cursors: [null],
+    nextCursor: null,
+    selected: null,
+    busy: false,
+    again: false,
+    node: null,
+  };
+
+  const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
+
+  /** An element with attributes and children; strings become text nodes, so data is never parsed as HTML. */
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (name === 'class') node.className = value;
+      else if (name.startsWith('on')) node.addEventListener(name.slice(2), value);
+      else node.setAttribute(name, String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  const apiError = (status, message) => Object.assign(new Error(message), { status });
+
+  async function api(path, options) {
+    const init = { headers: { accept: 'application/json' }, credentials: 'same-origin' };
+    if (options && options.method === 'POST') {
+      init.method = 'POST';
+      // The server refuses state changes without this header: a cross-site form cannot send it.
+      init.headers['x-cyclium-ops'] = '1';
+      init.headers['content-type'] = 'application/json';
+      init.body = JSON.stringify(options.body || {});
+    }
+    let response;
+    try {
+      response = await fetch(BASE + path, init);
+    } catch (error) {
+      throw apiError(0, `server unreachable (${error.message})`);
+    }
+    const body = await response.json().catch(() => null);
+    if (!response.ok) {
+      const message = body && body.message !== undefined ? [].concat(body.message).join('; ') : response.statusText;
+      throw apiError(response.status, message);
+    }
+    return body;
+  }
+
+  function query(params) {
+    const search = new URLSearchParams();
+    for (const [name, value] of Object.entries(params)) if (value !== undefined && value !== null && value !== '') search.set(name, String(value));
+    const text = search.toString();
+    return text ? `?${text}` : '';
+  }
+
+  // --- formatting -------------------------------------------------------------------------------
+
+  function ago(iso) {
+    if (!iso) return '—';
+    const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
+    if (seconds < 60) return `${Math.max(seconds, 0)} s ago`;
+    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
+    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
+    return `${Math.round(seconds / 86400)} d ago`;
+  }
+
+  const time = (iso) => (iso ? el('time', { datetime: iso, title: iso }, ago(iso)) : '—');
+  const badge = (text, kind) => el('span', { class: `badge ${kind || text}` }, text);
+  const scope = (stack, env) => `${stack || 'default'} / ${env || 'default'}`;
+  const ref = (e) => e.triggerRef || {};
+  const trigger = (e) => [e.triggerType, ref(e).eventType, ref(e).scheduledAt].filter(Boolean).join(' ');
+
+  function short(value, max) {
+    const text = typeof value === 'string' ? value : JSON.stringify(value);
+    if (text === undefined) return '';
+    return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+  }
+
+  function sweepText(sweep) {
+    if (!sweep) return '—';
+    if (sweep.error) return `${ago(sweep.at)}: error ${sweep.error}`;
+    const r = sweep.result;
+    if (!r) return ago(sweep.at);
+    const parts = ['restarted', 'deferred', 'failed', 'notHosted', 'skipped'].filter((k) => r[k]).map((k) => `${k} ${r[k]}`);
+    return `${ago(sweep.at)}: ${parts.length ? parts.join(', ') : 'nothing to do'}`;
+  }
+
+  function fill(tbody, rows, emptyText, columns) {
+    tbody.replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: columns, class: 'muted' }, emptyText))]));
+  }
+
+  /** A table of whatever objects a list route returns: the first item's keys are the columns. */
+  function genericTable(items, testid) {
+    if (!items || items.length === 0) return el('p', { class: 'muted', 'data-testid': testid }, 'none');
+    const keys = Object.keys(items[0]);
+    const cell = (value) => el('td', { title: value !== null && typeof value === 'object' ? JSON.stringify(value) : undefined }, short(value ?? '', 80));
+    const head = el('thead', {}, el('tr', {}, ...keys.map((k) => el('th', {}, k))));
+    return el('table', { 'data-testid': testid }, head, el('tbody', {}, ...items.map((item) => el('tr', {}, ...keys.map((k) => cell(item[k]))))));
+  }
+
+  // --- banner -----------------------------------------------------------------------------------
+
+  function showProblem(error) {
+    const banner = $('banner');
+    banner.hidden = false;
+    banner.textContent =
+      error.status === 503 ? 'database unavailable: retrying every 2 s' : error.status === 0 ? error.message : `error ${error.status}: ${error.message}`;
+  }
+
+  function clearProblem() {
+    $('banner').hidden = true;
+  }
+
+  // --- header: this node ------------------------------------------------------------------------
+
+  function renderNode(node) {
+    state.node = { identity: node.identity ?? node.nodeIdentity, mode: node.mode };
+    $('node-identity').textContent = state.node.identity;
+    $('node-scope').textContent = scope(node.stack, node.env);
+    const mode = $('node-mode');
+    mode.textContent = node.mode;
+    mode.className = `badge mode-${node.mode}`;
+    mode.title = Object.keys(node.modes?.actorOverrides || {}).length ? `overrides: ${JSON.stringify(node.modes.actorOverrides)}` : 'no per-actor overrides';
+    $('node-draining').hidden = !node.draining;
+    const select = $('mode-select');
+    if (document.activeElement !== select && !select.dataset.touched) select.value = node.mode;
+  }
+
+  async function applyMode() {
+    const select = $('mode-select');
+    try {
+      const result = await api('/api/mode', { method: 'POST', body: { mode: select.value } });
+      delete select.dataset.touched;
+      $('node-mode').textContent = result.mode;
+      $('node-mode').className = `badge mode-${result.mode}`;
+      clearProblem();
+    } catch (error) {
+      showProblem(error);
+    }
+  }
+
+  // --- cluster ----------------------------------------------------------------------------------
+
+  function renderCluster(cluster) {
+    const self = (n) => state.node && n.identity === state.node.identity;
+    const nodeRows = cluster.nodes.map((n) =>
+      el(
+        'tr',
+        { 'data-testid': 'node-row', 'data-identity': n.identity, class: self(n) ? 'self' : undefined },
+        el('td', {}, el('code', {}, n.identity), self(n) ? el('span', { class: 'muted small' }, ' (this page)') : null),
+        el('td', {}, n.live ? badge('live') : badge('stale')),
+        // A node's row learns a mode change at its next beat; this node's own answer is already current.
+        el('td', {}, self(n) ? state.node.mode : n.mode),
+        el('td', {}, scope(n.stack, n.env)),
+        el('td', {}, `${n.hostname} / ${n.pid}`),
+        el('td', {}, n.version),
+        el('td', { class: 'num' }, n.runningEpisodes),
+        el('td', { class: 'num' }, n.liveClaims),
+        el('td', {}, time(n.lastSeenAt)),
+        el('td', {}, sweepText(n.lastSweep)),
+      ),
+    );
+    fill($('nodes-table').tBodies[0], nodeRows, 'no nodes', 10);
+    const countRows = (counts) => counts.map((c) => el('tr', {}, el('td', {}, c.actorId), el('td', {}, badge(c.status)), el('td', { class: 'num' }, c.count)));
+    fill($('active-counts').tBodies[0], countRows(cluster.active), 'nothing waiting or running', 3);
+    fill($('finished-counts').tBodies[0], countRows(cluster.finished.counts), 'nothing finished', 3);
+    $('finished-window').textContent = `(last ${Math.round(cluster.finished.windowMs / 60000)} min)`;
+    $('trigger-summary').textContent = `${cluster.triggerRequests.pending} pending, ${cluster.triggerRequests.expiredInWindow} expired in the window`;
+  }
+
+  // --- episodes ---------------------------------------------------------------------------------
+
+  function renderEpisodes(page) {
+    const rows = page.items.map((e) =>
+      el(
+        'tr',
+        {
+          'data-testid': 'episode-row',
+          'data-episode-id': e.id,
+          'data-status': e.status,
+          class: state.selected === e.id ? 'selected' : undefined,
+          onclick: () => openEpisode(e.id),
+        },
+        el('td', {}, time(e.startedAt || e.queuedAt || e.insertedAt)),
+        el('td', {}, `${e.actorId} / ${e.expectationId}`),
+        el('td', { 'data-testid': 'episode-status' }, badge(e.status)),
+        el('td', {}, e.phase || ''),
+        el('td', { class: 'num' }, `${e.attempts}/${e.maxAttempts ?? '∞'}`),
+        el('td', { title: e.dedupeKey }, trigger(e)),
+        el('td', {}, e.ownerNode || ''),
+        el('td', {}, scope(e.sourceStack, e.sourceEnv)),
+        el('td', { class: e.errorClass ? 'error' : undefined }, short(e.errorClass ? `${e.errorClass}: ${e.errorDetail || ''}` : e.summary || '', 80)),
+      ),
+    );
+    fill($('episodes-table').tBodies[0], rows, 'no episodes match', 9);
+    state.nextCursor = page.nextCursor;
+    $('episodes-older').disabled = !page.nextCursor;
+    $('episodes-newest').disabled = state.cursors.length === 1;
+    $('episodes-page').textContent = state.cursors.length === 1 ? 'newest first' : `page ${state.cursors.length}, older episodes`;
+  }
+
+  function readFilters() {
+    const form = $('episode-filters');
+    state.filters = {};
+    for (const name of ['actor', 'status', 'stack', 'env', 'eventId']) {
+      const value = form.elements[name].value.trim();
+      if (value) state.filters[name] = value;
+    }
+    state.cursors = [null];
+  }
+
+  const loadEpisodes = () => api(`/api/episodes${query({ ...state.filters, limit: PAGE_SIZE, cursor: state.cursors[state.cursors.length - 1] })}`);
+
+  // --- one episode ------------------------------------------------------------------------------
+
+  function field(label, value) {
+    return [el('dt', {}, label), el('dd', {}, value === null || value === undefined || value === '' ? '—' : value)];
+  }
+
+  function renderDetail(detail) {
+    const e = detail.episode;
+    $('detail-id').textContent = e.id;
+    $('detail-fields').replaceChildren(
+      ...field('actor / expectation', `${e.actorId} / ${e.expectationId}`),
+      ...field('status', el('span', { 'data-testid': 'detail-status', class: `badge ${e.status}` }, e.status)),
+      ...field('phase', e.phase),
+      ...field('attempts', `${e.attempts} of ${e.maxAttempts ?? 'unlimited'}`),
+      ...field('trigger', trigger(e)),
+      ...field('event id', ref(e).eventId ? el('code', {}, ref(e).eventId) : null),
+      ...field('payload', el('pre', { class: 'payload' }, JSON.stringify(ref(e).payload ?? null, null, 2))),
+      ...field('dedupe key', el('code', { 'data-testid': 'detail-dedupe-key' }, e.dedupeKey)),
+      ...field('owner node', e.ownerNode),
+      ...field('stack / env', scope(e.sourceStack, e.sourceEnv)),
+      ...field('queued', e.queuedAt ? time(e.queuedAt) : null),
+      ...field('started', e.startedAt ? time(e.startedAt) : null),
+      ...field('finished', e.finishedAt ? time(e.finishedAt) : null),
+      ...field('cancel requested', e.cancelRequestedAt ? time(e.cancelRequestedAt) : null),
+      ...field('workflow instance', e.workflowInstanceId),
+      ...field('summary', e.summary),
+    );
+    const error = $('detail-error');
+    error.hidden = !e.errorClass;
+    error.replaceChildren(...(e.errorClass ? [el('strong', {}, e.errorClass), el('pre', {}, e.errorDetail || '')] : []));
+    $('cancel-button').hidden = !CANCELLABLE.includes(e.status);
+    $('retry-box').hidden = !RETRYABLE.includes(e.status);
+    const steps = detail.steps.map((s) =>
+      el(
+        'tr',
+        { 'data-testid': 'step-row' },
+        el('td', { class: 'num' }, s.stepNo),
+        el('td', {}, s.kind),
+        el('td', {}, s.name),
+        el('td', { class: 'num' }, s.durationMs === null || s.durationMs === undefined ? '' : `${s.durationMs} ms`),
+        el('td', { class: s.errorClass ? 'error' : undefined }, s.errorClass || ''),
+        el('td', { title: typeof s.resultRef === 'string' ? s.resultRef : JSON.stringify(s.resultRef) }, short(s.resultRef ?? '', 60)),
+        el('td', {}, time(s.createdAt)),
+      ),
+    );
+    fill($('steps-table').tBodies[0], steps, 'no steps journaled yet', 7);
+    $('detail-findings').replaceChildren(genericTable(detail.findings, 'findings-table'));
+    $('detail-outputs').replaceChildren(genericTable(detail.outputs, 'outputs-table'));
+    $('detail-trigger-requests').replaceChildren(genericTable(detail.triggerRequests, 'episode-trigger-requests-table'));
+  }
+
+  /** Another row clicked while this one loaded wins: an answer for an episode no longer selected is dropped. */
+  function renderSelected(id, detail) {
+    if (state.selected !== id) return;
+    renderDetail(detail);
+    $('episode-detail').hidden = false;
+  }
+
+  async function openEpisode(id) {
+    state.selected = id;
+    $('action-result').textContent = '';
+    for (const row of document.querySelectorAll('[data-testid="episode-row"]')) row.classList.toggle('selected', row.dataset.episodeId === id);
+    try {
+      renderSelected(id, await api(`/api/episodes/${encodeURIComponent(id)}`));
+    } catch (error) {
+      showProblem(error);
+    }
+  }
+
+  async function act(verb) {
+    const id = state.selected;
+    if (!id) return;
+    const result = $('action-result');
+    try {
+      const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, { method: 'POST' });
+      if (verb === 'cancel') result.textContent = CANCEL_SAYS[answer.result] || answer.result;
+      // No episode yet when the retry waits (a deferred trigger request, say): its dedupe key still finds it.
+      else if (!answer.episode) result.textContent = `retry ${answer.dispatch || 'accepted'}, dedupe key ${answer.dedupeKey}`;
+      else {
+        const open = (ev) => (ev.preventDefault(), openEpisode(answer.episode.id));
+        const link = el('a', { href: '#', 'data-testid': 'retry-new-episode', onclick: open }, answer.episode.id);
+        result.replaceChildren('new episode ', link, ` (${answer.episode.status}), dedupe key ${answer.dedupeKey}`);
+      }
+      clearProblem();
+      await refresh();
+    } catch (error) {
+      result.textContent = `${verb} refused: ${error.message}`;
+    }
+  }
+
+  // --- lists at the bottom ----------------------------------------------------------------------
+
+  // Secondary lists: one that fails says so in its own place and leaves the rest of the page live.
+  async function refreshList(path, testid) {
+    const box = $(testid);
+    try {
+      box.replaceChildren(genericTable((await api(path)).items, `${testid}-table`));
+    } catch (error) {
+      box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+    }
+  }
+
+  const refreshLists = () =>
+    Promise.all([refreshList('/api/trigger-requests?limit=20', 'trigger-requests'), refreshList('/api/workflows?limit=20', 'workflows')]);
+
+  // --- refresh loop -----------------------------------------------------------------------------
+
+  /** One refresh at a time; a click during one (a filter, a page, an action) gets a fresh one right after. */
+  async function refresh() {
+    if (state.busy) return void (state.again = true);
+    state.busy = true;
+    document.body.toggleAttribute('data-refreshing', true);
+    try {
+      const [node, cluster, episodes] = await Promise.all([api('/api/node'), api('/api/cluster'), loadEpisodes()]);
+      renderNode(node);
+      renderCluster(cluster);
+      renderEpisodes(episodes);
+      const selected = state.selected;
+      if (selected) renderSelected(selected, await api(`/api/episodes/${encodeURIComponent(selected)}`));
+      await refreshLists();
+      clearProblem();
+      $('refreshed-at').textContent = `updated ${new Date().toLocaleTimeString()}`;
+    } catch (error) {
+      showProblem(error);
+    } finally {
+      state.busy = false;
+      document.body.toggleAttribute('data-refreshing', false);
+      if (state.again) {
+        state.again = false;
+        void refresh();
+      }
+    }
+  }
+
+  function tick() {
+    const next = () => setTimeout(tick, POLL_MS);
+    if (state.live && !document.hidden) refresh().then(next, next);
+    else next();
+  }
+
+  function wire() {
+    const on = (testid, event, handler) => $(testid).addEventListener(event, handler);
+    const reload = () => void refresh();
+    on('live-toggle', 'change', (ev) => (state.live = ev.target.checked) && reload());
+    on('mode-select', 'change', (ev) => (ev.target.dataset.touched = '1'));
+    on('mode-apply', 'click', () => void applyMode().then(refresh));
+    on('episode-filters', 'submit', (ev) => (ev.preventDefault(), readFilters(), reload()));
+    on('filter-clear', 'click', () => ($('episode-filters').reset(), readFilters(), reload()));
+    on('episodes-older', 'click', () => state.nextCursor && (state.cursors.push(state.nextCursor), reload()));
+    on('episodes-newest', 'click', () => ((state.cursors = [null]), reload()));
+    on('detail-close', 'click', () => {
+      state.selected = null;
+      $('episode-detail').hidden = true;
+      for (const row of document.querySelectorAll('[data-testid="episode-row"].selected')) row.classList.remove('selected');
+    });
+    on('cancel-button', 'click', () => void act('cancel'));
+    on('retry-button', 'click', () => void act('retry'));
+  }
+
+  function start() {
+    wire();
+    tick();
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+  else start();
+})();
