@@ -51,13 +51,14 @@ describe('the packed library in a new Nest app, as its README says', () => {
     if (root) await rm(root, { recursive: true, force: true });
   });
 
-  it('packs README, LICENSE, the compiled JS with its .d.ts and the migrations, and nothing from tests or maps', () => {
+  it('packs README, LICENSE, the compiled JS with its .d.ts, the migrations and the operations page, and nothing from tests or maps', () => {
     const files = packed.files;
     expect(files).toEqual(expect.arrayContaining(['README.md', 'LICENSE', 'package.json', 'dist/index.js', 'dist/index.d.ts']));
     expect(files).toEqual(expect.arrayContaining(['dist/migrations/index.js', 'dist/migrations/1764400000000-cyclium-schema.js']));
     expect(files).toEqual(expect.arrayContaining(['dist/testing/index.d.ts', 'dist/health/index.d.ts']));
     expect(files.filter((f) => /\.map$|\.spec\.|tsbuildinfo|^src\/|^test\//.test(f))).toEqual([]);
-    expect(files.every((f) => f === 'README.md' || f === 'LICENSE' || f === 'package.json' || f.startsWith('dist/'))).toBe(true);
+    expect(files).toEqual(expect.arrayContaining(['dist/ops/index.js', 'assets/ops/index.html', 'assets/ops/app.js', 'assets/ops/app.css']));
+    expect(files.filter((f) => !['README.md', 'LICENSE', 'package.json'].includes(f) && !f.startsWith('dist/') && !f.startsWith('assets/ops/'))).toEqual([]);
   });
 
   async function adopt(kind: ModuleKind): Promise<{ node: DemoNode; db: pg.Pool }> {
