@@ -2,7 +2,6 @@ import { Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common'
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
-import { errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { EpisodeRunner, type RunOptions } from '../episodes/episode-runner.service.js';
 import { EpisodeQueue } from '../episodes/episode-queue.js';
@@ -18,6 +17,7 @@ import type { DispatchOptions, SlotResult } from './dispatch-result.js';
 import { QueuePump } from './queue-pump.js';
 import { RestartHandover, type WaitingRestart } from './restart-handover.js';
 import { RunTracker } from './run-tracker.js';
+import { logStartFailure } from '../episodes/episode-log-lines.js';
 import { WaitingTriggers } from './waiting-triggers.js';
 import type { SlotRuns } from './slot-runs.interface.js';
 
@@ -185,7 +185,7 @@ export class ActorSlots implements OnApplicationBootstrap {
         this.release(actor);
       },
       (error: unknown) => {
-        this.logger.error(`could not start a deferred episode of ${actorId}: ${errorMessage(error)}`);
+        logStartFailure(this.logger, `a deferred episode of ${actorId}`, error);
         this.release(actor);
       },
     );

@@ -3,7 +3,7 @@ import type { ClaimHold } from '../claims/claim-hold.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import type { WorkClaims } from '../leases/work-claims.service.js';
-import { errorMessage } from '../sql/database-errors.js';
+import { episodeLabel, logStartFailure } from '../episodes/episode-log-lines.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import type { ActorRegistry } from '../actors/actor-registry.service.js';
@@ -50,7 +50,7 @@ export class RestartHandover {
       if (episode) return this.slots.launch(actor, episode, waiting.grant, { resumed: true, hold: waiting.hold });
       waiting.hold.release();
     } catch (error) {
-      this.logger.error(`could not start recovered episode ${waiting.episode.id}: ${errorMessage(error)}`);
+      logStartFailure(this.logger, `recovered ${episodeLabel(waiting.episode)}`, error);
       waiting.hold.release();
     }
     this.slots.release(actor);

@@ -1,4 +1,5 @@
-import { isDatabaseUnavailable } from '../sql/database-errors.js';
+import type { Logger } from '@nestjs/common';
+import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 
 /** Every log line names an episode the same way, so an operator can grep one id or one actor across nodes. */
@@ -23,4 +24,11 @@ export function failureLines(episode: EpisodeRow, errorClass: string, cause: unk
   const warn = `${episodeLabel(episode)} failed as ${errorClass}: ${what}`;
   if (decided || !error?.stack || isDatabaseUnavailable(error)) return { warn };
   return { warn, debug: `${episodeLabel(episode)} failed at:\n${error.stack}` };
+}
+
+/** A start that failed: a warning while the database is away (expected; recovery retries), an error otherwise. */
+export function logStartFailure(logger: Pick<Logger, 'warn' | 'error'>, what: string, error: unknown): void {
+  const line = `could not start ${what}: ${firstLine(errorMessage(error))}`;
+  if (isDatabaseUnavailable(error)) logger.warn(line);
+  else logger.error(line);
 }
