@@ -98,6 +98,11 @@ describe('metrics: /metrics on demo nodes', () => {
 
   it('counts a steal from a SIGSTOP-ed holder on the node that took the claim over', async () => {
     const [holder, stealer] = nodes;
+    // An episode of an earlier test still ending would count on either node after this baseline.
+    await waitFor('no episode under way', async () => {
+      const { rows } = await database.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status IN ('queued', 'running')`);
+      return rows[0].n === 0;
+    });
     const before = await scrape(stealer);
     const id = await rebalanceOn(holder, { resource: 'metered-stolen', stepMs: 1200 });
     await waitFor('the first checkpoint', async () => (await stepsJournaled(database.db, id)).length >= 1);
