@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
+import { SharedRead } from '../primitives/shared-read.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
 
@@ -89,7 +90,7 @@ type RawSweep = Omit<LastSweep, 'at'> & { at: string };
 /** Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one read. */
 @Injectable()
 export class ClusterStatusReader {
-  private cached: { key: number; at: number; read: Promise<ClusterStatus> } | undefined;
+  private readonly reads = new SharedRead<number, ClusterStatus>();
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -97,12 +98,7 @@ export class ClusterStatusReader {
   ) {}
 
   read(windowMs: number, cacheMs: number): Promise<ClusterStatus> {
-    const now = performance.now();
-    if (this.cached && this.cached.key === windowMs && now - this.cached.at < cacheMs) return this.cached.read;
-    const read = this.query(windowMs);
-    read.catch(() => undefined); // the caller reads the rejection; a later cache hit reads it again
-    this.cached = { key: windowMs, at: now, read };
-    return read;
+    return this.reads.get(windowMs, cacheMs, () => this.query(windowMs));
   }
 
   private async query(windowMs: number): Promise<ClusterStatus> {

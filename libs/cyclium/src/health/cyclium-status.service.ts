@@ -13,6 +13,7 @@ import type { ReconcileResult } from '../workflows/workflow-reconciler.service.j
 import { Mode } from '../dispatch/mode.service.js';
 import { Recovery } from '../recovery/recovery.service.js';
 import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
+import { SharedRead } from '../primitives/shared-read.js';
 import { ClusterStatusReader, MAX_STATUS_WINDOW_MS, type ClusterStatus, type ClusterStatusOptions } from './cluster-status.service.js';
 
 export interface HealthOptions {
@@ -77,7 +78,7 @@ export interface LivenessReport {
 /** This node's state at a glance, and the liveness and readiness verdicts the Terminus indicator reports. */
 @Injectable()
 export class CycliumStatus {
-  private cached: { timeoutMs: number; at: number; ping: Promise<number> } | undefined;
+  private readonly pings = new SharedRead<number, number>();
 
   constructor(
     private readonly identity: NodeIdentity,
@@ -159,12 +160,7 @@ export class CycliumStatus {
 
   /** A storm of probes costs one query. */
   private cachedPing(timeoutMs: number, cacheMs: number): Promise<number> {
-    const now = performance.now();
-    if (this.cached && this.cached.timeoutMs === timeoutMs && now - this.cached.at < cacheMs) return this.cached.ping;
-    const ping = this.ping(timeoutMs);
-    ping.catch(() => undefined); // read by this caller; a later cache hit reads it again
-    this.cached = { timeoutMs, at: now, ping };
-    return ping;
+    return this.pings.get(timeoutMs, cacheMs, () => this.ping(timeoutMs));
   }
 
   /** On the library's own connection: a host pool that is merely saturated is not a database that is away. */
