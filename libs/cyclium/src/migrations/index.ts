@@ -11,6 +11,7 @@ import { CycliumNodeBootId1764400000009 } from './1764400000009-cyclium-node-boo
 import { CycliumScopedRows1764400000010 } from './1764400000010-cyclium-scoped-rows.js';
 import { CycliumRowSignatures1764400000011 } from './1764400000011-cyclium-row-signatures.js';
 import { CycliumOperatorReads1764400000012 } from './1764400000012-cyclium-operator-reads.js';
+import { CycliumRetention1764400000013 } from './1764400000013-cyclium-retention.js';
 
 export {
   CycliumSchema1764400000000,
@@ -26,6 +27,7 @@ export {
   CycliumScopedRows1764400000010,
   CycliumRowSignatures1764400000011,
   CycliumOperatorReads1764400000012,
+  CycliumRetention1764400000013,
 };
 
 export { CYCLIUM_TABLES, cycliumGrants, type CycliumRoles } from './grants.js';
@@ -45,4 +47,5 @@ export const cycliumMigrations = [
   CycliumScopedRows1764400000010,
   CycliumRowSignatures1764400000011,
   CycliumOperatorReads1764400000012,
+  CycliumRetention1764400000013,
 ];
