@@ -59,6 +59,7 @@ import { TriggerPoller } from './dispatch/trigger-poller.service.js';
 import { TriggerRequests } from './dispatch/trigger-requests.service.js';
 import { NotHostedEpisodes } from './recovery/not-hosted.service.js';
 import { RecoverySchedule } from './recovery/recovery-schedule.service.js';
+import { RetentionSchedule } from './retention/retention.service.js';
 import { StepInputs } from './workflows/step-inputs.service.js';
 import { WorkflowAdvancer } from './workflows/workflow-advancer.service.js';
 import { WorkflowEngine } from './workflows/workflow-engine.service.js';
@@ -120,6 +121,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     Recovery,
     NotHostedEpisodes,
     RecoverySchedule,
+    RetentionSchedule,
     Drainer,
     CycliumShutdown,
     CycliumStatus,

@@ -7,7 +7,7 @@
  */
 // The module and its options.
 export { CycliumModule } from './cyclium.module.js';
-export type { CycliumMode, CycliumOptions, RecoveryOptions, RecoveryPolicy } from './options/cyclium-options.interface.js';
+export type { CycliumMode, CycliumOptions, RecoveryOptions, RecoveryPolicy, RetentionOptions } from './options/cyclium-options.interface.js';
 export { cycliumOptionsFromEnv } from './options/options-from-env.js';
 export { CycliumConfigError } from './options/cyclium-config.error.js';
 export { MissingSchemaError } from './sql/missing-schema.error.js';
@@ -53,7 +53,7 @@ export { UnknownActorError } from './actors/unknown-actor.error.js';
 export type { DispatchResult } from './dispatch/dispatch-result.js';
 export { Mode, type ModeStatus } from './dispatch/mode.service.js';
 export { TriggerRequests } from './dispatch/trigger-requests.service.js';
-export { Episodes, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './dispatch/episodes.service.js';
+export { Episodes, type ArchiveResult, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './dispatch/episodes.service.js';
 export type { RetryResult } from './dispatch/episode-retry.service.js';
 export type { EpisodeStatus } from './entities/episode.entity.js';
 export type { Convergence, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episodes/episode-context.interface.js';

@@ -134,3 +134,11 @@ export function liveClaimOnEpisode(episode: string): string {
             WHERE c.dedupe_key = coalesce(${episode}.dedupe_key, 'episode:' || ${episode}.id)
               AND c.state = 'claimed' AND c.lease_until > now())`;
 }
+
+/**
+ * Drops the finished claims whose keys `keys` (a query of one text column) lists, when retention
+ * deletes the work they guarded. A claim someone holds stays, whatever its key.
+ */
+export function deleteFinishedClaims(keys: string): string {
+  return `DELETE FROM cyclium_work_claims c WHERE c.dedupe_key IN (${keys}) AND c.state <> 'claimed'`;
+}

@@ -23,8 +23,9 @@ import { checkTriggerInput } from '../episodes/trigger-input.js';
 
 export interface TriggerOptions {
   /**
-   * Makes the trigger idempotent: a second trigger with the same key while the first is live is a
-   * duplicate. Scoped by env. A non-empty string of at most 1,000 UTF-8 bytes with no NUL
+   * Makes the trigger idempotent: a second trigger with the same key is a duplicate until the first
+   * episode is archived (`retention.archiveAfter` after it finished, a week by default, or at once
+   * by `Episodes.archive`); after that the key starts a new episode. Scoped by env. A non-empty string of at most 1,000 UTF-8 bytes with no NUL
    * (InvalidTriggerError otherwise).
    */
   dedupeKey?: string;
@@ -65,6 +66,9 @@ export interface ListEpisodes {
 }
 
 export type CancelResult = 'canceled' | 'requested' | 'finished' | 'not_found';
+
+/** What `Episodes.archive` did: archived it now, found it archived already, found it still live (queued, running, …), or found no such episode. */
+export type ArchiveResult = 'archived' | 'already_archived' | 'live' | 'not_found';
 
 const pick = <T>(explicit: T | undefined, fallback: T): T => (explicit === undefined ? fallback : explicit);
 
@@ -179,6 +183,17 @@ export class Episodes {
     if (!requested) return (await this.store.get(id)) ? 'finished' : 'not_found';
     this.events.announce(CANCEL_EVENT, { episodeId: id });
     return 'requested';
+  }
+
+  /**
+   * Archives a finished episode now rather than after `retention.archiveAfter`: its dedupe key is
+   * free at once, so a trigger with the same key starts a new episode. A live episode is left as it
+   * is (`live`): cancel it first. Retention deletes it later with the rest.
+   */
+  async archive(id: string): Promise<ArchiveResult> {
+    const was = isUuid(id) ? await this.store.archive(id) : null;
+    if (was === null) return 'not_found';
+    return was === 'finished' ? 'archived' : was === 'archived' ? 'already_archived' : 'live';
   }
 
   /**

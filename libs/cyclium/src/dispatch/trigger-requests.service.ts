@@ -46,6 +46,12 @@ export function requestClaimKey(id: string): string {
   return `trigger_request:${id}`;
 }
 
+/** Retention: the requests of the episodes `due` (column `id`) lists, returning each one's claim key (see requestClaimKey). */
+export function deleteRequestsOf(statement: Statement, due: string): string {
+  const prefix = statement.param(requestClaimKey(''), 'text');
+  return `DELETE FROM cyclium_trigger_requests r USING ${due} d WHERE r.episode_id = d.id RETURNING ${prefix} || r.id AS claim_key`;
+}
+
 /**
  * Every statement on cyclium_trigger_requests, and the reads an operator or a UI wants: the
  * requests trigger-only nodes deferred, oldest first, and what became of each.

@@ -3,6 +3,7 @@ import { Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
+import { EpisodeRetention } from './episode-retention.js';
 import { Statement } from '../sql/statement.js';
 import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.js';
 import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
@@ -133,6 +134,24 @@ export class EpisodeStore {
     statement.with('ep', insertEpisodes(`(${episodeInput(statement, [row])})`, 'fail'));
     const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
     return toEpisode(rows[0] as Record<string, unknown>);
+  }
+
+  /**
+   * Archives one finished episode now (what retention does after `archiveAfter`): its dedupe key is
+   * free from the commit on. Answers what the row was before: `finished` (archived by this call),
+   * `archived` already, `live`, or null when there is no such row.
+   */
+  async archive(id: string): Promise<'finished' | 'archived' | 'live' | null> {
+    const statement = new Statement('episodes_archive_one');
+    statement.with('due', `SELECT ${statement.param(id, 'uuid')} AS id`);
+    statement.with('archived', EpisodeRetention.archive('due'));
+    statement.with('checkpoints', EpisodeRetention.dropCheckpoints('archived'));
+    const { rows } = await this.database.sql.query<{ was: 'finished' | 'archived' | 'live' }>(
+      statement.build(`
+        SELECT CASE WHEN e.archived_at IS NOT NULL THEN 'archived' WHEN e.finished_at IS NOT NULL THEN 'finished' ELSE 'live' END AS was
+          FROM cyclium_episodes e JOIN due ON due.id = e.id`),
+    );
+    return rows[0]?.was ?? null;
   }
 
   /** Cancels the episodes of `ids` that have not started yet (queued or deferred); returns them. */

@@ -118,6 +118,8 @@ export interface CycliumOptions {
   triggerPollSourceEnv?: string | null;
   /** Pending trigger requests older than this are expired. Default 3 600 000. */
   triggerRequestTtlMs?: number;
+  /** How long finished episodes are kept (README, "Retention"); `false` keeps every row forever. */
+  retention?: RetentionOptions | false;
   /** Name of the host's TypeORM DataSource; the default one when unset. */
   dataSource?: string;
   /**
@@ -160,6 +162,28 @@ export interface CycliumOptions {
   integrity?: IntegrityOptions;
 }
 
+/**
+ * Finished work is archived, then deleted, by one node per stack and env at a time. Archiving sets
+ * an episode's `archived_at`, which frees its dedupe key (a trigger with the same key starts a new
+ * episode) and drops its checkpoints; deleting removes the episode with its journal, outputs,
+ * trigger requests, claim and finished workflow instances.
+ */
+export interface RetentionOptions {
+  /**
+   * Archive episodes this long after they finished (milliseconds). It is how long a dedupe key
+   * stays an idempotency key, so it may not be shorter than `busUndispatchedMaxAgeMs` (an event
+   * replayed after its episode was archived would run again) nor `triggerRequestTtlMs`.
+   * Default: the larger of a week and those two.
+   */
+  archiveAfter?: number;
+  /** Delete archived episodes this long after they were archived (milliseconds); `null` keeps them. Default 604 800 000 (a week). */
+  deleteAfter?: number | null;
+  /** Rows archived or deleted per statement; a pass runs batches while they come back full, for up to 5 s. Default 1 000. */
+  batchSize?: number;
+  /** How often each node tries a pass (one node per stack and env gets it). Default 60 000. */
+  intervalMs?: number;
+}
+
 /** The `integrity` option: the key that signs, and every key that may have signed a row still in the tables. */
 export interface IntegrityOptions {
   /** Names the key in `keys` that signs new rows. */
@@ -195,6 +219,7 @@ export interface ResolvedCycliumOptions {
   triggerPollSourceStack: string | null;
   triggerPollSourceEnv: string | null;
   triggerRequestTtlMs: number;
+  retention: (Required<Omit<RetentionOptions, 'deleteAfter'>> & { deleteAfter: number | null }) | null;
   dataSource: string | undefined;
   checkoutTimeoutMs: number;
   queryTimeoutMs: number;

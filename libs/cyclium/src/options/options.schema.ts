@@ -49,6 +49,29 @@ export class RecoveryOptionsSchema {
   resolvePolicy?: unknown;
 }
 
+export class RetentionOptionsSchema {
+  @defined('archiveAfter')
+  @IsInt(positiveMs('retention.archiveAfter'))
+  @Min(1, positiveMs('retention.archiveAfter'))
+  archiveAfter?: unknown;
+
+  @IsOptional()
+  @IsInt({ message: 'retention.deleteAfter must be a whole number of milliseconds >= 1, or null to keep archived episodes' })
+  @Min(1, { message: 'retention.deleteAfter must be a whole number of milliseconds >= 1, or null to keep archived episodes' })
+  deleteAfter?: unknown;
+
+  @defined('batchSize')
+  @IsInt({ message: 'retention.batchSize must be a whole number between 1 and 100000' })
+  @Min(1, { message: 'retention.batchSize must be a whole number between 1 and 100000' })
+  @Max(100_000, { message: 'retention.batchSize must be a whole number between 1 and 100000' })
+  batchSize?: unknown;
+
+  @defined('intervalMs')
+  @IsInt(positiveMs('retention.intervalMs'))
+  @Min(1, positiveMs('retention.intervalMs'))
+  intervalMs?: unknown;
+}
+
 /**
  * The shape CycliumModule accepts. Validated with `whitelist` + `forbidNonWhitelisted`, so a
  * misspelt option fails boot instead of being silently ignored.
@@ -169,6 +192,11 @@ export class CycliumOptionsSchema {
   @IsInt(positiveMs('triggerRequestTtlMs'))
   @Min(1, positiveMs('triggerRequestTtlMs'))
   triggerRequestTtlMs?: unknown;
+
+  @defined('retention')
+  @ValidateIf((o: Record<string, unknown>) => o['retention'] !== false)
+  @ValidateNested({ message: 'retention must be an object, or false to keep every row' })
+  retention?: unknown;
 
   @defined('dataSource')
   @IsString({ message: 'dataSource must be the name of a TypeORM DataSource' })

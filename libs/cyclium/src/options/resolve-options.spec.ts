@@ -40,6 +40,7 @@ describe('resolveCycliumOptions', () => {
       triggerPollSourceStack: null,
       triggerPollSourceEnv: null,
       triggerRequestTtlMs: 3_600_000,
+      retention: { archiveAfter: 604_800_000, deleteAfter: 604_800_000, batchSize: 1_000, intervalMs: 60_000 },
       dataSource: undefined,
       checkoutTimeoutMs: 10_000,
       queryTimeoutMs: 30_000,
@@ -50,6 +51,36 @@ describe('resolveCycliumOptions', () => {
       outputRetryBaseMs: 5_000,
       integrity: null,
     });
+  });
+
+  it('archives no sooner than a trigger can come again: archiveAfter covers the bus replay window and the request TTL', () => {
+    expect(() => resolveCycliumOptions({ retention: { archiveAfter: 3_600_000 } })).toThrow(
+      /retention\.archiveAfter must be at least busUndispatchedMaxAgeMs and triggerRequestTtlMs \(604800000 here\).*got 3600000/,
+    );
+    expect(() => resolveCycliumOptions({ busUndispatchedMaxAgeMs: 1_000, triggerRequestTtlMs: 5_000, retention: { archiveAfter: 4_000 } })).toThrow(
+      /retention\.archiveAfter.*\(5000 here\)/,
+    );
+    // Left out, archiveAfter grows to cover a longer replay window instead of failing boot.
+    expect(resolveCycliumOptions({ busUndispatchedMaxAgeMs: 30 * 86_400_000 }).retention?.archiveAfter).toBe(30 * 86_400_000);
+    expect(
+      resolveCycliumOptions({ busUndispatchedMaxAgeMs: 1_000, triggerRequestTtlMs: 1_000, retention: { archiveAfter: 1_000, deleteAfter: null } }).retention,
+    ).toEqual({
+      archiveAfter: 1_000,
+      deleteAfter: null,
+      batchSize: 1_000,
+      intervalMs: 60_000,
+    });
+    expect(resolveCycliumOptions({ retention: false }).retention).toBeNull();
+    for (const [retention, field] of [
+      [{ batchSize: 0 }, 'retention.batchSize'],
+      [{ deleteAfter: -1 }, 'retention.deleteAfter'],
+      [{ intervalMs: 1.5 }, 'retention.intervalMs'],
+      [{ archiveAfter: 'week' }, 'retention.archiveAfter'],
+      [{ keepFor: 1 }, 'retention.keepFor'],
+      ['forever', 'retention'],
+    ] as const) {
+      expect(() => resolveCycliumOptions({ retention } as never)).toThrow(field);
+    }
   });
 
   it('keeps recovery defaults a partial recovery object leaves out, and null intervalMs means boot only', () => {

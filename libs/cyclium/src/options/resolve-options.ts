@@ -1,7 +1,7 @@
 import { validateSync, type ValidationError } from 'class-validator';
 import { CycliumConfigError } from './cyclium-config.error.js';
 import type { CycliumOptions, ResolvedCycliumOptions } from './cyclium-options.interface.js';
-import { CycliumOptionsSchema, RecoveryOptionsSchema } from './options.schema.js';
+import { CycliumOptionsSchema, RecoveryOptionsSchema, RetentionOptionsSchema } from './options.schema.js';
 
 export const DEFAULT_OPTIONS = {
   workClaims: false,
@@ -30,6 +30,7 @@ export const DEFAULT_OPTIONS = {
   deliveryTimeoutMs: 30_000,
   outputMaxAttempts: 8,
   outputRetryBaseMs: 5_000,
+  retention: { archiveAfter: 604_800_000, deleteAfter: 604_800_000, batchSize: 1_000, intervalMs: 60_000 },
 } as const;
 
 function describe(value: unknown): string {
@@ -72,8 +73,13 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
   if (recoveryInput !== undefined && typeof recoveryInput === 'object' && recoveryInput !== null) {
     schema.recovery = Object.assign(new RecoveryOptionsSchema(), recoveryInput);
   }
+  const retentionInput = input.retention;
+  if (typeof retentionInput === 'object' && retentionInput !== null) {
+    schema.retention = Object.assign(new RetentionOptionsSchema(), retentionInput);
+  }
   const problems = problemsOf(validateSync(schema, { whitelist: true, forbidNonWhitelisted: true }));
   if (problems.length > 0) throw new CycliumConfigError(problems);
+  const retention = resolveRetention(input);
 
   const env = blankToNull(input.env);
   const recovery = { ...DEFAULT_OPTIONS.recovery, ...input.recovery };
@@ -108,6 +114,7 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     // The poller feeds its own env unless told otherwise; an explicit null targets the default env.
     triggerPollSourceEnv: input.triggerPollSourceEnv === undefined ? env : blankToNull(input.triggerPollSourceEnv),
     triggerRequestTtlMs: input.triggerRequestTtlMs ?? DEFAULT_OPTIONS.triggerRequestTtlMs,
+    retention,
     dataSource: input.dataSource,
     checkoutTimeoutMs: input.checkoutTimeoutMs ?? DEFAULT_OPTIONS.checkoutTimeoutMs,
     queryTimeoutMs: input.queryTimeoutMs ?? DEFAULT_OPTIONS.queryTimeoutMs,
@@ -117,5 +124,33 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     outputMaxAttempts: input.outputMaxAttempts ?? DEFAULT_OPTIONS.outputMaxAttempts,
     outputRetryBaseMs: input.outputRetryBaseMs ?? DEFAULT_OPTIONS.outputRetryBaseMs,
     integrity: input.integrity ? { keyId: input.integrity.keyId, keys: { ...input.integrity.keys } } : null,
+  };
+}
+
+/**
+ * Retention with its defaults. A dedupe key stays a duplicate until its episode is archived, so
+ * `archiveAfter` must cover the longest time the same trigger can arrive again: an event the bus
+ * replays (up to `busUndispatchedMaxAgeMs`) or a trigger request still pending (`triggerRequestTtlMs`).
+ * Left out, it grows to cover them; set shorter, boot fails naming it.
+ */
+function resolveRetention(input: CycliumOptions): ResolvedCycliumOptions['retention'] {
+  if (input.retention === false) return null;
+  const given = input.retention ?? {};
+  const replayWindow = Math.max(
+    input.busUndispatchedMaxAgeMs ?? DEFAULT_OPTIONS.busUndispatchedMaxAgeMs,
+    input.triggerRequestTtlMs ?? DEFAULT_OPTIONS.triggerRequestTtlMs,
+  );
+  if (given.archiveAfter !== undefined && given.archiveAfter < replayWindow) {
+    throw new CycliumConfigError([
+      `retention.archiveAfter must be at least busUndispatchedMaxAgeMs and triggerRequestTtlMs (${replayWindow} here): ` +
+        `an event replayed, or a request taken, after its episode was archived would run again (got ${given.archiveAfter})`,
+    ]);
+  }
+  const defaults = DEFAULT_OPTIONS.retention;
+  return {
+    archiveAfter: given.archiveAfter ?? Math.max(defaults.archiveAfter, replayWindow),
+    deleteAfter: given.deleteAfter === undefined ? defaults.deleteAfter : given.deleteAfter,
+    batchSize: given.batchSize ?? defaults.batchSize,
+    intervalMs: given.intervalMs ?? defaults.intervalMs,
   };
 }

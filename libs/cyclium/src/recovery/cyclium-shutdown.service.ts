@@ -13,6 +13,7 @@ import { Drainer } from './drainer.service.js';
 import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
 import { RecoverySchedule } from './recovery-schedule.service.js';
 import { Recovery } from './recovery.service.js';
+import { RetentionSchedule } from '../retention/retention.service.js';
 
 const SIGNALS: NodeJS.Signals[] = ['SIGTERM', 'SIGINT'];
 const ignore = () => undefined;
@@ -20,7 +21,7 @@ const ignore = () => undefined;
 /**
  * The one shutdown hook, so the order is fixed rather than left to hook scheduling: mark the node
  * as going (its boot id cleared), stop triggers,
- * the workflow engine, sweeps and the output rescue, drain the episodes and the output deliveries
+ * the workflow engine, sweeps, retention and the output rescue, drain the episodes and the output deliveries
  * (which needs the database, hence beforeApplicationShutdown, before TypeORM closes), flush the
  * bus's last events, deregister the node (its queued episodes are then adoptable at once), stop
  * renewing. A second signal while this runs is ignored rather than letting the default action
@@ -36,6 +37,7 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
     private readonly slots: ActorSlots,
     private readonly recovery: Recovery,
     private readonly schedule: RecoverySchedule,
+    private readonly retention: RetentionSchedule,
     private readonly workflows: WorkflowEngine,
     private readonly drainer: Drainer,
     private readonly registry: NodeRegistry,
@@ -68,9 +70,10 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
         await this.triggers.stop();
         await this.workflows.stop();
       });
-      await this.step('stop recovery sweeps and the trigger request poller', async () => {
+      await this.step('stop recovery sweeps, retention and the trigger request poller', async () => {
         this.schedule.stop();
         await this.recovery.stop();
+        await this.retention.stop();
         await this.poller.stop();
       });
       await this.step('stop taking outputs', () => this.outputRescue.stop());

@@ -1,0 +1,85 @@
+import { sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
+import type { Statement } from '../sql/statement.js';
+
+/** Whose finished work a retention pass handles: a node's stack and env (rule 8: the stack covers rows with none). */
+export interface RetentionScope {
+  stack: string | null;
+  env: string | null;
+}
+
+const TERMINAL = `('done', 'partially_failed', 'failed', 'canceled')`;
+
+/**
+ * The SQL of retention on cyclium_episodes, its journal and checkpoints, as CTE bodies a retention
+ * statement composes (each room keeps its own tables' SQL). `when` gates every read: the pass's
+ * lock, so a node that does not hold it reads nothing. Rows are taken oldest first by the partial
+ * indexes of migration 13, `SKIP LOCKED`, so a pass never waits on a row a runner or another
+ * stack's pass holds; what it skips, the next pass takes.
+ */
+export const EpisodeRetention = {
+  /**
+   * Finished episodes of the scope older than `olderThanMs`, not yet archived. An episode of a
+   * workflow instance still running stays: the instance's step keys must keep deduping.
+   */
+  dueForArchive(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    return `
+      SELECT e.id FROM cyclium_episodes e
+       WHERE ${when}
+         AND ${sameEnvIndexed('e.source_env', p(scope.env, 'text'), scope.env)}
+         AND e.finished_at IS NOT NULL AND e.archived_at IS NULL
+         AND e.finished_at < now() - make_interval(secs => ${p(olderThanMs, 'double precision')} / 1000)
+         AND e.status IN ${TERMINAL}
+         AND ${stackCovers('e.source_stack', p(scope.stack, 'text'))}
+         AND NOT EXISTS (SELECT 1 FROM cyclium_workflow_instances w WHERE w.id = e.workflow_instance_id AND w.finished_at IS NULL)
+       ORDER BY e.finished_at
+       LIMIT ${p(limit, 'int')}
+       FOR UPDATE OF e SKIP LOCKED`;
+  },
+
+  /** Archives the episodes of `due` (column `id`) that are finished and not archived yet: their dedupe keys are free from now. */
+  archive(due: string): string {
+    return `
+      UPDATE cyclium_episodes e SET archived_at = now()
+        FROM ${due} d
+       WHERE e.id = d.id AND e.finished_at IS NOT NULL AND e.archived_at IS NULL AND e.status IN ${TERMINAL}
+      RETURNING e.id`;
+  },
+
+  /** A finished episode never resumes, so its checkpoints are dead weight once it is archived. */
+  dropCheckpoints(of: string): string {
+    return `DELETE FROM cyclium_episode_checkpoints c USING ${of} a WHERE c.episode_id = a.id`;
+  },
+
+  /**
+   * Archived episodes of the scope older than `olderThanMs`, with the claim key a deletion may drop:
+   * the episode's own (`episode:<id>`, never used again) or its dedupe key, unless the key was a
+   * host's manual one, which a later trigger may take up again (the claim row then serves it). An
+   * episode with an output still pending waits for its delivery to end.
+   */
+  dueForDelete(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    return `
+      SELECT e.id, CASE WHEN e.dedupe_key IS NULL THEN 'episode:' || e.id WHEN e.trigger_type <> 'manual' THEN e.dedupe_key END AS claim_key
+        FROM cyclium_episodes e
+       WHERE ${when}
+         AND ${sameEnvIndexed('e.source_env', p(scope.env, 'text'), scope.env)}
+         AND e.archived_at IS NOT NULL
+         AND e.archived_at < now() - make_interval(secs => ${p(olderThanMs, 'double precision')} / 1000)
+         AND ${stackCovers('e.source_stack', p(scope.stack, 'text'))}
+         AND NOT EXISTS (SELECT 1 FROM cyclium_outputs o WHERE o.episode_id = e.id AND o.status = 'pending')
+       ORDER BY e.archived_at
+       LIMIT ${p(limit, 'int')}
+       FOR UPDATE OF e SKIP LOCKED`;
+  },
+
+  /** The journal of the episodes of `due`. */
+  deleteSteps(due: string): string {
+    return `DELETE FROM cyclium_episode_steps s USING ${due} d WHERE s.episode_id = d.id`;
+  },
+
+  /** The episodes of `due`; their outputs go by the foreign key's cascade, findings keep their rows with the episode unset. */
+  deleteEpisodes(due: string): string {
+    return `DELETE FROM cyclium_episodes e USING ${due} d WHERE e.id = d.id RETURNING e.id`;
+  },
+};
