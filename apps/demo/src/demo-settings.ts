@@ -20,6 +20,12 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_BUS_MAX_PAYLOAD_BYTES largest event payload, in bytes of JSON (library default 1048576)
  *   DEMO_CHECKOUT_TIMEOUT_MS   how long the library waits for a pool connection (library default 10000)
  *   DEMO_QUERY_TIMEOUT_MS      how long the library waits for one statement's answer (library default 30000)
+ *   DEMO_BUS_RETENTION_MS      keep dispatched bus events this long (library default 3600000)
+ *   DEMO_BUS_UNDISPATCHED_MS   keep undispatched bus events this long (library default 604800000)
+ *   DEMO_ARCHIVE_AFTER_MS      retention.archiveAfter (library default: a week, or the two windows above if longer)
+ *   DEMO_DELETE_AFTER_MS       retention.deleteAfter (library default 604800000)
+ *   DEMO_RETENTION_EVERY_MS    retention.intervalMs (library default 60000)
+ *   DEMO_RETENTION_BATCH       retention.batchSize (library default 1000)
  *
  * (DEMO_DB_POOL, the TypeORM pool size, is read in app.module.ts.)
  */
@@ -38,6 +44,14 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     ...(env.DEMO_BUS_MAX_PAYLOAD_BYTES ? { busMaxPayloadBytes: Number(env.DEMO_BUS_MAX_PAYLOAD_BYTES) } : {}),
     ...(env.DEMO_CHECKOUT_TIMEOUT_MS ? { checkoutTimeoutMs: Number(env.DEMO_CHECKOUT_TIMEOUT_MS) } : {}),
     ...(env.DEMO_QUERY_TIMEOUT_MS ? { queryTimeoutMs: Number(env.DEMO_QUERY_TIMEOUT_MS) } : {}),
+    ...(env.DEMO_BUS_RETENTION_MS ? { busRetentionMs: Number(env.DEMO_BUS_RETENTION_MS) } : {}),
+    ...(env.DEMO_BUS_UNDISPATCHED_MS ? { busUndispatchedMaxAgeMs: Number(env.DEMO_BUS_UNDISPATCHED_MS) } : {}),
+    retention: {
+      ...(env.DEMO_ARCHIVE_AFTER_MS ? { archiveAfter: Number(env.DEMO_ARCHIVE_AFTER_MS) } : {}),
+      ...(env.DEMO_DELETE_AFTER_MS ? { deleteAfter: Number(env.DEMO_DELETE_AFTER_MS) } : {}),
+      ...(env.DEMO_RETENTION_EVERY_MS ? { intervalMs: Number(env.DEMO_RETENTION_EVERY_MS) } : {}),
+      ...(env.DEMO_RETENTION_BATCH ? { batchSize: Number(env.DEMO_RETENTION_BATCH) } : {}),
+    },
     recovery: {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),
