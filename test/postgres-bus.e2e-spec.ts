@@ -455,6 +455,48 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(await stored(fresh.eventId)).toHaveLength(1);
   });
 
+  it('keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them, and stands aside while another node prunes', async () => {
+    const channel = 'prune_walk';
+    const kept = await admin.connect();
+    try {
+      // The kept rows take the lowest ids but commit last, after a consumer's position was taken: it has not dispatched them.
+      await kept.query('BEGIN');
+      await kept.query(
+        `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at) SELECT $1, 'kept-' || g, 't', '{}', now() FROM generate_series(1, 1000) g`,
+        [channel],
+      );
+      await admin.query(
+        `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at) SELECT $1, 'gone-' || g, 't', '{}', now() FROM generate_series(1, 50000) g`,
+        [channel],
+      );
+      await admin.query(`INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'slow.reader', pg_current_snapshot())`, [channel]);
+      await kept.query('COMMIT');
+    } finally {
+      kept.release();
+    }
+    const left = async (prefix: string) =>
+      (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND event_id LIKE $2`, [channel, `${prefix}%`])).rows[0].n as number;
+    try {
+      await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE channel = $1`, [channel]);
+      const other = await admin.connect();
+      try {
+        await other.query('BEGIN');
+        await other.query('SELECT pg_advisory_xact_lock(7268853211580712513)');
+        expect(await a.bus.pruneNow()).toBe(0);
+        expect(await left('gone-')).toBe(50_000);
+        await other.query('COMMIT');
+      } finally {
+        other.release();
+      }
+      expect(await a.bus.pruneNow()).toBeGreaterThanOrEqual(50_000);
+      expect(await left('gone-')).toBe(0);
+      expect(await left('kept-')).toBe(1_000);
+    } finally {
+      await admin.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [channel]);
+      await admin.query(`DELETE FROM cyclium_events WHERE channel = $1`, [channel]);
+    }
+  });
+
   it('keeps an event a consumer has not dispatched past the retention window, until busUndispatchedMaxAgeMs, then prunes and counts it', async () => {
     // An expectation whose every host is gone: its position stays where it was when this event came.
     await admin.query(`INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'gone.away', pg_current_snapshot())`, [CHANNEL]);

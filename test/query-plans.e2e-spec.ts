@@ -84,7 +84,7 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
         await plan(CANDIDATES, [null, null, 120_000, 45_000, true, ['b'], false, null, null, 500]),
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
         await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500, 4194304)`),
-        await plan(`EXECUTE cyclium_events_prune_dispatched(3600000, 1000, 604800000)`),
+        await plan(`EXECUTE cyclium_events_prune_after(3600000, 1000, 604800000, 0)`),
         await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000]),
         await plan(`SELECT ${OutputStore.dueFragment('$1')}`, [['t1', 't2']]),
         await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL)`),

@@ -3,20 +3,32 @@ import { OutageLog } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { EventLog } from './event-log.js';
 
-const BATCH = 1_000;
-const BATCHES_PER_PASS = 20;
+const BATCH = 5_000;
+/** How long one pass runs batches; a pass that runs out with rows left comes back after CATCH_UP_MS. */
+const PASS_BUDGET_MS = 5_000;
+const CATCH_UP_MS = 1_000;
+
+/** What one pass did. */
+export interface PrunePass {
+  deleted: number;
+  /** Batches ran out of time with expired rows left: the next pass comes soon. */
+  behind: boolean;
+}
 
 /**
  * Deletes events past the retention window once every position on their channel has passed them,
  * and past `undispatchedMaxAgeMs` whatever the positions (warned and counted): see EventLog.prune.
- * A pass runs every quarter of the window (between 1 s and a minute), one node at a time.
+ * A pass walks the table from its lowest id in batches while they come back full, for up to 5 s,
+ * one node at a time; it runs every quarter of the window (between 1 s and a minute), and again
+ * after a second when it ran out of time, so pruning keeps up with a sustained append rate.
  */
 export class BusRetention {
   private readonly logger = new Logger('CycliumBus');
   private readonly outage = new OutageLog(this.logger, 'pruning cyclium_events');
   private timer: NodeJS.Timeout | undefined;
-  private pruning: Promise<void> | undefined;
+  private pruning: Promise<PrunePass> | undefined;
   private undispatched = 0;
+  private stopped = true;
 
   constructor(
     private readonly sql: SqlExecutor,
@@ -31,26 +43,65 @@ export class BusRetention {
   }
 
   start(): void {
-    if (this.timer) return;
-    this.timer = setInterval(() => this.prune(), Math.min(60_000, Math.max(1_000, this.retentionMs / 4)));
-    this.timer.unref();
+    if (!this.stopped) return;
+    this.stopped = false;
+    this.next(this.intervalMs);
   }
 
   async stop(): Promise<void> {
-    clearInterval(this.timer);
+    this.stopped = true;
+    clearTimeout(this.timer);
     this.timer = undefined;
-    await this.pruning;
+    await this.pruning?.catch(() => undefined);
   }
 
-  /** Deletes what is due now, in batches; resolves with the count. */
+  /** One pass now (a pass under way is joined); resolves with the count deleted. */
   async pruneNow(): Promise<number> {
-    let total = 0;
+    return (await this.pass()).deleted;
+  }
+
+  private get intervalMs(): number {
+    return Math.min(60_000, Math.max(1_000, this.retentionMs / 4));
+  }
+
+  private next(delay: number): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      this.pass().then(
+        (pass) => {
+          this.outage.succeeded();
+          this.next(pass.behind ? CATCH_UP_MS : this.intervalMs);
+        },
+        (error: unknown) => {
+          this.outage.failed(error);
+          this.next(this.intervalMs);
+        },
+      );
+    }, delay);
+    this.timer.unref();
+  }
+
+  private pass(): Promise<PrunePass> {
+    this.pruning ??= this.walk().finally(() => (this.pruning = undefined));
+    return this.pruning;
+  }
+
+  private async walk(): Promise<PrunePass> {
+    const deadline = performance.now() + PASS_BUDGET_MS;
+    let after = '0';
+    let deleted = 0;
     let undispatched = 0;
-    for (let pass = 0; pass < BATCHES_PER_PASS; pass++) {
-      const pruned = await this.log.prune(this.sql, this.retentionMs, this.undispatchedMaxAgeMs, BATCH);
-      total += pruned.deleted;
-      undispatched += pruned.undispatched;
-      if (pruned.deleted < BATCH) break;
+    let behind = false;
+    for (;;) {
+      const batch = await this.log.prune(this.sql, this.retentionMs, this.undispatchedMaxAgeMs, BATCH, after);
+      deleted += batch.deleted;
+      undispatched += batch.undispatched;
+      if (!batch.held || batch.young || batch.examined < BATCH || batch.lastId === null) break;
+      after = batch.lastId;
+      if (performance.now() >= deadline) {
+        behind = true;
+        break;
+      }
     }
     if (undispatched > 0) {
       this.undispatched += undispatched;
@@ -59,15 +110,6 @@ export class BusRetention {
           `had not dispatched: no node hosting it read them in time (see cyclium_bus_positions)`,
       );
     }
-    return total;
-  }
-
-  private prune(): void {
-    this.pruning ??= this.pruneNow()
-      .then(
-        () => this.outage.succeeded(),
-        (error: unknown) => this.outage.failed(error),
-      )
-      .finally(() => (this.pruning = undefined));
+    return { deleted, behind: behind && !this.stopped };
   }
 }

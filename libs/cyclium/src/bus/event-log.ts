@@ -83,29 +83,53 @@ const READ_PAGE = prepared(
 const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`);
 
 /**
- * Retention, by the database clock (rule 1). Only the oldest rows by id are examined, so a pass
- * costs at most `limit` index entries however large the table; the transaction-scoped advisory
- * lock lets one node prune at a time, and the others skip rather than wait. An event some
- * consumer's position has not passed (see BusPositions) is kept until `undispatchedMs`, then
- * deleted all the same and counted, so a channel nobody consumes any more cannot grow without end.
+ * One batch of retention, by the database clock (rule 1): the next `limit` rows by id after `after`,
+ * so a pass walks the table once with a key and a row it must keep is read once per pass, not by
+ * every batch; a batch costs at most `limit` index entries however large the table. The
+ * transaction-scoped advisory lock lets one node prune at a time, and the others skip rather than
+ * wait. An event some consumer's position has not passed (see BusPositions) is kept until
+ * `undispatchedMs`, then deleted all the same and counted, so a channel nobody consumes any more
+ * cannot grow without end. `young`: the batch's last row is inside the window: ids follow insert
+ * order, and a later insert is never much older, so the rest of the table is young too and the
+ * pass is done. A young row among older ones (a clock step, an edited row) does not stop it.
  */
 const PRUNE = prepared(
-  'events_prune_dispatched',
+  'events_prune_after',
   `
   WITH lock AS (SELECT pg_try_advisory_xact_lock(7268853211580712513) AS held),
+  examined AS (
+    SELECT id, channel, tx_id, created_at, created_at < now() - make_interval(secs => $1::double precision / 1000) AS expired
+      FROM cyclium_events WHERE (SELECT held FROM lock) AND id > $4::bigint ORDER BY id LIMIT $2),
   expired AS (
     SELECT o.id,
            EXISTS (SELECT 1 FROM cyclium_bus_positions p
                     WHERE p.channel = o.channel AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
            o.created_at < now() - make_interval(secs => $3::double precision / 1000) AS overdue
-      FROM (SELECT id, channel, tx_id, created_at FROM cyclium_events
-             WHERE (SELECT held FROM lock) ORDER BY id LIMIT $2) o
-     WHERE o.created_at < now() - make_interval(secs => $1::double precision / 1000)),
+      FROM examined o WHERE o.expired),
   doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),
   deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id)
-  SELECT count(*)::int AS deleted, (count(*) FILTER (WHERE d.undispatched))::int AS undispatched
-    FROM deleted JOIN doomed d USING (id)`,
+  SELECT coalesce((SELECT held FROM lock), false) AS held,
+         (SELECT count(*) FROM deleted)::int AS deleted,
+         (SELECT count(*) FROM deleted JOIN doomed d USING (id) WHERE d.undispatched)::int AS undispatched,
+         (SELECT count(*) FROM examined)::int AS examined,
+         (SELECT max(id) FROM examined)::text AS last_id,
+         coalesce((SELECT NOT expired FROM examined ORDER BY id DESC LIMIT 1), false) AS young`,
 );
+
+/** What one batch of retention did (EventLog.prune). */
+export interface PruneBatch {
+  /** False when another node was pruning: this one read nothing. */
+  held: boolean;
+  deleted: number;
+  /** Of `deleted`, the events some consumer had not dispatched (older than `undispatchedMs`). */
+  undispatched: number;
+  /** Rows read; fewer than the limit means the end of the table. */
+  examined: number;
+  /** The highest id read: the next batch's `after`. */
+  lastId: string | null;
+  /** The last row read was inside the retention window. */
+  young: boolean;
+}
 
 /** A read's rows, and whether more may follow them in the same snapshot (a limit cut it). */
 export interface EventPage {
@@ -190,12 +214,13 @@ export class EventLog {
     return { id: row.id as string, txId: row.tx_id, committedAt: row.created_ms, ageMs: row.age_ms, event, trusted };
   }
 
-  /**
-   * Deletes up to `limit` events older than `olderThanMs` that every consumer's position has passed,
-   * or older than `undispatchedMs` whatever the positions; nothing when another node holds the lock.
-   */
-  async prune(sql: SqlExecutor, olderThanMs: number, undispatchedMs: number, limit: number): Promise<{ deleted: number; undispatched: number }> {
-    const { rows } = await sql.query<{ deleted: number; undispatched: number }>(PRUNE([olderThanMs, limit, undispatchedMs]));
-    return rows[0] ?? { deleted: 0, undispatched: 0 };
+  /** One batch of retention after id `after` (see PRUNE); nothing when another node holds the lock. */
+  async prune(sql: SqlExecutor, olderThanMs: number, undispatchedMs: number, limit: number, after = '0'): Promise<PruneBatch> {
+    const { rows } = await sql.query<{ held: boolean; deleted: number; undispatched: number; examined: number; last_id: string | null; young: boolean }>(
+      PRUNE([olderThanMs, limit, undispatchedMs, after]),
+    );
+    const row = rows[0];
+    if (!row) return { held: false, deleted: 0, undispatched: 0, examined: 0, lastId: null, young: false };
+    return { held: row.held, deleted: row.deleted, undispatched: row.undispatched, examined: row.examined, lastId: row.last_id, young: row.young };
   }
 }
