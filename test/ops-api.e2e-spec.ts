@@ -61,6 +61,7 @@ describe('the operations API', () => {
       ['GET', '/episodes/not-a-uuid', undefined, 'id'],
       ['POST', '/episodes/not-a-uuid/cancel', undefined, 'id'],
       ['POST', '/episodes/not-a-uuid/retry', undefined, 'id'],
+      ['POST', '/episodes/not-a-uuid/archive', undefined, 'id'],
       ['GET', '/cluster?windowMs=soon', undefined, 'windowMs'],
       ['GET', '/cluster?windowMs=0', undefined, 'windowMs'],
       ['POST', '/mode', { mode: 'turbo' }, 'mode'],
@@ -83,6 +84,7 @@ describe('the operations API', () => {
       ['GET', `/episodes/${unknown}`],
       ['POST', `/episodes/${unknown}/cancel`],
       ['POST', `/episodes/${unknown}/retry`],
+      ['POST', `/episodes/${unknown}/archive`],
       ['GET', `/workflows/${unknown}`],
     ] as const) {
       expect({ method, path, status: (await call(method, path)).status }).toEqual({ method, path, status: 404 });
@@ -139,6 +141,17 @@ describe('the operations API', () => {
     expect(second.dedupeKey).toBe('ops-failed:retry:2');
     expect((await call('POST', `/episodes/${first.episode.id}/retry`)).status).toBe(409);
 
+    // Archive frees a key: the next retry takes :retry:1 again; a live episode is 409.
+    const live = await rebalanceOn(node, { resource: 'ops-live', stepMs: 2_000 });
+    expect((await call('POST', `/episodes/${live}/archive`)).status).toBe(409);
+    await ok('POST', `/episodes/${live}/cancel`);
+    await waitForStatus(database.db, second.episode.id, 'done');
+    expect(await ok('POST', `/episodes/${first.episode.id}/archive`)).toEqual({ result: 'archived' });
+    expect(await ok('POST', `/episodes/${first.episode.id}/archive`)).toEqual({ result: 'already_archived' });
+    expect((await ok<{ episode: { archivedAt: string | null } }>('GET', `/episodes/${first.episode.id}`)).episode.archivedAt).not.toBeNull();
+    const third = await ok<{ dedupeKey: string }>('POST', `/episodes/${failed}/retry`);
+    expect(third.dedupeKey).toBe('ops-failed:retry:1');
+
     expect(await ok('POST', '/mode', { mode: 'trigger_only' })).toEqual(expect.objectContaining({ mode: 'trigger_only' }));
     expect((await ok<{ modes: { mode: string } }>('GET', '/node')).modes.mode).toBe('trigger_only');
     await ok('POST', '/mode', { mode: 'full' });
@@ -158,6 +171,7 @@ describe('the operations API', () => {
         ['GET', `/episodes/${id}`],
         ['POST', `/episodes/${id}/cancel`],
         ['POST', `/episodes/${id}/retry`],
+        ['POST', `/episodes/${id}/archive`],
         ['GET', '/trigger-requests'],
         ['GET', '/workflows'],
         ['GET', `/workflows/${id}`],

@@ -179,6 +179,18 @@ describe('the operations page in a browser', () => {
       'the new episode to journal its first step again',
       async () => (await page.locator('[data-testid="step-row"]').first().textContent())?.includes('plan') ?? false,
     );
+
+    // Archiving the original frees its key; the page says so and stops offering it.
+    await row(failed.id).click();
+    await pageShows('the detail to offer Archive', async () => (await text('detail-id')) === failed.id && page.getByTestId('archive-button').isVisible());
+    expect(await text('archive-note')).toBe('frees its dedupe key now; retention deletes it later');
+    await page.getByTestId('archive-button').click();
+    await pageShows('the archive to be done', async () => (await text('action-result')) === 'archived: its dedupe key is free');
+    await pageShows(
+      'the detail to show it archived, with no Archive button',
+      async () => (await page.getByTestId('detail-archived').isVisible()) && !(await page.getByTestId('archive-box').isVisible()),
+    );
+    expect((await ops<{ episode: { archivedAt: string | null } }>(`/episodes/${failed.id}`)).episode.archivedAt).not.toBeNull();
   });
 
   it('pauses its live refresh and resumes it', async () => {

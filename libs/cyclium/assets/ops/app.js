@@ -256,6 +256,7 @@
       ...field('queued', e.queuedAt ? time(e.queuedAt) : null),
       ...field('started', e.startedAt ? time(e.startedAt) : null),
       ...field('finished', e.finishedAt ? time(e.finishedAt) : null),
+      ...field('archived', e.archivedAt ? el('span', { 'data-testid': 'detail-archived' }, time(e.archivedAt)) : null),
       ...field('cancel requested', e.cancelRequestedAt ? time(e.cancelRequestedAt) : null),
       ...field('workflow instance', e.workflowInstanceId),
       ...field('summary', e.summary),
@@ -265,6 +266,7 @@
     error.replaceChildren(...(e.errorClass ? [el('strong', {}, e.errorClass), el('pre', {}, e.errorDetail || '')] : []));
     $('cancel-button').hidden = !CANCELLABLE.includes(e.status);
     $('retry-box').hidden = !RETRYABLE.includes(e.status);
+    $('archive-box').hidden = !e.finishedAt || Boolean(e.archivedAt);
     const steps = detail.steps.map((s) =>
       el(
         'tr',
@@ -309,6 +311,7 @@
     try {
       const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, { method: 'POST' });
       if (verb === 'cancel') result.textContent = CANCEL_SAYS[answer.result] || answer.result;
+      else if (verb === 'archive') result.textContent = answer.result === 'archived' ? 'archived: its dedupe key is free' : 'already archived';
       // No episode yet when the retry waits (a deferred trigger request, say): its dedupe key still finds it.
       else if (!answer.episode) result.textContent = `retry ${answer.dispatch || 'accepted'}, dedupe key ${answer.dedupeKey}`;
       else {
@@ -390,6 +393,7 @@
     });
     on('cancel-button', 'click', () => void act('cancel'));
     on('retry-button', 'click', () => void act('retry'));
+    on('archive-button', 'click', () => void act('archive'));
   }
 
   function start() {

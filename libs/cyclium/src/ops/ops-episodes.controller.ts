@@ -8,7 +8,7 @@ import { OpsExceptionFilter } from './ops-exception.filter.js';
 import { EpisodeIdParam, EpisodeListQuery } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 
-/** Episodes for the operations page: list, read one with everything it wrote, cancel, retry. */
+/** Episodes for the operations page: list, read one with everything it wrote, cancel, retry, archive. */
 @Controller('api/episodes')
 @UseGuards(OpsAccessGuard)
 @UseFilters(OpsExceptionFilter)
@@ -52,6 +52,16 @@ export class OpsEpisodesController {
   async cancel(@Param() { id }: EpisodeIdParam): Promise<{ result: Exclude<CancelResult, 'not_found'> }> {
     const result = await this.episodes.cancel(id);
     if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
+    return { result };
+  }
+
+  /** Archives a finished episode now: its dedupe key is free at once (README, "Retention"). */
+  @Post(':id/archive')
+  @HttpCode(200)
+  async archive(@Param() { id }: EpisodeIdParam): Promise<{ result: 'archived' | 'already_archived' }> {
+    const result = await this.episodes.archive(id);
+    if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
+    if (result === 'live') throw new ConflictException(`episode ${id} has not finished: cancel it first, or wait for it to end`);
     return { result };
   }
 
