@@ -9,6 +9,41 @@ export interface RetentionScope {
 
 const TERMINAL = `('done', 'partially_failed', 'failed', 'canceled')`;
 
+/** What oldestDue reads: `columns` of `table` (aliased `aged`) whose `age` column is older than `olderThanMs`. */
+export interface DueRows {
+  table: string;
+  columns: string;
+  age: string;
+  olderThanMs: number;
+  limit: number;
+  /** More conditions on `aged`. */
+  and?: readonly string[];
+}
+
+/**
+ * The oldest `limit` rows of the scope past their window, by the database clock, read only when
+ * `when` holds (the pass's lock) and locked `SKIP LOCKED`: the shape every retention read shares,
+ * spelled to match the `(source_env, <age>)` indexes of migration 13.
+ */
+export function oldestDue(statement: Statement, scope: RetentionScope, due: DueRows, when: string): string {
+  const p = (value: unknown, cast: string) => statement.param(value, cast);
+  return `
+      SELECT ${due.columns} FROM ${due.table} aged
+       WHERE ${when}
+         AND ${sameEnvIndexed('aged.source_env', p(scope.env, 'text'), scope.env)}
+         AND aged.${due.age} IS NOT NULL
+         AND aged.${due.age} < now() - make_interval(secs => ${p(due.olderThanMs, 'double precision')} / 1000)
+         AND ${stackCovers('aged.source_stack', p(scope.stack, 'text'))}${(due.and ?? [])
+           .map(
+             (c) => `
+         AND ${c}`,
+           )
+           .join('')}
+       ORDER BY aged.${due.age}
+       LIMIT ${p(due.limit, 'int')}
+       FOR UPDATE OF aged SKIP LOCKED`;
+}
+
 /**
  * The SQL of retention on cyclium_episodes, its journal and checkpoints, as CTE bodies a retention
  * statement composes (each room keeps its own tables' SQL). `when` gates every read: the pass's
@@ -22,19 +57,23 @@ export const EpisodeRetention = {
    * workflow instance still running stays: the instance's step keys must keep deduping.
    */
   dueForArchive(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
-    const p = (value: unknown, cast: string) => statement.param(value, cast);
-    return `
-      SELECT e.id FROM cyclium_episodes e
-       WHERE ${when}
-         AND ${sameEnvIndexed('e.source_env', p(scope.env, 'text'), scope.env)}
-         AND e.finished_at IS NOT NULL AND e.archived_at IS NULL
-         AND e.finished_at < now() - make_interval(secs => ${p(olderThanMs, 'double precision')} / 1000)
-         AND e.status IN ${TERMINAL}
-         AND ${stackCovers('e.source_stack', p(scope.stack, 'text'))}
-         AND NOT EXISTS (SELECT 1 FROM cyclium_workflow_instances w WHERE w.id = e.workflow_instance_id AND w.finished_at IS NULL)
-       ORDER BY e.finished_at
-       LIMIT ${p(limit, 'int')}
-       FOR UPDATE OF e SKIP LOCKED`;
+    return oldestDue(
+      statement,
+      scope,
+      {
+        table: 'cyclium_episodes',
+        columns: 'aged.id',
+        age: 'finished_at',
+        olderThanMs,
+        limit,
+        and: [
+          'aged.archived_at IS NULL',
+          `aged.status IN ${TERMINAL}`,
+          'NOT EXISTS (SELECT 1 FROM cyclium_workflow_instances w WHERE w.id = aged.workflow_instance_id AND w.finished_at IS NULL)',
+        ],
+      },
+      when,
+    );
   },
 
   /** Archives the episodes of `due` (column `id`) that are finished and not archived yet: their dedupe keys are free from now. */
@@ -58,19 +97,19 @@ export const EpisodeRetention = {
    * episode with an output still pending waits for its delivery to end.
    */
   dueForDelete(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
-    const p = (value: unknown, cast: string) => statement.param(value, cast);
-    return `
-      SELECT e.id, CASE WHEN e.dedupe_key IS NULL THEN 'episode:' || e.id WHEN e.trigger_type <> 'manual' THEN e.dedupe_key END AS claim_key
-        FROM cyclium_episodes e
-       WHERE ${when}
-         AND ${sameEnvIndexed('e.source_env', p(scope.env, 'text'), scope.env)}
-         AND e.archived_at IS NOT NULL
-         AND e.archived_at < now() - make_interval(secs => ${p(olderThanMs, 'double precision')} / 1000)
-         AND ${stackCovers('e.source_stack', p(scope.stack, 'text'))}
-         AND NOT EXISTS (SELECT 1 FROM cyclium_outputs o WHERE o.episode_id = e.id AND o.status = 'pending')
-       ORDER BY e.archived_at
-       LIMIT ${p(limit, 'int')}
-       FOR UPDATE OF e SKIP LOCKED`;
+    return oldestDue(
+      statement,
+      scope,
+      {
+        table: 'cyclium_episodes',
+        columns: `aged.id, CASE WHEN aged.dedupe_key IS NULL THEN 'episode:' || aged.id WHEN aged.trigger_type <> 'manual' THEN aged.dedupe_key END AS claim_key`,
+        age: 'archived_at',
+        olderThanMs,
+        limit,
+        and: [`NOT EXISTS (SELECT 1 FROM cyclium_outputs o WHERE o.episode_id = aged.id AND o.status = 'pending')`],
+      },
+      when,
+    );
   },
 
   /** The journal of the episodes of `due`. */

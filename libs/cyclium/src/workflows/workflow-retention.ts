@@ -1,6 +1,5 @@
-import { sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
 import type { Statement } from '../sql/statement.js';
-import type { RetentionScope } from '../episodes/episode-retention.js';
+import { oldestDue, type RetentionScope } from '../episodes/episode-retention.js';
 import { instanceClaimKey } from './workflow-advancer.service.js';
 
 /**
@@ -12,17 +11,7 @@ import { instanceClaimKey } from './workflow-advancer.service.js';
  */
 export const WorkflowRetention = {
   due(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
-    const p = (value: unknown, cast: string) => statement.param(value, cast);
-    return `
-      SELECT w.id FROM cyclium_workflow_instances w
-       WHERE ${when}
-         AND ${sameEnvIndexed('w.source_env', p(scope.env, 'text'), scope.env)}
-         AND w.finished_at IS NOT NULL
-         AND w.finished_at < now() - make_interval(secs => ${p(olderThanMs, 'double precision')} / 1000)
-         AND ${stackCovers('w.source_stack', p(scope.stack, 'text'))}
-       ORDER BY w.finished_at
-       LIMIT ${p(limit, 'int')}
-       FOR UPDATE OF w SKIP LOCKED`;
+    return oldestDue(statement, scope, { table: 'cyclium_workflow_instances', columns: 'aged.id', age: 'finished_at', olderThanMs, limit }, when);
   },
 
   delete(statement: Statement, due: string): string {
