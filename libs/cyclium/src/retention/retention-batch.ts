@@ -1,3 +1,4 @@
+import type { QueryConfig } from 'pg';
 import { deleteFinishedClaims } from '../claims/claim-sql.js';
 import { deleteRequestsOf } from '../dispatch/trigger-requests.service.js';
 import { EpisodeRetention, type RetentionScope } from '../episodes/episode-retention.js';
@@ -28,6 +29,12 @@ type Windows = NonNullable<ResolvedCycliumOptions['retention']>;
  * get it reads nothing. Everything is by the database clock (rule 1).
  */
 export async function runRetentionBatch(sql: SqlExecutor, scope: RetentionScope, windows: Windows): Promise<BatchResult> {
+  const { rows } = await sql.query<BatchResult>(retentionBatch(scope, windows));
+  return rows[0] ?? { held: false, archived: 0, deleted: 0, instances: 0 };
+}
+
+/** The statement of one batch (runRetentionBatch), for a test to EXPLAIN. */
+export function retentionBatch(scope: RetentionScope, windows: Windows): QueryConfig {
   const statement = new Statement('retention');
   const scopeKey = statement.param(JSON.stringify([scope.stack, scope.env]), 'text');
   statement.with('lock', `SELECT pg_try_advisory_xact_lock(${LOCK_CLASS}, hashtext(${scopeKey})) AS held`);
@@ -53,8 +60,5 @@ export async function runRetentionBatch(sql: SqlExecutor, scope: RetentionScope,
     statement.with('deleted', EpisodeRetention.deleteEpisodes('delete_due'));
     counts = `(SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM deleted_instances)::int AS instances`;
   }
-  const { rows } = await sql.query<BatchResult>(
-    statement.build(`SELECT coalesce((SELECT held FROM lock), false) AS held, (SELECT count(*) FROM archived)::int AS archived, ${counts}`),
-  );
-  return rows[0] ?? { held: false, archived: 0, deleted: 0, instances: 0 };
+  return statement.build(`SELECT coalesce((SELECT held FROM lock), false) AS held, (SELECT count(*) FROM archived)::int AS archived, ${counts}`);
 }
