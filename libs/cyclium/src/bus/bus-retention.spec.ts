@@ -1,0 +1,47 @@
+import { afterEach, describe, expect, it, jest } from '@jest/globals';
+import { BusRetention } from './bus-retention.js';
+import type { EventLog, PruneBatch } from './event-log.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+
+/** A log whose every batch is full and expired: a pass only ends by its time budget. */
+function endlessLog(afters: string[], young: () => boolean) {
+  let next = 0;
+  const prune = jest.fn(async (_sql: SqlExecutor, _window: number, _undispatched: number, limit: number, after = '0'): Promise<PruneBatch> => {
+    afters.push(after);
+    next = Math.max(next, Number(after)) + limit;
+    return { held: true, deleted: limit, undispatched: 0, examined: limit, lastId: String(next), young: young() };
+  });
+  return { prune } as unknown as EventLog;
+}
+
+describe('BusRetention', () => {
+  afterEach(() => jest.restoreAllMocks());
+
+  it('goes on from where a pass ran out of time, and starts over once a pass reached young rows', async () => {
+    let now = 0;
+    jest.spyOn(performance, 'now').mockImplementation(() => (now += 1_000));
+    const afters: string[] = [];
+    let young = false;
+    const retention = new BusRetention(
+      {} as SqlExecutor,
+      endlessLog(afters, () => young),
+      3_600_000,
+      604_800_000,
+    );
+
+    expect(await retention.pruneNow()).toBeGreaterThan(0);
+    const first = [...afters];
+    expect(first[0]).toBe('0');
+    expect(first.length).toBeGreaterThan(1);
+
+    afters.length = 0;
+    young = true;
+    await retention.pruneNow();
+    // The second pass picked up past the last id the first one examined, and stopped at young rows.
+    expect(afters).toEqual([String(Number(first.at(-1)) + 1_000)]);
+
+    afters.length = 0;
+    await retention.pruneNow();
+    expect(afters).toEqual(['0']);
+  });
+});
