@@ -6,16 +6,18 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 /** A log whose every batch is full and expired: a pass only ends by its time budget. */
 function endlessLog(afters: string[], young: () => boolean) {
   let next = 0;
-  const prune = jest.fn(async (_sql: SqlExecutor, _window: number, _undispatched: number, limit: number, after = '0'): Promise<PruneBatch> => {
+  const prune = async (_sql: SqlExecutor, _window: number, _undispatched: number, limit: number, after: string = '0'): Promise<PruneBatch> => {
     afters.push(after);
     next = Math.max(next, Number(after)) + limit;
     return { held: true, deleted: limit, undispatched: 0, examined: limit, lastId: String(next), young: young() };
-  });
+  };
   return { prune } as unknown as EventLog;
 }
 
 describe('BusRetention', () => {
-  afterEach(() => jest.restoreAllMocks());
+  afterEach(() => {
+    jest.restoreAllMocks();
+  });
 
   it('goes on from where a pass ran out of time, and starts over once a pass reached young rows', async () => {
     let now = 0;
