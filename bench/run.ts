@@ -9,6 +9,7 @@ import { dispatchBench } from './benchmarks/dispatch.bench.js';
 import { e2eBench } from './benchmarks/e2e.bench.js';
 import { episodesBench, integrityBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
+import { historyBench } from './benchmarks/history.bench.js';
 import { scaleBench } from './benchmarks/scale.bench.js';
 import { takeoverBench } from './benchmarks/takeover.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
@@ -25,6 +26,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   dispatch: dispatchBench,
   takeover: takeoverBench,
   arrivals: arrivalsBench,
+  history: historyBench,
 };
 
 async function main(): Promise<void> {

@@ -14,13 +14,15 @@ export interface CycliumAppOptions {
   imports?: Array<DynamicModule | Type<unknown>>;
   /** The app's logger (Nest's Logger then writes to it); default: none. */
   logger?: LoggerService;
+  /** Connections in the app's pool; default 5. */
+  poolSize?: number;
 }
 
 /** One Cyclium node inside this process: its own Nest app, its own small pool. Close it in afterAll. */
 export async function startCycliumApp(options: CycliumAppOptions): Promise<INestApplicationContext> {
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: options.url, name: options.dataSourceName, extra: { max: 5 } }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: options.url, name: options.dataSourceName, extra: { max: options.poolSize ?? 5 } }),
       options.cycliumModule ?? CycliumModule.forRoot({ jitterMs: 0, ...options.cyclium }),
       ...(options.imports ?? []),
     ],

@@ -18,6 +18,8 @@ import { REQUEST_WAKE_EVENT } from '../dispatch/deferred-runner.service.js';
 import { Mode } from '../dispatch/mode.service.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
+import { isDatabaseUnavailable } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { SkipReason, SweepOptions } from './recovery-sweep.interface.js';
 
 /** Rolls a recovery transaction back (the claim it took included) and says why. */
@@ -28,14 +30,28 @@ class Skip extends Error {
   }
 }
 
+/** What recovery decided for one candidate before touching it. */
+interface Plan {
+  candidate: EpisodeRow;
+  hosted: boolean;
+  policy: RecoveryPolicy;
+  attempt: number;
+  restart: boolean;
+  defer: boolean;
+  from: string;
+}
+
+/** How one candidate ended: acted on, or left (and why). */
+export type TakeoverResult = 'restarted' | 'deferred' | 'failed' | SkipReason;
+
 type Outcome =
   | { kind: 'restart'; episode: EpisodeRow; grant: AcquireResult }
   | { kind: 'deferred'; episode: EpisodeRow; announce: Announce }
   | { kind: 'failed'; episode: EpisodeRow; detail: string; announce: Announce };
 
 /**
- * Takes one orphaned episode over, exactly once across the cluster. One transaction takes its
- * claim (a live holder means skip), takes the row with one conditional UPDATE, and journals
+ * Takes orphaned episodes over, each exactly once across the cluster. For each, under its own
+ * savepoint: takes its claim (a live holder means skip), takes the row with one conditional UPDATE, and journals
  * `resumed` — or fails it as `orphaned`, per policy and `maxAttempts`. A restart keeps the claim:
  * it is handed to this node's slots with its fence and renewed while it waits, so no moment exists
  * when a peer could take it again. Only actors this node hosts are taken for a restart; a failure
@@ -60,7 +76,61 @@ export class EpisodeTakeover {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  async recover(candidate: EpisodeRow, me: string, options: SweepOptions): Promise<'restarted' | 'deferred' | 'failed' | SkipReason> {
+  /**
+   * Takes several candidates over in one transaction, each under a savepoint of its own: a
+   * candidate that is busy, taken or fails rolls back alone, the others commit together, so a
+   * burst of orphans costs a commit per batch, not per episode. Each is still claimed before its
+   * row is taken (rule 6), and nothing is handed to the slots, announced or logged before the
+   * commit. The database going away fails the whole batch (thrown); any other failure of one
+   * candidate goes to `failed` and counts as `error`.
+   */
+  async recoverMany(
+    candidates: readonly EpisodeRow[],
+    me: string,
+    options: SweepOptions,
+    failed: (candidate: EpisodeRow, error: unknown) => void,
+  ): Promise<TakeoverResult[]> {
+    const results: TakeoverResult[] = [];
+    const plans: Array<{ at: number; plan: Plan }> = [];
+    for (const [at, candidate] of candidates.entries()) {
+      const plan = await this.plan(candidate, options);
+      if (plan) plans.push({ at, plan });
+      else results[at] = 'not_hosted';
+    }
+    if (plans.length === 0) return results;
+    const taken: Array<{ at: number; plan: Plan; outcome: Outcome; report: () => void }> = [];
+    const busy: Array<() => void> = [];
+    await this.database.transaction(async (client) => {
+      for (const { at, plan } of plans) {
+        // The claim's answer counts once it is known to stay: a takeover that finds the row taken rolls its claim back.
+        let report: () => void = () => undefined;
+        await client.query('SAVEPOINT cyclium_takeover');
+        try {
+          const outcome = await this.takeWithin(client, plan, me, (reportClaim) => (report = reportClaim));
+          await client.query('RELEASE SAVEPOINT cyclium_takeover');
+          taken.push({ at, plan, outcome, report });
+        } catch (error) {
+          if (isDatabaseUnavailable(error)) throw error;
+          await client.query('ROLLBACK TO SAVEPOINT cyclium_takeover');
+          if (error instanceof Skip && error.reason === 'busy') busy.push(report);
+          if (error instanceof Skip) results[at] = error.reason;
+          else {
+            failed(plan.candidate, error);
+            results[at] = 'error';
+          }
+        }
+      }
+    });
+    for (const report of busy) report();
+    for (const { at, plan, outcome, report } of taken) {
+      report();
+      results[at] = this.handOn(plan, outcome);
+    }
+    return results;
+  }
+
+  /** What recovery would do with the candidate here; null when only a node that hosts (and runs) its actor can. */
+  private async plan(candidate: EpisodeRow, options: SweepOptions): Promise<Plan | null> {
     const hosted = this.slots.hosts(candidate.actorId);
     const policy = await this.policyFor(candidate, options.resolvePolicy);
     const attempt = candidate.attempts + 1;
@@ -70,64 +140,59 @@ export class EpisodeTakeover {
     const otherStack = options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
     const defer = restart && ((hosted && mode === 'trigger_only') || (!hosted && otherStack));
     // Otherwise only a node that hosts (and runs) the actor can run it: leave the orphan to one.
-    if (restart && !defer && (!hosted || mode !== 'full')) return 'not_hosted';
+    if (restart && !defer && (!hosted || mode !== 'full')) return null;
+    return { candidate, hosted, policy, attempt, restart, defer, from: candidate.ownerNode ?? 'an unknown node' };
+  }
+
+  /** Claims the candidate and takes its row inside the caller's transaction; Skip when either is someone else's. */
+  private async takeWithin(client: SqlExecutor, plan: Plan, me: string, claimed: (report: () => void) => void): Promise<Outcome> {
+    const { candidate, hosted, policy, attempt, restart, defer, from } = plan;
     const key = claimKeyOf(candidate);
-    const from = candidate.ownerNode ?? 'an unknown node';
-
-    let outcome: Outcome;
-    // The claim's answer counts once it is known to stay: a takeover that finds the row taken rolls its claim back.
-    let reportClaim: () => void = () => undefined;
-    try {
-      outcome = await this.database.transaction<Outcome>(async (client) => {
-        const acquired = await this.claims.acquireWithinUnreported(client, key, me, { workType: 'recovery' });
-        const grant = acquired.result;
-        reportClaim = acquired.report;
-        if (grant.status === 'busy') throw new Skip('busy'); // a live holder: never recover it
-        const episode = await this.store.take(client, candidate, me);
-        if (!episode) throw new Skip('taken');
-        if (restart) {
-          await this.journal.mark([episode.id], 'resumed', { attempt, node: me, from: candidate.phase ?? 'stale', lastOwner: from }, client);
-          if (!defer) return { kind: 'restart', episode, grant };
-          // Waits as deferred for a full node's poller, which takes it with a claim of its own.
-          if (!(await this.store.deferRestart(client, episode.id))) throw new Skip('taken');
-          await this.requests.insertWithin(
-            client,
-            episode.id,
-            {
-              actorId: episode.actorId,
-              expectationId: episode.expectationId,
-              sourceNode: me,
-              sourceStack: episode.sourceStack,
-              sourceEnv: episode.sourceEnv,
-              opts: { resume: true },
-            },
-            episode.triggerRef,
-          );
-          await this.claims.completeWithin(client, key, me, grant.status === 'acquired' ? grant.claim.fence : null);
-          const announce = await this.events.within(client, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }]);
-          return { kind: 'deferred', episode, announce };
-        }
-        const detail = [
-          policy === 'restart' ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}` : 'orphaned: recovery policy is fail',
-          `(last owned by ${from})`,
-          hosted ? '' : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
-        ]
-          .join(' ')
-          .trim();
-        const fence = grant.status === 'acquired' ? grant.claim.fence : null;
-        if (!(await this.store.failOrphaned(client, episode.id, detail))) throw new Skip('taken');
-        await this.journal.mark([episode.id], 'orphaned', { node: me, lastOwner: from }, client);
-        if ((await this.claims.failWithin(client, key, me, fence, detail)) !== 'ok') throw new Skip('taken');
-        const announce = await this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);
-        return { kind: 'failed', episode, detail, announce };
-      });
-    } catch (error) {
-      if (error instanceof Skip && error.reason === 'busy') reportClaim();
-      if (error instanceof Skip) return error.reason;
-      throw error;
+    const acquired = await this.claims.acquireWithinUnreported(client, key, me, { workType: 'recovery' });
+    const grant = acquired.result;
+    claimed(acquired.report);
+    if (grant.status === 'busy') throw new Skip('busy'); // a live holder: never recover it
+    const episode = await this.store.take(client, candidate, me);
+    if (!episode) throw new Skip('taken');
+    if (restart) {
+      await this.journal.mark([episode.id], 'resumed', { attempt, node: me, from: candidate.phase ?? 'stale', lastOwner: from }, client);
+      if (!defer) return { kind: 'restart', episode, grant };
+      // Waits as deferred for a full node's poller, which takes it with a claim of its own.
+      if (!(await this.store.deferRestart(client, episode.id))) throw new Skip('taken');
+      await this.requests.insertWithin(
+        client,
+        episode.id,
+        {
+          actorId: episode.actorId,
+          expectationId: episode.expectationId,
+          sourceNode: me,
+          sourceStack: episode.sourceStack,
+          sourceEnv: episode.sourceEnv,
+          opts: { resume: true },
+        },
+        episode.triggerRef,
+      );
+      await this.claims.completeWithin(client, key, me, grant.status === 'acquired' ? grant.claim.fence : null);
+      const announce = await this.events.within(client, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }]);
+      return { kind: 'deferred', episode, announce };
     }
-    reportClaim();
+    const detail = [
+      policy === 'restart' ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}` : 'orphaned: recovery policy is fail',
+      `(last owned by ${from})`,
+      hosted ? '' : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
+    ]
+      .join(' ')
+      .trim();
+    const fence = grant.status === 'acquired' ? grant.claim.fence : null;
+    if (!(await this.store.failOrphaned(client, episode.id, detail))) throw new Skip('taken');
+    await this.journal.mark([episode.id], 'orphaned', { node: me, lastOwner: from }, client);
+    if ((await this.claims.failWithin(client, key, me, fence, detail)) !== 'ok') throw new Skip('taken');
+    const announce = await this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);
+    return { kind: 'failed', episode, detail, announce };
+  }
 
+  /** After the commit: a restart goes to this node's slots with its claim, a deferral or failure is announced. */
+  private handOn({ candidate, attempt, from }: Plan, outcome: Outcome): 'restarted' | 'deferred' | 'failed' {
     if (outcome.kind === 'deferred') {
       outcome.announce();
       this.logger.log(

@@ -3,10 +3,11 @@ import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorSlots } from '../dispatch/actor-slots.service.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
+import { errorMessage } from '../sql/database-errors.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { episodeLabel, firstLine } from '../episodes/episode-log-lines.js';
-import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateCursor } from '../episodes/episode-recovery-store.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import { EpisodeRecoveryStore, type CandidateCursor } from '../episodes/episode-recovery-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -15,12 +16,19 @@ import { NotHostedEpisodes } from './not-hosted.service.js';
 import type { SkipReason, SweepOptions, SweepResult } from './recovery-sweep.interface.js';
 
 /**
- * How much one sweep reads: pages follow each other while they come back full (and fewer than a
- * page of restarts were taken), up to this many candidates or this long; what is left waits for
- * the next sweep, oldest first again.
+ * How long one sweep reads and takes over: pages follow each other while they come back full, so
+ * a node that finds a dead peer's whole load (thousands of runs) takes it in one sweep or a few,
+ * not a page per interval; what is left past the budget waits for the next sweep, oldest first again.
  */
-const SWEEP_MAX_CANDIDATES = 5_000;
 const SWEEP_MAX_MS = 30_000;
+
+/**
+ * Candidates taken over per transaction, and transactions at once. A commit waits for the WAL to
+ * reach the disk: one per orphan, a burst of them spends the budget waiting on that; a few batches
+ * at once leave the pool to its other users (the restarted runs among them).
+ */
+const TAKEOVER_BATCH = 25;
+const BATCHES_AT_ONCE = 4;
 
 function shuffle<T>(items: T[]): T[] {
   for (let i = items.length - 1; i > 0; i--) {
@@ -28,6 +36,25 @@ function shuffle<T>(items: T[]): T[] {
     [items[i], items[j]] = [items[j], items[i]] as [T, T];
   }
   return items;
+}
+
+/**
+ * Runs `work` on each item, at most `width` at once, starting no new one once `more()` is false.
+ * The first failure stops new starts and is thrown once the ones under way have settled.
+ */
+async function inParallel<T>(items: T[], width: number, more: () => boolean, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  let failure: { error: unknown } | undefined;
+  const worker = async () => {
+    while (!failure && next < items.length && more()) {
+      const item = items[next++] as T;
+      await work(item).catch((error: unknown) => {
+        failure ??= { error };
+      });
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(width, items.length) }, worker));
+  if (failure) throw failure.error;
 }
 
 /**
@@ -77,27 +104,30 @@ export class RecoverySweep {
     const local = new Set(this.runner.inFlight().map((r) => r.episode.id));
     const deadline = performance.now() + SWEEP_MAX_MS;
 
-    // A restart waits here for a slot with its claim held: past a page of them, the rest is left to peers' sweeps.
+    // Every restart taken waits here for a slot with its claim held and renewed in the node's one
+    // batched renewal, however many wait: a peer finds each busy, and if this node dies each becomes
+    // a candidate again (`recovering`, its owner gone, its claim lapsed).
+    const takeOver = async (batch: EpisodeRow[]) => {
+      const outcomes = await this.takeover.recoverMany(batch, me, options, (candidate, error) =>
+        this.logger.warn(`recovery: could not take over ${episodeLabel(candidate)}: ${firstLine(errorMessage(error))}; the next sweep tries again`),
+      );
+      for (const outcome of outcomes) {
+        if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred') result[outcome]++;
+        else skip(outcome);
+      }
+    };
     let after: CandidateCursor | null = null;
-    let read = 0;
     do {
       const page = await this.store.candidates(scope, after);
-      read += page.episodes.length;
-      // Shuffled within the page, so nodes sweeping at the same time mostly reach for different rows.
-      for (const candidate of shuffle(page.episodes).filter((e) => !local.has(e.id))) {
-        try {
-          const outcome = await this.takeover.recover(candidate, me, options);
-          if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred') result[outcome]++;
-          else skip(outcome);
-        } catch (error) {
-          // The database away: every other candidate would fail the same way; the schedule logs the outage once.
-          if (isDatabaseUnavailable(error)) throw error;
-          this.logger.warn(`recovery: could not take over ${episodeLabel(candidate)}: ${firstLine(errorMessage(error))}; the next sweep tries again`);
-          skip('error');
-        }
-      }
+      // Shuffled within the page, so nodes sweeping at the same time mostly reach for different
+      // rows; each batch in id order, so two that meet lock their rows in the same order.
+      const mine = shuffle(page.episodes.filter((e) => !local.has(e.id)));
+      const batches: EpisodeRow[][] = [];
+      for (let i = 0; i < mine.length; i += TAKEOVER_BATCH) batches.push(mine.slice(i, i + TAKEOVER_BATCH).sort((a, b) => (a.id < b.id ? -1 : 1)));
+      // The database away fails every batch the same way: thrown, the schedule logs the outage once.
+      await inParallel(batches, BATCHES_AT_ONCE, () => performance.now() < deadline, takeOver);
       after = page.next;
-    } while (after && result.restarted < RECOVERY_PAGE && read < SWEEP_MAX_CANDIDATES && performance.now() < deadline);
+    } while (after && performance.now() < deadline);
 
     for (const episode of shuffle(await this.store.orphanedQueued(scope, me, hosted))) {
       const adopted = await this.store.adopt(episode, me);
