@@ -19,6 +19,7 @@ import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.servi
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
+import { RetentionSchedule } from '../libs/cyclium/src/retention/retention.service.js';
 
 const HISTORY = 1_000_000;
 const LIVE = 1_000;
@@ -198,6 +199,10 @@ describe('hot statements with a million finished episodes behind a thousand live
     await episodes.list({ cursor: page.nextCursor as string });
     // A rare combination: a scan in time order would walk far into the history to fill the page.
     await episodes.list({ actorId: 'reporter', status: 'canceled', sourceEnv: 'staging' });
+    // Retention: a batch archives and deletes the oldest due rows through their indexes, however many are due.
+    // Only once analysed: with statistics of an empty table the delete batch takes a bitmap scan of every
+    // archived row due (35,601 here) before its limit; retention's own writes get the table analysed.
+    if (n === 2) await nest.get(RetentionSchedule).passNow();
 
     // The adapter's own statements, on a connection of their own: acquire (insert, and a takeover of a finished claim), renew, finish.
     const claims = new PostgresClaims(driver);
@@ -241,6 +246,7 @@ describe('hot statements with a million finished episodes behind a thousand live
     ['poller pending', /FROM cyclium_trigger_requests\s+WHERE status = 'pending'/],
     ['poller take', /UPDATE cyclium_trigger_requests SET status = 'completed'/],
     ['list', /cursor_at FROM cyclium_episodes/],
+    ['retention batch', /pg_try_advisory_xact_lock\(1668183404/],
     ['claim insert or read', /WITH inserted AS \(\s*INSERT INTO cyclium_work_claims/],
     ['claim take over', /UPDATE cyclium_work_claims c SET state = 'claimed'/],
     ['claims renew many', /JOIN unnest\(\$3::text\[\], \$4::bigint\[\]\)/],
@@ -262,7 +268,8 @@ describe('hot statements with a million finished episodes behind a thousand live
       await drive(n);
       if (process.env.HISTORY_PLANS_DUMP) for (const entry of explained.values()) console.log(describePlan(entry));
       const texts = [...explained.values()].map((entry) => entry.text.replace(/\s+/g, ' '));
-      expect(EXPECTED.filter(([, pattern]) => !texts.some((text) => pattern.test(text))).map(([what]) => what)).toEqual([]);
+      const expected = EXPECTED.filter(([what]) => n === 2 || what !== 'retention batch');
+      expect(expected.filter(([, pattern]) => !texts.some((text) => pattern.test(text))).map(([what]) => what)).toEqual([]);
       expect(failures()).toEqual([]);
     });
   }

@@ -13,6 +13,8 @@ const RETENTION_INDEXES = [
   'cyclium_findings_raised_by',
   'cyclium_findings_cleared_by',
   'cyclium_workflow_instances_finished',
+  'cyclium_episodes_inserted',
+  'cyclium_episodes_actor_status_inserted',
 ];
 
 /** Runs the first `count` migrations not yet applied, in one transaction (TypeORM's default), returning every statement sent. */

@@ -140,5 +140,5 @@ export function liveClaimOnEpisode(episode: string): string {
  * deletes the work they guarded. A claim someone holds stays, whatever its key.
  */
 export function deleteFinishedClaims(keys: string): string {
-  return `DELETE FROM cyclium_work_claims c WHERE c.dedupe_key IN (${keys}) AND c.state <> 'claimed'`;
+  return `DELETE FROM cyclium_work_claims c WHERE c.dedupe_key = ANY (ARRAY(${keys})) AND c.state <> 'claimed'`;
 }

@@ -49,7 +49,7 @@ export function requestClaimKey(id: string): string {
 /** Retention: the requests of the episodes `due` (column `id`) lists, returning each one's claim key (see requestClaimKey). */
 export function deleteRequestsOf(statement: Statement, due: string): string {
   const prefix = statement.param(requestClaimKey(''), 'text');
-  return `DELETE FROM cyclium_trigger_requests r USING ${due} d WHERE r.episode_id = d.id RETURNING ${prefix} || r.id AS claim_key`;
+  return `DELETE FROM cyclium_trigger_requests r WHERE r.episode_id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING ${prefix} || r.id AS claim_key`;
 }
 
 /**

@@ -9,6 +9,15 @@ export interface RetentionScope {
 
 const TERMINAL = `('done', 'partially_failed', 'failed', 'canceled')`;
 
+/**
+ * "No row of `from`", as a subquery checked per candidate. A `NOT EXISTS` would be planned as an
+ * anti-join, which reads every due row (half the history, once retention has a backlog) before the
+ * limit applies; a filter keeps the oldest-first index scan stopping at the batch's size.
+ */
+function none(from: string): string {
+  return `(SELECT count(*) FROM (SELECT 1 FROM ${from} LIMIT 1) x) = 0`;
+}
+
 /** What oldestDue reads: `columns` of `table` (aliased `aged`) whose `age` column is older than `olderThanMs`. */
 export interface DueRows {
   table: string;
@@ -23,7 +32,8 @@ export interface DueRows {
 /**
  * The oldest `limit` rows of the scope past their window, by the database clock, read only when
  * `when` holds (the pass's lock) and locked `SKIP LOCKED`: the shape every retention read shares,
- * spelled to match the `(source_env, <age>)` indexes of migration 13.
+ * spelled to match the `(source_env, <age>)` indexes of migration 13: the env is one value, but an
+ * `IS NULL` on it does not tell the planner the index is in age order; ordering by both does.
  */
 export function oldestDue(statement: Statement, scope: RetentionScope, due: DueRows, when: string): string {
   const p = (value: unknown, cast: string) => statement.param(value, cast);
@@ -39,7 +49,7 @@ export function oldestDue(statement: Statement, scope: RetentionScope, due: DueR
          AND ${c}`,
            )
            .join('')}
-       ORDER BY aged.${due.age}
+       ORDER BY aged.source_env, aged.${due.age}
        LIMIT ${p(due.limit, 'int')}
        FOR UPDATE OF aged SKIP LOCKED`;
 }
@@ -69,7 +79,7 @@ export const EpisodeRetention = {
         and: [
           'aged.archived_at IS NULL',
           `aged.status IN ${TERMINAL}`,
-          'NOT EXISTS (SELECT 1 FROM cyclium_workflow_instances w WHERE w.id = aged.workflow_instance_id AND w.finished_at IS NULL)',
+          `(aged.workflow_instance_id IS NULL OR ${none('cyclium_workflow_instances w WHERE w.id = aged.workflow_instance_id AND w.finished_at IS NULL')})`,
         ],
       },
       when,
@@ -80,14 +90,13 @@ export const EpisodeRetention = {
   archive(due: string): string {
     return `
       UPDATE cyclium_episodes e SET archived_at = now()
-        FROM ${due} d
-       WHERE e.id = d.id AND e.finished_at IS NOT NULL AND e.archived_at IS NULL AND e.status IN ${TERMINAL}
+       WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) AND e.finished_at IS NOT NULL AND e.archived_at IS NULL AND e.status IN ${TERMINAL}
       RETURNING e.id`;
   },
 
   /** A finished episode never resumes, so its checkpoints are dead weight once it is archived. */
   dropCheckpoints(of: string): string {
-    return `DELETE FROM cyclium_episode_checkpoints c USING ${of} a WHERE c.episode_id = a.id`;
+    return `DELETE FROM cyclium_episode_checkpoints c WHERE c.episode_id = ANY (ARRAY(SELECT id FROM ${of}))`;
   },
 
   /**
@@ -106,7 +115,7 @@ export const EpisodeRetention = {
         age: 'archived_at',
         olderThanMs,
         limit,
-        and: [`NOT EXISTS (SELECT 1 FROM cyclium_outputs o WHERE o.episode_id = aged.id AND o.status = 'pending')`],
+        and: [none(`cyclium_outputs o WHERE o.episode_id = aged.id AND o.status = 'pending'`)],
       },
       when,
     );
@@ -114,11 +123,11 @@ export const EpisodeRetention = {
 
   /** The journal of the episodes of `due`. */
   deleteSteps(due: string): string {
-    return `DELETE FROM cyclium_episode_steps s USING ${due} d WHERE s.episode_id = d.id`;
+    return `DELETE FROM cyclium_episode_steps s WHERE s.episode_id = ANY (ARRAY(SELECT id FROM ${due}))`;
   },
 
   /** The episodes of `due`; their outputs go by the foreign key's cascade, findings keep their rows with the episode unset. */
   deleteEpisodes(due: string): string {
-    return `DELETE FROM cyclium_episodes e USING ${due} d WHERE e.id = d.id RETURNING e.id`;
+    return `DELETE FROM cyclium_episodes e WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING e.id`;
   },
 };

@@ -16,6 +16,6 @@ export const WorkflowRetention = {
 
   delete(statement: Statement, due: string): string {
     const prefix = statement.param(instanceClaimKey(''), 'text');
-    return `DELETE FROM cyclium_workflow_instances w USING ${due} d WHERE w.id = d.id RETURNING ${prefix} || w.id AS claim_key`;
+    return `DELETE FROM cyclium_workflow_instances w WHERE w.id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING ${prefix} || w.id AS claim_key`;
   },
 };
