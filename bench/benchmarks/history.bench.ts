@@ -4,14 +4,19 @@ import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, Recovery, onCyclium, type CycliumOptions, type EpisodeContext } from '@cyclium/nestjs';
 import pg from 'pg';
+import { statementSource } from '../support/counters.js';
 import { WARM_UP, insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
 /** History sizes, built one after the other in the same tables (the second adds to the first). */
 const SIZES = [100_000, 1_000_000] as const;
 const IN_FLIGHT = [4, 16] as const;
 const PER_RUN: Record<(typeof IN_FLIGHT)[number], number> = { 4: 600, 16: 1_200 };
-/** Sweeps with nothing to recover per size (the median is printed), and rounds of ORPHANS orphans. */
-const IDLE_SWEEPS = 5;
+/**
+ * Sweeps with nothing to recover per size, and rounds of ORPHANS orphans. An idle sweep's wall time
+ * is a few milliseconds of mostly round trips, noise on a shared machine: the median of many is
+ * printed, and beside it the time its statements spent in the server and the pages they touched.
+ */
+const IDLE_SWEEPS = 21;
 const ORPHAN_ROUNDS = 2;
 const ORPHANS = 1_000;
 const BURST = 10_000;
@@ -105,12 +110,24 @@ function runMany(app: INestApplicationContext, count: number, inFlight: number):
   );
 }
 
+/** Server time and shared pages touched by every statement on this database so far; null without pg_stat_statements. */
+async function serverTotals(url: string, db: pg.Pool): Promise<{ ms: number; pages: number } | null> {
+  if ((await statementSource(url)) !== 'pg_stat_statements') return null;
+  const { rows } = await db.query<{ ms: number; pages: string }>(
+    `SELECT coalesce(sum(total_exec_time), 0)::float8 AS ms, coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint AS pages
+       FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+  );
+  return { ms: Number(rows[0]?.ms), pages: Number(rows[0]?.pages) };
+}
+
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 
 interface AtSize {
   /** Episodes/s and the insert floor measured around the run, by in-flight count. */
   rate: Map<number, { episodes: number; floor: number }>;
   idleSweepMs: number;
+  /** Per idle sweep, from pg_stat_statements (null without it): server time and shared pages touched. */
+  idleSweepServer: { ms: number; pages: number } | null;
   orphanSweepMs: number;
 }
 
@@ -130,12 +147,18 @@ async function measure(url: string, db: pg.Pool): Promise<AtSize> {
     }
     const recovery = app.get(Recovery);
     const idle: number[] = [];
+    const serverBefore = await serverTotals(url, db);
     for (let i = 0; i < IDLE_SWEEPS; i++) {
       const started = performance.now();
       const result = await recovery.sweep({ staleAfterMs: STALE_AFTER_MS });
       idle.push(performance.now() - started);
       if (result.restarted + result.failed + result.notHosted > 0) throw new Error(`history: an idle sweep acted: ${JSON.stringify(result)}`);
     }
+    const serverAfter = await serverTotals(url, db);
+    const idleSweepServer =
+      serverBefore && serverAfter
+        ? { ms: (serverAfter.ms - serverBefore.ms) / IDLE_SWEEPS, pages: (serverAfter.pages - serverBefore.pages) / IDLE_SWEEPS }
+        : null;
     const orphaned: number[] = [];
     for (let round = 0; round < ORPHAN_ROUNDS; round++) {
       await insertOrphans(db, ORPHANS);
@@ -145,7 +168,7 @@ async function measure(url: string, db: pg.Pool): Promise<AtSize> {
       if (result.restarted !== ORPHANS) throw new Error(`history: the sweep restarted ${result.restarted} of ${ORPHANS} orphans`);
       await allEnded(db, 60_000);
     }
-    return { rate, idleSweepMs: median(idle), orphanSweepMs: orphaned.reduce((a, b) => a + b, 0) / orphaned.length };
+    return { rate, idleSweepMs: median(idle), idleSweepServer, orphanSweepMs: orphaned.reduce((a, b) => a + b, 0) / orphaned.length };
   } finally {
     await app.close();
   }
@@ -222,6 +245,16 @@ export async function historyBench(url: string): Promise<void> {
         '1M': large.idleSweepMs.toFixed(1),
         'cost 1M/100k': (large.idleSweepMs / small.idleSweepMs).toFixed(2),
       },
+      ...(small.idleSweepServer && large.idleSweepServer
+        ? [
+            {
+              figure: 'sweep, nothing to recover: server ms / pages',
+              '100k': `${small.idleSweepServer.ms.toFixed(2)} / ${Math.round(small.idleSweepServer.pages)}`,
+              '1M': `${large.idleSweepServer.ms.toFixed(2)} / ${Math.round(large.idleSweepServer.pages)}`,
+              'cost 1M/100k': `${(large.idleSweepServer.ms / small.idleSweepServer.ms).toFixed(2)} / ${(large.idleSweepServer.pages / small.idleSweepServer.pages).toFixed(2)}`,
+            },
+          ]
+        : []),
       {
         figure: `sweep, ${ORPHANS.toLocaleString('en')} orphans (ms, mean)`,
         '100k': small.orphanSweepMs.toFixed(0),
