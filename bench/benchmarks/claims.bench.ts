@@ -36,6 +36,7 @@ const ratio = (value: number, floor: number) => `${(value / floor).toFixed(2)}x`
  */
 export async function claimsBench(url: string): Promise<void> {
   const pool = new pg.Pool({ connectionString: url, max: 16 });
+  pool.on('error', () => undefined);
   try {
     await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, v int NOT NULL)');
     const claims = new PostgresClaims(pool);

@@ -65,6 +65,7 @@ async function until<T>(probe: () => Promise<T | undefined>, timeoutMs: number):
 export async function takeoverBench(url: string): Promise<void> {
   await migrateDemoDatabase(url);
   const db = new pg.Pool({ connectionString: url, max: 2 });
+  db.on('error', () => undefined);
   const survivors = await Promise.all(['survivor-1', 'survivor-2'].map((id) => startNode(url, id)));
   const toResumed: number[] = [];
   const toFirstStep: number[] = [];

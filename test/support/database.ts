@@ -49,9 +49,11 @@ export async function emptyDatabase(suffix: string): Promise<string> {
   return databaseUrl(name);
 }
 
-/** A small pool on `url`, closed by the caller. */
+/** A small pool on `url`, closed by the caller; an idle client the server drops is replaced, not a crash of the run. */
 export function pool(url: string, max = 4): pg.Pool {
-  return new pg.Pool({ connectionString: url, max });
+  const created = new pg.Pool({ connectionString: url, max });
+  created.on('error', () => undefined);
+  return created;
 }
 
 export interface TestDatabase {
