@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Expectation, onCyclium, type EpisodeContext, type SweepResult } from '@cyclium/nestjs';
+import { insertOrphans } from '../bench/support/history-fixtures.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -42,13 +43,7 @@ describe('a burst of 10,000 orphans', () => {
 
   beforeAll(async () => {
     const { db, url } = database;
-    await db.query(
-      `INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, trigger_ref, status, owner_node, started_at, inserted_at)
-       SELECT 'burst', 'job', 'manual', jsonb_build_object('type', 'manual', 'payload', jsonb_build_object('i', i)), 'running', 'node-dead',
-              now() - interval '10 minutes', now() - interval '10 minutes'
-         FROM generate_series(1, $1::int) i`,
-      [ORPHANS],
-    );
+    await insertOrphans(db, 'burst', 'job', ORPHANS);
     await db.query(
       `INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref, created_at)
        SELECT id, 1, 'step', 's1', jsonb_build_object('v', (trigger_ref->'payload'->>'i')::int), now() - interval '9 minutes'

@@ -11,6 +11,7 @@ import { PostgresBus } from '../libs/cyclium/src/bus/postgres-bus.js';
 import type { PostgresBusOptions } from '../libs/cyclium/src/bus/postgres-bus-options.interface.js';
 import { freePort } from '@cyclium/nestjs/testing';
 import type { SqlExecutor } from '../libs/cyclium/src/sql/sql-executor.js';
+import { insertEventsBehindUndispatched } from '../bench/support/history-fixtures.js';
 import { freshDatabase, pool } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
@@ -457,27 +458,11 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
 
   it('keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them, and stands aside while another node prunes', async () => {
     const channel = 'prune_walk';
-    const kept = await admin.connect();
-    try {
-      // The kept rows take the lowest ids but commit last, after a consumer's position was taken: it has not dispatched them.
-      await kept.query('BEGIN');
-      await kept.query(
-        `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at) SELECT $1, 'kept-' || g, 't', '{}', now() FROM generate_series(1, 1000) g`,
-        [channel],
-      );
-      await admin.query(
-        `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at) SELECT $1, 'gone-' || g, 't', '{}', now() FROM generate_series(1, 50000) g`,
-        [channel],
-      );
-      await admin.query(`INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'slow.reader', pg_current_snapshot())`, [channel]);
-      await kept.query('COMMIT');
-    } finally {
-      kept.release();
-    }
     const left = async (prefix: string) =>
       (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND event_id LIKE $2`, [channel, `${prefix}%`])).rows[0].n as number;
     try {
-      await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE channel = $1`, [channel]);
+      // The kept rows take the lowest ids but commit last, after a consumer's position was taken: it has not dispatched them.
+      await insertEventsBehindUndispatched(admin, channel, 1_000, 50_000);
       const other = await admin.connect();
       try {
         await other.query('BEGIN');

@@ -2,6 +2,7 @@ import { PostgresBus } from '@cyclium/nestjs/adapters';
 import type { Bus } from '@cyclium/nestjs';
 import pg from 'pg';
 import { countsSoFar, settleStats, since } from '../support/counters.js';
+import { insertEventsBehindUndispatched } from '../support/history-fixtures.js';
 import { bareInsertFloor, printTable } from '../support/measure.js';
 import { NotifyOnlyBus } from '../support/notify-only-bus.js';
 
@@ -109,24 +110,7 @@ async function pruneRate(url: string, pool: pg.Pool): Promise<Record<string, str
   const channel = 'bench_prune';
   // The rounds above left young events at the lowest ids: a pass stops where rows turn young, as it should.
   await pool.query(`TRUNCATE cyclium_events`);
-  const kept = await pool.connect();
-  try {
-    await kept.query('BEGIN');
-    await kept.query(
-      `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at) SELECT $1, 'kept-' || g, 't', '{}', now() FROM generate_series(1, 1000) g`,
-      [channel],
-    );
-    await pool.query(
-      `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, created_at)
-       SELECT $1, 'gone-' || g, 't', '{"n": 1}', now(), now() - interval '2 hours' FROM generate_series(1, $2::int) g`,
-      [channel, PRUNED],
-    );
-    await pool.query(`INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'bench.slow', pg_current_snapshot())`, [channel]);
-    await kept.query('COMMIT');
-  } finally {
-    kept.release();
-  }
-  await pool.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE channel = $1 AND event_id LIKE 'kept-%'`, [channel]);
+  await insertEventsBehindUndispatched(pool, channel, 1_000, PRUNED);
   await pool.query('ANALYZE cyclium_events');
   const bus = new PostgresBus(pool, () => ({ connectionString: url }), { channel, publisher: () => 'bench' });
   const started = performance.now();

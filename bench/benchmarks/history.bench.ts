@@ -5,6 +5,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { Actor, CycliumModule, Episodes, Expectation, Recovery, onCyclium, type CycliumOptions, type EpisodeContext } from '@cyclium/nestjs';
 import pg from 'pg';
 import { statementSource } from '../support/counters.js';
+import { insertOrphans } from '../support/history-fixtures.js';
 import { WARM_UP, insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
 /** History sizes, built one after the other in the same tables (the second adds to the first). */
@@ -75,17 +76,6 @@ async function buildHistory(db: pg.Pool, from: number, to: number): Promise<void
     );
   }
   await db.query('ANALYZE cyclium_episodes, cyclium_episode_steps, cyclium_work_claims');
-}
-
-/** `count` running episodes of `bench.orphan` owned by a node that never beat, quiet for ten minutes. */
-async function insertOrphans(db: pg.Pool, count: number): Promise<void> {
-  await db.query(
-    `INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, trigger_ref, status, owner_node, started_at, inserted_at)
-     SELECT 'bench', 'orphan', 'manual', jsonb_build_object('type', 'manual', 'payload', jsonb_build_object('i', i)), 'running', 'node-dead',
-            now() - interval '10 minutes', now() - interval '10 minutes'
-       FROM generate_series(1, $1::int) i`,
-    [count],
-  );
 }
 
 /** Resolves once no episode is running or queued. */
@@ -161,7 +151,7 @@ async function measure(url: string, db: pg.Pool): Promise<AtSize> {
         : null;
     const orphaned: number[] = [];
     for (let round = 0; round < ORPHAN_ROUNDS; round++) {
-      await insertOrphans(db, ORPHANS);
+      await insertOrphans(db, 'bench', 'orphan', ORPHANS);
       const started = performance.now();
       const result = await recovery.sweep({ staleAfterMs: STALE_AFTER_MS });
       orphaned.push(performance.now() - started);
@@ -180,7 +170,7 @@ async function measure(url: string, db: pg.Pool): Promise<AtSize> {
  * the last one ending.
  */
 async function burst(url: string, db: pg.Pool): Promise<Record<string, string | number>> {
-  await insertOrphans(db, BURST);
+  await insertOrphans(db, 'bench', 'orphan', BURST);
   const sweeps: number[] = [];
   let taken = 0;
   let takenAt = 0;
