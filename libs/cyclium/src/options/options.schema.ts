@@ -14,6 +14,8 @@ const defined = (field: string) => ValidateIf((o: Record<string, unknown>) => o[
 
 const nonNegativeMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 0` });
 const positiveMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 1` });
+/** A nullable period: `orNull` says what null means. */
+const positiveMsOrNull = (field: string, orNull: string) => ({ message: `${field} must be a whole number of milliseconds >= 1, or null ${orNull}` });
 const stringOrNull = (field: string) => ({ message: `${field} must be a string or null` });
 
 export class RecoveryOptionsSchema {
@@ -32,13 +34,13 @@ export class RecoveryOptionsSchema {
   staleAfterMs?: unknown;
 
   @IsOptional()
-  @IsInt({ message: 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only' })
-  @Min(1, { message: 'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only' })
+  @IsInt(positiveMsOrNull('recovery.intervalMs', 'for boot only'))
+  @Min(1, positiveMsOrNull('recovery.intervalMs', 'for boot only'))
   intervalMs?: unknown;
 
   @IsOptional()
-  @IsInt({ message: 'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them' })
-  @Min(1, { message: 'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them' })
+  @IsInt(positiveMsOrNull('recovery.notHostedGraceMs', 'to never fail them'))
+  @Min(1, positiveMsOrNull('recovery.notHostedGraceMs', 'to never fail them'))
   notHostedGraceMs?: unknown;
 
   @defined('resolvePolicy')
@@ -56,8 +58,8 @@ export class RetentionOptionsSchema {
   archiveAfter?: unknown;
 
   @IsOptional()
-  @IsInt({ message: 'retention.deleteAfter must be a whole number of milliseconds >= 1, or null to keep archived episodes' })
-  @Min(1, { message: 'retention.deleteAfter must be a whole number of milliseconds >= 1, or null to keep archived episodes' })
+  @IsInt(positiveMsOrNull('retention.deleteAfter', 'to keep archived episodes'))
+  @Min(1, positiveMsOrNull('retention.deleteAfter', 'to keep archived episodes'))
   deleteAfter?: unknown;
 
   @defined('batchSize')
