@@ -50,6 +50,13 @@ class MixedTrigger {
   async both(): Promise<void> {}
 }
 
+@Injectable()
+@Actor({ id: 'bad_delay' })
+class BadDelay {
+  @Expectation({ trigger: 'manual', delayMs: -5 })
+  async later(): Promise<void> {}
+}
+
 @Injectable({ scope: Scope.REQUEST })
 @Actor({ id: 'per_request' })
 class PerRequest {
@@ -87,6 +94,7 @@ describe('actor discovery at boot', () => {
     [[BadInterval], `@Expectation on BadInterval.often: cannot parse interval "5 fortnights"`],
     [[MixedTrigger], '@Expectation on MixedTrigger.both: trigger must be exactly one of { event, filter? }, { every } or { cron }'],
     [[PerRequest], '@Actor PerRequest is request-scoped'],
+    [[BadDelay], '@Expectation on BadDelay.later: delayMs must be a whole number of milliseconds >= 0'],
   ])('fails boot for %p, naming the class and method', async (providers, message) => {
     await expect(boot(providers as Provider[])).rejects.toThrow(message);
   });

@@ -1,4 +1,4 @@
-import { Allow, IsNotEmpty, IsObject, IsOptional, IsString } from 'class-validator';
+import { Allow, IsDateString, IsInt, IsNotEmpty, IsObject, IsOptional, IsString, Min } from 'class-validator';
 
 /** `POST /events`. */
 export class PublishEventBody {
@@ -25,6 +25,15 @@ export class TriggerBody {
   @IsString({ message: 'dedupeKey must be a non-empty string' })
   @IsNotEmpty({ message: 'dedupeKey must be a non-empty string' })
   dedupeKey?: string;
+
+  @IsOptional()
+  @IsInt({ message: 'delayMs must be a whole number of milliseconds >= 0' })
+  @Min(0, { message: 'delayMs must be a whole number of milliseconds >= 0' })
+  delayMs?: number;
+
+  @IsOptional()
+  @IsDateString({ strict: true }, { message: 'runAt must be an ISO 8601 date and time' })
+  runAt?: string;
 }
 
 /** `POST /mode`; the modes themselves are checked by `Mode`, which names the allowed ones. */

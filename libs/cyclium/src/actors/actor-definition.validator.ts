@@ -59,7 +59,7 @@ export function validateExpectation(actorId: string, className: string, methodNa
   } else if (!(trigger && typeof trigger === 'object' && typeof trigger.event === 'string')) {
     fail(`trigger must be { event }, { every }, { cron }, 'manual' or 'workflow' (got ${JSON.stringify(trigger)})`);
   }
-  for (const field of ['debounceMs', 'cooldownMs'] as const) {
+  for (const field of ['debounceMs', 'cooldownMs', 'delayMs'] as const) {
     const value = options[field];
     if (value !== undefined && !(Number.isInteger(value) && value >= 0)) fail(`${field} must be a whole number of milliseconds >= 0`);
   }

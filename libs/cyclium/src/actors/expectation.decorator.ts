@@ -34,6 +34,11 @@ export interface ExpectationOptions {
   cooldownMs?: number;
   /** Stop before the next step once either is reached; the episode fails with `budget_exceeded`. */
   budget?: EpisodeBudget;
+  /**
+   * Every trigger of this expectation runs this long after it arrives (a trigger's own `delayMs`
+   * or `runAt` wins): the episode waits `deferred`, as a row any node hosting the actor starts when due.
+   */
+  delayMs?: number;
 }
 
 /** Marks an actor method as an expectation: what it does, and what triggers it. */

@@ -4,6 +4,7 @@ import { Injectable } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import type { DispatchOptions } from './dispatch-result.js';
+import type { TriggerDelay } from '../episodes/trigger-input.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
@@ -19,13 +20,18 @@ import { TriggerRequests } from './trigger-requests.service.js';
 /** Tells full nodes a request is waiting, so they need not wait for their next poll. */
 export const REQUEST_WAKE_EVENT = 'cyclium.trigger_requests.pending';
 
-export type DeferResult = { status: 'deferred'; episode: EpisodeRow; requestId: string } | { status: 'duplicate' };
+export type DeferResult = { status: 'deferred'; episode: EpisodeRow; requestId: string; notBefore: Date | null } | { status: 'duplicate' };
+
+/** Past this, a run for later waits for the pollers alone: no timer is kept for it here. */
+const DUE_TIMER_MAX_MS = 3_600_000;
 
 /**
  * The runner of a trigger-only node: the episode row is created as always (deferred, so a UI shows
  * it), and instead of running it the node records a trigger request for a full node — both, and
  * the wake-up event, in one statement; the dedupe index still decides, so a duplicate writes
- * neither. The wake-up goes out after commit.
+ * neither. The wake-up goes out after commit. A run for later is the same row with a due time:
+ * every full node's poll takes it once due, and this node also wakes its own poller then (a
+ * timer that is only a cache of the row: lost with the node, the polls still find it).
  */
 @Injectable()
 export class DeferredRunner {
@@ -38,6 +44,18 @@ export class DeferredRunner {
     private readonly identity: NodeIdentity,
     private readonly telemetry: CycliumTelemetry,
   ) {}
+
+  private readonly dueListeners = new Set<() => void>();
+  private readonly dueTimers = new Set<NodeJS.Timeout>();
+
+  /** `listener` runs when a run this node deferred for later falls due (the poller polls then); returns the unsubscribe. */
+  onDue(listener: () => void): () => void {
+    this.dueListeners.add(listener);
+    return () => {
+      this.dueListeners.delete(listener);
+      if (this.dueListeners.size === 0) for (const timer of this.dueTimers) clearTimeout(timer);
+    };
+  }
 
   /**
    * Defers even while this node drains: nothing runs here, a full node takes the request, and a
@@ -56,15 +74,31 @@ export class DeferredRunner {
       sourceStack: options.sourceStack,
       sourceEnv: options.sourceEnv,
     };
-    const { statement, wake } = this.deferStatement(randomUUID(), spec, 0);
+    const { statement, wake } = this.deferStatement(randomUUID(), spec, options.delay ?? null);
     const { rows } = await this.database.sql.query(statement);
     const row = rows[0] as Record<string, unknown>;
     if (row.id === null) return { status: 'duplicate' };
     wake.announce();
     const episode = toEpisode(row);
     const requestId = row.request_id as string;
+    const notBefore = row.request_not_before === null ? null : new Date(row.request_not_before as string | Date);
+    if (options.delay) this.wakeWhenDue(options.delay);
     this.telemetry.emit('trigger_requests.deferred', { requestId, episodeId: episode.id });
-    return { status: 'deferred', episode, requestId };
+    return { status: 'deferred', episode, requestId, notBefore };
+  }
+
+  private wakeWhenDue(delay: TriggerDelay): void {
+    const ms = 'ms' in delay ? delay.ms : delay.at.getTime() - Date.now();
+    if (ms > DUE_TIMER_MAX_MS || this.dueListeners.size === 0) return;
+    const timer = setTimeout(
+      () => {
+        this.dueTimers.delete(timer);
+        for (const listener of this.dueListeners) listener();
+      },
+      Math.max(0, ms),
+    );
+    timer.unref();
+    this.dueTimers.add(timer);
   }
 
   /**
@@ -73,13 +107,13 @@ export class DeferredRunner {
    * the returned announce after commit. `delayMs` keeps full nodes from taking it that long.
    */
   async deferWithin(client: SqlExecutor, id: string, spec: NewEpisode, delayMs: number): Promise<{ inserted: boolean; announce: Announce }> {
-    const { statement, wake } = this.deferStatement(id, spec, delayMs);
+    const { statement, wake } = this.deferStatement(id, spec, delayMs > 0 ? { ms: delayMs } : null);
     const { rows } = await client.query(statement);
     return { inserted: (rows[0] as { id: string | null }).id !== null, announce: wake.announce };
   }
 
   /** Episode `id` (deferred), its request and the wake-up: one statement, all or none. */
-  private deferStatement(id: string, spec: NewEpisode, delayMs: number): { statement: QueryConfig; wake: { announce: Announce } } {
+  private deferStatement(id: string, spec: NewEpisode, delay: TriggerDelay | null): { statement: QueryConfig; wake: { announce: Announce } } {
     const me = this.identity.name();
     const statement = new Statement('defer');
     statement.with('ep', this.store.insertFragment(statement, id, spec, 'deferred'));
@@ -95,7 +129,7 @@ export class DeferredRunner {
           sourceStack: spec.sourceStack,
           sourceEnv: spec.sourceEnv,
           opts: {},
-          delayMs,
+          ...(delay && ('ms' in delay ? { delayMs: delay.ms } : { runAt: delay.at })),
         },
         spec.trigger,
         'ep',
@@ -103,6 +137,11 @@ export class DeferredRunner {
     );
     const wake = this.events.fragment(statement, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }], 'EXISTS (SELECT 1 FROM req)');
     if (wake.body) statement.with('wake', wake.body);
-    return { statement: statement.build(`SELECT e.*, (SELECT id FROM req) AS request_id FROM (SELECT 1) one LEFT JOIN ep e ON true`), wake };
+    return {
+      statement: statement.build(
+        `SELECT e.*, (SELECT id FROM req) AS request_id, (SELECT not_before FROM req) AS request_not_before FROM (SELECT 1) one LEFT JOIN ep e ON true`,
+      ),
+      wake,
+    };
   }
 }

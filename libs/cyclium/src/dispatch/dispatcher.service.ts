@@ -10,7 +10,8 @@ import { Mode } from './mode.service.js';
 /**
  * The seam between what triggers an episode and what runs it: the actor's mode on this node picks
  * the runner — its slots here (`full`), a trigger request for a full node (`trigger_only`), or
- * nothing (`disabled`). Trigger sources and `Episodes.trigger` go through it; the slots and the
+ * nothing (`disabled`); a run for later (a trigger's delay, or its expectation's) is a trigger
+ * request due then, in any mode. Trigger sources and `Episodes.trigger` go through it; the slots and the
  * runners never ask about modes.
  */
 @Injectable()
@@ -23,9 +24,13 @@ export class Dispatcher {
 
   dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
     const mode = this.mode.of(expectation.actorId);
+    if (mode === 'disabled') return Promise.resolve({ status: 'disabled' });
+    const delayMs = expectation.options.delayMs;
+    const delay = options.delay === undefined ? (delayMs ? { ms: delayMs } : null) : options.delay;
+    // A run for later waits as a row, whatever the mode: the node that is up when it is due starts it.
+    if (delay) return this.deferred.defer(expectation, trigger, { ...options, delay });
     if (mode === 'full') return this.slots.dispatch(expectation, trigger, options);
-    if (mode === 'trigger_only') return this.deferred.defer(expectation, trigger, options);
-    return Promise.resolve({ status: 'disabled' });
+    return this.deferred.defer(expectation, trigger, options);
   }
 
   /**

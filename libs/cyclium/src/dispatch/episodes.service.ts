@@ -19,7 +19,7 @@ import { EpisodeStore } from '../episodes/episode-store.js';
 import { errorCode } from '../sql/database-errors.js';
 import { isUuid } from '../sql/uuid.js';
 import { InvalidListQueryError } from '../episodes/episode-errors.js';
-import { checkTriggerInput } from '../episodes/trigger-input.js';
+import { checkTriggerInput, triggerDelay } from '../episodes/trigger-input.js';
 
 export interface TriggerOptions {
   /**
@@ -29,6 +29,16 @@ export interface TriggerOptions {
    * (InvalidTriggerError otherwise).
    */
   dedupeKey?: string;
+  /**
+   * Run this long after the trigger, by the database clock: the episode waits `deferred`, as a row
+   * (with its trigger request, due then) that any node hosting the actor in full mode starts once
+   * due, within one `triggerPollIntervalMs`, whichever nodes have stopped meanwhile. `Episodes.cancel`
+   * before then and it never starts. Dedupe as for a run now. Default: the expectation's
+   * `delayMs`, else 0 (now). A whole number of milliseconds >= 0.
+   */
+  delayMs?: number;
+  /** Run at this time instead (not with `delayMs`); one in the past runs at the next poll. */
+  runAt?: Date;
   /** Default: this node's stack. An explicit null stamps the row with no stack. */
   sourceStack?: string | null;
   /** Default: this node's env. An explicit null targets the default env. */
@@ -90,12 +100,15 @@ export class Episodes {
   /**
    * Runs an expectation now: on this node (under its actor's concurrency limit) in full mode; in
    * trigger-only mode the episode is created and deferred to a full node (`deferred`, with the
-   * request's id). A disabled node (or actor) refuses.
+   * request's id). With `delayMs` or `runAt` (or the expectation's `delayMs`) it is deferred in any
+   * mode, `notBefore` its due time. A disabled node (or actor) refuses.
    */
   async trigger<P>(actorId: string, expectationId: string, payload: P, options: TriggerOptions = {}): Promise<DispatchResult> {
     const expectation = this.registry.expectation(actorId, expectationId);
     if (!expectation) throw new ActorDefinitionError(`no actor ${actorId} with expectation ${expectationId} on this node`);
-    checkTriggerInput(`trigger ${actorId}.${expectationId}`, payload, options.dedupeKey);
+    const what = `trigger ${actorId}.${expectationId}`;
+    checkTriggerInput(what, payload, options.dedupeKey);
+    const delay = triggerDelay(what, options, expectation.options.delayMs);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
     const result = await this.dispatcher.dispatch(
       expectation,
@@ -104,6 +117,7 @@ export class Episodes {
         dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
         sourceStack: pick(options.sourceStack, this.options.stackSlug),
         sourceEnv,
+        delay,
       },
     );
     if (result.status === 'disabled') throw new ActorDefinitionError(`${actorId} is disabled on this node (mode disabled): nothing runs or is deferred here`);

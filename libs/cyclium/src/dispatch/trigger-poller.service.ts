@@ -18,7 +18,7 @@ import { EpisodeStore } from '../episodes/episode-store.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
-import { REQUEST_WAKE_EVENT } from './deferred-runner.service.js';
+import { DeferredRunner, REQUEST_WAKE_EVENT } from './deferred-runner.service.js';
 import { Mode } from './mode.service.js';
 import type { CycliumTriggerRequest } from '../entities/trigger-request.entity.js';
 import { TriggerRequests, requestClaimKey } from './trigger-requests.service.js';
@@ -35,7 +35,7 @@ class EpisodeClaimBusy extends Error {
 type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null;
 
 /**
- * On full nodes: runs what trigger-only nodes deferred. Every `triggerPollIntervalMs` (through the
+ * On full nodes: runs what trigger-only nodes deferred, and runs for later once due. Every `triggerPollIntervalMs` (through the
  * app's SchedulerRegistry), and at once when a deferring node's wake-up arrives over the bus, it
  * reads pending requests oldest first — its env strictly (`triggerPollSourceEnv`), one stack or
  * every one (`triggerPollSourceStack`), only actors it hosts and runs in full mode, no more than its
@@ -68,12 +68,15 @@ export class TriggerPoller implements OnApplicationBootstrap {
     private readonly events: EventOutbox,
     private readonly identity: NodeIdentity,
     private readonly telemetry: CycliumTelemetry,
+    private readonly deferred: DeferredRunner,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
   onApplicationBootstrap(): void {
     const offWake = this.events.subscribe(REQUEST_WAKE_EVENT, () => this.polls.request());
+    // A run this node deferred for later is taken when due, not up to a poll interval after.
+    const offDue = this.deferred.onDue(() => this.polls.request());
     // What was deferred while this node ran nothing is taken at the switch, not at the next tick.
     const offMode = this.mode.onChange((mode) => {
       if (mode === 'full') this.polls.request();
@@ -83,6 +86,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
     });
     this.unsubscribe = () => {
       offWake();
+      offDue();
       offMode();
       offActor();
     };

@@ -20,8 +20,10 @@ export interface NewTriggerRequest {
   sourceEnv: string | null;
   /** Runner options, such as `{ resume: true }` for a restart. */
   opts: Record<string, unknown>;
-  /** Not to be taken for this long (a workflow step's retry backing off). Default 0. */
+  /** Not to be taken for this long (a delayed run, a workflow step's retry backing off). Default 0. */
   delayMs?: number;
+  /** Not to be taken before this time (a run at a given time); wins over `delayMs`. */
+  runAt?: Date;
 }
 
 /** Which requests a poller takes: its env (strictly), optionally one stack, and only actors it can run. */
@@ -74,10 +76,10 @@ export class TriggerRequests {
       INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before, signature)
       SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')}, ${p(request.sourceNode, 'text')},
              ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')},
-             now() + nullif(make_interval(secs => ${p(request.delayMs ?? 0, 'double precision')} / 1000), interval '0'),
+             coalesce(${p(request.runAt ?? null, 'timestamptz')}, now() + nullif(make_interval(secs => ${p(request.delayMs ?? 0, 'double precision')} / 1000), interval '0')),
              ${p(this.signatureOf(episodeId, request, trigger), 'text')}
         FROM ${episodeCte} e
-      RETURNING id`;
+      RETURNING id, not_before`;
   }
 
   /** Inserts a request inside the caller's transaction (a deferred restart), signed with its episode's trigger. */

@@ -55,7 +55,7 @@ export class InvalidTriggerError extends TypeError {
   override readonly name = 'InvalidTriggerError';
 
   constructor(
-    readonly field: 'payload' | 'dedupeKey',
+    readonly field: 'payload' | 'dedupeKey' | 'delayMs' | 'runAt',
     message: string,
   ) {
     super(message);

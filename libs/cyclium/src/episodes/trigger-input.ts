@@ -7,6 +7,31 @@ import { InvalidTriggerError } from './episode-errors.js';
  */
 export const MAX_DEDUPE_KEY_BYTES = 1_000;
 
+/** When a trigger runs, if not now: after `ms` by the database clock, or at `at`. */
+export type TriggerDelay = { ms: number } | { at: Date };
+
+/**
+ * The delay a trigger asked for (`delayMs` or `runAt`, not both), else the expectation's default;
+ * null to run now. A `delayMs` of 0 runs now; a `runAt` in the past runs at the next poll.
+ */
+export function triggerDelay(what: string, asked: { delayMs?: unknown; runAt?: unknown }, defaultMs: number | undefined): TriggerDelay | null {
+  const { delayMs, runAt } = asked;
+  if (delayMs !== undefined && runAt !== undefined) throw new InvalidTriggerError('runAt', `${what}: give delayMs or runAt, not both`);
+  if (delayMs !== undefined) {
+    if (!(typeof delayMs === 'number' && Number.isSafeInteger(delayMs) && delayMs >= 0)) {
+      throw new InvalidTriggerError('delayMs', `${what}: delayMs must be a whole number of milliseconds >= 0 (got ${JSON.stringify(delayMs)})`);
+    }
+    return delayMs > 0 ? { ms: delayMs } : null;
+  }
+  if (runAt !== undefined) {
+    if (!(runAt instanceof Date) || !Number.isFinite(runAt.getTime())) {
+      throw new InvalidTriggerError('runAt', `${what}: runAt must be a valid Date (got ${JSON.stringify(runAt)})`);
+    }
+    return { at: runAt };
+  }
+  return defaultMs ? { ms: defaultMs } : null;
+}
+
 /** Refuses, before anything is written, a payload or dedupe key that PostgreSQL would refuse. */
 export function checkTriggerInput(what: string, payload: unknown, dedupeKey: string | null | undefined): void {
   const json = toJsonb(payload);
