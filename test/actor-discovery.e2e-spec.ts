@@ -92,7 +92,7 @@ describe('actor discovery at boot', () => {
     [[DuplicateExpectation], 'duplicate expectation id "same" on DuplicateExpectation.second (already on DuplicateExpectation.first)'],
     [[BadCron], '@Expectation on BadCron.weekly: cannot parse cron "every tuesday"'],
     [[BadInterval], `@Expectation on BadInterval.often: cannot parse interval "5 fortnights"`],
-    [[MixedTrigger], '@Expectation on MixedTrigger.both: trigger must be exactly one of { event, filter? }, { every } or { cron }'],
+    [[MixedTrigger], '@Expectation on MixedTrigger.both: trigger must be exactly one of { event, filter? }, { every, catchUp? } or { cron, catchUp? }'],
     [[PerRequest], '@Actor PerRequest is request-scoped'],
     [[BadDelay], '@Expectation on BadDelay.later: delayMs must be a whole number of milliseconds >= 0'],
   ])('fails boot for %p, naming the class and method', async (providers, message) => {

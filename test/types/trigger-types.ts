@@ -8,6 +8,9 @@ export const valid: ExpectationOptions[] = [
   { trigger: { event: 'resource.updated', filter: { kind: { in: ['db', 'cache'] } } } },
   { trigger: { every: '5m' } },
   { trigger: { cron: '0 * * * *' } },
+  { trigger: { every: '5m', catchUp: 'all' } },
+  { trigger: { cron: '0 * * * *', catchUp: 'last' } },
+  { trigger: 'manual', delayMs: 60_000 },
   { trigger: 'manual' },
   { trigger: 'workflow' },
 ];
@@ -23,6 +26,10 @@ export const mixed: ExpectationOptions[] = [
   { trigger: { every: '1m', filter: { kind: 'db' } } },
   // @ts-expect-error not a trigger at all
   { trigger: 'sometimes' },
+  // @ts-expect-error an event trigger has no buckets to catch up on
+  { trigger: { event: 'e', catchUp: 'all' } },
+  // @ts-expect-error catch-up is none, last or all
+  { trigger: { every: '1m', catchUp: 'some' } },
 ];
 
 export const workflows: WorkflowOptions[] = [

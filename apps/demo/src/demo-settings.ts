@@ -14,6 +14,7 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_TRIGGER_POLL_MS       how often a full node polls for deferred trigger requests (default 5000)
  *   DEMO_TRIGGER_TTL_MS        how long a trigger request may stay pending (default 3600000)
  *   DEMO_ADVISOR_EVERY         resource_advisor's interval (default 1m; read in resource-advisor.actor.ts)
+ *   DEMO_ADVISOR_CATCH_UP      what resource_advisor does with the minutes a whole-cluster stop missed: none (default), last or all
  *   DEMO_REBALANCER_SLOTS      resource_rebalancer's maxConcurrentEpisodes (default 10; read in resource-rebalancer.actor.ts)
  *   DEMO_WORKFLOW_ENGINE       'off' runs workflow steps here but leaves advancing workflows to other nodes
  *   DEMO_BUS_QUEUE_MAX         publishes held in memory before POST /events answers 503 (library default 10000)

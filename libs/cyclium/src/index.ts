@@ -47,7 +47,7 @@ export type { AcquireResult, ClaimWriteResult, ExpiredClaim } from './claims/wor
 
 // Actors and episodes.
 export { Actor, type ActorOptions, type OverflowPolicy } from './actors/actor.decorator.js';
-export { Expectation, type ExpectationOptions, type FilterValue, type Trigger } from './actors/expectation.decorator.js';
+export { Expectation, type CatchUp, type ExpectationOptions, type FilterValue, type Trigger } from './actors/expectation.decorator.js';
 export { ActorDefinitionError } from './discovery/actor-definition.error.js';
 export { UnknownActorError } from './actors/unknown-actor.error.js';
 export type { DispatchResult } from './dispatch/dispatch-result.js';

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable } from '@nestjs/common';
-import { Actor, Expectation, Findings, type Convergence, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Expectation, Findings, type CatchUp, type Convergence, type EpisodeContext } from '@cyclium/nestjs';
 
 /** Once a minute, summarises the open limit breaches into an `advisor.summary` output. */
 @Injectable()
@@ -8,8 +8,15 @@ import { Actor, Expectation, Findings, type Convergence, type EpisodeContext } f
 export class ResourceAdvisorActor {
   constructor(private readonly findings: Findings) {}
 
-  /** Once a minute by default; the tests shorten it with DEMO_ADVISOR_EVERY (read when the class loads). */
-  @Expectation({ id: 'summarize', trigger: { every: process.env.DEMO_ADVISOR_EVERY ?? '1m' }, recoveryPolicy: 'restart' })
+  /**
+   * Once a minute by default, skipping the minutes a whole-cluster stop missed; the tests shorten it
+   * with DEMO_ADVISOR_EVERY and pick a catch-up with DEMO_ADVISOR_CATCH_UP (read when the class loads).
+   */
+  @Expectation({
+    id: 'summarize',
+    trigger: { every: process.env.DEMO_ADVISOR_EVERY ?? '1m', catchUp: (process.env.DEMO_ADVISOR_CATCH_UP as CatchUp | undefined) ?? 'none' },
+    recoveryPolicy: 'restart',
+  })
   async summarize(ep: EpisodeContext): Promise<Convergence> {
     const breaches = await ep.step('read_breaches', async () =>
       (await this.findings.activeFor({ class: 'limit_breach' })).map((f) => ({ subject: f.subject, severity: f.severity })),

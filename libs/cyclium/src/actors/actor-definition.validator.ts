@@ -42,10 +42,13 @@ export function validateExpectation(actorId: string, className: string, methodNa
   if (trigger && typeof trigger === 'object') {
     // The types rule this out; plain JavaScript (or a cast) could still mix kinds, and one would be silently dropped.
     const kinds = ['event', 'every', 'cron'].filter((k) => k in trigger);
-    const unknown = Object.keys(trigger).filter((k) => !['event', 'every', 'cron', 'filter'].includes(k));
-    if (kinds.length !== 1 || unknown.length > 0 || ('filter' in trigger && !('event' in trigger))) {
-      fail(`trigger must be exactly one of { event, filter? }, { every } or { cron } (got ${JSON.stringify(trigger)})`);
+    const unknown = Object.keys(trigger).filter((k) => !['event', 'every', 'cron', 'filter', 'catchUp'].includes(k));
+    if (kinds.length !== 1 || unknown.length > 0 || ('filter' in trigger && !('event' in trigger)) || ('catchUp' in trigger && 'event' in trigger)) {
+      fail(`trigger must be exactly one of { event, filter? }, { every, catchUp? } or { cron, catchUp? } (got ${JSON.stringify(trigger)})`);
     }
+    const catchUp = (trigger as { catchUp?: unknown }).catchUp;
+    if (catchUp !== undefined && !['none', 'last', 'all'].includes(catchUp as string))
+      fail(`catchUp must be 'none', 'last' or 'all' (got ${JSON.stringify(catchUp)})`);
   }
   let intervalMs: number | null = null;
   if (trigger === 'manual' || trigger === 'workflow') {

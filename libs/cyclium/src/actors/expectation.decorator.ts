@@ -5,14 +5,20 @@ import type { EpisodeBudget } from '../episodes/episode-context.interface.js';
 /** A payload value to match: equal to it, or one of `in`. */
 export type FilterValue = string | number | boolean | null | { in: Array<string | number | boolean | null> };
 
+/**
+ * What a schedule does, at boot, with the buckets that fell while no node ran it (a whole-cluster
+ * stop): `none` skips them, `last` runs the latest one, `all` runs each once (at most 1,000, the latest).
+ */
+export type CatchUp = 'none' | 'last' | 'all';
+
 /** Each object trigger names exactly one kind: mixing `event` with `every` or `cron` is a compile error. */
 export type Trigger =
   /** Bus events of this type whose payload matches `filter` (dotted paths allowed as keys). */
   | { event: string; filter?: Record<string, FilterValue>; every?: never; cron?: never }
   /** Every interval (`'30s'`, `'5m'`, `'1h'`, `'1d'` or milliseconds), aligned to wall-clock buckets. */
-  | { every: string | number; event?: never; filter?: never; cron?: never }
+  | { every: string | number; catchUp?: CatchUp; event?: never; filter?: never; cron?: never }
   /** A cron expression, evaluated in UTC. */
-  | { cron: string; event?: never; filter?: never; every?: never }
+  | { cron: string; catchUp?: CatchUp; event?: never; filter?: never; every?: never }
   /** Only `Episodes.trigger(...)`. */
   | 'manual'
   /** Only started by a workflow. */

@@ -5,6 +5,7 @@ import type { BusEvent } from '../bus/bus.interface.js';
 import type { EventReceipt } from '../bus/durable-subscriptions.interface.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
@@ -20,6 +21,9 @@ import type { RegisteredActor, RegisteredExpectation } from '../actors/registere
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { TimerTriggers } from './timer-triggers.js';
+import { catchUpSchedule } from './schedule-catch-up.js';
+import type { Schedule } from './schedule-buckets.js';
+import type { CatchUp } from '../actors/expectation.decorator.js';
 import { TriggerPlacement } from './trigger-placement.service.js';
 
 const RETRY_FIRST_MS = 200;
@@ -59,6 +63,7 @@ export class TriggerSources implements OnApplicationBootstrap {
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
     private readonly telemetry: CycliumTelemetry,
+    private readonly database: CycliumDataSource,
   ) {
     this.handovers = new DrainHandovers(store, dispatcher, this.logger, { sourceStack: options.stackSlug, sourceEnv: options.env });
   }
@@ -104,9 +109,19 @@ export class TriggerSources implements OnApplicationBootstrap {
       this.unsubscribes.push(this.events.subscribeDurable(consumer, trigger.event, (event, receipt) => this.onEvent(expectation, event, receipt)));
     } else if (trigger.every !== undefined) {
       this.timers.every(expectation, expectation.intervalMs as number);
+      this.catchUp(expectation, { intervalMs: expectation.intervalMs as number }, trigger.catchUp);
     } else if (trigger.cron !== undefined) {
       this.timers.cron(`cyclium:${actor.id}:${expectation.id}`, expectation, trigger.cron, this.schedulerRegistry(true));
+      this.catchUp(expectation, { cron: trigger.cron }, trigger.catchUp);
     }
+  }
+
+  /** Makes up for the buckets that fell while no node ran the schedule, as declared (see catchUpSchedule). */
+  private catchUp(expectation: RegisteredExpectation, schedule: Schedule, catchUp: CatchUp = 'none'): void {
+    if (catchUp === 'none') return;
+    catchUpSchedule(this.database.sql, this.options.env, this.logger, expectation, schedule, catchUp, (e, bucket) => this.fireBucket(e, bucket)).catch(
+      (error: unknown) => this.logger.warn(`catch-up of ${expectation.actorId}.${expectation.id} dropped: ${errorMessage(error)}`),
+    );
   }
 
   /** Settles once the event's trigger has (see EventWindows); filtered out, it settles at once. */
@@ -127,10 +142,14 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
-    const trigger: EpisodeTrigger = { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() };
-    this.trigger(expectation, trigger, scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env)).catch((error: unknown) =>
-      this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)}) dropped: ${errorMessage(error)}`),
+    this.fireBucket(expectation, bucket).catch((error: unknown) =>
+      this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) dropped: ${errorMessage(error)}`),
     );
+  }
+
+  private fireBucket(expectation: RegisteredExpectation, bucket: Date): Promise<boolean> {
+    const trigger: EpisodeTrigger = { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() };
+    return this.trigger(expectation, trigger, scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env));
   }
 
   /**

@@ -1,0 +1,96 @@
+import { afterAll, describe, expect, it } from '@jest/globals';
+import { useDatabase, type TestDatabase } from './support/database.js';
+import type { DemoNode } from './support/demo-node.js';
+import { FAST_RECOVERY, startNode } from './support/demo-cluster.js';
+import { waitFor } from './support/wait-for.js';
+
+const EVERY_MS = 2_000;
+/** Buckets that fall inside the stop, at least. */
+const MISSED = 3;
+
+/** Each bucket of resource_advisor.summarize with its episode count, oldest first. */
+async function buckets(database: TestDatabase): Promise<Array<{ at: number; n: number }>> {
+  const { rows } = await database.db.query<{ at: string; n: number }>(
+    `SELECT trigger_ref->>'scheduledAt' AS at, count(*)::int AS n FROM cyclium_episodes
+      WHERE actor_id = 'resource_advisor' AND expectation_id = 'summarize' GROUP BY 1 ORDER BY 1`,
+  );
+  return rows.map((r) => ({ at: Date.parse(r.at), n: r.n }));
+}
+
+/** Boots a cluster whose advisor runs every 2 s, lets it run a bucket, kills it all, and waits out MISSED more buckets. */
+function stoppedCluster(catchUp: 'all' | 'last') {
+  const database = useDatabase();
+  const nodes: DemoNode[] = [];
+  const env = { ...FAST_RECOVERY, DEMO_ADVISOR_EVERY: `${EVERY_MS}ms`, DEMO_ADVISOR_CATCH_UP: catchUp };
+  const boot = async (id: string) => {
+    const node = await startNode(database.url, id, env);
+    nodes.push(node);
+    return node;
+  };
+  afterAll(async () => {
+    await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
+  });
+  /** The last bucket that ran before the stop. */
+  const stop = async (): Promise<number> => {
+    await Promise.all([boot(`${catchUp}-a`), boot(`${catchUp}-b`)]);
+    await waitFor('a bucket to run', async () => (await buckets(database)).length > 0);
+    await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
+    const last = Math.max(...(await buckets(database)).map((b) => b.at));
+    await waitFor(
+      `${MISSED} buckets to fall while no node runs`,
+      async () => (await database.db.query(`SELECT now() >= $1::timestamptz AS past`, [new Date(last + (MISSED + 0.5) * EVERY_MS)])).rows[0].past,
+      (MISSED + 3) * EVERY_MS,
+      100,
+    );
+    return last;
+  };
+  return { database, boot, stop };
+}
+
+/**
+ * Schedule triggers after a whole-cluster stop, on real node processes (`kill -9` of every node):
+ * with `catchUp: 'all'` each bucket that fell during the stop runs once when the cluster comes
+ * back, with `catchUp: 'last'` only the latest; no bucket ever runs twice.
+ */
+describe("a schedule's catch-up after a whole-cluster stop", () => {
+  describe("catchUp: 'all'", () => {
+    const cluster = stoppedCluster('all');
+
+    it('runs each missed bucket once, from two nodes booting together', async () => {
+      const last = await cluster.stop();
+      const back = await Promise.all([cluster.boot('all-c'), cluster.boot('all-d')]);
+      const after = await waitFor('the missed buckets and a live one to run', async () => {
+        const seen = (await buckets(cluster.database)).filter((b) => b.at > last);
+        return seen.length >= MISSED + 1 ? seen : null;
+      }).then((seen) => seen as NonNullable<typeof seen>);
+      // No gap from the last bucket before the stop to the newest, and none twice.
+      expect(after.map((b) => (b.at - last) / EVERY_MS)).toEqual(after.map((_, i) => i + 1));
+      expect(after.every((b) => b.n === 1)).toBe(true);
+      expect(back.map((node) => node.output()).join('')).toMatch(/catch-up of resource_advisor\.summarize: \d+ bucket\(s\) fell since .* running each/);
+    });
+  });
+
+  describe("catchUp: 'last'", () => {
+    const cluster = stoppedCluster('last');
+
+    it('runs only the latest missed bucket, then the live ones', async () => {
+      const last = await cluster.stop();
+      const node = await cluster.boot('last-c');
+      const line = (await waitFor('the catch-up line', () =>
+        /(\d+) bucket\(s\) fell since \S+ while no node ran it; running the latest, (\S+)/.exec(node.output()),
+      )) as RegExpExecArray;
+      const missed = Number(line[1]);
+      const latest = Date.parse(line[2] as string);
+      expect(missed).toBeGreaterThanOrEqual(MISSED);
+      expect(latest).toBe(last + missed * EVERY_MS);
+      const after = await waitFor('the latest missed bucket and a live one to run', async () => {
+        const seen = (await buckets(cluster.database)).filter((b) => b.at > last);
+        return seen.length >= 2 ? seen : null;
+      }).then((seen) => seen as NonNullable<typeof seen>);
+      // The buckets before the latest missed one never ran; from it on, each once.
+      expect(after[0]?.at).toBe(latest);
+      expect(after.map((b) => (b.at - latest) / EVERY_MS)).toEqual(after.map((_, i) => i));
+      expect(after.every((b) => b.n === 1)).toBe(true);
+    });
+  });
+});
