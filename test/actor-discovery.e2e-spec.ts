@@ -57,6 +57,13 @@ class BadDelay {
   async later(): Promise<void> {}
 }
 
+@Injectable()
+@Actor({ id: 'bad_retry' })
+class BadRetry {
+  @Expectation({ trigger: 'manual', retry: { attempts: 3, backoff: { factor: 0.5 } } })
+  async flaky(): Promise<void> {}
+}
+
 @Injectable({ scope: Scope.REQUEST })
 @Actor({ id: 'per_request' })
 class PerRequest {
@@ -95,6 +102,7 @@ describe('actor discovery at boot', () => {
     [[MixedTrigger], '@Expectation on MixedTrigger.both: trigger must be exactly one of { event, filter? }, { every, catchUp? } or { cron, catchUp? }'],
     [[PerRequest], '@Actor PerRequest is request-scoped'],
     [[BadDelay], '@Expectation on BadDelay.later: delayMs must be a whole number of milliseconds >= 0'],
+    [[BadRetry], '@Expectation on BadRetry.flaky: retry.backoff.factor must be a number >= 1'],
   ])('fails boot for %p, naming the class and method', async (providers, message) => {
     await expect(boot(providers as Provider[])).rejects.toThrow(message);
   });

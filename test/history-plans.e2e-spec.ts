@@ -243,7 +243,7 @@ describe('hot statements with a million finished episodes behind a thousand live
     ['sweep candidates', /quiet_since/],
     ['not hosted', /WITH stranded AS/],
     ['orphaned queued', /e\.owner_node IS DISTINCT FROM \$4/],
-    ['poller pending', /FROM cyclium_trigger_requests\s+WHERE status = 'pending'/],
+    ['poller pending', /FROM cyclium_trigger_requests\s+WHERE status IN \('pending', 'scheduled'\)/],
     ['poller take', /UPDATE cyclium_trigger_requests SET status = 'completed'/],
     ['list', /cursor_at FROM cyclium_episodes/],
     ['retention batch', /pg_try_advisory_xact_lock\(1668183404/],

@@ -19,6 +19,8 @@ export interface Rebalance {
   stepMs?: number;
   ignoreAbortAtStep?: number;
   outputKey?: string;
+  failAtStep?: number;
+  failTimes?: number;
 }
 
 /** A demo node with its node id and the given timings. */

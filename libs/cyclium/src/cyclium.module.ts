@@ -17,6 +17,8 @@ import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
 import { EpisodeEndings } from './episodes/episode-endings.service.js';
+import { EpisodeRetries } from './episodes/episode-retries.service.js';
+import { RETRY_WAKE_UPS } from './episodes/retry-wake-ups.interface.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
 import { BeginWrites } from './episodes/begin-writes.js';
@@ -108,6 +110,8 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     OwnedWrites,
     BeginWrites,
     EpisodeEndings,
+    EpisodeRetries,
+    { provide: RETRY_WAKE_UPS, useExisting: TriggerRequests },
     EpisodeRunner,
     Episodes,
     Findings,

@@ -56,7 +56,7 @@ export { TriggerRequests } from './dispatch/trigger-requests.service.js';
 export { Episodes, type ArchiveResult, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './dispatch/episodes.service.js';
 export type { RetryResult } from './dispatch/episode-retry.service.js';
 export type { EpisodeStatus } from './entities/episode.entity.js';
-export type { Convergence, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episodes/episode-context.interface.js';
+export type { Convergence, EpisodeContext, EpisodeRow, EpisodeTrigger, RetryPolicy, StepTools } from './episodes/episode-context.interface.js';
 export { EpisodeWriteUnavailableError, InvalidListQueryError, InvalidTriggerError, StepResultError } from './episodes/episode-errors.js';
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
 

@@ -14,6 +14,8 @@ export interface RebalanceRequest {
   outputKey?: string;
   /** 1-based step that throws, so the episode ends `failed`: something to inspect and retry on the ops page. */
   failAtStep?: number;
+  /** With `failAtStep`: throw only this many times in all (each logged as `<step>:failed`), then succeed. */
+  failTimes?: number;
 }
 
 const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
@@ -42,11 +44,25 @@ export class ResourceRebalancerActor {
     return this.run(ep);
   }
 
+  /** Up to three attempts, the first backoff DEMO_RETRY_INITIAL_MS (default 2 s) and doubling; each resumes from the journal. */
+  @Expectation({
+    id: 'rebalance_retried',
+    trigger: { event: 'resource.rebalance_retried' },
+    recoveryPolicy: 'restart',
+    retry: { attempts: 3, backoff: { initialMs: Number(process.env.DEMO_RETRY_INITIAL_MS ?? 2_000), factor: 2 } },
+  })
+  rebalanceRetried(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
+    return this.run(ep);
+  }
+
   private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
-    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep } = ep.trigger.payload;
+    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep, failTimes } = ep.trigger.payload;
     for (const name of STEPS) {
-      await ep.step(name, (tools) => {
-        if (tools.stepNo === failAtStep) throw new Error(`${name} failed on purpose (failAtStep ${failAtStep})`);
+      await ep.step(name, async (tools) => {
+        if (tools.stepNo === failAtStep && (failTimes === undefined || (await this.failedBefore(ep.episode.id, name)) < failTimes)) {
+          if (failTimes !== undefined) await this.log(ep.episode.id, tools, `${name}:failed`);
+          throw new Error(`${name} failed on purpose (failAtStep ${failAtStep})`);
+        }
         return this.work(ep.episode.id, name, tools, stepMs, ignoreAbortAtStep);
       });
     }
@@ -66,14 +82,25 @@ export class ResourceRebalancerActor {
   ): Promise<{ step: string; node: string }> {
     // The stubborn step writes its row even after an abort: the tests count on seeing it.
     await sleep(stepMs, undefined, stepNo === ignoreAbortAtStep ? {} : { signal });
-    const node = this.identity.name();
+    await this.log(episodeId, { stepNo, idempotencyKey }, name);
+    return { step: name, node: this.identity.name() };
+  }
+
+  private async log(episodeId: string, { stepNo, idempotencyKey }: Pick<StepTools, 'stepNo' | 'idempotencyKey'>, step: string): Promise<void> {
     await this.dataSource.query(`INSERT INTO demo_rebalance_log (episode_id, step_no, step, node, idempotency_key) VALUES ($1, $2, $3, $4, $5)`, [
       episodeId,
       stepNo,
-      name,
-      node,
+      step,
+      this.identity.name(),
       idempotencyKey,
     ]);
-    return { step: name, node };
+  }
+
+  private async failedBefore(episodeId: string, step: string): Promise<number> {
+    const rows = await this.dataSource.query<Array<{ n: number }>>(`SELECT count(*)::int AS n FROM demo_rebalance_log WHERE episode_id = $1 AND step = $2`, [
+      episodeId,
+      `${step}:failed`,
+    ]);
+    return rows[0]?.n ?? 0;
   }
 }

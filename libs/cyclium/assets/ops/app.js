@@ -9,7 +9,7 @@
   const POLL_MS = 2000;
   // `?pageSize=` in the page's address, for a long table or a short one (the API allows 1 to 100).
   const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1), 100);
-  const CANCELLABLE = ['queued', 'deferred', 'running', 'blocked'];
+  const CANCELLABLE = ['queued', 'deferred', 'waiting', 'running', 'blocked'];
   const RETRYABLE = ['failed', 'partially_failed'];
   const CANCEL_SAYS = { canceled: 'canceled', requested: 'cancel requested: it stops at its next step', finished: 'already finished' };
 

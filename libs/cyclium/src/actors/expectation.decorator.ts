@@ -1,6 +1,6 @@
 import { Reflector } from '@nestjs/core';
 import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
-import type { EpisodeBudget } from '../episodes/episode-context.interface.js';
+import type { EpisodeBudget, RetryPolicy } from '../episodes/episode-context.interface.js';
 
 /** A payload value to match: equal to it, or one of `in`. */
 export type FilterValue = string | number | boolean | null | { in: Array<string | number | boolean | null> };
@@ -40,6 +40,10 @@ export interface ExpectationOptions {
   cooldownMs?: number;
   /** Stop before the next step once either is reached; the episode fails with `budget_exceeded`. */
   budget?: EpisodeBudget;
+  /** Retries an episode whose method throws (not one canceled, over budget or failed by the library). Default: none. */
+  retry?: RetryPolicy;
+  /** With `retry`: false for an error not worth retrying (the episode fails at once). Default: every error is. */
+  retryable?: (error: unknown) => boolean;
   /**
    * Every trigger of this expectation runs this long after it arrives (a trigger's own `delayMs`
    * or `runAt` wins): the episode waits `deferred`, as a row any node hosting the actor starts when due.

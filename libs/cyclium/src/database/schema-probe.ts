@@ -46,6 +46,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
   },
   { migration: 'CycliumOperatorReads1764400000012', missing: 'index cyclium_episodes_finished', holds: `to_regclass('cyclium_episodes_finished') IS NOT NULL` },
   { migration: 'CycliumRetention1764400000013', missing: 'index cyclium_episodes_archived', holds: `to_regclass('cyclium_episodes_archived') IS NOT NULL` },
+  {
+    migration: 'CycliumRetries1764400000014',
+    missing: 'column cyclium_episodes.retries',
+    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_episodes') AND attname = 'retries' AND NOT attisdropped)`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -8,6 +8,7 @@ import { CycliumTriggerRequest } from '../entities/trigger-request.entity.js';
 import { emptyWhenAbsent, nullWhenAbsent, rowMapper } from '../entities/row-mapper.js';
 import { isUuid } from '../sql/uuid.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import type { RetryWakeUps } from '../episodes/retry-wake-ups.interface.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
 
@@ -59,7 +60,7 @@ export function deleteRequestsOf(statement: Statement, due: string): string {
  * requests trigger-only nodes deferred, oldest first, and what became of each.
  */
 @Injectable()
-export class TriggerRequests {
+export class TriggerRequests implements RetryWakeUps {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly signer: RowSigner,
@@ -82,11 +83,20 @@ export class TriggerRequests {
       RETURNING id, not_before`;
   }
 
-  /** Inserts a request inside the caller's transaction (a deferred restart), signed with its episode's trigger. */
-  async insertWithin(client: SqlExecutor, episodeId: string, request: NewTriggerRequest, trigger: unknown): Promise<string> {
+  /**
+   * Inserts a request inside the caller's transaction (a deferred restart; a retry's wake-up,
+   * `scheduled`, which a node of the previous release never reads), signed with its episode's trigger.
+   */
+  async insertWithin(
+    client: SqlExecutor,
+    episodeId: string,
+    request: NewTriggerRequest,
+    trigger: unknown,
+    status: 'pending' | 'scheduled' = 'pending',
+  ): Promise<string> {
     const { rows } = await client.query<{ id: string }>(
-      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, signature)
-       VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8) RETURNING id`,
+      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, signature, not_before)
+       VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, now() + nullif(make_interval(secs => $10::double precision / 1000), interval '0')) RETURNING id`,
       [
         episodeId,
         request.actorId,
@@ -96,9 +106,25 @@ export class TriggerRequests {
         request.sourceEnv,
         JSON.stringify(request.opts),
         this.signatureOf(episodeId, request, trigger),
+        status,
+        request.delayMs ?? 0,
       ],
     );
     return (rows[0] as { id: string }).id;
+  }
+
+  /** A retry's wake-up: `scheduled`, due after the backoff, resuming the episode from its journal. */
+  async scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string): Promise<void> {
+    const request = {
+      actorId: episode.actorId,
+      expectationId: episode.expectationId,
+      sourceNode: node,
+      sourceStack: episode.sourceStack,
+      sourceEnv: episode.sourceEnv,
+      opts: { resume: true },
+      delayMs,
+    };
+    await this.insertWithin(client, episode.id, request, episode.triggerRef, 'scheduled');
   }
 
   /**
@@ -130,7 +156,7 @@ export class TriggerRequests {
     // request that waits (`not_before`) counts its TTL from when it may first be taken.
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_trigger_requests
-        WHERE status = 'pending' AND ${sameEnvIndexed('source_env', '$1', filter.env)} AND ${stackFilter('source_stack', '$2')} AND actor_id = ANY($3::text[])
+        WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$1', filter.env)} AND ${stackFilter('source_stack', '$2')} AND actor_id = ANY($3::text[])
           AND (not_before IS NULL OR not_before <= now())
           AND coalesce(not_before, inserted_at) >= now() - make_interval(secs => $5::double precision / 1000)
         ORDER BY inserted_at, id
@@ -144,7 +170,7 @@ export class TriggerRequests {
   async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
-        WHERE id = $1 AND status = 'pending' AND (not_before IS NULL OR not_before <= now())
+        WHERE id = $1 AND status IN ('pending', 'scheduled') AND (not_before IS NULL OR not_before <= now())
           AND coalesce(not_before, inserted_at) >= now() - make_interval(secs => $3::double precision / 1000)`,
       [id, owner, this.options.triggerRequestTtlMs],
     );
@@ -174,7 +200,7 @@ export class TriggerRequests {
           SET status = 'expired', completed_at = now(),
               error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
-                      WHERE status = 'pending' AND ${sameEnv('source_env', '$2::text')}
+                      WHERE status IN ('pending', 'scheduled') AND ${sameEnv('source_env', '$2::text')}
                         AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
                       FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,

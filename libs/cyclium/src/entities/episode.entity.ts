@@ -1,7 +1,7 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
 /** Every status an episode row can have (the table's check constraint). */
-export const EPISODE_STATUSES = ['queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'] as const;
+export const EPISODE_STATUSES = ['queued', 'deferred', 'waiting', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'] as const;
 
 export type EpisodeStatus = (typeof EPISODE_STATUSES)[number];
 
@@ -36,6 +36,10 @@ export class CycliumEpisode {
 
   @Column({ name: 'max_attempts', type: 'integer' })
   maxAttempts: number;
+
+  /** Failed attempts so far that a retry policy retried (the episode is `waiting`, or ran again). */
+  @Column({ type: 'integer', default: 0 })
+  retries: number;
 
   @Column({ name: 'error_class', type: 'text', nullable: true })
   errorClass: string | null;

@@ -54,7 +54,21 @@ export interface Convergence {
  */
 export interface EpisodeMethod {
   handler: (context: unknown) => Promise<unknown>;
-  options: { budget?: EpisodeBudget };
+  options: { budget?: EpisodeBudget; retry?: RetryPolicy; retryable?: (error: unknown) => boolean };
+}
+
+/**
+ * How an episode that throws is tried again: up to `attempts` runs in all, each after a backoff of
+ * `initialMs × factor^(retries so far)`, at most `maxMs`, plus up to `jitter` of it at random. A
+ * retry resumes from the journal: steps that completed return their recorded results.
+ */
+export interface RetryPolicy {
+  /** Runs in all, the first included: a whole number >= 2 (1 would never retry). */
+  attempts: number;
+  /** Defaults: 1 s, doubling, at most 5 minutes. */
+  backoff?: { initialMs?: number; factor?: number; maxMs?: number };
+  /** Up to this fraction of the backoff added at random, between 0 (the default) and 1. */
+  jitter?: number;
 }
 
 /** Stop before the next step once either is reached; the episode fails with `budget_exceeded`. */

@@ -10,10 +10,11 @@ import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
 import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
 import { lifecycleEvent, type LifecycleEventType } from './episode-events.js';
-import { episodeLabel, failureLines } from './episode-log-lines.js';
+import { episodeLabel, failureLines, firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { EpisodeStore } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
+import { EpisodeRetries, type RetryOptions } from './episode-retries.service.js';
 import type { RunningEpisode } from './running-episode.js';
 
 /** Failures the library decides rather than the host's code: their message says it all, so no stack even at debug. */
@@ -33,6 +34,7 @@ export class EpisodeEndings {
     private readonly identity: NodeIdentity,
     private readonly outputs: Outputs,
     private readonly telemetry: CycliumTelemetry,
+    private readonly retries: EpisodeRetries,
   ) {}
 
   /**
@@ -85,16 +87,25 @@ export class EpisodeEndings {
   }
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
-  async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown): Promise<void> {
+  async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown, retry?: RetryOptions): Promise<void> {
     // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
     if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
       this.abandon(episode, cause);
       return;
     }
     const [status, errorClass, detail] = classify(cause);
+    const delayMs = status === 'failed' ? this.retries.nextDelay(episode, retry, errorClass, cause) : null;
+    if (delayMs !== null) {
+      await this.retryLater(episode, ownership, errorClass, detail, delayMs, retry?.retry?.attempts ?? 0);
+      return;
+    }
+    const attempts = retry?.retry && status === 'failed' ? `attempt ${(episode.retries ?? 0) + 1} of ${retry.retry.attempts}: ` : '';
     const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
     const recorded = await this.writes
-      .end(scope, episode, ownership, { terminal: { status, errorClass, detail }, event: this.lifecycle(event, episode, status, { errorClass }) })
+      .end(scope, episode, ownership, {
+        terminal: { status, errorClass, detail: attempts + detail },
+        event: this.lifecycle(event, episode, status, { errorClass }),
+      })
       .catch((error: unknown) => {
         if (error instanceof EpisodeWriteUnavailableError) return error;
         throw error;
@@ -115,6 +126,17 @@ export class EpisodeEndings {
       if (lines.debug) this.logger.debug(lines.debug);
     }
     this.telemetry.emit(event, { ...describeEpisode(episode), errorClass });
+  }
+
+  /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeRetries), or is abandoned when its claim moved on. */
+  private async retryLater(episode: EpisodeRow, ownership: Ownership, errorClass: string, detail: string, delayMs: number, attempts: number): Promise<void> {
+    const attempt = (episode.retries ?? 0) + 1;
+    if (!(await this.retries.wait(episode, ownership, errorClass, detail, delayMs))) {
+      this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its retry was recorded');
+      return;
+    }
+    this.logger.warn(`${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} (${firstLine(detail)}); retrying in ${delayMs} ms`);
+    this.telemetry.emit('episode.retrying', { ...describeEpisode(episode), errorClass, attempt, delayMs });
   }
 
   /**

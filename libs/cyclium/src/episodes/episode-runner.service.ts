@@ -227,7 +227,7 @@ export class EpisodeRunner implements OnModuleInit {
         this.logger.debug(`${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`);
       } else {
         await this.endings
-          .settle(episode, ownership, scope, cause)
+          .settle(episode, ownership, scope, cause, expectation?.options)
           .catch((e: unknown) => this.logger.error(`could not record the end of episode ${episode.id}: ${errorMessage(e)}`));
       }
     } finally {

@@ -89,7 +89,7 @@ export class EpisodeStore {
   async startDeferred(client: SqlExecutor, id: string, owner: string): Promise<EpisodeRow | null> {
     const { rows } = await client.query(
       `UPDATE cyclium_episodes SET status = 'running', owner_node = $2, phase = NULL, started_at = coalesce(started_at, now()), updated_at = now()
-        WHERE id = $1 AND status = 'deferred' RETURNING *`,
+        WHERE id = $1 AND status IN ('deferred', 'waiting') RETURNING *`,
       [id, owner],
     );
     return oneEpisode(rows);
@@ -106,7 +106,7 @@ export class EpisodeStore {
       `UPDATE cyclium_episodes e
           SET status = 'failed', error_class = $3, error_detail = f.reason, finished_at = now(), updated_at = now()
          FROM unnest($1::uuid[], $2::text[]) AS f (id, reason)
-        WHERE e.id = f.id AND e.status = 'deferred'
+        WHERE e.id = f.id AND e.status IN ('deferred', 'waiting')
        RETURNING e.*`,
       [failures.map((f) => f.episodeId), failures.map((f) => f.reason), errorClass],
     );
@@ -154,13 +154,13 @@ export class EpisodeStore {
     return rows[0]?.was ?? null;
   }
 
-  /** Cancels the episodes of `ids` that have not started yet (queued or deferred); returns them. */
+  /** Cancels the episodes of `ids` that are not running (queued, deferred, or waiting out a retry's backoff); returns them. */
   async cancelWaiting(ids: readonly string[], via: SqlExecutor = this.database.sql): Promise<EpisodeRow[]> {
     if (ids.length === 0) return [];
     const { rows } = await via.query(
       `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
               cancel_requested_at = coalesce(cancel_requested_at, now())
-        WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'deferred') RETURNING *`,
+        WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'deferred', 'waiting') RETURNING *`,
       [ids],
     );
     return rows.map(toEpisode);

@@ -68,7 +68,7 @@ export const CLUSTER_STATUS = `
         ORDER BY n.node_identity)
       FROM cyclium_nodes n LEFT JOIN running r ON r.owner_node = n.node_identity LEFT JOIN claims c ON c.owner_node = n.node_identity), '[]') AS nodes,
     coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
-      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes WHERE status IN ('queued', 'deferred', 'running', 'blocked') GROUP BY 1, 2) a), '[]') AS active,
+      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked') GROUP BY 1, 2) a), '[]') AS active,
     coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
       FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
              WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000) GROUP BY 1, 2) f), '[]') AS finished,

@@ -24,6 +24,7 @@ const FED: CycliumEventName[] = [
   'episode.canceled',
   'episode.aborted',
   'episode.interrupted',
+  'episode.retrying',
   'episode.step',
   'episode.triggered',
   'bus.published',

@@ -58,6 +58,8 @@ const ENDED: Partial<Record<CycliumEventName, string>> = {
   'episode.canceled': 'canceled',
   'episode.aborted': 'aborted',
   'episode.interrupted': 'interrupted',
+  // A run that failed with attempts left ended as a run; the episode waits for its next one.
+  'episode.retrying': 'retrying',
 };
 
 const CLAIM_OUTCOMES = ['acquired', 'steal', 'busy', 'renewed', 'renew_failed', 'completed', 'failed'] as const;

@@ -12,6 +12,7 @@ import { CycliumScopedRows1764400000010 } from './1764400000010-cyclium-scoped-r
 import { CycliumRowSignatures1764400000011 } from './1764400000011-cyclium-row-signatures.js';
 import { CycliumOperatorReads1764400000012 } from './1764400000012-cyclium-operator-reads.js';
 import { CycliumRetention1764400000013 } from './1764400000013-cyclium-retention.js';
+import { CycliumRetries1764400000014 } from './1764400000014-cyclium-retries.js';
 
 export {
   CycliumSchema1764400000000,
@@ -28,6 +29,7 @@ export {
   CycliumRowSignatures1764400000011,
   CycliumOperatorReads1764400000012,
   CycliumRetention1764400000013,
+  CycliumRetries1764400000014,
 };
 
 export { CYCLIUM_TABLES, cycliumGrants, type CycliumRoles } from './grants.js';
@@ -48,4 +50,5 @@ export const cycliumMigrations = [
   CycliumRowSignatures1764400000011,
   CycliumOperatorReads1764400000012,
   CycliumRetention1764400000013,
+  CycliumRetries1764400000014,
 ];

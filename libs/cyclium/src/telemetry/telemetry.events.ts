@@ -37,6 +37,8 @@ export interface CycliumEventMap {
   'episode.canceled': EpisodeEvent;
   'episode.interrupted': EpisodeEvent;
   'episode.aborted': EpisodeEvent;
+  /** An attempt failed with attempts left (the expectation's `retry`): the episode waits `delayMs`; `attempt` is the one that failed. */
+  'episode.retrying': EpisodeEvent & { errorClass: string; attempt: number; delayMs: number };
   /** A step of this node's run returned and its write came back; `durationMs` is the step function's time, as journaled. */
   'episode.step': CycliumEventBase & { actorId: string; expectationId: string; durationMs: number };
   /**

@@ -1,0 +1,86 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import type { FencedStatement } from '../leases/claims-in-statement.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
+import type { EpisodeRow, RetryPolicy } from './episode-context.interface.js';
+import { EpisodeJournal } from './episode-journal.js';
+import { firstLine } from './episode-log-lines.js';
+import type { Ownership } from './episode-statements.js';
+import { toEpisode } from './episode-store.js';
+import { RETRY_WAKE_UPS, type RetryWakeUps } from './retry-wake-ups.interface.js';
+
+const DEFAULT_BACKOFF = { initialMs: 1_000, factor: 2, maxMs: 300_000 };
+
+/** Failures the library decides, and cancels: a retry would meet them again. */
+const NEVER_RETRIED = new Set(['canceled', 'unknown_actor', 'nondeterministic_resume', 'budget_exceeded', 'tampered', 'step_result']);
+
+/** An expectation's retry options, as EpisodeEndings reads them. */
+export interface RetryOptions {
+  retry?: RetryPolicy;
+  retryable?: (error: unknown) => boolean;
+}
+
+/** The backoff before the attempt after `retriesSoFar` failed ones: initialMs × factor^retries, at most maxMs, plus up to `jitter` of it. */
+export function retryDelayMs(policy: RetryPolicy, retriesSoFar: number, random: () => number = Math.random): number {
+  const { initialMs, factor, maxMs } = { ...DEFAULT_BACKOFF, ...policy.backoff };
+  const base = Math.min(maxMs, initialMs * factor ** retriesSoFar);
+  return Math.round(base * (1 + (policy.jitter ?? 0) * random()));
+}
+
+/**
+ * The running episode leaves `running` for `waiting` while this node still owns it at its fence
+ * (WorkClaims.fencedStatement), one failed attempt more on its count; no owner, no slot.
+ */
+const RETRY_WAIT: FencedStatement = {
+  name: 'episodes_retry_wait',
+  body: `
+  UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + 1, updated_at = now()
+    FROM owner
+   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
+  RETURNING cyclium_episodes.*`,
+};
+
+/**
+ * Retries with backoff (the expectation's `retry`): a failed attempt is journaled (`retry`, with its
+ * error), the episode waits `waiting` with a wake-up row due after the backoff and its claim
+ * completed, all in one transaction fenced on the claim; any node hosting the actor takes the
+ * wake-up when due and resumes the episode from its journal, so completed steps do not run again.
+ */
+@Injectable()
+export class EpisodeRetries {
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly claims: WorkClaims,
+    private readonly journal: EpisodeJournal,
+    private readonly identity: NodeIdentity,
+    @Inject(RETRY_WAKE_UPS) private readonly wakeUps: RetryWakeUps,
+  ) {}
+
+  /** The backoff before the next attempt, or null when this failure ends the episode. A `retryable` hook that throws says no. */
+  nextDelay(episode: EpisodeRow, options: RetryOptions | undefined, errorClass: string, cause: unknown): number | null {
+    const policy = options?.retry;
+    if (!policy || NEVER_RETRIED.has(errorClass) || (episode.retries ?? 0) + 1 >= policy.attempts) return null;
+    if (options.retryable) {
+      try {
+        if (!options.retryable(cause)) return null;
+      } catch {
+        return null;
+      }
+    }
+    return retryDelayMs(policy, episode.retries ?? 0);
+  }
+
+  /** Writes the wait (see the class); false when the claim is no longer this node's, and nothing was written. */
+  async wait(episode: EpisodeRow, ownership: Ownership, errorClass: string, detail: string, delayMs: number): Promise<boolean> {
+    return this.database.transaction(async (client) => {
+      const { rows } = await this.claims.fencedStatement(client, ownership, RETRY_WAIT, [episode.id]);
+      if (!rows[0]) return false;
+      const waiting = toEpisode(rows[0]);
+      await this.journal.mark([episode.id], 'retry', { attempt: waiting.retries, errorClass, error: firstLine(detail), delayMs }, client);
+      await this.wakeUps.scheduleWithin(client, waiting, delayMs, this.identity.name());
+      await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
+      return true;
+    });
+  }
+}

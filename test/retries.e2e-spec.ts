@@ -1,0 +1,123 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { Actor, Episodes, Expectation, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { useDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+const INITIAL_MS = 400;
+
+class PermanentError extends Error {
+  override readonly name = 'PermanentError';
+}
+
+/** Side effects by episode and step name, as the test process saw them. */
+const ran = new Map<string, number>();
+const count = (episodeId: string, step: string) =>
+  ran.set(`${episodeId}:${step}`, (ran.get(`${episodeId}:${step}`) ?? 0) + 1).get(`${episodeId}:${step}`) as number;
+
+@Injectable()
+@Actor({ id: 'flaky' })
+class FlakyActor {
+  @Expectation({
+    id: 'job',
+    trigger: 'manual',
+    retry: { attempts: 3, backoff: { initialMs: INITIAL_MS, factor: 2 } },
+    retryable: (error) => !(error instanceof PermanentError),
+  })
+  async job(ep: EpisodeContext<{ failures: number; permanent?: boolean }>): Promise<void> {
+    const id = ep.episode.id;
+    await ep.step('s1', () => count(id, 's1'));
+    await ep.step('s2', () => count(id, 's2'));
+    await ep.step('s3', () => {
+      const n = count(id, 's3');
+      if (ep.trigger.payload.permanent) throw new PermanentError('not worth another try');
+      if (n <= ep.trigger.payload.failures) throw new Error(`s3 failed, run ${n}`);
+      return n;
+    });
+  }
+}
+
+/**
+ * Retries with backoff, in process: a failed attempt waits `waiting` (no slot, invisible to the
+ * sweep) with a wake-up due after the backoff, and the next attempt resumes from the journal.
+ */
+describe('retries with backoff', () => {
+  const database = useDatabase();
+  let app: INestApplicationContext;
+
+  beforeAll(async () => {
+    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'retry-node', triggerPollIntervalMs: 100 }, providers: [FlakyActor] });
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  async function trigger(payload: { failures: number; permanent?: boolean }): Promise<string> {
+    const result = await app.get(Episodes).trigger('flaky', 'job', payload);
+    if (result.status !== 'started') throw new Error(`trigger was ${result.status}`);
+    return result.episode.id;
+  }
+
+  async function ended(id: string): Promise<Record<string, unknown>> {
+    return waitFor(`episode ${id} to end`, async () => {
+      const { rows } = await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1 AND finished_at IS NOT NULL`, [id]);
+      return rows[0] as Record<string, unknown> | undefined;
+    }) as Promise<Record<string, unknown>>;
+  }
+
+  it('ends done after three attempts when the third step throws twice; steps 1 and 2 run once; each backoff is at least its delay', async () => {
+    const id = await trigger({ failures: 2 });
+    const row = await ended(id);
+    expect(row).toMatchObject({ status: 'done', retries: 2 });
+    expect([ran.get(`${id}:s1`), ran.get(`${id}:s2`), ran.get(`${id}:s3`)]).toEqual([1, 1, 3]);
+    const marks = await database.db.query(`SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry' ORDER BY step_no`, [id]);
+    expect(marks.rows.map((r) => [r.result_ref.attempt, r.result_ref.delayMs, r.result_ref.error])).toEqual([
+      [1, INITIAL_MS, 's3 failed, run 1'],
+      [2, INITIAL_MS * 2, 's3 failed, run 2'],
+    ]);
+    // Each wake-up was taken no earlier than its backoff after the failure was written (database clock).
+    const waits = await database.db.query<{ waited: number; due: number }>(
+      `SELECT (extract(epoch FROM claimed_at - inserted_at) * 1000)::float8 AS waited, (extract(epoch FROM not_before - inserted_at) * 1000)::float8 AS due
+         FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at`,
+      [id],
+    );
+    expect(waits.rows.map((w) => Math.round(w.due))).toEqual([INITIAL_MS, INITIAL_MS * 2]);
+    for (const w of waits.rows) expect(w.waited).toBeGreaterThanOrEqual(w.due);
+  });
+
+  it('fails after the last attempt with the last error and the attempt count', async () => {
+    const id = await trigger({ failures: 10 });
+    const row = await ended(id);
+    expect(row).toMatchObject({ status: 'failed', error_class: 'crash', retries: 2 });
+    expect(row.error_detail).toMatch(/^attempt 3 of 3: s3 failed, run 3/);
+    expect(ran.get(`${id}:s3`)).toBe(3);
+    expect(ran.get(`${id}:s1`)).toBe(1);
+  });
+
+  it('does not retry an error retryable() turns down', async () => {
+    const id = await trigger({ failures: 0, permanent: true });
+    const row = await ended(id);
+    expect(row).toMatchObject({ status: 'failed', retries: 0 });
+    expect(ran.get(`${id}:s3`)).toBe(1);
+  });
+
+  it('waits invisible to the orphan sweep, and a cancel while it waits ends it canceled without another attempt', async () => {
+    const id = await trigger({ failures: 10 });
+    await waitFor(
+      'the first backoff',
+      async () => (await database.db.query(`SELECT 1 FROM cyclium_episodes WHERE id = $1 AND status = 'waiting'`, [id])).rowCount === 1,
+    );
+    const swept = await app.get(Recovery).sweep({ staleAfterMs: 1 });
+    expect(swept.restarted + swept.failed).toBe(0);
+    expect(await app.get(Episodes).cancel(id)).toBe('canceled');
+    // Its wake-up falls due and is taken by a poll, which finds nothing to run.
+    await waitFor('the wake-up to be taken', async () => {
+      const { rows } = await database.db.query(`SELECT 1 FROM cyclium_trigger_requests WHERE episode_id = $1 AND status = 'completed'`, [id]);
+      return rows.length === 1;
+    });
+    expect((await ended(id)).status).toBe('canceled');
+    expect(ran.get(`${id}:s3`)).toBe(1);
+  });
+});
