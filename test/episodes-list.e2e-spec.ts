@@ -53,7 +53,7 @@ describe('Episodes.list', () => {
     await expect(episodes.list({ limit: Number.NaN })).rejects.toThrow(/limit must be a whole number/);
     // A status no episode can have is a mistake, not an empty page.
     await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(InvalidListQueryError);
-    await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(/status must be one of queued, deferred, running/);
+    await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(/status must be one of queued, deferred, waiting, running/);
     // An empty cursor is the first page, as from a query string `?cursor=`.
     expect((await episodes.list({ actorId: 'lister', cursor: '' })).items).toHaveLength(23);
   });

@@ -1,10 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
-import { cycliumMigrations } from '@cyclium/nestjs/migrations';
+import { CycliumRetention1764400000013, cycliumMigrations } from '@cyclium/nestjs/migrations';
 import pg from 'pg';
 import { DataSource, type Logger } from 'typeorm';
 import { emptyDatabase } from './support/database.js';
 
-/** The indexes the last migration adds (retention's), by name. */
+/** The indexes migration 13 adds (retention's), by name. */
 const RETENTION_INDEXES = [
   'cyclium_episodes_unarchived',
   'cyclium_episodes_archived',
@@ -58,10 +58,10 @@ async function validIndexes(url: string): Promise<string[]> {
  * a transaction, so the migration commits the transaction TypeORM opened around it first; on a small
  * table (a new install) it is built inside it.
  */
-describe('migration 13 builds its indexes without stopping writes', () => {
+describe('migrations 13 and 14 build indexes and validate checks without stopping writes', () => {
   it('builds each index CONCURRENTLY, outside a transaction, on a table of 150,000 episodes', async () => {
     const url = await emptyDatabase('concurrent_indexes');
-    await migrate(url, cycliumMigrations.length - 1);
+    await migrate(url, cycliumMigrations.indexOf(CycliumRetention1764400000013));
     const client = new pg.Client({ connectionString: url });
     await client.connect();
     try {
@@ -77,6 +77,12 @@ describe('migration 13 builds its indexes without stopping writes', () => {
     const firstBuild = queries.findIndex((q) => q.startsWith('CREATE INDEX CONCURRENTLY'));
     expect(queries.slice(0, firstBuild)).toContain('COMMIT');
     expect(await validIndexes(url)).toEqual([...RETENTION_INDEXES].sort());
+    // Migration 14 validates its status checks outside the transaction that added them NOT VALID.
+    const added = queries.findLastIndex((q) => / ADD CONSTRAINT .* NOT VALID$/.test(q));
+    const validated = queries.indexOf('ALTER TABLE cyclium_episodes VALIDATE CONSTRAINT cyclium_episodes_status_check');
+    expect(added).toBeGreaterThan(firstBuild);
+    expect(validated).toBeGreaterThan(added);
+    expect(queries.slice(added, validated)).toContain('COMMIT');
   });
 
   it('builds them inside the migration transaction on a new install', async () => {

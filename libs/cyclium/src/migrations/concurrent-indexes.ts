@@ -29,6 +29,21 @@ export async function buildIndexes(runner: QueryRunner, tables: readonly string[
   if (concurrently && wasInTransaction) await runner.startTransaction();
 }
 
+/**
+ * Validates constraints added `NOT VALID` ([table, constraint]). VALIDATE scans the table under a
+ * lock that lets writes through, but inside the transaction that added the constraint the ADD's
+ * exclusive lock would hold them back for the whole scan: on a large table this commits first,
+ * validates, and opens a new transaction for the rest, as buildIndexes does.
+ */
+export async function validateConstraints(runner: QueryRunner, constraints: ReadonlyArray<readonly [string, string]>): Promise<void> {
+  const wasInTransaction = runner.isTransactionActive;
+  let outside = false;
+  for (const [table] of constraints) outside ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
+  if (outside && wasInTransaction) await runner.commitTransaction();
+  for (const [table, name] of constraints) await runner.query(`ALTER TABLE ${table} VALIDATE CONSTRAINT ${name}`);
+  if (outside && wasInTransaction) await runner.startTransaction();
+}
+
 async function estimatedRows(runner: QueryRunner, table: string): Promise<number> {
   const [row] = (await runner.query(`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = to_regclass($1)`, [table])) as Array<{
     rows: number;
