@@ -7,9 +7,10 @@ import { waitFor } from './support/wait-for.js';
 const INITIAL_MS = 1_500;
 
 /**
- * Retries with backoff across real node processes (the demo's `rebalance_retried`: three attempts,
- * 1.5 s then 3 s): an episode whose third step throws twice ends `done` with steps 1 and 2 run
- * once; a backoff outlives the node that wrote it (`kill -9`) and the whole cluster.
+ * Retries with backoff and durable sleeps across real node processes (the demo's
+ * `rebalance_retried`: three attempts, 1.5 s then 3 s): an episode whose third step throws twice
+ * ends `done` with steps 1 and 2 run once; a backoff outlives the node that wrote it (`kill -9`)
+ * and the whole cluster; a sleep outlives its node.
  */
 describe('retries across nodes', () => {
   const database = useDatabase(4);
@@ -76,5 +77,18 @@ describe('retries across nodes', () => {
     const row = await waitForStatus(database.db, id, 'done', 30_000);
     expect(row.owner_node).toBe('retry-c');
     expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, 'verify:failed': 1, verify: 1, report: 1 });
+  });
+
+  it('resumes a sleeping episode on another node when the one it slept on is killed', async () => {
+    const [c] = nodes.slice(-1) as [DemoNode];
+    await boot('retry-d');
+    const id = await rebalanceOn(c, { resource: 'sleep-1', stepMs: 20, sleepMs: 2_000 }, 'rebalance_retried');
+    await waiting(id);
+    await c.stop('SIGKILL');
+    const row = await waitForStatus(database.db, id, 'done', 30_000);
+    expect(row.owner_node).toBe('retry-d');
+    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, verify: 1, report: 1 });
+    const { rows } = await database.db.query(`SELECT name FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step' ORDER BY step_no`, [id]);
+    expect(rows.map((r) => r.name)).toEqual(['plan', 'drain', 'sleep:pause', 'move', 'verify', 'report']);
   });
 });

@@ -38,6 +38,28 @@ class FlakyActor {
   }
 }
 
+const NAP_MS = 800;
+
+@Injectable()
+@Actor({ id: 'sleeper' })
+class SleeperActor {
+  @Expectation({ id: 'nap', trigger: 'manual' })
+  async nap(ep: EpisodeContext<{ catchIt?: boolean }>): Promise<void> {
+    const id = ep.episode.id;
+    await ep.step('before', () => count(id, 'before'));
+    if (ep.trigger.payload.catchIt) {
+      try {
+        await ep.sleep('nap', NAP_MS);
+      } catch {
+        // a host's catch cannot keep the run going through its sleep
+      }
+    } else {
+      await ep.sleep('nap', NAP_MS);
+    }
+    await ep.step('after', () => count(id, 'after'));
+  }
+}
+
 /**
  * Retries with backoff, in process: a failed attempt waits `waiting` (no slot, invisible to the
  * sweep) with a wake-up due after the backoff, and the next attempt resumes from the journal.
@@ -47,7 +69,11 @@ describe('retries with backoff', () => {
   let app: INestApplicationContext;
 
   beforeAll(async () => {
-    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'retry-node', triggerPollIntervalMs: 100 }, providers: [FlakyActor] });
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'retry-node', triggerPollIntervalMs: 100 },
+      providers: [FlakyActor, SleeperActor],
+    });
   });
 
   afterAll(async () => {
@@ -120,4 +146,27 @@ describe('retries with backoff', () => {
     expect((await ended(id)).status).toBe('canceled');
     expect(ran.get(`${id}:s3`)).toBe(1);
   });
+
+  it.each([false, true])(
+    'sleeps durably: gives up the run until its wake-up, then resumes after the sleep, each step once (caught by the host: %p)',
+    async (catchIt) => {
+      const result = await app.get(Episodes).trigger('sleeper', 'nap', { catchIt });
+      if (result.status !== 'started') throw new Error(`trigger was ${result.status}`);
+      const id = result.episode.id;
+      await waitFor(
+        'the sleep',
+        async () => (await database.db.query(`SELECT 1 FROM cyclium_episodes WHERE id = $1 AND status = 'waiting'`, [id])).rowCount === 1,
+      );
+      expect(ran.get(`${id}:after`)).toBeUndefined();
+      const row = await ended(id);
+      expect(row).toMatchObject({ status: 'done', retries: 0 });
+      expect([ran.get(`${id}:before`), ran.get(`${id}:after`)]).toEqual([1, 1]);
+      const { rows } = await database.db.query<{ name: string; ms: number }>(
+        `SELECT name, (extract(epoch FROM created_at - (SELECT created_at FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'sleep:nap')) * 1000)::float8 AS ms
+         FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'after'`,
+        [id],
+      );
+      expect(rows[0]?.ms).toBeGreaterThanOrEqual(NAP_MS - 50); // the wake-up time is the node's clock, the journal's the database's
+    },
+  );
 });

@@ -21,6 +21,7 @@ export interface Rebalance {
   outputKey?: string;
   failAtStep?: number;
   failTimes?: number;
+  sleepMs?: number;
 }
 
 /** A demo node with its node id and the given timings. */

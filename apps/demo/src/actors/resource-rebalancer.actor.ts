@@ -16,6 +16,8 @@ export interface RebalanceRequest {
   failAtStep?: number;
   /** With `failAtStep`: throw only this many times in all (each logged as `<step>:failed`), then succeed. */
   failTimes?: number;
+  /** A durable `ep.sleep` this long after the second step (`drain`): the episode waits and any node resumes it. */
+  sleepMs?: number;
 }
 
 const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
@@ -56,8 +58,9 @@ export class ResourceRebalancerActor {
   }
 
   private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
-    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep, failTimes } = ep.trigger.payload;
+    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep, failTimes, sleepMs } = ep.trigger.payload;
     for (const name of STEPS) {
+      if (name === 'move' && sleepMs !== undefined) await ep.sleep('pause', sleepMs);
       await ep.step(name, async (tools) => {
         if (tools.stepNo === failAtStep && (failTimes === undefined || (await this.failedBefore(ep.episode.id, name)) < failTimes)) {
           if (failTimes !== undefined) await this.log(ep.episode.id, tools, `${name}:failed`);

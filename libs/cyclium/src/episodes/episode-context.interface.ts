@@ -36,6 +36,12 @@ export interface EpisodeContext<P = unknown> {
    * fenced) before returning it. `fn`'s result must be JSON-serialisable.
    */
   step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T>;
+  /**
+   * A durable sleep: journals the wake-up time (a step named `sleep:<name>`), and the episode gives
+   * up its slot and waits (`waiting`) until then; any node hosting the actor resumes it when due,
+   * after restarts and deploys, and the call returns there. `ms` is a whole number >= 0.
+   */
+  sleep(name: string, ms: number): Promise<void>;
 }
 
 /** What an expectation method may return. */

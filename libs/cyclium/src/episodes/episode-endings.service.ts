@@ -8,7 +8,7 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
-import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
+import { BudgetExceededError, EpisodeCanceledError, EpisodeSleeping, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
 import { lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { episodeLabel, failureLines, firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
@@ -126,6 +126,16 @@ export class EpisodeEndings {
       if (lines.debug) this.logger.debug(lines.debug);
     }
     this.telemetry.emit(event, { ...describeEpisode(episode), errorClass });
+  }
+
+  /** `ep.sleep` stopped the run before its wake-up time: the episode waits until then (EpisodeRetries.sleep). */
+  async sleep(episode: EpisodeRow, ownership: Ownership, sleeping: EpisodeSleeping): Promise<void> {
+    if (!(await this.retries.sleep(episode, ownership, sleeping.delayMs))) {
+      this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its sleep was recorded');
+      return;
+    }
+    this.logger.debug(`${episodeLabel(episode)} sleeps "${sleeping.sleepName}" for ${sleeping.delayMs} ms`);
+    this.telemetry.emit('episode.sleeping', { ...describeEpisode(episode), name: sleeping.sleepName, delayMs: sleeping.delayMs });
   }
 
   /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeRetries), or is abandoned when its claim moved on. */

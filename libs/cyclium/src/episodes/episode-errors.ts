@@ -26,6 +26,20 @@ export class EpisodeInterruptedError extends Error {
   }
 }
 
+/**
+ * `ep.sleep` reached a wake-up time still ahead: the run stops here and the episode waits
+ * (`waiting`) until then, to be resumed by any node. Not a failure; a host's catch cannot keep it.
+ */
+export class EpisodeSleeping extends Error {
+  override readonly name = 'EpisodeSleeping';
+  constructor(
+    readonly sleepName: string,
+    readonly delayMs: number,
+  ) {
+    super(`sleeping "${sleepName}" for ${delayMs} ms`);
+  }
+}
+
 /** `Episodes.list` was asked for something it cannot page by: the message names the field. A caller's mistake (a 400 over HTTP). */
 export class InvalidListQueryError extends Error {
   override readonly name = 'InvalidListQueryError';

@@ -30,12 +30,13 @@ export function retryDelayMs(policy: RetryPolicy, retriesSoFar: number, random: 
 
 /**
  * The running episode leaves `running` for `waiting` while this node still owns it at its fence
- * (WorkClaims.fencedStatement), one failed attempt more on its count; no owner, no slot.
+ * (WorkClaims.fencedStatement), with $5 failed attempts more on its count (1 for a retry, 0 for a
+ * sleep); no owner, no slot.
  */
 const RETRY_WAIT: FencedStatement = {
   name: 'episodes_retry_wait',
   body: `
-  UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + 1, updated_at = now()
+  UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int, updated_at = now()
     FROM owner
    WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
   RETURNING cyclium_episodes.*`,
@@ -71,13 +72,30 @@ export class EpisodeRetries {
     return retryDelayMs(policy, episode.retries ?? 0);
   }
 
-  /** Writes the wait (see the class); false when the claim is no longer this node's, and nothing was written. */
-  async wait(episode: EpisodeRow, ownership: Ownership, errorClass: string, detail: string, delayMs: number): Promise<boolean> {
+  /** Writes a retry's wait (see the class); false when the claim is no longer this node's, and nothing was written. */
+  wait(episode: EpisodeRow, ownership: Ownership, errorClass: string, detail: string, delayMs: number): Promise<boolean> {
+    return this.waitOut(episode, ownership, delayMs, (waiting) => ({ attempt: waiting.retries, errorClass, error: firstLine(detail), delayMs }));
+  }
+
+  /**
+   * Writes the wait of `ep.sleep`, whose wake-up time its step already journaled: the same
+   * transaction as a retry's, counting no attempt; false when the claim is no longer this node's.
+   */
+  sleep(episode: EpisodeRow, ownership: Ownership, delayMs: number): Promise<boolean> {
+    return this.waitOut(episode, ownership, delayMs, null);
+  }
+
+  private waitOut(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    delayMs: number,
+    retry: ((waiting: EpisodeRow) => Record<string, unknown>) | null,
+  ): Promise<boolean> {
     return this.database.transaction(async (client) => {
-      const { rows } = await this.claims.fencedStatement(client, ownership, RETRY_WAIT, [episode.id]);
+      const { rows } = await this.claims.fencedStatement(client, ownership, RETRY_WAIT, [episode.id, retry ? 1 : 0]);
       if (!rows[0]) return false;
       const waiting = toEpisode(rows[0]);
-      await this.journal.mark([episode.id], 'retry', { attempt: waiting.retries, errorClass, error: firstLine(detail), delayMs }, client);
+      if (retry) await this.journal.mark([episode.id], 'retry', retry(waiting), client);
       await this.wakeUps.scheduleWithin(client, waiting, delayMs, this.identity.name());
       await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
       return true;

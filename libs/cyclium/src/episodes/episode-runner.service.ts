@@ -12,7 +12,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { Convergence, EpisodeMethod, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
-import { EpisodeInterruptedError } from './episode-errors.js';
+import { EpisodeInterruptedError, EpisodeSleeping } from './episode-errors.js';
 import { BeginWrites } from './begin-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
@@ -225,6 +225,10 @@ export class EpisodeRunner implements OnModuleInit {
       // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
       if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) {
         this.logger.debug(`${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`);
+      } else if (cause instanceof EpisodeSleeping) {
+        await this.endings
+          .sleep(episode, ownership, cause)
+          .catch((e: unknown) => this.logger.error(`could not record the sleep of episode ${episode.id}: ${errorMessage(e)}`));
       } else {
         await this.endings
           .settle(episode, ownership, scope, cause, expectation?.options)

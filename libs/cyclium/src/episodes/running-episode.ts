@@ -1,7 +1,7 @@
 import { TamperedRowError } from '../integrity/tampered-row.error.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
-import { BudgetExceededError, EpisodeCanceledError, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
+import { BudgetExceededError, EpisodeCanceledError, EpisodeSleeping, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
 import type { EpisodeBudget, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episode-context.interface.js';
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
@@ -148,5 +148,17 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     // The step is recorded; the cancel takes effect before the next one.
     if (outcome === 'cancel_requested') this.stop(new EpisodeCanceledError(this.episode.id));
     return result;
+  }
+
+  async sleep(name: string, ms: number): Promise<void> {
+    if (!(Number.isSafeInteger(ms) && ms >= 0)) throw new RangeError(`ep.sleep("${name}", ms): ms must be a whole number of milliseconds >= 0 (got ${ms})`);
+    // The wake-up time is the step's recorded result: a replay (after a wake-up, or a crash
+    // before the wait was written) reads it back instead of sleeping from the start again.
+    const { wakeAt } = await this.step(`sleep:${name}`, () => ({ wakeAt: Date.now() + ms }));
+    const left = wakeAt - Date.now();
+    if (left <= 0) return;
+    const sleeping = new EpisodeSleeping(name, left);
+    this.stop(sleeping);
+    throw sleeping;
   }
 }

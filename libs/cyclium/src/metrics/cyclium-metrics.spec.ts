@@ -25,6 +25,7 @@ const FED: CycliumEventName[] = [
   'episode.aborted',
   'episode.interrupted',
   'episode.retrying',
+  'episode.sleeping',
   'episode.step',
   'episode.triggered',
   'bus.published',

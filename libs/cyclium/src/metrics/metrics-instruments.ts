@@ -60,6 +60,7 @@ const ENDED: Partial<Record<CycliumEventName, string>> = {
   'episode.interrupted': 'interrupted',
   // A run that failed with attempts left ended as a run; the episode waits for its next one.
   'episode.retrying': 'retrying',
+  'episode.sleeping': 'sleeping',
 };
 
 const CLAIM_OUTCOMES = ['acquired', 'steal', 'busy', 'renewed', 'renew_failed', 'completed', 'failed'] as const;

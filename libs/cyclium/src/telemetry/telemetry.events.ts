@@ -39,6 +39,8 @@ export interface CycliumEventMap {
   'episode.aborted': EpisodeEvent;
   /** An attempt failed with attempts left (the expectation's `retry`): the episode waits `delayMs`; `attempt` is the one that failed. */
   'episode.retrying': EpisodeEvent & { errorClass: string; attempt: number; delayMs: number };
+  /** `ep.sleep` gave up the run until its wake-up time; `name` is the sleep's. */
+  'episode.sleeping': EpisodeEvent & { name: string; delayMs: number };
   /** A step of this node's run returned and its write came back; `durationMs` is the step function's time, as journaled. */
   'episode.step': CycliumEventBase & { actorId: string; expectationId: string; durationMs: number };
   /**
