@@ -91,4 +91,18 @@ describe('retries across nodes', () => {
     const { rows } = await database.db.query(`SELECT name FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step' ORDER BY step_no`, [id]);
     expect(rows.map((r) => r.name)).toEqual(['plan', 'drain', 'sleep:pause', 'move', 'verify', 'report']);
   });
+
+  it('loses no sleeping episode when the whole cluster stops during the sleep', async () => {
+    const [d] = nodes.slice(-1) as [DemoNode];
+    const id = await rebalanceOn(d, { resource: 'sleep-2', stepMs: 20, sleepMs: 1_500 }, 'rebalance_retried');
+    await waiting(id);
+    await d.stop('SIGKILL');
+    const { not_before: due } = (await database.db.query(`SELECT not_before FROM cyclium_trigger_requests WHERE episode_id = $1`, [id])).rows[0];
+    await waitFor('the sleep to run out with no node up', async () => (await database.db.query(`SELECT now() > $1::timestamptz AS past`, [due])).rows[0].past);
+    expect((await episodeRow(database.db, id)).status).toBe('waiting');
+    await boot('retry-e');
+    const row = await waitForStatus(database.db, id, 'done', 30_000);
+    expect(row.owner_node).toBe('retry-e');
+    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, verify: 1, report: 1 });
+  });
 });
