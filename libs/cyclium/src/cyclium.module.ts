@@ -17,7 +17,7 @@ import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
 import { EpisodeEndings } from './episodes/episode-endings.service.js';
-import { EpisodeRetries } from './episodes/episode-retries.service.js';
+import { EpisodeWaits } from './episodes/episode-waits.service.js';
 import { RETRY_WAKE_UPS } from './episodes/retry-wake-ups.interface.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
@@ -110,7 +110,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     OwnedWrites,
     BeginWrites,
     EpisodeEndings,
-    EpisodeRetries,
+    EpisodeWaits,
     { provide: RETRY_WAKE_UPS, useExisting: TriggerRequests },
     EpisodeRunner,
     Episodes,

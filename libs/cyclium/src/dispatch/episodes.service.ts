@@ -108,7 +108,7 @@ export class Episodes {
     if (!expectation) throw new ActorDefinitionError(`no actor ${actorId} with expectation ${expectationId} on this node`);
     const what = `trigger ${actorId}.${expectationId}`;
     checkTriggerInput(what, payload, options.dedupeKey);
-    const delay = triggerDelay(what, options, expectation.options.delayMs);
+    const delay = triggerDelay(what, options);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
     const result = await this.dispatcher.dispatch(
       expectation,

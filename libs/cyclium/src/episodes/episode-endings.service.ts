@@ -14,7 +14,7 @@ import { episodeLabel, failureLines, firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { EpisodeStore } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
-import { EpisodeRetries, type RetryOptions } from './episode-retries.service.js';
+import { EpisodeWaits, type RetryOptions } from './episode-waits.service.js';
 import type { RunningEpisode } from './running-episode.js';
 
 /** Failures the library decides rather than the host's code: their message says it all, so no stack even at debug. */
@@ -34,7 +34,7 @@ export class EpisodeEndings {
     private readonly identity: NodeIdentity,
     private readonly outputs: Outputs,
     private readonly telemetry: CycliumTelemetry,
-    private readonly retries: EpisodeRetries,
+    private readonly waits: EpisodeWaits,
   ) {}
 
   /**
@@ -94,7 +94,7 @@ export class EpisodeEndings {
       return;
     }
     const [status, errorClass, detail] = classify(cause);
-    const delayMs = status === 'failed' ? this.retries.nextDelay(episode, retry, errorClass, cause) : null;
+    const delayMs = status === 'failed' ? this.waits.nextDelay(episode, retry, errorClass, cause) : null;
     if (delayMs !== null) {
       await this.retryLater(episode, ownership, errorClass, detail, delayMs, retry?.retry?.attempts ?? 0);
       return;
@@ -128,9 +128,9 @@ export class EpisodeEndings {
     this.telemetry.emit(event, { ...describeEpisode(episode), errorClass });
   }
 
-  /** `ep.sleep` stopped the run before its wake-up time: the episode waits until then (EpisodeRetries.sleep). */
+  /** `ep.sleep` stopped the run before its wake-up time: the episode waits until then (EpisodeWaits.sleep). */
   async sleep(episode: EpisodeRow, ownership: Ownership, sleeping: EpisodeSleeping): Promise<void> {
-    if (!(await this.retries.sleep(episode, ownership, sleeping.delayMs))) {
+    if (!(await this.waits.sleep(episode, ownership, sleeping.delayMs))) {
       this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its sleep was recorded');
       return;
     }
@@ -138,10 +138,10 @@ export class EpisodeEndings {
     this.telemetry.emit('episode.sleeping', { ...describeEpisode(episode), name: sleeping.sleepName, delayMs: sleeping.delayMs });
   }
 
-  /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeRetries), or is abandoned when its claim moved on. */
+  /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeWaits), or is abandoned when its claim moved on. */
   private async retryLater(episode: EpisodeRow, ownership: Ownership, errorClass: string, detail: string, delayMs: number, attempts: number): Promise<void> {
     const attempt = (episode.retries ?? 0) + 1;
-    if (!(await this.retries.wait(episode, ownership, errorClass, detail, delayMs))) {
+    if (!(await this.waits.wait(episode, ownership, errorClass, detail, delayMs))) {
       this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its retry was recorded');
       return;
     }

@@ -3,16 +3,15 @@ import { InvalidTriggerError } from './episode-errors.js';
 import { triggerDelay } from './trigger-input.js';
 
 describe('triggerDelay', () => {
-  it('runs now without a delay, with delayMs 0, and without an expectation default', () => {
-    expect(triggerDelay('t', {}, undefined)).toBeNull();
-    expect(triggerDelay('t', { delayMs: 0 }, 5_000)).toBeNull();
+  it("runs now with delayMs 0, and leaves the expectation's default to the dispatcher when the trigger asks for nothing", () => {
+    expect(triggerDelay('t', { delayMs: 0 })).toBeNull();
+    expect(triggerDelay('t', {})).toBeUndefined();
   });
 
-  it("takes the trigger's delayMs or runAt over the expectation's default", () => {
+  it("takes the trigger's delayMs or runAt", () => {
     const at = new Date('2030-01-01T00:00:00Z');
-    expect(triggerDelay('t', {}, 5_000)).toEqual({ ms: 5_000 });
-    expect(triggerDelay('t', { delayMs: 250 }, 5_000)).toEqual({ ms: 250 });
-    expect(triggerDelay('t', { runAt: at }, 5_000)).toEqual({ at });
+    expect(triggerDelay('t', { delayMs: 250 })).toEqual({ ms: 250 });
+    expect(triggerDelay('t', { runAt: at })).toEqual({ at });
   });
 
   it.each([
@@ -25,7 +24,7 @@ describe('triggerDelay', () => {
   ])('refuses %j naming the field', (asked, field, message) => {
     let thrown: unknown;
     try {
-      triggerDelay('t', asked, undefined);
+      triggerDelay('t', asked);
     } catch (error) {
       thrown = error;
     }

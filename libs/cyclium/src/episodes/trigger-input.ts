@@ -11,10 +11,11 @@ export const MAX_DEDUPE_KEY_BYTES = 1_000;
 export type TriggerDelay = { ms: number } | { at: Date };
 
 /**
- * The delay a trigger asked for (`delayMs` or `runAt`, not both), else the expectation's default;
- * null to run now. A `delayMs` of 0 runs now; a `runAt` in the past runs at the next poll.
+ * The delay a trigger asked for (`delayMs` or `runAt`, not both); null to run now (a `delayMs` of
+ * 0), undefined when it asked for none (the Dispatcher applies the expectation's). A `runAt` in the
+ * past runs at the next poll.
  */
-export function triggerDelay(what: string, asked: { delayMs?: unknown; runAt?: unknown }, defaultMs: number | undefined): TriggerDelay | null {
+export function triggerDelay(what: string, asked: { delayMs?: unknown; runAt?: unknown }): TriggerDelay | null | undefined {
   const { delayMs, runAt } = asked;
   if (delayMs !== undefined && runAt !== undefined) throw new InvalidTriggerError('runAt', `${what}: give delayMs or runAt, not both`);
   if (delayMs !== undefined) {
@@ -29,7 +30,7 @@ export function triggerDelay(what: string, asked: { delayMs?: unknown; runAt?: u
     }
     return { at: runAt };
   }
-  return defaultMs ? { ms: defaultMs } : null;
+  return undefined;
 }
 
 /** Refuses, before anything is written, a payload or dedupe key that PostgreSQL would refuse. */

@@ -33,8 +33,8 @@ export function retryDelayMs(policy: RetryPolicy, retriesSoFar: number, random: 
  * (WorkClaims.fencedStatement), with $5 failed attempts more on its count (1 for a retry, 0 for a
  * sleep); no owner, no slot.
  */
-const RETRY_WAIT: FencedStatement = {
-  name: 'episodes_retry_wait',
+const WAIT: FencedStatement = {
+  name: 'episodes_wait',
   body: `
   UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int, updated_at = now()
     FROM owner
@@ -43,13 +43,13 @@ const RETRY_WAIT: FencedStatement = {
 };
 
 /**
- * Retries with backoff (the expectation's `retry`): a failed attempt is journaled (`retry`, with its
+ * An episode waiting out a retry's backoff or an `ep.sleep`. Retries (the expectation's `retry`): a failed attempt is journaled (`retry`, with its
  * error), the episode waits `waiting` with a wake-up row due after the backoff and its claim
  * completed, all in one transaction fenced on the claim; any node hosting the actor takes the
  * wake-up when due and resumes the episode from its journal, so completed steps do not run again.
  */
 @Injectable()
-export class EpisodeRetries {
+export class EpisodeWaits {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly claims: WorkClaims,
@@ -92,7 +92,7 @@ export class EpisodeRetries {
     retry: ((waiting: EpisodeRow) => Record<string, unknown>) | null,
   ): Promise<boolean> {
     return this.database.transaction(async (client) => {
-      const { rows } = await this.claims.fencedStatement(client, ownership, RETRY_WAIT, [episode.id, retry ? 1 : 0]);
+      const { rows } = await this.claims.fencedStatement(client, ownership, WAIT, [episode.id, retry ? 1 : 0]);
       if (!rows[0]) return false;
       const waiting = toEpisode(rows[0]);
       if (retry) await this.journal.mark([episode.id], 'retry', retry(waiting), client);
