@@ -116,6 +116,21 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
       )
     ).rows.map((r) => r.step);
 
+  /** True once every episode of `ids` has two steps checkpointed; otherwise throws naming those behind, so a timeout says which and why. */
+  const midEpisode = async (ids: string[]) => {
+    const { rows } = await database.db.query<{ id: string; env: string; status: string; error_class: string | null; owner_node: string | null; steps: number }>(
+      `SELECT e.id, e.source_env AS env, e.status, e.error_class, e.owner_node,
+              (SELECT count(*)::int FROM cyclium_episode_steps s WHERE s.episode_id = e.id AND s.kind = 'step') AS steps
+         FROM cyclium_episodes e WHERE e.id = ANY($1::uuid[])`,
+      [ids],
+    );
+    const behind = rows.filter((r) => r.steps < 2);
+    if (rows.length === ids.length && behind.length === 0) return true;
+    throw new Error(
+      `${ids.length - rows.length} not found; behind: ${behind.map((r) => `${r.env} ${r.id} ${r.status}${r.error_class ? `/${r.error_class}` : ''} on ${r.owner_node} after ${r.steps} step(s)`).join('; ')}`,
+    );
+  };
+
   const nodeOf = (cell: Cell, which: 'a' | 'b'): MatrixNode => ({
     env: envOf(cell),
     claims: cell.claims,
@@ -152,7 +167,7 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     await Promise.all(
       faults.map(async (fault, i) => {
         const ids = cellsOf(fault).flatMap((c) => Object.values(episodes.get(c) ?? {}));
-        await waitFor(`${fault} cells mid-episode`, async () => (await Promise.all(ids.map(steps))).every((s) => s.length >= 2), 20_000, 100);
+        await waitFor(`${fault} cells mid-episode`, () => midEpisode(ids), 20_000, 100);
         faultAt.set(fault, (await database.db.query<{ at: Date }>(`SELECT clock_timestamp() AS at`)).rows[0]!.at);
         await (victims[i] as DemoNode).stop(fault);
         await bootStandby(survivors, fault, sameOf(fault).map(envOf));
