@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Episodes, Expectation, InvalidTriggerError, Recovery, type EpisodeContext, type TriggerOptions } from '@cyclium/nestjs';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -80,8 +80,8 @@ describe('retries with backoff', () => {
     await app?.close();
   });
 
-  async function trigger(payload: { failures: number; permanent?: boolean }): Promise<string> {
-    const result = await app.get(Episodes).trigger('flaky', 'job', payload);
+  async function trigger(payload: { failures: number; permanent?: boolean }, options?: TriggerOptions): Promise<string> {
+    const result = await app.get(Episodes).trigger('flaky', 'job', payload, options);
     if (result.status !== 'started') throw new Error(`trigger was ${result.status}`);
     return result.episode.id;
   }
@@ -127,6 +127,23 @@ describe('retries with backoff', () => {
     const row = await ended(id);
     expect(row).toMatchObject({ status: 'failed', retries: 0 });
     expect(ran.get(`${id}:s3`)).toBe(1);
+  });
+
+  it("goes by a trigger's own retry policy over the expectation's, and by none with retry: false", async () => {
+    const own = await trigger({ failures: 5 }, { retry: { attempts: 2, backoff: { initialMs: 100 } } });
+    const row = await ended(own);
+    expect(row).toMatchObject({ status: 'failed', retries: 1 });
+    expect(row.error_detail).toMatch(/^attempt 2 of 2: s3 failed, run 2/);
+    const marks = await database.db.query(`SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry'`, [own]);
+    expect(marks.rows.map((r) => r.result_ref.delayMs)).toEqual([100]);
+
+    const none = await trigger({ failures: 1 }, { retry: false });
+    expect(await ended(none)).toMatchObject({ status: 'failed', retries: 0, error_detail: expect.stringMatching(/^s3 failed, run 1/) });
+    expect(ran.get(`${none}:s3`)).toBe(1);
+
+    const bad = app.get(Episodes).trigger('flaky', 'job', { failures: 0 }, { retry: { attempts: 1 } });
+    await expect(bad).rejects.toThrow(InvalidTriggerError);
+    await expect(bad).rejects.toMatchObject({ field: 'retry', message: expect.stringContaining('retry.attempts must be a whole number >= 2') });
   });
 
   it('waits invisible to the orphan sweep, and a cancel while it waits ends it canceled without another attempt', async () => {

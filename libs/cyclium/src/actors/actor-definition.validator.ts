@@ -2,7 +2,7 @@ import { validateCronExpression } from 'cron';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import type { ActorOptions } from './actor.decorator.js';
 import type { ExpectationOptions } from './expectation.decorator.js';
-import type { RetryPolicy } from '../episodes/episode-context.interface.js';
+import { retryPolicyProblem } from '../episodes/retry-policy.js';
 import { parseInterval } from './interval.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
 
@@ -77,24 +77,4 @@ export function validateExpectation(actorId: string, className: string, methodNa
   if (retryProblem) fail(retryProblem);
   if (options.retryable !== undefined && typeof options.retryable !== 'function') fail('retryable must be a function (error) => boolean');
   return { id, actorId, className, methodName, options, intervalMs, handler: async () => undefined };
-}
-
-/** What is wrong with a retry policy, naming the field, or null when it is sound. */
-export function retryPolicyProblem(policy: unknown): string | null {
-  if (typeof policy !== 'object' || policy === null) return 'retry must be an object { attempts, backoff?, jitter? }';
-  const { attempts, backoff, jitter } = policy as Partial<RetryPolicy>;
-  if (!(Number.isInteger(attempts) && (attempts as number) >= 2)) return 'retry.attempts must be a whole number >= 2 (runs in all, the first included)';
-  if (backoff !== undefined) {
-    if (typeof backoff !== 'object' || backoff === null) return 'retry.backoff must be an object { initialMs?, factor?, maxMs? }';
-    for (const field of ['initialMs', 'maxMs'] as const) {
-      const value = backoff[field];
-      if (value !== undefined && !(Number.isInteger(value) && value >= 0)) return `retry.backoff.${field} must be a whole number of milliseconds >= 0`;
-    }
-    if (backoff.factor !== undefined && !(typeof backoff.factor === 'number' && Number.isFinite(backoff.factor) && backoff.factor >= 1)) {
-      return 'retry.backoff.factor must be a number >= 1';
-    }
-    if (backoff.initialMs !== undefined && backoff.maxMs !== undefined && backoff.maxMs < backoff.initialMs) return 'retry.backoff.maxMs must be >= initialMs';
-  }
-  if (jitter !== undefined && !(typeof jitter === 'number' && jitter >= 0 && jitter <= 1)) return 'retry.jitter must be a number between 0 and 1';
-  return null;
 }

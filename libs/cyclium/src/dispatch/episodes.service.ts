@@ -11,7 +11,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { scopeKey } from '../scope/scope-key.js';
 import type { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { EPISODE_STATUSES, type EpisodeStatus } from '../entities/episode.entity.js';
-import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import type { EpisodeRow, EpisodeTrigger, RetryPolicy } from '../episodes/episode-context.interface.js';
 import { CANCEL_EVENT } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
@@ -19,7 +19,7 @@ import { EpisodeStore } from '../episodes/episode-store.js';
 import { errorCode } from '../sql/database-errors.js';
 import { isUuid } from '../sql/uuid.js';
 import { InvalidListQueryError } from '../episodes/episode-errors.js';
-import { checkTriggerInput, triggerDelay } from '../episodes/trigger-input.js';
+import { checkTriggerInput, triggerDelay, triggerRetry } from '../episodes/trigger-input.js';
 
 export interface TriggerOptions {
   /**
@@ -39,6 +39,12 @@ export interface TriggerOptions {
   delayMs?: number;
   /** Run at this time instead (not with `delayMs`); one in the past runs at the next poll. */
   runAt?: Date;
+  /**
+   * This episode's retry policy, over the expectation's `retry` (its `retryable` hook still
+   * applies); `false` for no retries. Stored with the trigger, so whichever node runs an attempt
+   * goes by it. Validated as `@Expectation({ retry })` is (InvalidTriggerError naming `retry`).
+   */
+  retry?: RetryPolicy | false;
   /** Default: this node's stack. An explicit null stamps the row with no stack. */
   sourceStack?: string | null;
   /** Default: this node's env. An explicit null targets the default env. */
@@ -109,10 +115,11 @@ export class Episodes {
     const what = `trigger ${actorId}.${expectationId}`;
     checkTriggerInput(what, payload, options.dedupeKey);
     const delay = triggerDelay(what, options);
+    const retry = triggerRetry(what, options.retry);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
     const result = await this.dispatcher.dispatch(
       expectation,
-      { type: 'manual', payload },
+      { type: 'manual', payload, ...(retry === undefined ? {} : { retry }) },
       {
         dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
         sourceStack: pick(options.sourceStack, this.options.stackSlug),

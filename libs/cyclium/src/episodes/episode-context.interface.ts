@@ -11,6 +11,8 @@ export interface EpisodeTrigger<P = unknown> {
   payload: P;
   /** The schedule bucket or cron tick this run belongs to (ISO). */
   scheduledAt?: string;
+  /** The retry policy `Episodes.trigger` gave this episode over its expectation's (`false`: no retries). */
+  retry?: RetryPolicy | false;
 }
 
 export interface StepTools {

@@ -14,7 +14,8 @@ import { episodeLabel, failureLines, firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { EpisodeStore } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
-import { EpisodeWaits, type RetryOptions } from './episode-waits.service.js';
+import { EpisodeWaits } from './episode-waits.service.js';
+import { retryOptionsFor, type RetryOptions } from './retry-policy.js';
 import type { RunningEpisode } from './running-episode.js';
 
 /** Failures the library decides rather than the host's code: their message says it all, so no stack even at debug. */
@@ -87,13 +88,15 @@ export class EpisodeEndings {
   }
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
-  async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown, retry?: RetryOptions): Promise<void> {
+  async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown, declared?: RetryOptions): Promise<void> {
     // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
     if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
       this.abandon(episode, cause);
       return;
     }
     const [status, errorClass, detail] = classify(cause);
+    const { options: retry, problem } = retryOptionsFor(episode, declared);
+    if (problem && status === 'failed') this.logger.warn(`${episodeLabel(episode)}: ${problem}; the expectation's retry policy applies`);
     const delayMs = status === 'failed' ? this.waits.nextDelay(episode, retry, errorClass, cause) : null;
     if (delayMs !== null) {
       await this.retryLater(episode, ownership, errorClass, detail, delayMs, retry?.retry?.attempts ?? 0);

@@ -69,7 +69,7 @@ export class InvalidTriggerError extends TypeError {
   override readonly name = 'InvalidTriggerError';
 
   constructor(
-    readonly field: 'payload' | 'dedupeKey' | 'delayMs' | 'runAt',
+    readonly field: 'payload' | 'dedupeKey' | 'delayMs' | 'runAt' | 'retry',
     message: string,
   ) {
     super(message);

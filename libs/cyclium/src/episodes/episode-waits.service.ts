@@ -3,30 +3,16 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
-import type { EpisodeRow, RetryPolicy } from './episode-context.interface.js';
+import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
+import { retryDelayMs, type RetryOptions } from './retry-policy.js';
 import { RETRY_WAKE_UPS, type RetryWakeUps } from './retry-wake-ups.interface.js';
-
-const DEFAULT_BACKOFF = { initialMs: 1_000, factor: 2, maxMs: 300_000 };
 
 /** Failures the library decides, and cancels: a retry would meet them again. */
 const NEVER_RETRIED = new Set(['canceled', 'unknown_actor', 'nondeterministic_resume', 'budget_exceeded', 'tampered', 'step_result']);
-
-/** An expectation's retry options, as EpisodeEndings reads them. */
-export interface RetryOptions {
-  retry?: RetryPolicy;
-  retryable?: (error: unknown) => boolean;
-}
-
-/** The backoff before the attempt after `retriesSoFar` failed ones: initialMs × factor^retries, at most maxMs, plus up to `jitter` of it. */
-export function retryDelayMs(policy: RetryPolicy, retriesSoFar: number, random: () => number = Math.random): number {
-  const { initialMs, factor, maxMs } = { ...DEFAULT_BACKOFF, ...policy.backoff };
-  const base = Math.min(maxMs, initialMs * factor ** retriesSoFar);
-  return Math.round(base * (1 + (policy.jitter ?? 0) * random()));
-}
 
 /**
  * The running episode leaves `running` for `waiting` while this node still owns it at its fence

@@ -1,5 +1,7 @@
 import { toJsonb } from '../sql/jsonb.js';
+import type { RetryPolicy } from './episode-context.interface.js';
 import { InvalidTriggerError } from './episode-errors.js';
+import { retryPolicyProblem } from './retry-policy.js';
 
 /**
  * The longest manual `dedupeKey`, in UTF-8 bytes. The key (plus `:<env>`) is a unique index entry,
@@ -31,6 +33,14 @@ export function triggerDelay(what: string, asked: { delayMs?: unknown; runAt?: u
     return { at: runAt };
   }
   return undefined;
+}
+
+/** The retry policy a trigger gives its episode over the expectation's (`false`: none); undefined when it gives none. */
+export function triggerRetry(what: string, retry: unknown): RetryPolicy | false | undefined {
+  if (retry === undefined || retry === false) return retry;
+  const problem = retryPolicyProblem(retry);
+  if (problem) throw new InvalidTriggerError('retry', `${what}: ${problem}, or false for no retries`);
+  return retry as RetryPolicy;
 }
 
 /** Refuses, before anything is written, a payload or dedupe key that PostgreSQL would refuse. */
