@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, rebalanceOn, startNode, waitForStatus } from './support/demo-cluster.js';
+import { FAST_RECOVERY, post, rebalanceOn, sideEffects, startNode, waitForStatus } from './support/demo-cluster.js';
 import { useDatabase } from './support/database.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 import { waitFor } from './support/wait-for.js';
@@ -42,7 +42,8 @@ describe('the operations API', () => {
 
   beforeAll(async () => {
     proxy = await TcpProxy.start({ target: database.url, onClientData: () => (away ? 'drop-and-close' : 'forward') });
-    node = await startNode(proxy.url(database.url), 'ops-1', FAST_RECOVERY);
+    // A first retry backoff of 30 s: the listing test finds its retrying episode waiting, not already back.
+    node = await startNode(proxy.url(database.url), 'ops-1', { ...FAST_RECOVERY, DEMO_RETRY_INITIAL_MS: '30000' });
   }, 60_000);
 
   afterAll(async () => {
@@ -123,38 +124,89 @@ describe('the operations API', () => {
     expect(actors.items).toEqual([expect.objectContaining({ actorId: 'resource_rebalancer' })]);
   });
 
-  it('cancels a running episode and retries a failed one under its key plus :retry:<n>', async () => {
+  it('cancels a running episode; retry resumes a failed one from its journal in place, and runs a partially failed one anew under its key plus :retry:<n>', async () => {
     const running = await rebalanceOn(node, { resource: 'ops-cancel', stepMs: 2_000 });
     expect(await ok('POST', `/episodes/${running}/cancel`)).toEqual({ result: 'requested' });
     await waitForStatus(database.db, running, 'canceled');
 
-    const failed = randomUUID();
+    // A real failure at the third step: plan and drain are journaled.
+    const failed = await rebalanceOn(node, { resource: 'ops-resume', stepMs: 10, failAtStep: 3, failTimes: 1 });
+    await waitForStatus(database.db, failed, 'failed');
+    const resumed = await call('POST', `/episodes/${failed}/retry`);
+    expect(resumed).toEqual({ status: 202, body: { result: 'resumed', dedupeKey: null, episode: { id: failed, status: 'waiting' } } });
+    expect((await call('POST', `/episodes/${failed}/retry`)).status).toBe(409); // waiting or running now: not failed
+    const done = await waitForStatus(database.db, failed, 'done');
+    expect(done).toMatchObject({ error_class: null, retries: 0 });
+    // Steps before the failure ran once; the one that threw ran again; nothing ran twice.
+    expect(await sideEffects(database.db, failed)).toEqual({ plan: 1, drain: 1, 'move:failed': 1, move: 1, verify: 1, report: 1 });
+    const marker = await database.db.query(`SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry'`, [failed]);
+    expect(marker.rows.map((r) => r.result_ref)).toEqual([expect.objectContaining({ manual: true, node: 'ops-1', errorClass: 'crash' })]);
+
+    const partial = randomUUID();
     await database.db.query(
-      `INSERT INTO cyclium_episodes (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, error_class, started_at, finished_at)
-       VALUES ($1, 'resource_rebalancer', 'rebalance', 'manual', $2, 'ops-failed', 'failed', 'host_error', now(), now())`,
-      [failed, JSON.stringify({ type: 'manual', payload: { resource: 'ops-retry', stepMs: 10 } })],
+      `INSERT INTO cyclium_episodes (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, started_at, finished_at)
+       VALUES ($1, 'resource_rebalancer', 'rebalance', 'manual', $2, 'ops-partial', 'partially_failed', now(), now())`,
+      [partial, JSON.stringify({ type: 'manual', payload: { resource: 'ops-retry', stepMs: 10 } })],
     );
-    const first = await ok<{ episode: { id: string }; dedupeKey: string }>('POST', `/episodes/${failed}/retry`);
-    expect(first.dedupeKey).toBe('ops-failed:retry:1');
-    await waitForStatus(database.db, first.episode.id, 'done');
-    const second = await ok<{ episode: { id: string }; dedupeKey: string }>('POST', `/episodes/${failed}/retry`);
-    expect(second.dedupeKey).toBe('ops-failed:retry:2');
-    expect((await call('POST', `/episodes/${first.episode.id}/retry`)).status).toBe(409);
+    const first = await call('POST', `/episodes/${partial}/retry`);
+    expect(first).toMatchObject({ status: 201, body: { result: 'retried', dedupeKey: 'ops-partial:retry:1' } });
+    const firstId = (first.body.episode as { id: string }).id;
+    await waitForStatus(database.db, firstId, 'done');
+    const second = await ok<{ episode: { id: string }; dedupeKey: string }>('POST', `/episodes/${partial}/retry`);
+    expect(second.dedupeKey).toBe('ops-partial:retry:2');
+    expect((await call('POST', `/episodes/${firstId}/retry`)).status).toBe(409);
+
+    // A tampered episode is not run again.
+    const tampered = randomUUID();
+    await database.db.query(
+      `INSERT INTO cyclium_episodes (id, actor_id, expectation_id, trigger_type, trigger_ref, status, error_class, started_at, finished_at)
+       VALUES ($1, 'resource_rebalancer', 'rebalance', 'manual', '{"type":"manual","payload":{}}', 'failed', 'tampered', now(), now())`,
+      [tampered],
+    );
+    expect(await call('POST', `/episodes/${tampered}/retry`)).toMatchObject({ status: 409, body: { message: expect.stringContaining('tampered') } });
 
     // Archive frees a key: the next retry takes :retry:1 again; a live episode is 409.
     const live = await rebalanceOn(node, { resource: 'ops-live', stepMs: 2_000 });
     expect((await call('POST', `/episodes/${live}/archive`)).status).toBe(409);
     await ok('POST', `/episodes/${live}/cancel`);
     await waitForStatus(database.db, second.episode.id, 'done');
-    expect(await ok('POST', `/episodes/${first.episode.id}/archive`)).toEqual({ result: 'archived' });
-    expect(await ok('POST', `/episodes/${first.episode.id}/archive`)).toEqual({ result: 'already_archived' });
-    expect((await ok<{ episode: { archivedAt: string | null } }>('GET', `/episodes/${first.episode.id}`)).episode.archivedAt).not.toBeNull();
-    const third = await ok<{ dedupeKey: string }>('POST', `/episodes/${failed}/retry`);
-    expect(third.dedupeKey).toBe('ops-failed:retry:1');
+    expect(await ok('POST', `/episodes/${firstId}/archive`)).toEqual({ result: 'archived' });
+    expect(await ok('POST', `/episodes/${firstId}/archive`)).toEqual({ result: 'already_archived' });
+    expect((await ok<{ episode: { archivedAt: string | null } }>('GET', `/episodes/${firstId}`)).episode.archivedAt).not.toBeNull();
+    const third = await ok<{ dedupeKey: string }>('POST', `/episodes/${partial}/retry`);
+    expect(third.dedupeKey).toBe('ops-partial:retry:1');
 
     expect(await ok('POST', '/mode', { mode: 'trigger_only' })).toEqual(expect.objectContaining({ mode: 'trigger_only' }));
     expect((await ok<{ modes: { mode: string } }>('GET', '/node')).modes.mode).toBe('trigger_only');
     await ok('POST', '/mode', { mode: 'full' });
+  });
+
+  it('lists what a waiting or deferred episode waits for and when it falls due: a run for later, a sleep, a retry', async () => {
+    type Listed = { id: string; status: string; dueAt: string | null; waitingFor: string | null; retries: number };
+    const later = (await post<{ episodeId: string }>(node, '/actors/resource_rebalancer/rebalance', { payload: { resource: 'ops-later' }, delayMs: 60_000 }))
+      .episodeId;
+    const sleeping = await rebalanceOn(node, { resource: 'ops-sleep', stepMs: 10, sleepMs: 60_000 });
+    const retrying = await rebalanceOn(node, { resource: 'ops-retrying', stepMs: 10, failAtStep: 1 }, 'rebalance_retried');
+    const now = Date.now();
+    const waits = (await waitFor('all three to wait', async () => {
+      const page = await ok<{ items: Listed[] }>('GET', '/episodes?limit=20');
+      const found = [later, sleeping, retrying].map((id) => page.items.find((e) => e.id === id));
+      return found.every((e) => e?.waitingFor) ? (found as Listed[]) : undefined;
+    })) as Listed[];
+    expect(waits.map((e) => [e.status, e.waitingFor, e.retries])).toEqual([
+      ['deferred', 'start', 0],
+      ['waiting', 'sleep', 0],
+      ['waiting', 'retry', 1],
+    ]);
+    const dueIn = waits.map((e) => new Date(e.dueAt as string).getTime() - now);
+    expect(dueIn[0]).toBeGreaterThan(50_000);
+    expect(dueIn[1]).toBeGreaterThan(50_000);
+    expect(dueIn[2]).toBeGreaterThan(20_000);
+    const detail = await ok<{ episode: Listed }>('GET', `/episodes/${sleeping}`);
+    expect(detail.episode).toMatchObject({ waitingFor: 'sleep', dueAt: waits[1]?.dueAt });
+    const done = await ok<{ items: Listed[] }>('GET', '/episodes?status=done&limit=1');
+    expect(done.items[0]).toMatchObject({ dueAt: null, waitingFor: null });
+    for (const id of [later, sleeping, retrying]) expect((await ok<{ result: string }>('POST', `/episodes/${id}/cancel`)).result).toBe('canceled');
   });
 
   it('answers 503 on every database-backed route while the database is away, and works again after', async () => {

@@ -155,32 +155,25 @@ describe('the operations page in a browser', () => {
     await pageShows('the banner to go once the API answers again', async () => !(await page.getByTestId('banner').isVisible()));
   });
 
-  it('retries a failed episode from the page: a new episode, whose steps start over', async () => {
-    const eventId = await publish('resource.rebalance_once', { resource: 'rack-9', stepMs: 10, failAtStep: 2 });
+  it('retries a failed episode from the page: it resumes in place from its journal, the steps before the failure not run again', async () => {
+    const eventId = await publish('resource.rebalance_once', { resource: 'rack-9', stepMs: 10, failAtStep: 2, failTimes: 1 });
     const failed = await episodeOf(eventId);
     await pageShows('the episode to show failed', async () => (await row(failed.id).getAttribute('data-status')) === 'failed');
     await row(failed.id).click();
     await pageShows('the detail to offer Retry', async () => (await text('detail-id')) === failed.id && page.getByTestId('retry-button').isVisible());
     expect(await text('detail-error')).toContain('failed on purpose');
-    expect(await text('retry-note')).toBe('starts a new episode; its steps run again from the first');
+    expect(await text('retry-note')).toBe('resumes it from its journal: steps that completed do not run again');
 
     await page.getByTestId('retry-button').click();
-    const link = page.getByTestId('retry-new-episode');
-    await link.waitFor({ timeout: 15_000 });
-    const retriedId = ((await link.textContent()) ?? '').trim();
-    expect(retriedId).not.toBe(failed.id);
-    await row(retriedId).waitFor({ timeout: 15_000 });
+    await pageShows('the resume to be acknowledged', async () => (await text('action-result')).startsWith('resumed from its journal'));
+    await pageShows('the detail to show it done', async () => (await text('detail-id')) === failed.id && (await text('detail-status')) === 'done');
+    const steps = await page.locator('[data-testid="step-row"]').evaluateAll((rows) => rows.map((r) => r.children[2]?.textContent));
+    // One journal, one `plan`: the resume replayed it rather than running it again.
+    expect(steps.filter((name) => name === 'plan')).toHaveLength(1);
+    expect(steps).toEqual(expect.arrayContaining(['plan', 'retry', 'drain', 'report']));
+    expect((await ops<{ episode: Episode }>(`/episodes/${failed.id}`)).episode.status).toBe('done');
 
-    const retried = await ops<{ episode: Episode & { actorId: string }; steps: { stepNo: number; name: string }[] }>(`/episodes/${retriedId}`);
-    expect(retried.episode).toMatchObject({ actorId: 'resource_rebalancer', dedupeKey: `${failed.dedupeKey}:retry:1` });
-    await link.click();
-    await pageShows('the detail to show the new episode', async () => (await text('detail-id')) === retriedId);
-    await pageShows(
-      'the new episode to journal its first step again',
-      async () => (await page.locator('[data-testid="step-row"]').first().textContent())?.includes('plan') ?? false,
-    );
-
-    // Archiving the original frees its key; the page says so and stops offering it.
+    // Archiving it frees its key; the page says so and stops offering it.
     await row(failed.id).click();
     await pageShows('the detail to offer Archive', async () => (await text('detail-id')) === failed.id && page.getByTestId('archive-button').isVisible());
     expect(await text('archive-note')).toBe('frees its dedupe key now; retention deletes it later');
@@ -191,6 +184,31 @@ describe('the operations page in a browser', () => {
       async () => (await page.getByTestId('detail-archived').isVisible()) && !(await page.getByTestId('archive-box').isVisible()),
     );
     expect((await ops<{ episode: { archivedAt: string | null } }>(`/episodes/${failed.id}`)).episode.archivedAt).not.toBeNull();
+  });
+
+  it('shows what a run for later waits for and when it falls due, in the table and the detail', async () => {
+    const response = await fetch(`http://127.0.0.1:${node.port}/actors/resource_rebalancer/rebalance`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ payload: { resource: 'rack-later' }, delayMs: 600_000 }),
+    });
+    const { episodeId } = (await response.json()) as { episodeId: string };
+    const due = row(episodeId).getByTestId('episode-due');
+    await pageShows(
+      'the row to say it runs later',
+      async () => (await due.count()) === 1 && /^runs later, due in (9|10) min$/.test(((await due.textContent()) ?? '').trim()),
+    );
+    await row(episodeId).click();
+    await pageShows(
+      'the detail to say so too',
+      async () => (await text('detail-id')) === episodeId && (await text('detail-due')).startsWith('runs later, due in'),
+    );
+    expect((await ops<{ episode: { waitingFor: string } }>(`/episodes/${episodeId}`)).episode.waitingFor).toBe('start');
+    await page.getByTestId('cancel-button').click();
+    await pageShows(
+      'it to end canceled, waiting for nothing',
+      async () => (await text('detail-status')) === 'canceled' && (await page.getByTestId('detail-due').count()) === 0,
+    );
   });
 
   it('pauses its live refresh and resumes it', async () => {

@@ -11,6 +11,7 @@
   const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1), 100);
   const CANCELLABLE = ['queued', 'deferred', 'waiting', 'running', 'blocked'];
   const RETRYABLE = ['failed', 'partially_failed'];
+  const WAITS_FOR = { start: 'runs later', retry: 'retry backoff', sleep: 'sleeping', resume: 'resumes' };
   const CANCEL_SAYS = { canceled: 'canceled', requested: 'cancel requested: it stops at its next step', finished: 'already finished' };
 
   const state = {
@@ -80,14 +81,16 @@
   function ago(iso) {
     if (!iso) return '—';
     const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
-    if (seconds < 60) return `${Math.max(seconds, 0)} s ago`;
-    if (seconds < 3600) return `${Math.round(seconds / 60)} min ago`;
-    if (seconds < 86400) return `${Math.round(seconds / 3600)} h ago`;
-    return `${Math.round(seconds / 86400)} d ago`;
+    const span = (s) => (s < 60 ? `${s} s` : s < 3600 ? `${Math.round(s / 60)} min` : s < 86400 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} d`);
+    // A due time is ahead; a second or two ahead otherwise is this browser's clock against the database's.
+    return seconds < -2 ? `in ${span(-seconds)}` : `${span(Math.max(seconds, 0))} ago`;
   }
 
   const time = (iso) => (iso ? el('time', { datetime: iso, title: iso }, ago(iso)) : '—');
   const badge = (text, kind) => el('span', { class: `badge ${kind || text}` }, text);
+  /** What a deferred or waiting episode waits for, and when it falls due. */
+  const waits = (e) =>
+    e.waitingFor ? el('span', { class: 'muted small', 'data-testid': 'episode-due' }, `${WAITS_FOR[e.waitingFor] || e.waitingFor}, due `, time(e.dueAt)) : '';
   const scope = (stack, env) => `${stack || 'default'} / ${env || 'default'}`;
   const ref = (e) => e.triggerRef || {};
   const trigger = (e) => [e.triggerType, ref(e).eventType, ref(e).scheduledAt].filter(Boolean).join(' ');
@@ -205,7 +208,7 @@
         },
         el('td', {}, time(e.startedAt || e.queuedAt || e.insertedAt)),
         el('td', {}, `${e.actorId} / ${e.expectationId}`),
-        el('td', { 'data-testid': 'episode-status' }, badge(e.status)),
+        el('td', { 'data-testid': 'episode-status' }, badge(e.status), ' ', waits(e)),
         el('td', {}, e.phase || ''),
         el('td', { class: 'num' }, `${e.attempts}/${e.maxAttempts ?? '∞'}`),
         el('td', { title: e.dedupeKey }, trigger(e)),
@@ -246,7 +249,9 @@
       ...field('actor / expectation', `${e.actorId} / ${e.expectationId}`),
       ...field('status', el('span', { 'data-testid': 'detail-status', class: `badge ${e.status}` }, e.status)),
       ...field('phase', e.phase),
-      ...field('attempts', `${e.attempts} of ${e.maxAttempts ?? 'unlimited'}`),
+      ...field('waiting for', e.waitingFor ? el('span', { 'data-testid': 'detail-due' }, waits(e)) : null),
+      ...field('attempts', `${e.attempts} of ${e.maxAttempts ?? 'unlimited'} (crash recoveries)`),
+      ...field('retries', e.retries ? String(e.retries) : null),
       ...field('trigger', trigger(e)),
       ...field('event id', ref(e).eventId ? el('code', {}, ref(e).eventId) : null),
       ...field('payload', el('pre', { class: 'payload' }, JSON.stringify(ref(e).payload ?? null, null, 2))),
@@ -266,6 +271,10 @@
     error.replaceChildren(...(e.errorClass ? [el('strong', {}, e.errorClass), el('pre', {}, e.errorDetail || '')] : []));
     $('cancel-button').hidden = !CANCELLABLE.includes(e.status);
     $('retry-box').hidden = !RETRYABLE.includes(e.status);
+    $('retry-note').textContent =
+      e.status === 'failed' && !e.archivedAt
+        ? 'resumes it from its journal: steps that completed do not run again'
+        : 'starts a new episode; its steps run again from the first';
     $('archive-box').hidden = !e.finishedAt || Boolean(e.archivedAt);
     const steps = detail.steps.map((s) =>
       el(
@@ -312,6 +321,7 @@
       const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, { method: 'POST' });
       if (verb === 'cancel') result.textContent = CANCEL_SAYS[answer.result] || answer.result;
       else if (verb === 'archive') result.textContent = answer.result === 'archived' ? 'archived: its dedupe key is free' : 'already archived';
+      else if (answer.result === 'resumed') result.textContent = 'resumed from its journal: the next node free to run it takes it now';
       // No episode yet when the retry waits (a deferred trigger request, say): its dedupe key still finds it.
       else if (!answer.episode) result.textContent = `retry ${answer.dispatch || 'accepted'}, dedupe key ${answer.dedupeKey}`;
       else {

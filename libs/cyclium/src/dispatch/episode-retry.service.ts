@@ -1,8 +1,14 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Logger } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import type { RegisteredExpectation } from '../actors/registered-actor.js';
+import { EventOutbox } from '../bus/event-outbox.service.js';
+import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
+import { EpisodeWaits } from '../episodes/episode-waits.service.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
 import { isUuid } from '../sql/uuid.js';
+import { REQUEST_WAKE_EVENT } from './deferred-runner.service.js';
 import type { DispatchResult } from './dispatch-result.js';
 import { Dispatcher } from './dispatcher.service.js';
 
@@ -10,36 +16,64 @@ const RETRYABLE = new Set(['failed', 'partially_failed']);
 const MAX_RETRIES = 1_000;
 
 /**
- * What `Episodes.retry` did: `retried` with the new episode's dispatch and dedupe key; or why not:
- * no such episode, not a failed one (with its status), its actor not declared on this node, or the
- * actor disabled here.
+ * What `Episodes.retry` did: `resumed` the failed episode in place (it waits `waiting`, due now);
+ * `retried` as a new episode, with its dispatch and dedupe key; or why not: no such episode, not a
+ * failed one (with its status), failed as `tampered` (its rows are not this deployment's), its
+ * actor not declared on this node, or the actor disabled here.
  */
 export type RetryResult =
+  | { status: 'resumed'; episode: EpisodeRow }
   | { status: 'retried'; dedupeKey: string; dispatch: DispatchResult }
   | { status: 'not_found' }
   | { status: 'not_failed'; current: string }
+  | { status: 'tampered' }
   | { status: 'not_hosted' }
   | { status: 'disabled' };
 
 /**
- * A retry is a new episode of the same expectation and trigger, keyed by the old episode's dedupe
- * key plus `:retry:<n>`: each retry is idempotent on its own and the history keeps every attempt.
- * Its steps start over from the first; the failed episode's journal is not replayed.
+ * A `failed` episode resumes from its journal, in place: same id, same dedupe key; the steps that
+ * completed return their recorded results, so their side effects do not happen again (EpisodeWaits.reopen).
+ * One whose journal cannot be replayed runs again as a new episode of the same expectation and
+ * trigger, keyed by the old dedupe key plus `:retry:<n>` (each retry idempotent on its own): a
+ * `partially_failed` episode (its method returned, so its checkpoints were cleared) or an archived one.
  */
 @Injectable()
 export class EpisodeRetry {
+  private readonly logger = new Logger('CycliumDispatch');
+
   constructor(
     private readonly store: EpisodeStore,
     private readonly registry: ActorRegistry,
     private readonly dispatcher: Dispatcher,
+    private readonly waits: EpisodeWaits,
+    private readonly events: EventOutbox,
+    private readonly identity: NodeIdentity,
   ) {}
 
   async retry(id: string): Promise<RetryResult> {
     const old = isUuid(id) ? await this.store.get(id) : null;
     if (!old) return { status: 'not_found' };
     if (!RETRYABLE.has(old.status)) return { status: 'not_failed', current: old.status };
+    if (old.errorClass === 'tampered') return { status: 'tampered' };
     const expectation = this.registry.expectation(old.actorId, old.expectationId);
     if (!expectation) return { status: 'not_hosted' };
+    if (old.status === 'failed' && !old.archivedAt) {
+      const resumed = await this.waits.reopen(old);
+      if (resumed) {
+        // Every full node's poller hears it now rather than at its next poll.
+        this.events.announce(REQUEST_WAKE_EVENT, { node: this.identity.name() });
+        this.logger.log(`${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its journal: retried by an operator`);
+        return { status: 'resumed', episode: resumed };
+      }
+      const now = await this.store.get(id);
+      if (!now) return { status: 'not_found' };
+      if (now.status !== 'failed') return { status: 'not_failed', current: now.status };
+      // Archived meanwhile: its checkpoints are gone, so it runs again as a new episode.
+    }
+    return this.runAgain(old, expectation);
+  }
+
+  private async runAgain(old: EpisodeRow, expectation: RegisteredExpectation): Promise<RetryResult> {
     const base = old.dedupeKey ?? `retry-of:${old.id}`;
     const trigger = old.triggerRef as unknown as EpisodeTrigger;
     for (let n = 1; n <= MAX_RETRIES; n++) {

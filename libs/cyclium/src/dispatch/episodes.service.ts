@@ -218,9 +218,13 @@ export class Episodes {
   }
 
   /**
-   * Runs a `failed` (or `partially_failed`) episode again as a new episode of the same expectation
-   * and trigger, under the old dedupe key plus `:retry:<n>`. Its steps start over from the first.
-   * The actor must be declared on this node.
+   * Runs a failed episode again. A `failed` one resumes from its journal, in place (`resumed`): it
+   * waits `waiting`, due now, for any node hosting its actor, and the steps that completed return
+   * their recorded results without running; its retry and crash-recovery counts start again. A
+   * `partially_failed` one (its method returned) or an archived one (its checkpoints are gone) runs
+   * as a new episode of the same expectation and trigger under the old dedupe key plus `:retry:<n>`
+   * (`retried`), from the first step. One that failed as `tampered` is not run. The actor must be
+   * declared on this node.
    */
   retry(id: string): Promise<RetryResult> {
     return this.retries.retry(id);

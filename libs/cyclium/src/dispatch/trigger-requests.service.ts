@@ -8,7 +8,7 @@ import { CycliumTriggerRequest } from '../entities/trigger-request.entity.js';
 import { emptyWhenAbsent, nullWhenAbsent, rowMapper } from '../entities/row-mapper.js';
 import { isUuid } from '../sql/uuid.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
-import type { RetryWakeUps } from '../episodes/retry-wake-ups.interface.js';
+import type { RetryWakeUps, WakeReason } from '../episodes/retry-wake-ups.interface.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
 
@@ -113,15 +113,15 @@ export class TriggerRequests implements RetryWakeUps {
     return (rows[0] as { id: string }).id;
   }
 
-  /** A retry's wake-up: `scheduled`, due after the backoff, resuming the episode from its journal. */
-  async scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string): Promise<void> {
+  /** A `waiting` episode's wake-up (a retry's backoff, a sleep, an operator's retry): `scheduled`, due after `delayMs`, resuming the episode from its journal. */
+  async scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string, reason: WakeReason): Promise<void> {
     const request = {
       actorId: episode.actorId,
       expectationId: episode.expectationId,
       sourceNode: node,
       sourceStack: episode.sourceStack,
       sourceEnv: episode.sourceEnv,
-      opts: { resume: true },
+      opts: { resume: true, wake: reason },
       delayMs,
     };
     await this.insertWithin(client, episode.id, request, episode.triggerRef, 'scheduled');
@@ -221,6 +221,22 @@ export class TriggerRequests implements RetryWakeUps {
     if (!isUuid(episodeId)) return [];
     const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`, [episodeId]);
     return rows.map(toRequest);
+  }
+
+  /**
+   * When each of these episodes that waits for a request falls due, and what it waits for: `start`
+   * (a run for later, or a trigger-only node's), or the `WakeReason` of a waiting one. One read for a page.
+   */
+  async waitsOf(episodeIds: readonly string[]): Promise<Map<string, { dueAt: Date; waitingFor: WakeReason | 'start' }>> {
+    if (episodeIds.length === 0) return new Map();
+    const { rows } = await this.database.sql.query<{ episode_id: string; due_at: Date; wake: WakeReason | null }>(
+      `SELECT DISTINCT ON (episode_id) episode_id, coalesce(not_before, inserted_at) AS due_at,
+              coalesce(opts->>'wake', CASE WHEN opts->>'resume' = 'true' THEN 'resume' END) AS wake
+         FROM cyclium_trigger_requests WHERE episode_id = ANY($1::uuid[]) AND status IN ('pending', 'scheduled')
+        ORDER BY episode_id, coalesce(not_before, inserted_at)`,
+      [episodeIds],
+    );
+    return new Map(rows.map((r) => [r.episode_id, { dueAt: r.due_at, waitingFor: r.wake ?? 'start' }]));
   }
 
   /** The newest requests, optionally of one status: the operations page's list. */

@@ -28,6 +28,12 @@ const WAIT: FencedStatement = {
   RETURNING cyclium_episodes.*`,
 };
 
+const REOPEN = `
+  UPDATE cyclium_episodes
+     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0, owner_node = NULL, phase = NULL, updated_at = now()
+   WHERE id = $1 AND status = 'failed' AND archived_at IS NULL
+  RETURNING *`;
+
 /**
  * An episode waiting out a retry's backoff or an `ep.sleep`. Retries (the expectation's `retry`): a failed attempt is journaled (`retry`, with its
  * error), the episode waits `waiting` with a wake-up row due after the backoff and its claim
@@ -71,6 +77,29 @@ export class EpisodeWaits {
     return this.waitOut(episode, ownership, delayMs, null);
   }
 
+  /**
+   * A `failed` episode (not archived: its checkpoints are there) back to `waiting`, due now: the
+   * operator's retry, which resumes it from its journal on any node hosting the actor. Its error
+   * goes to a `retry` marker (`manual`), and its counts of retries and crash recoveries start
+   * again, so its policies apply afresh. Null when it is no longer failed (or was archived).
+   */
+  reopen(episode: EpisodeRow): Promise<EpisodeRow | null> {
+    const node = this.identity.name();
+    return this.database.transaction(async (client) => {
+      const { rows } = await client.query(REOPEN, [episode.id]);
+      if (!rows[0]) return null;
+      const waiting = toEpisode(rows[0]);
+      await this.journal.mark(
+        [episode.id],
+        'retry',
+        { manual: true, node, errorClass: episode.errorClass, error: firstLine(episode.errorDetail ?? '') },
+        client,
+      );
+      await this.wakeUps.scheduleWithin(client, waiting, 0, node, 'resume');
+      return waiting;
+    });
+  }
+
   private waitOut(
     episode: EpisodeRow,
     ownership: Ownership,
@@ -82,7 +111,7 @@ export class EpisodeWaits {
       if (!rows[0]) return false;
       const waiting = toEpisode(rows[0]);
       if (retry) await this.journal.mark([episode.id], 'retry', retry(waiting), client);
-      await this.wakeUps.scheduleWithin(client, waiting, delayMs, this.identity.name());
+      await this.wakeUps.scheduleWithin(client, waiting, delayMs, this.identity.name(), retry ? 'retry' : 'sleep');
       await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
       return true;
     });

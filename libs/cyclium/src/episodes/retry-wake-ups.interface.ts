@@ -1,12 +1,15 @@
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 
+/** Why an episode waits for a wake-up: a retry's backoff, an `ep.sleep`, or a resume due now (an operator's retry, a restart handed to a full node). */
+export type WakeReason = 'retry' | 'sleep' | 'resume';
+
 /**
  * Where a retry's wake-up is written (the dispatch room's trigger requests): a row due after the
  * backoff that any node hosting the actor takes, inside the caller's transaction.
  */
 export interface RetryWakeUps {
-  scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string): Promise<void>;
+  scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string, reason: WakeReason): Promise<void>;
 }
 
 export const RETRY_WAKE_UPS = Symbol('CYCLIUM_RETRY_WAKE_UPS');

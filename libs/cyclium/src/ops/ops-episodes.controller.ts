@@ -1,5 +1,6 @@
-import { ConflictException, Controller, Get, HttpCode, NotFoundException, Param, Post, Query, UseFilters, UseGuards, UsePipes } from '@nestjs/common';
+import { ConflictException, Controller, Get, HttpCode, NotFoundException, Param, Post, Query, Res, UseFilters, UseGuards, UsePipes } from '@nestjs/common';
 import { Episodes, type CancelResult } from '../dispatch/episodes.service.js';
+import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { Findings } from '../findings/findings.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
@@ -22,8 +23,8 @@ export class OpsEpisodesController {
   ) {}
 
   @Get()
-  list(@Query() query: EpisodeListQuery) {
-    return this.episodes.list({
+  async list(@Query() query: EpisodeListQuery) {
+    const page = await this.episodes.list({
       actorId: query.actor,
       status: query.status,
       sourceStack: query.stack,
@@ -32,6 +33,7 @@ export class OpsEpisodesController {
       limit: query.limit,
       cursor: query.cursor,
     });
+    return { ...page, items: await this.withWaits(page.items) };
   }
 
   @Get(':id')
@@ -44,7 +46,14 @@ export class OpsEpisodesController {
       this.outputs.forEpisode(id),
       this.requests.forEpisode(id),
     ]);
-    return { episode, steps, findings, outputs, triggerRequests };
+    const [described] = await this.withWaits([episode]);
+    return { episode: described, steps, findings, outputs, triggerRequests };
+  }
+
+  /** Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume) while it waits for a trigger request; null otherwise. */
+  private async withWaits<E extends EpisodeRow>(episodes: E[]): Promise<Array<E & { dueAt: Date | null; waitingFor: string | null }>> {
+    const waits = await this.requests.waitsOf(episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id));
+    return episodes.map((e) => ({ ...e, dueAt: waits.get(e.id)?.dueAt ?? null, waitingFor: waits.get(e.id)?.waitingFor ?? null }));
   }
 
   @Post(':id/cancel')
@@ -65,15 +74,22 @@ export class OpsEpisodesController {
     return { result };
   }
 
+  /** 202 when the failed episode resumes from its journal in place; 201 when it runs again as a new episode (Episodes.retry). */
   @Post(':id/retry')
   @HttpCode(201)
-  async retry(@Param() { id }: EpisodeIdParam) {
+  async retry(@Param() { id }: EpisodeIdParam, @Res({ passthrough: true }) response: { status(code: number): unknown }) {
     const result = await this.episodes.retry(id);
     switch (result.status) {
+      case 'resumed':
+        response.status(202);
+        return { result: 'resumed', dedupeKey: result.episode.dedupeKey, episode: { id: result.episode.id, status: result.episode.status } };
       case 'retried': {
         const { dispatch, dedupeKey } = result;
-        return { dispatch: dispatch.status, dedupeKey, episode: 'episode' in dispatch ? { id: dispatch.episode.id, status: dispatch.episode.status } : null };
+        const episode = 'episode' in dispatch ? { id: dispatch.episode.id, status: dispatch.episode.status } : null;
+        return { result: 'retried', dispatch: dispatch.status, dedupeKey, episode };
       }
+      case 'tampered':
+        throw new ConflictException(`episode ${id} failed as tampered: its rows are not this deployment's, and it is not run again`);
       case 'not_found':
         throw new NotFoundException(`no episode ${id}`);
       case 'not_failed':
