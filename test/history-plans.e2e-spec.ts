@@ -2,7 +2,7 @@
  * A node's hot statements cost what the live work costs, however long the history behind it: with
  * a million finished episodes (their journal, claims, requests and outputs) behind a thousand live
  * ones, every statement a node sends while it begins, steps and ends an episode, renews and
- * finishes claims, sweeps, polls, takes from a queue and lists reads through an index, and no plan
+ * finishes claims, sweeps, polls, takes from a queue, lists and reads the cluster status reads through an index, and no plan
  * node reads more rows than a bound set by the live work.
  *
  * The statements are the real ones: an in-process node runs on the big database and each
@@ -11,7 +11,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, CycliumStatus, Episodes, Expectation, Recovery, type EpisodeContext } from '@cyclium/nestjs';
 import { PostgresClaims } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
@@ -199,6 +199,8 @@ describe('hot statements with a million finished episodes behind a thousand live
     await episodes.list({ cursor: page.nextCursor as string });
     // A rare combination: a scan in time order would walk far into the history to fill the page.
     await episodes.list({ actorId: 'reporter', status: 'canceled', sourceEnv: 'staging' });
+    // The operations page's cluster view: the live work, and what finished within its window (about 125 episodes here).
+    await nest.get(CycliumStatus).cluster({ windowMs: 300_000 });
     // Retention: a batch archives and deletes the oldest due rows through their indexes, however many are due.
     // Only once analysed: with statistics of an empty table the delete batch takes a bitmap scan of every
     // archived row due (35,601 here) before its limit; retention's own writes get the table analysed.
@@ -246,6 +248,7 @@ describe('hot statements with a million finished episodes behind a thousand live
     ['poller pending', /FROM cyclium_trigger_requests\s+WHERE status IN \('pending', 'scheduled'\)/],
     ['poller take', /UPDATE cyclium_trigger_requests SET status = 'completed'/],
     ['list', /cursor_at FROM cyclium_episodes/],
+    ['cluster status', /WITH running AS \(SELECT owner_node, count\(\*\)::int AS n FROM cyclium_episodes/],
     ['retention batch', /pg_try_advisory_xact_lock\(1668183404/],
     ['claim insert or read', /WITH inserted AS \(\s*INSERT INTO cyclium_work_claims/],
     ['claim take over', /UPDATE cyclium_work_claims c SET state = 'claimed'/],

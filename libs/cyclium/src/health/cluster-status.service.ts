@@ -53,9 +53,12 @@ export const MAX_STATUS_WINDOW_MS = 86_400_000;
 /**
  * One statement, every part of it bounded by live work or the window, never by the history: the
  * active counts read the status index, finished ones an index-only range over `finished_at`, the
- * requests their (status, inserted_at) index, claims their (state, lease_until) index.
+ * requests their (status, inserted_at) index, claims their (state, lease_until) index. The window
+ * has an upper bound too (a minute ahead, which no row reaches): with no statistics yet for a large
+ * table (right after a deploy, before autovacuum analyses it) the planner guesses a one-sided range
+ * at a third of the table and reads all of it, a two-sided one at a fraction of a percent.
  */
-export const CLUSTER_STATUS = `
+const CLUSTER_STATUS = `
   WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes WHERE status = 'running' GROUP BY owner_node),
        claims AS (SELECT owner_node, count(*)::int AS n FROM cyclium_work_claims
                    WHERE state = 'claimed' AND lease_until > now() GROUP BY owner_node)
@@ -71,7 +74,7 @@ export const CLUSTER_STATUS = `
       FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked') GROUP BY 1, 2) a), '[]') AS active,
     coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
       FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
-             WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000) GROUP BY 1, 2) f), '[]') AS finished,
+             WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000) AND finished_at < now() + interval '1 minute' GROUP BY 1, 2) f), '[]') AS finished,
     (SELECT count(*)::int FROM cyclium_trigger_requests WHERE status = 'pending') AS pending,
     (SELECT count(*)::int FROM cyclium_trigger_requests
       WHERE status = 'expired' AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired`;
