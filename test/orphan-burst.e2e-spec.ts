@@ -6,7 +6,7 @@ import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
-const ORPHANS = 10_000;
+const ORPHANS = 5_000;
 /** The sweeps one node may need to take every orphan over (the restarts then wait for slots here, their claims held). */
 const MAX_SWEEPS = 3;
 
@@ -31,11 +31,11 @@ class BurstActor {
 }
 
 /**
- * A node dies with 10,000 episodes running (step s1 journaled and checkpointed, s2 not yet): a
+ * A node dies with 5,000 episodes running (step s1 journaled and checkpointed, s2 not yet): a
  * survivor takes all of them over within a fixed number of sweeps — not a page per interval — and
  * each runs once: s1 replays from its checkpoint, s2 runs exactly once.
  */
-describe('a burst of 10,000 orphans', () => {
+describe('a burst of 5,000 orphans', () => {
   const database = useDatabase();
   let node: INestApplicationContext | undefined;
   const sweeps: SweepResult[] = [];
