@@ -6,13 +6,14 @@ import type { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-dat
 import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
 import { CANDIDATES, NOT_HOSTED } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
 import { OutputStore, TAKE_DUE } from '../libs/cyclium/src/outputs/output-store.js';
+import { pendingStatement } from '../libs/cyclium/src/dispatch/due-requests.js';
 import { freshDatabase } from './support/database.js';
 
 /**
  * The hot statements must keep using their indexes when statistics are stale: a table analysed
  * while empty and then filled (the state right after a deploy) is where plans flip to full scans.
  */
-describe('query plans of the claim, sweep, bus and output statements', () => {
+describe('query plans of the claim, sweep, bus, output and trigger request statements', () => {
   let client: pg.Client;
 
   const plan = async (sql: string, params: unknown[] = []) =>
@@ -37,6 +38,14 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
              CASE WHEN row_number() OVER () % 100 = 0 THEN 'pending' ELSE 'delivered' END, 1,
              now() + CASE WHEN row_number() OVER () % 1000 = 0 THEN interval '-1 minute' ELSE interval '1 minute' END
         FROM cyclium_episodes e`);
+    // Trigger requests, one per episode, waiting for tomorrow (runs for later, retry backoffs and
+    // sleeps) but for ten due now.
+    await client.query(`
+      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, status, opts, inserted_at, not_before)
+      SELECT id, 'a', 'e', 'node-y', CASE WHEN n % 2 = 0 THEN 'pending' ELSE 'scheduled' END,
+             CASE WHEN n % 2 = 0 THEN '{}'::jsonb ELSE '{"resume": true}'::jsonb END,
+             now() - (n % 86400) * interval '1 second', CASE WHEN n % 5000 = 0 THEN NULL ELSE now() + interval '1 day' END
+        FROM (SELECT id, row_number() OVER (ORDER BY id) AS n FROM cyclium_episodes) e`);
     // Events in 50 transactions of 1,000, on two channels.
     for (let t = 0; t < 50; t++) {
       await client.query(
@@ -47,6 +56,7 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
     }
   }
 
+  const due = pendingStatement({ env: null, stack: null, actors: ['a'], limit: 16 }, 604_800_000);
   const events = new EventLog({ channel: 'cyclium_bus', stackSlug: null, env: null, publisher: () => 'node-x' });
 
   beforeAll(async () => {
@@ -89,6 +99,7 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
         await plan(`SELECT ${OutputStore.dueFragment('$1')}`, [['t1', 't2']]),
         await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL)`),
         await plan(NOT_HOSTED, [null, null, ['b'], 3_600_000, 500, 'not hosted: %s %s']),
+        await plan(due.text, due.values),
       ];
       for (const text of statements) {
         expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events|outputs)/);
@@ -100,6 +111,17 @@ describe('query plans of the claim, sweep, bus and output statements', () => {
       expect(statements[7]).toMatch(/cyclium_outputs_due/);
       expect(statements[8]).toMatch(/Index Only Scan using cyclium_outputs_due/);
       expect(statements[10]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
+      expect(statements[11]).toMatch(/(Index Scan using|Bitmap Index Scan on) cyclium_trigger_requests_due/);
+      // A poll reads the ten requests due, not the 49,990 due tomorrow.
+      const { rows } = await client.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${due.text}`, due.values);
+      const read: number[] = [];
+      const walk = (node: Record<string, unknown>) => {
+        if (node['Relation Name'] === 'cyclium_trigger_requests')
+          read.push((node['Actual Rows'] as number) + ((node['Rows Removed by Filter'] as number) ?? 0));
+        for (const child of (node.Plans as Array<Record<string, unknown>> | undefined) ?? []) walk(child);
+      };
+      walk((rows[0] as { 'QUERY PLAN': Array<{ Plan: Record<string, unknown> }> })['QUERY PLAN'][0].Plan);
+      expect(read).toEqual([10]);
     });
   }
 });

@@ -51,6 +51,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'column cyclium_episodes.retries',
     holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_episodes') AND attname = 'retries' AND NOT attisdropped)`,
   },
+  {
+    migration: 'CycliumDueRequests1764400000015',
+    missing: 'index cyclium_trigger_requests_due',
+    holds: `to_regclass('cyclium_trigger_requests_due') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -10,7 +10,8 @@ import { isUuid } from '../sql/uuid.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { RetryWakeUps, WakeReason } from '../episodes/retry-wake-ups.interface.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
-import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
+import { sameEnvIndexed } from '../scope/scope-predicates.js';
+import { pendingStatement, type RequestFilter } from './due-requests.js';
 
 /** What a deferring node records for a full node to run. */
 export interface NewTriggerRequest {
@@ -25,14 +26,6 @@ export interface NewTriggerRequest {
   delayMs?: number;
   /** Not to be taken before this time (a run at a given time); wins over `delayMs`. */
   runAt?: Date;
-}
-
-/** Which requests a poller takes: its env (strictly), optionally one stack, and only actors it can run. */
-export interface RequestFilter {
-  env: string | null;
-  stack: string | null;
-  actors: string[];
-  limit: number;
 }
 
 const toRequest = rowMapper(CycliumTriggerRequest, { opts: emptyWhenAbsent, notBefore: nullWhenAbsent });
@@ -152,17 +145,7 @@ export class TriggerRequests implements RetryWakeUps {
   /** Pending requests a poller may take, oldest first. */
   async pending(filter: RequestFilter): Promise<CycliumTriggerRequest[]> {
     if (filter.actors.length === 0 || filter.limit < 1) return [];
-    // Past the TTL a request only expires: it is never taken, however soon the expiry runs. A
-    // request that waits (`not_before`) counts its TTL from when it may first be taken.
-    const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_trigger_requests
-        WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$1', filter.env)} AND ${stackFilter('source_stack', '$2')} AND actor_id = ANY($3::text[])
-          AND (not_before IS NULL OR not_before <= now())
-          AND coalesce(not_before, inserted_at) >= now() - make_interval(secs => $5::double precision / 1000)
-        ORDER BY inserted_at, id
-        LIMIT $4`,
-      [filter.env, filter.stack, filter.actors, filter.limit, this.options.triggerRequestTtlMs],
-    );
+    const { rows } = await this.database.sql.query(pendingStatement(filter, this.options.triggerRequestTtlMs));
     return rows.map(toRequest);
   }
 
@@ -200,7 +183,7 @@ export class TriggerRequests implements RetryWakeUps {
           SET status = 'expired', completed_at = now(),
               error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
-                      WHERE status IN ('pending', 'scheduled') AND ${sameEnv('source_env', '$2::text')}
+                      WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$2', env)}
                         AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
                       FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,

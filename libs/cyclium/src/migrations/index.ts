@@ -13,6 +13,7 @@ import { CycliumRowSignatures1764400000011 } from './1764400000011-cyclium-row-s
 import { CycliumOperatorReads1764400000012 } from './1764400000012-cyclium-operator-reads.js';
 import { CycliumRetention1764400000013 } from './1764400000013-cyclium-retention.js';
 import { CycliumRetries1764400000014 } from './1764400000014-cyclium-retries.js';
+import { CycliumDueRequests1764400000015 } from './1764400000015-cyclium-due-requests.js';
 
 export {
   CycliumSchema1764400000000,
@@ -30,6 +31,7 @@ export {
   CycliumOperatorReads1764400000012,
   CycliumRetention1764400000013,
   CycliumRetries1764400000014,
+  CycliumDueRequests1764400000015,
 };
 
 export { CYCLIUM_TABLES, cycliumGrants, type CycliumRoles } from './grants.js';
@@ -51,4 +53,5 @@ export const cycliumMigrations = [
   CycliumOperatorReads1764400000012,
   CycliumRetention1764400000013,
   CycliumRetries1764400000014,
+  CycliumDueRequests1764400000015,
 ];
