@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, episodeRow, journal, startNode, waitForStatus } from './support/demo-cluster.js';
+import { FAST_RECOVERY, episodeRow, journal, sideEffects, startNode, waitForStatus } from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 const POLL_MS = 1_000;
@@ -26,13 +26,14 @@ describe('delayed runs', () => {
   const env = { ...FAST_RECOVERY, DEMO_TRIGGER_POLL_MS: String(POLL_MS) };
   let a: DemoNode;
   let b: DemoNode;
+  let c: DemoNode | undefined;
 
   beforeAll(async () => {
     [a, b] = await Promise.all([startNode(database.url, 'delay-a', env), startNode(database.url, 'delay-b', env)]);
   });
 
   afterAll(async () => {
-    await Promise.all([a, b].map((node) => node?.stop('SIGKILL')));
+    await Promise.all([a, b, c].map((node) => node?.stop('SIGKILL') ?? Promise.resolve()));
   });
 
   async function trigger(node: DemoNode, body: Record<string, unknown>): Promise<{ status: number; body: Triggered & { message?: string; field?: string } }> {
@@ -114,5 +115,24 @@ describe('delayed runs', () => {
       if (field) expect(answer.body.field).toBe(field);
     }
     expect((await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes`)).rows[0].n).toBe(before);
+  });
+
+  it('loses nothing to a whole-cluster stop before it is due: the next node to boot starts it, each step once', async () => {
+    const id = await deferred(b, { payload: { resource: 'later-4', stepMs: 10 }, delayMs: DELAY_MS });
+    await b.stop('SIGKILL'); // delay-a is down since the second test: no node is left
+    await waitFor(
+      'the run to fall due with no node up',
+      async () =>
+        (await database.db.query(`SELECT now() >= queued_at + make_interval(secs => $2) AS due FROM cyclium_episodes WHERE id = $1`, [id, DELAY_MS / 1000]))
+          .rows[0].due === true,
+      DELAY_MS + 5_000,
+      100,
+    );
+    expect((await episodeRow(database.db, id)).status).toBe('deferred');
+    c = await startNode(database.url, 'delay-c', env);
+    const row = await waitForStatus(database.db, id, 'done', 20_000);
+    expect(row.owner_node).toBe('delay-c');
+    expect(await waited(id)).toBeGreaterThanOrEqual(DELAY_MS);
+    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, verify: 1, report: 1 });
   });
 });
