@@ -62,6 +62,12 @@ class WorkerActor {
     return { summary: 'worked at last' };
   }
 
+  /** `flaky` with an episode-level retry policy of its own: two attempts, 100 ms apart. */
+  @Expectation({ id: 'flaky_retried', trigger: 'workflow', retry: { attempts: 2, backoff: { initialMs: 100, factor: 1 } } })
+  flakyRetried(ep: EpisodeContext<Work>): Promise<Convergence> {
+    return this.flaky(ep);
+  }
+
   @Expectation({ id: 'boom', trigger: 'workflow' })
   async boom(): Promise<Convergence> {
     throw new Error('boom');
@@ -118,6 +124,16 @@ class RetryingWorkflow {
   @WorkflowStep({ actor: 'wf_worker', expectation: 'collect', after: ['attempt'] })
   report({ results }: WorkflowStepContext): Work {
     return { label: 'report', seen: results.attempt?.summary };
+  }
+}
+
+/** A step whose episode retries on its own, under a step retry policy: the two compose. */
+@Injectable()
+@Workflow({ id: 'retrying_twice' })
+class RetryingTwiceWorkflow {
+  @WorkflowStep({ actor: 'wf_worker', expectation: 'flaky_retried', onFailure: { retry: { attempts: 2, backoffMs: 100 } } })
+  attempt({ input }: WorkflowStepContext<{ key: string }>): Work {
+    return { label: 'flaky', instance: input.key };
   }
 }
 
@@ -187,7 +203,17 @@ class OnEventWorkflow {
   }
 }
 
-const PROVIDERS = [WorkerActor, FanOutWorkflow, RetryingWorkflow, FailingWorkflow, LenientWorkflow, PerSubjectWorkflow, TwoStepWorkflow, OnEventWorkflow];
+const PROVIDERS = [
+  WorkerActor,
+  FanOutWorkflow,
+  RetryingWorkflow,
+  RetryingTwiceWorkflow,
+  FailingWorkflow,
+  LenientWorkflow,
+  PerSubjectWorkflow,
+  TwoStepWorkflow,
+  OnEventWorkflow,
+];
 const NODE = { workClaims: 'postgres' as const, triggerPollIntervalMs: 200, recovery: { onBoot: false } };
 
 describe('workflows on two nodes', () => {
@@ -259,6 +285,23 @@ describe('workflows on two nodes', () => {
     expect(gap(2)).toBeGreaterThanOrEqual(600 - 5);
     const report = (await episodesOf(id)).find((e) => e.workflow_step_id === 'report');
     expect(report.trigger_ref.payload).toEqual({ label: 'report', seen: 'worked at last' });
+  });
+
+  it("a step's episode exhausts its own retries first: only its final failure counts as one failure of the workflow step", async () => {
+    // Three failures: the first episode fails both its attempts (one step failure), the second fails once and then succeeds.
+    failuresLeft.set('retry-2', 3);
+    const id = await a.get(WorkflowEngine).start('retrying_twice', { key: 'retry-2' });
+    const done = await finished(id, 30_000);
+    expect(done.status).toBe('done');
+    const ids = (await episodesOf(id)).filter((e) => e.workflow_step_id === 'attempt').map((e) => e.id);
+    const attempts = await rows(`SELECT status, retries, error_detail FROM cyclium_episodes WHERE id = ANY($1::uuid[]) ORDER BY inserted_at, id`, [ids]);
+    expect(attempts.map((e) => [e.status, e.retries])).toEqual([
+      ['failed', 1],
+      ['done', 1],
+    ]);
+    expect(attempts[0].error_detail).toMatch(/^attempt 2 of 2: /);
+    expect(done.step_states.attempt).toMatchObject({ status: 'done', attempts: 2 });
+    expect(failuresLeft.get('retry-2')).toBe(0);
   });
 
   it('fail_workflow fails the instance, cancels the running step and never starts the waiting one', async () => {
