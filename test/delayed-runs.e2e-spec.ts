@@ -8,6 +8,8 @@ const POLL_MS = 1_000;
 const DELAY_MS = 3_000;
 /** The poll's own transaction and a loaded machine's timer lag, on top of one poll interval. */
 const SLACK_MS = 500;
+/** Short, so the whole-cluster stop outlasts it: a run for later must not expire however long it waited. */
+const TTL_MS = 2_000;
 
 interface Triggered {
   status: string;
@@ -23,7 +25,7 @@ interface Triggered {
  */
 describe('delayed runs', () => {
   const database = useDatabase(4);
-  const env = { ...FAST_RECOVERY, DEMO_TRIGGER_POLL_MS: String(POLL_MS) };
+  const env = { ...FAST_RECOVERY, DEMO_TRIGGER_POLL_MS: String(POLL_MS), DEMO_TRIGGER_TTL_MS: String(TTL_MS) };
   let a: DemoNode;
   let b: DemoNode;
   let c: DemoNode | undefined;
@@ -117,15 +119,19 @@ describe('delayed runs', () => {
     expect((await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes`)).rows[0].n).toBe(before);
   });
 
-  it('loses nothing to a whole-cluster stop before it is due: the next node to boot starts it, each step once', async () => {
+  it('loses nothing to a whole-cluster stop that outlasts its due time by more than the request TTL: the next node to boot starts it, each step once', async () => {
     const id = await deferred(b, { payload: { resource: 'later-4', stepMs: 10 }, delayMs: DELAY_MS });
     await b.stop('SIGKILL'); // delay-a is down since the second test: no node is left
     await waitFor(
-      'the run to fall due with no node up',
+      'the run to be overdue by more than the TTL with no node up',
       async () =>
-        (await database.db.query(`SELECT now() >= queued_at + make_interval(secs => $2) AS due FROM cyclium_episodes WHERE id = $1`, [id, DELAY_MS / 1000]))
-          .rows[0].due === true,
-      DELAY_MS + 5_000,
+        (
+          await database.db.query(`SELECT now() >= queued_at + make_interval(secs => $2) AS due FROM cyclium_episodes WHERE id = $1`, [
+            id,
+            (DELAY_MS + TTL_MS + 500) / 1000,
+          ])
+        ).rows[0].due === true,
+      DELAY_MS + TTL_MS + 5_000,
       100,
     );
     expect((await episodeRow(database.db, id)).status).toBe('deferred');

@@ -5,6 +5,8 @@ import { FAST_RECOVERY, episodeRow, rebalanceOn, sideEffects, startNode, waitFor
 import { waitFor } from './support/wait-for.js';
 
 const INITIAL_MS = 1_500;
+/** Short, so a whole-cluster stop outlasts it: a backoff or a sleep must not expire however long it waited. */
+const TTL_MS = 2_000;
 
 /**
  * Retries with backoff and durable sleeps across real node processes (the demo's
@@ -14,7 +16,7 @@ const INITIAL_MS = 1_500;
  */
 describe('retries across nodes', () => {
   const database = useDatabase(4);
-  const env = { ...FAST_RECOVERY, DEMO_TRIGGER_POLL_MS: '500', DEMO_RETRY_INITIAL_MS: String(INITIAL_MS) };
+  const env = { ...FAST_RECOVERY, DEMO_TRIGGER_POLL_MS: '500', DEMO_RETRY_INITIAL_MS: String(INITIAL_MS), DEMO_TRIGGER_TTL_MS: String(TTL_MS) };
   const nodes: DemoNode[] = [];
   const boot = async (id: string) => {
     const node = await startNode(database.url, id, env);
@@ -63,14 +65,14 @@ describe('retries across nodes', () => {
     expect(await sideEffects(database.db, id)).toEqual({ plan: 1, 'drain:failed': 1, drain: 1, move: 1, verify: 1, report: 1 });
   });
 
-  it('loses nothing when the whole cluster stops during a backoff', async () => {
+  it('loses nothing when the whole cluster stops during a backoff and stays down past the request TTL', async () => {
     const id = await rebalanceOn(b, { resource: 'retry-3', stepMs: 20, failAtStep: 4, failTimes: 1 }, 'rebalance_retried');
     await waiting(id);
     await b.stop('SIGKILL');
     const { not_before: due } = (await database.db.query(`SELECT not_before FROM cyclium_trigger_requests WHERE episode_id = $1`, [id])).rows[0];
     await waitFor(
-      'the backoff to run out with no node up',
-      async () => (await database.db.query(`SELECT now() > $1::timestamptz AS past`, [due])).rows[0].past,
+      'the backoff to be overdue by more than the TTL with no node up',
+      async () => (await database.db.query(`SELECT now() > $1::timestamptz + make_interval(secs => $2) AS past`, [due, (TTL_MS + 500) / 1000])).rows[0].past,
     );
     expect((await episodeRow(database.db, id)).status).toBe('waiting');
     await boot('retry-c');
@@ -92,13 +94,16 @@ describe('retries across nodes', () => {
     expect(rows.map((r) => r.name)).toEqual(['plan', 'drain', 'sleep:pause', 'move', 'verify', 'report']);
   });
 
-  it('loses no sleeping episode when the whole cluster stops during the sleep', async () => {
+  it('loses no sleeping episode when the whole cluster stops during the sleep and stays down past the request TTL', async () => {
     const [d] = nodes.slice(-1) as [DemoNode];
     const id = await rebalanceOn(d, { resource: 'sleep-2', stepMs: 20, sleepMs: 1_500 }, 'rebalance_retried');
     await waiting(id);
     await d.stop('SIGKILL');
     const { not_before: due } = (await database.db.query(`SELECT not_before FROM cyclium_trigger_requests WHERE episode_id = $1`, [id])).rows[0];
-    await waitFor('the sleep to run out with no node up', async () => (await database.db.query(`SELECT now() > $1::timestamptz AS past`, [due])).rows[0].past);
+    await waitFor(
+      'the sleep to be overdue by more than the TTL with no node up',
+      async () => (await database.db.query(`SELECT now() > $1::timestamptz + make_interval(secs => $2) AS past`, [due, (TTL_MS + 500) / 1000])).rows[0].past,
+    );
     expect((await episodeRow(database.db, id)).status).toBe('waiting');
     await boot('retry-e');
     const row = await waitForStatus(database.db, id, 'done', 30_000);

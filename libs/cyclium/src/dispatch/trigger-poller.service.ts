@@ -42,8 +42,9 @@ type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } |
  * free slots — and takes each in one transaction: the work claim `trigger_request:<id>`, the
  * conditional `UPDATE … WHERE status = 'pending'`, the episode moved from deferred to running here
  * with its own claim. So a request is either still pending or done with; a node killed after it
- * took some leaves running episodes, which recovery restarts like any other. Requests pending
- * longer than `triggerRequestTtlMs` expire, and their episodes fail with the reason: on every node
+ * took some leaves running episodes, which recovery restarts like any other. Requests to run now
+ * pending longer than `triggerRequestTtlMs` expire (one with a due time waits for a node that
+ * hosts its actor, however long), and their episodes fail with the reason: on every node
  * that is not disabled, whatever it hosts, so an env with no full node (or none that hosts the
  * actor) still sees its requests end. The mode is read at every tick, per actor: an actor switched
  * away from full is taken for nothing until it is switched back, and the switch back polls at once.

@@ -11,7 +11,7 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { RetryWakeUps, WakeReason } from '../episodes/retry-wake-ups.interface.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { sameEnvIndexed } from '../scope/scope-predicates.js';
-import { pendingStatement, type RequestFilter } from './due-requests.js';
+import { expirable, pendingStatement, takeable, type RequestFilter } from './due-requests.js';
 
 /** What a deferring node records for a full node to run. */
 export interface NewTriggerRequest {
@@ -153,8 +153,7 @@ export class TriggerRequests implements RetryWakeUps {
   async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
-        WHERE id = $1 AND status IN ('pending', 'scheduled') AND (not_before IS NULL OR not_before <= now())
-          AND coalesce(not_before, inserted_at) >= now() - make_interval(secs => $3::double precision / 1000)`,
+        WHERE id = $1 AND status IN ('pending', 'scheduled') AND (not_before IS NULL OR not_before <= now()) AND ${takeable('$3')}`,
       [id, owner, this.options.triggerRequestTtlMs],
     );
     return rowCount === 1;
@@ -171,8 +170,9 @@ export class TriggerRequests implements RetryWakeUps {
   }
 
   /**
-   * Expires pending requests older than the TTL (by the database clock) in this node's env, with
-   * the reason; returns their episodes. Every node that is not disabled runs it: a row another
+   * Expires the requests to run now (no due time) that no node took within the TTL (by the
+   * database clock) in this node's env, with the reason; returns their episodes. A request with a
+   * due time never expires: it waits for a node that hosts its actor. Every node that is not disabled runs it: a row another
    * node is expiring (or taking) at the same moment is skipped rather than waited for, so nodes
    * never queue up behind each other here, and each request expires once.
    */
@@ -183,8 +183,7 @@ export class TriggerRequests implements RetryWakeUps {
           SET status = 'expired', completed_at = now(),
               error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
-                      WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$2', env)}
-                        AND coalesce(not_before, inserted_at) < now() - make_interval(secs => $1::double precision / 1000)
+                      WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$2', env)} AND ${expirable('$1')}
                       FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,
       [ttl, env],

@@ -116,7 +116,7 @@ export interface CycliumOptions {
   triggerPollIntervalMs?: number;
   triggerPollSourceStack?: string | null;
   triggerPollSourceEnv?: string | null;
-  /** Pending trigger requests older than this are expired. Default 3 600 000. */
+  /** A trigger request to run now that no full node took within this is expired; one with a due time (a run for later, a retry, a sleep) never is. Default 3 600 000. */
   triggerRequestTtlMs?: number;
   /** How long finished episodes are kept (README, "Retention"); `false` keeps every row forever. */
   retention?: RetentionOptions | false;
