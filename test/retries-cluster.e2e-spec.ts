@@ -94,7 +94,7 @@ describe('retries across nodes', () => {
     expect(rows.map((r) => r.name)).toEqual(['plan', 'drain', 'sleep:pause', 'move', 'verify', 'report']);
   });
 
-  it('loses no sleeping episode when the whole cluster stops during the sleep and stays down past the request TTL', async () => {
+  it('loses no sleeping episode when the whole cluster stops during the sleep and stays down past the request TTL, the same node identity coming back', async () => {
     const [d] = nodes.slice(-1) as [DemoNode];
     const id = await rebalanceOn(d, { resource: 'sleep-2', stepMs: 20, sleepMs: 1_500 }, 'rebalance_retried');
     await waiting(id);
@@ -105,9 +105,10 @@ describe('retries across nodes', () => {
       async () => (await database.db.query(`SELECT now() > $1::timestamptz + make_interval(secs => $2) AS past`, [due, (TTL_MS + 500) / 1000])).rows[0].past,
     );
     expect((await episodeRow(database.db, id)).status).toBe('waiting');
-    await boot('retry-e');
+    // The killed node's identity comes back as a new process: it takes the identity over and resumes the episode.
+    await boot('retry-d');
     const row = await waitForStatus(database.db, id, 'done', 30_000);
-    expect(row.owner_node).toBe('retry-e');
+    expect(row.owner_node).toBe('retry-d');
     expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, verify: 1, report: 1 });
   });
 });

@@ -18,7 +18,11 @@ export function takeable(ttl: string): string {
   return `(not_before IS NOT NULL OR inserted_at >= now() - make_interval(secs => ${ttl}::double precision / 1000))`;
 }
 
-/** The complement of takeable, for the expiry: a request to run now that no node took within the TTL. */
+/**
+ * What the expiry ends: a request to run now that no node took within the TTL (one takeable
+ * refuses). Spelled on `coalesce(not_before, inserted_at)`, although `not_before` is null here,
+ * so the expiry reads a range of the due index (migration 15) rather than every waiting request.
+ */
 export function expirable(ttl: string): string {
   return `not_before IS NULL AND coalesce(not_before, inserted_at) < now() - make_interval(secs => ${ttl}::double precision / 1000)`;
 }

@@ -172,9 +172,10 @@ export class TriggerRequests implements RetryWakeUps {
   /**
    * Expires the requests to run now (no due time) that no node took within the TTL (by the
    * database clock) in this node's env, with the reason; returns their episodes. A request with a
-   * due time never expires: it waits for a node that hosts its actor. Every node that is not disabled runs it: a row another
-   * node is expiring (or taking) at the same moment is skipped rather than waited for, so nodes
-   * never queue up behind each other here, and each request expires once.
+   * due time never expires: it waits for a node that hosts its actor. Every node that is not
+   * disabled runs it: a row another node is expiring (or taking) at the same moment is skipped
+   * rather than waited for, so nodes never queue up behind each other here, and each request
+   * expires once.
    */
   async expire(client: SqlExecutor, env: string | null): Promise<Array<{ episodeId: string; reason: string; id: string }>> {
     const ttl = this.options.triggerRequestTtlMs;
