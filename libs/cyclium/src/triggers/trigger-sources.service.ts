@@ -7,7 +7,7 @@ import { EventOutbox } from '../bus/event-outbox.service.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
+import { errorCode, errorMessage, holdsWork, isDatabaseUnavailable } from '../sql/database-errors.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { scopeKey } from '../scope/scope-key.js';
@@ -28,6 +28,12 @@ import { TriggerPlacement } from './trigger-placement.service.js';
 
 const RETRY_FIRST_MS = 200;
 const RETRY_MAX_MS = 5_000;
+
+/** Why a trigger waits: the database is away, or it refused the statement for a reason of the moment. */
+function heldBy(error: unknown): string {
+  if (isDatabaseUnavailable(error)) return `is waiting for the database (${errorMessage(error)})`;
+  return `was refused by the database (SQLSTATE ${errorCode(error)}: ${errorMessage(error)}), not for its own data`;
+}
 
 function describeTrigger(trigger: EpisodeTrigger): string {
   if (trigger.type === 'event') return `event ${trigger.eventId} "${trigger.eventType}"`;
@@ -155,11 +161,12 @@ export class TriggerSources implements OnApplicationBootstrap {
   /**
    * A bus event (`placed`) goes through TriggerPlacement: the node ranked first dispatches at once,
    * the others only as backups. A timer, which fires on every node anyway, races instead, after a
-   * random 0–jitterMs so the fastest node does not win every key. A trigger that meets an
-   * unreachable database is retried with backoff until it lands or the node drains. Resolves true
-   * once the trigger is settled (an episode or a trigger request exists for it, here or elsewhere,
-   * or it needs none); false when this node stopped first (the bus's next reader fires it again);
-   * rejects for a reason of the trigger's own.
+   * random 0–jitterMs so the fastest node does not win every key. A trigger that meets a database
+   * error other than its own data's fault (an outage, a timeout, a serialization failure, a
+   * deadlock, a read-only or full server: see holdsWork) is retried with backoff until it lands or
+   * the node drains. Resolves true once the trigger is settled (an episode or a trigger request
+   * exists for it, here or elsewhere, or it needs none); false when this node stopped first (the
+   * bus's next reader fires it again); rejects for a reason of the trigger's own (a skip).
    */
   private async trigger(
     expectation: RegisteredExpectation,
@@ -193,13 +200,14 @@ export class TriggerSources implements OnApplicationBootstrap {
         // Busy because this node began to drain: nobody took it.
         return result.status !== 'busy' || this.on;
       } catch (error) {
-        if (!isDatabaseUnavailable(error)) throw error;
-        if (attempt === 0) this.logger.warn(`${what} is waiting for the database (${errorMessage(error)}); retrying`);
+        // Rule 13: only the trigger's own data may skip it; any other database error holds its position.
+        if (!holdsWork(error)) throw error;
+        if (attempt === 0) this.logger.warn(`${what} ${heldBy(error)}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, delay).unref());
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
     }
-    this.logger.log(`${what} left for the bus's next reader: this node stopped while the database was away`);
+    this.logger.log(`${what} left for the bus's next reader: this node stopped while the database error lasted`);
     return false;
   }
 
