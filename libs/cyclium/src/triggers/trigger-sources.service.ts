@@ -16,7 +16,8 @@ import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
 import { DrainHandovers } from './drain-handovers.js';
-import { EventWindows } from './event-windows.js';
+import { EventWindows, databaseNow } from './event-windows.js';
+import { StaleEventError } from './stale-event.error.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -136,14 +137,35 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
     const { subjectKey, debounceMs, cooldownMs } = expectation.options;
     const subject = `${expectation.actorId}\u0000${expectation.id}\u0000${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
-    return this.windows.admit(subject, event, receipt, debounceMs ?? 0, cooldownMs ?? 0, (fired) =>
-      this.trigger(
-        expectation,
-        { type: 'event', eventType: fired.type, eventId: fired.eventId, payload: fired.payload },
-        scopeKey(eventKey(expectation.actorId, expectation.id, fired.type, fired.eventId, fired.payload), this.options.env),
-        true,
-        fired.publishedAt,
-      ),
+    return this.windows.admit(subject, event, receipt, debounceMs ?? 0, cooldownMs ?? 0, (fired, firedReceipt) =>
+      this.fireEvent(expectation, fired, firedReceipt),
+    );
+  }
+
+  /**
+   * Exactly one episode per event, whatever the stop and the windows: an episode is archived (its
+   * dedupe key freed) no sooner than `retention.archiveAfter` after it ended, so after it started,
+   * which is never before its event was stored plus the expectation's debounce (a window fires
+   * then, by the committed clock, on every node). An event younger than both cannot meet a freed
+   * key; an older one could (a replay from a position that lagged, a window's trailing event read
+   * late), so it is skipped, with the reason (StaleEventError). The insert itself is bounded the
+   * same way (`insertBefore`, by the database clock), for a trigger that waits on after this
+   * check: for a slot, through an outage, or handed over by a drain.
+   */
+  private fireEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt): Promise<boolean> {
+    const archiveAfter = this.options.retention?.archiveAfter;
+    const windowMs = archiveAfter === undefined ? undefined : archiveAfter + (expectation.options.debounceMs ?? 0);
+    const insertBefore = windowMs === undefined ? undefined : new Date(receipt.committedAt + windowMs);
+    const ageMs = databaseNow(receipt) - receipt.committedAt;
+    if (windowMs !== undefined && ageMs >= windowMs) return Promise.reject(new StaleEventError(ageMs, windowMs));
+    const key = eventKey(expectation.actorId, expectation.id, event.type, event.eventId, event.payload);
+    return this.trigger(
+      expectation,
+      { type: 'event', eventType: event.type, eventId: event.eventId, payload: event.payload },
+      scopeKey(key, this.options.env),
+      true,
+      event.publishedAt,
+      insertBefore,
     );
   }
 
@@ -174,10 +196,11 @@ export class TriggerSources implements OnApplicationBootstrap {
     dedupeKey: string,
     placed = false,
     publishedAt?: string,
+    insertBefore?: Date,
   ): Promise<boolean> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
-    if (turn === 'handover') return this.handovers.add(expectation, trigger, dedupeKey, what);
+    if (turn === 'handover') return this.handovers.add({ expectation, trigger, dedupeKey, what, insertBefore });
     if (turn === 'handled') return true;
     if (!this.on) return false;
     if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
@@ -190,6 +213,7 @@ export class TriggerSources implements OnApplicationBootstrap {
           sourceEnv: this.options.env,
           waitForSlot: placed,
           onWait: placed ? (withdraw) => this.placement.waitingHere(dedupeKey, expectation.actorId, withdraw) : undefined,
+          insertBefore,
         });
         if (placed) this.placement.dispatched(dedupeKey, result);
         if (result.status === 'started' && publishedAt !== undefined) this.triggered(expectation, trigger, publishedAt);
