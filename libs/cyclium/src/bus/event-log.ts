@@ -18,9 +18,17 @@ export interface LoggedEvent {
   readonly trusted: boolean;
 }
 
+/**
+ * When a row was stored, as its reader may take it: never after the read (a row this statement sees
+ * committed before it; a later `created_at`, up to `infinity`, is a stepped clock or a hostile
+ * row) and never before the epoch (`-infinity`), so its time and age are finite, never negative,
+ * and 64-bit (float8 milliseconds: a 32-bit age overflowed past 24.8 days and failed every read).
+ */
+const STORED_AT = `greatest(least(e.created_at, statement_timestamp()), timestamptz 'epoch')`;
+
 const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload, e.published_at, e.signature,
-       (extract(epoch FROM e.created_at) * 1000)::float8 AS created_ms,
-       (extract(epoch FROM statement_timestamp() - e.created_at) * 1000)::int AS age_ms`;
+       (extract(epoch FROM ${STORED_AT}) * 1000)::float8 AS created_ms,
+       (extract(epoch FROM statement_timestamp() - ${STORED_AT}) * 1000)::float8 AS age_ms`;
 
 /**
  * The rows of `page` (ordered by tx_id, id) up to `maxBytes` of stored payload, the row that
@@ -91,7 +99,8 @@ const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text
  * `undispatchedMs`, then deleted all the same and counted, so a channel nobody consumes any more
  * cannot grow without end. `young`: the batch's last row is inside the window: ids follow insert
  * order, and a later insert is never much older, so the rest of the table is young too and the
- * pass is done. A young row among older ones (a clock step, an edited row) does not stop it.
+ * pass is done. A young row among older ones (a clock step, an edited row) does not stop it, nor
+ * does a last row dated in the future, which says nothing of the rows after it.
  */
 const PRUNE = prepared(
   'events_prune_after',
@@ -113,7 +122,7 @@ const PRUNE = prepared(
          (SELECT count(*) FROM deleted JOIN doomed d USING (id) WHERE d.undispatched)::int AS undispatched,
          (SELECT count(*) FROM examined)::int AS examined,
          (SELECT max(id) FROM examined)::text AS last_id,
-         coalesce((SELECT NOT expired FROM examined ORDER BY id DESC LIMIT 1), false) AS young`,
+         coalesce((SELECT NOT expired AND created_at <= now() FROM examined ORDER BY id DESC LIMIT 1), false) AS young`,
 );
 
 /** What one batch of retention did (EventLog.prune). */
@@ -153,8 +162,15 @@ interface EventRow {
   event_id: string;
   type: string;
   payload: unknown;
-  published_at: Date;
+  /** A Date, or what pg makes of a timestamp JavaScript cannot hold (`infinity`: a number). */
+  published_at: unknown;
   age_ms: number;
+}
+
+/** `value` as an ISO time when it is a Date JavaScript can print; else the row's stored time (a hostile row). */
+function isoTime(value: unknown, fallbackMs: number): string {
+  const valid = value instanceof Date && Number.isFinite(value.getTime());
+  return (valid ? value : new Date(fallbackMs)).toISOString();
 }
 
 /** Every statement on cyclium_events: the reads and retention here, the appends through EventAppender. */
@@ -208,7 +224,8 @@ export class EventLog {
   }
 
   private toLogged(row: EventRow): LoggedEvent {
-    const event = { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt: row.published_at.toISOString() };
+    const publishedAt = isoTime(row.published_at, row.created_ms);
+    const event = { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt };
     const { integrity, channel } = this.scope;
     const trusted = !integrity || !isReservedType(row.type) || integrity.verify(channel, event, row.signature);
     return { id: row.id as string, txId: row.tx_id, committedAt: row.created_ms, ageMs: row.age_ms, event, trusted };
