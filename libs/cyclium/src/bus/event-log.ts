@@ -4,6 +4,7 @@ import type { BusEvent } from './bus.interface.js';
 import { EventAppender, type AppendOutcome, type EventLogScope, type StorableEvent } from './event-appender.js';
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 import { isReservedType } from './reserved-types.js';
+import { READ_MAX_BYTES } from './event-bounds.js';
 
 /** An event as a reader found it. */
 export interface LoggedEvent {
@@ -16,6 +17,12 @@ export interface LoggedEvent {
   readonly ageMs: number;
   /** False for a reserved event whose signature does not hold (the `integrity` option): nobody is handed it. */
   readonly trusted: boolean;
+  /**
+   * The bytes of its payload as text when they are over what one read loads (READ_MAX_BYTES): the
+   * payload was left in the database (`event.payload` is null) and nobody is handed the event.
+   * Null for every event a writer of this library stored (see assertStoredSize).
+   */
+  readonly oversizedBytes: number | null;
 }
 
 /**
@@ -31,22 +38,32 @@ const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e
        (extract(epoch FROM statement_timestamp() - ${STORED_AT}) * 1000)::float8 AS age_ms`;
 
 /**
- * The rows of `page` (ordered by tx_id, id) up to `maxBytes` of stored payload, the row that
- * crosses it included (so a read always makes progress), each with `taken`: how many rows the
- * page held. A page cut short by bytes is as full as one that hit its row limit, and the reader
- * reads on: a row in the shared table, however large, costs one read of its own, not the node's memory.
+ * The rows of `page` (ordered by tx_id, id) whose payloads as text (`payload_bytes`: what the node
+ * loads, not the stored size, which a very compressible payload keeps tiny) add up to at most
+ * `maxBytes`, each with `taken`: how many rows the page held. A row whose payload alone is over
+ * `maxBytes` comes back without it and counts as nothing, so a read always makes progress and no
+ * node loads it. The stored sizes narrow the page first, as cheaply as before: only the rows a
+ * read by stored bytes would have returned are measured as text. A page cut short by bytes is as
+ * full as one that hit its row limit, and the reader reads on.
  */
 function withinBytes(page: string, maxBytes: string): string {
+  const max = `${maxBytes}::bigint`;
   return `
-      SELECT * FROM (
-        SELECT c.*, count(*) OVER () AS taken,
-               sum(coalesce(pg_column_size(c.payload), 0)) OVER (ORDER BY c.tx_id, c.id) - coalesce(pg_column_size(c.payload), 0) AS before_bytes
-          FROM (${page}) c) w
-       WHERE w.before_bytes < ${maxBytes}`;
+      SELECT m.id, m.tx_id, m.event_id, m.type, m.published_at, m.signature, m.created_at, m.taken, m.payload_bytes,
+             CASE WHEN m.payload_bytes > ${max} THEN NULL ELSE m.payload END AS payload
+        FROM (
+          SELECT t.*, sum(CASE WHEN t.payload_bytes > ${max} THEN 0 ELSE t.payload_bytes END)
+                        OVER (ORDER BY t.tx_id, t.id) AS through_bytes
+            FROM (
+              SELECT s.*, coalesce(octet_length(s.payload::text), 0)::bigint AS payload_bytes
+                FROM (
+                  SELECT c.*, count(*) OVER () AS taken,
+                         sum(coalesce(pg_column_size(c.payload), 0)) OVER (ORDER BY c.tx_id, c.id)
+                           - coalesce(pg_column_size(c.payload), 0) AS stored_before
+                    FROM (${page}) c) s
+               WHERE s.stored_before < ${max}) t) m
+       WHERE m.through_bytes <= ${max}`;
 }
-
-/** Payload bytes (as stored) one read returns at most, past the row that crosses it. */
-export const READ_MAX_BYTES = 4 * 1_048_576;
 
 /**
  * Every row that became visible since the snapshot `from`, and the snapshot it was read with (the
@@ -59,7 +76,7 @@ export const READ_MAX_BYTES = 4 * 1_048_576;
 const READ_AFTER = prepared(
   'events_read_after',
   `
-  SELECT s.snap::text AS snapshot, ${COLUMNS}, e.taken
+  SELECT s.snap::text AS snapshot, ${COLUMNS}, e.taken, e.payload_bytes::text
     FROM (SELECT pg_current_snapshot() AS snap) s
     LEFT JOIN LATERAL (${withinBytes(
       `SELECT * FROM cyclium_events
@@ -75,7 +92,7 @@ const READ_AFTER = prepared(
 const READ_PAGE = prepared(
   'events_read_page',
   `
-  SELECT ${COLUMNS}, e.taken
+  SELECT ${COLUMNS}, e.taken, e.payload_bytes::text
     FROM (${withinBytes(
       `SELECT * FROM cyclium_events
         WHERE channel = $1 AND (tx_id >= $2::xid8 OR tx_id = ANY($3::xid8[]))
@@ -155,6 +172,7 @@ function isCut(rows: readonly EventRow[], limit: number): boolean {
 interface EventRow {
   snapshot?: string;
   taken: string | null;
+  payload_bytes: string | null;
   signature: string | null;
   id: string | null;
   tx_id: string;
@@ -205,7 +223,7 @@ export class EventLog {
     const { rows } = await sql.query<EventRow>(READ_AFTER([this.scope.channel, from.xmax, from.xip, limit, maxBytes]));
     const snapshot = parseSnapshot(rows[0]?.snapshot ?? '');
     const events = rows.filter((r) => r.id !== null);
-    return { events: events.map((r) => this.toLogged(r)), more: isCut(events, limit), snapshot };
+    return { events: events.map((r) => this.toLogged(r, maxBytes)), more: isCut(events, limit), snapshot };
   }
 
   /** Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more` as readAfter's. */
@@ -220,15 +238,18 @@ export class EventLog {
     const { rows } = await sql.query<EventRow>(
       READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit, maxBytes]),
     );
-    return { events: rows.map((r) => this.toLogged(r)), more: isCut(rows, limit) };
+    return { events: rows.map((r) => this.toLogged(r, maxBytes)), more: isCut(rows, limit) };
   }
 
-  private toLogged(row: EventRow): LoggedEvent {
+  private toLogged(row: EventRow, maxBytes: number): LoggedEvent {
     const publishedAt = isoTime(row.published_at, row.created_ms);
     const event = { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt };
     const { integrity, channel } = this.scope;
     const trusted = !integrity || !isReservedType(row.type) || integrity.verify(channel, event, row.signature);
-    return { id: row.id as string, txId: row.tx_id, committedAt: row.created_ms, ageMs: row.age_ms, event, trusted };
+    const bytes = Number(row.payload_bytes ?? 0);
+    const oversizedBytes = bytes > maxBytes ? bytes : null;
+    const { created_ms: committedAt, age_ms: ageMs } = row;
+    return { id: row.id as string, txId: row.tx_id, committedAt, ageMs, event, trusted, oversizedBytes };
   }
 
   /** One batch of retention after id `after` (see PRUNE); nothing when another node holds the lock. */

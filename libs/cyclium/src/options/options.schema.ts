@@ -1,10 +1,8 @@
 import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Max, Min, ValidateBy, ValidateIf, ValidateNested } from 'class-validator';
 import type { CycliumMode } from './cyclium-options.interface.js';
+import { MAX_PAYLOAD_BYTES } from '../bus/event-bounds.js';
 import { MAX_TIMER_MS, MAX_WINDOW_MS } from '../primitives/time-limits.js';
 import { IsIntegrityOptions, IsNonEmptyStringOrFunction, IsPositiveNumber, IsPostgresUrl, OneOfOr } from './option-validators.js';
-
-/** The largest jsonb value PostgreSQL stores (just under 256 MiB). */
-const MAX_JSONB_BYTES = 268_435_455;
 
 export const MODES: readonly CycliumMode[] = ['full', 'trigger_only', 'disabled'];
 
@@ -18,6 +16,7 @@ const positiveMs = (field: string) => ({ message: `${field} must be a whole numb
 /** A nullable period: `orNull` says what null means. */
 const positiveMsOrNull = (field: string, orNull: string) => ({ message: `${field} must be a whole number of milliseconds >= 1, or null ${orNull}` });
 const stringOrNull = (field: string) => ({ message: `${field} must be a string or null` });
+const payloadBytes = { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_PAYLOAD_BYTES}` };
 
 const TIMER_LIMIT = `${MAX_TIMER_MS} ms (about 24.8 days)`;
 const WINDOW_LIMIT = `${MAX_WINDOW_MS} ms (100 years)`;
@@ -163,11 +162,11 @@ export class CycliumOptionsSchema {
   @Min(1, { message: 'busPublishQueueMax must be a whole number of publishes >= 1' })
   busPublishQueueMax?: unknown;
 
-  // jsonb stores at most 255 MiB; a bound past it would promise what PostgreSQL refuses.
+  // Every event must fit one read of the bus (4 MiB of payload text, jsonb printing up to 1.5 times the JSON).
   @defined('busMaxPayloadBytes')
-  @IsInt({ message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
-  @Min(1, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
-  @Max(MAX_JSONB_BYTES, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
+  @IsInt(payloadBytes)
+  @Min(1, payloadBytes)
+  @Max(MAX_PAYLOAD_BYTES, payloadBytes)
   busMaxPayloadBytes?: unknown;
 
   @defined('listenUrl')

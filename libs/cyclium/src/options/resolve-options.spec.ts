@@ -6,6 +6,7 @@ const DAY = 86_400_000;
 const TIMER = '2147483647 ms (about 24.8 days)';
 const WINDOW = '3155760000000 ms (100 years)';
 const LEASE = '2147483.647 s (about 24.8 days)';
+const PAYLOAD = 'busMaxPayloadBytes must be a whole number of bytes from 1 to 2097152';
 
 const problems = (options: unknown): string[] => {
   try {
@@ -139,8 +140,9 @@ describe('resolveCycliumOptions', () => {
     [{ workClaimsLeaseSeconds: 3e6 }, `workClaimsLeaseSeconds must be at most ${LEASE} (got 3000000)`],
     [{ busPublishQueueMax: 0 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 0)'],
     [{ busPublishQueueMax: 2.5 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 2.5)'],
-    [{ busMaxPayloadBytes: 0 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 0)'],
-    [{ busMaxPayloadBytes: 300_000_000 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 300000000)'],
+    [{ busMaxPayloadBytes: 0 }, `${PAYLOAD} (got 0)`],
+    [{ busMaxPayloadBytes: 200 * 1_048_576 }, `${PAYLOAD} (got 209715200)`],
+    [{ busMaxPayloadBytes: 2_097_153 }, `${PAYLOAD} (got 2097153)`],
     [{ checkoutTimeoutMs: 0 }, 'checkoutTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],
     [{ queryTimeoutMs: 1.5 }, 'queryTimeoutMs must be a whole number of milliseconds >= 1 (got 1.5)'],
     [{ deliveryTimeoutMs: 0 }, 'deliveryTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],
