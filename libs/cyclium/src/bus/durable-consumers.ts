@@ -156,12 +156,28 @@ export class DurableConsumers {
       const { events: page, more } = await this.log.readPage(this.sql, from, to, after, PAGE);
       const readAt = performance.now();
       for (const logged of page) {
-        if (!logged.trusted || !types.has(logged.event.type)) continue;
+        if (logged.oversizedBytes !== null) this.skipOversized(logged, consumers);
+        if (!logged.trusted || logged.oversizedBytes !== null || !types.has(logged.event.type)) continue;
         for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt);
       }
       if (!more) return;
       after = page[page.length - 1];
     }
+  }
+
+  /**
+   * A row whose payload no read loads (EventLog's budget): written past this library's writers, it
+   * is nobody's to dispatch. It is logged, and counted as skipped for each consumer of its type
+   * that reads it (`among`: those of a replay; by default the ready ones), whose position passes it.
+   */
+  skipOversized(logged: LoggedEvent, among?: readonly DurableConsumer[]): void {
+    const bytes = logged.oversizedBytes;
+    const reason = new Error(`its payload is ${bytes} bytes of text, over what a bus read loads; left unread`);
+    const consumers = among ?? [...(this.byType.get(logged.event.type) ?? [])].filter((c) => c.ready);
+    const skipping = consumers.filter((c) => c.active && c.type === logged.event.type);
+    const what = `event ${logged.id} ("${logged.event.type}")`;
+    if (skipping.length === 0) this.logger.warn(`ignored ${what}: ${reason.message}`);
+    for (const consumer of skipping) this.skipped(consumer.name, logged.event, reason);
   }
 
   private skipped(consumer: string, event: BusEvent, error: unknown): void {

@@ -27,7 +27,7 @@ export interface PostgresBusOptions {
   retentionMs?: number;
   /** Delete events older than this even when a consumer's position has not passed them (warned and counted). Default a week. */
   undispatchedMaxAgeMs?: number;
-  /** Refuse a published payload whose JSON is longer than this many bytes. Default 1 MiB. */
+  /** Refuse a published payload whose JSON is longer than this (at most MAX_PAYLOAD_BYTES). Default 1 MiB. */
   maxPayloadBytes?: number;
   /**
    * At most this many publishes wait in memory for the database (queued or being stored); one

@@ -17,7 +17,7 @@ import type { DurableEvents } from './durable-events.interface.js';
 import { DurableConsumers } from './durable-consumers.js';
 import type { DurableHandler, DurableSubscriptions } from './durable-subscriptions.interface.js';
 import { EventLog } from './event-log.js';
-import { EventPublisher, storableEvent } from './event-publisher.js';
+import { EventPublisher, boundedEvent } from './event-publisher.js';
 import { LocalBus } from './local-bus.js';
 import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
 
@@ -65,6 +65,10 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     const sink: ReaderSink = {
       catchUp: (cursor) => this.consumers.catchUp(cursor),
       deliver: (logged, readAt) => {
+        if (logged.oversizedBytes !== null) {
+          this.consumers.skipOversized(logged);
+          return false;
+        }
         if (!logged.trusted) {
           this.logger.warn(
             `ignored event ${logged.id} (${logged.event.type}, id ${logged.event.eventId}): a reserved type without this deployment's signature`,
@@ -147,17 +151,17 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
    * all. An id already stored with another type or payload throws EventIdConflictError (roll back).
    */
   async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
-    const outcomes = await this.log.append(client, events.map(storableEvent));
+    const outcomes = await this.log.append(client, events.map(boundedEvent));
     const conflict = events.find((_, i) => outcomes[i] === 'conflict');
     if (conflict) throw new EventIdConflictError(conflict.eventId, conflict.type);
   }
 
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {
-    return this.log.appendFragment(statement, events.map(storableEvent), when);
+    return this.log.appendFragment(statement, events.map(boundedEvent), when);
   }
 
   appendManyFragment(statement: Statement, events: readonly BusEvent[], positions: string): string {
-    return this.log.appendFragment(statement, events.map(storableEvent), `e.n IN (${positions})`);
+    return this.log.appendFragment(statement, events.map(boundedEvent), `e.n IN (${positions})`);
   }
 
   /**

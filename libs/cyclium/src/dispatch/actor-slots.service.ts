@@ -89,6 +89,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       maxAttempts: expectation.options.maxAttempts ?? 3,
       sourceStack: options.sourceStack,
       sourceEnv: options.sourceEnv,
+      insertBefore: options.insertBefore,
     };
     const slots = this.slotsOf(actor.id);
     if (slots.running >= actor.options.maxConcurrentEpisodes) {

@@ -130,6 +130,7 @@ export class EpisodeStore {
       workflowInstanceId: null,
       workflowStepId: null,
       waits: spec.status === 'queued',
+      insertBefore: null,
     };
     statement.with('ep', insertEpisodes(`(${episodeInput(statement, [row])})`, 'fail'));
     const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));

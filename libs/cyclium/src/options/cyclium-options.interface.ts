@@ -75,7 +75,8 @@ export interface CycliumOptions {
   busPublishQueueMax?: number;
   /**
    * With `bus: 'postgres'`: the largest payload `publish` takes, in bytes of its JSON (UTF-8).
-   * A larger one is refused with `EventPayloadTooLargeError` before anything is queued.
+   * A larger one is refused with `EventPayloadTooLargeError` before anything is queued, as is one
+   * whose jsonb would print over the 4 MiB one read of the bus loads. At most 2 097 152 (2 MiB).
    * Default 1 048 576 (1 MiB).
    */
   busMaxPayloadBytes?: number;

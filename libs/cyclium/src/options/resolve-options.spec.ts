@@ -2,6 +2,12 @@ import { describe, expect, it } from '@jest/globals';
 import { CycliumConfigError } from './cyclium-config.error.js';
 import { resolveCycliumOptions } from './resolve-options.js';
 
+const DAY = 86_400_000;
+const TIMER = '2147483647 ms (about 24.8 days)';
+const WINDOW = '3155760000000 ms (100 years)';
+const LEASE = '2147483.647 s (about 24.8 days)';
+const PAYLOAD = 'busMaxPayloadBytes must be a whole number of bytes from 1 to 2097152';
+
 const problems = (options: unknown): string[] => {
   try {
     resolveCycliumOptions(options as never);
@@ -101,6 +107,13 @@ describe('resolveCycliumOptions', () => {
     expect(problems({ listenUrl: 'postgres://db/app', bus: 'postgres' })).toEqual([]);
   });
 
+  it('takes windows past 24.8 days (32-bit milliseconds): they are 64-bit throughout', () => {
+    const resolved = resolveCycliumOptions({ busUndispatchedMaxAgeMs: 30 * DAY, recovery: { staleAfterMs: 40 * DAY } });
+    expect(resolved.busUndispatchedMaxAgeMs).toBe(30 * DAY);
+    expect(resolved.retention?.archiveAfter).toBe(30 * DAY);
+    expect(resolved.recovery.staleAfterMs).toBe(40 * DAY);
+  });
+
   it('accepts custom adapters and buses by shape', () => {
     const adapter = { acquire() {}, renew() {}, complete() {}, fail() {}, owns() {}, reclaimExpired() {} };
     const bus = { publish() {}, subscribe() {} };
@@ -121,10 +134,15 @@ describe('resolveCycliumOptions', () => {
     [{ recovery: { notHostedGraceMs: 1.5 } }, 'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them (got 1.5)'],
     [{ recovery: { resolvePolicy: 'restart' } }, `recovery.resolvePolicy must be a function returning 'restart' or 'fail' (got "restart")`],
     [{ triggerRequestTtlMs: 0 }, 'triggerRequestTtlMs must be a whole number of milliseconds >= 1 (got 0)'],
+    [{ busPollIntervalMs: 2 ** 31 }, `busPollIntervalMs must be at most ${TIMER} (got 2147483648)`],
+    [{ retention: { intervalMs: 30 * DAY } }, `retention.intervalMs must be at most ${TIMER} (got 2592000000)`],
+    [{ busUndispatchedMaxAgeMs: 4e12 }, `busUndispatchedMaxAgeMs must be at most ${WINDOW} (got 4000000000000)`],
+    [{ workClaimsLeaseSeconds: 3e6 }, `workClaimsLeaseSeconds must be at most ${LEASE} (got 3000000)`],
     [{ busPublishQueueMax: 0 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 0)'],
     [{ busPublishQueueMax: 2.5 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 2.5)'],
-    [{ busMaxPayloadBytes: 0 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 0)'],
-    [{ busMaxPayloadBytes: 300_000_000 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 300000000)'],
+    [{ busMaxPayloadBytes: 0 }, `${PAYLOAD} (got 0)`],
+    [{ busMaxPayloadBytes: 200 * 1_048_576 }, `${PAYLOAD} (got 209715200)`],
+    [{ busMaxPayloadBytes: 2_097_153 }, `${PAYLOAD} (got 2097153)`],
     [{ checkoutTimeoutMs: 0 }, 'checkoutTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],
     [{ queryTimeoutMs: 1.5 }, 'queryTimeoutMs must be a whole number of milliseconds >= 1 (got 1.5)'],
     [{ deliveryTimeoutMs: 0 }, 'deliveryTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],

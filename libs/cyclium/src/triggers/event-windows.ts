@@ -24,7 +24,7 @@ interface Window {
 const unsettled = new Promise<void>(() => undefined);
 
 /** The database clock now, as seen from a receipt: its age when read plus the time since. */
-function databaseNow(receipt: EventReceipt): number {
+export function databaseNow(receipt: EventReceipt): number {
   return receipt.committedAt + receipt.ageMs + (performance.now() - receipt.readAt);
 }
 

@@ -7,7 +7,7 @@ import { EventOutbox } from '../bus/event-outbox.service.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
+import { errorCode, errorMessage, holdsWork, isDatabaseUnavailable } from '../sql/database-errors.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { scopeKey } from '../scope/scope-key.js';
@@ -16,7 +16,8 @@ import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
 import { DrainHandovers } from './drain-handovers.js';
-import { EventWindows } from './event-windows.js';
+import { EventWindows, databaseNow } from './event-windows.js';
+import { StaleEventError } from './stale-event.error.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -28,6 +29,12 @@ import { TriggerPlacement } from './trigger-placement.service.js';
 
 const RETRY_FIRST_MS = 200;
 const RETRY_MAX_MS = 5_000;
+
+/** Why a trigger waits: the database is away, or it refused the statement for a reason of the moment. */
+function heldBy(error: unknown): string {
+  if (isDatabaseUnavailable(error)) return `is waiting for the database (${errorMessage(error)})`;
+  return `was refused by the database (SQLSTATE ${errorCode(error)}: ${errorMessage(error)}), not for its own data`;
+}
 
 function describeTrigger(trigger: EpisodeTrigger): string {
   if (trigger.type === 'event') return `event ${trigger.eventId} "${trigger.eventType}"`;
@@ -130,14 +137,35 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
     const { subjectKey, debounceMs, cooldownMs } = expectation.options;
     const subject = `${expectation.actorId}\u0000${expectation.id}\u0000${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
-    return this.windows.admit(subject, event, receipt, debounceMs ?? 0, cooldownMs ?? 0, (fired) =>
-      this.trigger(
-        expectation,
-        { type: 'event', eventType: fired.type, eventId: fired.eventId, payload: fired.payload },
-        scopeKey(eventKey(expectation.actorId, expectation.id, fired.type, fired.eventId, fired.payload), this.options.env),
-        true,
-        fired.publishedAt,
-      ),
+    return this.windows.admit(subject, event, receipt, debounceMs ?? 0, cooldownMs ?? 0, (fired, firedReceipt) =>
+      this.fireEvent(expectation, fired, firedReceipt),
+    );
+  }
+
+  /**
+   * Exactly one episode per event, whatever the stop and the windows: an episode is archived (its
+   * dedupe key freed) no sooner than `retention.archiveAfter` after it ended, so after it started,
+   * which is never before its event was stored plus the expectation's debounce (a window fires
+   * then, by the committed clock, on every node). An event younger than both cannot meet a freed
+   * key; an older one could (a replay from a position that lagged, a window's trailing event read
+   * late), so it is skipped, with the reason (StaleEventError). The insert itself is bounded the
+   * same way (`insertBefore`, by the database clock), for a trigger that waits on after this
+   * check: for a slot, through an outage, or handed over by a drain.
+   */
+  private fireEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt): Promise<boolean> {
+    const archiveAfter = this.options.retention?.archiveAfter;
+    const windowMs = archiveAfter === undefined ? undefined : archiveAfter + (expectation.options.debounceMs ?? 0);
+    const insertBefore = windowMs === undefined ? undefined : new Date(receipt.committedAt + windowMs);
+    const ageMs = databaseNow(receipt) - receipt.committedAt;
+    if (windowMs !== undefined && ageMs >= windowMs) return Promise.reject(new StaleEventError(ageMs, windowMs));
+    const key = eventKey(expectation.actorId, expectation.id, event.type, event.eventId, event.payload);
+    return this.trigger(
+      expectation,
+      { type: 'event', eventType: event.type, eventId: event.eventId, payload: event.payload },
+      scopeKey(key, this.options.env),
+      true,
+      event.publishedAt,
+      insertBefore,
     );
   }
 
@@ -155,11 +183,12 @@ export class TriggerSources implements OnApplicationBootstrap {
   /**
    * A bus event (`placed`) goes through TriggerPlacement: the node ranked first dispatches at once,
    * the others only as backups. A timer, which fires on every node anyway, races instead, after a
-   * random 0–jitterMs so the fastest node does not win every key. A trigger that meets an
-   * unreachable database is retried with backoff until it lands or the node drains. Resolves true
-   * once the trigger is settled (an episode or a trigger request exists for it, here or elsewhere,
-   * or it needs none); false when this node stopped first (the bus's next reader fires it again);
-   * rejects for a reason of the trigger's own.
+   * random 0–jitterMs so the fastest node does not win every key. A trigger that meets a database
+   * error other than its own data's fault (an outage, a timeout, a serialization failure, a
+   * deadlock, a read-only or full server: see holdsWork) is retried with backoff until it lands or
+   * the node drains. Resolves true once the trigger is settled (an episode or a trigger request
+   * exists for it, here or elsewhere, or it needs none); false when this node stopped first (the
+   * bus's next reader fires it again); rejects for a reason of the trigger's own (a skip).
    */
   private async trigger(
     expectation: RegisteredExpectation,
@@ -167,10 +196,11 @@ export class TriggerSources implements OnApplicationBootstrap {
     dedupeKey: string,
     placed = false,
     publishedAt?: string,
+    insertBefore?: Date,
   ): Promise<boolean> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
-    if (turn === 'handover') return this.handovers.add(expectation, trigger, dedupeKey, what);
+    if (turn === 'handover') return this.handovers.add({ expectation, trigger, dedupeKey, what, insertBefore });
     if (turn === 'handled') return true;
     if (!this.on) return false;
     if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
@@ -183,6 +213,7 @@ export class TriggerSources implements OnApplicationBootstrap {
           sourceEnv: this.options.env,
           waitForSlot: placed,
           onWait: placed ? (withdraw) => this.placement.waitingHere(dedupeKey, expectation.actorId, withdraw) : undefined,
+          insertBefore,
         });
         if (placed) this.placement.dispatched(dedupeKey, result);
         if (result.status === 'started' && publishedAt !== undefined) this.triggered(expectation, trigger, publishedAt);
@@ -193,13 +224,14 @@ export class TriggerSources implements OnApplicationBootstrap {
         // Busy because this node began to drain: nobody took it.
         return result.status !== 'busy' || this.on;
       } catch (error) {
-        if (!isDatabaseUnavailable(error)) throw error;
-        if (attempt === 0) this.logger.warn(`${what} is waiting for the database (${errorMessage(error)}); retrying`);
+        // Rule 13: only the trigger's own data may skip it; any other database error holds its position.
+        if (!holdsWork(error)) throw error;
+        if (attempt === 0) this.logger.warn(`${what} ${heldBy(error)}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, delay).unref());
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
     }
-    this.logger.log(`${what} left for the bus's next reader: this node stopped while the database was away`);
+    this.logger.log(`${what} left for the bus's next reader: this node stopped while the database error lasted`);
     return false;
   }
 
