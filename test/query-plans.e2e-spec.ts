@@ -56,7 +56,7 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
     }
   }
 
-  const due = pendingStatement({ env: null, stack: null, actors: ['a'], limit: 16 }, 604_800_000);
+  const due = pendingStatement({ env: null, stack: null, actors: ['a'], limit: 16, me: 'node-x' }, 604_800_000, 45_000);
   const events = new EventLog({ channel: 'cyclium_bus', stackSlug: null, env: null, publisher: () => 'node-x' });
 
   beforeAll(async () => {

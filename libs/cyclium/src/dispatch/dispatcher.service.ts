@@ -46,8 +46,11 @@ export class Dispatcher {
     return this.mode.of(actorId) === 'full' && this.slots.free(actorId) > 0;
   }
 
-  /** A trigger this node can no longer run (it is draining), left to a full node as a trigger request. */
+  /**
+   * A trigger this node can no longer run (it is draining), left to a full node as a trigger
+   * request. Accepted work: due at once, so it never expires, however long the cluster stays down.
+   */
   handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
-    return this.deferred.defer(expectation, trigger, options);
+    return this.deferred.defer(expectation, trigger, { ...options, delay: { ms: 0 } });
   }
 }

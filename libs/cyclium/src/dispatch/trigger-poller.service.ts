@@ -43,8 +43,9 @@ type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } |
  * conditional `UPDATE … WHERE status = 'pending'`, the episode moved from deferred to running here
  * with its own claim. So a request is either still pending or done with; a node killed after it
  * took some leaves running episodes, which recovery restarts like any other. Requests to run now
- * pending longer than `triggerRequestTtlMs` expire (one with a due time waits for a node that
- * hosts its actor, however long), and their episodes fail with the reason: on every node
+ * pending longer than `triggerRequestTtlMs` while a full node of their env was up expire (accepted
+ * work has a due time and waits for a node that hosts it, however long), and their episodes fail
+ * with the reason: on every node
  * that is not disabled, whatever it hosts, so an env with no full node (or none that hosts the
  * actor) still sees its requests end. The mode is read at every tick, per actor: an actor switched
  * away from full is taken for nothing until it is switched back, and the switch back polls at once.
@@ -133,6 +134,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
         stack: this.options.triggerPollSourceStack,
         actors: [...free.keys()],
         limit: Math.min(capacity, BATCH),
+        me: this.identity.name(),
       });
       for (const request of pending) {
         const left = free.get(request.actorId) ?? 0;
@@ -207,7 +209,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
     this.lastExpiry = now;
     // Every terminal path publishes its event: a workflow waiting on one of these hears it failed.
     const { expired, announce, failed } = await this.database.transaction(async (client) => {
-      const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv);
+      const me = this.mode.current === 'full' ? this.identity.name() : null;
+      const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv, me);
       return { expired: requests, ...(await this.failDeferred(client, requests, 'trigger_request_expired')) };
     });
     announce();

@@ -169,6 +169,8 @@ export class EpisodeTakeover {
           sourceStack: episode.sourceStack,
           sourceEnv: episode.sourceEnv,
           opts: { resume: true },
+          // Accepted work, due at once: it never expires.
+          delayMs: 0,
         },
         episode.triggerRef,
       );
