@@ -188,10 +188,10 @@ describe('ActorSlots bus events waiting in memory', () => {
 describe('ActorSlots taking queued rows together', () => {
   it('takes one row per free slot but one in one statement, and leaves that slot to other starters meanwhile', async () => {
     let answer!: (rows: never) => void;
-    const take = jest.fn((_actorId: string, _limit: number, _from: 'own' | 'peer') => new Promise<never>((resolve) => (answer = resolve)));
+    const take = jest.fn<QueuedBegins['take']>(() => new Promise<never>((resolve) => (answer = resolve)));
     const { slots, runs, dequeues } = slotsWithManualQueue(4, { available: true, take: take as QueuedBegins['take'] });
     slots.noteQueued('a');
-    expect(take).toHaveBeenCalledWith('a', 3, 'own');
+    expect(take).toHaveBeenCalledWith('a', [], 3, 'own');
     // While the take is in flight, a deferred episode the poller found can still start.
     expect(slots.free('a')).toBe(1);
     answer([started('q1'), started('q2')] as never);

@@ -147,9 +147,9 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.pump(actor);
   }
 
-  /** True when this node hosts the actor. */
-  hosts(actorId: string): boolean {
-    return this.registry.get(actorId) !== undefined;
+  /** True when this node hosts the expectation (its actor, with this expectation in this node's release of it). */
+  hosts(actorId: string, expectationId: string): boolean {
+    return this.registry.expectation(actorId, expectationId) !== undefined;
   }
 
   /** Episodes of `actorId` waiting in this node's memory for a slot: restarts handed over, bus triggers held back. */

@@ -1,12 +1,17 @@
 import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
+import { hostedParam, hostsExpectation, type HostedExpectations } from '../sql/hosted-expectations.js';
 
 type Statement = { text: string; values: unknown[] };
 
-/** Which requests a poller (`me`) takes: its env (strictly), optionally one stack, and only actors it can run. */
+/**
+ * Which requests a poller (`me`) takes: its env (strictly), optionally one stack, and only the
+ * expectations it can run (a wake-up of an expectation its actor's release here lacks is left to
+ * a node that has it).
+ */
 export interface RequestFilter {
   env: string | null;
   stack: string | null;
-  actors: string[];
+  hosted: HostedExpectations;
   limit: number;
   me: string;
 }
@@ -73,11 +78,11 @@ export function pendingStatement(filter: RequestFilter, ttlMs: number, goneAfter
     text: `SELECT * FROM cyclium_trigger_requests
         WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$1', filter.env)}
           AND ${stackFilter('source_stack', '$2')}
-          AND actor_id = ANY($3::text[])
+          AND ${hostsExpectation('actor_id', 'expectation_id', '$3')}
           AND coalesce(not_before, inserted_at) <= now()
           AND ${takeable('$5', { env: '$1::text', goneAfter: '$6', me: '$7' })}
         ORDER BY coalesce(not_before, inserted_at), id
         LIMIT $4`,
-    values: [filter.env, filter.stack, filter.actors, filter.limit, ttlMs, goneAfterMs, filter.me],
+    values: [filter.env, filter.stack, hostedParam(filter.hosted), filter.limit, ttlMs, goneAfterMs, filter.me],
   };
 }

@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs
 import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
+import type { RegisteredActor } from '../actors/registered-actor.js';
 import { ActorSlots } from './actor-slots.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
@@ -120,19 +121,15 @@ export class TriggerPoller implements OnApplicationBootstrap {
     try {
       await this.expireOld();
       // Per actor: a trigger-only node takes requests for an actor switched to full on its own.
-      const free = new Map(
-        this.registry
-          .all()
-          .filter((actor) => this.mode.of(actor.id) === 'full')
-          .map((actor) => [actor.id, this.slots.free(actor.id)] as const)
-          .filter(([, n]) => n > 0),
-      );
+      const runs = (actor: RegisteredActor) => this.mode.of(actor.id) === 'full' && this.slots.free(actor.id) > 0;
+      const runnable = this.registry.all().filter(runs);
+      const free = new Map(runnable.map((actor) => [actor.id, this.slots.free(actor.id)]));
       const capacity = [...free.values()].reduce((sum, n) => sum + n, 0);
       if (capacity === 0) return;
       const pending = await this.requests.pending({
         env: this.options.triggerPollSourceEnv,
         stack: this.options.triggerPollSourceStack,
-        actors: [...free.keys()],
+        hosted: this.registry.hostedExpectations(runnable),
         limit: Math.min(capacity, BATCH),
         me: this.identity.name(),
       });

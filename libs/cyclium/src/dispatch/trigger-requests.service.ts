@@ -162,7 +162,7 @@ export class TriggerRequests implements RetryWakeUps {
 
   /** Pending requests a poller may take, oldest first. */
   async pending(filter: RequestFilter): Promise<CycliumTriggerRequest[]> {
-    if (filter.actors.length === 0 || filter.limit < 1) return [];
+    if (Object.keys(filter.hosted).length === 0 || filter.limit < 1) return [];
     const statement = pendingStatement(filter, this.options.triggerRequestTtlMs, this.goneAfterMs);
     const { rows } = await this.database.sql.query(statement);
     return rows.map(toRequest);
