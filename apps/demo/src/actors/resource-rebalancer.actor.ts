@@ -19,6 +19,8 @@ export interface RebalanceRequest {
   failTimes?: number;
   /** A durable `ep.sleep` this long after the second step (`drain`): the episode waits and any node resumes it. */
   sleepMs?: number;
+  /** Runs only the first this many of the five steps (a short episode, for the benchmarks). Default 5. */
+  steps?: number;
 }
 
 const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
@@ -78,7 +80,7 @@ export class ResourceRebalancerActor {
 
   private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
     const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep, failTimes, sleepMs } = ep.trigger.payload;
-    for (const name of STEPS) {
+    for (const name of STEPS.slice(0, ep.trigger.payload.steps ?? STEPS.length)) {
       if (name === 'move' && sleepMs !== undefined) await ep.sleep('pause', sleepMs);
       await ep.step(name, async (tools) => {
         if (tools.stepNo === failAtStep && (failTimes === undefined || (await this.failedBefore(ep.episode.id, name)) < failTimes)) {

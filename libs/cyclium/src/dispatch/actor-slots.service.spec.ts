@@ -202,3 +202,26 @@ describe('ActorSlots taking queued rows together', () => {
     expect(slots.free('a')).toBe(2);
   });
 });
+
+describe('ActorSlots telling who listens that a slot freed', () => {
+  it('names the actor of each slot that frees, and nothing once the node drains', async () => {
+    const { slots, runs } = slotsWithManualQueue(2);
+    const freed: string[] = [];
+    slots.onSlotFreed((actorId) => freed.push(actorId));
+    const begun = { episode: { id: 'd1' } as EpisodeRow, grant: {} as AcquireResult, resumed: false };
+    const start = () => Promise.resolve(begun);
+    expect(slots.runStarted('a', start)).toBe(true);
+    expect(slots.runStarted('a', () => Promise.resolve(null))).toBe(true);
+    // The start that found nothing to run gives its slot back at once; the run's, when it ends.
+    expect(await settles(() => freed.length === 1 && runs.length === 1)).toBe(true);
+    runs[0]?.();
+    expect(await settles(() => freed.length === 2)).toBe(true);
+    expect(freed).toEqual(['a', 'a']);
+    // A run that ends once the drain began frees a slot nobody may fill.
+    expect(slots.runStarted('a', start)).toBe(true);
+    expect(await settles(() => runs.length === 2)).toBe(true);
+    slots.stopAccepting();
+    runs[1]?.();
+    expect(await settles(() => freed.length > 2)).toBe(false);
+  });
+});
