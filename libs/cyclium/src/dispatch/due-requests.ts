@@ -1,7 +1,7 @@
 import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
 import { hostedParam, hostsExpectation, type HostedExpectations } from '../sql/hosted-expectations.js';
 
-type Statement = { text: string; values: unknown[] };
+type QueryText = { text: string; values: unknown[] };
 
 /**
  * Which requests a poller (`me`) takes: its env (strictly), optionally one stack, and only the
@@ -70,10 +70,11 @@ export function expirable(ttl: string, judge: Judge): string {
 
 /**
  * The requests a poller may take now, oldest due first: a range of the due index (migration 15)
- * up to now, so requests due later are never read. A request to run now that is past its TTL is skipped (it only
- * expires, however soon the expiry runs); the expiry clears those within a minute, so they are few.
+ * up to now, so requests due later are never read, of the expectations it hosts. A request to run
+ * now that is past its TTL is skipped (it only expires, however soon the expiry runs); the expiry
+ * clears those within a minute, so they are few.
  */
-export function pendingStatement(filter: RequestFilter, ttlMs: number, goneAfterMs: number): Statement {
+export function pendingStatement(filter: RequestFilter, ttlMs: number, goneAfterMs: number): QueryText {
   return {
     text: `SELECT * FROM cyclium_trigger_requests
         WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$1', filter.env)}

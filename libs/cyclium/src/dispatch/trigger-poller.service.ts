@@ -41,6 +41,7 @@ function shuffled<T>(items: T[]): T[] {
   }
   return items;
 }
+
 const INTERVAL_NAME = 'cyclium:trigger-poller';
 
 /** Rolls a take back (the claims it took included) when the episode's own claim is busy. */
