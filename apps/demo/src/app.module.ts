@@ -7,6 +7,7 @@ import { cycliumEntities } from '@cyclium/nestjs/entities';
 import { CycliumHealthIndicator } from '@cyclium/nestjs/health';
 import { CycliumOpsModule } from '@cyclium/nestjs/ops';
 import { AdvisorSummaryAdapter } from './actors/advisor-summary.adapter.js';
+import { actorDropped } from './actors/dropped-declarations.js';
 import { RebalanceReportAdapter } from './actors/rebalance-report.adapter.js';
 import { ResourceAdvisorActor } from './actors/resource-advisor.actor.js';
 import { ResourceMonitorActor } from './actors/resource-monitor.actor.js';
@@ -45,10 +46,11 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
   controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController, MetricsController],
   providers: [
     CycliumHealthIndicator,
-    ResourceMonitorActor,
-    ResourceAdvisorActor,
+    // DEMO_DROP_ACTORS leaves actors out of this node (see dropped-declarations.ts).
+    ...(actorDropped('resource_monitor') ? [] : [ResourceMonitorActor]),
+    ...(actorDropped('resource_advisor') ? [] : [ResourceAdvisorActor]),
     AdvisorSummaryAdapter,
-    ResourceRebalancerActor,
+    ...(actorDropped('resource_rebalancer') ? [] : [ResourceRebalancerActor]),
     RebalanceReportAdapter,
     ResourceReviewWorkflow,
   ],

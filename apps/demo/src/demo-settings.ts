@@ -16,6 +16,8 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_ADVISOR_EVERY         resource_advisor's interval (default 1m; read in resource-advisor.actor.ts)
  *   DEMO_ADVISOR_CATCH_UP      what resource_advisor does with the minutes a whole-cluster stop missed: none (default), last or all
  *   DEMO_REBALANCER_SLOTS      resource_rebalancer's maxConcurrentEpisodes (default 10; read in resource-rebalancer.actor.ts)
+ *   DEMO_DROP_ACTORS           actor ids this node does not host, comma-separated (see actors/dropped-declarations.ts)
+ *   DEMO_DROP_EXPECTATIONS     `actor.expectation` entries this node leaves out, as another release would (the same)
  *   DEMO_WORKFLOW_ENGINE       'off' runs workflow steps here but leaves advancing workflows to other nodes
  *   DEMO_BUS_QUEUE_MAX         publishes held in memory before POST /events answers 503 (library default 10000)
  *   DEMO_BUS_MAX_PAYLOAD_BYTES largest event payload, in bytes of JSON (library default 1048576)

@@ -3,6 +3,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { liveClaimOnEpisode } from '../claims/claim-sql.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
+import { hostedParam, hostsExpectation, type HostedExpectations } from '../sql/hosted-expectations.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
 
@@ -30,13 +31,17 @@ export interface CandidateScope {
   /** With claims on, a claim decides whether a waiting restart is still protected. */
   claimsOn: boolean;
   /**
-   * The actors this node can restart; null when any row may be acted on (a sweep of another
-   * stack defers restarts there). A row of another actor is read only when it will be failed.
+   * The expectations this node can restart, by actor; null when any row may be acted on (a sweep
+   * of another stack defers restarts there). A row of another expectation (its actor's release
+   * here may lack it) is read only when it will be failed.
    */
-  hosted: readonly string[] | null;
+  hosted: HostedExpectations | null;
   /** A `resolvePolicy` decides in code: a row of an unhosted actor may be one to fail, so all are read. */
   policyInCode: boolean;
 }
+
+/** Where the adoption of gone nodes' queues looks. */
+type QueueScope = Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>;
 
 /** Where the next page of candidates starts: after this staleness and id (the text keeps microseconds). */
 export interface CandidateCursor {
@@ -59,9 +64,11 @@ export interface CandidatePage {
  * an owner that beats again (the default configuration's node restarted under its fixed identity).
  *
  * Read oldest-quiet first, in pages after a cursor, leaving out what this node cannot act on: a
- * restart of an actor it does not host (the recorded policy says `restart` and attempts are left).
- * Without that, a block of such rows (an actor removed while its episodes ran) would fill every
- * page and hide the orphans behind it. No index serves the order: the quiet time comes from the
+ * restart of an expectation it does not host (the recorded policy says `restart` and attempts are
+ * left), and, of an actor it hosts without that expectation (another release's, in a rolling
+ * deploy), a row whose policy is not recorded (only a node of that release knows it). Without
+ * that, a block of such rows (an actor removed while its episodes ran) would fill every page and
+ * hide the orphans behind it. No index serves the order: the quiet time comes from the
  * journal, computed for every running row by the staleness test anyway; the sort is a top-N of
  * the rows that passed.
  */
@@ -80,8 +87,10 @@ export const CANDIDATES = `
                              AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
               AND (NOT $5::boolean
                    OR ${liveClaimOnEpisode('e')}))
-     AND ($6::text[] IS NULL OR e.actor_id = ANY($6::text[]) OR $7::boolean OR e.attempts >= e.max_attempts
-          OR ${recordedPolicyOf('e')} IS DISTINCT FROM 'restart')
+     AND ($6::jsonb IS NULL OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6')} OR $7::boolean
+          OR e.attempts >= e.max_attempts
+          OR coalesce(${recordedPolicyOf('e')},
+                      CASE WHEN $6::jsonb ? e.actor_id THEN 'unknown' ELSE 'fail' END) = 'fail')
      AND ($8::timestamptz IS NULL OR (q.quiet_since, e.id) > ($8::timestamptz, $9::uuid))
    ORDER BY q.quiet_since, e.id
    LIMIT $10`;
@@ -126,11 +135,11 @@ export const NOT_HOSTED = `
    WHERE e.id = stranded.id AND e.status IN ('running', 'queued')
   RETURNING e.*`;
 
-/** Queued episodes of actors this node hosts whose node stopped beating (or deregistered when it drained). */
+/** Queued episodes of expectations this node hosts whose node stopped beating (or deregistered when it drained). */
 const ORPHANED_QUEUED = `
   SELECT e.* FROM cyclium_episodes e
    WHERE e.status = 'queued'
-     AND e.actor_id = ANY($5::text[])
+     AND ${hostsExpectation('e.actor_id', 'e.expectation_id', '$5')}
      AND ${stackCovers('e.source_stack', '$1')}
      AND ${sameEnv('e.source_env', '$2')}
      AND e.owner_node IS DISTINCT FROM $4
@@ -183,7 +192,7 @@ export class EpisodeRecoveryStore {
       scope.staleAfterMs,
       scope.goneAfterMs,
       scope.claimsOn,
-      scope.hosted,
+      scope.hosted && hostedParam(scope.hosted),
       scope.policyInCode,
       after?.quietSince ?? null,
       after?.id ?? null,
@@ -214,9 +223,10 @@ export class EpisodeRecoveryStore {
     return oneEpisode((await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner])).rows);
   }
 
-  /** Queued episodes of actors this node hosts, left behind by a node that is gone. */
-  async orphanedQueued(scope: Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>, owner: string, hostedActors: string[]): Promise<EpisodeRow[]> {
-    const { rows } = await this.database.sql.query(ORPHANED_QUEUED, [scope.stack, scope.env, scope.goneAfterMs, owner, hostedActors]);
+  /** Queued episodes of expectations this node hosts, left behind by a node that is gone. */
+  async orphanedQueued(scope: QueueScope, owner: string, hosted: HostedExpectations): Promise<EpisodeRow[]> {
+    const params = [scope.stack, scope.env, scope.goneAfterMs, owner, hostedParam(hosted)];
+    const { rows } = await this.database.sql.query(ORPHANED_QUEUED, params);
     return rows.map(toEpisode);
   }
 

@@ -92,15 +92,22 @@ export class EpisodeRunner implements OnModuleInit {
     return this.claimWith((client) => this.store.insert(spec, client));
   }
 
-  /** Takes this node's oldest queued episode of `actorId` and its claim, in one transaction; `duplicate` when none is left. */
-  beginQueued(actorId: string): Promise<BeginResult> {
-    return this.claimWith((client) => this.queue.dequeue(actorId, this.identity.name(), client));
+  /**
+   * Takes this node's oldest queued episode of `actorId` (of one of its `expectations`) and its
+   * claim, in one transaction; `duplicate` when none is left.
+   */
+  beginQueued(actorId: string, expectations: readonly string[]): Promise<BeginResult> {
+    return this.claimWith((client) => this.queue.dequeue(actorId, expectations, this.identity.name(), client));
   }
 
-  /** The start of an episode queued on a full peer, taken from its queue (EpisodeQueue.takeFromPeer); duplicate when none is left. */
-  beginFromPeer(actorId: string): Promise<BeginResult> {
+  /**
+   * The start of an episode (of one of `expectations`) queued on a full peer, taken from its queue
+   * (EpisodeQueue.takeFromPeer); duplicate when none is left.
+   */
+  beginFromPeer(actorId: string, expectations: readonly string[]): Promise<BeginResult> {
     const scope = { stack: this.options.stackSlug, env: this.options.env };
-    return this.claimWith((client) => this.queue.takeFromPeer(actorId, this.identity.name(), scope, client));
+    const owner = this.identity.name();
+    return this.claimWith((client) => this.queue.takeFromPeer(actorId, expectations, owner, scope, client));
   }
 
   /**
