@@ -16,15 +16,15 @@ const NEVER_RETRIED = new Set(['canceled', 'unknown_actor', 'nondeterministic_re
 
 /**
  * The running episode leaves `running` for `waiting` while this node still owns it at its fence
- * (WorkClaims.fencedStatement), with $5 failed attempts more on its count (1 for a retry, 0 for a
- * sleep); no owner, no slot.
+ * (WorkClaims.fencedStatement) and no sweep took it (with claims off the row is the only proof), with
+ * $5 failed attempts more on its count (1 for a retry, 0 for a sleep); no owner, no slot.
  */
 const WAIT: FencedStatement = {
   name: 'episodes_wait',
   body: `
   UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int, updated_at = now()
     FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
+   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2 AND phase IS DISTINCT FROM 'recovering'
   RETURNING cyclium_episodes.*`,
 };
 
