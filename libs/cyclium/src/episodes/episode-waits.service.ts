@@ -100,6 +100,21 @@ export class EpisodeWaits {
     });
   }
 
+  /**
+   * After a wait (`wait`, or `sleep` when `retry` is false) that may have committed without its
+   * reply reaching us: true when it did — the episode waits, its count of retries moved as that
+   * wait moves it, with a wake-up this node wrote — so it is not written again.
+   */
+  async waited(episode: EpisodeRow, retry: boolean): Promise<boolean> {
+    const { rows } = await this.database.sql.query<{ waited: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM cyclium_episodes e
+                       WHERE e.id = $1 AND e.status = 'waiting' AND e.retries = $2
+                         AND ${this.wakeUps.scheduledBy('e', '$3::text')}) AS waited`,
+      [episode.id, (episode.retries ?? 0) + (retry ? 1 : 0), this.identity.name()],
+    );
+    return rows[0]?.waited === true;
+  }
+
   private waitOut(
     episode: EpisodeRow,
     ownership: Ownership,
