@@ -176,6 +176,24 @@ describe('retries with backoff', () => {
     });
   }
 
+  it("an operator's retry of an episode canceled as it ran, then failed, runs: the old cancel is cleared", async () => {
+    const orphan = await app.get(Episodes).create({
+      actorId: 'flaky',
+      expectationId: 'job',
+      payload: { failures: 0 },
+      ownerNode: 'node-gone',
+      startedAt: new Date(Date.now() - 60_000),
+    });
+    // Asked while it ran on a node that no longer answers; then recovery fails it (policy fail).
+    expect(await app.get(Episodes).cancel(orphan.id)).toBe('requested');
+    expect(await app.get(Recovery).sweep({ staleAfterMs: 1 })).toMatchObject({ failed: 1 });
+    expect((await ended(orphan.id)).error_class).toBe('orphaned');
+    expect(await app.get(Episodes).retry(orphan.id)).toMatchObject({ status: 'resumed' });
+    const row = await settled(orphan.id, 'error_class, cancel_requested_at');
+    expect(row).toEqual({ status: 'done', error_class: null, cancel_requested_at: null });
+    expect([ran.get(`${orphan.id}:s1`), ran.get(`${orphan.id}:s3`)]).toEqual([1, 1]);
+  });
+
   it('a transient fault at the wait write (backoff, sleep) is retried: waits, then done, each step once', async () => {
     // The first wake-up of each kind meets a serialization failure, as a blip would; sequences are not rolled back.
     await database.db.query(`

@@ -28,9 +28,14 @@ const WAIT: FencedStatement = {
   RETURNING cyclium_episodes.*`,
 };
 
+/**
+ * The operator's retry of a failed episode. A cancel asked of its failed run is cleared with the
+ * rest of that run's outcome: the operator asks for a run now, which would otherwise stop at once.
+ */
 const REOPEN = `
   UPDATE cyclium_episodes
-     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0, owner_node = NULL, phase = NULL, updated_at = now()
+     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0,
+         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now()
    WHERE id = $1 AND status = 'failed' AND archived_at IS NULL
   RETURNING *`;
 
