@@ -100,7 +100,7 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
         await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000]),
         await plan(`SELECT ${OutputStore.dueFragment('$1')}`, [['t1', 't2']]),
         await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL, ARRAY['e'])`),
-        await plan(NOT_HOSTED, [null, null, ['b'], 3_600_000, 500, 'not hosted: %s %s']),
+        await plan(NOT_HOSTED, [null, null, ['b'], 3_600_000, 500, 'not hosted: %s %s', 'x', '2020-01-01Z', 3_000]),
         await plan(due.text, due.values),
       ];
       for (const text of statements) {

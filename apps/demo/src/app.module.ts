@@ -23,6 +23,20 @@ import { LoopbackOnlyGuard } from './ops/loopback-only.guard.js';
 import { ResourceReviewWorkflow } from './workflows/resource-review.workflow.js';
 import { WorkflowsController } from './workflows/workflows.controller.js';
 
+/**
+ * The demo's actors by id; DEMO_ACTORS (comma-separated ids, default all) picks the ones this node
+ * hosts, and DEMO_DROP_ACTORS leaves some out (see dropped-declarations.ts).
+ */
+const ACTORS = {
+  resource_monitor: ResourceMonitorActor,
+  resource_advisor: ResourceAdvisorActor,
+  resource_rebalancer: ResourceRebalancerActor,
+};
+const chosen = process.env.DEMO_ACTORS?.split(',');
+const hosted = Object.entries(ACTORS).filter(([id]) => (!chosen || chosen.includes(id)) && !actorDropped(id));
+// The review workflow's steps run on the monitor and the advisor: it is declared where both are.
+const reviewed = ['resource_monitor', 'resource_advisor'].every((id) => hosted.some(([h]) => h === id));
+
 @Module({
   imports: [
     TypeOrmModule.forRootAsync({
@@ -46,13 +60,10 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
   controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController, MetricsController],
   providers: [
     CycliumHealthIndicator,
-    // DEMO_DROP_ACTORS leaves actors out of this node (see dropped-declarations.ts).
-    ...(actorDropped('resource_monitor') ? [] : [ResourceMonitorActor]),
-    ...(actorDropped('resource_advisor') ? [] : [ResourceAdvisorActor]),
+    ...hosted.map(([, actor]) => actor),
     AdvisorSummaryAdapter,
-    ...(actorDropped('resource_rebalancer') ? [] : [ResourceRebalancerActor]),
     RebalanceReportAdapter,
-    ResourceReviewWorkflow,
+    ...(reviewed ? [ResourceReviewWorkflow] : []),
   ],
 })
 export class AppModule {}

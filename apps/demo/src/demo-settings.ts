@@ -18,6 +18,9 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_REBALANCER_SLOTS      resource_rebalancer's maxConcurrentEpisodes (default 10; read in resource-rebalancer.actor.ts)
  *   DEMO_DROP_ACTORS           actor ids this node does not host, comma-separated (see actors/dropped-declarations.ts)
  *   DEMO_DROP_EXPECTATIONS     `actor.expectation` entries this node leaves out, as another release would (the same)
+ *   DEMO_ACTORS                the actors this node hosts, comma-separated ids (default all; read in app.module.ts)
+ *   DEMO_WORK_CLAIMS           'off' runs with work claims off (the library's default), else on PostgreSQL
+ *   DEMO_NOT_HOSTED_GRACE_MS   recovery.notHostedGraceMs (library default 3600000)
  *   DEMO_WORKFLOW_ENGINE       'off' runs workflow steps here but leaves advancing workflows to other nodes
  *   DEMO_BUS_QUEUE_MAX         publishes held in memory before POST /events answers 503 (library default 10000)
  *   DEMO_BUS_MAX_PAYLOAD_BYTES largest event payload, in bytes of JSON (library default 1048576)
@@ -34,7 +37,7 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  */
 export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
   return {
-    workClaims: 'postgres',
+    workClaims: env.DEMO_WORK_CLAIMS === 'off' ? false : 'postgres',
     workClaimsLeaseSeconds: Number(env.DEMO_LEASE_SECONDS ?? 10),
     jitterMs: Number(env.DEMO_JITTER_MS ?? 200),
     episodeShutdownMs: Number(env.DEMO_SHUTDOWN_MS ?? 5000),
@@ -59,6 +62,7 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),
       intervalMs: Number(env.DEMO_RECOVERY_INTERVAL_MS ?? 5000),
+      ...(env.DEMO_NOT_HOSTED_GRACE_MS ? { notHostedGraceMs: Number(env.DEMO_NOT_HOSTED_GRACE_MS) } : {}),
     },
   };
 }

@@ -21,6 +21,9 @@ export interface RebalanceRequest {
   sleepMs?: number;
   /** Runs only the first this many of the five steps (a short episode, for the benchmarks). Default 5. */
   steps?: number;
+  /** With `slowStepMs`: the 1-based step (the sleep counts as one) that takes this long instead of `stepMs`. */
+  slowAtStep?: number;
+  slowStepMs?: number;
 }
 
 const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
@@ -80,6 +83,7 @@ export class ResourceRebalancerActor {
 
   private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
     const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep, failTimes, sleepMs } = ep.trigger.payload;
+    const { slowAtStep, slowStepMs } = ep.trigger.payload;
     for (const name of STEPS.slice(0, ep.trigger.payload.steps ?? STEPS.length)) {
       if (name === 'move' && sleepMs !== undefined) await ep.sleep('pause', sleepMs);
       await ep.step(name, async (tools) => {
@@ -87,7 +91,8 @@ export class ResourceRebalancerActor {
           if (failTimes !== undefined) await this.log(ep.episode.id, tools, `${name}:failed`);
           throw new Error(`${name} failed on purpose (failAtStep ${failAtStep})`);
         }
-        return this.work(ep.episode.id, name, tools, stepMs, ignoreAbortAtStep);
+        const ms = tools.stepNo === slowAtStep && slowStepMs !== undefined ? slowStepMs : stepMs;
+        return this.work(ep.episode.id, name, tools, ms, ignoreAbortAtStep);
       });
     }
     const node = this.identity.name();

@@ -133,6 +133,12 @@ export class TriggerRequests implements RetryWakeUps {
     await this.insertWithin(client, episode.id, request, episode.triggerRef, 'scheduled');
   }
 
+  /** The condition that a wake-up `node` wrote waits for the episode `e` (see scheduleWithin). */
+  scheduledBy(e: string, node: string): string {
+    return `EXISTS (SELECT 1 FROM cyclium_trigger_requests r
+                     WHERE r.episode_id = ${e}.id AND r.status = 'scheduled' AND r.source_node = ${node})`;
+  }
+
   /**
    * Whether a request and the episode it names are as a node of this deployment wrote them (the
    * `integrity` option; always true without it): the request's episode, actor, expectation, scope

@@ -94,6 +94,26 @@ const MARK = prepared(
 
 const MARK_ATTEMPTS = 5;
 
+/**
+ * Part of the statement that moves an episode back to running (a wake-up taken, a restart out of
+ * its wait for a slot): the marker `woken` for each episode of the CTE `episodes` (column `id`)
+ * that has a journal, naming the node `node` (a SQL text expression). Recovery measures quiet from
+ * the newest journal row, so without it the run would inherit the quiet time of its wait and look
+ * orphaned from its first moment. A fresh run needs none (its start is new) and must find
+ * position 1 free. No other run writes the journal at that moment (the old one lost the episode:
+ * the owner check of its writes refuses them), so the position is free.
+ */
+export function wokenMarker(episodes: string, node: string): string {
+  return `
+  INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
+  SELECT w.id, last.step_no + 1, 'observation', 'woken', jsonb_build_object('event', 'woken', 'node', ${node})
+    FROM ${episodes} w
+   CROSS JOIN LATERAL (SELECT max(j.step_no) AS step_no FROM cyclium_episode_steps j WHERE j.episode_id = w.id) last
+   WHERE last.step_no IS NOT NULL
+  ON CONFLICT (episode_id, step_no) DO NOTHING
+  RETURNING episode_id`;
+}
+
 /** What a checkpoint's signature covers: its episode, position, step name and stored result. */
 export function checkpointFields(episodeId: string, stepNo: number, name: string, stored: unknown): unknown[] {
   return [episodeId, stepNo, name, stored];

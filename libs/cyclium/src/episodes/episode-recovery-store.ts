@@ -95,6 +95,14 @@ export const CANDIDATES = `
    ORDER BY q.quiet_since, e.id
    LIMIT $10`;
 
+/** The node that decides "not hosted" (NOT_HOSTED): since when it has watched, and the beat gap that ends a watch. */
+export interface NotHostedWatcher {
+  node: string;
+  /** The database time since which it has beaten without a gap (NodeRegistry.watchingSince). */
+  since: string;
+  gapMs: number;
+}
+
 /** Rows per page of CANDIDATES and per batch of NOT_HOSTED. */
 export const RECOVERY_PAGE = 500;
 
@@ -105,6 +113,10 @@ export const RECOVERY_PAGE = 500;
  * node listing it (a crashed node's row stays; a drained one deleted its row, but stamped its runs
  * as it went, so their own quiet time covers it); a node that is only late with its beat during a
  * deploy still counts. A NULL actor list (a node from before the column) declares everything.
+ * Silence counts only while this node ($7) watched: it has beaten without a gap since $8 (its
+ * boot, or its return from an outage) for the grace period, and its last beat is recent ($9 ms),
+ * so the time a whole env was stopped (or its database away) is never taken for nobody hosting
+ * the actor, and the first service back does not fail another's work before its nodes return.
  * Taken with SKIP LOCKED in id order and failed on the status as read, so sweeps of several nodes
  * at once each fail a row at most once, and a restart taken meanwhile (which touches updated_at)
  * is left alone.
@@ -125,6 +137,10 @@ export const NOT_HOSTED = `
                           AND (n.actors IS NULL OR e.actor_id = ANY(n.actors))
                           AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
        AND NOT ${liveClaimOnEpisode('e')}
+       AND $8::timestamptz < now() - make_interval(secs => $4::double precision / 1000)
+       AND EXISTS (SELECT 1 FROM cyclium_nodes w
+                    WHERE w.node_identity = $7
+                      AND w.last_seen_at > now() - make_interval(secs => $9::double precision / 1000))
      ORDER BY e.id
      LIMIT $5
      FOR UPDATE OF e SKIP LOCKED)
@@ -213,8 +229,19 @@ export class EpisodeRecoveryStore {
     hosted: readonly string[],
     graceMs: number,
     detail: string,
+    watcher: NotHostedWatcher,
   ): Promise<EpisodeRow[]> {
-    const { rows } = await client.query(NOT_HOSTED, [scope.stack, scope.env, hosted, graceMs, RECOVERY_PAGE, detail]);
+    const { rows } = await client.query(NOT_HOSTED, [
+      scope.stack,
+      scope.env,
+      hosted,
+      graceMs,
+      RECOVERY_PAGE,
+      detail,
+      watcher.node,
+      watcher.since,
+      watcher.gapMs,
+    ]);
     return rows.map(toEpisode);
   }
 

@@ -234,7 +234,7 @@ export class EpisodeRunner implements OnModuleInit {
         this.logger.debug(`${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`);
       } else if (cause instanceof EpisodeSleeping) {
         await this.endings
-          .sleep(episode, ownership, cause)
+          .sleep(episode, ownership, scope, cause)
           .catch((e: unknown) => this.logger.error(`could not record the sleep of episode ${episode.id}: ${errorMessage(e)}`));
       } else {
         await this.endings

@@ -9,6 +9,7 @@ import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.j
 import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert, type NewEpisode } from './episode-inserts.js';
+import { wokenMarker } from './episode-journal.js';
 
 /** A row written as it is, for seeding and tests (`Episodes.create`). */
 export interface SeedEpisode {
@@ -41,15 +42,19 @@ export interface EpisodePage {
 /**
  * The first write of a restarted run, fenced (continues `WITH owner AS (...)`, see
  * WorkClaims.fencedStatement): it leaves phase `recovering` only while the handed-over claim is
- * still this node's.
+ * still this node's, with its `woken` marker (its wait for a slot may have been long).
  */
 export const RESUME_START: FencedStatement = {
   name: 'episodes_resume_start',
-  body: `
-  UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
-    FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering' AND owner_node = $2
-  RETURNING cyclium_episodes.*`,
+  // Continues the WITH list: the run's `woken` marker ends the quiet time of its wait for a slot.
+  body: `,
+  ep AS (
+    UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
+      FROM owner
+     WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering' AND owner_node = $2
+    RETURNING cyclium_episodes.*),
+  woken AS (${wokenMarker('ep', '$2::text')})
+  SELECT * FROM ep`,
 };
 
 /** Maps a `cyclium_episodes` row as pg returns it onto the entity's shape. */
@@ -85,11 +90,20 @@ export class EpisodeStore {
     return insertEpisodes(`(${episodeInput(statement, [insertOf(id, spec, status)])})`);
   }
 
-  /** A deferred episode a full node took: running here now. Null when it is not deferred any more (or gone). */
+  /**
+   * A deferred or waiting episode a full node took: running here now, its quiet time new (a run
+   * that resumes from a journal gets its `woken` marker in the same statement). Null when it is
+   * not deferred any more (or gone).
+   */
   async startDeferred(client: SqlExecutor, id: string, owner: string): Promise<EpisodeRow | null> {
     const { rows } = await client.query(
-      `UPDATE cyclium_episodes SET status = 'running', owner_node = $2, phase = NULL, started_at = coalesce(started_at, now()), updated_at = now()
-        WHERE id = $1 AND status IN ('deferred', 'waiting') RETURNING *`,
+      `WITH ep AS (
+         UPDATE cyclium_episodes
+            SET status = 'running', owner_node = $2, phase = NULL, started_at = coalesce(started_at, now()),
+                updated_at = now()
+          WHERE id = $1 AND status IN ('deferred', 'waiting') RETURNING *),
+       woken AS (${wokenMarker('ep', '$2::text')})
+       SELECT * FROM ep`,
       [id, owner],
     );
     return oneEpisode(rows);
