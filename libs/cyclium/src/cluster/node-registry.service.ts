@@ -87,10 +87,12 @@ export class NodeRegistry implements OnApplicationBootstrap {
   /**
    * Whether an output of a type this node takes is due (parameter `types`: null when it takes
    * none), asked in the statement the beat runs anyway: the outbox's scan costs an idle node no
-   * transaction of its own, and the rescue writes only when something is due.
+   * transaction of its own, and the rescue writes only when something is due. Parameter numbers of
+   * the types, this node's stack and its env (only rows of its scope count).
    */
-  private outputsDue(types: number): string {
-    return `($${types}::text[] IS NOT NULL AND ${OutputStore.dueFragment(`$${types}`)}) AS outputs_due`;
+  private outputsDue(types: number, stack: number, env: number): string {
+    const due = OutputStore.dueFragment(`$${types}`, `$${stack}`, `$${env}`);
+    return `($${types}::text[] IS NOT NULL AND ${due}) AS outputs_due`;
   }
 
   /** A peer that missed three of this node's beat intervals is left out of the ranking. */
@@ -165,7 +167,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
                pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, boot_id = EXCLUDED.boot_id,
                started_at = now(), last_seen_at = now(), signature = EXCLUDED.signature
          RETURNING 1)
-       SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10)}`,
+       SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10, 2, 3)}`,
       [
         this.identity.name(),
         stackSlug,
@@ -202,7 +204,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
               me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6, boot_id = $7, signature = $9
                       WHERE node_identity = $1 AND ($7::uuid IS NOT NULL OR boot_id IS NULL OR boot_id = $8) RETURNING 1)
          SELECT (SELECT count(*) FROM me)::int AS found, (SELECT boot_id FROM previous) AS previous_boot,
-                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
+                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5, 2, 3)}`,
         [
           this.identity.name(),
           this.options.stackSlug,
