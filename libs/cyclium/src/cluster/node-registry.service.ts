@@ -77,7 +77,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    await this.register();
+    // A database away at boot (a failover) is waited for: the twin check and the upsert start over.
+    await this.database.atBoot('registering the node', () => this.register());
     this.timer = setInterval(() => void this.beat(), this.options.nodeBeatIntervalMs);
     this.timer.unref();
     // Peers rank only nodes whose row says they take triggers: a mode change is written at once.

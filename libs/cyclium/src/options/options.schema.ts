@@ -214,6 +214,11 @@ export class CycliumOptionsSchema {
   @Min(1, positiveMs('queryTimeoutMs'))
   queryTimeoutMs?: unknown;
 
+  @defined('startupWaitMs')
+  @IsInt(nonNegativeMs('startupWaitMs'))
+  @Min(0, nonNegativeMs('startupWaitMs'))
+  startupWaitMs?: unknown;
+
   @defined('nodeBeatIntervalMs')
   @IsInt(positiveMs('nodeBeatIntervalMs'))
   @Min(1, positiveMs('nodeBeatIntervalMs'))
