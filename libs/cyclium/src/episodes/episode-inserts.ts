@@ -38,6 +38,8 @@ export interface EpisodeInsert {
   startedAt: Date | null;
   /** The row waits from now (`queued_at`): queued, or deferred to a full node. */
   waits: boolean;
+  /** With the `integrity` option: EpisodeSignatures.signed; null otherwise. */
+  signature: string | null;
 }
 
 /**
@@ -62,10 +64,12 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
     [rows.map((r) => r.workflowStepId), 'text[]'],
     [rows.map((r) => r.startedAt), 'timestamptz[]'],
     [rows.map((r) => r.waits), 'boolean[]'],
+    [rows.map((r) => r.signature), 'text[]'],
   ]);
-  return `SELECT * FROM unnest(${input})
-            WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-                                  source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits, n)`;
+  const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
+                   max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits,
+                   signature, n`;
+  return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${columns})`;
 }
 
 /**
@@ -78,17 +82,20 @@ export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'ski
   return `
     INSERT INTO cyclium_episodes
       (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at)
+       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at, signature)
     SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
            source_stack, source_env, workflow_instance_id, workflow_step_id,
-           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END
+           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END, signature
       FROM ${input} i
      ORDER BY key
     ${duplicates === 'skip' ? 'ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING' : ''}
     RETURNING *`;
 }
 
-/** The row `spec` inserts as episode `id`: a running row is owned by `spec.ownerNode`, a waiting one by none until it starts. */
+/**
+ * The row `spec` inserts as episode `id`: a running row is owned by `spec.ownerNode`, a waiting one
+ * by none until it starts. Unsigned: EpisodeSignatures.signed signs it.
+ */
 export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): EpisodeInsert {
   return {
     id,
@@ -106,5 +113,6 @@ export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): E
     workflowStepId: spec.workflowStepId ?? null,
     startedAt: null,
     waits: status !== 'running',
+    signature: null,
   };
 }
