@@ -26,6 +26,8 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_BUS_MAX_PAYLOAD_BYTES largest event payload, in bytes of JSON (library default 1048576)
  *   DEMO_CHECKOUT_TIMEOUT_MS   how long the library waits for a pool connection (library default 10000)
  *   DEMO_QUERY_TIMEOUT_MS      how long the library waits for one statement's answer (library default 30000)
+ *   DEMO_STARTUP_WAIT_MS       how long a booting node waits for a database that is not up (library default 120000)
+ *   DEMO_INTEGRITY_KEY         turns the `integrity` option on with this secret (32 characters at least) as key `demo`
  *   DEMO_BUS_RETENTION_MS      keep dispatched bus events this long (library default 3600000)
  *   DEMO_BUS_UNDISPATCHED_MS   keep undispatched bus events this long (library default 604800000)
  *   DEMO_ARCHIVE_AFTER_MS      retention.archiveAfter (library default: a week, or the two windows above if longer)
@@ -50,6 +52,8 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     ...(env.DEMO_BUS_MAX_PAYLOAD_BYTES ? { busMaxPayloadBytes: Number(env.DEMO_BUS_MAX_PAYLOAD_BYTES) } : {}),
     ...(env.DEMO_CHECKOUT_TIMEOUT_MS ? { checkoutTimeoutMs: Number(env.DEMO_CHECKOUT_TIMEOUT_MS) } : {}),
     ...(env.DEMO_QUERY_TIMEOUT_MS ? { queryTimeoutMs: Number(env.DEMO_QUERY_TIMEOUT_MS) } : {}),
+    ...(env.DEMO_STARTUP_WAIT_MS ? { startupWaitMs: Number(env.DEMO_STARTUP_WAIT_MS) } : {}),
+    ...(env.DEMO_INTEGRITY_KEY ? { integrity: { keyId: 'demo', keys: { demo: env.DEMO_INTEGRITY_KEY } } } : {}),
     ...(env.DEMO_BUS_RETENTION_MS ? { busRetentionMs: Number(env.DEMO_BUS_RETENTION_MS) } : {}),
     ...(env.DEMO_BUS_UNDISPATCHED_MS ? { busUndispatchedMaxAgeMs: Number(env.DEMO_BUS_UNDISPATCHED_MS) } : {}),
     retention: {

@@ -29,6 +29,7 @@ import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
+import { EpisodeSignatures } from './episodes/episode-signatures.js';
 import { Episodes } from './dispatch/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
 import { NodeIdentity } from './identity/node-identity.service.js';
@@ -60,6 +61,7 @@ import { Mode } from './dispatch/mode.service.js';
 import { TriggerPoller } from './dispatch/trigger-poller.service.js';
 import { TriggerRequests } from './dispatch/trigger-requests.service.js';
 import { NotHostedEpisodes } from './recovery/not-hosted.service.js';
+import { IntegrityCutover } from './recovery/integrity-cutover.service.js';
 import { RecoverySchedule } from './recovery/recovery-schedule.service.js';
 import { RetentionSchedule } from './retention/retention.service.js';
 import { StepInputs } from './workflows/step-inputs.service.js';
@@ -99,6 +101,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     ActorSlots,
     TriggerSources,
     TriggerPlacement,
+    EpisodeSignatures,
     EpisodeStore,
     EpisodeQueue,
     QueuedBegins,
@@ -124,6 +127,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     RecoverySweep,
     Recovery,
     NotHostedEpisodes,
+    IntegrityCutover,
     RecoverySchedule,
     RetentionSchedule,
     Drainer,

@@ -83,7 +83,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    await this.register();
+    // A database away at boot (a failover) is waited for: the twin check and the upsert start over.
+    await this.database.atBoot('registering the node', () => this.register());
     this.timer = setInterval(() => void this.beat(), this.options.nodeBeatIntervalMs);
     this.timer.unref();
     // Peers rank only nodes whose row says they take triggers: a mode change is written at once.
@@ -93,10 +94,12 @@ export class NodeRegistry implements OnApplicationBootstrap {
   /**
    * Whether an output of a type this node takes is due (parameter `types`: null when it takes
    * none), asked in the statement the beat runs anyway: the outbox's scan costs an idle node no
-   * transaction of its own, and the rescue writes only when something is due.
+   * transaction of its own, and the rescue writes only when something is due. Parameter numbers of
+   * the types, this node's stack and its env (only rows of its scope count).
    */
-  private outputsDue(types: number): string {
-    return `($${types}::text[] IS NOT NULL AND ${OutputStore.dueFragment(`$${types}`)}) AS outputs_due`;
+  private outputsDue(types: number, stack: number, env: number): string {
+    const due = OutputStore.dueFragment(`$${types}`, `$${stack}`, `$${env}`);
+    return `($${types}::text[] IS NOT NULL AND ${due}) AS outputs_due`;
   }
 
   /**
@@ -181,7 +184,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
                started_at = now(), last_seen_at = now(), signature = EXCLUDED.signature
          RETURNING 1)
        SELECT (SELECT count(*) FROM me)::int AS found, now()::text AS seen_at,
-              ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10)}`,
+              ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10, 2, 3)}`,
       [
         this.identity.name(),
         stackSlug,
@@ -222,7 +225,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
                 now()::text AS seen_at,
                 coalesce((SELECT last_seen_at FROM previous) < now() - make_interval(secs => $4::double precision),
                          false) AS gap,
-                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
+                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5, 2, 3)}`,
         [
           this.identity.name(),
           this.options.stackSlug,

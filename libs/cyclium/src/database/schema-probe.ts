@@ -56,6 +56,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'index cyclium_trigger_requests_due',
     holds: `to_regclass('cyclium_trigger_requests_due') IS NOT NULL`,
   },
+  {
+    migration: 'CycliumEpisodeSignatures1764400000020',
+    missing: 'table cyclium_integrity_cutovers',
+    holds: `to_regclass('cyclium_integrity_cutovers') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -111,7 +111,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       this.release(actor);
       return begun;
     }
-    this.launch(actor, begun.episode, begun.grant);
+    this.launch(actor, begun.episode, begun.grant, { resumed: false, inserted: true });
     return { status: 'started', episode: begun.episode };
   }
 

@@ -81,7 +81,7 @@ export class QueuePump {
         if (this.mode.of(actorId) === 'full') this.pickUpBacklogSoon(actorId);
       }),
     );
-    await this.pickUpBacklog();
+    await this.pickUpBacklog(undefined, (owner) => this.queue.backlogAtBoot(owner));
   }
 
   /** The drain: mode switches pick up no backlog any more. */
@@ -90,8 +90,8 @@ export class QueuePump {
   }
 
   /** Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this node's queue. */
-  private async pickUpBacklog(actorId?: string): Promise<void> {
-    for (const queued of await this.queue.actorsWithQueued(this.identity.name())) {
+  private async pickUpBacklog(actorId?: string, read = (me: string) => this.queue.actorsWithQueued(me)): Promise<void> {
+    for (const queued of await read(this.identity.name())) {
       if ((actorId === undefined || queued === actorId) && this.mode.of(queued) === 'full') this.slots.noteQueued(queued);
     }
   }

@@ -49,6 +49,15 @@ class EpisodeClaimBusy extends Error {
   override readonly name = 'EpisodeClaimBusy';
 }
 
+/** Rolls a take back when the request and the episode row it returned do not verify together (`integrity`). */
+class TamperedTake extends Error {
+  override readonly name = 'TamperedTake';
+
+  constructor(readonly episode: EpisodeRow) {
+    super(`trigger request for episode ${episode.id} does not verify`);
+  }
+}
+
 type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null;
 
 /**
@@ -185,7 +194,6 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const me = this.identity.name();
     const key = requestClaimKey(request.id);
     try {
-      if (this.requests.signed && !(await this.verified(request))) return null;
       const started = await this.database.transaction<Started>(async (client) => {
         const claim = await this.claims.acquireWithin(client, key, me, { workType: 'trigger_request' });
         if (claim.status === 'busy' || !(await this.requests.take(client, request.id, me))) return null;
@@ -198,6 +206,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
           await this.claims.completeWithin(client, key, me, fence);
           return null;
         }
+        // The row this take returned, not an earlier read: what runs is what was checked.
+        if (!this.requests.verify(request, episode)) throw new TamperedTake(episode);
         const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), me);
         if (grant.status === 'busy') throw new EpisodeClaimBusy();
         await this.claims.completeWithin(client, key, me, fence);
@@ -208,19 +218,24 @@ export class TriggerPoller implements OnApplicationBootstrap {
       return started;
     } catch (error) {
       if (error instanceof EpisodeClaimBusy) return null; // the request stays pending, for later
-      this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(error)}`);
+      const failed =
+        error instanceof TamperedTake
+          ? await this.refuse(request, error.episode).then(
+              () => null,
+              (e: unknown) => e,
+            )
+          : error;
+      if (failed !== null) this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(failed)}`);
       return null;
     }
   }
 
   /**
-   * Whether the request and its episode verify (the `integrity` option). One that does not is
-   * failed with its deferred episode (`tampered`, whose event a waiting workflow hears), and
-   * nothing of it runs; the node goes on with the next.
+   * A request and episode that do not verify together (the `integrity` option; the take that read
+   * them rolled back): the request is failed with its deferred episode (`tampered`, whose event a
+   * waiting workflow hears), and nothing of it runs; the node goes on with the next.
    */
-  private async verified(request: CycliumTriggerRequest): Promise<boolean> {
-    const episode = await this.store.get(request.episodeId);
-    if (!episode || this.requests.verify(request, episode)) return true;
+  private async refuse(request: CycliumTriggerRequest, episode: EpisodeRow): Promise<void> {
     const reason = `trigger request ${request.id} is not signed by this deployment's integrity key (edited, copied or forged): not run`;
     const { announce, failed } = await this.database.transaction(async (client) => {
       await this.requests.fail(client, request.id, reason);
@@ -228,7 +243,6 @@ export class TriggerPoller implements OnApplicationBootstrap {
     });
     announce();
     this.logger.warn(`${failed.length > 0 ? `${episodeLabel(episode)} failed as tampered` : `${episodeLabel(episode)} not run`}: ${reason}`);
-    return false;
   }
 
   /**

@@ -10,7 +10,8 @@ import { isUuid } from '../sql/uuid.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { RetryWakeUps, WakeReason } from '../episodes/retry-wake-ups.interface.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
-import { sameEnvIndexed } from '../scope/scope-predicates.js';
+import { sameEnv, sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
+import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
 import { expirable, pendingStatement, takeable, type RequestFilter } from './due-requests.js';
 
 /** What a deferring node records for a full node to run. */
@@ -143,11 +144,15 @@ export class TriggerRequests implements RetryWakeUps {
    * Whether a request and the episode it names are as a node of this deployment wrote them (the
    * `integrity` option; always true without it): the request's episode, actor, expectation, scope
    * and options, and the episode's actor, expectation and trigger, so neither row can be edited to
-   * run something else.
+   * run something else. An unsigned request passes only before the cut-over (RowSigner.accepts).
    */
   verify(request: CycliumTriggerRequest, episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId' | 'triggerRef'>): boolean {
-    if (episode.id !== request.episodeId || episode.actorId !== request.actorId || episode.expectationId !== request.expectationId) return false;
-    return this.signer.verify('trigger_request', requestFields(request.episodeId, request, episode.triggerRef), request.signature);
+    if (!this.signer.enabled) return true;
+    const { episodeId } = request;
+    if (episode.id !== episodeId || episode.actorId !== request.actorId) return false;
+    if (episode.expectationId !== request.expectationId) return false;
+    const fields = requestFields(episodeId, request, episode.triggerRef);
+    return this.signer.accepts('trigger_request', fields, request.signature);
   }
 
   /** A node whose beat is older than this counts as down (three beats missed, as Peers count them). */
@@ -155,9 +160,36 @@ export class TriggerRequests implements RetryWakeUps {
     return 3 * this.options.nodeBeatIntervalMs;
   }
 
-  /** Whether requests are signed here (the `integrity` option): verify reads their episode first. */
-  get signed(): boolean {
-    return this.signer.enabled;
+  /**
+   * At the `integrity` cut-over, inside its transaction: signs the unsigned requests still waiting
+   * in `scope` (with their episode's trigger), locked until the cut-over commits; returns how many.
+   * A request whose episode is gone stays unsigned: nothing of it can run.
+   */
+  async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
+    type Waiting = { request: CycliumTriggerRequest; trigger: unknown };
+    const read = async (after: Waiting | null, limit: number): Promise<Waiting[]> => {
+      const { rows } = await client.query<Record<string, unknown>>(
+        `SELECT r.*, e.trigger_ref AS episode_trigger
+           FROM cyclium_trigger_requests r JOIN cyclium_episodes e ON e.id = r.episode_id
+          WHERE r.signature IS NULL AND r.status IN ('pending', 'scheduled')
+            AND ${stackCovers('r.source_stack', '$1::text')} AND ${sameEnv('r.source_env', '$2::text')}
+            AND ($3::uuid IS NULL OR r.id > $3::uuid)
+          ORDER BY r.id LIMIT $4 FOR UPDATE OF r`,
+        [scope.stack, scope.env, after?.request.id ?? null, limit],
+      );
+      return rows.map((row) => ({ request: toRequest(row), trigger: row.episode_trigger }));
+    };
+    const sign = ({ request, trigger }: Waiting) => {
+      const fields = requestFields(request.episodeId, request, trigger);
+      return this.signer.sign('trigger_request', fields);
+    };
+    const write = (page: Waiting[]) =>
+      client.query(
+        `UPDATE cyclium_trigger_requests r SET signature = v.signature
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE r.id = v.id AND r.signature IS NULL`,
+        [page.map((w) => w.request.id), page.map(sign)],
+      );
+    return signInPages(read, write);
   }
 
   private signatureOf(episodeId: string, request: NewTriggerRequest, trigger: unknown): string | null {

@@ -45,6 +45,8 @@ export interface EpisodeInsert {
   waits: boolean;
   /** NewEpisode.insertBefore; null for none. */
   insertBefore: Date | null;
+  /** With the `integrity` option: EpisodeSignatures.signed; null otherwise. */
+  signature: string | null;
 }
 
 /**
@@ -70,11 +72,12 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
     [rows.map((r) => r.startedAt), 'timestamptz[]'],
     [rows.map((r) => r.waits), 'boolean[]'],
     [rows.map((r) => r.insertBefore), 'timestamptz[]'],
+    [rows.map((r) => r.signature), 'text[]'],
   ]);
-  return `SELECT * FROM unnest(${input})
-            WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-                                  source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits,
-                                  insert_before, n)`;
+  const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
+                   max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits,
+                   insert_before, signature, n`;
+  return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${columns})`;
 }
 
 /**
@@ -88,10 +91,10 @@ export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'ski
   return `
     INSERT INTO cyclium_episodes
       (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at)
+       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at, signature)
     SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
            source_stack, source_env, workflow_instance_id, workflow_step_id,
-           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END
+           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END, signature
       FROM ${input} i
      WHERE i.insert_before IS NULL OR clock_timestamp() < i.insert_before
      ORDER BY key
@@ -99,7 +102,10 @@ export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'ski
     RETURNING *`;
 }
 
-/** The row `spec` inserts as episode `id`: a running row is owned by `spec.ownerNode`, a waiting one by none until it starts. */
+/**
+ * The row `spec` inserts as episode `id`: a running row is owned by `spec.ownerNode`, a waiting one
+ * by none until it starts. Unsigned: EpisodeSignatures.signed signs it.
+ */
 export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): EpisodeInsert {
   return {
     id,
@@ -118,5 +124,6 @@ export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): E
     startedAt: null,
     waits: status !== 'running',
     insertBefore: spec.insertBefore ?? null,
+    signature: null,
   };
 }

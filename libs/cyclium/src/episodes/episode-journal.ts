@@ -6,6 +6,9 @@ import { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { rowMapper } from '../entities/row-mapper.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { TamperedRowError } from '../integrity/tampered-row.error.js';
+import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
+import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
+import { IN_FLIGHT } from './episode-signatures.js';
 import { decodeStepResult, presentStepResult } from './step-result.js';
 
 /** A journal row, its result as callers see it (see presentStepResult). */
@@ -143,16 +146,53 @@ export class EpisodeJournal {
 
   /**
    * Checkpointed step results by step number, for a resumed run. With `integrity` on, a row whose
-   * signature does not hold for this episode (edited, or copied from another) is TamperedRowError.
+   * signature does not hold for this episode (edited, or copied from another; unsigned, once the
+   * cut-over is recorded: RowSigner.accepts) is TamperedRowError.
    */
   async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
     const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: unknown; signature: string | null }>(
       `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
       [id],
     );
-    const tampered = rows.find((r) => !this.signer.verify('checkpoint', checkpointFields(id, r.checkpoint_no, r.phase, r.state), r.signature));
+    const accepted = (r: (typeof rows)[number]) => {
+      const fields = checkpointFields(id, r.checkpoint_no, r.phase, r.state);
+      return this.signer.accepts('checkpoint', fields, r.signature);
+    };
+    const tampered = rows.find((r) => !accepted(r));
     if (tampered) throw new TamperedRowError('cyclium_episode_checkpoints', `(${id}, ${tampered.checkpoint_no})`);
     return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: decodeStepResult(r.state) }]));
+  }
+
+  /**
+   * At the `integrity` cut-over, inside its transaction: signs the unsigned checkpoints of the
+   * episodes in flight of `scope`, locked until the cut-over commits; returns how many.
+   */
+  async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
+    type Row = { episode_id: string; checkpoint_no: number; phase: string; state: unknown };
+    const read = async (after: Row | null, limit: number) => {
+      const { rows } = await client.query<Row>(
+        `SELECT c.episode_id, c.checkpoint_no, c.phase, c.state
+           FROM cyclium_episode_checkpoints c JOIN cyclium_episodes e ON e.id = c.episode_id
+          WHERE c.signature IS NULL AND ${IN_FLIGHT('e')} AND ${stackCovers('e.source_stack', '$1::text')}
+            AND ${sameEnv('e.source_env', '$2::text')}
+            AND ($3::uuid IS NULL OR (c.episode_id, c.checkpoint_no) > ($3::uuid, $4::int))
+          ORDER BY c.episode_id, c.checkpoint_no LIMIT $5 FOR UPDATE OF c`,
+        [scope.stack, scope.env, after?.episode_id ?? null, after?.checkpoint_no ?? 0, limit],
+      );
+      return rows;
+    };
+    const sign = (r: Row) => {
+      const fields = checkpointFields(r.episode_id, r.checkpoint_no, r.phase, r.state);
+      return this.signer.sign('checkpoint', fields);
+    };
+    const write = (page: Row[]) =>
+      client.query(
+        `UPDATE cyclium_episode_checkpoints c SET signature = v.signature
+           FROM unnest($1::uuid[], $2::int[], $3::text[]) AS v (episode_id, checkpoint_no, signature)
+          WHERE c.episode_id = v.episode_id AND c.checkpoint_no = v.checkpoint_no AND c.signature IS NULL`,
+        [page.map((r) => r.episode_id), page.map((r) => r.checkpoint_no), page.map(sign)],
+      );
+    return signInPages(read, write);
   }
 
   /** The next free journal position (markers such as `resumed` take positions too). */

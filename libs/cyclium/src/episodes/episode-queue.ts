@@ -134,6 +134,11 @@ export class EpisodeQueue {
     return rows.map((r) => r.actor_id);
   }
 
+  /** actorsWithQueued at boot: a database away meanwhile (a failover) is waited for (CycliumDataSource.atBoot). */
+  backlogAtBoot(owner: string): Promise<string[]> {
+    return this.database.atBoot('reading the queued backlog', () => this.actorsWithQueued(owner));
+  }
+
   /** How many episodes of `actorId` wait in this node's queue. */
   async queuedCount(actorId: string, owner: string): Promise<number> {
     const { rows } = await this.database.sql.query<{ n: number }>(

@@ -5,6 +5,7 @@ import { liveClaimOnEpisode } from '../claims/claim-sql.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import { hostedParam, hostsExpectation, type HostedExpectations } from '../sql/hosted-expectations.js';
 import type { EpisodeRow } from './episode-context.interface.js';
+import { EpisodeSignatures } from './episode-signatures.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
 
 /**
@@ -164,9 +165,14 @@ const ORPHANED_QUEUED = `
                         AND n.last_seen_at > now() - make_interval(secs => $3::double precision / 1000))
    LIMIT 500`;
 
-/** Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. */
+/**
+ * Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. The
+ * attempt it counts is signed ($5, see EpisodeRecoveryStore.take): the count it was signed for is
+ * the one read ($3 + 1).
+ */
 const TAKE = `
-  UPDATE cyclium_episodes SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now()
+  UPDATE cyclium_episodes
+     SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now(), signature = $5
    WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
   RETURNING *`;
 
@@ -177,7 +183,10 @@ const TAKE = `
  */
 @Injectable()
 export class EpisodeRecoveryStore {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly signatures: EpisodeSignatures,
+  ) {}
 
   /** A restart recovery took on a node that cannot run it: it waits as deferred for a full node. */
   async deferRestart(client: SqlExecutor, id: string): Promise<boolean> {
@@ -245,9 +254,16 @@ export class EpisodeRecoveryStore {
     return rows.map(toEpisode);
   }
 
-  /** Takes a candidate for this node's recovery, on the state it was read in; null when another node got there. */
+  /**
+   * Takes a candidate for this node's recovery, on the state it was read in; null when another node
+   * got there. The attempt it counts is re-signed only when the row as read is accepted: a forged or
+   * edited row keeps the signature it had, and its run refuses it (`tampered`) before its method runs.
+   */
   async take(client: SqlExecutor, candidate: EpisodeRow, owner: string): Promise<EpisodeRow | null> {
-    return oneEpisode((await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner])).rows);
+    const counted = { ...candidate, attempts: candidate.attempts + 1 };
+    const signature = this.signatures.accepts(candidate) ? this.signatures.sign(counted) : candidate.signature;
+    const { rows } = await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner, signature]);
+    return oneEpisode(rows);
   }
 
   /** Queued episodes of expectations this node hosts, left behind by a node that is gone. */

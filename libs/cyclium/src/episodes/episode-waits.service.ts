@@ -5,6 +5,7 @@ import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
+import { EpisodeSignatures } from './episode-signatures.js';
 import { firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
@@ -31,11 +32,12 @@ const WAIT: FencedStatement = {
 /**
  * The operator's retry of a failed episode. A cancel asked of its failed run is cleared with the
  * rest of that run's outcome: the operator asks for a run now, which would otherwise stop at once.
+ * The attempts it resets are signed ($2: EpisodeSignatures, over the row as the retry read it).
  */
 const REOPEN = `
   UPDATE cyclium_episodes
      SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0,
-         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now()
+         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now(), signature = $2
    WHERE id = $1 AND status = 'failed' AND archived_at IS NULL
   RETURNING *`;
 
@@ -52,6 +54,7 @@ export class EpisodeWaits {
     private readonly claims: WorkClaims,
     private readonly journal: EpisodeJournal,
     private readonly identity: NodeIdentity,
+    private readonly signatures: EpisodeSignatures,
     @Inject(RETRY_WAKE_UPS) private readonly wakeUps: RetryWakeUps,
   ) {}
 
@@ -86,12 +89,14 @@ export class EpisodeWaits {
    * A `failed` episode (not archived: its checkpoints are there) back to `waiting`, due now: the
    * operator's retry, which resumes it from its journal on any node hosting the actor. Its error
    * goes to a `retry` marker (`manual`), and its counts of retries and crash recoveries start
-   * again, so its policies apply afresh. Null when it is no longer failed (or was archived).
+   * again, so its policies apply afresh. Null when it is no longer failed (or was archived). The
+   * caller checked the row (`accepts`): its reset count is signed over the row as read.
    */
   reopen(episode: EpisodeRow): Promise<EpisodeRow | null> {
     const node = this.identity.name();
+    const signature = this.signatures.sign({ ...episode, attempts: 0 });
     return this.database.transaction(async (client) => {
-      const { rows } = await client.query(REOPEN, [episode.id]);
+      const { rows } = await client.query(REOPEN, [episode.id, signature]);
       if (!rows[0]) return null;
       const waiting = toEpisode(rows[0]);
       await this.journal.mark(

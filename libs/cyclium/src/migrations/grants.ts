@@ -8,6 +8,7 @@ export const CYCLIUM_TABLES = [
   'cyclium_episodes',
   'cyclium_events',
   'cyclium_findings',
+  'cyclium_integrity_cutovers',
   'cyclium_nodes',
   'cyclium_outputs',
   'cyclium_trigger_requests',

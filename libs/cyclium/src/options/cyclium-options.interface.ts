@@ -136,6 +136,13 @@ export interface CycliumOptions {
    * Default 30 000.
    */
   queryTimeoutMs?: number;
+  /**
+   * How long a booting node waits for a database that is not up yet (refused, starting, shutting
+   * down, read-only after a failover, a connection dropped): each step of boot that meets one tries
+   * again, 1 s doubling to 10 s apart, for up to this long before boot fails. What waiting cannot
+   * fix (credentials, an unknown database or host, a malformed URL) fails at once. Default 120 000.
+   */
+  startupWaitMs?: number;
   /** How often this node refreshes `cyclium_nodes.last_seen_at`. Default 15 000. */
   nodeBeatIntervalMs?: number;
   /**
@@ -224,6 +231,7 @@ export interface ResolvedCycliumOptions {
   dataSource: string | undefined;
   checkoutTimeoutMs: number;
   queryTimeoutMs: number;
+  startupWaitMs: number;
   nodeBeatIntervalMs: number;
   workflowEngine: boolean;
   deliveryTimeoutMs: number;

@@ -242,6 +242,11 @@ export class CycliumOptionsSchema {
   @Min(1, positiveMs('queryTimeoutMs'))
   queryTimeoutMs?: unknown;
 
+  @defined('startupWaitMs')
+  @IsInt(nonNegativeMs('startupWaitMs'))
+  @Min(0, nonNegativeMs('startupWaitMs'))
+  startupWaitMs?: unknown;
+
   @defined('nodeBeatIntervalMs')
   @timerMax('nodeBeatIntervalMs')
   @IsInt(positiveMs('nodeBeatIntervalMs'))

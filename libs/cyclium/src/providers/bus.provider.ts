@@ -95,10 +95,16 @@ interface Stoppable {
  */
 @Injectable()
 export class BusLifecycle implements OnModuleInit, OnApplicationShutdown {
-  constructor(@Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus) {}
+  constructor(
+    @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
+    private readonly database: CycliumDataSource,
+  ) {}
 
+  /** A database away at boot (a failover) is waited for, as every boot step does (CycliumDataSource.atBoot). */
   async onModuleInit(): Promise<void> {
-    if (hasMethod<Startable>(this.bus, 'start')) await this.bus.start();
+    const bus = this.bus;
+    if (!hasMethod<Startable>(bus, 'start')) return;
+    await this.database.atBoot('starting the bus (LISTEN)', async () => bus.start());
   }
 
   async onApplicationShutdown(): Promise<void> {
