@@ -169,15 +169,25 @@ export class TriggerSources implements OnApplicationBootstrap {
     );
   }
 
+  /**
+   * A timer's bucket. No node starts a bucket's episode before the bucket's time (timers fire at it,
+   * a catch-up after it), so its key is held until at least `archiveAfter` past that time; a timer
+   * that fires later than that (a stalled process, a trigger retrying through a long outage) could
+   * meet the key freed by the bucket's archived episode, so its insert is bounded there, by the
+   * database clock, and refused past it as a duplicate.
+   */
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
-    this.fireBucket(expectation, bucket).catch((error: unknown) =>
+    const archiveAfter = this.options.retention?.archiveAfter;
+    const insertBefore = archiveAfter === undefined ? undefined : new Date(bucket.getTime() + archiveAfter);
+    this.fireBucket(expectation, bucket, insertBefore).catch((error: unknown) =>
       this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) dropped: ${errorMessage(error)}`),
     );
   }
 
-  private fireBucket(expectation: RegisteredExpectation, bucket: Date): Promise<boolean> {
+  private fireBucket(expectation: RegisteredExpectation, bucket: Date, insertBefore?: Date): Promise<boolean> {
     const trigger: EpisodeTrigger = { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() };
-    return this.trigger(expectation, trigger, scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env));
+    const key = scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env);
+    return this.trigger(expectation, trigger, key, false, undefined, insertBefore);
   }
 
   /**
