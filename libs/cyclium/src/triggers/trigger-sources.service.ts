@@ -22,7 +22,7 @@ import type { RegisteredActor, RegisteredExpectation } from '../actors/registere
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { TimerTriggers } from './timer-triggers.js';
-import { catchUpSchedule } from './schedule-catch-up.js';
+import { catchUpSchedule, type FireBucket } from './schedule-catch-up.js';
 import type { Schedule } from './schedule-buckets.js';
 import type { CatchUp } from '../actors/expectation.decorator.js';
 import { TriggerPlacement } from './trigger-placement.service.js';
@@ -126,8 +126,12 @@ export class TriggerSources implements OnApplicationBootstrap {
   /** Makes up for the buckets that fell while no node ran the schedule, as declared (see catchUpSchedule). */
   private catchUp(expectation: RegisteredExpectation, schedule: Schedule, catchUp: CatchUp = 'none'): void {
     if (catchUp === 'none') return;
-    catchUpSchedule(this.database.sql, this.options.env, this.logger, expectation, schedule, catchUp, (e, bucket) => this.fireBucket(e, bucket)).catch(
-      (error: unknown) => this.logger.warn(`catch-up of ${expectation.actorId}.${expectation.id} dropped: ${errorMessage(error)}`),
+    const { env, retention } = this.options;
+    const scope = { sql: this.database.sql, env, logger: this.logger, retention };
+    const fire: FireBucket = (e, bucket, insertBefore) => this.fireBucket(e, bucket, insertBefore);
+    const what = `${expectation.actorId}.${expectation.id}`;
+    catchUpSchedule(scope, expectation, schedule, catchUp, fire).catch((error: unknown) =>
+      this.logger.warn(`catch-up of ${what} dropped: ${errorMessage(error)}`),
     );
   }
 
