@@ -4,6 +4,7 @@ import pg from 'pg';
 import { Actor, EventPayloadTooLargeError, Expectation, type BusEvent, type EpisodeContext } from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import { READ_MAX_BYTES, jsonbTextBytes } from '../libs/cyclium/src/bus/event-bounds.js';
+import { BusRetention } from '../libs/cyclium/src/bus/bus-retention.js';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import { PostgresBus } from '../libs/cyclium/src/bus/postgres-bus.js';
 import type { SqlExecutor } from '../libs/cyclium/src/sql/sql-executor.js';
@@ -60,7 +61,6 @@ describe('hostile rows on a bus channel', () => {
       channel: CHANNEL,
       publisher: () => 'hostile-test',
       retentionMs: 60_000,
-      // Retention is not per channel: longer than the aged event below, which another node's options keep.
       undispatchedMaxAgeMs: 40 * DAY,
     });
     bus.subscribe('*', (event) => void received.push(event));
@@ -82,16 +82,17 @@ describe('hostile rows on a bus channel', () => {
 
   it('prunes on past a future-dated row that ends a batch', async () => {
     const channel = busChannel('hostile-prune', null);
+    const log = new EventLog({ channel, stackSlug: 'hostile-prune', env: null, publisher: () => 'pruner' });
+    const retention = new BusRetention(busPool as unknown as SqlExecutor, log, 60_000, 40 * DAY);
     // A consumer that has dispatched none of them: expired rows are kept until busUndispatchedMaxAgeMs (40 days).
     const lagging = `INSERT INTO cyclium_bus_positions (channel, consumer, position)
                      VALUES ($1, 'test.lagging', pg_current_snapshot())`;
     await database.db.query(lagging, [channel]);
-    // A batch of retention (1,000 rows by id) of rows it keeps, whose last row is dated 30 days ahead…
-    const stored = Number((await database.db.query(`SELECT count(*) AS n FROM cyclium_events`)).rows[0].n);
+    // A batch of retention (the channel's first 1,000 rows) of rows it keeps, whose last row is dated 30 days ahead…
     await database.db.query(
       `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, created_at)
-       SELECT $1, 'kept-' || i, 'hostile', '{}', now(), now() - interval '1 hour' FROM generate_series(1, $2) i`,
-      [channel, 999 - (stored % 1_000)],
+       SELECT $1, 'kept-' || i, 'hostile', '{}', now(), now() - interval '1 hour' FROM generate_series(1, 999) i`,
+      [channel],
     );
     await insertRow({ eventId: 'future-last', created: `now() + interval '30 days'`, channel });
     // …then rows past every window, which retention must delete.
@@ -100,7 +101,7 @@ describe('hostile rows on a bus channel', () => {
        SELECT $1, 'overdue-' || i, 'hostile', '{}', now(), now() - interval '50 days' FROM generate_series(1, 10) i`,
       [channel],
     );
-    await bus.pruneNow();
+    await retention.pruneNow();
     const overdue = `SELECT count(*)::int AS n FROM cyclium_events
                       WHERE channel = $1 AND starts_with(event_id, 'overdue-')`;
     expect((await database.db.query(overdue, [channel])).rows[0].n).toBe(0);

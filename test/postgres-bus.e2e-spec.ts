@@ -441,23 +441,44 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     ]);
   });
 
-  it('prunes events older than the retention window, by the database clock', async () => {
+  it("prunes its channel's events older than the retention window, by the database clock, and no other's", async () => {
     const old = await a.bus.publish('aged', 'old');
     const fresh = await a.bus.publish('aged', 'fresh');
-    // Everything up to `old` was stored two hours ago, as the database's clock tells it.
-    await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE id <= (SELECT id FROM cyclium_events WHERE event_id = $1)`, [
-      old.eventId,
-    ]);
-    const aged = (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE created_at < now() - interval '1 hour'`)).rows[0].n;
+    // Aged rows of other stacks and envs, and of no stack (a stack's node never reads those): not its to delete.
+    const others = [busChannel(null, null), busChannel('other', null), busChannel('bus-e2e', 'rc')];
+    others.push(busChannel(null, 'rc'));
+    await admin.query(
+      `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at)
+       SELECT c, 'foreign-' || n, 'aged', '{}', now() FROM unnest($1::text[]) WITH ORDINALITY AS o (c, n)`,
+      [others],
+    );
+    // Everything up to `old` was stored two hours ago, as the database's clock tells it; the foreign rows too.
+    await admin.query(
+      `UPDATE cyclium_events SET created_at = now() - interval '2 hours'
+        WHERE id <= (SELECT id FROM cyclium_events WHERE event_id = $1) OR starts_with(event_id, 'foreign-')`,
+      [old.eventId],
+    );
+    const agedOf = async (channel: string) => {
+      const aged = `SELECT count(*)::int AS n FROM cyclium_events
+                     WHERE created_at < now() - interval '1 hour' AND channel = $1`;
+      return (await admin.query(aged, [channel])).rows[0].n as number;
+    };
+    const foreign = `SELECT count(*)::int AS n FROM cyclium_events WHERE starts_with(event_id, 'foreign-')`;
+    const aged = await agedOf(CHANNEL);
     expect(aged).toBeGreaterThan(1_000); // more than one batch
     // The default window is an hour; pruning runs on a timer, and on demand.
     expect(await a.bus.pruneNow()).toBe(aged);
     expect(await stored(old.eventId)).toEqual([]);
     expect(await stored(fresh.eventId)).toHaveLength(1);
+    expect((await admin.query(foreign)).rows[0].n).toBe(others.length);
+    await admin.query(`DELETE FROM cyclium_events WHERE starts_with(event_id, 'foreign-')`);
   });
 
-  it('keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them, and stands aside while another node prunes', async () => {
+  const walk = 'keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them';
+  it(`${walk}, and stands aside while another node of its channel prunes`, async () => {
     const channel = 'prune_walk';
+    const walker = node(channel, {}, 600_000, false);
+    await walker.bus.start();
     const left = async (prefix: string) =>
       (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND event_id LIKE $2`, [channel, `${prefix}%`])).rows[0].n as number;
     try {
@@ -466,14 +487,19 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       const other = await admin.connect();
       try {
         await other.query('BEGIN');
-        await other.query('SELECT pg_advisory_xact_lock(7268853211580712513)');
-        expect(await a.bus.pruneNow()).toBe(0);
+        await other.query('SELECT pg_advisory_xact_lock(1692411771, hashtext($1))', [channel]);
+        expect(await walker.bus.pruneNow()).toBe(0);
         expect(await left('gone-')).toBe(50_000);
+        // A node of another channel prunes its own meanwhile.
+        const aside = await a.bus.publish('aged', 'pruned while another channel prunes');
+        const age = `UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE event_id = $1`;
+        await admin.query(age, [aside.eventId]);
+        expect(await a.bus.pruneNow()).toBe(1);
         await other.query('COMMIT');
       } finally {
         other.release();
       }
-      expect(await a.bus.pruneNow()).toBeGreaterThanOrEqual(50_000);
+      expect(await walker.bus.pruneNow()).toBeGreaterThanOrEqual(50_000);
       expect(await left('gone-')).toBe(0);
       expect(await left('kept-')).toBe(1_000);
     } finally {

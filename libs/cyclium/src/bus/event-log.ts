@@ -107,52 +107,87 @@ const READ_PAGE = prepared(
 
 const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`);
 
+/** Retention's advisory lock: this class (the old cluster-wide key's upper half) and the channel's hash. */
+const PRUNE_LOCK_CLASS = 1_692_411_771;
+
 /**
- * One batch of retention, by the database clock (rule 1): the next `limit` rows by id after `after`,
- * so a pass walks the table once with a key and a row it must keep is read once per pass, not by
- * every batch; a batch costs at most `limit` index entries however large the table. The
- * transaction-scoped advisory lock lets one node prune at a time, and the others skip rather than
- * wait. An event some consumer's position has not passed (see BusPositions) is kept until
- * `undispatchedMs`, then deleted all the same and counted, so a channel nobody consumes any more
- * cannot grow without end. `young`: the batch's last row is inside the window: ids follow insert
- * order, and a later insert is never much older, so the rest of the table is young too and the
- * pass is done. A young row among older ones (a clock step, an edited row) does not stop it, nor
- * does a last row dated in the future, which says nothing of the rows after it.
+ * One batch of retention on one channel, by the database clock (rule 1): the channel's next `limit`
+ * rows in the order readers take them, (tx_id, id), after `after`, through the readers' index, so a
+ * pass walks the channel once with a key and a row it must keep is read once per pass, not by every
+ * batch; a batch costs at most `limit` index entries however large the table. Only the channel's
+ * rows: the nodes of its stack and env (`busChannel`) are the only ones that read them, so only
+ * their windows and positions say when a row is done with. A node of another stack or env never
+ * deletes them, and a stack's node leaves the rows without a stack (its env's channel of none) to
+ * the nodes without one, which read them. The transaction-scoped advisory lock on the channel lets
+ * one node of it prune at a time, and the others skip rather than wait. An event some consumer's
+ * position has not passed (see BusPositions) is kept until `undispatchedMs`, then deleted all the
+ * same and counted, so a channel nobody consumes any more cannot grow without end. `young`: the
+ * batch's last row is inside the window: rows follow the order their transactions wrote in, and a
+ * later one is never much older, so the rest of the channel is young too and the pass is done. A
+ * young row among older ones (a clock step, an edited row) does not stop it, nor does a last row
+ * dated in the future, which says nothing of the rows after it. The walk is a range over the
+ * index's whole key, the channel's rows kept after the limit, not `channel = $1` and a range: with
+ * statistics taken while the table was small, the planner reads that equality as a handful of rows
+ * and sorts the whole channel off a bitmap for every batch. A batch that runs past the channel's
+ * end reads at most `limit` rows of the next one, and stops.
  */
 const PRUNE = prepared(
-  'events_prune_after',
+  'events_prune_channel',
   `
-  WITH lock AS (SELECT pg_try_advisory_xact_lock(7268853211580712513) AS held),
+  WITH lock AS (SELECT pg_try_advisory_xact_lock(${PRUNE_LOCK_CLASS}, hashtext($1::text)) AS held),
   examined AS (
-    SELECT id, channel, tx_id, created_at, created_at < now() - make_interval(secs => $1::double precision / 1000) AS expired
-      FROM cyclium_events WHERE (SELECT held FROM lock) AND id > $4::bigint ORDER BY id LIMIT $2),
+    SELECT id, tx_id, created_at,
+           created_at < now() - make_interval(secs => $2::double precision / 1000) AS expired
+      FROM (SELECT id, channel, tx_id, created_at FROM cyclium_events
+             WHERE (SELECT held FROM lock) AND (channel, tx_id, id) > ($1::text, $5::xid8, $6::bigint)
+             ORDER BY channel, tx_id, id
+             LIMIT $3) walked
+     WHERE channel = $1::text),
   expired AS (
     SELECT o.id,
            EXISTS (SELECT 1 FROM cyclium_bus_positions p
-                    WHERE p.channel = o.channel AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
-           o.created_at < now() - make_interval(secs => $3::double precision / 1000) AS overdue
+                    WHERE p.channel = $1::text AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
+           o.created_at < now() - make_interval(secs => $4::double precision / 1000) AS overdue
       FROM examined o WHERE o.expired),
   doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),
-  deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id)
+  deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id),
+  last AS (
+    SELECT tx_id, id, NOT expired AND created_at <= now() AS young
+      FROM examined ORDER BY tx_id DESC, id DESC LIMIT 1)
   SELECT coalesce((SELECT held FROM lock), false) AS held,
          (SELECT count(*) FROM deleted)::int AS deleted,
          (SELECT count(*) FROM deleted JOIN doomed d USING (id) WHERE d.undispatched)::int AS undispatched,
          (SELECT count(*) FROM examined)::int AS examined,
-         (SELECT max(id) FROM examined)::text AS last_id,
-         coalesce((SELECT NOT expired AND created_at <= now() FROM examined ORDER BY id DESC LIMIT 1), false) AS young`,
+         (SELECT tx_id::text FROM last) AS last_tx_id,
+         (SELECT id::text FROM last) AS last_id,
+         coalesce((SELECT young FROM last), false) AS young`,
 );
+
+/** A channel's two windows of retention (see PRUNE). */
+export interface PruneWindows {
+  /** Delete a row older than this once every position on the channel has passed it. */
+  readonly olderThanMs: number;
+  /** Delete a row older than this whatever the positions. */
+  readonly undispatchedMs: number;
+}
+
+/** Where a batch of retention stopped in its channel's order: the next batch reads after it. */
+export interface PruneKey {
+  readonly txId: string;
+  readonly id: string;
+}
 
 /** What one batch of retention did (EventLog.prune). */
 export interface PruneBatch {
-  /** False when another node was pruning: this one read nothing. */
+  /** False when another node of the channel was pruning: this one read nothing. */
   held: boolean;
   deleted: number;
   /** Of `deleted`, the events some consumer had not dispatched (older than `undispatchedMs`). */
   undispatched: number;
-  /** Rows read; fewer than the limit means the end of the table. */
+  /** The channel's rows read; fewer than the limit means the end of the channel. */
   examined: number;
-  /** The highest id read: the next batch's `after`. */
-  lastId: string | null;
+  /** The last row read: the next batch's `after`. */
+  last: PruneKey | null;
   /** The last row read was inside the retention window. */
   young: boolean;
 }
@@ -167,6 +202,16 @@ export interface EventPage {
 function isCut(rows: readonly EventRow[], limit: number): boolean {
   const taken = Number(rows[0]?.taken ?? 0);
   return taken >= limit || rows.length < taken;
+}
+
+interface PruneRow {
+  held: boolean;
+  deleted: number;
+  undispatched: number;
+  examined: number;
+  last_tx_id: string | null;
+  last_id: string | null;
+  young: boolean;
 }
 
 interface EventRow {
@@ -252,13 +297,15 @@ export class EventLog {
     return { id: row.id as string, txId: row.tx_id, committedAt, ageMs, event, trusted, oversizedBytes };
   }
 
-  /** One batch of retention after id `after` (see PRUNE); nothing when another node holds the lock. */
-  async prune(sql: SqlExecutor, olderThanMs: number, undispatchedMs: number, limit: number, after = '0'): Promise<PruneBatch> {
-    const { rows } = await sql.query<{ held: boolean; deleted: number; undispatched: number; examined: number; last_id: string | null; young: boolean }>(
-      PRUNE([olderThanMs, limit, undispatchedMs, after]),
-    );
+  /** One batch of retention on this channel after `after` (see PRUNE); nothing while another node of it prunes. */
+  async prune(sql: SqlExecutor, windows: PruneWindows, limit: number, after?: PruneKey): Promise<PruneBatch> {
+    const from = [after?.txId ?? '0', after?.id ?? '0'];
+    const values = [this.scope.channel, windows.olderThanMs, limit, windows.undispatchedMs, ...from];
+    const { rows } = await sql.query<PruneRow>(PRUNE(values));
     const row = rows[0];
-    if (!row) return { held: false, deleted: 0, undispatched: 0, examined: 0, lastId: null, young: false };
-    return { held: row.held, deleted: row.deleted, undispatched: row.undispatched, examined: row.examined, lastId: row.last_id, young: row.young };
+    if (!row) return { held: false, deleted: 0, undispatched: 0, examined: 0, last: null, young: false };
+    const { held, deleted, undispatched, examined, young } = row;
+    const last = row.last_tx_id === null || row.last_id === null ? null : { txId: row.last_tx_id, id: row.last_id };
+    return { held, deleted, undispatched, examined, last, young };
   }
 }

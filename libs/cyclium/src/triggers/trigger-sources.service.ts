@@ -22,7 +22,7 @@ import type { RegisteredActor, RegisteredExpectation } from '../actors/registere
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { TimerTriggers } from './timer-triggers.js';
-import { catchUpSchedule } from './schedule-catch-up.js';
+import { catchUpSchedule, type FireBucket } from './schedule-catch-up.js';
 import type { Schedule } from './schedule-buckets.js';
 import type { CatchUp } from '../actors/expectation.decorator.js';
 import { TriggerPlacement } from './trigger-placement.service.js';
@@ -126,8 +126,12 @@ export class TriggerSources implements OnApplicationBootstrap {
   /** Makes up for the buckets that fell while no node ran the schedule, as declared (see catchUpSchedule). */
   private catchUp(expectation: RegisteredExpectation, schedule: Schedule, catchUp: CatchUp = 'none'): void {
     if (catchUp === 'none') return;
-    catchUpSchedule(this.database.sql, this.options.env, this.logger, expectation, schedule, catchUp, (e, bucket) => this.fireBucket(e, bucket)).catch(
-      (error: unknown) => this.logger.warn(`catch-up of ${expectation.actorId}.${expectation.id} dropped: ${errorMessage(error)}`),
+    const { env, retention } = this.options;
+    const scope = { sql: this.database.sql, env, logger: this.logger, retention };
+    const fire: FireBucket = (e, bucket, insertBefore) => this.fireBucket(e, bucket, insertBefore);
+    const what = `${expectation.actorId}.${expectation.id}`;
+    catchUpSchedule(scope, expectation, schedule, catchUp, fire).catch((error: unknown) =>
+      this.logger.warn(`catch-up of ${what} dropped: ${errorMessage(error)}`),
     );
   }
 
@@ -169,15 +173,25 @@ export class TriggerSources implements OnApplicationBootstrap {
     );
   }
 
+  /**
+   * A timer's bucket. No node starts a bucket's episode before the bucket's time (timers fire at it,
+   * a catch-up after it), so its key is held until at least `archiveAfter` past that time; a timer
+   * that fires later than that (a stalled process, a trigger retrying through a long outage) could
+   * meet the key freed by the bucket's archived episode, so its insert is bounded there, by the
+   * database clock, and refused past it as a duplicate.
+   */
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
-    this.fireBucket(expectation, bucket).catch((error: unknown) =>
+    const archiveAfter = this.options.retention?.archiveAfter;
+    const insertBefore = archiveAfter === undefined ? undefined : new Date(bucket.getTime() + archiveAfter);
+    this.fireBucket(expectation, bucket, insertBefore).catch((error: unknown) =>
       this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) dropped: ${errorMessage(error)}`),
     );
   }
 
-  private fireBucket(expectation: RegisteredExpectation, bucket: Date): Promise<boolean> {
+  private fireBucket(expectation: RegisteredExpectation, bucket: Date, insertBefore?: Date): Promise<boolean> {
     const trigger: EpisodeTrigger = { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() };
-    return this.trigger(expectation, trigger, scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env));
+    const key = scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env);
+    return this.trigger(expectation, trigger, key, false, undefined, insertBefore);
   }
 
   /**
