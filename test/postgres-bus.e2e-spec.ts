@@ -25,6 +25,8 @@ interface BusNode {
   received: BusEvent[];
   /** Where its LISTEN connection goes; a test can point it at a dead port to cut the node off. */
   listenTo: { port: number | undefined };
+  /** Names of prepared statements the node's next run of fails once each (a statement timeout, say). */
+  failOnce: Set<string>;
   of(type: string): BusEvent[];
   has(event: BusEvent): boolean;
 }
@@ -48,10 +50,16 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   ): BusNode {
     const db = pool(url, 3);
     const statements: string[] = [];
+    const failOnce = new Set<string>();
     const sql: SqlExecutor = {
       query: (...args: [never]) => {
         const first: unknown = args[0];
         statements.push(typeof first === 'string' ? first : (first as pg.QueryConfig).text);
+        const name = typeof first === 'string' ? undefined : (first as pg.QueryConfig).name;
+        if (name !== undefined && failOnce.delete(name)) {
+          const timeout = Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
+          return Promise.reject(timeout);
+        }
         return db.query(...args);
       },
     };
@@ -78,6 +86,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       statements,
       received,
       listenTo,
+      failOnce,
       of: (type) => received.filter((e) => e.type === type),
       has: (event) => received.some((e) => e.eventId === event.eventId),
     };
@@ -290,6 +299,39 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(b.of('bulk').map((e) => e.payload)).toEqual(events.map((_, i) => i));
     await settle(a, [a, b]);
     expect(b.of('bulk')).toHaveLength(1_200);
+  }, 30_000);
+
+  it('gives a consumer that joins while a paged read is interrupted the pages it already handed out', async () => {
+    const channel = busChannel('bus-e2e-paged', null);
+    const c = node(channel, {}, 600_000, false);
+    await c.bus.start();
+    try {
+      // One commit of 1,200 rows: a read of it takes three pages, and the second one fails.
+      const client = await admin.connect();
+      try {
+        await client.query('BEGIN');
+        const at = new Date().toISOString();
+        const event = (i: number) => ({ type: 'paged', eventId: `paged-${i}`, payload: i, publishedAt: at });
+        const events = Array.from({ length: 1_200 }, (_, i) => event(i));
+        await c.bus.appendWithin(client, events);
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+      c.failOnce.add('cyclium_events_read_page');
+      await c.bus.catchUp();
+      expect(c.bus.status().readFailing).toBe(true);
+
+      const got: number[] = [];
+      c.bus.subscribeDurable<number>('late.joiner', 'paged', async (event) => void got.push(event.payload));
+      // Without them, it got the 700 of the pages still to come and never the first 500.
+      await waitFor('1,200 events for the joiner', () => got.length >= 1_200, 15_000).catch(() => undefined);
+      expect(got).toHaveLength(1_200);
+      expect(got).toEqual(Array.from({ length: 1_200 }, (_, i) => i));
+    } finally {
+      await c.bus.stop();
+      await admin.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [channel]);
+    }
   }, 30_000);
 
   it('reads at most 4 MiB of payload a statement and still delivers every event, in full and in order', async () => {

@@ -3,12 +3,14 @@ import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { BusEvent } from './bus.interface.js';
 import type { BusPositions } from './bus-positions.js';
+import type { Paging } from './bus-reader.js';
 import type { DbSnapshot } from './db-snapshot.js';
 import { DurableConsumer } from './durable-consumer.js';
 import type { DurableHandler } from './durable-subscriptions.interface.js';
 import type { EventLog, LoggedEvent } from './event-log.js';
 
 const PAGE = 500;
+type Group = readonly DurableConsumer[];
 /** Positions that only idle reads moved are stored this seldom (retention needs them, nothing else). */
 const IDLE_WRITE_MS = 60_000;
 
@@ -71,8 +73,12 @@ export class DurableConsumers {
     return this.byType.has(type);
   }
 
-  /** Catches up the consumers that joined since the last read, up to the reader's `cursor`. */
-  async catchUp(cursor: DbSnapshot): Promise<void> {
+  /**
+   * Catches up the consumers that joined since the last read, up to the reader's `cursor`; during a
+   * paged read (one interrupted by an error, say) also through the rows its pages already handed
+   * to the others, which the pages still to come will not repeat.
+   */
+  async catchUp(cursor: DbSnapshot, paging?: Paging): Promise<void> {
     // Every read asks: nothing to allocate when nobody joined.
     if (this.joining.length === 0) return;
     const joining = this.joining.filter((c) => c.active);
@@ -94,10 +100,10 @@ export class DurableConsumers {
       groups.set(from.text, group);
     }
     for (const { from, consumers } of groups.values()) await this.replay(from, cursor, consumers);
-    for (const consumer of joining) {
-      consumer.readTo(cursor);
-      consumer.ready = true;
-    }
+    for (const consumer of joining) consumer.readTo(cursor);
+    // Delivered after the mark at `cursor`: they settle with the read's last page, at `paging.to`.
+    if (paging) await this.replay(cursor, paging.to, joining, paging.after);
+    for (const consumer of joining) consumer.ready = true;
     // Keep only those that joined during the awaits above; an unsubscribed one has nothing to catch up.
     this.joining = this.joining.filter((c) => c.active && !joining.includes(c));
   }
@@ -149,13 +155,15 @@ export class DurableConsumers {
     }
   }
 
-  private async replay(from: DbSnapshot, to: DbSnapshot, consumers: readonly DurableConsumer[]): Promise<void> {
+  /** Hands `consumers` the rows new since `from` and visible in `to`, in order, up to `through` when given. */
+  private async replay(from: DbSnapshot, to: DbSnapshot, consumers: Group, through?: LoggedEvent): Promise<void> {
     const types = new Set(consumers.map((c) => c.type));
     let after: LoggedEvent | undefined;
     for (;;) {
       const { events: page, more } = await this.log.readPage(this.sql, from, to, after, PAGE);
       const readAt = performance.now();
       for (const logged of page) {
+        if (through && isAfter(logged, through)) return;
         if (!logged.trusted || !types.has(logged.event.type)) continue;
         for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt);
       }
@@ -171,4 +179,10 @@ export class DurableConsumers {
       this.logger.warn(`could not record that ${consumer} skipped event ${event.eventId}: ${errorMessage(failure)}`);
     });
   }
+}
+
+/** Rows are read in (tx_id, id) order; both are 64-bit, kept as decimal strings. */
+function isAfter(a: LoggedEvent, b: LoggedEvent): boolean {
+  const [ax, bx] = [BigInt(a.txId), BigInt(b.txId)];
+  return ax !== bx ? ax > bx : BigInt(a.id) > BigInt(b.id);
 }

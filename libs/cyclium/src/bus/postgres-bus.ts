@@ -63,7 +63,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     const flushMs = options.positionFlushMs ?? 1_000;
     this.consumers = new DurableConsumers(sql, this.log, new BusPositions(channel), typeof flushMs === 'function' ? flushMs : () => flushMs);
     const sink: ReaderSink = {
-      catchUp: (cursor) => this.consumers.catchUp(cursor),
+      catchUp: (cursor, paging) => this.consumers.catchUp(cursor, paging),
       deliver: (logged, readAt) => {
         if (!logged.trusted) {
           this.logger.warn(
