@@ -549,6 +549,52 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     }
   });
 
+  it("holds for a position only its consumer's type: others' events go at the retention window", async () => {
+    const channel = busChannel('bus-e2e-typed', null);
+    const c = node(channel);
+    await c.bus.start();
+    const aging = `UPDATE cyclium_events SET created_at = now() - $3::interval WHERE channel = $1 AND type = $2`;
+    const age = (type: string, interval: string) => admin.query(aging, [channel, type, interval]);
+    const left = async (type: string) => {
+      const count = `SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND type = $2`;
+      return (await admin.query<{ n: number }>(count, [channel, type])).rows[0]?.n;
+    };
+    const positionsOf = `FROM cyclium_bus_positions WHERE channel = $1`;
+    const positionRows = (columns: string) => admin.query(`SELECT ${columns} ${positionsOf}`, [channel]);
+    const handed: string[] = [];
+    // Its one event never settles: its position stays before it, and before everything after it.
+    c.bus.subscribeDurable('idle.wanted', 'wanted', (event) => {
+      handed.push(event.eventId);
+      return new Promise<void>(() => undefined);
+    });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    try {
+      await waitFor('the position row', async () => (await positionRows('consumer')).rowCount);
+      const wanted = await c.bus.publish('wanted', 1);
+      for (let i = 0; i < 3; i++) await c.bus.publish('unwanted', i);
+      await waitFor('the wanted event handed over', () => handed.includes(wanted.eventId));
+      await settle(c, [c]);
+
+      // Past the retention window, not the undispatched one: the other type goes, the held event stays.
+      await age('unwanted', '2 hours');
+      await age('wanted', '2 hours');
+      await c.bus.pruneNow();
+      expect({ wanted: await left('wanted'), unwanted: await left('unwanted') }).toEqual({ wanted: 1, unwanted: 0 });
+
+      await age('wanted', '8 days');
+      await c.bus.pruneNow();
+      expect(await left('wanted')).toBe(0);
+      // Only the event of its own type counts as undispatched.
+      expect(c.bus.status().undispatchedPruned).toBe(1);
+      expect((await positionRows('consumer, type')).rows).toEqual([{ consumer: 'idle.wanted', type: 'wanted' }]);
+    } finally {
+      warn.mockRestore();
+      await c.bus.stop();
+      await admin.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [channel]);
+      await admin.query(`DELETE FROM cyclium_events WHERE channel = $1`, [channel]);
+    }
+  });
+
   it('stops: stop closes the LISTEN connection, one per bus however often it was started', async () => {
     const listeners = async () =>
       (

@@ -2,7 +2,7 @@ import { Logger } from '@nestjs/common';
 import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { BusEvent } from './bus.interface.js';
-import type { BusPositions } from './bus-positions.js';
+import type { BusPositions, NamedConsumer } from './bus-positions.js';
 import type { Paging } from './bus-reader.js';
 import type { DbSnapshot } from './db-snapshot.js';
 import { DurableConsumer } from './durable-consumer.js';
@@ -11,8 +11,6 @@ import type { EventLog, LoggedEvent } from './event-log.js';
 
 const PAGE = 500;
 type Group = readonly DurableConsumer[];
-/** Positions that only idle reads moved are stored this seldom (retention needs them, nothing else). */
-const IDLE_WRITE_MS = 60_000;
 
 /**
  * This node's durable consumers of one channel. A consumer that joins first catches up, inside the
@@ -37,6 +35,8 @@ export class DurableConsumers {
     private readonly positions: BusPositions,
     /** Read again before each wait. */
     private readonly flushMs: () => number,
+    /** Positions that only idle reads moved are stored this seldom (retention needs them, nothing else). */
+    private readonly idleWriteMs: number,
   ) {}
 
   /** Stores settled positions every `flushMs` from now on. */
@@ -86,11 +86,7 @@ export class DurableConsumers {
       this.joining = [];
       return;
     }
-    const stored = await this.positions.open(
-      this.sql,
-      joining.map((c) => c.name),
-      cursor,
-    );
+    const stored = await this.positions.open(this.sql, joining, cursor);
     // Consumers stored at the same position (one node's flush writes them together) share one replay.
     const groups = new Map<string, { from: DbSnapshot; consumers: DurableConsumer[] }>();
     for (const consumer of joining) {
@@ -135,20 +131,21 @@ export class DurableConsumers {
   }
 
   private async write(all: boolean): Promise<void> {
-    const idle = all || performance.now() - this.lastIdleWrite >= IDLE_WRITE_MS;
-    const taken = new Map<string, DbSnapshot>();
+    const idle = all || performance.now() - this.lastIdleWrite >= this.idleWriteMs;
+    // By name: a consumer that left and its successor of the same name store one position, the successor's.
+    const taken = new Map<string, { consumer: NamedConsumer; position: DbSnapshot }>();
     const from: DurableConsumer[] = [];
     const leaving = this.leaving.splice(0);
     for (const consumer of [...leaving, ...[...this.byType.values()].flatMap((set) => [...set])]) {
       const position = consumer.ready ? consumer.take(idle) : undefined;
       if (position) {
-        taken.set(consumer.name, position);
+        taken.set(consumer.name, { consumer, position });
         from.push(consumer);
       }
     }
     if (idle) this.lastIdleWrite = performance.now();
     try {
-      await this.positions.advance(this.sql, taken);
+      await this.positions.advance(this.sql, [...taken.values()]);
     } catch (error) {
       for (const consumer of from) consumer.untake();
       throw error;

@@ -92,18 +92,22 @@ const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text
  * cannot grow without end. `young`: the batch's last row is inside the window: ids follow insert
  * order, and a later insert is never much older, so the rest of the table is young too and the
  * pass is done. A young row among older ones (a clock step, an edited row) does not stop it.
+ * A position holds only events of its consumer's type (a row without a type, written by a previous
+ * release, holds every type).
  */
 const PRUNE = prepared(
   'events_prune_after',
   `
   WITH lock AS (SELECT pg_try_advisory_xact_lock(7268853211580712513) AS held),
   examined AS (
-    SELECT id, channel, tx_id, created_at, created_at < now() - make_interval(secs => $1::double precision / 1000) AS expired
+    SELECT id, channel, tx_id, type, created_at,
+           created_at < now() - make_interval(secs => $1::double precision / 1000) AS expired
       FROM cyclium_events WHERE (SELECT held FROM lock) AND id > $4::bigint ORDER BY id LIMIT $2),
   expired AS (
     SELECT o.id,
            EXISTS (SELECT 1 FROM cyclium_bus_positions p
-                    WHERE p.channel = o.channel AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
+                    WHERE p.channel = o.channel AND (p.type IS NULL OR p.type = o.type)
+                      AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
            o.created_at < now() - make_interval(secs => $3::double precision / 1000) AS overdue
       FROM examined o WHERE o.expired),
   doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),
