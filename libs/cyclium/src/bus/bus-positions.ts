@@ -20,18 +20,45 @@ const OPEN = `
 /**
  * Moves positions forward only: a snapshot with a larger xmax was taken later and sees every
  * transaction the older one saw, so whichever node settled further wins and none moves one back.
- * It also stamps the consumer's type on a row a previous release wrote without one.
+ * It also stamps the consumer's type on a row a previous release wrote without one, and writes the
+ * row again if an operator dropped it while this node still hosts its consumer (BusConsumers.drop).
  */
 const ADVANCE = `
-  UPDATE cyclium_bus_positions p
-     SET position = a.position::pg_snapshot, type = a.type, updated_at = now()
+  INSERT INTO cyclium_bus_positions AS p (channel, consumer, position, type)
+  SELECT $1, a.consumer, a.position::pg_snapshot, a.type
     FROM unnest($2::text[], $3::text[], $4::text[]) AS a (consumer, position, type)
-   WHERE p.channel = $1 AND p.consumer = a.consumer
-     AND pg_snapshot_xmax(p.position) < pg_snapshot_xmax(a.position::pg_snapshot)`;
+  ON CONFLICT (channel, consumer) DO UPDATE
+     SET position = EXCLUDED.position, type = EXCLUDED.type, updated_at = now()
+   WHERE pg_snapshot_xmax(p.position) < pg_snapshot_xmax(EXCLUDED.position)`;
 
 const SKIP = `
   UPDATE cyclium_bus_positions SET skipped = skipped + 1, last_skip = $3, updated_at = now()
    WHERE channel = $1 AND consumer = $2`;
+
+/** Every stored position, for the cluster status: a consumer no live node hosts any more holds its channel's events. */
+export const STORED_POSITIONS = `
+  coalesce((SELECT json_agg(json_build_object('channel', channel, 'consumer', consumer, 'type', type,
+                                              'updatedAt', updated_at, 'skipped', skipped, 'lastSkip', last_skip)
+                            ORDER BY channel, consumer)
+              FROM cyclium_bus_positions), '[]')`;
+
+/** One stored position, as STORED_POSITIONS reads it. */
+export interface StoredPosition {
+  channel: string;
+  consumer: string;
+  type: string | null;
+  updatedAt: string;
+  skipped: number;
+  lastSkip: string | null;
+}
+
+const DROP = `DELETE FROM cyclium_bus_positions WHERE channel = $1 AND consumer = $2 RETURNING consumer`;
+
+/** Deletes the stored position of `consumer` on `channel`; false when there was none. */
+export async function dropPosition(sql: SqlExecutor, channel: string, consumer: string): Promise<boolean> {
+  const { rows } = await sql.query(DROP, [channel, consumer]);
+  return rows.length > 0;
+}
 
 /** A consumer by its name, with the event type it takes. */
 export interface NamedConsumer {
