@@ -9,7 +9,10 @@ import { ClusterStatusReader, hosts, type BusConsumerStatus, type ClusterNode } 
 export type BusConsumerDrop = 'dropped' | 'hosted' | 'not_found';
 
 const NODES = `
-  SELECT stack, env, actors, last_seen_at > now() - make_interval(secs => $1::float8 / 1000) AS live FROM cyclium_nodes`;
+  SELECT stack, env, actors, last_seen_at > now() - make_interval(secs => $1::float8 / 1000) AS live
+    FROM cyclium_nodes`;
+
+type NodeRow = Pick<ClusterNode, 'stack' | 'env' | 'actors' | 'live'>;
 
 /**
  * The bus positions of the cluster, for operators. A position whose expectation was removed or
@@ -34,7 +37,7 @@ export class BusConsumers {
   /** Deletes the stored position of `consumer` (`<actor id>.<expectation id>`) on `channel`, unless it is hosted. */
   async drop(channel: string, consumer: string): Promise<BusConsumerDrop> {
     const liveFor = [2 * this.options.nodeBeatIntervalMs];
-    const { rows } = await this.database.sql.query<Pick<ClusterNode, 'stack' | 'env' | 'actors' | 'live'>>(NODES, liveFor);
+    const { rows } = await this.database.sql.query<NodeRow>(NODES, liveFor);
     if (hosts(rows, { channel, consumer })) return 'hosted';
     return (await dropPosition(this.database.sql, channel, consumer)) ? 'dropped' : 'not_found';
   }
