@@ -69,6 +69,13 @@ export class DurableConsumers {
     };
   }
 
+  /** Events this node's consumers were handed and have not settled yet. */
+  get unsettled(): number {
+    let count = 0;
+    for (const consumers of this.byType.values()) for (const consumer of consumers) count += consumer.unsettled;
+    return count;
+  }
+
   wants(type: string): boolean {
     return this.byType.has(type);
   }

@@ -120,6 +120,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       lagMs: this.reader.lagMs,
       readFailing: this.reader.failing,
       undispatchedPruned: this.retention.undispatchedPruned,
+      unsettledEvents: this.consumers.unsettled,
     };
   }
 

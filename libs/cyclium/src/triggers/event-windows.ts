@@ -20,9 +20,6 @@ interface Window {
   cooldownMs: number;
 }
 
-/** Stays pending: an event whose trigger did not settle keeps its consumer's position before it. */
-const unsettled = new Promise<void>(() => undefined);
-
 /** The database clock now, as seen from a receipt: its age when read plus the time since. */
 function databaseNow(receipt: EventReceipt): number {
   return receipt.committedAt + receipt.ageMs + (performance.now() - receipt.readAt);
@@ -99,10 +96,20 @@ export class EventWindows {
     );
   }
 
-  /** Resolves once the trigger settled, rejects for a reason of the event's own, stays pending otherwise. */
+  /**
+   * Resolves once the trigger settled, rejects for a reason of the event's own, stays pending
+   * otherwise (its consumer's position then stays before the event). A trigger that fired nothing
+   * (this node drained, or the actor is disabled here) began no cooldown.
+   */
   private run(subject: string, event: BusEvent, receipt: EventReceipt, firedAt: number, cooldownMs: number, fire: Fire): Promise<void> {
-    if (cooldownMs > 0) this.coolDown(subject, firedAt + cooldownMs, receipt);
-    return fire(event, receipt).then((settled) => (settled ? undefined : unsettled));
+    const until = firedAt + cooldownMs;
+    if (cooldownMs > 0) this.coolDown(subject, until, receipt);
+    return fire(event, receipt).then((settled) => {
+      if (settled) return undefined;
+      if (cooldownMs > 0 && this.coolUntil.get(subject) === until) this.coolUntil.delete(subject);
+      // A promise of its own: once the consumer that waits on it is gone, nothing holds either.
+      return new Promise<void>(() => undefined);
+    });
   }
 
   private coolDown(subject: string, until: number, receipt: EventReceipt): void {

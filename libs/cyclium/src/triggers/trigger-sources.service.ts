@@ -14,8 +14,10 @@ import { scopeKey } from '../scope/scope-key.js';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
+import { Mode } from '../dispatch/mode.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
 import { DrainHandovers } from './drain-handovers.js';
+import { EventSubscriptions } from './event-subscriptions.js';
 import { EventWindows } from './event-windows.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
@@ -48,10 +50,10 @@ function describeTrigger(trigger: EpisodeTrigger): string {
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
   private readonly logger = new Logger('CycliumDispatch');
-  private readonly unsubscribes: Array<() => void> = [];
   private readonly timers = new TimerTriggers((expectation, bucket) => this.fireSchedule(expectation, bucket));
   private readonly windows = new EventWindows();
   private readonly handovers: DrainHandovers;
+  private readonly subscriptions: EventSubscriptions;
   private on = false;
 
   constructor(
@@ -64,8 +66,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
     private readonly telemetry: CycliumTelemetry,
     private readonly database: CycliumDataSource,
+    mode: Mode,
   ) {
     this.handovers = new DrainHandovers(store, dispatcher, this.logger, { sourceStack: options.stackSlug, sourceEnv: options.env });
+    this.subscriptions = new EventSubscriptions(events, mode, this.logger);
   }
 
   /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
@@ -75,7 +79,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     for (const actor of this.registry.all()) {
       for (const expectation of actor.expectations.values()) this.start(actor, expectation);
     }
-    if (!this.events.replays && this.unsubscribes.length > 0) {
+    this.subscriptions.start();
+    if (!this.events.replays && this.subscriptions.size > 0) {
       this.logger.warn(
         'the configured bus cannot replay (it does not implement DurableSubscriptions): an event published while ' +
           "no node hosting its actor reads the bus never becomes an episode. Use bus: 'postgres' for that guarantee.",
@@ -90,7 +95,7 @@ export class TriggerSources implements OnApplicationBootstrap {
     // The released backups turn into handovers within this tick's microtasks.
     await new Promise((resolve) => setImmediate(resolve));
     await this.handovers.handOverAll();
-    this.unsubscribes.splice(0).forEach((off) => off());
+    this.subscriptions.stop();
     // Their events stay unsettled: the next reader of the bus (a peer, or this node after its restart) fires them.
     this.windows.clear();
     await this.timers.stop(this.schedulerRegistry(false));
@@ -106,7 +111,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (trigger === 'manual' || trigger === 'workflow') return;
     if (trigger.event !== undefined) {
       const consumer = `${actor.id}.${expectation.id}`;
-      this.unsubscribes.push(this.events.subscribeDurable(consumer, trigger.event, (event, receipt) => this.onEvent(expectation, event, receipt)));
+      const handler = (event: BusEvent, receipt: EventReceipt) => this.onEvent(expectation, event, receipt);
+      this.subscriptions.add(actor.id, consumer, trigger.event, handler);
     } else if (trigger.every !== undefined) {
       this.timers.every(expectation, expectation.intervalMs as number);
       this.catchUp(expectation, { intervalMs: expectation.intervalMs as number }, trigger.catchUp);
