@@ -7,7 +7,8 @@ interface Subscription {
   readonly actorId: string;
   readonly consumer: string;
   readonly type: string;
-  readonly handler: DurableHandler;
+  /** A handler for each subscription. */
+  readonly handler: () => DurableHandler;
   off?: () => void;
   /** Unsubscribed by a change to `disabled` (not by a stop). */
   paused?: boolean;
@@ -35,7 +36,7 @@ export class EventSubscriptions {
     return this.subscriptions.length;
   }
 
-  add(actorId: string, consumer: string, type: string, handler: DurableHandler): void {
+  add(actorId: string, consumer: string, type: string, handler: () => DurableHandler): void {
     this.subscriptions.push({ actorId, consumer, type, handler });
   }
 
@@ -63,19 +64,20 @@ export class EventSubscriptions {
     const paused: string[] = [];
     const resumed: string[] = [];
     for (const subscription of this.subscriptions) {
-      const wanted = this.mode.of(subscription.actorId) !== 'disabled';
+      const { actorId, consumer, type, handler } = subscription;
+      const wanted = this.mode.of(actorId) !== 'disabled';
       if (wanted && !subscription.off) {
-        subscription.off = this.events.subscribeDurable(subscription.consumer, subscription.type, subscription.handler);
-        if (subscription.paused) resumed.push(subscription.consumer);
+        subscription.off = this.events.subscribeDurable(consumer, type, handler());
+        if (subscription.paused) resumed.push(consumer);
         subscription.paused = false;
       } else if (!wanted && !subscription.paused) {
         this.unsubscribe(subscription);
         subscription.paused = true;
-        paused.push(subscription.consumer);
+        paused.push(consumer);
       }
     }
     if (paused.length > 0) this.logger.log(`disabled here: ${paused.join(', ')} read no events until enabled`);
-    if (resumed.length > 0) this.logger.log(`enabled again: ${resumed.join(', ')} catch up from their stored positions`);
+    if (resumed.length > 0) this.logger.log(`enabled again: ${resumed.join(', ')} catch up from stored positions`);
   }
 
   private unsubscribe(subscription: Subscription): void {

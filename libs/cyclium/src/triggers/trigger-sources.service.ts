@@ -18,7 +18,9 @@ import { Mode } from '../dispatch/mode.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
 import { DrainHandovers } from './drain-handovers.js';
 import { EventSubscriptions } from './event-subscriptions.js';
-import { EventWindows } from './event-windows.js';
+import { EventWindows, type AskHistory } from './event-windows.js';
+import { CooldownHistory, type CooldownCoverage as Coverage } from './cooldown-history.js';
+import { busChannel } from '../bus/bus-channel.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -54,6 +56,7 @@ export class TriggerSources implements OnApplicationBootstrap {
   private readonly windows = new EventWindows();
   private readonly handovers: DrainHandovers;
   private readonly subscriptions: EventSubscriptions;
+  private readonly history: CooldownHistory;
   private on = false;
 
   constructor(
@@ -70,6 +73,8 @@ export class TriggerSources implements OnApplicationBootstrap {
   ) {
     this.handovers = new DrainHandovers(store, dispatcher, this.logger, { sourceStack: options.stackSlug, sourceEnv: options.env });
     this.subscriptions = new EventSubscriptions(events, mode, this.logger);
+    const scope = { stack: options.stackSlug, env: options.env, channel: busChannel(options.stackSlug, options.env) };
+    this.history = new CooldownHistory(database.sql, scope, this.logger, () => this.on);
   }
 
   /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
@@ -111,8 +116,11 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (trigger === 'manual' || trigger === 'workflow') return;
     if (trigger.event !== undefined) {
       const consumer = `${actor.id}.${expectation.id}`;
-      const handler = (event: BusEvent, receipt: EventReceipt) => this.onEvent(expectation, event, receipt);
-      this.subscriptions.add(actor.id, consumer, trigger.event, handler);
+      // Each subscription (a boot, or the actor enabled again) covers what it reads from then on.
+      this.subscriptions.add(actor.id, consumer, trigger.event, () => {
+        const coverage = this.history.coverage(expectation);
+        return (event, receipt) => this.onEvent(expectation, event, receipt, coverage);
+      });
     } else if (trigger.every !== undefined) {
       this.timers.every(expectation, expectation.intervalMs as number);
       this.catchUp(expectation, { intervalMs: expectation.intervalMs as number }, trigger.catchUp);
@@ -131,12 +139,14 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /** Settles once the event's trigger has (see EventWindows); filtered out, it settles at once. */
-  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt): Promise<void> {
+  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt, coverage: Coverage) {
+    coverage.read(receipt);
     const trigger = expectation.options.trigger as { event: string; filter?: Parameters<typeof matchesFilter>[0] };
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
-    const { subjectKey, debounceMs, cooldownMs } = expectation.options;
+    const { subjectKey, debounceMs = 0, cooldownMs = 0 } = expectation.options;
     const subject = `${expectation.actorId}\u0000${expectation.id}\u0000${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
-    return this.windows.admit(subject, event, receipt, debounceMs ?? 0, cooldownMs ?? 0, (fired) =>
+    const history: AskHistory = (key, asking, read) => coverage.ask(key, asking, read, cooldownMs, debounceMs);
+    return this.windows.admit(subject, event, receipt, { debounceMs, cooldownMs, history }, (fired) =>
       this.trigger(
         expectation,
         { type: 'event', eventType: fired.type, eventId: fired.eventId, payload: fired.payload },
