@@ -10,7 +10,7 @@ export interface EventFireQuery {
   env: string | null;
   /** The bus channel its events are stored on (their committed times tell when each fired). */
   channel: string;
-  /** The subject key's path into the payload, and the subject's value there (undefined: the path is missing); none: every event. */
+  /** The subject key's path into the payload and the subject's value there (undefined: missing); none: every event. */
   subject?: { path: string[]; value: unknown };
   /** The event asking, by the database clock: a fire at or before it, and within `withinMs` of it, counts. */
   at: number;
@@ -40,7 +40,7 @@ const LAST_FIRE = `
              AND ($9::text[] IS NULL OR (e.trigger_ref->'payload') #> $9::text[] IS NOT DISTINCT FROM $10::jsonb)) f
    WHERE f.fired_at <= to_timestamp($6::float8 / 1000)`;
 
-/** Slack on the insert-time bound: an episode is inserted when its trigger fires, give or take a node's clock estimate. */
+/** Slack on the insert-time bound: an episode is inserted when its trigger fires, give or take a clock estimate. */
 const INSERT_SLACK_MS = 60_000;
 
 /** The latest fire of the subject at or before `at` and within `withinMs` of it (epoch ms, database clock), or null. */

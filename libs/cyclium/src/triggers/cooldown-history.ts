@@ -39,10 +39,11 @@ export class CooldownHistory {
     return new CooldownCoverage((event, receipt) => this.lastFire(expectation, event, receipt));
   }
 
-  /** The subject's last fire at or before `event` within the cooldown (epoch ms), or null; retried through any error. */
-  private async lastFire(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt): Promise<number | null> {
+  /** The subject's last fire at or before `event`, within the cooldown (epoch ms), or null; retried on any error. */
+  private async lastFire(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt) {
     const { subjectKey, cooldownMs = 0, debounceMs = 0 } = expectation.options;
-    const subject = subjectKey ? { path: subjectKey.split('.'), value: readPath(event.payload, subjectKey) } : undefined;
+    const value = subjectKey ? readPath(event.payload, subjectKey) : undefined;
+    const subject = subjectKey ? { path: subjectKey.split('.'), value } : undefined;
     const query = {
       ...this.scope,
       actorId: expectation.actorId,
@@ -60,7 +61,8 @@ export class CooldownHistory {
         // Not the event's fault: it waits (its position with it) until the table answers.
         if (!this.active()) return new Promise<never>(() => undefined);
         const what = `${expectation.actorId}.${expectation.id}`;
-        if (attempt === 0) this.logger.warn(`cooldown of ${what} for event ${event.eventId}: ${errorMessage(error)}; retrying`);
+        const why = errorMessage(error);
+        if (attempt === 0) this.logger.warn(`cooldown of ${what}, event ${event.eventId}: ${why}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, delay).unref());
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
@@ -81,8 +83,8 @@ export class CooldownCoverage {
     this.since ??= databaseNow(receipt);
   }
 
-  /** The table's last fire of `subject` before `event`, when it may predate this subscription; null when memory knows. */
-  ask(subject: string, event: BusEvent, receipt: EventReceipt, cooldownMs: number, debounceMs: number): Promise<number | null> | null {
+  /** The table's last fire of `subject` before `event`, when it may predate this subscription; null: memory knows. */
+  ask(subject: string, event: BusEvent, receipt: EventReceipt, cooldownMs: number, debounceMs: number) {
     const since = this.since ?? databaseNow(receipt);
     if (receipt.committedAt >= since + cooldownMs + debounceMs) {
       this.asked.clear();
