@@ -36,7 +36,7 @@ export {
   CycliumBusPositionTypes1764400000019,
 };
 
-export { CYCLIUM_TABLES, cycliumGrants, type CycliumRoles } from './grants.js';
+export { CYCLIUM_TABLES, cycliumGrants, type CycliumPublisher, type CycliumRoles } from './grants.js';
 
 /** Add these to your DataSource's `migrations`, in this order. */
 export const cycliumMigrations = [
