@@ -36,6 +36,15 @@ class PausedActor {
   }
 }
 
+@Injectable()
+@Actor({ id: 'boot_paused_actor' })
+class BootPausedActor {
+  @Expectation({ id: 'on_event', trigger: { event: 'mode.boot_paused' } })
+  async run(ep: EpisodeContext<{ n: number }>): Promise<void> {
+    await ep.step('s1', () => ep.trigger.payload.n);
+  }
+}
+
 /**
  * An actor disabled on its only node, per actor or node-wide: the events published meanwhile are
  * not held in memory, run once each when it is enabled again, and its stored position moves past them.
@@ -74,6 +83,25 @@ describe('events of a disabled actor', () => {
     );
     return rows.length === ids.length && rows.every((r) => r.passed);
   };
+
+  it('runs what a node disabled since its boot read, once enabled, for an expectation with no position', async () => {
+    const cyclium = { nodeIdentity: 'boot-disabled', mode: 'disabled' as const };
+    const booted = await startCycliumApp({ url: database.url, cyclium, providers: [BootPausedActor] });
+    try {
+      const heard: string[] = [];
+      booted.get(Bus).subscribe('mode.boot_paused', (event) => void heard.push(event.eventId));
+      const ids = ['boot-0', 'boot-1', 'boot-2'];
+      for (const [n, id] of ids.entries()) await booted.get(Bus).publish('mode.boot_paused', { n }, { eventId: id });
+      await waitFor('the node to read the events', () => ids.every((id) => heard.includes(id)));
+      booted.get(Mode).set('full');
+      // Before, its position was opened where the node's reader had got to: past them, so they never ran.
+      const count = `SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'boot_paused_actor'`;
+      const ran = async () => (await database.db.query<{ n: number }>(count)).rows[0]?.n;
+      await waitFor('the 3 episodes', async () => (await ran()) === 3);
+    } finally {
+      await booted.close();
+    }
+  });
 
   for (const how of ['per actor', 'node-wide'] as const) {
     it(`runs what was published while disabled ${how} once enabled again, holding nothing meanwhile`, async () => {

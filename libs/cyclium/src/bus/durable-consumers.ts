@@ -28,6 +28,8 @@ export class DurableConsumers {
   private readonly outage = new OutageLog(this.logger, 'storing bus positions');
   private timer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
+  /** The reader's first cursor: the end of the table when this node began to read. */
+  private boot: DbSnapshot | undefined;
 
   constructor(
     private readonly sql: SqlExecutor,
@@ -86,6 +88,7 @@ export class DurableConsumers {
    * to the others, which the pages still to come will not repeat.
    */
   async catchUp(cursor: DbSnapshot, paging?: Paging): Promise<void> {
+    this.boot ??= cursor;
     // Every read asks: nothing to allocate when nobody joined.
     if (this.joining.length === 0) return;
     const joining = this.joining.filter((c) => c.active);
@@ -93,7 +96,8 @@ export class DurableConsumers {
       this.joining = [];
       return;
     }
-    const stored = await this.positions.open(this.sql, joining, cursor);
+    // A consumer with no row yet starts at this node's boot, even one that joins later (enabled again, say).
+    const stored = await this.positions.open(this.sql, joining, this.boot);
     // Consumers stored at the same position (one node's flush writes them together) share one replay.
     const groups = new Map<string, { from: DbSnapshot; consumers: DurableConsumer[] }>();
     for (const consumer of joining) {
