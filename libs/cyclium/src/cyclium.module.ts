@@ -52,6 +52,7 @@ import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
 import { CycliumStatus } from './health/cyclium-status.service.js';
 import { ClusterStatusReader } from './health/cluster-status.service.js';
+import { BusConsumers } from './health/bus-consumers.service.js';
 import { SweepRecords } from './cluster/sweep-records.js';
 import { EpisodeRetry } from './dispatch/episode-retry.service.js';
 import { CycliumMetrics } from './metrics/cyclium-metrics.service.js';
@@ -134,6 +135,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     CycliumShutdown,
     CycliumStatus,
     ClusterStatusReader,
+    BusConsumers,
     SweepRecords,
     EpisodeRetry,
     CycliumMetrics,
@@ -150,6 +152,21 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     WorkflowEngine,
     WorkflowReconciler,
   ],
-  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery, CycliumStatus, Mode, TriggerRequests, WorkflowEngine],
+  exports: [
+    NodeIdentity,
+    StackSlug,
+    Env,
+    WorkClaims,
+    Bus,
+    Episodes,
+    Findings,
+    Outputs,
+    Recovery,
+    CycliumStatus,
+    BusConsumers,
+    Mode,
+    TriggerRequests,
+    WorkflowEngine,
+  ],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -130,15 +130,17 @@ const PRUNE_LOCK_CLASS = 1_692_411_771;
  * statistics taken while the table was small, the planner reads that equality as a handful of rows
  * and sorts the whole channel off a bitmap for every batch. A batch that runs past the channel's
  * end reads at most `limit` rows of the next one, and stops.
+ * A position holds only events of its consumer's type (a row without a type, written by a previous
+ * release, holds every type).
  */
 const PRUNE = prepared(
   'events_prune_channel',
   `
   WITH lock AS (SELECT pg_try_advisory_xact_lock(${PRUNE_LOCK_CLASS}, hashtext($1::text)) AS held),
   examined AS (
-    SELECT id, tx_id, created_at,
+    SELECT id, tx_id, type, created_at,
            created_at < now() - make_interval(secs => $2::double precision / 1000) AS expired
-      FROM (SELECT id, channel, tx_id, created_at FROM cyclium_events
+      FROM (SELECT id, channel, tx_id, type, created_at FROM cyclium_events
              WHERE (SELECT held FROM lock) AND (channel, tx_id, id) > ($1::text, $5::xid8, $6::bigint)
              ORDER BY channel, tx_id, id
              LIMIT $3) walked
@@ -146,7 +148,8 @@ const PRUNE = prepared(
   expired AS (
     SELECT o.id,
            EXISTS (SELECT 1 FROM cyclium_bus_positions p
-                    WHERE p.channel = $1::text AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
+                    WHERE p.channel = $1::text AND (p.type IS NULL OR p.type = o.type)
+                      AND NOT pg_visible_in_snapshot(o.tx_id, p.position)) AS undispatched,
            o.created_at < now() - make_interval(secs => $4::double precision / 1000) AS overdue
       FROM examined o WHERE o.expired),
   doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),

@@ -19,6 +19,7 @@ import type { DurableHandler, DurableSubscriptions } from './durable-subscriptio
 import { EventLog } from './event-log.js';
 import { EventPublisher, boundedEvent } from './event-publisher.js';
 import { LocalBus } from './local-bus.js';
+import { idleWriteMs, positionFlushMs } from './position-flush.js';
 import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
 
 /**
@@ -59,11 +60,14 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     const identity = options.publisher ?? (() => 'unknown');
     this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: identity, integrity: options.integrity });
     const spacingMs = options.spacingMs ?? 10;
-    this.retention = new BusRetention(sql, this.log, options.retentionMs ?? 3_600_000, options.undispatchedMaxAgeMs ?? 604_800_000);
-    const flushMs = options.positionFlushMs ?? 1_000;
-    this.consumers = new DurableConsumers(sql, this.log, new BusPositions(channel), typeof flushMs === 'function' ? flushMs : () => flushMs);
+    const undispatchedMaxAgeMs = options.undispatchedMaxAgeMs ?? 604_800_000;
+    this.retention = new BusRetention(sql, this.log, options.retentionMs ?? 3_600_000, undispatchedMaxAgeMs);
+    const flushMs = options.positionFlushMs ?? positionFlushMs(1, undispatchedMaxAgeMs);
+    const positions = new BusPositions(channel);
+    const flushEvery = typeof flushMs === 'function' ? flushMs : () => flushMs;
+    this.consumers = new DurableConsumers(sql, this.log, positions, flushEvery, idleWriteMs(undispatchedMaxAgeMs));
     const sink: ReaderSink = {
-      catchUp: (cursor) => this.consumers.catchUp(cursor),
+      catchUp: (cursor, paging) => this.consumers.catchUp(cursor, paging),
       deliver: (logged, readAt) => {
         if (logged.oversizedBytes !== null) {
           this.consumers.skipOversized(logged);
@@ -120,6 +124,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       lagMs: this.reader.lagMs,
       readFailing: this.reader.failing,
       undispatchedPruned: this.retention.undispatchedPruned,
+      unsettledEvents: this.consumers.unsettled,
     };
   }
 

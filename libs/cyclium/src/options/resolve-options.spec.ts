@@ -60,19 +60,27 @@ describe('resolveCycliumOptions', () => {
     });
   });
 
+  it('refuses a busUndispatchedMaxAgeMs the position flush cannot honour, naming it', () => {
+    expect(() => resolveCycliumOptions({ busUndispatchedMaxAgeMs: 3_999 })).toThrow(
+      /busUndispatchedMaxAgeMs must be at least 4000 with bus 'postgres'.*\(got 3999\)/,
+    );
+    expect(resolveCycliumOptions({ busUndispatchedMaxAgeMs: 4_000 }).busUndispatchedMaxAgeMs).toBe(4_000);
+    // Without the durable bus there are no positions to store.
+    expect(resolveCycliumOptions({ bus: 'local', busUndispatchedMaxAgeMs: 1_000 }).busUndispatchedMaxAgeMs).toBe(1_000);
+  });
+
   it('archives no sooner than a trigger can come again: archiveAfter covers the bus replay window and the request TTL', () => {
     expect(() => resolveCycliumOptions({ retention: { archiveAfter: 3_600_000 } })).toThrow(
       /retention\.archiveAfter must be at least busUndispatchedMaxAgeMs and triggerRequestTtlMs \(604800000 here\).*got 3600000/,
     );
-    expect(() => resolveCycliumOptions({ busUndispatchedMaxAgeMs: 1_000, triggerRequestTtlMs: 5_000, retention: { archiveAfter: 4_000 } })).toThrow(
-      /retention\.archiveAfter.*\(5000 here\)/,
-    );
+    const shortTtl = { busUndispatchedMaxAgeMs: 4_000, triggerRequestTtlMs: 5_000, retention: { archiveAfter: 4_000 } };
+    expect(() => resolveCycliumOptions(shortTtl)).toThrow(/retention\.archiveAfter.*\(5000 here\)/);
     // Left out, archiveAfter grows to cover a longer replay window instead of failing boot.
     expect(resolveCycliumOptions({ busUndispatchedMaxAgeMs: 30 * 86_400_000 }).retention?.archiveAfter).toBe(30 * 86_400_000);
-    expect(
-      resolveCycliumOptions({ busUndispatchedMaxAgeMs: 1_000, triggerRequestTtlMs: 1_000, retention: { archiveAfter: 1_000, deleteAfter: null } }).retention,
-    ).toEqual({
-      archiveAfter: 1_000,
+    const retention = { archiveAfter: 4_000, deleteAfter: null };
+    const short = { busUndispatchedMaxAgeMs: 4_000, triggerRequestTtlMs: 1_000, retention };
+    expect(resolveCycliumOptions(short).retention).toEqual({
+      archiveAfter: 4_000,
       deleteAfter: null,
       batchSize: 1_000,
       intervalMs: 60_000,

@@ -11,6 +11,7 @@ import { listenConnectionConfig } from '../bus/listen-connection.js';
 import { LocalBus } from '../bus/local-bus.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
 import { PostgresBus } from '../bus/postgres-bus.js';
+import { positionFlushMs } from '../bus/position-flush.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { BusObserver } from '../bus/postgres-bus-options.interface.js';
@@ -47,7 +48,7 @@ export const busTransportProvider: Provider = {
         maxPayloadBytes: options.busMaxPayloadBytes,
         // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
         notifySpacingMs: () => notifySpacingMs(peers.size),
-        positionFlushMs: () => 1_000 * peers.size,
+        positionFlushMs: () => positionFlushMs(peers.size, options.busUndispatchedMaxAgeMs),
         audience: peers,
         integrity: signer.enabled
           ? {

@@ -14,10 +14,14 @@ import { scopeKey } from '../scope/scope-key.js';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Dispatcher } from '../dispatch/dispatcher.service.js';
+import { Mode } from '../dispatch/mode.service.js';
 import { eventKey, scheduleKey } from './dedupe-keys.js';
 import { DrainHandovers } from './drain-handovers.js';
-import { EventWindows, databaseNow } from './event-windows.js';
+import { EventWindows, databaseNow, type AskHistory } from './event-windows.js';
 import { StaleEventError } from './stale-event.error.js';
+import { EventSubscriptions } from './event-subscriptions.js';
+import { CooldownHistory, type CooldownCoverage as Coverage } from './cooldown-history.js';
+import { busChannel } from '../bus/bus-channel.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
@@ -55,10 +59,11 @@ function describeTrigger(trigger: EpisodeTrigger): string {
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
   private readonly logger = new Logger('CycliumDispatch');
-  private readonly unsubscribes: Array<() => void> = [];
   private readonly timers = new TimerTriggers((expectation, bucket) => this.fireSchedule(expectation, bucket));
   private readonly windows = new EventWindows();
   private readonly handovers: DrainHandovers;
+  private readonly subscriptions: EventSubscriptions;
+  private readonly history: CooldownHistory;
   private on = false;
 
   constructor(
@@ -71,8 +76,12 @@ export class TriggerSources implements OnApplicationBootstrap {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
     private readonly telemetry: CycliumTelemetry,
     private readonly database: CycliumDataSource,
+    mode: Mode,
   ) {
     this.handovers = new DrainHandovers(store, dispatcher, this.logger, { sourceStack: options.stackSlug, sourceEnv: options.env });
+    this.subscriptions = new EventSubscriptions(events, mode, this.logger);
+    const scope = { stack: options.stackSlug, env: options.env, channel: busChannel(options.stackSlug, options.env) };
+    this.history = new CooldownHistory(database.sql, scope, this.logger, () => this.on);
   }
 
   /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
@@ -82,7 +91,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     for (const actor of this.registry.all()) {
       for (const expectation of actor.expectations.values()) this.start(actor, expectation);
     }
-    if (!this.events.replays && this.unsubscribes.length > 0) {
+    this.subscriptions.start();
+    if (!this.events.replays && this.subscriptions.size > 0) {
       this.logger.warn(
         'the configured bus cannot replay (it does not implement DurableSubscriptions): an event published while ' +
           "no node hosting its actor reads the bus never becomes an episode. Use bus: 'postgres' for that guarantee.",
@@ -97,7 +107,7 @@ export class TriggerSources implements OnApplicationBootstrap {
     // The released backups turn into handovers within this tick's microtasks.
     await new Promise((resolve) => setImmediate(resolve));
     await this.handovers.handOverAll();
-    this.unsubscribes.splice(0).forEach((off) => off());
+    this.subscriptions.stop();
     // Their events stay unsettled: the next reader of the bus (a peer, or this node after its restart) fires them.
     this.windows.clear();
     await this.timers.stop(this.schedulerRegistry(false));
@@ -113,7 +123,11 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (trigger === 'manual' || trigger === 'workflow') return;
     if (trigger.event !== undefined) {
       const consumer = `${actor.id}.${expectation.id}`;
-      this.unsubscribes.push(this.events.subscribeDurable(consumer, trigger.event, (event, receipt) => this.onEvent(expectation, event, receipt)));
+      // Each subscription (a boot, or the actor enabled again) covers what it reads from then on.
+      this.subscriptions.add(actor.id, consumer, trigger.event, () => {
+        const coverage = this.history.coverage(expectation);
+        return (event, receipt) => this.onEvent(expectation, event, receipt, coverage);
+      });
     } else if (trigger.every !== undefined) {
       this.timers.every(expectation, expectation.intervalMs as number);
       this.catchUp(expectation, { intervalMs: expectation.intervalMs as number }, trigger.catchUp);
@@ -136,12 +150,14 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /** Settles once the event's trigger has (see EventWindows); filtered out, it settles at once. */
-  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt): Promise<void> {
+  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt, coverage: Coverage) {
+    coverage.read(receipt);
     const trigger = expectation.options.trigger as { event: string; filter?: Parameters<typeof matchesFilter>[0] };
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
-    const { subjectKey, debounceMs, cooldownMs } = expectation.options;
+    const { subjectKey, debounceMs = 0, cooldownMs = 0 } = expectation.options;
     const subject = `${expectation.actorId}\u0000${expectation.id}\u0000${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
-    return this.windows.admit(subject, event, receipt, debounceMs ?? 0, cooldownMs ?? 0, (fired, firedReceipt) =>
+    const history: AskHistory = (key, asking, read) => coverage.ask(key, asking, read, cooldownMs, debounceMs);
+    return this.windows.admit(subject, event, receipt, { debounceMs, cooldownMs, history }, (fired, firedReceipt) =>
       this.fireEvent(expectation, fired, firedReceipt),
     );
   }
