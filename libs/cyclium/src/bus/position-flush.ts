@@ -1,5 +1,7 @@
-/** A node stores its consumers' settled positions at most this often. */
-export const MIN_POSITION_FLUSH_MS = 1_000;
+/** A node stores its consumers' settled positions at most this often (only a window of a few seconds asks for it). */
+export const MIN_POSITION_FLUSH_MS = 250;
+/** Each node of a channel waits this long per node between flushes, so the cluster writes about once a second. */
+const SPACING_MS = 1_000;
 /** Positions that only reads without their consumer's events moved are stored this seldom at most. */
 const IDLE_WRITE_MS = 60_000;
 /** Flushes retention sees within `busUndispatchedMaxAgeMs` before it may count an event as undispatched. */
@@ -17,7 +19,7 @@ export const MIN_UNDISPATCHED_MAX_AGE_MS = FLUSHES_PER_WINDOW * MIN_POSITION_FLU
  * a second; never so seldom that `undispatchedMaxAgeMs` holds fewer than four flushes.
  */
 export function positionFlushMs(nodes: number, undispatchedMaxAgeMs: number): number {
-  const spaced = MIN_POSITION_FLUSH_MS * Math.max(1, nodes);
+  const spaced = SPACING_MS * Math.max(1, nodes);
   return Math.max(MIN_POSITION_FLUSH_MS, Math.min(spaced, undispatchedMaxAgeMs / FLUSHES_PER_WINDOW));
 }
 

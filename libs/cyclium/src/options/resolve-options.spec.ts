@@ -61,12 +61,12 @@ describe('resolveCycliumOptions', () => {
   });
 
   it('refuses a busUndispatchedMaxAgeMs the position flush cannot honour, naming it', () => {
-    expect(() => resolveCycliumOptions({ busUndispatchedMaxAgeMs: 3_999 })).toThrow(
-      /busUndispatchedMaxAgeMs must be at least 4000 with bus 'postgres'.*\(got 3999\)/,
+    expect(() => resolveCycliumOptions({ busUndispatchedMaxAgeMs: 999 })).toThrow(
+      /busUndispatchedMaxAgeMs must be at least 1000 with bus 'postgres'.*\(got 999\)/,
     );
-    expect(resolveCycliumOptions({ busUndispatchedMaxAgeMs: 4_000 }).busUndispatchedMaxAgeMs).toBe(4_000);
+    expect(resolveCycliumOptions({ busUndispatchedMaxAgeMs: 1_000 }).busUndispatchedMaxAgeMs).toBe(1_000);
     // Without the durable bus there are no positions to store.
-    expect(resolveCycliumOptions({ bus: 'local', busUndispatchedMaxAgeMs: 1_000 }).busUndispatchedMaxAgeMs).toBe(1_000);
+    expect(resolveCycliumOptions({ bus: 'local', busUndispatchedMaxAgeMs: 500 }).busUndispatchedMaxAgeMs).toBe(500);
   });
 
   it('archives no sooner than a trigger can come again: archiveAfter covers the bus replay window and the request TTL', () => {

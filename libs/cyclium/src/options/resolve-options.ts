@@ -2,7 +2,7 @@ import { validateSync, type ValidationError } from 'class-validator';
 import { CycliumConfigError } from './cyclium-config.error.js';
 import type { CycliumOptions, ResolvedCycliumOptions } from './cyclium-options.interface.js';
 import { CycliumOptionsSchema, RecoveryOptionsSchema, RetentionOptionsSchema } from './options.schema.js';
-import { MIN_UNDISPATCHED_MAX_AGE_MS } from '../bus/position-flush.js';
+import { MIN_POSITION_FLUSH_MS, MIN_UNDISPATCHED_MAX_AGE_MS } from '../bus/position-flush.js';
 
 export const DEFAULT_OPTIONS = {
   workClaims: false,
@@ -143,7 +143,7 @@ function checkUndispatchedWindow(input: CycliumOptions): void {
   if (!durable || window === undefined || window >= MIN_UNDISPATCHED_MAX_AGE_MS) return;
   throw new CycliumConfigError([
     `busUndispatchedMaxAgeMs must be at least ${MIN_UNDISPATCHED_MAX_AGE_MS} with bus 'postgres': dispatch ` +
-      `positions are stored at most once a second, and the window must hold four such writes (got ${window})`,
+      `positions are stored at most every ${MIN_POSITION_FLUSH_MS} ms, and the window must hold four such writes (got ${window})`,
   ]);
 }
 
