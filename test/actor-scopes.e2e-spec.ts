@@ -32,7 +32,10 @@ function report(recoveryPolicy: RecoveryPolicy): RegisteredActor {
 describe('actor definitions are recorded per actor, stack and env', () => {
   const database = useDatabase();
   const store = (stackSlug: string | null, env: string | null) =>
-    new ActorDefinitionsStore({ sql: database.db } as unknown as CycliumDataSource, resolveCycliumOptions({ stackSlug, env }));
+    new ActorDefinitionsStore(
+      { sql: database.db, atBoot: <T>(_what: string, work: () => Promise<T>) => work() } as unknown as CycliumDataSource,
+      resolveCycliumOptions({ stackSlug, env }),
+    );
   const policyOf = (sourceStack: string | null, sourceEnv: string | null) =>
     store(null, null).recordedPolicy({ actorId: 'report', expectationId: 'run', sourceStack, sourceEnv });
 
