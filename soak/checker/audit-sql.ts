@@ -58,6 +58,12 @@ BEGIN
   RETURN NULL;
 END $$;
 
+-- The db_error fault: a BEFORE INSERT trigger on cyclium_episodes with the SQLSTATE to raise.
+CREATE FUNCTION fs_fault() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'fault injected by the soak (SQLSTATE %)', TG_ARGV[0] USING ERRCODE = TG_ARGV[0];
+END $$;
+
 CREATE TRIGGER fs_audit AFTER INSERT OR UPDATE OR DELETE ON cyclium_episodes
   FOR EACH ROW EXECUTE FUNCTION fs_audit_row('id', 'status', 'phase', 'owner_node', 'attempts', 'archived_at',
                                              'error_class');

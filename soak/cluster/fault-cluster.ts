@@ -100,6 +100,7 @@ export class FaultCluster {
       env: slot.setup.env,
       stack: slot.setup.stack,
       actors: slot.setup.actors,
+      legacyAlpha: slot.setup.legacyAlpha,
       claims: this.setup.claims,
       mode: 'full',
       timings: this.setup.timings,

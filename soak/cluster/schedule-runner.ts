@@ -179,6 +179,15 @@ export class ScheduleRunner {
           detail: `${op.how}, down ${op.downMs} ms, first ${op.first.join(',')}, rest ${op.restLaterMs} ms later`,
         };
       }
+      case 'db_error': {
+        const code = /^[0-9A-Z]{5}$/.test(op.code) ? op.code : '40001';
+        await this.sql(
+          `CREATE TRIGGER fs_fault BEFORE INSERT ON cyclium_episodes FOR EACH ROW EXECUTE FUNCTION fs_fault('${code}')`,
+        );
+        await sleep(op.forMs);
+        await this.clearDatabaseError();
+        return { nodeIds: [], detail: `every episode insert fails with ${code} for ${op.forMs} ms` };
+      }
       case 'retention': {
         const node = this.cluster.nodeFor(op.slot);
         const answer = node ? await node.handle.command({ cmd: 'retention' }) : null;
@@ -192,6 +201,29 @@ export class ScheduleRunner {
         const ids = slots.filter((_, i) => set[i]).map((slot) => this.cluster.nodeIdOf(slot));
         return { nodeIds: ids, detail: `${op.actor ?? 'node'} ${op.mode} for ${op.forMs} ms` };
       }
+    }
+  }
+
+  /** Removes the db_error fault, retrying through a database restart. */
+  private async clearDatabaseError(): Promise<void> {
+    for (let attempt = 0; attempt < 120; attempt++) {
+      try {
+        return await this.sql(`DROP TRIGGER IF EXISTS fs_fault ON cyclium_episodes`);
+      } catch {
+        await sleep(500);
+      }
+    }
+    this.log.harnessErrors.push('could not remove the injected database error');
+  }
+
+  private async sql(statement: string): Promise<void> {
+    const db = new pg.Client({ connectionString: this.databaseUrl, connectionTimeoutMillis: 5_000 });
+    db.on('error', () => undefined);
+    try {
+      await db.connect();
+      await db.query(statement);
+    } finally {
+      await db.end().catch(() => undefined);
     }
   }
 

@@ -132,6 +132,23 @@ export class AlphaActor {
   }
 }
 
+/** `fs_alpha` as a previous deploy declared it: the manual expectations, none of the event-triggered ones. */
+@Injectable()
+@Actor({ id: 'fs_alpha', maxConcurrentEpisodes: 4 })
+export class LegacyAlphaActor {
+  constructor(private readonly work: FaultWork) {}
+
+  @Expectation({ id: 'job_restart', trigger: 'manual', recoveryPolicy: 'restart', maxAttempts: MAX_ATTEMPTS })
+  jobRestart(ep: EpisodeContext<WorkPayload>): Promise<Convergence> {
+    return this.work.run(ep);
+  }
+
+  @Expectation({ id: 'job_fail', trigger: 'manual', recoveryPolicy: 'fail' })
+  jobFail(ep: EpisodeContext<WorkPayload>): Promise<Convergence> {
+    return this.work.run(ep);
+  }
+}
+
 @Injectable()
 @Actor({ id: 'fs_beta', maxConcurrentEpisodes: 3 })
 export class BetaActor {

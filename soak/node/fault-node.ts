@@ -20,7 +20,7 @@ import {
   isDatabaseUnavailable,
   type CycliumOptions,
 } from '@cyclium/nestjs';
-import { AlphaActor, BetaActor, FaultWork, ReportAdapter } from './fault-actors.js';
+import { AlphaActor, BetaActor, FaultWork, LegacyAlphaActor, ReportAdapter } from './fault-actors.js';
 import type { FaultNodeConfig, NodeAnswer, NodeCommand, NodeMessage } from './node-protocol.js';
 
 export interface NodeChannel {
@@ -63,7 +63,7 @@ function cycliumOptions(config: FaultNodeConfig): CycliumOptions {
 
 function nodeModule(config: FaultNodeConfig) {
   const actors: Provider[] = [];
-  if (config.actors.includes('fs_alpha')) actors.push(AlphaActor);
+  if (config.actors.includes('fs_alpha')) actors.push(config.legacyAlpha ? LegacyAlphaActor : AlphaActor);
   if (config.actors.includes('fs_beta')) actors.push(BetaActor);
   @Module({
     imports: [
@@ -109,7 +109,7 @@ async function run(app: INestApplicationContext, command: NodeCommand): Promise<
         ...(command.delayMs !== undefined ? { delayMs: command.delayMs } : {}),
         ...(command.runAt !== undefined ? { runAt: new Date(command.runAt) } : {}),
         ...(command.retryAttempts !== undefined
-          ? { retry: { attempts: command.retryAttempts, backoff: { initialMs: 300 } } }
+          ? { retry: { attempts: command.retryAttempts, backoff: { initialMs: command.retryBackoffMs ?? 300 } } }
           : {}),
       };
       const result = await app.get(Episodes).trigger(command.actor, command.expectation, command.payload, options);

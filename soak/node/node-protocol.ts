@@ -56,6 +56,11 @@ export interface FaultNodeConfig {
   env: string;
   stack: string | null;
   actors: ActorId[];
+  /**
+   * Hosts `fs_alpha` as the previous deploy did: its manual expectations only (a rolling deploy's
+   * old node), so the wake-ups, restarts and queued rows of the others are not its to take.
+   */
+  legacyAlpha: boolean;
   claims: boolean;
   mode: CycliumMode;
   timings: NodeTimings;
@@ -72,6 +77,8 @@ export interface TriggerCommand {
   /** ISO time. */
   runAt?: string;
   retryAttempts?: number;
+  /** The first backoff of that retry policy (0: the next attempt is due at once). */
+  retryBackoffMs?: number;
 }
 
 export type NodeCommand =

@@ -23,7 +23,7 @@ import { SUBJECT_COOLDOWN_MS, SUBJECT_DEBOUNCE_MS } from '../node/fault-actors.j
 const BOOT_ESTIMATE_MS = { worker: 3_000, process: 5_000 };
 const MAIN_SLOTS = 3;
 
-function timings(claims: boolean, short: boolean): NodeTimings {
+function timings(short: boolean): NodeTimings {
   return {
     leaseSeconds: 3,
     staleAfterMs: 3_000,
@@ -34,8 +34,8 @@ function timings(claims: boolean, short: boolean): NodeTimings {
     busPollMs: 2_000,
     shutdownMs: 1_500,
     notHostedGraceMs: 7_000,
-    triggerRequestTtlMs: short ? 15_000 : 20_000,
-    outputRetryBaseMs: claims ? 300 : 300,
+    triggerRequestTtlMs: short ? 12_000 : 15_000,
+    outputRetryBaseMs: 300,
   };
 }
 
@@ -50,16 +50,17 @@ const SHORT_WINDOWS: NodeWindows = {
 function setupFor(seed: number, rng: SeededRandom, params: ScheduleParameters): SeedSetup {
   const processes = params.processes ?? rng.chance(params.processesShare);
   const claims = params.claims ?? rng.chance(0.5);
-  const layout = rng.chance(0.35) ? 'two_services' : 'one_service';
+  const layout = rng.weighted({ one_service: 5, two_services: 3, rolling: 2 });
   const outsider = rng.weighted({ none: 2, env: 1, stack: 1 });
   const short = rng.chance(0.4);
   const both: ActorId[] = ['fs_alpha', 'fs_beta'];
   const slots: SlotSetup[] = [0, 1, 2].map((slot) => ({
     slot,
-    actors: layout === 'one_service' ? both : slot < 2 ? ['fs_alpha'] : ['fs_beta'],
+    actors: layout !== 'two_services' ? both : slot < 2 ? ['fs_alpha'] : ['fs_beta'],
     env: 'prod',
     stack: 'blue',
     outsider: false,
+    legacyAlpha: layout === 'rolling' && slot === 0,
   }));
   if (outsider !== 'none') {
     slots.push({
@@ -68,6 +69,7 @@ function setupFor(seed: number, rng: SeededRandom, params: ScheduleParameters): 
       env: outsider === 'env' ? 'rc' : 'prod',
       stack: outsider === 'stack' ? 'green' : 'blue',
       outsider: true,
+      legacyAlpha: false,
     });
   }
   return {
@@ -77,7 +79,7 @@ function setupFor(seed: number, rng: SeededRandom, params: ScheduleParameters): 
     layout,
     outsider,
     slots,
-    timings: timings(claims, short),
+    timings: timings(short),
     windows: short ? SHORT_WINDOWS : null,
     durationMs: params.durationMs,
     databaseRestarts: params.databaseRestarts,
@@ -135,7 +137,8 @@ class WorkLane {
       });
       const work = payload(rng, op, stale);
       const retryAttempts = work.throws !== undefined ? rng.int(2, 3) : rng.chance(0.25) ? 2 : undefined;
-      const withRetry = retryAttempts === undefined ? {} : { retryAttempts };
+      const backoff = rng.chance(0.3) ? { retryBackoffMs: 0 } : {};
+      const withRetry = retryAttempts === undefined ? {} : { retryAttempts, ...backoff };
       const alphaSlot = rng.pick(hosts('fs_alpha'));
       if (kind === 'manual') {
         const expectation = rng.chance(0.6) ? 'job_restart' : 'job_fail';
@@ -222,9 +225,9 @@ class FaultLane {
   generate(): void {
     const { rng, setup } = this;
     const boot = setup.processes ? BOOT_ESTIMATE_MS.process : BOOT_ESTIMATE_MS.worker;
-    const wantsClusterStop = rng.chance(0.35);
+    const wantsClusterStop = rng.chance(0.4);
     const stopAt = rng.int(Math.round(setup.durationMs * 0.3), Math.round(setup.durationMs * 0.6));
-    for (let at = 1_500; at < setup.durationMs - 1_000; at += rng.int(1_500, 4_000)) {
+    for (let at = 1_500; at < setup.durationMs - 1_000; at += rng.int(1_200, 3_500)) {
       if (wantsClusterStop && this.clusterStops === 0 && at >= stopAt) {
         at = this.clusterStop(at, boot);
         continue;
@@ -235,6 +238,7 @@ class FaultLane {
         db_restart: setup.databaseRestarts ? 10 : 0,
         retention: setup.windows ? 10 : 3,
         mode: 14,
+        db_error: 6,
       });
       if (kind === 'kill' || kind === 'term') {
         const slot = this.takeable(at);
@@ -256,6 +260,9 @@ class FaultLane {
         }
         this.ops.push({ at: at + 100, op: { kind: 'db_restart', downMs } });
         at += downMs;
+      } else if (kind === 'db_error') {
+        const code = rng.pick(['40001', '55P03', '57014', '40P01', '25006', '53100']);
+        this.ops.push({ at, op: { kind: 'db_error', code, forMs: rng.int(1_000, 4_000) } });
       } else if (kind === 'retention') {
         this.ops.push({ at, op: { kind: 'retention', slot: rng.int(0, MAIN_SLOTS - 1) } });
       } else {
@@ -292,7 +299,7 @@ class FaultLane {
   private clusterStop(at: number, boot: number): number {
     const { rng, setup } = this;
     this.clusterStops++;
-    const long = rng.chance(0.25);
+    const long = rng.chance(0.35);
     const downMs = long ? rng.int(16_000, 22_000) : rng.int(2_000, 12_000);
     const first = rng.chance(0.7) ? [rng.int(0, MAIN_SLOTS - 1)] : [0, 1, 2].filter(() => rng.chance(0.6));
     const how = rng.weighted({ kill: 3, term: 1, mixed: 1 });

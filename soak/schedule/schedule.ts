@@ -13,6 +13,8 @@ export interface SlotSetup {
   stack: string;
   /** Never faulted: a node of another env or stack, there to show what it must not touch. */
   outsider: boolean;
+  /** Runs the previous deploy's `fs_alpha` (manual expectations only): a rolling deploy half done. */
+  legacyAlpha: boolean;
 }
 
 export interface SeedSetup {
@@ -20,7 +22,7 @@ export interface SeedSetup {
   /** Real node processes and real signals, or worker threads in the runner's process. */
   processes: boolean;
   claims: boolean;
-  layout: 'one_service' | 'two_services';
+  layout: 'one_service' | 'two_services' | 'rolling';
   outsider: 'none' | 'env' | 'stack';
   slots: SlotSetup[];
   timings: NodeTimings;
@@ -43,6 +45,7 @@ export type WorkOp =
       /** A `runAt` this long after the trigger is sent. */
       runAtInMs?: number;
       retryAttempts?: number;
+      retryBackoffMs?: number;
     }
   | { kind: 'publish'; slot: number; type: 'fs.work' | 'fs.subject'; eventId: string; payload: WorkPayload }
   /** Cancels the episode that work operation number `target` answered with. */
@@ -57,6 +60,12 @@ export type FaultOp =
   /** Every node ends (kill -9, SIGTERM or a mix); after `downMs`, `first` boot, the rest `restLaterMs` later. */
   | { kind: 'cluster_stop'; how: 'kill' | 'term' | 'mixed'; downMs: number; first: number[]; restLaterMs: number }
   | { kind: 'retention'; slot: number }
+  /**
+   * For `forMs`, every episode insert fails with SQLSTATE `code` (a serialization failure, a lock or
+   * statement timeout, a deadlock, a read-only server, a full disk): errors that are nobody's fault
+   * in the work, so accepted work must wait them out.
+   */
+  | { kind: 'db_error'; code: string; forMs: number }
   /** A node's mode (or, with `actor`, one actor's override) for `forMs`, then back to full. */
   | { kind: 'mode'; slot: number | 'all'; mode: CycliumMode; actor?: ActorId; forMs: number };
 
