@@ -17,12 +17,12 @@ export function checkOutcomes(ctx: CheckContext): void {
   }
 }
 
-function canceledBySchedule(ctx: CheckContext, episode: EpisodeHistory): boolean {
-  return ctx.log.work.some((w) => {
-    if (w.op.kind !== 'cancel' || !w.answer.ok || !['canceled', 'requested'].includes(w.answer.status ?? ''))
-      return false;
+/** The answers the schedule's cancels of this episode got ('canceled', 'requested', …). */
+function cancelAnswers(ctx: CheckContext, episode: EpisodeHistory): string[] {
+  return ctx.log.work.flatMap((w) => {
+    if (w.op.kind !== 'cancel' || !w.answer.ok) return [];
     const target = ctx.work.get(w.op.target)?.answer;
-    return target?.ok === true && target.episodeId === episode.id;
+    return target?.ok === true && target.episodeId === episode.id ? [w.answer.status ?? ''] : [];
   });
 }
 
@@ -40,13 +40,18 @@ function checkOutcome(ctx: CheckContext, episode: EpisodeHistory): void {
   const exhausted = throws >= attempts;
   const disturbed = ctx.disturbances(episode);
   const policy = ctx.spec(episode)?.policy ?? 'fail';
+  const cancels = cancelAnswers(ctx, episode);
+  // Canceled at once (it had not started): it never runs.
+  if (cancels.includes('canceled') && status !== 'canceled')
+    return fail(`ended ${status}, but a cancel answered canceled`);
   if (status === 'done') {
     if (exhausted && disturbed.length === 0)
       fail(`ended done, but its step threw ${throws} time(s) against ${attempts} attempt(s)`);
     return;
   }
   if (status === 'canceled') {
-    if (!canceledBySchedule(ctx, episode)) fail('ended canceled, but the schedule canceled nothing of it');
+    const asked = cancels.some((c) => c === 'canceled' || c === 'requested');
+    if (!asked) fail('ended canceled, but the schedule canceled nothing of it');
     return;
   }
   const ended = `ended ${status}/${errorClass}${detail ? ` (${detail})` : ''}`;
