@@ -98,6 +98,11 @@ export async function runSeed(
     result.wallMs = Date.now() - began;
     await writeFile(join(outputDir, 'run-log.json'), JSON.stringify(log, null, 1));
     await writeFile(join(outputDir, 'report.txt'), formatReport(result, history, log));
+    if (violations.length > 0) {
+      // The whole history, for a diagnosis after the database is gone.
+      const dump = { ...history, episodes: [...history.episodes.values()], events: [...history.events.values()] };
+      await writeFile(join(outputDir, 'history.json'), JSON.stringify(dump));
+    }
     return result;
   } finally {
     await new Promise<void>((resolve) => nodeLog.end(resolve));

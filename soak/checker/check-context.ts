@@ -4,7 +4,7 @@
  * host while its env was up).
  */
 import type { ActorId } from '../node/node-protocol.js';
-import { EVENT_RETRY, MAX_ATTEMPTS } from '../node/fault-actors.js';
+import { EVENT_RETRY, MAX_ATTEMPTS } from '../node/actor-policies.js';
 import type { RunLog, WorkRecord } from '../cluster/run-log.js';
 import { opId } from '../schedule/schedule.js';
 import type { EpisodeHistory, History } from './audit-reader.js';

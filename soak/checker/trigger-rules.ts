@@ -3,7 +3,7 @@
  * allowing for what the schedule removed (a dedupe duplicate, a debounce or cooldown that swallowed
  * the event, an event retention deleted undispatched after `busUndispatchedMaxAgeMs`).
  */
-import { SUBJECT_COOLDOWN_MS, SUBJECT_DEBOUNCE_MS } from '../node/fault-actors.js';
+import { SUBJECT_COOLDOWN_MS, SUBJECT_DEBOUNCE_MS } from '../node/actor-policies.js';
 import type { EventHistory } from './audit-reader.js';
 import { CLOCK_SLACK_MS, SPECS, type CheckContext } from './check-context.js';
 import { possibleFirings } from './subject-windows.js';

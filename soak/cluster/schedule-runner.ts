@@ -9,13 +9,11 @@ import pg from 'pg';
 import type { FaultOp, Schedule, WorkEntry } from '../schedule/schedule.js';
 import type { NodeAnswer } from '../node/node-protocol.js';
 import { FaultCluster } from './fault-cluster.js';
+import { waitForQuiet } from './quiescence.js';
 import type { PostgresServer } from './postgres-server.js';
 import type { RunLog, WorkRecord } from './run-log.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
-
-/** Nothing moved for this long (longer than a bus poll plus a debounce window plus a trigger poll). */
-const QUIET_MS = 4_000;
 
 export class ConfigRefusedError extends Error {
   override readonly name = 'ConfigRefusedError';
@@ -71,7 +69,7 @@ export class ScheduleRunner {
       await this.cluster.allFull();
       await this.settlePending();
       this.log.scheduleEndedAt = Date.now();
-      this.log.quiesced = await this.quiesce(options.quiesceTimeoutMs);
+      this.log.quiesced = await waitForQuiet(this.databaseUrl, options.quiesceTimeoutMs);
       this.log.quiescedAt = Date.now();
       return this.log;
     } finally {
@@ -226,39 +224,4 @@ export class ScheduleRunner {
       await db.end().catch(() => undefined);
     }
   }
-
-  /** Waits until nothing is live and nothing moved for QUIET_MS; false at the deadline. */
-  private async quiesce(timeoutMs: number): Promise<boolean> {
-    const db = new pg.Client({ connectionString: this.databaseUrl });
-    db.on('error', () => undefined);
-    await db.connect();
-    try {
-      const deadline = Date.now() + timeoutMs;
-      let last = '';
-      let since = Date.now();
-      while (Date.now() < deadline) {
-        const { rows } = await db.query<{ live: number; moved: string }>(QUIET_PROBE);
-        const state = `${rows[0]?.live}:${rows[0]?.moved}`;
-        if (state !== last) {
-          last = state;
-          since = Date.now();
-        } else if (rows[0]?.live === 0 && Date.now() - since >= QUIET_MS) {
-          return true;
-        }
-        await sleep(250);
-      }
-      return false;
-    } finally {
-      await db.end();
-    }
-  }
 }
-
-/** Live work, and the newest audit row that is not an archive or a delete (retention may go on). */
-const QUIET_PROBE = `
-  SELECT ((SELECT count(*) FROM cyclium_episodes
-            WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked'))
-       + (SELECT count(*) FROM cyclium_trigger_requests WHERE status IN ('pending', 'claimed'))
-       + (SELECT count(*) FROM cyclium_outputs WHERE status = 'pending'))::int AS live,
-         (SELECT coalesce(max(id), 0) FROM fs_audit
-           WHERE op = 'INSERT' OR (op = 'UPDATE' AND status IS DISTINCT FROM old_status))::text AS moved`;

@@ -22,15 +22,8 @@ import {
   type StepTools,
 } from '@cyclium/nestjs';
 import type { CycliumOutput } from '@cyclium/nestjs/entities';
+import { EVENT_RETRY, MAX_ATTEMPTS, SUBJECT_COOLDOWN_MS, SUBJECT_DEBOUNCE_MS } from './actor-policies.js';
 import type { WorkPayload } from './node-protocol.js';
-
-/** The retry policy of the event-triggered expectations (the checker reads it from here). */
-export const EVENT_RETRY = { attempts: 3, backoff: { initialMs: 400, factor: 2, maxMs: 2_000 }, jitter: 0 };
-/** `subjectKey` windows of `on_subject`. */
-export const SUBJECT_DEBOUNCE_MS = 800;
-export const SUBJECT_COOLDOWN_MS = 2_500;
-/** Crash recoveries an expectation allows (maxAttempts). */
-export const MAX_ATTEMPTS = 3;
 
 /** Runs the payload's work for one episode; shared by every expectation. */
 @Injectable()
