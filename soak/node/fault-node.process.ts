@@ -6,7 +6,9 @@
  */
 import type { DriverMessage, FaultNodeConfig, NodeMessage } from './node-protocol.js';
 import { startFaultNode } from './fault-node.js';
+import { traceUnhandledClientErrors } from './trace-pg-errors.js';
 
+if (process.env.FAULT_NODE_TRACE === '1') traceUnhandledClientErrors((line) => console.error(line));
 const send = (message: NodeMessage) => process.send?.(message);
 process.on('disconnect', () => process.kill(process.pid, 'SIGKILL'));
 

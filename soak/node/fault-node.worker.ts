@@ -7,9 +7,11 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import type { DriverMessage, FaultNodeConfig, NodeMessage } from './node-protocol.js';
 import { startFaultNode } from './fault-node.js';
+import { traceUnhandledClientErrors } from './trace-pg-errors.js';
 
 const port = parentPort;
 if (!port) throw new Error('fault-node.worker runs in a worker thread');
+if (process.env.FAULT_NODE_TRACE === '1') traceUnhandledClientErrors((line) => console.error(line));
 
 const app = await startFaultNode(workerData as FaultNodeConfig, {
   send: (message: NodeMessage) => port.postMessage(message),

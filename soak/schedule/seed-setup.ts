@@ -53,7 +53,10 @@ export function setupFor(seed: number, rng: SeededRandom, params: ScheduleParame
   if (outsider !== 'none') {
     slots.push({
       slot: MAIN_SLOTS,
-      actors: both,
+      // Another env hosts the same actors (its requests and rows are its own); a node of another
+      // stack in the same env hosts none, since by default a node polls every stack's trigger
+      // requests and would run the main stack's wake-ups, as documented.
+      actors: outsider === 'env' ? both : [],
       env: outsider === 'env' ? 'rc' : 'prod',
       stack: outsider === 'stack' ? 'green' : 'blue',
       outsider: true,

@@ -56,7 +56,7 @@ export class WorkLane {
         keyed: 10,
         cancel: this.triggers.length > 0 ? 10 : 0,
         beta: 6,
-        outsider: setup.outsider === 'none' ? 0 : 6,
+        outsider: setup.outsider === 'env' ? 6 : 0,
       });
       const work = payload(rng, op, stale);
       const retryAttempts = work.throws !== undefined ? rng.int(2, 3) : rng.chance(0.25) ? 2 : undefined;
