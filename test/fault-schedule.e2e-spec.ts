@@ -13,10 +13,12 @@ import { fileURLToPath } from 'node:url';
 const RUN = fileURLToPath(new URL('../soak/dist/run.js', import.meta.url));
 const OUTPUT = fileURLToPath(new URL('./output/fault-schedule', import.meta.url));
 /**
- * Seed 23 runs real node processes and stops the whole cluster, 32 stops it too (workers, claims off),
- * 14 has short retention windows (see the generator's listing in the soak's output).
+ * Seed 23: real node processes, claims on, two services, short retention windows, a kill, a drain,
+ * a database restart and a whole-cluster stop. 32: worker threads, claims off, a node of another
+ * stack, kills, a database restart, a whole-cluster stop of drains and kills. 42: a rolling deploy's
+ * old node, a node of another env, an injected transient SQLSTATE, a mode change, a whole-cluster stop.
  */
-const SEEDS = [23, 32, 14];
+const SEEDS = [23, 32, 42];
 const DURATION_MS = 15_000;
 
 interface Violation {

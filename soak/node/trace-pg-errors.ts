@@ -1,7 +1,7 @@
 /**
- * A diagnosis aid, on only with FAULT_NODE_TRACE=1: when a pg client emits 'error' with no listener
- * (which ends the process), it first prints who checked that client out of its pool last, and from
- * where, so an unhandled connection error names the code that held the connection.
+ * A diagnosis aid, on only with FAULT_NODE_TRACE=1: when a pg client (or pool) emits 'error' with no
+ * listener (which ends the process), it first prints who checked that client out of its pool last,
+ * and from where, so an unhandled connection error names the code that held the connection.
  */
 import pg from 'pg';
 
@@ -19,6 +19,15 @@ export function traceUnhandledClientErrors(log: (line: string) => void): void {
       );
     }
     return emit.call(this, event, ...args);
+  };
+  const poolEmitter = pg.Pool.prototype as unknown as { emit: (event: string, ...args: unknown[]) => boolean };
+  const poolEmit = poolEmitter.emit;
+  poolEmitter.emit = function (this: pg.Pool, event: string, ...args: unknown[]) {
+    if (event === 'error' && this.listenerCount('error') === 0) {
+      const error = args[0] instanceof Error ? args[0].message : String(args[0]);
+      log(`UNHANDLED pg pool error (${error}) on a pool of ${this.options.max ?? '?'} connections`);
+    }
+    return poolEmit.call(this, event, ...args);
   };
   const poolPrototype = pg.Pool.prototype as unknown as { connect: (...args: unknown[]) => Promise<Traced> };
   const connect = poolPrototype.connect;
