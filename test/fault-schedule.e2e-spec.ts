@@ -13,12 +13,13 @@ import { fileURLToPath } from 'node:url';
 const RUN = fileURLToPath(new URL('../soak/dist/run.js', import.meta.url));
 const OUTPUT = fileURLToPath(new URL('./output/fault-schedule', import.meta.url));
 /**
- * Seed 23: real node processes, claims on, two services, short retention windows, a kill, a drain,
- * a database restart and a whole-cluster stop. 32: worker threads, claims off, a node of another
- * stack, kills, a database restart, a whole-cluster stop of drains and kills. 42: a rolling deploy's
- * old node, a node of another env, an injected transient SQLSTATE, a mode change, a whole-cluster stop.
+ * Seed 7: real node processes, claims on, a rolling deploy's old node, an injected transient SQLSTATE
+ * on episode inserts, a kill, a database restart and a whole-cluster stop. 34: worker threads, claims
+ * off, short windows, kills and a whole-cluster stop of drains and kills. 43: claims on, two services,
+ * kills and a 20 s whole-cluster stop. On 294a4ee each failed: 7 skipped events on the SQLSTATE
+ * (issue 40 item 2), 34 expired a request after the stop (item 3), 43 failed work not_hosted (item 4).
  */
-const SEEDS = [23, 32, 42];
+const SEEDS = [7, 34, 43];
 const DURATION_MS = 15_000;
 
 interface Violation {

@@ -121,6 +121,23 @@ export class CheckContext {
   }
 
   /**
+   * Whether some node of `env` and `stack` that reads `actor`'s events (it hosts the actor's event
+   * expectations and is not disabled for it) was up at some moment in [from, to].
+   */
+  eventHostUp(actor: ActorId, env: string | null, stack: string | null, from: number, to: number): boolean {
+    const entries = this.log.availability;
+    return entries.some((entry, i) => {
+      const until = entries[i + 1]?.at ?? this.log.quiescedAt;
+      if (entry.at > to || until < from) return false;
+      return entry.nodes.some((n) => {
+        if (n.env !== env || n.stack !== stack || !n.actors.includes(actor)) return false;
+        if (actor === 'fs_alpha' && n.legacyAlpha) return false;
+        return (n.overrides[actor] ?? n.mode) !== 'disabled';
+      });
+    });
+  }
+
+  /**
    * The longest time during which some node of `env` was up (and not disabled, with `needFull`)
    * while no node of that env and stack hosted `actor` (in full mode for it, with `needFull`).
    */

@@ -4,6 +4,7 @@
  * the event, an event retention deleted undispatched after `busUndispatchedMaxAgeMs`).
  */
 import { SUBJECT_COOLDOWN_MS, SUBJECT_DEBOUNCE_MS } from '../node/actor-policies.js';
+import type { ActorId } from '../node/node-protocol.js';
 import type { EventHistory } from './audit-reader.js';
 import { CLOCK_SLACK_MS, SPECS, type CheckContext } from './check-context.js';
 import { possibleFirings } from './subject-windows.js';
@@ -92,13 +93,27 @@ function checkEvents(ctx: CheckContext): void {
         .filter((e) => e.expectation === expectation)
         .map((e) => e.id);
       if (episodes.length === 1) continue;
-      if (episodes.length === 0 && prunedUndispatched(ctx, event)) continue;
+      if (episodes.length === 0 && (prunedUndispatched(ctx, event) || tooOldToDispatch(ctx, event, actor))) continue;
       const ran = `ran ${episodes.length} episodes of ${name}`;
       const message = `event ${event.eventId} (fs.work) ${ran}${deletedNote(event)}`;
       ctx.fail('one-episode-per-event', message, { episodes, events: [event.eventId] });
     }
   }
   for (const [subject, events] of subjects) checkSubject(ctx, subject, events);
+}
+
+/**
+ * No node could read it (every host of its expectations down or disabled) before it was older than
+ * `retention.archiveAfter` (+ the debounce): a node may then skip it, counted on its position,
+ * rather than risk a second episode for an event whose first was archived (issue 40, item 12).
+ */
+function tooOldToDispatch(ctx: CheckContext, event: EventHistory, actor: string): boolean {
+  const archiveAfter = ctx.log.setup.windows?.archiveAfter ?? 604_800_000;
+  const debounce = event.type === 'fs.subject' ? SUBJECT_DEBOUNCE_MS : 0;
+  // A host that came up this close to the bound may not have read the event before it.
+  const catchUp = ctx.log.setup.timings.busPollMs + 3_000;
+  const bound = event.createdAt + archiveAfter + debounce - catchUp;
+  return !ctx.eventHostUp(actor as ActorId, event.env, event.stack, event.createdAt, bound);
 }
 
 /** Retention deleted it past `busUndispatchedMaxAgeMs` before any node dispatched it: documented, not a loss. */
@@ -132,7 +147,7 @@ function checkSubject(ctx: CheckContext, subject: string, events: EventHistory[]
   const options = possibleFirings(timed, SUBJECT_DEBOUNCE_MS, SUBJECT_COOLDOWN_MS);
   const actual = [...fired.keys()].sort().join(',');
   if (!options.some((option) => [...option].sort().join(',') === actual)) {
-    const pruned = events.some((e) => prunedUndispatched(ctx, e));
+    const pruned = events.some((e) => prunedUndispatched(ctx, e) || tooOldToDispatch(ctx, e, 'fs_alpha'));
     if (pruned) return;
     const times = events.map((e) => `${e.eventId}@+${e.createdAt - (events[0] as EventHistory).createdAt}ms`).join(' ');
     const expected = options.map((o) => `[${o.join(',')}]`).join(' or ');

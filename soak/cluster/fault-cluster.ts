@@ -212,6 +212,7 @@ export class FaultCluster {
         stack: s.setup.stack,
         actors: s.setup.actors,
         mode: s.mode,
+        legacyAlpha: s.setup.legacyAlpha,
         overrides: { ...s.overrides },
       }));
     this.log.availability.push({ at: Date.now(), nodes });

@@ -45,6 +45,8 @@ export interface NodeState {
   env: string;
   stack: string;
   actors: ActorId[];
+  /** Runs the previous deploy's fs_alpha, without its event expectations. */
+  legacyAlpha: boolean;
   mode: CycliumMode;
   overrides: Partial<Record<ActorId, CycliumMode>>;
 }
