@@ -6,6 +6,7 @@ import { arrivalsBench } from './benchmarks/arrivals.bench.js';
 import { busBench } from './benchmarks/bus.bench.js';
 import { claimsBench } from './benchmarks/claims.bench.js';
 import { dispatchBench } from './benchmarks/dispatch.bench.js';
+import { dueBench } from './benchmarks/due.bench.js';
 import { e2eBench } from './benchmarks/e2e.bench.js';
 import { episodesBench, integrityBench } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
@@ -24,6 +25,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   e2e: e2eBench,
   scale: scaleBench,
   dispatch: dispatchBench,
+  due: dueBench,
   takeover: takeoverBench,
   arrivals: arrivalsBench,
   history: historyBench,

@@ -47,6 +47,42 @@ describe('CycliumStatus.cluster() on three node processes', () => {
     );
   });
 
+  it('lists every bus position with whether a live node hosts it, and drops only one nobody hosts', async () => {
+    // An expectation renamed away: its position stays behind, holding the channel's events of its type.
+    await database.db.query(
+      `INSERT INTO cyclium_bus_positions (channel, consumer, position, type)
+       VALUES ('cyclium_bus', 'gone_actor.renamed', pg_current_snapshot(), 'resource.updated')`,
+    );
+    const gone = 'gone_actor.renamed';
+    const hosted = 'resource_monitor.check_resource_limits';
+    const named = (read: ClusterStatus['busConsumers'], consumer: string) => read.find((c) => c.consumer === consumer);
+    const listed = (await waitFor('both positions in the status', async () => {
+      const read = (await cluster(nodes[0])).busConsumers;
+      return named(read, hosted) && named(read, gone) ? read : undefined;
+    })) as ClusterStatus['busConsumers'];
+    const channel = 'cyclium_bus';
+    expect(named(listed, gone)).toMatchObject({ channel, type: 'resource.updated', hosted: false });
+    expect(named(listed, hosted)).toMatchObject({ channel, type: 'resource.updated', hosted: true });
+
+    const drop = (consumer: string) =>
+      fetch(`http://127.0.0.1:${nodes[1].port}/ops/api/bus-consumers/drop`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'x-cyclium-ops': '1' },
+        body: JSON.stringify({ channel, consumer }),
+      });
+    expect((await drop(hosted)).status).toBe(409);
+    const dropped = await drop(gone);
+    expect([dropped.status, await dropped.json()]).toEqual([200, { result: 'dropped' }]);
+    expect((await drop(gone)).status).toBe(404);
+    const stored = `SELECT consumer FROM cyclium_bus_positions WHERE channel = $1`;
+    const left = (await database.db.query(stored, [channel])).rows.map((r) => r.consumer as string);
+    expect(left).not.toContain(gone);
+    expect(left).toContain(hosted);
+    const listing = () => nodes[0].get<{ items: Array<{ consumer: string }> }>('/ops/api/bus-consumers');
+    await waitFor('the listing without it', async () => (await listing()).items.every((c) => c.consumer !== gone));
+    expect((await listing()).items.map((c) => c.consumer).sort()).toEqual([...left].sort());
+  });
+
   it(`marks a kill -9-ed node stale within 3 × nodeBeatIntervalMs (${3 * BEAT_MS} ms)`, async () => {
     const killed = nodes[2];
     const before = byIdentity(await cluster(nodes[0]), 'status-3');

@@ -99,6 +99,48 @@ describe('durable dispatch positions', () => {
     });
   }
 
+  it('keeps a cooldown begun before a node booted: the next event within it runs nothing, one after runs', async () => {
+    const cooldownMs = 20_000;
+    const env = { BUS_COOLDOWN_MS: String(cooldownMs) };
+    const subject = { subject: 'cooling' };
+    const passed = (eventId: string) =>
+      database.db
+        .query<{ passed: boolean }>(
+          `SELECT pg_visible_in_snapshot(e.tx_id, p.position) AS passed FROM cyclium_events e
+             JOIN cyclium_bus_positions p ON p.channel = e.channel AND p.consumer = 'bus_cool.on_cool'
+            WHERE e.event_id = $1`,
+          [eventId],
+        )
+        .then(({ rows }) => rows[0]?.passed === true);
+    const live = await boot('cool-live', 'cool', env);
+    await publish(live, 'test.c', 'cool-1', subject);
+    await waitFor('the first episode', async () => (await episodesByEvent('bus_cool')).has('cool-1'));
+    // Stored past it: a node that boots now starts reading after the event that began the cooldown.
+    await waitFor('the position past the first event', () => passed('cool-1'));
+    await live.stop('SIGKILL');
+
+    const late = await boot('cool-late', 'cool', env);
+    await publish(late, 'test.c', 'cool-2', subject);
+    await waitFor('the second event settled', () => passed('cool-2'), 10_000);
+    const { rows } = await database.db.query<{ within: boolean }>(
+      `SELECT b.created_at < a.created_at + make_interval(secs => $1::float8 / 1000) AS within
+         FROM cyclium_events a, cyclium_events b WHERE a.event_id = 'cool-1' AND b.event_id = 'cool-2'`,
+      [cooldownMs],
+    );
+    expect(rows[0]?.within).toBe(true);
+    // Before, the node that booted knew no cooldown and ran it.
+    expect((await episodesByEvent('bus_cool')).has('cool-2')).toBe(false);
+
+    const ended = `SELECT now() > created_at + make_interval(secs => $1::float8 / 1000) AS ended
+                     FROM cyclium_events WHERE event_id = 'cool-1'`;
+    const over = async () => (await database.db.query(ended, [cooldownMs])).rows[0]?.ended as boolean;
+    await waitFor('the cooldown to end', over, 30_000, 200);
+    await publish(late, 'test.c', 'cool-3', subject);
+    await waitFor('the episode after the cooldown', async () => (await episodesByEvent('bus_cool')).has('cool-3'));
+    const byEvent = await episodesByEvent('bus_cool');
+    expect(['cool-1', 'cool-2', 'cool-3'].map((id) => byEvent.get(id) ?? 0)).toEqual([1, 0, 1]);
+  }, 60_000);
+
   it('groups a window by committed time on a node that boots in the middle of it, as the live node did', async () => {
     const debounceMs = 6_000;
     const env = { BUS_DEBOUNCE_MS: String(debounceMs) };

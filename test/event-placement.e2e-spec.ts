@@ -28,11 +28,18 @@ class PlacedActor {
   }
 }
 
+const HANDED_DELAY_MS = 2_000;
+
 @Injectable()
 @Actor({ id: 'handed' })
 class HandedActor {
   @Expectation({ id: 'handle', trigger: { event: 'handed.happened' } })
   async handle(ep: EpisodeContext<{ n: number }>): Promise<void> {
+    await ep.step('note', () => ep.trigger.payload.n);
+  }
+
+  @Expectation({ id: 'handle_later', trigger: { event: 'handed.later' }, delayMs: HANDED_DELAY_MS })
+  async handleLater(ep: EpisodeContext<{ n: number }>): Promise<void> {
     await ep.step('note', () => ep.trigger.payload.n);
   }
 }
@@ -136,13 +143,26 @@ describe('event placement', () => {
     const bus = new LocalBus();
     let first: INestApplicationContext;
     let backup: INestApplicationContext;
+    const node = (name: string) => {
+      const cyclium = {
+        nodeIdentity: name,
+        workClaims: 'postgres' as const,
+        bus,
+        nodeBeatIntervalMs: 100,
+        triggerPollIntervalMs: 200,
+      };
+      return startCycliumApp({ url: database.url, cyclium, providers: [HandedActor] });
+    };
+    const knowEachOther = (names: string[]) =>
+      waitFor('both nodes to know each other', () => {
+        const known = (app: INestApplicationContext) => app.get(Peers).list().join() === names.join();
+        return known(first) && known(backup);
+      });
 
     beforeAll(async () => {
-      const node = (name: string) =>
-        startCycliumApp({ url: database.url, cyclium: { nodeIdentity: name, workClaims: 'postgres', bus, nodeBeatIntervalMs: 100 }, providers: [HandedActor] });
       first = await node('hand-first');
       backup = await node('hand-backup');
-      await waitFor('both nodes to know each other', () => first.get(Peers).size === 2 && backup.get(Peers).size === 2);
+      await knowEachOther(['hand-backup', 'hand-first']);
     });
 
     afterAll(async () => {
@@ -168,6 +188,40 @@ describe('event placement', () => {
       first.get(Mode).clearActorOverride('handed');
       await first.get(TriggerPoller).pollNow();
       await waitFor('the handed-over episode to finish', async () => (await row())[0]?.status === 'done');
+    });
+
+    it("keeps the expectation's delay: the handed-over trigger is due after it, not at once", async () => {
+      backup = await node('hand-backup-2');
+      await knowEachOther(['hand-backup-2', 'hand-first']);
+      let eventId = '';
+      for (let i = 0; !eventId; i++) {
+        const key = eventKey('handed', 'handle_later', 'handed.later', `later-${i}`, { n: i });
+        if (firstFor(['hand-first', 'hand-backup-2'], key, 'handed') === 'hand-first') eventId = `later-${i}`;
+      }
+      first.get(Mode).setActorOverride('handed', 'disabled');
+      await first.get(Bus).publish('handed.later', { n: Number(eventId.slice('later-'.length)) }, { eventId });
+      await waitFor('the backup to stand by', () => backup.get(TriggerPlacement).waitingBackups === 1);
+      await backup.close();
+      backup = undefined as unknown as INestApplicationContext;
+      const { rows } = await database.db.query(
+        `SELECT e.id, (extract(epoch FROM r.not_before - r.inserted_at) * 1000)::float8 AS due_in
+           FROM cyclium_episodes e JOIN cyclium_trigger_requests r ON r.episode_id = e.id
+          WHERE e.trigger_ref->>'eventId' = $1`,
+        [eventId],
+      );
+      expect(rows).toEqual([{ id: expect.any(String), due_in: expect.any(Number) }]);
+      expect(rows[0].due_in).toBeGreaterThanOrEqual(HANDED_DELAY_MS - 1);
+      // A node that may run the actor leaves it until due, then starts it.
+      first.get(Mode).clearActorOverride('handed');
+      await first.get(TriggerPoller).pollNow();
+      const read = async (sql: string) => (await database.db.query(sql, [rows[0].id])).rows[0];
+      const status = async () => (await read(`SELECT status FROM cyclium_episodes WHERE id = $1`)).status;
+      expect(await status()).toBe('deferred');
+      await waitFor('the handed-over episode to finish once due', async () => (await status()) === 'done', 10_000);
+      const started = `SELECT e.started_at >= r.not_before AS after
+                         FROM cyclium_episodes e JOIN cyclium_trigger_requests r ON r.episode_id = e.id
+                        WHERE e.id = $1`;
+      expect((await read(started)).after).toBe(true);
     });
   });
 

@@ -191,8 +191,8 @@ describe('hot statements with a million finished episodes behind a thousand live
     await nest.get(Recovery).sweep();
     const queue = nest.get(EpisodeQueue);
     // Each live node queues one actor's episodes.
-    await queue.dequeue((['billing', 'mailer', 'indexer'] as const)[n], `live-node-${n}`);
-    await queue.takeFromPeer('mailer', 'planner-node', { stack: null, env: null });
+    await queue.dequeue((['billing', 'mailer', 'indexer'] as const)[n], ['run'], `live-node-${n}`);
+    await queue.takeFromPeer('mailer', ['run'], 'planner-node', { stack: null, env: null });
 
     const page = await episodes.list();
     await episodes.list({ actorId: 'planner', status: 'done', limit: 20 });

@@ -254,7 +254,7 @@ describe('outputs are an outbox (claims off)', () => {
       [a, b].map(async (app, i) => {
         const store = app.get(OutputStore);
         for (;;) {
-          const rows = await store.take(`racer-${i}`, ['raced'], 7, 3, 60_000);
+          const rows = await store.take(`racer-${i}`, ['raced'], 7, 3, 60_000, { stack: null, env: null });
           if (rows.length === 0) return;
           for (const taken of rows) takenBy.set(taken.id, [...(takenBy.get(taken.id) ?? []), `racer-${i}`]);
         }

@@ -25,6 +25,8 @@ interface BusNode {
   received: BusEvent[];
   /** Where its LISTEN connection goes; a test can point it at a dead port to cut the node off. */
   listenTo: { port: number | undefined };
+  /** Names of prepared statements the node's next run of fails once each (a statement timeout, say). */
+  failOnce: Set<string>;
   of(type: string): BusEvent[];
   has(event: BusEvent): boolean;
 }
@@ -48,10 +50,16 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   ): BusNode {
     const db = pool(url, 3);
     const statements: string[] = [];
+    const failOnce = new Set<string>();
     const sql: SqlExecutor = {
       query: (...args: [never]) => {
         const first: unknown = args[0];
         statements.push(typeof first === 'string' ? first : (first as pg.QueryConfig).text);
+        const name = typeof first === 'string' ? undefined : (first as pg.QueryConfig).name;
+        if (name !== undefined && failOnce.delete(name)) {
+          const timeout = Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
+          return Promise.reject(timeout);
+        }
         return db.query(...args);
       },
     };
@@ -78,6 +86,7 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       statements,
       received,
       listenTo,
+      failOnce,
       of: (type) => received.filter((e) => e.type === type),
       has: (event) => received.some((e) => e.eventId === event.eventId),
     };
@@ -292,6 +301,39 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(b.of('bulk')).toHaveLength(1_200);
   }, 30_000);
 
+  it('gives a consumer that joins while a paged read is interrupted the pages it already handed out', async () => {
+    const channel = busChannel('bus-e2e-paged', null);
+    const c = node(channel, {}, 600_000, false);
+    await c.bus.start();
+    try {
+      // One commit of 1,200 rows: a read of it takes three pages, and the second one fails.
+      const client = await admin.connect();
+      try {
+        await client.query('BEGIN');
+        const at = new Date().toISOString();
+        const event = (i: number) => ({ type: 'paged', eventId: `paged-${i}`, payload: i, publishedAt: at });
+        const events = Array.from({ length: 1_200 }, (_, i) => event(i));
+        await c.bus.appendWithin(client, events);
+        await client.query('COMMIT');
+      } finally {
+        client.release();
+      }
+      c.failOnce.add('cyclium_events_read_page');
+      await c.bus.catchUp();
+      expect(c.bus.status().readFailing).toBe(true);
+
+      const got: number[] = [];
+      c.bus.subscribeDurable<number>('late.joiner', 'paged', async (event) => void got.push(event.payload));
+      // Without them, it got the 700 of the pages still to come and never the first 500.
+      await waitFor('1,200 events for the joiner', () => got.length >= 1_200, 15_000).catch(() => undefined);
+      expect(got).toHaveLength(1_200);
+      expect(got).toEqual(Array.from({ length: 1_200 }, (_, i) => i));
+    } finally {
+      await c.bus.stop();
+      await admin.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [channel]);
+    }
+  }, 30_000);
+
   it('reads at most 4 MiB of payload a statement and still delivers every event, in full and in order', async () => {
     const log = new EventLog({ channel: CHANNEL, stackSlug: null, env: null, publisher: () => 'reader' });
     const from = await log.snapshot(admin);
@@ -304,10 +346,10 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
 
     const first = await log.readAfter(admin, from, 500);
     expect(first.more).toBe(true);
-    // The rows before the one that crosses 4 MiB, and that one: five of about 900 KB.
-    expect(first.events.length).toBe(5);
-    const rest = await log.readPage(admin, from, first.snapshot, first.events[4], 500);
-    expect(rest.events.length).toBeLessThanOrEqual(5);
+    // The rows whose payloads, as text, fit 4 MiB together: four of about 900 KB.
+    expect(first.events.length).toBe(4);
+    const rest = await log.readPage(admin, from, first.snapshot, first.events[3], 500);
+    expect(rest.events.length).toBeLessThanOrEqual(4);
   }, 30_000);
 
   it('delivers rows whose ids commit out of order: none is skipped, none repeated', async () => {
@@ -441,23 +483,44 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     ]);
   });
 
-  it('prunes events older than the retention window, by the database clock', async () => {
+  it("prunes its channel's events older than the retention window, by the database clock, and no other's", async () => {
     const old = await a.bus.publish('aged', 'old');
     const fresh = await a.bus.publish('aged', 'fresh');
-    // Everything up to `old` was stored two hours ago, as the database's clock tells it.
-    await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE id <= (SELECT id FROM cyclium_events WHERE event_id = $1)`, [
-      old.eventId,
-    ]);
-    const aged = (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE created_at < now() - interval '1 hour'`)).rows[0].n;
+    // Aged rows of other stacks and envs, and of no stack (a stack's node never reads those): not its to delete.
+    const others = [busChannel(null, null), busChannel('other', null), busChannel('bus-e2e', 'rc')];
+    others.push(busChannel(null, 'rc'));
+    await admin.query(
+      `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at)
+       SELECT c, 'foreign-' || n, 'aged', '{}', now() FROM unnest($1::text[]) WITH ORDINALITY AS o (c, n)`,
+      [others],
+    );
+    // Everything up to `old` was stored two hours ago, as the database's clock tells it; the foreign rows too.
+    await admin.query(
+      `UPDATE cyclium_events SET created_at = now() - interval '2 hours'
+        WHERE id <= (SELECT id FROM cyclium_events WHERE event_id = $1) OR starts_with(event_id, 'foreign-')`,
+      [old.eventId],
+    );
+    const agedOf = async (channel: string) => {
+      const aged = `SELECT count(*)::int AS n FROM cyclium_events
+                     WHERE created_at < now() - interval '1 hour' AND channel = $1`;
+      return (await admin.query(aged, [channel])).rows[0].n as number;
+    };
+    const foreign = `SELECT count(*)::int AS n FROM cyclium_events WHERE starts_with(event_id, 'foreign-')`;
+    const aged = await agedOf(CHANNEL);
     expect(aged).toBeGreaterThan(1_000); // more than one batch
     // The default window is an hour; pruning runs on a timer, and on demand.
     expect(await a.bus.pruneNow()).toBe(aged);
     expect(await stored(old.eventId)).toEqual([]);
     expect(await stored(fresh.eventId)).toHaveLength(1);
+    expect((await admin.query(foreign)).rows[0].n).toBe(others.length);
+    await admin.query(`DELETE FROM cyclium_events WHERE starts_with(event_id, 'foreign-')`);
   });
 
-  it('keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them, and stands aside while another node prunes', async () => {
+  const walk = 'keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them';
+  it(`${walk}, and stands aside while another node of its channel prunes`, async () => {
     const channel = 'prune_walk';
+    const walker = node(channel, {}, 600_000, false);
+    await walker.bus.start();
     const left = async (prefix: string) =>
       (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND event_id LIKE $2`, [channel, `${prefix}%`])).rows[0].n as number;
     try {
@@ -466,14 +529,19 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       const other = await admin.connect();
       try {
         await other.query('BEGIN');
-        await other.query('SELECT pg_advisory_xact_lock(7268853211580712513)');
-        expect(await a.bus.pruneNow()).toBe(0);
+        await other.query('SELECT pg_advisory_xact_lock(1692411771, hashtext($1))', [channel]);
+        expect(await walker.bus.pruneNow()).toBe(0);
         expect(await left('gone-')).toBe(50_000);
+        // A node of another channel prunes its own meanwhile.
+        const aside = await a.bus.publish('aged', 'pruned while another channel prunes');
+        const age = `UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE event_id = $1`;
+        await admin.query(age, [aside.eventId]);
+        expect(await a.bus.pruneNow()).toBe(1);
         await other.query('COMMIT');
       } finally {
         other.release();
       }
-      expect(await a.bus.pruneNow()).toBeGreaterThanOrEqual(50_000);
+      expect(await walker.bus.pruneNow()).toBeGreaterThanOrEqual(50_000);
       expect(await left('gone-')).toBe(0);
       expect(await left('kept-')).toBe(1_000);
     } finally {
@@ -504,6 +572,52 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       expect(a.bus.status().undispatchedPruned).toBe(1);
     } finally {
       await admin.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [CHANNEL]);
+    }
+  });
+
+  it("holds for a position only its consumer's type: others' events go at the retention window", async () => {
+    const channel = busChannel('bus-e2e-typed', null);
+    const c = node(channel);
+    await c.bus.start();
+    const aging = `UPDATE cyclium_events SET created_at = now() - $3::interval WHERE channel = $1 AND type = $2`;
+    const age = (type: string, interval: string) => admin.query(aging, [channel, type, interval]);
+    const left = async (type: string) => {
+      const count = `SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND type = $2`;
+      return (await admin.query<{ n: number }>(count, [channel, type])).rows[0]?.n;
+    };
+    const positionsOf = `FROM cyclium_bus_positions WHERE channel = $1`;
+    const positionRows = (columns: string) => admin.query(`SELECT ${columns} ${positionsOf}`, [channel]);
+    const handed: string[] = [];
+    // Its one event never settles: its position stays before it, and before everything after it.
+    c.bus.subscribeDurable('idle.wanted', 'wanted', (event) => {
+      handed.push(event.eventId);
+      return new Promise<void>(() => undefined);
+    });
+    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+    try {
+      await waitFor('the position row', async () => (await positionRows('consumer')).rowCount);
+      const wanted = await c.bus.publish('wanted', 1);
+      for (let i = 0; i < 3; i++) await c.bus.publish('unwanted', i);
+      await waitFor('the wanted event handed over', () => handed.includes(wanted.eventId));
+      await settle(c, [c]);
+
+      // Past the retention window, not the undispatched one: the other type goes, the held event stays.
+      await age('unwanted', '2 hours');
+      await age('wanted', '2 hours');
+      await c.bus.pruneNow();
+      expect({ wanted: await left('wanted'), unwanted: await left('unwanted') }).toEqual({ wanted: 1, unwanted: 0 });
+
+      await age('wanted', '8 days');
+      await c.bus.pruneNow();
+      expect(await left('wanted')).toBe(0);
+      // Only the event of its own type counts as undispatched.
+      expect(c.bus.status().undispatchedPruned).toBe(1);
+      expect((await positionRows('consumer, type')).rows).toEqual([{ consumer: 'idle.wanted', type: 'wanted' }]);
+    } finally {
+      warn.mockRestore();
+      await c.bus.stop();
+      await admin.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [channel]);
+      await admin.query(`DELETE FROM cyclium_events WHERE channel = $1`, [channel]);
     }
   });
 

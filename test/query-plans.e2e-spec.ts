@@ -56,7 +56,8 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
     }
   }
 
-  const due = pendingStatement({ env: null, stack: null, actors: ['a'], limit: 16 }, 604_800_000);
+  const filter = { env: null, stack: null, hosted: { a: ['e'] }, limit: 16, me: 'node-x' };
+  const due = pendingStatement(filter, 604_800_000, 45_000);
   const events = new EventLog({ channel: 'cyclium_bus', stackSlug: null, env: null, publisher: () => 'node-x' });
 
   beforeAll(async () => {
@@ -73,8 +74,9 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
     const from = await events.snapshot(client);
     const { events: page } = await events.readAfter(client, from, 10);
     if (page[0]) await events.readPage(client, from, from, page[0], 10);
-    await events.prune(client, 3_600_000, 604_800_000, 10);
-    await new EpisodeQueue({ sql: client } as unknown as CycliumDataSource).takeFromPeer('a', 'node-x', { stack: null, env: null });
+    await events.prune(client, { olderThanMs: 3_600_000, undispatchedMs: 604_800_000 }, 10);
+    const queue = new EpisodeQueue({ sql: client } as unknown as CycliumDataSource);
+    await queue.takeFromPeer('a', ['e'], 'node-x', { stack: null, env: null });
   });
 
   afterAll(async () => {
@@ -91,14 +93,15 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
         await plan(`EXECUTE cyclium_claims_renew_many('node-0', 60, ARRAY['key:3', 'key:6'], ARRAY[1, 1]::bigint[])`),
         await plan(`EXECUTE cyclium_claims_finish('key:7', 'node-x', 'done', NULL, 1)`),
         await plan(`EXECUTE cyclium_claims_reclaim_expired(10)`),
-        await plan(CANDIDATES, [null, null, 120_000, 45_000, true, ['b'], false, null, null, 500]),
+        await plan(CANDIDATES, [null, null, 120_000, 45_000, true, '{"b": ["e"]}', false, null, null, 500]),
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
         await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500, 4194304)`),
-        await plan(`EXECUTE cyclium_events_prune_after(3600000, 1000, 604800000, 0)`),
-        await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000]),
-        await plan(`SELECT ${OutputStore.dueFragment('$1')}`, [['t1', 't2']]),
-        await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL)`),
-        await plan(NOT_HOSTED, [null, null, ['b'], 3_600_000, 500, 'not hosted: %s %s']),
+        // Retention of one channel, walking it in the readers' order from its start.
+        await plan(`EXECUTE cyclium_events_prune_channel('cyclium_bus', 3600000, 1000, 604800000, '0', 0)`),
+        await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000, null, null]),
+        await plan(`SELECT ${OutputStore.dueFragment('$1', '$2', '$3')}`, [['t1', 't2'], 's1', 'prod']),
+        await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL, ARRAY['e'])`),
+        await plan(NOT_HOSTED, [null, null, ['b'], 3_600_000, 500, 'not hosted: %s %s', 'x', '2020-01-01Z', 3_000]),
         await plan(due.text, due.values),
       ];
       for (const text of statements) {
@@ -107,9 +110,12 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
       expect(statements[3]).toMatch(/cyclium_work_claims_state_lease/);
       expect(statements[4]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
       expect(statements[5]).toMatch(/cyclium_events_channel_tx/);
-      expect(statements[6]).toMatch(/cyclium_events_pkey/);
+      // In the index's order: never the whole channel read off a bitmap and sorted for one batch.
+      expect(statements[6]).toMatch(/Index Scan using cyclium_events_channel_tx/);
+      expect(statements[6]).not.toMatch(/Sort Key: cyclium_events\./);
       expect(statements[7]).toMatch(/cyclium_outputs_due/);
-      expect(statements[8]).toMatch(/Index Only Scan using cyclium_outputs_due/);
+      // The due check reads the due rows' scope from the table: a heap fetch for due rows only.
+      expect(statements[8]).toMatch(/Index Scan using cyclium_outputs_due/);
       expect(statements[10]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
       expect(statements[11]).toMatch(/(Index Scan using|Bitmap Index Scan on) cyclium_trigger_requests_due/);
       // A poll reads the ten requests due, not the 49,990 due tomorrow.

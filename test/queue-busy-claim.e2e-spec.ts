@@ -56,8 +56,8 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
     const runner = app.get(EpisodeRunner);
     const dequeue = runner.beginQueued.bind(runner);
     const answers: string[] = [];
-    runner.beginQueued = async (actorId) => {
-      const answer = await dequeue(actorId);
+    runner.beginQueued = async (actorId, expectations) => {
+      const answer = await dequeue(actorId, expectations);
       answers.push(answer.status);
       return answer;
     };

@@ -62,10 +62,14 @@ function nodes(claims: boolean) {
     releaseBlocker?.();
     await Promise.all(apps.map((app) => app.close()));
   });
-  const orphan = (expectation = 'job', tag = 'orphan') =>
-    (apps[0] as INestApplicationContext)
-      .get(Episodes)
-      .create({ actorId: 'single', expectationId: expectation, payload: { tag }, startedAt: new Date(Date.now() - 60_000), ownerNode: 'node-dead' });
+  const orphan = (expectation = 'job', tag = 'orphan', block = false) =>
+    (apps[0] as INestApplicationContext).get(Episodes).create({
+      actorId: 'single',
+      expectationId: expectation,
+      payload: block ? { tag, block } : { tag },
+      startedAt: new Date(Date.now() - 60_000),
+      ownerNode: 'node-dead',
+    });
   const row = async (id: string) => (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
   return { database, apps, orphan, row };
 }
@@ -175,7 +179,7 @@ describe('a restart recovery hands over keeps its claim while it waits for a slo
 });
 
 describe('with claims off, a waiting restart is protected by its live owner node', () => {
-  const { apps, orphan, row } = nodes(false);
+  const { database, apps, orphan, row } = nodes(false);
 
   it('is not a candidate while its node beats, so it stays attempts = 1 and runs once', async () => {
     const [a] = apps as [INestApplicationContext];
@@ -190,5 +194,28 @@ describe('with claims off, a waiting restart is protected by its live owner node
     releaseBlocker?.();
     await waitFor('the restart to finish', async () => (await row(waiting.id)).status === 'done');
     expect(runs.filter((r) => r.startsWith('open-waiting:'))).toEqual(['open-waiting:resumed']);
+  });
+
+  it('given its slot after a wait past staleAfterMs, its quiet time is new: no peer takes it mid-step', async () => {
+    const [a, b] = apps as [INestApplicationContext, INestApplicationContext];
+    const staleAfterMs = 1_500;
+    const blocking = await a.get(Episodes).trigger('single', 'job', { tag: 'open-hog', block: true });
+    expect(blocking.status).toBe('started');
+    const slow = await orphan('job', 'open-slow', true);
+    expect(await a.get(Recovery).sweep()).toMatchObject({ restarted: 1 });
+    const waitedLong = `SELECT 1 FROM cyclium_episode_steps
+                         WHERE episode_id = $1 AND name = 'resumed' AND created_at < now() - make_interval(secs => $2)`;
+    await waitFor(
+      'the restart to have waited for its slot longer than staleAfterMs (database clock)',
+      async () => (await database.db.query(waitedLong, [slow.id, staleAfterMs / 1000])).rowCount === 1,
+    );
+    releaseBlocker?.();
+    await waitFor('the restart to be in its step', () => runs.includes('open-slow:resumed') && blocked.length === 1);
+    expect(await b.get(Recovery).sweep({ staleAfterMs })).toMatchObject({ restarted: 0, failed: 0 });
+    const untaken = { status: 'running', phase: null, owner_node: 'node-a-open', attempts: 1 };
+    expect(await row(slow.id)).toMatchObject(untaken);
+    releaseBlocker?.();
+    await waitFor('the restart to finish', async () => (await row(slow.id)).status === 'done');
+    expect(runs.filter((r) => r.startsWith('open-slow:'))).toEqual(['open-slow:resumed']);
   });
 });

@@ -164,6 +164,74 @@ describe('retries with backoff', () => {
     expect(ran.get(`${id}:s3`)).toBe(1);
   });
 
+  /** A row's columns once it has settled (neither running nor waiting): how the episode ended. */
+  async function settled(id: string, columns: string): Promise<Record<string, unknown>> {
+    const sql = `SELECT status, ${columns} FROM cyclium_episodes WHERE id = $1`;
+    const read = async () => (await database.db.query(sql, [id])).rows[0];
+    return waitFor(`episode ${id} to end`, async () => {
+      const row = await read();
+      return row?.status === 'running' || row?.status === 'waiting' ? undefined : row;
+    }).catch(async (error: unknown) => {
+      throw new Error(`${String(error)}; the episode is ${JSON.stringify(await read())}`, { cause: error });
+    });
+  }
+
+  it("an operator's retry of an episode canceled as it ran, then failed, runs: the old cancel is cleared", async () => {
+    const orphan = await app.get(Episodes).create({
+      actorId: 'flaky',
+      expectationId: 'job',
+      payload: { failures: 0 },
+      ownerNode: 'node-gone',
+      startedAt: new Date(Date.now() - 60_000),
+    });
+    // Asked while it ran on a node that no longer answers; then recovery fails it (policy fail).
+    expect(await app.get(Episodes).cancel(orphan.id)).toBe('requested');
+    expect(await app.get(Recovery).sweep({ staleAfterMs: 1 })).toMatchObject({ failed: 1 });
+    expect((await ended(orphan.id)).error_class).toBe('orphaned');
+    expect(await app.get(Episodes).retry(orphan.id)).toMatchObject({ status: 'resumed' });
+    const row = await settled(orphan.id, 'error_class, cancel_requested_at');
+    expect(row).toEqual({ status: 'done', error_class: null, cancel_requested_at: null });
+    expect([ran.get(`${orphan.id}:s1`), ran.get(`${orphan.id}:s3`)]).toEqual([1, 1]);
+  });
+
+  it('a transient fault at the wait write (backoff, sleep) is retried: waits, then done, each step once', async () => {
+    // The first wake-up of each kind meets a serialization failure, as a blip would; sequences are not rolled back.
+    await database.db.query(`
+      CREATE SEQUENCE fault_retry; CREATE SEQUENCE fault_sleep;
+      CREATE FUNCTION fault_once() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF (NEW.opts->>'wake' = 'retry' AND nextval('fault_retry') = 1)
+           OR (NEW.opts->>'wake' = 'sleep' AND nextval('fault_sleep') = 1) THEN
+          RAISE EXCEPTION 'could not serialize access (injected)' USING ERRCODE = '40001';
+        END IF;
+        RETURN NEW;
+      END $$;
+      CREATE TRIGGER fault_once BEFORE INSERT ON cyclium_trigger_requests FOR EACH ROW EXECUTE FUNCTION fault_once()`);
+    try {
+      const retried = await trigger({ failures: 1 });
+      const slept = await app.get(Episodes).trigger('sleeper', 'nap', {});
+      if (slept.status !== 'started') throw new Error(`trigger was ${slept.status}`);
+      const wakeUps = `SELECT count(*)::int AS n FROM cyclium_trigger_requests
+                        WHERE episode_id = $1 AND status = 'completed'`;
+      const outcome = async (id: string) => ({
+        ...(await settled(id, 'error_class, retries, attempts')),
+        wakeUps: (await database.db.query(wakeUps, [id])).rows[0].n,
+      });
+      const done = { status: 'done', error_class: null, attempts: 0, wakeUps: 1 };
+      expect(await outcome(retried)).toEqual({ ...done, retries: 1 });
+      expect([ran.get(`${retried}:s1`), ran.get(`${retried}:s2`), ran.get(`${retried}:s3`)]).toEqual([1, 1, 2]);
+      const nap = slept.episode.id;
+      expect(await outcome(nap)).toEqual({ ...done, retries: 0 });
+      expect([ran.get(`${nap}:before`), ran.get(`${nap}:after`)]).toEqual([1, 1]);
+      const faults = await database.db.query(`SELECT (SELECT last_value FROM fault_retry) AS retry,
+                                                     (SELECT last_value FROM fault_sleep) AS sleep`);
+      expect(faults.rows[0]).toEqual({ retry: '2', sleep: '2' });
+    } finally {
+      await database.db.query(`DROP TRIGGER fault_once ON cyclium_trigger_requests; DROP FUNCTION fault_once();
+                               DROP SEQUENCE fault_retry, fault_sleep`);
+    }
+  });
+
   it.each([false, true])(
     'sleeps durably: gives up the run until its wake-up, then resumes after the sleep, each step once (caught by the host: %p)',
     async (catchIt) => {

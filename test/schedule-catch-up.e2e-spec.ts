@@ -93,4 +93,55 @@ describe("a schedule's catch-up after a whole-cluster stop", () => {
       expect(after.every((b) => b.n === 1)).toBe(true);
     });
   });
+
+  describe('a timer that fires late', () => {
+    const database = useDatabase();
+    const nodes: DemoNode[] = [];
+    /** Buckets every 2 s whose episodes are archived a second after they end (their keys free from then on). */
+    const env = {
+      ...FAST_RECOVERY,
+      DEMO_ADVISOR_EVERY: `${EVERY_MS}ms`,
+      DEMO_ARCHIVE_AFTER_MS: '1000',
+      DEMO_BUS_UNDISPATCHED_MS: '1000',
+      DEMO_TRIGGER_TTL_MS: '1000',
+      DEMO_RETENTION_EVERY_MS: '200',
+    };
+    afterAll(async () => {
+      await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
+    });
+
+    it('never runs a bucket again once its episode is archived, from a node stalled past the bucket', async () => {
+      const boot = async (id: string) => {
+        const node = await startNode(database.url, id, env);
+        nodes.push(node);
+        return node;
+      };
+      const [, stalled] = (await Promise.all([boot('late-a'), boot('late-b')])) as [DemoNode, DemoNode];
+      const doneAfter = async (at: number, archived = false) => {
+        const { rows } = await database.db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM cyclium_episodes
+            WHERE actor_id = 'resource_advisor' AND status = 'done' AND (trigger_ref->>'scheduledAt')::timestamptz > $1
+              AND (NOT $2 OR archived_at IS NOT NULL)`,
+          [new Date(at), archived],
+        );
+        return rows[0]?.n ?? 0;
+      };
+      await waitFor('a bucket to run', async () => (await doneAfter(0)) > 0, 15_000, 100);
+      // The stalled node's timer waits for the next bucket when it stops (a paused VM, a blocked event loop).
+      const frozenAt = Date.now();
+      stalled.process.kill('SIGSTOP');
+      try {
+        const archived = async () => (await doneAfter(frozenAt, true)) > 0;
+        await waitFor('the next bucket to run elsewhere and be archived', archived, 15_000, 100);
+      } finally {
+        stalled.process.kill('SIGCONT');
+      }
+      // Its timer fires the bucket it waited for as soon as it runs again, then the live ones.
+      const resumedAt = Date.now();
+      const resumed = async () => (await doneAfter(resumedAt)) >= 2;
+      await waitFor('two buckets to run after it resumed', resumed, 15_000, 100);
+      const twice = (await buckets(database)).filter((b) => b.n !== 1);
+      expect(twice).toEqual([]);
+    });
+  });
 });

@@ -64,6 +64,8 @@ describe('a demo node that cannot start', () => {
       new RegExp(`password authentication failed for user "${wrongPassword.username}" \\(user ${wrongPassword.username} at 127\\.0\\.0\\.1:`),
     );
     expectOneLineFailure(database, /database "cyclium_no_such_database" does not exist/);
+    // What waiting cannot fix is not waited for (startupWaitMs is for a database that is not up yet).
+    for (const run of [password, database]) expect(run.output).not.toContain('the database is not available yet');
     expectOneLineFailure(malformed, /DATABASE_URL is not a postgres:\/\/ or postgresql:\/\/ connection URL/);
   }, 40_000);
 

@@ -59,8 +59,8 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
       boot('full-rc', 'full', 'rc'),
       boot('trigger-default', 'trigger_only', null),
       boot('trigger-rc', 'trigger_only', 'rc'),
-      // Envs with no full node: one whose requests only trigger-only nodes can expire, two of them
-      // at once; one whose node is switched to full, polling so rarely that only the switch explains a prompt run.
+      // Envs with no full node: one with two trigger-only nodes, where a request waits until a full
+      // node comes; one whose node is switched to full, polling so rarely that only the switch explains a prompt run.
       boot('trigger-solo-1', 'trigger_only', 'solo'),
       boot('trigger-solo-2', 'trigger_only', 'solo'),
       boot('switcher', 'trigger_only', 'sw', 600_000),
@@ -134,8 +134,26 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     expect(ranOn).toEqual(expect.arrayContaining([`${id}-queued@${id}`, `${id}-deferred@${id}`]));
   });
 
-  it('a request deferred in an env with no full node expires on the trigger-only nodes there, once', async () => {
+  it('a request in an env with no full node waits; a full node there not hosting it has it expire, once', async () => {
     const lonely = await defer('trigger-solo-1', 'lonely');
+    const [request] = await requestsOf(lonely.episode.id);
+    const since = `SELECT now() - $1::timestamptz > make_interval(secs => $2) AS past`;
+    const past = async () => (await database.db.query(since, [request?.insertedAt, (3 * TTL_MS) / 1000])).rows[0].past;
+    await waitFor('three TTLs to pass', past, TTL_MS * 6, 100);
+    expect((await requestsOf(lonely.episode.id))[0]?.status).toBe('pending');
+    // A full node that hosts no actor comes up there: the TTL runs from then.
+    const full = await startCycliumApp({
+      url: database.url,
+      cyclium: {
+        nodeIdentity: 'full-solo',
+        env: 'solo',
+        workClaims: 'postgres',
+        bus,
+        triggerPollIntervalMs: 100,
+        triggerRequestTtlMs: TTL_MS,
+      },
+    });
+    apps.set('full-solo', full);
     await waitFor('the TTL to expire it', async () => (await requestsOf(lonely.episode.id))[0]?.status === 'expired', TTL_MS * 6, 100);
     expect(await episodeRow(lonely.episode.id)).toMatchObject({ status: 'failed', error_class: 'trigger_request_expired' });
     await waitFor('its terminal event', () => failedEvents.some((e) => e.episodeId === lonely.episode.id));

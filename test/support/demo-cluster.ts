@@ -22,6 +22,8 @@ export interface Rebalance {
   failAtStep?: number;
   failTimes?: number;
   sleepMs?: number;
+  slowAtStep?: number;
+  slowStepMs?: number;
 }
 
 /** A demo node with its node id and the given timings. */

@@ -42,8 +42,11 @@ export function startDemoNode(databaseUrl: string, env: Record<string, string | 
 export interface NodeProcessOptions {
   env?: Record<string, string | undefined>;
   cwd?: string;
-  /** True once the node answers; polled until it is, for up to 30 s. */
+  /** True once the node answers; polled until it is, for up to `readyTimeoutMs` (30 s). */
   ready: (node: DemoNode) => Promise<boolean>;
+  readyTimeoutMs?: number;
+  /** Each chunk the node prints, as it comes (its output so far is `output()` once started). */
+  onOutput?: (chunk: string) => void;
 }
 
 /** Any Nest app's compiled `main` as a real process on a free port, watched by the fault guard. */
@@ -56,8 +59,12 @@ export async function startNodeProcess(main: string, databaseUrl: string, option
   }
   const child = spawn(process.execPath, [main], { env: childEnv, cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
-  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+  const heard = (chunk: string) => {
+    output += chunk;
+    options.onOutput?.(chunk);
+  };
+  child.stdout.setEncoding('utf8').on('data', heard);
+  child.stderr.setEncoding('utf8').on('data', heard);
   let booted = false;
   const exited = new Promise<void>((resolve) =>
     child.once('exit', (code, signal) => {
@@ -90,7 +97,7 @@ export async function startNodeProcess(main: string, databaseUrl: string, option
         if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode}:\n${output}`);
         return options.ready(node);
       },
-      30_000,
+      options.readyTimeoutMs ?? 30_000,
       100,
     );
   } catch (error) {

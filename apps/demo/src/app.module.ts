@@ -7,6 +7,7 @@ import { cycliumEntities } from '@cyclium/nestjs/entities';
 import { CycliumHealthIndicator } from '@cyclium/nestjs/health';
 import { CycliumOpsModule } from '@cyclium/nestjs/ops';
 import { AdvisorSummaryAdapter } from './actors/advisor-summary.adapter.js';
+import { actorDropped } from './actors/dropped-declarations.js';
 import { RebalanceReportAdapter } from './actors/rebalance-report.adapter.js';
 import { ResourceAdvisorActor } from './actors/resource-advisor.actor.js';
 import { ResourceMonitorActor } from './actors/resource-monitor.actor.js';
@@ -21,6 +22,20 @@ import { NodeController } from './node/node.controller.js';
 import { LoopbackOnlyGuard } from './ops/loopback-only.guard.js';
 import { ResourceReviewWorkflow } from './workflows/resource-review.workflow.js';
 import { WorkflowsController } from './workflows/workflows.controller.js';
+
+/**
+ * The demo's actors by id; DEMO_ACTORS (comma-separated ids, default all) picks the ones this node
+ * hosts, and DEMO_DROP_ACTORS leaves some out (see dropped-declarations.ts).
+ */
+const ACTORS = {
+  resource_monitor: ResourceMonitorActor,
+  resource_advisor: ResourceAdvisorActor,
+  resource_rebalancer: ResourceRebalancerActor,
+};
+const chosen = process.env.DEMO_ACTORS?.split(',');
+const hosted = Object.entries(ACTORS).filter(([id]) => (!chosen || chosen.includes(id)) && !actorDropped(id));
+// The review workflow's steps run on the monitor and the advisor: it is declared where both are.
+const reviewed = ['resource_monitor', 'resource_advisor'].every((id) => hosted.some(([h]) => h === id));
 
 @Module({
   imports: [
@@ -45,12 +60,10 @@ import { WorkflowsController } from './workflows/workflows.controller.js';
   controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController, MetricsController],
   providers: [
     CycliumHealthIndicator,
-    ResourceMonitorActor,
-    ResourceAdvisorActor,
+    ...hosted.map(([, actor]) => actor),
     AdvisorSummaryAdapter,
-    ResourceRebalancerActor,
     RebalanceReportAdapter,
-    ResourceReviewWorkflow,
+    ...(reviewed ? [ResourceReviewWorkflow] : []),
   ],
 })
 export class AppModule {}

@@ -16,11 +16,18 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_ADVISOR_EVERY         resource_advisor's interval (default 1m; read in resource-advisor.actor.ts)
  *   DEMO_ADVISOR_CATCH_UP      what resource_advisor does with the minutes a whole-cluster stop missed: none (default), last or all
  *   DEMO_REBALANCER_SLOTS      resource_rebalancer's maxConcurrentEpisodes (default 10; read in resource-rebalancer.actor.ts)
+ *   DEMO_DROP_ACTORS           actor ids this node does not host, comma-separated (see actors/dropped-declarations.ts)
+ *   DEMO_DROP_EXPECTATIONS     `actor.expectation` entries this node leaves out, as another release would (the same)
+ *   DEMO_ACTORS                the actors this node hosts, comma-separated ids (default all; read in app.module.ts)
+ *   DEMO_WORK_CLAIMS           'off' runs with work claims off (the library's default), else on PostgreSQL
+ *   DEMO_NOT_HOSTED_GRACE_MS   recovery.notHostedGraceMs (library default 3600000)
  *   DEMO_WORKFLOW_ENGINE       'off' runs workflow steps here but leaves advancing workflows to other nodes
  *   DEMO_BUS_QUEUE_MAX         publishes held in memory before POST /events answers 503 (library default 10000)
  *   DEMO_BUS_MAX_PAYLOAD_BYTES largest event payload, in bytes of JSON (library default 1048576)
  *   DEMO_CHECKOUT_TIMEOUT_MS   how long the library waits for a pool connection (library default 10000)
  *   DEMO_QUERY_TIMEOUT_MS      how long the library waits for one statement's answer (library default 30000)
+ *   DEMO_STARTUP_WAIT_MS       how long a booting node waits for a database that is not up (library default 120000)
+ *   DEMO_INTEGRITY_KEY         turns the `integrity` option on with this secret (32 characters at least) as key `demo`
  *   DEMO_BUS_RETENTION_MS      keep dispatched bus events this long (library default 3600000)
  *   DEMO_BUS_UNDISPATCHED_MS   keep undispatched bus events this long (library default 604800000)
  *   DEMO_ARCHIVE_AFTER_MS      retention.archiveAfter (library default: a week, or the two windows above if longer)
@@ -32,7 +39,7 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  */
 export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
   return {
-    workClaims: 'postgres',
+    workClaims: env.DEMO_WORK_CLAIMS === 'off' ? false : 'postgres',
     workClaimsLeaseSeconds: Number(env.DEMO_LEASE_SECONDS ?? 10),
     jitterMs: Number(env.DEMO_JITTER_MS ?? 200),
     episodeShutdownMs: Number(env.DEMO_SHUTDOWN_MS ?? 5000),
@@ -45,6 +52,8 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     ...(env.DEMO_BUS_MAX_PAYLOAD_BYTES ? { busMaxPayloadBytes: Number(env.DEMO_BUS_MAX_PAYLOAD_BYTES) } : {}),
     ...(env.DEMO_CHECKOUT_TIMEOUT_MS ? { checkoutTimeoutMs: Number(env.DEMO_CHECKOUT_TIMEOUT_MS) } : {}),
     ...(env.DEMO_QUERY_TIMEOUT_MS ? { queryTimeoutMs: Number(env.DEMO_QUERY_TIMEOUT_MS) } : {}),
+    ...(env.DEMO_STARTUP_WAIT_MS ? { startupWaitMs: Number(env.DEMO_STARTUP_WAIT_MS) } : {}),
+    ...(env.DEMO_INTEGRITY_KEY ? { integrity: { keyId: 'demo', keys: { demo: env.DEMO_INTEGRITY_KEY } } } : {}),
     ...(env.DEMO_BUS_RETENTION_MS ? { busRetentionMs: Number(env.DEMO_BUS_RETENTION_MS) } : {}),
     ...(env.DEMO_BUS_UNDISPATCHED_MS ? { busUndispatchedMaxAgeMs: Number(env.DEMO_BUS_UNDISPATCHED_MS) } : {}),
     retention: {
@@ -57,6 +66,7 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),
       intervalMs: Number(env.DEMO_RECOVERY_INTERVAL_MS ?? 5000),
+      ...(env.DEMO_NOT_HOSTED_GRACE_MS ? { notHostedGraceMs: Number(env.DEMO_NOT_HOSTED_GRACE_MS) } : {}),
     },
   };
 }

@@ -60,11 +60,20 @@ async function main(): Promise<void> {
   await migrateDemoDatabase(url);
   say('migrations applied');
 
-  const supervisor = new NodeSupervisor(fileURLToPath(new URL('./main.js', import.meta.url)), say, () => {
-    // With every node left down there is no cluster to serve: stop the database and say so.
-    say('every node has exited');
-    void stopAll(1);
-  });
+  // A node booting while the database is away waits for it (startupWaitMs) rather than exiting:
+  // give it that long, and a minute more to boot, before calling it unhealthy.
+  const bootDeadlineMs = Number(process.env.DEMO_STARTUP_WAIT_MS ?? 120_000) + 60_000;
+  const entry = fileURLToPath(new URL('./main.js', import.meta.url));
+  const supervisor = new NodeSupervisor(
+    entry,
+    say,
+    () => {
+      // With every node left down there is no cluster to serve: stop the database and say so.
+      say('every node has exited');
+      void stopAll(1);
+    },
+    bootDeadlineMs,
+  );
   let stopping = false;
   const stopAll = async (code: number) => {
     if (stopping) return;
@@ -98,7 +107,7 @@ async function main(): Promise<void> {
       },
     })),
   );
-  const failures = await supervisor.waitHealthy(60_000);
+  const failures = await supervisor.waitHealthy(bootDeadlineMs);
   if (failures.length > 0) {
     for (const failure of failures) say(failure);
     say(`${failures.length} of ${nodeCount} node(s) failed to start; stopping`);
@@ -112,6 +121,7 @@ async function main(): Promise<void> {
   }
   if (database) say(`database shell: psql ${database.url}`);
   say('a node that exits is restarted (at most 5 times a minute); to restart one by hand: kill <its pid> (it drains first)');
+  say('a node that boots while the database is away (a failover) waits for it, up to DEMO_STARTUP_WAIT_MS (120 s)');
   say(`cluster up: ${nodeCount} nodes. Ctrl-C to stop.`);
 }
 

@@ -29,6 +29,7 @@ import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
+import { EpisodeSignatures } from './episodes/episode-signatures.js';
 import { Episodes } from './dispatch/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
 import { NodeIdentity } from './identity/node-identity.service.js';
@@ -51,6 +52,7 @@ import { StackSlug } from './scope/stack-slug.service.js';
 import { CycliumTelemetry } from './telemetry/telemetry.service.js';
 import { CycliumStatus } from './health/cyclium-status.service.js';
 import { ClusterStatusReader } from './health/cluster-status.service.js';
+import { BusConsumers } from './health/bus-consumers.service.js';
 import { SweepRecords } from './cluster/sweep-records.js';
 import { EpisodeRetry } from './dispatch/episode-retry.service.js';
 import { CycliumMetrics } from './metrics/cyclium-metrics.service.js';
@@ -60,6 +62,7 @@ import { Mode } from './dispatch/mode.service.js';
 import { TriggerPoller } from './dispatch/trigger-poller.service.js';
 import { TriggerRequests } from './dispatch/trigger-requests.service.js';
 import { NotHostedEpisodes } from './recovery/not-hosted.service.js';
+import { IntegrityCutover } from './recovery/integrity-cutover.service.js';
 import { RecoverySchedule } from './recovery/recovery-schedule.service.js';
 import { RetentionSchedule } from './retention/retention.service.js';
 import { StepInputs } from './workflows/step-inputs.service.js';
@@ -99,6 +102,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     ActorSlots,
     TriggerSources,
     TriggerPlacement,
+    EpisodeSignatures,
     EpisodeStore,
     EpisodeQueue,
     QueuedBegins,
@@ -124,12 +128,14 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     RecoverySweep,
     Recovery,
     NotHostedEpisodes,
+    IntegrityCutover,
     RecoverySchedule,
     RetentionSchedule,
     Drainer,
     CycliumShutdown,
     CycliumStatus,
     ClusterStatusReader,
+    BusConsumers,
     SweepRecords,
     EpisodeRetry,
     CycliumMetrics,
@@ -146,6 +152,21 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     WorkflowEngine,
     WorkflowReconciler,
   ],
-  exports: [NodeIdentity, StackSlug, Env, WorkClaims, Bus, Episodes, Findings, Outputs, Recovery, CycliumStatus, Mode, TriggerRequests, WorkflowEngine],
+  exports: [
+    NodeIdentity,
+    StackSlug,
+    Env,
+    WorkClaims,
+    Bus,
+    Episodes,
+    Findings,
+    Outputs,
+    Recovery,
+    CycliumStatus,
+    BusConsumers,
+    Mode,
+    TriggerRequests,
+    WorkflowEngine,
+  ],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -38,6 +38,8 @@ export {
   type StatusSnapshot,
 } from './health/cyclium-status.service.js';
 export type { ClusterNode, ClusterStatus, ClusterStatusOptions, EpisodeCount } from './health/cluster-status.service.js';
+export type { BusConsumerStatus } from './health/cluster-status.service.js';
+export { BusConsumers, type BusConsumerDrop } from './health/bus-consumers.service.js';
 
 // Work claims.
 export { WorkClaims, type WorkClaimsAcquireOptions } from './leases/work-claims.service.js';

@@ -3,6 +3,7 @@ import { InjectDataSource } from '@nestjs/typeorm';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
 import { Actor, Expectation, NodeIdentity, type Convergence, type EpisodeContext, type StepTools } from '@cyclium/nestjs';
+import { unlessDropped } from './dropped-declarations.js';
 
 export interface RebalanceRequest {
   resource: string;
@@ -18,6 +19,11 @@ export interface RebalanceRequest {
   failTimes?: number;
   /** A durable `ep.sleep` this long after the second step (`drain`): the episode waits and any node resumes it. */
   sleepMs?: number;
+  /** Runs only the first this many of the five steps (a short episode, for the benchmarks). Default 5. */
+  steps?: number;
+  /** With `slowStepMs`: the 1-based step (the sleep counts as one) that takes this long instead of `stepMs`. */
+  slowAtStep?: number;
+  slowStepMs?: number;
 }
 
 const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
@@ -25,7 +31,8 @@ const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
 /**
  * A slow, five-step episode whose every step leaves a row in `demo_rebalance_log`, so the cluster
  * tests can see which node ran which step, and how often, across crashes, drains and takeovers.
- * The two expectations differ only in what recovery does with an orphan.
+ * The expectations differ only in what recovery does with an orphan, and in retries; a node can
+ * leave any of them out (DEMO_DROP_EXPECTATIONS, as a release without it would).
  */
 @Injectable()
 // DEMO_REBALANCER_SLOTS (default 10): a cluster test makes nodes full with one long episode.
@@ -36,37 +43,56 @@ export class ResourceRebalancerActor {
     private readonly identity: NodeIdentity,
   ) {}
 
-  @Expectation({ id: 'rebalance', trigger: { event: 'resource.rebalance' }, recoveryPolicy: 'restart', maxAttempts: 3 })
+  @unlessDropped(
+    'resource_rebalancer',
+    'rebalance',
+    Expectation({
+      id: 'rebalance',
+      trigger: { event: 'resource.rebalance' },
+      recoveryPolicy: 'restart',
+      maxAttempts: 3,
+    }),
+  )
   rebalance(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
     return this.run(ep);
   }
 
-  @Expectation({ id: 'rebalance_once', trigger: { event: 'resource.rebalance_once' }, recoveryPolicy: 'fail' })
+  @unlessDropped(
+    'resource_rebalancer',
+    'rebalance_once',
+    Expectation({ id: 'rebalance_once', trigger: { event: 'resource.rebalance_once' }, recoveryPolicy: 'fail' }),
+  )
   rebalanceOnce(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
     return this.run(ep);
   }
 
   /** Up to three attempts, the first backoff DEMO_RETRY_INITIAL_MS (default 2 s) and doubling; each resumes from the journal. */
-  @Expectation({
-    id: 'rebalance_retried',
-    trigger: { event: 'resource.rebalance_retried' },
-    recoveryPolicy: 'restart',
-    retry: { attempts: 3, backoff: { initialMs: Number(process.env.DEMO_RETRY_INITIAL_MS ?? 2_000), factor: 2 } },
-  })
+  @unlessDropped(
+    'resource_rebalancer',
+    'rebalance_retried',
+    Expectation({
+      id: 'rebalance_retried',
+      trigger: { event: 'resource.rebalance_retried' },
+      recoveryPolicy: 'restart',
+      retry: { attempts: 3, backoff: { initialMs: Number(process.env.DEMO_RETRY_INITIAL_MS ?? 2_000), factor: 2 } },
+    }),
+  )
   rebalanceRetried(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
     return this.run(ep);
   }
 
   private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
     const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep, failTimes, sleepMs } = ep.trigger.payload;
-    for (const name of STEPS) {
+    const { slowAtStep, slowStepMs } = ep.trigger.payload;
+    for (const name of STEPS.slice(0, ep.trigger.payload.steps ?? STEPS.length)) {
       if (name === 'move' && sleepMs !== undefined) await ep.sleep('pause', sleepMs);
       await ep.step(name, async (tools) => {
         if (tools.stepNo === failAtStep && (failTimes === undefined || (await this.failedBefore(ep.episode.id, name)) < failTimes)) {
           if (failTimes !== undefined) await this.log(ep.episode.id, tools, `${name}:failed`);
           throw new Error(`${name} failed on purpose (failAtStep ${failAtStep})`);
         }
-        return this.work(ep.episode.id, name, tools, stepMs, ignoreAbortAtStep);
+        const ms = tools.stepNo === slowAtStep && slowStepMs !== undefined ? slowStepMs : stepMs;
+        return this.work(ep.episode.id, name, tools, ms, ignoreAbortAtStep);
       });
     }
     const node = this.identity.name();

@@ -75,6 +75,8 @@ export class NodeSupervisor {
     private readonly say: (line: string) => void,
     /** Called once every node has been left down. */
     private readonly allDown: () => void,
+    /** How long a restarted node may take to answer: it waits for a database that is away (a failover) first. */
+    private readonly bootDeadlineMs = 60_000,
   ) {}
 
   start(specs: NodeSpec[]): void {
@@ -154,7 +156,7 @@ export class NodeSupervisor {
     node.child = this.spawn(node.spec);
     this.watch(node);
     const { id, port } = node.spec;
-    waitHealthy(id, port, node.child, 60_000).then(
+    waitHealthy(id, port, node.child, this.bootDeadlineMs).then(
       () => this.say(`${id} is back on http://127.0.0.1:${port} (pid ${node.child.pid})`),
       (error: Error) => this.say(error.message),
     );

@@ -4,6 +4,7 @@ import type { ActorOptions } from './actor.decorator.js';
 import type { ExpectationOptions } from './expectation.decorator.js';
 import { retryPolicyProblem } from '../episodes/retry-policy.js';
 import { parseInterval } from './interval.js';
+import { MAX_TIMER_MS, MAX_WINDOW_MS } from '../primitives/time-limits.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
 
 const OVERFLOWS = ['queue', 'drop', 'shed_oldest'];
@@ -57,15 +58,21 @@ export function validateExpectation(actorId: string, className: string, methodNa
   } else if (trigger && typeof trigger === 'object' && trigger.every !== undefined) {
     intervalMs = parseInterval(trigger.every);
     if (intervalMs === null) fail(`cannot parse interval ${JSON.stringify(trigger.every)} (use '30s', '5m', '1h', '1d' or milliseconds)`);
+    const every = JSON.stringify(trigger.every);
+    if ((intervalMs ?? 0) > MAX_WINDOW_MS) fail(`every must be at most ${MAX_WINDOW_MS} ms (got ${every})`);
   } else if (trigger && typeof trigger === 'object' && trigger.cron !== undefined) {
     const { valid, error } = validateCronExpression(trigger.cron);
     if (!valid) fail(`cannot parse cron ${JSON.stringify(trigger.cron)}: ${error?.message ?? 'invalid'}`);
   } else if (!(trigger && typeof trigger === 'object' && typeof trigger.event === 'string')) {
     fail(`trigger must be { event }, { every }, { cron }, 'manual' or 'workflow' (got ${JSON.stringify(trigger)})`);
   }
-  for (const field of ['debounceMs', 'cooldownMs', 'delayMs'] as const) {
+  // A debounce or cooldown runs out on a timer here; a delay is a due time in SQL.
+  const limits = { debounceMs: MAX_TIMER_MS, cooldownMs: MAX_TIMER_MS, delayMs: MAX_WINDOW_MS } as const;
+  for (const [field, max] of Object.entries(limits) as Array<[keyof typeof limits, number]>) {
     const value = options[field];
-    if (value !== undefined && !(Number.isInteger(value) && value >= 0)) fail(`${field} must be a whole number of milliseconds >= 0`);
+    if (value === undefined) continue;
+    if (!(Number.isInteger(value) && value >= 0)) fail(`${field} must be a whole number of milliseconds >= 0`);
+    if (value > max) fail(`${field} must be at most ${max} ms (got ${value})`);
   }
   if (options.maxAttempts !== undefined && !(Number.isInteger(options.maxAttempts) && options.maxAttempts >= 1)) {
     fail('maxAttempts must be a whole number >= 1');

@@ -17,7 +17,12 @@ export class ActorDefinitionsStore {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
+  /** At boot: a database away meanwhile is waited for (CycliumDataSource.atBoot); the upsert is idempotent. */
   async record(actors: Iterable<RegisteredActor>): Promise<void> {
+    await this.database.atBoot('recording the actor definitions', () => this.upsert(actors));
+  }
+
+  private async upsert(actors: Iterable<RegisteredActor>): Promise<void> {
     for (const actor of actors) {
       const expectations = [...actor.expectations.values()].map((e) => ({
         id: e.id,

@@ -4,6 +4,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { ActorDefinitionsStore } from './actor-definitions.store.js';
 import { ActorExplorer } from './actor.explorer.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
+import type { HostedExpectations } from '../sql/hosted-expectations.js';
 
 /**
  * Holds the actors the app declares (found and validated at boot by ActorExplorer, so a bad
@@ -51,6 +52,11 @@ export class ActorRegistry implements OnModuleInit {
 
   expectation(actorId: string, expectationId: string): RegisteredExpectation | undefined {
     return this.actors.get(actorId)?.expectations.get(expectationId);
+  }
+
+  /** The expectations of `actors` (by default every actor this node hosts), by actor: see HostedExpectations. */
+  hostedExpectations(actors: readonly RegisteredActor[] = this.all()): HostedExpectations {
+    return Object.fromEntries(actors.map((actor) => [actor.id, [...actor.expectations.keys()]]));
   }
 
   /** Once, whoever asks first (the workflow registry may, before this provider's own init). */

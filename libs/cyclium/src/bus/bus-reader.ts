@@ -8,15 +8,19 @@ import { SpacedTrigger } from '../primitives/spaced-trigger.js';
 const BATCH = 500;
 
 /** A read that filled its page and is walking the rest of what became visible by `to`. */
-interface Paging {
+export interface Paging {
   to: DbSnapshot;
+  /** The last row handed over: the rows up to it have gone to every ready consumer. */
   after: LoggedEvent;
 }
 
 /** Where the rows a read finds go. */
 export interface ReaderSink {
-  /** Before each read: lets consumers that joined catch up from their stored positions to `cursor`. */
-  catchUp(cursor: DbSnapshot): Promise<void>;
+  /**
+   * Before each read: lets consumers that joined catch up from their stored positions to `cursor`,
+   * and, when a paged read is under way (`paging`), through the rows it already handed over.
+   */
+  catchUp(cursor: DbSnapshot, paging?: Paging): Promise<void>;
   /** Hands an event to this node's handlers (read at `readAt`, performance.now()); false when none of them wanted it. */
   deliver(event: LoggedEvent, readAt: number): boolean;
   /** Every row visible in `snapshot` has been handed over. */
@@ -106,7 +110,7 @@ export class BusReader {
 
   private async readOnce(): Promise<void> {
     const from = this.from as DbSnapshot;
-    await this.sink.catchUp(from);
+    await this.sink.catchUp(from, this.paging);
     if (!this.paging) {
       const { events, more, snapshot } = await this.log.readAfter(this.sql, from, BATCH);
       this.hand(events);

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { OutageLog } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
-import type { EventLog } from './event-log.js';
+import type { EventLog, PruneKey, PruneWindows } from './event-log.js';
 
 /**
  * Rows one batch examines, in one short transaction. 5,000 prunes faster, but with statistics taken
@@ -21,12 +21,13 @@ export interface PrunePass {
 }
 
 /**
- * Deletes events past the retention window once every position on their channel has passed them,
- * and past `undispatchedMaxAgeMs` whatever the positions (warned and counted): see EventLog.prune.
- * A pass walks the table by id in batches while they come back full, for up to 5 s, one node at a
- * time; it runs every quarter of the window (between 1 s and a minute), and when it ran out of time
- * the next one goes on from where it stopped a second later, so pruning keeps up with a sustained
- * append rate and a backlog (after an outage) drains at most of the pruning rate.
+ * Deletes this node's channel's events (its stack and env: no other's) past the retention window
+ * once every position on the channel has passed them, and past `undispatchedMaxAgeMs` whatever the
+ * positions (warned and counted): see EventLog.prune. A pass walks the channel in batches while
+ * they come back full, for up to 5 s, one node of the channel at a time; it runs every quarter of
+ * the window (between 1 s and a minute), and when it ran out of time the next one goes on from
+ * where it stopped a second later, so pruning keeps up with a sustained append rate and a backlog
+ * (after an outage) drains at most of the pruning rate.
  */
 export class BusRetention {
   private readonly logger = new Logger('CycliumBus');
@@ -35,8 +36,8 @@ export class BusRetention {
   private pruning: Promise<PrunePass> | undefined;
   private undispatched = 0;
   private stopped = true;
-  /** Where the next pass starts: past the last id examined when a pass ran out of time, else the table's start. */
-  private after = '0';
+  /** Where the next pass starts: past the last row examined when a pass ran out of time, else the channel's start. */
+  private after: PruneKey | undefined;
 
   constructor(
     private readonly sql: SqlExecutor,
@@ -68,6 +69,10 @@ export class BusRetention {
     return (await this.pass()).deleted;
   }
 
+  private get windows(): PruneWindows {
+    return { olderThanMs: this.retentionMs, undispatchedMs: this.undispatchedMaxAgeMs };
+  }
+
   private get intervalMs(): number {
     return Math.min(60_000, Math.max(1_000, this.retentionMs / 4));
   }
@@ -97,18 +102,18 @@ export class BusRetention {
   private async walk(): Promise<PrunePass> {
     const deadline = performance.now() + PASS_BUDGET_MS;
     let after = this.after;
-    this.after = '0';
+    this.after = undefined;
     let deleted = 0;
     let undispatched = 0;
     let behind = false;
     for (;;) {
-      const batch = await this.log.prune(this.sql, this.retentionMs, this.undispatchedMaxAgeMs, BATCH, after);
+      const batch = await this.log.prune(this.sql, this.windows, BATCH, after);
       deleted += batch.deleted;
       undispatched += batch.undispatched;
-      if (!batch.held || batch.young || batch.examined < BATCH || batch.lastId === null) break;
-      after = batch.lastId;
+      if (!batch.held || batch.young || batch.examined < BATCH || batch.last === null) break;
+      after = batch.last;
       if (performance.now() >= deadline) {
-        // The next pass goes on from here, so rows it must keep are read once per walk of the table.
+        // The next pass goes on from here, so rows it must keep are read once per walk of the channel.
         this.after = after;
         behind = true;
         break;

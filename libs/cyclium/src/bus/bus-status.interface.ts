@@ -23,6 +23,11 @@ export interface BusStatus {
   readFailing: boolean;
   /** Events retention deleted since boot although a consumer had not dispatched them (busUndispatchedMaxAgeMs); optional for a custom Bus. */
   undispatchedPruned?: number;
+  /**
+   * Events this node's durable consumers were handed and have not settled (dispatching, waiting out
+   * a debounce or for a slot); their positions stay before them. Optional for a custom Bus.
+   */
+  unsettledEvents?: number;
 }
 
 export function busStatusOf(bus: Bus): BusStatus | null {

@@ -10,6 +10,7 @@ const logged = (id: string): LoggedEvent => ({
   ageMs: 0,
   event: { type: 't', eventId: id, payload: {}, publishedAt: '' },
   trusted: true,
+  oversizedBytes: null,
 });
 
 const snapshot = (xmax: number) => parseSnapshot(`${xmax}:${xmax}:`);

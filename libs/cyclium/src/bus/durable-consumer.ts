@@ -29,6 +29,8 @@ export class DurableConsumer {
   private settled: DbSnapshot | undefined;
   private written: DbSnapshot | undefined;
   private settledEvents = false;
+  /** Events handed to the handler whose settling it still waits for. */
+  private open = 0;
 
   constructor(
     readonly name: string,
@@ -41,6 +43,7 @@ export class DurableConsumer {
     const mark = this.current;
     mark.open++;
     mark.events++;
+    this.open++;
     const receipt = { committedAt: logged.committedAt, ageMs: logged.ageMs, readAt };
     let settling: Promise<void>;
     try {
@@ -90,7 +93,13 @@ export class DurableConsumer {
     this.settledEvents = true;
   }
 
+  /** Events handed over and not settled yet: what this consumer holds in memory. */
+  get unsettled(): number {
+    return this.open;
+  }
+
   private close(mark: Mark): void {
+    this.open--;
     let target = mark;
     while (target.into) target = target.into;
     target.open--;

@@ -4,7 +4,7 @@ import { MissingSchemaError } from '../sql/missing-schema.error.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { EventIdConflictError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
 import type { BusEvent, PublishOptions } from './bus.interface.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, assertPayloadSize } from './event-bounds.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES, assertPayloadSize, assertStoredSize } from './event-bounds.js';
 import type { AppendOutcome, StorableEvent } from './event-appender.js';
 import type { EventLog } from './event-log.js';
 import { GroupCommit, type Pending } from '../primitives/group-commit.js';
@@ -13,7 +13,7 @@ import { mintBusEvent } from './local-bus.js';
 const DEFAULT_QUEUE_MAX = 10_000;
 
 export interface EventPublisherOptions {
-  /** Refuse a payload whose JSON is longer than this many bytes. Default 1 MiB. */
+  /** Refuse a payload whose JSON is longer than this many bytes: 1 to MAX_PAYLOAD_BYTES (2 MiB). Default 1 MiB. */
   maxPayloadBytes?: number;
   /** At most this many publishes wait in memory for the database; one more is refused at once. Default 10 000. */
   queueMax?: number;
@@ -37,6 +37,9 @@ export class EventPublisher {
     options: EventPublisherOptions = {},
   ) {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
+    if (!(this.maxPayloadBytes >= 1 && this.maxPayloadBytes <= MAX_PAYLOAD_BYTES)) {
+      throw new TypeError(`bus: maxPayloadBytes must be from 1 to ${MAX_PAYLOAD_BYTES} (got ${this.maxPayloadBytes})`);
+    }
     const queueMax = options.queueMax ?? DEFAULT_QUEUE_MAX;
     this.outbox = new GroupCommit((batch) => this.store(batch), 1, {
       max: queueMax,
@@ -49,6 +52,7 @@ export class EventPublisher {
     try {
       storable = storableEvent(mintBusEvent(type, payload, options));
       assertPayloadSize(storable.payloadJson, this.maxPayloadBytes, describeEvent(storable.event));
+      assertStoredSize(storable.payloadJson, describeEvent(storable.event));
     } catch (error) {
       return Promise.reject(error);
     }
@@ -130,6 +134,18 @@ export class EventPublisher {
     if (code?.startsWith('22') || code === '54000') return new InvalidBusEventError(`bus: PostgreSQL refused ${what}: ${errorMessage(error)}`);
     return error instanceof Error ? error : new Error(String(error));
   }
+}
+
+/**
+ * An event the library writes itself (a lifecycle event, a wake-up, in its own transactions), bounded
+ * as a host's publish is by the most any node may take (MAX_PAYLOAD_BYTES, and a read's worth of
+ * jsonb text), whatever `busMaxPayloadBytes` says: a host's tighter limit is for its own events.
+ */
+export function boundedEvent(event: BusEvent): StorableEvent {
+  const storable = storableEvent(event);
+  assertPayloadSize(storable.payloadJson, MAX_PAYLOAD_BYTES, describeEvent(event));
+  assertStoredSize(storable.payloadJson, describeEvent(event));
+  return storable;
 }
 
 /**

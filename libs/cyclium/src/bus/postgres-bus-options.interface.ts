@@ -27,7 +27,7 @@ export interface PostgresBusOptions {
   retentionMs?: number;
   /** Delete events older than this even when a consumer's position has not passed them (warned and counted). Default a week. */
   undispatchedMaxAgeMs?: number;
-  /** Refuse a published payload whose JSON is longer than this many bytes. Default 1 MiB. */
+  /** Refuse a published payload whose JSON is longer than this (at most MAX_PAYLOAD_BYTES). Default 1 MiB. */
   maxPayloadBytes?: number;
   /**
    * At most this many publishes wait in memory for the database (queued or being stored); one
@@ -50,8 +50,8 @@ export interface PostgresBusOptions {
    * How often this node stores its consumers' settled positions while events flow (one statement
    * for all of them, only when one moved). The positions of every node hosting an expectation go
    * to one row, the furthest wins, so CycliumModule spaces each node's writes by the cluster's size
-   * and the cluster as a whole writes about once a second. A function is read again each time.
-   * Default 1 000.
+   * and the cluster as a whole writes about once a second (see positionFlushMs: never less often
+   * than four times per `undispatchedMaxAgeMs`). A function is read again each time. Default 1 000.
    */
   positionFlushMs?: number | (() => number);
   /**

@@ -17,8 +17,9 @@ import type { DurableEvents } from './durable-events.interface.js';
 import { DurableConsumers } from './durable-consumers.js';
 import type { DurableHandler, DurableSubscriptions } from './durable-subscriptions.interface.js';
 import { EventLog } from './event-log.js';
-import { EventPublisher, storableEvent } from './event-publisher.js';
+import { EventPublisher, boundedEvent } from './event-publisher.js';
 import { LocalBus } from './local-bus.js';
+import { idleWriteMs, positionFlushMs } from './position-flush.js';
 import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
 
 /**
@@ -59,12 +60,19 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     const identity = options.publisher ?? (() => 'unknown');
     this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: identity, integrity: options.integrity });
     const spacingMs = options.spacingMs ?? 10;
-    this.retention = new BusRetention(sql, this.log, options.retentionMs ?? 3_600_000, options.undispatchedMaxAgeMs ?? 604_800_000);
-    const flushMs = options.positionFlushMs ?? 1_000;
-    this.consumers = new DurableConsumers(sql, this.log, new BusPositions(channel), typeof flushMs === 'function' ? flushMs : () => flushMs);
+    const undispatchedMaxAgeMs = options.undispatchedMaxAgeMs ?? 604_800_000;
+    this.retention = new BusRetention(sql, this.log, options.retentionMs ?? 3_600_000, undispatchedMaxAgeMs);
+    const flushMs = options.positionFlushMs ?? positionFlushMs(1, undispatchedMaxAgeMs);
+    const positions = new BusPositions(channel);
+    const flushEvery = typeof flushMs === 'function' ? flushMs : () => flushMs;
+    this.consumers = new DurableConsumers(sql, this.log, positions, flushEvery, idleWriteMs(undispatchedMaxAgeMs));
     const sink: ReaderSink = {
-      catchUp: (cursor) => this.consumers.catchUp(cursor),
+      catchUp: (cursor, paging) => this.consumers.catchUp(cursor, paging),
       deliver: (logged, readAt) => {
+        if (logged.oversizedBytes !== null) {
+          this.consumers.skipOversized(logged);
+          return false;
+        }
         if (!logged.trusted) {
           this.logger.warn(
             `ignored event ${logged.id} (${logged.event.type}, id ${logged.event.eventId}): a reserved type without this deployment's signature`,
@@ -116,6 +124,7 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
       lagMs: this.reader.lagMs,
       readFailing: this.reader.failing,
       undispatchedPruned: this.retention.undispatchedPruned,
+      unsettledEvents: this.consumers.unsettled,
     };
   }
 
@@ -147,17 +156,17 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
    * all. An id already stored with another type or payload throws EventIdConflictError (roll back).
    */
   async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
-    const outcomes = await this.log.append(client, events.map(storableEvent));
+    const outcomes = await this.log.append(client, events.map(boundedEvent));
     const conflict = events.find((_, i) => outcomes[i] === 'conflict');
     if (conflict) throw new EventIdConflictError(conflict.eventId, conflict.type);
   }
 
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {
-    return this.log.appendFragment(statement, events.map(storableEvent), when);
+    return this.log.appendFragment(statement, events.map(boundedEvent), when);
   }
 
   appendManyFragment(statement: Statement, events: readonly BusEvent[], positions: string): string {
-    return this.log.appendFragment(statement, events.map(storableEvent), `e.n IN (${positions})`);
+    return this.log.appendFragment(statement, events.map(boundedEvent), `e.n IN (${positions})`);
   }
 
   /**

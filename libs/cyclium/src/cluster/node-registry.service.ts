@@ -22,6 +22,10 @@ import { RowSigner } from '../integrity/row-signer.service.js';
 
 interface BeatRow {
   found: number;
+  /** The database clock at this beat, as it prints it (microseconds kept). */
+  seen_at: string;
+  /** This node's previous beat was older than three beat intervals: it was away (a freeze, an outage). */
+  gap: boolean;
   /** The boot id the row had before this beat: another process's when two run under one identity. */
   previous_boot: string | null;
   peers: SignedPeer[];
@@ -59,6 +63,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
   private going = false;
   /** The other boot last reported beating under this identity, so it is logged once. */
   private twinReported: string | null = null;
+  /** See watchingSince. */
+  private watching: string | null = null;
   private readonly signatures: NodeSignatures;
 
   constructor(
@@ -77,7 +83,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
   }
 
   async onApplicationBootstrap(): Promise<void> {
-    await this.register();
+    // A database away at boot (a failover) is waited for: the twin check and the upsert start over.
+    await this.database.atBoot('registering the node', () => this.register());
     this.timer = setInterval(() => void this.beat(), this.options.nodeBeatIntervalMs);
     this.timer.unref();
     // Peers rank only nodes whose row says they take triggers: a mode change is written at once.
@@ -87,10 +94,21 @@ export class NodeRegistry implements OnApplicationBootstrap {
   /**
    * Whether an output of a type this node takes is due (parameter `types`: null when it takes
    * none), asked in the statement the beat runs anyway: the outbox's scan costs an idle node no
-   * transaction of its own, and the rescue writes only when something is due.
+   * transaction of its own, and the rescue writes only when something is due. Parameter numbers of
+   * the types, this node's stack and its env (only rows of its scope count).
    */
-  private outputsDue(types: number): string {
-    return `($${types}::text[] IS NOT NULL AND ${OutputStore.dueFragment(`$${types}`)}) AS outputs_due`;
+  private outputsDue(types: number, stack: number, env: number): string {
+    const due = OutputStore.dueFragment(`$${types}`, `$${stack}`, `$${env}`);
+    return `($${types}::text[] IS NOT NULL AND ${due}) AS outputs_due`;
+  }
+
+  /**
+   * Since when, by the database clock, this node has been beating without a gap of more than three
+   * beat intervals: its boot, or its return from a freeze or a database outage; null before it
+   * registered. What it saw of its peers is only as old as this (see NotHostedEpisodes).
+   */
+  watchingSince(): string | null {
+    return this.watching;
   }
 
   /** A peer that missed three of this node's beat intervals is left out of the ranking. */
@@ -165,7 +183,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
                pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, boot_id = EXCLUDED.boot_id,
                started_at = now(), last_seen_at = now(), signature = EXCLUDED.signature
          RETURNING 1)
-       SELECT (SELECT count(*) FROM me)::int AS found, ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10)}`,
+       SELECT (SELECT count(*) FROM me)::int AS found, now()::text AS seen_at,
+              ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10, 2, 3)}`,
       [
         this.identity.name(),
         stackSlug,
@@ -182,6 +201,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
       ],
     );
     const row = rows[0] as BeatRow;
+    this.watching = row.seen_at;
     this.peers.update(this.signatures.trusted(row.peers), row.listeners);
     if (row.outputs_due) this.outputs.request();
     if (announcesListening(this.bus)) this.bus.announceListening();
@@ -198,11 +218,14 @@ export class NodeRegistry implements OnApplicationBootstrap {
   async beat(): Promise<void> {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
-        `WITH previous AS (SELECT boot_id FROM cyclium_nodes WHERE node_identity = $1),
+        `WITH previous AS (SELECT boot_id, last_seen_at FROM cyclium_nodes WHERE node_identity = $1),
               me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6, boot_id = $7, signature = $9
                       WHERE node_identity = $1 AND ($7::uuid IS NOT NULL OR boot_id IS NULL OR boot_id = $8) RETURNING 1)
          SELECT (SELECT count(*) FROM me)::int AS found, (SELECT boot_id FROM previous) AS previous_boot,
-                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5)}`,
+                now()::text AS seen_at,
+                coalesce((SELECT last_seen_at FROM previous) < now() - make_interval(secs => $4::double precision),
+                         false) AS gap,
+                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5, 2, 3)}`,
         [
           this.identity.name(),
           this.options.stackSlug,
@@ -216,6 +239,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
         ],
       );
       const row = rows[0] as BeatRow;
+      if (row.gap) this.watching = row.seen_at;
       this.peers.update(this.signatures.trusted(row.peers), row.listeners);
       if (row.outputs_due) this.outputs.request();
       this.reportTwin(row.previous_boot);

@@ -27,10 +27,15 @@ export class NodeSignatures {
     return this.signer.sign('node', [identity, stack, env, mode, actors]);
   }
 
+  /** Whether the peer's row is signed by this deployment (a node with the option); true without it. */
+  signs(peer: SignedPeer): boolean {
+    return this.signer.verify('node', [peer.identity, peer.stack, peer.env, peer.mode, peer.actors], peer.signature);
+  }
+
   trusted(peers: SignedPeer[]): SignedPeer[] {
     if (!this.signer.enabled) return peers;
     return peers.filter((peer) => {
-      if (this.signer.verify('node', [peer.identity, peer.stack, peer.env, peer.mode, peer.actors], peer.signature)) return true;
+      if (this.signs(peer)) return true;
       if (!this.reported.has(peer.identity)) {
         this.reported.add(peer.identity);
         this.logger.warn(`ignored node row "${peer.identity}": not signed by this deployment's integrity key (forged, edited, or a node without it)`);

@@ -18,7 +18,8 @@ const BATCH = 16;
  * It has no timer of its own: the node's registration at boot and every beat after it ask the
  * database whether a row of a type hosted here is due (a read inside a statement they run anyway,
  * so an idle node pays nothing for it), and only then does this take rows, with one conditional
- * UPDATE. A node that is not in `full` mode, or is draining, takes nothing.
+ * UPDATE. A node that is not in `full` mode, or is draining, takes nothing; a node takes only rows
+ * of its own scope (its env, its stack or none), as every other read does.
  */
 @Injectable()
 export class OutputRescue {
@@ -60,7 +61,9 @@ export class OutputRescue {
     if (!types || room <= 0) return;
     try {
       const sentAt = performance.now();
-      const rows = await this.store.take(this.identity.name(), types, room, this.options.outputMaxAttempts, this.delivery.leaseMs);
+      const { stackSlug: stack, env, outputMaxAttempts: attempts } = this.options;
+      const [me, leaseMs] = [this.identity.name(), this.delivery.leaseMs];
+      const rows = await this.store.take(me, types, room, attempts, leaseMs, { stack, env });
       this.outage.succeeded();
       const taken = rows.filter((row) => row.status === 'pending');
       for (const row of rows) {

@@ -12,6 +12,7 @@ import { firstMissingMigration } from './schema-probe.js';
 import { connectAtBoot } from './first-connection.js';
 import { unnamedStatements, type SqlExecutor } from '../sql/sql-executor.js';
 import { StatementBounds } from './statement-bounds.js';
+import { StartupWait } from './startup-wait.js';
 
 /**
  * The host's TypeORM DataSource, looked up by name once every provider exists (so `forRootAsync`
@@ -27,6 +28,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
   private resolved: DataSource | undefined;
   private dedicated: pg.Pool | undefined;
   private readonly bounds: StatementBounds;
+  private readonly startupWait: StartupWait;
 
   /** Queries the host's pool; resolves it on first use. */
   readonly sql: SqlExecutor = this.named({ query: (...args: unknown[]) => this.bounds.query(this.pool(), args) } as SqlExecutor);
@@ -42,6 +44,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {
     this.bounds = new StatementBounds(options);
+    this.startupWait = new StartupWait(options.startupWaitMs, (line) => this.logger.warn(line));
   }
 
   /**
@@ -53,9 +56,18 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     const dataSource = this.get();
     // A host that set `manualInitialization` gets a boot that fails fast and says why, instead of
     // TypeORM's retries with a stack trace each, even for a wrong password.
-    if (!dataSource.isInitialized) await connectAtBoot(dataSource, (line) => this.logger.warn(line));
-    const lacking = await firstMissingMigration(this.sql);
+    if (!dataSource.isInitialized) await connectAtBoot(dataSource, this.startupWait);
+    const lacking = await this.atBoot('checking the schema', () => firstMissingMigration(this.sql));
     if (lacking) throw new MissingSchemaError(lacking.migration, lacking.missing);
+  }
+
+  /**
+   * A step of boot that touches the database (`what` names it in log lines): a database that is
+   * not up yet, or goes away during boot (a failover), is waited for up to `startupWaitMs`, so
+   * the node becomes ready when it returns instead of exiting; see StartupWait.
+   */
+  atBoot<T>(what: string, work: () => Promise<T>): Promise<T> {
+    return this.startupWait.run(what, work);
   }
 
   async onApplicationShutdown(): Promise<void> {

@@ -1,6 +1,6 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { DataSource } from 'typeorm';
 import { errorCode, errorMessage } from '../sql/database-errors.js';
+import type { StartupWait } from './startup-wait.js';
 
 /**
  * Boot could not reach a usable database, for a reason its message states in one line (a wrong
@@ -18,9 +18,6 @@ export class CycliumStartupError extends Error {
 
 /** Server refusals that no retry can cure: a wrong password, an unknown role or database. */
 const REFUSED = new Set(['28P01', '28000', '3D000']);
-
-/** A server that is starting, or not listening yet: worth a few more attempts. */
-const NOT_UP_YET = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EAI_AGAIN', '57P03']);
 
 /** The connection settings of `dataSource`, for messages: who connects where, never the password. */
 export function connectionTarget(dataSource: DataSource): string {
@@ -61,31 +58,17 @@ function urlProblem(dataSource: DataSource): string | undefined {
 
 /**
  * Opens a DataSource the host left for later (`manualInitialization: true`): a refusal fails at
- * once, a server not up yet is tried `attempts` times `delayMs` apart with one line per attempt.
+ * once, a server not up yet is waited for as `wait` says (see StartupWait).
  */
-export async function connectAtBoot(dataSource: DataSource, warn: (line: string) => void, attempts = 5, delayMs = 1000): Promise<void> {
+export async function connectAtBoot(dataSource: DataSource, wait: StartupWait): Promise<void> {
   const malformed = urlProblem(dataSource);
   if (malformed) throw new CycliumStartupError(malformed);
   const target = connectionTarget(dataSource);
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await dataSource.initialize();
-      return;
-    } catch (error) {
-      const problem = startupProblem(error);
-      if (problem) throw new CycliumStartupError(`${problem} (${target})`, error);
-      const code = errorCode(error);
-      if (code === undefined || !NOT_UP_YET.has(code)) throw error;
-      if (attempt >= attempts) {
-        throw new CycliumStartupError(
-          `the database is not accepting connections (${errorMessage(error)}; ${target}; gave up after ${attempts} attempts)`,
-          error,
-        );
-      }
-      warn(
-        `the database is not accepting connections yet (${errorMessage(error)}; ${target}); attempt ${attempt} of ${attempts}, retrying in ${delayMs / 1000} s`,
-      );
-      await sleep(delayMs);
-    }
+  try {
+    await wait.run(`connecting (${target})`, () => dataSource.initialize());
+  } catch (error) {
+    const problem = startupProblem(error);
+    if (problem) throw new CycliumStartupError(`${problem} (${target})`, error);
+    throw error;
   }
 }

@@ -56,6 +56,17 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'index cyclium_trigger_requests_due',
     holds: `to_regclass('cyclium_trigger_requests_due') IS NOT NULL`,
   },
+  {
+    migration: 'CycliumBusPositionTypes1764400000019',
+    missing: 'column cyclium_bus_positions.type',
+    holds: `EXISTS (SELECT 1 FROM pg_attribute
+                     WHERE attrelid = to_regclass('cyclium_bus_positions') AND attname = 'type' AND NOT attisdropped)`,
+  },
+  {
+    migration: 'CycliumEpisodeSignatures1764400000020',
+    missing: 'table cyclium_integrity_cutovers',
+    holds: `to_regclass('cyclium_integrity_cutovers') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -188,10 +188,10 @@ describe('ActorSlots bus events waiting in memory', () => {
 describe('ActorSlots taking queued rows together', () => {
   it('takes one row per free slot but one in one statement, and leaves that slot to other starters meanwhile', async () => {
     let answer!: (rows: never) => void;
-    const take = jest.fn((_actorId: string, _limit: number, _from: 'own' | 'peer') => new Promise<never>((resolve) => (answer = resolve)));
+    const take = jest.fn<QueuedBegins['take']>(() => new Promise<never>((resolve) => (answer = resolve)));
     const { slots, runs, dequeues } = slotsWithManualQueue(4, { available: true, take: take as QueuedBegins['take'] });
     slots.noteQueued('a');
-    expect(take).toHaveBeenCalledWith('a', 3, 'own');
+    expect(take).toHaveBeenCalledWith('a', [], 3, 'own');
     // While the take is in flight, a deferred episode the poller found can still start.
     expect(slots.free('a')).toBe(1);
     answer([started('q1'), started('q2')] as never);
@@ -200,5 +200,28 @@ describe('ActorSlots taking queued rows together', () => {
     expect(await settles(() => take.mock.calls.length > 1)).toBe(false);
     expect(dequeues).toHaveLength(0);
     expect(slots.free('a')).toBe(2);
+  });
+});
+
+describe('ActorSlots telling who listens that a slot freed', () => {
+  it('names the actor of each slot that frees, and nothing once the node drains', async () => {
+    const { slots, runs } = slotsWithManualQueue(2);
+    const freed: string[] = [];
+    slots.onSlotFreed((actorId) => freed.push(actorId));
+    const begun = { episode: { id: 'd1' } as EpisodeRow, grant: {} as AcquireResult, resumed: false };
+    const start = () => Promise.resolve(begun);
+    expect(slots.runStarted('a', start)).toBe(true);
+    expect(slots.runStarted('a', () => Promise.resolve(null))).toBe(true);
+    // The start that found nothing to run gives its slot back at once; the run's, when it ends.
+    expect(await settles(() => freed.length === 1 && runs.length === 1)).toBe(true);
+    runs[0]?.();
+    expect(await settles(() => freed.length === 2)).toBe(true);
+    expect(freed).toEqual(['a', 'a']);
+    // A run that ends once the drain began frees a slot nobody may fill.
+    expect(slots.runStarted('a', start)).toBe(true);
+    expect(await settles(() => runs.length === 2)).toBe(true);
+    slots.stopAccepting();
+    runs[1]?.();
+    expect(await settles(() => freed.length > 2)).toBe(false);
   });
 });

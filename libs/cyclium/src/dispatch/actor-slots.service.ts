@@ -43,6 +43,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private readonly queuePump: QueuePump;
   private readonly handover: RestartHandover;
   private readonly waitingTriggers: WaitingTriggers;
+  private readonly freedListeners = new Set<(actorId: string) => void>();
 
   constructor(
     private readonly registry: ActorRegistry,
@@ -89,6 +90,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       maxAttempts: expectation.options.maxAttempts ?? 3,
       sourceStack: options.sourceStack,
       sourceEnv: options.sourceEnv,
+      insertBefore: options.insertBefore,
     };
     const slots = this.slotsOf(actor.id);
     if (slots.running >= actor.options.maxConcurrentEpisodes) {
@@ -109,7 +111,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       this.release(actor);
       return begun;
     }
-    this.launch(actor, begun.episode, begun.grant);
+    this.launch(actor, begun.episode, begun.grant, { resumed: false, inserted: true });
     return { status: 'started', episode: begun.episode };
   }
 
@@ -147,9 +149,9 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.pump(actor);
   }
 
-  /** True when this node hosts the actor. */
-  hosts(actorId: string): boolean {
-    return this.registry.get(actorId) !== undefined;
+  /** True when this node hosts the expectation (its actor, with this expectation in this node's release of it). */
+  hosts(actorId: string, expectationId: string): boolean {
+    return this.registry.expectation(actorId, expectationId) !== undefined;
   }
 
   /** Episodes of `actorId` waiting in this node's memory for a slot: restarts handed over, bus triggers held back. */
@@ -192,6 +194,15 @@ export class ActorSlots implements OnApplicationBootstrap {
     return true;
   }
 
+  /**
+   * `listener` hears the actor of each slot that frees while the node is open, after the slots'
+   * own waiting work (restarts, triggers in memory, the queue) had its turn; returns the unsubscribe.
+   */
+  onSlotFreed(listener: (actorId: string) => void): () => void {
+    this.freedListeners.add(listener);
+    return () => this.freedListeners.delete(listener);
+  }
+
   /** The drain: nothing new starts here from now on. */
   stopAccepting(): void {
     this.tracker.close();
@@ -228,6 +239,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private release(actor: RegisteredActor): void {
     this.slotsOf(actor.id).running--;
     this.pump(actor);
+    if (this.tracker.open) for (const listener of this.freedListeners) listener(actor.id);
   }
 
   /**

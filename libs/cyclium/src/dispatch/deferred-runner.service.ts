@@ -73,6 +73,7 @@ export class DeferredRunner {
       maxAttempts: expectation.options.maxAttempts ?? 3,
       sourceStack: options.sourceStack,
       sourceEnv: options.sourceEnv,
+      insertBefore: options.insertBefore,
     };
     const { statement, wake } = this.deferStatement(randomUUID(), spec, options.delay ?? null);
     const { rows } = await this.database.sql.query(statement);

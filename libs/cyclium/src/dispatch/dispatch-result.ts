@@ -29,4 +29,6 @@ export interface DispatchOptions {
    * that may have one), with `withdraw`, which ends the wait as a duplicate once another node started it.
    */
   onWait?: (withdraw: () => void) => void;
+  /** The episode may be inserted only before this time, by the database clock (NewEpisode.insertBefore). */
+  insertBefore?: Date;
 }

@@ -4,6 +4,8 @@ import type { ActorSlots } from './actor-slots.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
 import type { DeferredRunner } from './deferred-runner.service.js';
+import type { RegisteredExpectation } from '../actors/registered-actor.js';
+import type { DispatchOptions } from './dispatch-result.js';
 import { Dispatcher } from './dispatcher.service.js';
 import { Mode } from './mode.service.js';
 
@@ -20,5 +22,27 @@ describe('Dispatcher.offered', () => {
       dispatcher.offered('a');
     }
     expect(noteOffered).toHaveBeenCalledTimes(1);
+  });
+});
+
+describe('Dispatcher.handOver', () => {
+  const options = resolveCycliumOptions({ nodeIdentity: 'n' });
+  const registry = { declares: () => true, get: () => ({ id: 'a' }) } as unknown as ActorRegistry;
+  const mode = new Mode(options, new NodeIdentity(options), registry);
+  const base: DispatchOptions = { dedupeKey: 'k', sourceStack: null, sourceEnv: null };
+  const handedOver = (delayMs: number | undefined, dispatch: Partial<DispatchOptions> = {}) => {
+    const defer = jest.fn(() => Promise.resolve({ status: 'duplicate' }));
+    const dispatcher = new Dispatcher(mode, {} as ActorSlots, { defer } as unknown as DeferredRunner);
+    const expectation = { actorId: 'a', id: 'e', options: { delayMs } } as unknown as RegisteredExpectation;
+    void dispatcher.handOver(expectation, { type: 'manual', payload: {} }, { ...base, ...dispatch });
+    return (defer.mock.calls[0] as unknown as [unknown, unknown, DispatchOptions])[2].delay;
+  };
+
+  it("keeps the expectation's delay, or the one the trigger asked for, and is otherwise due at once", () => {
+    expect(handedOver(5_000)).toEqual({ ms: 5_000 });
+    const at = new Date('2030-01-01T00:00:00Z');
+    expect(handedOver(5_000, { delay: { at } })).toEqual({ at });
+    expect(handedOver(undefined)).toEqual({ ms: 0 });
+    expect(handedOver(5_000, { delay: null })).toEqual({ ms: 0 });
   });
 });

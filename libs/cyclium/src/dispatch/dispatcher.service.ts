@@ -5,6 +5,7 @@ import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { DeferredRunner } from './deferred-runner.service.js';
 import type { DispatchResult } from './dispatch-result.js';
+import type { TriggerDelay } from '../episodes/trigger-input.js';
 import { Mode } from './mode.service.js';
 
 /**
@@ -25,8 +26,7 @@ export class Dispatcher {
   dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
     const mode = this.mode.of(expectation.actorId);
     if (mode === 'disabled') return Promise.resolve({ status: 'disabled' });
-    const delayMs = expectation.options.delayMs;
-    const delay = options.delay === undefined ? (delayMs ? { ms: delayMs } : null) : options.delay;
+    const delay = this.delayOf(expectation, options);
     // A run for later waits as a row, whatever the mode: the node that is up when it is due starts it.
     if (delay) return this.deferred.defer(expectation, trigger, { ...options, delay });
     if (mode === 'full') return this.slots.dispatch(expectation, trigger, options);
@@ -46,8 +46,20 @@ export class Dispatcher {
     return this.mode.of(actorId) === 'full' && this.slots.free(actorId) > 0;
   }
 
-  /** A trigger this node can no longer run (it is draining), left to a full node as a trigger request. */
+  /**
+   * A trigger this node can no longer run (it is draining), left to a full node as a trigger
+   * request, due when the trigger would have been run here (its delay, or its expectation's, kept).
+   * Accepted work: due at once when not later, so it never expires, however long the cluster is down.
+   */
   handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
-    return this.deferred.defer(expectation, trigger, options);
+    const delay = this.delayOf(expectation, options) ?? { ms: 0 };
+    return this.deferred.defer(expectation, trigger, { ...options, delay });
+  }
+
+  /** The delay the trigger asked for (null: none), else its expectation's `delayMs`; null to run now. */
+  private delayOf(expectation: RegisteredExpectation, options: DispatchOptions): TriggerDelay | null {
+    if (options.delay !== undefined) return options.delay;
+    const delayMs = expectation.options.delayMs;
+    return delayMs ? { ms: delayMs } : null;
   }
 }

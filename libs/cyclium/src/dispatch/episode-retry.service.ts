@@ -4,6 +4,7 @@ import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { episodeLabel } from '../episodes/episode-log-lines.js';
+import { EpisodeSignatures } from '../episodes/episode-signatures.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { EpisodeWaits } from '../episodes/episode-waits.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -48,13 +49,15 @@ export class EpisodeRetry {
     private readonly waits: EpisodeWaits,
     private readonly events: EventOutbox,
     private readonly identity: NodeIdentity,
+    private readonly signatures: EpisodeSignatures,
   ) {}
 
   async retry(id: string): Promise<RetryResult> {
     const old = isUuid(id) ? await this.store.get(id) : null;
     if (!old) return { status: 'not_found' };
     if (!RETRYABLE.has(old.status)) return { status: 'not_failed', current: old.status };
-    if (old.errorClass === 'tampered') return { status: 'tampered' };
+    // A row that does not verify (the `integrity` option) is not re-signed into a run.
+    if (old.errorClass === 'tampered' || !this.signatures.accepts(old)) return { status: 'tampered' };
     const expectation = this.registry.expectation(old.actorId, old.expectationId);
     if (!expectation) return { status: 'not_hosted' };
     if (old.status === 'failed' && !old.archivedAt) {

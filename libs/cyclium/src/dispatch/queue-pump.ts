@@ -81,7 +81,7 @@ export class QueuePump {
         if (this.mode.of(actorId) === 'full') this.pickUpBacklogSoon(actorId);
       }),
     );
-    await this.pickUpBacklog();
+    await this.pickUpBacklog(undefined, (owner) => this.queue.backlogAtBoot(owner));
   }
 
   /** The drain: mode switches pick up no backlog any more. */
@@ -90,8 +90,8 @@ export class QueuePump {
   }
 
   /** Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this node's queue. */
-  private async pickUpBacklog(actorId?: string): Promise<void> {
-    for (const queued of await this.queue.actorsWithQueued(this.identity.name())) {
+  private async pickUpBacklog(actorId?: string, read = (me: string) => this.queue.actorsWithQueued(me)): Promise<void> {
+    for (const queued of await read(this.identity.name())) {
       if ((actorId === undefined || queued === actorId) && this.mode.of(queued) === 'full') this.slots.noteQueued(queued);
     }
   }
@@ -166,7 +166,7 @@ export class QueuePump {
     const offers = queue.offers;
     let take: Take;
     try {
-      take = await this.slots.starting(this.begin(actor.id, slots, 'peer'));
+      take = await this.slots.starting(this.begin(actor, slots, 'peer'));
     } catch (error) {
       this.logger.warn(`could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`);
       take = { begun: [], asked: 1 };
@@ -181,7 +181,7 @@ export class QueuePump {
     const notes = queue.notes;
     let take: Take;
     try {
-      take = await this.slots.starting(this.begin(actor.id, slots, 'own'));
+      take = await this.slots.starting(this.begin(actor, slots, 'own'));
     } catch (error) {
       // The database is away, say: the backlog stays in the table.
       this.slots.unreserve(actor.id, slots);
@@ -204,15 +204,18 @@ export class QueuePump {
   }
 
   /**
-   * Up to `slots` queued rows of `actorId` started, in one statement when it can be; one row at a
+   * Up to `slots` queued rows of the actor started, in one statement when it can be; one row at a
    * time otherwise, or when that statement met a busy claim (a lone take answers busy for its head).
+   * Only rows of expectations this node runs: one its release here lacks waits for a node that has it.
    */
-  private async begin(actorId: string, slots: number, from: 'own' | 'peer'): Promise<Take> {
+  private async begin(actor: RegisteredActor, slots: number, from: 'own' | 'peer'): Promise<Take> {
+    const ids = [...actor.expectations.keys()];
     if (this.queuedBegins.available) {
-      const taken = await this.queuedBegins.take(actorId, slots, from);
+      const taken = await this.queuedBegins.take(actor.id, ids, slots, from);
       if (taken !== 'busy') return { begun: taken, asked: slots };
     }
-    const one = await (from === 'own' ? this.runner.beginQueued(actorId) : this.runner.beginFromPeer(actorId));
+    const runner = this.runner;
+    const one = await (from === 'own' ? runner.beginQueued(actor.id, ids) : runner.beginFromPeer(actor.id, ids));
     return { begun: one.status === 'duplicate' ? [] : [one], asked: 1 };
   }
 

@@ -31,12 +31,15 @@ export class RestartHandover {
     private readonly logger: Logger,
   ) {}
 
-  /** The restart with its claim held, and its actor; undefined (the claim let go) when this node does not host the actor. */
+  /**
+   * The restart with its claim held, and its actor; undefined (the claim let go) when this node
+   * does not host the expectation.
+   */
   take(episode: EpisodeRow, grant: AcquireResult): { actor: RegisteredActor; waiting: WaitingRestart } | undefined {
     const actor = this.registry.get(episode.actorId);
     const hold = this.claims.hold(claimKeyOf(episode), grant);
-    if (!actor) {
-      // Recovery only hands over actors this node hosts: anything else is let go.
+    if (!actor?.expectations.has(episode.expectationId)) {
+      // Recovery only hands over expectations this node hosts: anything else is let go.
       hold.release();
       return undefined;
     }

@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs
 import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
+import type { RegisteredActor } from '../actors/registered-actor.js';
 import { ActorSlots } from './actor-slots.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
@@ -25,6 +26,22 @@ import { TriggerRequests, requestClaimKey } from './trigger-requests.service.js'
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 const BATCH = 100;
+/**
+ * A poll reads this many due requests per free slot and starts a random choice of them: nodes
+ * polling at once (each freed slot of a backlog polls) mostly reach for different rows, where the
+ * oldest alone would have each loser wait for the winner's transaction and find it taken.
+ */
+const SPREAD = 4;
+
+/** `items` in a random order (Fisher–Yates), in place. */
+function shuffled<T>(items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [items[i], items[j]] = [items[j] as T, items[i] as T];
+  }
+  return items;
+}
+
 const INTERVAL_NAME = 'cyclium:trigger-poller';
 
 /** Rolls a take back (the claims it took included) when the episode's own claim is busy. */
@@ -32,22 +49,33 @@ class EpisodeClaimBusy extends Error {
   override readonly name = 'EpisodeClaimBusy';
 }
 
+/** Rolls a take back when the request and the episode row it returned do not verify together (`integrity`). */
+class TamperedTake extends Error {
+  override readonly name = 'TamperedTake';
+
+  constructor(readonly episode: EpisodeRow) {
+    super(`trigger request for episode ${episode.id} does not verify`);
+  }
+}
+
 type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null;
 
 /**
- * On full nodes: runs what trigger-only nodes deferred, and runs for later once due. Every `triggerPollIntervalMs` (through the
- * app's SchedulerRegistry), and at once when a deferring node's wake-up arrives over the bus, it
- * reads pending requests oldest first — its env strictly (`triggerPollSourceEnv`), one stack or
- * every one (`triggerPollSourceStack`), only actors it hosts and runs in full mode, no more than its
- * free slots — and takes each in one transaction: the work claim `trigger_request:<id>`, the
- * conditional `UPDATE … WHERE status = 'pending'`, the episode moved from deferred to running here
- * with its own claim. So a request is either still pending or done with; a node killed after it
- * took some leaves running episodes, which recovery restarts like any other. Requests to run now
- * pending longer than `triggerRequestTtlMs` expire (one with a due time waits for a node that
- * hosts its actor, however long), and their episodes fail with the reason: on every node
- * that is not disabled, whatever it hosts, so an env with no full node (or none that hosts the
- * actor) still sees its requests end. The mode is read at every tick, per actor: an actor switched
- * away from full is taken for nothing until it is switched back, and the switch back polls at once.
+ * On full nodes: runs what trigger-only nodes deferred, and runs for later once due. Every
+ * `triggerPollIntervalMs` (through the app's SchedulerRegistry), at once when a deferring node's
+ * wake-up arrives over the bus, and, while due requests remain that a poll left for want of slots,
+ * each time one of those slots frees, it reads due requests oldest first — its env strictly
+ * (`triggerPollSourceEnv`), one stack or every one (`triggerPollSourceStack`), only expectations it
+ * hosts of actors it runs in full mode, a few per free slot, of which it starts a random choice, no
+ * more than its free slots — and takes each in one transaction: the work claim
+ * `trigger_request:<id>`, the conditional `UPDATE … WHERE status = 'pending'`, the episode moved
+ * from deferred to running here with its own claim. So a request is either still pending or done
+ * with; a node killed after it took some leaves running episodes, which recovery restarts like any
+ * other. Requests to run now pending longer than `triggerRequestTtlMs` while a full node of their
+ * env was up expire (accepted work has a due time and waits for a node that hosts it, however
+ * long), and their episodes fail with the reason: on every node that is not disabled, whatever it
+ * hosts. The mode is read at every tick, per actor: an actor switched away from full is taken for
+ * nothing until it is switched back, and the switch back polls at once.
  */
 @Injectable()
 export class TriggerPoller implements OnApplicationBootstrap {
@@ -57,6 +85,14 @@ export class TriggerPoller implements OnApplicationBootstrap {
   private timer: NodeJS.Timeout | undefined;
   private unsubscribe: (() => void) | undefined;
   private lastExpiry = Number.NEGATIVE_INFINITY;
+  /**
+   * Actors with requests due that the last poll of them left (more than their free slots): a slot
+   * of one that frees polls again at once, so a backlog drains as fast as its slots free rather
+   * than one batch per poll interval. Polls never overlap, and the slots that free during one are
+   * served by the next together, so a busy node polls about once per poll's round trip, not once
+   * per slot; an actor with nothing due costs its slots nothing.
+   */
+  private readonly behind = new Set<string>();
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -85,11 +121,15 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const offActor = this.mode.onActorChange((actorId) => {
       if (this.mode.of(actorId) === 'full') this.polls.request();
     });
+    const offFreed = this.slots.onSlotFreed((actorId) => {
+      if (this.behind.has(actorId)) this.polls.request();
+    });
     this.unsubscribe = () => {
       offWake();
       offDue();
       offMode();
       offActor();
+      offFreed();
     };
     const timer = setInterval(() => this.polls.request(), this.options.triggerPollIntervalMs);
     timer.unref();
@@ -119,25 +159,29 @@ export class TriggerPoller implements OnApplicationBootstrap {
     try {
       await this.expireOld();
       // Per actor: a trigger-only node takes requests for an actor switched to full on its own.
-      const free = new Map(
-        this.registry
-          .all()
-          .filter((actor) => this.mode.of(actor.id) === 'full')
-          .map((actor) => [actor.id, this.slots.free(actor.id)] as const)
-          .filter(([, n]) => n > 0),
-      );
+      const runs = (actor: RegisteredActor) => this.mode.of(actor.id) === 'full' && this.slots.free(actor.id) > 0;
+      const runnable = this.registry.all().filter(runs);
+      const free = new Map(runnable.map((actor) => [actor.id, this.slots.free(actor.id)]));
       const capacity = [...free.values()].reduce((sum, n) => sum + n, 0);
       if (capacity === 0) return;
+      const limit = Math.min(capacity * SPREAD, BATCH);
       const pending = await this.requests.pending({
         env: this.options.triggerPollSourceEnv,
         stack: this.options.triggerPollSourceStack,
-        actors: [...free.keys()],
-        limit: Math.min(capacity, BATCH),
+        hosted: this.registry.hostedExpectations(runnable),
+        limit,
+        me: this.identity.name(),
       });
-      for (const request of pending) {
+      // A full page may have left any polled actor's requests behind; otherwise only those of an actor out of slots.
+      for (const actorId of free.keys()) {
+        if (pending.length < limit) this.behind.delete(actorId);
+        else this.behind.add(actorId);
+      }
+      for (const request of shuffled(pending)) {
         const left = free.get(request.actorId) ?? 0;
-        if (left < 1) continue;
-        if (this.slots.runStarted(request.actorId, () => this.start(request))) free.set(request.actorId, left - 1);
+        const started = left >= 1 && this.slots.runStarted(request.actorId, () => this.start(request));
+        if (started) free.set(request.actorId, left - 1);
+        else this.behind.add(request.actorId);
       }
       this.outage.succeeded();
     } catch (error) {
@@ -150,7 +194,6 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const me = this.identity.name();
     const key = requestClaimKey(request.id);
     try {
-      if (this.requests.signed && !(await this.verified(request))) return null;
       const started = await this.database.transaction<Started>(async (client) => {
         const claim = await this.claims.acquireWithin(client, key, me, { workType: 'trigger_request' });
         if (claim.status === 'busy' || !(await this.requests.take(client, request.id, me))) return null;
@@ -163,6 +206,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
           await this.claims.completeWithin(client, key, me, fence);
           return null;
         }
+        // The row this take returned, not an earlier read: what runs is what was checked.
+        if (!this.requests.verify(request, episode)) throw new TamperedTake(episode);
         const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), me);
         if (grant.status === 'busy') throw new EpisodeClaimBusy();
         await this.claims.completeWithin(client, key, me, fence);
@@ -173,19 +218,24 @@ export class TriggerPoller implements OnApplicationBootstrap {
       return started;
     } catch (error) {
       if (error instanceof EpisodeClaimBusy) return null; // the request stays pending, for later
-      this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(error)}`);
+      const failed =
+        error instanceof TamperedTake
+          ? await this.refuse(request, error.episode).then(
+              () => null,
+              (e: unknown) => e,
+            )
+          : error;
+      if (failed !== null) this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(failed)}`);
       return null;
     }
   }
 
   /**
-   * Whether the request and its episode verify (the `integrity` option). One that does not is
-   * failed with its deferred episode (`tampered`, whose event a waiting workflow hears), and
-   * nothing of it runs; the node goes on with the next.
+   * A request and episode that do not verify together (the `integrity` option; the take that read
+   * them rolled back): the request is failed with its deferred episode (`tampered`, whose event a
+   * waiting workflow hears), and nothing of it runs; the node goes on with the next.
    */
-  private async verified(request: CycliumTriggerRequest): Promise<boolean> {
-    const episode = await this.store.get(request.episodeId);
-    if (!episode || this.requests.verify(request, episode)) return true;
+  private async refuse(request: CycliumTriggerRequest, episode: EpisodeRow): Promise<void> {
     const reason = `trigger request ${request.id} is not signed by this deployment's integrity key (edited, copied or forged): not run`;
     const { announce, failed } = await this.database.transaction(async (client) => {
       await this.requests.fail(client, request.id, reason);
@@ -193,7 +243,6 @@ export class TriggerPoller implements OnApplicationBootstrap {
     });
     announce();
     this.logger.warn(`${failed.length > 0 ? `${episodeLabel(episode)} failed as tampered` : `${episodeLabel(episode)} not run`}: ${reason}`);
-    return false;
   }
 
   /**
@@ -207,7 +256,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
     this.lastExpiry = now;
     // Every terminal path publishes its event: a workflow waiting on one of these hears it failed.
     const { expired, announce, failed } = await this.database.transaction(async (client) => {
-      const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv);
+      const me = this.mode.current === 'full' ? this.identity.name() : null;
+      const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv, me);
       return { expired: requests, ...(await this.failDeferred(client, requests, 'trigger_request_expired')) };
     });
     announce();

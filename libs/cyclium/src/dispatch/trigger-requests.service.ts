@@ -10,7 +10,8 @@ import { isUuid } from '../sql/uuid.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { RetryWakeUps, WakeReason } from '../episodes/retry-wake-ups.interface.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
-import { sameEnvIndexed } from '../scope/scope-predicates.js';
+import { sameEnv, sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
+import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
 import { expirable, pendingStatement, takeable, type RequestFilter } from './due-requests.js';
 
 /** What a deferring node records for a full node to run. */
@@ -22,7 +23,11 @@ export interface NewTriggerRequest {
   sourceEnv: string | null;
   /** Runner options, such as `{ resume: true }` for a restart. */
   opts: Record<string, unknown>;
-  /** Not to be taken for this long (a delayed run, a workflow step's retry backing off). Default 0. */
+  /**
+   * Due after this long (0: at once): accepted work, such as a run for later, a wake-up, a restart
+   * or a handover, which never expires. Unset (and no `runAt`): a request to run now, which expires
+   * once the TTL has run with a full node of its env up (see takeable).
+   */
   delayMs?: number;
   /** Not to be taken before this time (a run at a given time); wins over `delayMs`. */
   runAt?: Date;
@@ -35,6 +40,13 @@ type SignedRequest = Pick<NewTriggerRequest, 'actorId' | 'expectationId' | 'sour
 /** What a request's signature covers. */
 function requestFields(episodeId: string, request: SignedRequest, trigger: unknown): unknown[] {
   return [episodeId, request.actorId, request.expectationId, request.sourceStack, request.sourceEnv, request.opts, trigger];
+}
+
+/** A request the expiry ended, with the reason. */
+export interface ExpiredRequest {
+  id: string;
+  episodeId: string;
+  reason: string;
 }
 
 /** The claim key a full node takes a request under. */
@@ -70,7 +82,8 @@ export class TriggerRequests implements RetryWakeUps {
       INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before, signature)
       SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')}, ${p(request.sourceNode, 'text')},
              ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')},
-             coalesce(${p(request.runAt ?? null, 'timestamptz')}, now() + nullif(make_interval(secs => ${p(request.delayMs ?? 0, 'double precision')} / 1000), interval '0')),
+             coalesce(${p(request.runAt ?? null, 'timestamptz')},
+                      now() + make_interval(secs => ${p(request.delayMs ?? null, 'double precision')} / 1000)),
              ${p(this.signatureOf(episodeId, request, trigger), 'text')}
         FROM ${episodeCte} e
       RETURNING id, not_before`;
@@ -89,7 +102,8 @@ export class TriggerRequests implements RetryWakeUps {
   ): Promise<string> {
     const { rows } = await client.query<{ id: string }>(
       `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, signature, not_before)
-       VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, now() + nullif(make_interval(secs => $10::double precision / 1000), interval '0')) RETURNING id`,
+       VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, now() + make_interval(secs => $10::double precision / 1000))
+       RETURNING id`,
       [
         episodeId,
         request.actorId,
@@ -100,7 +114,7 @@ export class TriggerRequests implements RetryWakeUps {
         JSON.stringify(request.opts),
         this.signatureOf(episodeId, request, trigger),
         status,
-        request.delayMs ?? 0,
+        request.delayMs ?? null,
       ],
     );
     return (rows[0] as { id: string }).id;
@@ -120,20 +134,62 @@ export class TriggerRequests implements RetryWakeUps {
     await this.insertWithin(client, episode.id, request, episode.triggerRef, 'scheduled');
   }
 
+  /** The condition that a wake-up `node` wrote waits for the episode `e` (see scheduleWithin). */
+  scheduledBy(e: string, node: string): string {
+    return `EXISTS (SELECT 1 FROM cyclium_trigger_requests r
+                     WHERE r.episode_id = ${e}.id AND r.status = 'scheduled' AND r.source_node = ${node})`;
+  }
+
   /**
    * Whether a request and the episode it names are as a node of this deployment wrote them (the
    * `integrity` option; always true without it): the request's episode, actor, expectation, scope
    * and options, and the episode's actor, expectation and trigger, so neither row can be edited to
-   * run something else.
+   * run something else. An unsigned request passes only before the cut-over (RowSigner.accepts).
    */
   verify(request: CycliumTriggerRequest, episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId' | 'triggerRef'>): boolean {
-    if (episode.id !== request.episodeId || episode.actorId !== request.actorId || episode.expectationId !== request.expectationId) return false;
-    return this.signer.verify('trigger_request', requestFields(request.episodeId, request, episode.triggerRef), request.signature);
+    if (!this.signer.enabled) return true;
+    const { episodeId } = request;
+    if (episode.id !== episodeId || episode.actorId !== request.actorId) return false;
+    if (episode.expectationId !== request.expectationId) return false;
+    const fields = requestFields(episodeId, request, episode.triggerRef);
+    return this.signer.accepts('trigger_request', fields, request.signature);
   }
 
-  /** Whether requests are signed here (the `integrity` option): verify reads their episode first. */
-  get signed(): boolean {
-    return this.signer.enabled;
+  /** A node whose beat is older than this counts as down (three beats missed, as Peers count them). */
+  private get goneAfterMs(): number {
+    return 3 * this.options.nodeBeatIntervalMs;
+  }
+
+  /**
+   * At the `integrity` cut-over, inside its transaction: signs the unsigned requests still waiting
+   * in `scope` (with their episode's trigger), locked until the cut-over commits; returns how many.
+   * A request whose episode is gone stays unsigned: nothing of it can run.
+   */
+  async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
+    type Waiting = { request: CycliumTriggerRequest; trigger: unknown };
+    const read = async (after: Waiting | null, limit: number): Promise<Waiting[]> => {
+      const { rows } = await client.query<Record<string, unknown>>(
+        `SELECT r.*, e.trigger_ref AS episode_trigger
+           FROM cyclium_trigger_requests r JOIN cyclium_episodes e ON e.id = r.episode_id
+          WHERE r.signature IS NULL AND r.status IN ('pending', 'scheduled')
+            AND ${stackCovers('r.source_stack', '$1::text')} AND ${sameEnv('r.source_env', '$2::text')}
+            AND ($3::uuid IS NULL OR r.id > $3::uuid)
+          ORDER BY r.id LIMIT $4 FOR UPDATE OF r`,
+        [scope.stack, scope.env, after?.request.id ?? null, limit],
+      );
+      return rows.map((row) => ({ request: toRequest(row), trigger: row.episode_trigger }));
+    };
+    const sign = ({ request, trigger }: Waiting) => {
+      const fields = requestFields(request.episodeId, request, trigger);
+      return this.signer.sign('trigger_request', fields);
+    };
+    const write = (page: Waiting[]) =>
+      client.query(
+        `UPDATE cyclium_trigger_requests r SET signature = v.signature
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE r.id = v.id AND r.signature IS NULL`,
+        [page.map((w) => w.request.id), page.map(sign)],
+      );
+    return signInPages(read, write);
   }
 
   private signatureOf(episodeId: string, request: NewTriggerRequest, trigger: unknown): string | null {
@@ -144,8 +200,9 @@ export class TriggerRequests implements RetryWakeUps {
 
   /** Pending requests a poller may take, oldest first. */
   async pending(filter: RequestFilter): Promise<CycliumTriggerRequest[]> {
-    if (filter.actors.length === 0 || filter.limit < 1) return [];
-    const { rows } = await this.database.sql.query(pendingStatement(filter, this.options.triggerRequestTtlMs));
+    if (Object.keys(filter.hosted).length === 0 || filter.limit < 1) return [];
+    const statement = pendingStatement(filter, this.options.triggerRequestTtlMs, this.goneAfterMs);
+    const { rows } = await this.database.sql.query(statement);
     return rows.map(toRequest);
   }
 
@@ -153,8 +210,9 @@ export class TriggerRequests implements RetryWakeUps {
   async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
-        WHERE id = $1 AND status IN ('pending', 'scheduled') AND (not_before IS NULL OR not_before <= now()) AND ${takeable('$3')}`,
-      [id, owner, this.options.triggerRequestTtlMs],
+        WHERE id = $1 AND status IN ('pending', 'scheduled') AND (not_before IS NULL OR not_before <= now())
+          AND ${takeable('$3', { env: 'cyclium_trigger_requests.source_env', goneAfter: '$4', me: '$2' })}`,
+      [id, owner, this.options.triggerRequestTtlMs, this.goneAfterMs],
     );
     return rowCount === 1;
   }
@@ -170,24 +228,27 @@ export class TriggerRequests implements RetryWakeUps {
   }
 
   /**
-   * Expires the requests to run now (no due time) that no node took within the TTL (by the
-   * database clock) in this node's env, with the reason; returns their episodes. A request with a
-   * due time never expires: it waits for a node that hosts its actor. Every node that is not
+   * Expires the requests to run now (no due time) that no node took within the TTL, counted while
+   * a full node of this node's env was up (by the database clock: see takeable), with the reason;
+   * returns their episodes. A request with a due time never expires: it waits for a node that
+   * hosts its actor, and so does every request while no full node of its env is up (`me`, when
+   * full, counts as one whatever its row says yet). Every node that is not
    * disabled runs it: a row another node is expiring (or taking) at the same moment is skipped
    * rather than waited for, so nodes never queue up behind each other here, and each request
    * expires once.
    */
-  async expire(client: SqlExecutor, env: string | null): Promise<Array<{ episodeId: string; reason: string; id: string }>> {
+  async expire(client: SqlExecutor, env: string | null, me: string | null): Promise<ExpiredRequest[]> {
     const ttl = this.options.triggerRequestTtlMs;
     const { rows } = await client.query<{ id: string; episode_id: string; error: string }>(
       `UPDATE cyclium_trigger_requests
           SET status = 'expired', completed_at = now(),
               error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
-                      WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$2', env)} AND ${expirable('$1')}
+                      WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$2', env)}
+                        AND ${expirable('$1', { env: '$2::text', goneAfter: '$3', me: '$4' })}
                       FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,
-      [ttl, env],
+      [ttl, env, this.goneAfterMs, me],
     );
     return rows.map((r) => ({ id: r.id, episodeId: r.episode_id, reason: r.error }));
   }

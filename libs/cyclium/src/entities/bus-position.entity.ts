@@ -10,6 +10,10 @@ export class CycliumBusPosition {
   @PrimaryColumn({ type: 'text' })
   consumer: string;
 
+  /** The event type the consumer takes; null on a row a previous release wrote (it holds every type). */
+  @Column({ type: 'text', nullable: true })
+  type: string | null;
+
   /** A pg_snapshot, which TypeORM has no type for; pg returns it as text (`xmin:xmax:xip,...`). */
   @Column({ type: 'text' })
   position: string;

@@ -89,4 +89,11 @@ export class CycliumEpisode {
 
   @Column({ name: 'updated_at', type: 'timestamptz' })
   updatedAt: Date;
+
+  /**
+   * `<keyId>:<HMAC>` over what decides what runs (actor, expectation, trigger, scope, attempts)
+   * with the `integrity` option; null without it.
+   */
+  @Column({ type: 'text', nullable: true })
+  signature: string | null;
 }

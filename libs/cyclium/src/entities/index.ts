@@ -12,6 +12,7 @@ import { CycliumEpisodeCheckpoint } from './episode-checkpoint.entity.js';
 import { CycliumEpisodeStep } from './episode-step.entity.js';
 import { CycliumEpisode } from './episode.entity.js';
 import { CycliumFinding } from './finding.entity.js';
+import { CycliumIntegrityCutover } from './integrity-cutover.entity.js';
 import { CycliumNode } from './node.entity.js';
 import { CycliumOutput } from './output.entity.js';
 import { CycliumWorkflowInstance } from './workflow-instance.entity.js';
@@ -31,6 +32,7 @@ export const cycliumEntities = [
   CycliumNode,
   CycliumEvent,
   CycliumBusPosition,
+  CycliumIntegrityCutover,
 ] as const;
 
 export { CycliumEpisode, type EpisodeStatus } from './episode.entity.js';
@@ -46,3 +48,4 @@ export { CycliumActorScope } from './actor-scope.entity.js';
 export { CycliumNode } from './node.entity.js';
 export { CycliumEvent } from './event.entity.js';
 export { CycliumBusPosition } from './bus-position.entity.js';
+export { CycliumIntegrityCutover } from './integrity-cutover.entity.js';

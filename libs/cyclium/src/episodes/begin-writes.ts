@@ -11,6 +11,7 @@ import { EpisodeStatements, batchedAcquire, claimBegun, type AcquireMany, type B
 import { toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
 import { episodeInput, insertEpisodes, insertOf } from './episode-inserts.js';
+import { EpisodeSignatures } from './episode-signatures.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 interface BeginWrite {
@@ -42,6 +43,7 @@ export class BeginWrites {
     private readonly statements: EpisodeStatements,
     private readonly claims: WorkClaims,
     private readonly identity: NodeIdentity,
+    private readonly signatures: EpisodeSignatures,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -64,7 +66,7 @@ export class BeginWrites {
       'input',
       episodeInput(
         statement,
-        items.map((b) => insertOf(b.id, b.spec, 'running')),
+        items.map((b) => this.signatures.signed(insertOf(b.id, b.spec, 'running'))),
       ),
     );
     statement.with('ep', insertEpisodes('input'));

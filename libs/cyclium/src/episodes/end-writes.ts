@@ -11,6 +11,7 @@ import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type EndOutcome, type Ownership } from './episode-statements.js';
 import { claimFailureOf, finishEpisodes } from './terminal-writes.js';
+import { runningHere } from './running-here.js';
 
 interface EndWrite {
   episode: EpisodeRow;
@@ -73,10 +74,15 @@ export class EndWrites {
     const fragments = claims.joined && ownership.fence !== null ? claims.fragments : this.claims.openClaims().fragments;
     statement.with('owner', fragments.owner(refs));
     if (finished) statement.with('finished', finished(refs));
-    const row = `SELECT 1 FROM cyclium_episodes WHERE id = ${p(episodeId, 'uuid')} AND status = ${p(status, 'text')}
+    const id = p(episodeId, 'uuid');
+    const row = `SELECT 1 FROM cyclium_episodes WHERE id = ${id} AND status = ${p(status, 'text')}
                     ${finished ? '' : `AND owner_node IS NOT DISTINCT FROM ${refs.owner}`}`;
+    // Open: the episode row proves ownership, as in the end itself.
+    const here = `SELECT 1 FROM cyclium_episodes e WHERE e.id = ${id} AND ${runningHere('e', refs.owner)}`;
+    const held = finished ? '' : `AND EXISTS (${here})`;
+    const ended = `${finished ? 'EXISTS (SELECT 1 FROM finished) AND ' : ''}EXISTS (${row})`;
     const { rows } = await this.database.sql.query<{ ended: boolean; owned: boolean }>(
-      statement.build(`SELECT ${finished ? 'EXISTS (SELECT 1 FROM finished) AND ' : ''}EXISTS (${row}) AS ended, EXISTS (SELECT 1 FROM owner) AS owned`),
+      statement.build(`SELECT ${ended} AS ended, EXISTS (SELECT 1 FROM owner) ${held} AS owned`),
     );
     if (rows[0]?.ended) return 'ended';
     if (!rows[0]?.owned) return 'lost';

@@ -99,7 +99,8 @@ export class EpisodeEndings {
     if (problem && status === 'failed') this.logger.warn(`${episodeLabel(episode)}: ${problem}; the expectation's retry policy applies`);
     const delayMs = status === 'failed' ? this.waits.nextDelay(episode, retry, errorClass, cause) : null;
     if (delayMs !== null) {
-      await this.retryLater(episode, ownership, errorClass, detail, delayMs, retry?.retry?.attempts ?? 0);
+      const allowed = retry?.retry?.attempts ?? 0;
+      await this.retryLater(episode, ownership, { scope, errorClass, detail, delayMs, attempts: allowed });
       return;
     }
     const attempts = retry?.retry && status === 'failed' ? `attempt ${(episode.retries ?? 0) + 1} of ${retry.retry.attempts}: ` : '';
@@ -132,8 +133,14 @@ export class EpisodeEndings {
   }
 
   /** `ep.sleep` stopped the run before its wake-up time: the episode waits until then (EpisodeWaits.sleep). */
-  async sleep(episode: EpisodeRow, ownership: Ownership, sleeping: EpisodeSleeping): Promise<void> {
-    if (!(await this.waits.sleep(episode, ownership, sleeping.delayMs))) {
+  async sleep(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, sleeping: EpisodeSleeping): Promise<void> {
+    const write = () => this.waits.sleep(episode, ownership, sleeping.delayMs);
+    const waited = await this.waitWritten(scope, episode, 'sleep', write);
+    if (waited instanceof EpisodeWriteUnavailableError) {
+      this.abandon(episode, waited);
+      return;
+    }
+    if (!waited) {
       this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its sleep was recorded');
       return;
     }
@@ -142,14 +149,41 @@ export class EpisodeEndings {
   }
 
   /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeWaits), or is abandoned when its claim moved on. */
-  private async retryLater(episode: EpisodeRow, ownership: Ownership, errorClass: string, detail: string, delayMs: number, attempts: number): Promise<void> {
+  private async retryLater(episode: EpisodeRow, ownership: Ownership, retry: RetryLater): Promise<void> {
+    const { scope, errorClass, detail, delayMs, attempts } = retry;
     const attempt = (episode.retries ?? 0) + 1;
-    if (!(await this.waits.wait(episode, ownership, errorClass, detail, delayMs))) {
+    const write = () => this.waits.wait(episode, ownership, errorClass, detail, delayMs);
+    const waited = await this.waitWritten(scope, episode, 'retry', write);
+    if (waited instanceof EpisodeWriteUnavailableError) {
+      this.abandon(episode, waited);
+      return;
+    }
+    if (!waited) {
       this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its retry was recorded');
       return;
     }
     this.logger.warn(`${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} (${firstLine(detail)}); retrying in ${delayMs} ms`);
     this.telemetry.emit('episode.retrying', { ...describeEpisode(episode), errorClass, attempt, delayMs });
+  }
+
+  /**
+   * A wait write (EpisodeWaits), retried through a database fault of the library's own while this
+   * node owns the episode (OwnedWrites.wait, rule 12): true once written, false when the episode is
+   * no longer this node's, or the fault that outlasted its ownership (left to recovery).
+   */
+  private async waitWritten(
+    scope: WriteScope,
+    episode: EpisodeRow,
+    kind: 'retry' | 'sleep',
+    write: () => Promise<boolean>,
+  ): Promise<boolean | EpisodeWriteUnavailableError> {
+    const committed = () => this.waits.waited(episode, kind === 'retry');
+    try {
+      return await this.writes.wait(scope, kind === 'retry' ? 'retry wait' : 'sleep', write, committed);
+    } catch (error) {
+      if (error instanceof EpisodeWriteUnavailableError) return error;
+      throw error;
+    }
   }
 
   /**
@@ -186,6 +220,15 @@ export class EpisodeEndings {
   private lifecycle(type: LifecycleEventType, episode: EpisodeRow, status: EpisodeStatus, extra = {}) {
     return lifecycleEvent(type, episode, status, this.identity.name(), extra);
   }
+}
+
+/** What a failed attempt with attempts left waits with. */
+interface RetryLater {
+  scope: WriteScope;
+  errorClass: string;
+  detail: string;
+  delayMs: number;
+  attempts: number;
 }
 
 /** An episode as telemetry names it. */

@@ -16,6 +16,11 @@ export interface NewEpisode {
   sourceEnv: string | null;
   workflowInstanceId?: string | null;
   workflowStepId?: string | null;
+  /**
+   * Insert only before this time by the database clock, else do as for a duplicate: a bus event's
+   * key may have been freed by then (see TriggerSources.fireEvent). Absent: no bound.
+   */
+  insertBefore?: Date | null;
 }
 
 /** One episode row to insert, every column its writer sets. */
@@ -38,6 +43,10 @@ export interface EpisodeInsert {
   startedAt: Date | null;
   /** The row waits from now (`queued_at`): queued, or deferred to a full node. */
   waits: boolean;
+  /** NewEpisode.insertBefore; null for none. */
+  insertBefore: Date | null;
+  /** With the `integrity` option: EpisodeSignatures.signed; null otherwise. */
+  signature: string | null;
 }
 
 /**
@@ -62,33 +71,41 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
     [rows.map((r) => r.workflowStepId), 'text[]'],
     [rows.map((r) => r.startedAt), 'timestamptz[]'],
     [rows.map((r) => r.waits), 'boolean[]'],
+    [rows.map((r) => r.insertBefore), 'timestamptz[]'],
+    [rows.map((r) => r.signature), 'text[]'],
   ]);
-  return `SELECT * FROM unnest(${input})
-            WITH ORDINALITY AS i (id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-                                  source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits, n)`;
+  const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
+                   max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits,
+                   insert_before, signature, n`;
+  return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${columns})`;
 }
 
 /**
  * The one insert of cyclium_episodes, for one row or many: the rows of `input` (a CTE name, or a
  * parenthesised `episodeInput`), in key order, so two batches that meet on dedupe keys wait for
  * each other instead of deadlocking. Unless `duplicates` is `fail` (a seed), the dedupe index
- * decides: a row whose key a live episode holds is skipped. `RETURNING *`: the rows written.
+ * decides: a row whose key a live episode holds is skipped. A row past its `insert_before` is
+ * skipped too, checked by the clock as late as the statement can. `RETURNING *`: the rows written.
  */
 export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'skip'): string {
   return `
     INSERT INTO cyclium_episodes
       (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at)
+       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at, signature)
     SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
            source_stack, source_env, workflow_instance_id, workflow_step_id,
-           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END
+           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END, signature
       FROM ${input} i
+     WHERE i.insert_before IS NULL OR clock_timestamp() < i.insert_before
      ORDER BY key
     ${duplicates === 'skip' ? 'ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING' : ''}
     RETURNING *`;
 }
 
-/** The row `spec` inserts as episode `id`: a running row is owned by `spec.ownerNode`, a waiting one by none until it starts. */
+/**
+ * The row `spec` inserts as episode `id`: a running row is owned by `spec.ownerNode`, a waiting one
+ * by none until it starts. Unsigned: EpisodeSignatures.signed signs it.
+ */
 export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): EpisodeInsert {
   return {
     id,
@@ -106,5 +123,7 @@ export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): E
     workflowStepId: spec.workflowStepId ?? null,
     startedAt: null,
     waits: status !== 'running',
+    insertBefore: spec.insertBefore ?? null,
+    signature: null,
   };
 }

@@ -6,6 +6,9 @@ import { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { rowMapper } from '../entities/row-mapper.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { TamperedRowError } from '../integrity/tampered-row.error.js';
+import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
+import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
+import { IN_FLIGHT } from './episode-signatures.js';
 import { decodeStepResult, presentStepResult } from './step-result.js';
 
 /** A journal row, its result as callers see it (see presentStepResult). */
@@ -94,6 +97,26 @@ const MARK = prepared(
 
 const MARK_ATTEMPTS = 5;
 
+/**
+ * Part of the statement that moves an episode back to running (a wake-up taken, a restart out of
+ * its wait for a slot): the marker `woken` for each episode of the CTE `episodes` (column `id`)
+ * that has a journal, naming the node `node` (a SQL text expression). Recovery measures quiet from
+ * the newest journal row, so without it the run would inherit the quiet time of its wait and look
+ * orphaned from its first moment. A fresh run needs none (its start is new) and must find
+ * position 1 free. No other run writes the journal at that moment (the old one lost the episode:
+ * the owner check of its writes refuses them), so the position is free.
+ */
+export function wokenMarker(episodes: string, node: string): string {
+  return `
+  INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
+  SELECT w.id, last.step_no + 1, 'observation', 'woken', jsonb_build_object('event', 'woken', 'node', ${node})
+    FROM ${episodes} w
+   CROSS JOIN LATERAL (SELECT max(j.step_no) AS step_no FROM cyclium_episode_steps j WHERE j.episode_id = w.id) last
+   WHERE last.step_no IS NOT NULL
+  ON CONFLICT (episode_id, step_no) DO NOTHING
+  RETURNING episode_id`;
+}
+
 /** What a checkpoint's signature covers: its episode, position, step name and stored result. */
 export function checkpointFields(episodeId: string, stepNo: number, name: string, stored: unknown): unknown[] {
   return [episodeId, stepNo, name, stored];
@@ -123,16 +146,53 @@ export class EpisodeJournal {
 
   /**
    * Checkpointed step results by step number, for a resumed run. With `integrity` on, a row whose
-   * signature does not hold for this episode (edited, or copied from another) is TamperedRowError.
+   * signature does not hold for this episode (edited, or copied from another; unsigned, once the
+   * cut-over is recorded: RowSigner.accepts) is TamperedRowError.
    */
   async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
     const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: unknown; signature: string | null }>(
       `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
       [id],
     );
-    const tampered = rows.find((r) => !this.signer.verify('checkpoint', checkpointFields(id, r.checkpoint_no, r.phase, r.state), r.signature));
+    const accepted = (r: (typeof rows)[number]) => {
+      const fields = checkpointFields(id, r.checkpoint_no, r.phase, r.state);
+      return this.signer.accepts('checkpoint', fields, r.signature);
+    };
+    const tampered = rows.find((r) => !accepted(r));
     if (tampered) throw new TamperedRowError('cyclium_episode_checkpoints', `(${id}, ${tampered.checkpoint_no})`);
     return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: decodeStepResult(r.state) }]));
+  }
+
+  /**
+   * At the `integrity` cut-over, inside its transaction: signs the unsigned checkpoints of the
+   * episodes in flight of `scope`, locked until the cut-over commits; returns how many.
+   */
+  async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
+    type Row = { episode_id: string; checkpoint_no: number; phase: string; state: unknown };
+    const read = async (after: Row | null, limit: number) => {
+      const { rows } = await client.query<Row>(
+        `SELECT c.episode_id, c.checkpoint_no, c.phase, c.state
+           FROM cyclium_episode_checkpoints c JOIN cyclium_episodes e ON e.id = c.episode_id
+          WHERE c.signature IS NULL AND ${IN_FLIGHT('e')} AND ${stackCovers('e.source_stack', '$1::text')}
+            AND ${sameEnv('e.source_env', '$2::text')}
+            AND ($3::uuid IS NULL OR (c.episode_id, c.checkpoint_no) > ($3::uuid, $4::int))
+          ORDER BY c.episode_id, c.checkpoint_no LIMIT $5 FOR UPDATE OF c`,
+        [scope.stack, scope.env, after?.episode_id ?? null, after?.checkpoint_no ?? 0, limit],
+      );
+      return rows;
+    };
+    const sign = (r: Row) => {
+      const fields = checkpointFields(r.episode_id, r.checkpoint_no, r.phase, r.state);
+      return this.signer.sign('checkpoint', fields);
+    };
+    const write = (page: Row[]) =>
+      client.query(
+        `UPDATE cyclium_episode_checkpoints c SET signature = v.signature
+           FROM unnest($1::uuid[], $2::int[], $3::text[]) AS v (episode_id, checkpoint_no, signature)
+          WHERE c.episode_id = v.episode_id AND c.checkpoint_no = v.checkpoint_no AND c.signature IS NULL`,
+        [page.map((r) => r.episode_id), page.map((r) => r.checkpoint_no), page.map(sign)],
+      );
+    return signInPages(read, write);
   }
 
   /** The next free journal position (markers such as `resumed` take positions too). */

@@ -3,7 +3,9 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { liveClaimOnEpisode } from '../claims/claim-sql.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
+import { hostedParam, hostsExpectation, type HostedExpectations } from '../sql/hosted-expectations.js';
 import type { EpisodeRow } from './episode-context.interface.js';
+import { EpisodeSignatures } from './episode-signatures.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
 
 /**
@@ -30,13 +32,17 @@ export interface CandidateScope {
   /** With claims on, a claim decides whether a waiting restart is still protected. */
   claimsOn: boolean;
   /**
-   * The actors this node can restart; null when any row may be acted on (a sweep of another
-   * stack defers restarts there). A row of another actor is read only when it will be failed.
+   * The expectations this node can restart, by actor; null when any row may be acted on (a sweep
+   * of another stack defers restarts there). A row of another expectation (its actor's release
+   * here may lack it) is read only when it will be failed.
    */
-  hosted: readonly string[] | null;
+  hosted: HostedExpectations | null;
   /** A `resolvePolicy` decides in code: a row of an unhosted actor may be one to fail, so all are read. */
   policyInCode: boolean;
 }
+
+/** Where the adoption of gone nodes' queues looks. */
+type QueueScope = Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>;
 
 /** Where the next page of candidates starts: after this staleness and id (the text keeps microseconds). */
 export interface CandidateCursor {
@@ -59,9 +65,11 @@ export interface CandidatePage {
  * an owner that beats again (the default configuration's node restarted under its fixed identity).
  *
  * Read oldest-quiet first, in pages after a cursor, leaving out what this node cannot act on: a
- * restart of an actor it does not host (the recorded policy says `restart` and attempts are left).
- * Without that, a block of such rows (an actor removed while its episodes ran) would fill every
- * page and hide the orphans behind it. No index serves the order: the quiet time comes from the
+ * restart of an expectation it does not host (the recorded policy says `restart` and attempts are
+ * left), and, of an actor it hosts without that expectation (another release's, in a rolling
+ * deploy), a row whose policy is not recorded (only a node of that release knows it). Without
+ * that, a block of such rows (an actor removed while its episodes ran) would fill every page and
+ * hide the orphans behind it. No index serves the order: the quiet time comes from the
  * journal, computed for every running row by the staleness test anyway; the sort is a top-N of
  * the rows that passed.
  */
@@ -80,11 +88,21 @@ export const CANDIDATES = `
                              AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
               AND (NOT $5::boolean
                    OR ${liveClaimOnEpisode('e')}))
-     AND ($6::text[] IS NULL OR e.actor_id = ANY($6::text[]) OR $7::boolean OR e.attempts >= e.max_attempts
-          OR ${recordedPolicyOf('e')} IS DISTINCT FROM 'restart')
+     AND ($6::jsonb IS NULL OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6')} OR $7::boolean
+          OR e.attempts >= e.max_attempts
+          OR coalesce(${recordedPolicyOf('e')},
+                      CASE WHEN $6::jsonb ? e.actor_id THEN 'unknown' ELSE 'fail' END) = 'fail')
      AND ($8::timestamptz IS NULL OR (q.quiet_since, e.id) > ($8::timestamptz, $9::uuid))
    ORDER BY q.quiet_since, e.id
    LIMIT $10`;
+
+/** The node that decides "not hosted" (NOT_HOSTED): since when it has watched, and the beat gap that ends a watch. */
+export interface NotHostedWatcher {
+  node: string;
+  /** The database time since which it has beaten without a gap (NodeRegistry.watchingSince). */
+  since: string;
+  gapMs: number;
+}
 
 /** Rows per page of CANDIDATES and per batch of NOT_HOSTED. */
 export const RECOVERY_PAGE = 500;
@@ -96,6 +114,10 @@ export const RECOVERY_PAGE = 500;
  * node listing it (a crashed node's row stays; a drained one deleted its row, but stamped its runs
  * as it went, so their own quiet time covers it); a node that is only late with its beat during a
  * deploy still counts. A NULL actor list (a node from before the column) declares everything.
+ * Silence counts only while this node ($7) watched: it has beaten without a gap since $8 (its
+ * boot, or its return from an outage) for the grace period, and its last beat is recent ($9 ms),
+ * so the time a whole env was stopped (or its database away) is never taken for nobody hosting
+ * the actor, and the first service back does not fail another's work before its nodes return.
  * Taken with SKIP LOCKED in id order and failed on the status as read, so sweeps of several nodes
  * at once each fail a row at most once, and a restart taken meanwhile (which touches updated_at)
  * is left alone.
@@ -116,6 +138,10 @@ export const NOT_HOSTED = `
                           AND (n.actors IS NULL OR e.actor_id = ANY(n.actors))
                           AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
        AND NOT ${liveClaimOnEpisode('e')}
+       AND $8::timestamptz < now() - make_interval(secs => $4::double precision / 1000)
+       AND EXISTS (SELECT 1 FROM cyclium_nodes w
+                    WHERE w.node_identity = $7
+                      AND w.last_seen_at > now() - make_interval(secs => $9::double precision / 1000))
      ORDER BY e.id
      LIMIT $5
      FOR UPDATE OF e SKIP LOCKED)
@@ -126,11 +152,11 @@ export const NOT_HOSTED = `
    WHERE e.id = stranded.id AND e.status IN ('running', 'queued')
   RETURNING e.*`;
 
-/** Queued episodes of actors this node hosts whose node stopped beating (or deregistered when it drained). */
+/** Queued episodes of expectations this node hosts whose node stopped beating (or deregistered when it drained). */
 const ORPHANED_QUEUED = `
   SELECT e.* FROM cyclium_episodes e
    WHERE e.status = 'queued'
-     AND e.actor_id = ANY($5::text[])
+     AND ${hostsExpectation('e.actor_id', 'e.expectation_id', '$5')}
      AND ${stackCovers('e.source_stack', '$1')}
      AND ${sameEnv('e.source_env', '$2')}
      AND e.owner_node IS DISTINCT FROM $4
@@ -139,9 +165,14 @@ const ORPHANED_QUEUED = `
                         AND n.last_seen_at > now() - make_interval(secs => $3::double precision / 1000))
    LIMIT 500`;
 
-/** Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. */
+/**
+ * Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. The
+ * attempt it counts is signed ($5, see EpisodeRecoveryStore.take): the count it was signed for is
+ * the one read ($3 + 1).
+ */
 const TAKE = `
-  UPDATE cyclium_episodes SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now()
+  UPDATE cyclium_episodes
+     SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now(), signature = $5
    WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
   RETURNING *`;
 
@@ -152,7 +183,10 @@ const TAKE = `
  */
 @Injectable()
 export class EpisodeRecoveryStore {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly signatures: EpisodeSignatures,
+  ) {}
 
   /** A restart recovery took on a node that cannot run it: it waits as deferred for a full node. */
   async deferRestart(client: SqlExecutor, id: string): Promise<boolean> {
@@ -183,7 +217,7 @@ export class EpisodeRecoveryStore {
       scope.staleAfterMs,
       scope.goneAfterMs,
       scope.claimsOn,
-      scope.hosted,
+      scope.hosted && hostedParam(scope.hosted),
       scope.policyInCode,
       after?.quietSince ?? null,
       after?.id ?? null,
@@ -204,19 +238,38 @@ export class EpisodeRecoveryStore {
     hosted: readonly string[],
     graceMs: number,
     detail: string,
+    watcher: NotHostedWatcher,
   ): Promise<EpisodeRow[]> {
-    const { rows } = await client.query(NOT_HOSTED, [scope.stack, scope.env, hosted, graceMs, RECOVERY_PAGE, detail]);
+    const { rows } = await client.query(NOT_HOSTED, [
+      scope.stack,
+      scope.env,
+      hosted,
+      graceMs,
+      RECOVERY_PAGE,
+      detail,
+      watcher.node,
+      watcher.since,
+      watcher.gapMs,
+    ]);
     return rows.map(toEpisode);
   }
 
-  /** Takes a candidate for this node's recovery, on the state it was read in; null when another node got there. */
+  /**
+   * Takes a candidate for this node's recovery, on the state it was read in; null when another node
+   * got there. The attempt it counts is re-signed only when the row as read is accepted: a forged or
+   * edited row keeps the signature it had, and its run refuses it (`tampered`) before its method runs.
+   */
   async take(client: SqlExecutor, candidate: EpisodeRow, owner: string): Promise<EpisodeRow | null> {
-    return oneEpisode((await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner])).rows);
+    const counted = { ...candidate, attempts: candidate.attempts + 1 };
+    const signature = this.signatures.accepts(candidate) ? this.signatures.sign(counted) : candidate.signature;
+    const { rows } = await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner, signature]);
+    return oneEpisode(rows);
   }
 
-  /** Queued episodes of actors this node hosts, left behind by a node that is gone. */
-  async orphanedQueued(scope: Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>, owner: string, hostedActors: string[]): Promise<EpisodeRow[]> {
-    const { rows } = await this.database.sql.query(ORPHANED_QUEUED, [scope.stack, scope.env, scope.goneAfterMs, owner, hostedActors]);
+  /** Queued episodes of expectations this node hosts, left behind by a node that is gone. */
+  async orphanedQueued(scope: QueueScope, owner: string, hosted: HostedExpectations): Promise<EpisodeRow[]> {
+    const params = [scope.stack, scope.env, scope.goneAfterMs, owner, hostedParam(hosted)];
+    const { rows } = await this.database.sql.query(ORPHANED_QUEUED, params);
     return rows.map(toEpisode);
   }
 

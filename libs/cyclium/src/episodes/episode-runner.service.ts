@@ -10,6 +10,7 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
+import { TamperedRowError } from '../integrity/tampered-row.error.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { Convergence, EpisodeMethod, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import { EpisodeInterruptedError, EpisodeSleeping } from './episode-errors.js';
@@ -22,6 +23,7 @@ import type { NewEpisode } from './episode-inserts.js';
 import { EpisodeEndings, describeEpisode } from './episode-endings.service.js';
 import { episodeLabel } from './episode-log-lines.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
+import { EpisodeSignatures } from './episode-signatures.js';
 import { RunningEpisode } from './running-episode.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
@@ -34,6 +36,8 @@ class ClaimBusy extends Error {
 
 export interface RunOptions {
   resumed?: boolean;
+  /** The row is this node's own insert as its statement returned it (a fresh begin): no one else's row to check. */
+  inserted?: boolean;
   /** A hold already renewing this claim (a restart handed over by recovery); otherwise one is made from the grant. */
   hold?: ClaimHold;
   /**
@@ -69,6 +73,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly writes: OwnedWrites,
     private readonly begins: BeginWrites,
     private readonly endings: EpisodeEndings,
+    private readonly signatures: EpisodeSignatures,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -92,15 +97,22 @@ export class EpisodeRunner implements OnModuleInit {
     return this.claimWith((client) => this.store.insert(spec, client));
   }
 
-  /** Takes this node's oldest queued episode of `actorId` and its claim, in one transaction; `duplicate` when none is left. */
-  beginQueued(actorId: string): Promise<BeginResult> {
-    return this.claimWith((client) => this.queue.dequeue(actorId, this.identity.name(), client));
+  /**
+   * Takes this node's oldest queued episode of `actorId` (of one of its `expectations`) and its
+   * claim, in one transaction; `duplicate` when none is left.
+   */
+  beginQueued(actorId: string, expectations: readonly string[]): Promise<BeginResult> {
+    return this.claimWith((client) => this.queue.dequeue(actorId, expectations, this.identity.name(), client));
   }
 
-  /** The start of an episode queued on a full peer, taken from its queue (EpisodeQueue.takeFromPeer); duplicate when none is left. */
-  beginFromPeer(actorId: string): Promise<BeginResult> {
+  /**
+   * The start of an episode (of one of `expectations`) queued on a full peer, taken from its queue
+   * (EpisodeQueue.takeFromPeer); duplicate when none is left.
+   */
+  beginFromPeer(actorId: string, expectations: readonly string[]): Promise<BeginResult> {
     const scope = { stack: this.options.stackSlug, env: this.options.env };
-    return this.claimWith((client) => this.queue.takeFromPeer(actorId, this.identity.name(), scope, client));
+    const owner = this.identity.name();
+    return this.claimWith((client) => this.queue.takeFromPeer(actorId, expectations, owner, scope, client));
   }
 
   /**
@@ -176,8 +188,9 @@ export class EpisodeRunner implements OnModuleInit {
 
   /**
    * Runs the episode to its end with `expectation`, the method its actor declares (undefined when
-   * this node does not host it: the episode fails as `unknown_actor`). Never rejects: every outcome
-   * is recorded (or, when the claim is lost, left alone).
+   * this node does not host it: the episode fails as `unknown_actor`; a row that does not verify
+   * with the `integrity` option fails as `tampered`). Never rejects: every outcome is recorded (or,
+   * when the claim is lost, left alone).
    */
   async run(episode: EpisodeRow, expectation: EpisodeMethod | undefined, grant: AcquireResult, options: RunOptions = {}): Promise<void> {
     const resumed = options.resumed ?? false;
@@ -202,6 +215,10 @@ export class EpisodeRunner implements OnModuleInit {
     });
     this.running.set(episode.id, context);
     try {
+      // The row the take returned, checked in memory (the `integrity` option): a forged or edited
+      // one fails as tampered before anything of it runs.
+      const forged = !options.inserted && !this.signatures.accepts(episode);
+      if (forged) throw new TamperedRowError('cyclium_episodes', episode.id);
       if (!expectation) {
         throw Object.assign(new Error(`no actor ${episode.actorId} with expectation ${episode.expectationId} on this node`), {
           errorClass: 'unknown_actor',
@@ -227,7 +244,7 @@ export class EpisodeRunner implements OnModuleInit {
         this.logger.debug(`${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`);
       } else if (cause instanceof EpisodeSleeping) {
         await this.endings
-          .sleep(episode, ownership, cause)
+          .sleep(episode, ownership, scope, cause)
           .catch((e: unknown) => this.logger.error(`could not record the sleep of episode ${episode.id}: ${errorMessage(e)}`));
       } else {
         await this.endings

@@ -22,6 +22,7 @@ import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStore, toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
 import { claimFailureOf, finishEpisode, type TerminalOutcome } from './terminal-writes.js';
+import { runningHere } from './running-here.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 /** Who must own what for a write to count: the episode's claim key, this node, the fence it holds. */
@@ -151,13 +152,18 @@ export class EpisodeStatements {
     const classification = terminal.classification === undefined ? null : JSON.stringify(terminal.classification);
     statement.with(
       'ep',
-      finishEpisode(p(episode.id, 'uuid'), {
-        status: p(terminal.status, 'text'),
-        summary: p(terminal.summary ?? null, 'text'),
-        classification: p(classification, 'jsonb'),
-        errorClass: p(terminal.errorClass ?? null, 'text'),
-        detail: p(terminal.detail ?? null, 'text'),
-      }),
+      finishEpisode(
+        p(episode.id, 'uuid'),
+        {
+          status: p(terminal.status, 'text'),
+          summary: p(terminal.summary ?? null, 'text'),
+          classification: p(classification, 'jsonb'),
+          errorClass: p(terminal.errorClass ?? null, 'text'),
+          detail: p(terminal.detail ?? null, 'text'),
+        },
+        // Open: no claim in the statement, so the episode row proves it (a sweep may have taken it).
+        joined ? undefined : runningHere('e', refs.owner),
+      ),
     );
     const won = 'EXISTS (SELECT 1 FROM ep)';
     const converged = terminal.status === 'done' || terminal.status === 'partially_failed';

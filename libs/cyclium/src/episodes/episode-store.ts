@@ -9,6 +9,10 @@ import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.j
 import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert, type NewEpisode } from './episode-inserts.js';
+import { wokenMarker } from './episode-journal.js';
+import { EpisodeSignatures, IN_FLIGHT } from './episode-signatures.js';
+import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
+import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
 
 /** A row written as it is, for seeding and tests (`Episodes.create`). */
 export interface SeedEpisode {
@@ -41,19 +45,26 @@ export interface EpisodePage {
 /**
  * The first write of a restarted run, fenced (continues `WITH owner AS (...)`, see
  * WorkClaims.fencedStatement): it leaves phase `recovering` only while the handed-over claim is
- * still this node's.
+ * still this node's, with its `woken` marker (its wait for a slot may have been long).
  */
 export const RESUME_START: FencedStatement = {
   name: 'episodes_resume_start',
-  body: `
-  UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
-    FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering' AND owner_node = $2
-  RETURNING cyclium_episodes.*`,
+  // Continues the WITH list: the run's `woken` marker ends the quiet time of its wait for a slot.
+  body: `,
+  ep AS (
+    UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
+      FROM owner
+     WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering' AND owner_node = $2
+    RETURNING cyclium_episodes.*),
+  woken AS (${wokenMarker('ep', '$2::text')})
+  SELECT * FROM ep`,
 };
 
 /** Maps a `cyclium_episodes` row as pg returns it onto the entity's shape. */
-export const toEpisode: RowMapper<EpisodeRow> = rowMapper(CycliumEpisode, { cancelRequestedAt: nullWhenAbsent });
+export const toEpisode: RowMapper<EpisodeRow> = rowMapper(CycliumEpisode, {
+  cancelRequestedAt: nullWhenAbsent,
+  signature: nullWhenAbsent,
+});
 
 /** The first row mapped, or null when there is none. */
 export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);
@@ -67,7 +78,10 @@ export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | n
  */
 @Injectable()
 export class EpisodeStore {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly signatures: EpisodeSignatures,
+  ) {}
 
   /** Inserts unless a live episode already has the dedupe key; null when another insert won. */
   async insert(spec: NewEpisode, via: SqlExecutor = this.database.sql): Promise<EpisodeRow | null> {
@@ -82,14 +96,23 @@ export class EpisodeStore {
    * index decides.
    */
   insertFragment(statement: Statement, id: string, spec: NewEpisode, status: Extract<EpisodeStatus, 'running' | 'queued' | 'deferred'>): string {
-    return insertEpisodes(`(${episodeInput(statement, [insertOf(id, spec, status)])})`);
+    return insertEpisodes(`(${episodeInput(statement, [this.signatures.signed(insertOf(id, spec, status))])})`);
   }
 
-  /** A deferred episode a full node took: running here now. Null when it is not deferred any more (or gone). */
+  /**
+   * A deferred or waiting episode a full node took: running here now, its quiet time new (a run
+   * that resumes from a journal gets its `woken` marker in the same statement). Null when it is
+   * not deferred any more (or gone).
+   */
   async startDeferred(client: SqlExecutor, id: string, owner: string): Promise<EpisodeRow | null> {
     const { rows } = await client.query(
-      `UPDATE cyclium_episodes SET status = 'running', owner_node = $2, phase = NULL, started_at = coalesce(started_at, now()), updated_at = now()
-        WHERE id = $1 AND status IN ('deferred', 'waiting') RETURNING *`,
+      `WITH ep AS (
+         UPDATE cyclium_episodes
+            SET status = 'running', owner_node = $2, phase = NULL, started_at = coalesce(started_at, now()),
+                updated_at = now()
+          WHERE id = $1 AND status IN ('deferred', 'waiting') RETURNING *),
+       woken AS (${wokenMarker('ep', '$2::text')})
+       SELECT * FROM ep`,
       [id, owner],
     );
     return oneEpisode(rows);
@@ -119,6 +142,30 @@ export class EpisodeStore {
     return rows[0]?.status ?? null;
   }
 
+  /**
+   * At the `integrity` cut-over, inside its transaction: signs the unsigned episodes in flight of
+   * `scope` (written by nodes without the option), locked until the cut-over commits; returns how many.
+   */
+  async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
+    const read = async (after: EpisodeRow | null, limit: number) => {
+      const { rows } = await client.query(
+        `SELECT * FROM cyclium_episodes e
+          WHERE e.signature IS NULL AND ${IN_FLIGHT('e')} AND ${stackCovers('e.source_stack', '$1::text')}
+            AND ${sameEnv('e.source_env', '$2::text')} AND ($3::uuid IS NULL OR e.id > $3::uuid)
+          ORDER BY e.id LIMIT $4 FOR UPDATE`,
+        [scope.stack, scope.env, after?.id ?? null, limit],
+      );
+      return rows.map(toEpisode);
+    };
+    const write = (page: EpisodeRow[]) =>
+      client.query(
+        `UPDATE cyclium_episodes e SET signature = v.signature
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE e.id = v.id AND e.signature IS NULL`,
+        [page.map((e) => e.id), page.map((e) => this.signatures.sign(e))],
+      );
+    return signInPages(read, write);
+  }
+
   /** Writes a row as given (the dedupe index refuses a live key); `started_at` defaults to the database clock (rule 1) for a running row. */
   async seed(spec: SeedEpisode): Promise<EpisodeRow> {
     const statement = new Statement('episodes_seed');
@@ -130,8 +177,10 @@ export class EpisodeStore {
       workflowInstanceId: null,
       workflowStepId: null,
       waits: spec.status === 'queued',
+      insertBefore: null,
+      signature: null,
     };
-    statement.with('ep', insertEpisodes(`(${episodeInput(statement, [row])})`, 'fail'));
+    statement.with('ep', insertEpisodes(`(${episodeInput(statement, [this.signatures.signed(row)])})`, 'fail'));
     const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
     return toEpisode(rows[0] as Record<string, unknown>);
   }

@@ -5,6 +5,7 @@ import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
+import { EpisodeSignatures } from './episode-signatures.js';
 import { firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
@@ -16,21 +17,27 @@ const NEVER_RETRIED = new Set(['canceled', 'unknown_actor', 'nondeterministic_re
 
 /**
  * The running episode leaves `running` for `waiting` while this node still owns it at its fence
- * (WorkClaims.fencedStatement), with $5 failed attempts more on its count (1 for a retry, 0 for a
- * sleep); no owner, no slot.
+ * (WorkClaims.fencedStatement) and no sweep took it (with claims off the row is the only proof), with
+ * $5 failed attempts more on its count (1 for a retry, 0 for a sleep); no owner, no slot.
  */
 const WAIT: FencedStatement = {
   name: 'episodes_wait',
   body: `
   UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int, updated_at = now()
     FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
+   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2 AND phase IS DISTINCT FROM 'recovering'
   RETURNING cyclium_episodes.*`,
 };
 
+/**
+ * The operator's retry of a failed episode. A cancel asked of its failed run is cleared with the
+ * rest of that run's outcome: the operator asks for a run now, which would otherwise stop at once.
+ * The attempts it resets are signed ($2: EpisodeSignatures, over the row as the retry read it).
+ */
 const REOPEN = `
   UPDATE cyclium_episodes
-     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0, owner_node = NULL, phase = NULL, updated_at = now()
+     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0,
+         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now(), signature = $2
    WHERE id = $1 AND status = 'failed' AND archived_at IS NULL
   RETURNING *`;
 
@@ -47,6 +54,7 @@ export class EpisodeWaits {
     private readonly claims: WorkClaims,
     private readonly journal: EpisodeJournal,
     private readonly identity: NodeIdentity,
+    private readonly signatures: EpisodeSignatures,
     @Inject(RETRY_WAKE_UPS) private readonly wakeUps: RetryWakeUps,
   ) {}
 
@@ -81,12 +89,14 @@ export class EpisodeWaits {
    * A `failed` episode (not archived: its checkpoints are there) back to `waiting`, due now: the
    * operator's retry, which resumes it from its journal on any node hosting the actor. Its error
    * goes to a `retry` marker (`manual`), and its counts of retries and crash recoveries start
-   * again, so its policies apply afresh. Null when it is no longer failed (or was archived).
+   * again, so its policies apply afresh. Null when it is no longer failed (or was archived). The
+   * caller checked the row (`accepts`): its reset count is signed over the row as read.
    */
   reopen(episode: EpisodeRow): Promise<EpisodeRow | null> {
     const node = this.identity.name();
+    const signature = this.signatures.sign({ ...episode, attempts: 0 });
     return this.database.transaction(async (client) => {
-      const { rows } = await client.query(REOPEN, [episode.id]);
+      const { rows } = await client.query(REOPEN, [episode.id, signature]);
       if (!rows[0]) return null;
       const waiting = toEpisode(rows[0]);
       await this.journal.mark(
@@ -98,6 +108,21 @@ export class EpisodeWaits {
       await this.wakeUps.scheduleWithin(client, waiting, 0, node, 'resume');
       return waiting;
     });
+  }
+
+  /**
+   * After a wait (`wait`, or `sleep` when `retry` is false) that may have committed without its
+   * reply reaching us: true when it did — the episode waits, its count of retries moved as that
+   * wait moves it, with a wake-up this node wrote — so it is not written again.
+   */
+  async waited(episode: EpisodeRow, retry: boolean): Promise<boolean> {
+    const { rows } = await this.database.sql.query<{ waited: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM cyclium_episodes e
+                       WHERE e.id = $1 AND e.status = 'waiting' AND e.retries = $2
+                         AND ${this.wakeUps.scheduledBy('e', '$3::text')}) AS waited`,
+      [episode.id, (episode.retries ?? 0) + (retry ? 1 : 0), this.identity.name()],
+    );
+    return rows[0]?.waited === true;
   }
 
   private waitOut(

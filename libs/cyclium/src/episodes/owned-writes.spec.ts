@@ -164,4 +164,26 @@ describe('OwnedWrites', () => {
     });
     await expect(lost.writes.end(lost.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toBeNull();
   });
+
+  it('a wait write (a backoff, a sleep) is retried through a fault: found committed, or written again', async () => {
+    const { writes } = setup({});
+    const answers = (...results: Array<boolean | Error>) =>
+      jest.fn(async () => {
+        const next = results.shift();
+        if (next instanceof Error) throw next;
+        return next as boolean;
+      });
+    const scope = writes.scope('e1', held());
+    const lostReply = { write: answers(cut()), committed: answers(true) };
+    await expect(writes.wait(scope, 'retry wait', lostReply.write, lostReply.committed)).resolves.toBe(true);
+    expect(lostReply.write).toHaveBeenCalledTimes(1);
+    const refused = { write: answers(lockTimeout(), true), committed: answers(false) };
+    await expect(writes.wait(scope, 'sleep', refused.write, refused.committed)).resolves.toBe(true);
+    expect(refused.write).toHaveBeenCalledTimes(2);
+    // Sent again after an attempt that was still running there and committed first: the second finds nothing to move.
+    const late = { write: answers(cut(), false), committed: answers(false, true) };
+    await expect(writes.wait(scope, 'sleep', late.write, late.committed)).resolves.toBe(true);
+    const gone = { write: answers(cut(), false), committed: answers(false, false) };
+    await expect(writes.wait(scope, 'sleep', gone.write, gone.committed)).resolves.toBe(false);
+  });
 });

@@ -81,6 +81,16 @@ export class OwnedWrites {
     });
   }
 
+  /**
+   * A wait (EpisodeWaits: a retry's backoff, a sleep) retried as the other writes are: false when
+   * the episode is no longer this node's. Before sending again it asks `committed` whether the lost
+   * attempt went through; the wait is fenced and written only from `running`, so a second attempt
+   * after one that did commit writes nothing, and is asked the same.
+   */
+  wait(scope: WriteScope, what: string, write: () => Promise<boolean>, committed: () => Promise<boolean>) {
+    return this.retry(scope, what, write, async () => (await committed()) || (await write()) || (await committed()));
+  }
+
   private async retry<R>(scope: WriteScope, what: string, first: () => Promise<R>, again: () => Promise<R>): Promise<R> {
     let failedAt = 0;
     for (let attempt = 0; ; attempt++) {

@@ -37,12 +37,25 @@ export class QueuedBegins {
     return this.acquireMany !== null;
   }
 
-  /** Starts up to `limit` queued episodes of `actorId` (fewer: the queue had no more); `busy` when a claim was. Use only when `available`. */
-  async take(actorId: string, limit: number, from: 'own' | 'peer'): Promise<Array<Extract<BeginOutcome, { status: 'started' }>> | 'busy'> {
+  /**
+   * Starts up to `limit` queued episodes of `actorId`, of its `expectations` (fewer: the queue had
+   * no more); `busy` when a claim was. Use only when `available`.
+   */
+  async take(
+    actorId: string,
+    expectations: readonly string[],
+    limit: number,
+    from: 'own' | 'peer',
+  ): Promise<Array<Extract<BeginOutcome, { status: 'started' }>> | 'busy'> {
     const statement = new Statement(`take_${from}`);
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const owner = p(this.identity.name(), 'text');
-    const base = { owner, actorId: p(actorId, 'text'), limit: p(limit, 'int') };
+    const base = {
+      owner,
+      actorId: p(actorId, 'text'),
+      expectations: p(expectations, 'text[]'),
+      limit: p(limit, 'int'),
+    };
     const refs: TakeRefs = from === 'own' ? { ...base, from } : { ...base, from, stack: p(this.options.stackSlug, 'text'), env: p(this.options.env, 'text') };
     for (const [name, body] of takeQueued(refs)) statement.with(name, body);
     statement.with('began', `SELECT ${KEY_OF_ROW} AS key FROM ep e`);

@@ -10,6 +10,11 @@ export type WakeReason = 'retry' | 'sleep' | 'resume';
  */
 export interface RetryWakeUps {
   scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string, reason: WakeReason): Promise<void>;
+  /**
+   * The condition, over the episode aliased `e`, that a wake-up `node` (a SQL text expression)
+   * wrote waits for it: how a wait whose reply was lost is found committed.
+   */
+  scheduledBy(e: string, node: string): string;
 }
 
 export const RETRY_WAKE_UPS = Symbol('CYCLIUM_RETRY_WAKE_UPS');

@@ -6,6 +6,8 @@ import type { EpisodeBudget, EpisodeContext, EpisodeRow, EpisodeTrigger, StepToo
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
 
+const INT4_MAX = 2_147_483_647;
+
 export interface StepRecord {
   stepNo: number;
   journalNo: number;
@@ -137,7 +139,10 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     const durationMs = performance.now() - started;
     const resultJson = encodeStepResult(name, result);
     this.journalNo ??= this.history.nextJournalNo;
-    const outcome = await this.library(this.deps.writeStep({ stepNo, journalNo: this.journalNo++, name, resultJson, durationMs: Math.round(durationMs) }));
+    // duration_ms is a 32-bit column: a step that ran longer than 24.8 days is journaled as that long.
+    const journaledMs = Math.min(Math.round(durationMs), INT4_MAX);
+    const record = { stepNo, journalNo: this.journalNo++, name, resultJson, durationMs: journaledMs };
+    const outcome = await this.library(this.deps.writeStep(record));
     this.wrote = true;
     if (outcome === 'not_owner') {
       const lost = new ClaimLostError(this.deps.hold.key, this.fence, 'not_owner');

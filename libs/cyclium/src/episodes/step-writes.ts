@@ -4,11 +4,13 @@ import { createHash } from 'node:crypto';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared } from '../sql/sql-executor.js';
+import { errorCode } from '../sql/database-errors.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { STEP_CONFIRM, checkpointFields, stepWrite } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
 import type { StepRecord, StepWriteOutcome } from './running-episode.js';
 import { BatchedWrites } from './batched-writes.js';
+import { runningHere } from './running-here.js';
 
 interface StepWrite {
   episodeId: string;
@@ -35,7 +37,9 @@ type Proof = 'batched' | 'joined' | 'open';
  * (the adapter's `owner`): the batch's join over its input would plan as if for many rows. A batch that
  * PostgreSQL refuses (a bad value, a deadlock) is written again one by one, so only the write at
  * fault fails. Claims off, or another adapter: each step is written alone, its claim proven by the
- * adapter's `owner` in the statement, or asked `owns()` first when its store is elsewhere.
+ * adapter's `owner` in the statement, or asked `owns()` first when its store is elsewhere; and the
+ * episode row proves in the same statement that this node still runs it (runningHere), so with
+ * claims off a run whose episode a sweep took writes nothing more.
  */
 @Injectable()
 export class StepWrites {
@@ -59,7 +63,24 @@ export class StepWrites {
     const joined = this.claims.inStatement().joined && ownership.fence !== null;
     // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
     if (!joined && ownership.fence !== null && !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))) return 'not_owner';
-    return (await this.send(joined ? 'joined' : 'open', [write]))[0] as StepWriteOutcome;
+    if (joined) return (await this.send('joined', [write]))[0] as StepWriteOutcome;
+    try {
+      return (await this.send('open', [write]))[0] as StepWriteOutcome;
+    } catch (error) {
+      // A sweep that took the episode as this write was under way journals its marker at the
+      // position the write wanted: the run lost the episode, its write is refused, not its fault.
+      if (errorCode(error) === '23505' && !(await this.runsHere(episodeId, ownership.owner))) return 'not_owner';
+      throw error;
+    }
+  }
+
+  /** Whether the episode is still running on `owner` (see runningHere): a write that met a taken position asks. */
+  private async runsHere(episodeId: string, owner: string): Promise<boolean> {
+    const { rows } = await this.database.sql.query<{ here: boolean }>(
+      `SELECT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $1 AND ${runningHere('e', '$2::text')}) AS here`,
+      [episodeId, owner],
+    );
+    return rows[0]?.here === true;
   }
 
   /**
@@ -99,7 +120,13 @@ export class StepWrites {
       return ownerMany ? stepWrite(ownerMany({ input: 'input' })) : null;
     }
     // A lone write: its one claim, as the adapter's `owner` proves it (or the open passthrough).
-    const held = claims.fragments.owner({ key: '$1::text', owner: '$2::text', fence: '$3::bigint' });
+    const claim = claims.fragments.owner({ key: '$1::text', owner: '$2::text', fence: '$3::bigint' });
+    // Open: no claim in the statement, so the episode row proves it (a sweep may have taken it).
+    const held =
+      proof === 'open'
+        ? `SELECT 1 FROM (${claim}) AS claim
+            WHERE EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $4::uuid AND ${runningHere('e', '$2::text')})`
+        : claim;
     return stepWrite('SELECT i.* FROM input i WHERE EXISTS (SELECT 1 FROM held)', held);
   }
 

@@ -59,13 +59,16 @@ function terminalSet(v: OutcomeRefs): string {
 /**
  * The terminal write of one run, as the CTE `ep` (`RETURNING id`), joined to the CTE `owner`: no
  * row, no write. Its own row is the only one it locks, so it needs no lock order; and it plans as
- * one row by key, where finishEpisodes' joins over an input plan for many.
+ * one row by key, where finishEpisodes' joins over an input plan for many. `held`, a predicate over
+ * the row `e`, is what proves ownership when no claim in the statement does (runningHere): in the
+ * UPDATE's own condition, so it is checked again on the row as it is once locked, after a sweep
+ * that took it meanwhile.
  */
-export function finishEpisode(id: string, outcome: OutcomeRefs): string {
+export function finishEpisode(id: string, outcome: OutcomeRefs, held?: string): string {
   return `
       UPDATE cyclium_episodes e
          SET ${terminalSet(outcome)}
         FROM owner
-       WHERE e.id = ${id} AND e.status = 'running'
+       WHERE e.id = ${id} AND e.status = 'running'${held === undefined ? '' : ` AND ${held}`}
       RETURNING e.id`;
 }

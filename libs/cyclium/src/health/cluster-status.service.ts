@@ -3,6 +3,8 @@ import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { SharedRead } from '../primitives/shared-read.js';
+import { busChannel } from '../bus/bus-channel.js';
+import { STORED_POSITIONS, type StoredPosition } from '../bus/bus-positions.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
 
@@ -23,6 +25,31 @@ export interface ClusterNode {
   /** Work claims this node holds with a lease still in the future. */
   liveClaims: number;
   lastSweep: LastSweep | null;
+  /** The actors it hosts (its `@Actor` classes, whatever their mode); null on a row that does not say. */
+  actors: string[] | null;
+}
+
+/**
+ * The stored dispatch position of one event-triggered expectation on one bus channel. Retention
+ * keeps the channel's events of `type` that it has not passed, up to `busUndispatchedMaxAgeMs`: a
+ * position nobody hosts any more (its expectation was removed or renamed) holds them that long.
+ */
+export interface BusConsumerStatus {
+  channel: string;
+  /** `<actor id>.<expectation id>`. */
+  consumer: string;
+  /** The event type it takes; null on a row a previous release wrote (it holds every type). */
+  type: string | null;
+  /** When a node last stored it (it moves whenever its consumer's events settle, and now and then when idle). */
+  updatedAt: Date;
+  /** Events it skipped for a reason of their own, and the last reason. */
+  skipped: number;
+  lastSkip: string | null;
+  /**
+   * A live node of its channel (stack and env) hosts its actor. False for longer than a deploy
+   * takes: nothing reads it any more; drop it (BusConsumers.drop) so it stops holding events.
+   */
+  hosted: boolean;
 }
 
 export interface EpisodeCount {
@@ -41,6 +68,8 @@ export interface ClusterStatus {
   /** Episodes that finished within `windowMs`, by actor and terminal status. */
   finished: { windowMs: number; counts: EpisodeCount[] };
   triggerRequests: { pending: number; expiredInWindow: number };
+  /** Every stored bus position, and whether a live node hosts it. */
+  busConsumers: BusConsumerStatus[];
 }
 
 export interface ClusterStatusOptions {
@@ -67,7 +96,8 @@ const CLUSTER_STATUS = `
         'identity', n.node_identity, 'stack', n.stack, 'env', n.env, 'mode', n.mode, 'hostname', n.hostname, 'pid', n.pid,
         'version', n.version, 'startedAt', n.started_at, 'lastSeenAt', n.last_seen_at,
         'live', n.last_seen_at > now() - make_interval(secs => $1::float8 / 1000),
-        'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep', n.last_sweep)
+        'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep', n.last_sweep,
+        'actors', n.actors)
         ORDER BY n.node_identity)
       FROM cyclium_nodes n LEFT JOIN running r ON r.owner_node = n.node_identity LEFT JOIN claims c ON c.owner_node = n.node_identity), '[]') AS nodes,
     coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
@@ -77,7 +107,8 @@ const CLUSTER_STATUS = `
              WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000) AND finished_at < now() + interval '1 minute' GROUP BY 1, 2) f), '[]') AS finished,
     (SELECT count(*)::int FROM cyclium_trigger_requests WHERE status = 'pending') AS pending,
     (SELECT count(*)::int FROM cyclium_trigger_requests
-      WHERE status = 'expired' AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired`;
+      WHERE status = 'expired' AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired,
+    ${STORED_POSITIONS} AS positions`;
 
 interface Row {
   at: Date;
@@ -86,9 +117,23 @@ interface Row {
   finished: EpisodeCount[];
   pending: number;
   expired: number;
+  positions: StoredPosition[];
 }
 
 type RawSweep = Omit<LastSweep, 'at'> & { at: string };
+
+type Hosting = Pick<ClusterNode, 'stack' | 'env' | 'actors' | 'live'>;
+
+/**
+ * Whether a live node of `position`'s channel hosts its consumer's actor. The channel is a hash of
+ * the stack and env (busChannel), so it is matched here rather than in SQL; a node row that does
+ * not list its actors counts as hosting everything.
+ */
+export function hosts(nodes: ReadonlyArray<Hosting>, position: Pick<StoredPosition, 'channel' | 'consumer'>): boolean {
+  const ofActor = (actor: string) => position.consumer.startsWith(`${actor}.`);
+  const hostsActor = (actors: string[] | null) => actors === null || actors.some(ofActor);
+  return nodes.some((n) => n.live && busChannel(n.stack, n.env) === position.channel && hostsActor(n.actors));
+}
 
 /** Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one read. */
 @Injectable()
@@ -107,17 +152,19 @@ export class ClusterStatusReader {
   private async query(windowMs: number): Promise<ClusterStatus> {
     const { rows } = await this.database.sql.query<Row>(CLUSTER_STATUS, [2 * this.options.nodeBeatIntervalMs, windowMs]);
     const [row] = rows;
+    const nodes = row.nodes.map((n) => ({
+      ...n,
+      startedAt: new Date(n.startedAt),
+      lastSeenAt: new Date(n.lastSeenAt),
+      lastSweep: n.lastSweep ? { ...n.lastSweep, at: new Date(n.lastSweep.at) } : null,
+    }));
     return {
       at: row.at,
-      nodes: row.nodes.map((n) => ({
-        ...n,
-        startedAt: new Date(n.startedAt),
-        lastSeenAt: new Date(n.lastSeenAt),
-        lastSweep: n.lastSweep ? { ...n.lastSweep, at: new Date(n.lastSweep.at) } : null,
-      })),
+      nodes,
       active: row.active,
       finished: { windowMs, counts: row.finished },
       triggerRequests: { pending: row.pending, expiredInWindow: row.expired },
+      busConsumers: row.positions.map((p) => ({ ...p, updatedAt: new Date(p.updatedAt), hosted: hosts(nodes, p) })),
     };
   }
 }

@@ -14,6 +14,8 @@ import { CycliumOperatorReads1764400000012 } from './1764400000012-cyclium-opera
 import { CycliumRetention1764400000013 } from './1764400000013-cyclium-retention.js';
 import { CycliumRetries1764400000014 } from './1764400000014-cyclium-retries.js';
 import { CycliumDueRequests1764400000015 } from './1764400000015-cyclium-due-requests.js';
+import { CycliumBusPositionTypes1764400000019 } from './1764400000019-cyclium-bus-position-types.js';
+import { CycliumEpisodeSignatures1764400000020 } from './1764400000020-cyclium-episode-signatures.js';
 
 export {
   CycliumSchema1764400000000,
@@ -32,9 +34,11 @@ export {
   CycliumRetention1764400000013,
   CycliumRetries1764400000014,
   CycliumDueRequests1764400000015,
+  CycliumBusPositionTypes1764400000019,
+  CycliumEpisodeSignatures1764400000020,
 };
 
-export { CYCLIUM_TABLES, cycliumGrants, type CycliumRoles } from './grants.js';
+export { CYCLIUM_TABLES, cycliumGrants, type CycliumPublisher, type CycliumRoles } from './grants.js';
 
 /** Add these to your DataSource's `migrations`, in this order. */
 export const cycliumMigrations = [
@@ -54,4 +58,6 @@ export const cycliumMigrations = [
   CycliumRetention1764400000013,
   CycliumRetries1764400000014,
   CycliumDueRequests1764400000015,
+  CycliumBusPositionTypes1764400000019,
+  CycliumEpisodeSignatures1764400000020,
 ];

@@ -1,11 +1,14 @@
 import { Body, Controller, Get, HttpCode, NotFoundException, Param, Post, Query, UseFilters, UseGuards, UsePipes } from '@nestjs/common';
+import { ConflictException } from '@nestjs/common';
 import { Mode } from '../dispatch/mode.service.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { CycliumStatus } from '../health/cyclium-status.service.js';
+import { BusConsumers } from '../health/bus-consumers.service.js';
 import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
-import { ClusterQuery, ModeBody, TriggerRequestListQuery, WorkflowIdParam, WorkflowListQuery } from './ops-queries.dto.js';
+import { BusConsumerBody, ClusterQuery, ModeBody } from './ops-queries.dto.js';
+import { TriggerRequestListQuery, WorkflowIdParam, WorkflowListQuery } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 
 /** The cluster, this node and its mode, trigger requests and workflow instances. */
@@ -19,6 +22,7 @@ export class OpsClusterController {
     private readonly mode: Mode,
     private readonly requests: TriggerRequests,
     private readonly workflows: WorkflowEngine,
+    private readonly busConsumers: BusConsumers,
   ) {}
 
   @Get('cluster')
@@ -49,6 +53,21 @@ export class OpsClusterController {
   setMode(@Body() body: ModeBody) {
     this.mode.set(body.mode);
     return this.modes();
+  }
+
+  @Get('bus-consumers')
+  async listBusConsumers() {
+    return { items: await this.busConsumers.list() };
+  }
+
+  /** Drops a stored bus position no live node hosts (an expectation removed or renamed), so it stops holding events. */
+  @Post('bus-consumers/drop')
+  @HttpCode(200)
+  async dropBusConsumer(@Body() { channel, consumer }: BusConsumerBody) {
+    const result = await this.busConsumers.drop(channel, consumer);
+    if (result === 'not_found') throw new NotFoundException(`no bus position of ${consumer} on ${channel}`);
+    if (result === 'hosted') throw new ConflictException(`a live node of ${channel} hosts ${consumer}`);
+    return { result };
   }
 
   @Get('trigger-requests')

@@ -87,6 +87,14 @@ export class WorkflowListQuery {
   limit?: number;
 }
 
+export class BusConsumerBody {
+  @Text(63)
+  channel!: string;
+
+  @Text(500)
+  consumer!: string;
+}
+
 export class ModeBody {
   @IsIn(MODES, { message: `mode must be one of: ${MODES.join(', ')}` })
   mode!: CycliumMode;

@@ -75,7 +75,8 @@ export interface CycliumOptions {
   busPublishQueueMax?: number;
   /**
    * With `bus: 'postgres'`: the largest payload `publish` takes, in bytes of its JSON (UTF-8).
-   * A larger one is refused with `EventPayloadTooLargeError` before anything is queued.
+   * A larger one is refused with `EventPayloadTooLargeError` before anything is queued, as is one
+   * whose jsonb would print over the 4 MiB one read of the bus loads. At most 2 097 152 (2 MiB).
    * Default 1 048 576 (1 MiB).
    */
   busMaxPayloadBytes?: number;
@@ -135,6 +136,13 @@ export interface CycliumOptions {
    * Default 30 000.
    */
   queryTimeoutMs?: number;
+  /**
+   * How long a booting node waits for a database that is not up yet (refused, starting, shutting
+   * down, read-only after a failover, a connection dropped): each step of boot that meets one tries
+   * again, 1 s doubling to 10 s apart, for up to this long before boot fails. What waiting cannot
+   * fix (credentials, an unknown database or host, a malformed URL) fails at once. Default 120 000.
+   */
+  startupWaitMs?: number;
   /** How often this node refreshes `cyclium_nodes.last_seen_at`. Default 15 000. */
   nodeBeatIntervalMs?: number;
   /**
@@ -223,6 +231,7 @@ export interface ResolvedCycliumOptions {
   dataSource: string | undefined;
   checkoutTimeoutMs: number;
   queryTimeoutMs: number;
+  startupWaitMs: number;
   nodeBeatIntervalMs: number;
   workflowEngine: boolean;
   deliveryTimeoutMs: number;

@@ -1,9 +1,8 @@
 import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Max, Min, ValidateBy, ValidateIf, ValidateNested } from 'class-validator';
 import type { CycliumMode } from './cyclium-options.interface.js';
+import { MAX_PAYLOAD_BYTES } from '../bus/event-bounds.js';
+import { MAX_TIMER_MS, MAX_WINDOW_MS } from '../primitives/time-limits.js';
 import { IsIntegrityOptions, IsNonEmptyStringOrFunction, IsPositiveNumber, IsPostgresUrl, OneOfOr } from './option-validators.js';
-
-/** The largest jsonb value PostgreSQL stores (just under 256 MiB). */
-const MAX_JSONB_BYTES = 268_435_455;
 
 export const MODES: readonly CycliumMode[] = ['full', 'trigger_only', 'disabled'];
 
@@ -17,6 +16,15 @@ const positiveMs = (field: string) => ({ message: `${field} must be a whole numb
 /** A nullable period: `orNull` says what null means. */
 const positiveMsOrNull = (field: string, orNull: string) => ({ message: `${field} must be a whole number of milliseconds >= 1, or null ${orNull}` });
 const stringOrNull = (field: string) => ({ message: `${field} must be a string or null` });
+const payloadBytes = { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_PAYLOAD_BYTES}` };
+
+const TIMER_LIMIT = `${MAX_TIMER_MS} ms (about 24.8 days)`;
+const WINDOW_LIMIT = `${MAX_WINDOW_MS} ms (100 years)`;
+const MAX_LEASE_S = `${MAX_TIMER_MS / 1000} s (about 24.8 days)`;
+/** A period a timer waits out (see MAX_TIMER_MS): a longer one would fire at once. */
+const timerMax = (field: string) => Max(MAX_TIMER_MS, { message: `${field} must be at most ${TIMER_LIMIT}` });
+/** A window compared in SQL (see MAX_WINDOW_MS). */
+const windowMax = (field: string) => Max(MAX_WINDOW_MS, { message: `${field} must be at most ${WINDOW_LIMIT}` });
 
 export class RecoveryOptionsSchema {
   @defined('onBoot')
@@ -24,21 +32,25 @@ export class RecoveryOptionsSchema {
   onBoot?: unknown;
 
   @defined('settleMs')
+  @timerMax('recovery.settleMs')
   @IsInt(nonNegativeMs('recovery.settleMs'))
   @Min(0, nonNegativeMs('recovery.settleMs'))
   settleMs?: unknown;
 
   @defined('staleAfterMs')
+  @windowMax('recovery.staleAfterMs')
   @IsInt(positiveMs('recovery.staleAfterMs'))
   @Min(1, positiveMs('recovery.staleAfterMs'))
   staleAfterMs?: unknown;
 
   @IsOptional()
+  @timerMax('recovery.intervalMs')
   @IsInt(positiveMsOrNull('recovery.intervalMs', 'for boot only'))
   @Min(1, positiveMsOrNull('recovery.intervalMs', 'for boot only'))
   intervalMs?: unknown;
 
   @IsOptional()
+  @windowMax('recovery.notHostedGraceMs')
   @IsInt(positiveMsOrNull('recovery.notHostedGraceMs', 'to never fail them'))
   @Min(1, positiveMsOrNull('recovery.notHostedGraceMs', 'to never fail them'))
   notHostedGraceMs?: unknown;
@@ -53,11 +65,13 @@ export class RecoveryOptionsSchema {
 
 export class RetentionOptionsSchema {
   @defined('archiveAfter')
+  @windowMax('retention.archiveAfter')
   @IsInt(positiveMs('retention.archiveAfter'))
   @Min(1, positiveMs('retention.archiveAfter'))
   archiveAfter?: unknown;
 
   @IsOptional()
+  @windowMax('retention.deleteAfter')
   @IsInt(positiveMsOrNull('retention.deleteAfter', 'to keep archived episodes'))
   @Min(1, positiveMsOrNull('retention.deleteAfter', 'to keep archived episodes'))
   deleteAfter?: unknown;
@@ -69,6 +83,7 @@ export class RetentionOptionsSchema {
   batchSize?: unknown;
 
   @defined('intervalMs')
+  @timerMax('retention.intervalMs')
   @IsInt(positiveMs('retention.intervalMs'))
   @Min(1, positiveMs('retention.intervalMs'))
   intervalMs?: unknown;
@@ -90,6 +105,8 @@ export class CycliumOptionsSchema {
   workClaims?: unknown;
 
   @defined('workClaimsLeaseSeconds')
+  // The renewer's timer runs at a third of the lease, the local deadline at the lease.
+  @Max(MAX_TIMER_MS / 1000, { message: `workClaimsLeaseSeconds must be at most ${MAX_LEASE_S}` })
   @IsPositiveNumber({ message: 'workClaimsLeaseSeconds must be a number of seconds > 0' })
   workClaimsLeaseSeconds?: unknown;
 
@@ -112,26 +129,31 @@ export class CycliumOptionsSchema {
   bus?: unknown;
 
   @defined('busPollIntervalMs')
+  @timerMax('busPollIntervalMs')
   @IsInt(positiveMs('busPollIntervalMs'))
   @Min(1, positiveMs('busPollIntervalMs'))
   busPollIntervalMs?: unknown;
 
   @defined('busEchoIntervalMs')
+  @timerMax('busEchoIntervalMs')
   @IsInt(nonNegativeMs('busEchoIntervalMs'))
   @Min(0, nonNegativeMs('busEchoIntervalMs'))
   busEchoIntervalMs?: unknown;
 
   @defined('busEchoTimeoutMs')
+  @timerMax('busEchoTimeoutMs')
   @IsInt(positiveMs('busEchoTimeoutMs'))
   @Min(1, positiveMs('busEchoTimeoutMs'))
   busEchoTimeoutMs?: unknown;
 
   @defined('busRetentionMs')
+  @windowMax('busRetentionMs')
   @IsInt(positiveMs('busRetentionMs'))
   @Min(1, positiveMs('busRetentionMs'))
   busRetentionMs?: unknown;
 
   @defined('busUndispatchedMaxAgeMs')
+  @windowMax('busUndispatchedMaxAgeMs')
   @IsInt(positiveMs('busUndispatchedMaxAgeMs'))
   @Min(1, positiveMs('busUndispatchedMaxAgeMs'))
   busUndispatchedMaxAgeMs?: unknown;
@@ -140,11 +162,11 @@ export class CycliumOptionsSchema {
   @Min(1, { message: 'busPublishQueueMax must be a whole number of publishes >= 1' })
   busPublishQueueMax?: unknown;
 
-  // jsonb stores at most 255 MiB; a bound past it would promise what PostgreSQL refuses.
+  // Every event must fit one read of the bus (4 MiB of payload text, jsonb printing up to 1.5 times the JSON).
   @defined('busMaxPayloadBytes')
-  @IsInt({ message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
-  @Min(1, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
-  @Max(MAX_JSONB_BYTES, { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_JSONB_BYTES}` })
+  @IsInt(payloadBytes)
+  @Min(1, payloadBytes)
+  @Max(MAX_PAYLOAD_BYTES, payloadBytes)
   busMaxPayloadBytes?: unknown;
 
   @defined('listenUrl')
@@ -156,6 +178,7 @@ export class CycliumOptionsSchema {
   preparedStatements?: unknown;
 
   @defined('jitterMs')
+  @timerMax('jitterMs')
   @IsInt(nonNegativeMs('jitterMs'))
   @Min(0, nonNegativeMs('jitterMs'))
   jitterMs?: unknown;
@@ -169,6 +192,7 @@ export class CycliumOptionsSchema {
   metrics?: unknown;
 
   @defined('episodeShutdownMs')
+  @timerMax('episodeShutdownMs')
   @IsInt(nonNegativeMs('episodeShutdownMs'))
   @Min(0, nonNegativeMs('episodeShutdownMs'))
   episodeShutdownMs?: unknown;
@@ -178,6 +202,7 @@ export class CycliumOptionsSchema {
   recovery?: unknown;
 
   @defined('triggerPollIntervalMs')
+  @timerMax('triggerPollIntervalMs')
   @IsInt(positiveMs('triggerPollIntervalMs'))
   @Min(1, positiveMs('triggerPollIntervalMs'))
   triggerPollIntervalMs?: unknown;
@@ -191,6 +216,7 @@ export class CycliumOptionsSchema {
   triggerPollSourceEnv?: unknown;
 
   @defined('triggerRequestTtlMs')
+  @windowMax('triggerRequestTtlMs')
   @IsInt(positiveMs('triggerRequestTtlMs'))
   @Min(1, positiveMs('triggerRequestTtlMs'))
   triggerRequestTtlMs?: unknown;
@@ -205,16 +231,24 @@ export class CycliumOptionsSchema {
   dataSource?: unknown;
 
   @defined('checkoutTimeoutMs')
+  @timerMax('checkoutTimeoutMs')
   @IsInt(positiveMs('checkoutTimeoutMs'))
   @Min(1, positiveMs('checkoutTimeoutMs'))
   checkoutTimeoutMs?: unknown;
 
   @defined('queryTimeoutMs')
+  @timerMax('queryTimeoutMs')
   @IsInt(positiveMs('queryTimeoutMs'))
   @Min(1, positiveMs('queryTimeoutMs'))
   queryTimeoutMs?: unknown;
 
+  @defined('startupWaitMs')
+  @IsInt(nonNegativeMs('startupWaitMs'))
+  @Min(0, nonNegativeMs('startupWaitMs'))
+  startupWaitMs?: unknown;
+
   @defined('nodeBeatIntervalMs')
+  @timerMax('nodeBeatIntervalMs')
   @IsInt(positiveMs('nodeBeatIntervalMs'))
   @Min(1, positiveMs('nodeBeatIntervalMs'))
   nodeBeatIntervalMs?: unknown;
@@ -224,6 +258,7 @@ export class CycliumOptionsSchema {
   workflowEngine?: unknown;
 
   @defined('deliveryTimeoutMs')
+  @timerMax('deliveryTimeoutMs')
   @IsInt(positiveMs('deliveryTimeoutMs'))
   @Min(1, positiveMs('deliveryTimeoutMs'))
   deliveryTimeoutMs?: unknown;
@@ -234,6 +269,7 @@ export class CycliumOptionsSchema {
   outputMaxAttempts?: unknown;
 
   @defined('outputRetryBaseMs')
+  @windowMax('outputRetryBaseMs')
   @IsInt(positiveMs('outputRetryBaseMs'))
   @Min(1, positiveMs('outputRetryBaseMs'))
   outputRetryBaseMs?: unknown;

@@ -2,6 +2,12 @@ import { describe, expect, it } from '@jest/globals';
 import { CycliumConfigError } from './cyclium-config.error.js';
 import { resolveCycliumOptions } from './resolve-options.js';
 
+const DAY = 86_400_000;
+const TIMER = '2147483647 ms (about 24.8 days)';
+const WINDOW = '3155760000000 ms (100 years)';
+const LEASE = '2147483.647 s (about 24.8 days)';
+const PAYLOAD = 'busMaxPayloadBytes must be a whole number of bytes from 1 to 2097152';
+
 const problems = (options: unknown): string[] => {
   try {
     resolveCycliumOptions(options as never);
@@ -44,6 +50,7 @@ describe('resolveCycliumOptions', () => {
       dataSource: undefined,
       checkoutTimeoutMs: 10_000,
       queryTimeoutMs: 30_000,
+      startupWaitMs: 120_000,
       nodeBeatIntervalMs: 15_000,
       workflowEngine: true,
       deliveryTimeoutMs: 30_000,
@@ -53,19 +60,27 @@ describe('resolveCycliumOptions', () => {
     });
   });
 
+  it('refuses a busUndispatchedMaxAgeMs the position flush cannot honour, naming it', () => {
+    expect(() => resolveCycliumOptions({ busUndispatchedMaxAgeMs: 3_999 })).toThrow(
+      /busUndispatchedMaxAgeMs must be at least 4000 with bus 'postgres'.*\(got 3999\)/,
+    );
+    expect(resolveCycliumOptions({ busUndispatchedMaxAgeMs: 4_000 }).busUndispatchedMaxAgeMs).toBe(4_000);
+    // Without the durable bus there are no positions to store.
+    expect(resolveCycliumOptions({ bus: 'local', busUndispatchedMaxAgeMs: 1_000 }).busUndispatchedMaxAgeMs).toBe(1_000);
+  });
+
   it('archives no sooner than a trigger can come again: archiveAfter covers the bus replay window and the request TTL', () => {
     expect(() => resolveCycliumOptions({ retention: { archiveAfter: 3_600_000 } })).toThrow(
       /retention\.archiveAfter must be at least busUndispatchedMaxAgeMs and triggerRequestTtlMs \(604800000 here\).*got 3600000/,
     );
-    expect(() => resolveCycliumOptions({ busUndispatchedMaxAgeMs: 1_000, triggerRequestTtlMs: 5_000, retention: { archiveAfter: 4_000 } })).toThrow(
-      /retention\.archiveAfter.*\(5000 here\)/,
-    );
+    const shortTtl = { busUndispatchedMaxAgeMs: 4_000, triggerRequestTtlMs: 5_000, retention: { archiveAfter: 4_000 } };
+    expect(() => resolveCycliumOptions(shortTtl)).toThrow(/retention\.archiveAfter.*\(5000 here\)/);
     // Left out, archiveAfter grows to cover a longer replay window instead of failing boot.
     expect(resolveCycliumOptions({ busUndispatchedMaxAgeMs: 30 * 86_400_000 }).retention?.archiveAfter).toBe(30 * 86_400_000);
-    expect(
-      resolveCycliumOptions({ busUndispatchedMaxAgeMs: 1_000, triggerRequestTtlMs: 1_000, retention: { archiveAfter: 1_000, deleteAfter: null } }).retention,
-    ).toEqual({
-      archiveAfter: 1_000,
+    const retention = { archiveAfter: 4_000, deleteAfter: null };
+    const short = { busUndispatchedMaxAgeMs: 4_000, triggerRequestTtlMs: 1_000, retention };
+    expect(resolveCycliumOptions(short).retention).toEqual({
+      archiveAfter: 4_000,
       deleteAfter: null,
       batchSize: 1_000,
       intervalMs: 60_000,
@@ -101,6 +116,13 @@ describe('resolveCycliumOptions', () => {
     expect(problems({ listenUrl: 'postgres://db/app', bus: 'postgres' })).toEqual([]);
   });
 
+  it('takes windows past 24.8 days (32-bit milliseconds): they are 64-bit throughout', () => {
+    const resolved = resolveCycliumOptions({ busUndispatchedMaxAgeMs: 30 * DAY, recovery: { staleAfterMs: 40 * DAY } });
+    expect(resolved.busUndispatchedMaxAgeMs).toBe(30 * DAY);
+    expect(resolved.retention?.archiveAfter).toBe(30 * DAY);
+    expect(resolved.recovery.staleAfterMs).toBe(40 * DAY);
+  });
+
   it('accepts custom adapters and buses by shape', () => {
     const adapter = { acquire() {}, renew() {}, complete() {}, fail() {}, owns() {}, reclaimExpired() {} };
     const bus = { publish() {}, subscribe() {} };
@@ -121,12 +143,19 @@ describe('resolveCycliumOptions', () => {
     [{ recovery: { notHostedGraceMs: 1.5 } }, 'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them (got 1.5)'],
     [{ recovery: { resolvePolicy: 'restart' } }, `recovery.resolvePolicy must be a function returning 'restart' or 'fail' (got "restart")`],
     [{ triggerRequestTtlMs: 0 }, 'triggerRequestTtlMs must be a whole number of milliseconds >= 1 (got 0)'],
+    [{ busPollIntervalMs: 2 ** 31 }, `busPollIntervalMs must be at most ${TIMER} (got 2147483648)`],
+    [{ retention: { intervalMs: 30 * DAY } }, `retention.intervalMs must be at most ${TIMER} (got 2592000000)`],
+    [{ busUndispatchedMaxAgeMs: 4e12 }, `busUndispatchedMaxAgeMs must be at most ${WINDOW} (got 4000000000000)`],
+    [{ workClaimsLeaseSeconds: 3e6 }, `workClaimsLeaseSeconds must be at most ${LEASE} (got 3000000)`],
     [{ busPublishQueueMax: 0 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 0)'],
     [{ busPublishQueueMax: 2.5 }, 'busPublishQueueMax must be a whole number of publishes >= 1 (got 2.5)'],
-    [{ busMaxPayloadBytes: 0 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 0)'],
-    [{ busMaxPayloadBytes: 300_000_000 }, 'busMaxPayloadBytes must be a whole number of bytes from 1 to 268435455 (got 300000000)'],
+    [{ busMaxPayloadBytes: 0 }, `${PAYLOAD} (got 0)`],
+    [{ busMaxPayloadBytes: 200 * 1_048_576 }, `${PAYLOAD} (got 209715200)`],
+    [{ busMaxPayloadBytes: 2_097_153 }, `${PAYLOAD} (got 2097153)`],
     [{ checkoutTimeoutMs: 0 }, 'checkoutTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],
     [{ queryTimeoutMs: 1.5 }, 'queryTimeoutMs must be a whole number of milliseconds >= 1 (got 1.5)'],
+    [{ startupWaitMs: -1 }, 'startupWaitMs must be a whole number of milliseconds >= 0 (got -1)'],
+    [{ startupWaitMs: '2m' }, 'startupWaitMs must be a whole number of milliseconds >= 0 (got "2m")'],
     [{ deliveryTimeoutMs: 0 }, 'deliveryTimeoutMs must be a whole number of milliseconds >= 1 (got 0)'],
     [{ outputMaxAttempts: 1.5 }, 'outputMaxAttempts must be a whole number >= 1 (got 1.5)'],
     [{ outputMaxAttempts: 0 }, 'outputMaxAttempts must be a whole number >= 1 (got 0)'],

@@ -2,6 +2,7 @@ import { validateSync, type ValidationError } from 'class-validator';
 import { CycliumConfigError } from './cyclium-config.error.js';
 import type { CycliumOptions, ResolvedCycliumOptions } from './cyclium-options.interface.js';
 import { CycliumOptionsSchema, RecoveryOptionsSchema, RetentionOptionsSchema } from './options.schema.js';
+import { MIN_UNDISPATCHED_MAX_AGE_MS } from '../bus/position-flush.js';
 
 export const DEFAULT_OPTIONS = {
   workClaims: false,
@@ -25,6 +26,7 @@ export const DEFAULT_OPTIONS = {
   triggerRequestTtlMs: 3_600_000,
   checkoutTimeoutMs: 10_000,
   queryTimeoutMs: 30_000,
+  startupWaitMs: 120_000,
   nodeBeatIntervalMs: 15_000,
   workflowEngine: true,
   deliveryTimeoutMs: 30_000,
@@ -79,6 +81,7 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
   }
   const problems = problemsOf(validateSync(schema, { whitelist: true, forbidNonWhitelisted: true }));
   if (problems.length > 0) throw new CycliumConfigError(problems);
+  checkUndispatchedWindow(input);
   const retention = resolveRetention(input);
 
   const env = blankToNull(input.env);
@@ -118,6 +121,7 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     dataSource: input.dataSource,
     checkoutTimeoutMs: input.checkoutTimeoutMs ?? DEFAULT_OPTIONS.checkoutTimeoutMs,
     queryTimeoutMs: input.queryTimeoutMs ?? DEFAULT_OPTIONS.queryTimeoutMs,
+    startupWaitMs: input.startupWaitMs ?? DEFAULT_OPTIONS.startupWaitMs,
     nodeBeatIntervalMs: input.nodeBeatIntervalMs ?? DEFAULT_OPTIONS.nodeBeatIntervalMs,
     workflowEngine: input.workflowEngine ?? DEFAULT_OPTIONS.workflowEngine,
     deliveryTimeoutMs: input.deliveryTimeoutMs ?? DEFAULT_OPTIONS.deliveryTimeoutMs,
@@ -125,6 +129,22 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     outputRetryBaseMs: input.outputRetryBaseMs ?? DEFAULT_OPTIONS.outputRetryBaseMs,
     integrity: input.integrity ? { keyId: input.integrity.keyId, keys: { ...input.integrity.keys } } : null,
   };
+}
+
+/**
+ * With the durable bus, retention counts an event as undispatched once a position of its type has
+ * not passed it for `busUndispatchedMaxAgeMs`; positions are stored at most once a second, so a
+ * window must hold a few of those writes (see positionFlushMs), or events whose dispatch is only
+ * waiting to be stored are deleted and warned about.
+ */
+function checkUndispatchedWindow(input: CycliumOptions): void {
+  const window = input.busUndispatchedMaxAgeMs;
+  const durable = (input.bus ?? DEFAULT_OPTIONS.bus) === 'postgres';
+  if (!durable || window === undefined || window >= MIN_UNDISPATCHED_MAX_AGE_MS) return;
+  throw new CycliumConfigError([
+    `busUndispatchedMaxAgeMs must be at least ${MIN_UNDISPATCHED_MAX_AGE_MS} with bus 'postgres': dispatch ` +
+      `positions are stored at most once a second, and the window must hold four such writes (got ${window})`,
+  ]);
 }
 
 /**

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
+import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import { toOutput } from './output-row.js';
 
 /** `now() + ms` by the database clock, from a parameter reference. */
@@ -15,18 +16,27 @@ const after = (ms: string) => `now() + make_interval(secs => ${ms}::double preci
 export const OWNED_OUTPUT = (o: string) => `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ${o}.inserted_at)`;
 
 /**
- * Takes due rows of the types this node hosts, oldest due first, in one conditional UPDATE: each
- * counts an attempt, names this node and moves `next_attempt_at` to the lease's end. A node that
- * loses a race waits on the row and then finds it no longer due (READ COMMITTED re-reads the
- * predicate on the row it waited for), so two nodes never hold one row. A row whose last allowed
+ * A due row in the scope of a node whose stack and env are the references `stack` and `env`: its
+ * env strictly (NULL, the default env, included), its stack or none. An output is delivered by a
+ * node of its episode's scope, through that scope's adapter, never by an `rc` node for production.
+ */
+const DUE = (o: string, types: string, stack: string, env: string) =>
+  `${o}.status = 'pending' AND ${o}.next_attempt_at <= now() AND ${o}.type = ANY(${types}::text[])
+   AND ${sameEnv(`${o}.source_env`, `${env}::text`)} AND ${stackCovers(`${o}.source_stack`, `${stack}::text`)}`;
+
+/**
+ * Takes due rows of the types this node hosts, in its scope (DUE), oldest due first, in one
+ * conditional UPDATE: each counts an attempt, names this node and moves `next_attempt_at` to the
+ * lease's end. A node that loses a race waits on the row and then finds it no longer due (READ
+ * COMMITTED re-reads the predicate on the row it waited for), so two nodes never hold one row. A row whose last allowed
  * attempt never finished (its lease ran out) ends `failed` in the same statement, and so does a
  * row its episode's end did not write (OWNED_OUTPUT), undelivered.
- * Parameters: owner, types, limit, max attempts, lease ms.
+ * Parameters: owner, types, limit, max attempts, lease ms, the node's stack and env.
  */
 export const TAKE_DUE = `
   WITH due AS (
     SELECT id, ${OWNED_OUTPUT('d')} AS owned FROM cyclium_outputs d
-     WHERE status = 'pending' AND next_attempt_at <= now() AND type = ANY($2::text[])
+     WHERE ${DUE('d', '$2', '$6', '$7')}
      ORDER BY next_attempt_at
      LIMIT $3)
   UPDATE cyclium_outputs o
@@ -83,10 +93,12 @@ export class OutputStore {
     return rows.map(toOutput);
   }
 
-  /** True when a row of `types` is due; for a statement that runs anyway (the node's beat). */
-  static dueFragment(typesRef: string): string {
-    return `EXISTS (SELECT 1 FROM cyclium_outputs
-                     WHERE status = 'pending' AND next_attempt_at <= now() AND type = ANY(${typesRef}::text[]))`;
+  /**
+   * True when a row of `types` in the scope of stack `stackRef` and env `envRef` is due; for a
+   * statement that runs anyway (the node's beat).
+   */
+  static dueFragment(typesRef: string, stackRef: string, envRef: string): string {
+    return `EXISTS (SELECT 1 FROM cyclium_outputs d WHERE ${DUE('d', typesRef, stackRef, envRef)})`;
   }
 
   /**
@@ -113,9 +125,20 @@ export class OutputStore {
     });
   }
 
-  /** Taken rows (status `pending`, leased to `owner`) and rows that ran out of attempts (status `failed`). */
-  async take(owner: string, types: readonly string[], limit: number, maxAttempts: number, leaseMs: number): Promise<CycliumOutput[]> {
-    const { rows } = await this.database.sql.query(TAKE_DUE, [owner, types, limit, maxAttempts, leaseMs]);
+  /**
+   * Taken rows (status `pending`, leased to `owner`) and rows that ran out of attempts (status
+   * `failed`), of the scope `scope` (the taking node's).
+   */
+  async take(
+    owner: string,
+    types: readonly string[],
+    limit: number,
+    maxAttempts: number,
+    leaseMs: number,
+    scope: { stack: string | null; env: string | null },
+  ): Promise<CycliumOutput[]> {
+    const values = [owner, types, limit, maxAttempts, leaseMs, scope.stack, scope.env];
+    const { rows } = await this.database.sql.query(TAKE_DUE, values);
     return rows.map(toOutput);
   }
 

@@ -11,6 +11,7 @@ import { listenConnectionConfig } from '../bus/listen-connection.js';
 import { LocalBus } from '../bus/local-bus.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
 import { PostgresBus } from '../bus/postgres-bus.js';
+import { positionFlushMs } from '../bus/position-flush.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { BusObserver } from '../bus/postgres-bus-options.interface.js';
@@ -47,7 +48,7 @@ export const busTransportProvider: Provider = {
         maxPayloadBytes: options.busMaxPayloadBytes,
         // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
         notifySpacingMs: () => notifySpacingMs(peers.size),
-        positionFlushMs: () => 1_000 * peers.size,
+        positionFlushMs: () => positionFlushMs(peers.size, options.busUndispatchedMaxAgeMs),
         audience: peers,
         integrity: signer.enabled
           ? {
@@ -95,10 +96,16 @@ interface Stoppable {
  */
 @Injectable()
 export class BusLifecycle implements OnModuleInit, OnApplicationShutdown {
-  constructor(@Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus) {}
+  constructor(
+    @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
+    private readonly database: CycliumDataSource,
+  ) {}
 
+  /** A database away at boot (a failover) is waited for, as every boot step does (CycliumDataSource.atBoot). */
   async onModuleInit(): Promise<void> {
-    if (hasMethod<Startable>(this.bus, 'start')) await this.bus.start();
+    const bus = this.bus;
+    if (!hasMethod<Startable>(bus, 'start')) return;
+    await this.database.atBoot('starting the bus (LISTEN)', async () => bus.start());
   }
 
   async onApplicationShutdown(): Promise<void> {

@@ -30,6 +30,9 @@ class Skip extends Error {
   }
 }
 
+/** A recovery policy, or null when nothing here knows the episode's. */
+type Policy = RecoveryPolicy | null;
+
 /** What recovery decided for one candidate before touching it. */
 interface Plan {
   candidate: EpisodeRow;
@@ -54,8 +57,8 @@ type Outcome =
  * savepoint: takes its claim (a live holder means skip), takes the row with one conditional UPDATE, and journals
  * `resumed` — or fails it as `orphaned`, per policy and `maxAttempts`. A restart keeps the claim:
  * it is handed to this node's slots with its fence and renewed while it waits, so no moment exists
- * when a peer could take it again. Only actors this node hosts are taken for a restart; a failure
- * may be applied anywhere.
+ * when a peer could take it again. Only expectations this node hosts are taken for a restart; a
+ * failure may be applied anywhere.
  */
 @Injectable()
 export class EpisodeTakeover {
@@ -131,8 +134,13 @@ export class EpisodeTakeover {
 
   /** What recovery would do with the candidate here; null when only a node that hosts (and runs) its actor can. */
   private async plan(candidate: EpisodeRow, options: SweepOptions): Promise<Plan | null> {
-    const hosted = this.slots.hosts(candidate.actorId);
-    const policy = await this.policyFor(candidate, options.resolvePolicy);
+    // The expectation, not only the actor: a release here may lack it (a rolling deploy).
+    const hosted = this.slots.hosts(candidate.actorId, candidate.expectationId);
+    const known = await this.policyFor(candidate, options.resolvePolicy);
+    // This release of the actor lacks the expectation and no policy is recorded for it (this node's
+    // own boot may have recorded the actor without it): a node of a release that has it decides.
+    if (known === null && this.registry.get(candidate.actorId)) return null;
+    const policy = known ?? 'fail';
     const attempt = candidate.attempts + 1;
     const restart = policy === 'restart' && attempt <= candidate.maxAttempts;
     const mode = this.mode.of(candidate.actorId);
@@ -169,6 +177,8 @@ export class EpisodeTakeover {
           sourceStack: episode.sourceStack,
           sourceEnv: episode.sourceEnv,
           opts: { resume: true },
+          // Accepted work, due at once: it never expires.
+          delayMs: 0,
         },
         episode.triggerRef,
       );
@@ -222,11 +232,14 @@ export class EpisodeTakeover {
     return { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId };
   }
 
-  /** `resolvePolicy`, else the expectation's `recoveryPolicy`, else the actor's stored definition, else `fail`. */
-  private async policyFor(episode: EpisodeRow, resolve = this.options.recovery.resolvePolicy): Promise<RecoveryPolicy> {
+  /**
+   * `resolvePolicy`, else the expectation's `recoveryPolicy` (`fail` when it declares none), else
+   * the actor's stored definition; null when none of them knows.
+   */
+  private async policyFor(episode: EpisodeRow, resolve = this.options.recovery.resolvePolicy): Promise<Policy> {
     if (resolve) return resolve(episode);
-    const declared = this.registry.expectation(episode.actorId, episode.expectationId)?.options.recoveryPolicy;
-    if (declared) return declared;
-    return (await this.definitions.recordedPolicy(episode)) ?? 'fail';
+    const expectation = this.registry.expectation(episode.actorId, episode.expectationId);
+    if (expectation) return expectation.options.recoveryPolicy ?? 'fail';
+    return this.definitions.recordedPolicy(episode);
   }
 }

@@ -1,6 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
+import { NodeRegistry } from '../cluster/node-registry.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
@@ -16,9 +17,10 @@ const LINES_PER_ACTOR = 20;
 /**
  * Ends the episodes no node will ever run: running or queued episodes of an actor that no live
  * node of their stack and env has declared for `recovery.notHostedGraceMs` (an actor removed or
- * renamed while its episodes ran) fail with `error_class: 'not_hosted'`, their terminal event
- * published, so a workflow waiting on one moves on. Any node's sweep may do it: the rows belong to
- * no live node, and the statement fails each row once however many nodes sweep at the same time.
+ * renamed while its episodes ran) while this node watched, beating, for as long, fail with
+ * `error_class: 'not_hosted'`, their terminal event published, so a workflow waiting on one moves
+ * on. Any node's sweep may do it: the rows belong to no live node, and the statement fails each
+ * row once however many nodes sweep at the same time.
  */
 @Injectable()
 export class NotHostedEpisodes {
@@ -31,6 +33,7 @@ export class NotHostedEpisodes {
     private readonly registry: ActorRegistry,
     private readonly events: EventOutbox,
     private readonly telemetry: CycliumTelemetry,
+    private readonly nodes: NodeRegistry,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -44,14 +47,17 @@ export class NotHostedEpisodes {
   /** Fails batches until one comes back short or `deadline` (a performance.now() time) passed; returns how many failed. */
   async sweep(scope: Pick<CandidateScope, 'stack' | 'env'>, me: string, deadline: number): Promise<number> {
     const graceMs = this.graceMs();
-    if (graceMs === null) return 0;
+    const since = this.nodes.watchingSince();
+    if (graceMs === null || since === null) return 0;
+    // Its own last beat must be recent too: a gap its next beat has yet to notice (a freeze, an outage) is no watch.
+    const watcher = { node: me, since, gapMs: 3 * this.options.nodeBeatIntervalMs };
     const hosted = this.registry.all().map((actor) => actor.id);
     const detail = `not_hosted: no live node of its stack and env has declared actor %s for ${graceMs} ms (last owned by %s)`;
     const byActor = new Map<string, number>();
     let failed = 0;
     for (;;) {
       const batch = await this.database.transaction(async (client) => {
-        const episodes = await this.store.failNotHosted(client, scope, hosted, graceMs, detail);
+        const episodes = await this.store.failNotHosted(client, scope, hosted, graceMs, detail, watcher);
         await this.journal.mark(
           episodes.map((e) => e.id),
           'not_hosted',

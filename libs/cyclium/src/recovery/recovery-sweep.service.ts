@@ -83,7 +83,7 @@ export class RecoverySweep {
     const staleAfterMs = options.staleAfterMs ?? this.options.recovery.staleAfterMs;
     // A node's liveness beat is slower than a short staleAfterMs; never call a beating node gone.
     const goneAfterMs = Math.max(staleAfterMs, 3 * this.options.nodeBeatIntervalMs);
-    const hosted = this.registry.all().map((actor) => actor.id);
+    const hosted = this.registry.hostedExpectations();
     // Sweeping another stack's rows: restarts of actors hosted there go to that stack, so any row may be acted on.
     const otherStack = options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
     const scope = {

@@ -67,6 +67,32 @@ export function isTransientDatabaseError(error: unknown): boolean {
   return code !== undefined && TRANSIENT_CODES.has(code);
 }
 
+/** A SQLSTATE: five digits or capital letters, the first two its class. */
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+
+/**
+ * True when PostgreSQL refused a statement for the data it carried: a value it cannot take (class
+ * 22, data exception) or a constraint the row breaks (class 23). The work's own fault: sent again,
+ * it fails the same way, so the work may be skipped or failed with the reason (rule 13).
+ */
+export function isDataFault(error: unknown): boolean {
+  const code = errorCode(error);
+  return code !== undefined && SQLSTATE.test(code) && (code.startsWith('22') || code.startsWith('23'));
+}
+
+/**
+ * True when a database error must hold the work it met (a bus position, a request, a row) and be
+ * retried (rule 13): the database is away, or it refused the statement for any reason but the
+ * work's own data (isDataFault): a statement or lock timeout, a serialization failure, a deadlock,
+ * a read-only server after a failover, a full disk, a missing grant or table. False for an error
+ * that did not come from the database at all.
+ */
+export function holdsWork(error: unknown): boolean {
+  if (isDatabaseUnavailable(error)) return true;
+  const code = errorCode(error);
+  return code !== undefined && SQLSTATE.test(code) && !isDataFault(error);
+}
+
 /**
  * The database could not be reached, or did not answer in time (`checkoutTimeoutMs`,
  * `queryTimeoutMs`), to do what was asked. Answer 503 and retry later.

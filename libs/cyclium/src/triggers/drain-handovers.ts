@@ -10,6 +10,7 @@ interface Handover {
   trigger: EpisodeTrigger;
   dedupeKey: string;
   what: string;
+  insertBefore?: Date;
   settled: (settled: boolean) => void;
 }
 
@@ -29,9 +30,12 @@ export class DrainHandovers {
     private readonly scope: { sourceStack: string | null; sourceEnv: string | null },
   ) {}
 
-  /** Resolves true once the trigger is settled (here or elsewhere), false when the bus's next reader must fire it. */
-  add(expectation: RegisteredExpectation, trigger: EpisodeTrigger, dedupeKey: string, what: string): Promise<boolean> {
-    return new Promise((settled) => this.pending.push({ expectation, trigger, dedupeKey, what, settled }));
+  /**
+   * Resolves true once the trigger is settled (here or elsewhere), false when the bus's next reader
+   * must fire it. `insertBefore` bounds the handed-over episode's insert (NewEpisode.insertBefore).
+   */
+  add(handover: Omit<Handover, 'settled'>): Promise<boolean> {
+    return new Promise((settled) => this.pending.push({ ...handover, settled }));
   }
 
   async handOverAll(): Promise<void> {
@@ -48,8 +52,8 @@ export class DrainHandovers {
     await Promise.all(
       pending
         .filter((p) => !held.has(p.dedupeKey))
-        .map(({ expectation, trigger, dedupeKey, what, settled }) =>
-          this.dispatcher.handOver(expectation, trigger, { ...this.scope, dedupeKey }).then(
+        .map(({ expectation, trigger, dedupeKey, what, insertBefore, settled }) =>
+          this.dispatcher.handOver(expectation, trigger, { ...this.scope, dedupeKey, insertBefore }).then(
             (result) => {
               this.logger.log(`${what}: handed to the cluster while draining (${result.status})`);
               settled(true);

@@ -12,6 +12,8 @@ const receipt = (committedAt: number, dbNow: number): EventReceipt => ({
   readAt: performance.now(),
 });
 
+const rules = (debounceMs: number, cooldownMs: number) => ({ debounceMs, cooldownMs });
+
 describe('EventWindows', () => {
   it('groups a replay by committed time: a gap of a debounce or more closes the window, whenever the events are read', async () => {
     const windows = new EventWindows();
@@ -19,9 +21,9 @@ describe('EventWindows', () => {
     const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
     // All read at once, long after they committed (a node that boots after a stop).
     const settled = [
-      windows.admit('s', event('a'), receipt(0, 60_000), 3_000, 0, fire),
-      windows.admit('s', event('b'), receipt(2_000, 60_000), 3_000, 0, fire),
-      windows.admit('s', event('c'), receipt(6_000, 60_000), 3_000, 0, fire),
+      windows.admit('s', event('a'), receipt(0, 60_000), rules(3_000, 0), fire),
+      windows.admit('s', event('b'), receipt(2_000, 60_000), rules(3_000, 0), fire),
+      windows.admit('s', event('c'), receipt(6_000, 60_000), rules(3_000, 0), fire),
     ];
     await Promise.all(settled);
     expect(fired).toEqual(['b', 'c']);
@@ -33,7 +35,8 @@ describe('EventWindows', () => {
       const windows = new EventWindows();
       const fired: string[] = [];
       // Committed 2.5 s before it was read: 0.5 s of the 3 s window is left.
-      void windows.admit('s', event('a'), receipt(10_000, 12_500), 3_000, 0, async (e) => (fired.push(e.eventId), true));
+      const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
+      void windows.admit('s', event('a'), receipt(10_000, 12_500), rules(3_000, 0), fire);
       jest.advanceTimersByTime(400);
       expect(fired).toEqual([]);
       jest.advanceTimersByTime(200);
@@ -47,10 +50,33 @@ describe('EventWindows', () => {
     const windows = new EventWindows();
     const fired: string[] = [];
     const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
-    await windows.admit('s', event('a'), receipt(0, 100), 0, 1_000, fire);
-    await windows.admit('s', event('b'), receipt(900, 1_000), 0, 1_000, fire);
-    await windows.admit('s', event('c'), receipt(1_100, 1_200), 0, 1_000, fire);
+    await windows.admit('s', event('a'), receipt(0, 100), rules(0, 1_000), fire);
+    await windows.admit('s', event('b'), receipt(900, 1_000), rules(0, 1_000), fire);
+    await windows.admit('s', event('c'), receipt(1_100, 1_200), rules(0, 1_000), fire);
     expect(fired).toEqual(['a', 'c']);
+    windows.clear();
+  });
+
+  it('asks the table once about a cooldown begun before this node read, and admits the events behind it', async () => {
+    const windows = new EventWindows();
+    const fired: string[] = [];
+    const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
+    let answer: (firedAt: number | null) => void = () => undefined;
+    const asked: string[] = [];
+    const history = (_subject: string, e: BusEvent) => {
+      asked.push(e.eventId);
+      return asked.length === 1 ? new Promise<number | null>((resolve) => (answer = resolve)) : null;
+    };
+    const cooling = { debounceMs: 0, cooldownMs: 1_000, history };
+    const b = windows.admit('s', event('b'), receipt(500, 600), cooling, fire);
+    const c = windows.admit('s', event('c'), receipt(1_300, 1_400), cooling, fire);
+    await Promise.resolve();
+    expect(fired).toEqual([]);
+    // Another node fired the subject at 200: b (at 500) is within its cooldown, c (at 1 300) is not.
+    answer(200);
+    await Promise.all([b, c]);
+    expect(fired).toEqual(['c']);
+    expect(asked).toEqual(['b']);
     windows.clear();
   });
 
@@ -63,19 +89,19 @@ describe('EventWindows', () => {
         () => outcomes.push(`${name} skipped`),
       );
     track(
-      windows.admit('s', event('a'), receipt(0, 10_000), 100, 0, async () => false),
+      windows.admit('s', event('a'), receipt(0, 10_000), rules(100, 0), async () => false),
       'a',
     );
     track(
-      windows.admit('s', event('b'), receipt(50, 10_000), 100, 0, async () => false),
+      windows.admit('s', event('b'), receipt(50, 10_000), rules(100, 0), async () => false),
       'b',
     );
     track(
-      windows.admit('t', event('c'), receipt(0, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))),
+      windows.admit('t', event('c'), receipt(0, 10_000), rules(100, 0), async () => Promise.reject(new Error('bad'))),
       'c',
     );
     track(
-      windows.admit('t', event('d'), receipt(50, 10_000), 100, 0, async () => Promise.reject(new Error('bad'))),
+      windows.admit('t', event('d'), receipt(50, 10_000), rules(100, 0), async () => Promise.reject(new Error('bad'))),
       'd',
     );
     await new Promise((resolve) => setTimeout(resolve, 50));

@@ -20,11 +20,22 @@ interface Window {
   cooldownMs: number;
 }
 
-/** Stays pending: an event whose trigger did not settle keeps its consumer's position before it. */
-const unsettled = new Promise<void>(() => undefined);
+/**
+ * The table's last fire of the subject at or before the event, when it may predate this node's
+ * reading (CooldownCoverage.ask); null when memory already knows.
+ */
+export type AskHistory = (subject: string, event: BusEvent, receipt: EventReceipt) => Promise<number | null> | null;
+
+/** How one expectation groups and spaces its subjects' events. */
+export interface WindowRules {
+  debounceMs: number;
+  cooldownMs: number;
+  /** Where a cooldown that began before this node read the subject is found. */
+  history?: AskHistory;
+}
 
 /** The database clock now, as seen from a receipt: its age when read plus the time since. */
-function databaseNow(receipt: EventReceipt): number {
+export function databaseNow(receipt: EventReceipt): number {
   return receipt.committedAt + receipt.ageMs + (performance.now() - receipt.readAt);
 }
 
@@ -34,16 +45,50 @@ function databaseNow(receipt: EventReceipt): number {
  * after a restart, or boots in the middle of a window, groups them as the live node did, and both
  * fire the same last event (whose dedupe key lets one episode through). An event committed less
  * than `debounceMs` after the window's last one joins it; the window fires at its last event's
- * committed time + `debounceMs`; a subject cools down from that moment for `cooldownMs`.
+ * committed time + `debounceMs`; a subject cools down from that moment for `cooldownMs`. A
+ * cooldown that began before this node read the subject (it booted, or was enabled, mid-cooldown)
+ * is asked of the table once (`history`), and the subject's events wait for the answer, in order.
  */
 export class EventWindows {
   private readonly windows = new Map<string, Window>();
+  /** Per subject, the admission its next event waits for (a history lookup, and the events queued behind it). */
+  private readonly gates = new Map<string, Promise<void>>();
   /** Per subject, until when (database clock) its events are ignored. */
   private readonly coolUntil = new Map<string, number>();
   private readonly coolTimers = new Set<NodeJS.Timeout>();
 
   /** Resolves once the trigger that covers `event` has settled; stays pending if it never does. */
-  admit(subject: string, event: BusEvent, receipt: EventReceipt, debounceMs: number, cooldownMs: number, fire: Fire): Promise<void> {
+  admit(subject: string, event: BusEvent, receipt: EventReceipt, rules: WindowRules, fire: Fire): Promise<void> {
+    const { cooldownMs, history } = rules;
+    const admit = () => this.admitNow(subject, event, receipt, rules, fire);
+    const gate = this.gates.get(subject);
+    if (gate) return this.behind(subject, gate, admit);
+    const at = receipt.committedAt;
+    const cooled = (this.coolUntil.get(subject) ?? -Infinity) > at;
+    const asking = cooldownMs > 0 && !cooled && !this.windows.has(subject) ? history?.(subject, event, receipt) : null;
+    if (!asking) return admit();
+    const known = asking.then((firedAt) => {
+      if (firedAt !== null && at < firedAt + cooldownMs) this.coolDown(subject, firedAt + cooldownMs, receipt);
+    });
+    return this.behind(subject, known, admit);
+  }
+
+  /** Admits once `gate` has passed, after every event of the subject queued before; the next ones queue behind. */
+  private behind(subject: string, gate: Promise<void>, admit: () => Promise<void>): Promise<void> {
+    let settling: Promise<void> = Promise.resolve();
+    const admitted = gate.then(() => {
+      settling = admit();
+    });
+    this.gates.set(subject, admitted);
+    const passed = () => {
+      if (this.gates.get(subject) === admitted) this.gates.delete(subject);
+    };
+    admitted.then(passed, passed);
+    return admitted.then(() => settling);
+  }
+
+  private admitNow(subject: string, event: BusEvent, receipt: EventReceipt, rules: WindowRules, fire: Fire) {
+    const { debounceMs, cooldownMs } = rules;
     const at = receipt.committedAt;
     const open = this.windows.get(subject);
     // Read late (a replay, or a slow read): the window had already closed by the committed clock.
@@ -76,6 +121,7 @@ export class EventWindows {
 
   /** Drops every open window and cooldown; their events stay unsettled, for the next reader. */
   clear(): void {
+    this.gates.clear();
     for (const window of this.windows.values()) clearTimeout(window.timer);
     this.windows.clear();
     for (const timer of this.coolTimers) clearTimeout(timer);
@@ -99,10 +145,20 @@ export class EventWindows {
     );
   }
 
-  /** Resolves once the trigger settled, rejects for a reason of the event's own, stays pending otherwise. */
+  /**
+   * Resolves once the trigger settled, rejects for a reason of the event's own, stays pending
+   * otherwise (its consumer's position then stays before the event). A trigger that fired nothing
+   * (this node drained, or the actor is disabled here) began no cooldown.
+   */
   private run(subject: string, event: BusEvent, receipt: EventReceipt, firedAt: number, cooldownMs: number, fire: Fire): Promise<void> {
-    if (cooldownMs > 0) this.coolDown(subject, firedAt + cooldownMs, receipt);
-    return fire(event, receipt).then((settled) => (settled ? undefined : unsettled));
+    const until = firedAt + cooldownMs;
+    if (cooldownMs > 0) this.coolDown(subject, until, receipt);
+    return fire(event, receipt).then((settled) => {
+      if (settled) return undefined;
+      if (cooldownMs > 0 && this.coolUntil.get(subject) === until) this.coolUntil.delete(subject);
+      // A promise of its own: once the consumer that waits on it is gone, nothing holds either.
+      return new Promise<void>(() => undefined);
+    });
   }
 
   private coolDown(subject: string, until: number, receipt: EventReceipt): void {

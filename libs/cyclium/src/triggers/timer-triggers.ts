@@ -2,6 +2,7 @@ import type { SchedulerRegistry } from '@nestjs/schedule';
 import { CronJob } from 'cron';
 import { bucketStart } from '../actors/interval.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
+import { MAX_TIMER_MS } from '../primitives/time-limits.js';
 
 /** What a timer calls at each tick, with the bucket every node computes alike. */
 export type FireSchedule = (expectation: RegisteredExpectation, bucket: Date) => void;
@@ -17,16 +18,22 @@ export class TimerTriggers {
 
   constructor(private readonly fire: FireSchedule) {}
 
-  /** Fires at the start of each wall-clock bucket, so every node computes the same bucket and key. */
+  /**
+   * Fires at the start of each wall-clock bucket, so every node computes the same bucket and key. A
+   * bucket further off than a timer can wait (an `every` over 24.8 days) is waited for in steps.
+   */
   every(expectation: RegisteredExpectation, intervalMs: number): void {
     const now = Date.now();
     const next = bucketStart(now, intervalMs) + intervalMs;
-    const timer = setTimeout(() => {
-      this.timers.delete(timer);
-      if (!this.on) return;
-      this.every(expectation, intervalMs);
-      this.fire(expectation, new Date(next));
-    }, next - now);
+    const timer = setTimeout(
+      () => {
+        this.timers.delete(timer);
+        if (!this.on) return;
+        this.every(expectation, intervalMs);
+        if (Date.now() >= next) this.fire(expectation, new Date(next));
+      },
+      Math.min(next - now, MAX_TIMER_MS),
+    );
     timer.unref();
     this.timers.add(timer);
   }

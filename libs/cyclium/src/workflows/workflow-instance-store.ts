@@ -6,6 +6,7 @@ import { emptyWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapp
 import type { StepState } from '../entities/workflow-step-state.js';
 import { sameAsCoalesced, sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
+import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
 
 export type WorkflowInstanceRow = CycliumWorkflowInstance;
 
@@ -87,10 +88,36 @@ export class WorkflowInstanceStore {
   /**
    * Whether a live instance is as a node of this deployment last wrote it (the `integrity` option;
    * always true without it): its workflow, version, status and step states, input, subject and scope.
+   * An unsigned one passes only before the cut-over (RowSigner.accepts).
    */
   verify(instance: WorkflowInstanceRow): boolean {
     if (!this.signer.enabled) return true;
-    return this.signer.verify('workflow_instance', instanceFields(instance), instance.signature);
+    return this.signer.accepts('workflow_instance', instanceFields(instance), instance.signature);
+  }
+
+  /**
+   * At the `integrity` cut-over, inside its transaction: signs the unsigned live instances of
+   * `scope`, locked until the cut-over commits; returns how many.
+   */
+  async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
+    const read = async (after: WorkflowInstanceRow | null, limit: number) => {
+      const { rows } = await client.query(
+        `SELECT * FROM cyclium_workflow_instances
+          WHERE signature IS NULL AND ${LIVE} AND ${stackCovers('source_stack', '$1::text')}
+            AND ${sameEnv('source_env', '$2::text')} AND ($3::uuid IS NULL OR id > $3::uuid)
+          ORDER BY id LIMIT $4 FOR UPDATE`,
+        [scope.stack, scope.env, after?.id ?? null, limit],
+      );
+      return rows.map(toInstance);
+    };
+    const sign = (i: WorkflowInstanceRow) => this.signer.sign('workflow_instance', instanceFields(i));
+    const write = (page: WorkflowInstanceRow[]) =>
+      client.query(
+        `UPDATE cyclium_workflow_instances w SET signature = v.signature
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE w.id = v.id AND w.signature IS NULL`,
+        [page.map((i) => i.id), page.map(sign)],
+      );
+    return signInPages(read, write);
   }
 
   /** Ends an instance that failed verification, without acting on anything in it; false when it moved on meanwhile. */
