@@ -8,7 +8,7 @@ import tseslint from 'typescript-eslint';
 
 export default defineConfig(
   {
-    ignores: ['**/dist/**', '**/node_modules/**', 'coverage/**', '.cyclium/**'],
+    ignores: ['**/dist/**', '**/node_modules/**', 'coverage/**', '.cyclium/**', 'soak/output/**'],
   },
   js.configs.recommended,
   {
@@ -17,7 +17,13 @@ export default defineConfig(
     languageOptions: {
       parserOptions: {
         // The tsconfigs that cover every linted file (test/tsconfig.test.json also holds the library's unit specs).
-        project: ['libs/cyclium/tsconfig.lib.json', 'apps/demo/tsconfig.app.json', 'bench/tsconfig.bench.json', 'test/tsconfig.test.json'],
+        project: [
+          'libs/cyclium/tsconfig.lib.json',
+          'apps/demo/tsconfig.app.json',
+          'bench/tsconfig.bench.json',
+          'test/tsconfig.test.json',
+          'soak/tsconfig.soak.json',
+        ],
         tsconfigRootDir: import.meta.dirname,
       },
     },
@@ -39,9 +45,9 @@ export default defineConfig(
     },
   },
   {
-    // Tests and benchmarks read rows that pg types as `any` (`rows[0].n`): the no-unsafe-* family would flag
-    // hundreds of such reads and guards nothing there. The library keeps every one of them.
-    files: ['test/**/*.ts', 'bench/**/*.ts', '**/*.spec.ts'],
+    // Tests, benchmarks and the soak read rows that pg types as `any` (`rows[0].n`): the no-unsafe-* family would
+    // flag hundreds of such reads and guards nothing there. The library keeps every one of them.
+    files: ['test/**/*.ts', 'bench/**/*.ts', 'soak/**/*.ts', '**/*.spec.ts'],
     rules: {
       '@typescript-eslint/no-unsafe-argument': 'off',
       '@typescript-eslint/no-unsafe-assignment': 'off',
