@@ -7,9 +7,11 @@ interface Subscription {
   readonly actorId: string;
   readonly consumer: string;
   readonly type: string;
-  /** A handler for each subscription. */
-  readonly handler: () => DurableHandler;
+  /** A handler for each subscription; `live` is false once that subscription ended (a pause or a stop). */
+  readonly handler: (live: () => boolean) => DurableHandler;
   off?: () => void;
+  /** The current subscription's token: a handler of an earlier one sees itself ended. */
+  current?: object;
   /** Unsubscribed by a change to `disabled` (not by a stop). */
   paused?: boolean;
 }
@@ -36,7 +38,7 @@ export class EventSubscriptions {
     return this.subscriptions.length;
   }
 
-  add(actorId: string, consumer: string, type: string, handler: () => DurableHandler): void {
+  add(actorId: string, consumer: string, type: string, handler: (live: () => boolean) => DurableHandler): void {
     this.subscriptions.push({ actorId, consumer, type, handler });
   }
 
@@ -67,7 +69,13 @@ export class EventSubscriptions {
       const { actorId, consumer, type, handler } = subscription;
       const wanted = this.mode.of(actorId) !== 'disabled';
       if (wanted && !subscription.off) {
-        subscription.off = this.events.subscribeDurable(consumer, type, handler());
+        const token = {};
+        subscription.current = token;
+        subscription.off = this.events.subscribeDurable(
+          consumer,
+          type,
+          handler(() => subscription.current === token),
+        );
         if (subscription.paused) resumed.push(consumer);
         subscription.paused = false;
       } else if (!wanted && !subscription.paused) {
@@ -83,5 +91,6 @@ export class EventSubscriptions {
   private unsubscribe(subscription: Subscription): void {
     subscription.off?.();
     subscription.off = undefined;
+    subscription.current = undefined;
   }
 }

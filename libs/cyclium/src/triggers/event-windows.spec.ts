@@ -57,6 +57,28 @@ describe('EventWindows', () => {
     windows.clear();
   });
 
+  it("drops the windows of one prefix (a paused subscription's), and a window fires with its last event's fire", async () => {
+    jest.useFakeTimers({ doNotFake: ['performance'] });
+    try {
+      const windows = new EventWindows();
+      const fired: string[] = [];
+      const before = async (e: BusEvent) => (fired.push(`before:${e.eventId}`), true);
+      const after = async (e: BusEvent) => (fired.push(`after:${e.eventId}`), true);
+      const settled: string[] = [];
+      void windows.admit('x\u0000s', event('a'), receipt(0, 0), rules(1_000, 0), before).then(() => settled.push('a'));
+      void windows.admit('y\u0000s', event('k'), receipt(0, 0), rules(1_000, 0), before).then(() => settled.push('k'));
+      // The subscription of `x` paused and resumed: its open window is gone with its timer; `y`'s stays.
+      windows.clear('x\u0000');
+      void windows.admit('x\u0000s', event('b'), receipt(100, 100), rules(1_000, 0), after);
+      void windows.admit('y\u0000s', event('l'), receipt(200, 200), rules(1_000, 0), after);
+      await jest.advanceTimersByTimeAsync(1_500);
+      expect(fired.sort()).toEqual(['after:b', 'after:l']);
+      expect(settled).toEqual(['k']);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
   it('asks the table once about a cooldown begun before this node read, and admits the events behind it', async () => {
     const windows = new EventWindows();
     const fired: string[] = [];

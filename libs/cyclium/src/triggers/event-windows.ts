@@ -102,6 +102,8 @@ export class EventWindows {
         clearTimeout(window.timer);
         window.last = event;
         window.receipt = receipt;
+        // It fires as its last event's reader would: an event read before a pause fires nothing now.
+        window.fire = fire;
         window.settles.push({ resolve, reject });
       }
       const current: Window = window ?? {
@@ -119,14 +121,22 @@ export class EventWindows {
     });
   }
 
-  /** Drops every open window and cooldown; their events stay unsettled, for the next reader. */
-  clear(): void {
-    this.gates.clear();
-    for (const window of this.windows.values()) clearTimeout(window.timer);
-    this.windows.clear();
+  /**
+   * Drops the open windows and cooldowns of the subjects that start with `prefix` (every one without
+   * it); their events stay unsettled, for the next reader.
+   */
+  clear(prefix?: string): void {
+    const dropped = (subject: string) => prefix === undefined || subject.startsWith(prefix);
+    for (const subject of [...this.gates.keys()]) if (dropped(subject)) this.gates.delete(subject);
+    for (const [subject, window] of [...this.windows]) {
+      if (!dropped(subject)) continue;
+      clearTimeout(window.timer);
+      this.windows.delete(subject);
+    }
+    for (const subject of [...this.coolUntil.keys()]) if (dropped(subject)) this.coolUntil.delete(subject);
+    if (prefix !== undefined) return;
     for (const timer of this.coolTimers) clearTimeout(timer);
     this.coolTimers.clear();
-    this.coolUntil.clear();
   }
 
   /** Subjects cooling down now (bounded by the subjects seen within `cooldownMs`). */

@@ -123,10 +123,13 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (trigger === 'manual' || trigger === 'workflow') return;
     if (trigger.event !== undefined) {
       const consumer = `${actor.id}.${expectation.id}`;
-      // Each subscription (a boot, or the actor enabled again) covers what it reads from then on.
-      this.subscriptions.add(actor.id, consumer, trigger.event, () => {
+      // Each subscription (a boot, or the actor enabled again) covers what it reads from then on: a
+      // window opened before a pause missed the events published during it, so it is dropped, and
+      // a fire of the ended subscription still on its way (a backup's delay, a retry) fires nothing.
+      this.subscriptions.add(actor.id, consumer, trigger.event, (live) => {
+        this.windows.clear(subjectPrefix(expectation));
         const coverage = this.history.coverage(expectation);
-        return (event, receipt) => this.onEvent(expectation, event, receipt, coverage);
+        return (event, receipt) => this.onEvent(expectation, event, receipt, coverage, live);
       });
     } else if (trigger.every !== undefined) {
       this.timers.every(expectation, expectation.intervalMs as number);
@@ -150,15 +153,15 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /** Settles once the event's trigger has (see EventWindows); filtered out, it settles at once. */
-  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt, coverage: Coverage) {
+  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt, coverage: Coverage, live: () => boolean) {
     coverage.read(receipt);
     const trigger = expectation.options.trigger as { event: string; filter?: Parameters<typeof matchesFilter>[0] };
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
     const { subjectKey, debounceMs = 0, cooldownMs = 0 } = expectation.options;
-    const subject = `${expectation.actorId}\u0000${expectation.id}\u0000${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
+    const subject = `${subjectPrefix(expectation)}${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
     const history: AskHistory = (key, asking, read) => coverage.ask(key, asking, read, cooldownMs, debounceMs);
     return this.windows.admit(subject, event, receipt, { debounceMs, cooldownMs, history }, (fired, firedReceipt) =>
-      this.fireEvent(expectation, fired, firedReceipt),
+      this.fireEvent(expectation, fired, firedReceipt, live),
     );
   }
 
@@ -172,7 +175,8 @@ export class TriggerSources implements OnApplicationBootstrap {
    * same way (`insertBefore`, by the database clock), for a trigger that waits on after this
    * check: for a slot, through an outage, or handed over by a drain.
    */
-  private fireEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt): Promise<boolean> {
+  private fireEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt, live: () => boolean): Promise<boolean> {
+    if (!live()) return Promise.resolve(false);
     const archiveAfter = this.options.retention?.archiveAfter;
     const windowMs = archiveAfter === undefined ? undefined : archiveAfter + (expectation.options.debounceMs ?? 0);
     const insertBefore = windowMs === undefined ? undefined : new Date(receipt.committedAt + windowMs);
@@ -186,6 +190,7 @@ export class TriggerSources implements OnApplicationBootstrap {
       true,
       event.publishedAt,
       insertBefore,
+      live,
     );
   }
 
@@ -227,15 +232,17 @@ export class TriggerSources implements OnApplicationBootstrap {
     placed = false,
     publishedAt?: string,
     insertBefore?: Date,
+    /** False once the subscription that read the event ended: its fire is the next reader's. */
+    live: () => boolean = () => true,
   ): Promise<boolean> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
     if (turn === 'handover') return this.handovers.add({ expectation, trigger, dedupeKey, what, insertBefore });
     if (turn === 'handled') return true;
-    if (!this.on) return false;
+    if (!this.on || !live()) return false;
     if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
     if (turn === 'race' && this.options.jitterMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
-    for (let attempt = 0, delay = RETRY_FIRST_MS; this.on; attempt++) {
+    for (let attempt = 0, delay = RETRY_FIRST_MS; this.on && live(); attempt++) {
       try {
         const result = await this.dispatcher.dispatch(expectation, trigger, {
           dedupeKey,
@@ -261,7 +268,7 @@ export class TriggerSources implements OnApplicationBootstrap {
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
     }
-    this.logger.log(`${what} left for the bus's next reader: this node stopped while the database error lasted`);
+    this.logger.log(`${what} left for the bus's next reader: this node stopped, or the actor was disabled here, while the database error lasted`);
     return false;
   }
 
@@ -280,4 +287,9 @@ export class TriggerSources implements OnApplicationBootstrap {
       throw new ActorDefinitionError('cron triggers need ScheduleModule.forRoot() imported once in the app');
     }
   }
+}
+
+/** The start of every subject key of `expectation` in EventWindows. */
+function subjectPrefix(expectation: RegisteredExpectation): string {
+  return `${expectation.actorId}\u0000${expectation.id}\u0000`;
 }
