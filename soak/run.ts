@@ -19,7 +19,8 @@ import { resolve } from 'node:path';
 import { PostgresServer } from './cluster/postgres-server.js';
 import { runChaos } from './chaos/chaos-soak.js';
 import type { ScheduleParameters } from './schedule/schedule.js';
-import { runSeed, type SeedResult } from './seed-run.js';
+import { runSeed } from './seed-run.js';
+import type { SeedResult } from './seed-result.js';
 
 interface Args {
   seeds: number[];

@@ -7,32 +7,13 @@ import { createWriteStream } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { readHistory } from './checker/audit-reader.js';
-import { checkRun, type Violation } from './checker/fault-schedule-checker.js';
+import { checkRun } from './checker/fault-schedule-checker.js';
 import { formatReport } from './checker/violation-report.js';
 import type { PostgresServer } from './cluster/postgres-server.js';
 import { ConfigRefusedError, ScheduleRunner } from './cluster/schedule-runner.js';
 import { generateSchedule } from './schedule/schedule-generator.js';
 import type { ScheduleParameters } from './schedule/schedule.js';
-
-export interface SeedResult {
-  seed: number;
-  processes: boolean;
-  claims: boolean;
-  layout: string;
-  outsider: string;
-  shortWindows: boolean;
-  wallMs: number;
-  quiesced: boolean;
-  faults: Record<string, number>;
-  clusterStops: number;
-  workSent: number;
-  episodes: number;
-  violations: Violation[];
-  replay: string;
-  outputDir: string;
-  /** The checkout refused the schedule's settings (a boot-time CycliumConfigError): no verdict. */
-  refused?: string;
-}
+import type { SeedResult } from './seed-result.js';
 
 /** The command that replays `seed` with these parameters. */
 export function replayCommand(seed: number, params: ScheduleParameters): string {

@@ -3,7 +3,7 @@
  * every episode and event it names, then the command that replays the seed.
  */
 import type { RunLog } from '../cluster/run-log.js';
-import type { SeedResult } from '../seed-run.js';
+import type { SeedResult } from '../seed-result.js';
 import { text, type EpisodeHistory, type History } from './audit-reader.js';
 import { iso } from './check-context.js';
 

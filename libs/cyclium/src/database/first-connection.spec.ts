@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import type { DataSource } from 'typeorm';
-import { connectAtBoot, CycliumStartupError } from './first-connection.js';
+import { connectAtBoot } from './first-connection.js';
+import { CycliumStartupError } from './startup-errors.js';
 import { StartupWait } from './startup-wait.js';
 
 const URL_OPTIONS = { type: 'postgres', url: 'postgres://app:secret@db.internal:6543/orders' };

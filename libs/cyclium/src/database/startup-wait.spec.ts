@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { CycliumStartupError } from './first-connection.js';
+import { CycliumStartupError } from './startup-errors.js';
 import { StartupWait, worthWaitingFor } from './startup-wait.js';
 
 const pgError = (code: string, message = code) => Object.assign(new Error(message), { code });

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { errorCode, errorMessage, isTransientDatabaseError } from '../sql/database-errors.js';
-import { CycliumStartupError, startupProblem } from './first-connection.js';
+import { CycliumStartupError, startupProblem } from './startup-errors.js';
 
 /** The pause after the first failed attempt; doubled after each later one, up to MAX_PAUSE_MS. */
 const FIRST_PAUSE_MS = 1_000;
