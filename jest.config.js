@@ -10,6 +10,14 @@ const shared = {
   },
 };
 
+/**
+ * Files that measure how much work a node gets through in a bounded time (5,000 orphans in three
+ * sweeps, 200 events posted at once), which a second file running beside them on two cores can
+ * starve: `npm test` runs them after the others, one at a time (`--selectProjects serial`).
+ * Every other file has a database of its own (test/support/database.ts) and ports from the OS.
+ */
+const SERIAL = ['/test/orphan-burst.e2e-spec.ts', '/test/trigger-only.e2e-spec.ts'];
+
 /** @type {import('jest').Config} */
 export default {
   // Real processes and a real database: each wait has its own deadline (waitFor); this is the backstop.
@@ -22,7 +30,14 @@ export default {
       ...shared,
       displayName: 'integration',
       testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'],
+      testPathIgnorePatterns: ['/node_modules/', ...SERIAL],
       // Fails a test on any unhandled rejection or uncaught exception here, or a crashed node process.
+      setupFilesAfterEnv: ['<rootDir>/test/support/fault-guard.ts'],
+    },
+    {
+      ...shared,
+      displayName: 'serial',
+      testMatch: SERIAL.map((file) => `<rootDir>${file}`),
       setupFilesAfterEnv: ['<rootDir>/test/support/fault-guard.ts'],
     },
   ],
