@@ -47,6 +47,9 @@ export class BusReader {
   private timer: NodeJS.Timeout | undefined;
   private lastReadAt: number | undefined;
   private lastLagMs: number | null = null;
+  /** Reads numbered as they begin, and the number of the last one that succeeded. */
+  private begun = 0;
+  private succeeded = 0;
 
   constructor(
     private readonly sql: SqlExecutor,
@@ -83,6 +86,20 @@ export class BusReader {
     await this.reads.idle();
   }
 
+  /**
+   * Resolves once a read that began after this call has succeeded, so every event committed before
+   * the call has been handed over; a failed read is tried again, 200 ms doubling to 5 s apart. A
+   * stopped reader resolves at once.
+   */
+  async readThrough(): Promise<void> {
+    const after = this.begun;
+    for (let pauseMs = 200; this.timer; pauseMs = Math.min(pauseMs * 2, 5_000)) {
+      await this.catchUp();
+      if (this.succeeded > after || !this.timer) return;
+      await new Promise((resolve) => setTimeout(resolve, pauseMs).unref());
+    }
+  }
+
   /** Milliseconds since the last successful read, or null before the first one. */
   get lastReadAgoMs(): number | null {
     return this.lastReadAt === undefined ? null : performance.now() - this.lastReadAt;
@@ -98,8 +115,10 @@ export class BusReader {
   }
 
   private async read(): Promise<void> {
+    const read = ++this.begun;
     try {
       await this.readOnce();
+      this.succeeded = read;
       this.lastReadAt = performance.now();
       this.outage.succeeded();
     } catch (error) {

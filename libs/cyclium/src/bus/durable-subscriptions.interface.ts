@@ -26,6 +26,13 @@ export type DurableHandler<P = unknown> = (event: BusEvent<P>, receipt: EventRec
 export interface DurableSubscriptions {
   /** Returns the unsubscribe function. `consumer` names the position (one per expectation). */
   subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void;
+  /**
+   * Optional: resolves once this node has handed its consumers every event committed before the
+   * call (a read that began after it succeeded). A debounce window closes only then, so a node
+   * whose reads lag never fires an event that a later one, unread here, supersedes. Without it a
+   * window closes on its time alone.
+   */
+  readThrough?(): Promise<void>;
 }
 
 export function hasDurableSubscriptions(bus: Bus): bus is Bus & DurableSubscriptions {

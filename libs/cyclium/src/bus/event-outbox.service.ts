@@ -129,6 +129,12 @@ export class EventOutbox {
     return hasDurableSubscriptions(this.transport);
   }
 
+  /** Resolves once the transport has handed over every event committed before the call (see DurableSubscriptions.readThrough). */
+  readThrough(): Promise<void> {
+    const transport = this.transport;
+    return hasDurableSubscriptions(transport) && transport.readThrough ? transport.readThrough() : Promise.resolve();
+  }
+
   /**
    * A named consumer that gets what committed since its stored position; on a transport that
    * cannot replay, a plain subscription (the handler's settling then means nothing).

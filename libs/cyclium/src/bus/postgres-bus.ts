@@ -225,6 +225,11 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     return this.reader.catchUp();
   }
 
+  /** See DurableSubscriptions.readThrough. */
+  readThrough(): Promise<void> {
+    return this.reader.readThrough();
+  }
+
   // ── retention ─────────────────────────────────────────────────────────────────────────────────
 
   /** Deletes events past the retention window now, in batches (see BusRetention); also runs on a timer. Resolves with the count. */

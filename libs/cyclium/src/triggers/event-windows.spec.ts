@@ -79,6 +79,28 @@ describe('EventWindows', () => {
     }
   });
 
+  it('closes a window only after a read that began at its time: an event that read brings joins it', async () => {
+    jest.useFakeTimers({ doNotFake: ['performance'] });
+    try {
+      const windows = new EventWindows();
+      const fired: string[] = [];
+      const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
+      let reads = 0;
+      // The node's reads lag: `b`, committed 300 ms after `a`, comes with the read the window asks for.
+      const readThrough = async () => {
+        reads++;
+        if (reads === 1) void windows.admit('s', event('b'), receipt(300, 1_000), { ...rules(800, 0), readThrough }, fire);
+      };
+      const a = windows.admit('s', event('a'), receipt(0, 0), { ...rules(800, 0), readThrough }, fire);
+      await jest.advanceTimersByTimeAsync(1_500);
+      expect(fired).toEqual(['b']);
+      expect(reads).toBe(2);
+      await a;
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
   it('asks the table once about a cooldown begun before this node read, and admits the events behind it', async () => {
     const windows = new EventWindows();
     const fired: string[] = [];

@@ -18,6 +18,7 @@ interface Window {
   fire: Fire;
   debounceMs: number;
   cooldownMs: number;
+  readThrough?: () => Promise<void>;
 }
 
 /**
@@ -32,6 +33,8 @@ export interface WindowRules {
   cooldownMs: number;
   /** Where a cooldown that began before this node read the subject is found. */
   history?: AskHistory;
+  /** Resolves once this node has read every event committed before the call (DurableSubscriptions.readThrough). */
+  readThrough?: () => Promise<void>;
 }
 
 /** The database clock now, as seen from a receipt: its age when read plus the time since. */
@@ -88,7 +91,7 @@ export class EventWindows {
   }
 
   private admitNow(subject: string, event: BusEvent, receipt: EventReceipt, rules: WindowRules, fire: Fire) {
-    const { debounceMs, cooldownMs } = rules;
+    const { debounceMs, cooldownMs, readThrough } = rules;
     const at = receipt.committedAt;
     const open = this.windows.get(subject);
     // Read late (a replay, or a slow read): the window had already closed by the committed clock.
@@ -114,8 +117,9 @@ export class EventWindows {
         fire,
         debounceMs,
         cooldownMs,
+        readThrough,
       };
-      current.timer = setTimeout(() => this.close(subject, current), Math.max(0, at + debounceMs - databaseNow(receipt)));
+      current.timer = setTimeout(() => this.due(subject, current), Math.max(0, at + debounceMs - databaseNow(receipt)));
       current.timer.unref();
       this.windows.set(subject, current);
     });
@@ -142,6 +146,22 @@ export class EventWindows {
   /** Subjects cooling down now (bounded by the subjects seen within `cooldownMs`). */
   get coolingDown(): number {
     return this.coolUntil.size;
+  }
+
+  /**
+   * The window's time has come by the database clock, yet this node may not have read everything
+   * committed before it (reads lag after an outage, under load, while a LISTEN reconnects): an
+   * event of the subject it has not read would make it fire one its peers see superseded. So the
+   * window closes after a read that began now, unless that read added to it (a new timer then
+   * runs) or closed it.
+   */
+  private due(subject: string, window: Window): void {
+    if (!window.readThrough) return this.close(subject, window);
+    const last = window.last;
+    const closeIfUnchanged = () => {
+      if (this.windows.get(subject) === window && window.last === last) this.close(subject, window);
+    };
+    window.readThrough().then(closeIfUnchanged, closeIfUnchanged);
   }
 
   private close(subject: string, window: Window): void {

@@ -160,7 +160,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     const { subjectKey, debounceMs = 0, cooldownMs = 0 } = expectation.options;
     const subject = `${subjectPrefix(expectation)}${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
     const history: AskHistory = (key, asking, read) => coverage.ask(key, asking, read, cooldownMs, debounceMs);
-    return this.windows.admit(subject, event, receipt, { debounceMs, cooldownMs, history }, (fired, firedReceipt) =>
+    const readThrough = () => this.events.readThrough();
+    return this.windows.admit(subject, event, receipt, { debounceMs, cooldownMs, history, readThrough }, (fired, firedReceipt) =>
       this.fireEvent(expectation, fired, firedReceipt, live),
     );
   }
