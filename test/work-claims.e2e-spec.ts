@@ -237,8 +237,11 @@ describe('PostgresClaims against real PostgreSQL', () => {
       await waitFor(
         'the renewal to wait for the writer',
         async () =>
-          (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%last_heartbeat_at = now()%'`))
-            .rows[0].n === 1,
+          (
+            await db.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%last_heartbeat_at = now()%'`,
+            )
+          ).rows[0].n === 1,
       );
       // With the higher key taken by the renewal, this would be a deadlock (one of the two aborted).
       await writer.query(`SET LOCAL lock_timeout = '5s'`);
