@@ -11,8 +11,8 @@ import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateScope } from '../epi
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 
-/** One line per failed episode up to this many per expectation and sweep, then one line with the rest's count. */
-const LINES_PER_EXPECTATION = 20;
+/** One line per failed episode up to this many per actor and sweep, then one line with the rest's count. */
+const LINES_PER_ACTOR = 20;
 
 /**
  * Ends the episodes no node will ever run: running or queued episodes of an expectation (actor and
@@ -55,7 +55,7 @@ export class NotHostedEpisodes {
     const hosted = this.registry.hostedExpectations();
     const nobody = `no live node of its stack and env has declared`;
     const detail = `not_hosted: ${nobody} actor %s with expectation %s for ${graceMs} ms (last owned by %s)`;
-    const byExpectation = new Map<string, number>();
+    const byActor = new Map<string, number>();
     let failed = 0;
     for (;;) {
       const batch = await this.database.transaction(async (client) => {
@@ -74,10 +74,9 @@ export class NotHostedEpisodes {
       });
       batch.announce();
       for (const episode of batch.episodes) {
-        const key = `${episode.actorId}.${episode.expectationId}`;
-        const count = (byExpectation.get(key) ?? 0) + 1;
-        byExpectation.set(key, count);
-        if (count <= LINES_PER_EXPECTATION) {
+        const count = (byActor.get(episode.actorId) ?? 0) + 1;
+        byActor.set(episode.actorId, count);
+        if (count <= LINES_PER_ACTOR) {
           const why = `${nobody} its expectation for ${graceMs} ms`;
           this.logger.warn(`recovery: ${episodeLabel(episode)} failed as not_hosted: ${why}`);
         }
@@ -91,10 +90,9 @@ export class NotHostedEpisodes {
       failed += batch.episodes.length;
       if (batch.episodes.length < RECOVERY_PAGE || performance.now() > deadline) break;
     }
-    for (const [expectation, count] of byExpectation) {
-      if (count > LINES_PER_EXPECTATION) {
-        const rest = `the first ${LINES_PER_EXPECTATION} named above`;
-        this.logger.warn(`recovery: failed ${count} episode(s) of ${expectation} as not_hosted, ${rest}`);
+    for (const [actor, count] of byActor) {
+      if (count > LINES_PER_ACTOR) {
+        this.logger.warn(`recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ${LINES_PER_ACTOR} named above`);
       }
     }
     return failed;
