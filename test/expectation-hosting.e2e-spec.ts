@@ -115,6 +115,15 @@ describe('expectations a node does not host', () => {
         DEMO_NOT_HOSTED_GRACE_MS: String(GRACE_MS),
       }),
     ]);
+    // Each node's row lists the expectations it hosts, tagged with its process's boot id.
+    const listed = `SELECT node_identity AS node,
+                           (expectations -> 'hosted' -> 'resource_rebalancer') ? 'rebalance_retried' AS has,
+                           expectations ->> 'boot' = boot_id::text AS own
+                      FROM cyclium_nodes WHERE node_identity IN ('host-gone', 'host-watch') ORDER BY node_identity`;
+    expect((await database.db.query(listed)).rows).toEqual([
+      { node: 'host-gone', has: true, own: true },
+      { node: 'host-watch', has: false, own: true },
+    ]);
     const running = await rebalanceOn(gone, { resource: 'gone-running', stepMs: 1_500 }, 'rebalance_retried');
     const path = '/actors/resource_rebalancer/rebalance_retried';
     type Answer = { status: string; episodeId: string };
