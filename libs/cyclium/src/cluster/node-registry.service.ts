@@ -176,12 +176,14 @@ export class NodeRegistry implements OnApplicationBootstrap {
     const mode = this.mode.current;
     const { rows } = await this.database.sql.query<BeatRow>(
       `WITH me AS (
-         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, boot_id, started_at, last_seen_at, signature)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $11, now(), now(), $12)
+         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, boot_id,
+                                    started_at, last_seen_at, signature, expectations)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $11, now(), now(), $12, $13::jsonb)
          ON CONFLICT (node_identity) DO UPDATE
            SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
                pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, boot_id = EXCLUDED.boot_id,
-               started_at = now(), last_seen_at = now(), signature = EXCLUDED.signature
+               started_at = now(), last_seen_at = now(), signature = EXCLUDED.signature,
+               expectations = EXCLUDED.expectations
          RETURNING 1)
        SELECT (SELECT count(*) FROM me)::int AS found, now()::text AS seen_at,
               ${CHANNEL_NODES_FROM(2, 3, 8)}, ${this.outputsDue(10, 2, 3)}`,
@@ -198,6 +200,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
         this.outputs.wanted(),
         this.identity.bootId,
         this.signatureOf(mode),
+        this.expectationsValue(),
       ],
     );
     const row = rows[0] as BeatRow;
@@ -248,6 +251,16 @@ export class NodeRegistry implements OnApplicationBootstrap {
     } catch (error) {
       this.outage.failed(error);
     }
+  }
+
+  /**
+   * The `expectations` column: the expectations this node hosts, by actor, tagged with this
+   * process's boot id. A release from before the column that takes this identity over rewrites the
+   * row's boot id but not the column: the tag no longer matching, the stale list is not read as
+   * the older release's (see NOT_HOSTED).
+   */
+  private expectationsValue(): string {
+    return JSON.stringify({ boot: this.identity.bootId, hosted: this.registry.hostedExpectations() });
   }
 
   private signatureOf(mode: string): string | null {

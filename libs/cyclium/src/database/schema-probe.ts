@@ -67,6 +67,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'table cyclium_integrity_cutovers',
     holds: `to_regclass('cyclium_integrity_cutovers') IS NOT NULL`,
   },
+  {
+    migration: 'CycliumNodeExpectations1764400000021',
+    missing: 'column cyclium_nodes.expectations',
+    holds: `EXISTS (SELECT 1 FROM pg_attribute
+                     WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'expectations' AND NOT attisdropped)`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -33,6 +33,13 @@ export class CycliumNode {
   @Column({ type: 'text', array: true, nullable: true })
   actors: string[] | null;
 
+  /**
+   * The expectations it hosts, by actor (`{ actor: [expectation, …] }`); null for a node from before
+   * the column (counted as hosting every expectation of its actors).
+   */
+  @Column({ type: 'jsonb', nullable: true })
+  expectations: Record<string, string[]> | null;
+
   /** The process now running this node (random per process); null while it is going, or for rows from before the column. */
   @Column({ name: 'boot_id', type: 'uuid', nullable: true })
   bootId: string | null;

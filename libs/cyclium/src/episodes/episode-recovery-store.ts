@@ -108,19 +108,23 @@ export interface NotHostedWatcher {
 export const RECOVERY_PAGE = 500;
 
 /**
- * Running or queued episodes of an actor that neither this node ($3) nor any node of their stack
- * and env has declared within the grace period ($4 ms), quiet for as long, and held by no live
- * claim: no node will ever run them. The time an actor was last declared is the newest beat of a
- * node listing it (a crashed node's row stays; a drained one deleted its row, but stamped its runs
- * as it went, so their own quiet time covers it); a node that is only late with its beat during a
- * deploy still counts. A NULL actor list (a node from before the column) declares everything.
+ * Running or queued episodes of an expectation (actor and expectation) that neither this node ($3,
+ * a jsonb HostedExpectations) nor any node of their stack and env has declared within the grace
+ * period ($4 ms), quiet for as long, and held by no live claim: no node will ever run them. The
+ * time an expectation was last declared is the newest beat of a node listing it (a crashed node's
+ * row stays; a drained one deleted its row, but stamped its runs as it went, so their own quiet
+ * time covers it); a node that is only late with its beat during a deploy still counts. A NULL
+ * actor list (a node from before the column) declares everything; a node whose expectation list
+ * is not its own process's (NULL: a release from before that column; another boot id: written by
+ * this tree, then left by an older release that took the identity over) declares every
+ * expectation of its actors (see NodeRegistry.register).
  * Silence counts only while this node ($7) watched: it has beaten without a gap since $8 (its
  * boot, or its return from an outage) for the grace period, and its last beat is recent ($9 ms),
  * so the time a whole env was stopped (or its database away) is never taken for nobody hosting
- * the actor, and the first service back does not fail another's work before its nodes return.
+ * the work, and the first service back does not fail another's work before its nodes return.
  * Taken with SKIP LOCKED in id order and failed on the status as read, so sweeps of several nodes
  * at once each fail a row at most once, and a restart taken meanwhile (which touches updated_at)
- * is left alone.
+ * is left alone. `$6` is a format() string given the actor, the expectation and the last owner.
  */
 export const NOT_HOSTED = `
   WITH stranded AS (
@@ -128,14 +132,18 @@ export const NOT_HOSTED = `
      WHERE e.status IN ('running', 'queued')
        AND ${stackCovers('e.source_stack', '$1')}
        AND ${sameEnv('e.source_env', '$2')}
-       AND e.actor_id <> ALL($3::text[])
+       AND NOT ${hostsExpectation('e.actor_id', 'e.expectation_id', '$3')}
        AND greatest(e.updated_at,
                     coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
                              e.started_at, e.inserted_at)) < now() - make_interval(secs => $4::double precision / 1000)
        AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
                         WHERE ${sameEnv('n.env', 'e.source_env')}
                           AND ${stackCovers('e.source_stack', 'n.stack')}
-                          AND (n.actors IS NULL OR e.actor_id = ANY(n.actors))
+                          AND (n.actors IS NULL
+                               OR e.actor_id = ANY(n.actors)
+                                  AND (n.expectations ->> 'boot' IS DISTINCT FROM n.boot_id::text
+                                       OR coalesce((n.expectations -> 'hosted' -> e.actor_id) ? e.expectation_id,
+                                                   false)))
                           AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
        AND NOT ${liveClaimOnEpisode('e')}
        AND $8::timestamptz < now() - make_interval(secs => $4::double precision / 1000)
@@ -147,7 +155,7 @@ export const NOT_HOSTED = `
      FOR UPDATE OF e SKIP LOCKED)
   UPDATE cyclium_episodes e
      SET status = 'failed', error_class = 'not_hosted', phase = NULL, finished_at = now(), updated_at = now(),
-         error_detail = format($6::text, e.actor_id, coalesce(e.owner_node, 'no node'))
+         error_detail = format($6::text, e.actor_id, e.expectation_id, coalesce(e.owner_node, 'no node'))
     FROM stranded
    WHERE e.id = stranded.id AND e.status IN ('running', 'queued')
   RETURNING e.*`;
@@ -230,12 +238,12 @@ export class EpisodeRecoveryStore {
 
   /**
    * Fails a batch of episodes no node will run (NOT_HOSTED) as `not_hosted`, inside the caller's
-   * transaction; `detail` is a format() string given the actor and the last owner.
+   * transaction; `detail` is a format() string given the actor, the expectation and the last owner.
    */
   async failNotHosted(
     client: SqlExecutor,
     scope: Pick<CandidateScope, 'stack' | 'env'>,
-    hosted: readonly string[],
+    hosted: HostedExpectations,
     graceMs: number,
     detail: string,
     watcher: NotHostedWatcher,
@@ -243,7 +251,7 @@ export class EpisodeRecoveryStore {
     const { rows } = await client.query(NOT_HOSTED, [
       scope.stack,
       scope.env,
-      hosted,
+      hostedParam(hosted),
       graceMs,
       RECOVERY_PAGE,
       detail,

@@ -16,6 +16,7 @@ import { CycliumRetries1764400000014 } from './1764400000014-cyclium-retries.js'
 import { CycliumDueRequests1764400000015 } from './1764400000015-cyclium-due-requests.js';
 import { CycliumBusPositionTypes1764400000019 } from './1764400000019-cyclium-bus-position-types.js';
 import { CycliumEpisodeSignatures1764400000020 } from './1764400000020-cyclium-episode-signatures.js';
+import { CycliumNodeExpectations1764400000021 } from './1764400000021-cyclium-node-expectations.js';
 
 export {
   CycliumSchema1764400000000,
@@ -36,6 +37,7 @@ export {
   CycliumDueRequests1764400000015,
   CycliumBusPositionTypes1764400000019,
   CycliumEpisodeSignatures1764400000020,
+  CycliumNodeExpectations1764400000021,
 };
 
 export { CYCLIUM_TABLES, cycliumGrants, type CycliumPublisher, type CycliumRoles } from './grants.js';
@@ -60,4 +62,5 @@ export const cycliumMigrations = [
   CycliumDueRequests1764400000015,
   CycliumBusPositionTypes1764400000019,
   CycliumEpisodeSignatures1764400000020,
+  CycliumNodeExpectations1764400000021,
 ];

@@ -17,9 +17,10 @@ export interface RecoveryOptions {
   /** Decides the policy per episode, ahead of the expectation's `recoveryPolicy`. */
   resolvePolicy?: (episode: CycliumEpisode) => RecoveryPolicy;
   /**
-   * Running or queued episodes of an actor that no live node of their stack and env has declared
-   * for this long (and quiet for as long) end `failed` with `error_class: 'not_hosted'`: the actor
-   * was removed or renamed, and nothing will ever run them. Never shorter than three node beats;
+   * Running or queued episodes of an expectation (actor and expectation) that no live node of their
+   * stack and env has declared for this long (and quiet for as long) end `failed` with
+   * `error_class: 'not_hosted'`: the actor or the expectation was removed or renamed, and nothing
+   * will ever run them. Never shorter than three node beats;
    * `null` leaves them running forever. Default 3 600 000 (an hour).
    */
   notHostedGraceMs?: number | null;

@@ -15,9 +15,10 @@ import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 const LINES_PER_ACTOR = 20;
 
 /**
- * Ends the episodes no node will ever run: running or queued episodes of an actor that no live
- * node of their stack and env has declared for `recovery.notHostedGraceMs` (an actor removed or
- * renamed while its episodes ran) while this node watched, beating, for as long, fail with
+ * Ends the episodes no node will ever run: running or queued episodes of an expectation (actor and
+ * expectation) that no live node of their stack and env has declared for `recovery.notHostedGraceMs`
+ * (an actor or one of its expectations removed or renamed while its episodes ran) while this node
+ * watched, beating, for as long, fail with
  * `error_class: 'not_hosted'`, their terminal event published, so a workflow waiting on one moves
  * on. Any node's sweep may do it: the rows belong to no live node, and the statement fails each
  * row once however many nodes sweep at the same time.
@@ -51,8 +52,9 @@ export class NotHostedEpisodes {
     if (graceMs === null || since === null) return 0;
     // Its own last beat must be recent too: a gap its next beat has yet to notice (a freeze, an outage) is no watch.
     const watcher = { node: me, since, gapMs: 3 * this.options.nodeBeatIntervalMs };
-    const hosted = this.registry.all().map((actor) => actor.id);
-    const detail = `not_hosted: no live node of its stack and env has declared actor %s for ${graceMs} ms (last owned by %s)`;
+    const hosted = this.registry.hostedExpectations();
+    const nobody = `no live node of its stack and env has declared`;
+    const detail = `not_hosted: ${nobody} actor %s with expectation %s for ${graceMs} ms (last owned by %s)`;
     const byActor = new Map<string, number>();
     let failed = 0;
     for (;;) {
@@ -75,9 +77,8 @@ export class NotHostedEpisodes {
         const count = (byActor.get(episode.actorId) ?? 0) + 1;
         byActor.set(episode.actorId, count);
         if (count <= LINES_PER_ACTOR) {
-          this.logger.warn(
-            `recovery: ${episodeLabel(episode)} failed as not_hosted: no live node of its stack and env has declared the actor for ${graceMs} ms`,
-          );
+          const why = `${nobody} its expectation for ${graceMs} ms`;
+          this.logger.warn(`recovery: ${episodeLabel(episode)} failed as not_hosted: ${why}`);
         }
         this.telemetry.emit('episode.failed', {
           episodeId: episode.id,

@@ -20,7 +20,7 @@ export interface SweepResult {
   /** Restarts handed to a full node as trigger requests (this node, or the actor here, is trigger-only; or another stack hosts it). */
   deferred: number;
   failed: number;
-  /** Episodes of an actor no live node has declared for `recovery.notHostedGraceMs`, failed as `not_hosted`. */
+  /** Episodes of an expectation no live node has declared for `recovery.notHostedGraceMs`, failed as `not_hosted`. */
   notHosted: number;
   skipped: number;
   skippedFor: Partial<Record<SkipReason, number>>;

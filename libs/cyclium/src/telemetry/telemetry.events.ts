@@ -56,7 +56,7 @@ export interface CycliumEventMap {
     restarted: number;
     deferred: number;
     failed: number;
-    /** Episodes of an actor no live node declared for `recovery.notHostedGraceMs`, failed as `not_hosted`. */
+    /** Episodes of an expectation no live node declared for `recovery.notHostedGraceMs`, failed as `not_hosted`. */
     notHosted: number;
     skipped: number;
     /** Why each skipped candidate was left: `busy` (a live claim), `taken` (another node), `not_hosted`, `error`. */
