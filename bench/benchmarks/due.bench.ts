@@ -126,6 +126,12 @@ export async function dueBench(url: string): Promise<void> {
       const perRun = (statements / runs).toFixed(1);
       const work = { polls, 'takes tried': takes, 'takes lost': takes - taken, runs, 'statements/run (all)': perRun };
       printTable("due: the pollers' work for the drain", [work]);
+      // Where a run's statements go: the profile to cut them from (the takes, the claims, the bus reads).
+      const top = await db.query<{ calls: number; query: string }>(
+        `SELECT calls::int, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query FROM pg_stat_statements
+          WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY calls DESC LIMIT 16`,
+      );
+      printTable('due: the statements of the drain, most called first', top.rows);
     }
   } finally {
     for (const node of nodes) node.child.kill('SIGKILL');
