@@ -8,10 +8,10 @@
 import { createWriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import pg from 'pg';
 import { migrateDemoDatabase } from '@cyclium/demo/database';
 import { readHistory } from '../checker/audit-reader.js';
 import type { PostgresServer } from '../cluster/postgres-server.js';
+import { waitForQuiet } from '../cluster/quiescence.js';
 import { SeededRandom } from '../schedule/seeded-random.js';
 import { checkChaos } from './chaos-checker.js';
 import { ChaosLoad } from './chaos-load.js';
@@ -41,30 +41,14 @@ export interface ChaosVerdict {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
 
-async function quiet(url: string, timeoutMs: number): Promise<boolean> {
-  const db = new pg.Client({ connectionString: url });
-  db.on('error', () => undefined);
-  await db.connect();
-  try {
-    const deadline = Date.now() + timeoutMs;
-    let last = '';
-    let since = Date.now();
-    while (Date.now() < deadline) {
-      const { rows } = await db.query<{ state: string; live: number }>(`
-        SELECT (SELECT count(*) FROM cyclium_episodes
-                 WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked'))::int AS live,
-               (SELECT coalesce(max(id), 0) FROM fs_audit
-                 WHERE op = 'INSERT' AND tbl <> 'cyclium_events')::text AS state`);
-      const state = `${rows[0]?.live}:${rows[0]?.state}`;
-      if (state !== last) [last, since] = [state, Date.now()];
-      else if (rows[0]?.live === 0 && Date.now() - since > 5_000) return true;
-      await sleep(500);
-    }
-    return false;
-  } finally {
-    await db.end();
-  }
-}
+/** The chaos soak's quiet: no live episode, and no new audit row but the bus's own, for 5 s. */
+const CHAOS_QUIET = {
+  sql: `
+    SELECT (SELECT count(*) FROM cyclium_episodes
+             WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked'))::int AS live,
+           (SELECT coalesce(max(id), 0) FROM fs_audit WHERE op = 'INSERT' AND tbl <> 'cyclium_events')::text AS moved`,
+  quietMs: 5_000,
+};
 
 export async function runChaos(server: PostgresServer, options: ChaosOptions): Promise<ChaosVerdict> {
   if (!server.restartable) throw new Error('the chaos soak restarts the database: run it without DATABASE_URL');
@@ -110,7 +94,7 @@ export async function runChaos(server: PostgresServer, options: ChaosOptions): P
     await load.stop();
     const back = Date.now();
     while (!nodes.allAnswer(slots) && Date.now() - back < 60_000) await sleep(200);
-    const quiesced = await quiet(url, 120_000);
+    const quiesced = await waitForQuiet(url, 120_000, CHAOS_QUIET);
     const history = await readHistory(url);
     const violations = await checkChaos(url, history, load.accepted);
     await nodes.stopAll();

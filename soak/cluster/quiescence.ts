@@ -9,8 +9,18 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
 /** Nothing moved for this long (longer than a bus poll plus a debounce window plus a trigger poll). */
 const QUIET_MS = 4_000;
 
-/** Waits until nothing is live and nothing moved for QUIET_MS; false at the deadline. */
-export async function waitForQuiet(databaseUrl: string, timeoutMs: number): Promise<boolean> {
+/** What counts as live and as a move: a statement answering `live` (a count) and `moved` (text). */
+export interface QuietProbe {
+  sql: string;
+  quietMs: number;
+}
+
+/** Waits until nothing is live and nothing moved for the probe's quietMs; false at the deadline. */
+export async function waitForQuiet(
+  databaseUrl: string,
+  timeoutMs: number,
+  probe: QuietProbe = { sql: QUIET_PROBE, quietMs: QUIET_MS },
+): Promise<boolean> {
   const db = new pg.Client({ connectionString: databaseUrl });
   db.on('error', () => undefined);
   await db.connect();
@@ -19,12 +29,12 @@ export async function waitForQuiet(databaseUrl: string, timeoutMs: number): Prom
     let last = '';
     let since = Date.now();
     while (Date.now() < deadline) {
-      const { rows } = await db.query<{ live: number; moved: string }>(QUIET_PROBE);
+      const { rows } = await db.query<{ live: number; moved: string }>(probe.sql);
       const state = `${rows[0]?.live}:${rows[0]?.moved}`;
       if (state !== last) {
         last = state;
         since = Date.now();
-      } else if (rows[0]?.live === 0 && Date.now() - since >= QUIET_MS) {
+      } else if (rows[0]?.live === 0 && Date.now() - since >= probe.quietMs) {
         return true;
       }
       await sleep(250);

@@ -5,6 +5,11 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
  * database names the first migration it still lacks. `to_regclass` follows the search_path, as every
  * other Cyclium statement does.
  */
+/** SQL that holds when `table` has the column `column` (both the library's own names, never input). */
+function columnExists(table: string, column: string): string {
+  return `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${table}') AND attname = '${column}' AND NOT attisdropped)`;
+}
+
 const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string }> = [
   { migration: 'CycliumSchema1764400000000', missing: 'table cyclium_episodes', holds: `to_regclass('cyclium_episodes') IS NOT NULL` },
   {
@@ -29,27 +34,27 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
   {
     migration: 'CycliumNodeActors1764400000006',
     missing: 'column cyclium_nodes.actors',
-    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'actors' AND NOT attisdropped)`,
+    holds: columnExists('cyclium_nodes', 'actors'),
   },
   { migration: 'CycliumBusPositions1764400000007', missing: 'table cyclium_bus_positions', holds: `to_regclass('cyclium_bus_positions') IS NOT NULL` },
   { migration: 'CycliumOutputOutbox1764400000008', missing: 'index cyclium_outputs_due', holds: `to_regclass('cyclium_outputs_due') IS NOT NULL` },
   {
     migration: 'CycliumNodeBootId1764400000009',
     missing: 'column cyclium_nodes.boot_id',
-    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'boot_id' AND NOT attisdropped)`,
+    holds: columnExists('cyclium_nodes', 'boot_id'),
   },
   { migration: 'CycliumScopedRows1764400000010', missing: 'table cyclium_actor_scopes', holds: `to_regclass('cyclium_actor_scopes') IS NOT NULL` },
   {
     migration: 'CycliumRowSignatures1764400000011',
     missing: 'column cyclium_nodes.signature',
-    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'signature' AND NOT attisdropped)`,
+    holds: columnExists('cyclium_nodes', 'signature'),
   },
   { migration: 'CycliumOperatorReads1764400000012', missing: 'index cyclium_episodes_finished', holds: `to_regclass('cyclium_episodes_finished') IS NOT NULL` },
   { migration: 'CycliumRetention1764400000013', missing: 'index cyclium_episodes_archived', holds: `to_regclass('cyclium_episodes_archived') IS NOT NULL` },
   {
     migration: 'CycliumRetries1764400000014',
     missing: 'column cyclium_episodes.retries',
-    holds: `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('cyclium_episodes') AND attname = 'retries' AND NOT attisdropped)`,
+    holds: columnExists('cyclium_episodes', 'retries'),
   },
   {
     migration: 'CycliumDueRequests1764400000015',
@@ -59,8 +64,7 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
   {
     migration: 'CycliumBusPositionTypes1764400000019',
     missing: 'column cyclium_bus_positions.type',
-    holds: `EXISTS (SELECT 1 FROM pg_attribute
-                     WHERE attrelid = to_regclass('cyclium_bus_positions') AND attname = 'type' AND NOT attisdropped)`,
+    holds: columnExists('cyclium_bus_positions', 'type'),
   },
   {
     migration: 'CycliumEpisodeSignatures1764400000020',
@@ -70,8 +74,7 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
   {
     migration: 'CycliumNodeExpectations1764400000021',
     missing: 'column cyclium_nodes.expectations',
-    holds: `EXISTS (SELECT 1 FROM pg_attribute
-                     WHERE attrelid = to_regclass('cyclium_nodes') AND attname = 'expectations' AND NOT attisdropped)`,
+    holds: columnExists('cyclium_nodes', 'expectations'),
   },
 ];
 
