@@ -102,6 +102,20 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
   const one = async <T extends pg.QueryResultRow>(sql: string, params: unknown[]) => (await database.db.query<T>(sql, params)).rows[0] as T;
 
   it('takes a fresh orphan within one sweep interval of going stale, past 600 stale rows it cannot run; fails those 600 after the grace period', async () => {
+    // The live node has watched for longer than the grace before the crash, so only the dead node's
+    // declaration (a release from before boot ids and expectation lists: both NULL) holds the 600.
+    await waitFor(
+      'node-live to have watched for the grace period',
+      async () =>
+        (
+          await one<{ ok: boolean }>(
+            `SELECT started_at < now() - make_interval(secs => $1::double precision / 1000) AS ok
+           FROM cyclium_nodes WHERE node_identity = 'node-live'`,
+            [GRACE_MS + INTERVAL_MS],
+          )
+        ).ok,
+      GRACE_MS + 10_000,
+    );
     const { orphanId, diedAt } = await crash(database.db, null, { died: '0 seconds', retired: '10 minutes', orphan: '0 seconds' });
 
     // The orphan's journal went quiet when its node died; it is stale STALE_MS later (database clock).

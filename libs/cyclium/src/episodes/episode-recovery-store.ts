@@ -141,7 +141,8 @@ export const NOT_HOSTED = `
                           AND ${stackCovers('e.source_stack', 'n.stack')}
                           AND (n.actors IS NULL
                                OR e.actor_id = ANY(n.actors)
-                                  AND (n.expectations ->> 'boot' IS DISTINCT FROM n.boot_id::text
+                                  AND (n.expectations IS NULL
+                                       OR n.expectations ->> 'boot' IS DISTINCT FROM n.boot_id::text
                                        OR coalesce((n.expectations -> 'hosted' -> e.actor_id) ? e.expectation_id,
                                                    false)))
                           AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
