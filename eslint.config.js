@@ -41,7 +41,10 @@ export default defineConfig(
       // Handing on a caught value (typed unknown) as a rejection is forwarding, not inventing a non-Error reason.
       '@typescript-eslint/prefer-promise-reject-errors': ['error', { allowThrowingUnknown: true }],
       // `_` names a part left out on purpose (`const { op: _, ...fields } = action`).
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', ignoreRestSiblings: true }],
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', ignoreRestSiblings: true },
+      ],
     },
   },
   {

@@ -35,11 +35,16 @@ async function main(): Promise<void> {
   const requested = process.argv.slice(2).filter((arg) => !arg.startsWith('-'));
   const unknown = requested.filter((name) => !(name in benchmarks));
   if (unknown.length > 0) {
-    throw new Error(`unknown benchmark ${unknown.join(', ')}; available: ${Object.keys(benchmarks).join(', ')}`);
+    throw new Error(
+      `unknown benchmark ${unknown.join(', ')}; available: ${Object.keys(benchmarks).join(', ')}`,
+    );
   }
   const names = requested.length > 0 ? requested : Object.keys(benchmarks);
   const metrics = process.env.BENCH_OTEL === '1' ? registerBenchMetrics() : null;
-  if (metrics) process.stdout.write('BENCH_OTEL=1: an OpenTelemetry MeterProvider is registered, every Cyclium instrument is fed\n');
+  if (metrics)
+    process.stdout.write(
+      'BENCH_OTEL=1: an OpenTelemetry MeterProvider is registered, every Cyclium instrument is fed\n',
+    );
   const database = await openBenchDatabase();
   try {
     for (const name of names) await benchmarks[name](database.url);

@@ -5,4 +5,8 @@ import { DataSource } from 'typeorm';
 
 if (!process.env.DATABASE_URL) throw new Error('DATABASE_URL is not set');
 
-export default new DataSource({ type: 'postgres', url: process.env.DATABASE_URL, migrations: cycliumMigrations });
+export default new DataSource({
+  type: 'postgres',
+  url: process.env.DATABASE_URL,
+  migrations: cycliumMigrations,
+});

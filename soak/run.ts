@@ -53,8 +53,12 @@ function parse(argv: string[]): Args {
   const first = Number(flags.get('first') ?? 1);
   const seeds = flags.has('seed')
     ? (flags.get('seed') as string).split(',').map(Number)
-    : Array.from({ length: Number(flags.get('seeds') ?? (flags.has('minutes') ? 100_000 : 10)) }, (_, i) => first + i);
-  if (seeds.some((s) => !Number.isInteger(s) || s < 0)) throw new Error('seeds are whole numbers >= 0');
+    : Array.from(
+        { length: Number(flags.get('seeds') ?? (flags.has('minutes') ? 100_000 : 10)) },
+        (_, i) => first + i,
+      );
+  if (seeds.some((s) => !Number.isInteger(s) || s < 0))
+    throw new Error('seeds are whole numbers >= 0');
   return {
     seeds,
     minutes: flags.has('minutes') ? Number(flags.get('minutes')) : null,
@@ -91,7 +95,9 @@ for (const signal of ['SIGINT', 'SIGTERM'] as const) {
 
 function line(result: SeedResult): string {
   const kind = `${result.processes ? 'processes' : 'workers'}, claims ${result.claims ? 'on' : 'off'}`;
-  const verdict = result.refused ? `refused: ${result.refused}` : `${result.violations.length} violation(s)`;
+  const verdict = result.refused
+    ? `refused: ${result.refused}`
+    : `${result.violations.length} violation(s)`;
   const faults = JSON.stringify(result.faults);
   const took = `${Math.round(result.wallMs / 1000)} s`;
   return `seed ${result.seed} (${kind}): ${verdict}, ${result.episodes} episodes, faults ${faults}, ${took}`;
@@ -102,7 +108,12 @@ async function main(): Promise<void> {
   const server = await PostgresServer.open(process.env.DATABASE_URL);
   cleanups.push(() => server.close());
   if (args.chaos) {
-    const chaos = { minutes: args.minutes ?? 5, nodes: args.nodes, seed: args.seeds[0] ?? 1, output: args.output };
+    const chaos = {
+      minutes: args.minutes ?? 5,
+      nodes: args.nodes,
+      seed: args.seeds[0] ?? 1,
+      output: args.output,
+    };
     const verdict = await runChaos(server, { ...chaos, register: (c) => cleanups.push(c) });
     process.stdout.write(`${args.json ? JSON.stringify(verdict) : verdict.text}\n`);
     await cleanUp();
@@ -115,14 +126,18 @@ async function main(): Promise<void> {
     const result = await runSeed(seed, args.params, server, args.output, args.quiesceMs);
     results.push(result);
     process.stderr.write(`${line(result)}\n`);
-    for (const v of result.violations.slice(0, 8)) process.stderr.write(`  [${v.rule}] ${v.message.slice(0, 400)}\n`);
+    for (const v of result.violations.slice(0, 8))
+      process.stderr.write(`  [${v.rule}] ${v.message.slice(0, 400)}\n`);
     if (result.violations.length > 0)
-      process.stderr.write(`  report: ${result.outputDir}/report.txt\n  replay: ${result.replay}\n`);
+      process.stderr.write(
+        `  report: ${result.outputDir}/report.txt\n  replay: ${result.replay}\n`,
+      );
   }
   await cleanUp();
   const failing = results.filter((r) => r.violations.length > 0);
   const faults: Record<string, number> = {};
-  for (const r of results) for (const [kind, n] of Object.entries(r.faults)) faults[kind] = (faults[kind] ?? 0) + n;
+  for (const r of results)
+    for (const [kind, n] of Object.entries(r.faults)) faults[kind] = (faults[kind] ?? 0) + n;
   const summary = {
     seeds: results.length,
     withProcesses: results.filter((r) => r.processes).length,
@@ -143,7 +158,9 @@ async function main(): Promise<void> {
 }
 
 main().catch(async (error: unknown) => {
-  process.stderr.write(`${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.stderr.write(
+    `${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
   await cleanUp();
   process.exit(2);
 });

@@ -65,12 +65,14 @@ export async function runSeed(
     try {
       log = await runner.run({ bootTimeoutMs: 60_000, quiesceTimeoutMs });
     } catch (error) {
-      if (error instanceof ConfigRefusedError) return { ...result, refused: error.message, wallMs: Date.now() - began };
+      if (error instanceof ConfigRefusedError)
+        return { ...result, refused: error.message, wallMs: Date.now() - began };
       throw error;
     }
     const history = await readHistory(databaseUrl);
     const violations = checkRun(log, history);
-    for (const fault of log.faults) result.faults[fault.kind] = (result.faults[fault.kind] ?? 0) + 1;
+    for (const fault of log.faults)
+      result.faults[fault.kind] = (result.faults[fault.kind] ?? 0) + 1;
     result.clusterStops = result.faults.cluster_stop ?? 0;
     result.workSent = log.work.filter((w) => w.nodeId !== null).length;
     result.episodes = history.episodes.size;
@@ -81,7 +83,11 @@ export async function runSeed(
     await writeFile(join(outputDir, 'report.txt'), formatReport(result, history, log));
     if (violations.length > 0) {
       // The whole history, for a diagnosis after the database is gone.
-      const dump = { ...history, episodes: [...history.episodes.values()], events: [...history.events.values()] };
+      const dump = {
+        ...history,
+        episodes: [...history.episodes.values()],
+        events: [...history.events.values()],
+      };
       await writeFile(join(outputDir, 'history.json'), JSON.stringify(dump));
     }
     return result;

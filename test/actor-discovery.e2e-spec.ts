@@ -89,19 +89,32 @@ describe('actor discovery at boot', () => {
   });
 
   const boot = (providers: Provider[], stackSlug?: string) =>
-    startCycliumApp({ url: database.url, cyclium: { nodeIdentity: `n-${apps.length}`, stackSlug }, providers }).then((app) => {
+    startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: `n-${apps.length}`, stackSlug },
+      providers,
+    }).then((app) => {
       apps.push(app);
       return app;
     });
 
   it.each([
     [[TwinOne, TwinTwo], 'duplicate actor id "twin" on TwinOne and TwinTwo'],
-    [[DuplicateExpectation], 'duplicate expectation id "same" on DuplicateExpectation.second (already on DuplicateExpectation.first)'],
+    [
+      [DuplicateExpectation],
+      'duplicate expectation id "same" on DuplicateExpectation.second (already on DuplicateExpectation.first)',
+    ],
     [[BadCron], '@Expectation on BadCron.weekly: cannot parse cron "every tuesday"'],
     [[BadInterval], `@Expectation on BadInterval.often: cannot parse interval "5 fortnights"`],
-    [[MixedTrigger], '@Expectation on MixedTrigger.both: trigger must be exactly one of { event, filter? }, { every, catchUp? } or { cron, catchUp? }'],
+    [
+      [MixedTrigger],
+      '@Expectation on MixedTrigger.both: trigger must be exactly one of { event, filter? }, { every, catchUp? } or { cron, catchUp? }',
+    ],
     [[PerRequest], '@Actor PerRequest is request-scoped'],
-    [[BadDelay], '@Expectation on BadDelay.later: delayMs must be a whole number of milliseconds >= 0'],
+    [
+      [BadDelay],
+      '@Expectation on BadDelay.later: delayMs must be a whole number of milliseconds >= 0',
+    ],
     [[BadRetry], '@Expectation on BadRetry.flaky: retry.backoff.factor must be a number >= 1'],
   ])('fails boot for %p, naming the class and method', async (providers, message) => {
     await expect(boot(providers as Provider[])).rejects.toThrow(message);
@@ -109,12 +122,18 @@ describe('actor discovery at boot', () => {
 
   it('hosts an actor only on the stacks it lists, and records its definition for recovery', async () => {
     const elsewhere = await boot([StackBOnly], 'stack_a');
-    await expect(elsewhere.get(Episodes).trigger('stack_b_only', 'go', {})).rejects.toThrow('no actor stack_b_only');
+    await expect(elsewhere.get(Episodes).trigger('stack_b_only', 'go', {})).rejects.toThrow(
+      'no actor stack_b_only',
+    );
 
     const home = await boot([StackBOnly], 'stack_b');
     const result = await home.get(Episodes).trigger('stack_b_only', 'go', {});
     expect(result.status).toBe('started');
-    const { rows } = await database.db.query(`SELECT expectations FROM cyclium_actor_scopes WHERE actor_id = 'stack_b_only' AND source_stack = 'stack_b'`);
-    expect(rows[0].expectations).toEqual([{ id: 'go', recovery_policy: 'restart', max_attempts: 5 }]);
+    const { rows } = await database.db.query(
+      `SELECT expectations FROM cyclium_actor_scopes WHERE actor_id = 'stack_b_only' AND source_stack = 'stack_b'`,
+    );
+    expect(rows[0].expectations).toEqual([
+      { id: 'go', recovery_policy: 'restart', max_attempts: 5 },
+    ]);
   });
 });

@@ -33,11 +33,19 @@ describe('actor definitions are recorded per actor, stack and env', () => {
   const database = useDatabase();
   const store = (stackSlug: string | null, env: string | null) =>
     new ActorDefinitionsStore(
-      { sql: database.db, atBoot: <T>(_what: string, work: () => Promise<T>) => work() } as unknown as CycliumDataSource,
+      {
+        sql: database.db,
+        atBoot: <T>(_what: string, work: () => Promise<T>) => work(),
+      } as unknown as CycliumDataSource,
       resolveCycliumOptions({ stackSlug, env }),
     );
   const policyOf = (sourceStack: string | null, sourceEnv: string | null) =>
-    store(null, null).recordedPolicy({ actorId: 'report', expectationId: 'run', sourceStack, sourceEnv });
+    store(null, null).recordedPolicy({
+      actorId: 'report',
+      expectationId: 'run',
+      sourceStack,
+      sourceEnv,
+    });
 
   it("an rc node's record leaves the default env's policy as it was, and each scope reads its own", async () => {
     await store(null, null).record([report('restart')]);
@@ -51,7 +59,9 @@ describe('actor definitions are recorded per actor, stack and env', () => {
     // A stack with no row of its own reads another stack's in its env; an env with none reads nothing.
     expect(await policyOf('stack_c', 'rc')).toBe('fail');
     expect(await policyOf(null, 'qa')).toBeNull();
-    const { rows } = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_actor_scopes WHERE actor_id = 'report'`);
+    const { rows } = await database.db.query(
+      `SELECT count(*)::int AS n FROM cyclium_actor_scopes WHERE actor_id = 'report'`,
+    );
     expect(rows[0].n).toBe(3);
   });
 

@@ -53,12 +53,41 @@ describe('the packed library in a new Nest app, as its README says', () => {
 
   it('packs README, LICENSE, the compiled JS with its .d.ts, the migrations and the operations page, and nothing from tests or maps', () => {
     const files = packed.files;
-    expect(files).toEqual(expect.arrayContaining(['README.md', 'LICENSE', 'package.json', 'dist/index.js', 'dist/index.d.ts']));
-    expect(files).toEqual(expect.arrayContaining(['dist/migrations/index.js', 'dist/migrations/1764400000000-cyclium-schema.js']));
-    expect(files).toEqual(expect.arrayContaining(['dist/testing/index.d.ts', 'dist/health/index.d.ts']));
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'README.md',
+        'LICENSE',
+        'package.json',
+        'dist/index.js',
+        'dist/index.d.ts',
+      ]),
+    );
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'dist/migrations/index.js',
+        'dist/migrations/1764400000000-cyclium-schema.js',
+      ]),
+    );
+    expect(files).toEqual(
+      expect.arrayContaining(['dist/testing/index.d.ts', 'dist/health/index.d.ts']),
+    );
     expect(files.filter((f) => /\.map$|\.spec\.|tsbuildinfo|^src\/|^test\//.test(f))).toEqual([]);
-    expect(files).toEqual(expect.arrayContaining(['dist/ops/index.js', 'assets/ops/index.html', 'assets/ops/app.js', 'assets/ops/app.css']));
-    expect(files.filter((f) => !['README.md', 'LICENSE', 'package.json'].includes(f) && !f.startsWith('dist/') && !f.startsWith('assets/ops/'))).toEqual([]);
+    expect(files).toEqual(
+      expect.arrayContaining([
+        'dist/ops/index.js',
+        'assets/ops/index.html',
+        'assets/ops/app.js',
+        'assets/ops/app.css',
+      ]),
+    );
+    expect(
+      files.filter(
+        (f) =>
+          !['README.md', 'LICENSE', 'package.json'].includes(f) &&
+          !f.startsWith('dist/') &&
+          !f.startsWith('assets/ops/'),
+      ),
+    ).toEqual([]);
   });
 
   async function adopt(kind: ModuleKind): Promise<{ node: DemoNode; db: pg.Pool }> {
@@ -69,11 +98,15 @@ describe('the packed library in a new Nest app, as its README says', () => {
     const db = pool(url, 2);
     pools.push(db);
     // The ES module app migrates at boot (migrationsRun); the CommonJS one runs the TypeORM CLI first.
-    if (kind === 'cjs') expect(await runMigrationsCli(root, dir, url)).toMatch(/CycliumWorkflows1764400000005 has been executed successfully/);
+    if (kind === 'cjs')
+      expect(await runMigrationsCli(root, dir, url)).toMatch(
+        /CycliumWorkflows1764400000005 has been executed successfully/,
+      );
     const node = await startNodeProcess(join(dir, 'dist/main.js'), url, {
       cwd: dir,
       env: { CYCLIUM_NODE_ID: `adopter-${kind}` },
-      ready: async (candidate) => (await fetch(`http://127.0.0.1:${candidate.port}/episodes/none`)).status === 404,
+      ready: async (candidate) =>
+        (await fetch(`http://127.0.0.1:${candidate.port}/episodes/none`)).status === 404,
     });
     nodes.push(node);
     return { node, db };
@@ -94,7 +127,10 @@ describe('the packed library in a new Nest app, as its README says', () => {
     async (kind) => {
       const { node, db } = await adopt(kind);
 
-      const greeted = (await post(node, '/greet', { name: 'Ada' })) as { status: string; episode: EpisodeJson };
+      const greeted = (await post(node, '/greet', { name: 'Ada' })) as {
+        status: string;
+        episode: EpisodeJson;
+      };
       expect(greeted.status).toBe('started');
       const done = await waitFor('the greet episode to finish', async () => {
         const episode = await node.get<EpisodeJson>(`/episodes/${greeted.episode.id}`);
@@ -107,9 +143,17 @@ describe('the packed library in a new Nest app, as its README says', () => {
       await post(node, '/signups', { email: 'free@example.com', plan: 'free' });
       await post(node, '/signups', { email: 'ada@example.com', plan: 'pro' });
       const welcomes = async () =>
-        (await db.query<{ status: string; summary: string }>(`SELECT status, summary FROM cyclium_episodes WHERE expectation_id = 'welcome'`)).rows;
-      await waitFor('the welcome episode to finish', async () => (await welcomes()).some((e) => e.status === 'done'));
-      expect(await welcomes()).toEqual([{ status: 'done', summary: 'welcomed ada@example.com to pro' }]);
+        (
+          await db.query<{ status: string; summary: string }>(
+            `SELECT status, summary FROM cyclium_episodes WHERE expectation_id = 'welcome'`,
+          )
+        ).rows;
+      await waitFor('the welcome episode to finish', async () =>
+        (await welcomes()).some((e) => e.status === 'done'),
+      );
+      expect(await welcomes()).toEqual([
+        { status: 'done', summary: 'welcomed ada@example.com to pro' },
+      ]);
 
       await node.stop('SIGTERM');
       // Nest re-raises the signal once its shutdown hooks have run.

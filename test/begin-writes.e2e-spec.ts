@@ -17,7 +17,10 @@ describe('batched begins', () => {
   let begins: BeginWrites;
 
   beforeAll(async () => {
-    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'beginner', workClaims: 'postgres', bus: 'local' } });
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'beginner', workClaims: 'postgres', bus: 'local' },
+    });
     begins = app.get(BeginWrites);
   });
 
@@ -60,14 +63,31 @@ describe('batched begins', () => {
 
     const outcomes = await Promise.all(keys.map((key) => begins.begin(spec(key))));
 
-    expect(outcomes.map((o) => o.status)).toEqual(['duplicate', 'started', 'started', 'started', 'started']);
-    const grants = outcomes.map((o) => (o.status === 'started' && o.grant.status === 'acquired' ? [o.grant.claim.fence, o.grant.stolenFrom ?? null] : null));
+    expect(outcomes.map((o) => o.status)).toEqual([
+      'duplicate',
+      'started',
+      'started',
+      'started',
+      'started',
+    ]);
+    const grants = outcomes.map((o) =>
+      o.status === 'started' && o.grant.status === 'acquired'
+        ? [o.grant.claim.fence, o.grant.stolenFrom ?? null]
+        : null,
+    );
     expect(grants).toEqual([null, [1, null], [1, null], [5, null], [8, 'gone']]);
     const rows = await live(keys);
-    expect(rows.map((r: { dedupe_key: string }) => r.dedupe_key)).toEqual(['b1-done', 'b1-dup', 'b1-lapsed', 'b1-new-1', 'b1-new-2']);
+    expect(rows.map((r: { dedupe_key: string }) => r.dedupe_key)).toEqual([
+      'b1-done',
+      'b1-dup',
+      'b1-lapsed',
+      'b1-new-1',
+      'b1-new-2',
+    ]);
     expect(
       rows.every(
-        (r: { status: string; claim_owner: string; claim: string }) => r.status === 'running' && r.claim_owner === 'beginner' && r.claim === 'claimed',
+        (r: { status: string; claim_owner: string; claim: string }) =>
+          r.status === 'running' && r.claim_owner === 'beginner' && r.claim === 'claimed',
       ),
     ).toBe(true);
     const batched = rows.filter((r: { dedupe_key: string }) => r.dedupe_key !== 'b1-dup');
@@ -88,7 +108,9 @@ describe('batched begins', () => {
     const rows = await live(keys);
     expect(rows.map((r: { dedupe_key: string }) => r.dedupe_key)).toEqual(['b2-a', 'b2-b', 'b2-c']);
     expect(new Set(rows.map((r: { tx: string }) => r.tx)).size).toBe(3);
-    const claim = await database.db.query(`SELECT owner_node, fence::int AS fence FROM cyclium_work_claims WHERE dedupe_key = 'b2-busy'`);
+    const claim = await database.db.query(
+      `SELECT owner_node, fence::int AS fence FROM cyclium_work_claims WHERE dedupe_key = 'b2-busy'`,
+    );
     expect(claim.rows).toEqual([{ owner_node: 'other', fence: 1 }]);
   });
 });

@@ -4,7 +4,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 // The compiled helpers: startPostgres forks its keeper process from the built file next to it.
-import { freePort, migrateDatabase, startPostgres, type RunningPostgres } from '../libs/cyclium/dist/testing/index.js';
+import {
+  freePort,
+  migrateDatabase,
+  startPostgres,
+  type RunningPostgres,
+} from '../libs/cyclium/dist/testing/index.js';
 import { migrateDemoDatabase } from '@cyclium/demo/database';
 import { FAST_RECOVERY } from './support/demo-cluster.js';
 import { startNodeProcess, type DemoNode } from './support/demo-node.js';
@@ -22,7 +27,10 @@ const BOOT_STEPS: ReadonlyArray<[step: string, statement: string]> = [
   ['recording the actor definitions', 'INSERT INTO cyclium_actor_scopes'],
   ['starting the bus (LISTEN)', 'LISTEN "'],
   ['registering the node', 'INSERT INTO cyclium_nodes'],
-  ['reading the queued backlog', `SELECT DISTINCT actor_id FROM cyclium_episodes WHERE status = 'queued'`],
+  [
+    'reading the queued backlog',
+    `SELECT DISTINCT actor_id FROM cyclium_episodes WHERE status = 'queued'`,
+  ],
 ];
 
 const ready = async (node: DemoNode) =>
@@ -86,13 +94,22 @@ describe('a node boots through a database failover', () => {
       if (firstRefusedAt === undefined && waiting().length > 0) firstRefusedAt = Date.now();
     });
     booting.catch(() => undefined); // awaited below; this only keeps an early failure from being unhandled meanwhile
-    const waiting = () => output.split('\n').filter((line) => line.includes('the database is not available yet'));
+    const waiting = () =>
+      output.split('\n').filter((line) => line.includes('the database is not available yet'));
     // The outage is the fault's length, not a synchronisation: the node must still be waiting at its end.
-    const outageOver = () => firstRefusedAt !== undefined && Date.now() - firstRefusedAt >= OUTAGE_MS;
+    const outageOver = () =>
+      firstRefusedAt !== undefined && Date.now() - firstRefusedAt >= OUTAGE_MS;
     const gaveUp = () => output.split('\n').find((line) => line.includes('could not start'));
     await Promise.race([
-      waitFor('the outage to last its length', () => outageOver() || gaveUp(), OUTAGE_MS + 30_000, 100),
-      booting.then(() => Promise.reject(new Error('the node was ready while the database was down'))),
+      waitFor(
+        'the outage to last its length',
+        () => outageOver() || gaveUp(),
+        OUTAGE_MS + 30_000,
+        100,
+      ),
+      booting.then(() =>
+        Promise.reject(new Error('the node was ready while the database was down')),
+      ),
     ]);
     expect(gaveUp()).toBeUndefined();
     await startServer();
@@ -101,10 +118,16 @@ describe('a node boots through a database failover', () => {
     const readyAfterMs = Date.now() - upAt;
     expect([node.process.exitCode, node.process.signalCode]).toEqual([null, null]);
     const lines = waiting();
-    expect(lines[0]).toMatch(/^.*connecting \(user postgres at 127\.0\.0\.1:\d+, database postgres\): the database is/);
-    expect(lines[0]).toMatch(/waited [\d.]+ s, trying again in 1 s, until \S+Z \(startupWaitMs 90000\)/);
+    expect(lines[0]).toMatch(
+      /^.*connecting \(user postgres at 127\.0\.0\.1:\d+, database postgres\): the database is/,
+    );
+    expect(lines[0]).toMatch(
+      /waited [\d.]+ s, trying again in 1 s, until \S+Z \(startupWaitMs 90000\)/,
+    );
     // One line per attempt, 1 s doubling to 10 s apart.
-    const pauses = [...lines.join('\n').matchAll(/trying again in (\d+) s/g)].map((m) => Number(m[1]));
+    const pauses = [...lines.join('\n').matchAll(/trying again in (\d+) s/g)].map((m) =>
+      Number(m[1]),
+    );
     expect(pauses).toEqual([1, 2, 4, 8, 10, 10, 10, 10, 10, 10, 10, 10].slice(0, pauses.length));
     expect(pauses.length).toBeGreaterThanOrEqual(3);
     expect(output).not.toMatch(/could not start/);
@@ -122,7 +145,9 @@ describe('a node boots through a database failover', () => {
       onClientData: (chunk) => {
         if (down) return 'drop-and-close';
         const text = chunk.toString('latin1');
-        const step = BOOT_STEPS.find(([name, statement]) => !cuts.includes(name) && text.includes(statement));
+        const step = BOOT_STEPS.find(
+          ([name, statement]) => !cuts.includes(name) && text.includes(statement),
+        );
         if (!step) return 'forward';
         // The statement never reaches the server; every connection drops and new ones fail for 0.9 s.
         cuts.push(step[0]);
@@ -135,7 +160,8 @@ describe('a node boots through a database failover', () => {
     proxies.push(proxy);
     const node = await bootNode('boot-through-cuts', proxy.url(url));
     expect([...cuts].sort()).toEqual(BOOT_STEPS.map(([name]) => name).sort());
-    for (const [name] of BOOT_STEPS) expect(node.output()).toContain(`${name}: the database is not available yet`);
+    for (const [name] of BOOT_STEPS)
+      expect(node.output()).toContain(`${name}: the database is not available yet`);
     expect([node.process.exitCode, node.process.signalCode]).toEqual([null, null]);
     expect((await node.get<{ identity: string }>('/node')).identity).toBe('boot-through-cuts');
   }, 120_000);

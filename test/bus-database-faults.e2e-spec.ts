@@ -29,17 +29,22 @@ describe('durable triggers meeting database errors', () => {
     nodes.push(node);
     return node;
   };
-  const holdFaults = (held: boolean) => database.db.query(`UPDATE test_fault SET held = $1`, [held]);
+  const holdFaults = (held: boolean) =>
+    database.db.query(`UPDATE test_fault SET held = $1`, [held]);
   const publish = (node: DemoNode, eventId: string, payload: Record<string, unknown>) =>
     post(node, '/events', { type: 'test.x', eventId, payload: { n: 1, ...payload } });
 
   async function attempts(code: string): Promise<number> {
-    const { rows } = await database.db.query(`SELECT last_value, is_called FROM test_fault_${code.toLowerCase()}`);
+    const { rows } = await database.db.query(
+      `SELECT last_value, is_called FROM test_fault_${code.toLowerCase()}`,
+    );
     return rows[0].is_called ? Number(rows[0].last_value) : 0;
   }
 
   async function attemptsOf(): Promise<Map<string, number>> {
-    return new Map(await Promise.all(CODES.map(async (code) => [code, await attempts(code)] as const)));
+    return new Map(
+      await Promise.all(CODES.map(async (code) => [code, await attempts(code)] as const)),
+    );
   }
 
   /** Waits until the dispatch of each code's event failed `more` more times than in `since`. */

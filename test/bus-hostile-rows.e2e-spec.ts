@@ -1,7 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import pg from 'pg';
-import { Actor, EventPayloadTooLargeError, Expectation, type BusEvent, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  EventPayloadTooLargeError,
+  Expectation,
+  type BusEvent,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import { READ_MAX_BYTES, jsonbTextBytes } from '../libs/cyclium/src/bus/event-bounds.js';
 import { BusRetention } from '../libs/cyclium/src/bus/bus-retention.js';
@@ -46,7 +52,13 @@ describe('hostile rows on a bus channel', () => {
   }
 
   /** Inserts a row as a writer with INSERT on the table could. */
-  async function insertRow({ eventId, created, payload = `'{}'::jsonb`, published = 'now()', channel = CHANNEL }: Row) {
+  async function insertRow({
+    eventId,
+    created,
+    payload = `'{}'::jsonb`,
+    published = 'now()',
+    channel = CHANNEL,
+  }: Row) {
     await database.db.query(
       `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, created_at)
        VALUES ($1, $2, 'hostile', ${payload}, ${published}, ${created})`,
@@ -57,12 +69,16 @@ describe('hostile rows on a bus channel', () => {
   beforeAll(async () => {
     busPool = new pg.Pool({ connectionString: database.url, max: 3 });
     busPool.on('error', () => undefined);
-    bus = new PostgresBus(busPool as unknown as SqlExecutor, () => ({ connectionString: database.url }), {
-      channel: CHANNEL,
-      publisher: () => 'hostile-test',
-      retentionMs: 60_000,
-      undispatchedMaxAgeMs: 40 * DAY,
-    });
+    bus = new PostgresBus(
+      busPool as unknown as SqlExecutor,
+      () => ({ connectionString: database.url }),
+      {
+        channel: CHANNEL,
+        publisher: () => 'hostile-test',
+        retentionMs: 60_000,
+        undispatchedMaxAgeMs: 40 * DAY,
+      },
+    );
     bus.subscribe('*', (event) => void received.push(event));
     await bus.start();
   });
@@ -82,7 +98,12 @@ describe('hostile rows on a bus channel', () => {
 
   it('prunes on past a future-dated row that ends a batch', async () => {
     const channel = busChannel('hostile-prune', null);
-    const log = new EventLog({ channel, stackSlug: 'hostile-prune', env: null, publisher: () => 'pruner' });
+    const log = new EventLog({
+      channel,
+      stackSlug: 'hostile-prune',
+      env: null,
+      publisher: () => 'pruner',
+    });
     const retention = new BusRetention(busPool as unknown as SqlExecutor, log, 60_000, 40 * DAY);
     // A consumer that has dispatched none of them: expired rows are kept until busUndispatchedMaxAgeMs (40 days).
     const lagging = `INSERT INTO cyclium_bus_positions (channel, consumer, position)
@@ -108,17 +129,27 @@ describe('hostile rows on a bus channel', () => {
   });
 
   it('leaves a very compressible payload far over the read budget unread, and delivers what follows it', async () => {
-    const log = new EventLog({ channel: CHANNEL, stackSlug: null, env: null, publisher: () => 'reader' });
+    const log = new EventLog({
+      channel: CHANNEL,
+      stackSlug: null,
+      env: null,
+      publisher: () => 'reader',
+    });
     const from = await log.snapshot(busPool as unknown as SqlExecutor);
     // 32 MiB of JSON text that PostgreSQL stores in well under 1 MiB.
-    await insertRow({ eventId: 'compressible', created: 'now()', payload: `to_jsonb(repeat('x', 32 * 1048576))` });
+    await insertRow({
+      eventId: 'compressible',
+      created: 'now()',
+      payload: `to_jsonb(repeat('x', 32 * 1048576))`,
+    });
     const stored = `SELECT pg_column_size(payload) AS n FROM cyclium_events WHERE event_id = 'compressible'`;
     expect(Number((await database.db.query(stored)).rows[0].n)).toBeLessThan(1_048_576);
     const after = await bus.publish('after-compressible', { n: 1 });
 
     // Each read loads at most the budget: the row over it comes back without its payload.
     const read = await log.readAfter(busPool as unknown as SqlExecutor, from, 500);
-    const bytesOf = (logged: (typeof read.events)[number]) => Buffer.byteLength(JSON.stringify(logged.event.payload));
+    const bytesOf = (logged: (typeof read.events)[number]) =>
+      Buffer.byteLength(JSON.stringify(logged.event.payload));
     const loaded = read.events.reduce((sum, logged) => sum + bytesOf(logged), 0);
     expect(loaded).toBeLessThanOrEqual(READ_MAX_BYTES);
     const hostile = read.events.find((logged) => logged.event.eventId === 'compressible');
@@ -132,9 +163,16 @@ describe('hostile rows on a bus channel', () => {
   it('refuses to publish a payload whose jsonb would print over the read budget, and bounds the option', async () => {
     // 140 KB of JSON; PostgreSQL prints each 1e300 with its 301 digits: about 6 MB.
     const numbers = Array.from({ length: 20_000 }, () => 1e300);
-    await expect(bus.publish('printed-large', numbers)).rejects.toBeInstanceOf(EventPayloadTooLargeError);
-    const app = startCycliumApp({ url: database.url, cyclium: { busMaxPayloadBytes: 200 * 1_048_576 } });
-    await expect(app).rejects.toThrow(/busMaxPayloadBytes must be a whole number of bytes from 1 to 2097152/);
+    await expect(bus.publish('printed-large', numbers)).rejects.toBeInstanceOf(
+      EventPayloadTooLargeError,
+    );
+    const app = startCycliumApp({
+      url: database.url,
+      cyclium: { busMaxPayloadBytes: 200 * 1_048_576 },
+    });
+    await expect(app).rejects.toThrow(
+      /busMaxPayloadBytes must be a whole number of bytes from 1 to 2097152/,
+    );
   });
 
   it('measures jsonb text as PostgreSQL prints it', async () => {

@@ -46,21 +46,34 @@ describe('a replay that meets events whose episodes were archived', () => {
       CREATE FUNCTION test_keep_events() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
       CREATE TRIGGER test_keep_events BEFORE DELETE ON cyclium_events
         FOR EACH ROW EXECUTE FUNCTION test_keep_events();`);
-    const lagging = (await database.db.query(`SELECT pg_current_snapshot()::text AS s`)).rows[0].s as string;
+    const lagging = (await database.db.query(`SELECT pg_current_snapshot()::text AS s`)).rows[0]
+      .s as string;
     const node = await boot();
-    for (const id of XS) await post(node, '/events', { type: 'test.x', eventId: id, payload: { n: 1 } });
-    for (const id of DS) await post(node, '/events', { type: 'test.d', eventId: id, payload: { subject: 'once-d' } });
+    for (const id of XS)
+      await post(node, '/events', { type: 'test.x', eventId: id, payload: { n: 1 } });
+    for (const id of DS)
+      await post(node, '/events', { type: 'test.d', eventId: id, payload: { subject: 'once-d' } });
 
     const archived = `SELECT count(*) AS n FROM cyclium_episodes WHERE status = 'done' AND archived_at IS NOT NULL`;
-    await waitFor('every episode done and archived', async () => (await scalar(archived)) === XS.length + 1, 20_000);
+    await waitFor(
+      'every episode done and archived',
+      async () => (await scalar(archived)) === XS.length + 1,
+      20_000,
+    );
     await node.stop('SIGTERM');
-    await database.db.query(`UPDATE cyclium_bus_positions SET position = $1::pg_snapshot`, [lagging]);
+    await database.db.query(`UPDATE cyclium_bus_positions SET position = $1::pg_snapshot`, [
+      lagging,
+    ]);
 
     await boot();
     // The replay settled every event again: both positions moved past all of them.
     const behind = `SELECT count(*) AS n FROM cyclium_events e JOIN cyclium_bus_positions p ON p.channel = e.channel
                      WHERE starts_with(e.event_id, 'once-') AND NOT pg_visible_in_snapshot(e.tx_id, p.position)`;
-    await waitFor('the replay to pass every event', async () => (await scalar(behind)) === 0, 20_000);
+    await waitFor(
+      'the replay to pass every event',
+      async () => (await scalar(behind)) === 0,
+      20_000,
+    );
     const byEvent = await episodesPerEvent();
     expect(XS.map((id) => byEvent.get(id) ?? 0)).toEqual(XS.map(() => 1));
     expect(DS.map((id) => byEvent.get(id) ?? 0)).toEqual([0, 0, 1]);

@@ -11,7 +11,11 @@ const RC_RETENTION_MS = 1_000;
 const RC_UNDISPATCHED_MS = 2_000;
 
 /** Production keeps what it dispatched for 3 s and what it did not for a week (the default). */
-const PROD = { ...FAST_RECOVERY, CYCLIUM_ENV: 'prod', DEMO_BUS_RETENTION_MS: String(PROD_RETENTION_MS) };
+const PROD = {
+  ...FAST_RECOVERY,
+  CYCLIUM_ENV: 'prod',
+  DEMO_BUS_RETENTION_MS: String(PROD_RETENTION_MS),
+};
 /** A release candidate on the same database, with windows shorter than any of production's. */
 const RC = {
   ...FAST_RECOVERY,
@@ -45,7 +49,11 @@ describe('bus retention, scoped: two envs on one database with different windows
     return scalar(`SELECT count(*) AS n FROM ${table} WHERE event_id = ANY($1)`, [eventIds]);
   };
   const publish = (node: DemoNode, eventId: string) =>
-    post(node, '/events', { type: 'resource.rebalance', eventId, payload: { resource: eventId, stepMs: 1 } });
+    post(node, '/events', {
+      type: 'resource.rebalance',
+      eventId,
+      payload: { resource: eventId, stepMs: 1 },
+    });
   /** Waits until, by the database clock, the newest of `eventIds` was stored `ms` ago. */
   const aged = (eventIds: string[], ms: number) =>
     waitFor(
@@ -87,7 +95,8 @@ describe('bus retention, scoped: two envs on one database with different windows
     const done = `SELECT count(DISTINCT trigger_ref->>'eventId') AS n FROM cyclium_episodes
                    WHERE trigger_ref->>'eventId' = ANY($1) AND status = 'done' AND source_env = 'prod'`;
     const ran = (eventIds: string[]) => async () => (await scalar(done, [eventIds])) === EVENTS;
-    const gone = (eventIds: string[]) => async () => (await countIn('audit_events', eventIds)) === EVENTS;
+    const gone = (eventIds: string[]) => async () =>
+      (await countIn('audit_events', eventIds)) === EVENTS;
     await waitFor('production to run its events', ran(dispatched), 20_000, 100);
     await prod.stop('SIGTERM');
 

@@ -31,7 +31,8 @@ function firstFor(eventId: string, payload: unknown): string {
 describe('busy nodes pass work on', () => {
   const database = useDatabase();
   const nodes: DemoNode[] = [];
-  const scalar = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows[0].n as number;
+  const scalar = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows[0].n as number;
 
   beforeAll(async () => {
     // One slot each; the first recovery sweep well after the test, so only placement moves rows.
@@ -53,35 +54,65 @@ describe('busy nodes pass work on', () => {
   });
 
   /** `count` events each node in `order` ranks first for, round robin, posted to `to`. */
-  async function publish(count: number, order: string[], to: (n: number) => DemoNode, tag: string): Promise<string[]> {
+  async function publish(
+    count: number,
+    order: string[],
+    to: (n: number) => DemoNode,
+    tag: string,
+  ): Promise<string[]> {
     const events: Array<{ eventId: string; payload: { resource: string; stepMs: number } }> = [];
     for (let i = 0; events.length < count; i++) {
       const payload = { resource: `${tag}-${i}`, stepMs: 20 };
-      if (firstFor(`${tag}-${i}`, payload) === order[events.length % order.length]) events.push({ eventId: `${tag}-${i}`, payload });
+      if (firstFor(`${tag}-${i}`, payload) === order[events.length % order.length])
+        events.push({ eventId: `${tag}-${i}`, payload });
     }
     for (const [n, event] of events.entries()) {
-      await post(to(n), '/events', { type: 'resource.rebalance', eventId: event.eventId, payload: event.payload });
+      await post(to(n), '/events', {
+        type: 'resource.rebalance',
+        eventId: event.eventId,
+        payload: event.payload,
+      });
     }
     return events.map((e) => e.eventId);
   }
 
   const doneFor = (ids: string[]) =>
-    scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`, [ids]);
+    scalar(
+      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`,
+      [ids],
+    );
   const queuedFor = (ids: string[]) =>
-    scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE queued_at IS NOT NULL AND trigger_ref->>'eventId' = ANY($1)`, [ids]);
+    scalar(
+      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE queued_at IS NOT NULL AND trigger_ref->>'eventId' = ANY($1)`,
+      [ids],
+    );
   const ownersOf = async (ids: string[]) =>
-    (await database.db.query(`SELECT owner_node FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids])).rows.map((r) => r.owner_node as string);
+    (
+      await database.db.query(
+        `SELECT owner_node FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`,
+        [ids],
+      )
+    ).rows.map((r) => r.owner_node as string);
 
   it('runs all 10 events on B while A is busy with a long episode', async () => {
     const [a] = nodes;
     const long = await rebalanceOn(a, { resource: 'long', stepMs: 60_000 });
     // Half of them A ranks first (without a free slot, it would keep them), half B.
     const ids = await publish(10, NAMES, (n) => nodes[n % 2], 'busy');
-    await waitFor('the 10 episodes to be done', async () => (await doneFor(ids)) === 10, 20_000, 100);
+    await waitFor(
+      'the 10 episodes to be done',
+      async () => (await doneFor(ids)) === 10,
+      20_000,
+      100,
+    );
     expect(await ownersOf(ids)).toEqual(Array<string>(10).fill(NAMES[1]));
     // The five A ranked first were passed on from A's memory, not queued in the table.
     expect(await queuedFor(ids)).toBe(0);
-    const longRow = (await database.db.query(`SELECT status, owner_node FROM cyclium_episodes WHERE id = $1`, [long])).rows[0];
+    const longRow = (
+      await database.db.query(`SELECT status, owner_node FROM cyclium_episodes WHERE id = $1`, [
+        long,
+      ])
+    ).rows[0];
     expect(longRow).toEqual({ status: 'running', owner_node: NAMES[0] });
   }, 40_000);
 
@@ -92,7 +123,12 @@ describe('busy nodes pass work on', () => {
     try {
       await rebalanceOn(b, { resource: 'long-b', stepMs: 500 });
       const ids = await publish(4, [NAMES[1]], () => b, 'frozen');
-      await waitFor('the 4 episodes to be done', async () => (await doneFor(ids)) === 4, 20_000, 100);
+      await waitFor(
+        'the 4 episodes to be done',
+        async () => (await doneFor(ids)) === 4,
+        20_000,
+        100,
+      );
       expect(await ownersOf(ids)).toEqual(Array<string>(4).fill(NAMES[1]));
       // They waited in B's memory for its slot, not as queued rows.
       expect(await queuedFor(ids)).toBe(0);

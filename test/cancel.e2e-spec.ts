@@ -42,8 +42,16 @@ describe('cancel is durable', () => {
   beforeAll(async () => {
     // Two worlds on one database: node-a in the default env, node-b in env rc. Each has its own
     // durable bus channel, so no cancel message of b's could ever reach a.
-    a = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-a', workClaims: 'postgres' }, providers: [CancellableActor] });
-    b = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'node-b', env: 'rc', workClaims: 'postgres' }, providers: [CancellableActor] });
+    a = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'node-a', workClaims: 'postgres' },
+      providers: [CancellableActor],
+    });
+    b = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'node-b', env: 'rc', workClaims: 'postgres' },
+      providers: [CancellableActor],
+    });
   });
 
   afterAll(async () => {
@@ -60,9 +68,16 @@ describe('cancel is durable', () => {
     // From env rc: its message goes over rc's channel, which node-a does not hear.
     expect(await b.get(Episodes).cancel(id)).toBe('requested');
     releaseStepless?.();
-    await waitFor('the episode to end', async () => (await a.get(Episodes).get(id))?.status !== 'running');
+    await waitFor(
+      'the episode to end',
+      async () => (await a.get(Episodes).get(id))?.status !== 'running',
+    );
     // The method had already run (no step to stop it before): the cancel still decides the end.
-    expect(await a.get(Episodes).get(id)).toMatchObject({ status: 'canceled', errorClass: 'canceled', summary: null });
+    expect(await a.get(Episodes).get(id)).toMatchObject({
+      status: 'canceled',
+      errorClass: 'canceled',
+      summary: null,
+    });
   });
 
   it('a cancel sent while the running node hears no bus at all still stops it before its next step, across envs', async () => {
@@ -74,10 +89,22 @@ describe('cancel is durable', () => {
     await a.get<Bus & { stop(): Promise<void> }>(CYCLIUM_BUS_TRANSPORT).stop();
 
     expect(await b.get(Episodes).cancel(id)).toBe('requested');
-    expect((await database.db.query(`SELECT cancel_requested_at FROM cyclium_episodes WHERE id = $1`, [id])).rows[0].cancel_requested_at).toBeInstanceOf(Date);
+    expect(
+      (
+        await database.db.query(`SELECT cancel_requested_at FROM cyclium_episodes WHERE id = $1`, [
+          id,
+        ])
+      ).rows[0].cancel_requested_at,
+    ).toBeInstanceOf(Date);
     release?.();
-    await waitFor('the episode to end', async () => (await a.get(Episodes).get(id))?.status !== 'running');
-    expect(await a.get(Episodes).get(id)).toMatchObject({ status: 'canceled', errorClass: 'canceled' });
+    await waitFor(
+      'the episode to end',
+      async () => (await a.get(Episodes).get(id))?.status !== 'running',
+    );
+    expect(await a.get(Episodes).get(id)).toMatchObject({
+      status: 'canceled',
+      errorClass: 'canceled',
+    });
     expect(steps).toEqual(['first']);
     expect(await b.get(Episodes).cancel(id)).toBe('finished');
     expect(await b.get(Episodes).cancel('00000000-0000-4000-8000-000000000000')).toBe('not_found');

@@ -28,7 +28,9 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
       CREATE TABLE claim_history (
         id bigserial PRIMARY KEY, key text NOT NULL, fence bigint NOT NULL, owner text NOT NULL,
         kind text NOT NULL, stolen_from text, at timestamptz NOT NULL DEFAULT clock_timestamp())`);
-    await database.db.query(`CREATE TABLE claim_fenced_out (key text NOT NULL, fence bigint NOT NULL, owner text NOT NULL)`);
+    await database.db.query(
+      `CREATE TABLE claim_fenced_out (key text NOT NULL, fence bigint NOT NULL, owner text NOT NULL)`,
+    );
     await database.db.query(`CREATE TABLE race_control (stop boolean NOT NULL)`);
     await database.db.query(`INSERT INTO race_control VALUES (false)`);
   });
@@ -37,14 +39,21 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
     for (const racer of racers) if (racer.exitCode === null) racer.kill('SIGKILL');
   });
 
-  const count = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows[0].n as number;
+  const count = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows[0].n as number;
 
   it('never lets two holders own a key at one fence, and every key shows a strictly increasing fence history', async () => {
     const outputs: string[] = [];
     const exits: Array<Promise<number | null>> = [];
     for (let i = 1; i <= 4; i++) {
       const child = spawn(process.execPath, [RACER], {
-        env: { ...process.env, DATABASE_URL: database.url, RACER_ID: `racer-${i}`, RACE_KEYS: String(KEYS), RACE_LEASE_SECONDS: '1' },
+        env: {
+          ...process.env,
+          DATABASE_URL: database.url,
+          RACER_ID: `racer-${i}`,
+          RACE_KEYS: String(KEYS),
+          RACE_LEASE_SECONDS: '1',
+        },
         stdio: ['ignore', 'pipe', 'pipe'],
       });
       outputs[i] = '';
@@ -57,7 +66,10 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
 
     await waitFor(
       'racer-4 to hold claims',
-      async () => (await count(`SELECT count(*)::int AS n FROM claim_history WHERE owner = 'racer-4' AND kind = 'acquired'`)) >= 100,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM claim_history WHERE owner = 'racer-4' AND kind = 'acquired'`,
+        )) >= 100,
       60_000,
     );
     paused.kill('SIGSTOP');
@@ -65,21 +77,30 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
     // Peers take over racer-4's claims once their leases lapse (by the database clock).
     await waitFor(
       'a peer to steal a claim of the paused racer-4',
-      async () => (await count(`SELECT count(*)::int AS n FROM claim_history WHERE stolen_from = 'racer-4'`)) >= 1,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM claim_history WHERE stolen_from = 'racer-4'`,
+        )) >= 1,
       30_000,
       100,
     );
     paused.kill('SIGCONT');
     await waitFor(
       'racer-4 to work again after resuming',
-      async () => (await count(`SELECT count(*)::int AS n FROM claim_history WHERE owner = 'racer-4' AND id > $1`, [pausedAt])) >= 20,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM claim_history WHERE owner = 'racer-4' AND id > $1`,
+          [pausedAt],
+        )) >= 20,
       60_000,
     );
     await database.db.query(`UPDATE race_control SET stop = true`);
     const codes = await Promise.all(exits);
     expect({ codes, outputs }).toMatchObject({ codes: [0, 0, 0, 0] });
 
-    const stats = outputs.filter(Boolean).map((out) => JSON.parse(/^RESULT (.*)$/m.exec(out)?.[1] ?? 'null') as RacerStats);
+    const stats = outputs
+      .filter(Boolean)
+      .map((out) => JSON.parse(/^RESULT (.*)$/m.exec(out)?.[1] ?? 'null') as RacerStats);
     expect(stats).toHaveLength(4);
 
     // No two holders at one fence of one key.

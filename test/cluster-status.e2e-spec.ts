@@ -14,10 +14,17 @@ const database = useDatabase();
 describe('CycliumStatus.cluster() on three node processes', () => {
   const nodes: DemoNode[] = [];
   const cluster = async (node: DemoNode) => node.get<ClusterStatus>('/ops/api/cluster');
-  const byIdentity = (status: ClusterStatus, identity: string): Node | undefined => status.nodes.find((n) => n.identity === identity);
+  const byIdentity = (status: ClusterStatus, identity: string): Node | undefined =>
+    status.nodes.find((n) => n.identity === identity);
 
   beforeAll(async () => {
-    nodes.push(...(await Promise.all(['status-1', 'status-2', 'status-3'].map((id) => startNode(database.url, id, FAST_RECOVERY)))));
+    nodes.push(
+      ...(await Promise.all(
+        ['status-1', 'status-2', 'status-3'].map((id) =>
+          startNode(database.url, id, FAST_RECOVERY),
+        ),
+      )),
+    );
   }, 60_000);
 
   afterAll(async () => {
@@ -37,13 +44,22 @@ describe('CycliumStatus.cluster() on three node processes', () => {
     ]);
     expect(byIdentity(status, 'status-2')?.liveClaims).toBeGreaterThanOrEqual(1);
     expect(byIdentity(status, 'status-1')?.runningEpisodes).toBe(0);
-    expect(status.active).toEqual(expect.arrayContaining([{ actorId: 'resource_rebalancer', status: 'running', count: 1 }]));
+    expect(status.active).toEqual(
+      expect.arrayContaining([{ actorId: 'resource_rebalancer', status: 'running', count: 1 }]),
+    );
     // Every node ran its boot sweep and recorded it on its row.
-    await waitFor('each node to record a sweep', async () => (await cluster(nodes[0])).nodes.every((n) => n.lastSweep?.result));
-    const cancel = await fetch(`http://127.0.0.1:${nodes[1].port}/ops/api/episodes/${running}/cancel`, { method: 'POST', headers: { 'x-cyclium-ops': '1' } });
+    await waitFor('each node to record a sweep', async () =>
+      (await cluster(nodes[0])).nodes.every((n) => n.lastSweep?.result),
+    );
+    const cancel = await fetch(
+      `http://127.0.0.1:${nodes[1].port}/ops/api/episodes/${running}/cancel`,
+      { method: 'POST', headers: { 'x-cyclium-ops': '1' } },
+    );
     expect(cancel.status).toBe(200);
     await waitFor('the canceled episode to count as finished', async () =>
-      (await cluster(nodes[0])).finished.counts.some((c) => c.actorId === 'resource_rebalancer' && c.status === 'canceled' && c.count === 1),
+      (await cluster(nodes[0])).finished.counts.some(
+        (c) => c.actorId === 'resource_rebalancer' && c.status === 'canceled' && c.count === 1,
+      ),
     );
   });
 
@@ -55,14 +71,19 @@ describe('CycliumStatus.cluster() on three node processes', () => {
     );
     const gone = 'gone_actor.renamed';
     const hosted = 'resource_monitor.check_resource_limits';
-    const named = (read: ClusterStatus['busConsumers'], consumer: string) => read.find((c) => c.consumer === consumer);
+    const named = (read: ClusterStatus['busConsumers'], consumer: string) =>
+      read.find((c) => c.consumer === consumer);
     const listed = (await waitFor('both positions in the status', async () => {
       const read = (await cluster(nodes[0])).busConsumers;
       return named(read, hosted) && named(read, gone) ? read : undefined;
     })) as ClusterStatus['busConsumers'];
     const channel = 'cyclium_bus';
     expect(named(listed, gone)).toMatchObject({ channel, type: 'resource.updated', hosted: false });
-    expect(named(listed, hosted)).toMatchObject({ channel, type: 'resource.updated', hosted: true });
+    expect(named(listed, hosted)).toMatchObject({
+      channel,
+      type: 'resource.updated',
+      hosted: true,
+    });
 
     const drop = (consumer: string) =>
       fetch(`http://127.0.0.1:${nodes[1].port}/ops/api/bus-consumers/drop`, {
@@ -78,8 +99,11 @@ describe('CycliumStatus.cluster() on three node processes', () => {
     const left = (await database.db.query(stored, [channel])).rows.map((r) => r.consumer as string);
     expect(left).not.toContain(gone);
     expect(left).toContain(hosted);
-    const listing = () => nodes[0].get<{ items: Array<{ consumer: string }> }>('/ops/api/bus-consumers');
-    await waitFor('the listing without it', async () => (await listing()).items.every((c) => c.consumer !== gone));
+    const listing = () =>
+      nodes[0].get<{ items: Array<{ consumer: string }> }>('/ops/api/bus-consumers');
+    await waitFor('the listing without it', async () =>
+      (await listing()).items.every((c) => c.consumer !== gone),
+    );
     expect((await listing()).items.map((c) => c.consumer).sort()).toEqual([...left].sort());
   });
 
@@ -89,10 +113,18 @@ describe('CycliumStatus.cluster() on three node processes', () => {
     expect(before?.live).toBe(true);
     const killedAt = Date.now();
     await killed.stop('SIGKILL');
-    await waitFor('node 3 to be stale', async () => byIdentity(await cluster(nodes[0]), 'status-3')?.live === false, 10_000, 50);
+    await waitFor(
+      'node 3 to be stale',
+      async () => byIdentity(await cluster(nodes[0]), 'status-3')?.live === false,
+      10_000,
+      50,
+    );
     const tookMs = Date.now() - killedAt;
     expect(tookMs).toBeLessThanOrEqual(3 * BEAT_MS);
     const after = await cluster(nodes[1]);
-    expect(after.nodes.filter((n) => n.live).map((n) => n.identity)).toEqual(['status-1', 'status-2']);
+    expect(after.nodes.filter((n) => n.live).map((n) => n.identity)).toEqual([
+      'status-1',
+      'status-2',
+    ]);
   });
 });

@@ -24,7 +24,9 @@ describe('whole-cluster stops', () => {
 
   async function bootCluster(): Promise<void> {
     generation++;
-    live = await Promise.all([1, 2, 3].map((i) => startNode(database.url, `gen${generation}-node-${i}`)));
+    live = await Promise.all(
+      [1, 2, 3].map((i) => startNode(database.url, `gen${generation}-node-${i}`)),
+    );
     all.push(...live);
   }
 
@@ -40,7 +42,11 @@ describe('whole-cluster stops', () => {
         const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ type: 'resource.updated', eventId, payload: { resource: eventId, usage: 10 } }),
+          body: JSON.stringify({
+            type: 'resource.updated',
+            eventId,
+            payload: { resource: eventId, usage: 10 },
+          }),
         });
         if (response.status === 202) accepted.add(eventId);
         await response.arrayBuffer();
@@ -84,7 +90,15 @@ describe('whole-cluster stops', () => {
     let stopped!: () => void;
     const streaming = stream(new Promise<void>((resolve) => (stopped = resolve)));
     await waitFor('events flowing', () => accepted.size >= before + 150, 20_000);
-    await Promise.all(live.map((node, i) => rebalanceOn(node, { resource: `slow-${generation}-${i}`, stepMs: 5_000, ignoreAbortAtStep: 1 })));
+    await Promise.all(
+      live.map((node, i) =>
+        rebalanceOn(node, {
+          resource: `slow-${generation}-${i}`,
+          stepMs: 5_000,
+          ignoreAbortAtStep: 1,
+        }),
+      ),
+    );
     const signaled = accepted.size;
     await Promise.all(live.map((node) => node.stop(signal)));
     stopped();

@@ -1,6 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Bus, CycliumStatus, Episodes, Expectation, type BusEvent, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  Bus,
+  CycliumStatus,
+  Episodes,
+  Expectation,
+  type BusEvent,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
@@ -72,22 +80,37 @@ describe('every connection the library owns is terminated under a running node',
     await app.get(CycliumStatus).health({ cacheMs: 0 }); // one more idle client in the host pool
 
     expect(await terminateAll()).toBeGreaterThanOrEqual(3);
-    await waitFor('the bus to notice its LISTEN connection is gone', () => status.snapshot().bus?.listening === false, 5_000, 5);
+    await waitFor(
+      'the bus to notice its LISTEN connection is gone',
+      () => status.snapshot().bus?.listening === false,
+      5_000,
+      5,
+    );
 
     // The transaction's client broke under it: its next statement fails, the transaction rejects.
     proceed?.();
     await expect(transaction).rejects.toThrow();
 
-    await waitFor('the bus to listen again', () => status.snapshot().bus?.listening === true, 10_000);
+    await waitFor(
+      'the bus to listen again',
+      () => status.snapshot().bus?.listening === true,
+      10_000,
+    );
     // The held episode still owns its claim (the renewal connection is reopened) and finishes.
     release?.();
     const id = (started as { episode: { id: string } }).episode.id;
-    await waitFor('the held episode to finish', async () => (await episodes.get(id))?.status === 'done');
+    await waitFor(
+      'the held episode to finish',
+      async () => (await episodes.get(id))?.status === 'done',
+    );
 
     // New work runs, and the bus delivers again.
     const next = await episodes.trigger('holder', 'hold', { wait: false });
     const nextId = (next as { episode: { id: string } }).episode.id;
-    await waitFor('a new episode to finish', async () => (await episodes.get(nextId))?.status === 'done');
+    await waitFor(
+      'a new episode to finish',
+      async () => (await episodes.get(nextId))?.status === 'done',
+    );
     const seen: BusEvent[] = [];
     const off = app.get(Bus).subscribe('after.cut', (event) => void seen.push(event));
     await app.get(Bus).publish('after.cut', { ok: true });

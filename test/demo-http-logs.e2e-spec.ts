@@ -11,10 +11,15 @@ import { CapturingLogger, STACK_LINE, aboveDebug } from './support/capturing-log
 
 /** A driver's error as TypeORM surfaces it: a name, a code, and a message that runs to several lines. */
 function driverError(): Error {
-  return Object.assign(new Error('syntax error at or near "SELEC"\nLINE 1: SELEC * FROM cyclium_episodes\n        ^\nHINT: check the query'), {
-    name: 'QueryFailedError',
-    code: '42601',
-  });
+  return Object.assign(
+    new Error(
+      'syntax error at or near "SELEC"\nLINE 1: SELEC * FROM cyclium_episodes\n        ^\nHINT: check the query',
+    ),
+    {
+      name: 'QueryFailedError',
+      code: '42601',
+    },
+  );
 }
 
 @Controller('probe')
@@ -36,7 +41,10 @@ class ProbeController {
 
   @Get('database')
   database(): never {
-    throw new DatabaseUnavailableError('list episodes', Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }));
+    throw new DatabaseUnavailableError(
+      'list episodes',
+      Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' }),
+    );
   }
 }
 
@@ -58,7 +66,12 @@ describe("the demo's HTTP layer logs one line per failure, and nothing above deb
             isLive: (key: string) => indicators.check(key).up(),
             isReady: (key: string) =>
               Promise.resolve(
-                indicators.check(key).down({ reason: 'database: no answer within 1500 ms', failing: ['database'], node: 'node-1', mode: 'full' }),
+                indicators.check(key).down({
+                  reason: 'database: no answer within 1500 ms',
+                  failing: ['database'],
+                  node: 'node-1',
+                  mode: 'full',
+                }),
               ),
           }),
         },
@@ -86,19 +99,34 @@ describe("the demo's HTTP layer logs one line per failure, and nothing above deb
     const { status, lines } = await request('/probe/bug');
     expect(status).toBe(500);
     expect(lines.filter(aboveDebug)).toEqual([
-      { level: 'error', context: 'Http', text: 'GET /probe/bug answered 500: QueryFailedError: syntax error at or near "SELEC"' },
+      {
+        level: 'error',
+        context: 'Http',
+        text: 'GET /probe/bug answered 500: QueryFailedError: syntax error at or near "SELEC"',
+      },
     ]);
     // The stack is there for whoever turns debug on.
-    expect(lines.filter((line) => line.level === 'debug' && STACK_LINE.test(line.text))).toHaveLength(1);
+    expect(
+      lines.filter((line) => line.level === 'debug' && STACK_LINE.test(line.text)),
+    ).toHaveLength(1);
   });
 
   it('logs a 4xx (thrown, or malformed JSON) at debug only', async () => {
     const missing = await request('/probe/missing');
     expect(missing.status).toBe(404);
     expect(missing.lines.filter(aboveDebug)).toEqual([]);
-    expect(missing.lines).toEqual([expect.objectContaining({ level: 'debug', text: 'GET /probe/missing answered 404: no episode 42' })]);
+    expect(missing.lines).toEqual([
+      expect.objectContaining({
+        level: 'debug',
+        text: 'GET /probe/missing answered 404: no episode 42',
+      }),
+    ]);
 
-    const malformed = await request('/probe/body', { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"nope' });
+    const malformed = await request('/probe/body', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"nope',
+    });
     expect(malformed.status).toBe(400);
     expect(malformed.lines.filter(aboveDebug)).toEqual([]);
   });
@@ -110,7 +138,9 @@ describe("the demo's HTTP layer logs one line per failure, and nothing above deb
     expect(first.lines.filter(aboveDebug)).toEqual([
       expect.objectContaining({
         level: 'warn',
-        text: expect.stringContaining('answering 503 while the database is unavailable, first to GET /probe/database'),
+        text: expect.stringContaining(
+          'answering 503 while the database is unavailable, first to GET /probe/database',
+        ),
       }),
     ]);
     expect(first.lines[0]?.text).not.toMatch(STACK_LINE);
@@ -120,6 +150,12 @@ describe("the demo's HTTP layer logs one line per failure, and nothing above deb
   it('logs a failed health probe as one short line, not the report', async () => {
     const { status, lines } = await request('/health/ready');
     expect(status).toBe(503);
-    expect(lines.filter(aboveDebug)).toEqual([{ level: 'warn', context: 'Health', text: 'readiness failed: database: no answer within 1500 ms' }]);
+    expect(lines.filter(aboveDebug)).toEqual([
+      {
+        level: 'warn',
+        context: 'Health',
+        text: 'readiness failed: database: no answer within 1500 ms',
+      },
+    ]);
   });
 });

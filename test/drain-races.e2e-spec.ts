@@ -1,7 +1,14 @@
 import { afterEach, describe, expect, it, jest } from '@jest/globals';
 import { Injectable, Logger, type INestApplicationContext } from '@nestjs/common';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { Actor, Episodes, Expectation, onCyclium, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  Episodes,
+  Expectation,
+  onCyclium,
+  Recovery,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { LocalBus } from '@cyclium/nestjs/adapters';
 import { ActorSlots } from '../libs/cyclium/src/dispatch/actor-slots.service.js';
 import { LeaseRenewer } from '../libs/cyclium/src/leases/lease-renewer.service.js';
@@ -34,7 +41,10 @@ class RelayActor {
     await ep.step('first', () => 'one');
     await ep.step('second', async ({ signal }) => {
       if (!ep.trigger.payload.hold) return 'two';
-      if (!ep.resumed) return new Promise<string>((resolve) => signal.addEventListener('abort', () => resolve('aborted')));
+      if (!ep.resumed)
+        return new Promise<string>((resolve) =>
+          signal.addEventListener('abort', () => resolve('aborted')),
+        );
       resumedInSecond.push(ep.episode.id);
       await resumedGate;
       return 'two';
@@ -55,14 +65,21 @@ describe('the drain, racing what is starting and what peers write', () => {
   const start = (id: string, workClaimsLeaseSeconds = 6) =>
     startCycliumApp({
       url: database.url,
-      cyclium: { nodeIdentity: id, workClaims: 'postgres', workClaimsLeaseSeconds, bus: new LocalBus(), episodeShutdownMs: 300 },
+      cyclium: {
+        nodeIdentity: id,
+        workClaims: 'postgres',
+        workClaimsLeaseSeconds,
+        bus: new LocalBus(),
+        episodeShutdownMs: 300,
+      },
       providers: [BurstActor, RelayActor],
     }).then((app) => (apps.push(app), app));
   const close = async (app: INestApplicationContext) => {
     await app.close();
     apps.splice(apps.indexOf(app), 1);
   };
-  const row = async (id: string) => (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
+  const row = async (id: string) =>
+    (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
   const waiters = async (event: string) =>
     (
       await database.db.query(
@@ -89,7 +106,12 @@ describe('the drain, racing what is starting and what peers write', () => {
       );
       await waitFor(
         'the burst to be under way',
-        async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'burst'`)).rows[0].n >= 5,
+        async () =>
+          (
+            await database.db.query(
+              `SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'burst'`,
+            )
+          ).rows[0].n >= 5,
       );
       await app.close();
       apps.splice(apps.indexOf(app), 1);
@@ -107,7 +129,9 @@ describe('the drain, racing what is starting and what peers write', () => {
         WHERE e.actor_id = 'burst' GROUP BY e.id`,
     );
     expect(rows.length).toBeGreaterThanOrEqual(5);
-    const unstamped = rows.filter((r) => r.status === 'running' && (r.phase !== 'interrupted' || r.markers !== 1));
+    const unstamped = rows.filter(
+      (r) => r.status === 'running' && (r.phase !== 'interrupted' || r.markers !== 1),
+    );
     expect(unstamped).toEqual([]);
     expect(rows.every((r) => r.status === 'running')).toBe(true); // none finished: each was mid-step
   });
@@ -115,18 +139,25 @@ describe('the drain, racing what is starting and what peers write', () => {
   it('a marker that meets a position a peer just took is written at the next one: the journal never collides', async () => {
     const app = await start('node-marks');
     const journal = app.get(EpisodeJournal);
-    const episode = await app.get(Episodes).create({ actorId: 'burst', expectationId: 'work', payload: { i: 0 } });
+    const episode = await app
+      .get(Episodes)
+      .create({ actorId: 'burst', expectationId: 'work', payload: { i: 0 } });
     const peer = await database.db.connect();
     try {
       await peer.query('BEGIN');
-      expect(await journal.mark([episode.id], 'resumed', { node: 'peer' }, peer)).toEqual([episode.id]);
+      expect(await journal.mark([episode.id], 'resumed', { node: 'peer' }, peer)).toEqual([
+        episode.id,
+      ]);
       // Ours reads the same free position, then waits on the peer's uncommitted row at it.
       const ours = journal.mark([episode.id], 'interrupted', { node: 'node-marks' });
       await waitFor(
         'our insert to wait on the peer',
         async () =>
-          (await database.db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0]
-            .n >= 1,
+          (
+            await database.db.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+            )
+          ).rows[0].n >= 1,
       );
       await peer.query('COMMIT');
       expect(await ours).toEqual([episode.id]);
@@ -144,24 +175,41 @@ describe('the drain, racing what is starting and what peers write', () => {
     const app = await start('node-stubborn');
     const started = await app.get(Episodes).trigger('burst', 'work', { i: 1 });
     const id = (started as { episode: { id: string } }).episode.id;
-    await waitFor('the episode to be mid-step', async () => (await app.get(Episodes).steps(id)).length === 1);
+    await waitFor(
+      'the episode to be mid-step',
+      async () => (await app.get(Episodes).steps(id)).length === 1,
+    );
     await database.db.query(`
       CREATE FUNCTION refuse_stamp() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN
         IF NEW.phase = 'interrupted' THEN RAISE EXCEPTION 'stamp refused'; END IF;
         RETURN NEW;
       END $$`);
-    await database.db.query(`CREATE TRIGGER refuse_stamp BEFORE UPDATE ON cyclium_episodes FOR EACH ROW EXECUTE FUNCTION refuse_stamp()`);
+    await database.db.query(
+      `CREATE TRIGGER refuse_stamp BEFORE UPDATE ON cyclium_episodes FOR EACH ROW EXECUTE FUNCTION refuse_stamp()`,
+    );
     const error = jest.spyOn(Logger.prototype, 'error').mockImplementation(() => undefined);
     try {
       await app.close();
       apps.splice(apps.indexOf(app), 1);
     } finally {
-      await database.db.query(`DROP TRIGGER refuse_stamp ON cyclium_episodes; DROP FUNCTION refuse_stamp()`);
+      await database.db.query(
+        `DROP TRIGGER refuse_stamp ON cyclium_episodes; DROP FUNCTION refuse_stamp()`,
+      );
     }
-    expect(error.mock.calls.map((c) => String(c[0]))).toContainEqual(expect.stringContaining('stamp refused'));
-    expect((await database.db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = 'node-stubborn'`)).rows).toEqual([]);
-    const claim = (await database.db.query(`SELECT lease_until <= now() AS released FROM cyclium_work_claims WHERE dedupe_key = $1`, [`episode:${id}`])).rows;
+    expect(error.mock.calls.map((c) => String(c[0]))).toContainEqual(
+      expect.stringContaining('stamp refused'),
+    );
+    expect(
+      (await database.db.query(`SELECT * FROM cyclium_nodes WHERE node_identity = 'node-stubborn'`))
+        .rows,
+    ).toEqual([]);
+    const claim = (
+      await database.db.query(
+        `SELECT lease_until <= now() AS released FROM cyclium_work_claims WHERE dedupe_key = $1`,
+        [`episode:${id}`],
+      )
+    ).rows;
     expect(claim).toEqual([{ released: true }]);
   });
 
@@ -184,7 +232,10 @@ describe('the drain, racing what is starting and what peers write', () => {
       await locker.query('BEGIN');
       await locker.query(`SELECT 1 FROM cyclium_episodes WHERE id = $1 FOR UPDATE`, [orphan.id]);
       sweeping = draining.get(Recovery).sweep();
-      await waitFor('the sweep to wait on the row', async () => (await waiters('transactionid')) + (await waiters('tuple')) >= 1);
+      await waitFor(
+        'the sweep to wait on the row',
+        async () => (await waiters('transactionid')) + (await waiters('tuple')) >= 1,
+      );
       closing = close(draining);
       await waitFor('the drain to begin', () => !draining.get(ActorSlots).open);
       await locker.query('COMMIT');
@@ -212,7 +263,10 @@ describe('the drain, racing what is starting and what peers write', () => {
     const peer = await start('node-staying', 30);
     const started = await draining.get(Episodes).trigger('relay', 'work', { hold: true });
     const id = (started as { episode: { id: string } }).episode.id;
-    await waitFor('the episode to be in its second step', async () => (await draining.get(Episodes).steps(id)).length === 1);
+    await waitFor(
+      'the episode to be in its second step',
+      async () => (await draining.get(Episodes).steps(id)).length === 1,
+    );
     // The drain's marker waits on a lock the test holds, so a peer gets every chance to start before it lands.
     await database.db.query(`
       CREATE FUNCTION hold_interrupted() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -220,7 +274,9 @@ describe('the drain, racing what is starting and what peers write', () => {
         IF NEW.name = 'interrupted' THEN PERFORM pg_advisory_xact_lock_shared(7131); END IF;
         RETURN NEW;
       END $$`);
-    await database.db.query(`CREATE TRIGGER hold_interrupted BEFORE INSERT ON cyclium_episode_steps FOR EACH ROW EXECUTE FUNCTION hold_interrupted()`);
+    await database.db.query(
+      `CREATE TRIGGER hold_interrupted BEFORE INSERT ON cyclium_episode_steps FOR EACH ROW EXECUTE FUNCTION hold_interrupted()`,
+    );
     const holder = await database.db.connect();
     let closing: Promise<void> | undefined;
     try {
@@ -229,14 +285,17 @@ describe('the drain, racing what is starting and what peers write', () => {
       await waitFor('the marker to wait', async () => (await waiters('advisory')) >= 1);
       const swept = await peer.get(Recovery).sweep();
       // Had the peer got in, its run has read the journal's next position by the time it is in step two.
-      if (swept.restarted > 0) await waitFor('the peer to be in its second step', () => resumedInSecond.includes(id));
+      if (swept.restarted > 0)
+        await waitFor('the peer to be in its second step', () => resumedInSecond.includes(id));
       await holder.query('SELECT pg_advisory_unlock(7131)');
       await closing;
     } finally {
       await holder.query('SELECT pg_advisory_unlock_all()').catch(() => undefined);
       holder.release();
       await closing?.catch(() => undefined);
-      await database.db.query(`DROP TRIGGER hold_interrupted ON cyclium_episode_steps; DROP FUNCTION hold_interrupted()`);
+      await database.db.query(
+        `DROP TRIGGER hold_interrupted ON cyclium_episode_steps; DROP FUNCTION hold_interrupted()`,
+      );
     }
     await waitFor(
       'the peer to restart it',
@@ -251,6 +310,12 @@ describe('the drain, racing what is starting and what peers write', () => {
     expect(await row(id)).toMatchObject({ status: 'done', owner_node: 'node-staying' });
     const journal = await peer.get(Episodes).steps(id);
     // The restart's start journals `woken` (its quiet time starts anew) before its next step.
-    expect(journal.map((s) => s.name)).toEqual(['first', 'interrupted', 'resumed', 'woken', 'second']);
+    expect(journal.map((s) => s.name)).toEqual([
+      'first',
+      'interrupted',
+      'resumed',
+      'woken',
+      'second',
+    ]);
   });
 });

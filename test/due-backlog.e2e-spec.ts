@@ -28,11 +28,17 @@ const LATENESS = `
  */
 describe('a backlog of due requests', () => {
   const database = useDatabase(4);
-  const env = { ...FAST_RECOVERY, DEMO_TRIGGER_POLL_MS: String(POLL_MS), DEMO_REBALANCER_SLOTS: String(SLOTS) };
+  const env = {
+    ...FAST_RECOVERY,
+    DEMO_TRIGGER_POLL_MS: String(POLL_MS),
+    DEMO_REBALANCER_SLOTS: String(SLOTS),
+  };
   let nodes: DemoNode[] = [];
 
   beforeAll(async () => {
-    nodes = await Promise.all(['due-1', 'due-2', 'due-3'].map((id) => startNode(database.url, id, env)));
+    nodes = await Promise.all(
+      ['due-1', 'due-2', 'due-3'].map((id) => startNode(database.url, id, env)),
+    );
   });
 
   afterAll(async () => {
@@ -41,26 +47,41 @@ describe('a backlog of due requests', () => {
 
   it('starts every due run within seconds, not one batch of free slots per poll interval', async () => {
     const batch = 'drain';
-    const { rows } = await database.db.query<{ at: Date }>(`SELECT now() + interval '12 seconds' AS at`);
+    const { rows } = await database.db.query<{ at: Date }>(
+      `SELECT now() + interval '12 seconds' AS at`,
+    );
     const runAt = rows[0].at.toISOString();
-    const body = (i: number) => ({ payload: { resource: `due-${i}`, batch, stepMs: 10, steps: 1 }, runAt });
+    const body = (i: number) => ({
+      payload: { resource: `due-${i}`, batch, stepMs: 10, steps: 1 },
+      runAt,
+    });
     const path = '/actors/resource_rebalancer/rebalance';
     const trigger = (i: number) => post<{ status: string }>(nodes[i % 3], path, body(i));
     for (let i = 0; i < RUNS; i += 20) {
       const answers = await Promise.all(Array.from({ length: 20 }, (_, j) => trigger(i + j)));
       expect(answers.map((answer) => answer.status)).toEqual(Array(20).fill('deferred'));
     }
-    const early = await database.db.query<{ early: boolean }>(`SELECT now() < $1::timestamptz AS early`, [runAt]);
+    const early = await database.db.query<{ early: boolean }>(
+      `SELECT now() < $1::timestamptz AS early`,
+      [runAt],
+    );
     expect(early.rows[0].early).toBe(true);
 
     const done = async () => (await database.db.query<{ n: number }>(DONE, [batch])).rows[0].n;
     const untilDue = Date.parse(runAt) - Date.now();
     const allDone = async () => (await done()) === RUNS;
-    const drained = waitFor(`${RUNS} runs done`, allDone, untilDue + DRAINED_WITHIN_MS + 5_000, 200);
+    const drained = waitFor(
+      `${RUNS} runs done`,
+      allDone,
+      untilDue + DRAINED_WITHIN_MS + 5_000,
+      200,
+    );
     await drained.catch(async (error: Error) => {
       throw new Error(`${error.message}: ${await done()} of ${RUNS} done`);
     });
-    const lateness = await database.db.query<{ latest: number; earliest: number }>(LATENESS, [batch]);
+    const lateness = await database.db.query<{ latest: number; earliest: number }>(LATENESS, [
+      batch,
+    ]);
     const { latest, earliest } = lateness.rows[0];
     expect(earliest).toBeGreaterThanOrEqual(0);
     expect(latest).toBeLessThan(DRAINED_WITHIN_MS);

@@ -14,13 +14,18 @@ describe('durable dispatch positions', () => {
   const database = useDatabase();
   const nodes: DemoNode[] = [];
 
-  async function boot(id: string, actors: string, env: Record<string, string> = {}): Promise<DemoNode> {
+  async function boot(
+    id: string,
+    actors: string,
+    env: Record<string, string> = {},
+  ): Promise<DemoNode> {
     const node = await startBusNode(database.url, id, actors, env);
     nodes.push(node);
     return node;
   }
 
-  const publish = (node: DemoNode, type: string, eventId: string, payload: unknown) => post(node, '/events', { type, eventId, payload });
+  const publish = (node: DemoNode, type: string, eventId: string, payload: unknown) =>
+    post(node, '/events', { type, eventId, payload });
 
   /** Episodes per event id for one actor (event ids starting with `prefix`: the tests share the database). */
   async function episodesByEvent(actor: string, prefix = ''): Promise<Map<string, number>> {
@@ -32,9 +37,18 @@ describe('durable dispatch positions', () => {
     return new Map(rows.map((r) => [r.event_id, r.n]));
   }
 
-  async function allOnce(actor: string, prefix: string, ids: readonly string[], timeoutMs = 20_000): Promise<void> {
+  async function allOnce(
+    actor: string,
+    prefix: string,
+    ids: readonly string[],
+    timeoutMs = 20_000,
+  ): Promise<void> {
     const seen = async () => episodesByEvent(actor, prefix);
-    await waitFor(`one ${actor} episode for each of ${ids.length} events`, async () => (await seen()).size >= ids.length, timeoutMs);
+    await waitFor(
+      `one ${actor} episode for each of ${ids.length} events`,
+      async () => (await seen()).size >= ids.length,
+      timeoutMs,
+    );
     const byEvent = await seen();
     expect([...byEvent.keys()].sort()).toEqual([...ids].sort());
     expect([...byEvent.values()].every((n) => n === 1)).toBe(true);
@@ -78,7 +92,9 @@ describe('durable dispatch positions', () => {
     await boot('host-y-2', 'y');
     await allOnce('bus_y', 'split-', ys);
     // The host of X did not carry Y's position past events Y's hosts had not dispatched.
-    const { rows } = await database.db.query(`SELECT consumer FROM cyclium_bus_positions ORDER BY consumer`);
+    const { rows } = await database.db.query(
+      `SELECT consumer FROM cyclium_bus_positions ORDER BY consumer`,
+    );
     expect(rows.map((r) => r.consumer)).toEqual(['bus_x.on_x', 'bus_y.on_y']);
   });
 
@@ -93,7 +109,11 @@ describe('durable dispatch positions', () => {
       expect((await episodesByEvent('bus_debounce')).get(ids[2] as string)).toBeUndefined();
 
       await boot('debouncer', 'debounce', env);
-      await waitFor('the window to fire', async () => (await episodesByEvent('bus_debounce')).has(ids[2] as string), 20_000);
+      await waitFor(
+        'the window to fire',
+        async () => (await episodesByEvent('bus_debounce')).has(ids[2] as string),
+        20_000,
+      );
       const byEvent = await episodesByEvent('bus_debounce');
       expect(ids.map((id) => byEvent.get(id) ?? 0)).toEqual([0, 0, 1]);
     });
@@ -114,7 +134,9 @@ describe('durable dispatch positions', () => {
         .then(({ rows }) => rows[0]?.passed === true);
     const live = await boot('cool-live', 'cool', env);
     await publish(live, 'test.c', 'cool-1', subject);
-    await waitFor('the first episode', async () => (await episodesByEvent('bus_cool')).has('cool-1'));
+    await waitFor('the first episode', async () =>
+      (await episodesByEvent('bus_cool')).has('cool-1'),
+    );
     // Stored past it: a node that boots now starts reading after the event that began the cooldown.
     await waitFor('the position past the first event', () => passed('cool-1'));
     await live.stop('SIGKILL');
@@ -133,10 +155,13 @@ describe('durable dispatch positions', () => {
 
     const ended = `SELECT now() > created_at + make_interval(secs => $1::float8 / 1000) AS ended
                      FROM cyclium_events WHERE event_id = 'cool-1'`;
-    const over = async () => (await database.db.query(ended, [cooldownMs])).rows[0]?.ended as boolean;
+    const over = async () =>
+      (await database.db.query(ended, [cooldownMs])).rows[0]?.ended as boolean;
     await waitFor('the cooldown to end', over, 30_000, 200);
     await publish(late, 'test.c', 'cool-3', subject);
-    await waitFor('the episode after the cooldown', async () => (await episodesByEvent('bus_cool')).has('cool-3'));
+    await waitFor('the episode after the cooldown', async () =>
+      (await episodesByEvent('bus_cool')).has('cool-3'),
+    );
     const byEvent = await episodesByEvent('bus_cool');
     expect(['cool-1', 'cool-2', 'cool-3'].map((id) => byEvent.get(id) ?? 0)).toEqual([1, 0, 1]);
   }, 60_000);
@@ -152,7 +177,11 @@ describe('durable dispatch positions', () => {
     // The live node dies before the window closes: only the late node can fire it.
     await live.stop('SIGKILL');
 
-    await waitFor('the window to fire', async () => (await episodesByEvent('bus_debounce')).has(ids[1] as string), 20_000);
+    await waitFor(
+      'the window to fire',
+      async () => (await episodesByEvent('bus_debounce')).has(ids[1] as string),
+      20_000,
+    );
     const byEvent = await episodesByEvent('bus_debounce');
     expect(ids.map((id) => byEvent.get(id) ?? 0)).toEqual([0, 1]);
     // It fired when the window closed by the events' committed time, not a debounce after the late node read them.

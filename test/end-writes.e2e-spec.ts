@@ -18,7 +18,10 @@ describe('batched terminal writes', () => {
   let ends: EndWrites;
 
   beforeAll(async () => {
-    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'ender', workClaims: 'postgres', bus: 'postgres' } });
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'ender', workClaims: 'postgres', bus: 'postgres' },
+    });
     ends = app.get(EndWrites);
   });
 
@@ -63,7 +66,10 @@ describe('batched terminal writes', () => {
     const episodes = await held(5);
     const [stolen, fails, ...rest] = episodes as [Held, Held, Held, Held, Held];
     // Another node took the first claim over (fence + 1); its holder has not noticed.
-    await database.db.query(`UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`, [stolen.ownership.key]);
+    await database.db.query(
+      `UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`,
+      [stolen.ownership.key],
+    );
 
     const outcomes = await Promise.all([
       ends.end(stolen.episode, stolen.ownership, done(stolen, 'stolen')),
@@ -73,11 +79,33 @@ describe('batched terminal writes', () => {
 
     expect(outcomes).toEqual([null, [], [], [], []]);
     const [s, f, ...ok] = await state(episodes);
-    expect(s).toMatchObject({ status: 'running', summary: null, finished: false, claim: 'claimed', claim_owner: 'thief', checkpoints: 1, events: null });
-    expect(f).toMatchObject({ status: 'failed', error_class: 'crash', finished: true, claim: 'failed', claim_error: 'crash: boom', checkpoints: 1 });
+    expect(s).toMatchObject({
+      status: 'running',
+      summary: null,
+      finished: false,
+      claim: 'claimed',
+      claim_owner: 'thief',
+      checkpoints: 1,
+      events: null,
+    });
+    expect(f).toMatchObject({
+      status: 'failed',
+      error_class: 'crash',
+      finished: true,
+      claim: 'failed',
+      claim_error: 'crash: boom',
+      checkpoints: 1,
+    });
     expect(f.events).toEqual(['episode.failed']);
     ok.forEach((row, i) => {
-      expect(row).toMatchObject({ status: 'done', summary: `ok-${i}`, classification: { summary: `ok-${i}` }, finished: true, claim: 'done', checkpoints: 0 });
+      expect(row).toMatchObject({
+        status: 'done',
+        summary: `ok-${i}`,
+        classification: { summary: `ok-${i}` },
+        finished: true,
+        claim: 'done',
+        checkpoints: 0,
+      });
       expect(row.events).toEqual(['episode.completed']);
     });
     // The four winners committed in one transaction.
@@ -97,10 +125,16 @@ describe('batched terminal writes', () => {
     ]);
 
     expect(outcomes[0]?.status).toBe('rejected');
-    expect(outcomes.slice(1).map((o) => (o.status === 'fulfilled' ? o.value : o.reason))).toEqual([[], [], []]);
+    expect(outcomes.slice(1).map((o) => (o.status === 'fulfilled' ? o.value : o.reason))).toEqual([
+      [],
+      [],
+      [],
+    ]);
     const [b, ...ok] = await state(episodes);
     expect(b).toMatchObject({ status: 'running', claim: 'claimed', checkpoints: 1, events: null });
-    ok.forEach((row) => expect(row).toMatchObject({ status: 'done', claim: 'done', checkpoints: 0 }));
+    ok.forEach((row) =>
+      expect(row).toMatchObject({ status: 'done', claim: 'done', checkpoints: 0 }),
+    );
     expect(new Set(ok.map((r) => r.tx)).size).toBe(3);
   });
 });

@@ -15,7 +15,10 @@ describe('Episodes.list', () => {
   const ids: string[] = [];
 
   beforeAll(async () => {
-    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'lister', bus: 'local' } });
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'lister', bus: 'local' },
+    });
     episodes = app.get(Episodes);
     // One multi-row insert: all 23 share inserted_at, so only the id breaks the tie between pages.
     const { rows } = await database.db.query(
@@ -46,14 +49,27 @@ describe('Episodes.list', () => {
 
   it('refuses a cursor it did not hand out, and a limit that is not a whole number, naming the field', async () => {
     const forged = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url');
-    for (const cursor of ['not-a-cursor', forged({ a: 1 }), forged(['the day after', ids[0]]), forged(['2026-01-01 00:00:00+00', 'x'])]) {
+    for (const cursor of [
+      'not-a-cursor',
+      forged({ a: 1 }),
+      forged(['the day after', ids[0]]),
+      forged(['2026-01-01 00:00:00+00', 'x']),
+    ]) {
       await expect(episodes.list({ cursor })).rejects.toThrow(InvalidListQueryError);
-      await expect(episodes.list({ cursor })).rejects.toThrow(/cursor .* is not one Episodes.list returned/);
+      await expect(episodes.list({ cursor })).rejects.toThrow(
+        /cursor .* is not one Episodes.list returned/,
+      );
     }
-    await expect(episodes.list({ limit: Number.NaN })).rejects.toThrow(/limit must be a whole number/);
+    await expect(episodes.list({ limit: Number.NaN })).rejects.toThrow(
+      /limit must be a whole number/,
+    );
     // A status no episode can have is a mistake, not an empty page.
-    await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(InvalidListQueryError);
-    await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(/status must be one of queued, deferred, waiting, running/);
+    await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(
+      InvalidListQueryError,
+    );
+    await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(
+      /status must be one of queued, deferred, waiting, running/,
+    );
     // An empty cursor is the first page, as from a query string `?cursor=`.
     expect((await episodes.list({ actorId: 'lister', cursor: '' })).items).toHaveLength(23);
   });

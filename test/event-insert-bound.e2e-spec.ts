@@ -35,7 +35,11 @@ describe('the insert bound of an event trigger', () => {
   let dispatcher: Dispatcher;
   let expectation: RegisteredExpectation;
   const trigger: EpisodeTrigger = { type: 'manual', payload: {} };
-  const options = (key: string, insertBefore: Date, more: Partial<DispatchOptions> = {}): DispatchOptions => ({
+  const options = (
+    key: string,
+    insertBefore: Date,
+    more: Partial<DispatchOptions> = {},
+  ): DispatchOptions => ({
     dedupeKey: key,
     sourceStack: null,
     sourceEnv: null,
@@ -44,12 +48,15 @@ describe('the insert bound of an event trigger', () => {
   });
   const past = () => new Date(Date.now() - 60_000);
   const later = () => new Date(Date.now() + 60_000);
-  const count = async (sql: string, params: unknown[] = []) => Number((await database.db.query(sql, params)).rows[0].n);
-  const rowsOf = (key: string) => count(`SELECT count(*) AS n FROM cyclium_episodes WHERE dedupe_key = $1`, [key]);
+  const count = async (sql: string, params: unknown[] = []) =>
+    Number((await database.db.query(sql, params)).rows[0].n);
+  const rowsOf = (key: string) =>
+    count(`SELECT count(*) AS n FROM cyclium_episodes WHERE dedupe_key = $1`, [key]);
   const dispatch = (key: string, bound: Date, more: Partial<DispatchOptions> = {}) => {
     return dispatcher.dispatch(expectation, trigger, options(key, bound, more));
   };
-  const handOver = (key: string, bound: Date) => dispatcher.handOver(expectation, trigger, options(key, bound));
+  const handOver = (key: string, bound: Date) =>
+    dispatcher.handOver(expectation, trigger, options(key, bound));
 
   beforeAll(async () => {
     app = await startCycliumApp({ url: database.url, providers: [BoundedActor] });
@@ -83,7 +90,8 @@ describe('the insert bound of an event trigger', () => {
     expect((await handOver('handover-past', past())).status).toBe('duplicate');
     expect((await handOver('handover', later())).status).toBe('deferred');
 
-    for (const key of ['begin-past', 'queued-past', 'waited-past', 'handover-past']) expect(await rowsOf(key)).toBe(0);
+    for (const key of ['begin-past', 'queued-past', 'waited-past', 'handover-past'])
+      expect(await rowsOf(key)).toBe(0);
     for (const key of ['begin', 'queued', 'handover']) expect(await rowsOf(key)).toBe(1);
   });
 });

@@ -56,7 +56,8 @@ function firstFor(identities: string[], key: string, actorId: string): string {
 
 describe('event placement', () => {
   const database = useDatabase(3);
-  const scalar = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows[0].n as number;
+  const scalar = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows[0].n as number;
 
   describe('three in-process nodes on one bus', () => {
     const bus = new LocalBus();
@@ -75,9 +76,14 @@ describe('event placement', () => {
         );
       }
       // A node that hosts no actor (an API service publishing on the same channel) is a peer too.
-      publisher = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'place-api', bus, nodeBeatIntervalMs: 100 } });
+      publisher = await startCycliumApp({
+        url: database.url,
+        cyclium: { nodeIdentity: 'place-api', bus, nodeBeatIntervalMs: 100 },
+      });
       // Every node knows all four once each has beaten after the last one registered.
-      await waitFor('every node to know its peers', () => [...apps, publisher].every((app) => app.get(Peers).size === names.length + 1));
+      await waitFor('every node to know its peers', () =>
+        [...apps, publisher].every((app) => app.get(Peers).size === names.length + 1),
+      );
     });
 
     afterAll(async () => {
@@ -86,11 +92,15 @@ describe('event placement', () => {
 
     const publishAll = async (from: number, count: number) => {
       const ids: string[] = [];
-      for (let n = from; n < from + count; n++) ids.push((await apps[n % 3].get(Bus).publish('placed.happened', { n })).eventId);
+      for (let n = from; n < from + count; n++)
+        ids.push((await apps[n % 3].get(Bus).publish('placed.happened', { n })).eventId);
       return ids;
     };
     const doneFor = (ids: string[]) =>
-      scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`, [ids]);
+      scalar(
+        `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`,
+        [ids],
+      );
 
     it('makes each episode through one dispatch on one node, spread over all three', async () => {
       const spies = apps.map((app) => jest.spyOn(app.get(Dispatcher), 'dispatch'));
@@ -98,10 +108,17 @@ describe('event placement', () => {
         const ids = await publishAll(0, 30);
         await waitFor('30 episodes done', async () => (await doneFor(ids)) === 30);
         // Every backup has stood down (on a signal) or gone ahead (after its delay, which would count).
-        await waitFor('no backup standing by', () => apps.every((app) => app.get(TriggerPlacement).waitingBackups === 0));
+        await waitFor('no backup standing by', () =>
+          apps.every((app) => app.get(TriggerPlacement).waitingBackups === 0),
+        );
         expect(spies.reduce((sum, spy) => sum + spy.mock.calls.length, 0)).toBe(30);
         expect(spies.every((spy) => spy.mock.calls.length > 0)).toBe(true);
-        expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids])).toBe(30);
+        expect(
+          await scalar(
+            `SELECT count(*)::int AS n FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`,
+            [ids],
+          ),
+        ).toBe(30);
       } finally {
         spies.forEach((spy) => spy.mockRestore());
       }
@@ -111,10 +128,15 @@ describe('event placement', () => {
       const turns = apps.map((app) => jest.spyOn(app.get(TriggerPlacement), 'turn'));
       try {
         const ids: string[] = [];
-        for (let n = 200; n < 220; n++) ids.push((await publisher.get(Bus).publish('placed.happened', { n })).eventId);
+        for (let n = 200; n < 220; n++)
+          ids.push((await publisher.get(Bus).publish('placed.happened', { n })).eventId);
         await waitFor('20 episodes done', async () => (await doneFor(ids)) === 20);
-        await waitFor('no backup standing by', () => apps.every((app) => app.get(TriggerPlacement).waitingBackups === 0));
-        const outcomes = await Promise.all(turns.flatMap((spy) => spy.mock.results.map((r) => r.value as Promise<string>)));
+        await waitFor('no backup standing by', () =>
+          apps.every((app) => app.get(TriggerPlacement).waitingBackups === 0),
+        );
+        const outcomes = await Promise.all(
+          turns.flatMap((spy) => spy.mock.results.map((r) => r.value as Promise<string>)),
+        );
         expect(outcomes.filter((o) => o === 'first')).toHaveLength(20);
         expect(outcomes.filter((o) => o === 'backup')).toEqual([]);
       } finally {
@@ -127,12 +149,18 @@ describe('event placement', () => {
       try {
         const ids = await publishAll(100, 30);
         await waitFor('30 episodes done', async () => (await doneFor(ids)) === 30, 20_000);
-        const rows = (await database.db.query(`SELECT owner_node, dedupe_key FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids]))
-          .rows as Array<{ owner_node: string; dedupe_key: string }>;
+        const rows = (
+          await database.db.query(
+            `SELECT owner_node, dedupe_key FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`,
+            [ids],
+          )
+        ).rows as Array<{ owner_node: string; dedupe_key: string }>;
         expect(rows).toHaveLength(30);
         expect(rows.filter((r) => r.owner_node === names[0])).toEqual([]);
         // Some of them were place-a's to start: those came through a backup.
-        expect(rows.filter((r) => firstFor(names, r.dedupe_key, 'placed') === names[0]).length).toBeGreaterThan(0);
+        expect(
+          rows.filter((r) => firstFor(names, r.dedupe_key, 'placed') === names[0]).length,
+        ).toBeGreaterThan(0);
       } finally {
         apps[0].get(Mode).clearActorOverride('placed');
       }
@@ -155,7 +183,8 @@ describe('event placement', () => {
     };
     const knowEachOther = (names: string[]) =>
       waitFor('both nodes to know each other', () => {
-        const known = (app: INestApplicationContext) => app.get(Peers).list().join() === names.join();
+        const known = (app: INestApplicationContext) =>
+          app.get(Peers).list().join() === names.join();
         return known(first) && known(backup);
       });
 
@@ -174,20 +203,33 @@ describe('event placement', () => {
       let eventId = '';
       for (let i = 0; !eventId; i++) {
         const key = eventKey('handed', 'handle', 'handed.happened', `hand-${i}`, { n: i });
-        if (firstFor(['hand-first', 'hand-backup'], key, 'handed') === 'hand-first') eventId = `hand-${i}`;
+        if (firstFor(['hand-first', 'hand-backup'], key, 'handed') === 'hand-first')
+          eventId = `hand-${i}`;
       }
       first.get(Mode).setActorOverride('handed', 'disabled');
       const n = Number(eventId.slice('hand-'.length));
       await first.get(Bus).publish('handed.happened', { n }, { eventId });
-      await waitFor('the backup to stand by', () => backup.get(TriggerPlacement).waitingBackups === 1);
+      await waitFor(
+        'the backup to stand by',
+        () => backup.get(TriggerPlacement).waitingBackups === 1,
+      );
       await backup.close();
       backup = undefined as unknown as INestApplicationContext;
-      const row = async () => (await database.db.query(`SELECT status FROM cyclium_episodes WHERE trigger_ref->>'eventId' = $1`, [eventId])).rows;
+      const row = async () =>
+        (
+          await database.db.query(
+            `SELECT status FROM cyclium_episodes WHERE trigger_ref->>'eventId' = $1`,
+            [eventId],
+          )
+        ).rows;
       expect(await row()).toEqual([{ status: 'deferred' }]);
       // Once a full node may run the actor again, it takes the request and the episode finishes.
       first.get(Mode).clearActorOverride('handed');
       await first.get(TriggerPoller).pollNow();
-      await waitFor('the handed-over episode to finish', async () => (await row())[0]?.status === 'done');
+      await waitFor(
+        'the handed-over episode to finish',
+        async () => (await row())[0]?.status === 'done',
+      );
     });
 
     it("keeps the expectation's delay: the handed-over trigger is due after it, not at once", async () => {
@@ -196,11 +238,17 @@ describe('event placement', () => {
       let eventId = '';
       for (let i = 0; !eventId; i++) {
         const key = eventKey('handed', 'handle_later', 'handed.later', `later-${i}`, { n: i });
-        if (firstFor(['hand-first', 'hand-backup-2'], key, 'handed') === 'hand-first') eventId = `later-${i}`;
+        if (firstFor(['hand-first', 'hand-backup-2'], key, 'handed') === 'hand-first')
+          eventId = `later-${i}`;
       }
       first.get(Mode).setActorOverride('handed', 'disabled');
-      await first.get(Bus).publish('handed.later', { n: Number(eventId.slice('later-'.length)) }, { eventId });
-      await waitFor('the backup to stand by', () => backup.get(TriggerPlacement).waitingBackups === 1);
+      await first
+        .get(Bus)
+        .publish('handed.later', { n: Number(eventId.slice('later-'.length)) }, { eventId });
+      await waitFor(
+        'the backup to stand by',
+        () => backup.get(TriggerPlacement).waitingBackups === 1,
+      );
       await backup.close();
       backup = undefined as unknown as INestApplicationContext;
       const { rows } = await database.db.query(
@@ -215,9 +263,14 @@ describe('event placement', () => {
       first.get(Mode).clearActorOverride('handed');
       await first.get(TriggerPoller).pollNow();
       const read = async (sql: string) => (await database.db.query(sql, [rows[0].id])).rows[0];
-      const status = async () => (await read(`SELECT status FROM cyclium_episodes WHERE id = $1`)).status;
+      const status = async () =>
+        (await read(`SELECT status FROM cyclium_episodes WHERE id = $1`)).status;
       expect(await status()).toBe('deferred');
-      await waitFor('the handed-over episode to finish once due', async () => (await status()) === 'done', 10_000);
+      await waitFor(
+        'the handed-over episode to finish once due',
+        async () => (await status()) === 'done',
+        10_000,
+      );
       const started = `SELECT e.started_at >= r.not_before AS after
                          FROM cyclium_episodes e JOIN cyclium_trigger_requests r ON r.episode_id = e.id
                         WHERE e.id = $1`;
@@ -231,7 +284,10 @@ describe('event placement', () => {
 
     beforeAll(async () => {
       // Beats every second: a stopped node stays on its peers' lists for about three seconds.
-      for (const name of names) nodes.push(await startNode(database.url, name, { DEMO_NODE_BEAT_MS: '1000', DEMO_DB_POOL: '4' }));
+      for (const name of names)
+        nodes.push(
+          await startNode(database.url, name, { DEMO_NODE_BEAT_MS: '1000', DEMO_DB_POOL: '4' }),
+        );
       await waitFor(
         'every node to have beaten after the last one registered',
         async () =>
@@ -259,15 +315,25 @@ describe('event placement', () => {
       }
       await waitFor(
         '30 monitor episodes done',
-        async () => (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`, [ids])) === 30,
+        async () =>
+          (await scalar(
+            `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done' AND trigger_ref->>'eventId' = ANY($1)`,
+            [ids],
+          )) === 30,
         30_000,
         100,
       );
-      const rows = (await database.db.query(`SELECT owner_node, dedupe_key FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`, [ids]))
-        .rows as Array<{ owner_node: string; dedupe_key: string }>;
+      const rows = (
+        await database.db.query(
+          `SELECT owner_node, dedupe_key FROM cyclium_episodes WHERE trigger_ref->>'eventId' = ANY($1)`,
+          [ids],
+        )
+      ).rows as Array<{ owner_node: string; dedupe_key: string }>;
       expect(rows).toHaveLength(30);
       expect(rows.filter((r) => r.owner_node === names[2])).toEqual([]);
-      expect(rows.filter((r) => firstFor(names, r.dedupe_key, 'resource_monitor') === names[2]).length).toBeGreaterThan(0);
+      expect(
+        rows.filter((r) => firstFor(names, r.dedupe_key, 'resource_monitor') === names[2]).length,
+      ).toBeGreaterThan(0);
     });
   });
 });

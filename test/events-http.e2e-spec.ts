@@ -16,7 +16,11 @@ describe('POST /events and POST /actors refuse what they cannot store, naming th
 
   beforeAll(async () => {
     // A queue of one publish and a small payload limit, so both bounds are reached with little data.
-    node = await startDemoNode(database.url, { CYCLIUM_NODE_ID: 'http-1', DEMO_BUS_QUEUE_MAX: '1', DEMO_BUS_MAX_PAYLOAD_BYTES: '2000' });
+    node = await startDemoNode(database.url, {
+      CYCLIUM_NODE_ID: 'http-1',
+      DEMO_BUS_QUEUE_MAX: '1',
+      DEMO_BUS_MAX_PAYLOAD_BYTES: '2000',
+    });
   });
 
   afterAll(async () => {
@@ -29,52 +33,89 @@ describe('POST /events and POST /actors refuse what they cannot store, naming th
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify(body),
     });
-    return { status: response.status, retryAfter: response.headers.get('retry-after'), body: (await response.json()) as Answer['body'] };
+    return {
+      status: response.status,
+      retryAfter: response.headers.get('retry-after'),
+      body: (await response.json()) as Answer['body'],
+    };
   };
 
-  const rows = async (eventId: string) => (await database.db.query(`SELECT type, payload, created_at FROM cyclium_events WHERE event_id = $1`, [eventId])).rows;
+  const rows = async (eventId: string) =>
+    (
+      await database.db.query(
+        `SELECT type, payload, created_at FROM cyclium_events WHERE event_id = $1`,
+        [eventId],
+      )
+    ).rows;
 
   it('answers 400 for an eventId or type over 200 characters and 413 for a payload over the limit, storing nothing', async () => {
     const longId = await publish({ type: 'http.test', eventId: 'x'.repeat(4_000), payload: {} });
     expect(longId).toMatchObject({ status: 400, body: { field: 'eventId' } });
     expect(longId.body.message).toMatch(/eventId must be at most 200 characters/);
-    expect(await publish({ type: 't'.repeat(201), payload: {} })).toMatchObject({ status: 400, body: { field: 'type' } });
-    const big = await publish({ type: 'http.test', eventId: 'too-big', payload: { blob: 'x'.repeat(3_000) } });
+    expect(await publish({ type: 't'.repeat(201), payload: {} })).toMatchObject({
+      status: 400,
+      body: { field: 'type' },
+    });
+    const big = await publish({
+      type: 'http.test',
+      eventId: 'too-big',
+      payload: { blob: 'x'.repeat(3_000) },
+    });
     expect(big).toMatchObject({ status: 413, body: { field: 'payload' } });
     expect(big.body.message).toMatch(/over the limit of 2000/);
     expect(await rows('too-big')).toEqual([]);
-    expect((await database.db.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE length(event_id) > 200 OR length(type) > 200`)).rows[0].n).toBe(0);
+    expect(
+      (
+        await database.db.query(
+          `SELECT count(*)::int AS n FROM cyclium_events WHERE length(event_id) > 200 OR length(type) > 200`,
+        )
+      ).rows[0].n,
+    ).toBe(0);
   });
 
   it('answers 409 for an eventId stored with another type or payload, 202 for an identical retry; the stored event is unchanged', async () => {
-    expect(await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 9 } })).toMatchObject({ status: 202, body: { eventId: 'order-9' } });
+    expect(
+      await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 9 } }),
+    ).toMatchObject({ status: 202, body: { eventId: 'order-9' } });
     const before = await rows('order-9');
     const conflict = await publish({ type: 'http.other', eventId: 'order-9', payload: { n: 9 } });
     expect(conflict).toMatchObject({ status: 409, body: { field: 'eventId' } });
     expect(conflict.body.message).toMatch(/already stored with another type or payload/);
-    expect(await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 10 } })).toMatchObject({ status: 409 });
-    expect(await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 9 } })).toMatchObject({ status: 202 });
+    expect(
+      await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 10 } }),
+    ).toMatchObject({ status: 409 });
+    expect(
+      await publish({ type: 'http.test', eventId: 'order-9', payload: { n: 9 } }),
+    ).toMatchObject({ status: 202 });
     expect(await rows('order-9')).toEqual(before);
     expect(before).toHaveLength(1);
   });
 
   it('answers 400 naming the field for a manual trigger PostgreSQL could not store, writing nothing', async () => {
     const trigger = async (body: unknown) => {
-      const response = await fetch(`http://127.0.0.1:${node.port}/actors/resource_rebalancer/rebalance`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
+      const response = await fetch(
+        `http://127.0.0.1:${node.port}/actors/resource_rebalancer/rebalance`,
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+        },
+      );
       return { status: response.status, body: (await response.json()) as Answer['body'] };
     };
     const nulPayload = await trigger({ payload: { note: 'a\u0000b' } });
     expect(nulPayload).toMatchObject({ status: 400, body: { field: 'payload' } });
     expect(nulPayload.body.message).toMatch(/NUL character/);
-    expect(await trigger({ payload: {}, dedupeKey: 'k\u0000' })).toMatchObject({ status: 400, body: { field: 'dedupeKey' } });
+    expect(await trigger({ payload: {}, dedupeKey: 'k\u0000' })).toMatchObject({
+      status: 400,
+      body: { field: 'dedupeKey' },
+    });
     const long = await trigger({ payload: {}, dedupeKey: 'é'.repeat(600) }); // 600 characters, 1,200 bytes
     expect(long).toMatchObject({ status: 400, body: { field: 'dedupeKey' } });
     expect(long.body.message).toMatch(/at most 1000 bytes/);
-    const written = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_rebalancer'`);
+    const written = await database.db.query(
+      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_rebalancer'`,
+    );
     expect(written.rows[0].n).toBe(0);
   });
 
@@ -106,6 +147,8 @@ describe('POST /events and POST /actors refuse what they cannot store, naming th
     expect(await rows('queued-1')).toHaveLength(1);
     expect(await rows('queued-2')).toEqual([]);
     // Room again: the refused publish succeeds when retried.
-    expect(await publish({ type: 'http.test', eventId: 'queued-2', payload: {} })).toMatchObject({ status: 202 });
+    expect(await publish({ type: 'http.test', eventId: 'queued-2', payload: {} })).toMatchObject({
+      status: 202,
+    });
   });
 });

@@ -22,7 +22,11 @@ describe("an expectation's default delay", () => {
   let app: INestApplicationContext;
 
   beforeAll(async () => {
-    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'later-node', triggerPollIntervalMs: 60_000 }, providers: [LaterActor] });
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'later-node', triggerPollIntervalMs: 60_000 },
+      providers: [LaterActor],
+    });
   });
 
   afterAll(async () => {
@@ -42,7 +46,11 @@ describe("an expectation's default delay", () => {
     expect(result.status).toBe('deferred');
     if (result.status !== 'deferred') return;
     expect(result.notBefore).toBeInstanceOf(Date);
-    const ms = await waitFor('the delayed episode to end', () => startedAfterMs(result.episode.id), 15_000);
+    const ms = await waitFor(
+      'the delayed episode to end',
+      () => startedAfterMs(result.episode.id),
+      15_000,
+    );
     expect(ms).toBeGreaterThanOrEqual(DEFAULT_DELAY_MS);
     expect(ms).toBeLessThan(DEFAULT_DELAY_MS + 5_000);
   });

@@ -1,7 +1,13 @@
 import { afterAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, post, rebalanceOn, startNode, waitForStatus } from './support/demo-cluster.js';
+import {
+  FAST_RECOVERY,
+  post,
+  rebalanceOn,
+  startNode,
+  waitForStatus,
+} from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 const EPISODES = `SELECT id, status, error_class, owner_node FROM cyclium_episodes WHERE id = ANY($1::uuid[])`;
@@ -57,8 +63,12 @@ describe('expectations a node does not host', () => {
 
   let hostNew: DemoNode | undefined;
   const rowsOf = async (ids: Record<string, string>, shown: (row: Row) => string) => {
-    const byId = new Map((await database.db.query<Row>(EPISODES, [Object.values(ids)])).rows.map((r) => [r.id, r]));
-    return Object.fromEntries(Object.entries(ids).map(([what, id]) => [what, shown(byId.get(id) ?? {})]));
+    const byId = new Map(
+      (await database.db.query<Row>(EPISODES, [Object.values(ids)])).rows.map((r) => [r.id, r]),
+    );
+    return Object.fromEntries(
+      Object.entries(ids).map(([what, id]) => [what, shown(byId.get(id) ?? {})]),
+    );
   };
 
   it('leaves their wake-ups, restarts and queued rows to a node that hosts them', async () => {
@@ -67,21 +77,41 @@ describe('expectations a node does not host', () => {
       boot('host-old', { DEMO_REBALANCER_SLOTS: '1' }),
       boot('host-lacking', { DEMO_DROP_EXPECTATIONS: 'resource_rebalancer.rebalance_retried' }),
     ]);
-    const sleeping = await rebalanceOn(old, { resource: 'sleeping', stepMs: 20, sleepMs: 3_000 }, 'rebalance_retried');
+    const sleeping = await rebalanceOn(
+      old,
+      { resource: 'sleeping', stepMs: 20, sleepMs: 3_000 },
+      'rebalance_retried',
+    );
     await waitForStatus(database.db, sleeping, 'waiting');
-    const running = await rebalanceOn(old, { resource: 'running', stepMs: 1_500 }, 'rebalance_retried');
-    const response = await fetch(`http://127.0.0.1:${old.port}/actors/resource_rebalancer/rebalance_retried`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ payload: { resource: 'queued', stepMs: 20 } }),
-    });
-    const { status, episodeId: queued } = (await response.json()) as { status: string; episodeId: string };
+    const running = await rebalanceOn(
+      old,
+      { resource: 'running', stepMs: 1_500 },
+      'rebalance_retried',
+    );
+    const response = await fetch(
+      `http://127.0.0.1:${old.port}/actors/resource_rebalancer/rebalance_retried`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ payload: { resource: 'queued', stepMs: 20 } }),
+      },
+    );
+    const { status, episodeId: queued } = (await response.json()) as {
+      status: string;
+      episodeId: string;
+    };
     expect(status).toBe('queued');
     await old.stop('SIGKILL');
 
     const ids = { sleeping, running, queued };
-    const past = async () => (await database.db.query(ALL_ACTIONABLE, [sleeping, running])).rows[0].past;
-    await waitFor('the wake-up due, the run stale and its node gone, a few sweeps and polls ago', past, 20_000, 200);
+    const past = async () =>
+      (await database.db.query(ALL_ACTIONABLE, [sleeping, running])).rows[0].past;
+    await waitFor(
+      'the wake-up due, the run stale and its node gone, a few sweeps and polls ago',
+      past,
+      20_000,
+      200,
+    );
     const rows = (shown: (row: Row) => string) => rowsOf(ids, shown);
     expect(await rows(outcome)).toEqual({
       sleeping: 'waiting/',
@@ -91,7 +121,8 @@ describe('expectations a node does not host', () => {
 
     // The release with the expectation comes up: it runs all three.
     hostNew = await boot('host-new');
-    const ended = async () => Object.values(await rows(outcome)).every((r) => /^(done|failed)\//.test(r));
+    const ended = async () =>
+      Object.values(await rows(outcome)).every((r) => /^(done|failed)\//.test(r));
     await waitFor('the three episodes to end', ended, 30_000, 200);
     expect(await rows(placed)).toEqual({
       sleeping: 'done on host-new',
@@ -124,7 +155,11 @@ describe('expectations a node does not host', () => {
       { node: 'host-gone', has: true, own: true },
       { node: 'host-watch', has: false, own: true },
     ]);
-    const running = await rebalanceOn(gone, { resource: 'gone-running', stepMs: 1_500 }, 'rebalance_retried');
+    const running = await rebalanceOn(
+      gone,
+      { resource: 'gone-running', stepMs: 1_500 },
+      'rebalance_retried',
+    );
     const path = '/actors/resource_rebalancer/rebalance_retried';
     type Answer = { status: string; episodeId: string };
     const payload = { resource: 'gone-queued', stepMs: 20 };
@@ -133,16 +168,27 @@ describe('expectations a node does not host', () => {
     await gone.stop('SIGKILL');
 
     const ids = { running, queued };
-    const check = async () => (await database.db.query(STALE_WITHIN_GRACE, [running, GRACE_MS])).rows[0];
-    await waitFor('the run stale and its node gone, a few sweeps ago', async () => (await check()).stale, 20_000, 200);
+    const check = async () =>
+      (await database.db.query(STALE_WITHIN_GRACE, [running, GRACE_MS])).rows[0];
+    await waitFor(
+      'the run stale and its node gone, a few sweeps ago',
+      async () => (await check()).stale,
+      20_000,
+      200,
+    );
     const stillWithin = (await check()).within;
     const whileExpected = await rowsOf(ids, outcome);
     if (stillWithin) expect(whileExpected).toEqual({ running: 'running/', queued: 'queued/' });
 
-    const ended = async () => Object.values(await rowsOf(ids, outcome)).every((r) => /^(done|failed)\//.test(r));
+    const ended = async () =>
+      Object.values(await rowsOf(ids, outcome)).every((r) => /^(done|failed)\//.test(r));
     await waitFor('both episodes to end', ended, GRACE_MS + 30_000, 200);
-    expect(await rowsOf(ids, outcome)).toEqual({ running: 'failed/not_hosted', queued: 'failed/not_hosted' });
-    const failed = (await database.db.query(FAILED_AFTER_GRACE, [Object.values(ids), GRACE_MS])).rows;
+    expect(await rowsOf(ids, outcome)).toEqual({
+      running: 'failed/not_hosted',
+      queued: 'failed/not_hosted',
+    });
+    const failed = (await database.db.query(FAILED_AFTER_GRACE, [Object.values(ids), GRACE_MS]))
+      .rows;
     expect(failed).toEqual([
       { detail: expect.stringContaining('expectation rebalance_retried'), after_grace: true },
       { detail: expect.stringContaining('expectation rebalance_retried'), after_grace: true },

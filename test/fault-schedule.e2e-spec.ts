@@ -43,7 +43,16 @@ describe('the randomized fault schedule, fixed seeds', () => {
   let stderr = '';
 
   beforeAll(async () => {
-    const args = [RUN, '--seed', SEEDS.join(','), '--duration-ms', String(DURATION_MS), '--output', OUTPUT, '--json'];
+    const args = [
+      RUN,
+      '--seed',
+      SEEDS.join(','),
+      '--duration-ms',
+      String(DURATION_MS),
+      '--output',
+      OUTPUT,
+      '--json',
+    ];
     // Its own embedded server even when the run has DATABASE_URL: the schedule restarts the database.
     const env = { ...process.env, DATABASE_URL: '' };
     const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'], env });
@@ -81,7 +90,12 @@ describe('the randomized fault schedule, fixed seeds', () => {
     expect(result).toBeDefined();
     const seen = (result?.violations ?? []).map((v) => `[${v.rule}] ${v.message}`);
     // On failure: the list, then the report with each episode's audit trail, and the replay.
-    expect({ seed, violations: seen, report: `${result?.outputDir}/report.txt`, replay: result?.replay }).toEqual({
+    expect({
+      seed,
+      violations: seen,
+      report: `${result?.outputDir}/report.txt`,
+      replay: result?.replay,
+    }).toEqual({
       seed,
       violations: [],
       report: `${result?.outputDir}/report.txt`,

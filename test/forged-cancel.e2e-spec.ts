@@ -19,7 +19,10 @@ class GatedActor {
   async work(ep: EpisodeContext): Promise<void> {
     await ep.step('first', async () => {
       entered?.();
-      await Promise.race([new Promise<void>((resolve) => (release = resolve)), new Promise((resolve) => ep.signal.addEventListener('abort', resolve))]);
+      await Promise.race([
+        new Promise<void>((resolve) => (release = resolve)),
+        new Promise((resolve) => ep.signal.addEventListener('abort', resolve)),
+      ]);
     });
     await ep.step('second', () => void seconds.push(ep.episode.id));
   }
@@ -35,7 +38,11 @@ describe('a cancel event nobody requested', () => {
   let app: INestApplicationContext;
 
   beforeAll(async () => {
-    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'forged-node', workClaims: 'postgres' }, providers: [GatedActor] });
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'forged-node', workClaims: 'postgres' },
+      providers: [GatedActor],
+    });
   });
 
   afterAll(async () => {
@@ -68,7 +75,10 @@ describe('a cancel event nobody requested', () => {
     }
     // Before this change the run stopped right there; now it reads the row's flag, finds no cancel and goes on.
     release?.();
-    await waitFor('the episode to end', async () => (await app.get(Episodes).get(id))?.status !== 'running');
+    await waitFor(
+      'the episode to end',
+      async () => (await app.get(Episodes).get(id))?.status !== 'running',
+    );
     expect(await app.get(Episodes).get(id)).toMatchObject({ status: 'done' });
     expect(seconds).toContain(id);
   });
@@ -77,7 +87,11 @@ describe('a cancel event nobody requested', () => {
     const id = await startGated();
     expect(await app.get(Episodes).cancel(id)).toBe('requested');
     // Not released: only the prompt stop on the event ends its first step.
-    await waitFor('the episode to end canceled', async () => (await app.get(Episodes).get(id))?.status === 'canceled', 10_000);
+    await waitFor(
+      'the episode to end canceled',
+      async () => (await app.get(Episodes).get(id))?.status === 'canceled',
+      10_000,
+    );
     expect(seconds).not.toContain(id);
   });
 });

@@ -1,6 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, CycliumStatus, Episodes, Expectation, type EpisodeContext, type HealthReport, type ReadinessCheck } from '@cyclium/nestjs';
+import {
+  Actor,
+  CycliumStatus,
+  Episodes,
+  Expectation,
+  type EpisodeContext,
+  type HealthReport,
+  type ReadinessCheck,
+} from '@cyclium/nestjs';
 import type pg from 'pg';
 import { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
@@ -27,7 +35,8 @@ const PROBE = { timeoutMs: 500, cacheMs: 0 };
 /** Short echo intervals so the 30 s bound is checked in a few seconds. */
 const ECHO = { busEchoIntervalMs: 400, busEchoTimeoutMs: 250 };
 
-const failing = async (status: CycliumStatus): Promise<ReadinessCheck[]> => (await status.readiness(PROBE)).failing;
+const failing = async (status: CycliumStatus): Promise<ReadinessCheck[]> =>
+  (await status.readiness(PROBE)).failing;
 const readyNow = async (status: CycliumStatus): Promise<HealthReport | false> => {
   const report = await status.readiness(PROBE);
   return report.ready && report;
@@ -60,15 +69,23 @@ describe('health: liveness and readiness tell the truth', () => {
 
   afterAll(async () => {
     releaseAll();
-    await database.db.query('ALTER TABLE IF EXISTS cyclium_events_away RENAME TO cyclium_events').catch(() => undefined);
-    await database.db.query('DROP TRIGGER IF EXISTS refuse_renewals ON cyclium_work_claims').catch(() => undefined);
+    await database.db
+      .query('ALTER TABLE IF EXISTS cyclium_events_away RENAME TO cyclium_events')
+      .catch(() => undefined);
+    await database.db
+      .query('DROP TRIGGER IF EXISTS refuse_renewals ON cyclium_work_claims')
+      .catch(() => undefined);
     if (!closed) await app?.close();
   });
 
   it('a bus reader that keeps failing: not ready (bus_reader_failing), still live', async () => {
     await database.db.query('ALTER TABLE cyclium_events RENAME TO cyclium_events_away');
     try {
-      await waitFor('readiness to report the reader', async () => (await failing(status)).includes('bus_reader_failing'), 10_000);
+      await waitFor(
+        'readiness to report the reader',
+        async () => (await failing(status)).includes('bus_reader_failing'),
+        10_000,
+      );
       expect(status.snapshot().bus?.readFailing).toBe(true);
       expect(status.liveness().live).toBe(true);
     } finally {
@@ -86,7 +103,11 @@ describe('health: liveness and readiness tell the truth', () => {
       BEGIN RAISE EXCEPTION 'renewal refused by the test'; END $$;
       CREATE TRIGGER refuse_renewals BEFORE UPDATE ON cyclium_work_claims FOR EACH ROW EXECUTE FUNCTION refuse_renewal()`);
     try {
-      await waitFor('readiness to report the renewals', async () => (await failing(status)).includes('renewals_failing'), 10_000);
+      await waitFor(
+        'readiness to report the renewals',
+        async () => (await failing(status)).includes('renewals_failing'),
+        10_000,
+      );
       expect(status.liveness().live).toBe(true);
     } finally {
       await database.db.query('DROP TRIGGER refuse_renewals ON cyclium_work_claims');
@@ -106,7 +127,11 @@ describe('health: liveness and readiness tell the truth', () => {
       expect(report.failing).toEqual([]);
       expect(status.liveness().live).toBe(true);
       // An echo round that completes while the pool stays saturated, and still no verdict against the node.
-      await waitFor('an echo heard with the host pool saturated', () => heardAt() > saturatedAt, 5_000);
+      await waitFor(
+        'an echo heard with the host pool saturated',
+        () => heardAt() > saturatedAt,
+        5_000,
+      );
       expect((await status.readiness(PROBE)).failing).toEqual([]);
     } finally {
       taken.forEach((client) => client.release());
@@ -120,7 +145,12 @@ describe('health: liveness and readiness tell the truth', () => {
     closed = true;
     const closing = app.close();
     try {
-      await waitFor('readiness to report the drain', async () => (await failing(status)).includes('draining'), 5_000, 5);
+      await waitFor(
+        'readiness to report the drain',
+        async () => (await failing(status)).includes('draining'),
+        5_000,
+        5,
+      );
       expect(status.liveness().live).toBe(true);
     } finally {
       releaseAll();
@@ -151,7 +181,10 @@ describe('health: a LISTEN connection that hears nothing is found out', () => {
       onServerData: (chunk: Buffer, connection: ProxyConnection): ChunkVerdict =>
         connection.id === silenced || (deaf && isNotification(chunk)) ? 'drop' : 'forward',
     });
-    app = await startCycliumApp({ url: proxy.url(database.url), cyclium: { nodeIdentity: 'echo-node', ...ECHO } });
+    app = await startCycliumApp({
+      url: proxy.url(database.url),
+      cyclium: { nodeIdentity: 'echo-node', ...ECHO },
+    });
     status = app.get(CycliumStatus);
     await waitFor('the node to be ready', () => readyNow(status));
   });
@@ -169,17 +202,32 @@ describe('health: a LISTEN connection that hears nothing is found out', () => {
     const frozenAt = performance.now();
     proxy.freeze();
     try {
-      await waitFor('the bus to be degraded', async () => (await failing(status)).includes('bus_degraded'), 30_000);
+      await waitFor(
+        'the bus to be degraded',
+        async () => (await failing(status)).includes('bus_degraded'),
+        30_000,
+      );
       expect(performance.now() - frozenAt).toBeLessThan(30_000);
-      expect(status.snapshot().bus).toMatchObject({ degraded: true, degradedReason: expect.stringContaining('no echo') });
+      expect(status.snapshot().bus).toMatchObject({
+        degraded: true,
+        degradedReason: expect.stringContaining('no echo'),
+      });
       expect(status.liveness().live).toBe(true);
       // The silent LISTEN connection is given up (its probe query never answers), not waited on for hours.
-      await waitFor('the LISTEN connection to be dropped', () => status.snapshot().bus?.listening === false, 10_000);
+      await waitFor(
+        'the LISTEN connection to be dropped',
+        () => status.snapshot().bus?.listening === false,
+        10_000,
+      );
     } finally {
       proxy.thaw();
     }
     await waitFor('readiness after thaw', () => readyNow(status), 20_000);
-    expect(status.snapshot().bus).toMatchObject({ listening: true, degraded: false, degradedReason: null });
+    expect(status.snapshot().bus).toMatchObject({
+      listening: true,
+      degraded: false,
+      degradedReason: null,
+    });
     expect(listenConnection).not.toBe(before);
   });
 
@@ -187,7 +235,11 @@ describe('health: a LISTEN connection that hears nothing is found out', () => {
     const old = listenConnection;
     expect(old).toBeDefined();
     silenced = old;
-    await waitFor('the bus to be degraded', async () => (await status.readiness(PROBE)).failing.includes('bus_degraded'), 30_000);
+    await waitFor(
+      'the bus to be degraded',
+      async () => (await status.readiness(PROBE)).failing.includes('bus_degraded'),
+      30_000,
+    );
     expect((await status.readiness(PROBE)).failing).not.toContain('database');
     await waitFor('a new LISTEN connection', () => listenConnection !== old, 10_000);
     await waitFor('readiness on the new connection', () => readyNow(status), 10_000);
@@ -198,7 +250,11 @@ describe('health: a LISTEN connection that hears nothing is found out', () => {
     const connection = listenConnection;
     deaf = true;
     try {
-      await waitFor('the bus to be degraded', async () => (await failing(status)).includes('bus_degraded'), 30_000);
+      await waitFor(
+        'the bus to be degraded',
+        async () => (await failing(status)).includes('bus_degraded'),
+        30_000,
+      );
       // Several more echo rounds: the connection answers its probe, so it is kept (replacing it would not help).
       const sent = echoesSent;
       await waitFor('five more echo rounds', () => echoesSent >= sent + 5, 10_000);

@@ -11,7 +11,14 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, CycliumStatus, Episodes, Expectation, Recovery, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  CycliumStatus,
+  Episodes,
+  Expectation,
+  Recovery,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { PostgresClaims } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
@@ -25,7 +32,8 @@ const HISTORY = 1_000_000;
 const LIVE = 1_000;
 /** The most rows any plan node may read: a few times the live work, a fraction of a percent of the history. */
 const MOST_READ = 5_000;
-const TABLES = /cyclium_(episodes|episode_steps|episode_checkpoints|work_claims|trigger_requests|outputs)\b/;
+const TABLES =
+  /cyclium_(episodes|episode_steps|episode_checkpoints|work_claims|trigger_requests|outputs)\b/;
 
 @Injectable()
 @Actor({ id: 'planner', maxConcurrentEpisodes: 1 })
@@ -63,13 +71,19 @@ function nodesOf(plan: PlanNode): PlanNode[] {
 
 /** What a node read over all its loops: the rows it returned and those its filters threw away. */
 function readBy(node: PlanNode): number {
-  return (node['Actual Rows'] + (node['Rows Removed by Filter'] ?? 0) + (node['Rows Removed by Index Recheck'] ?? 0)) * node['Actual Loops'];
+  return (
+    (node['Actual Rows'] +
+      (node['Rows Removed by Filter'] ?? 0) +
+      (node['Rows Removed by Index Recheck'] ?? 0)) *
+    node['Actual Loops']
+  );
 }
 
 function describePlan(entry: Explained): string {
   const nodes = entry.plan ? nodesOf(entry.plan) : [];
   const shown = nodes.map(
-    (n) => `${n['Node Type']}${n['Relation Name'] ? ` on ${n['Relation Name']}` : ''}${n['Index Name'] ? ` using ${n['Index Name']}` : ''} (${readBy(n)})`,
+    (n) =>
+      `${n['Node Type']}${n['Relation Name'] ? ` on ${n['Relation Name']}` : ''}${n['Index Name'] ? ` using ${n['Index Name']}` : ''} (${readBy(n)})`,
   );
   return `${label(entry.text)}\n  ${entry.error ?? shown.join(', ')}`;
 }
@@ -89,14 +103,20 @@ describe('hot statements with a million finished episodes behind a thousand live
   const explained = new Map<string, Explained>();
   let recording = false;
 
-  async function explain(client: pg.Client, key: string, text: string, values: unknown): Promise<void> {
+  async function explain(
+    client: pg.Client,
+    key: string,
+    text: string,
+    values: unknown,
+  ): Promise<void> {
     const entry: Explained = { text };
     explained.set(key, entry);
     // pg records the transaction status of the last ReadyForQuery: 'T' inside an open transaction.
     const status = (client as unknown as { _txStatus: string | null })._txStatus;
     if (status === 'E') return;
     const inTransaction = status === 'T';
-    const run = (sql: string, params?: unknown) => original.call(client, sql, params) as Promise<pg.QueryResult>;
+    const run = (sql: string, params?: unknown) =>
+      original.call(client, sql, params) as Promise<pg.QueryResult>;
     await run(inTransaction ? 'SAVEPOINT cyclium_plan' : 'BEGIN');
     try {
       const { rows } = await run(`EXPLAIN (ANALYZE, FORMAT JSON) ${text}`, values);
@@ -113,10 +133,20 @@ describe('hot statements with a million finished episodes behind a thousand live
   function record(): void {
     pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
       const [first, second] = args;
-      const config = typeof first === 'string' ? { text: first, values: Array.isArray(second) ? second : undefined } : (first as pg.QueryConfig);
+      const config =
+        typeof first === 'string'
+          ? { text: first, values: Array.isArray(second) ? second : undefined }
+          : (first as pg.QueryConfig);
       const text = config?.text;
       const key = `${text}\n${JSON.stringify(config?.values ?? [])}`;
-      if (!recording || this === own || typeof text !== 'string' || !TABLES.test(text) || /^\s*EXPLAIN/i.test(text) || explained.has(key)) {
+      if (
+        !recording ||
+        this === own ||
+        typeof text !== 'string' ||
+        !TABLES.test(text) ||
+        /^\s*EXPLAIN/i.test(text) ||
+        explained.has(key)
+      ) {
         return original.apply(this, args);
       }
       const before = explain(this, key, text, config.values);
@@ -139,7 +169,8 @@ describe('hot statements with a million finished episodes behind a thousand live
     await own.connect();
     await own.query('SET synchronous_commit = off');
     // Statistics stay those of the empty tables until the second test analyses them (the state right after a deploy).
-    for (const table of FILLED) await own.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
+    for (const table of FILLED)
+      await own.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
     await own.query('ANALYZE');
     await fill(own);
     record();
@@ -149,7 +180,12 @@ describe('hot statements with a million finished episodes behind a thousand live
     await driver.connect();
     app = await startCycliumApp({
       url,
-      cyclium: { nodeIdentity: 'planner-node', workClaims: 'postgres', bus: 'local', recovery: { onBoot: false } },
+      cyclium: {
+        nodeIdentity: 'planner-node',
+        workClaims: 'postgres',
+        bus: 'local',
+        recovery: { onBoot: false },
+      },
       providers: [PlannerActor],
     });
   }, 120_000);
@@ -166,11 +202,24 @@ describe('hot statements with a million finished episodes behind a thousand live
   async function drive(n: number): Promise<void> {
     const nest = app as INestApplicationContext;
     const episodes = nest.get(Episodes);
-    const status = async (id: string) => (await own.query<{ status: string }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]?.status;
-    const finished = (id: string) => waitFor(`episode ${id} to finish`, async () => ['done', 'failed'].includes((await status(id)) ?? ''));
+    const status = async (id: string) =>
+      (
+        await own.query<{ status: string }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [
+          id,
+        ])
+      ).rows[0]?.status;
+    const finished = (id: string) =>
+      waitFor(`episode ${id} to finish`, async () =>
+        ['done', 'failed'].includes((await status(id)) ?? ''),
+      );
 
     // Begin, steps and end; the second trigger waits in this node's queue (one slot) and is taken from it.
-    const first = await episodes.trigger('planner', 'run', { tag: 'a' }, { dedupeKey: `plans:${n}` });
+    const first = await episodes.trigger(
+      'planner',
+      'run',
+      { tag: 'a' },
+      { dedupeKey: `plans:${n}` },
+    );
     const second = await episodes.trigger('planner', 'run', { tag: 'b' });
     for (const result of [first, second]) {
       if (!('episode' in result)) throw new Error(`trigger answered ${result.status}`);
@@ -182,9 +231,10 @@ describe('hot statements with a million finished episodes behind a thousand live
        VALUES ('planner', 'run', 'manual', '{"type": "manual", "payload": {"tag": "c"}}', 'deferred') RETURNING id`,
     );
     const deferredId = (deferred[0] as { id: string }).id;
-    await own.query(`INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node) VALUES ($1, 'planner', 'run', 'elsewhere')`, [
-      deferredId,
-    ]);
+    await own.query(
+      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node) VALUES ($1, 'planner', 'run', 'elsewhere')`,
+      [deferredId],
+    );
     await nest.get(TriggerPoller).pollNow();
     await finished(deferredId);
 
@@ -226,10 +276,17 @@ describe('hot statements with a million finished episodes behind a thousand live
   /** What went wrong in the plans recorded so far: a full scan of a large table, or a node reading past the bound. */
   function failures(): string[] {
     return [...explained.values()].flatMap((entry) => {
-      if (entry.error || !entry.plan) return [`${label(entry.text)}: could not be explained: ${entry.error}`];
+      if (entry.error || !entry.plan)
+        return [`${label(entry.text)}: could not be explained: ${entry.error}`];
       return nodesOf(entry.plan).flatMap((node) => [
-        ...(node['Node Type'] === 'Seq Scan' && TABLES.test(node['Relation Name'] ?? '') ? [`${label(entry.text)}: Seq Scan on ${node['Relation Name']}`] : []),
-        ...(readBy(node) > MOST_READ ? [`${label(entry.text)}: ${node['Node Type']} ${node['Relation Name'] ?? ''} read ${readBy(node)} rows`] : []),
+        ...(node['Node Type'] === 'Seq Scan' && TABLES.test(node['Relation Name'] ?? '')
+          ? [`${label(entry.text)}: Seq Scan on ${node['Relation Name']}`]
+          : []),
+        ...(readBy(node) > MOST_READ
+          ? [
+              `${label(entry.text)}: ${node['Node Type']} ${node['Relation Name'] ?? ''} read ${readBy(node)} rows`,
+            ]
+          : []),
       ]);
     });
   }
@@ -238,17 +295,26 @@ describe('hot statements with a million finished episodes behind a thousand live
   const EXPECTED: Array<[string, RegExp]> = [
     ['begin (insert and claim)', /INSERT INTO cyclium_episodes[\s\S]*claim_seen/],
     ['step write', /INSERT INTO cyclium_episode_steps/],
-    ['end', /DELETE FROM cyclium_episode_checkpoints[\s\S]*claim_finished|claim_finished[\s\S]*DELETE FROM cyclium_episode_checkpoints/],
+    [
+      'end',
+      /DELETE FROM cyclium_episode_checkpoints[\s\S]*claim_finished|claim_finished[\s\S]*DELETE FROM cyclium_episode_checkpoints/,
+    ],
     ['queue take', /WITH head AS/],
     ['take from peer', /owner_node IS DISTINCT FROM \$1/],
     ['dequeue', /status = 'queued' AND owner_node = \$1 AND actor_id = \$2/],
     ['sweep candidates', /quiet_since/],
     ['not hosted', /WITH stranded AS/],
     ['orphaned queued', /e\.owner_node IS DISTINCT FROM \$4/],
-    ['poller pending', /FROM cyclium_trigger_requests\s+WHERE status IN \('pending', 'scheduled'\)/],
+    [
+      'poller pending',
+      /FROM cyclium_trigger_requests\s+WHERE status IN \('pending', 'scheduled'\)/,
+    ],
     ['poller take', /UPDATE cyclium_trigger_requests SET status = 'completed'/],
     ['list', /cursor_at FROM cyclium_episodes/],
-    ['cluster status', /WITH running AS \(SELECT owner_node, count\(\*\)::int AS n FROM cyclium_episodes/],
+    [
+      'cluster status',
+      /WITH running AS \(SELECT owner_node, count\(\*\)::int AS n FROM cyclium_episodes/,
+    ],
     ['retention batch', /pg_try_advisory_xact_lock\(1668183404/],
     ['claim insert or read', /WITH inserted AS \(\s*INSERT INTO cyclium_work_claims/],
     ['claim take over', /UPDATE cyclium_work_claims c SET state = 'claimed'/],
@@ -269,10 +335,15 @@ describe('hot statements with a million finished episodes behind a thousand live
         recording = true;
       }
       await drive(n);
-      if (process.env.HISTORY_PLANS_DUMP) for (const entry of explained.values()) console.log(describePlan(entry));
+      if (process.env.HISTORY_PLANS_DUMP)
+        for (const entry of explained.values()) console.log(describePlan(entry));
       const texts = [...explained.values()].map((entry) => entry.text.replace(/\s+/g, ' '));
       const expected = EXPECTED.filter(([what]) => n === 2 || what !== 'retention batch');
-      expect(expected.filter(([, pattern]) => !texts.some((text) => pattern.test(text))).map(([what]) => what)).toEqual([]);
+      expect(
+        expected
+          .filter(([, pattern]) => !texts.some((text) => pattern.test(text)))
+          .map(([what]) => what),
+      ).toEqual([]);
       expect(failures()).toEqual([]);
     });
   }
@@ -295,7 +366,8 @@ const FILLED = [
  */
 async function fill(client: pg.Client): Promise<void> {
   // The label says what each statement fills.
-  const timed = async (_what: string, sql: string, params: unknown[] = []) => client.query(sql, params);
+  const timed = async (_what: string, sql: string, params: unknown[] = []) =>
+    client.query(sql, params);
   const { rows: indexes } = await client.query<{ name: string; definition: string }>(
     `SELECT i.indexrelid::regclass::text AS name, pg_get_indexdef(i.indexrelid) AS definition
        FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid

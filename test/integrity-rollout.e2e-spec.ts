@@ -1,7 +1,14 @@
 import { afterAll, describe, expect, it } from '@jest/globals';
 import type { DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
-import { FAST_RECOVERY, post, rebalanceOn, sideEffects, startNode, waitForStatus } from './support/demo-cluster.js';
+import {
+  FAST_RECOVERY,
+  post,
+  rebalanceOn,
+  sideEffects,
+  startNode,
+  waitForStatus,
+} from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 const KEY = 'integrity-rollout-secret-0123456789abcdef';
@@ -12,7 +19,12 @@ const PLAIN = {
   DEMO_RETRY_INITIAL_MS: '12000',
   DEMO_REBALANCER_SLOTS: '3',
 };
-const SIGNING = { ...PLAIN, DEMO_RETRY_INITIAL_MS: '3000', DEMO_REBALANCER_SLOTS: '10', DEMO_INTEGRITY_KEY: KEY };
+const SIGNING = {
+  ...PLAIN,
+  DEMO_RETRY_INITIAL_MS: '3000',
+  DEMO_REBALANCER_SLOTS: '10',
+  DEMO_INTEGRITY_KEY: KEY,
+};
 const STEPS = ['drain', 'move', 'plan', 'report', 'verify'];
 const DONE = { status: 'done', error_class: null };
 const TAMPERED = { status: 'failed', error_class: 'tampered' };
@@ -95,11 +107,19 @@ describe('integrity: turned on in a live cluster, and episode rows signed', () =
     const retried = await rebalanceOn(p2, failOnce, 'rebalance_retried');
     const sleepLong = { resource: 'roll-sleep', stepMs: 20, sleepMs: 15_000 };
     const sleeping = await rebalanceOn(p2, sleepLong, 'rebalance_retried');
-    const deferred = await trigger(p2, { payload: { resource: 'roll-later', stepMs: 20 }, delayMs: 25_000 });
+    const deferred = await trigger(p2, {
+      payload: { resource: 'roll-later', stepMs: 20 },
+      delayMs: 25_000,
+    });
     const all = [...running, queued, retried, sleeping, deferred];
     await waitFor('the work in flight', async () => {
       const counts = (await rows<Counts>(WAITING, [all]))[0];
-      return counts?.queued === 1 && counts.waiting === 2 && counts.deferred === 1 && counts.checkpoints >= 3;
+      return (
+        counts?.queued === 1 &&
+        counts.waiting === 2 &&
+        counts.deferred === 1 &&
+        counts.checkpoints >= 3
+      );
     });
 
     // The switch, one node at a time: a node with the option joins, a node without it drains, and so on.
@@ -110,12 +130,19 @@ describe('integrity: turned on in a live cluster, and episode rows signed', () =
 
     for (const id of all) expect({ id, ...(await ended(id)) }).toEqual({ id, ...DONE });
     for (const id of all) expect((await steps(id)).filter((s) => STEPS.includes(s))).toEqual(STEPS);
-    expect(await rows(`SELECT id FROM cyclium_episodes WHERE error_class = 'tampered'`)).toEqual([]);
-    const open = 'rows without a signature are accepted while nodes without the option are live (plain-1, plain-2)';
+    expect(await rows(`SELECT id FROM cyclium_episodes WHERE error_class = 'tampered'`)).toEqual(
+      [],
+    );
+    const open =
+      'rows without a signature are accepted while nodes without the option are live (plain-1, plain-2)';
     expect(signing.output()).toContain(open);
     const cutover = (await rows(`SELECT * FROM cyclium_integrity_cutovers`))[0];
     const recordedBy = expect.stringMatching(/^signing-[12]$/);
-    expect(cutover).toMatchObject({ source_stack: null, source_env: null, recorded_by: recordedBy });
+    expect(cutover).toMatchObject({
+      source_stack: null,
+      source_env: null,
+      recorded_by: recordedBy,
+    });
     // The run for later at least was still waiting then: the cut-over signed it, with its request.
     expect(cutover?.signed_rows).toBeGreaterThanOrEqual(2);
 
@@ -134,17 +161,25 @@ describe('integrity: turned on in a live cluster, and episode rows signed', () =
     const orphanQueued = await forge({ status: 'queued', started_at: null, queued_at: new Date() });
     // Rows written with the key, then edited where no trigger request's signature looks: a run for
     // later given more attempts, a retry's wait given attempts back.
-    const later = await trigger(i1, { payload: { resource: 'edited-later', stepMs: 10 }, delayMs: 2_000 });
+    const later = await trigger(i1, {
+      payload: { resource: 'edited-later', stepMs: 10 },
+      delayMs: 2_000,
+    });
     await database.db.query(`UPDATE cyclium_episodes SET max_attempts = 99 WHERE id = $1`, [later]);
     const failThird = { resource: 'edited-retry', stepMs: 10, failAtStep: 3, failTimes: 1 };
     const backoff = await rebalanceOn(i1, failThird, 'rebalance_retried');
     await waitForStatus(database.db, backoff, 'waiting');
-    await database.db.query(`UPDATE cyclium_episodes SET attempts = attempts + 5 WHERE id = $1`, [backoff]);
+    await database.db.query(`UPDATE cyclium_episodes SET attempts = attempts + 5 WHERE id = $1`, [
+      backoff,
+    ]);
     // And with the option on, real work: a run whose node is killed, a run that fails once and retries.
     const crashed = await rebalanceOn(i1, { resource: 'signed-crash', stepMs: 800 });
     const failSecond = { resource: 'signed-retry', stepMs: 10, failAtStep: 2, failTimes: 1 };
     const retried = await rebalanceOn(i2, failSecond, 'rebalance_retried');
-    await waitFor('the crash victim past its first step', async () => (await steps(crashed)).length >= 1);
+    await waitFor(
+      'the crash victim past its first step',
+      async () => (await steps(crashed)).length >= 1,
+    );
     await stop('signing-1', 'SIGKILL');
 
     for (const id of [stale, interrupted, orphanQueued, later, backoff]) {
@@ -155,12 +190,21 @@ describe('integrity: turned on in a live cluster, and episode rows signed', () =
     expect(await steps(backoff)).toEqual(['drain', 'move:failed', 'plan']);
     const DETAIL = `SELECT error_detail FROM cyclium_episodes WHERE id = $1`;
     const [detail] = await rows<{ error_detail: string }>(DETAIL, [stale]);
-    expect(detail?.error_detail).toContain(`cyclium_episodes row ${stale} is not signed by this deployment's`);
+    expect(detail?.error_detail).toContain(
+      `cyclium_episodes row ${stale} is not signed by this deployment's`,
+    );
 
     expect(await ended(crashed)).toEqual(DONE);
     expect(await ended(retried)).toEqual(DONE);
-    const [taken] = await rows(`SELECT attempts, owner_node, signature FROM cyclium_episodes WHERE id = $1`, [crashed]);
-    expect(taken).toEqual({ attempts: 1, owner_node: 'signing-2', signature: expect.stringMatching(/^demo:/) });
+    const [taken] = await rows(
+      `SELECT attempts, owner_node, signature FROM cyclium_episodes WHERE id = $1`,
+      [crashed],
+    );
+    expect(taken).toEqual({
+      attempts: 1,
+      owner_node: 'signing-2',
+      signature: expect.stringMatching(/^demo:/),
+    });
 
     // A real signature copied onto a forged row does not pass for it: it binds its own episode.
     const copied = await forge({ signature: taken?.signature });

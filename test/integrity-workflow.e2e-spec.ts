@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Expectation, Workflow, WorkflowEngine, WorkflowStep, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  Expectation,
+  Workflow,
+  WorkflowEngine,
+  WorkflowStep,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -49,7 +56,12 @@ describe('signed workflow instances', () => {
   beforeAll(async () => {
     app = await startCycliumApp({
       url: database.url,
-      cyclium: { nodeIdentity: 'iw-node', integrity: INTEGRITY, triggerPollIntervalMs: 200, recovery: { onBoot: false } },
+      cyclium: {
+        nodeIdentity: 'iw-node',
+        integrity: INTEGRITY,
+        triggerPollIntervalMs: 200,
+        recovery: { onBoot: false },
+      },
       providers: [GatedActor, TwoSteps],
     });
   });
@@ -61,23 +73,45 @@ describe('signed workflow instances', () => {
 
   it('an edited instance fails as tampered when its running step ends, and its next step never starts; an untouched one goes on', async () => {
     const engine = app.get(WorkflowEngine);
-    const [edited, untouched] = [await engine.start('iw_two', {}), await engine.start('iw_two', {})];
+    const [edited, untouched] = [
+      await engine.start('iw_two', {}),
+      await engine.start('iw_two', {}),
+    ];
     const running = () =>
-      database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE workflow_instance_id = ANY($1::uuid[]) AND status = 'running'`, [
-        [edited, untouched],
-      ]);
+      database.db.query(
+        `SELECT count(*)::int AS n FROM cyclium_episodes WHERE workflow_instance_id = ANY($1::uuid[]) AND status = 'running'`,
+        [[edited, untouched]],
+      );
     await waitFor('both first steps running', async () => (await running()).rows[0].n === 2);
     // Someone marks the first step as done already, with a result of their own.
-    await database.db.query(`UPDATE cyclium_workflow_instances SET step_states = jsonb_set(step_states, '{first,result}', '"forged"') WHERE id = $1`, [edited]);
+    await database.db.query(
+      `UPDATE cyclium_workflow_instances SET step_states = jsonb_set(step_states, '{first,result}', '"forged"') WHERE id = $1`,
+      [edited],
+    );
     openGate();
 
-    const status = async (id: string) => (await database.db.query(`SELECT status, error FROM cyclium_workflow_instances WHERE id = $1`, [id])).rows[0];
-    const failed = await waitFor('the edited instance to fail', async () => ((await status(edited))?.status === 'failed' ? status(edited) : null));
+    const status = async (id: string) =>
+      (
+        await database.db.query(
+          `SELECT status, error FROM cyclium_workflow_instances WHERE id = $1`,
+          [id],
+        )
+      ).rows[0];
+    const failed = await waitFor('the edited instance to fail', async () =>
+      (await status(edited))?.status === 'failed' ? status(edited) : null,
+    );
     expect(failed.error).toMatch(/^tampered: cyclium_workflow_instances row .* not advanced$/);
     expect(
-      (await waitFor('the untouched instance to finish', async () => ((await status(untouched))?.status === 'done' ? status(untouched) : null))).status,
+      (
+        await waitFor('the untouched instance to finish', async () =>
+          (await status(untouched))?.status === 'done' ? status(untouched) : null,
+        )
+      ).status,
     ).toBe('done');
-    const steps = await database.db.query(`SELECT workflow_step_id FROM cyclium_episodes WHERE workflow_instance_id = $1 ORDER BY inserted_at`, [edited]);
+    const steps = await database.db.query(
+      `SELECT workflow_step_id FROM cyclium_episodes WHERE workflow_instance_id = $1 ORDER BY inserted_at`,
+      [edited],
+    );
     expect(steps.rows.map((r) => r.workflow_step_id)).toEqual(['first']);
   });
 });

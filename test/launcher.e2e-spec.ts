@@ -25,21 +25,32 @@ function canListen(port: number): Promise<boolean> {
 async function consecutiveFreePorts(count: number): Promise<number> {
   for (;;) {
     const base = await freePort();
-    const rest = await Promise.all(Array.from({ length: count - 1 }, (_, i) => canListen(base + i + 1)));
+    const rest = await Promise.all(
+      Array.from({ length: count - 1 }, (_, i) => canListen(base + i + 1)),
+    );
     if (rest.every(Boolean)) return base;
   }
 }
 
 /** Runs the launcher against `DATABASE_URL` (or its own PostgreSQL when undefined), collecting its output. */
-function runLauncher(args: string[], databaseUrl: string | undefined, extraEnv: Record<string, string> = {}) {
+function runLauncher(
+  args: string[],
+  databaseUrl: string | undefined,
+  extraEnv: Record<string, string> = {},
+) {
   const env = { ...process.env, ...extraEnv };
   if (databaseUrl === undefined) delete env.DATABASE_URL;
   else env.DATABASE_URL = databaseUrl;
-  const child = spawn(process.execPath, [LAUNCHER, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [LAUNCHER, ...args], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
   child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  const exited = new Promise<number | null>((resolve) =>
+    child.once('exit', (code) => resolve(code)),
+  );
   return { child, exited, output: () => output };
 }
 
@@ -65,25 +76,58 @@ describe('npm start launcher', () => {
   it('starts its own PostgreSQL and three healthy nodes, and on SIGINT stops the nodes before the database', async () => {
     dataRoot = await mkdtemp(join(tmpdir(), 'cyclium-launcher-'));
     const basePort = await consecutiveFreePorts(3);
-    const run = runLauncher(['--nodes', '3', '--trigger-only', '1', '--base-port', String(basePort), '--data-dir', join(dataRoot, 'pgdata')], undefined);
+    const run = runLauncher(
+      [
+        '--nodes',
+        '3',
+        '--trigger-only',
+        '1',
+        '--base-port',
+        String(basePort),
+        '--data-dir',
+        join(dataRoot, 'pgdata'),
+      ],
+      undefined,
+    );
     const { child, exited } = run;
     launcher = child;
 
-    await waitFor('the cluster to come up', () => run.output().includes('cluster up: 3 nodes'), 60_000, 100);
+    await waitFor(
+      'the cluster to come up',
+      () => run.output().includes('cluster up: 3 nodes'),
+      60_000,
+      100,
+    );
     for (let i = 0; i < 3; i++) {
       const health = await fetch(`http://127.0.0.1:${basePort + i}/health`);
       expect(health.status).toBe(200);
-      const node = (await (await fetch(`http://127.0.0.1:${basePort + i}/node`)).json()) as { identity: string };
+      const node = (await (await fetch(`http://127.0.0.1:${basePort + i}/node`)).json()) as {
+        identity: string;
+      };
       expect(node.identity).toBe(`node-${i + 1}`);
       // --trigger-only 1: the last node defers its episodes to the two full ones.
-      const mode = (await (await fetch(`http://127.0.0.1:${basePort + i}/mode`)).json()) as { nodeMode: string };
+      const mode = (await (await fetch(`http://127.0.0.1:${basePort + i}/mode`)).json()) as {
+        nodeMode: string;
+      };
       expect(mode.nodeMode).toBe(i === 2 ? 'trigger_only' : 'full');
     }
     expect(existsSync(join(dataRoot, 'pgdata', 'PG_VERSION'))).toBe(true);
-    expect(run.output()).toMatch(/database shell: psql postgres:\/\/postgres:postgres@127\.0\.0\.1:\d+\/postgres/);
+    expect(run.output()).toMatch(
+      /database shell: psql postgres:\/\/postgres:postgres@127\.0\.0\.1:\d+\/postgres/,
+    );
 
     // A second npm start on the same data folder says who holds it, instead of PostgreSQL's `undefined`.
-    const second = runLauncher(['--nodes', '1', '--base-port', String(await freePort()), '--data-dir', join(dataRoot, 'pgdata')], undefined);
+    const second = runLauncher(
+      [
+        '--nodes',
+        '1',
+        '--base-port',
+        String(await freePort()),
+        '--data-dir',
+        join(dataRoot, 'pgdata'),
+      ],
+      undefined,
+    );
     expect(await second.exited).toBe(1);
     expect(second.output().trim()).toBe(
       `[launcher] the data folder ${join(dataRoot, 'pgdata')} is in use by another npm start (pid ${child.pid}); stop it or pass --data-dir`,
@@ -92,7 +136,9 @@ describe('npm start launcher', () => {
     child.kill('SIGINT');
     expect(await exited).toBe(0);
     const output = run.output();
-    const order = ['stopping nodes (SIGTERM)', 'stopping PostgreSQL', 'stopped'].map((line) => output.indexOf(line));
+    const order = ['stopping nodes (SIGTERM)', 'stopping PostgreSQL', 'stopped'].map((line) =>
+      output.indexOf(line),
+    );
     expect(order.every((at) => at >= 0)).toBe(true);
     expect([...order].sort((a, b) => a - b)).toEqual(order);
     for (let i = 0; i < 3; i++) {
@@ -107,10 +153,17 @@ describe('npm start launcher', () => {
     // A stale process on the second port that even answers /health like a node would.
     squatter = createHttpServer((request, response) => {
       response.setHeader('content-type', 'application/json');
-      response.end(request.url === '/node' ? JSON.stringify({ identity: 'node-2', pid: 1 }) : JSON.stringify({ status: 'ok' }));
+      response.end(
+        request.url === '/node'
+          ? JSON.stringify({ identity: 'node-2', pid: 1 })
+          : JSON.stringify({ status: 'ok' }),
+      );
     });
     await new Promise<void>((resolve) => squatter?.listen(basePort + 1, '127.0.0.1', resolve));
-    const run = runLauncher(['--nodes', '3', '--base-port', String(basePort)], await freshDatabase());
+    const run = runLauncher(
+      ['--nodes', '3', '--base-port', String(basePort)],
+      await freshDatabase(),
+    );
     launcher = run.child;
     expect(await run.exited).toBe(1);
     expect(run.output()).not.toContain('cluster up');
@@ -123,18 +176,34 @@ describe('npm start launcher', () => {
   it('restarts a node killed with SIGKILL under the same identity, and says so', async () => {
     const basePort = await consecutiveFreePorts(2);
     // A 1 s beat: the node's next process waits at most two beats to tell the killed one from a twin.
-    const run = runLauncher(['--nodes', '2', '--base-port', String(basePort)], await freshDatabase(), { DEMO_NODE_BEAT_MS: '1000' });
+    const run = runLauncher(
+      ['--nodes', '2', '--base-port', String(basePort)],
+      await freshDatabase(),
+      { DEMO_NODE_BEAT_MS: '1000' },
+    );
     launcher = run.child;
-    await waitFor('the cluster to come up', () => run.output().includes('cluster up: 2 nodes'), 60_000, 100);
-    const before = (await (await fetch(`http://127.0.0.1:${basePort}/node`)).json()) as { pid: number };
+    await waitFor(
+      'the cluster to come up',
+      () => run.output().includes('cluster up: 2 nodes'),
+      60_000,
+      100,
+    );
+    const before = (await (await fetch(`http://127.0.0.1:${basePort}/node`)).json()) as {
+      pid: number;
+    };
     orphans.push(before.pid);
-    expect(run.output()).toContain(`node-1 (full, pid ${before.pid}) on http://127.0.0.1:${basePort}: operations page http://127.0.0.1:${basePort}/ops`);
+    expect(run.output()).toContain(
+      `node-1 (full, pid ${before.pid}) on http://127.0.0.1:${basePort}: operations page http://127.0.0.1:${basePort}/ops`,
+    );
     expect(run.output()).toContain('to restart one by hand: kill <its pid>');
     process.kill(before.pid, 'SIGKILL');
     const after = await waitFor<{ identity: string; pid: number } | null>(
       'node-1 to answer again from a new process',
       async () => {
-        const node = (await (await fetch(`http://127.0.0.1:${basePort}/node`)).json()) as { identity: string; pid: number };
+        const node = (await (await fetch(`http://127.0.0.1:${basePort}/node`)).json()) as {
+          identity: string;
+          pid: number;
+        };
         return node.pid !== before.pid ? node : null;
       },
       30_000,

@@ -9,7 +9,11 @@ import { waitFor } from './support/wait-for.js';
 
 /** Roles are the server's, not one database's: each test file run creates its own. */
 const suffix = `${process.pid}_${process.env.JEST_WORKER_ID ?? '0'}`;
-const ROLES = { worker: `cyc_worker_${suffix}`, publisher: `cyc_publisher_${suffix}`, reader: `cyc_reader_${suffix}` };
+const ROLES = {
+  worker: `cyc_worker_${suffix}`,
+  publisher: `cyc_publisher_${suffix}`,
+  reader: `cyc_reader_${suffix}`,
+};
 /** A publisher of one stack and env's channel. */
 const SCOPED = { role: `cyc_scoped_${suffix}`, stackSlug: 'billing', env: 'rc' };
 const ALL_ROLES = [...Object.values(ROLES), SCOPED.role];
@@ -40,17 +44,22 @@ describe('least privilege: the worker, publisher and reader grants', () => {
   let bus: PostgresBus;
 
   beforeAll(async () => {
-    for (const role of ALL_ROLES) await database.db.query(`CREATE ROLE ${role} LOGIN PASSWORD 'least-privilege'`);
+    for (const role of ALL_ROLES)
+      await database.db.query(`CREATE ROLE ${role} LOGIN PASSWORD 'least-privilege'`);
     const grants = [...cycliumGrants(ROLES), ...cycliumGrants({ publisher: SCOPED })];
     for (const statement of grants) await database.db.query(statement);
     worker = await startBusNode(as(database.url, ROLES.worker), 'lp-worker', 'x');
     publisher = new pg.Pool({ connectionString: as(database.url, ROLES.publisher), max: 2 });
     reader = new pg.Pool({ connectionString: as(database.url, ROLES.reader), max: 1 });
     for (const p of [publisher, reader]) p.on('error', () => undefined);
-    bus = new PostgresBus(publisher, () => ({ connectionString: as(database.url, ROLES.publisher) }), {
-      channel: busChannel(null, null),
-      publisher: () => 'lp-publisher',
-    });
+    bus = new PostgresBus(
+      publisher,
+      () => ({ connectionString: as(database.url, ROLES.publisher) }),
+      {
+        channel: busChannel(null, null),
+        publisher: () => 'lp-publisher',
+      },
+    );
   }, 60_000);
 
   afterAll(async () => {
@@ -66,7 +75,10 @@ describe('least privilege: the worker, publisher and reader grants', () => {
   it('a publisher-only service publishes events a worker node with the worker grants runs', async () => {
     const event = await bus.publish('test.x', { n: 1 });
     const ran = await waitFor('the episode of the event', async () => {
-      const { rows } = await database.db.query(`SELECT status, owner_node FROM cyclium_episodes WHERE trigger_ref->>'eventId' = $1`, [event.eventId]);
+      const { rows } = await database.db.query(
+        `SELECT status, owner_node FROM cyclium_episodes WHERE trigger_ref->>'eventId' = $1`,
+        [event.eventId],
+      );
       return rows[0]?.status === 'done' ? rows[0] : null;
     });
     expect(ran).toEqual({ status: 'done', owner_node: 'lp-worker' });
@@ -81,18 +93,45 @@ describe('least privilege: the worker, publisher and reader grants', () => {
       'a trigger request',
       `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node) VALUES (gen_random_uuid(), 'bus_x', 'on_x', 'p')`,
     ],
-    ['a checkpoint', `INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) VALUES (gen_random_uuid(), 1, 's1', '{}')`],
-    ['a claim', `INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until) VALUES ('k', 'claimed', 'p', now())`],
-    ['a node row', `INSERT INTO cyclium_nodes (node_identity, mode, hostname, pid, version) VALUES ('forged', 'full', 'h', 1, 'v')`],
+    [
+      'a checkpoint',
+      `INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, phase, state) VALUES (gen_random_uuid(), 1, 's1', '{}')`,
+    ],
+    [
+      'a claim',
+      `INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until) VALUES ('k', 'claimed', 'p', now())`,
+    ],
+    [
+      'a node row',
+      `INSERT INTO cyclium_nodes (node_identity, mode, hostname, pid, version) VALUES ('forged', 'full', 'h', 1, 'v')`,
+    ],
     ['a cancel request', `UPDATE cyclium_episodes SET cancel_requested_at = now()`],
     ['a workflow instance', `UPDATE cyclium_workflow_instances SET status = 'failed'`],
-    ['an output', `INSERT INTO cyclium_outputs (episode_id, type, dedupe_key) VALUES (gen_random_uuid(), 't', 'k')`],
+    [
+      'an output',
+      `INSERT INTO cyclium_outputs (episode_id, type, dedupe_key) VALUES (gen_random_uuid(), 't', 'k')`,
+    ],
     ['the events of others', `DELETE FROM cyclium_events`],
-    ['an event with its own id', `${INSERT}(id, ${EVENT}) OVERRIDING SYSTEM VALUE VALUES (9e9, ${values('f1')})`],
-    ['an event with its own transaction id', `${INSERT}(tx_id, ${EVENT}) VALUES ('1', ${values('f2')})`],
-    ['an event with its own stored time', `${INSERT}(created_at, ${EVENT}) VALUES ('infinity', ${values('f3')})`],
-    ['an event on the channel of another env', `${INSERT}(${EVENT}) VALUES ('${RC}', 'o1', 't', '{}', now())`],
-    ['an event stamped with another env', `${INSERT}(${EVENT}, source_env) VALUES (${values('f4')}, 'rc')`],
+    [
+      'an event with its own id',
+      `${INSERT}(id, ${EVENT}) OVERRIDING SYSTEM VALUE VALUES (9e9, ${values('f1')})`,
+    ],
+    [
+      'an event with its own transaction id',
+      `${INSERT}(tx_id, ${EVENT}) VALUES ('1', ${values('f2')})`,
+    ],
+    [
+      'an event with its own stored time',
+      `${INSERT}(created_at, ${EVENT}) VALUES ('infinity', ${values('f3')})`,
+    ],
+    [
+      'an event on the channel of another env',
+      `${INSERT}(${EVENT}) VALUES ('${RC}', 'o1', 't', '{}', now())`,
+    ],
+    [
+      'an event stamped with another env',
+      `${INSERT}(${EVENT}, source_env) VALUES (${values('f4')}, 'rc')`,
+    ],
   ])('the publisher cannot write %s', async (_, statement) => {
     await expect(publisher.query(statement)).rejects.toMatchObject({ code: '42501' });
   });
@@ -103,10 +142,14 @@ describe('least privilege: the worker, publisher and reader grants', () => {
     await database.db.query(hidden, [elsewhere]);
     const seen = await publisher.query(`SELECT DISTINCT channel FROM cyclium_events`);
     expect(seen.rows).toEqual([{ channel: busChannel(null, null) }]);
-    const stray = new PostgresBus(publisher, () => ({ connectionString: as(database.url, ROLES.publisher) }), {
-      channel: elsewhere,
-      stackSlug: 'other-stack',
-    });
+    const stray = new PostgresBus(
+      publisher,
+      () => ({ connectionString: as(database.url, ROLES.publisher) }),
+      {
+        channel: elsewhere,
+        stackSlug: 'other-stack',
+      },
+    );
     await expect(stray.publish('test.x', { n: 2 })).rejects.toMatchObject({ code: '42501' });
   });
 
@@ -129,15 +172,23 @@ describe('least privilege: the worker, publisher and reader grants', () => {
   });
 
   it('the reader reads every table and writes none', async () => {
-    const { rows } = await reader.query(`SELECT (SELECT count(*) FROM cyclium_episodes)::int AS episodes, (SELECT count(*) FROM cyclium_nodes)::int AS nodes`);
+    const { rows } = await reader.query(
+      `SELECT (SELECT count(*) FROM cyclium_episodes)::int AS episodes, (SELECT count(*) FROM cyclium_nodes)::int AS nodes`,
+    );
     expect(rows[0].episodes).toBeGreaterThan(0);
     expect(rows[0].nodes).toBeGreaterThan(0);
     // Every channel's events: the publisher's narrowing is its own.
-    const channels = await reader.query(`SELECT count(DISTINCT channel)::int AS n FROM cyclium_events`);
+    const channels = await reader.query(
+      `SELECT count(DISTINCT channel)::int AS n FROM cyclium_events`,
+    );
     expect(channels.rows[0].n).toBeGreaterThan(1);
-    await expect(reader.query(`UPDATE cyclium_nodes SET mode = 'disabled'`)).rejects.toMatchObject({ code: '42501' });
+    await expect(reader.query(`UPDATE cyclium_nodes SET mode = 'disabled'`)).rejects.toMatchObject({
+      code: '42501',
+    });
     await expect(
-      reader.query(`INSERT INTO cyclium_events (channel, event_id, type, payload, published_at) VALUES ('c', 'e', 't', '{}', now())`),
+      reader.query(
+        `INSERT INTO cyclium_events (channel, event_id, type, payload, published_at) VALUES ('c', 'e', 't', '{}', now())`,
+      ),
     ).rejects.toMatchObject({
       code: '42501',
     });

@@ -37,18 +37,26 @@ describe('lifecycle events commit with the state they announce', () => {
     });
     return rows.filter((r) => {
       const want = expected(r.status);
-      return r.completed !== want.completed || r.failed !== want.failed || r.canceled !== want.canceled;
+      return (
+        r.completed !== want.completed || r.failed !== want.failed || r.canceled !== want.canceled
+      );
     });
   }
 
   it('holds when a node is killed with kill -9 in the middle of hundreds of episodes, and after a peer recovers them', async () => {
-    const victim = await startNode(database.url, 'node-victim', { ...FAST_RECOVERY, DEMO_JITTER_MS: '0' });
+    const victim = await startNode(database.url, 'node-victim', {
+      ...FAST_RECOVERY,
+      DEMO_JITTER_MS: '0',
+    });
     nodes.push(victim);
     const posts = Array.from({ length: EVENTS }, (_, i) =>
       fetch(`http://127.0.0.1:${victim.port}/events`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ type: 'resource.updated', payload: { resource: `outbox-${i}`, usage: i % 100 } }),
+        body: JSON.stringify({
+          type: 'resource.updated',
+          payload: { resource: `outbox-${i}`, usage: i % 100 },
+        }),
       }).then(
         (r) => r.status,
         () => 0, // the victim may die before it answers
@@ -56,14 +64,18 @@ describe('lifecycle events commit with the state they announce', () => {
     );
     await waitFor(
       'episodes finishing on the victim',
-      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done'`)) >= 50,
+      async () =>
+        (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'done'`)) >=
+        50,
       30_000,
       10,
     );
     await victim.stop('SIGKILL');
     await Promise.all(posts);
 
-    const { rows } = await database.db.query(`SELECT status, count(*)::int AS n FROM cyclium_episodes GROUP BY 1`);
+    const { rows } = await database.db.query(
+      `SELECT status, count(*)::int AS n FROM cyclium_episodes GROUP BY 1`,
+    );
     const byStatus = Object.fromEntries(rows.map((r) => [r.status, r.n]));
     expect(byStatus.done).toBeGreaterThanOrEqual(50);
     expect(await mismatches()).toEqual([]);
@@ -72,7 +84,10 @@ describe('lifecycle events commit with the state they announce', () => {
     nodes.push(await startNode(database.url, 'node-peer'));
     await waitFor(
       'the orphans to be recovered',
-      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status IN ('running', 'queued')`)) === 0,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status IN ('running', 'queued')`,
+        )) === 0,
       60_000,
       250,
     );

@@ -27,7 +27,10 @@ describe('a node alone on its bus channel', () => {
   });
 
   it('does not read its own events back when no handler here wants them, and delivers them with the next read', async () => {
-    const app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'lone-quiet', ...SLOW } });
+    const app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'lone-quiet', ...SLOW },
+    });
     apps.push(app);
     const bus = app.get(Bus);
     // Every read of the events table this node makes goes through the pool's executor.
@@ -65,7 +68,10 @@ describe('a node alone on its bus channel', () => {
     raw.on('notification', (n) => heard.push(n.payload ?? ''));
     await raw.query('LISTEN cyclium_bus');
 
-    const a = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'lone-a', ...SLOW } });
+    const a = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'lone-a', ...SLOW },
+    });
     apps.push(a);
     await waitFor('lone-a to announce itself', () => heard.includes('j:lone-a'));
     const seenByA: number[] = [];
@@ -76,7 +82,10 @@ describe('a node alone on its bus channel', () => {
     expect(seenByA).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     expect(heard).toEqual([]);
 
-    const b = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'lone-b', ...SLOW } });
+    const b = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'lone-b', ...SLOW },
+    });
     apps.push(b);
     const seenByB: number[] = [];
     b.get(Bus).subscribe<{ n: number }>('lone.ping', (event) => void seenByB.push(event.payload.n));

@@ -92,17 +92,31 @@ describe('claims off: a run that lost its episode to a sweep writes nothing more
       return aborted.includes(id) || (await row()).status !== 'running';
     });
     const journal = (await database.db.query(JOURNAL, [id])).rows.map((r) => `${r.kind}:${r.name}`);
-    return { aborted: aborted.includes(id), failed: failed.includes(id), row: await row(), journal };
+    return {
+      aborted: aborted.includes(id),
+      failed: failed.includes(id),
+      row: await row(),
+      journal,
+    };
   }
 
   const lost = {
     aborted: true,
     failed: false,
-    row: { status: 'running', phase: 'recovering', owner_node: 'peer-b', error_class: null, attempts: 1 },
+    row: {
+      status: 'running',
+      phase: 'recovering',
+      owner_node: 'peer-b',
+      error_class: null,
+      attempts: 1,
+    },
   };
 
   it('a step that ends after the take writes no journal row or checkpoint, and does not end it crash', async () => {
-    expect(await loseAt('step')).toEqual({ ...lost, journal: ['step:first', 'observation:resumed'] });
+    expect(await loseAt('step')).toEqual({
+      ...lost,
+      journal: ['step:first', 'observation:resumed'],
+    });
     const checkpoints = await database.db.query(`
       SELECT 1 FROM cyclium_episode_checkpoints c JOIN cyclium_episodes e ON e.id = c.episode_id
        WHERE c.phase = 'second' AND e.trigger_ref->'payload'->>'tag' = 'lost-at-step'`);
@@ -110,6 +124,9 @@ describe('claims off: a run that lost its episode to a sweep writes nothing more
   });
 
   it('an end that comes after the take writes no terminal status', async () => {
-    expect(await loseAt('end')).toEqual({ ...lost, journal: ['step:first', 'step:second', 'observation:resumed'] });
+    expect(await loseAt('end')).toEqual({
+      ...lost,
+      journal: ['step:first', 'step:second', 'observation:resumed'],
+    });
   });
 });

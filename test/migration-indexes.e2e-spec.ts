@@ -28,7 +28,13 @@ async function migrate(url: string, count = cycliumMigrations.length): Promise<s
     logMigration: () => undefined,
     log: () => undefined,
   };
-  const dataSource = new DataSource({ type: 'postgres', url, migrations: cycliumMigrations.slice(0, count), logging: ['query'], logger });
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url,
+    migrations: cycliumMigrations.slice(0, count),
+    logging: ['query'],
+    logger,
+  });
   await dataSource.initialize();
   try {
     await dataSource.runMigrations({ transaction: 'all' });
@@ -73,13 +79,18 @@ describe('migrations 13 and 14 build indexes and validate checks without stoppin
       await client.end();
     }
     const queries = await migrate(url);
-    for (const name of RETENTION_INDEXES) expect(queries).toContainEqual(expect.stringMatching(new RegExp(`^CREATE INDEX CONCURRENTLY ${name} ON`)));
+    for (const name of RETENTION_INDEXES)
+      expect(queries).toContainEqual(
+        expect.stringMatching(new RegExp(`^CREATE INDEX CONCURRENTLY ${name} ON`)),
+      );
     const firstBuild = queries.findIndex((q) => q.startsWith('CREATE INDEX CONCURRENTLY'));
     expect(queries.slice(0, firstBuild)).toContain('COMMIT');
     expect(await validIndexes(url)).toEqual([...RETENTION_INDEXES].sort());
     // Migration 14 validates its status checks outside the transaction that added them NOT VALID.
     const added = queries.findLastIndex((q) => / ADD CONSTRAINT .* NOT VALID$/.test(q));
-    const validated = queries.indexOf('ALTER TABLE cyclium_episodes VALIDATE CONSTRAINT cyclium_episodes_status_check');
+    const validated = queries.indexOf(
+      'ALTER TABLE cyclium_episodes VALIDATE CONSTRAINT cyclium_episodes_status_check',
+    );
     expect(added).toBeGreaterThan(firstBuild);
     expect(validated).toBeGreaterThan(added);
     expect(queries.slice(added, validated)).toContain('COMMIT');
@@ -88,7 +99,8 @@ describe('migrations 13 and 14 build indexes and validate checks without stoppin
   it('builds them inside the migration transaction on a new install', async () => {
     const url = await emptyDatabase('plain_indexes');
     const queries = await migrate(url);
-    for (const name of RETENTION_INDEXES) expect(queries).toContainEqual(expect.stringMatching(new RegExp(`^CREATE INDEX ${name} ON`)));
+    for (const name of RETENTION_INDEXES)
+      expect(queries).toContainEqual(expect.stringMatching(new RegExp(`^CREATE INDEX ${name} ON`)));
     expect(await validIndexes(url)).toEqual([...RETENTION_INDEXES].sort());
   });
 });

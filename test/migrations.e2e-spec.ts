@@ -17,10 +17,18 @@ describe('cycliumMigrations', () => {
     ).map((r) => r.table_name);
 
   const indexDefinition = async (name: string) =>
-    ((await dataSource.query(`SELECT indexdef FROM pg_indexes WHERE indexname = $1`, [name])) as Array<{ indexdef: string }>)[0]?.indexdef;
+    (
+      (await dataSource.query(`SELECT indexdef FROM pg_indexes WHERE indexname = $1`, [
+        name,
+      ])) as Array<{ indexdef: string }>
+    )[0]?.indexdef;
 
   beforeAll(async () => {
-    dataSource = new DataSource({ type: 'postgres', url: await emptyDatabase('migrations'), migrations: cycliumMigrations });
+    dataSource = new DataSource({
+      type: 'postgres',
+      url: await emptyDatabase('migrations'),
+      migrations: cycliumMigrations,
+    });
     await dataSource.initialize();
   });
 
@@ -40,14 +48,21 @@ describe('cycliumMigrations', () => {
     expect(await indexDefinition('cyclium_findings_active_key_env')).toMatch(
       /UNIQUE INDEX .* \(finding_key, env\) NULLS NOT DISTINCT WHERE \(status = 'active'::text\)/,
     );
-    expect(await indexDefinition('cyclium_work_claims_state_lease')).toMatch(/\(state, lease_until\)/);
-    expect(await indexDefinition('cyclium_trigger_requests_status_env')).toMatch(/\(status, source_env, inserted_at\)/);
+    expect(await indexDefinition('cyclium_work_claims_state_lease')).toMatch(
+      /\(state, lease_until\)/,
+    );
+    expect(await indexDefinition('cyclium_trigger_requests_status_env')).toMatch(
+      /\(status, source_env, inserted_at\)/,
+    );
     expect(await indexDefinition('cyclium_events_channel_tx')).toMatch(/\(channel, tx_id, id\)/);
-    expect(await indexDefinition('cyclium_events_channel_event_id')).toMatch(/UNIQUE INDEX .* \(channel, event_id\)/);
+    expect(await indexDefinition('cyclium_events_channel_event_id')).toMatch(
+      /UNIQUE INDEX .* \(channel, event_id\)/,
+    );
   });
 
   it('reverts cleanly, leaving no cyclium table behind, and applies again', async () => {
-    for (let i = 0; i < cycliumMigrations.length; i++) await dataSource.undoLastMigration({ transaction: 'each' });
+    for (let i = 0; i < cycliumMigrations.length; i++)
+      await dataSource.undoLastMigration({ transaction: 'each' });
     expect(await tables()).toEqual([]);
     expect(await dataSource.showMigrations()).toBe(true);
 
@@ -60,7 +75,11 @@ describe('cycliumMigrations', () => {
 describe('cycliumEntities', () => {
   it('has an entity for every table the migrations create, and TypeORM accepts them', async () => {
     const { cycliumEntities } = await import('@cyclium/nestjs/entities');
-    const dataSource = new DataSource({ type: 'postgres', url: await emptyDatabase('entities'), entities: [...cycliumEntities] });
+    const dataSource = new DataSource({
+      type: 'postgres',
+      url: await emptyDatabase('entities'),
+      entities: [...cycliumEntities],
+    });
     await dataSource.initialize();
     try {
       const tables = dataSource.entityMetadatas.map((m) => m.tableName).sort();

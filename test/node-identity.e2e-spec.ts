@@ -15,7 +15,12 @@ describe('node identity across real processes', () => {
     await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
   });
 
-  const registered = async () => (await database.db.query<{ node_identity: string; pid: number }>(`SELECT node_identity, pid FROM cyclium_nodes`)).rows;
+  const registered = async () =>
+    (
+      await database.db.query<{ node_identity: string; pid: number }>(
+        `SELECT node_identity, pid FROM cyclium_nodes`,
+      )
+    ).rows;
 
   it('mints one identity per process: stable while it lives, distinct per process, new after a restart', async () => {
     const [a, b] = await Promise.all([
@@ -49,7 +54,10 @@ describe('node identity across real processes', () => {
   });
 
   it('uses CYCLIUM_NODE_ID when set, so two processes on one host can be told apart by name', async () => {
-    const [x, y] = await Promise.all([startDemoNode(database.url, { CYCLIUM_NODE_ID: 'node-x' }), startDemoNode(database.url, { CYCLIUM_NODE_ID: 'node-y' })]);
+    const [x, y] = await Promise.all([
+      startDemoNode(database.url, { CYCLIUM_NODE_ID: 'node-x' }),
+      startDemoNode(database.url, { CYCLIUM_NODE_ID: 'node-y' }),
+    ]);
     nodes.push(x, y);
     expect((await x.get<NodeInfo>('/node')).identity).toBe('node-x');
     expect((await y.get<NodeInfo>('/node')).identity).toBe('node-y');

@@ -14,16 +14,29 @@ describe('cyclium_nodes.mode follows Mode.set', () => {
     await app?.close();
   });
 
-  const modeInRow = async () => (await database.db.query<{ mode: string }>(`SELECT mode FROM cyclium_nodes WHERE node_identity = 'mode-node'`)).rows[0]?.mode;
+  const modeInRow = async () =>
+    (
+      await database.db.query<{ mode: string }>(
+        `SELECT mode FROM cyclium_nodes WHERE node_identity = 'mode-node'`,
+      )
+    ).rows[0]?.mode;
 
   it('writes each change at once, not at the next beat', async () => {
     // A beat a minute apart: only the change itself can write the row within the wait below.
-    app = await startCycliumApp({ url: database.url, cyclium: { nodeIdentity: 'mode-node', nodeBeatIntervalMs: 60_000 }, providers: [] });
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: { nodeIdentity: 'mode-node', nodeBeatIntervalMs: 60_000 },
+      providers: [],
+    });
     expect(await modeInRow()).toBe('full');
     app.get(Mode).set('disabled');
     await waitFor('the row to say disabled', async () => (await modeInRow()) === 'disabled', 3_000);
     app.get(Mode).set('trigger_only');
-    await waitFor('the row to say trigger_only', async () => (await modeInRow()) === 'trigger_only', 3_000);
+    await waitFor(
+      'the row to say trigger_only',
+      async () => (await modeInRow()) === 'trigger_only',
+      3_000,
+    );
   });
 });
 
@@ -86,12 +99,17 @@ describe('events of a disabled actor', () => {
 
   it('runs what a node disabled since its boot read, once enabled, for an expectation with no position', async () => {
     const cyclium = { nodeIdentity: 'boot-disabled', mode: 'disabled' as const };
-    const booted = await startCycliumApp({ url: database.url, cyclium, providers: [BootPausedActor] });
+    const booted = await startCycliumApp({
+      url: database.url,
+      cyclium,
+      providers: [BootPausedActor],
+    });
     try {
       const heard: string[] = [];
       booted.get(Bus).subscribe('mode.boot_paused', (event) => void heard.push(event.eventId));
       const ids = ['boot-0', 'boot-1', 'boot-2'];
-      for (const [n, id] of ids.entries()) await booted.get(Bus).publish('mode.boot_paused', { n }, { eventId: id });
+      for (const [n, id] of ids.entries())
+        await booted.get(Bus).publish('mode.boot_paused', { n }, { eventId: id });
       await waitFor('the node to read the events', () => ids.every((id) => heard.includes(id)));
       booted.get(Mode).set('full');
       // Before, its position was opened where the node's reader had got to: past them, so they never ran.
@@ -110,7 +128,8 @@ describe('events of a disabled actor', () => {
       else mode.set('disabled');
       const prefix = how === 'per actor' ? 'actor-' : 'node-';
       const ids = Array.from({ length: 5 }, (_, i) => `${prefix}${i}`);
-      for (const [n, id] of ids.entries()) await app.get(Bus).publish('mode.paused', { n }, { eventId: id });
+      for (const [n, id] of ids.entries())
+        await app.get(Bus).publish('mode.paused', { n }, { eventId: id });
       await waitFor('the node to read the events', () => ids.every((id) => read.includes(id)));
       expect(await episodes(prefix)).toEqual([]);
       // Nothing of them waits in memory: the consumer is not reading while the actor is disabled.

@@ -1,7 +1,12 @@
 import { afterAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { bootStandby, startMatrixProcess, triggerOn, type MatrixNode } from './support/matrix-node.js';
+import {
+  bootStandby,
+  startMatrixProcess,
+  triggerOn,
+  type MatrixNode,
+} from './support/matrix-node.js';
 import { waitFor } from './support/wait-for.js';
 
 /**
@@ -9,8 +14,20 @@ import { waitFor } from './support/wait-for.js';
  * first; its node boots on demand, so the test controls when each boot looks at the row. Steps are
  * stubborn (they sleep through the drain's abort) so a SIGTERM-ed node stays `going` for a while.
  */
-const TIMINGS = { staleAfterMs: 60_000, leaseSeconds: 10, settleMs: 60_000, intervalMs: 60_000, stepMs: 20_000, beatMs: 500 };
-const twin = (standby?: string): MatrixNode => ({ env: 'twins', claims: 'off', nodeId: 'twin', ...(standby ? { standby } : {}) });
+const TIMINGS = {
+  staleAfterMs: 60_000,
+  leaseSeconds: 10,
+  settleMs: 60_000,
+  intervalMs: 60_000,
+  stepMs: 20_000,
+  beatMs: 500,
+};
+const twin = (standby?: string): MatrixNode => ({
+  env: 'twins',
+  claims: 'off',
+  nodeId: 'twin',
+  ...(standby ? { standby } : {}),
+});
 
 describe('two live processes with the same node identity', () => {
   const database = useDatabase();
@@ -21,8 +38,11 @@ describe('two live processes with the same node identity', () => {
   });
 
   const row = async () =>
-    (await database.db.query<{ boot_id: string | null; started_at: Date }>(`SELECT boot_id, started_at FROM cyclium_nodes WHERE node_identity = 'twin'`))
-      .rows[0];
+    (
+      await database.db.query<{ boot_id: string | null; started_at: Date }>(
+        `SELECT boot_id, started_at FROM cyclium_nodes WHERE node_identity = 'twin'`,
+      )
+    ).rows[0];
 
   it('refuses the second at boot, naming the identity; warns instead while the first is going, and leaves it the row', async () => {
     const extra = { MATRIX_STUBBORN: '1', MATRIX_SHUTDOWN_MS: '3000' };
@@ -44,10 +64,20 @@ describe('two live processes with the same node identity', () => {
     // Going: a SIGTERM clears its boot id first, then the drain waits for the stubborn step.
     await triggerOn(first, 'twins', 'restart');
     first.process.kill('SIGTERM');
-    await waitFor('the first to clear its boot id', async () => (await row())?.boot_id === null, 5_000, 50);
+    await waitFor(
+      'the first to clear its boot id',
+      async () => (await row())?.boot_id === null,
+      5_000,
+      50,
+    );
     await bootStandby(second, 'later', ['twins']);
-    expect(second.output()).toContain('node identity "twin" is still registered by a process that is shutting down; taking it over');
-    const { boot_id: laterBoot, started_at: laterStart } = (await row()) as { boot_id: string | null; started_at: Date };
+    expect(second.output()).toContain(
+      'node identity "twin" is still registered by a process that is shutting down; taking it over',
+    );
+    const { boot_id: laterBoot, started_at: laterStart } = (await row()) as {
+      boot_id: string | null;
+      started_at: Date;
+    };
     expect(laterBoot).toMatch(/^[0-9a-f-]{36}$/);
     expect(laterBoot).not.toBe(firstBoot);
 

@@ -1,7 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, post, sideEffects, startNode, waitForStatus } from './support/demo-cluster.js';
+import {
+  FAST_RECOVERY,
+  post,
+  sideEffects,
+  startNode,
+  waitForStatus,
+} from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 /** Longer than a node's boot on a loaded machine: Y must be back within it of X's registration. */
@@ -17,7 +23,11 @@ const GRACE_MS = 12_000;
  */
 describe('not_hosted after a whole-cluster stop: the first service back does not fail another service’s work', () => {
   const database = useDatabase(4);
-  const env = { ...FAST_RECOVERY, DEMO_NOT_HOSTED_GRACE_MS: String(GRACE_MS), DEMO_REBALANCER_SLOTS: '1' };
+  const env = {
+    ...FAST_RECOVERY,
+    DEMO_NOT_HOSTED_GRACE_MS: String(GRACE_MS),
+    DEMO_REBALANCER_SLOTS: '1',
+  };
   const services = {
     x: { ...env, DEMO_ACTORS: 'resource_monitor,resource_advisor' },
     y: { ...env, DEMO_ACTORS: 'resource_rebalancer' },
@@ -39,14 +49,17 @@ describe('not_hosted after a whole-cluster stop: the first service back does not
   });
 
   const once = { plan: 1, drain: 1, move: 1, verify: 1, report: 1 };
-  const query = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows;
+  const query = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows;
 
   it("keeps Y's running and queued work through the stop and X's boot; Y finishes it when it is back", async () => {
     type Answer = { status: string; episodeId: string };
     const path = '/actors/resource_rebalancer/rebalance';
-    const rebalance = (resource: string, stepMs: number) => post<Answer>(y, path, { payload: { resource, stepMs } });
+    const rebalance = (resource: string, stepMs: number) =>
+      post<Answer>(y, path, { payload: { resource, stepMs } });
     const started = [await rebalance('nh-running', 500)];
-    for (const resource of ['nh-queued-1', 'nh-queued-2']) started.push(await rebalance(resource, 20));
+    for (const resource of ['nh-queued-1', 'nh-queued-2'])
+      started.push(await rebalance(resource, 20));
     expect(started.map((s) => s.status)).toEqual(['started', 'queued', 'queued']);
     const ids = started.map((s) => s.episodeId);
 

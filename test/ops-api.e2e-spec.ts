@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, post, rebalanceOn, sideEffects, startNode, waitForStatus } from './support/demo-cluster.js';
+import {
+  FAST_RECOVERY,
+  post,
+  rebalanceOn,
+  sideEffects,
+  startNode,
+  waitForStatus,
+} from './support/demo-cluster.js';
 import { useDatabase } from './support/database.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 import { waitFor } from './support/wait-for.js';
@@ -25,10 +32,18 @@ describe('the operations API', () => {
   let node: DemoNode;
   let away = false;
 
-  const call = async (method: 'GET' | 'POST', path: string, body?: unknown, headers: Record<string, string> = CSRF): Promise<Answer> => {
+  const call = async (
+    method: 'GET' | 'POST',
+    path: string,
+    body?: unknown,
+    headers: Record<string, string> = CSRF,
+  ): Promise<Answer> => {
     const response = await fetch(`http://127.0.0.1:${node.port}/ops/api${path}`, {
       method,
-      headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers },
+      headers: {
+        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...headers,
+      },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     const text = await response.text();
@@ -36,14 +51,21 @@ describe('the operations API', () => {
   };
   const ok = async <T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> => {
     const answer = await call(method, path, body);
-    if (answer.status >= 300) throw new Error(`${method} ${path} → ${answer.status} ${JSON.stringify(answer.body)}`);
+    if (answer.status >= 300)
+      throw new Error(`${method} ${path} → ${answer.status} ${JSON.stringify(answer.body)}`);
     return answer.body as T;
   };
 
   beforeAll(async () => {
-    proxy = await TcpProxy.start({ target: database.url, onClientData: () => (away ? 'drop-and-close' : 'forward') });
+    proxy = await TcpProxy.start({
+      target: database.url,
+      onClientData: () => (away ? 'drop-and-close' : 'forward'),
+    });
     // A first retry backoff of 30 s: the listing test finds its retrying episode waiting, not already back.
-    node = await startNode(proxy.url(database.url), 'ops-1', { ...FAST_RECOVERY, DEMO_RETRY_INITIAL_MS: '30000' });
+    node = await startNode(proxy.url(database.url), 'ops-1', {
+      ...FAST_RECOVERY,
+      DEMO_RETRY_INITIAL_MS: '30000',
+    });
   }, 60_000);
 
   afterAll(async () => {
@@ -75,7 +97,11 @@ describe('the operations API', () => {
     for (const [method, path, body, field] of cases) {
       const answer = await call(method, path, body);
       expect({ method, path, status: answer.status }).toEqual({ method, path, status: 400 });
-      expect({ method, path, message: [answer.body.message].flat().join('; ') }).toEqual({ method, path, message: expect.stringContaining(field) });
+      expect({ method, path, message: [answer.body.message].flat().join('; ') }).toEqual({
+        method,
+        path,
+        message: expect.stringContaining(field),
+      });
     }
   });
 
@@ -88,39 +114,80 @@ describe('the operations API', () => {
       ['POST', `/episodes/${unknown}/archive`],
       ['GET', `/workflows/${unknown}`],
     ] as const) {
-      expect({ method, path, status: (await call(method, path)).status }).toEqual({ method, path, status: 404 });
+      expect({ method, path, status: (await call(method, path)).status }).toEqual({
+        method,
+        path,
+        status: 404,
+      });
     }
-    expect((await fetch(`http://127.0.0.1:${node.port}/ops/assets/nothing-here.js`)).status).toBe(404);
+    expect((await fetch(`http://127.0.0.1:${node.port}/ops/assets/nothing-here.js`)).status).toBe(
+      404,
+    );
   });
 
   it('refuses a state-changing request without its header or from another site', async () => {
     const id = randomUUID();
     expect((await call('POST', `/episodes/${id}/cancel`, undefined, {})).status).toBe(403);
-    expect((await call('POST', `/episodes/${id}/cancel`, undefined, { ...CSRF, origin: 'https://elsewhere.example' })).status).toBe(403);
-    expect((await call('POST', `/episodes/${id}/cancel`, undefined, { ...CSRF, 'sec-fetch-site': 'cross-site' })).status).toBe(403);
+    expect(
+      (
+        await call('POST', `/episodes/${id}/cancel`, undefined, {
+          ...CSRF,
+          origin: 'https://elsewhere.example',
+        })
+      ).status,
+    ).toBe(403);
+    expect(
+      (
+        await call('POST', `/episodes/${id}/cancel`, undefined, {
+          ...CSRF,
+          'sec-fetch-site': 'cross-site',
+        })
+      ).status,
+    ).toBe(403);
     expect((await call('POST', '/mode', { mode: 'disabled' }, {})).status).toBe(403);
     expect((await ok<{ mode: string }>('GET', '/mode')).mode).toBe('full');
   });
 
   it('lists the node in the cluster, finds the episodes an event caused, and shows one with its journal', async () => {
-    const cluster = await ok<{ nodes: Array<{ identity: string; live: boolean; mode: string }> }>('GET', '/cluster');
-    expect(cluster.nodes).toEqual([expect.objectContaining({ identity: 'ops-1', live: true, mode: 'full' })]);
+    const cluster = await ok<{ nodes: Array<{ identity: string; live: boolean; mode: string }> }>(
+      'GET',
+      '/cluster',
+    );
+    expect(cluster.nodes).toEqual([
+      expect.objectContaining({ identity: 'ops-1', live: true, mode: 'full' }),
+    ]);
 
     const published = await fetch(`http://127.0.0.1:${node.port}/events`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ type: 'resource.rebalance', payload: { resource: 'ops-event', stepMs: 10 } }),
+      body: JSON.stringify({
+        type: 'resource.rebalance',
+        payload: { resource: 'ops-event', stepMs: 10 },
+      }),
     });
     const { eventId } = (await published.json()) as { eventId: string };
     const found = await waitFor('the event to have its episode', async () => {
-      const page = await ok<{ items: Array<{ id: string; status: string }> }>('GET', `/episodes?eventId=${encodeURIComponent(eventId)}`);
+      const page = await ok<{ items: Array<{ id: string; status: string }> }>(
+        'GET',
+        `/episodes?eventId=${encodeURIComponent(eventId)}`,
+      );
       return page.items.length === 1 && page.items[0].status === 'done' ? page.items[0] : undefined;
     }).then((episode) => episode as { id: string });
-    expect((await ok<{ items: unknown[] }>('GET', `/episodes?eventId=other-${eventId}`)).items).toEqual([]);
-    const detail = await ok<{ episode: { id: string }; steps: Array<{ name: string }> }>('GET', `/episodes/${found.id}`);
+    expect(
+      (await ok<{ items: unknown[] }>('GET', `/episodes?eventId=other-${eventId}`)).items,
+    ).toEqual([]);
+    const detail = await ok<{ episode: { id: string }; steps: Array<{ name: string }> }>(
+      'GET',
+      `/episodes/${found.id}`,
+    );
     expect(detail.episode.id).toBe(found.id);
-    expect(detail.steps.map((s) => s.name)).toEqual(expect.arrayContaining(['plan', 'drain', 'move', 'verify', 'report']));
-    const actors = await ok<{ items: Array<{ actorId: string }> }>('GET', '/episodes?actor=resource_rebalancer&status=done&limit=1');
+    expect(detail.steps.map((s) => s.name)).toEqual(
+      expect.arrayContaining(['plan', 'drain', 'move', 'verify', 'report']),
+    );
+    const actors = await ok<{ items: Array<{ actorId: string }> }>(
+      'GET',
+      '/episodes?actor=resource_rebalancer&status=done&limit=1',
+    );
     expect(actors.items).toEqual([expect.objectContaining({ actorId: 'resource_rebalancer' })]);
   });
 
@@ -130,17 +197,37 @@ describe('the operations API', () => {
     await waitForStatus(database.db, running, 'canceled');
 
     // A real failure at the third step: plan and drain are journaled.
-    const failed = await rebalanceOn(node, { resource: 'ops-resume', stepMs: 10, failAtStep: 3, failTimes: 1 });
+    const failed = await rebalanceOn(node, {
+      resource: 'ops-resume',
+      stepMs: 10,
+      failAtStep: 3,
+      failTimes: 1,
+    });
     await waitForStatus(database.db, failed, 'failed');
     const resumed = await call('POST', `/episodes/${failed}/retry`);
-    expect(resumed).toEqual({ status: 202, body: { result: 'resumed', dedupeKey: null, episode: { id: failed, status: 'waiting' } } });
+    expect(resumed).toEqual({
+      status: 202,
+      body: { result: 'resumed', dedupeKey: null, episode: { id: failed, status: 'waiting' } },
+    });
     expect((await call('POST', `/episodes/${failed}/retry`)).status).toBe(409); // waiting or running now: not failed
     const done = await waitForStatus(database.db, failed, 'done');
     expect(done).toMatchObject({ error_class: null, retries: 0 });
     // Steps before the failure ran once; the one that threw ran again; nothing ran twice.
-    expect(await sideEffects(database.db, failed)).toEqual({ plan: 1, drain: 1, 'move:failed': 1, move: 1, verify: 1, report: 1 });
-    const marker = await database.db.query(`SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry'`, [failed]);
-    expect(marker.rows.map((r) => r.result_ref)).toEqual([expect.objectContaining({ manual: true, node: 'ops-1', errorClass: 'crash' })]);
+    expect(await sideEffects(database.db, failed)).toEqual({
+      plan: 1,
+      drain: 1,
+      'move:failed': 1,
+      move: 1,
+      verify: 1,
+      report: 1,
+    });
+    const marker = await database.db.query(
+      `SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry'`,
+      [failed],
+    );
+    expect(marker.rows.map((r) => r.result_ref)).toEqual([
+      expect.objectContaining({ manual: true, node: 'ops-1', errorClass: 'crash' }),
+    ]);
 
     const partial = randomUUID();
     await database.db.query(
@@ -149,10 +236,16 @@ describe('the operations API', () => {
       [partial, JSON.stringify({ type: 'manual', payload: { resource: 'ops-retry', stepMs: 10 } })],
     );
     const first = await call('POST', `/episodes/${partial}/retry`);
-    expect(first).toMatchObject({ status: 201, body: { result: 'retried', dedupeKey: 'ops-partial:retry:1' } });
+    expect(first).toMatchObject({
+      status: 201,
+      body: { result: 'retried', dedupeKey: 'ops-partial:retry:1' },
+    });
     const firstId = (first.body.episode as { id: string }).id;
     await waitForStatus(database.db, firstId, 'done');
-    const second = await ok<{ episode: { id: string }; dedupeKey: string }>('POST', `/episodes/${partial}/retry`);
+    const second = await ok<{ episode: { id: string }; dedupeKey: string }>(
+      'POST',
+      `/episodes/${partial}/retry`,
+    );
     expect(second.dedupeKey).toBe('ops-partial:retry:2');
     expect((await call('POST', `/episodes/${firstId}/retry`)).status).toBe(409);
 
@@ -163,7 +256,10 @@ describe('the operations API', () => {
        VALUES ($1, 'resource_rebalancer', 'rebalance', 'manual', '{"type":"manual","payload":{}}', 'failed', 'tampered', now(), now())`,
       [tampered],
     );
-    expect(await call('POST', `/episodes/${tampered}/retry`)).toMatchObject({ status: 409, body: { message: expect.stringContaining('tampered') } });
+    expect(await call('POST', `/episodes/${tampered}/retry`)).toMatchObject({
+      status: 409,
+      body: { message: expect.stringContaining('tampered') },
+    });
 
     // Archive frees a key: the next retry takes :retry:1 again; a live episode is 409.
     const live = await rebalanceOn(node, { resource: 'ops-live', stepMs: 2_000 });
@@ -171,22 +267,47 @@ describe('the operations API', () => {
     await ok('POST', `/episodes/${live}/cancel`);
     await waitForStatus(database.db, second.episode.id, 'done');
     expect(await ok('POST', `/episodes/${firstId}/archive`)).toEqual({ result: 'archived' });
-    expect(await ok('POST', `/episodes/${firstId}/archive`)).toEqual({ result: 'already_archived' });
-    expect((await ok<{ episode: { archivedAt: string | null } }>('GET', `/episodes/${firstId}`)).episode.archivedAt).not.toBeNull();
+    expect(await ok('POST', `/episodes/${firstId}/archive`)).toEqual({
+      result: 'already_archived',
+    });
+    expect(
+      (await ok<{ episode: { archivedAt: string | null } }>('GET', `/episodes/${firstId}`)).episode
+        .archivedAt,
+    ).not.toBeNull();
     const third = await ok<{ dedupeKey: string }>('POST', `/episodes/${partial}/retry`);
     expect(third.dedupeKey).toBe('ops-partial:retry:1');
 
-    expect(await ok('POST', '/mode', { mode: 'trigger_only' })).toEqual(expect.objectContaining({ mode: 'trigger_only' }));
+    expect(await ok('POST', '/mode', { mode: 'trigger_only' })).toEqual(
+      expect.objectContaining({ mode: 'trigger_only' }),
+    );
     expect((await ok<{ modes: { mode: string } }>('GET', '/node')).modes.mode).toBe('trigger_only');
     await ok('POST', '/mode', { mode: 'full' });
   });
 
   it('lists what a waiting or deferred episode waits for and when it falls due: a run for later, a sleep, a retry', async () => {
-    type Listed = { id: string; status: string; dueAt: string | null; waitingFor: string | null; retries: number };
-    const later = (await post<{ episodeId: string }>(node, '/actors/resource_rebalancer/rebalance', { payload: { resource: 'ops-later' }, delayMs: 60_000 }))
-      .episodeId;
-    const sleeping = await rebalanceOn(node, { resource: 'ops-sleep', stepMs: 10, sleepMs: 60_000 });
-    const retrying = await rebalanceOn(node, { resource: 'ops-retrying', stepMs: 10, failAtStep: 1 }, 'rebalance_retried');
+    type Listed = {
+      id: string;
+      status: string;
+      dueAt: string | null;
+      waitingFor: string | null;
+      retries: number;
+    };
+    const later = (
+      await post<{ episodeId: string }>(node, '/actors/resource_rebalancer/rebalance', {
+        payload: { resource: 'ops-later' },
+        delayMs: 60_000,
+      })
+    ).episodeId;
+    const sleeping = await rebalanceOn(node, {
+      resource: 'ops-sleep',
+      stepMs: 10,
+      sleepMs: 60_000,
+    });
+    const retrying = await rebalanceOn(
+      node,
+      { resource: 'ops-retrying', stepMs: 10, failAtStep: 1 },
+      'rebalance_retried',
+    );
     const now = Date.now();
     const waits = (await waitFor('all three to wait', async () => {
       const page = await ok<{ items: Listed[] }>('GET', '/episodes?limit=20');
@@ -206,7 +327,10 @@ describe('the operations API', () => {
     expect(detail.episode).toMatchObject({ waitingFor: 'sleep', dueAt: waits[1]?.dueAt });
     const done = await ok<{ items: Listed[] }>('GET', '/episodes?status=done&limit=1');
     expect(done.items[0]).toMatchObject({ dueAt: null, waitingFor: null });
-    for (const id of [later, sleeping, retrying]) expect((await ok<{ result: string }>('POST', `/episodes/${id}/cancel`)).result).toBe('canceled');
+    for (const id of [later, sleeping, retrying])
+      expect((await ok<{ result: string }>('POST', `/episodes/${id}/cancel`)).result).toBe(
+        'canceled',
+      );
   });
 
   it('answers 503 on every database-backed route while the database is away, and works again after', async () => {
@@ -215,7 +339,10 @@ describe('the operations API', () => {
     proxy.dropAll();
     try {
       // The cluster read is shared by callers within half a second: the first one after the cut may be the last good one.
-      await waitFor('the cluster read to meet the outage', async () => (await call('GET', '/cluster')).status === 503);
+      await waitFor(
+        'the cluster read to meet the outage',
+        async () => (await call('GET', '/cluster')).status === 503,
+      );
       for (const [method, path] of [
         ['GET', '/cluster'],
         ['GET', '/nodes'],
@@ -230,7 +357,12 @@ describe('the operations API', () => {
       ] as const) {
         const answer = await call(method, path);
         // Answered by the module's own filter (the demo's global one words it otherwise): a host without one gets the same.
-        expect({ method, path, status: answer.status, error: answer.body.error }).toEqual({ method, path, status: 503, error: 'Service Unavailable' });
+        expect({ method, path, status: answer.status, error: answer.body.error }).toEqual({
+          method,
+          path,
+          status: 503,
+          error: 'Service Unavailable',
+        });
       }
       // This node's own view and its mode live in memory: they still answer.
       expect((await call('GET', '/node')).status).toBe(200);
@@ -238,6 +370,9 @@ describe('the operations API', () => {
     } finally {
       away = false;
     }
-    await waitFor('the API to read the database again', async () => (await call('GET', '/episodes?limit=1')).status === 200);
+    await waitFor(
+      'the API to read the database again',
+      async () => (await call('GET', '/episodes?limit=1')).status === 200,
+    );
   });
 });

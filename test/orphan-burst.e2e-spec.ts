@@ -1,6 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Expectation, onCyclium, type EpisodeContext, type SweepResult } from '@cyclium/nestjs';
+import {
+  Actor,
+  Expectation,
+  onCyclium,
+  type EpisodeContext,
+  type SweepResult,
+} from '@cyclium/nestjs';
 import { insertOrphans } from '../bench/support/history-fixtures.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
@@ -58,7 +64,11 @@ describe('a burst of 5,000 orphans', () => {
     node = await startCycliumApp({
       url,
       poolSize: 10,
-      cyclium: { nodeIdentity: 'survivor', workClaims: 'postgres', recovery: { settleMs: 0, intervalMs: 1_000, staleAfterMs: 5_000 } },
+      cyclium: {
+        nodeIdentity: 'survivor',
+        workClaims: 'postgres',
+        recovery: { settleMs: 0, intervalMs: 1_000, staleAfterMs: 5_000 },
+      },
       providers: [BurstActor],
     });
   });
@@ -72,7 +82,12 @@ describe('a burst of 5,000 orphans', () => {
     const { db } = database;
     await waitFor(
       'every orphan to end',
-      async () => (await db.query(`SELECT 1 FROM cyclium_episodes WHERE status IN ('running', 'queued') LIMIT 1`)).rowCount === 0,
+      async () =>
+        (
+          await db.query(
+            `SELECT 1 FROM cyclium_episodes WHERE status IN ('running', 'queued') LIMIT 1`,
+          )
+        ).rowCount === 0,
       55_000,
       250,
     );

@@ -55,17 +55,29 @@ class OutboxActor {
 }
 
 function until(signal: AbortSignal): Promise<never> {
-  return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }));
+  return new Promise((_, reject) =>
+    signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true }),
+  );
 }
 
 /** One adapter class per type; the behaviour comes from the payload. */
 abstract class ScriptedAdapter implements OutputDeliverer<Behaviour> {
   constructor(private readonly identity: NodeIdentity) {}
 
-  async deliver(output: CycliumOutput & { payload: Behaviour }, context: DeliveryContext): Promise<unknown> {
+  async deliver(
+    output: CycliumOutput & { payload: Behaviour },
+    context: DeliveryContext,
+  ): Promise<unknown> {
     const node = this.identity.name();
     const before = callsOf(context.idempotencyKey).length;
-    calls.push({ node, type: output.type, key: context.idempotencyKey, attempt: context.attempt, at: performance.now(), signal: context.signal });
+    calls.push({
+      node,
+      type: output.type,
+      key: context.idempotencyKey,
+      attempt: context.attempt,
+      at: performance.now(),
+      signal: context.signal,
+    });
     const { failTimes = 0, alwaysFail, hang, ms, holdOn } = output.payload;
     if (alwaysFail) throw new Error('the receiver said no');
     if (before < failTimes) throw new Error(`refused call ${before + 1}`);
@@ -112,7 +124,11 @@ const FAST: CycliumOptions = {
 describe('outputs are an outbox (claims off)', () => {
   const database = useDatabase(3);
   const apps: INestApplicationContext[] = [];
-  const start = async (id: string, adapters: Array<new (identity: NodeIdentity) => ScriptedAdapter>, options: CycliumOptions = {}) => {
+  const start = async (
+    id: string,
+    adapters: Array<new (identity: NodeIdentity) => ScriptedAdapter>,
+    options: CycliumOptions = {},
+  ) => {
     const app = await startCycliumApp({
       url: database.url,
       cyclium: { ...FAST, ...options, nodeIdentity: id },
@@ -125,9 +141,14 @@ describe('outputs are an outbox (claims off)', () => {
     const result = await app.get(Episodes).trigger('outbox', 'emit', { outputs });
     if (result.status !== 'started') throw new Error(`emit was ${result.status}`);
   };
-  const row = async (key: string) => (await database.db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = $1`, [key])).rows[0];
+  const row = async (key: string) =>
+    (await database.db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = $1`, [key])).rows[0];
   const ended = (key: string, status: string, timeoutMs = 15_000) =>
-    waitFor(`output ${key} to be ${status}`, async () => ((await row(key))?.status === status ? row(key) : undefined), timeoutMs);
+    waitFor(
+      `output ${key} to be ${status}`,
+      async () => ((await row(key))?.status === status ? row(key) : undefined),
+      timeoutMs,
+    );
 
   let a: INestApplicationContext;
   let b: INestApplicationContext;
@@ -164,11 +185,21 @@ describe('outputs are an outbox (claims off)', () => {
     expect(failed).toMatchObject({ attempts: 3, error: 'the receiver said no', lease_owner: null });
     expect(callsOf('broken')).toHaveLength(3);
     const warned = warn.mock.calls.map((args) => String(args[0]));
-    expect(warned.some((message) => message.includes(failed.id) && message.includes('broken') && message.includes('the receiver said no'))).toBe(true);
+    expect(
+      warned.some(
+        (message) =>
+          message.includes(failed.id) &&
+          message.includes('broken') &&
+          message.includes('the receiver said no'),
+      ),
+    ).toBe(true);
   });
 
   it('a hung adapter is cut at deliveryTimeoutMs: its signal aborts, the attempt counts as failed, and it is retried', async () => {
-    const hung = await start('out-hung', [HungAdapter], { deliveryTimeoutMs: 300, outputMaxAttempts: 2 });
+    const hung = await start('out-hung', [HungAdapter], {
+      deliveryTimeoutMs: 300,
+      outputMaxAttempts: 2,
+    });
     const startedAt = performance.now();
     await emit(hung, [{ type: 'hung', key: 'hung', payload: { hang: true } }]);
     const failed = await ended('hung', 'failed');
@@ -176,7 +207,8 @@ describe('outputs are an outbox (claims off)', () => {
     expect(failed.error).toMatch(/within 300 ms \(deliveryTimeoutMs\)/);
     const tries = callsOf('hung');
     expect(tries).toHaveLength(2);
-    for (const attempt of tries) expect((attempt.signal.reason as Error).name).toBe('DeliveryTimeoutError');
+    for (const attempt of tries)
+      expect((attempt.signal.reason as Error).name).toBe('DeliveryTimeoutError');
     expect(performance.now() - startedAt).toBeGreaterThanOrEqual(600);
   });
 
@@ -200,7 +232,11 @@ describe('outputs are an outbox (claims off)', () => {
     for (const key of keys) expect(callsOf(key)).toHaveLength(1);
     expect(keys.filter((key) => !['out-a', 'out-b'].includes(callsOf(key)[0].node))).toEqual([]);
     // Both hosts beat several times meanwhile; nobody took the row nobody can deliver.
-    expect(await row('orphan-type')).toMatchObject({ status: 'pending', attempts: 0, lease_owner: null });
+    expect(await row('orphan-type')).toMatchObject({
+      status: 'pending',
+      attempts: 0,
+      lease_owner: null,
+    });
   });
 
   it('a row whose last allowed attempt never finished (its lease ran out) ends failed, naming the node that held it', async () => {
@@ -213,17 +249,19 @@ describe('outputs are an outbox (claims off)', () => {
     );
     const failed = await ended('last-try-died', 'failed');
     expect(failed.attempts).toBe(3);
-    expect(failed.error).toBe('attempt 3 of 3 never finished: the lease of out-gone ran out (last error: earlier failure)');
+    expect(failed.error).toBe(
+      'attempt 3 of 3 never finished: the lease of out-gone ran out (last error: earlier failure)',
+    );
     expect(callsOf('last-try-died')).toEqual([]);
   });
 
   it('a row no episode wrote is failed undelivered, and a forged row under the key an episode will produce gives way to its output', async () => {
     const warn = jest.spyOn(Logger.prototype, 'warn');
     const forge = (key: string, episodeId: string) =>
-      database.db.query(`INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload) VALUES ($1, 'script', $2, '{"forged": true}') RETURNING id`, [
-        episodeId,
-        key,
-      ]);
+      database.db.query(
+        `INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload) VALUES ($1, 'script', $2, '{"forged": true}') RETURNING id`,
+        [episodeId, key],
+      );
     // Both name a finished episode, whose end wrote other rows, not these.
     await emit(producer, [{ type: 'parked', key: 'real-end', payload: {} }]);
     const finished = (await ended('real-end', 'pending')).episode_id as string;
@@ -248,29 +286,55 @@ describe('outputs are an outbox (claims off)', () => {
       producer,
       keys.map((key): OutputProposal => ({ type: 'raced', key, payload: {} })),
     );
-    await waitFor('the rows', async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_outputs WHERE type = 'raced'`)).rows[0].n === 200);
+    await waitFor(
+      'the rows',
+      async () =>
+        (
+          await database.db.query(
+            `SELECT count(*)::int AS n FROM cyclium_outputs WHERE type = 'raced'`,
+          )
+        ).rows[0].n === 200,
+    );
     const takenBy = new Map<string, string[]>();
     await Promise.all(
       [a, b].map(async (app, i) => {
         const store = app.get(OutputStore);
         for (;;) {
-          const rows = await store.take(`racer-${i}`, ['raced'], 7, 3, 60_000, { stack: null, env: null });
+          const rows = await store.take(`racer-${i}`, ['raced'], 7, 3, 60_000, {
+            stack: null,
+            env: null,
+          });
           if (rows.length === 0) return;
-          for (const taken of rows) takenBy.set(taken.id, [...(takenBy.get(taken.id) ?? []), `racer-${i}`]);
+          for (const taken of rows)
+            takenBy.set(taken.id, [...(takenBy.get(taken.id) ?? []), `racer-${i}`]);
         }
       }),
     );
     expect(takenBy.size).toBe(200);
     expect([...takenBy.values()].filter((owners) => owners.length > 1)).toEqual([]);
-    const { rows } = await database.db.query(`SELECT id, lease_owner, attempts FROM cyclium_outputs WHERE type = 'raced'`);
-    expect(rows.filter((r) => r.attempts !== 1 || r.lease_owner !== takenBy.get(r.id)?.[0])).toEqual([]);
+    const { rows } = await database.db.query(
+      `SELECT id, lease_owner, attempts FROM cyclium_outputs WHERE type = 'raced'`,
+    );
+    expect(
+      rows.filter((r) => r.attempts !== 1 || r.lease_owner !== takenBy.get(r.id)?.[0]),
+    ).toEqual([]);
   });
 
   it('a drain cuts an in-flight delivery at episodeShutdownMs and releases its row, which a peer then delivers at once', async () => {
-    const leaving = await start('out-leaving', [SharedAdapter], { deliveryTimeoutMs: 60_000, episodeShutdownMs: 300 });
+    const leaving = await start('out-leaving', [SharedAdapter], {
+      deliveryTimeoutMs: 60_000,
+      episodeShutdownMs: 300,
+    });
     await emit(leaving, [{ type: 'shared', key: 'drained', payload: { holdOn: 'out-leaving' } }]);
-    await waitFor('the delivery to start on the leaving node', () => callsOf('drained').length === 1);
-    expect(await row('drained')).toMatchObject({ status: 'pending', lease_owner: 'out-leaving', attempts: 1 });
+    await waitFor(
+      'the delivery to start on the leaving node',
+      () => callsOf('drained').length === 1,
+    );
+    expect(await row('drained')).toMatchObject({
+      status: 'pending',
+      lease_owner: 'out-leaving',
+      attempts: 1,
+    });
     const closedAt = performance.now();
     await leaving.close();
     apps.splice(apps.indexOf(leaving), 1);

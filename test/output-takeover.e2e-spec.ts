@@ -24,7 +24,10 @@ describe('an output whose delivering node is killed is delivered by a peer', () 
   const database = useDatabase(2);
   const nodes: DemoNode[] = [];
 
-  const start = async (id: string, place: { CYCLIUM_ENV?: string; CYCLIUM_STACK_SLUG?: string } = {}) => {
+  const start = async (
+    id: string,
+    place: { CYCLIUM_ENV?: string; CYCLIUM_STACK_SLUG?: string } = {},
+  ) => {
     const node = await startNodeProcess(OUTPUT_NODE, database.url, {
       env: { NODE_ID: id, DELIVERY_TIMEOUT_MS: '3000', ...place },
       ready: async (n) => (await n.get<{ status: string }>('/health')).status === 'ok',
@@ -48,9 +51,13 @@ describe('an output whose delivering node is killed is delivered by a peer', () 
     });
     expect(await response.json()).toEqual({ status: 'started' });
   };
-  const log = async () => (await database.db.query<LogRow>(`SELECT * FROM output_node_log ORDER BY id`)).rows;
+  const log = async () =>
+    (await database.db.query<LogRow>(`SELECT * FROM output_node_log ORDER BY id`)).rows;
   const output = async (key: string) => {
-    const { rows } = await database.db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = $1`, [key]);
+    const { rows } = await database.db.query(
+      `SELECT * FROM cyclium_outputs WHERE dedupe_key = $1`,
+      [key],
+    );
     return rows[0];
   };
 
@@ -62,21 +69,31 @@ describe('an output whose delivering node is killed is delivered by a peer', () 
     const [a] = await Promise.all([start('out-node-a'), start('out-node-b')]);
     await emit(a, { key: 'takeover', slowOn: 'out-node-a', ms: 60_000 });
 
-    await waitFor('node a to be inside the adapter', async () => (await log()).some((r) => r.node === 'out-node-a' && r.phase === 'started'));
-    const leased = (await database.db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'takeover'`)).rows[0];
+    await waitFor('node a to be inside the adapter', async () =>
+      (await log()).some((r) => r.node === 'out-node-a' && r.phase === 'started'),
+    );
+    const leased = (
+      await database.db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'takeover'`)
+    ).rows[0];
     expect(leased).toMatchObject({ status: 'pending', attempts: 1, lease_owner: 'out-node-a' });
     await a.stop('SIGKILL');
 
     const delivered = await waitFor(
       'node b to deliver the output',
       async () => {
-        const row = (await database.db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'takeover'`)).rows[0];
+        const row = (
+          await database.db.query(`SELECT * FROM cyclium_outputs WHERE dedupe_key = 'takeover'`)
+        ).rows[0];
         return row.status === 'delivered' ? row : undefined;
       },
       20_000,
       100,
     );
-    expect(delivered).toMatchObject({ attempts: 2, lease_owner: null, delivered_ref: { node: 'out-node-b' } });
+    expect(delivered).toMatchObject({
+      attempts: 2,
+      lease_owner: null,
+      delivered_ref: { node: 'out-node-b' },
+    });
     expect((await log()).map((r) => [r.node, r.idempotency_key, r.attempt, r.phase])).toEqual([
       ['out-node-a', 'takeover', 1, 'started'],
       ['out-node-b', 'takeover', 2, 'started'],
@@ -100,7 +117,11 @@ describe('an output whose delivering node is killed is delivered by a peer', () 
     const inside = async () => (await log()).some((r) => r.node === 'out-prod-1');
     await waitFor('out-prod-1 to be inside the adapter', inside);
     const leased = { status: 'pending', attempts: 1, lease_owner: 'out-prod-1' };
-    expect(await output('scoped:prod')).toMatchObject({ ...leased, source_env: 'prod', source_stack: 's1' });
+    expect(await output('scoped:prod')).toMatchObject({
+      ...leased,
+      source_env: 'prod',
+      source_stack: 's1',
+    });
     await prod.stop('SIGKILL');
 
     // The lease runs out (deliveryTimeoutMs + 1 s); every other live node then beats (each beat asks
@@ -119,17 +140,24 @@ describe('an output whose delivering node is killed is delivered by a peer', () 
       100,
     );
     expect(await output('scoped:prod')).toMatchObject(leased);
-    expect((await log()).filter((r) => r.idempotency_key === 'scoped:prod').map((r) => r.node)).toEqual(['out-prod-1']);
+    expect(
+      (await log()).filter((r) => r.idempotency_key === 'scoped:prod').map((r) => r.node),
+    ).toEqual(['out-prod-1']);
 
     await start('out-prod-2', { CYCLIUM_ENV: 'prod', CYCLIUM_STACK_SLUG: 's1' });
     const delivered = await waitFor(
       'a prod node of stack s1 to deliver it',
-      async () => ((await output('scoped:prod')).status === 'delivered' ? output('scoped:prod') : undefined),
+      async () =>
+        (await output('scoped:prod')).status === 'delivered' ? output('scoped:prod') : undefined,
       20_000,
       100,
     );
     expect(delivered).toMatchObject({ attempts: 2, delivered_ref: { node: 'out-prod-2' } });
-    expect((await log()).filter((r) => r.idempotency_key === 'scoped:prod').map((r) => [r.node, r.phase])).toEqual([
+    expect(
+      (await log())
+        .filter((r) => r.idempotency_key === 'scoped:prod')
+        .map((r) => [r.node, r.phase]),
+    ).toEqual([
       ['out-prod-1', 'started'],
       ['out-prod-2', 'started'],
       ['out-prod-2', 'finished'],

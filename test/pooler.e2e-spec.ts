@@ -16,15 +16,23 @@ import { CycliumStatus } from '../libs/cyclium/src/health/cyclium-status.service
 import { Peers } from '../libs/cyclium/src/cluster/peers.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
-import { carriesPreparedStatements, findPgBouncer, startPgBouncer, type PgBouncerBinary, type RunningPgBouncer } from './support/pgbouncer.js';
+import {
+  carriesPreparedStatements,
+  findPgBouncer,
+  startPgBouncer,
+  type PgBouncerBinary,
+  type RunningPgBouncer,
+} from './support/pgbouncer.js';
 import { waitFor } from './support/wait-for.js';
 
 const found = findPgBouncer();
 const pgbouncer = 'missing' in found ? undefined : found;
-if ('missing' in found) console.warn(`NOTICE: test/pooler.e2e-spec.ts is SKIPPED: ${found.missing}`);
+if ('missing' in found)
+  console.warn(`NOTICE: test/pooler.e2e-spec.ts is SKIPPED: ${found.missing}`);
 /** PgBouncer before 1.21 cannot carry named prepared statements in transaction mode at all. */
 // (Through 1.18 without the option: `prepared statement "cyclium_events_append_checked" already exists`.)
-const statements: CycliumOptions = pgbouncer && !carriesPreparedStatements(pgbouncer) ? { preparedStatements: false } : {};
+const statements: CycliumOptions =
+  pgbouncer && !carriesPreparedStatements(pgbouncer) ? { preparedStatements: false } : {};
 
 /** When each event's episode started running, by the event's `n` (this process's clock). */
 const arrivals = new Map<number, number>();
@@ -47,13 +55,16 @@ const EVENTS = 8;
 /** Why readiness says the bus is degraded, or null while it does not. */
 async function busDegraded(app: INestApplicationContext): Promise<string | null> {
   const report = await app.get(CycliumStatus).readiness();
-  return report.failing.includes('bus_degraded') ? (report.reasons.find((reason) => reason.startsWith('bus_degraded')) ?? 'bus_degraded') : null;
+  return report.failing.includes('bus_degraded')
+    ? (report.reasons.find((reason) => reason.startsWith('bus_degraded')) ?? 'bus_degraded')
+    : null;
 }
 
 /** A fast echo: the defaults (10 s quiet + 5 s wait) also fit in 30 s, but not in this file's time budget. */
 const ECHO_OPTIONS: CycliumOptions = { busEchoIntervalMs: 1_000, busEchoTimeoutMs: 1_000 };
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+const median = (values: number[]) =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
 (pgbouncer ? describe : describe.skip)('behind PgBouncer in transaction mode', () => {
   const database = useDatabase();
@@ -76,7 +87,15 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
   const node = async (nodeIdentity: string, options: CycliumOptions, actors: boolean) => {
     const app = await startCycliumApp({
       url: (pooler as RunningPgBouncer).url,
-      cyclium: { nodeIdentity, workClaims: 'postgres', busPollIntervalMs: POLL_MS, nodeBeatIntervalMs: 1_000, ...statements, ...ECHO_OPTIONS, ...options },
+      cyclium: {
+        nodeIdentity,
+        workClaims: 'postgres',
+        busPollIntervalMs: POLL_MS,
+        nodeBeatIntervalMs: 1_000,
+        ...statements,
+        ...ECHO_OPTIONS,
+        ...options,
+      },
       providers: actors ? [PooledActor] : [],
     });
     apps.push(app);
@@ -87,7 +106,11 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
     const runner = await node('pooled-runner', { listenUrl: database.url }, true);
     // Publishing from a second node: a node alone on its channel wakes itself without a NOTIFY.
     const api = await node('pooled-api', { listenUrl: database.url }, false);
-    await waitFor('the publishing node to know the runner listens', () => api.get(Peers).size === 2, 10_000);
+    await waitFor(
+      'the publishing node to know the runner listens',
+      () => api.get(Peers).size === 2,
+      10_000,
+    );
 
     const latencies: number[] = [];
     for (let n = 1; n <= EVENTS; n++) {
@@ -96,14 +119,20 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
       await waitFor(`event ${n} to reach its episode`, () => arrivals.has(n), POLL_MS * 2);
       latencies.push(Math.round((arrivals.get(n) as number) - sent));
     }
-    console.log(`pooler wake-up latency over ${EVENTS} events: p50 ${median(latencies)} ms, max ${Math.max(...latencies)} ms (${latencies.join(', ')})`);
+    console.log(
+      `pooler wake-up latency over ${EVENTS} events: p50 ${median(latencies)} ms, max ${Math.max(...latencies)} ms (${latencies.join(', ')})`,
+    );
     expect(median(latencies)).toBeLessThan(WAKE_UP_BUDGET_MS);
     // Under a loaded machine one event may be slow, but none may have waited for the poll.
     expect(Math.max(...latencies)).toBeLessThan(POLL_MS / 2);
     await waitFor(
       'every episode done',
       async () =>
-        (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'pooled' AND status = 'done'`)).rows[0].n === EVENTS,
+        (
+          await database.db.query(
+            `SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'pooled' AND status = 'done'`,
+          )
+        ).rows[0].n === EVENTS,
     );
     expect(await busDegraded(runner)).toBeNull();
   });
@@ -113,7 +142,14 @@ const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floo
     const started = performance.now();
     // Fails at once, not after 30 s, where the readiness API is missing.
     await busDegraded(blind);
-    const reason = await waitFor('readiness to report the bus degraded', () => busDegraded(blind), 30_000, 200);
-    console.log(`bus reported degraded after ${Math.round(performance.now() - started)} ms: ${reason}`);
+    const reason = await waitFor(
+      'readiness to report the bus degraded',
+      () => busDegraded(blind),
+      30_000,
+      200,
+    );
+    console.log(
+      `bus reported degraded after ${Math.round(performance.now() - started)} ms: ${reason}`,
+    );
   });
 });

@@ -2,7 +2,13 @@ import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
-import { DatabaseUnavailableError, EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError } from '@cyclium/nestjs';
+import {
+  DatabaseUnavailableError,
+  EventIdConflictError,
+  EventPayloadTooLargeError,
+  InvalidBusEventError,
+  PublishQueueFullError,
+} from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import type { BusEvent } from '../libs/cyclium/src/bus/bus.interface.js';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
@@ -57,7 +63,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
         statements.push(typeof first === 'string' ? first : (first as pg.QueryConfig).text);
         const name = typeof first === 'string' ? undefined : (first as pg.QueryConfig).name;
         if (name !== undefined && failOnce.delete(name)) {
-          const timeout = Object.assign(new Error('canceling statement due to statement timeout'), { code: '57014' });
+          const timeout = Object.assign(new Error('canceling statement due to statement timeout'), {
+            code: '57014',
+          });
           return Promise.reject(timeout);
         }
         return db.query(...args);
@@ -101,7 +109,12 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   }
 
   const stored = async (eventId: string) =>
-    (await admin.query(`SELECT channel, type, payload, publisher FROM cyclium_events WHERE event_id = $1`, [eventId])).rows;
+    (
+      await admin.query(
+        `SELECT channel, type, payload, publisher FROM cyclium_events WHERE event_id = $1`,
+        [eventId],
+      )
+    ).rows;
 
   beforeAll(async () => {
     url = await freshDatabase();
@@ -124,7 +137,14 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
 
     const published = await a.bus.publish('greeting', { hello: 'world', n: 1 });
     // Durable first: the row is committed by the time the publisher hears back.
-    expect(await stored(published.eventId)).toEqual([{ channel: CHANNEL, type: 'greeting', payload: { hello: 'world', n: 1 }, publisher: 'node-1' }]);
+    expect(await stored(published.eventId)).toEqual([
+      {
+        channel: CHANNEL,
+        type: 'greeting',
+        payload: { hello: 'world', n: 1 },
+        publisher: 'node-1',
+      },
+    ]);
     await settle(a, [a, b]);
     off();
 
@@ -140,7 +160,10 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     await Promise.all([quiet.bus.start(), peer.bus.start()]);
     const markers: BusEvent[] = [];
     quiet.bus.subscribe('marker', (event) => void markers.push(event));
-    const reads = () => quiet.statements.filter((s) => s.includes('s.snap::text AS snapshot') || s.includes('pg_visible_in_snapshot')).length;
+    const reads = () =>
+      quiet.statements.filter(
+        (s) => s.includes('s.snap::text AS snapshot') || s.includes('pg_visible_in_snapshot'),
+      ).length;
     const before = reads();
 
     const sent = [];
@@ -148,15 +171,25 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     await waitFor('the peer to read all five', () => peer.of('quiet.unwanted').length === 5);
     // The peer's marker is the first thing the quiet node wants: one read, for it alone.
     const marker = await peer.bus.publish('marker', null);
-    await waitFor('the quiet node to hear the marker', () => markers.some((e) => e.eventId === marker.eventId));
+    await waitFor('the quiet node to hear the marker', () =>
+      markers.some((e) => e.eventId === marker.eventId),
+    );
     expect(reads() - before).toBe(1);
     expect(peer.of('quiet.unwanted').map((e) => e.eventId)).toEqual(sent.map((e) => e.eventId));
   });
 
   it('stores a repeated event id once and delivers it once: an identical retry resolves, from any node', async () => {
-    const first = await a.bus.publish('retry', { attempt: 1, of: 'delivery-7' }, { eventId: 'delivery-7' });
+    const first = await a.bus.publish(
+      'retry',
+      { attempt: 1, of: 'delivery-7' },
+      { eventId: 'delivery-7' },
+    );
     // The same event (jsonb equality: key order does not matter), retried from another node.
-    const again = await b.bus.publish('retry', { of: 'delivery-7', attempt: 1 }, { eventId: 'delivery-7' });
+    const again = await b.bus.publish(
+      'retry',
+      { of: 'delivery-7', attempt: 1 },
+      { eventId: 'delivery-7' },
+    );
     expect(again.eventId).toBe(first.eventId);
     await settle(a, [a, b]);
     expect(await stored('delivery-7')).toHaveLength(1);
@@ -177,15 +210,29 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(tooLong.field).toBe('eventId');
     expect(tooLong.message).toMatch(/eventId must be at most 200 characters/);
     const before = await stored('order-1');
-    expect(before).toEqual([{ channel: CHANNEL, type: 'order.placed', payload: { n: 1 }, publisher: 'node-1' }]);
+    expect(before).toEqual([
+      { channel: CHANNEL, type: 'order.placed', payload: { n: 1 }, publisher: 'node-1' },
+    ]);
     expect(await stored('order-3')).toHaveLength(1);
-    expect((await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE length(event_id) > 200`)).rows[0].n).toBe(0);
+    expect(
+      (
+        await admin.query(
+          `SELECT count(*)::int AS n FROM cyclium_events WHERE length(event_id) > 200`,
+        )
+      ).rows[0].n,
+    ).toBe(0);
 
     const reused = b.bus.publish('order.shipped', { n: 1 }, { eventId: 'order-1' });
     await expect(reused).rejects.toBeInstanceOf(EventIdConflictError);
-    await expect(reused).rejects.toThrow(/"order-1" is already stored with another type or payload/);
-    await expect(b.bus.publish('order.placed', { n: 99 }, { eventId: 'order-1' })).rejects.toBeInstanceOf(EventIdConflictError);
-    await expect(b.bus.publish('order.placed', { n: 1 }, { eventId: 'order-1' })).resolves.toMatchObject({ eventId: 'order-1' });
+    await expect(reused).rejects.toThrow(
+      /"order-1" is already stored with another type or payload/,
+    );
+    await expect(
+      b.bus.publish('order.placed', { n: 99 }, { eventId: 'order-1' }),
+    ).rejects.toBeInstanceOf(EventIdConflictError);
+    await expect(
+      b.bus.publish('order.placed', { n: 1 }, { eventId: 'order-1' }),
+    ).resolves.toMatchObject({ eventId: 'order-1' });
     expect(await stored('order-1')).toEqual(before);
     await settle(a, [a, b]);
     expect(b.of('order.shipped')).toEqual([]);
@@ -206,10 +253,15 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     // Two nodes at once: whichever commits first wins; the other is told, never silently merged.
     for (let round = 0; round < 10; round++) {
       const id = `race-${round}`;
-      const outcomes = await Promise.allSettled([a.bus.publish('race', 'from-a', { eventId: id }), b.bus.publish('race', 'from-b', { eventId: id })]);
+      const outcomes = await Promise.allSettled([
+        a.bus.publish('race', 'from-a', { eventId: id }),
+        b.bus.publish('race', 'from-b', { eventId: id }),
+      ]);
       const won = outcomes.findIndex((o) => o.status === 'fulfilled');
       expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
-      expect((outcomes[1 - won] as PromiseRejectedResult).reason).toBeInstanceOf(EventIdConflictError);
+      expect((outcomes[1 - won] as PromiseRejectedResult).reason).toBeInstanceOf(
+        EventIdConflictError,
+      );
       expect((await stored(id)).map((r) => r.payload)).toEqual([won === 0 ? 'from-a' : 'from-b']);
     }
   });
@@ -217,11 +269,18 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   it("refuses an id taken by another event inside the caller's transaction (appendWithin), and appends an identical one", async () => {
     const client = await admin.connect();
     try {
-      const event = { type: 'within', eventId: 'within-1', payload: { k: 1 }, publishedAt: new Date().toISOString() };
+      const event = {
+        type: 'within',
+        eventId: 'within-1',
+        payload: { k: 1 },
+        publishedAt: new Date().toISOString(),
+      };
       await client.query('BEGIN');
       await a.bus.appendWithin(client, [event]);
       await a.bus.appendWithin(client, [{ ...event, publishedAt: new Date().toISOString() }]); // its own row, seen in its transaction
-      await expect(a.bus.appendWithin(client, [{ ...event, payload: { k: 2 } }])).rejects.toBeInstanceOf(EventIdConflictError);
+      await expect(
+        a.bus.appendWithin(client, [{ ...event, payload: { k: 2 } }]),
+      ).rejects.toBeInstanceOf(EventIdConflictError);
       await client.query('COMMIT');
     } finally {
       client.release();
@@ -231,14 +290,20 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
 
   it('bounds types and payload bytes at publish, naming the field, and stores nothing of a refused event', async () => {
     const small = node(CHANNEL, {}, 600_000, false, { maxPayloadBytes: 1_000 });
-    const longType = await small.bus.publish('t'.repeat(201), {}, { eventId: 'long-type' }).catch((e: unknown) => e);
+    const longType = await small.bus
+      .publish('t'.repeat(201), {}, { eventId: 'long-type' })
+      .catch((e: unknown) => e);
     expect(longType).toBeInstanceOf(InvalidBusEventError);
     expect((longType as InvalidBusEventError).field).toBe('type');
-    const big = await small.bus.publish('big', { blob: 'x'.repeat(1_000) }, { eventId: 'too-big' }).catch((e: unknown) => e);
+    const big = await small.bus
+      .publish('big', { blob: 'x'.repeat(1_000) }, { eventId: 'too-big' })
+      .catch((e: unknown) => e);
     expect(big).toBeInstanceOf(EventPayloadTooLargeError);
     expect(big).toMatchObject({ field: 'payload', limitBytes: 1_000, bytes: 1_011 });
     expect((big as Error).message).toMatch(/"too-big".*1011 bytes.*limit of 1000/);
-    await expect(small.bus.publish('big', { blob: 'x'.repeat(900) }, { eventId: 'fits' })).resolves.toMatchObject({ eventId: 'fits' });
+    await expect(
+      small.bus.publish('big', { blob: 'x'.repeat(900) }, { eventId: 'fits' }),
+    ).resolves.toMatchObject({ eventId: 'fits' });
     expect(await stored('long-type')).toEqual([]);
     expect(await stored('too-big')).toEqual([]);
     expect(await stored('fits')).toHaveLength(1);
@@ -262,7 +327,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
             )
           ).rows.length > 0,
       );
-      const refused = await slow.bus.publish('slow', 3, { eventId: 'slow-3' }).catch((e: unknown) => e);
+      const refused = await slow.bus
+        .publish('slow', 3, { eventId: 'slow-3' })
+        .catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(PublishQueueFullError);
       expect(refused).toBeInstanceOf(DatabaseUnavailableError);
       expect((refused as Error).message).toMatch(/3 publishes are already waiting.*"slow-3"/);
@@ -271,12 +338,14 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       locker.release();
     }
     await Promise.all(held);
-    expect((await admin.query(`SELECT event_id FROM cyclium_events WHERE type = 'slow' ORDER BY id`)).rows.map((r) => r.event_id)).toEqual([
-      'slow-0',
-      'slow-1',
-      'slow-2',
-    ]);
-    await expect(slow.bus.publish('slow', 4, { eventId: 'slow-4' })).resolves.toMatchObject({ eventId: 'slow-4' }); // room again
+    expect(
+      (
+        await admin.query(`SELECT event_id FROM cyclium_events WHERE type = 'slow' ORDER BY id`)
+      ).rows.map((r) => r.event_id),
+    ).toEqual(['slow-0', 'slow-1', 'slow-2']);
+    await expect(slow.bus.publish('slow', 4, { eventId: 'slow-4' })).resolves.toMatchObject({
+      eventId: 'slow-4',
+    }); // room again
   });
 
   it('group-commits 300 events of one tick into one statement, delivered complete and in order', async () => {
@@ -284,7 +353,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     const publishes: Array<Promise<BusEvent<{ i: number }>>> = [];
     for (let i = 0; i < 300; i++) publishes.push(a.bus.publish('seq', { i }));
     const events = await Promise.all(publishes);
-    const inserts = a.statements.slice(before).filter((s) => s.includes('INSERT INTO cyclium_events'));
+    const inserts = a.statements
+      .slice(before)
+      .filter((s) => s.includes('INSERT INTO cyclium_events'));
     expect(inserts).toHaveLength(1);
 
     await waitFor('300 events on node b', () => b.of('seq').length >= 300);
@@ -294,7 +365,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   });
 
   it('delivers more than a page (1,200 events in one commit) in full and in order', async () => {
-    const events = await Promise.all(Array.from({ length: 1_200 }, (_, i) => a.bus.publish('bulk', i)));
+    const events = await Promise.all(
+      Array.from({ length: 1_200 }, (_, i) => a.bus.publish('bulk', i)),
+    );
     await waitFor('1,200 events on node b', () => b.of('bulk').length >= 1_200, 20_000);
     expect(b.of('bulk').map((e) => e.payload)).toEqual(events.map((_, i) => i));
     await settle(a, [a, b]);
@@ -311,7 +384,12 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       try {
         await client.query('BEGIN');
         const at = new Date().toISOString();
-        const event = (i: number) => ({ type: 'paged', eventId: `paged-${i}`, payload: i, publishedAt: at });
+        const event = (i: number) => ({
+          type: 'paged',
+          eventId: `paged-${i}`,
+          payload: i,
+          publishedAt: at,
+        });
         const events = Array.from({ length: 1_200 }, (_, i) => event(i));
         await c.bus.appendWithin(client, events);
         await client.query('COMMIT');
@@ -323,9 +401,15 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       expect(c.bus.status().readFailing).toBe(true);
 
       const got: number[] = [];
-      c.bus.subscribeDurable<number>('late.joiner', 'paged', async (event) => void got.push(event.payload));
+      c.bus.subscribeDurable<number>(
+        'late.joiner',
+        'paged',
+        async (event) => void got.push(event.payload),
+      );
       // Without them, it got the 700 of the pages still to come and never the first 500.
-      await waitFor('1,200 events for the joiner', () => got.length >= 1_200, 15_000).catch(() => undefined);
+      await waitFor('1,200 events for the joiner', () => got.length >= 1_200, 15_000).catch(
+        () => undefined,
+      );
       expect(got).toHaveLength(1_200);
       expect(got).toEqual(Array.from({ length: 1_200 }, (_, i) => i));
     } finally {
@@ -335,7 +419,12 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   }, 30_000);
 
   it('reads at most 4 MiB of payload a statement and still delivers every event, in full and in order', async () => {
-    const log = new EventLog({ channel: CHANNEL, stackSlug: null, env: null, publisher: () => 'reader' });
+    const log = new EventLog({
+      channel: CHANNEL,
+      stackSlug: null,
+      env: null,
+      publisher: () => 'reader',
+    });
     const from = await log.snapshot(admin);
     // Random base64 does not compress: each payload is stored at about its 900 KB.
     const payloads = Array.from({ length: 12 }, () => randomBytes(675_000).toString('base64'));
@@ -357,7 +446,12 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     const late = await admin.connect();
     try {
       await late.query('BEGIN');
-      const lateEvent = { type: 'order', eventId: 'late-1', payload: 'late', publishedAt: new Date().toISOString() };
+      const lateEvent = {
+        type: 'order',
+        eventId: 'late-1',
+        payload: 'late',
+        publishedAt: new Date().toISOString(),
+      };
       await a.bus.appendWithin(late, [lateEvent]);
       const early = await a.bus.publish('order', 'early');
       await waitFor('the early commit on node b', () => b.has(early));
@@ -366,7 +460,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       await late.query('COMMIT');
       a.bus.wake();
       await waitFor('the late commit on node b', () => b.of('order').length === 2);
-      const ids = await admin.query<{ event_id: string; id: string }>(`SELECT event_id, id::text FROM cyclium_events WHERE type = 'order' ORDER BY id`);
+      const ids = await admin.query<{ event_id: string; id: string }>(
+        `SELECT event_id, id::text FROM cyclium_events WHERE type = 'order' ORDER BY id`,
+      );
       // The late row has the lower id, yet it arrived, after the early one.
       expect(ids.rows.map((r) => r.event_id)).toEqual(['late-1', early.eventId]);
       expect(b.of('order').map((e) => e.payload)).toEqual(['early', 'late']);
@@ -414,7 +510,11 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     const [nul, surrogate, escaped, neighbour] = await Promise.allSettled([
       a.bus.publish('nul', { text: 'a\u0000b' }, { eventId: 'nul-1' }),
       a.bus.publish('nul', { text: 'half \ud83d of an emoji' }, { eventId: 'nul-2' }),
-      a.bus.publish('nul', { text: 'a literal \\u0000 is fine, and so is 😀' }, { eventId: 'nul-3' }),
+      a.bus.publish(
+        'nul',
+        { text: 'a literal \\u0000 is fine, and so is 😀' },
+        { eventId: 'nul-3' },
+      ),
       a.bus.publish('nul', 'neighbour', { eventId: 'nul-4' }),
     ]);
     for (const [outcome, id] of [
@@ -450,7 +550,9 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     const unreachable = new pg.Pool({ connectionString: dead.toString(), max: 1 });
     unreachable.on('error', () => undefined);
     try {
-      const bus = new PostgresBus(unreachable, () => ({ connectionString: dead.toString() }), { channel: CHANNEL });
+      const bus = new PostgresBus(unreachable, () => ({ connectionString: dead.toString() }), {
+        channel: CHANNEL,
+      });
       const failed = bus.publish('lost', { n: 1 }, { eventId: 'never-stored' });
       await expect(failed).rejects.toBeInstanceOf(DatabaseUnavailableError);
       await expect(failed).rejects.toThrow(/never-stored/);
@@ -474,9 +576,10 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     expect(y.of('scoped').map((e) => e.payload)).toEqual(['y1']);
     expect(a.of('scoped')).toEqual([]);
     expect(b.of('scoped')).toEqual([]);
-    const rows = await admin.query(`SELECT event_id, source_stack, source_env FROM cyclium_events WHERE event_id = ANY($1) ORDER BY id`, [
-      [y1.eventId, x1.eventId],
-    ]);
+    const rows = await admin.query(
+      `SELECT event_id, source_stack, source_env FROM cyclium_events WHERE event_id = ANY($1) ORDER BY id`,
+      [[y1.eventId, x1.eventId]],
+    );
     expect(rows.rows).toEqual([
       { event_id: y1.eventId, source_stack: null, source_env: 'rc' },
       { event_id: x1.eventId, source_stack: 'a', source_env: null },
@@ -516,13 +619,19 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
     await admin.query(`DELETE FROM cyclium_events WHERE starts_with(event_id, 'foreign-')`);
   });
 
-  const walk = 'keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them';
+  const walk =
+    'keeps up: one pass walks past 1,000 events it must keep to delete the 50,000 expired behind them';
   it(`${walk}, and stands aside while another node of its channel prunes`, async () => {
     const channel = 'prune_walk';
     const walker = node(channel, {}, 600_000, false);
     await walker.bus.start();
     const left = async (prefix: string) =>
-      (await admin.query(`SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND event_id LIKE $2`, [channel, `${prefix}%`])).rows[0].n as number;
+      (
+        await admin.query(
+          `SELECT count(*)::int AS n FROM cyclium_events WHERE channel = $1 AND event_id LIKE $2`,
+          [channel, `${prefix}%`],
+        )
+      ).rows[0].n as number;
     try {
       // The kept rows take the lowest ids but commit last, after a consumer's position was taken: it has not dispatched them.
       await insertEventsBehindUndispatched(admin, channel, 1_000, 50_000);
@@ -552,19 +661,30 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
 
   it('keeps an event a consumer has not dispatched past the retention window, until busUndispatchedMaxAgeMs, then prunes and counts it', async () => {
     // An expectation whose every host is gone: its position stays where it was when this event came.
-    await admin.query(`INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'gone.away', pg_current_snapshot())`, [CHANNEL]);
+    await admin.query(
+      `INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'gone.away', pg_current_snapshot())`,
+      [CHANNEL],
+    );
     try {
       const held = await a.bus.publish('held', 'nobody dispatched me');
-      await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE channel = $1`, [CHANNEL]);
+      await admin.query(
+        `UPDATE cyclium_events SET created_at = now() - interval '2 hours' WHERE channel = $1`,
+        [CHANNEL],
+      );
       await a.bus.pruneNow();
       expect(await stored(held.eventId)).toHaveLength(1);
       expect(a.bus.status().undispatchedPruned).toBe(0);
 
-      await admin.query(`UPDATE cyclium_events SET created_at = now() - interval '8 days' WHERE event_id = $1`, [held.eventId]);
+      await admin.query(
+        `UPDATE cyclium_events SET created_at = now() - interval '8 days' WHERE event_id = $1`,
+        [held.eventId],
+      );
       const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
       try {
         expect(await a.bus.pruneNow()).toBe(1);
-        expect(warn.mock.calls.some(([message]) => String(message).includes('busUndispatchedMaxAgeMs'))).toBe(true);
+        expect(
+          warn.mock.calls.some(([message]) => String(message).includes('busUndispatchedMaxAgeMs')),
+        ).toBe(true);
       } finally {
         warn.mockRestore();
       }
@@ -586,7 +706,8 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       return (await admin.query<{ n: number }>(count, [channel, type])).rows[0]?.n;
     };
     const positionsOf = `FROM cyclium_bus_positions WHERE channel = $1`;
-    const positionRows = (columns: string) => admin.query(`SELECT ${columns} ${positionsOf}`, [channel]);
+    const positionRows = (columns: string) =>
+      admin.query(`SELECT ${columns} ${positionsOf}`, [channel]);
     const handed: string[] = [];
     // Its one event never settles: its position stays before it, and before everything after it.
     c.bus.subscribeDurable('idle.wanted', 'wanted', (event) => {
@@ -605,14 +726,19 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
       await age('unwanted', '2 hours');
       await age('wanted', '2 hours');
       await c.bus.pruneNow();
-      expect({ wanted: await left('wanted'), unwanted: await left('unwanted') }).toEqual({ wanted: 1, unwanted: 0 });
+      expect({ wanted: await left('wanted'), unwanted: await left('unwanted') }).toEqual({
+        wanted: 1,
+        unwanted: 0,
+      });
 
       await age('wanted', '8 days');
       await c.bus.pruneNow();
       expect(await left('wanted')).toBe(0);
       // Only the event of its own type counts as undispatched.
       expect(c.bus.status().undispatchedPruned).toBe(1);
-      expect((await positionRows('consumer, type')).rows).toEqual([{ consumer: 'idle.wanted', type: 'wanted' }]);
+      expect((await positionRows('consumer, type')).rows).toEqual([
+        { consumer: 'idle.wanted', type: 'wanted' },
+      ]);
     } finally {
       warn.mockRestore();
       await c.bus.stop();
@@ -624,9 +750,10 @@ describe('PostgresBus: the durable bus against a real PostgreSQL', () => {
   it('stops: stop closes the LISTEN connection, one per bus however often it was started', async () => {
     const listeners = async () =>
       (
-        await admin.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = $1`, [
-          `LISTEN "${CHANNEL}"`,
-        ])
+        await admin.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND query = $1`,
+          [`LISTEN "${CHANNEL}"`],
+        )
       ).rows[0]?.n;
     const before = await listeners();
     const z = node(CHANNEL);

@@ -17,7 +17,9 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
   let client: pg.Client;
 
   const plan = async (sql: string, params: unknown[] = []) =>
-    ((await client.query(`EXPLAIN ${sql}`, params)).rows as Array<{ 'QUERY PLAN': string }>).map((r) => r['QUERY PLAN']).join('\n');
+    ((await client.query(`EXPLAIN ${sql}`, params)).rows as Array<{ 'QUERY PLAN': string }>)
+      .map((r) => r['QUERY PLAN'])
+      .join('\n');
 
   async function fill(): Promise<void> {
     await client.query(`
@@ -58,7 +60,12 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
 
   const filter = { env: null, stack: null, hosted: { a: ['e'] }, limit: 16, me: 'node-x' };
   const due = pendingStatement(filter, 604_800_000, 45_000);
-  const events = new EventLog({ channel: 'cyclium_bus', stackSlug: null, env: null, publisher: () => 'node-x' });
+  const events = new EventLog({
+    channel: 'cyclium_bus',
+    stackSlug: null,
+    env: null,
+    publisher: () => 'node-x',
+  });
 
   beforeAll(async () => {
     client = new pg.Client({ connectionString: await freshDatabase() });
@@ -86,27 +93,64 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
   for (const when of ['analysed while empty, then filled', 'analysed after filling'] as const) {
     it(`uses indexes, never a full scan of a large table (${when})`, async () => {
       if (when === 'analysed after filling') await client.query('ANALYZE');
-      const { rows: ends } = await client.query<{ low: string; high: string }>(`SELECT min(tx_id)::text AS low, max(tx_id)::text AS high FROM cyclium_events`);
+      const { rows: ends } = await client.query<{ low: string; high: string }>(
+        `SELECT min(tx_id)::text AS low, max(tx_id)::text AS high FROM cyclium_events`,
+      );
       const { low, high } = ends[0] as { low: string; high: string };
       const hosted = '{"b": ["e"]}';
       const statements = [
         await plan(`EXECUTE cyclium_claims_insert_or_read('key:7', 'node-x', 60, NULL)`),
-        await plan(`EXECUTE cyclium_claims_renew_many('node-0', 60, ARRAY['key:3', 'key:6'], ARRAY[1, 1]::bigint[])`),
+        await plan(
+          `EXECUTE cyclium_claims_renew_many('node-0', 60, ARRAY['key:3', 'key:6'], ARRAY[1, 1]::bigint[])`,
+        ),
         await plan(`EXECUTE cyclium_claims_finish('key:7', 'node-x', 'done', NULL, 1)`),
         await plan(`EXECUTE cyclium_claims_reclaim_expired(10)`),
-        await plan(CANDIDATES, [null, null, 120_000, 45_000, true, '{"b": ["e"]}', false, null, null, 500]),
+        await plan(CANDIDATES, [
+          null,
+          null,
+          120_000,
+          45_000,
+          true,
+          '{"b": ["e"]}',
+          false,
+          null,
+          null,
+          500,
+        ]),
         // A reader near the end of the table, with a long transaction still listed in its snapshot.
-        await plan(`EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500, 4194304)`),
+        await plan(
+          `EXECUTE cyclium_events_read_after('cyclium_bus', '${high}', ARRAY['${low}']::xid8[], 500, 4194304)`,
+        ),
         // Retention of one channel, walking it in the readers' order from its start.
-        await plan(`EXECUTE cyclium_events_prune_channel('cyclium_bus', 3600000, 1000, 604800000, '0', 0)`),
+        await plan(
+          `EXECUTE cyclium_events_prune_channel('cyclium_bus', 3600000, 1000, 604800000, '0', 0)`,
+        ),
         await plan(TAKE_DUE, ['node-x', ['t1', 't2'], 16, 8, 31_000, null, null]),
-        await plan(`SELECT ${OutputStore.dueFragment('$1', '$2', '$3')}`, [['t1', 't2'], 's1', 'prod']),
-        await plan(`EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL, ARRAY['e'])`),
-        await plan(NOT_HOSTED, [null, null, hosted, 3_600_000, 500, 'not hosted: %s %s %s', 'x', '2020-01-01Z', 3_000]),
+        await plan(`SELECT ${OutputStore.dueFragment('$1', '$2', '$3')}`, [
+          ['t1', 't2'],
+          's1',
+          'prod',
+        ]),
+        await plan(
+          `EXECUTE cyclium_episodes_take_from_peer('node-x', 'a', NULL, NULL, ARRAY['e'])`,
+        ),
+        await plan(NOT_HOSTED, [
+          null,
+          null,
+          hosted,
+          3_600_000,
+          500,
+          'not hosted: %s %s %s',
+          'x',
+          '2020-01-01Z',
+          3_000,
+        ]),
         await plan(due.text, due.values),
       ];
       for (const text of statements) {
-        expect(text).not.toMatch(/Seq Scan on cyclium_(work_claims|episodes|episode_steps|events|outputs)/);
+        expect(text).not.toMatch(
+          /Seq Scan on cyclium_(work_claims|episodes|episode_steps|events|outputs)/,
+        );
       }
       expect(statements[3]).toMatch(/cyclium_work_claims_state_lease/);
       expect(statements[4]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
@@ -118,16 +162,24 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
       // The due check reads the due rows' scope from the table: a heap fetch for due rows only.
       expect(statements[8]).toMatch(/Index Scan using cyclium_outputs_due/);
       expect(statements[10]).toMatch(/cyclium_episodes_status_(stack|env)|Index/);
-      expect(statements[11]).toMatch(/(Index Scan using|Bitmap Index Scan on) cyclium_trigger_requests_due/);
+      expect(statements[11]).toMatch(
+        /(Index Scan using|Bitmap Index Scan on) cyclium_trigger_requests_due/,
+      );
       // A poll reads the ten requests due, not the 49,990 due tomorrow.
       const { rows } = await client.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${due.text}`, due.values);
       const read: number[] = [];
       const walk = (node: Record<string, unknown>) => {
         if (node['Relation Name'] === 'cyclium_trigger_requests')
-          read.push((node['Actual Rows'] as number) + ((node['Rows Removed by Filter'] as number) ?? 0));
-        for (const child of (node.Plans as Array<Record<string, unknown>> | undefined) ?? []) walk(child);
+          read.push(
+            (node['Actual Rows'] as number) + ((node['Rows Removed by Filter'] as number) ?? 0),
+          );
+        for (const child of (node.Plans as Array<Record<string, unknown>> | undefined) ?? [])
+          walk(child);
       };
-      walk((rows[0] as { 'QUERY PLAN': Array<{ Plan: Record<string, unknown> }> })['QUERY PLAN'][0].Plan);
+      walk(
+        (rows[0] as { 'QUERY PLAN': Array<{ Plan: Record<string, unknown> }> })['QUERY PLAN'][0]
+          .Plan,
+      );
       expect(read).toEqual([10]);
     });
   }

@@ -21,12 +21,21 @@ describe('the table is the queue', () => {
     const results = [];
     for (let i = 0; i < SLOTS + 3; i++) {
       results.push(
-        await post<{ status: string; episodeId: string }>(first, '/actors/resource_rebalancer/rebalance', {
-          payload: { resource: `backlog-${i}`, stepMs: 2_000 },
-        }),
+        await post<{ status: string; episodeId: string }>(
+          first,
+          '/actors/resource_rebalancer/rebalance',
+          {
+            payload: { resource: `backlog-${i}`, stepMs: 2_000 },
+          },
+        ),
       );
     }
-    expect(results.map((r) => r.status)).toEqual([...Array<string>(SLOTS).fill('started'), 'queued', 'queued', 'queued']);
+    expect(results.map((r) => r.status)).toEqual([
+      ...Array<string>(SLOTS).fill('started'),
+      'queued',
+      'queued',
+      'queued',
+    ]);
     const queued = results.filter((r) => r.status === 'queued').map((r) => r.episodeId);
     await first.stop('SIGKILL');
 
@@ -34,11 +43,20 @@ describe('the table is the queue', () => {
     nodes.push(await startNode(database.url, 'node-q'));
     await waitFor(
       'the backlog to run on the restarted node',
-      async () => (await database.db.query(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`, [queued])).rows[0].n === 3,
+      async () =>
+        (
+          await database.db.query(
+            `SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`,
+            [queued],
+          )
+        ).rows[0].n === 3,
       60_000,
       250,
     );
-    const { rows } = await database.db.query(`SELECT owner_node, attempts FROM cyclium_episodes WHERE id = ANY($1)`, [queued]);
+    const { rows } = await database.db.query(
+      `SELECT owner_node, attempts FROM cyclium_episodes WHERE id = ANY($1)`,
+      [queued],
+    );
     expect(rows).toEqual(Array.from({ length: 3 }, () => ({ owner_node: 'node-q', attempts: 0 })));
   }, 120_000);
 });

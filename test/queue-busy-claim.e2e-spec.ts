@@ -49,7 +49,9 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
     await app?.close();
   });
 
-  const statusOf = async (id: string): Promise<string> => (await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]?.status;
+  const statusOf = async (id: string): Promise<string> =>
+    (await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]
+      ?.status;
 
   it('starts once the claim is let go, without another trigger', async () => {
     const episodes = app.get(Episodes);
@@ -70,11 +72,19 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
       return taken;
     };
     const first = await episodes.trigger('single', 'work', { gated: true });
-    const second = await episodes.trigger('single', 'work', { gated: false }, { dedupeKey: 'held-elsewhere' });
+    const second = await episodes.trigger(
+      'single',
+      'work',
+      { gated: false },
+      { dedupeKey: 'held-elsewhere' },
+    );
     expect([first.status, second.status]).toEqual(['started', 'queued']);
     const firstId = 'episode' in first ? first.episode.id : '';
     const secondId = 'episode' in second ? second.episode.id : '';
-    const { rows } = await database.db.query(`SELECT dedupe_key FROM cyclium_episodes WHERE id = $1`, [secondId]);
+    const { rows } = await database.db.query(
+      `SELECT dedupe_key FROM cyclium_episodes WHERE id = $1`,
+      [secondId],
+    );
     const key = rows[0].dedupe_key as string;
     // Another node holds a live claim on that key (a holder finishing work under it, say).
     await database.db.query(
@@ -90,10 +100,20 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
     expect(await statusOf(secondId)).toBe('queued');
 
     // The other node finishes: nothing here hears of it.
-    await database.db.query(`UPDATE cyclium_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`, [key]);
+    await database.db.query(
+      `UPDATE cyclium_work_claims SET state = 'done', finished_at = now() WHERE dedupe_key = $1`,
+      [key],
+    );
 
-    await waitFor('the queued episode to run', async () => (await statusOf(secondId)) === 'done', 10_000);
-    const claim = await database.db.query(`SELECT state, owner_node, fence::int FROM cyclium_work_claims WHERE dedupe_key = $1`, [key]);
+    await waitFor(
+      'the queued episode to run',
+      async () => (await statusOf(secondId)) === 'done',
+      10_000,
+    );
+    const claim = await database.db.query(
+      `SELECT state, owner_node, fence::int FROM cyclium_work_claims WHERE dedupe_key = $1`,
+      [key],
+    );
     expect(claim.rows[0]).toEqual({ state: 'done', owner_node: 'queue-node', fence: 8 });
     expect(answers[0]).toBe('busy');
     expect(answers).toContain('started');
@@ -101,12 +121,23 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
 
   it('a dequeue that races a cancel of the queue head takes the row behind it', async () => {
     const episodes = app.get(Episodes);
-    const idOf = (result: Awaited<ReturnType<Episodes['trigger']>>) => ('episode' in result ? result.episode.id : '');
+    const idOf = (result: Awaited<ReturnType<Episodes['trigger']>>) =>
+      'episode' in result ? result.episode.id : '';
     // The last run's row is done a moment before its slot is given back.
     await waitFor('the slot to be free', () => app.get(ActorSlots).free('single') === 1);
     const running = await episodes.trigger('single', 'work', { gated: false, headRace: true });
-    const head = await episodes.trigger('single', 'work', { gated: false }, { dedupeKey: 'race-head' });
-    const behind = await episodes.trigger('single', 'work', { gated: false }, { dedupeKey: 'race-behind' });
+    const head = await episodes.trigger(
+      'single',
+      'work',
+      { gated: false },
+      { dedupeKey: 'race-head' },
+    );
+    const behind = await episodes.trigger(
+      'single',
+      'work',
+      { gated: false },
+      { dedupeKey: 'race-behind' },
+    );
     expect([running.status, head.status, behind.status]).toEqual(['started', 'queued', 'queued']);
 
     const canceler = await database.db.connect();
@@ -121,15 +152,22 @@ describe('a queue head that cannot be taken: its claim held elsewhere, or its ca
       await waitFor(
         'the dequeue to wait on the head',
         async () =>
-          (await database.db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0]
-            .n >= 1,
+          (
+            await database.db.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+            )
+          ).rows[0].n >= 1,
       );
       await canceler.query('COMMIT');
     } finally {
       canceler.release();
     }
     // No other trigger comes: only the dequeue that raced can start the row behind.
-    await waitFor('the row behind the head to run', async () => (await statusOf(idOf(behind))) === 'done', 5_000);
+    await waitFor(
+      'the row behind the head to run',
+      async () => (await statusOf(idOf(behind))) === 'done',
+      5_000,
+    );
     expect(await statusOf(idOf(head))).toBe('canceled');
   });
 });

@@ -1,7 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { bootStandby, identitiesOf, startMatrixProcess, triggerOn, type MatrixNode } from './support/matrix-node.js';
+import {
+  bootStandby,
+  identitiesOf,
+  startMatrixProcess,
+  triggerOn,
+  type MatrixNode,
+} from './support/matrix-node.js';
 import { waitFor } from './support/wait-for.js';
 
 /**
@@ -25,8 +31,18 @@ import { waitFor } from './support/wait-for.js';
  * before the checkpoint, never appears after it). With a fixed identity the replacement boots
  * after the node-identity check (at most two beats of 1 s), inside that deadline.
  */
-const TIMINGS = { staleAfterMs: 6_000, leaseSeconds: 3, settleMs: 500, intervalMs: 500, stepMs: 800, beatMs: 1_000 };
-const BOUND_MS = Math.max(TIMINGS.staleAfterMs, TIMINGS.leaseSeconds * 1000) + TIMINGS.settleMs + 2 * TIMINGS.intervalMs;
+const TIMINGS = {
+  staleAfterMs: 6_000,
+  leaseSeconds: 3,
+  settleMs: 500,
+  intervalMs: 500,
+  stepMs: 800,
+  beatMs: 1_000,
+};
+const BOUND_MS =
+  Math.max(TIMINGS.staleAfterMs, TIMINGS.leaseSeconds * 1000) +
+  TIMINGS.settleMs +
+  2 * TIMINGS.intervalMs;
 
 type Fault = 'SIGKILL' | 'SIGTERM';
 interface Cell {
@@ -38,19 +54,32 @@ interface Cell {
 
 const CELLS: Cell[] = (['off', 'postgres'] as const).flatMap((claims) =>
   (['fixed', 'minted'] as const).flatMap((identity) =>
-    (['SIGKILL', 'SIGTERM'] as const).flatMap((fault) => (['same', 'other'] as const).map((after) => ({ claims, identity, fault, after }))),
+    (['SIGKILL', 'SIGTERM'] as const).flatMap((fault) =>
+      (['same', 'other'] as const).map((after) => ({ claims, identity, fault, after })),
+    ),
   ),
 );
 
-const envOf = (cell: Cell) => `m-${cell.claims}-${cell.identity}-${cell.fault === 'SIGKILL' ? 'kill' : 'term'}-${cell.after}`;
+const envOf = (cell: Cell) =>
+  `m-${cell.claims}-${cell.identity}-${cell.fault === 'SIGKILL' ? 'kill' : 'term'}-${cell.after}`;
 
 interface Outcome {
   cell: string;
   /** The policy's action (`resumed` / `orphaned` marker): ms after the fault, and ms after the deadline. */
   restart: { ms: number | null; lateMs: number | null };
   fail: { ms: number | null; lateMs: number | null };
-  restartRow: { status: string; error_class: string | null; owner_node: string | null; attempts: number };
-  failRow: { status: string; error_class: string | null; owner_node: string | null; attempts: number };
+  restartRow: {
+    status: string;
+    error_class: string | null;
+    owner_node: string | null;
+    attempts: number;
+  };
+  failRow: {
+    status: string;
+    error_class: string | null;
+    owner_node: string | null;
+    attempts: number;
+  };
   /** Side effects of a step written after that step's checkpoint: none may exist. */
   rerunsAfterCheckpoint: string[];
   stepsJournaled: string[];
@@ -80,10 +109,21 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
   };
 
   const journal = async (id: string) =>
-    (await database.db.query<{ kind: string; name: string }>(`SELECT kind, name FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id])).rows;
-  const steps = async (id: string) => (await journal(id)).filter((j) => j.kind === 'step').map((j) => j.name);
+    (
+      await database.db.query<{ kind: string; name: string }>(
+        `SELECT kind, name FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`,
+        [id],
+      )
+    ).rows;
+  const steps = async (id: string) =>
+    (await journal(id)).filter((j) => j.kind === 'step').map((j) => j.name);
   const row = async (id: string) =>
-    (await database.db.query<Outcome['restartRow']>(`SELECT status, error_class, owner_node, attempts FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
+    (
+      await database.db.query<Outcome['restartRow']>(
+        `SELECT status, error_class, owner_node, attempts FROM cyclium_episodes WHERE id = $1`,
+        [id],
+      )
+    ).rows[0];
 
   /**
    * When the journal marker `name` (the policy's action) was written, by the database clock: ms
@@ -100,7 +140,14 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
          FROM (SELECT min(created_at) AS at FROM cyclium_episode_steps WHERE episode_id = $1 AND name = $2) m,
               cyclium_nodes n
         WHERE n.node_identity = $4`,
-      [id, name, faultAt, recoverer, Math.max(TIMINGS.staleAfterMs, TIMINGS.leaseSeconds * 1000), TIMINGS.settleMs + 2 * TIMINGS.intervalMs],
+      [
+        id,
+        name,
+        faultAt,
+        recoverer,
+        Math.max(TIMINGS.staleAfterMs, TIMINGS.leaseSeconds * 1000),
+        TIMINGS.settleMs + 2 * TIMINGS.intervalMs,
+      ],
     );
     return { ms: rows[0]?.ms ?? null, lateMs: rows[0]?.late_ms ?? null };
   };
@@ -118,7 +165,14 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
 
   /** True once every episode of `ids` has two steps checkpointed; otherwise throws naming those behind, so a timeout says which and why. */
   const midEpisode = async (ids: string[]) => {
-    const { rows } = await database.db.query<{ id: string; env: string; status: string; error_class: string | null; owner_node: string | null; steps: number }>(
+    const { rows } = await database.db.query<{
+      id: string;
+      env: string;
+      status: string;
+      error_class: string | null;
+      owner_node: string | null;
+      steps: number;
+    }>(
       `SELECT e.id, e.source_env AS env, e.status, e.error_class, e.owner_node,
               (SELECT count(*)::int FROM cyclium_episode_steps s WHERE s.episode_id = e.id AND s.kind = 'step') AS steps
          FROM cyclium_episodes e WHERE e.id = ANY($1::uuid[])`,
@@ -146,7 +200,9 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     const [survivors, ...victims] = (await Promise.all([
       start([
         ...CELLS.filter((c) => c.after === 'other').map((c) => nodeOf(c, 'b')),
-        ...faults.flatMap((fault) => sameOf(fault).map((c) => ({ ...nodeOf(c, 'a'), standby: fault }))),
+        ...faults.flatMap((fault) =>
+          sameOf(fault).map((c) => ({ ...nodeOf(c, 'a'), standby: fault })),
+        ),
       ]),
       ...faults.map((fault) => start(cellsOf(fault).map((c) => nodeOf(c, 'a')))),
     ])) as [DemoNode, DemoNode, DemoNode];
@@ -155,11 +211,17 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
       faults.flatMap((fault, i) =>
         cellsOf(fault).map(async (cell) => {
           const victim = victims[i] as DemoNode;
-          episodes.set(cell, { restart: await triggerOn(victim, envOf(cell), 'restart'), fail: await triggerOn(victim, envOf(cell), 'fail') });
+          episodes.set(cell, {
+            restart: await triggerOn(victim, envOf(cell), 'restart'),
+            fail: await triggerOn(victim, envOf(cell), 'fail'),
+          });
         }),
       ),
     );
-    const victimNames = Object.assign({}, ...(await Promise.all(victims.map((v) => identitiesOf(v as DemoNode))))) as Record<string, string>;
+    const victimNames = Object.assign(
+      {},
+      ...(await Promise.all(victims.map((v) => identitiesOf(v as DemoNode)))),
+    ) as Record<string, string>;
 
     // Per fault: once each of its cells is mid-episode (two steps checkpointed, the third under way),
     // the fault; then, as soon as the victim process is gone, the `same` cells' nodes boot again.
@@ -168,7 +230,10 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
       faults.map(async (fault, i) => {
         const ids = cellsOf(fault).flatMap((c) => Object.values(episodes.get(c) ?? {}));
         await waitFor(`${fault} cells mid-episode`, () => midEpisode(ids), 20_000, 100);
-        faultAt.set(fault, (await database.db.query<{ at: Date }>(`SELECT clock_timestamp() AS at`)).rows[0]!.at);
+        faultAt.set(
+          fault,
+          (await database.db.query<{ at: Date }>(`SELECT clock_timestamp() AS at`)).rows[0]!.at,
+        );
         await (victims[i] as DemoNode).stop(fault);
         await bootStandby(survivors, fault, sameOf(fault).map(envOf));
       }),
@@ -179,7 +244,15 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     await waitFor(
       'every episode to end',
       async () =>
-        (await Promise.all(all.map(async (e) => (await row(e.restart))?.status === 'done' && (await row(e.fail))?.status === 'failed'))).every(Boolean),
+        (
+          await Promise.all(
+            all.map(
+              async (e) =>
+                (await row(e.restart))?.status === 'done' &&
+                (await row(e.fail))?.status === 'failed',
+            ),
+          )
+        ).every(Boolean),
       30_000,
       250,
     ).catch(() => undefined); // the assertions below say which cell is missing what
@@ -195,7 +268,10 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
         fail: await marker(ids.fail, 'orphaned', at, recoverer),
         restartRow: await row(ids.restart),
         failRow: await row(ids.fail),
-        rerunsAfterCheckpoint: [...(await rerunsAfterCheckpoint(ids.restart)), ...(await rerunsAfterCheckpoint(ids.fail))],
+        rerunsAfterCheckpoint: [
+          ...(await rerunsAfterCheckpoint(ids.restart)),
+          ...(await rerunsAfterCheckpoint(ids.fail)),
+        ],
         stepsJournaled: await steps(ids.restart),
         victim: victimNames[envOf(cell)] as string,
         recoverer,
@@ -206,7 +282,8 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
       `recovery matrix, bound ${BOUND_MS} ms (staleAfterMs ${TIMINGS.staleAfterMs}, lease ${TIMINGS.leaseSeconds} s, settleMs ${TIMINGS.settleMs}, intervalMs ${TIMINGS.intervalMs}):\n` +
         outcomes
           .map((o) => {
-            const figures = (m: Outcome['restart']) => `${m.ms?.toFixed(0)} ms (${m.lateMs?.toFixed(0)} ms from the deadline)`;
+            const figures = (m: Outcome['restart']) =>
+              `${m.ms?.toFixed(0)} ms (${m.lateMs?.toFixed(0)} ms from the deadline)`;
             return `  ${o.cell.padEnd(28)} restart ${figures(o.restart)} → ${o.restartRow.status}; fail ${figures(o.fail)} → ${o.failRow.status}`;
           })
           .join('\n'),
@@ -214,15 +291,35 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     for (const o of outcomes) {
       expect({ cell: o.cell, restart: o.restartRow }).toEqual({
         cell: o.cell,
-        restart: expect.objectContaining({ status: 'done', error_class: null, attempts: 1, owner_node: o.recoverer }),
+        restart: expect.objectContaining({
+          status: 'done',
+          error_class: null,
+          attempts: 1,
+          owner_node: o.recoverer,
+        }),
       });
-      expect({ cell: o.cell, fail: o.failRow }).toEqual({ cell: o.cell, fail: expect.objectContaining({ status: 'failed', error_class: 'orphaned' }) });
-      expect({ cell: o.cell, steps: o.stepsJournaled }).toEqual({ cell: o.cell, steps: ['s1', 's2', 's3', 's4', 's5'] });
+      expect({ cell: o.cell, fail: o.failRow }).toEqual({
+        cell: o.cell,
+        fail: expect.objectContaining({ status: 'failed', error_class: 'orphaned' }),
+      });
+      expect({ cell: o.cell, steps: o.stepsJournaled }).toEqual({
+        cell: o.cell,
+        steps: ['s1', 's2', 's3', 's4', 's5'],
+      });
       expect({ cell: o.cell, rerun: o.rerunsAfterCheckpoint }).toEqual({ cell: o.cell, rerun: [] });
-      expect({ cell: o.cell, restartInTime: o.restart.lateMs !== null && o.restart.lateMs <= 0 }).toEqual({ cell: o.cell, restartInTime: true });
-      expect({ cell: o.cell, failInTime: o.fail.lateMs !== null && o.fail.lateMs <= 0 }).toEqual({ cell: o.cell, failInTime: true });
+      expect({
+        cell: o.cell,
+        restartInTime: o.restart.lateMs !== null && o.restart.lateMs <= 0,
+      }).toEqual({ cell: o.cell, restartInTime: true });
+      expect({ cell: o.cell, failInTime: o.fail.lateMs !== null && o.fail.lateMs <= 0 }).toEqual({
+        cell: o.cell,
+        failInTime: true,
+      });
       // Only a fixed identity that comes back recovers under the victim's name.
-      expect({ cell: o.cell, recoveredUnderVictimsName: o.recoverer === o.victim }).toEqual({ cell: o.cell, recoveredUnderVictimsName: o.sameName });
+      expect({ cell: o.cell, recoveredUnderVictimsName: o.recoverer === o.victim }).toEqual({
+        cell: o.cell,
+        recoveredUnderVictimsName: o.sameName,
+      });
     }
   }, 60_000);
 });

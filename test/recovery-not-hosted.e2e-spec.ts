@@ -26,7 +26,11 @@ class KeptActor {
  * `restart` policy, its definition recorded) and one of an actor that is still hosted (`kept`).
  * The 600 rows are the shape real ones have: running, owned by the dead node, one journal entry.
  */
-async function crash(db: pg.Pool, env: string | null, ago: { died: string; retired: string; orphan: string }): Promise<{ orphanId: string; diedAt: Date }> {
+async function crash(
+  db: pg.Pool,
+  env: string | null,
+  ago: { died: string; retired: string; orphan: string },
+): Promise<{ orphanId: string; diedAt: Date }> {
   const client = await db.connect();
   // A broken connection also rejects the query under way, which fails the test; the event must not end the worker.
   const onError = () => undefined;
@@ -87,11 +91,20 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
       cyclium: {
         nodeIdentity: 'node-live',
         nodeBeatIntervalMs: 1_000,
-        recovery: { settleMs: 0, intervalMs: INTERVAL_MS, staleAfterMs: STALE_MS, notHostedGraceMs: GRACE_MS },
+        recovery: {
+          settleMs: 0,
+          intervalMs: INTERVAL_MS,
+          staleAfterMs: STALE_MS,
+          notHostedGraceMs: GRACE_MS,
+        },
       },
       providers: [KeptActor],
     });
-    const capture: LoggerService = { log() {}, error() {}, warn: (message: unknown) => void warnings.push(String(message)) };
+    const capture: LoggerService = {
+      log() {},
+      error() {},
+      warn: (message: unknown) => void warnings.push(String(message)),
+    };
     app.useLogger(capture);
   });
 
@@ -99,7 +112,8 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
     await app?.close();
   });
 
-  const one = async <T extends pg.QueryResultRow>(sql: string, params: unknown[]) => (await database.db.query<T>(sql, params)).rows[0] as T;
+  const one = async <T extends pg.QueryResultRow>(sql: string, params: unknown[]) =>
+    (await database.db.query<T>(sql, params)).rows[0] as T;
 
   it('takes a fresh orphan within one sweep interval of going stale, past 600 stale rows it cannot run; fails those 600 after the grace period', async () => {
     // The live node has watched for longer than the grace before the crash, so only the dead node's
@@ -116,12 +130,20 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
         ).ok,
       GRACE_MS + 10_000,
     );
-    const { orphanId, diedAt } = await crash(database.db, null, { died: '0 seconds', retired: '10 minutes', orphan: '0 seconds' });
+    const { orphanId, diedAt } = await crash(database.db, null, {
+      died: '0 seconds',
+      retired: '10 minutes',
+      orphan: '0 seconds',
+    });
 
     // The orphan's journal went quiet when its node died; it is stale STALE_MS later (database clock).
     const taken = await waitFor(
       'the orphan to be taken by a sweep',
-      () => one<{ at: Date }>(`SELECT created_at AS at FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'resumed'`, [orphanId]),
+      () =>
+        one<{ at: Date }>(
+          `SELECT created_at AS at FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'resumed'`,
+          [orphanId],
+        ),
       10_000,
     );
     const lateMs = taken.at.getTime() - (diedAt.getTime() + STALE_MS);
@@ -130,7 +152,12 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
     expect(taken.at.getTime()).toBeLessThan(diedAt.getTime() + GRACE_MS);
     await waitFor(
       'the orphan to finish',
-      async () => (await one<{ status: string }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [orphanId])).status === 'done',
+      async () =>
+        (
+          await one<{ status: string }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [
+            orphanId,
+          ])
+        ).status === 'done',
     );
 
     const notHosted = () =>
@@ -139,11 +166,17 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
           WHERE actor_id = 'retired' AND source_env IS NULL AND status = 'failed' AND error_class = 'not_hosted'`,
         [],
       );
-    await waitFor('the 600 to end not_hosted', async () => (await notHosted()).n === 600, GRACE_MS + 10_000);
+    await waitFor(
+      'the 600 to end not_hosted',
+      async () => (await notHosted()).n === 600,
+      GRACE_MS + 10_000,
+    );
     const ended = await notHosted();
     // Not before the grace period after the last node that declared `retired` was seen, and within a sweep after it.
     expect(ended.first.getTime()).toBeGreaterThanOrEqual(diedAt.getTime() + GRACE_MS);
-    expect(ended.last.getTime()).toBeLessThanOrEqual(diedAt.getTime() + GRACE_MS + INTERVAL_MS + SWEEP_ALLOWANCE_MS);
+    expect(ended.last.getTime()).toBeLessThanOrEqual(
+      diedAt.getTime() + GRACE_MS + INTERVAL_MS + SWEEP_ALLOWANCE_MS,
+    );
 
     const traces = await one<{ markers: number; events: number; detail: string }>(
       `SELECT (SELECT count(*)::int FROM cyclium_episode_steps s JOIN cyclium_episodes e ON e.id = s.episode_id
@@ -155,16 +188,33 @@ describe('recovery reads oldest-stale first and ends the episodes of an actor no
     );
     expect(traces).toMatchObject({ markers: 600, events: 600 });
     expect(traces.detail).toMatch(/actor retired .*last owned by node-dead-default/);
-    expect(warnings.filter((w) => /600 episode\(s\) of actor retired as not_hosted/.test(w))).toHaveLength(1);
+    expect(
+      warnings.filter((w) => /600 episode\(s\) of actor retired as not_hosted/.test(w)),
+    ).toHaveLength(1);
     // One line per episode for the first 20 of the actor, then their count: a warning each, not a flood.
-    expect(warnings.filter((w) => /episode \S+ \(retired\.\w+\) failed as not_hosted/.test(w))).toHaveLength(20);
+    expect(
+      warnings.filter((w) => /episode \S+ \(retired\.\w+\) failed as not_hosted/.test(w)),
+    ).toHaveLength(20);
   });
 
   it('pages past 600 rows a resolvePolicy keeps in the candidates to reach the orphan behind them, in one sweep', async () => {
-    const { orphanId } = await crash(database.db, 'paging', { died: '10 minutes', retired: '10 minutes', orphan: '1 minute' });
+    const { orphanId } = await crash(database.db, 'paging', {
+      died: '10 minutes',
+      retired: '10 minutes',
+      orphan: '1 minute',
+    });
     // Swept by hand: `kept` runs here, `retired` nowhere (its last node died 10 minutes ago).
-    const result = await app.get(Recovery).sweep({ sourceEnv: 'paging', resolvePolicy: () => 'restart' });
-    expect(result).toMatchObject({ restarted: 1, skipped: 600, skippedFor: { not_hosted: 600 }, notHosted: 600 });
-    expect(await one(`SELECT attempts, owner_node FROM cyclium_episodes WHERE id = $1`, [orphanId])).toEqual({ attempts: 1, owner_node: 'node-live' });
+    const result = await app
+      .get(Recovery)
+      .sweep({ sourceEnv: 'paging', resolvePolicy: () => 'restart' });
+    expect(result).toMatchObject({
+      restarted: 1,
+      skipped: 600,
+      skippedFor: { not_hosted: 600 },
+      notHosted: 600,
+    });
+    expect(
+      await one(`SELECT attempts, owner_node FROM cyclium_episodes WHERE id = $1`, [orphanId]),
+    ).toEqual({ attempts: 1, owner_node: 'node-live' });
   });
 });

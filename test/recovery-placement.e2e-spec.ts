@@ -45,7 +45,8 @@ describe('recovery only restarts an actor where it is hosted', () => {
     await Promise.all([a?.close(), b?.close()]);
   });
 
-  const row = async (id: string) => (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
+  const row = async (id: string) =>
+    (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
 
   it('a stack_b node leaves a NULL-stack orphan of a stack_a actor for stack_a, which restarts it', async () => {
     const orphan = await b.get(Episodes).create({
@@ -58,7 +59,12 @@ describe('recovery only restarts an actor where it is hosted', () => {
     });
     // Its own sweep does not even read what it cannot run: a restart of an actor it does not host.
     expect(await b.get(Recovery).sweep()).toMatchObject({ restarted: 0, failed: 0, skipped: 0 });
-    expect(await row(orphan.id)).toMatchObject({ status: 'running', attempts: 0, phase: null, owner_node: 'node-dead' });
+    expect(await row(orphan.id)).toMatchObject({
+      status: 'running',
+      attempts: 0,
+      phase: null,
+      owner_node: 'node-dead',
+    });
 
     expect(await a.get(Recovery).sweep()).toMatchObject({ restarted: 1 });
     await waitFor('stack_a to finish it', async () => (await row(orphan.id)).status === 'done');
@@ -75,14 +81,38 @@ describe('recovery only restarts an actor where it is hosted', () => {
       startedAt: new Date(Date.now() - 60_000),
       ownerNode: 'node-dead',
     });
-    expect(await b.get(Recovery).sweep({ sourceStack: 'stack_a' })).toMatchObject({ restarted: 0, deferred: 1, failed: 0 });
-    expect(await row(orphan.id)).toMatchObject({ status: 'deferred', attempts: 1, owner_node: null });
-    const requests = (await database.db.query(`SELECT source_node, source_stack, opts FROM cyclium_trigger_requests WHERE episode_id = $1`, [orphan.id])).rows;
-    expect(requests).toEqual([{ source_node: 'node-b', source_stack: 'stack_a', opts: { resume: true } }]);
-    await waitFor('stack_a to run it from its request', async () => (await row(orphan.id)).status === 'done', 10_000);
+    expect(await b.get(Recovery).sweep({ sourceStack: 'stack_a' })).toMatchObject({
+      restarted: 0,
+      deferred: 1,
+      failed: 0,
+    });
+    expect(await row(orphan.id)).toMatchObject({
+      status: 'deferred',
+      attempts: 1,
+      owner_node: null,
+    });
+    const requests = (
+      await database.db.query(
+        `SELECT source_node, source_stack, opts FROM cyclium_trigger_requests WHERE episode_id = $1`,
+        [orphan.id],
+      )
+    ).rows;
+    expect(requests).toEqual([
+      { source_node: 'node-b', source_stack: 'stack_a', opts: { resume: true } },
+    ]);
+    await waitFor(
+      'stack_a to run it from its request',
+      async () => (await row(orphan.id)).status === 'done',
+      10_000,
+    );
     expect(await row(orphan.id)).toMatchObject({ owner_node: 'node-a', attempts: 1 });
     expect(ranOn).toContain('crossed@node-a');
-    const done = (await database.db.query(`SELECT status, claimed_by FROM cyclium_trigger_requests WHERE episode_id = $1`, [orphan.id])).rows;
+    const done = (
+      await database.db.query(
+        `SELECT status, claimed_by FROM cyclium_trigger_requests WHERE episode_id = $1`,
+        [orphan.id],
+      )
+    ).rows;
     expect(done).toEqual([{ status: 'completed', claimed_by: 'node-a' }]);
   });
 
@@ -100,7 +130,10 @@ describe('recovery only restarts an actor where it is hosted', () => {
     expect(await row(queued.id)).toMatchObject({ status: 'queued', owner_node: 'node-gone' });
 
     expect(await a.get(Recovery).sweep()).toMatchObject({ restarted: 1 });
-    await waitFor('the adopted episode to run on stack_a', async () => (await row(queued.id)).status === 'done');
+    await waitFor(
+      'the adopted episode to run on stack_a',
+      async () => (await row(queued.id)).status === 'done',
+    );
     expect(await row(queued.id)).toMatchObject({ owner_node: 'node-a' });
   });
 });

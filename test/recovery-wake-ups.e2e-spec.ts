@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, journal, rebalanceOn, sideEffects, startNode, type Rebalance } from './support/demo-cluster.js';
+import {
+  FAST_RECOVERY,
+  journal,
+  rebalanceOn,
+  sideEffects,
+  startNode,
+  type Rebalance,
+} from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 /** Longer than staleAfterMs (FAST_RECOVERY: 3 s): the wait's own journal row is stale when the run wakes. */
@@ -30,17 +37,26 @@ describe('a run woken from a long wait is not an orphan (claims off, two nodes)'
   const slowAfterSleep = { stepMs: 20, sleepMs: WAIT_MS, slowAtStep: 4, slowStepMs: SLOW_MS };
 
   beforeAll(async () => {
-    nodes.push(...(await Promise.all(['wake-a', 'wake-b'].map((id) => startNode(database.url, id, env)))));
+    nodes.push(
+      ...(await Promise.all(['wake-a', 'wake-b'].map((id) => startNode(database.url, id, env)))),
+    );
     const [a] = nodes as [DemoNode];
     // Started together: the file waits out one wait, not three.
     // `move` (step 3) fails once, then its retry is the slow step.
-    const slowRetry = { stepMs: 20, failAtStep: 3, failTimes: 1, slowAtStep: 3, slowStepMs: SLOW_MS };
+    const slowRetry = {
+      stepMs: 20,
+      failAtStep: 3,
+      failTimes: 1,
+      slowAtStep: 3,
+      slowStepMs: SLOW_MS,
+    };
     const runs: Array<[string, Rebalance, string]> = [
       ['sleep-fail', { resource: 'sleep-fail', ...slowAfterSleep }, 'rebalance_once'],
       ['sleep-restart', { resource: 'sleep-restart', ...slowAfterSleep }, 'rebalance'],
       ['backoff-restart', { resource: 'backoff-restart', ...slowRetry }, 'rebalance_retried'],
     ];
-    for (const [name, payload, expectation] of runs) started.set(name, await rebalanceOn(a, payload, expectation));
+    for (const [name, payload, expectation] of runs)
+      started.set(name, await rebalanceOn(a, payload, expectation));
   });
 
   afterAll(async () => {
@@ -75,6 +91,9 @@ describe('a run woken from a long wait is not an orphan (claims off, two nodes)'
   });
 
   it('a retry backoff longer than staleAfterMs, policy restart: done, the retried step once', async () => {
-    expect(await outcome('backoff-restart')).toEqual({ ...done, effects: { ...once, 'move:failed': 1 } });
+    expect(await outcome('backoff-restart')).toEqual({
+      ...done,
+      effects: { ...once, 'move:failed': 1 },
+    });
   });
 });

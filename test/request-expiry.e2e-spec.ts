@@ -5,7 +5,13 @@ import { resolveCycliumOptions } from '../libs/cyclium/src/options/resolve-optio
 import { eventKey } from '../libs/cyclium/src/triggers/dedupe-keys.js';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, post, rebalanceOn, startNode, waitForStatus } from './support/demo-cluster.js';
+import {
+  FAST_RECOVERY,
+  post,
+  rebalanceOn,
+  startNode,
+  waitForStatus,
+} from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 /** Short, so a whole-cluster stop outlasts it. */
@@ -44,7 +50,8 @@ describe('trigger requests across whole-cluster stops', () => {
     DEMO_TRIGGER_TTL_MS: String(TTL_MS),
     DEMO_RETRY_INITIAL_MS: '0',
   };
-  const rows = async (sql: string, params: unknown[]) => (await database.db.query(sql, params)).rows;
+  const rows = async (sql: string, params: unknown[]) =>
+    (await database.db.query(sql, params)).rows;
   const nodes: DemoNode[] = [];
   const boot = async (id: string, extra: Record<string, string> = {}) => {
     const node = await startNode(database.url, id, { ...env, ...extra });
@@ -71,14 +78,21 @@ describe('trigger requests across whole-cluster stops', () => {
 
   it('runs a handover, an operator retry, a zero-backoff retry and a deferred restart after a long stop', async () => {
     const [f, b] = await Promise.all([boot('keep-f'), boot('keep-b')]);
-    await waitFor('both nodes to have beaten after the later one', async () => (await rows(BEATEN, []))[0].n === 2);
+    await waitFor(
+      'both nodes to have beaten after the later one',
+      async () => (await rows(BEATEN, []))[0].n === 2,
+    );
     // An episode that failed, for the operator to retry later.
     const failOnce = { stepMs: 20, failAtStep: 1, failTimes: 1 };
     const retried = await rebalanceOn(f, { resource: 'operator', ...failOnce }, 'rebalance_once');
     await waitForStatus(database.db, retried, 'failed');
     // A run recovery will restart, and one whose first step fails once with no backoff: both outlast the setup below.
     const restarted = await rebalanceOn(b, { resource: 'restart', stepMs: 2_000 });
-    const zeroBackoff = await rebalanceOn(f, { resource: 'zero', ...failOnce, stepMs: 2_500 }, 'rebalance_retried');
+    const zeroBackoff = await rebalanceOn(
+      f,
+      { resource: 'zero', ...failOnce, stepMs: 2_500 },
+      'rebalance_retried',
+    );
     // From now on no node runs the rebalancer: every request of it waits.
     await Promise.all([mode(f, { [ACTOR]: 'disabled' }), mode(b, { [ACTOR]: 'trigger_only' })]);
     await waitForStatus(database.db, zeroBackoff, 'waiting', 15_000);
@@ -93,8 +107,13 @@ describe('trigger requests across whole-cluster stops', () => {
       }
     };
     const [handed, marker] = [pick('keep-f'), pick('keep-b')];
-    for (const eventId of [handed, marker]) await post(b, '/events', { type: 'resource.rebalance', eventId, payload });
-    await waitFor('keep-b to take the event it ranks first for', () => episodeOfEvent(marker), 10_000);
+    for (const eventId of [handed, marker])
+      await post(b, '/events', { type: 'resource.rebalance', eventId, payload });
+    await waitFor(
+      'keep-b to take the event it ranks first for',
+      () => episodeOfEvent(marker),
+      10_000,
+    );
     // keep-f defers the restart of what keep-b's drain interrupts.
     await mode(f, { [ACTOR]: 'trigger_only' });
 
@@ -105,13 +124,17 @@ describe('trigger requests across whole-cluster stops', () => {
     })) as string;
     await waitForStatus(database.db, restarted, 'deferred', 15_000);
     const ops = { method: 'POST', headers: { 'x-cyclium-ops': '1' } };
-    expect((await fetch(`http://127.0.0.1:${f.port}/ops/api/episodes/${retried}/retry`, ops)).status).toBe(202);
+    expect(
+      (await fetch(`http://127.0.0.1:${f.port}/ops/api/episodes/${retried}/retry`, ops)).status,
+    ).toBe(202);
 
     const accepted = { handedOver, retried, zeroBackoff, restarted };
     let newest = new Date(0);
     for (const [what, id] of Object.entries(accepted)) {
       const requests = await requestsOf(id);
-      const waiting = requests.filter((r) => r.status === 'pending' || r.status === 'scheduled').length;
+      const waiting = requests.filter(
+        (r) => r.status === 'pending' || r.status === 'scheduled',
+      ).length;
       expect({ what, waiting }).toEqual({ what, waiting: 1 });
       for (const r of requests) if (r.inserted_at > newest) newest = r.inserted_at as Date;
     }
@@ -121,10 +144,15 @@ describe('trigger requests across whole-cluster stops', () => {
 
     const n = await boot('keep-n');
     const ended = () => rows(ENDED, [Object.values(accepted)]);
-    const allEnded = async () => (await ended()).every((r) => r.status === 'done' || r.status === 'failed');
+    const allEnded = async () =>
+      (await ended()).every((r) => r.status === 'done' || r.status === 'failed');
     await waitFor('every accepted episode to end', allEnded, 30_000, 200);
-    const by = new Map((await ended()).map((r) => [r.id, `${r.status}${r.error_class ? `/${r.error_class}` : ''}`]));
-    const outcomes = Object.fromEntries(Object.entries(accepted).map(([what, id]) => [what, by.get(id)]));
+    const by = new Map(
+      (await ended()).map((r) => [r.id, `${r.status}${r.error_class ? `/${r.error_class}` : ''}`]),
+    );
+    const outcomes = Object.fromEntries(
+      Object.entries(accepted).map(([what, id]) => [what, by.get(id)]),
+    );
     expect(outcomes).toEqual({
       handedOver: 'done',
       retried: 'done',
@@ -138,12 +166,20 @@ describe('trigger requests across whole-cluster stops', () => {
     const lonely = { CYCLIUM_ENV: 'lonely' };
     const trigger = await boot('lonely-t', { ...lonely, CYCLIUM_MODE: 'trigger_only' });
     const body = { payload: { resource: 'lonely', stepMs: 20 } };
-    const answer = await post<{ status: string; episodeId: string }>(trigger, `/actors/${ACTOR}/rebalance`, body);
+    const answer = await post<{ status: string; episodeId: string }>(
+      trigger,
+      `/actors/${ACTOR}/rebalance`,
+      body,
+    );
     const { status, episodeId } = answer;
     expect(status).toBe('deferred');
     const [request] = await requestsOf(episodeId);
     // No full node in its env: however long it waits, it stays.
-    await pastBy('twice the TTL with no full node in the env', request.inserted_at as Date, 2 * TTL_MS);
+    await pastBy(
+      'twice the TTL with no full node in the env',
+      request.inserted_at as Date,
+      2 * TTL_MS,
+    );
     expect((await requestsOf(episodeId)).map((r) => r.status)).toEqual(['pending']);
 
     // A full node of the env that does not host the rebalancer: once it has been up for the TTL, the

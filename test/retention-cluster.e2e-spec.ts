@@ -31,7 +31,8 @@ describe('retention under load on three nodes, one killed', () => {
   const database = useDatabase();
   const live: DemoNode[] = [];
   const killed: DemoNode[] = [];
-  const scalar = async (sql: string, params: unknown[] = []) => Number((await database.db.query(sql, params)).rows[0].n);
+  const scalar = async (sql: string, params: unknown[] = []) =>
+    Number((await database.db.query(sql, params)).rows[0].n);
 
   beforeAll(async () => {
     await database.db.query(`
@@ -53,7 +54,11 @@ describe('retention under load on three nodes, one killed', () => {
       CREATE FUNCTION audit_output() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN INSERT INTO audit_outputs (episode_id, status) VALUES (OLD.episode_id, OLD.status); RETURN NULL; END $$;
       CREATE TRIGGER audit_output_delete AFTER DELETE ON cyclium_outputs FOR EACH ROW EXECUTE FUNCTION audit_output();`);
-    live.push(...(await Promise.all(['ret-1', 'ret-2', 'ret-3'].map((id) => startNode(database.url, id, RETENTION)))));
+    live.push(
+      ...(await Promise.all(
+        ['ret-1', 'ret-2', 'ret-3'].map((id) => startNode(database.url, id, RETENTION)),
+      )),
+    );
   });
 
   afterAll(async () => {
@@ -68,7 +73,11 @@ describe('retention under load on three nodes, one killed', () => {
         const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
-          body: JSON.stringify({ type: 'resource.rebalance', eventId: `kept-${i}`, payload: { resource: `kept-${i}`, stepMs: 20, outputKey: `kept-${i}` } }),
+          body: JSON.stringify({
+            type: 'resource.rebalance',
+            eventId: `kept-${i}`,
+            payload: { resource: `kept-${i}`, stepMs: 20, outputKey: `kept-${i}` },
+          }),
         });
         if (response.status === 202) return;
       } catch {
@@ -89,16 +98,30 @@ describe('retention under load on three nodes, one killed', () => {
       }
       await new Promise((r) => setTimeout(r, 40));
     }
-    const loadEnded = (await database.db.query<{ now: Date }>(`SELECT clock_timestamp() AS now`)).rows[0]?.now as Date;
+    const loadEnded = (await database.db.query<{ now: Date }>(`SELECT clock_timestamp() AS now`))
+      .rows[0]?.now as Date;
 
     // Every event's episode ends done and, the windows past, is archived and deleted.
     const events = `SELECT count(DISTINCT event_id)::int AS n FROM audit_episodes WHERE actor_id = 'resource_rebalancer' AND event_id LIKE 'kept-%'`;
-    await waitFor('every event to have been run, archived and deleted', async () => (await scalar(`${events} AND op = 'delete'`)) === EVENTS, 90_000, 250);
+    await waitFor(
+      'every event to have been run, archived and deleted',
+      async () => (await scalar(`${events} AND op = 'delete'`)) === EVENTS,
+      90_000,
+      250,
+    );
 
     // Exactly one episode per event answered 202, and each one ended done.
     expect(await scalar(`${events} AND op = 'insert'`)).toBe(EVENTS);
-    expect(await scalar(`SELECT count(*)::int AS n FROM audit_episodes WHERE op = 'insert' AND event_id LIKE 'kept-%'`)).toBe(EVENTS);
-    expect(await scalar(`SELECT count(*)::int AS n FROM audit_episodes WHERE op = 'delete' AND event_id LIKE 'kept-%' AND status <> 'done'`)).toBe(0);
+    expect(
+      await scalar(
+        `SELECT count(*)::int AS n FROM audit_episodes WHERE op = 'insert' AND event_id LIKE 'kept-%'`,
+      ),
+    ).toBe(EVENTS);
+    expect(
+      await scalar(
+        `SELECT count(*)::int AS n FROM audit_episodes WHERE op = 'delete' AND event_id LIKE 'kept-%' AND status <> 'done'`,
+      ),
+    ).toBe(0);
 
     // Nothing archived before archiveAfter past its end, nothing deleted before deleteAfter past its archiving, nothing live.
     const early = await database.db.query(
@@ -109,14 +132,25 @@ describe('retention under load on three nodes, one killed', () => {
       [ARCHIVE_AFTER_MS, DELETE_AFTER_MS],
     );
     expect(early.rows).toEqual([]);
-    expect(await scalar(`SELECT count(*)::int AS n FROM audit_outputs WHERE status = 'pending'`)).toBe(0);
-    expect(await scalar(`SELECT count(*)::int AS n FROM audit_outputs`)).toBeGreaterThanOrEqual(EVENTS);
+    expect(
+      await scalar(`SELECT count(*)::int AS n FROM audit_outputs WHERE status = 'pending'`),
+    ).toBe(0);
+    expect(await scalar(`SELECT count(*)::int AS n FROM audit_outputs`)).toBeGreaterThanOrEqual(
+      EVENTS,
+    );
 
     // Retention ran during the load, not only after it: the earliest deletions came while events still flowed.
-    expect(await scalar(`SELECT count(*)::int AS n FROM audit_episodes WHERE op = 'delete' AND at < $1`, [loadEnded])).toBeGreaterThan(EVENTS / 5);
+    expect(
+      await scalar(
+        `SELECT count(*)::int AS n FROM audit_episodes WHERE op = 'delete' AND at < $1`,
+        [loadEnded],
+      ),
+    ).toBeGreaterThan(EVENTS / 5);
     // What is left is what is inside its windows, and no journal row outlived its episode.
     expect(
-      await scalar(`SELECT count(*)::int AS n FROM cyclium_episode_steps s WHERE NOT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = s.episode_id)`),
+      await scalar(
+        `SELECT count(*)::int AS n FROM cyclium_episode_steps s WHERE NOT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = s.episode_id)`,
+      ),
     ).toBe(0);
   });
 });

@@ -1,7 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
-import { FAST_RECOVERY, episodeRow, rebalanceOn, sideEffects, startNode, waitForStatus } from './support/demo-cluster.js';
+import {
+  FAST_RECOVERY,
+  episodeRow,
+  rebalanceOn,
+  sideEffects,
+  startNode,
+  waitForStatus,
+} from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 const INITIAL_MS = 1_500;
@@ -16,7 +23,12 @@ const TTL_MS = 2_000;
  */
 describe('retries across nodes', () => {
   const database = useDatabase(4);
-  const env = { ...FAST_RECOVERY, DEMO_TRIGGER_POLL_MS: '500', DEMO_RETRY_INITIAL_MS: String(INITIAL_MS), DEMO_TRIGGER_TTL_MS: String(TTL_MS) };
+  const env = {
+    ...FAST_RECOVERY,
+    DEMO_TRIGGER_POLL_MS: '500',
+    DEMO_RETRY_INITIAL_MS: String(INITIAL_MS),
+    DEMO_TRIGGER_TTL_MS: String(TTL_MS),
+  };
   const nodes: DemoNode[] = [];
   const boot = async (id: string) => {
     const node = await startNode(database.url, id, env);
@@ -47,68 +59,153 @@ describe('retries across nodes', () => {
   }
 
   it('ends done after three attempts when the third step throws twice; steps 1 and 2 ran once; each backoff at least its delay', async () => {
-    const id = await rebalanceOn(a, { resource: 'retry-1', stepMs: 20, failAtStep: 3, failTimes: 2 }, 'rebalance_retried');
+    const id = await rebalanceOn(
+      a,
+      { resource: 'retry-1', stepMs: 20, failAtStep: 3, failTimes: 2 },
+      'rebalance_retried',
+    );
     const row = await waitForStatus(database.db, id, 'done', 30_000);
     expect(row.retries).toBe(2);
-    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, 'move:failed': 2, move: 1, verify: 1, report: 1 });
+    expect(await sideEffects(database.db, id)).toEqual({
+      plan: 1,
+      drain: 1,
+      'move:failed': 2,
+      move: 1,
+      verify: 1,
+      report: 1,
+    });
     const waits = await wakeUps(id);
     expect(waits.map((w) => Math.round(w.due))).toEqual([INITIAL_MS, INITIAL_MS * 2]);
     for (const w of waits) expect(w.waited).toBeGreaterThanOrEqual(w.due);
   });
 
   it('resumes on another node when the one that wrote the backoff is killed during it', async () => {
-    const id = await rebalanceOn(a, { resource: 'retry-2', stepMs: 20, failAtStep: 2, failTimes: 1 }, 'rebalance_retried');
+    const id = await rebalanceOn(
+      a,
+      { resource: 'retry-2', stepMs: 20, failAtStep: 2, failTimes: 1 },
+      'rebalance_retried',
+    );
     await waiting(id);
     await a.stop('SIGKILL');
     const row = await waitForStatus(database.db, id, 'done', 30_000);
     expect(row.owner_node).toBe('retry-b');
-    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, 'drain:failed': 1, drain: 1, move: 1, verify: 1, report: 1 });
+    expect(await sideEffects(database.db, id)).toEqual({
+      plan: 1,
+      'drain:failed': 1,
+      drain: 1,
+      move: 1,
+      verify: 1,
+      report: 1,
+    });
   });
 
   it('loses nothing when the whole cluster stops during a backoff and stays down past the request TTL', async () => {
-    const id = await rebalanceOn(b, { resource: 'retry-3', stepMs: 20, failAtStep: 4, failTimes: 1 }, 'rebalance_retried');
+    const id = await rebalanceOn(
+      b,
+      { resource: 'retry-3', stepMs: 20, failAtStep: 4, failTimes: 1 },
+      'rebalance_retried',
+    );
     await waiting(id);
     await b.stop('SIGKILL');
-    const { not_before: due } = (await database.db.query(`SELECT not_before FROM cyclium_trigger_requests WHERE episode_id = $1`, [id])).rows[0];
+    const { not_before: due } = (
+      await database.db.query(
+        `SELECT not_before FROM cyclium_trigger_requests WHERE episode_id = $1`,
+        [id],
+      )
+    ).rows[0];
     await waitFor(
       'the backoff to be overdue by more than the TTL with no node up',
-      async () => (await database.db.query(`SELECT now() > $1::timestamptz + make_interval(secs => $2) AS past`, [due, (TTL_MS + 500) / 1000])).rows[0].past,
+      async () =>
+        (
+          await database.db.query(
+            `SELECT now() > $1::timestamptz + make_interval(secs => $2) AS past`,
+            [due, (TTL_MS + 500) / 1000],
+          )
+        ).rows[0].past,
     );
     expect((await episodeRow(database.db, id)).status).toBe('waiting');
     await boot('retry-c');
     const row = await waitForStatus(database.db, id, 'done', 30_000);
     expect(row.owner_node).toBe('retry-c');
-    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, 'verify:failed': 1, verify: 1, report: 1 });
+    expect(await sideEffects(database.db, id)).toEqual({
+      plan: 1,
+      drain: 1,
+      move: 1,
+      'verify:failed': 1,
+      verify: 1,
+      report: 1,
+    });
   });
 
   it('resumes a sleeping episode on another node when the one it slept on is killed', async () => {
     const [c] = nodes.slice(-1) as [DemoNode];
     await boot('retry-d');
-    const id = await rebalanceOn(c, { resource: 'sleep-1', stepMs: 20, sleepMs: 2_000 }, 'rebalance_retried');
+    const id = await rebalanceOn(
+      c,
+      { resource: 'sleep-1', stepMs: 20, sleepMs: 2_000 },
+      'rebalance_retried',
+    );
     await waiting(id);
     await c.stop('SIGKILL');
     const row = await waitForStatus(database.db, id, 'done', 30_000);
     expect(row.owner_node).toBe('retry-d');
-    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, verify: 1, report: 1 });
-    const { rows } = await database.db.query(`SELECT name FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step' ORDER BY step_no`, [id]);
-    expect(rows.map((r) => r.name)).toEqual(['plan', 'drain', 'sleep:pause', 'move', 'verify', 'report']);
+    expect(await sideEffects(database.db, id)).toEqual({
+      plan: 1,
+      drain: 1,
+      move: 1,
+      verify: 1,
+      report: 1,
+    });
+    const { rows } = await database.db.query(
+      `SELECT name FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step' ORDER BY step_no`,
+      [id],
+    );
+    expect(rows.map((r) => r.name)).toEqual([
+      'plan',
+      'drain',
+      'sleep:pause',
+      'move',
+      'verify',
+      'report',
+    ]);
   });
 
   it('loses no sleeping episode when the whole cluster stops during the sleep and stays down past the request TTL, the same node identity coming back', async () => {
     const [d] = nodes.slice(-1) as [DemoNode];
-    const id = await rebalanceOn(d, { resource: 'sleep-2', stepMs: 20, sleepMs: 1_500 }, 'rebalance_retried');
+    const id = await rebalanceOn(
+      d,
+      { resource: 'sleep-2', stepMs: 20, sleepMs: 1_500 },
+      'rebalance_retried',
+    );
     await waiting(id);
     await d.stop('SIGKILL');
-    const { not_before: due } = (await database.db.query(`SELECT not_before FROM cyclium_trigger_requests WHERE episode_id = $1`, [id])).rows[0];
+    const { not_before: due } = (
+      await database.db.query(
+        `SELECT not_before FROM cyclium_trigger_requests WHERE episode_id = $1`,
+        [id],
+      )
+    ).rows[0];
     await waitFor(
       'the sleep to be overdue by more than the TTL with no node up',
-      async () => (await database.db.query(`SELECT now() > $1::timestamptz + make_interval(secs => $2) AS past`, [due, (TTL_MS + 500) / 1000])).rows[0].past,
+      async () =>
+        (
+          await database.db.query(
+            `SELECT now() > $1::timestamptz + make_interval(secs => $2) AS past`,
+            [due, (TTL_MS + 500) / 1000],
+          )
+        ).rows[0].past,
     );
     expect((await episodeRow(database.db, id)).status).toBe('waiting');
     // The killed node's identity comes back as a new process: it takes the identity over and resumes the episode.
     await boot('retry-d');
     const row = await waitForStatus(database.db, id, 'done', 30_000);
     expect(row.owner_node).toBe('retry-d');
-    expect(await sideEffects(database.db, id)).toEqual({ plan: 1, drain: 1, move: 1, verify: 1, report: 1 });
+    expect(await sideEffects(database.db, id)).toEqual({
+      plan: 1,
+      drain: 1,
+      move: 1,
+      verify: 1,
+      report: 1,
+    });
   });
 });

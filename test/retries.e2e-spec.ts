@@ -1,6 +1,14 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, InvalidTriggerError, Recovery, type EpisodeContext, type TriggerOptions } from '@cyclium/nestjs';
+import {
+  Actor,
+  Episodes,
+  Expectation,
+  InvalidTriggerError,
+  Recovery,
+  type EpisodeContext,
+  type TriggerOptions,
+} from '@cyclium/nestjs';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -14,7 +22,9 @@ class PermanentError extends Error {
 /** Side effects by episode and step name, as the test process saw them. */
 const ran = new Map<string, number>();
 const count = (episodeId: string, step: string) =>
-  ran.set(`${episodeId}:${step}`, (ran.get(`${episodeId}:${step}`) ?? 0) + 1).get(`${episodeId}:${step}`) as number;
+  ran
+    .set(`${episodeId}:${step}`, (ran.get(`${episodeId}:${step}`) ?? 0) + 1)
+    .get(`${episodeId}:${step}`) as number;
 
 @Injectable()
 @Actor({ id: 'flaky' })
@@ -80,7 +90,10 @@ describe('retries with backoff', () => {
     await app?.close();
   });
 
-  async function trigger(payload: { failures: number; permanent?: boolean }, options?: TriggerOptions): Promise<string> {
+  async function trigger(
+    payload: { failures: number; permanent?: boolean },
+    options?: TriggerOptions,
+  ): Promise<string> {
     const result = await app.get(Episodes).trigger('flaky', 'job', payload, options);
     if (result.status !== 'started') throw new Error(`trigger was ${result.status}`);
     return result.episode.id;
@@ -88,7 +101,10 @@ describe('retries with backoff', () => {
 
   async function ended(id: string): Promise<Record<string, unknown>> {
     return waitFor(`episode ${id} to end`, async () => {
-      const { rows } = await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1 AND finished_at IS NOT NULL`, [id]);
+      const { rows } = await database.db.query(
+        `SELECT * FROM cyclium_episodes WHERE id = $1 AND finished_at IS NOT NULL`,
+        [id],
+      );
       return rows[0] as Record<string, unknown> | undefined;
     }) as Promise<Record<string, unknown>>;
   }
@@ -98,8 +114,13 @@ describe('retries with backoff', () => {
     const row = await ended(id);
     expect(row).toMatchObject({ status: 'done', retries: 2 });
     expect([ran.get(`${id}:s1`), ran.get(`${id}:s2`), ran.get(`${id}:s3`)]).toEqual([1, 1, 3]);
-    const marks = await database.db.query(`SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry' ORDER BY step_no`, [id]);
-    expect(marks.rows.map((r) => [r.result_ref.attempt, r.result_ref.delayMs, r.result_ref.error])).toEqual([
+    const marks = await database.db.query(
+      `SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry' ORDER BY step_no`,
+      [id],
+    );
+    expect(
+      marks.rows.map((r) => [r.result_ref.attempt, r.result_ref.delayMs, r.result_ref.error]),
+    ).toEqual([
       [1, INITIAL_MS, 's3 failed, run 1'],
       [2, INITIAL_MS * 2, 's3 failed, run 2'],
     ]);
@@ -130,34 +151,58 @@ describe('retries with backoff', () => {
   });
 
   it("goes by a trigger's own retry policy over the expectation's, and by none with retry: false", async () => {
-    const own = await trigger({ failures: 5 }, { retry: { attempts: 2, backoff: { initialMs: 100 } } });
+    const own = await trigger(
+      { failures: 5 },
+      { retry: { attempts: 2, backoff: { initialMs: 100 } } },
+    );
     const row = await ended(own);
     expect(row).toMatchObject({ status: 'failed', retries: 1 });
     expect(row.error_detail).toMatch(/^attempt 2 of 2: s3 failed, run 2/);
-    const marks = await database.db.query(`SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry'`, [own]);
+    const marks = await database.db.query(
+      `SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry'`,
+      [own],
+    );
     expect(marks.rows.map((r) => r.result_ref.delayMs)).toEqual([100]);
 
     const none = await trigger({ failures: 1 }, { retry: false });
-    expect(await ended(none)).toMatchObject({ status: 'failed', retries: 0, error_detail: expect.stringMatching(/^s3 failed, run 1/) });
+    expect(await ended(none)).toMatchObject({
+      status: 'failed',
+      retries: 0,
+      error_detail: expect.stringMatching(/^s3 failed, run 1/),
+    });
     expect(ran.get(`${none}:s3`)).toBe(1);
 
-    const bad = app.get(Episodes).trigger('flaky', 'job', { failures: 0 }, { retry: { attempts: 1 } });
+    const bad = app
+      .get(Episodes)
+      .trigger('flaky', 'job', { failures: 0 }, { retry: { attempts: 1 } });
     await expect(bad).rejects.toThrow(InvalidTriggerError);
-    await expect(bad).rejects.toMatchObject({ field: 'retry', message: expect.stringContaining('retry.attempts must be a whole number >= 2') });
+    await expect(bad).rejects.toMatchObject({
+      field: 'retry',
+      message: expect.stringContaining('retry.attempts must be a whole number >= 2'),
+    });
   });
 
   it('waits invisible to the orphan sweep, and a cancel while it waits ends it canceled without another attempt', async () => {
     const id = await trigger({ failures: 10 });
     await waitFor(
       'the first backoff',
-      async () => (await database.db.query(`SELECT 1 FROM cyclium_episodes WHERE id = $1 AND status = 'waiting'`, [id])).rowCount === 1,
+      async () =>
+        (
+          await database.db.query(
+            `SELECT 1 FROM cyclium_episodes WHERE id = $1 AND status = 'waiting'`,
+            [id],
+          )
+        ).rowCount === 1,
     );
     const swept = await app.get(Recovery).sweep({ staleAfterMs: 1 });
     expect(swept.restarted + swept.failed).toBe(0);
     expect(await app.get(Episodes).cancel(id)).toBe('canceled');
     // Its wake-up falls due and is taken by a poll, which finds nothing to run.
     await waitFor('the wake-up to be taken', async () => {
-      const { rows } = await database.db.query(`SELECT 1 FROM cyclium_trigger_requests WHERE episode_id = $1 AND status = 'completed'`, [id]);
+      const { rows } = await database.db.query(
+        `SELECT 1 FROM cyclium_trigger_requests WHERE episode_id = $1 AND status = 'completed'`,
+        [id],
+      );
       return rows.length === 1;
     });
     expect((await ended(id)).status).toBe('canceled');
@@ -172,7 +217,9 @@ describe('retries with backoff', () => {
       const row = await read();
       return row?.status === 'running' || row?.status === 'waiting' ? undefined : row;
     }).catch(async (error: unknown) => {
-      throw new Error(`${String(error)}; the episode is ${JSON.stringify(await read())}`, { cause: error });
+      throw new Error(`${String(error)}; the episode is ${JSON.stringify(await read())}`, {
+        cause: error,
+      });
     });
   }
 
@@ -219,7 +266,11 @@ describe('retries with backoff', () => {
       });
       const done = { status: 'done', error_class: null, attempts: 0, wakeUps: 1 };
       expect(await outcome(retried)).toEqual({ ...done, retries: 1 });
-      expect([ran.get(`${retried}:s1`), ran.get(`${retried}:s2`), ran.get(`${retried}:s3`)]).toEqual([1, 1, 2]);
+      expect([
+        ran.get(`${retried}:s1`),
+        ran.get(`${retried}:s2`),
+        ran.get(`${retried}:s3`),
+      ]).toEqual([1, 1, 2]);
       const nap = slept.episode.id;
       expect(await outcome(nap)).toEqual({ ...done, retries: 0 });
       expect([ran.get(`${nap}:before`), ran.get(`${nap}:after`)]).toEqual([1, 1]);
@@ -227,7 +278,8 @@ describe('retries with backoff', () => {
                                                      (SELECT last_value FROM fault_sleep) AS sleep`);
       expect(faults.rows[0]).toEqual({ retry: '2', sleep: '2' });
     } finally {
-      await database.db.query(`DROP TRIGGER fault_once ON cyclium_trigger_requests; DROP FUNCTION fault_once();
+      await database.db
+        .query(`DROP TRIGGER fault_once ON cyclium_trigger_requests; DROP FUNCTION fault_once();
                                DROP SEQUENCE fault_retry, fault_sleep`);
     }
   });
@@ -240,7 +292,13 @@ describe('retries with backoff', () => {
       const id = result.episode.id;
       await waitFor(
         'the sleep',
-        async () => (await database.db.query(`SELECT 1 FROM cyclium_episodes WHERE id = $1 AND status = 'waiting'`, [id])).rowCount === 1,
+        async () =>
+          (
+            await database.db.query(
+              `SELECT 1 FROM cyclium_episodes WHERE id = $1 AND status = 'waiting'`,
+              [id],
+            )
+          ).rowCount === 1,
       );
       expect(ran.get(`${id}:after`)).toBeUndefined();
       const row = await ended(id);

@@ -12,7 +12,11 @@ describe('rolling deploy of 3 nodes while 300 episodes flow', () => {
   const retired: DemoNode[] = [];
 
   beforeAll(async () => {
-    live.push(...(await Promise.all(['node-1', 'node-2', 'node-3'].map((id) => startNode(database.url, id)))));
+    live.push(
+      ...(await Promise.all(
+        ['node-1', 'node-2', 'node-3'].map((id) => startNode(database.url, id)),
+      )),
+    );
   });
 
   afterAll(async () => {
@@ -54,13 +58,23 @@ describe('rolling deploy of 3 nodes while 300 episodes flow', () => {
     })();
     const deploying = (async () => {
       for (let n = 1; n <= 3; n++) {
-        await waitFor('episodes flowing', async () => (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes`)) >= n * 40);
+        await waitFor(
+          'episodes flowing',
+          async () => (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes`)) >= n * 40,
+        );
         const old = live.shift() as DemoNode;
         retired.push(old);
         // Make sure the deploy interrupts work: this node is mid-episode when its SIGTERM comes.
-        const inFlight = await rebalanceOn(old, { resource: `in-flight-${n}`, stepMs: 500, outputKey: `in-flight-${n}` });
+        const inFlight = await rebalanceOn(old, {
+          resource: `in-flight-${n}`,
+          stepMs: 500,
+          outputKey: `in-flight-${n}`,
+        });
         interrupted.push(inFlight);
-        await waitFor('the in-flight episode to pass a step', async () => (await stepsJournaled(database.db, inFlight)).length >= 1);
+        await waitFor(
+          'the in-flight episode to pass a step',
+          async () => (await stepsJournaled(database.db, inFlight)).length >= 1,
+        );
         await old.stop('SIGTERM');
         live.push(await startNode(database.url, `node-${n}-v2`));
       }
@@ -70,7 +84,9 @@ describe('rolling deploy of 3 nodes while 300 episodes flow', () => {
     await waitFor(
       'the cluster to settle',
       async () =>
-        (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE status IN ('running', 'queued')`)) === 0 &&
+        (await scalar(
+          `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status IN ('running', 'queued')`,
+        )) === 0 &&
         (await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes`)) >= EPISODES + 3,
       90_000,
       250,
@@ -78,13 +94,24 @@ describe('rolling deploy of 3 nodes while 300 episodes flow', () => {
     const flowing = `FROM cyclium_episodes WHERE trigger_ref->'payload'->>'resource' LIKE 'roll-%'`;
     expect(await scalar(`SELECT count(*)::int AS n ${flowing}`)).toBe(EPISODES);
     expect(await scalar(`SELECT count(*)::int AS n ${flowing} AND status = 'done'`)).toBe(EPISODES);
-    expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE attempts > max_attempts`)).toBe(0);
-    expect(await scalar(`SELECT count(DISTINCT dedupe_key)::int AS n FROM cyclium_outputs WHERE dedupe_key LIKE 'roll-%'`)).toBe(EPISODES);
-    expect(await scalar(`SELECT count(*)::int AS n FROM cyclium_outputs WHERE dedupe_key LIKE 'roll-%'`)).toBe(EPISODES);
+    expect(
+      await scalar(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE attempts > max_attempts`),
+    ).toBe(0);
+    expect(
+      await scalar(
+        `SELECT count(DISTINCT dedupe_key)::int AS n FROM cyclium_outputs WHERE dedupe_key LIKE 'roll-%'`,
+      ),
+    ).toBe(EPISODES);
+    expect(
+      await scalar(`SELECT count(*)::int AS n FROM cyclium_outputs WHERE dedupe_key LIKE 'roll-%'`),
+    ).toBe(EPISODES);
     // The deploy did interrupt work: each retired node's in-flight episode was restarted elsewhere
     // and finished. A restart may land on the node retired next and be interrupted again, so the
     // count of attempts is only bounded (checked above for every episode), not fixed.
-    const { rows } = await database.db.query(`SELECT status, attempts FROM cyclium_episodes WHERE id = ANY($1)`, [interrupted]);
+    const { rows } = await database.db.query(
+      `SELECT status, attempts FROM cyclium_episodes WHERE id = ANY($1)`,
+      [interrupted],
+    );
     expect(rows).toHaveLength(3);
     for (const row of rows) {
       expect(row.status).toBe('done');

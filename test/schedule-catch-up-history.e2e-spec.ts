@@ -82,7 +82,12 @@ describe("a schedule's catch-up after retention deleted the buckets after an old
     // Another service of the env (its nodes do not host the schedule) deletes the ended ones; bucket 1 stays running.
     const other = await start([]);
     const deleted = `SELECT count(*) AS n FROM audit_ticks WHERE op = 'DELETE'`;
-    await waitFor('the ended buckets to be deleted', async () => (await scalar(deleted)) >= 2, 15_000, 100);
+    await waitFor(
+      'the ended buckets to be deleted',
+      async () => (await scalar(deleted)) >= 2,
+      15_000,
+      100,
+    );
     await stop(other);
     release();
 
@@ -90,7 +95,12 @@ describe("a schedule's catch-up after retention deleted the buckets after an old
     await start([TickerActor]);
     // The live timer fires the buckets after the boot; a bucket before it runs only by the catch-up.
     const after = `SELECT count(DISTINCT bucket) AS n FROM audit_ticks WHERE op = 'INSERT' AND bucket > $1`;
-    await waitFor('two live buckets to run', async () => (await scalar(after, [bootedAt])) >= 2, 10_000, 50);
+    await waitFor(
+      'two live buckets to run',
+      async () => (await scalar(after, [bootedAt])) >= 2,
+      10_000,
+      50,
+    );
     const twice = await database.db.query(
       `SELECT bucket, count(*)::int AS n FROM audit_ticks WHERE op = 'INSERT'
         GROUP BY bucket HAVING count(*) > 1`,

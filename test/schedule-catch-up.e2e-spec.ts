@@ -21,7 +21,11 @@ async function buckets(database: TestDatabase): Promise<Array<{ at: number; n: n
 function stoppedCluster(catchUp: 'all' | 'last') {
   const database = useDatabase();
   const nodes: DemoNode[] = [];
-  const env = { ...FAST_RECOVERY, DEMO_ADVISOR_EVERY: `${EVERY_MS}ms`, DEMO_ADVISOR_CATCH_UP: catchUp };
+  const env = {
+    ...FAST_RECOVERY,
+    DEMO_ADVISOR_EVERY: `${EVERY_MS}ms`,
+    DEMO_ADVISOR_CATCH_UP: catchUp,
+  };
   const boot = async (id: string) => {
     const node = await startNode(database.url, id, env);
     nodes.push(node);
@@ -38,7 +42,12 @@ function stoppedCluster(catchUp: 'all' | 'last') {
     const last = Math.max(...(await buckets(database)).map((b) => b.at));
     await waitFor(
       `${MISSED} buckets to fall while no node runs`,
-      async () => (await database.db.query(`SELECT now() >= $1::timestamptz AS past`, [new Date(last + (MISSED + 0.5) * EVERY_MS)])).rows[0].past,
+      async () =>
+        (
+          await database.db.query(`SELECT now() >= $1::timestamptz AS past`, [
+            new Date(last + (MISSED + 0.5) * EVERY_MS),
+          ])
+        ).rows[0].past,
       (MISSED + 3) * EVERY_MS,
       100,
     );
@@ -66,7 +75,9 @@ describe("a schedule's catch-up after a whole-cluster stop", () => {
       // No gap from the last bucket before the stop to the newest, and none twice.
       expect(after.map((b) => (b.at - last) / EVERY_MS)).toEqual(after.map((_, i) => i + 1));
       expect(after.every((b) => b.n === 1)).toBe(true);
-      expect(back.map((node) => node.output()).join('')).toMatch(/catch-up of resource_advisor\.summarize: \d+ bucket\(s\) fell since .* running each/);
+      expect(back.map((node) => node.output()).join('')).toMatch(
+        /catch-up of resource_advisor\.summarize: \d+ bucket\(s\) fell since .* running each/,
+      );
     });
   });
 
@@ -77,7 +88,9 @@ describe("a schedule's catch-up after a whole-cluster stop", () => {
       const last = await cluster.stop();
       const node = await cluster.boot('last-c');
       const line = (await waitFor('the catch-up line', () =>
-        /(\d+) bucket\(s\) fell since \S+ while no node ran it; running the latest, (\S+)/.exec(node.output()),
+        /(\d+) bucket\(s\) fell since \S+ while no node ran it; running the latest, (\S+)/.exec(
+          node.output(),
+        ),
       )) as RegExpExecArray;
       const missed = Number(line[1]);
       const latest = Date.parse(line[2] as string);
@@ -116,7 +129,10 @@ describe("a schedule's catch-up after a whole-cluster stop", () => {
         nodes.push(node);
         return node;
       };
-      const [, stalled] = (await Promise.all([boot('late-a'), boot('late-b')])) as [DemoNode, DemoNode];
+      const [, stalled] = (await Promise.all([boot('late-a'), boot('late-b')])) as [
+        DemoNode,
+        DemoNode,
+      ];
       const doneAfter = async (at: number, archived = false) => {
         const { rows } = await database.db.query<{ n: number }>(
           `SELECT count(*)::int AS n FROM cyclium_episodes

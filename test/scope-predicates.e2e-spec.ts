@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import pg from 'pg';
-import { sameAsCoalesced, sameEnv, sameEnvIndexed, sameStack, stackCovers, stackFilter } from '../libs/cyclium/src/scope/scope-predicates.js';
+import {
+  sameAsCoalesced,
+  sameEnv,
+  sameEnvIndexed,
+  sameStack,
+  stackCovers,
+  stackFilter,
+} from '../libs/cyclium/src/scope/scope-predicates.js';
 import { serverUrl } from './support/database.js';
 
 type Value = string | null;
@@ -34,16 +41,31 @@ describe('scope predicates', () => {
   const cases: Array<[string, (value: Value) => string, (row: Value, value: Value) => boolean]> = [
     ['sameEnv', () => sameEnv('t.c', '$1::text'), (row, value) => row === value],
     ['sameStack', () => sameStack('t.c', '$1::text'), (row, value) => row === value],
-    ['sameEnvIndexed', (value) => sameEnvIndexed('t.c', '$1', value), (row, value) => row === value],
+    [
+      'sameEnvIndexed',
+      (value) => sameEnvIndexed('t.c', '$1', value),
+      (row, value) => row === value,
+    ],
     ['sameAsCoalesced', () => sameAsCoalesced('t.c', '$1::text'), (row, value) => row === value],
-    ['stackCovers', () => stackCovers('t.c', '$1'), (row, value) => value === null || row === null || row === value],
-    ['stackFilter', () => stackFilter('t.c', '$1'), (row, value) => value === null || row === value],
+    [
+      'stackCovers',
+      () => stackCovers('t.c', '$1'),
+      (row, value) => value === null || row === null || row === value,
+    ],
+    [
+      'stackFilter',
+      () => stackFilter('t.c', '$1'),
+      (row, value) => value === null || row === value,
+    ],
   ];
 
   for (const [name, render, meaning] of cases) {
     it(`${name}: NULL as a value like the others`, async () => {
       for (const value of VALUES) {
-        expect({ value, hits: await holds(render(value), value) }).toEqual({ value, hits: VALUES.map((row) => meaning(row, value)) });
+        expect({ value, hits: await holds(render(value), value) }).toEqual({
+          value,
+          hits: VALUES.map((row) => meaning(row, value)),
+        });
       }
     });
   }
@@ -54,6 +76,7 @@ describe('scope predicates', () => {
          FROM unnest(ARRAY[NULL, 'a', 'b']::text[]) x CROSS JOIN unnest(ARRAY[NULL, 'a', 'b']::text[]) y`,
     );
     expect(rows).toHaveLength(9);
-    for (const { a, b, hit } of rows) expect({ a, b, hit }).toEqual({ a, b, hit: a === null || b === null || a === b });
+    for (const { a, b, hit } of rows)
+      expect({ a, b, hit }).toEqual({ a, b, hit: a === null || b === null || a === b });
   });
 });

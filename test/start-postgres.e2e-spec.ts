@@ -46,17 +46,30 @@ describe('startPostgres', () => {
   });
 
   it('leaves no server and no scratch folder behind when the process that started it is killed', async () => {
-    const child = spawn(process.execPath, ['-e', STARTS_AND_WAITS], { env: { ...process.env, TMPDIR: scratchRoot }, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, ['-e', STARTS_AND_WAITS], {
+      env: { ...process.env, TMPDIR: scratchRoot },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     try {
       await waitFor(
         'the server to start',
-        () => new Promise<boolean>((resolve) => child.stdout.once('data', (chunk: Buffer) => resolve(chunk.toString().includes('started')))),
+        () =>
+          new Promise<boolean>((resolve) =>
+            child.stdout.once('data', (chunk: Buffer) =>
+              resolve(chunk.toString().includes('started')),
+            ),
+          ),
         60_000,
       );
       expect(await readdir(scratchRoot)).toHaveLength(1);
       child.kill('SIGKILL');
       // The keeper notices its parent is gone, stops the server, and only then removes the folder.
-      await waitFor('the scratch folder to go', async () => (await readdir(scratchRoot)).length === 0, 30_000, 100);
+      await waitFor(
+        'the scratch folder to go',
+        async () => (await readdir(scratchRoot)).length === 0,
+        30_000,
+        100,
+      );
     } finally {
       child.kill('SIGKILL');
     }

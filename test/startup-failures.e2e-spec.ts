@@ -20,7 +20,13 @@ interface Run {
 async function runNode(env: Record<string, string>): Promise<Run> {
   const started = performance.now();
   const child = spawn(process.execPath, [DEMO_MAIN], {
-    env: { ...process.env, PORT: String(await freePort()), NO_COLOR: '1', DEMO_DB_POOL: '2', ...env },
+    env: {
+      ...process.env,
+      PORT: String(await freePort()),
+      NO_COLOR: '1',
+      DEMO_DB_POOL: '2',
+      ...env,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   children.add(child);
@@ -47,7 +53,8 @@ describe('a demo node that cannot start', () => {
   let squatter: Server | undefined;
 
   afterAll(() => {
-    for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    for (const child of children)
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     squatter?.close();
   });
 
@@ -61,12 +68,18 @@ describe('a demo node that cannot start', () => {
     ]);
     expectOneLineFailure(
       password,
-      new RegExp(`password authentication failed for user "${wrongPassword.username}" \\(user ${wrongPassword.username} at 127\\.0\\.0\\.1:`),
+      new RegExp(
+        `password authentication failed for user "${wrongPassword.username}" \\(user ${wrongPassword.username} at 127\\.0\\.0\\.1:`,
+      ),
     );
     expectOneLineFailure(database, /database "cyclium_no_such_database" does not exist/);
     // What waiting cannot fix is not waited for (startupWaitMs is for a database that is not up yet).
-    for (const run of [password, database]) expect(run.output).not.toContain('the database is not available yet');
-    expectOneLineFailure(malformed, /DATABASE_URL is not a postgres:\/\/ or postgresql:\/\/ connection URL/);
+    for (const run of [password, database])
+      expect(run.output).not.toContain('the database is not available yet');
+    expectOneLineFailure(
+      malformed,
+      /DATABASE_URL is not a postgres:\/\/ or postgresql:\/\/ connection URL/,
+    );
   }, 40_000);
 
   it('says which port is in use, exits 1 and leaves no cyclium_nodes row behind', async () => {
@@ -74,13 +87,20 @@ describe('a demo node that cannot start', () => {
     const port = await freePort();
     squatter = createServer();
     await new Promise<void>((resolve) => squatter?.listen(port, '127.0.0.1', resolve));
-    const run = await runNode({ DATABASE_URL: url, PORT: String(port), CYCLIUM_NODE_ID: 'port-taken' });
+    const run = await runNode({
+      DATABASE_URL: url,
+      PORT: String(port),
+      CYCLIUM_NODE_ID: 'port-taken',
+    });
     expectOneLineFailure(run, new RegExp(`port ${port} is in use`));
     // It had registered (boot comes before the port): closing the app on the way out removed the row.
     expect(run.output).toContain('Nest application successfully started');
     const db = pool(url, 1);
     try {
-      const { rows } = await db.query(`SELECT node_identity FROM cyclium_nodes WHERE node_identity = $1`, ['port-taken']);
+      const { rows } = await db.query(
+        `SELECT node_identity FROM cyclium_nodes WHERE node_identity = $1`,
+        ['port-taken'],
+      );
       expect(rows).toEqual([]);
     } finally {
       await db.end();

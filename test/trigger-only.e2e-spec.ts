@@ -26,8 +26,10 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
   });
 
   const node = (id: string) => nodes.get(id) as DemoNode;
-  const rows = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows;
-  const count = async (sql: string, params: unknown[] = []) => (await rows(sql, params))[0].n as number;
+  const rows = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows;
+  const count = async (sql: string, params: unknown[] = []) =>
+    (await rows(sql, params))[0].n as number;
   const setMode = async (id: string, mode: string) => {
     const response = await fetch(`http://127.0.0.1:${node(id).port}/mode`, {
       method: 'POST',
@@ -42,11 +44,18 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
   async function expectRunOnceOnFullNodes(ids: string[]): Promise<void> {
     await waitFor(
       `${ids.length} episodes done`,
-      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`, [ids])) === ids.length,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done'`,
+          [ids],
+        )) === ids.length,
       90_000,
       250,
     );
-    const owners = await rows(`SELECT DISTINCT owner_node FROM cyclium_episodes WHERE id = ANY($1)`, [ids]);
+    const owners = await rows(
+      `SELECT DISTINCT owner_node FROM cyclium_episodes WHERE id = ANY($1)`,
+      [ids],
+    );
     for (const { owner_node } of owners) expect(FULL).toContain(owner_node);
     const steps = await rows(
       `SELECT episode_id, count(*)::int AS n, count(DISTINCT step_no)::int AS distinct_steps, array_agg(DISTINCT node) AS nodes
@@ -55,7 +64,11 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
     );
     expect(steps).toHaveLength(ids.length);
     for (const step of steps) {
-      expect({ episode: step.episode_id, n: step.n, distinct: step.distinct_steps }).toEqual({ episode: step.episode_id, n: 5, distinct: 5 });
+      expect({ episode: step.episode_id, n: step.n, distinct: step.distinct_steps }).toEqual({
+        episode: step.episode_id,
+        n: 5,
+        distinct: 5,
+      });
       expect(step.nodes).toHaveLength(1);
       expect(FULL).toContain(step.nodes[0]);
     }
@@ -64,17 +77,26 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
   it(`${COUNT} manual triggers on the trigger-only node: visible at once, each run once on a full node, every request completed`, async () => {
     const results = await Promise.all(
       Array.from({ length: COUNT }, (_, i) =>
-        post<{ status: string; episodeId: string }>(node('node-t'), '/actors/resource_rebalancer/rebalance', {
-          payload: { resource: `manual-${i}`, stepMs: 10 },
-        }),
+        post<{ status: string; episodeId: string }>(
+          node('node-t'),
+          '/actors/resource_rebalancer/rebalance',
+          {
+            payload: { resource: `manual-${i}`, stepMs: 10 },
+          },
+        ),
       ),
     );
     expect(results.every((r) => r.status === 'deferred')).toBe(true);
     const ids = results.map((r) => r.episodeId);
     // Visible the moment the trigger returned: the row exists before any full node took it.
-    expect(await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1)`, [ids])).toBe(COUNT);
+    expect(
+      await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1)`, [ids]),
+    ).toBe(COUNT);
     await expectRunOnceOnFullNodes(ids);
-    const requests = await rows(`SELECT status, source_node, claimed_by FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`, [ids]);
+    const requests = await rows(
+      `SELECT status, source_node, claimed_by FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`,
+      [ids],
+    );
     expect(requests).toHaveLength(COUNT);
     for (const request of requests) {
       expect(request).toMatchObject({ status: 'completed', source_node: 'node-t' });
@@ -85,31 +107,50 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
   it(`${COUNT} events published on the trigger-only node: each becomes one episode, run once on a full node`, async () => {
     await Promise.all(
       Array.from({ length: COUNT }, (_, i) =>
-        post(node('node-t'), '/events', { type: 'resource.rebalance', eventId: `to-event-${i}`, payload: { resource: `event-${i}`, stepMs: 10 } }),
+        post(node('node-t'), '/events', {
+          type: 'resource.rebalance',
+          eventId: `to-event-${i}`,
+          payload: { resource: `event-${i}`, stepMs: 10 },
+        }),
       ),
     );
     await waitFor(
       `${COUNT} episodes`,
-      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE trigger_ref->>'eventId' LIKE 'to-event-%'`)) === COUNT,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM cyclium_episodes WHERE trigger_ref->>'eventId' LIKE 'to-event-%'`,
+        )) === COUNT,
       30_000,
     );
-    const ids = (await rows(`SELECT id FROM cyclium_episodes WHERE trigger_ref->>'eventId' LIKE 'to-event-%'`)).map((r) => r.id as string);
+    const ids = (
+      await rows(`SELECT id FROM cyclium_episodes WHERE trigger_ref->>'eventId' LIKE 'to-event-%'`)
+    ).map((r) => r.id as string);
     await expectRunOnceOnFullNodes(ids);
     // Whichever node's insert won: a deferred one was run through its request, which is completed.
-    const requests = await rows(`SELECT status FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`, [ids]);
+    const requests = await rows(
+      `SELECT status FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`,
+      [ids],
+    );
     expect(requests.every((r) => r.status === 'completed')).toBe(true);
   }, 120_000);
 
   it('a schedule that fires on all three nodes makes one episode per bucket, run on a full node', async () => {
     await waitFor(
       'three advisor buckets done',
-      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_advisor' AND status = 'done'`)) >= 3,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_advisor' AND status = 'done'`,
+        )) >= 3,
       30_000,
       250,
     );
-    const perBucket = await rows(`SELECT dedupe_key, count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_advisor' GROUP BY 1`);
+    const perBucket = await rows(
+      `SELECT dedupe_key, count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_advisor' GROUP BY 1`,
+    );
     expect(perBucket.every((r) => r.n === 1)).toBe(true);
-    const owners = await rows(`SELECT DISTINCT owner_node FROM cyclium_episodes WHERE actor_id = 'resource_advisor' AND status = 'done'`);
+    const owners = await rows(
+      `SELECT DISTINCT owner_node FROM cyclium_episodes WHERE actor_id = 'resource_advisor' AND status = 'done'`,
+    );
     for (const { owner_node } of owners) expect(FULL).toContain(owner_node);
   }, 60_000);
 
@@ -118,9 +159,13 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
     await setMode('node-f2', 'trigger_only');
     const deferred = await Promise.all(
       Array.from({ length: 10 }, (_, i) =>
-        post<{ status: string; episodeId: string }>(node('node-f1'), '/actors/resource_rebalancer/rebalance', {
-          payload: { resource: `switched-${i}`, stepMs: 10 },
-        }),
+        post<{ status: string; episodeId: string }>(
+          node('node-f1'),
+          '/actors/resource_rebalancer/rebalance',
+          {
+            payload: { resource: `switched-${i}`, stepMs: 10 },
+          },
+        ),
       ),
     );
     expect(deferred.every((r) => r.status === 'deferred')).toBe(true);
@@ -131,20 +176,36 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
       async () => {
         const {
           rows: [row],
-        } = await database.db.query(`SELECT now() - min(inserted_at) > interval '4 seconds' AS old FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`, [
-          ids,
-        ]);
+        } = await database.db.query(
+          `SELECT now() - min(inserted_at) > interval '4 seconds' AS old FROM cyclium_trigger_requests WHERE episode_id = ANY($1)`,
+          [ids],
+        );
         return row.old;
       },
       20_000,
       250,
     );
-    expect(await count(`SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND status = 'pending'`, [ids])).toBe(10);
-    expect(await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'deferred'`, [ids])).toBe(10);
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND status = 'pending'`,
+        [ids],
+      ),
+    ).toBe(10);
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'deferred'`,
+        [ids],
+      ),
+    ).toBe(10);
 
     await setMode('node-f1', 'full');
     await expectRunOnceOnFullNodes(ids);
-    expect(await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND owner_node = 'node-f1'`, [ids])).toBe(10);
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND owner_node = 'node-f1'`,
+        [ids],
+      ),
+    ).toBe(10);
     await setMode('node-f2', 'full');
   }, 60_000);
 
@@ -152,28 +213,52 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
     await setMode('node-f2', 'trigger_only'); // only f1 takes requests
     const taken = await Promise.all(
       Array.from({ length: 8 }, (_, i) =>
-        post<{ status: string; episodeId: string }>(node('node-t'), '/actors/resource_rebalancer/rebalance', {
-          payload: { resource: `killed-${i}`, stepMs: 1_000 },
-        }),
+        post<{ status: string; episodeId: string }>(
+          node('node-t'),
+          '/actors/resource_rebalancer/rebalance',
+          {
+            payload: { resource: `killed-${i}`, stepMs: 1_000 },
+          },
+        ),
       ),
     );
     const ids = taken.map((r) => r.episodeId);
     await waitFor(
       'node-f1 to have taken them all',
-      async () => (await count(`SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND claimed_by = 'node-f1'`, [ids])) === 8,
+      async () =>
+        (await count(
+          `SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND claimed_by = 'node-f1'`,
+          [ids],
+        )) === 8,
     );
     await node('node-f1').stop('SIGKILL');
     await setMode('node-f2', 'full');
     await waitFor(
       'the recovered episodes to finish on node-f2',
       async () =>
-        (await count(`SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done' AND owner_node = 'node-f2'`, [ids])) === 8,
+        (await count(
+          `SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1) AND status = 'done' AND owner_node = 'node-f2'`,
+          [ids],
+        )) === 8,
       60_000,
       250,
     );
-    expect(await count(`SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND status <> 'completed'`, [ids])).toBe(0);
-    const repeated = await rows(`SELECT episode_id, step_no FROM demo_rebalance_log WHERE episode_id = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1`, [ids]);
+    expect(
+      await count(
+        `SELECT count(*)::int AS n FROM cyclium_trigger_requests WHERE episode_id = ANY($1) AND status <> 'completed'`,
+        [ids],
+      ),
+    ).toBe(0);
+    const repeated = await rows(
+      `SELECT episode_id, step_no FROM demo_rebalance_log WHERE episode_id = ANY($1) GROUP BY 1, 2 HAVING count(*) > 1`,
+      [ids],
+    );
     expect(repeated).toEqual([]);
-    expect(await count(`SELECT count(DISTINCT (episode_id, step_no))::int AS n FROM demo_rebalance_log WHERE episode_id = ANY($1)`, [ids])).toBe(40);
+    expect(
+      await count(
+        `SELECT count(DISTINCT (episode_id, step_no))::int AS n FROM demo_rebalance_log WHERE episode_id = ANY($1)`,
+        [ids],
+      ),
+    ).toBe(40);
   }, 90_000);
 });

@@ -26,7 +26,11 @@ const TTL_MS = 1_500;
 class DeferrableActor {
   @Expectation({ id: 'job', trigger: 'manual', recoveryPolicy: 'restart' })
   async job(ep: EpisodeContext<{ tag: string }>): Promise<void> {
-    await ep.step('only', () => ranOn.push(`${ep.trigger.payload.tag}@${ep.episode.ownerNode}${ep.resumed ? ':resumed' : ''}`));
+    await ep.step('only', () =>
+      ranOn.push(
+        `${ep.trigger.payload.tag}@${ep.episode.ownerNode}${ep.resumed ? ':resumed' : ''}`,
+      ),
+    );
   }
 }
 
@@ -38,8 +42,16 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
   const failedEvents: Array<{ episodeId: string; status: string; errorClass?: string }> = [];
 
   beforeAll(async () => {
-    bus.subscribe<(typeof failedEvents)[number]>('episode.failed', (event) => void failedEvents.push(event.payload));
-    const boot = (id: string, mode: 'full' | 'trigger_only', env: string | null, triggerPollIntervalMs = 100) =>
+    bus.subscribe<(typeof failedEvents)[number]>(
+      'episode.failed',
+      (event) => void failedEvents.push(event.payload),
+    );
+    const boot = (
+      id: string,
+      mode: 'full' | 'trigger_only',
+      env: string | null,
+      triggerPollIntervalMs = 100,
+    ) =>
       startCycliumApp({
         url: database.url,
         cyclium: {
@@ -73,8 +85,10 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
   });
 
   const app = (id: string) => apps.get(id) as INestApplicationContext;
-  const episodeRow = async (id: string) => (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
-  const requestsOf = async (episodeId: string) => app('full-default').get(TriggerRequests).forEpisode(episodeId);
+  const episodeRow = async (id: string) =>
+    (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
+  const requestsOf = async (episodeId: string) =>
+    app('full-default').get(TriggerRequests).forEpisode(episodeId);
   const defer = async (node: string, tag: string) => {
     const result = await app(node).get(Episodes).trigger('deferrable', 'job', { tag });
     if (result.status !== 'deferred') throw new Error(`${tag} was ${result.status}`);
@@ -83,7 +97,11 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
 
   it('Mode: node-wide and per actor, changed at runtime, checked, and reported', () => {
     const mode = app('full-default').get(Mode);
-    expect(mode.status()).toEqual({ nodeMode: 'full', overrides: {}, nodeIdentity: 'full-default' });
+    expect(mode.status()).toEqual({
+      nodeMode: 'full',
+      overrides: {},
+      nodeIdentity: 'full-default',
+    });
     mode.setActorOverride('deferrable', 'trigger_only');
     expect(mode.of('deferrable')).toBe('trigger_only');
     expect(mode.of('other')).toBe('full');
@@ -107,7 +125,9 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     })();
     expect(refusal).toBeInstanceOf(UnknownActorError);
     expect(refusal).toMatchObject({ name: 'UnknownActorError', actorId: 'deferable' });
-    expect((refusal as Error).message).toBe('Mode.setActorOverride: no actor "deferable" is hosted on this node (hosted: deferrable)');
+    expect((refusal as Error).message).toBe(
+      'Mode.setActorOverride: no actor "deferable" is hosted on this node (hosted: deferrable)',
+    );
     expect(mode.status().overrides).toEqual({});
     expect(mode.of('deferable')).toBe('full');
   });
@@ -115,30 +135,36 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
   it.each([
     ['a node', 'switcher', (mode: Mode) => mode.set('full')],
     ['an actor', 'actor-switcher', (mode: Mode) => mode.setActorOverride('deferrable', 'full')],
-  ])('%s switched from trigger_only to full takes its backlog at once: its own queue, and what it deferred meanwhile', async (_, id, toFull) => {
-    const node = app(id);
-    const queued = await node.get(Episodes).create({
-      actorId: 'deferrable',
-      expectationId: 'job',
-      payload: { tag: `${id}-queued` },
-      status: 'queued',
-      ownerNode: id,
-    });
-    const deferred = await defer(id, `${id}-deferred`);
-    toFull(node.get(Mode));
-    await waitFor(
-      'both to run on the switched node',
-      async () => (await episodeRow(queued.id)).status === 'done' && (await episodeRow(deferred.episode.id)).status === 'done',
-      5_000,
-    );
-    expect(ranOn).toEqual(expect.arrayContaining([`${id}-queued@${id}`, `${id}-deferred@${id}`]));
-  });
+  ])(
+    '%s switched from trigger_only to full takes its backlog at once: its own queue, and what it deferred meanwhile',
+    async (_, id, toFull) => {
+      const node = app(id);
+      const queued = await node.get(Episodes).create({
+        actorId: 'deferrable',
+        expectationId: 'job',
+        payload: { tag: `${id}-queued` },
+        status: 'queued',
+        ownerNode: id,
+      });
+      const deferred = await defer(id, `${id}-deferred`);
+      toFull(node.get(Mode));
+      await waitFor(
+        'both to run on the switched node',
+        async () =>
+          (await episodeRow(queued.id)).status === 'done' &&
+          (await episodeRow(deferred.episode.id)).status === 'done',
+        5_000,
+      );
+      expect(ranOn).toEqual(expect.arrayContaining([`${id}-queued@${id}`, `${id}-deferred@${id}`]));
+    },
+  );
 
   it('a request in an env with no full node waits; a full node there not hosting it has it expire, once', async () => {
     const lonely = await defer('trigger-solo-1', 'lonely');
     const [request] = await requestsOf(lonely.episode.id);
     const since = `SELECT now() - $1::timestamptz > make_interval(secs => $2) AS past`;
-    const past = async () => (await database.db.query(since, [request?.insertedAt, (3 * TTL_MS) / 1000])).rows[0].past;
+    const past = async () =>
+      (await database.db.query(since, [request?.insertedAt, (3 * TTL_MS) / 1000])).rows[0].past;
     await waitFor('three TTLs to pass', past, TTL_MS * 6, 100);
     expect((await requestsOf(lonely.episode.id))[0]?.status).toBe('pending');
     // A full node that hosts no actor comes up there: the TTL runs from then.
@@ -154,9 +180,19 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
       },
     });
     apps.set('full-solo', full);
-    await waitFor('the TTL to expire it', async () => (await requestsOf(lonely.episode.id))[0]?.status === 'expired', TTL_MS * 6, 100);
-    expect(await episodeRow(lonely.episode.id)).toMatchObject({ status: 'failed', error_class: 'trigger_request_expired' });
-    await waitFor('its terminal event', () => failedEvents.some((e) => e.episodeId === lonely.episode.id));
+    await waitFor(
+      'the TTL to expire it',
+      async () => (await requestsOf(lonely.episode.id))[0]?.status === 'expired',
+      TTL_MS * 6,
+      100,
+    );
+    expect(await episodeRow(lonely.episode.id)).toMatchObject({
+      status: 'failed',
+      error_class: 'trigger_request_expired',
+    });
+    await waitFor('its terminal event', () =>
+      failedEvents.some((e) => e.episodeId === lonely.episode.id),
+    );
     expect(failedEvents.filter((e) => e.episodeId === lonely.episode.id)).toHaveLength(1);
   });
 
@@ -164,8 +200,16 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     const mode = app('trigger-default').get(Mode);
     mode.set('disabled');
     try {
-      await expect(app('trigger-default').get(Episodes).trigger('deferrable', 'job', { tag: 'disabled' })).rejects.toThrow(ActorDefinitionError);
-      expect((await database.db.query(`SELECT * FROM cyclium_episodes WHERE trigger_ref->'payload'->>'tag' = 'disabled'`)).rows).toEqual([]);
+      await expect(
+        app('trigger-default').get(Episodes).trigger('deferrable', 'job', { tag: 'disabled' }),
+      ).rejects.toThrow(ActorDefinitionError);
+      expect(
+        (
+          await database.db.query(
+            `SELECT * FROM cyclium_episodes WHERE trigger_ref->'payload'->>'tag' = 'disabled'`,
+          )
+        ).rows,
+      ).toEqual([]);
     } finally {
       mode.set('trigger_only');
     }
@@ -174,10 +218,25 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
   it("each env's full node runs only its own env's requests", async () => {
     const own = await defer('trigger-default', 'env-default');
     const rc = await defer('trigger-rc', 'env-rc');
-    await waitFor('both to run', async () => (await episodeRow(own.episode.id)).status === 'done' && (await episodeRow(rc.episode.id)).status === 'done');
-    expect(await episodeRow(own.episode.id)).toMatchObject({ owner_node: 'full-default', source_env: null });
-    expect(await episodeRow(rc.episode.id)).toMatchObject({ owner_node: 'full-rc', source_env: 'rc' });
-    expect((await requestsOf(rc.episode.id))[0]).toMatchObject({ status: 'completed', claimedBy: 'full-rc', sourceEnv: 'rc' });
+    await waitFor(
+      'both to run',
+      async () =>
+        (await episodeRow(own.episode.id)).status === 'done' &&
+        (await episodeRow(rc.episode.id)).status === 'done',
+    );
+    expect(await episodeRow(own.episode.id)).toMatchObject({
+      owner_node: 'full-default',
+      source_env: null,
+    });
+    expect(await episodeRow(rc.episode.id)).toMatchObject({
+      owner_node: 'full-rc',
+      source_env: 'rc',
+    });
+    expect((await requestsOf(rc.episode.id))[0]).toMatchObject({
+      status: 'completed',
+      claimedBy: 'full-rc',
+      sourceEnv: 'rc',
+    });
   });
 
   it('a request whose episode row was deleted ends failed with the reason, and the rest are still dispatched', async () => {
@@ -188,9 +247,15 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     await database.db.query(`DELETE FROM cyclium_episodes WHERE id = $1`, [doomed.episode.id]);
     mode.set('full');
     await app('full-default').get(TriggerPoller).pollNow();
-    await waitFor('the fine one to run', async () => (await episodeRow(fine.episode.id))?.status === 'done');
+    await waitFor(
+      'the fine one to run',
+      async () => (await episodeRow(fine.episode.id))?.status === 'done',
+    );
     const [failed] = await requestsOf(doomed.episode.id);
-    expect(failed).toMatchObject({ status: 'failed', error: `episode ${doomed.episode.id} no longer exists` });
+    expect(failed).toMatchObject({
+      status: 'failed',
+      error: `episode ${doomed.episode.id} no longer exists`,
+    });
   });
 
   it('a request for an actor no full node hosts stays pending, then expires after the TTL with the reason', async () => {
@@ -204,9 +269,19 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     );
     await app('full-default').get(TriggerPoller).pollNow();
     expect((await requestsOf(episodeId))[0]).toMatchObject({ status: 'pending' }); // never failed here: it is not ours to run
-    await waitFor('the TTL to expire it', async () => (await requestsOf(episodeId))[0]?.status === 'expired', TTL_MS * 6, 100);
-    expect((await requestsOf(episodeId))[0]?.error).toMatch(/pending for more than 1500 ms: no full node that hosts ghost took it/);
-    expect(await episodeRow(episodeId)).toMatchObject({ status: 'failed', error_class: 'trigger_request_expired' });
+    await waitFor(
+      'the TTL to expire it',
+      async () => (await requestsOf(episodeId))[0]?.status === 'expired',
+      TTL_MS * 6,
+      100,
+    );
+    expect((await requestsOf(episodeId))[0]?.error).toMatch(
+      /pending for more than 1500 ms: no full node that hosts ghost took it/,
+    );
+    expect(await episodeRow(episodeId)).toMatchObject({
+      status: 'failed',
+      error_class: 'trigger_request_expired',
+    });
     // Like every terminal path, the expiry publishes the episode's terminal event (a workflow waits on it).
     await waitFor('its terminal event', () => failedEvents.some((e) => e.episodeId === episodeId));
     expect(failedEvents.filter((e) => e.episodeId === episodeId)).toEqual([
@@ -218,9 +293,17 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
     const mode = app('full-default').get(Mode);
     mode.set('trigger_only');
     const stale = await defer('trigger-default', 'stale');
-    await database.db.query(`UPDATE cyclium_trigger_requests SET inserted_at = now() - interval '1 hour' WHERE episode_id = $1`, [stale.episode.id]);
+    await database.db.query(
+      `UPDATE cyclium_trigger_requests SET inserted_at = now() - interval '1 hour' WHERE episode_id = $1`,
+      [stale.episode.id],
+    );
     mode.set('full');
-    await waitFor('it to expire', async () => (await requestsOf(stale.episode.id))[0]?.status === 'expired', TTL_MS * 6, 100);
+    await waitFor(
+      'it to expire',
+      async () => (await requestsOf(stale.episode.id))[0]?.status === 'expired',
+      TTL_MS * 6,
+      100,
+    );
     expect(ranOn.filter((r) => r.startsWith('stale@'))).toEqual([]);
   });
 
@@ -234,10 +317,20 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
         startedAt: new Date(Date.now() - 60_000),
         ownerNode: 'node-dead',
       });
-    expect(await app('trigger-default').get(Recovery).sweep()).toMatchObject({ restarted: 0, deferred: 1 });
-    await waitFor('a full node to resume it', async () => (await episodeRow(orphan.id)).status === 'done');
+    expect(await app('trigger-default').get(Recovery).sweep()).toMatchObject({
+      restarted: 0,
+      deferred: 1,
+    });
+    await waitFor(
+      'a full node to resume it',
+      async () => (await episodeRow(orphan.id)).status === 'done',
+    );
     expect(await episodeRow(orphan.id)).toMatchObject({ owner_node: 'full-default', attempts: 1 });
     expect(ranOn).toContain('orphan@full-default:resumed');
-    expect((await requestsOf(orphan.id))[0]).toMatchObject({ status: 'completed', opts: { resume: true }, sourceNode: 'trigger-default' });
+    expect((await requestsOf(orphan.id))[0]).toMatchObject({
+      status: 'completed',
+      opts: { resume: true },
+      sourceNode: 'trigger-default',
+    });
   });
 });

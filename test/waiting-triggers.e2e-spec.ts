@@ -21,7 +21,8 @@ describe('bus events waiting for a slot', () => {
     return node;
   }
 
-  const publish = (node: DemoNode, eventId: string) => post(node, '/events', { type: 'test.held', eventId, payload: { n: 1 } });
+  const publish = (node: DemoNode, eventId: string) =>
+    post(node, '/events', { type: 'test.held', eventId, payload: { n: 1 } });
 
   async function episodes(prefix: string) {
     const { rows } = await database.db.query<{ event_id: string; status: string }>(
@@ -32,7 +33,11 @@ describe('bus events waiting for a slot', () => {
     return rows;
   }
 
-  async function allDoneOnce(prefix: string, ids: readonly string[], timeoutMs = 40_000): Promise<void> {
+  async function allDoneOnce(
+    prefix: string,
+    ids: readonly string[],
+    timeoutMs = 40_000,
+  ): Promise<void> {
     await waitFor(
       `${ids.length} ${prefix} episodes done`,
       async () => (await episodes(prefix)).filter((e) => e.status === 'done').length >= ids.length,
@@ -64,7 +69,11 @@ describe('bus events waiting for a slot', () => {
       const ids = Array.from({ length: 12 }, (_, i) => `${prefix}${i}`);
       for (const id of ids) await publish(node, id);
       // One runs, the rest wait in memory: no queued row, no episode row at all.
-      await waitFor('the first held episode running', async () => (await episodes(prefix)).some((e) => e.status === 'running'), 10_000);
+      await waitFor(
+        'the first held episode running',
+        async () => (await episodes(prefix)).some((e) => e.status === 'running'),
+        10_000,
+      );
       const before = await episodes(prefix);
       expect(before.filter((e) => e.status === 'queued')).toEqual([]);
       expect(before.length).toBeLessThan(ids.length);

@@ -21,13 +21,21 @@ describe('PostgresClaims against real PostgreSQL', () => {
     await db?.end();
   });
 
-  const row = async (key: string) => (await db.query(`SELECT * FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0] as Record<string, unknown>;
+  const row = async (key: string) =>
+    (await db.query(`SELECT * FROM cyclium_work_claims WHERE dedupe_key = $1`, [key]))
+      .rows[0] as Record<string, unknown>;
 
   /** Waits until the database clock has passed the key's lease. */
   const lapse = (key: string) =>
     waitFor(
       `the lease on ${key} to lapse`,
-      async () => (await db.query(`SELECT lease_until < now() AS lapsed FROM cyclium_work_claims WHERE dedupe_key = $1`, [key])).rows[0]?.lapsed,
+      async () =>
+        (
+          await db.query(
+            `SELECT lease_until < now() AS lapsed FROM cyclium_work_claims WHERE dedupe_key = $1`,
+            [key],
+          )
+        ).rows[0]?.lapsed,
     );
 
   it('two acquires on one key: one acquired, one busy; the holder asking again is busy too', async () => {
@@ -36,7 +44,12 @@ describe('PostgresClaims against real PostgreSQL', () => {
     expect(first).toMatchObject({ status: 'acquired', claim: { fence: 1, attempt: 1 } });
     expect(await claims.acquire(key, 'node-b', { leaseSeconds: 30 })).toEqual({ status: 'busy' });
     expect(await claims.acquire(key, 'node-a', { leaseSeconds: 30 })).toEqual({ status: 'busy' });
-    expect(await row(key)).toMatchObject({ state: 'claimed', owner_node: 'node-a', fence: '1', work_type: 'episode' });
+    expect(await row(key)).toMatchObject({
+      state: 'claimed',
+      owner_node: 'node-a',
+      fence: '1',
+      work_type: 'episode',
+    });
   });
 
   it('re-acquires a key after complete, with the next fence and attempt reset to 1', async () => {
@@ -67,10 +80,18 @@ describe('PostgresClaims against real PostgreSQL', () => {
     await claims.acquire(key, 'node-a', { leaseSeconds: 0.3 });
     expect(await claims.acquire(key, 'node-b', { leaseSeconds: 30 })).toEqual({ status: 'busy' });
     await lapse(key);
-    expect(await claims.reclaimExpired(100)).toContainEqual(expect.objectContaining({ dedupeKey: key, ownerNode: 'node-a', fence: 1 }));
+    expect(await claims.reclaimExpired(100)).toContainEqual(
+      expect.objectContaining({ dedupeKey: key, ownerNode: 'node-a', fence: 1 }),
+    );
     const stolen = await claims.acquire(key, 'node-b', { leaseSeconds: 30 });
-    expect(stolen).toMatchObject({ status: 'acquired', claim: { fence: 2, attempt: 2 }, stolenFrom: 'node-a' });
-    expect(await claims.reclaimExpired(100)).not.toContainEqual(expect.objectContaining({ dedupeKey: key }));
+    expect(stolen).toMatchObject({
+      status: 'acquired',
+      claim: { fence: 2, attempt: 2 },
+      stolenFrom: 'node-a',
+    });
+    expect(await claims.reclaimExpired(100)).not.toContainEqual(
+      expect.objectContaining({ dedupeKey: key }),
+    );
     expect(await claims.owns(key, 'node-a', 1)).toBe(false);
     expect(await claims.owns(key, 'node-b', 2)).toBe(true);
   });
@@ -81,7 +102,10 @@ describe('PostgresClaims against real PostgreSQL', () => {
     await lapse(key);
     await claims.acquire(key, 'node-b', { leaseSeconds: 0.2 });
     await lapse(key);
-    expect(await claims.acquire(key, 'node-a', { leaseSeconds: 30 })).toMatchObject({ status: 'acquired', claim: { fence: 3 } });
+    expect(await claims.acquire(key, 'node-a', { leaseSeconds: 30 })).toMatchObject({
+      status: 'acquired',
+      claim: { fence: 3 },
+    });
 
     expect(await claims.owns(key, 'node-a', 1)).toBe(false);
     expect(await claims.owns(key, 'node-a', 3)).toBe(true);
@@ -119,7 +143,10 @@ describe('PostgresClaims against real PostgreSQL', () => {
     const keys = Array.from({ length: 50 }, freshKey);
     for (const key of keys) await claims.acquire(key, 'node-r', { leaseSeconds: 1 });
     // One of them is taken away; another is held at a different fence than the renewer believes.
-    await db.query(`UPDATE cyclium_work_claims SET owner_node = 'node-x', fence = fence + 1 WHERE dedupe_key = $1`, [keys[0]]);
+    await db.query(
+      `UPDATE cyclium_work_claims SET owner_node = 'node-x', fence = fence + 1 WHERE dedupe_key = $1`,
+      [keys[0]],
+    );
     const held = keys.map((key, i) => ({ key, fence: i === 1 ? 7 : 1 }));
     const renewed = await claims.renewMany('node-r', held, 60);
     expect(renewed.map((c) => c.key).sort()).toEqual(keys.slice(2).sort());
@@ -131,7 +158,10 @@ describe('PostgresClaims against real PostgreSQL', () => {
   });
 
   /** Separate connections (not a pool), all released at once, so the statements really race. */
-  async function race<T>(count: number, attempt: (adapter: PostgresClaims, i: number) => Promise<T>): Promise<T[]> {
+  async function race<T>(
+    count: number,
+    attempt: (adapter: PostgresClaims, i: number) => Promise<T>,
+  ): Promise<T[]> {
     const clients = Array.from({ length: count }, () => new pg.Client({ connectionString: url }));
     await Promise.all(clients.map((c) => c.connect()));
     try {
@@ -145,7 +175,9 @@ describe('PostgresClaims against real PostgreSQL', () => {
   it('16 concurrent first acquires from separate connections: exactly one winner, no exception', async () => {
     for (let round = 0; round < 10; round++) {
       const key = freshKey();
-      const results = await race(16, (adapter, i) => adapter.acquire(key, `node-${i}`, { leaseSeconds: 30 }));
+      const results = await race(16, (adapter, i) =>
+        adapter.acquire(key, `node-${i}`, { leaseSeconds: 30 }),
+      );
       const winners = results.filter((r) => r.status === 'acquired');
       expect(winners).toHaveLength(1);
       expect(results.filter((r) => r.status === 'busy')).toHaveLength(15);
@@ -158,12 +190,18 @@ describe('PostgresClaims against real PostgreSQL', () => {
       const key = freshKey();
       await claims.acquire(key, 'node-dead', { leaseSeconds: 0.05 });
       await lapse(key);
-      const results = await race(16, (adapter, i) => adapter.acquire(key, `node-${i}`, { leaseSeconds: 30 }));
+      const results = await race(16, (adapter, i) =>
+        adapter.acquire(key, `node-${i}`, { leaseSeconds: 30 }),
+      );
       const winners = results.filter((r) => r.status === 'acquired');
       expect(winners).toHaveLength(1);
       expect(winners[0]).toMatchObject({ claim: { fence: 2 }, stolenFrom: 'node-dead' });
       const winner = results.indexOf(winners[0]);
-      expect(await row(key)).toMatchObject({ owner_node: `node-${winner}`, fence: '2', state: 'claimed' });
+      expect(await row(key)).toMatchObject({
+        owner_node: `node-${winner}`,
+        fence: '2',
+        state: 'claimed',
+      });
     }
   });
 
@@ -177,8 +215,12 @@ describe('PostgresClaims against real PostgreSQL', () => {
       await client.query('BEGIN');
       // The transaction has been open for half a second when it takes the claims (its now() is that old).
       await client.query('SELECT pg_sleep(0.5)');
-      expect(await claims.inTransaction.acquire(client, fresh, 'node-a', { leaseSeconds: 2 })).toMatchObject({ status: 'acquired' });
-      expect(await claims.inTransaction.acquire(client, lapsed, 'node-a', { leaseSeconds: 2 })).toMatchObject({ status: 'acquired', stolenFrom: 'node-b' });
+      expect(
+        await claims.inTransaction.acquire(client, fresh, 'node-a', { leaseSeconds: 2 }),
+      ).toMatchObject({ status: 'acquired' });
+      expect(
+        await claims.inTransaction.acquire(client, lapsed, 'node-a', { leaseSeconds: 2 }),
+      ).toMatchObject({ status: 'acquired', stolenFrom: 'node-b' });
       const { rows } = await client.query(
         `SELECT extract(epoch FROM lease_until - clock_timestamp())::float8 AS left FROM cyclium_work_claims WHERE dedupe_key = ANY($1::text[])`,
         [[fresh, lapsed]],
@@ -199,16 +241,26 @@ describe('PostgresClaims against real PostgreSQL', () => {
       expect(await claims.inTransaction.proveOwnership(holder, key, 'node-a', 1)).toBe(true);
       await lapse(key);
       let settled = false;
-      const theft = claims.acquire(key, 'node-b', { leaseSeconds: 30 }).finally(() => (settled = true));
+      const theft = claims
+        .acquire(key, 'node-b', { leaseSeconds: 30 })
+        .finally(() => (settled = true));
       // The thief blocks on the held row: prove it is waiting on a lock, not finished.
       await waitFor(
         'the thief to wait on the claim row',
         async () =>
-          (await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`)).rows[0].n === 1,
+          (
+            await db.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+            )
+          ).rows[0].n === 1,
       );
       expect(settled).toBe(false);
       await holder.query('COMMIT');
-      expect(await theft).toMatchObject({ status: 'acquired', claim: { fence: 2 }, stolenFrom: 'node-a' });
+      expect(await theft).toMatchObject({
+        status: 'acquired',
+        claim: { fence: 2 },
+        stolenFrom: 'node-a',
+      });
     } finally {
       holder.release();
     }
@@ -219,12 +271,15 @@ describe('PostgresClaims against real PostgreSQL', () => {
     const [low, high] = ['order-a', 'order-b'];
     // The higher key first: whether a plan walks the keys as given or the leases oldest first, an
     // unordered renewal would lock it first.
-    for (const key of [high, low]) expect((await claims.acquire(key, 'node-o', { leaseSeconds: 30 })).status).toBe('acquired');
+    for (const key of [high, low])
+      expect((await claims.acquire(key, 'node-o', { leaseSeconds: 30 })).status).toBe('acquired');
     // A batched step write in the middle of its locking: the lower key is held, the higher one next.
     const writer = await db.connect();
     try {
       await writer.query('BEGIN');
-      await writer.query(`SELECT 1 FROM cyclium_work_claims WHERE dedupe_key = $1 FOR SHARE`, [low]);
+      await writer.query(`SELECT 1 FROM cyclium_work_claims WHERE dedupe_key = $1 FOR SHARE`, [
+        low,
+      ]);
       // Asked in the other order on purpose: a renewal that locked as asked would take the higher key first.
       const renewed = claims.renewMany(
         'node-o',
@@ -245,7 +300,9 @@ describe('PostgresClaims against real PostgreSQL', () => {
       );
       // With the higher key taken by the renewal, this would be a deadlock (one of the two aborted).
       await writer.query(`SET LOCAL lock_timeout = '5s'`);
-      await writer.query(`SELECT 1 FROM cyclium_work_claims WHERE dedupe_key = $1 FOR SHARE`, [high]);
+      await writer.query(`SELECT 1 FROM cyclium_work_claims WHERE dedupe_key = $1 FOR SHARE`, [
+        high,
+      ]);
       await writer.query('COMMIT');
       expect((await renewed).map((c) => c.key).sort()).toEqual([low, high]);
     } finally {

@@ -27,12 +27,23 @@ describe('workflows across a deploy, with real node processes', () => {
     started.push(node);
     return node;
   };
-  const rows = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows;
+  const rows = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows;
   const stepEpisode = async (instanceId: string, step: string) =>
-    (await rows(`SELECT * FROM cyclium_episodes WHERE workflow_instance_id = $1 AND workflow_step_id = $2 ORDER BY inserted_at`, [instanceId, step]))[0];
+    (
+      await rows(
+        `SELECT * FROM cyclium_episodes WHERE workflow_instance_id = $1 AND workflow_step_id = $2 ORDER BY inserted_at`,
+        [instanceId, step],
+      )
+    )[0];
   const startReview = async (node: DemoNode, input: Record<string, unknown>) =>
     (await post<{ instanceId: string }>(node, '/workflows/resource_review', { input })).instanceId;
-  const until = async (node: DemoNode, id: string, status: string, timeoutMs = 30_000): Promise<Instance> =>
+  const until = async (
+    node: DemoNode,
+    id: string,
+    status: string,
+    timeoutMs = 30_000,
+  ): Promise<Instance> =>
     (await waitFor(
       `instance ${id} to be ${status}`,
       async () => {
@@ -44,9 +55,12 @@ describe('workflows across a deploy, with real node processes', () => {
     )) as Instance;
   /** The replayed terminal event a node published for `episodeId`, if any. */
   const replayedBy = async (episodeId: string) =>
-    (await rows(`SELECT publisher FROM cyclium_events WHERE payload->>'episodeId' = $1 AND (payload->>'replayed')::boolean`, [episodeId])).map(
-      (r) => r.publisher,
-    );
+    (
+      await rows(
+        `SELECT publisher FROM cyclium_events WHERE payload->>'episodeId' = $1 AND (payload->>'replayed')::boolean`,
+        [episodeId],
+      )
+    ).map((r) => r.publisher);
 
   it("a step that ends while no engine listens leaves the instance running; a node's boot reconciliation replays it and the workflow completes", async () => {
     // A node that runs steps but advances nothing: the check ends, and nobody hears it end.
@@ -69,12 +83,17 @@ describe('workflows across a deploy, with real node processes', () => {
     // A node with the engine boots: sweep, then reconcile, replays the check's end; it advances.
     await boot('wf-engine');
     const done = await until(worker, id, 'done');
-    expect(done.stepStates).toMatchObject({ check: { status: 'done', attempts: 1 }, advise: { status: 'done', attempts: 1 } });
+    expect(done.stepStates).toMatchObject({
+      check: { status: 'done', attempts: 1 },
+      advise: { status: 'done', attempts: 1 },
+    });
     expect(await replayedBy(check.id)).toContain('wf-engine');
     const advise = await stepEpisode(id, 'advise');
     expect(advise).toMatchObject({ status: 'done', trigger_type: 'workflow' });
     expect(advise.summary).toMatch(/raise the limit of db-1 above 90%/);
-    expect(await rows(`SELECT 1 FROM cyclium_episodes WHERE workflow_instance_id = $1`, [id])).toHaveLength(2);
+    expect(
+      await rows(`SELECT 1 FROM cyclium_episodes WHERE workflow_instance_id = $1`, [id]),
+    ).toHaveLength(2);
   });
 
   it('a deploy mid-workflow: SIGTERM drains the running step, a step ends in the window, the new node sweeps and reconciles, and both workflows complete', async () => {
@@ -87,17 +106,26 @@ describe('workflows across a deploy, with real node processes', () => {
       body: JSON.stringify({ overrides: { resource_advisor: 'trigger_only' } }),
     });
 
-    const drafting = await startReview(old, { resource: 'db-x', usage: 50, limit: 90, draftMs: 4_000 });
+    const drafting = await startReview(old, {
+      resource: 'db-x',
+      usage: 50,
+      limit: 90,
+      draftMs: 4_000,
+    });
     const inFlight = await waitFor('the advice to be mid-draft on the old node', async () => {
       const row = await stepEpisode(drafting, 'advise');
       if (row?.status !== 'running' || row.owner_node !== 'wf-old') return null;
-      return (await journal(database.db, row.id)).some((s) => s.name === 'read_finding') ? row : null;
+      return (await journal(database.db, row.id)).some((s) => s.name === 'read_finding')
+        ? row
+        : null;
     });
 
     await old.stop('SIGTERM'); // drain: stamped interrupted, claim released, marker journaled
     // The worker's next sweep may already have taken it for a deferred restart (phase recovering).
     expect(['interrupted', 'recovering']).toContain((await stepEpisode(drafting, 'advise')).phase);
-    expect((await journal(database.db, inFlight.id)).filter((s) => s.name === 'interrupted')).toHaveLength(1);
+    expect(
+      (await journal(database.db, inFlight.id)).filter((s) => s.name === 'interrupted'),
+    ).toHaveLength(1);
 
     // No engine anywhere now: a review started meanwhile gets its check done, and no further.
     const windowed = await startReview(worker, { resource: 'db-y', usage: 99, limit: 90 });
@@ -105,22 +133,41 @@ describe('workflows across a deploy, with real node processes', () => {
       const row = await stepEpisode(windowed, 'check');
       return row?.status === 'done' ? row : null;
     });
-    expect((await worker.get<Instance>(`/workflows/${windowed}`)).stepStates.check.status).toBe('running');
+    expect((await worker.get<Instance>(`/workflows/${windowed}`)).stepStates.check.status).toBe(
+      'running',
+    );
 
     await boot('wf-new');
-    const [x, y] = await Promise.all([until(worker, drafting, 'done'), until(worker, windowed, 'done')]);
+    const [x, y] = await Promise.all([
+      until(worker, drafting, 'done'),
+      until(worker, windowed, 'done'),
+    ]);
     // The interrupted draft was restarted by the new node, exactly once, and finished there.
     const restarted = await stepEpisode(drafting, 'advise');
-    expect(restarted).toMatchObject({ id: inFlight.id, status: 'done', owner_node: 'wf-new', attempts: 1 });
+    expect(restarted).toMatchObject({
+      id: inFlight.id,
+      status: 'done',
+      owner_node: 'wf-new',
+      attempts: 1,
+    });
     const kinds = (await journal(database.db, inFlight.id)).map((s) => s.name);
     expect(kinds.filter((k) => k === 'interrupted')).toHaveLength(1);
     expect(kinds.filter((k) => k === 'resumed')).toHaveLength(1);
-    expect(x.stepStates.advise).toMatchObject({ status: 'done', attempts: 1, episodeId: inFlight.id });
+    expect(x.stepStates.advise).toMatchObject({
+      status: 'done',
+      attempts: 1,
+      episodeId: inFlight.id,
+    });
     // The check that ended in the window was replayed by the new node's reconciliation.
     expect(await replayedBy(check.id)).toContain('wf-new');
-    expect(y.stepStates).toMatchObject({ check: { status: 'done', attempts: 1 }, advise: { status: 'done', attempts: 1 } });
+    expect(y.stepStates).toMatchObject({
+      check: { status: 'done', attempts: 1 },
+      advise: { status: 'done', attempts: 1 },
+    });
     for (const instance of [drafting, windowed]) {
-      expect(await rows(`SELECT 1 FROM cyclium_episodes WHERE workflow_instance_id = $1`, [instance])).toHaveLength(2);
+      expect(
+        await rows(`SELECT 1 FROM cyclium_episodes WHERE workflow_instance_id = $1`, [instance]),
+      ).toHaveLength(2);
     }
   }, 90_000);
 });

@@ -48,7 +48,10 @@ class WorkerActor {
   async collect(ep: EpisodeContext<Work>): Promise<Convergence> {
     const { label, seen } = ep.trigger.payload;
     await ep.step('collect', () => label);
-    return { summary: `collected ${label}`, classification: { label, seen: seen ?? null, node: ep.episode.ownerNode } };
+    return {
+      summary: `collected ${label}`,
+      classification: { label, seen: seen ?? null, node: ep.episode.ownerNode },
+    };
   }
 
   @Expectation({ id: 'flaky', trigger: 'workflow' })
@@ -63,7 +66,11 @@ class WorkerActor {
   }
 
   /** `flaky` with an episode-level retry policy of its own: two attempts, 100 ms apart. */
-  @Expectation({ id: 'flaky_retried', trigger: 'workflow', retry: { attempts: 2, backoff: { initialMs: 100, factor: 1 } } })
+  @Expectation({
+    id: 'flaky_retried',
+    trigger: 'workflow',
+    retry: { attempts: 2, backoff: { initialMs: 100, factor: 1 } },
+  })
   flakyRetried(ep: EpisodeContext<Work>): Promise<Convergence> {
     return this.flaky(ep);
   }
@@ -75,14 +82,18 @@ class WorkerActor {
 
   @Expectation({ id: 'gated', trigger: 'workflow' })
   async gated(ep: EpisodeContext<Work>): Promise<Convergence> {
-    await ep.step('wait', () => Promise.race([gate(ep.trigger.payload.gate as string).opened, aborted(ep.signal)]));
+    await ep.step('wait', () =>
+      Promise.race([gate(ep.trigger.payload.gate as string).opened, aborted(ep.signal)]),
+    );
     await ep.step('after', () => 'passed');
     return { summary: `through ${ep.trigger.payload.gate}` };
   }
 }
 
 function aborted(signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => (signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true })));
+  return new Promise((resolve) =>
+    signal.aborted ? resolve() : signal.addEventListener('abort', () => resolve(), { once: true }),
+  );
 }
 
 interface FanIn {
@@ -116,7 +127,11 @@ class FanOutWorkflow {
 @Injectable()
 @Workflow({ id: 'retrying' })
 class RetryingWorkflow {
-  @WorkflowStep({ actor: 'wf_worker', expectation: 'flaky', onFailure: { retry: { attempts: 3, backoffMs: 300 } } })
+  @WorkflowStep({
+    actor: 'wf_worker',
+    expectation: 'flaky',
+    onFailure: { retry: { attempts: 3, backoffMs: 300 } },
+  })
   attempt({ input }: WorkflowStepContext<{ key: string }>): Work {
     return { label: 'flaky', instance: input.key };
   }
@@ -131,7 +146,11 @@ class RetryingWorkflow {
 @Injectable()
 @Workflow({ id: 'retrying_twice' })
 class RetryingTwiceWorkflow {
-  @WorkflowStep({ actor: 'wf_worker', expectation: 'flaky_retried', onFailure: { retry: { attempts: 2, backoffMs: 100 } } })
+  @WorkflowStep({
+    actor: 'wf_worker',
+    expectation: 'flaky_retried',
+    onFailure: { retry: { attempts: 2, backoffMs: 100 } },
+  })
   attempt({ input }: WorkflowStepContext<{ key: string }>): Work {
     return { label: 'flaky', instance: input.key };
   }
@@ -214,7 +233,11 @@ const PROVIDERS = [
   TwoStepWorkflow,
   OnEventWorkflow,
 ];
-const NODE = { workClaims: 'postgres' as const, triggerPollIntervalMs: 200, recovery: { onBoot: false } };
+const NODE = {
+  workClaims: 'postgres' as const,
+  triggerPollIntervalMs: 200,
+  recovery: { onBoot: false },
+};
 
 describe('workflows on two nodes', () => {
   const database = useDatabase();
@@ -223,8 +246,16 @@ describe('workflows on two nodes', () => {
 
   beforeAll(async () => {
     [a, b] = await Promise.all([
-      startCycliumApp({ url: database.url, cyclium: { ...NODE, nodeIdentity: 'wf-a' }, providers: PROVIDERS }),
-      startCycliumApp({ url: database.url, cyclium: { ...NODE, nodeIdentity: 'wf-b' }, providers: PROVIDERS }),
+      startCycliumApp({
+        url: database.url,
+        cyclium: { ...NODE, nodeIdentity: 'wf-a' },
+        providers: PROVIDERS,
+      }),
+      startCycliumApp({
+        url: database.url,
+        cyclium: { ...NODE, nodeIdentity: 'wf-b' },
+        providers: PROVIDERS,
+      }),
     ]);
   });
 
@@ -233,8 +264,10 @@ describe('workflows on two nodes', () => {
     await Promise.all([a?.close(), b?.close()]);
   });
 
-  const rows = async (sql: string, params: unknown[] = []) => (await database.db.query(sql, params)).rows;
-  const instance = async (id: string) => (await rows(`SELECT * FROM cyclium_workflow_instances WHERE id = $1`, [id]))[0];
+  const rows = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows;
+  const instance = async (id: string) =>
+    (await rows(`SELECT * FROM cyclium_workflow_instances WHERE id = $1`, [id]))[0];
   const episodesOf = (id: string) =>
     rows(
       `SELECT id, workflow_step_id, status, trigger_type, trigger_ref, classification, owner_node, inserted_at, started_at, finished_at, error_class
@@ -257,18 +290,32 @@ describe('workflows on two nodes', () => {
     expect(done.status).toBe('done');
     expect(done.version).toBe(5); // created, then one advance per step: nothing applied twice
     const episodes = await episodesOf(id);
-    expect(episodes.map((e) => e.workflow_step_id).sort()).toEqual(['first', 'join', 'left', 'right']);
+    expect(episodes.map((e) => e.workflow_step_id).sort()).toEqual([
+      'first',
+      'join',
+      'left',
+      'right',
+    ]);
     for (const e of episodes) expect(e).toMatchObject({ status: 'done', trigger_type: 'workflow' });
     const by = Object.fromEntries(episodes.map((e) => [e.workflow_step_id, e]));
     for (const branch of ['left', 'right']) {
-      expect(by[branch].started_at.getTime()).toBeGreaterThanOrEqual(by.first.finished_at.getTime());
+      expect(by[branch].started_at.getTime()).toBeGreaterThanOrEqual(
+        by.first.finished_at.getTime(),
+      );
       expect(by.join.started_at.getTime()).toBeGreaterThanOrEqual(by[branch].finished_at.getTime());
-      expect(by[branch].trigger_ref.payload).toEqual({ label: branch, seen: 'collected fan/first' });
+      expect(by[branch].trigger_ref.payload).toEqual({
+        label: branch,
+        seen: 'collected fan/first',
+      });
     }
     // The join's input was built from both branches' results (their classifications).
     const joined = by.join.trigger_ref.payload.seen as Array<{ label: string }>;
     expect(joined.map((c) => c.label)).toEqual(['left', 'right']);
-    expect(done.step_states.join).toMatchObject({ status: 'done', attempts: 1, episodeId: by.join.id });
+    expect(done.step_states.join).toMatchObject({
+      status: 'done',
+      attempts: 1,
+      episodeId: by.join.id,
+    });
   });
 
   it('a failing step with retry is started again after its backoff, then succeeds, and the workflow goes on', async () => {
@@ -280,7 +327,8 @@ describe('workflows on two nodes', () => {
     expect(attempts.map((e) => e.status)).toEqual(['failed', 'failed', 'done']);
     expect(done.step_states.attempt).toMatchObject({ status: 'done', attempts: 3 });
     // Backoff by the database clock: 300 ms before the second attempt, 600 ms before the third.
-    const gap = (i: number) => attempts[i].started_at.getTime() - attempts[i - 1].finished_at.getTime();
+    const gap = (i: number) =>
+      attempts[i].started_at.getTime() - attempts[i - 1].finished_at.getTime();
     expect(gap(1)).toBeGreaterThanOrEqual(300 - 5);
     expect(gap(2)).toBeGreaterThanOrEqual(600 - 5);
     const report = (await episodesOf(id)).find((e) => e.workflow_step_id === 'report');
@@ -293,8 +341,13 @@ describe('workflows on two nodes', () => {
     const id = await a.get(WorkflowEngine).start('retrying_twice', { key: 'retry-2' });
     const done = await finished(id, 30_000);
     expect(done.status).toBe('done');
-    const ids = (await episodesOf(id)).filter((e) => e.workflow_step_id === 'attempt').map((e) => e.id);
-    const attempts = await rows(`SELECT status, retries, error_detail FROM cyclium_episodes WHERE id = ANY($1::uuid[]) ORDER BY inserted_at, id`, [ids]);
+    const ids = (await episodesOf(id))
+      .filter((e) => e.workflow_step_id === 'attempt')
+      .map((e) => e.id);
+    const attempts = await rows(
+      `SELECT status, retries, error_detail FROM cyclium_episodes WHERE id = ANY($1::uuid[]) ORDER BY inserted_at, id`,
+      [ids],
+    );
     expect(attempts.map((e) => [e.status, e.retries])).toEqual([
       ['failed', 1],
       ['done', 1],
@@ -311,7 +364,11 @@ describe('workflows on two nodes', () => {
     expect(failed.error).toBe('step explode failed: crash: boom');
     const episodes = await episodesOf(id);
     expect(episodes.map((e) => e.workflow_step_id).sort()).toEqual(['explode', 'slow']);
-    await waitFor('the slow step to stop', async () => (await episodesOf(id)).find((e) => e.workflow_step_id === 'slow').status === 'canceled');
+    await waitFor(
+      'the slow step to stop',
+      async () =>
+        (await episodesOf(id)).find((e) => e.workflow_step_id === 'slow').status === 'canceled',
+    );
     expect(failed.step_states).toMatchObject({
       explode: { status: 'failed' },
       slow: { status: 'canceled' },
@@ -323,7 +380,10 @@ describe('workflows on two nodes', () => {
     const id = await b.get(WorkflowEngine).start('lenient', {});
     const done = await finished(id);
     expect(done.status).toBe('done');
-    expect(done.step_states.explode).toMatchObject({ status: 'failed', result: { status: 'failed' } });
+    expect(done.step_states.explode).toMatchObject({
+      status: 'failed',
+      result: { status: 'failed' },
+    });
     const carry = (await episodesOf(id)).find((e) => e.workflow_step_id === 'carryOn');
     expect(carry).toMatchObject({ status: 'done' });
     expect(carry.trigger_ref.payload.seen).toBe('failed');
@@ -331,15 +391,24 @@ describe('workflows on two nodes', () => {
 
   it('refuses a subject longer than its index entry allows, counted in bytes, before writing', async () => {
     // 1,000 characters but 3,000 bytes: a limit in characters let this through to the unique index, which refused it.
-    await expect(a.get(WorkflowEngine).start('per_subject', { resource: '€'.repeat(1_000) })).rejects.toThrow(/at most 1000 bytes/);
-    const rows = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_workflow_instances WHERE length(subject_value) = 1000`);
+    await expect(
+      a.get(WorkflowEngine).start('per_subject', { resource: '€'.repeat(1_000) }),
+    ).rejects.toThrow(/at most 1000 bytes/);
+    const rows = await database.db.query(
+      `SELECT count(*)::int AS n FROM cyclium_workflow_instances WHERE length(subject_value) = 1000`,
+    );
     expect(rows.rows[0].n).toBe(0);
   });
 
   it('two nodes starting one workflow for one subject at the same moment get one instance; a start after it ended gets a new one', async () => {
     const subjects = Array.from({ length: 10 }, (_, i) => `disk-${i}`);
-    const starts = await Promise.all(subjects.flatMap((resource) => [a, b, a, b].map((node) => node.get(WorkflowEngine).start('per_subject', { resource }))));
-    for (let i = 0; i < subjects.length; i++) expect(new Set(starts.slice(i * 4, i * 4 + 4)).size).toBe(1);
+    const starts = await Promise.all(
+      subjects.flatMap((resource) =>
+        [a, b, a, b].map((node) => node.get(WorkflowEngine).start('per_subject', { resource })),
+      ),
+    );
+    for (let i = 0; i < subjects.length; i++)
+      expect(new Set(starts.slice(i * 4, i * 4 + 4)).size).toBe(1);
     const counts = await rows(
       `SELECT subject_value, count(*)::int AS n FROM cyclium_workflow_instances WHERE workflow_id = 'per_subject' GROUP BY subject_value`,
     );
@@ -358,15 +427,26 @@ describe('workflows on two nodes', () => {
 
   it('a replayed terminal event does not advance a step twice', async () => {
     const id = await a.get(WorkflowEngine).start('two_step', {});
-    await waitFor('step two to run', async () => (await instance(id)).step_states.two.status === 'running');
+    await waitFor(
+      'step two to run',
+      async () => (await instance(id)).step_states.two.status === 'running',
+    );
     const [one] = (await episodesOf(id)).filter((e) => e.workflow_step_id === 'one');
     const versionBefore = (await instance(id)).version;
     // The terminal event of step one again, three times, heard by both nodes (every node listens).
     const row = await a.get(EpisodeStore).get(one.id);
-    const event = lifecycleEvent('episode.completed', row as NonNullable<typeof row>, 'done', 'test');
+    const event = lifecycleEvent(
+      'episode.completed',
+      row as NonNullable<typeof row>,
+      'done',
+      'test',
+    );
     for (let i = 0; i < 3; i++) await a.get(EventOutbox).publish(event.type, event.payload);
     // Reconciliation of a live instance whose running step has not finished replays nothing.
-    expect(await b.get(Recovery).reconcileWorkflows()).toEqual({ replayed: 0, skipped: expect.any(Number) });
+    expect(await b.get(Recovery).reconcileWorkflows()).toEqual({
+      replayed: 0,
+      skipped: expect.any(Number),
+    });
 
     // Each node applies one instance's events in order, so once step two's end is applied the
     // replays (published before it) have been handled.
@@ -383,34 +463,64 @@ describe('workflows on two nodes', () => {
     const bus = a.get(Bus);
     await bus.publish('wf_test.requested', { kind: 'other', resource: 'ignored' });
     const event = await bus.publish('wf_test.requested', { kind: 'review', resource: 'db-1' });
-    const row = await waitFor('the instance', async () => (await rows(`SELECT * FROM cyclium_workflow_instances WHERE workflow_id = 'on_event'`))[0]);
+    const row = await waitFor(
+      'the instance',
+      async () =>
+        (await rows(`SELECT * FROM cyclium_workflow_instances WHERE workflow_id = 'on_event'`))[0],
+    );
     expect((await finished(row.id)).status).toBe('done');
     expect(row).toMatchObject({ subject_value: null, input: event.payload });
     await bus.publish('wf_test.requested', { kind: 'review', resource: 'db-2' });
-    await waitFor('the second instance', async () => (await rows(`SELECT 1 FROM cyclium_workflow_instances WHERE input->>'resource' = 'db-2'`)).length > 0);
+    await waitFor(
+      'the second instance',
+      async () =>
+        (await rows(`SELECT 1 FROM cyclium_workflow_instances WHERE input->>'resource' = 'db-2'`))
+          .length > 0,
+    );
     // Both nodes heard both events and each was applied once (the second one's instance is done by the time both handled it).
     await waitFor(
       'both instances to finish',
-      async () => (await rows(`SELECT 1 FROM cyclium_workflow_instances WHERE workflow_id = 'on_event' AND status = 'done'`)).length === 2,
+      async () =>
+        (
+          await rows(
+            `SELECT 1 FROM cyclium_workflow_instances WHERE workflow_id = 'on_event' AND status = 'done'`,
+          )
+        ).length === 2,
     );
-    const all = await rows(`SELECT input->>'resource' AS resource FROM cyclium_workflow_instances WHERE workflow_id = 'on_event' ORDER BY inserted_at`);
+    const all = await rows(
+      `SELECT input->>'resource' AS resource FROM cyclium_workflow_instances WHERE workflow_id = 'on_event' ORDER BY inserted_at`,
+    );
     expect(all.map((r) => r.resource)).toEqual(['db-1', 'db-2']);
   });
 
   it('one event id published in two stacks starts one instance in each, each stamped with its stack', async () => {
     const [c, d] = await Promise.all(
       (['stack_a', 'stack_b'] as const).map((stackSlug) =>
-        startCycliumApp({ url: database.url, cyclium: { ...NODE, stackSlug, nodeIdentity: `wf-${stackSlug}` }, providers: PROVIDERS }),
+        startCycliumApp({
+          url: database.url,
+          cyclium: { ...NODE, stackSlug, nodeIdentity: `wf-${stackSlug}` },
+          providers: PROVIDERS,
+        }),
       ),
     );
     try {
-      for (const app of [c, d]) await app.get(Bus).publish('wf_test.requested', { kind: 'review', resource: 'both-stacks' }, { eventId: 'shared-delivery-1' });
-      const started = await waitFor('an instance in each stack', async (): Promise<Array<{ id: string; source_stack: string }> | null> => {
-        const found = await rows(
-          `SELECT id, source_stack, status FROM cyclium_workflow_instances WHERE input->>'resource' = 'both-stacks' ORDER BY source_stack`,
-        );
-        return found.length === 2 ? found : null;
-      });
+      for (const app of [c, d])
+        await app
+          .get(Bus)
+          .publish(
+            'wf_test.requested',
+            { kind: 'review', resource: 'both-stacks' },
+            { eventId: 'shared-delivery-1' },
+          );
+      const started = await waitFor(
+        'an instance in each stack',
+        async (): Promise<Array<{ id: string; source_stack: string }> | null> => {
+          const found = await rows(
+            `SELECT id, source_stack, status FROM cyclium_workflow_instances WHERE input->>'resource' = 'both-stacks' ORDER BY source_stack`,
+          );
+          return found.length === 2 ? found : null;
+        },
+      );
       expect(started?.map((r) => r.source_stack)).toEqual(['stack_a', 'stack_b']);
       for (const { id } of started ?? []) expect((await finished(id)).status).toBe('done');
     } finally {
@@ -426,8 +536,14 @@ describe('workflows on two nodes', () => {
     });
     expect(await a.get(WorkflowEngine).cancel(id)).toBe('canceled');
     expect(await a.get(WorkflowEngine).cancel(id)).toBe('finished');
-    expect(await a.get(WorkflowEngine).cancel('00000000-0000-4000-8000-000000000000')).toBe('not_found');
-    await waitFor('step two to stop', async () => (await episodesOf(id)).find((e) => e.workflow_step_id === 'two').status === 'canceled');
+    expect(await a.get(WorkflowEngine).cancel('00000000-0000-4000-8000-000000000000')).toBe(
+      'not_found',
+    );
+    await waitFor(
+      'step two to stop',
+      async () =>
+        (await episodesOf(id)).find((e) => e.workflow_step_id === 'two').status === 'canceled',
+    );
     expect(await instance(id)).toMatchObject({ status: 'canceled', error: 'canceled by request' });
   });
 });
@@ -439,7 +555,13 @@ describe('workflows with claims off: the version the advance is conditional on i
   beforeAll(async () => {
     const off = { ...NODE, workClaims: false as const };
     nodes = await Promise.all(
-      ['wf-x', 'wf-y', 'wf-z'].map((nodeIdentity) => startCycliumApp({ url: database.url, cyclium: { ...off, nodeIdentity }, providers: PROVIDERS })),
+      ['wf-x', 'wf-y', 'wf-z'].map((nodeIdentity) =>
+        startCycliumApp({
+          url: database.url,
+          cyclium: { ...off, nodeIdentity },
+          providers: PROVIDERS,
+        }),
+      ),
     );
   });
 
@@ -449,18 +571,28 @@ describe('workflows with claims off: the version the advance is conditional on i
 
   it('three nodes hearing every event of 20 fan-outs at once still apply each event once', async () => {
     const ids = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => (nodes[i % 3] as INestApplicationContext).get(WorkflowEngine).start('fan_out', { tag: `x${i}` })),
+      Array.from({ length: 20 }, (_, i) =>
+        (nodes[i % 3] as INestApplicationContext)
+          .get(WorkflowEngine)
+          .start('fan_out', { tag: `x${i}` }),
+      ),
     );
     await waitFor(
       'every fan-out to finish',
       async () => {
-        const { rows } = await database.db.query(`SELECT count(*)::int AS n FROM cyclium_workflow_instances WHERE id = ANY($1) AND status = 'done'`, [ids]);
+        const { rows } = await database.db.query(
+          `SELECT count(*)::int AS n FROM cyclium_workflow_instances WHERE id = ANY($1) AND status = 'done'`,
+          [ids],
+        );
         return rows[0].n === ids.length;
       },
       60_000,
       100,
     );
-    const { rows: versions } = await database.db.query(`SELECT DISTINCT version FROM cyclium_workflow_instances WHERE id = ANY($1)`, [ids]);
+    const { rows: versions } = await database.db.query(
+      `SELECT DISTINCT version FROM cyclium_workflow_instances WHERE id = ANY($1)`,
+      [ids],
+    );
     expect(versions).toEqual([{ version: 5 }]);
     const { rows: episodes } = await database.db.query(
       `SELECT workflow_instance_id, count(*)::int AS n, count(DISTINCT workflow_step_id)::int AS steps
@@ -521,7 +653,11 @@ class DanglingWorkflow {
 @Injectable()
 @Workflow({ id: 'bad_policy' })
 class BadPolicyWorkflow {
-  @WorkflowStep({ actor: 'wf_worker', expectation: 'collect', onFailure: { retry: { attempts: 0 } } })
+  @WorkflowStep({
+    actor: 'wf_worker',
+    expectation: 'collect',
+    onFailure: { retry: { attempts: 0 } },
+  })
   only(): Work {
     return { label: 'x' };
   }
@@ -531,14 +667,38 @@ describe('invalid workflow graphs fail boot, naming the class and step', () => {
   const database = useDatabase();
 
   it.each([
-    ['an unknown actor', UnknownActorWorkflow, /@WorkflowStep on UnknownActorWorkflow\.only: unknown actor "nobody"/],
-    ['an unknown expectation', UnknownExpectationWorkflow, /UnknownExpectationWorkflow\.only: actor "wf_worker" has no expectation "nothing_like_it"/],
-    ['a cycle', CyclicWorkflow, /@Workflow cyclic \(CyclicWorkflow\): steps depend on each other in a cycle: a → c → b → a/],
-    ['a missing dependency', DanglingWorkflow, /step "only" runs after "missing", which is not a step of this workflow/],
-    ['a retry of zero attempts', BadPolicyWorkflow, /onFailure\.retry\.attempts must be a whole number >= 1/],
+    [
+      'an unknown actor',
+      UnknownActorWorkflow,
+      /@WorkflowStep on UnknownActorWorkflow\.only: unknown actor "nobody"/,
+    ],
+    [
+      'an unknown expectation',
+      UnknownExpectationWorkflow,
+      /UnknownExpectationWorkflow\.only: actor "wf_worker" has no expectation "nothing_like_it"/,
+    ],
+    [
+      'a cycle',
+      CyclicWorkflow,
+      /@Workflow cyclic \(CyclicWorkflow\): steps depend on each other in a cycle: a → c → b → a/,
+    ],
+    [
+      'a missing dependency',
+      DanglingWorkflow,
+      /step "only" runs after "missing", which is not a step of this workflow/,
+    ],
+    [
+      'a retry of zero attempts',
+      BadPolicyWorkflow,
+      /onFailure\.retry\.attempts must be a whole number >= 1/,
+    ],
   ])('%s', async (_what, workflow, message) => {
-    await expect(startCycliumApp({ url: database.url, cyclium: { ...NODE, nodeIdentity: 'wf-bad' }, providers: [WorkerActor, workflow] })).rejects.toThrow(
-      message,
-    );
+    await expect(
+      startCycliumApp({
+        url: database.url,
+        cyclium: { ...NODE, nodeIdentity: 'wf-bad' },
+        providers: [WorkerActor, workflow],
+      }),
+    ).rejects.toThrow(message);
   });
 });

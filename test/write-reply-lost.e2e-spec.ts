@@ -29,7 +29,10 @@ class LostReplyActor {
 }
 
 /** The prepared statements whose replies are lost: a lone fenced step write, and a lone end (claims joined). */
-const STATEMENTS = { step: 'cyclium_episodes_step_write_fenced', end: 'cyclium_end_joined_' } as const;
+const STATEMENTS = {
+  step: 'cyclium_episodes_step_write_fenced',
+  end: 'cyclium_end_joined_',
+} as const;
 type Kind = keyof typeof STATEMENTS;
 
 /** The last message of a reply: ReadyForQuery ('Z', length 5, status), sent after the implicit transaction committed. */
@@ -79,7 +82,9 @@ describe("faults of the library's own writes", () => {
         return 'drop-and-close';
       },
     });
-    unsubscribe.push(onCyclium('episode.completed', (event) => void completed.push(event.episodeId)));
+    unsubscribe.push(
+      onCyclium('episode.completed', (event) => void completed.push(event.episodeId)),
+    );
     unsubscribe.push(onCyclium('episode.aborted', (event) => void aborted.push(event.episodeId)));
     app = await startCycliumApp({
       url: proxy.url(database.url),
@@ -109,7 +114,10 @@ describe("faults of the library's own writes", () => {
     await waitFor(
       `episode ${id} to end`,
       async () => {
-        const { rows } = await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
+        const { rows } = await database.db.query(
+          `SELECT status FROM cyclium_episodes WHERE id = $1`,
+          [id],
+        );
         return rows[0]?.status !== 'running';
       },
       10_000,
@@ -118,7 +126,13 @@ describe("faults of the library's own writes", () => {
   }
 
   async function written(id: string) {
-    const { rows } = await database.db.query<{ status: string; error_class: string | null; steps: string[]; terminal_events: number; claim: string }>(
+    const { rows } = await database.db.query<{
+      status: string;
+      error_class: string | null;
+      steps: string[];
+      terminal_events: number;
+      claim: string;
+    }>(
       `SELECT e.status, e.error_class,
               (SELECT array_agg(s.name ORDER BY s.step_no) FROM cyclium_episode_steps s WHERE s.episode_id = e.id) AS steps,
               (SELECT count(*)::int FROM cyclium_events v WHERE v.payload->>'episodeId' = e.id::text AND v.type = 'episode.completed') AS terminal_events,
@@ -129,14 +143,23 @@ describe("faults of the library's own writes", () => {
     return rows[0];
   }
 
-  it.each(['step', 'end'] as const)('the reply to a %s write is lost after commit: the episode ends done, the write applied once', async (kind) => {
-    const id = await runWithLostReply(kind);
-    expect(dropped).toContain(kind);
-    expect(await written(id)).toEqual({ status: 'done', error_class: null, steps: ['s1', 's2', 's3'], terminal_events: 1, claim: 'done' });
-    expect([1, 2, 3].map((n) => runs.get(`${id}:${n}`))).toEqual([1, 1, 1]);
-    await waitFor('the completion to be told', () => completed.includes(id));
-    expect(aborted).not.toContain(id);
-  });
+  it.each(['step', 'end'] as const)(
+    'the reply to a %s write is lost after commit: the episode ends done, the write applied once',
+    async (kind) => {
+      const id = await runWithLostReply(kind);
+      expect(dropped).toContain(kind);
+      expect(await written(id)).toEqual({
+        status: 'done',
+        error_class: null,
+        steps: ['s1', 's2', 's3'],
+        terminal_events: 1,
+        claim: 'done',
+      });
+      expect([1, 2, 3].map((n) => runs.get(`${id}:${n}`))).toEqual([1, 1, 1]);
+      await waitFor('the completion to be told', () => completed.includes(id));
+      expect(aborted).not.toContain(id);
+    },
+  );
 
   it('a step write that cannot be written before the lease runs out: left running for recovery, which restarts it to done', async () => {
     let first = true;
@@ -149,14 +172,20 @@ describe("faults of the library's own writes", () => {
     if (started.status !== 'started') throw new Error(`trigger was ${started.status}`);
     const id = started.episode.id;
     await waitFor('the run to give the episode up', () => aborted.includes(id), 10_000);
-    const { rows } = await database.db.query(`SELECT status, error_class FROM cyclium_episodes WHERE id = $1`, [id]);
+    const { rows } = await database.db.query(
+      `SELECT status, error_class FROM cyclium_episodes WHERE id = $1`,
+      [id],
+    );
     expect(rows[0]).toEqual({ status: 'running', error_class: null });
     blackout = false;
 
     await waitFor(
       `episode ${id} to end`,
       async () => {
-        const { rows: now } = await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
+        const { rows: now } = await database.db.query(
+          `SELECT status FROM cyclium_episodes WHERE id = $1`,
+          [id],
+        );
         return now[0]?.status !== 'running';
       },
       15_000,

@@ -1,10 +1,17 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { clock, type ArrivalsReply, type ArrivalsRequest, type ArrivalsUnit } from '../support/arrivals-protocol.js';
+import {
+  clock,
+  type ArrivalsReply,
+  type ArrivalsRequest,
+  type ArrivalsUnit,
+} from '../support/arrivals-protocol.js';
 import { printTable } from '../support/measure.js';
 
 const WORKER = fileURLToPath(new URL('../support/arrivals-node.js', import.meta.url));
-const LOADS: readonly number[] = process.env.ARRIVALS_LOADS ? process.env.ARRIVALS_LOADS.split(',').map(Number) : [0.25, 0.5, 0.9];
+const LOADS: readonly number[] = process.env.ARRIVALS_LOADS
+  ? process.env.ARRIVALS_LOADS.split(',').map(Number)
+  : [0.25, 0.5, 0.9];
 const N = 2_000;
 const CLOSED_N = { 1: 300, 16: 2_000 } as const;
 const WARM_UP = 300;
@@ -19,13 +26,17 @@ interface Worker {
 }
 
 function startWorker(url: string): Promise<Worker> {
-  const child = fork(WORKER, [], { env: { ...process.env, ARRIVALS_DATABASE_URL: url }, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(WORKER, [], {
+    env: { ...process.env, ARRIVALS_DATABASE_URL: url },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const worker: Worker = {
     child,
     request: (request) => child.send(request),
     next: (kind) =>
       new Promise((resolve, reject) => {
-        const onExit = (code: number | null) => reject(new Error(`the arrivals worker exited (${code}) before answering ${kind}`));
+        const onExit = (code: number | null) =>
+          reject(new Error(`the arrivals worker exited (${code}) before answering ${kind}`));
         const onMessage = (reply: ArrivalsReply) => {
           if (reply.kind !== kind) return;
           child.off('message', onMessage);
@@ -51,7 +62,12 @@ function percentile(sorted: readonly number[], p: number): number {
  * `n` episodes from `inFlight` callers in this process, each sending one trigger and waiting for
  * it to be done before the next: the same path and clock as the Poisson arrivals, in lockstep.
  */
-async function closed(worker: Worker, unit: ArrivalsUnit, n: number, inFlight: number): Promise<{ perSecond: number; p50: number; p99: number }> {
+async function closed(
+  worker: Worker,
+  unit: ArrivalsUnit,
+  n: number,
+  inFlight: number,
+): Promise<{ perSecond: number; p50: number; p99: number }> {
   const waiting = new Map<number, (doneAt: number) => void>();
   let failure: string | undefined;
   const off = worker.onReply((reply) => {
@@ -81,7 +97,11 @@ async function closed(worker: Worker, unit: ArrivalsUnit, n: number, inFlight: n
     off();
   }
   const sorted = latencies.sort((a, b) => a - b);
-  return { perSecond: n / ((clock() - started) / 1000), p50: percentile(sorted, 50), p99: percentile(sorted, 99) };
+  return {
+    perSecond: n / ((clock() - started) / 1000),
+    p50: percentile(sorted, 50),
+    p99: percentile(sorted, 99),
+  };
 }
 
 /**
@@ -89,7 +109,12 @@ async function closed(worker: Worker, unit: ArrivalsUnit, n: number, inFlight: n
  * fired by this process's timers: arrivals due in the same millisecond leave in one message. Each
  * latency runs from the moment its message was sent to the moment the worker saw it `done`.
  */
-async function open(worker: Worker, unit: ArrivalsUnit, perSecond: number, n: number): Promise<{ p50: number; p99: number; offeredPerSecond: number }> {
+async function open(
+  worker: Worker,
+  unit: ArrivalsUnit,
+  perSecond: number,
+  n: number,
+): Promise<{ p50: number; p99: number; offeredPerSecond: number }> {
   const first = nextId;
   nextId += n;
   const dueMs: number[] = [];
@@ -105,7 +130,8 @@ async function open(worker: Worker, unit: ArrivalsUnit, perSecond: number, n: nu
     const off = worker.onReply((reply) => {
       if (reply.kind === 'failed') failure ??= reply.reason;
       if (reply.kind !== 'done' && reply.kind !== 'failed') return;
-      if (reply.kind === 'done' && sentAt.has(reply.id)) latencies.push(reply.doneAt - (sentAt.get(reply.id) as number));
+      if (reply.kind === 'done' && sentAt.has(reply.id))
+        latencies.push(reply.doneAt - (sentAt.get(reply.id) as number));
       if (latencies.length + (failure ? 1 : 0) >= n || failure) {
         off();
         resolve();
@@ -146,7 +172,13 @@ export async function arrivalsBench(url: string): Promise<void> {
     for (const unit of ['floor', 'episode'] as const) {
       await closed(worker, unit, WARM_UP, 4);
       const full = await closed(worker, unit, CLOSED_N[16], 16);
-      const row = (load: string, perSecond: number, p50: number, p99: number, alone: { p50: number; p99: number }) => ({
+      const row = (
+        load: string,
+        perSecond: number,
+        p50: number,
+        p99: number,
+        alone: { p50: number; p99: number },
+      ) => ({
         load,
         'units/s': Math.round(perSecond),
         'p50 ms': p50.toFixed(2),
@@ -163,10 +195,15 @@ export async function arrivalsBench(url: string): Promise<void> {
         const result = await open(worker, unit, load * full.perSecond, N);
         const after = await closed(worker, unit, CLOSED_N[1], 1);
         const alone = { p50: (before.p50 + after.p50) / 2, p99: (before.p99 + after.p99) / 2 };
-        rows.push(row(`Poisson ${load * 100} %`, result.offeredPerSecond, result.p50, result.p99, alone));
+        rows.push(
+          row(`Poisson ${load * 100} %`, result.offeredPerSecond, result.p50, result.p99, alone),
+        );
         before = after;
       }
-      const what = unit === 'floor' ? 'the three-commit floor (insert, update, update on a bare pooled connection in the worker)' : 'manual 1-step episodes';
+      const what =
+        unit === 'floor'
+          ? 'the three-commit floor (insert, update, update on a bare pooled connection in the worker)'
+          : 'manual 1-step episodes';
       printTable(
         `arrivals: ${what}, trigger to done (IPC included), Poisson loads of the 16-in-flight rate (${Math.round(full.perSecond)}/s); N=${N} per load`,
         rows,
@@ -174,6 +211,8 @@ export async function arrivalsBench(url: string): Promise<void> {
     }
   } finally {
     worker.child.disconnect();
-    await new Promise((resolve) => (worker.child.exitCode !== null ? resolve(undefined) : worker.child.once('exit', resolve)));
+    await new Promise((resolve) =>
+      worker.child.exitCode !== null ? resolve(undefined) : worker.child.once('exit', resolve),
+    );
   }
 }

@@ -23,7 +23,10 @@ function node(url: string, transport: Transport, channel: string): Node {
   const bus =
     transport === 'NOTIFY only'
       ? new NotifyOnlyBus(pool, url, channel)
-      : new PostgresBus(pool, () => ({ connectionString: url }), { channel, publisher: () => 'bench' });
+      : new PostgresBus(pool, () => ({ connectionString: url }), {
+          channel,
+          publisher: () => 'bench',
+        });
   return { bus, pool };
 }
 
@@ -33,7 +36,11 @@ function node(url: string, transport: Transport, channel: string): Node {
  * three subscribers has every event. Commits are pg_stat_database.xact_commit over the round,
  * listeners' reads included (they are flushed when the listeners disconnect at the end).
  */
-async function round(url: string, transport: Transport, publishers: number): Promise<{ published: number; delivered: number; commits: number }> {
+async function round(
+  url: string,
+  transport: Transport,
+  publishers: number,
+): Promise<{ published: number; delivered: number; commits: number }> {
   const channel = `bench_${transport === 'NOTIFY only' ? 'n' : 'd'}_${publishers}_${Date.now()}`;
   const publisher = node(url, transport, channel);
   const subscribers = Array.from({ length: SUBSCRIBERS }, () => node(url, transport, channel));
@@ -56,15 +63,21 @@ async function round(url: string, transport: Transport, publishers: number): Pro
   );
   const publishedIn = performance.now() - started;
   const waitUntil = performance.now() + 30_000;
-  while (counts.some((c) => c < sent) && performance.now() < waitUntil) await new Promise((r) => setTimeout(r, 2));
+  while (counts.some((c) => c < sent) && performance.now() < waitUntil)
+    await new Promise((r) => setTimeout(r, 2));
   const deliveredIn = performance.now() - started;
-  if (counts.some((c) => c < sent)) throw new Error(`${transport}: subscribers got ${counts.join('/')} of ${sent}`);
+  if (counts.some((c) => c < sent))
+    throw new Error(`${transport}: subscribers got ${counts.join('/')} of ${sent}`);
 
   await Promise.all([publisher, ...subscribers].map((n) => n.bus.stop()));
   await Promise.all([publisher, ...subscribers].map((n) => n.pool.end()));
   await settleStats();
   const { commits } = since(before, await countsSoFar(url));
-  return { published: sent / (publishedIn / 1000), delivered: sent / (deliveredIn / 1000), commits: commits / sent };
+  return {
+    published: sent / (publishedIn / 1000),
+    delivered: sent / (deliveredIn / 1000),
+    commits: commits / sent,
+  };
 }
 
 /**
@@ -93,11 +106,17 @@ export async function busBench(url: string): Promise<void> {
         });
       }
     }
-    printTable(`bus: each publisher awaits every publish for ${DURATION_MS / 1000} s; ${SUBSCRIBERS} subscriber nodes`, rows);
-    const appendRate = Math.max(...rows.filter((r) => r.transport === 'durable (PostgresBus)').map((r) => r['published/s']));
-    printTable('bus retention: 500,000 expired events behind 1,000 a consumer has not dispatched, pruned by passes of the timer', [
-      { ...(await pruneRate(url, floorPool)), 'best append rate/s (above)': appendRate },
-    ]);
+    printTable(
+      `bus: each publisher awaits every publish for ${DURATION_MS / 1000} s; ${SUBSCRIBERS} subscriber nodes`,
+      rows,
+    );
+    const appendRate = Math.max(
+      ...rows.filter((r) => r.transport === 'durable (PostgresBus)').map((r) => r['published/s']),
+    );
+    printTable(
+      'bus retention: 500,000 expired events behind 1,000 a consumer has not dispatched, pruned by passes of the timer',
+      [{ ...(await pruneRate(url, floorPool)), 'best append rate/s (above)': appendRate }],
+    );
   } finally {
     await floorPool.end();
   }
@@ -112,7 +131,10 @@ async function pruneRate(url: string, pool: pg.Pool): Promise<Record<string, str
   await pool.query(`TRUNCATE cyclium_events`);
   await insertEventsBehindUndispatched(pool, channel, 1_000, PRUNED);
   await pool.query('ANALYZE cyclium_events');
-  const bus = new PostgresBus(pool, () => ({ connectionString: url }), { channel, publisher: () => 'bench' });
+  const bus = new PostgresBus(pool, () => ({ connectionString: url }), {
+    channel,
+    publisher: () => 'bench',
+  });
   const started = performance.now();
   let passes = 0;
   let deleted = 0;
@@ -123,5 +145,10 @@ async function pruneRate(url: string, pool: pg.Pool): Promise<Record<string, str
   const seconds = (performance.now() - started) / 1000;
   await pool.query(`DELETE FROM cyclium_bus_positions WHERE channel = $1`, [channel]);
   await pool.query(`DELETE FROM cyclium_events WHERE channel = $1`, [channel]);
-  return { deleted, 'passes (5 s budget each)': passes, 'seconds pruning': seconds.toFixed(1), 'pruned/s': Math.round(deleted / seconds) };
+  return {
+    deleted,
+    'passes (5 s budget each)': passes,
+    'seconds pruning': seconds.toFixed(1),
+    'pruned/s': Math.round(deleted / seconds),
+  };
 }

@@ -45,13 +45,23 @@ export async function claimsBench(url: string): Promise<void> {
     for (const clients of CLIENTS) {
       const run = `${clients}-${Date.now()}`;
       const floorCycle = await throughput(pool, clients, DURATION_MS, async (c, i) => {
-        await c.query('INSERT INTO bench_floor (k, v) VALUES ($1, 1) ON CONFLICT (k) DO NOTHING', [`f:${run}:${i}`]);
+        await c.query('INSERT INTO bench_floor (k, v) VALUES ($1, 1) ON CONFLICT (k) DO NOTHING', [
+          `f:${run}:${i}`,
+        ]);
         await c.query('UPDATE bench_floor SET v = 2 WHERE k = $1', [`f:${run}:${i}`]);
       });
       const preparedFloorCycle = await throughput(pool, clients, DURATION_MS, async (c, i) => {
         const k = `p:${run}:${i}`;
-        await c.query({ name: 'floor_insert', text: 'INSERT INTO bench_floor (k, v) VALUES ($1, 1) ON CONFLICT (k) DO NOTHING', values: [k] });
-        await c.query({ name: 'floor_update', text: 'UPDATE bench_floor SET v = 2 WHERE k = $1', values: [k] });
+        await c.query({
+          name: 'floor_insert',
+          text: 'INSERT INTO bench_floor (k, v) VALUES ($1, 1) ON CONFLICT (k) DO NOTHING',
+          values: [k],
+        });
+        await c.query({
+          name: 'floor_update',
+          text: 'UPDATE bench_floor SET v = 2 WHERE k = $1',
+          values: [k],
+        });
       });
       const claimCycle = await throughput(pool, clients, DURATION_MS, async (c, i) => {
         const adapter = new PostgresClaims(c);
@@ -72,16 +82,28 @@ export async function claimsBench(url: string): Promise<void> {
       const live = Array.from({ length: clients * 64 }, (_, i) => `r:${run}:${i}`);
       for (const key of live) {
         await claims.acquire(key, 'bench-node', { leaseSeconds: 60 });
-        await pool.query('INSERT INTO bench_floor (k, v) VALUES ($1, 0) ON CONFLICT (k) DO NOTHING', [key]);
+        await pool.query(
+          'INSERT INTO bench_floor (k, v) VALUES ($1, 0) ON CONFLICT (k) DO NOTHING',
+          [key],
+        );
       }
       const floorRenew = await throughput(pool, clients, DURATION_MS, (c, i) =>
         c.query('UPDATE bench_floor SET v = v + 1 WHERE k = $1', [live[i % live.length]]),
       );
       const preparedFloorRenew = await throughput(pool, clients, DURATION_MS, (c, i) =>
-        c.query({ name: 'floor_bump', text: 'UPDATE bench_floor SET v = v + 1 WHERE k = $1', values: [live[i % live.length]] }),
+        c.query({
+          name: 'floor_bump',
+          text: 'UPDATE bench_floor SET v = v + 1 WHERE k = $1',
+          values: [live[i % live.length]],
+        }),
       );
       const claimRenew = await throughput(pool, clients, DURATION_MS, async (c, i) => {
-        const outcome = await new PostgresClaims(c).renew(live[i % live.length], 'bench-node', 60, 1);
+        const outcome = await new PostgresClaims(c).renew(
+          live[i % live.length],
+          'bench-node',
+          60,
+          1,
+        );
         if (outcome !== 'ok') throw new Error('renew answered not_owner');
       });
       renewals.push({
@@ -93,7 +115,10 @@ export async function claimsBench(url: string): Promise<void> {
         'ratio (prepared)': ratio(claimRenew, preparedFloorRenew),
       });
     }
-    printTable('claims: acquire + complete cycles (2 statements each) vs bare INSERT … ON CONFLICT + UPDATE', cycles);
+    printTable(
+      'claims: acquire + complete cycles (2 statements each) vs bare INSERT … ON CONFLICT + UPDATE',
+      cycles,
+    );
     printTable('claims: single-claim renewals vs bare single-row UPDATE', renewals);
     await renewerAtScale(url, pool);
   } finally {
@@ -110,19 +135,27 @@ async function renewerAtScale(url: string, pool: pg.Pool): Promise<void> {
   @Module({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 16 } }),
-      CycliumModule.forRoot({ nodeIdentity: 'bench-renewer', workClaims: adapter, workClaimsLeaseSeconds: leaseSeconds }),
+      CycliumModule.forRoot({
+        nodeIdentity: 'bench-renewer',
+        workClaims: adapter,
+        workClaimsLeaseSeconds: leaseSeconds,
+      }),
     ],
   })
   class BenchModule {}
 
-  const app = await NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
+  const app = await NestFactory.createApplicationContext(BenchModule, {
+    logger: ['error', 'warn'],
+  });
   await app.init();
   try {
     const gate = app.get(WorkClaims);
     const keys = Array.from({ length: LIVE_CLAIMS }, (_, i) => `scale:${Date.now()}:${i}`);
     const holds: ClaimHold[] = [];
     for (let i = 0; i < keys.length; i += 16) {
-      const results = await Promise.all(keys.slice(i, i + 16).map((key) => gate.acquire(key, 'bench-renewer')));
+      const results = await Promise.all(
+        keys.slice(i, i + 16).map((key) => gate.acquire(key, 'bench-renewer')),
+      );
       results.forEach((result, j) => holds.push(gate.hold(keys[i + j], result)));
     }
     const tickMs = (leaseSeconds * 1000) / 3;
@@ -130,24 +163,31 @@ async function renewerAtScale(url: string, pool: pg.Pool): Promise<void> {
     const before = counter.batches.length;
     const started = performance.now();
     const lease = async () =>
-      (await pool.query(`SELECT min(lease_until) AS oldest FROM cyclium_work_claims WHERE owner_node = 'bench-renewer'`)).rows[0].oldest as Date;
+      (
+        await pool.query(
+          `SELECT min(lease_until) AS oldest FROM cyclium_work_claims WHERE owner_node = 'bench-renewer'`,
+        )
+      ).rows[0].oldest as Date;
     // Let the renewer's own timer tick for three and a half intervals, then count what it sent.
     await new Promise((r) => setTimeout(r, window));
     const elapsed = performance.now() - started;
     const batches = counter.batches.slice(before);
     const renewedUntil = await lease();
     const lost = holds.filter((h) => h.lost).length;
-    printTable(`claims: the node's renewer holding ${LIVE_CLAIMS.toLocaleString('en')} live claims (lease ${leaseSeconds} s, tick every lease / 3)`, [
-      {
-        'live claims': LIVE_CLAIMS,
-        'window (ms)': Math.round(elapsed),
-        'ticks expected': `${Math.floor(elapsed / tickMs)}-${Math.ceil(elapsed / tickMs)}`,
-        'renewal statements sent': batches.length,
-        'claims per statement': batches.join(', '),
-        'claims lost': lost,
-        'oldest lease now ends': renewedUntil.toISOString(),
-      },
-    ]);
+    printTable(
+      `claims: the node's renewer holding ${LIVE_CLAIMS.toLocaleString('en')} live claims (lease ${leaseSeconds} s, tick every lease / 3)`,
+      [
+        {
+          'live claims': LIVE_CLAIMS,
+          'window (ms)': Math.round(elapsed),
+          'ticks expected': `${Math.floor(elapsed / tickMs)}-${Math.ceil(elapsed / tickMs)}`,
+          'renewal statements sent': batches.length,
+          'claims per statement': batches.join(', '),
+          'claims lost': lost,
+          'oldest lease now ends': renewedUntil.toISOString(),
+        },
+      ],
+    );
     await timeOneBatch(adapter, keys);
   } finally {
     await app.close();
@@ -162,10 +202,16 @@ async function timeOneBatch(adapter: PostgresClaims, keys: string[]): Promise<vo
     const started = performance.now();
     const renewed = await adapter.renewMany('bench-renewer', held, 60);
     samples.push(performance.now() - started);
-    if (renewed.length !== keys.length) throw new Error(`renewMany kept ${renewed.length} of ${keys.length}`);
+    if (renewed.length !== keys.length)
+      throw new Error(`renewMany kept ${renewed.length} of ${keys.length}`);
   }
   samples.sort((a, b) => a - b);
   printTable('claims: one renewMany statement for all live claims (5 samples)', [
-    { claims: keys.length, 'min ms': samples[0].toFixed(1), 'median ms': samples[2].toFixed(1), 'max ms': samples[4].toFixed(1) },
+    {
+      claims: keys.length,
+      'min ms': samples[0].toFixed(1),
+      'median ms': samples[2].toFixed(1),
+      'max ms': samples[4].toFixed(1),
+    },
   ]);
 }

@@ -25,11 +25,23 @@ class DispatchActor {
   }
 }
 
-async function node(url: string, identity: string, mode: 'full' | 'trigger_only', stackSlug: string): Promise<INestApplicationContext> {
+async function node(
+  url: string,
+  identity: string,
+  mode: 'full' | 'trigger_only',
+  stackSlug: string,
+): Promise<INestApplicationContext> {
   @Module({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url, name: identity }),
-      CycliumModule.forRoot({ dataSource: identity, nodeIdentity: identity, mode, stackSlug, workClaims: 'postgres', triggerPollIntervalMs: POLL_MS }),
+      CycliumModule.forRoot({
+        dataSource: identity,
+        nodeIdentity: identity,
+        mode,
+        stackSlug,
+        workClaims: 'postgres',
+        triggerPollIntervalMs: POLL_MS,
+      }),
     ],
     providers: [DispatchActor],
   })
@@ -39,7 +51,8 @@ async function node(url: string, identity: string, mode: 'full' | 'trigger_only'
   return app;
 }
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] as number;
 
 /**
  * Trigger-only mode: from `Episodes.trigger` on a trigger-only node (the request committed) to the

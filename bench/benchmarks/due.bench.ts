@@ -45,7 +45,8 @@ async function startNode(url: string, id: string): Promise<Node> {
       () => false,
     ))
   ) {
-    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`node ${id} did not come up`);
+    if (Date.now() > deadline || child.exitCode !== null)
+      throw new Error(`node ${id} did not come up`);
     await new Promise((r) => setTimeout(r, 100));
   }
   return { child, port };
@@ -75,17 +76,22 @@ const POLLER_WORK = `
          coalesce(sum(rows) FILTER (WHERE query LIKE $2), 0)::int AS taken,
          sum(calls)::int AS statements
     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())`;
-const POLL_TEXT = 'SELECT * FROM cyclium_trigger_requests%ORDER BY coalesce(not_before, inserted_at), id%';
+const POLL_TEXT =
+  'SELECT * FROM cyclium_trigger_requests%ORDER BY coalesce(not_before, inserted_at), id%';
 const TAKE_TEXT = 'UPDATE cyclium_trigger_requests SET status = %claimed_by%';
 
 async function trigger(node: Node, body: unknown): Promise<void> {
-  const response = await fetch(`http://127.0.0.1:${node.port}/actors/resource_rebalancer/rebalance`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
+  const response = await fetch(
+    `http://127.0.0.1:${node.port}/actors/resource_rebalancer/rebalance`,
+    {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    },
+  );
   const answer = (await response.json()) as { status?: string };
-  if (answer.status !== 'deferred') throw new Error(`a run for later was ${JSON.stringify(answer)}`);
+  if (answer.status !== 'deferred')
+    throw new Error(`a run for later was ${JSON.stringify(answer)}`);
 }
 
 /**
@@ -101,7 +107,9 @@ export async function dueBench(url: string): Promise<void> {
   await migrateDemoDatabase(url);
   const db = new pg.Pool({ connectionString: url, max: 2 });
   db.on('error', () => undefined);
-  const nodes = await Promise.all(Array.from({ length: NODES }, (_, i) => startNode(url, `due-${i + 1}`)));
+  const nodes = await Promise.all(
+    Array.from({ length: NODES }, (_, i) => startNode(url, `due-${i + 1}`)),
+  );
   try {
     const counted = (await statementSource(url)) === 'pg_stat_statements';
     const leadMs = await writeBacklog(db, nodes, runs);
@@ -110,21 +118,36 @@ export async function dueBench(url: string): Promise<void> {
     for (;;) {
       const done = (await db.query<{ n: number }>(DONE)).rows[0].n;
       if (done >= runs) break;
-      if (Date.now() > deadline) throw new Error(`only ${done} of ${runs} done after 15 minutes past due`);
+      if (Date.now() > deadline)
+        throw new Error(`only ${done} of ${runs} done after 15 minutes past due`);
       await new Promise((r) => setTimeout(r, 250));
     }
-    const late = (await db.query<Record<'min' | 'p50' | 'p90' | 'p99' | 'max', number>>(LATENESS)).rows[0];
-    const ms = Object.fromEntries(Object.entries(late).map(([name, value]) => [name, Math.round(value)]));
+    const late = (await db.query<Record<'min' | 'p50' | 'p90' | 'p99' | 'max', number>>(LATENESS))
+      .rows[0];
+    const ms = Object.fromEntries(
+      Object.entries(late).map(([name, value]) => [name, Math.round(value)]),
+    );
     const met = late.max < TARGET_MS ? 'yes' : 'NO';
     const shape = `${NODES} nodes × ${SLOTS} slots, poll every ${POLL_MS} ms, 10 ms episodes`;
     const title = `due: ${runs} runs due at one instant, ${shape}`;
     printTable(title, [{ measure: 'start − due (ms)', ...ms, target: `max < ${TARGET_MS}`, met }]);
-    printTable('due: runs per node', (await db.query<{ node: string; runs: number }>(PER_NODE)).rows);
+    printTable(
+      'due: runs per node',
+      (await db.query<{ node: string; runs: number }>(PER_NODE)).rows,
+    );
     if (counted) {
       type Work = { polls: number; takes: number; taken: number; statements: number };
-      const { polls, takes, taken, statements } = (await db.query<Work>(POLLER_WORK, [POLL_TEXT, TAKE_TEXT])).rows[0];
+      const { polls, takes, taken, statements } = (
+        await db.query<Work>(POLLER_WORK, [POLL_TEXT, TAKE_TEXT])
+      ).rows[0];
       const perRun = (statements / runs).toFixed(1);
-      const work = { polls, 'takes tried': takes, 'takes lost': takes - taken, runs, 'statements/run (all)': perRun };
+      const work = {
+        polls,
+        'takes tried': takes,
+        'takes lost': takes - taken,
+        runs,
+        'statements/run (all)': perRun,
+      };
       printTable("due: the pollers' work for the drain", [work]);
       // Where a run's statements go: the profile to cut them from (the takes, the claims, the bus reads).
       const top = await db.query<{ calls: number; query: string }>(
@@ -143,7 +166,9 @@ export async function dueBench(url: string): Promise<void> {
 async function writeBacklog(db: pg.Pool, nodes: Node[], runs: number): Promise<number> {
   // Due once every trigger is written: they go in at about 100 a second here, with room to spare.
   const leadMs = 10_000 + runs * 15;
-  const { rows } = await db.query<{ at: Date }>(`SELECT now() + make_interval(secs => $1) AS at`, [leadMs / 1000]);
+  const { rows } = await db.query<{ at: Date }>(`SELECT now() + make_interval(secs => $1) AS at`, [
+    leadMs / 1000,
+  ]);
   const runAt = rows[0].at.toISOString();
   let next = 0;
   const writer = async () => {
@@ -154,6 +179,7 @@ async function writeBacklog(db: pg.Pool, nodes: Node[], runs: number): Promise<n
   await Promise.all(Array.from({ length: WRITERS }, writer));
   const left = `SELECT (extract(epoch FROM $1::timestamptz - now()) * 1000)::float8 AS ms`;
   const leftMs = (await db.query<{ ms: number }>(left, [runAt])).rows[0].ms;
-  if (leftMs <= 0) throw new Error(`writing ${runs} triggers outlasted their due time by ${-leftMs} ms`);
+  if (leftMs <= 0)
+    throw new Error(`writing ${runs} triggers outlasted their due time by ${-leftMs} ms`);
   return leadMs;
 }

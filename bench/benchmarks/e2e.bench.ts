@@ -2,7 +2,14 @@ import 'reflect-metadata';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { Actor, Bus, CycliumModule, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  Bus,
+  CycliumModule,
+  Expectation,
+  onCyclium,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { countsSoFar, settleStats, since, statementSource } from '../support/counters.js';
 import { insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
@@ -19,12 +26,21 @@ class EventActor {
   }
 }
 
-async function node(url: string, identity: string, providers: Array<typeof EventActor>): Promise<INestApplicationContext> {
+async function node(
+  url: string,
+  identity: string,
+  providers: Array<typeof EventActor>,
+): Promise<INestApplicationContext> {
   @Module({
     imports: [
       // Two nodes share this process: each DataSource gets a name of its own.
       TypeOrmModule.forRoot({ type: 'postgres', url, name: identity, extra: { max: 20 } }),
-      CycliumModule.forRoot({ nodeIdentity: identity, dataSource: identity, workClaims: 'postgres', jitterMs: 0 }),
+      CycliumModule.forRoot({
+        nodeIdentity: identity,
+        dataSource: identity,
+        workClaims: 'postgres',
+        jitterMs: 0,
+      }),
     ],
     providers,
   })

@@ -2,8 +2,23 @@ import 'reflect-metadata';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type CycliumOptions, type EpisodeContext } from '@cyclium/nestjs';
-import { countsSoFar, settleIdleStats, settleStats, since, statementSource, type Counts } from '../support/counters.js';
+import {
+  Actor,
+  CycliumModule,
+  Episodes,
+  Expectation,
+  onCyclium,
+  type CycliumOptions,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
+import {
+  countsSoFar,
+  settleIdleStats,
+  settleStats,
+  since,
+  statementSource,
+  type Counts,
+} from '../support/counters.js';
 import { WARM_UP, insertFloor, keepInFlight, printTable } from '../support/measure.js';
 
 const IN_FLIGHT = [1, 4, 16] as const;
@@ -45,19 +60,31 @@ interface Configuration {
 async function bootNode(url: string, cyclium: CycliumOptions): Promise<INestApplicationContext> {
   @Module({
     imports: [
-      TypeOrmModule.forRoot({ name: cyclium.dataSource, type: 'postgres', url, extra: { max: 20 } }),
+      TypeOrmModule.forRoot({
+        name: cyclium.dataSource,
+        type: 'postgres',
+        url,
+        extra: { max: 20 },
+      }),
       CycliumModule.forRoot({ workClaims: 'postgres', jitterMs: 0, ...cyclium }),
     ],
     providers: [BenchActor],
   })
   class BenchModule {}
-  const app = await NestFactory.createApplicationContext(BenchModule, { logger: ['error', 'warn'] });
+  const app = await NestFactory.createApplicationContext(BenchModule, {
+    logger: ['error', 'warn'],
+  });
   await app.init();
   return app;
 }
 
 /** Runs `count` episodes of `expectation` on `app`, at most `inFlight` at once. */
-function runMany(app: INestApplicationContext, expectation: 'k1' | 'k5', count: number, inFlight: number): Promise<void> {
+function runMany(
+  app: INestApplicationContext,
+  expectation: 'k1' | 'k5',
+  count: number,
+  inFlight: number,
+): Promise<void> {
   const episodes = app.get(Episodes);
   return keepInFlight(
     count,
@@ -76,12 +103,28 @@ function runMany(app: INestApplicationContext, expectation: 'k1' | 'k5', count: 
  * flight; each side's time and this process's CPU time are summed over its batches. Short turns
  * put the machine's drift on both sides alike, which whole runs minutes apart do not.
  */
-async function integrityPair(url: string, expectation: 'k1' | 'k5'): Promise<{ off: Measured; on: Measured }> {
-  const off = await bootNode(url, { nodeIdentity: `pair-${expectation}-off`, env: 'pair-off', dataSource: 'plain' });
-  const on = await bootNode(url, { nodeIdentity: `pair-${expectation}-on`, env: 'pair-on', integrity: INTEGRITY, dataSource: 'signed' });
-  const sides = { off: { app: off, seconds: 0, n: 0, cpuMicros: 0 }, on: { app: on, seconds: 0, n: 0, cpuMicros: 0 } };
+async function integrityPair(
+  url: string,
+  expectation: 'k1' | 'k5',
+): Promise<{ off: Measured; on: Measured }> {
+  const off = await bootNode(url, {
+    nodeIdentity: `pair-${expectation}-off`,
+    env: 'pair-off',
+    dataSource: 'plain',
+  });
+  const on = await bootNode(url, {
+    nodeIdentity: `pair-${expectation}-on`,
+    env: 'pair-on',
+    integrity: INTEGRITY,
+    dataSource: 'signed',
+  });
+  const sides = {
+    off: { app: off, seconds: 0, n: 0, cpuMicros: 0 },
+    on: { app: on, seconds: 0, n: 0, cpuMicros: 0 },
+  };
   try {
-    for (const side of Object.values(sides)) await runMany(side.app, expectation, WARM_UP, PAIR.inFlight);
+    for (const side of Object.values(sides))
+      await runMany(side.app, expectation, WARM_UP, PAIR.inFlight);
     for (let batch = 0; batch < PAIR.batches; batch++) {
       for (const side of batch % 2 === 0 ? [sides.off, sides.on] : [sides.on, sides.off]) {
         const started = performance.now();
@@ -97,12 +140,22 @@ async function integrityPair(url: string, expectation: 'k1' | 'k5'): Promise<{ o
     await off.close();
     await on.close();
   }
-  const measured = (side: typeof sides.off): Measured => ({ seconds: side.seconds, n: side.n, cpuMicros: side.cpuMicros, commits: 0, statements: 0 });
+  const measured = (side: typeof sides.off): Measured => ({
+    seconds: side.seconds,
+    n: side.n,
+    cpuMicros: side.cpuMicros,
+    commits: 0,
+    statements: 0,
+  });
   return { off: measured(sides.off), on: measured(sides.on) };
 }
 
 /** N episodes of one expectation started with `Episodes.trigger`, at most `inFlight` at once, on one node with claims on. */
-async function runEpisodes(url: string, { expectation, inFlight }: Configuration, n: number): Promise<Measured> {
+async function runEpisodes(
+  url: string,
+  { expectation, inFlight }: Configuration,
+  n: number,
+): Promise<Measured> {
   const app = await bootNode(url, { nodeIdentity: `bench-${expectation}-${inFlight}` });
   await runMany(app, expectation, WARM_UP, inFlight);
   await settleIdleStats();
@@ -115,7 +168,12 @@ async function runEpisodes(url: string, { expectation, inFlight }: Configuration
   // Closing flushes the bus's last wake-up and ends every backend, so their statistics are in.
   await app.close();
   await settleStats();
-  return { seconds, n, cpuMicros: used.user + used.system, ...since(before, await countsSoFar(url)) };
+  return {
+    seconds,
+    n,
+    cpuMicros: used.user + used.system,
+    ...since(before, await countsSoFar(url)),
+  };
 }
 
 /**
@@ -128,13 +186,26 @@ async function runEpisodes(url: string, { expectation, inFlight }: Configuration
  */
 export async function episodesBench(url: string): Promise<void> {
   const source = await statementSource(url);
-  const configurations: Configuration[] = IN_FLIGHT.flatMap((inFlight) => (['k1', 'k5'] as const).map((expectation) => ({ expectation, inFlight })));
-  const totals = configurations.map(() => ({ seconds: 0, n: 0, commits: 0, statements: 0, cpuMicros: 0 }));
+  const configurations: Configuration[] = IN_FLIGHT.flatMap((inFlight) =>
+    (['k1', 'k5'] as const).map((expectation) => ({ expectation, inFlight })),
+  );
+  const totals = configurations.map(() => ({
+    seconds: 0,
+    n: 0,
+    commits: 0,
+    statements: 0,
+    cpuMicros: 0,
+  }));
   const floors = new Map<number, number>();
   for (let round = 0; round < ROUNDS; round++) {
-    for (const clients of IN_FLIGHT) floors.set(clients, (floors.get(clients) ?? 0) + (await insertFloor(url, clients)) / ROUNDS);
+    for (const clients of IN_FLIGHT)
+      floors.set(clients, (floors.get(clients) ?? 0) + (await insertFloor(url, clients)) / ROUNDS);
     for (const [i, c] of configurations.entries()) {
-      const measured = await runEpisodes(url, c, PER_ROUND[c.inFlight as (typeof IN_FLIGHT)[number]]);
+      const measured = await runEpisodes(
+        url,
+        c,
+        PER_ROUND[c.inFlight as (typeof IN_FLIGHT)[number]],
+      );
       const total = totals[i] as Measured;
       total.seconds += measured.seconds;
       total.n += measured.n;
@@ -167,7 +238,8 @@ export async function episodesBench(url: string): Promise<void> {
 /** The integrity pair alone (`npm run bench -- integrity`); `episodes` ends with it. */
 export async function integrityBench(url: string): Promise<void> {
   const pairs = [];
-  for (const expectation of ['k1', 'k5'] as const) pairs.push({ expectation, ...(await integrityPair(url, expectation)) });
+  for (const expectation of ['k1', 'k5'] as const)
+    pairs.push({ expectation, ...(await integrityPair(url, expectation)) });
   printTable(
     `integrity: ${PAIR.batches} alternating batches of ${PAIR.perBatch} episodes per side at ${PAIR.inFlight} in flight (one node signing, one not)`,
     pairs.map(({ expectation, off, on }) => ({

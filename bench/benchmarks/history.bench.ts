@@ -2,7 +2,16 @@ import 'reflect-metadata';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { Actor, CycliumModule, Episodes, Expectation, Recovery, onCyclium, type CycliumOptions, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  CycliumModule,
+  Episodes,
+  Expectation,
+  Recovery,
+  onCyclium,
+  type CycliumOptions,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import pg from 'pg';
 import { statementSource } from '../support/counters.js';
 import { insertOrphans } from '../support/history-fixtures.js';
@@ -42,11 +51,16 @@ class HistoryActor {
 /** A node of the bench actor on its own pool, claims on, as `episodes` boots it. */
 async function bootNode(url: string, cyclium: CycliumOptions): Promise<INestApplicationContext> {
   @Module({
-    imports: [TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 20 } }), CycliumModule.forRoot({ workClaims: 'postgres', jitterMs: 0, ...cyclium })],
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 20 } }),
+      CycliumModule.forRoot({ workClaims: 'postgres', jitterMs: 0, ...cyclium }),
+    ],
     providers: [HistoryActor],
   })
   class HistoryModule {}
-  const app = await NestFactory.createApplicationContext(HistoryModule, { logger: ['error', 'warn'] });
+  const app = await NestFactory.createApplicationContext(HistoryModule, {
+    logger: ['error', 'warn'],
+  });
   await app.init();
   return app;
 }
@@ -81,8 +95,12 @@ async function buildHistory(db: pg.Pool, from: number, to: number): Promise<void
 /** Resolves once no episode is running or queued. */
 async function allEnded(db: pg.Pool, timeoutMs: number): Promise<void> {
   const deadline = performance.now() + timeoutMs;
-  while ((await db.query(`SELECT 1 FROM cyclium_episodes WHERE status IN ('running', 'queued') LIMIT 1`)).rowCount !== 0) {
-    if (performance.now() > deadline) throw new Error(`history: episodes still running after ${timeoutMs} ms`);
+  while (
+    (await db.query(`SELECT 1 FROM cyclium_episodes WHERE status IN ('running', 'queued') LIMIT 1`))
+      .rowCount !== 0
+  ) {
+    if (performance.now() > deadline)
+      throw new Error(`history: episodes still running after ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
@@ -101,7 +119,10 @@ function runMany(app: INestApplicationContext, count: number, inFlight: number):
 }
 
 /** Server time and shared pages touched by every statement on this database so far; null without pg_stat_statements. */
-async function serverTotals(url: string, db: pg.Pool): Promise<{ ms: number; pages: number } | null> {
+async function serverTotals(
+  url: string,
+  db: pg.Pool,
+): Promise<{ ms: number; pages: number } | null> {
   if ((await statementSource(url)) !== 'pg_stat_statements') return null;
   const { rows } = await db.query<{ ms: number; pages: string }>(
     `SELECT coalesce(sum(total_exec_time), 0)::float8 AS ms, coalesce(sum(shared_blks_hit + shared_blks_read), 0)::bigint AS pages
@@ -110,7 +131,8 @@ async function serverTotals(url: string, db: pg.Pool): Promise<{ ms: number; pag
   return { ms: Number(rows[0]?.ms), pages: Number(rows[0]?.pages) };
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
+const median = (values: number[]) =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)] as number;
 
 interface AtSize {
   /** Episodes/s and the insert floor measured around the run, by in-flight count. */
@@ -142,12 +164,16 @@ async function measure(url: string, db: pg.Pool): Promise<AtSize> {
       const started = performance.now();
       const result = await recovery.sweep({ staleAfterMs: STALE_AFTER_MS });
       idle.push(performance.now() - started);
-      if (result.restarted + result.failed + result.notHosted > 0) throw new Error(`history: an idle sweep acted: ${JSON.stringify(result)}`);
+      if (result.restarted + result.failed + result.notHosted > 0)
+        throw new Error(`history: an idle sweep acted: ${JSON.stringify(result)}`);
     }
     const serverAfter = await serverTotals(url, db);
     const idleSweepServer =
       serverBefore && serverAfter
-        ? { ms: (serverAfter.ms - serverBefore.ms) / IDLE_SWEEPS, pages: (serverAfter.pages - serverBefore.pages) / IDLE_SWEEPS }
+        ? {
+            ms: (serverAfter.ms - serverBefore.ms) / IDLE_SWEEPS,
+            pages: (serverAfter.pages - serverBefore.pages) / IDLE_SWEEPS,
+          }
         : null;
     const orphaned: number[] = [];
     for (let round = 0; round < ORPHAN_ROUNDS; round++) {
@@ -155,10 +181,16 @@ async function measure(url: string, db: pg.Pool): Promise<AtSize> {
       const started = performance.now();
       const result = await recovery.sweep({ staleAfterMs: STALE_AFTER_MS });
       orphaned.push(performance.now() - started);
-      if (result.restarted !== ORPHANS) throw new Error(`history: the sweep restarted ${result.restarted} of ${ORPHANS} orphans`);
+      if (result.restarted !== ORPHANS)
+        throw new Error(`history: the sweep restarted ${result.restarted} of ${ORPHANS} orphans`);
       await allEnded(db, 60_000);
     }
-    return { rate, idleSweepMs: median(idle), idleSweepServer, orphanSweepMs: orphaned.reduce((a, b) => a + b, 0) / orphaned.length };
+    return {
+      rate,
+      idleSweepMs: median(idle),
+      idleSweepServer,
+      orphanSweepMs: orphaned.reduce((a, b) => a + b, 0) / orphaned.length,
+    };
   } finally {
     await app.close();
   }
@@ -180,11 +212,15 @@ async function burst(url: string, db: pg.Pool): Promise<Record<string, string | 
     if (taken >= BURST && takenAt === 0) takenAt = performance.now();
   });
   const started = performance.now();
-  const app = await bootNode(url, { nodeIdentity: 'history-burst', recovery: { settleMs: 0, intervalMs: 1_000, staleAfterMs: STALE_AFTER_MS } });
+  const app = await bootNode(url, {
+    nodeIdentity: 'history-burst',
+    recovery: { settleMs: 0, intervalMs: 1_000, staleAfterMs: STALE_AFTER_MS },
+  });
   try {
     await allEnded(db, 180_000);
     const ended = performance.now();
-    const needed = sweeps.findIndex((_, i) => sweeps.slice(0, i + 1).reduce((a, b) => a + b, 0) >= BURST) + 1;
+    const needed =
+      sweeps.findIndex((_, i) => sweeps.slice(0, i + 1).reduce((a, b) => a + b, 0) >= BURST) + 1;
     return {
       'sweeps until all taken': needed,
       'restarted per sweep': sweeps.slice(0, Math.max(needed, 1)).join(' + '),
@@ -213,7 +249,9 @@ export async function historyBench(url: string): Promise<void> {
       const started = performance.now();
       await buildHistory(db, built, size);
       built = size;
-      process.stdout.write(`history: ${size.toLocaleString('en')} finished episodes built in ${((performance.now() - started) / 1000).toFixed(1)} s\n`);
+      process.stdout.write(
+        `history: ${size.toLocaleString('en')} finished episodes built in ${((performance.now() - started) / 1000).toFixed(1)} s\n`,
+      );
       measured.push(await measure(url, db));
     }
     const [small, large] = measured as [AtSize, AtSize];
@@ -252,8 +290,14 @@ export async function historyBench(url: string): Promise<void> {
         'cost 1M/100k': (large.orphanSweepMs / small.orphanSweepMs).toFixed(2),
       },
     );
-    printTable('history: the live path with 100,000 and 1,000,000 finished episodes in the tables (cost 1M/100k: > 1 is slower at 1M)', rows);
-    printTable(`history: ${BURST.toLocaleString('en')} orphans of a dead node, one node sweeping every 1 s, on the 1M history`, [await burst(url, db)]);
+    printTable(
+      'history: the live path with 100,000 and 1,000,000 finished episodes in the tables (cost 1M/100k: > 1 is slower at 1M)',
+      rows,
+    );
+    printTable(
+      `history: ${BURST.toLocaleString('en')} orphans of a dead node, one node sweeping every 1 s, on the 1M history`,
+      [await burst(url, db)],
+    );
   } finally {
     await db.end();
   }

@@ -3,7 +3,13 @@ import { fileURLToPath } from 'node:url';
 import { migrateDatabase, freePort } from '@cyclium/nestjs/testing';
 import { migrateDemoDatabase } from '@cyclium/demo/database';
 import pg from 'pg';
-import { countsSoFar, settleStats, since, statementSource, type Counts } from '../support/counters.js';
+import {
+  countsSoFar,
+  settleStats,
+  since,
+  statementSource,
+  type Counts,
+} from '../support/counters.js';
 import { printTable } from '../support/measure.js';
 
 const DEMO_MAIN = fileURLToPath(new URL('../../../apps/demo/dist/main.js', import.meta.url));
@@ -36,7 +42,13 @@ interface Node {
 async function startNode(url: string, id: string): Promise<Node> {
   const port = await freePort();
   const child = spawn(process.execPath, [DEMO_MAIN], {
-    env: { ...process.env, ...DEFAULTS, DATABASE_URL: url, PORT: String(port), CYCLIUM_NODE_ID: id },
+    env: {
+      ...process.env,
+      ...DEFAULTS,
+      DATABASE_URL: url,
+      PORT: String(port),
+      CYCLIUM_NODE_ID: id,
+    },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const deadline = Date.now() + 60_000;
@@ -110,13 +122,18 @@ export async function scaleBench(benchUrl: string): Promise<void> {
     await statementSource(url);
     const nodes: Node[] = [];
     try {
-      nodes.push(...(await Promise.all(Array.from({ length: n }, (_, i) => startNode(url, `scale-${i + 1}`)))));
+      nodes.push(
+        ...(await Promise.all(
+          Array.from({ length: n }, (_, i) => startNode(url, `scale-${i + 1}`)),
+        )),
+      );
       // A backend reports its commits when it next commits after a second, or after ten idle
       // seconds: without this wait the nodes' boot would be counted as idle cost.
       await new Promise((resolve) => setTimeout(resolve, BOOT_STATS_MS));
       // Autovacuum's transactions count as commits too (a fresh database has tables to analyze, and
       // freshDatabase's ANALYZE leaves pg_statistic to vacuum); the count is printed beside the figure.
-      const autovacuumRuns = () => count(url, `SELECT sum(autovacuum_count + autoanalyze_count) AS n FROM pg_stat_all_tables`);
+      const autovacuumRuns = () =>
+        count(url, `SELECT sum(autovacuum_count + autoanalyze_count) AS n FROM pg_stat_all_tables`);
       // The nodes' own cost is a window autovacuum stayed out of: up to three tries for one.
       let idle: Counts = { commits: 0, statements: 0 };
       let autovacuumDuringIdle = 0;
@@ -138,14 +155,21 @@ export async function scaleBench(benchUrl: string): Promise<void> {
             const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
               method: 'POST',
               headers: { 'content-type': 'application/json' },
-              body: JSON.stringify({ type: 'resource.updated', payload: { resource: `scale-${i}`, usage: i % 100 } }),
+              body: JSON.stringify({
+                type: 'resource.updated',
+                payload: { resource: `scale-${i}`, usage: i % 100 },
+              }),
             });
-            if (response.status !== 202) throw new Error(`POST /events answered ${response.status}`);
+            if (response.status !== 202)
+              throw new Error(`POST /events answered ${response.status}`);
           }
         }),
       );
       const deadline = Date.now() + 120_000;
-      while ((await count(url, `SELECT count(*) AS n FROM cyclium_episodes WHERE status = 'done'`)) < EVENTS) {
+      while (
+        (await count(url, `SELECT count(*) AS n FROM cyclium_episodes WHERE status = 'done'`)) <
+        EVENTS
+      ) {
         if (Date.now() > deadline) throw new Error('the episodes did not finish in time');
         await new Promise((r) => setTimeout(r, 200));
       }
@@ -164,5 +188,8 @@ export async function scaleBench(benchUrl: string): Promise<void> {
       await stop(nodes);
     }
   }
-  printTable(`scale: ${EVENTS} events over HTTP, each a one-step episode, library default timings; counted by ${await statementSource(benchUrl)}`, rows);
+  printTable(
+    `scale: ${EVENTS} events over HTTP, each a one-step episode, library default timings; counted by ${await statementSource(benchUrl)}`,
+    rows,
+  );
 }

@@ -40,7 +40,8 @@ async function startNode(url: string, id: string): Promise<Node> {
       () => false,
     ))
   ) {
-    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`node ${id} did not come up`);
+    if (Date.now() > deadline || child.exitCode !== null)
+      throw new Error(`node ${id} did not come up`);
     await new Promise((r) => setTimeout(r, 100));
   }
   return { child, port };
@@ -72,14 +73,20 @@ export async function takeoverBench(url: string): Promise<void> {
   try {
     for (let run = 1; run <= RUNS; run++) {
       const victim = await startNode(url, `victim-${run}`);
-      const response = await fetch(`http://127.0.0.1:${victim.port}/actors/resource_rebalancer/rebalance`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ payload: { resource: `takeover-${run}`, stepMs: STEP_MS } }),
-      });
+      const response = await fetch(
+        `http://127.0.0.1:${victim.port}/actors/resource_rebalancer/rebalance`,
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ payload: { resource: `takeover-${run}`, stepMs: STEP_MS } }),
+        },
+      );
       const { episodeId } = (await response.json()) as { episodeId: string };
       await until(async () => {
-        const { rows } = await db.query(`SELECT 1 FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step'`, [episodeId]);
+        const { rows } = await db.query(
+          `SELECT 1 FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step'`,
+          [episodeId],
+        );
         return rows.length > 0 ? true : undefined;
       }, 10_000);
       const killedAt = (await db.query(`SELECT clock_timestamp() AS at`)).rows[0].at as Date;
@@ -93,7 +100,9 @@ export async function takeoverBench(url: string): Promise<void> {
              FROM cyclium_episode_steps r WHERE r.episode_id = $1 AND r.name = 'resumed'`,
           [episodeId],
         );
-        return rows[0]?.first_step_at ? { resumedAt: rows[0].resumed_at as Date, firstStepAt: rows[0].first_step_at as Date } : undefined;
+        return rows[0]?.first_step_at
+          ? { resumedAt: rows[0].resumed_at as Date, firstStepAt: rows[0].first_step_at as Date }
+          : undefined;
       }, 30_000);
       toResumed.push(resumedAt.getTime() - killedAt.getTime());
       toFirstStep.push(firstStepAt.getTime() - killedAt.getTime());
@@ -104,13 +113,24 @@ export async function takeoverBench(url: string): Promise<void> {
   }
   const stats = (values: number[]) => {
     const sorted = [...values].sort((a, b) => a - b);
-    return { min: sorted[0], median: sorted[Math.floor(sorted.length / 2)], max: sorted[sorted.length - 1] };
+    return {
+      min: sorted[0],
+      median: sorted[Math.floor(sorted.length / 2)],
+      max: sorted[sorted.length - 1],
+    };
   };
   const bound = LEASE_SECONDS * 1000 + INTERVAL_MS;
   const resumed = stats(toResumed);
   const first = stats(toFirstStep);
-  printTable(`takeover: kill -9 → restart on a peer, ${RUNS} runs (lease ${LEASE_SECONDS} s, recovery interval ${INTERVAL_MS} ms, steps of ${STEP_MS} ms)`, [
-    { measure: 'kill → resumed marker (ms)', ...resumed, 'bound lease + interval': bound },
-    { measure: 'kill → first new step done (ms)', ...first, 'bound lease + interval': `${bound} (+ one ${STEP_MS} ms step)` },
-  ]);
+  printTable(
+    `takeover: kill -9 → restart on a peer, ${RUNS} runs (lease ${LEASE_SECONDS} s, recovery interval ${INTERVAL_MS} ms, steps of ${STEP_MS} ms)`,
+    [
+      { measure: 'kill → resumed marker (ms)', ...resumed, 'bound lease + interval': bound },
+      {
+        measure: 'kill → first new step done (ms)',
+        ...first,
+        'bound lease + interval': `${bound} (+ one ${STEP_MS} ms step)`,
+      },
+    ],
+  );
 }

@@ -11,7 +11,14 @@ import { Injectable, Module } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import pg from 'pg';
-import { Actor, CycliumModule, Episodes, Expectation, onCyclium, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  CycliumModule,
+  Episodes,
+  Expectation,
+  onCyclium,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { clock, type ArrivalsReply, type ArrivalsRequest } from './arrivals-protocol.js';
 
 @Injectable()
@@ -28,12 +35,18 @@ async function main(): Promise<void> {
   @Module({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url, extra: { max: 20 }, logging: false }),
-      CycliumModule.forRoot({ nodeIdentity: 'arrivals-worker', workClaims: 'postgres', jitterMs: 0 }),
+      CycliumModule.forRoot({
+        nodeIdentity: 'arrivals-worker',
+        workClaims: 'postgres',
+        jitterMs: 0,
+      }),
     ],
     providers: [ArrivalsActor],
   })
   class ArrivalsModule {}
-  const app = await NestFactory.createApplicationContext(ArrivalsModule, { logger: ['error', 'warn'] });
+  const app = await NestFactory.createApplicationContext(ArrivalsModule, {
+    logger: ['error', 'warn'],
+  });
   await app.init();
   const episodes = app.get(Episodes);
   const send = (reply: ArrivalsReply) => process.send?.(reply);
@@ -50,7 +63,8 @@ async function main(): Promise<void> {
   });
   const run = async (i: number): Promise<number> => {
     const result = await episodes.trigger('arrivals', 'k1', { i });
-    if (result.status !== 'started' && result.status !== 'queued') throw new Error(`episode ${i} was ${result.status}`);
+    if (result.status !== 'started' && result.status !== 'queued')
+      throw new Error(`episode ${i} was ${result.status}`);
     const id = result.episode.id;
     const doneAt = early.get(id);
     if (doneAt !== undefined) {
@@ -62,14 +76,28 @@ async function main(): Promise<void> {
 
   const floorPool = new pg.Pool({ connectionString: url, max: 20 });
   floorPool.on('error', () => undefined);
-  await floorPool.query('CREATE TABLE IF NOT EXISTS bench_arrivals_floor (id int PRIMARY KEY, v int NOT NULL)');
+  await floorPool.query(
+    'CREATE TABLE IF NOT EXISTS bench_arrivals_floor (id int PRIMARY KEY, v int NOT NULL)',
+  );
   await floorPool.query('TRUNCATE bench_arrivals_floor');
   const floor = async (i: number): Promise<number> => {
     const client = await floorPool.connect();
     try {
-      await client.query({ name: 'floor_insert', text: 'INSERT INTO bench_arrivals_floor (id, v) VALUES ($1, 0)', values: [i] });
-      await client.query({ name: 'floor_update', text: 'UPDATE bench_arrivals_floor SET v = $2 WHERE id = $1', values: [i, 1] });
-      await client.query({ name: 'floor_update', text: 'UPDATE bench_arrivals_floor SET v = $2 WHERE id = $1', values: [i, 2] });
+      await client.query({
+        name: 'floor_insert',
+        text: 'INSERT INTO bench_arrivals_floor (id, v) VALUES ($1, 0)',
+        values: [i],
+      });
+      await client.query({
+        name: 'floor_update',
+        text: 'UPDATE bench_arrivals_floor SET v = $2 WHERE id = $1',
+        values: [i, 1],
+      });
+      await client.query({
+        name: 'floor_update',
+        text: 'UPDATE bench_arrivals_floor SET v = $2 WHERE id = $1',
+        values: [i, 2],
+      });
     } finally {
       client.release();
     }
@@ -84,7 +112,10 @@ async function main(): Promise<void> {
       );
     }
   });
-  process.once('disconnect', () => void Promise.all([app.close(), floorPool.end()]).then(() => process.exit(0)));
+  process.once(
+    'disconnect',
+    () => void Promise.all([app.close(), floorPool.end()]).then(() => process.exit(0)),
+  );
   send({ kind: 'ready' });
 }
 

@@ -16,7 +16,11 @@ export async function openBenchDatabase(): Promise<BenchDatabase> {
   let serverUrl = process.env.DATABASE_URL;
   if (!serverUrl) {
     server = await startPostgres({
-      settings: { shared_preload_libraries: 'pg_stat_statements', 'pg_stat_statements.track': 'all', 'pg_stat_statements.track_planning': 'on' },
+      settings: {
+        shared_preload_libraries: 'pg_stat_statements',
+        'pg_stat_statements.track': 'all',
+        'pg_stat_statements.track_planning': 'on',
+      },
     });
     serverUrl = server.url;
     const stop = () => void server?.stop().finally(() => process.exit(130));

@@ -69,7 +69,10 @@ export async function countsSoFar(url: string): Promise<Counts> {
 
 /** What happened between two readings, less the reading's own statement and commit. */
 export function since(before: Counts, after: Counts): Counts {
-  return { commits: after.commits - before.commits - 1, statements: after.statements - before.statements - 1 };
+  return {
+    commits: after.commits - before.commits - 1,
+    statements: after.statements - before.statements - 1,
+  };
 }
 
 /** Waits until backends that exited have flushed their statistics. */

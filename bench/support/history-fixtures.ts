@@ -5,7 +5,13 @@
 import type pg from 'pg';
 
 /** `count` running episodes of `actor.expectation` owned by `owner`, a node that never beat, quiet for ten minutes. */
-export async function insertOrphans(db: pg.Pool, actor: string, expectation: string, count: number, owner = 'node-dead'): Promise<void> {
+export async function insertOrphans(
+  db: pg.Pool,
+  actor: string,
+  expectation: string,
+  count: number,
+  owner = 'node-dead',
+): Promise<void> {
   await db.query(
     `INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, trigger_ref, status, owner_node, started_at, inserted_at)
      SELECT $1, $2, 'manual', jsonb_build_object('type', 'manual', 'payload', jsonb_build_object('i', i)), 'running', $4,
@@ -20,7 +26,12 @@ export async function insertOrphans(db: pg.Pool, actor: string, expectation: str
  * (so it has not dispatched them), and `expired` events behind them; every one created two hours ago,
  * past the default retention window. The caller deletes the channel's rows and position after.
  */
-export async function insertEventsBehindUndispatched(db: pg.Pool, channel: string, kept: number, expired: number): Promise<void> {
+export async function insertEventsBehindUndispatched(
+  db: pg.Pool,
+  channel: string,
+  kept: number,
+  expired: number,
+): Promise<void> {
   const first = await db.connect();
   try {
     await first.query('BEGIN');
@@ -34,7 +45,10 @@ export async function insertEventsBehindUndispatched(db: pg.Pool, channel: strin
        SELECT $1, 'gone-' || g, 't', '{}', now(), now() - interval '2 hours' FROM generate_series(1, $2::int) g`,
       [channel, expired],
     );
-    await db.query(`INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'slow.reader', pg_current_snapshot())`, [channel]);
+    await db.query(
+      `INSERT INTO cyclium_bus_positions (channel, consumer, position) VALUES ($1, 'slow.reader', pg_current_snapshot())`,
+      [channel],
+    );
     await first.query('COMMIT');
   } finally {
     first.release();

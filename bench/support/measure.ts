@@ -31,12 +31,19 @@ export async function throughput(
 }
 
 /** The floor every benchmark compares against: a bare single-row INSERT, one commit each. */
-export async function bareInsertFloor(pool: pg.Pool, clients: number, durationMs: number): Promise<number> {
+export async function bareInsertFloor(
+  pool: pg.Pool,
+  clients: number,
+  durationMs: number,
+): Promise<number> {
   await pool.query('CREATE TABLE IF NOT EXISTS bench_floor (k text PRIMARY KEY, v int NOT NULL)');
   await pool.query('TRUNCATE bench_floor');
   const run = Math.random().toString(36).slice(2);
   return throughput(pool, clients, durationMs, (client, i) =>
-    client.query('INSERT INTO bench_floor (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING', [`${run}:${i}`, i]),
+    client.query('INSERT INTO bench_floor (k, v) VALUES ($1, $2) ON CONFLICT (k) DO NOTHING', [
+      `${run}:${i}`,
+      i,
+    ]),
   );
 }
 
@@ -68,7 +75,12 @@ export const WARM_UP = 200;
  * Starts are not serialised: like `inFlight` independent callers, each begins as soon as a slot
  * frees, so the start path is measured at the same concurrency as the floor it is compared with.
  */
-export function keepInFlight(n: number, inFlight: number, start: (i: number) => Promise<unknown>, onDone: (done: () => void) => () => void): Promise<void> {
+export function keepInFlight(
+  n: number,
+  inFlight: number,
+  start: (i: number) => Promise<unknown>,
+  onDone: (done: () => void) => () => void,
+): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     let issued = 0;
     let completed = 0;

@@ -28,7 +28,8 @@ export class NotifyOnlyBus extends Bus {
     this.client = new pg.Client({ connectionString: this.url });
     this.client.on('error', () => undefined);
     this.client.on('notification', (message) => {
-      for (const event of JSON.parse(message.payload ?? '[]') as BusEvent[]) this.local.deliver(event);
+      for (const event of JSON.parse(message.payload ?? '[]') as BusEvent[])
+        this.local.deliver(event);
     });
     await this.client.connect();
     await this.client.query(`LISTEN ${this.channel}`);
@@ -39,7 +40,12 @@ export class NotifyOnlyBus extends Bus {
   }
 
   publish<P>(type: string, payload: P, options: PublishOptions = {}): Promise<BusEvent<P>> {
-    const event: BusEvent<P> = { type, eventId: options.eventId ?? randomUUID(), payload, publishedAt: new Date().toISOString() };
+    const event: BusEvent<P> = {
+      type,
+      eventId: options.eventId ?? randomUUID(),
+      payload,
+      publishedAt: new Date().toISOString(),
+    };
     return new Promise((resolve, reject) => {
       this.queue.push({ json: JSON.stringify(event), done: () => resolve(event), fail: reject });
       this.schedule();

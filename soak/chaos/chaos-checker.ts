@@ -12,7 +12,11 @@ const SUBSCRIBER: Record<AcceptedEvent['type'], string> = {
   'resource.rebalance': 'resource_rebalancer.rebalance',
 };
 
-export async function checkChaos(databaseUrl: string, history: History, accepted: AcceptedEvent[]): Promise<string[]> {
+export async function checkChaos(
+  databaseUrl: string,
+  history: History,
+  accepted: AcceptedEvent[],
+): Promise<string[]> {
   const violations: string[] = [];
   const byEvent = new Map<string, string[]>();
   for (const episode of history.episodes.values()) {
@@ -52,7 +56,9 @@ export async function checkChaos(databaseUrl: string, history: History, accepted
                          AND a.row ->> 'kind' = 'step' AND a.row ->> 'name' = l.step) j ON true
        WHERE j.at IS NOT NULL AND l.at > j.at`);
     for (const r of reran.rows)
-      violations.push(`rebalance ${r.episode_id} ran ${r.step} again ${r.late_ms} ms after its checkpoint`);
+      violations.push(
+        `rebalance ${r.episode_id} ran ${r.step} again ${r.late_ms} ms after its checkpoint`,
+      );
   } finally {
     await db.end();
   }

@@ -35,13 +35,20 @@ export class ChaosLoad {
       const rebalance = i % 10 === 0;
       const eventId = `chaos-${i}`;
       const type = rebalance ? 'resource.rebalance' : 'resource.updated';
-      const payload = rebalance ? { resource: eventId, stepMs: 300 } : { resource: `r${i % 50}`, usage: i % 100 };
+      const payload = rebalance
+        ? { resource: eventId, stepMs: 300 }
+        : { resource: `r${i % 50}`, usage: i % 100 };
       await this.send(eventId, type, payload, i);
       await new Promise((r) => setTimeout(r, 100));
     }
   }
 
-  private async send(eventId: string, type: AcceptedEvent['type'], payload: unknown, i: number): Promise<void> {
+  private async send(
+    eventId: string,
+    type: AcceptedEvent['type'],
+    payload: unknown,
+    i: number,
+  ): Promise<void> {
     for (let attempt = 0; this.running; attempt++) {
       const ports = this.nodes.ports();
       const port = ports[(i + attempt) % Math.max(ports.length, 1)];

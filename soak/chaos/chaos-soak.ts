@@ -50,8 +50,12 @@ const CHAOS_QUIET = {
   quietMs: 5_000,
 };
 
-export async function runChaos(server: PostgresServer, options: ChaosOptions): Promise<ChaosVerdict> {
-  if (!server.restartable) throw new Error('the chaos soak restarts the database: run it without DATABASE_URL');
+export async function runChaos(
+  server: PostgresServer,
+  options: ChaosOptions,
+): Promise<ChaosVerdict> {
+  if (!server.restartable)
+    throw new Error('the chaos soak restarts the database: run it without DATABASE_URL');
   await mkdir(options.output, { recursive: true });
   const log = createWriteStream(join(options.output, 'chaos-nodes.log'));
   log.on('error', () => undefined);
@@ -123,7 +127,10 @@ export async function runChaos(server: PostgresServer, options: ChaosOptions): P
       minutes: options.minutes,
       databaseRestarts,
       kills,
-      exits: { requested: nodes.exits.length - unrequested.length, unrequested: unrequested.length },
+      exits: {
+        requested: nodes.exits.length - unrequested.length,
+        unrequested: unrequested.length,
+      },
       unrequestedExits,
       accepted: load.accepted.length,
       episodes: history.episodes.size,

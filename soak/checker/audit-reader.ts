@@ -114,11 +114,19 @@ export async function readHistory(databaseUrl: string): Promise<History> {
     const audit = await db.query(
       `SELECT id, at, tx::text AS tx, tbl, op, key, status, old_status, row FROM fs_audit ORDER BY id`,
     );
-    const effects = await db.query(`SELECT at, episode_id, step_no, kind, node FROM fs_effects ORDER BY id`);
+    const effects = await db.query(
+      `SELECT at, episode_id, step_no, kind, node FROM fs_effects ORDER BY id`,
+    );
     const deliveries = await db.query(
       `SELECT at, output_id, episode_id, node, env, stack FROM fs_deliveries ORDER BY id`,
     );
-    const history: History = { episodes: new Map(), events: new Map(), effects: [], deliveries: [], strays: [] };
+    const history: History = {
+      episodes: new Map(),
+      events: new Map(),
+      effects: [],
+      deliveries: [],
+      strays: [],
+    };
     for (const r of audit.rows) {
       const row: AuditRow = {
         id: Number(r.id),

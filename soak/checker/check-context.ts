@@ -66,7 +66,12 @@ export class CheckContext {
   }
 
   fail(rule: string, message: string, ids: { episodes?: string[]; events?: string[] } = {}): void {
-    this.violations.push({ rule, message, episodeIds: ids.episodes ?? [], eventIds: ids.events ?? [] });
+    this.violations.push({
+      rule,
+      message,
+      episodeIds: ids.episodes ?? [],
+      eventIds: ids.events ?? [],
+    });
   }
 
   spec(episode: EpisodeHistory): ExpectationSpec | undefined {
@@ -76,7 +81,8 @@ export class CheckContext {
   /** The attempts this episode's retry policy allows: its trigger's own, else its expectation's. */
   attempts(episode: EpisodeHistory): number {
     const record = this.recordOf(episode);
-    if (record?.op.kind === 'trigger' && record.op.retryAttempts !== undefined) return record.op.retryAttempts;
+    if (record?.op.kind === 'trigger' && record.op.retryAttempts !== undefined)
+      return record.op.retryAttempts;
     return this.spec(episode)?.attempts ?? 1;
   }
 
@@ -101,14 +107,21 @@ export class CheckContext {
         const until = states[i + 1]?.at ?? Infinity;
         const live = s.status === 'running' || s.status === 'queued';
         return (
-          live && s.at <= to && until >= from && (owners === null || (s.owner !== null && owners.includes(s.owner)))
+          live &&
+          s.at <= to &&
+          until >= from &&
+          (owners === null || (s.owner !== null && owners.includes(s.owner)))
         );
       });
     const found: string[] = [];
     for (const fault of this.log.faults) {
       const to = fault.endAt + CLOCK_SLACK_MS;
-      if (fault.kind === 'db_restart' && liveIn(fault.at, to, null)) found.push(`db_restart at ${iso(fault.at)}`);
-      if (['kill', 'term', 'cluster_stop'].includes(fault.kind) && liveIn(fault.at, to, fault.nodeIds)) {
+      if (fault.kind === 'db_restart' && liveIn(fault.at, to, null))
+        found.push(`db_restart at ${iso(fault.at)}`);
+      if (
+        ['kill', 'term', 'cluster_stop'].includes(fault.kind) &&
+        liveIn(fault.at, to, fault.nodeIds)
+      ) {
         found.push(`${fault.kind} of ${fault.nodeIds.join(',')} at ${iso(fault.at)}`);
       }
     }
@@ -124,7 +137,13 @@ export class CheckContext {
    * Whether some node of `env` and `stack` that reads `actor`'s events (it hosts the actor's event
    * expectations and is not disabled for it) was up at some moment in [from, to].
    */
-  eventHostUp(actor: ActorId, env: string | null, stack: string | null, from: number, to: number): boolean {
+  eventHostUp(
+    actor: ActorId,
+    env: string | null,
+    stack: string | null,
+    from: number,
+    to: number,
+  ): boolean {
     const entries = this.log.availability;
     return entries.some((entry, i) => {
       const until = entries[i + 1]?.at ?? this.log.quiescedAt;
@@ -141,12 +160,19 @@ export class CheckContext {
    * The longest time during which some node of `env` was up (and not disabled, with `needFull`)
    * while no node of that env and stack hosted `actor` (in full mode for it, with `needFull`).
    */
-  longestHostGap(actor: ActorId, env: string | null, stack: string | null, needFull: boolean): number {
+  longestHostGap(
+    actor: ActorId,
+    env: string | null,
+    stack: string | null,
+    needFull: boolean,
+  ): number {
     let longest = 0;
     let since: number | null = null;
     const entries = [...this.log.availability, { at: this.log.quiescedAt, nodes: [] }];
     for (const entry of entries) {
-      const inEnv = entry.nodes.filter((n) => n.env === env && (!needFull || n.mode !== 'disabled'));
+      const inEnv = entry.nodes.filter(
+        (n) => n.env === env && (!needFull || n.mode !== 'disabled'),
+      );
       const hosts = inEnv.filter((n) => {
         if (n.stack !== stack || !n.actors.includes(actor)) return false;
         return !needFull || (n.overrides[actor] ?? n.mode) === 'full';

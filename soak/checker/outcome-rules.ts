@@ -32,7 +32,8 @@ function checkOutcome(ctx: CheckContext, episode: EpisodeHistory): void {
   const errorClass = (last.error_class as string | null) ?? null;
   const detail = text(last.error_detail).slice(0, 200);
   const name = `${episode.actor}.${episode.expectation} ${episode.id} (${episode.payload.op})`;
-  const fail = (message: string) => ctx.fail('episode-outcome', `${name} ${message}`, { episodes: [episode.id] });
+  const fail = (message: string) =>
+    ctx.fail('episode-outcome', `${name} ${message}`, { episodes: [episode.id] });
   if (LIVE.has(status)) return fail(`was left ${status} after quiescence`);
   const attempts = ctx.attempts(episode);
   const work = episode.payload;
@@ -60,7 +61,9 @@ function checkOutcome(ctx: CheckContext, episode: EpisodeHistory): void {
     const spent = Number(last.attempts ?? 0) >= Number(last.max_attempts ?? 3);
     if (disturbed.length === 0) return fail(`${ended} with no fault touching it while it ran`);
     if (policy === 'restart' && !spent)
-      return fail(`${ended}: policy restart, attempts ${String(last.attempts)} of ${String(last.max_attempts)}`);
+      return fail(
+        `${ended}: policy restart, attempts ${String(last.attempts)} of ${String(last.max_attempts)}`,
+      );
     return;
   }
   if (errorClass === 'not_hosted') {
@@ -77,11 +80,15 @@ function checkOutcome(ctx: CheckContext, episode: EpisodeHistory): void {
   }
   if (errorClass !== null && NEVER.has(errorClass)) return fail(ended);
   if (!exhausted)
-    fail(`${ended}, but its step threw ${throws} time(s) against ${attempts} attempt(s)${note(disturbed)}`);
+    fail(
+      `${ended}, but its step threw ${throws} time(s) against ${attempts} attempt(s)${note(disturbed)}`,
+    );
 }
 
 function note(disturbed: string[]): string {
-  return disturbed.length > 0 ? `; faults it met: ${disturbed.join('; ')}` : '; no fault touched it';
+  return disturbed.length > 0
+    ? `; faults it met: ${disturbed.join('; ')}`
+    : '; no fault touched it';
 }
 
 /** A step's side effect after the journal row that checkpointed it is a step run again. */
@@ -96,9 +103,13 @@ function checkSteps(ctx: CheckContext, episode: EpisodeHistory): void {
   }
   for (const [n, times] of journaled) {
     if (times.length > 1)
-      ctx.fail('step-once', `${episode.id} journaled s${n} ${times.length} times`, { episodes: [episode.id] });
+      ctx.fail('step-once', `${episode.id} journaled s${n} ${times.length} times`, {
+        episodes: [episode.id],
+      });
   }
-  const effects = ctx.history.effects.filter((e) => e.episodeId === episode.id && e.kind === 'done');
+  const effects = ctx.history.effects.filter(
+    (e) => e.episodeId === episode.id && e.kind === 'done',
+  );
   for (const effect of effects) {
     const committed = journaled.get(effect.stepNo)?.[0];
     if (committed !== undefined && effect.at > committed) {
@@ -110,7 +121,9 @@ function checkSteps(ctx: CheckContext, episode: EpisodeHistory): void {
   if (episode.last.status === 'done') {
     for (let n = 1; n <= episode.payload.steps; n++) {
       if (!journaled.has(n))
-        ctx.fail('step-once', `${episode.id} ended done without journaling s${n}`, { episodes: [episode.id] });
+        ctx.fail('step-once', `${episode.id} ended done without journaling s${n}`, {
+          episodes: [episode.id],
+        });
     }
   }
 }

@@ -10,18 +10,26 @@ export function checkOutputs(ctx: CheckContext): void {
     const inserts = episode.outputs.filter((r) => r.op === 'INSERT');
     const wanted = episode.payload.outputs ?? 0;
     if (episode.last.status === 'done' && inserts.length !== wanted) {
-      ctx.fail('outputs-delivered', `${episode.id} ended done with ${inserts.length} of its ${wanted} outputs`, {
-        episodes: [episode.id],
-      });
+      ctx.fail(
+        'outputs-delivered',
+        `${episode.id} ended done with ${inserts.length} of its ${wanted} outputs`,
+        {
+          episodes: [episode.id],
+        },
+      );
     }
     for (const insert of inserts) {
       const id = insert.row.id as string;
       const rows = episode.outputs.filter((r) => r.row.id === id && r.op !== 'DELETE');
       const status = rows[rows.length - 1]?.row.status;
       if (episode.last.status === 'done' && status !== 'delivered') {
-        ctx.fail('outputs-delivered', `output ${id} of done episode ${episode.id} ended ${String(status)}`, {
-          episodes: [episode.id],
-        });
+        ctx.fail(
+          'outputs-delivered',
+          `output ${id} of done episode ${episode.id} ended ${String(status)}`,
+          {
+            episodes: [episode.id],
+          },
+        );
       }
       const env = (insert.row.source_env as string | null | undefined) ?? episode.env;
       const stack = (insert.row.source_stack as string | null | undefined) ?? episode.stack;
@@ -55,9 +63,13 @@ export function checkRetention(ctx: CheckContext): void {
       if (row.op !== 'DELETE') continue;
       const withEpisode = episode.rows.some((r) => r.op === 'DELETE' && r.tx === row.tx);
       if (!withEpisode) {
-        ctx.fail('retention-window', `a ${row.tbl} row of ${episode.id} was deleted while its episode stayed`, {
-          episodes: [episode.id],
-        });
+        ctx.fail(
+          'retention-window',
+          `a ${row.tbl} row of ${episode.id} was deleted while its episode stayed`,
+          {
+            episodes: [episode.id],
+          },
+        );
       }
     }
   }
@@ -72,12 +84,21 @@ export function checkRetention(ctx: CheckContext): void {
   }
 }
 
-function checkEpisodeDelete(ctx: CheckContext, episode: EpisodeHistory, archived: AuditRow | undefined): void {
+function checkEpisodeDelete(
+  ctx: CheckContext,
+  episode: EpisodeHistory,
+  archived: AuditRow | undefined,
+): void {
   const windows = ctx.log.setup.windows;
   const archivedAt = archived ? new Date(archived.row.archived_at as string).getTime() : null;
   const deletedAt = episode.deletedAt as number;
-  if (!windows || archivedAt === null || deletedAt < archivedAt + windows.deleteAfter - CLOCK_SLACK_MS) {
-    const since = archivedAt === null ? 'never archived' : `${deletedAt - archivedAt} ms after its archive`;
+  if (
+    !windows ||
+    archivedAt === null ||
+    deletedAt < archivedAt + windows.deleteAfter - CLOCK_SLACK_MS
+  ) {
+    const since =
+      archivedAt === null ? 'never archived' : `${deletedAt - archivedAt} ms after its archive`;
     const message = `${episode.id} deleted at ${iso(deletedAt)}, ${since}`;
     ctx.fail('retention-window', message, { episodes: [episode.id] });
   }
@@ -94,9 +115,15 @@ export function checkNodesAndQuiet(ctx: CheckContext): void {
     );
   }
   if (!ctx.log.quiesced)
-    ctx.fail('quiescence', 'the cluster did not go quiet before the deadline (see the episodes left live)');
+    ctx.fail(
+      'quiescence',
+      'the cluster did not go quiet before the deadline (see the episodes left live)',
+    );
   for (const error of ctx.log.harnessErrors) ctx.fail('harness', error);
   for (const stray of ctx.history.strays.slice(0, 5)) {
-    ctx.fail('audit', `an audit row of ${stray.tbl} about ${stray.key} with no audited episode insert`);
+    ctx.fail(
+      'audit',
+      `an audit row of ${stray.tbl} about ${stray.key} with no audited episode insert`,
+    );
   }
 }

@@ -22,7 +22,11 @@ interface State {
   fired: string[];
 }
 
-export function possibleFirings(events: TimedEvent[], debounceMs: number, cooldownMs: number): string[][] {
+export function possibleFirings(
+  events: TimedEvent[],
+  debounceMs: number,
+  cooldownMs: number,
+): string[][] {
   const sorted = [...events].sort((a, b) => a.at - b.at);
   let states: State[] = [{ open: null, coolUntil: -Infinity, fired: [] }];
   const close = (s: State): State => {
@@ -56,6 +60,7 @@ export function possibleFirings(events: TimedEvent[], debounceMs: number, cooldo
 
 function dedupe(states: State[]): State[] {
   const seen = new Map<string, State>();
-  for (const s of states) seen.set(`${s.open?.eventId ?? '-'}|${s.coolUntil}|${s.fired.join(',')}`, s);
+  for (const s of states)
+    seen.set(`${s.open?.eventId ?? '-'}|${s.coolUntil}|${s.fired.join(',')}`, s);
   return [...seen.values()];
 }

@@ -27,11 +27,19 @@ export function checkTriggers(ctx: CheckContext): void {
       }
     } else if (answer.ok) {
       if (episodes.length > 0)
-        ctx.fail('one-episode-per-trigger', `${what} answered ${answer.status}, yet has an episode`, { episodes });
+        ctx.fail(
+          'one-episode-per-trigger',
+          `${what} answered ${answer.status}, yet has an episode`,
+          { episodes },
+        );
     } else if (episodes.length > 1) {
-      ctx.fail('one-episode-per-trigger', `${what} failed (${answer.error}), yet ran as ${episodes.length} episodes`, {
-        episodes,
-      });
+      ctx.fail(
+        'one-episode-per-trigger',
+        `${what} failed (${answer.error}), yet ran as ${episodes.length} episodes`,
+        {
+          episodes,
+        },
+      );
     }
   }
   checkKeys(ctx);
@@ -50,9 +58,14 @@ export function checkTriggers(ctx: CheckContext): void {
 /** A manual dedupe key never has two unarchived episodes at once. */
 function checkKeys(ctx: CheckContext): void {
   const byKey = new Map<string, typeof list>();
-  const list = [...ctx.history.episodes.values()].filter((e) => e.triggerType === 'manual' && e.dedupeKey);
+  const list = [...ctx.history.episodes.values()].filter(
+    (e) => e.triggerType === 'manual' && e.dedupeKey,
+  );
   for (const episode of list)
-    byKey.set(episode.dedupeKey as string, [...(byKey.get(episode.dedupeKey as string) ?? []), episode]);
+    byKey.set(episode.dedupeKey as string, [
+      ...(byKey.get(episode.dedupeKey as string) ?? []),
+      episode,
+    ]);
   for (const [key, episodes] of byKey) {
     const sorted = episodes.sort((a, b) => a.insertedAt - b.insertedAt);
     for (let i = 1; i < sorted.length; i++) {
@@ -72,15 +85,22 @@ function checkEvents(ctx: CheckContext): void {
   for (const record of ctx.log.work) {
     if (record.op.kind !== 'publish' || !record.answer.ok) continue;
     if (!ctx.history.events.has(record.op.eventId)) {
-      ctx.fail('acknowledged-event-stored', `event ${record.op.eventId} was acknowledged but never stored`, {
-        events: [record.op.eventId],
-      });
+      ctx.fail(
+        'acknowledged-event-stored',
+        `event ${record.op.eventId} was acknowledged but never stored`,
+        {
+          events: [record.op.eventId],
+        },
+      );
     }
   }
   const subjects = new Map<string, EventHistory[]>();
   for (const event of ctx.history.events.values()) {
     if (event.type === 'fs.subject')
-      subjects.set(event.payload.subject ?? '', [...(subjects.get(event.payload.subject ?? '') ?? []), event]);
+      subjects.set(event.payload.subject ?? '', [
+        ...(subjects.get(event.payload.subject ?? '') ?? []),
+        event,
+      ]);
     if (event.type !== 'fs.work') continue;
     for (const [name, spec] of Object.entries(SPECS)) {
       if (spec.event !== 'fs.work') continue;
@@ -93,7 +113,11 @@ function checkEvents(ctx: CheckContext): void {
         .filter((e) => e.expectation === expectation)
         .map((e) => e.id);
       if (episodes.length === 1) continue;
-      if (episodes.length === 0 && (prunedUndispatched(ctx, event) || tooOldToDispatch(ctx, event, actor))) continue;
+      if (
+        episodes.length === 0 &&
+        (prunedUndispatched(ctx, event) || tooOldToDispatch(ctx, event, actor))
+      )
+        continue;
       const ran = `ran ${episodes.length} episodes of ${name}`;
       const message = `event ${event.eventId} (fs.work) ${ran}${deletedNote(event)}`;
       ctx.fail('one-episode-per-event', message, { episodes, events: [event.eventId] });
@@ -133,23 +157,33 @@ function deletedNote(event: EventHistory): string {
 }
 
 function checkSubject(ctx: CheckContext, subject: string, events: EventHistory[]): void {
-  const episodes = events.flatMap((e) => (ctx.byOp.get(e.eventId) ?? []).filter((x) => x.expectation === 'on_subject'));
+  const episodes = events.flatMap((e) =>
+    (ctx.byOp.get(e.eventId) ?? []).filter((x) => x.expectation === 'on_subject'),
+  );
   const fired = new Map<string, number>();
-  for (const episode of episodes) fired.set(episode.eventId ?? '', (fired.get(episode.eventId ?? '') ?? 0) + 1);
+  for (const episode of episodes)
+    fired.set(episode.eventId ?? '', (fired.get(episode.eventId ?? '') ?? 0) + 1);
   const ids = events.map((e) => e.eventId);
   const twice = [...fired].filter(([, n]) => n > 1);
   if (twice.length > 0) {
     const counts = twice.map(([id, n]) => `${id} ×${n}`).join(', ');
     const message = `subject ${subject}: event(s) ${counts} ran more than once`;
-    ctx.fail('one-episode-per-event', message, { episodes: episodes.map((e) => e.id), events: ids });
+    ctx.fail('one-episode-per-event', message, {
+      episodes: episodes.map((e) => e.id),
+      events: ids,
+    });
   }
   const timed = events.map((e) => ({ eventId: e.eventId, at: e.createdAt }));
   const options = possibleFirings(timed, SUBJECT_DEBOUNCE_MS, SUBJECT_COOLDOWN_MS);
   const actual = [...fired.keys()].sort().join(',');
   if (!options.some((option) => [...option].sort().join(',') === actual)) {
-    const pruned = events.some((e) => prunedUndispatched(ctx, e) || tooOldToDispatch(ctx, e, 'fs_alpha'));
+    const pruned = events.some(
+      (e) => prunedUndispatched(ctx, e) || tooOldToDispatch(ctx, e, 'fs_alpha'),
+    );
     if (pruned) return;
-    const times = events.map((e) => `${e.eventId}@+${e.createdAt - (events[0] as EventHistory).createdAt}ms`).join(' ');
+    const times = events
+      .map((e) => `${e.eventId}@+${e.createdAt - (events[0] as EventHistory).createdAt}ms`)
+      .join(' ');
     const expected = options.map((o) => `[${o.join(',')}]`).join(' or ');
     const windows = `debounce ${SUBJECT_DEBOUNCE_MS} ms, cooldown ${SUBJECT_COOLDOWN_MS} ms`;
     const message = `subject ${subject} (${times}) fired [${actual}], expected ${expected} (${windows})`;

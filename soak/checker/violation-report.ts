@@ -20,10 +20,16 @@ function trail(history: History, episode: EpisodeHistory): string[] {
     if (r.tbl === 'cyclium_episodes') {
       const owner = `owner=${text(row.owner_node)} attempts=${text(row.attempts)}`;
       const state = `${text(row.status)} phase=${text(row.phase)} ${owner}`;
-      const error = row.error_class ? ` error=${text(row.error_class)}: ${text(row.error_detail).slice(0, 160)}` : '';
-      lines.push(`    ${iso(r.at)} episode ${r.op} ${state}${row.archived_at ? ' archived' : ''}${error}`);
+      const error = row.error_class
+        ? ` error=${text(row.error_class)}: ${text(row.error_detail).slice(0, 160)}`
+        : '';
+      lines.push(
+        `    ${iso(r.at)} episode ${r.op} ${state}${row.archived_at ? ' archived' : ''}${error}`,
+      );
     } else if (r.tbl === 'cyclium_episode_steps') {
-      lines.push(`    ${iso(r.at)} journal ${r.op} #${text(row.step_no)} ${text(row.kind)} ${text(row.name)}`);
+      lines.push(
+        `    ${iso(r.at)} journal ${r.op} #${text(row.step_no)} ${text(row.kind)} ${text(row.name)}`,
+      );
     } else if (r.tbl === 'cyclium_outputs') {
       lines.push(
         `    ${iso(r.at)} output ${r.op} ${text(row.id).slice(0, 8)} ${text(row.status)} owner=${text(row.owner_node)}`,
@@ -44,14 +50,19 @@ function trail(history: History, episode: EpisodeHistory): string[] {
         `(${delivery.env}/${delivery.stack})`,
     );
   }
-  return lines.sort((a, b) => (a.startsWith('  episode') ? -1 : b.startsWith('  episode') ? 1 : a.localeCompare(b)));
+  return lines.sort((a, b) =>
+    a.startsWith('  episode') ? -1 : b.startsWith('  episode') ? 1 : a.localeCompare(b),
+  );
 }
 
 /** What the runner did, in time order: faults, and node boots and exits. */
 function timeline(log: RunLog): string[] {
   const entries: Array<[number, string]> = [];
   for (const f of log.faults)
-    entries.push([f.at, `fault ${f.kind} ${f.nodeIds.join(',')} ${f.detail} (until ${iso(f.endAt)})`]);
+    entries.push([
+      f.at,
+      `fault ${f.kind} ${f.nodeIds.join(',')} ${f.detail} (until ${iso(f.endAt)})`,
+    ]);
   for (const n of log.nodes) {
     const exit = n.exit ? ` ${n.exit.reason}${n.exit.requested ? '' : ' NOT REQUESTED'}` : '';
     entries.push([n.at, `node ${n.event} ${n.appName}${exit}`]);

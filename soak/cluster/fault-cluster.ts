@@ -67,9 +67,13 @@ export class FaultCluster {
   }
 
   /** The handle of `slot` when it is up; else another up slot that hosts `actor` (any up slot without one). */
-  nodeFor(slot: number, actor?: ActorId): { slot: number; handle: NodeHandle; nodeId: string } | null {
+  nodeFor(
+    slot: number,
+    actor?: ActorId,
+  ): { slot: number; handle: NodeHandle; nodeId: string } | null {
     const chosen = this.slots[slot];
-    const usable = (s: Slot) => s.handle?.up && !s.setup.outsider && (!actor || s.setup.actors.includes(actor));
+    const usable = (s: Slot) =>
+      s.handle?.up && !s.setup.outsider && (!actor || s.setup.actors.includes(actor));
     const pick = chosen?.handle?.up ? chosen : this.slots.find(usable);
     if (!pick?.handle) return null;
     return { slot: pick.setup.slot, handle: pick.handle, nodeId: pick.nodeId };
@@ -108,7 +112,13 @@ export class FaultCluster {
     };
     const handle = new NodeHandle(config, this.setup.processes ? 'process' : 'worker', this.output);
     slot.handle = handle;
-    this.log.nodes.push({ at: Date.now(), slot: slotNo, nodeId: slot.nodeId, appName: config.appName, event: 'boot' });
+    this.log.nodes.push({
+      at: Date.now(),
+      slot: slotNo,
+      nodeId: slot.nodeId,
+      appName: config.appName,
+      event: 'boot',
+    });
     handle.ready.then(
       () => {
         this.log.nodes.push({
@@ -146,7 +156,12 @@ export class FaultCluster {
   }
 
   /** Sets a node's mode (or one actor's override; null clears it) and logs it; false when the node is not up. */
-  async setMode(slotNo: number, mode: CycliumMode, actor?: ActorId | null, clear = false): Promise<boolean> {
+  async setMode(
+    slotNo: number,
+    mode: CycliumMode,
+    actor?: ActorId | null,
+    clear = false,
+  ): Promise<boolean> {
     const slot = this.slots[slotNo] as Slot;
     const handle = slot.handle;
     if (!handle?.up) return false;
@@ -181,7 +196,9 @@ export class FaultCluster {
     for (const timer of this.timers) clearTimeout(timer);
     this.timers.clear();
     for (const slot of this.slots) slot.wanted = false;
-    await Promise.all(this.slots.map((s) => (drain ? this.drain(s.setup.slot) : this.kill(s.setup.slot))));
+    await Promise.all(
+      this.slots.map((s) => (drain ? this.drain(s.setup.slot) : this.kill(s.setup.slot))),
+    );
   }
 
   private onExit(slot: Slot, handle: NodeHandle, exit: NodeExit): void {
@@ -191,7 +208,12 @@ export class FaultCluster {
       nodeId: handle.config.nodeId,
       appName: handle.config.appName,
     };
-    this.log.nodes.push({ ...record, event: 'exit', exit, ...(exit.requested ? {} : { tail: handle.tail() }) });
+    this.log.nodes.push({
+      ...record,
+      event: 'exit',
+      exit,
+      ...(exit.requested ? {} : { tail: handle.tail() }),
+    });
     this.changed();
     if (exit.requested || !slot.wanted || slot.handle !== handle) return;
     // Like a supervisor: a node that ended on its own is started again (the same identity), soon.

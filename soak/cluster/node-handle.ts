@@ -8,7 +8,13 @@ import { fork, type ChildProcess } from 'node:child_process';
 import type { Writable } from 'node:stream';
 import { Worker } from 'node:worker_threads';
 import pg from 'pg';
-import type { DriverMessage, FaultNodeConfig, NodeAnswer, NodeCommand, NodeMessage } from '../node/node-protocol.js';
+import type {
+  DriverMessage,
+  FaultNodeConfig,
+  NodeAnswer,
+  NodeCommand,
+  NodeMessage,
+} from '../node/node-protocol.js';
 
 const WORKER_MAIN = new URL('../node/fault-node.worker.js', import.meta.url);
 const PROCESS_MAIN = new URL('../node/fault-node.process.js', import.meta.url);
@@ -45,7 +51,9 @@ export class NodeHandle {
   ) {
     let readyResolve!: () => void;
     let readyReject!: (error: Error) => void;
-    this.ready = new Promise<void>((resolve, reject) => ((readyResolve = resolve), (readyReject = reject)));
+    this.ready = new Promise<void>(
+      (resolve, reject) => ((readyResolve = resolve), (readyReject = reject)),
+    );
     this.ready.catch(() => undefined);
     const onMessage = (message: NodeMessage) => {
       if (message.type === 'ready') {
@@ -73,7 +81,8 @@ export class NodeHandle {
     this.exited = new Promise<NodeExit>((resolve) => {
       const ended = (code: number | null, signal: string | null) => {
         this.gone = true;
-        for (const [, p] of this.pending) p.resolve({ ok: false, error: 'the node is gone', unavailable: false });
+        for (const [, p] of this.pending)
+          p.resolve({ ok: false, error: 'the node is gone', unavailable: false });
         this.pending.clear();
         const duringBoot = !this.isReady;
         const reason = this.bootError || (code !== null ? `exit code ${code}` : `signal ${signal}`);
@@ -118,7 +127,8 @@ export class NodeHandle {
 
   /** Sends a command; the answer, or a failure once `timeoutMs` passed or the node went away. */
   command(command: NodeCommand, timeoutMs = 30_000): Promise<NodeAnswer> {
-    if (this.gone) return Promise.resolve({ ok: false, error: 'the node is gone', unavailable: false });
+    if (this.gone)
+      return Promise.resolve({ ok: false, error: 'the node is gone', unavailable: false });
     const id = this.nextId++;
     return new Promise<NodeAnswer>((resolve) => {
       const timer = setTimeout(() => {
@@ -170,7 +180,10 @@ export async function terminateBackends(url: string, appName: string): Promise<v
   client.on('error', () => undefined);
   try {
     await client.connect();
-    await client.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, [appName]);
+    await client.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`,
+      [appName],
+    );
   } catch {
     // The database is down: the connections are gone with it.
   } finally {

@@ -8,7 +8,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { freePort, migrateDatabase, startPostgres, type RunningPostgres } from '@cyclium/nestjs/testing';
+import {
+  freePort,
+  migrateDatabase,
+  startPostgres,
+  type RunningPostgres,
+} from '@cyclium/nestjs/testing';
 import { AUDIT_SQL } from '../checker/audit-sql.js';
 
 const TEMPLATE = 'fault_schedule_template';
@@ -31,7 +36,11 @@ export class PostgresServer {
     } else {
       const dataRoot = await mkdtemp(join(tmpdir(), 'cyclium-soak-'));
       const port = await freePort();
-      const running = await startPostgres({ dataDir: join(dataRoot, 'pgdata'), port, persistent: true });
+      const running = await startPostgres({
+        dataDir: join(dataRoot, 'pgdata'),
+        port,
+        persistent: true,
+      });
       server = new PostgresServer(running.url, true, dataRoot, port);
       server.running = running;
     }

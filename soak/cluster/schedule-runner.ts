@@ -56,7 +56,9 @@ export class ScheduleRunner {
   async run(options: RunOptions): Promise<RunLog> {
     try {
       await this.cluster.bootAll(options.bootTimeoutMs);
-      const refused = this.log.nodes.find((n) => n.event === 'exit' && /CycliumConfigError/.test(n.exit?.reason ?? ''));
+      const refused = this.log.nodes.find(
+        (n) => n.event === 'exit' && /CycliumConfigError/.test(n.exit?.reason ?? ''),
+      );
       if (refused) throw new ConfigRefusedError(refused.exit?.reason ?? 'refused');
       this.start = Date.now();
       this.log.startedAt = this.start;
@@ -114,13 +116,21 @@ export class ScheduleRunner {
     };
     if (!node) return record({ ok: false, error: 'no node up', unavailable: false });
     if (op.kind === 'trigger') {
-      const runAt = op.runAtInMs === undefined ? undefined : new Date(Date.now() + op.runAtInMs).toISOString();
+      const runAt =
+        op.runAtInMs === undefined ? undefined : new Date(Date.now() + op.runAtInMs).toISOString();
       const { kind: _, slot: __, runAtInMs: ___, ...rest } = op;
-      return record(await node.handle.command({ cmd: 'trigger', ...rest, ...(runAt ? { runAt } : {}) }));
+      return record(
+        await node.handle.command({ cmd: 'trigger', ...rest, ...(runAt ? { runAt } : {}) }),
+      );
     }
     if (op.kind === 'publish') {
       return record(
-        await node.handle.command({ cmd: 'publish', type: op.type, eventId: op.eventId, payload: op.payload }),
+        await node.handle.command({
+          cmd: 'publish',
+          type: op.type,
+          eventId: op.eventId,
+          payload: op.payload,
+        }),
       );
     }
     const target = this.answered.get(op.target)?.answer;
@@ -152,9 +162,16 @@ export class ScheduleRunner {
       case 'term': {
         const ended = op.kind === 'kill' ? this.cluster.kill(op.slot) : this.cluster.drain(op.slot);
         // A drain takes its time; the lane goes on meanwhile, and the slot comes back after it.
-        this.track(ended.then(() => this.later(op.backAfterMs, () => this.cluster.boot(op.slot, op.identity))));
+        this.track(
+          ended.then(() =>
+            this.later(op.backAfterMs, () => this.cluster.boot(op.slot, op.identity)),
+          ),
+        );
         const nodeId = this.cluster.nodeIdOf(op.slot);
-        return { nodeIds: [nodeId], detail: `slot ${op.slot}, back after ${op.backAfterMs} ms as ${op.identity}` };
+        return {
+          nodeIds: [nodeId],
+          detail: `slot ${op.slot}, back after ${op.backAfterMs} ms as ${op.identity}`,
+        };
       }
       case 'db_restart':
         await this.server.stop();
@@ -166,7 +183,9 @@ export class ScheduleRunner {
         const ids = slots.map((slot) => this.cluster.nodeIdOf(slot));
         const how = (i: number) => (op.how === 'mixed' ? (i % 2 === 0 ? 'kill' : 'term') : op.how);
         await Promise.all(
-          slots.map((slot, i) => (how(i) === 'kill' ? this.cluster.kill(slot) : this.cluster.drain(slot))),
+          slots.map((slot, i) =>
+            how(i) === 'kill' ? this.cluster.kill(slot) : this.cluster.drain(slot),
+          ),
         );
         await sleep(op.downMs);
         for (const slot of op.first) this.cluster.boot(slot, 'same');
@@ -184,17 +203,26 @@ export class ScheduleRunner {
         );
         await sleep(op.forMs);
         await this.clearDatabaseError();
-        return { nodeIds: [], detail: `every episode insert fails with ${code} for ${op.forMs} ms` };
+        return {
+          nodeIds: [],
+          detail: `every episode insert fails with ${code} for ${op.forMs} ms`,
+        };
       }
       case 'retention': {
         const node = this.cluster.nodeFor(op.slot);
         const answer = node ? await node.handle.command({ cmd: 'retention' }) : null;
-        return { nodeIds: node ? [node.nodeId] : [], detail: answer ? JSON.stringify(answer) : 'no node up' };
+        return {
+          nodeIds: node ? [node.nodeId] : [],
+          detail: answer ? JSON.stringify(answer) : 'no node up',
+        };
       }
       case 'mode': {
         const slots = op.slot === 'all' ? this.cluster.mainSlots() : [op.slot];
-        const set = await Promise.all(slots.map((slot) => this.cluster.setMode(slot, op.mode, op.actor)));
-        const restore = () => Promise.all(slots.map((slot) => this.cluster.setMode(slot, 'full', op.actor, true)));
+        const set = await Promise.all(
+          slots.map((slot) => this.cluster.setMode(slot, op.mode, op.actor)),
+        );
+        const restore = () =>
+          Promise.all(slots.map((slot) => this.cluster.setMode(slot, 'full', op.actor, true)));
         this.later(op.forMs, restore);
         const ids = slots.filter((_, i) => set[i]).map((slot) => this.cluster.nodeIdOf(slot));
         return { nodeIds: ids, detail: `${op.actor ?? 'node'} ${op.mode} for ${op.forMs} ms` };
@@ -215,7 +243,10 @@ export class ScheduleRunner {
   }
 
   private async sql(statement: string): Promise<void> {
-    const db = new pg.Client({ connectionString: this.databaseUrl, connectionTimeoutMillis: 5_000 });
+    const db = new pg.Client({
+      connectionString: this.databaseUrl,
+      connectionTimeoutMillis: 5_000,
+    });
     db.on('error', () => undefined);
     try {
       await db.connect();

@@ -22,7 +22,12 @@ import {
   type StepTools,
 } from '@cyclium/nestjs';
 import type { CycliumOutput } from '@cyclium/nestjs/entities';
-import { EVENT_RETRY, MAX_ATTEMPTS, SUBJECT_COOLDOWN_MS, SUBJECT_DEBOUNCE_MS } from './actor-policies.js';
+import {
+  EVENT_RETRY,
+  MAX_ATTEMPTS,
+  SUBJECT_COOLDOWN_MS,
+  SUBJECT_DEBOUNCE_MS,
+} from './actor-policies.js';
 import type { WorkPayload } from './node-protocol.js';
 
 /** Runs the payload's work for one episode; shared by every expectation. */
@@ -47,9 +52,17 @@ export class FaultWork {
     return { summary: `${work.op} on ${this.identity.name()}`, outputs };
   }
 
-  private async step(episodeId: string, n: number, work: WorkPayload, tools: StepTools): Promise<string> {
+  private async step(
+    episodeId: string,
+    n: number,
+    work: WorkPayload,
+    tools: StepTools,
+  ): Promise<string> {
     await sleep(work.stepMs, undefined, { signal: tools.signal });
-    if (work.throwAt === n && (await this.thrown(episodeId, n, tools.signal)) < (work.throws ?? 0)) {
+    if (
+      work.throwAt === n &&
+      (await this.thrown(episodeId, n, tools.signal)) < (work.throws ?? 0)
+    ) {
       await this.effect(episodeId, n, 'throw', tools.signal);
       throw new Error(`s${n} of ${work.op} throws on purpose`);
     }
@@ -57,14 +70,23 @@ export class FaultWork {
     return `s${n}`;
   }
 
-  private async effect(episodeId: string, n: number, kind: 'done' | 'throw', signal: AbortSignal): Promise<void> {
+  private async effect(
+    episodeId: string,
+    n: number,
+    kind: 'done' | 'throw',
+    signal: AbortSignal,
+  ): Promise<void> {
     const sql = `INSERT INTO fs_effects (episode_id, step_no, kind, node) VALUES ($1, $2, $3, $4)`;
-    await this.persist(signal, () => this.dataSource.query(sql, [episodeId, n, kind, this.identity.name()]));
+    await this.persist(signal, () =>
+      this.dataSource.query(sql, [episodeId, n, kind, this.identity.name()]),
+    );
   }
 
   private async thrown(episodeId: string, n: number, signal: AbortSignal): Promise<number> {
     const sql = `SELECT count(*)::int AS n FROM fs_effects WHERE episode_id = $1 AND step_no = $2 AND kind = 'throw'`;
-    const rows = await this.persist(signal, () => this.dataSource.query<Array<{ n: number }>>(sql, [episodeId, n]));
+    const rows = await this.persist(signal, () =>
+      this.dataSource.query<Array<{ n: number }>>(sql, [episodeId, n]),
+    );
     return rows[0]?.n ?? 0;
   }
 
@@ -90,7 +112,12 @@ export class FaultWork {
 export class AlphaActor {
   constructor(private readonly work: FaultWork) {}
 
-  @Expectation({ id: 'job_restart', trigger: 'manual', recoveryPolicy: 'restart', maxAttempts: MAX_ATTEMPTS })
+  @Expectation({
+    id: 'job_restart',
+    trigger: 'manual',
+    recoveryPolicy: 'restart',
+    maxAttempts: MAX_ATTEMPTS,
+  })
   jobRestart(ep: EpisodeContext<WorkPayload>): Promise<Convergence> {
     return this.work.run(ep);
   }
@@ -131,7 +158,12 @@ export class AlphaActor {
 export class LegacyAlphaActor {
   constructor(private readonly work: FaultWork) {}
 
-  @Expectation({ id: 'job_restart', trigger: 'manual', recoveryPolicy: 'restart', maxAttempts: MAX_ATTEMPTS })
+  @Expectation({
+    id: 'job_restart',
+    trigger: 'manual',
+    recoveryPolicy: 'restart',
+    maxAttempts: MAX_ATTEMPTS,
+  })
   jobRestart(ep: EpisodeContext<WorkPayload>): Promise<Convergence> {
     return this.work.run(ep);
   }
@@ -147,7 +179,12 @@ export class LegacyAlphaActor {
 export class BetaActor {
   constructor(private readonly work: FaultWork) {}
 
-  @Expectation({ id: 'job_beta', trigger: 'manual', recoveryPolicy: 'restart', maxAttempts: MAX_ATTEMPTS })
+  @Expectation({
+    id: 'job_beta',
+    trigger: 'manual',
+    recoveryPolicy: 'restart',
+    maxAttempts: MAX_ATTEMPTS,
+  })
   jobBeta(ep: EpisodeContext<WorkPayload>): Promise<Convergence> {
     return this.work.run(ep);
   }

@@ -16,7 +16,8 @@ const config = JSON.parse(process.env.FAULT_NODE ?? 'null') as FaultNodeConfig |
 if (!config) throw new Error('FAULT_NODE is not set');
 const app = await startFaultNode(config, {
   send,
-  onCommand: (handler) => process.on('message', (message: DriverMessage) => handler(message.id, message.command)),
+  onCommand: (handler) =>
+    process.on('message', (message: DriverMessage) => handler(message.id, message.command)),
 });
 if (!app) process.exit(1);
 else app.enableShutdownHooks();

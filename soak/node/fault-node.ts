@@ -20,7 +20,13 @@ import {
   isDatabaseUnavailable,
   type CycliumOptions,
 } from '@cyclium/nestjs';
-import { AlphaActor, BetaActor, FaultWork, LegacyAlphaActor, ReportAdapter } from './fault-actors.js';
+import {
+  AlphaActor,
+  BetaActor,
+  FaultWork,
+  LegacyAlphaActor,
+  ReportAdapter,
+} from './fault-actors.js';
 import type { FaultNodeConfig, NodeAnswer, NodeCommand, NodeMessage } from './node-protocol.js';
 
 export interface NodeChannel {
@@ -55,7 +61,11 @@ function cycliumOptions(config: FaultNodeConfig): CycliumOptions {
       ? {
           busRetentionMs: w.busRetentionMs,
           busUndispatchedMaxAgeMs: w.busUndispatchedMaxAgeMs,
-          retention: { archiveAfter: w.archiveAfter, deleteAfter: w.deleteAfter, intervalMs: w.intervalMs },
+          retention: {
+            archiveAfter: w.archiveAfter,
+            deleteAfter: w.deleteAfter,
+            intervalMs: w.intervalMs,
+          },
         }
       : {}),
   };
@@ -63,7 +73,8 @@ function cycliumOptions(config: FaultNodeConfig): CycliumOptions {
 
 function nodeModule(config: FaultNodeConfig) {
   const actors: Provider[] = [];
-  if (config.actors.includes('fs_alpha')) actors.push(config.legacyAlpha ? LegacyAlphaActor : AlphaActor);
+  if (config.actors.includes('fs_alpha'))
+    actors.push(config.legacyAlpha ? LegacyAlphaActor : AlphaActor);
   if (config.actors.includes('fs_beta')) actors.push(BetaActor);
   @Module({
     imports: [
@@ -90,7 +101,9 @@ function failure(error: unknown): NodeAnswer {
 async function retentionPass(app: INestApplicationContext): Promise<string> {
   const entry = createRequire(import.meta.url).resolve('@cyclium/nestjs');
   const file = pathToFileURL(join(dirname(entry), 'retention', 'retention.service.js')).href;
-  const { RetentionSchedule } = (await import(file)) as { RetentionSchedule?: new (...args: never[]) => unknown };
+  const { RetentionSchedule } = (await import(file)) as {
+    RetentionSchedule?: new (...args: never[]) => unknown;
+  };
   const parts: string[] = [];
   if (RetentionSchedule) {
     const schedule = app.get(RetentionSchedule) as { passNow?: () => Promise<unknown> };
@@ -109,14 +122,27 @@ async function run(app: INestApplicationContext, command: NodeCommand): Promise<
         ...(command.delayMs !== undefined ? { delayMs: command.delayMs } : {}),
         ...(command.runAt !== undefined ? { runAt: new Date(command.runAt) } : {}),
         ...(command.retryAttempts !== undefined
-          ? { retry: { attempts: command.retryAttempts, backoff: { initialMs: command.retryBackoffMs ?? 300 } } }
+          ? {
+              retry: {
+                attempts: command.retryAttempts,
+                backoff: { initialMs: command.retryBackoffMs ?? 300 },
+              },
+            }
           : {}),
       };
-      const result = await app.get(Episodes).trigger(command.actor, command.expectation, command.payload, options);
-      return { ok: true, status: result.status, episodeId: 'episode' in result ? result.episode.id : null };
+      const result = await app
+        .get(Episodes)
+        .trigger(command.actor, command.expectation, command.payload, options);
+      return {
+        ok: true,
+        status: result.status,
+        episodeId: 'episode' in result ? result.episode.id : null,
+      };
     }
     case 'publish': {
-      const event = await app.get(Bus).publish(command.type, command.payload, { eventId: command.eventId });
+      const event = await app
+        .get(Bus)
+        .publish(command.type, command.payload, { eventId: command.eventId });
       return { ok: true, status: 'stored', detail: event.eventId };
     }
     case 'cancel':
@@ -143,7 +169,9 @@ export async function startFaultNode(
 ): Promise<INestApplicationContext | null> {
   let app: INestApplicationContext;
   try {
-    app = await NestFactory.createApplicationContext(nodeModule(config), { logger: ['error', 'warn', 'log'] });
+    app = await NestFactory.createApplicationContext(nodeModule(config), {
+      logger: ['error', 'warn', 'log'],
+    });
   } catch (error) {
     const name = error instanceof Error ? error.name : 'Error';
     channel.send({

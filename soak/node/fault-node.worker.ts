@@ -15,6 +15,7 @@ if (process.env.FAULT_NODE_TRACE === '1') traceUnhandledClientErrors((line) => c
 
 const app = await startFaultNode(workerData as FaultNodeConfig, {
   send: (message: NodeMessage) => port.postMessage(message),
-  onCommand: (handler) => port.on('message', (message: DriverMessage) => handler(message.id, message.command)),
+  onCommand: (handler) =>
+    port.on('message', (message: DriverMessage) => handler(message.id, message.command)),
 });
 if (!app) process.exit(1);

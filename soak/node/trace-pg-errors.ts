@@ -8,7 +8,9 @@ import pg from 'pg';
 type Traced = pg.Client & { fsCheckedOutBy?: string; fsReleased?: boolean };
 
 export function traceUnhandledClientErrors(log: (line: string) => void): void {
-  const clientPrototype = pg.Client.prototype as unknown as { emit: (event: string, ...args: unknown[]) => boolean };
+  const clientPrototype = pg.Client.prototype as unknown as {
+    emit: (event: string, ...args: unknown[]) => boolean;
+  };
   const emit = clientPrototype.emit;
   clientPrototype.emit = function (this: Traced, event: string, ...args: unknown[]) {
     if (event === 'error' && this.listenerCount('error') === 0) {
@@ -20,7 +22,9 @@ export function traceUnhandledClientErrors(log: (line: string) => void): void {
     }
     return emit.call(this, event, ...args);
   };
-  const poolEmitter = pg.Pool.prototype as unknown as { emit: (event: string, ...args: unknown[]) => boolean };
+  const poolEmitter = pg.Pool.prototype as unknown as {
+    emit: (event: string, ...args: unknown[]) => boolean;
+  };
   const poolEmit = poolEmitter.emit;
   poolEmitter.emit = function (this: pg.Pool, event: string, ...args: unknown[]) {
     if (event === 'error' && this.listenerCount('error') === 0) {
@@ -29,7 +33,9 @@ export function traceUnhandledClientErrors(log: (line: string) => void): void {
     }
     return poolEmit.call(this, event, ...args);
   };
-  const poolPrototype = pg.Pool.prototype as unknown as { connect: (...args: unknown[]) => Promise<Traced> };
+  const poolPrototype = pg.Pool.prototype as unknown as {
+    connect: (...args: unknown[]) => Promise<Traced>;
+  };
   const connect = poolPrototype.connect;
   poolPrototype.connect = function (this: pg.Pool, ...args: unknown[]) {
     const by = new Error('checked out').stack?.split('\n').slice(2, 12).join('\n');
@@ -44,14 +50,17 @@ export function traceUnhandledClientErrors(log: (line: string) => void): void {
     };
     const callback = args[0];
     if (typeof callback === 'function') {
-      return connect.call(this, (error: unknown, client: Traced, done: (...a: unknown[]) => void) => {
-        if (client) mark(client);
-        const released = (...a: unknown[]) => {
-          if (client) client.fsReleased = true;
-          done(...a);
-        };
-        (callback as (...a: unknown[]) => void)(error, client, client ? released : done);
-      });
+      return connect.call(
+        this,
+        (error: unknown, client: Traced, done: (...a: unknown[]) => void) => {
+          if (client) mark(client);
+          const released = (...a: unknown[]) => {
+            if (client) client.fsReleased = true;
+            done(...a);
+          };
+          (callback as (...a: unknown[]) => void)(error, client, client ? released : done);
+        },
+      );
     }
     return connect.call(this).then((client) => {
       mark(client);

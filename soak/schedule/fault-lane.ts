@@ -42,7 +42,8 @@ export class FaultLane {
         const backAfterMs = kind === 'kill' && rng.chance(0.4) ? 0 : rng.int(500, 3_000);
         const identity = rng.chance(kind === 'kill' ? 0.6 : 0.5) ? 'same' : 'new';
         this.ops.push({ at, op: { kind, slot, backAfterMs, identity } });
-        this.upAt[slot] = at + backAfterMs + boot + (kind === 'term' ? setup.timings.shutdownMs : 0);
+        this.upAt[slot] =
+          at + backAfterMs + boot + (kind === 'term' ? setup.timings.shutdownMs : 0);
       } else if (kind === 'db_restart') {
         const downMs = rng.int(1_000, 6_000);
         // Now and then a node is killed just before, so its replacement boots while the database is down.
@@ -50,7 +51,12 @@ export class FaultLane {
         if (slot !== undefined) {
           this.ops.push({
             at,
-            op: { kind: 'kill', slot, backAfterMs: 600, identity: rng.chance(0.5) ? 'same' : 'new' },
+            op: {
+              kind: 'kill',
+              slot,
+              backAfterMs: 600,
+              identity: rng.chance(0.5) ? 'same' : 'new',
+            },
           });
           this.upAt[slot] = at + downMs + boot + 600;
         }
@@ -80,7 +86,8 @@ export class FaultLane {
     const slot = rng.int(0, MAIN_SLOTS - 1);
     const actor = rng.pick(this.setup.slots[slot]?.actors ?? ['fs_alpha']);
     const mode: CycliumMode = shape.endsWith('trigger_only') ? 'trigger_only' : 'disabled';
-    if (shape === 'all_disabled') return { kind: 'mode', slot: 'all', mode, forMs: Math.min(forMs, 4_000) };
+    if (shape === 'all_disabled')
+      return { kind: 'mode', slot: 'all', mode, forMs: Math.min(forMs, 4_000) };
     if (shape.startsWith('actor')) return { kind: 'mode', slot, mode, actor, forMs };
     return { kind: 'mode', slot, mode, forMs };
   }
@@ -97,7 +104,9 @@ export class FaultLane {
     this.clusterStops++;
     const long = rng.chance(0.35);
     const downMs = long ? rng.int(16_000, 22_000) : rng.int(2_000, 12_000);
-    const first = rng.chance(0.7) ? [rng.int(0, MAIN_SLOTS - 1)] : [0, 1, 2].filter(() => rng.chance(0.6));
+    const first = rng.chance(0.7)
+      ? [rng.int(0, MAIN_SLOTS - 1)]
+      : [0, 1, 2].filter(() => rng.chance(0.6));
     const how = rng.weighted({ kill: 3, term: 1, mixed: 1 });
     const restLaterMs = rng.int(500, 4_000);
     this.ops.push({

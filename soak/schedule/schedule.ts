@@ -47,7 +47,13 @@ export type WorkOp =
       retryAttempts?: number;
       retryBackoffMs?: number;
     }
-  | { kind: 'publish'; slot: number; type: 'fs.work' | 'fs.subject'; eventId: string; payload: WorkPayload }
+  | {
+      kind: 'publish';
+      slot: number;
+      type: 'fs.work' | 'fs.subject';
+      eventId: string;
+      payload: WorkPayload;
+    }
   /** Cancels the episode that work operation number `target` answered with. */
   | { kind: 'cancel'; slot: number; target: number };
 
@@ -58,7 +64,13 @@ export type FaultOp =
   | { kind: 'term'; slot: number; backAfterMs: number; identity: 'same' | 'new' }
   | { kind: 'db_restart'; downMs: number }
   /** Every node ends (kill -9, SIGTERM or a mix); after `downMs`, `first` boot, the rest `restLaterMs` later. */
-  | { kind: 'cluster_stop'; how: 'kill' | 'term' | 'mixed'; downMs: number; first: number[]; restLaterMs: number }
+  | {
+      kind: 'cluster_stop';
+      how: 'kill' | 'term' | 'mixed';
+      downMs: number;
+      first: number[];
+      restLaterMs: number;
+    }
   | { kind: 'retention'; slot: number }
   /**
    * For `forMs`, every episode insert fails with SQLSTATE `code` (a serialization failure, a lock or

@@ -43,7 +43,8 @@ export class WorkLane {
   generate(): void {
     const { rng, setup } = this;
     const main = setup.slots.filter((s) => !s.outsider);
-    const hosts = (actor: ActorId) => main.filter((s) => s.actors.includes(actor)).map((s) => s.slot);
+    const hosts = (actor: ActorId) =>
+      main.filter((s) => s.actors.includes(actor)).map((s) => s.slot);
     const stale = setup.timings.staleAfterMs;
     for (let at = 800; at < setup.durationMs; at += rng.int(120, 500)) {
       const n = this.ops.length;
@@ -59,18 +60,35 @@ export class WorkLane {
         outsider: setup.outsider === 'env' ? 6 : 0,
       });
       const work = payload(rng, op, stale);
-      const retryAttempts = work.throws !== undefined ? rng.int(2, 3) : rng.chance(0.25) ? 2 : undefined;
+      const retryAttempts =
+        work.throws !== undefined ? rng.int(2, 3) : rng.chance(0.25) ? 2 : undefined;
       const backoff = rng.chance(0.3) ? { retryBackoffMs: 0 } : {};
       const withRetry = retryAttempts === undefined ? {} : { retryAttempts, ...backoff };
       const alphaSlot = rng.pick(hosts('fs_alpha'));
       if (kind === 'manual') {
         const expectation = rng.chance(0.6) ? 'job_restart' : 'job_fail';
-        this.add(at, { kind: 'trigger', slot: alphaSlot, actor: 'fs_alpha', expectation, payload: work, ...withRetry });
+        this.add(at, {
+          kind: 'trigger',
+          slot: alphaSlot,
+          actor: 'fs_alpha',
+          expectation,
+          payload: work,
+          ...withRetry,
+        });
       } else if (kind === 'beta') {
         const slot = rng.pick(hosts('fs_beta'));
-        this.add(at, { kind: 'trigger', slot, actor: 'fs_beta', expectation: 'job_beta', payload: work, ...withRetry });
+        this.add(at, {
+          kind: 'trigger',
+          slot,
+          actor: 'fs_beta',
+          expectation: 'job_beta',
+          payload: work,
+          ...withRetry,
+        });
       } else if (kind === 'delayed') {
-        const when = rng.chance(0.5) ? { delayMs: rng.int(300, 6_000) } : { runAtInMs: rng.int(300, 6_000) };
+        const when = rng.chance(0.5)
+          ? { delayMs: rng.int(300, 6_000) }
+          : { runAtInMs: rng.int(300, 6_000) };
         this.add(at, {
           kind: 'trigger',
           slot: alphaSlot,
@@ -103,7 +121,13 @@ export class WorkLane {
           payload: outputs,
         });
       } else if (kind === 'event') {
-        this.add(at, { kind: 'publish', slot: rng.pick(main).slot, type: 'fs.work', eventId: op, payload: work });
+        this.add(at, {
+          kind: 'publish',
+          slot: rng.pick(main).slot,
+          type: 'fs.work',
+          eventId: op,
+          payload: work,
+        });
       } else {
         this.subjectBursts(at, `sub-${setup.seed}-${n}`);
       }
@@ -119,8 +143,19 @@ export class WorkLane {
     const burst = () => {
       for (let i = rng.int(2, 4); i > 0; i--) {
         const eventId = opId(setup.seed, this.ops.length);
-        const work: WorkPayload = { op: eventId, steps: rng.int(1, 2), stepMs: rng.int(40, 200), subject };
-        this.add(t, { kind: 'publish', slot: rng.pick(main).slot, type: 'fs.subject', eventId, payload: work });
+        const work: WorkPayload = {
+          op: eventId,
+          steps: rng.int(1, 2),
+          stepMs: rng.int(40, 200),
+          subject,
+        };
+        this.add(t, {
+          kind: 'publish',
+          slot: rng.pick(main).slot,
+          type: 'fs.subject',
+          eventId,
+          payload: work,
+        });
         t += rng.int(40, 250);
       }
     };
@@ -128,7 +163,9 @@ export class WorkLane {
     if (rng.chance(0.5)) {
       const inside = rng.chance(0.5);
       const fired = t + SUBJECT_DEBOUNCE_MS;
-      t = inside ? fired + rng.int(500, SUBJECT_COOLDOWN_MS - 600) : fired + SUBJECT_COOLDOWN_MS + rng.int(800, 1_500);
+      t = inside
+        ? fired + rng.int(500, SUBJECT_COOLDOWN_MS - 600)
+        : fired + SUBJECT_COOLDOWN_MS + rng.int(800, 1_500);
       burst();
     }
   }

@@ -21,7 +21,10 @@ export interface ReadmeExample {
 }
 
 export function readmeExample(readme: string): ReadmeExample {
-  const blocks = [...readme.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map(([, lang, body]) => ({ lang, body }));
+  const blocks = [...readme.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map(([, lang, body]) => ({
+    lang,
+    body,
+  }));
   const files = new Map<string, string>();
   let tsconfig: string | undefined;
   let dependencies: string[] | undefined;
@@ -41,7 +44,9 @@ export function readmeExample(readme: string): ReadmeExample {
     }
   }
   if (files.size === 0 || !tsconfig || !dependencies || !devDependencies) {
-    throw new Error('the library README lost its example: src/ code blocks, the tsconfig.json block or the install lines');
+    throw new Error(
+      'the library README lost its example: src/ code blocks, the tsconfig.json block or the install lines',
+    );
   }
   return { files, tsconfig, dependencies, devDependencies };
 }
@@ -59,16 +64,32 @@ export interface PackedLibrary {
 
 /** `npm pack` of the library workspace (its prepack builds it first) into `destination`. */
 export async function packLibrary(destination: string, dryRun = false): Promise<PackedLibrary> {
-  const args = ['pack', '-w', 'libs/cyclium', '--json', ...(dryRun ? ['--dry-run'] : ['--pack-destination', destination])];
+  const args = [
+    'pack',
+    '-w',
+    'libs/cyclium',
+    '--json',
+    ...(dryRun ? ['--dry-run'] : ['--pack-destination', destination]),
+  ];
   const { stdout } = await run('npm', args, { cwd: REPO_ROOT, maxBuffer: 16 * 1024 * 1024 });
   // npm prints the lifecycle scripts' output before the JSON.
-  const [packed] = JSON.parse(stdout.slice(stdout.indexOf('['))) as Array<{ filename: string; size: number; files: Array<{ path: string }> }>;
-  return { tarball: join(destination, packed.filename), size: packed.size, files: packed.files.map((f) => f.path) };
+  const [packed] = JSON.parse(stdout.slice(stdout.indexOf('['))) as Array<{
+    filename: string;
+    size: number;
+    files: Array<{ path: string }>;
+  }>;
+  return {
+    tarball: join(destination, packed.filename),
+    size: packed.size,
+    files: packed.files.map((f) => f.path),
+  };
 }
 
 /** The version this repository installed, so the adopter install is served from the npm cache. */
 async function installedVersion(name: string): Promise<string> {
-  const manifest = JSON.parse(await readFile(join(REPO_ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string };
+  const manifest = JSON.parse(
+    await readFile(join(REPO_ROOT, 'node_modules', name, 'package.json'), 'utf8'),
+  ) as { version: string };
   return manifest.version;
 }
 
@@ -76,9 +97,20 @@ async function installedVersion(name: string): Promise<string> {
  * One install in `root` that the apps below it share (Node and tsc both look up the tree): the
  * README's packages, with the tarball standing in for `@cyclium/nestjs`.
  */
-export async function installDependencies(root: string, tarball: string, example: ReadmeExample): Promise<void> {
+export async function installDependencies(
+  root: string,
+  tarball: string,
+  example: ReadmeExample,
+): Promise<void> {
   const pin = async (names: string[]) =>
-    Object.fromEntries(await Promise.all(names.map(async (name) => [name, name === '@cyclium/nestjs' ? `file:${tarball}` : await installedVersion(name)])));
+    Object.fromEntries(
+      await Promise.all(
+        names.map(async (name) => [
+          name,
+          name === '@cyclium/nestjs' ? `file:${tarball}` : await installedVersion(name),
+        ]),
+      ),
+    );
   const manifest = {
     name: 'cyclium-adopter',
     private: true,
@@ -100,24 +132,38 @@ export type ModuleKind = 'esm' | 'cjs';
  * README's tsconfig as written) or as a CommonJS one (no type, `module: commonjs` with the old
  * `node` resolution most existing Nest apps still compile with).
  */
-export async function writeApp(dir: string, kind: ModuleKind, example: ReadmeExample): Promise<void> {
+export async function writeApp(
+  dir: string,
+  kind: ModuleKind,
+  example: ReadmeExample,
+): Promise<void> {
   await mkdir(join(dir, 'src'), { recursive: true });
   for (const [path, body] of example.files) await writeFile(join(dir, path), body);
-  const manifest = { name: `adopter-${kind}`, private: true, type: kind === 'esm' ? 'module' : 'commonjs' };
+  const manifest = {
+    name: `adopter-${kind}`,
+    private: true,
+    type: kind === 'esm' ? 'module' : 'commonjs',
+  };
   await writeFile(join(dir, 'package.json'), JSON.stringify(manifest, null, 2));
   if (kind === 'esm') {
     await writeFile(join(dir, 'tsconfig.json'), example.tsconfig);
     return;
   }
   const tsconfig = parseJsonc(example.tsconfig) as { compilerOptions: Record<string, unknown> };
-  Object.assign(tsconfig.compilerOptions, { module: 'commonjs', moduleResolution: 'node10', ignoreDeprecations: '6.0' });
+  Object.assign(tsconfig.compilerOptions, {
+    module: 'commonjs',
+    moduleResolution: 'node10',
+    ignoreDeprecations: '6.0',
+  });
   await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(tsconfig, null, 2));
 }
 
 /** The adopter's own TypeScript (from the README's dev install), on the app's tsconfig. */
 export async function compileApp(root: string, dir: string): Promise<void> {
   try {
-    await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', dir], { cwd: dir });
+    await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', dir], {
+      cwd: dir,
+    });
   } catch (error) {
     const { stdout, stderr } = error as { stdout?: string; stderr?: string };
     throw new Error(`tsc failed in ${dir}:\n${stdout ?? ''}${stderr ?? ''}`, { cause: error });
@@ -125,10 +171,18 @@ export async function compileApp(root: string, dir: string): Promise<void> {
 }
 
 /** `npx typeorm migration:run -d dist/data-source.js`, as the README's second way has it. */
-export async function runMigrationsCli(root: string, dir: string, databaseUrl: string): Promise<string> {
-  const { stdout } = await run(process.execPath, [join(root, 'node_modules/typeorm/cli.js'), 'migration:run', '-d', 'dist/data-source.js'], {
-    cwd: dir,
-    env: { ...process.env, DATABASE_URL: databaseUrl },
-  });
+export async function runMigrationsCli(
+  root: string,
+  dir: string,
+  databaseUrl: string,
+): Promise<string> {
+  const { stdout } = await run(
+    process.execPath,
+    [join(root, 'node_modules/typeorm/cli.js'), 'migration:run', '-d', 'dist/data-source.js'],
+    {
+      cwd: dir,
+      env: { ...process.env, DATABASE_URL: databaseUrl },
+    },
+  );
   return stdout;
 }

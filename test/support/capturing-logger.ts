@@ -14,7 +14,12 @@ export class CapturingLogger implements LoggerService {
     // Nest passes the context last; an error's stack, when given, comes before it.
     const context = typeof rest[rest.length - 1] === 'string' ? String(rest.pop()) : '';
     // An Error logged as such prints its stack with Nest's console logger: keep it, so a test can see the dump.
-    const show = (part: unknown) => (typeof part === 'string' ? part : part instanceof Error ? (part.stack ?? part.message) : JSON.stringify(part));
+    const show = (part: unknown) =>
+      typeof part === 'string'
+        ? part
+        : part instanceof Error
+          ? (part.stack ?? part.message)
+          : JSON.stringify(part);
     // Logger.error adds an empty stack slot before the context when none was given.
     const text = [message, ...rest]
       .filter((part) => part !== undefined)

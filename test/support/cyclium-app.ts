@@ -1,4 +1,10 @@
-import type { DynamicModule, INestApplicationContext, LoggerService, Provider, Type } from '@nestjs/common';
+import type {
+  DynamicModule,
+  INestApplicationContext,
+  LoggerService,
+  Provider,
+  Type,
+} from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CycliumModule, type CycliumOptions } from '@cyclium/nestjs';
@@ -19,10 +25,17 @@ export interface CycliumAppOptions {
 }
 
 /** One Cyclium node inside this process: its own Nest app, its own small pool. Close it in afterAll. */
-export async function startCycliumApp(options: CycliumAppOptions): Promise<INestApplicationContext> {
+export async function startCycliumApp(
+  options: CycliumAppOptions,
+): Promise<INestApplicationContext> {
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: options.url, name: options.dataSourceName, extra: { max: options.poolSize ?? 5 } }),
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: options.url,
+        name: options.dataSourceName,
+        extra: { max: options.poolSize ?? 5 },
+      }),
       options.cycliumModule ?? CycliumModule.forRoot({ jitterMs: 0, ...options.cyclium }),
       ...(options.imports ?? []),
     ],

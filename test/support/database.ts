@@ -6,7 +6,10 @@ const TEMPLATE = 'cyclium_test_template';
 /** The server the run uses: DATABASE_URL, or the embedded one global-setup started. */
 export function serverUrl(): string {
   const url = process.env.CYCLIUM_TEST_SERVER_URL;
-  if (!url) throw new Error('CYCLIUM_TEST_SERVER_URL is not set: run the tests through jest.config.js (npm test)');
+  if (!url)
+    throw new Error(
+      'CYCLIUM_TEST_SERVER_URL is not set: run the tests through jest.config.js (npm test)',
+    );
   return url;
 }
 

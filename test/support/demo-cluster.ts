@@ -27,7 +27,11 @@ export interface Rebalance {
 }
 
 /** A demo node with its node id and the given timings. */
-export function startNode(url: string, id: string, env: Record<string, string> = FAST_RECOVERY): Promise<DemoNode> {
+export function startNode(
+  url: string,
+  id: string,
+  env: Record<string, string> = FAST_RECOVERY,
+): Promise<DemoNode> {
   return startDemoNode(url, { ...env, CYCLIUM_NODE_ID: id });
 }
 
@@ -37,14 +41,24 @@ export async function post<T>(node: DemoNode, path: string, body: unknown): Prom
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
   });
-  if (response.status !== 202) throw new Error(`POST ${path} → ${response.status} ${await response.text()}`);
+  if (response.status !== 202)
+    throw new Error(`POST ${path} → ${response.status} ${await response.text()}`);
   return (await response.json()) as T;
 }
 
 /** Starts a rebalance episode on that very node; returns its id. */
-export async function rebalanceOn(node: DemoNode, payload: Rebalance, expectation = 'rebalance'): Promise<string> {
-  const { status, episodeId } = await post<{ status: string; episodeId: string | null }>(node, `/actors/resource_rebalancer/${expectation}`, { payload });
-  if (status !== 'started' || !episodeId) throw new Error(`rebalance on port ${node.port} was ${status}`);
+export async function rebalanceOn(
+  node: DemoNode,
+  payload: Rebalance,
+  expectation = 'rebalance',
+): Promise<string> {
+  const { status, episodeId } = await post<{ status: string; episodeId: string | null }>(
+    node,
+    `/actors/resource_rebalancer/${expectation}`,
+    { payload },
+  );
+  if (status !== 'started' || !episodeId)
+    throw new Error(`rebalance on port ${node.port} was ${status}`);
   return episodeId;
 }
 
@@ -52,17 +66,33 @@ export async function episodeRow(db: pg.Pool, id: string): Promise<Record<string
   return (await db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0];
 }
 
-export async function journal(db: pg.Pool, id: string): Promise<Array<{ step_no: number; kind: string; name: string; created_at: Date }>> {
-  return (await db.query(`SELECT step_no, kind, name, created_at FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id])).rows;
+export async function journal(
+  db: pg.Pool,
+  id: string,
+): Promise<Array<{ step_no: number; kind: string; name: string; created_at: Date }>> {
+  return (
+    await db.query(
+      `SELECT step_no, kind, name, created_at FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`,
+      [id],
+    )
+  ).rows;
 }
 
 /** How many times each step's side effect happened, by step name. */
 export async function sideEffects(db: pg.Pool, id: string): Promise<Record<string, number>> {
-  const { rows } = await db.query(`SELECT step, count(*)::int AS n FROM demo_rebalance_log WHERE episode_id = $1 GROUP BY step`, [id]);
+  const { rows } = await db.query(
+    `SELECT step, count(*)::int AS n FROM demo_rebalance_log WHERE episode_id = $1 GROUP BY step`,
+    [id],
+  );
   return Object.fromEntries(rows.map((r) => [r.step, r.n]));
 }
 
-export function waitForStatus(db: pg.Pool, id: string, status: string, timeoutMs = 30_000): Promise<Record<string, unknown>> {
+export function waitForStatus(
+  db: pg.Pool,
+  id: string,
+  status: string,
+  timeoutMs = 30_000,
+): Promise<Record<string, unknown>> {
   return waitFor(
     `episode ${id} to be ${status}`,
     async () => {

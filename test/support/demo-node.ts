@@ -6,7 +6,12 @@ import { waitFor } from './wait-for.js';
 const DEMO_MAIN = fileURLToPath(new URL('../../apps/demo/dist/main.js', import.meta.url));
 
 /** What a crashing node prints: an 'error' event nobody listened to, a rejection nobody handled. */
-const CRASH_MARKERS = [/Unhandled 'error' event/, /UnhandledPromiseRejection/, /unhandledRejection/, /uncaughtException/];
+const CRASH_MARKERS = [
+  /Unhandled 'error' event/,
+  /UnhandledPromiseRejection/,
+  /unhandledRejection/,
+  /uncaughtException/,
+];
 
 const faults: string[] = [];
 
@@ -32,7 +37,10 @@ export interface DemoNode {
  * A real demo node process (the compiled app: npm test builds first), healthy before this resolves.
  * Variables set to `undefined` in `env` are removed from the child's environment.
  */
-export function startDemoNode(databaseUrl: string, env: Record<string, string | undefined> = {}): Promise<DemoNode> {
+export function startDemoNode(
+  databaseUrl: string,
+  env: Record<string, string | undefined> = {},
+): Promise<DemoNode> {
   return startNodeProcess(DEMO_MAIN, databaseUrl, {
     env: { DEMO_DB_POOL: '3', ...env },
     ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
@@ -50,14 +58,27 @@ export interface NodeProcessOptions {
 }
 
 /** Any Nest app's compiled `main` as a real process on a free port, watched by the fault guard. */
-export async function startNodeProcess(main: string, databaseUrl: string, options: NodeProcessOptions): Promise<DemoNode> {
+export async function startNodeProcess(
+  main: string,
+  databaseUrl: string,
+  options: NodeProcessOptions,
+): Promise<DemoNode> {
   const port = await freePort();
-  const childEnv: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: databaseUrl, PORT: String(port), NO_COLOR: '1' };
+  const childEnv: NodeJS.ProcessEnv = {
+    ...process.env,
+    DATABASE_URL: databaseUrl,
+    PORT: String(port),
+    NO_COLOR: '1',
+  };
   for (const [name, value] of Object.entries(options.env ?? {})) {
     if (value === undefined) delete childEnv[name];
     else childEnv[name] = value;
   }
-  const child = spawn(process.execPath, [main], { env: childEnv, cwd: options.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [main], {
+    env: childEnv,
+    cwd: options.cwd,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   const heard = (chunk: string) => {
     output += chunk;
@@ -70,8 +91,10 @@ export async function startNodeProcess(main: string, databaseUrl: string, option
     child.once('exit', (code, signal) => {
       // Tests end nodes with signals (SIGTERM drains, SIGKILL crashes on purpose); a node that
       // exits with an error code, or prints a crash, did so on its own.
-      const crashed = (code !== null && code !== 0) || CRASH_MARKERS.some((marker) => marker.test(output));
-      if (booted && crashed) faults.push(`node on port ${port} crashed (${signal ?? `code ${code}`}):\n${tail(output)}`);
+      const crashed =
+        (code !== null && code !== 0) || CRASH_MARKERS.some((marker) => marker.test(output));
+      if (booted && crashed)
+        faults.push(`node on port ${port} crashed (${signal ?? `code ${code}`}):\n${tail(output)}`);
       resolve();
     }),
   );
@@ -94,7 +117,8 @@ export async function startNodeProcess(main: string, databaseUrl: string, option
     await waitFor(
       `node on port ${port} to answer`,
       async () => {
-        if (child.exitCode !== null) throw new Error(`exited with code ${child.exitCode}:\n${output}`);
+        if (child.exitCode !== null)
+          throw new Error(`exited with code ${child.exitCode}:\n${output}`);
         return options.ready(node);
       },
       options.readyTimeoutMs ?? 30_000,
@@ -102,7 +126,10 @@ export async function startNodeProcess(main: string, databaseUrl: string, option
     );
   } catch (error) {
     await node.stop('SIGKILL');
-    throw new Error(`${error instanceof Error ? error.message : String(error)}\n--- its output:\n${tail(output)}`, { cause: error });
+    throw new Error(
+      `${error instanceof Error ? error.message : String(error)}\n--- its output:\n${tail(output)}`,
+      { cause: error },
+    );
   }
   booted = true;
   return node;

@@ -8,15 +8,20 @@ import { afterAll, afterEach } from '@jest/globals';
 import { takeNodeFaults } from './demo-node.js';
 
 const faults: string[] = [];
-const describe = (error: unknown) => (error instanceof Error ? (error.stack ?? error.message) : String(error));
-const onRejection = (reason: unknown) => void faults.push(`unhandled rejection: ${describe(reason)}`);
+const describe = (error: unknown) =>
+  error instanceof Error ? (error.stack ?? error.message) : String(error);
+const onRejection = (reason: unknown) =>
+  void faults.push(`unhandled rejection: ${describe(reason)}`);
 const onException = (error: unknown) => void faults.push(`uncaught exception: ${describe(error)}`);
 process.on('unhandledRejection', onRejection);
 process.on('uncaughtException', onException);
 
 afterEach(() => {
   const found = [...faults.splice(0), ...takeNodeFaults()];
-  if (found.length > 0) throw new Error(`fault guard: ${found.length} fault(s) during this test:\n${found.join('\n\n')}`);
+  if (found.length > 0)
+    throw new Error(
+      `fault guard: ${found.length} fault(s) during this test:\n${found.join('\n\n')}`,
+    );
 });
 
 afterAll(() => {

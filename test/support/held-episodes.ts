@@ -7,7 +7,11 @@ export interface HeldEpisode {
 }
 
 /** `n` running episodes (actor `batch`), each with a claim the node `owner` of `app` holds at fence 1. */
-export async function heldEpisodes(app: INestApplicationContext, owner: string, n: number): Promise<HeldEpisode[]> {
+export async function heldEpisodes(
+  app: INestApplicationContext,
+  owner: string,
+  n: number,
+): Promise<HeldEpisode[]> {
   const claims = app.get(WorkClaims);
   return Promise.all(
     Array.from({ length: n }, async () => {

@@ -23,7 +23,12 @@ export interface MatrixTimings {
 }
 
 /** A real process of test/fixtures/matrix-node.ts hosting `nodes`, each not on standby booted before this resolves. */
-export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: MatrixTimings, extra: Record<string, string> = {}): Promise<DemoNode> {
+export function startMatrixProcess(
+  url: string,
+  nodes: MatrixNode[],
+  timings: MatrixTimings,
+  extra: Record<string, string> = {},
+): Promise<DemoNode> {
   return startNodeProcess(MATRIX_NODE, url, {
     env: {
       MATRIX_NODES: JSON.stringify(nodes),
@@ -41,12 +46,18 @@ export function startMatrixProcess(url: string, nodes: MatrixNode[], timings: Ma
 
 /** Boots the nodes of `group` (`standby: group`); resolves once each is up, rejects with the error of a boot that failed. */
 export async function bootStandby(process: DemoNode, group: string, envs: string[]): Promise<void> {
-  const response = await fetch(`http://127.0.0.1:${process.port}/boot/${group}`, { method: 'POST' });
-  if (response.status !== 202) throw new Error(`boot ${group} on port ${process.port}: ${response.status}`);
+  const response = await fetch(`http://127.0.0.1:${process.port}/boot/${group}`, {
+    method: 'POST',
+  });
+  if (response.status !== 202)
+    throw new Error(`boot ${group} on port ${process.port}: ${response.status}`);
   const failure = await waitFor(
     `the ${group} nodes on port ${process.port} to boot`,
     async () => {
-      const health = await process.get<{ nodes: Record<string, string>; failed: Record<string, string> }>('/health');
+      const health = await process.get<{
+        nodes: Record<string, string>;
+        failed: Record<string, string>;
+      }>('/health');
       if (health.failed[group]) return { error: health.failed[group] };
       return envs.every((env) => health.nodes[env] !== undefined) ? { error: null } : undefined;
     },
@@ -62,11 +73,19 @@ export async function identitiesOf(process: DemoNode): Promise<Record<string, st
 }
 
 /** Runs the `restart` or `fail` expectation on that process's node of `env`; returns the episode's id. */
-export async function triggerOn(process: DemoNode, env: string, expectation: 'restart' | 'fail'): Promise<string> {
-  const response = await fetch(`http://127.0.0.1:${process.port}/trigger/${env}/${expectation}`, { method: 'POST' });
+export async function triggerOn(
+  process: DemoNode,
+  env: string,
+  expectation: 'restart' | 'fail',
+): Promise<string> {
+  const response = await fetch(`http://127.0.0.1:${process.port}/trigger/${env}/${expectation}`, {
+    method: 'POST',
+  });
   const body = (await response.json()) as { status: string; episodeId: string | null };
   if (response.status !== 202 || body.status !== 'started' || !body.episodeId) {
-    throw new Error(`trigger ${expectation} in ${env} on port ${process.port}: ${response.status} ${JSON.stringify(body)}`);
+    throw new Error(
+      `trigger ${expectation} in ${env} on port ${process.port}: ${response.status} ${JSON.stringify(body)}`,
+    );
   }
   return body.episodeId;
 }

@@ -32,8 +32,12 @@ export function findPgBouncer(): PgBouncerBinary | { missing: string } {
         return false;
       }
     });
-  if (!binary) return { missing: 'pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run does it)' };
-  if (userInfo().uid === 0 && !userExists('postgres')) return { missing: 'running as root without a postgres user for pgbouncer -u' };
+  if (!binary)
+    return {
+      missing: 'pgbouncer is not installed (Debian: apt-get install pgbouncer; .ci/run does it)',
+    };
+  if (userInfo().uid === 0 && !userExists('postgres'))
+    return { missing: 'running as root without a postgres user for pgbouncer -u' };
   const banner = execFileSync(binary, ['--version'], { encoding: 'utf8' });
   const match = /PgBouncer (\d+)\.(\d+)/.exec(banner);
   if (!match) return { missing: `cannot read the version of ${binary}: ${banner.split('\n')[0]}` };
@@ -62,7 +66,10 @@ export interface RunningPgBouncer {
  * embedded one: user postgres, password postgres), on a free loopback port with its files in a
  * temporary folder. PgBouncer refuses to run as root, so there it drops to the postgres user.
  */
-export async function startPgBouncer(pgbouncer: PgBouncerBinary, serverUrl: string): Promise<RunningPgBouncer> {
+export async function startPgBouncer(
+  pgbouncer: PgBouncerBinary,
+  serverUrl: string,
+): Promise<RunningPgBouncer> {
   const server = new URL(serverUrl);
   const user = decodeURIComponent(server.username);
   const password = decodeURIComponent(server.password);
@@ -94,7 +101,9 @@ export async function startPgBouncer(pgbouncer: PgBouncerBinary, serverUrl: stri
   // The postgres user PgBouncer drops to must read its files.
   await chmod(dir, 0o755);
   const args = userInfo().uid === 0 ? [ini, '-u', 'postgres'] : [ini];
-  const child: ChildProcess = spawn(pgbouncer.binary, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const child: ChildProcess = spawn(pgbouncer.binary, args, {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
   let log = '';
   child.stderr?.on('data', (chunk: Buffer) => (log += chunk.toString()));
   const exited = new Promise<void>((done) => child.once('exit', () => done()));
@@ -111,7 +120,8 @@ export async function startPgBouncer(pgbouncer: PgBouncerBinary, serverUrl: stri
     await waitFor(
       'pgbouncer to accept connections',
       async () => {
-        if (child.exitCode !== null) throw new Error(`pgbouncer exited (${child.exitCode}): ${log}`);
+        if (child.exitCode !== null)
+          throw new Error(`pgbouncer exited (${child.exitCode}): ${log}`);
         return accepts(port);
       },
       10_000,

@@ -1,5 +1,13 @@
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -26,11 +34,15 @@ export interface PreviousRelease {
 /** The full commit of the previous release, or null when this clone lacks it (a shallow clone, a tarball). */
 export function previousReleaseCommit(): string | null {
   try {
-    return execFileSync('git', ['rev-parse', '--verify', '--quiet', `${PREVIOUS_RELEASE.commit}^{commit}`], {
-      cwd: ROOT,
-      encoding: 'utf8',
-      stdio: ['ignore', 'pipe', 'ignore'],
-    }).trim();
+    return execFileSync(
+      'git',
+      ['rev-parse', '--verify', '--quiet', `${PREVIOUS_RELEASE.commit}^{commit}`],
+      {
+        cwd: ROOT,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'ignore'],
+      },
+    ).trim();
   } catch {
     return null;
   }
@@ -51,7 +63,10 @@ export function previousRelease(commit: string): PreviousRelease {
     rmSync(scratch, { recursive: true, force: true });
     mkdirSync(scratch, { recursive: true });
     try {
-      const tree = execFileSync('git', ['archive', '--format=tar', commit, ...OLD_PATHS], { cwd: ROOT, maxBuffer: 256 * 1024 * 1024 });
+      const tree = execFileSync('git', ['archive', '--format=tar', commit, ...OLD_PATHS], {
+        cwd: ROOT,
+        maxBuffer: 256 * 1024 * 1024,
+      });
       execFileSync('tar', ['-x', '-C', scratch], { input: tree });
       // Only JavaScript: the old node needs no declarations, maps or build info.
       execFileSync(
@@ -60,13 +75,28 @@ export function previousRelease(commit: string): PreviousRelease {
           join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'),
           '-p',
           join(scratch, 'libs', 'cyclium', 'tsconfig.lib.json'),
-          ...['--composite', 'false', '--incremental', 'false', '--declaration', 'false', '--sourceMap', 'false', '--tsBuildInfoFile', 'null'],
+          ...[
+            '--composite',
+            'false',
+            '--incremental',
+            'false',
+            '--declaration',
+            'false',
+            '--sourceMap',
+            'false',
+            '--tsBuildInfoFile',
+            'null',
+          ],
         ],
         { cwd: scratch, stdio: ['ignore', 'pipe', 'pipe'] },
       );
       // A relative link, so it still points into the build once renamed into place.
       mkdirSync(join(scratch, 'node_modules', '@cyclium'), { recursive: true });
-      symlinkSync(join('..', '..', 'libs', 'cyclium'), join(scratch, 'node_modules', '@cyclium', 'nestjs'), 'dir');
+      symlinkSync(
+        join('..', '..', 'libs', 'cyclium'),
+        join(scratch, 'node_modules', '@cyclium', 'nestjs'),
+        'dir',
+      );
       writeFileSync(join(scratch, 'BUILT'), `${commit}\n`);
       try {
         renameSync(scratch, dir);
@@ -78,7 +108,10 @@ export function previousRelease(commit: string): PreviousRelease {
     } catch (error) {
       rmSync(scratch, { recursive: true, force: true });
       const output = (error as { stdout?: Buffer; stderr?: Buffer }).stdout?.toString() ?? '';
-      throw new Error(`building ${PREVIOUS_RELEASE.tag} (${commit}) failed: ${(error as Error).message}\n${output}`, { cause: error });
+      throw new Error(
+        `building ${PREVIOUS_RELEASE.tag} (${commit}) failed: ${(error as Error).message}\n${output}`,
+        { cause: error },
+      );
     }
   }
   // The fixture is this tree's, so it is copied on every run (a file at a time, each renamed into place).
@@ -89,5 +122,10 @@ export function previousRelease(commit: string): PreviousRelease {
     copyFileSync(join(FIXTURES, file), partial);
     renameSync(partial, join(fixtures, file));
   }
-  return { commit, dir, entry: join(dir, 'libs', 'cyclium', 'dist', 'index.js'), main: join(fixtures, 'mixed-node.js') };
+  return {
+    commit,
+    dir,
+    entry: join(dir, 'libs', 'cyclium', 'dist', 'index.js'),
+    main: join(fixtures, 'mixed-node.js'),
+  };
 }

@@ -33,6 +33,9 @@ export async function postTo<T>(node: DemoNode, path: string, body: unknown): Pr
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify(body),
   });
-  if (!response.ok) throw new Error(`POST ${path} on port ${node.port} → ${response.status}: ${await response.text()}`);
+  if (!response.ok)
+    throw new Error(
+      `POST ${path} on port ${node.port} → ${response.status}: ${await response.text()}`,
+    );
   return (response.status === 204 ? null : await response.json()) as T;
 }

@@ -114,7 +114,10 @@ export class TcpProxy {
 
   private connectUpstream(pair: Pair): void {
     const target = new URL(this.options.target);
-    const upstream = net.connect(Number(target.port || 5432), target.hostname === 'localhost' ? '127.0.0.1' : target.hostname);
+    const upstream = net.connect(
+      Number(target.port || 5432),
+      target.hostname === 'localhost' ? '127.0.0.1' : target.hostname,
+    );
     pair.upstream = upstream;
     upstream.on('error', () => pair.destroy());
     upstream.on('close', () => pair.destroy());
@@ -122,7 +125,12 @@ export class TcpProxy {
     this.pipe(upstream, pair.client, pair, this.options.onServerData);
   }
 
-  private pipe(from: net.Socket, to: net.Socket, pair: Pair, judge: ((chunk: Buffer, connection: ProxyConnection) => ChunkVerdict) | undefined): void {
+  private pipe(
+    from: net.Socket,
+    to: net.Socket,
+    pair: Pair,
+    judge: ((chunk: Buffer, connection: ProxyConnection) => ChunkVerdict) | undefined,
+  ): void {
     from.on('data', (chunk: Buffer) => {
       const verdict = judge ? judge(chunk, pair) : 'forward';
       if (verdict === 'forward') to.write(chunk);

@@ -4,7 +4,11 @@ import { startNodeProcess, type DemoNode } from './demo-node.js';
 const WRITE_NODE = fileURLToPath(new URL('../fixtures/dist/write-node.js', import.meta.url));
 
 /** A real process of test/fixtures/write-node.ts (claims postgres, fixed identity `id`). */
-export function startWriteNode(url: string, id: string, env: Record<string, string> = {}): Promise<DemoNode> {
+export function startWriteNode(
+  url: string,
+  id: string,
+  env: Record<string, string> = {},
+): Promise<DemoNode> {
   return startNodeProcess(WRITE_NODE, url, {
     env: { CYCLIUM_NODE_ID: id, ...env },
     ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',

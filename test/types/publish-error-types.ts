@@ -13,11 +13,22 @@ import {
 } from '@cyclium/nestjs';
 import { MAX_EVENT_ID_CHARS } from '@cyclium/nestjs/adapters';
 
-export function statusOf(error: unknown): { status: number; field?: BusEventField; detail?: string } {
-  if (error instanceof EventPayloadTooLargeError) return { status: 413, field: error.field, detail: `${error.bytes} > ${error.limitBytes} bytes` };
+export function statusOf(error: unknown): {
+  status: number;
+  field?: BusEventField;
+  detail?: string;
+} {
+  if (error instanceof EventPayloadTooLargeError)
+    return {
+      status: 413,
+      field: error.field,
+      detail: `${error.bytes} > ${error.limitBytes} bytes`,
+    };
   if (error instanceof InvalidBusEventError) return { status: 400, field: error.field };
-  if (error instanceof EventIdConflictError) return { status: 409, field: 'eventId', detail: `${error.eventId} (${error.type})` };
-  if (error instanceof PublishQueueFullError) return { status: 503, detail: `${error.limit} publishes waiting` };
+  if (error instanceof EventIdConflictError)
+    return { status: 409, field: 'eventId', detail: `${error.eventId} (${error.type})` };
+  if (error instanceof PublishQueueFullError)
+    return { status: 503, detail: `${error.limit} publishes waiting` };
   if (error instanceof DatabaseUnavailableError) return { status: 503 };
   return { status: 500 };
 }

@@ -14,14 +14,24 @@ const MAX_ROOT_VALUES = 40;
 
 /** The names `index.ts` re-exports, split into values and type-only names (it holds nothing else). */
 function entryExports(file: string): { values: string[]; types: string[] } {
-  const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
+  const source = ts.createSourceFile(
+    file,
+    readFileSync(file, 'utf8'),
+    ts.ScriptTarget.Latest,
+    true,
+  );
   const values: string[] = [];
   const types: string[] = [];
   for (const statement of source.statements) {
-    if (!ts.isExportDeclaration(statement)) throw new Error(`index.ts: only \`export { … } from\` lists are expected, found: ${statement.getText()}`);
+    if (!ts.isExportDeclaration(statement))
+      throw new Error(
+        `index.ts: only \`export { … } from\` lists are expected, found: ${statement.getText()}`,
+      );
     const clause = statement.exportClause;
-    if (!clause || !ts.isNamedExports(clause)) throw new Error(`index.ts: no \`export *\`, name each export: ${statement.getText()}`);
-    for (const spec of clause.elements) (statement.isTypeOnly || spec.isTypeOnly ? types : values).push(spec.name.text);
+    if (!clause || !ts.isNamedExports(clause))
+      throw new Error(`index.ts: no \`export *\`, name each export: ${statement.getText()}`);
+    for (const spec of clause.elements)
+      (statement.isTypeOnly || spec.isTypeOnly ? types : values).push(spec.name.text);
   }
   return { values: values.sort(), types: types.sort() };
 }
@@ -56,13 +66,21 @@ describe('the root entry and the README API table', () => {
 
   it('list the same types, each once, each with a line saying what it is', () => {
     expect(table.types).toEqual(entry.types);
-    expect(new Set([...table.values, ...table.types]).size).toBe(table.values.length + table.types.length);
+    expect(new Set([...table.values, ...table.types]).size).toBe(
+      table.values.length + table.types.length,
+    );
     expect(table.blank).toEqual([]);
   });
 
   it('has a source barrel for every subpath the package exports', () => {
-    const manifest = JSON.parse(readFileSync(join(LIBRARY, 'package.json'), 'utf8')) as { exports: Record<string, unknown> };
-    const subpaths = Object.keys(manifest.exports).filter((key) => key !== '.' && key !== './package.json');
-    expect(subpaths.filter((key) => !existsSync(join(LIBRARY, 'src', key, 'index.ts')))).toEqual([]);
+    const manifest = JSON.parse(readFileSync(join(LIBRARY, 'package.json'), 'utf8')) as {
+      exports: Record<string, unknown>;
+    };
+    const subpaths = Object.keys(manifest.exports).filter(
+      (key) => key !== '.' && key !== './package.json',
+    );
+    expect(subpaths.filter((key) => !existsSync(join(LIBRARY, 'src', key, 'index.ts')))).toEqual(
+      [],
+    );
   });
 });

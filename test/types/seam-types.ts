@@ -4,14 +4,20 @@
  * naming every type it takes.
  */
 import type { BusEvent, SqlExecutor } from '@cyclium/nestjs';
-import type { DurableEvents, DurableHandler, DurableSubscriptions, EventReceipt, Statement } from '@cyclium/nestjs/adapters';
+import type {
+  DurableEvents,
+  DurableHandler,
+  DurableSubscriptions,
+  EventReceipt,
+  Statement,
+} from '@cyclium/nestjs/adapters';
 
 export class OutboxTable implements DurableEvents {
   async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
-    await client.query('INSERT INTO app_outbox (type, payload) SELECT * FROM unnest($1::text[], $2::jsonb[])', [
-      events.map((e) => e.type),
-      events.map((e) => JSON.stringify(e.payload)),
-    ]);
+    await client.query(
+      'INSERT INTO app_outbox (type, payload) SELECT * FROM unnest($1::text[], $2::jsonb[])',
+      [events.map((e) => e.type), events.map((e) => JSON.stringify(e.payload))],
+    );
   }
 
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {

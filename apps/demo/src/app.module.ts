@@ -33,9 +33,13 @@ const ACTORS = {
   resource_rebalancer: ResourceRebalancerActor,
 };
 const chosen = process.env.DEMO_ACTORS?.split(',');
-const hosted = Object.entries(ACTORS).filter(([id]) => (!chosen || chosen.includes(id)) && !actorDropped(id));
+const hosted = Object.entries(ACTORS).filter(
+  ([id]) => (!chosen || chosen.includes(id)) && !actorDropped(id),
+);
 // The review workflow's steps run on the monitor and the advisor: it is declared where both are.
-const reviewed = ['resource_monitor', 'resource_advisor'].every((id) => hosted.some(([h]) => h === id));
+const reviewed = ['resource_monitor', 'resource_advisor'].every((id) =>
+  hosted.some(([h]) => h === id),
+);
 
 @Module({
   imports: [
@@ -53,11 +57,22 @@ const reviewed = ['resource_monitor', 'resource_advisor'].every((id) => hosted.s
     ScheduleModule.forRoot(),
     // The health controller logs one short line per failed probe; Terminus's own multi-line report would repeat it.
     TerminusModule.forRoot({ logger: false }),
-    CycliumModule.forRoot({ ...demoCycliumSettings(process.env), ...cycliumOptionsFromEnv(process.env) }),
+    CycliumModule.forRoot({
+      ...demoCycliumSettings(process.env),
+      ...cycliumOptionsFromEnv(process.env),
+    }),
     // The operations page and its API at /ops, for this machine only.
     CycliumOpsModule.forRoot({ path: 'ops', guard: LoopbackOnlyGuard }),
   ],
-  controllers: [HealthController, NodeController, EventsController, EpisodesController, ModeController, WorkflowsController, MetricsController],
+  controllers: [
+    HealthController,
+    NodeController,
+    EventsController,
+    EpisodesController,
+    ModeController,
+    WorkflowsController,
+    MetricsController,
+  ],
   providers: [
     CycliumHealthIndicator,
     ...hosted.map(([, actor]) => actor),

@@ -49,13 +49,21 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     workflowEngine: env.DEMO_WORKFLOW_ENGINE !== 'off',
     // Unset leaves the library's defaults.
     ...(env.DEMO_BUS_QUEUE_MAX ? { busPublishQueueMax: Number(env.DEMO_BUS_QUEUE_MAX) } : {}),
-    ...(env.DEMO_BUS_MAX_PAYLOAD_BYTES ? { busMaxPayloadBytes: Number(env.DEMO_BUS_MAX_PAYLOAD_BYTES) } : {}),
-    ...(env.DEMO_CHECKOUT_TIMEOUT_MS ? { checkoutTimeoutMs: Number(env.DEMO_CHECKOUT_TIMEOUT_MS) } : {}),
+    ...(env.DEMO_BUS_MAX_PAYLOAD_BYTES
+      ? { busMaxPayloadBytes: Number(env.DEMO_BUS_MAX_PAYLOAD_BYTES) }
+      : {}),
+    ...(env.DEMO_CHECKOUT_TIMEOUT_MS
+      ? { checkoutTimeoutMs: Number(env.DEMO_CHECKOUT_TIMEOUT_MS) }
+      : {}),
     ...(env.DEMO_QUERY_TIMEOUT_MS ? { queryTimeoutMs: Number(env.DEMO_QUERY_TIMEOUT_MS) } : {}),
     ...(env.DEMO_STARTUP_WAIT_MS ? { startupWaitMs: Number(env.DEMO_STARTUP_WAIT_MS) } : {}),
-    ...(env.DEMO_INTEGRITY_KEY ? { integrity: { keyId: 'demo', keys: { demo: env.DEMO_INTEGRITY_KEY } } } : {}),
+    ...(env.DEMO_INTEGRITY_KEY
+      ? { integrity: { keyId: 'demo', keys: { demo: env.DEMO_INTEGRITY_KEY } } }
+      : {}),
     ...(env.DEMO_BUS_RETENTION_MS ? { busRetentionMs: Number(env.DEMO_BUS_RETENTION_MS) } : {}),
-    ...(env.DEMO_BUS_UNDISPATCHED_MS ? { busUndispatchedMaxAgeMs: Number(env.DEMO_BUS_UNDISPATCHED_MS) } : {}),
+    ...(env.DEMO_BUS_UNDISPATCHED_MS
+      ? { busUndispatchedMaxAgeMs: Number(env.DEMO_BUS_UNDISPATCHED_MS) }
+      : {}),
     retention: {
       ...(env.DEMO_ARCHIVE_AFTER_MS ? { archiveAfter: Number(env.DEMO_ARCHIVE_AFTER_MS) } : {}),
       ...(env.DEMO_DELETE_AFTER_MS ? { deleteAfter: Number(env.DEMO_DELETE_AFTER_MS) } : {}),
@@ -66,7 +74,9 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
       settleMs: Number(env.DEMO_SETTLE_MS ?? 10000),
       staleAfterMs: Number(env.DEMO_STALE_AFTER_MS ?? 20000),
       intervalMs: Number(env.DEMO_RECOVERY_INTERVAL_MS ?? 5000),
-      ...(env.DEMO_NOT_HOSTED_GRACE_MS ? { notHostedGraceMs: Number(env.DEMO_NOT_HOSTED_GRACE_MS) } : {}),
+      ...(env.DEMO_NOT_HOSTED_GRACE_MS
+        ? { notHostedGraceMs: Number(env.DEMO_NOT_HOSTED_GRACE_MS) }
+        : {}),
     },
   };
 }

@@ -28,7 +28,8 @@ const refuse = (line: string): never => {
 };
 const nodeCount = Number(values.nodes);
 const basePort = Number(values['base-port']);
-if (!Number.isInteger(nodeCount) || nodeCount < 1) refuse(`--nodes must be a whole number >= 1 (got ${values.nodes})`);
+if (!Number.isInteger(nodeCount) || nodeCount < 1)
+  refuse(`--nodes must be a whole number >= 1 (got ${values.nodes})`);
 const triggerOnly = Number(values['trigger-only']);
 if (!Number.isInteger(triggerOnly) || triggerOnly < 0 || triggerOnly > nodeCount) {
   refuse(`--trigger-only must be a whole number from 0 to --nodes (got ${values['trigger-only']})`);
@@ -55,7 +56,9 @@ async function main(): Promise<void> {
   say(`database ${url.replace(/:[^:@/]*@/, ':***@')}`);
   await migrateDatabase(url).catch((error: Error & { code?: string }) => {
     // A wrong password or database: the server's own words name it, the stack would not.
-    throw typeof error.code === 'string' ? new LauncherError(`could not migrate the database: ${error.message}`) : error;
+    throw typeof error.code === 'string'
+      ? new LauncherError(`could not migrate the database: ${error.message}`)
+      : error;
   });
   await migrateDemoDatabase(url);
   say('migrations applied');
@@ -117,15 +120,25 @@ async function main(): Promise<void> {
   supervisor.restartOnExit();
   for (let i = 0; i < nodeCount; i++) {
     const id = `node-${i + 1}`;
-    say(`${id} (${modeOf(i)}, pid ${supervisor.pid(id)}) on http://127.0.0.1:${basePort + i}: operations page http://127.0.0.1:${basePort + i}/ops`);
+    say(
+      `${id} (${modeOf(i)}, pid ${supervisor.pid(id)}) on http://127.0.0.1:${basePort + i}: operations page http://127.0.0.1:${basePort + i}/ops`,
+    );
   }
   if (database) say(`database shell: psql ${database.url}`);
-  say('a node that exits is restarted (at most 5 times a minute); to restart one by hand: kill <its pid> (it drains first)');
-  say('a node that boots while the database is away (a failover) waits for it, up to DEMO_STARTUP_WAIT_MS (120 s)');
+  say(
+    'a node that exits is restarted (at most 5 times a minute); to restart one by hand: kill <its pid> (it drains first)',
+  );
+  say(
+    'a node that boots while the database is away (a failover) waits for it, up to DEMO_STARTUP_WAIT_MS (120 s)',
+  );
   say(`cluster up: ${nodeCount} nodes. Ctrl-C to stop.`);
 }
 
 main().catch((error: unknown) => {
   // Our own refusals are one line; anything else keeps its stack.
-  refuse(error instanceof Error ? ((error instanceof LauncherError ? error.message : error.stack) ?? error.message) : String(error));
+  refuse(
+    error instanceof Error
+      ? ((error instanceof LauncherError ? error.message : error.stack) ?? error.message)
+      : String(error),
+  );
 });

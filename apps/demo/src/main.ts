@@ -9,7 +9,13 @@ import { DatabaseUnavailableFilter } from './http/database-unavailable.filter.js
 import { registerDemoMetrics } from './metrics/metrics-sdk.js';
 
 /** Errors whose message is the whole story: their stack would show our internals, not the cause. */
-const SELF_EXPLAINING = new Set(['CycliumStartupError', 'CycliumConfigError', 'MissingSchemaError', 'DuplicateNodeIdentityError', 'DemoStartupError']);
+const SELF_EXPLAINING = new Set([
+  'CycliumStartupError',
+  'CycliumConfigError',
+  'MissingSchemaError',
+  'DuplicateNodeIdentityError',
+  'DemoStartupError',
+]);
 
 class DemoStartupError extends Error {
   override readonly name = 'DemoStartupError';
@@ -17,7 +23,10 @@ class DemoStartupError extends Error {
 
 /** Checked before Nest starts: pg would read "not a url" as a host named "base" and retry its lookup. */
 function checkDatabaseUrl(url: string | undefined): void {
-  if (!url) throw new DemoStartupError('DATABASE_URL is not set (npm start sets it; to run a node alone, point it at a migrated database)');
+  if (!url)
+    throw new DemoStartupError(
+      'DATABASE_URL is not set (npm start sets it; to run a node alone, point it at a migrated database)',
+    );
   if (!URL.canParse(url) || !['postgres:', 'postgresql:'].includes(new URL(url).protocol)) {
     throw new DemoStartupError('DATABASE_URL is not a postgres:// or postgresql:// connection URL');
   }
@@ -30,7 +39,11 @@ function checkDatabaseUrl(url: string | undefined): void {
 function listenOn(server: Server, port: number): Promise<void> {
   return new Promise((listening, failed) => {
     const refused = (error: NodeJS.ErrnoException) =>
-      failed(error.code === 'EADDRINUSE' ? new DemoStartupError(`port ${port} is in use (set PORT, or stop what holds it)`) : error);
+      failed(
+        error.code === 'EADDRINUSE'
+          ? new DemoStartupError(`port ${port} is in use (set PORT, or stop what holds it)`)
+          : error,
+      );
     server.once('error', refused);
     server.listen(port, '127.0.0.1', () => {
       server.off('error', refused);
@@ -48,7 +61,10 @@ const LEVELS: LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose']
 function demoLogger(env: NodeJS.ProcessEnv): ConsoleLogger {
   const level = (env.LOG_LEVEL ?? 'log') as LogLevel;
   const upTo = LEVELS.includes(level) ? LEVELS.indexOf(level) : LEVELS.indexOf('log');
-  return new ConsoleLogger({ logLevels: LEVELS.slice(0, upTo + 1), json: env.LOG_FORMAT === 'json' });
+  return new ConsoleLogger({
+    logLevels: LEVELS.slice(0, upTo + 1),
+    json: env.LOG_FORMAT === 'json',
+  });
 }
 
 async function bootstrap(): Promise<void> {
@@ -57,7 +73,10 @@ async function bootstrap(): Promise<void> {
   registerDemoMetrics();
   // forceCloseConnections: once the drain is done, close keep-alive connections that a client keeps
   // busy too, or the process would wait for that client to stop sending before it could exit.
-  const app = await NestFactory.create<NestExpressApplication>(AppModule, { logger: demoLogger(process.env), forceCloseConnections: true });
+  const app = await NestFactory.create<NestExpressApplication>(AppModule, {
+    logger: demoLogger(process.env),
+    forceCloseConnections: true,
+  });
   // Express's 100 KB default would answer 413 before the bus could say which field is too large:
   // let a body through up to the bus's payload limit (the library's 1 MiB unless set) plus room for the rest.
   const maxPayloadBytes = demoCycliumSettings(process.env).busMaxPayloadBytes ?? 1_048_576;
@@ -81,6 +100,8 @@ async function bootstrap(): Promise<void> {
 bootstrap().catch((error: unknown) => {
   // A node that cannot boot (port in use, database away, missing schema) says why and exits non-zero.
   const explained = error instanceof Error && SELF_EXPLAINING.has(error.name);
-  new Logger('Demo').error(`could not start: ${error instanceof Error ? (explained ? error.message : (error.stack ?? error.message)) : String(error)}`);
+  new Logger('Demo').error(
+    `could not start: ${error instanceof Error ? (explained ? error.message : (error.stack ?? error.message)) : String(error)}`,
+  );
   process.exit(1);
 });

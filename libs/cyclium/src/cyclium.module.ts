@@ -35,7 +35,10 @@ import { Findings } from './findings/findings.service.js';
 import { NodeIdentity } from './identity/node-identity.service.js';
 import { NodeRegistry } from './cluster/node-registry.service.js';
 import { Peers } from './cluster/peers.service.js';
-import { CYCLIUM_MODULE_OPTIONS, CycliumConfigurableModule } from './options/cyclium.module-definition.js';
+import {
+  CYCLIUM_MODULE_OPTIONS,
+  CycliumConfigurableModule,
+} from './options/cyclium.module-definition.js';
 import { resolveCycliumOptions } from './options/resolve-options.js';
 import { Outputs } from './outputs/outputs.service.js';
 import { OutputAdapters } from './outputs/output-adapters.service.js';
@@ -80,7 +83,11 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
 @Module({
   imports: [DiscoveryModule],
   providers: [
-    { provide: CYCLIUM_OPTIONS, inject: [CYCLIUM_MODULE_OPTIONS], useFactory: resolveCycliumOptions },
+    {
+      provide: CYCLIUM_OPTIONS,
+      inject: [CYCLIUM_MODULE_OPTIONS],
+      useFactory: resolveCycliumOptions,
+    },
     CycliumDataSource,
     NodeIdentity,
     NodeRegistry,

@@ -7,7 +7,13 @@
  */
 // The module and its options.
 export { CycliumModule } from './cyclium.module.js';
-export type { CycliumMode, CycliumOptions, RecoveryOptions, RecoveryPolicy, RetentionOptions } from './options/cyclium-options.interface.js';
+export type {
+  CycliumMode,
+  CycliumOptions,
+  RecoveryOptions,
+  RecoveryPolicy,
+  RetentionOptions,
+} from './options/cyclium-options.interface.js';
 export { cycliumOptionsFromEnv } from './options/options-from-env.js';
 export { CycliumConfigError } from './options/cyclium-config.error.js';
 export { MissingSchemaError } from './sql/missing-schema.error.js';
@@ -22,11 +28,23 @@ export { Env } from './scope/env.service.js';
 
 // Telemetry.
 export { onCyclium } from './telemetry/on-cyclium.js';
-export type { CycliumEventBase, CycliumEventMap, CycliumEventName, EpisodeEvent, WorkClaimEvent } from './telemetry/telemetry.events.js';
+export type {
+  CycliumEventBase,
+  CycliumEventMap,
+  CycliumEventName,
+  EpisodeEvent,
+  WorkClaimEvent,
+} from './telemetry/telemetry.events.js';
 
 // The bus.
 export { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus/bus.interface.js';
-export { EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError, PublishQueueFullError, type BusEventField } from './bus/bus-errors.js';
+export {
+  EventIdConflictError,
+  EventPayloadTooLargeError,
+  InvalidBusEventError,
+  PublishQueueFullError,
+  type BusEventField,
+} from './bus/bus-errors.js';
 
 // Health.
 export {
@@ -37,27 +55,61 @@ export {
   type ReadinessCheck,
   type StatusSnapshot,
 } from './health/cyclium-status.service.js';
-export type { ClusterNode, ClusterStatus, ClusterStatusOptions, EpisodeCount } from './health/cluster-status.service.js';
+export type {
+  ClusterNode,
+  ClusterStatus,
+  ClusterStatusOptions,
+  EpisodeCount,
+} from './health/cluster-status.service.js';
 
 // Work claims.
 export { WorkClaims, type WorkClaimsAcquireOptions } from './leases/work-claims.service.js';
 export type { ClaimHold } from './claims/claim-hold.js';
 export { ClaimLostError, type ClaimLossReason } from './claims/claim-lost.error.js';
-export type { AcquireResult, ClaimWriteResult, ExpiredClaim } from './claims/work-claims-adapter.interface.js';
+export type {
+  AcquireResult,
+  ClaimWriteResult,
+  ExpiredClaim,
+} from './claims/work-claims-adapter.interface.js';
 
 // Actors and episodes.
 export { Actor, type ActorOptions, type OverflowPolicy } from './actors/actor.decorator.js';
-export { Expectation, type CatchUp, type ExpectationOptions, type FilterValue, type Trigger } from './actors/expectation.decorator.js';
+export {
+  Expectation,
+  type CatchUp,
+  type ExpectationOptions,
+  type FilterValue,
+  type Trigger,
+} from './actors/expectation.decorator.js';
 export { ActorDefinitionError } from './discovery/actor-definition.error.js';
 export { UnknownActorError } from './actors/unknown-actor.error.js';
 export type { DispatchResult } from './dispatch/dispatch-result.js';
 export { Mode, type ModeStatus } from './dispatch/mode.service.js';
 export { TriggerRequests } from './dispatch/trigger-requests.service.js';
-export { Episodes, type ArchiveResult, type CancelResult, type CreateEpisode, type ListEpisodes, type TriggerOptions } from './dispatch/episodes.service.js';
+export {
+  Episodes,
+  type ArchiveResult,
+  type CancelResult,
+  type CreateEpisode,
+  type ListEpisodes,
+  type TriggerOptions,
+} from './dispatch/episodes.service.js';
 export type { RetryResult } from './dispatch/episode-retry.service.js';
 export type { EpisodeStatus } from './entities/episode.entity.js';
-export type { Convergence, EpisodeContext, EpisodeRow, EpisodeTrigger, RetryPolicy, StepTools } from './episodes/episode-context.interface.js';
-export { EpisodeWriteUnavailableError, InvalidListQueryError, InvalidTriggerError, StepResultError } from './episodes/episode-errors.js';
+export type {
+  Convergence,
+  EpisodeContext,
+  EpisodeRow,
+  EpisodeTrigger,
+  RetryPolicy,
+  StepTools,
+} from './episodes/episode-context.interface.js';
+export {
+  EpisodeWriteUnavailableError,
+  InvalidListQueryError,
+  InvalidTriggerError,
+  StepResultError,
+} from './episodes/episode-errors.js';
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
 
 // Findings and outputs.
@@ -70,7 +122,12 @@ export type { OutputProposal } from './outputs/output-proposal.interface.js';
 
 // Recovery.
 export { Recovery } from './recovery/recovery.service.js';
-export type { LastSweep, SkipReason, SweepOptions, SweepResult } from './recovery/recovery-sweep.interface.js';
+export type {
+  LastSweep,
+  SkipReason,
+  SweepOptions,
+  SweepResult,
+} from './recovery/recovery-sweep.interface.js';
 export type { ReconcileOptions, ReconcileResult } from './workflows/workflow-reconciler.service.js';
 
 // Workflows.
@@ -84,6 +141,13 @@ export {
   type WorkflowStepOptions,
   type WorkflowTrigger,
 } from './workflows/workflow.decorator.js';
-export { WorkflowEngine, type StartWorkflowOptions, type WorkflowCancelResult } from './workflows/workflow-engine.service.js';
-export { InvalidWorkflowInputError, WorkflowDefinitionError } from './workflows/workflow-definition.error.js';
+export {
+  WorkflowEngine,
+  type StartWorkflowOptions,
+  type WorkflowCancelResult,
+} from './workflows/workflow-engine.service.js';
+export {
+  InvalidWorkflowInputError,
+  WorkflowDefinitionError,
+} from './workflows/workflow-definition.error.js';
 export type { StepResult, StepState, StepStatus } from './entities/workflow-step-state.js';

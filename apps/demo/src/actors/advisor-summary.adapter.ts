@@ -8,7 +8,10 @@ import type { CycliumOutput } from '@cyclium/nestjs/entities';
 export class AdvisorSummaryAdapter implements OutputDeliverer<{ summary: string }> {
   private readonly logger = new Logger('AdvisorSummary');
 
-  async deliver(output: CycliumOutput & { payload: { summary: string } }, context: DeliveryContext): Promise<unknown> {
+  async deliver(
+    output: CycliumOutput & { payload: { summary: string } },
+    context: DeliveryContext,
+  ): Promise<unknown> {
     this.logger.log(`${output.payload.summary} (idempotency key ${context.idempotencyKey})`);
     return { logged: true };
   }

@@ -23,6 +23,10 @@ export function actorDropped(actorId: string): boolean {
 }
 
 /** `decorator` (an `@Expectation`), or nothing when DEMO_DROP_EXPECTATIONS leaves it out of this node. */
-export function unlessDropped(actorId: string, expectationId: string, decorator: MethodDecorator): MethodDecorator {
+export function unlessDropped(
+  actorId: string,
+  expectationId: string,
+  decorator: MethodDecorator,
+): MethodDecorator {
   return droppedExpectations.has(`${actorId}.${expectationId}`) ? () => undefined : decorator;
 }

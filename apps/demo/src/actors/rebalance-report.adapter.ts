@@ -8,8 +8,13 @@ import type { CycliumOutput } from '@cyclium/nestjs/entities';
 export class RebalanceReportAdapter implements OutputDeliverer<{ resource: string }> {
   private readonly logger = new Logger('RebalanceReport');
 
-  async deliver(output: CycliumOutput & { payload: { resource: string } }, context: DeliveryContext): Promise<unknown> {
-    this.logger.log(`rebalanced ${output.payload.resource} (idempotency key ${context.idempotencyKey})`);
+  async deliver(
+    output: CycliumOutput & { payload: { resource: string } },
+    context: DeliveryContext,
+  ): Promise<unknown> {
+    this.logger.log(
+      `rebalanced ${output.payload.resource} (idempotency key ${context.idempotencyKey})`,
+    );
     return { logged: true };
   }
 }

@@ -1,6 +1,13 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Injectable } from '@nestjs/common';
-import { Actor, Expectation, Findings, type CatchUp, type Convergence, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  Expectation,
+  Findings,
+  type CatchUp,
+  type Convergence,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 
 /** Once a minute, summarises the open limit breaches into an `advisor.summary` output. */
 @Injectable()
@@ -14,15 +21,29 @@ export class ResourceAdvisorActor {
    */
   @Expectation({
     id: 'summarize',
-    trigger: { every: process.env.DEMO_ADVISOR_EVERY ?? '1m', catchUp: (process.env.DEMO_ADVISOR_CATCH_UP as CatchUp | undefined) ?? 'none' },
+    trigger: {
+      every: process.env.DEMO_ADVISOR_EVERY ?? '1m',
+      catchUp: (process.env.DEMO_ADVISOR_CATCH_UP as CatchUp | undefined) ?? 'none',
+    },
     recoveryPolicy: 'restart',
   })
   async summarize(ep: EpisodeContext): Promise<Convergence> {
     const breaches = await ep.step('read_breaches', async () =>
-      (await this.findings.activeFor({ class: 'limit_breach' })).map((f) => ({ subject: f.subject, severity: f.severity })),
+      (await this.findings.activeFor({ class: 'limit_breach' })).map((f) => ({
+        subject: f.subject,
+        severity: f.severity,
+      })),
     );
-    const summary = breaches.length === 0 ? 'all resources within limits' : `${breaches.length} resource(s) over limit`;
-    return { summary, outputs: [{ type: 'advisor.summary', payload: { at: ep.trigger.scheduledAt, summary, breaches } }] };
+    const summary =
+      breaches.length === 0
+        ? 'all resources within limits'
+        : `${breaches.length} resource(s) over limit`;
+    return {
+      summary,
+      outputs: [
+        { type: 'advisor.summary', payload: { at: ep.trigger.scheduledAt, summary, breaches } },
+      ],
+    };
   }
 
   /**
@@ -32,10 +53,16 @@ export class ResourceAdvisorActor {
   @Expectation({ id: 'advise', trigger: 'workflow', recoveryPolicy: 'restart' })
   async advise(ep: EpisodeContext<AdviseInput>): Promise<Convergence> {
     const { resource, breached, usage, limit, draftMs = 0 } = ep.trigger.payload;
-    const open = await ep.step('read_finding', async () => (await this.findings.activeFor({ class: 'limit_breach' })).some((f) => f.subject === resource));
+    const open = await ep.step('read_finding', async () =>
+      (await this.findings.activeFor({ class: 'limit_breach' })).some(
+        (f) => f.subject === resource,
+      ),
+    );
     const advice = await ep.step('draft', async ({ signal }) => {
       if (draftMs > 0) await sleep(draftMs, undefined, { signal }).catch(() => undefined);
-      return breached ? `raise the limit of ${resource} above ${limit}% or shed load (at ${usage}%)` : `${resource} is fine at ${usage}%`;
+      return breached
+        ? `raise the limit of ${resource} above ${limit}% or shed load (at ${usage}%)`
+        : `${resource} is fine at ${usage}%`;
     });
     return { summary: advice, classification: { resource, breached, findingOpen: open } };
   }

@@ -14,13 +14,22 @@ export interface ResourceUpdated {
 @Injectable()
 @Actor({ id: 'resource_monitor', maxConcurrentEpisodes: 5 })
 export class ResourceMonitorActor {
-  @Expectation({ id: 'check_resource_limits', trigger: { event: 'resource.updated' }, recoveryPolicy: 'restart' })
+  @Expectation({
+    id: 'check_resource_limits',
+    trigger: { event: 'resource.updated' },
+    recoveryPolicy: 'restart',
+  })
   async checkResourceLimits(ep: EpisodeContext<ResourceUpdated>): Promise<Convergence> {
     const { resource, usage, limit = 90 } = ep.trigger.payload;
     const breached = await ep.step('evaluate', () => usage > limit);
     const key = `limit_breach:${resource}`;
     const classification = { resource, usage, limit, breached };
-    if (!breached) return { findings: [{ op: 'clear', key }], summary: `${resource} at ${usage}% (limit ${limit}%)`, classification };
+    if (!breached)
+      return {
+        findings: [{ op: 'clear', key }],
+        summary: `${resource} at ${usage}% (limit ${limit}%)`,
+        classification,
+      };
     return {
       findings: [
         {

@@ -2,7 +2,14 @@ import { Injectable } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
-import { Actor, Expectation, NodeIdentity, type Convergence, type EpisodeContext, type StepTools } from '@cyclium/nestjs';
+import {
+  Actor,
+  Expectation,
+  NodeIdentity,
+  type Convergence,
+  type EpisodeContext,
+  type StepTools,
+} from '@cyclium/nestjs';
 import { unlessDropped } from './dropped-declarations.js';
 
 export interface RebalanceRequest {
@@ -36,7 +43,10 @@ const STEPS = ['plan', 'drain', 'move', 'verify', 'report'] as const;
  */
 @Injectable()
 // DEMO_REBALANCER_SLOTS (default 10): a cluster test makes nodes full with one long episode.
-@Actor({ id: 'resource_rebalancer', maxConcurrentEpisodes: Number(process.env.DEMO_REBALANCER_SLOTS ?? 10) })
+@Actor({
+  id: 'resource_rebalancer',
+  maxConcurrentEpisodes: Number(process.env.DEMO_REBALANCER_SLOTS ?? 10),
+})
 export class ResourceRebalancerActor {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
@@ -60,7 +70,11 @@ export class ResourceRebalancerActor {
   @unlessDropped(
     'resource_rebalancer',
     'rebalance_once',
-    Expectation({ id: 'rebalance_once', trigger: { event: 'resource.rebalance_once' }, recoveryPolicy: 'fail' }),
+    Expectation({
+      id: 'rebalance_once',
+      trigger: { event: 'resource.rebalance_once' },
+      recoveryPolicy: 'fail',
+    }),
   )
   rebalanceOnce(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
     return this.run(ep);
@@ -74,7 +88,10 @@ export class ResourceRebalancerActor {
       id: 'rebalance_retried',
       trigger: { event: 'resource.rebalance_retried' },
       recoveryPolicy: 'restart',
-      retry: { attempts: 3, backoff: { initialMs: Number(process.env.DEMO_RETRY_INITIAL_MS ?? 2_000), factor: 2 } },
+      retry: {
+        attempts: 3,
+        backoff: { initialMs: Number(process.env.DEMO_RETRY_INITIAL_MS ?? 2_000), factor: 2 },
+      },
     }),
   )
   rebalanceRetried(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
@@ -82,12 +99,23 @@ export class ResourceRebalancerActor {
   }
 
   private async run(ep: EpisodeContext<RebalanceRequest>): Promise<Convergence> {
-    const { resource, stepMs = 200, ignoreAbortAtStep, outputKey, failAtStep, failTimes, sleepMs } = ep.trigger.payload;
+    const {
+      resource,
+      stepMs = 200,
+      ignoreAbortAtStep,
+      outputKey,
+      failAtStep,
+      failTimes,
+      sleepMs,
+    } = ep.trigger.payload;
     const { slowAtStep, slowStepMs } = ep.trigger.payload;
     for (const name of STEPS.slice(0, ep.trigger.payload.steps ?? STEPS.length)) {
       if (name === 'move' && sleepMs !== undefined) await ep.sleep('pause', sleepMs);
       await ep.step(name, async (tools) => {
-        if (tools.stepNo === failAtStep && (failTimes === undefined || (await this.failedBefore(ep.episode.id, name)) < failTimes)) {
+        if (
+          tools.stepNo === failAtStep &&
+          (failTimes === undefined || (await this.failedBefore(ep.episode.id, name)) < failTimes)
+        ) {
           if (failTimes !== undefined) await this.log(ep.episode.id, tools, `${name}:failed`);
           throw new Error(`${name} failed on purpose (failAtStep ${failAtStep})`);
         }
@@ -98,7 +126,9 @@ export class ResourceRebalancerActor {
     const node = this.identity.name();
     return {
       summary: `rebalanced ${resource} on ${node}`,
-      outputs: outputKey ? [{ type: 'rebalance.report', key: outputKey, payload: { resource } }] : [],
+      outputs: outputKey
+        ? [{ type: 'rebalance.report', key: outputKey, payload: { resource } }]
+        : [],
     };
   }
 
@@ -115,21 +145,22 @@ export class ResourceRebalancerActor {
     return { step: name, node: this.identity.name() };
   }
 
-  private async log(episodeId: string, { stepNo, idempotencyKey }: Pick<StepTools, 'stepNo' | 'idempotencyKey'>, step: string): Promise<void> {
-    await this.dataSource.query(`INSERT INTO demo_rebalance_log (episode_id, step_no, step, node, idempotency_key) VALUES ($1, $2, $3, $4, $5)`, [
-      episodeId,
-      stepNo,
-      step,
-      this.identity.name(),
-      idempotencyKey,
-    ]);
+  private async log(
+    episodeId: string,
+    { stepNo, idempotencyKey }: Pick<StepTools, 'stepNo' | 'idempotencyKey'>,
+    step: string,
+  ): Promise<void> {
+    await this.dataSource.query(
+      `INSERT INTO demo_rebalance_log (episode_id, step_no, step, node, idempotency_key) VALUES ($1, $2, $3, $4, $5)`,
+      [episodeId, stepNo, step, this.identity.name(), idempotencyKey],
+    );
   }
 
   private async failedBefore(episodeId: string, step: string): Promise<number> {
-    const rows = await this.dataSource.query<Array<{ n: number }>>(`SELECT count(*)::int AS n FROM demo_rebalance_log WHERE episode_id = $1 AND step = $2`, [
-      episodeId,
-      `${step}:failed`,
-    ]);
+    const rows = await this.dataSource.query<Array<{ n: number }>>(
+      `SELECT count(*)::int AS n FROM demo_rebalance_log WHERE episode_id = $1 AND step = $2`,
+      [episodeId, `${step}:failed`],
+    );
     return rows[0]?.n ?? 0;
   }
 }

@@ -19,7 +19,9 @@ export class DemoRebalanceLog1764400000100 implements MigrationInterface {
         idempotency_key text NOT NULL,
         at timestamptz NOT NULL DEFAULT clock_timestamp()
       )`);
-    await runner.query(`CREATE INDEX demo_rebalance_log_episode_id ON demo_rebalance_log (episode_id)`);
+    await runner.query(
+      `CREATE INDEX demo_rebalance_log_episode_id ON demo_rebalance_log (episode_id)`,
+    );
   }
 
   async down(runner: QueryRunner): Promise<void> {

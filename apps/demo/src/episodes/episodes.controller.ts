@@ -1,4 +1,14 @@
-import { BadRequestException, Body, Controller, Get, HttpCode, NotFoundException, Param, ParseUUIDPipe, Post } from '@nestjs/common';
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  NotFoundException,
+  Param,
+  ParseUUIDPipe,
+  Post,
+} from '@nestjs/common';
 import { ActorDefinitionError, Episodes, InvalidTriggerError } from '@cyclium/nestjs';
 
 import { TriggerBody } from '../http/request-bodies.dto.js';
@@ -23,7 +33,11 @@ export class EpisodesController {
   ) {
     try {
       const at = runAt === undefined ? undefined : new Date(runAt);
-      const result = await this.episodes.trigger(actorId, expectationId, payload ?? {}, { dedupeKey, delayMs, runAt: at });
+      const result = await this.episodes.trigger(actorId, expectationId, payload ?? {}, {
+        dedupeKey,
+        delayMs,
+        runAt: at,
+      });
       return {
         status: result.status,
         episodeId: 'episode' in result ? result.episode.id : null,
@@ -32,7 +46,12 @@ export class EpisodesController {
     } catch (error) {
       // Also thrown when this node's mode cannot run episodes: either way, nothing here can serve it.
       if (error instanceof ActorDefinitionError) throw new NotFoundException(error.message);
-      if (error instanceof InvalidTriggerError) throw new BadRequestException({ statusCode: 400, message: error.message, field: error.field });
+      if (error instanceof InvalidTriggerError)
+        throw new BadRequestException({
+          statusCode: 400,
+          message: error.message,
+          field: error.field,
+        });
       throw error;
     }
   }

@@ -1,5 +1,18 @@
-import { BadRequestException, Body, ConflictException, Controller, HttpCode, PayloadTooLargeException, Post } from '@nestjs/common';
-import { Bus, EventIdConflictError, EventPayloadTooLargeError, InvalidBusEventError } from '@cyclium/nestjs';
+import {
+  BadRequestException,
+  Body,
+  ConflictException,
+  Controller,
+  HttpCode,
+  PayloadTooLargeException,
+  Post,
+} from '@nestjs/common';
+import {
+  Bus,
+  EventIdConflictError,
+  EventPayloadTooLargeError,
+  InvalidBusEventError,
+} from '@cyclium/nestjs';
 
 import { PublishEventBody } from '../http/request-bodies.dto.js';
 import { validatedBody } from '../http/validated-body.pipe.js';
@@ -23,14 +36,27 @@ export class EventsController {
   @HttpCode(202)
   async publish(@Body(validatedBody()) body: PublishEventBody) {
     try {
-      const event = await this.bus.publish(body.type, body.payload ?? {}, { eventId: body.eventId });
+      const event = await this.bus.publish(body.type, body.payload ?? {}, {
+        eventId: body.eventId,
+      });
       return { eventId: event.eventId, type: event.type };
     } catch (error) {
       if (error instanceof EventPayloadTooLargeError) {
-        throw new PayloadTooLargeException({ statusCode: 413, message: error.message, field: error.field, limitBytes: error.limitBytes });
+        throw new PayloadTooLargeException({
+          statusCode: 413,
+          message: error.message,
+          field: error.field,
+          limitBytes: error.limitBytes,
+        });
       }
-      if (error instanceof InvalidBusEventError) throw new BadRequestException({ statusCode: 400, message: error.message, field: error.field });
-      if (error instanceof EventIdConflictError) throw new ConflictException({ statusCode: 409, message: error.message, field: 'eventId' });
+      if (error instanceof InvalidBusEventError)
+        throw new BadRequestException({
+          statusCode: 400,
+          message: error.message,
+          field: error.field,
+        });
+      if (error instanceof EventIdConflictError)
+        throw new ConflictException({ statusCode: 409, message: error.message, field: 'eventId' });
       // DatabaseUnavailableError, PublishQueueFullError included: the global filter answers 503.
       throw error;
     }

@@ -26,7 +26,9 @@ export class HealthController {
   @Get('ready')
   @HealthCheck()
   ready() {
-    return this.probe('readiness', () => this.health.check([() => this.cyclium.isReady('cyclium')]));
+    return this.probe('readiness', () =>
+      this.health.check([() => this.cyclium.isReady('cyclium')]),
+    );
   }
 
   /** Readiness, for whatever already polls `/health`. */
@@ -36,11 +38,15 @@ export class HealthController {
     return this.ready();
   }
 
-  private async probe(name: string, run: () => Promise<HealthCheckResult>): Promise<HealthCheckResult> {
+  private async probe(
+    name: string,
+    run: () => Promise<HealthCheckResult>,
+  ): Promise<HealthCheckResult> {
     try {
       return await run();
     } catch (error) {
-      if (error instanceof ServiceUnavailableException) this.logger.warn(`${name} failed: ${failedChecks(error.getResponse())}`);
+      if (error instanceof ServiceUnavailableException)
+        this.logger.warn(`${name} failed: ${failedChecks(error.getResponse())}`);
       throw error;
     }
   }
@@ -51,7 +57,9 @@ export function failedChecks(report: unknown): string {
   const { status, error } = (report ?? {}) as Partial<HealthCheckResult>;
   if (status === 'shutting_down') return 'the application is shutting down';
   const down = Object.entries(error ?? {}).map(([key, details]) => {
-    const reason = (details as { reason?: unknown; message?: unknown }).reason ?? (details as { message?: unknown }).message;
+    const reason =
+      (details as { reason?: unknown; message?: unknown }).reason ??
+      (details as { message?: unknown }).message;
     return typeof reason === 'string' ? reason.split('\n', 1)[0] : `${key} is down`;
   });
   return down.length > 0 ? down.join('; ') : 'no indicator said why';

@@ -28,28 +28,45 @@ export class DatabaseUnavailableFilter extends BaseExceptionFilter {
     const request = describeRequest(host);
     if (isDatabaseUnavailable(exception)) {
       this.unavailable(exception, request);
-      this.reply(host, HttpStatus.SERVICE_UNAVAILABLE, { statusCode: HttpStatus.SERVICE_UNAVAILABLE, message: 'the database is unavailable; retry shortly' });
+      this.reply(host, HttpStatus.SERVICE_UNAVAILABLE, {
+        statusCode: HttpStatus.SERVICE_UNAVAILABLE,
+        message: 'the database is unavailable; retry shortly',
+      });
       return;
     }
-    const meant = exception instanceof HttpException ? exception.getStatus() : clientErrorStatus(exception);
+    const meant =
+      exception instanceof HttpException ? exception.getStatus() : clientErrorStatus(exception);
     if (meant !== undefined) {
-      this.logger.debug(`${request} answered ${meant}: ${firstLine(exception instanceof Error ? exception.message : String(exception))}`);
+      this.logger.debug(
+        `${request} answered ${meant}: ${firstLine(exception instanceof Error ? exception.message : String(exception))}`,
+      );
       super.catch(exception, host);
       return;
     }
     const error = exception instanceof Error ? exception : undefined;
-    this.logger.error(`${request} answered 500: ${error ? `${error.name}: ${firstLine(error.message)}` : firstLine(String(exception))}`);
+    this.logger.error(
+      `${request} answered 500: ${error ? `${error.name}: ${firstLine(error.message)}` : firstLine(String(exception))}`,
+    );
     if (error?.stack) this.logger.debug(error.stack);
-    this.reply(host, HttpStatus.INTERNAL_SERVER_ERROR, { statusCode: HttpStatus.INTERNAL_SERVER_ERROR, message: 'Internal server error' });
+    this.reply(host, HttpStatus.INTERNAL_SERVER_ERROR, {
+      statusCode: HttpStatus.INTERNAL_SERVER_ERROR,
+      message: 'Internal server error',
+    });
   }
 
   private unavailable(exception: unknown, request: string): void {
     const now = Date.now();
     this.answeredSince++;
-    if (this.lastOutageLine !== undefined && now - this.lastOutageLine < OUTAGE_LINE_EVERY_MS) return;
-    const since = this.answeredSince > 1 ? ` (${this.answeredSince} request(s) answered 503 since the last line)` : '';
+    if (this.lastOutageLine !== undefined && now - this.lastOutageLine < OUTAGE_LINE_EVERY_MS)
+      return;
+    const since =
+      this.answeredSince > 1
+        ? ` (${this.answeredSince} request(s) answered 503 since the last line)`
+        : '';
     const why = firstLine(exception instanceof Error ? exception.message : String(exception));
-    this.logger.warn(`answering 503 while the database is unavailable, first to ${request}: ${why}${since}`);
+    this.logger.warn(
+      `answering 503 while the database is unavailable, first to ${request}: ${why}${since}`,
+    );
     this.lastOutageLine = now;
     this.answeredSince = 0;
   }
@@ -74,7 +91,9 @@ function clientErrorStatus(exception: unknown): number | undefined {
 }
 
 function describeRequest(host: ArgumentsHost): string {
-  const request = host.switchToHttp().getRequest<{ method?: string; originalUrl?: string; url?: string }>();
+  const request = host
+    .switchToHttp()
+    .getRequest<{ method?: string; originalUrl?: string; url?: string }>();
   return `${request.method ?? '?'} ${request.originalUrl ?? request.url ?? '?'}`;
 }
 

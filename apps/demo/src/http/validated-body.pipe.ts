@@ -1,7 +1,10 @@
 import { BadRequestException, ValidationPipe, type ValidationError } from '@nestjs/common';
 
 /** The first constraint that failed, deepest field first: `{ statusCode: 400, message, field }`. */
-function firstProblem(errors: ValidationError[], prefix = ''): { field: string; message: string } | undefined {
+function firstProblem(
+  errors: ValidationError[],
+  prefix = '',
+): { field: string; message: string } | undefined {
   for (const error of errors) {
     const field = `${prefix}${error.property}`;
     const message = Object.values(error.constraints ?? {})[0];

@@ -43,8 +43,15 @@ export async function lockDataDir(dataDir: string, shownAs: string): Promise<() 
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       const holder = await pidIn(lock);
-      if (holder !== undefined && holder !== process.pid && alive(holder) && (await mayBeLauncher(holder))) {
-        throw new LauncherError(`the data folder ${shownAs} is in use by another npm start (pid ${holder}); stop it or pass --data-dir`);
+      if (
+        holder !== undefined &&
+        holder !== process.pid &&
+        alive(holder) &&
+        (await mayBeLauncher(holder))
+      ) {
+        throw new LauncherError(
+          `the data folder ${shownAs} is in use by another npm start (pid ${holder}); stop it or pass --data-dir`,
+        );
       }
       // Left by a launcher that was killed: take it over.
       await rm(lock, { force: true });
@@ -54,7 +61,9 @@ export async function lockDataDir(dataDir: string, shownAs: string): Promise<() 
   const postmaster = await pidIn(join(dataDir, 'postmaster.pid'));
   if (postmaster !== undefined && alive(postmaster)) {
     await rm(lock, { force: true });
-    throw new LauncherError(`the data folder ${shownAs} is in use by a PostgreSQL server (pid ${postmaster}); stop it or pass --data-dir`);
+    throw new LauncherError(
+      `the data folder ${shownAs} is in use by a PostgreSQL server (pid ${postmaster}); stop it or pass --data-dir`,
+    );
   }
   return () => rm(lock, { force: true });
 }

@@ -10,7 +10,11 @@ export interface NodeSpec {
 const MAX_RESTARTS = 5;
 const RESTART_WINDOW_MS = 60_000;
 
-function prefixLines(stream: NodeJS.ReadableStream | null, prefix: string, out: NodeJS.WritableStream): void {
+function prefixLines(
+  stream: NodeJS.ReadableStream | null,
+  prefix: string,
+  out: NodeJS.WritableStream,
+): void {
   let pending = '';
   stream?.setEncoding('utf8');
   stream?.on('data', (chunk: string) => {
@@ -26,11 +30,18 @@ const gone = (node: ChildProcess) => node.exitCode !== null || node.signalCode !
  * Healthy means *this* child answers: /node must report its identity and pid, so a stale process
  * still holding the port (a previous cluster, say) cannot pass for a node that failed to bind.
  */
-export async function waitHealthy(id: string, port: number, node: ChildProcess, deadlineMs: number): Promise<void> {
+export async function waitHealthy(
+  id: string,
+  port: number,
+  node: ChildProcess,
+  deadlineMs: number,
+): Promise<void> {
   const deadline = Date.now() + deadlineMs;
   while (Date.now() < deadline) {
     if (gone(node)) {
-      throw new Error(`${id} (port ${port}) failed to start: it exited with ${node.signalCode ?? `code ${node.exitCode}`} (see its log above)`);
+      throw new Error(
+        `${id} (port ${port}) failed to start: it exited with ${node.signalCode ?? `code ${node.exitCode}`} (see its log above)`,
+      );
     }
     const healthy = await fetch(`http://127.0.0.1:${port}/health`).then(
       (r) => r.ok,
@@ -42,7 +53,9 @@ export async function waitHealthy(id: string, port: number, node: ChildProcess, 
         .catch(() => ({}) as { identity?: string; pid?: number });
       if (who.identity === id && who.pid === node.pid) return;
       if (who.pid !== undefined && who.pid !== node.pid) {
-        throw new Error(`${id} could not take port ${port}: another process (pid ${who.pid}, ${who.identity ?? 'unknown'}) answers there`);
+        throw new Error(
+          `${id} could not take port ${port}: another process (pid ${who.pid}, ${who.identity ?? 'unknown'}) answers there`,
+        );
       }
     }
     await new Promise((r) => setTimeout(r, 200));
@@ -89,8 +102,12 @@ export class NodeSupervisor {
 
   /** Resolves when every node answers as itself; rejects with one message per node that did not. */
   async waitHealthy(deadlineMs: number): Promise<string[]> {
-    const started = await Promise.allSettled(this.nodes.map(({ spec, child }) => waitHealthy(spec.id, spec.port, child, deadlineMs)));
-    return started.flatMap((result) => (result.status === 'rejected' ? [(result.reason as Error).message] : []));
+    const started = await Promise.allSettled(
+      this.nodes.map(({ spec, child }) => waitHealthy(spec.id, spec.port, child, deadlineMs)),
+    );
+    return started.flatMap((result) =>
+      result.status === 'rejected' ? [(result.reason as Error).message] : [],
+    );
   }
 
   /** From now on a node that exits is restarted. */
@@ -124,7 +141,11 @@ export class NodeSupervisor {
 
   private spawn(spec: NodeSpec): ChildProcess {
     // Detached: a terminal's Ctrl-C reaches only the launcher, which then stops the nodes in order.
-    const child = spawn(process.execPath, [this.entry], { env: spec.env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const child = spawn(process.execPath, [this.entry], {
+      env: spec.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
     prefixLines(child.stdout, `[${spec.id}]`, process.stdout);
     prefixLines(child.stderr, `[${spec.id}]`, process.stderr);
     return child;
@@ -140,7 +161,9 @@ export class NodeSupervisor {
       node.restarts = node.restarts.filter((at) => now - at < RESTART_WINDOW_MS);
       if (node.restarts.length >= MAX_RESTARTS) {
         node.abandoned = true;
-        this.say(`${node.spec.id} exited (${how}) after ${MAX_RESTARTS} restarts within a minute; leaving it down (see its log above)`);
+        this.say(
+          `${node.spec.id} exited (${how}) after ${MAX_RESTARTS} restarts within a minute; leaving it down (see its log above)`,
+        );
         if (this.nodes.every((n) => n.abandoned)) this.allDown();
         return;
       }

@@ -27,7 +27,8 @@ export class ModeController {
         else this.mode.setActorOverride(actorId, value as CycliumMode);
       }
     } catch (error) {
-      if (error instanceof CycliumConfigError || error instanceof UnknownActorError) throw new BadRequestException(error.message);
+      if (error instanceof CycliumConfigError || error instanceof UnknownActorError)
+        throw new BadRequestException(error.message);
       throw error;
     }
     return this.mode.status();

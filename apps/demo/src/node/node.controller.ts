@@ -14,6 +14,13 @@ export class NodeController {
   @Get()
   describe() {
     const { lastSweep, lastReconcile } = this.status.snapshot();
-    return { identity: this.identity.name(), stack: this.stack.current(), env: this.env.current(), pid: process.pid, lastSweep, lastReconcile };
+    return {
+      identity: this.identity.name(),
+      stack: this.stack.current(),
+      env: this.env.current(),
+      pid: process.pid,
+      lastSweep,
+      lastReconcile,
+    };
   }
 }

@@ -34,6 +34,12 @@ export class ResourceReviewWorkflow {
   })
   advise({ input, results }: WorkflowStepContext<ResourceReview>): AdviseInput {
     const checked = results.check?.classification as Checked;
-    return { resource: input.resource, breached: checked.breached, usage: checked.usage, limit: checked.limit, draftMs: input.draftMs };
+    return {
+      resource: input.resource,
+      breached: checked.breached,
+      usage: checked.usage,
+      limit: checked.limit,
+      draftMs: input.draftMs,
+    };
   }
 }

@@ -1,5 +1,20 @@
-import { BadRequestException, Body, Controller, Get, HttpCode, NotFoundException, Param, ParseUUIDPipe, Post } from '@nestjs/common';
-import { InvalidWorkflowInputError, Recovery, WorkflowDefinitionError, WorkflowEngine } from '@cyclium/nestjs';
+import {
+  BadRequestException,
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  NotFoundException,
+  Param,
+  ParseUUIDPipe,
+  Post,
+} from '@nestjs/common';
+import {
+  InvalidWorkflowInputError,
+  Recovery,
+  WorkflowDefinitionError,
+  WorkflowEngine,
+} from '@cyclium/nestjs';
 
 import { StartWorkflowBody } from '../http/request-bodies.dto.js';
 import { validatedBody } from '../http/validated-body.pipe.js';
@@ -18,9 +33,18 @@ export class WorkflowsController {
 
   @Post('workflows/:workflowId')
   @HttpCode(202)
-  async start(@Param('workflowId') workflowId: string, @Body(validatedBody()) { input, subject }: StartWorkflowBody) {
+  async start(
+    @Param('workflowId') workflowId: string,
+    @Body(validatedBody()) { input, subject }: StartWorkflowBody,
+  ) {
     try {
-      return { instanceId: await this.workflows.start(workflowId, input, subject === undefined ? {} : { subject }) };
+      return {
+        instanceId: await this.workflows.start(
+          workflowId,
+          input,
+          subject === undefined ? {} : { subject },
+        ),
+      };
     } catch (error) {
       if (error instanceof WorkflowDefinitionError) throw new NotFoundException(error.message);
       if (error instanceof InvalidWorkflowInputError) throw new BadRequestException(error.message);

@@ -4,15 +4,29 @@
 
 (function () {
   // The server writes a <base> naming the mount path; without one, the page's own path is the mount.
-  const mount = document.querySelector('base') ? new URL(document.baseURI).pathname : location.pathname;
+  const mount = document.querySelector('base')
+    ? new URL(document.baseURI).pathname
+    : location.pathname;
   const BASE = mount.replace(/\/(index\.html)?$/, '');
   const POLL_MS = 2000;
   // `?pageSize=` in the page's address, for a long table or a short one (the API allows 1 to 100).
-  const PAGE_SIZE = Math.min(Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1), 100);
+  const PAGE_SIZE = Math.min(
+    Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1),
+    100,
+  );
   const CANCELLABLE = ['queued', 'deferred', 'waiting', 'running', 'blocked'];
   const RETRYABLE = ['failed', 'partially_failed'];
-  const WAITS_FOR = { start: 'runs later', retry: 'retry backoff', sleep: 'sleeping', resume: 'resumes' };
-  const CANCEL_SAYS = { canceled: 'canceled', requested: 'cancel requested: it stops at its next step', finished: 'already finished' };
+  const WAITS_FOR = {
+    start: 'runs later',
+    retry: 'retry backoff',
+    sleep: 'sleeping',
+    resume: 'resumes',
+  };
+  const CANCEL_SAYS = {
+    canceled: 'canceled',
+    requested: 'cancel requested: it stops at its next step',
+    finished: 'already finished',
+  };
 
   const state = {
     live: true,
@@ -63,7 +77,10 @@
     }
     const body = await response.json().catch(() => null);
     if (!response.ok) {
-      const message = body && body.message !== undefined ? [].concat(body.message).join('; ') : response.statusText;
+      const message =
+        body && body.message !== undefined
+          ? [].concat(body.message).join('; ')
+          : response.statusText;
       throw apiError(response.status, message);
     }
     return body;
@@ -71,7 +88,8 @@
 
   function query(params) {
     const search = new URLSearchParams();
-    for (const [name, value] of Object.entries(params)) if (value !== undefined && value !== null && value !== '') search.set(name, String(value));
+    for (const [name, value] of Object.entries(params))
+      if (value !== undefined && value !== null && value !== '') search.set(name, String(value));
     const text = search.toString();
     return text ? `?${text}` : '';
   }
@@ -81,7 +99,14 @@
   function ago(iso) {
     if (!iso) return '—';
     const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
-    const span = (s) => (s < 60 ? `${s} s` : s < 3600 ? `${Math.round(s / 60)} min` : s < 86400 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86400)} d`);
+    const span = (s) =>
+      s < 60
+        ? `${s} s`
+        : s < 3600
+          ? `${Math.round(s / 60)} min`
+          : s < 86400
+            ? `${Math.round(s / 3600)} h`
+            : `${Math.round(s / 86400)} d`;
     // A due time is ahead; a second or two ahead otherwise is this browser's clock against the database's.
     return seconds < -2 ? `in ${span(-seconds)}` : `${span(Math.max(seconds, 0))} ago`;
   }
@@ -90,10 +115,18 @@
   const badge = (text, kind) => el('span', { class: `badge ${kind || text}` }, text);
   /** What a deferred or waiting episode waits for, and when it falls due. */
   const waits = (e) =>
-    e.waitingFor ? el('span', { class: 'muted small', 'data-testid': 'episode-due' }, `${WAITS_FOR[e.waitingFor] || e.waitingFor}, due `, time(e.dueAt)) : '';
+    e.waitingFor
+      ? el(
+          'span',
+          { class: 'muted small', 'data-testid': 'episode-due' },
+          `${WAITS_FOR[e.waitingFor] || e.waitingFor}, due `,
+          time(e.dueAt),
+        )
+      : '';
   const scope = (stack, env) => `${stack || 'default'} / ${env || 'default'}`;
   const ref = (e) => e.triggerRef || {};
-  const trigger = (e) => [e.triggerType, ref(e).eventType, ref(e).scheduledAt].filter(Boolean).join(' ');
+  const trigger = (e) =>
+    [e.triggerType, ref(e).eventType, ref(e).scheduledAt].filter(Boolean).join(' ');
 
   function short(value, max) {
     const text = typeof value === 'string' ? value : JSON.stringify(value);
@@ -106,21 +139,38 @@
     if (sweep.error) return `${ago(sweep.at)}: error ${sweep.error}`;
     const r = sweep.result;
     if (!r) return ago(sweep.at);
-    const parts = ['restarted', 'deferred', 'failed', 'notHosted', 'skipped'].filter((k) => r[k]).map((k) => `${k} ${r[k]}`);
+    const parts = ['restarted', 'deferred', 'failed', 'notHosted', 'skipped']
+      .filter((k) => r[k])
+      .map((k) => `${k} ${r[k]}`);
     return `${ago(sweep.at)}: ${parts.length ? parts.join(', ') : 'nothing to do'}`;
   }
 
   function fill(tbody, rows, emptyText, columns) {
-    tbody.replaceChildren(...(rows.length ? rows : [el('tr', {}, el('td', { colspan: columns, class: 'muted' }, emptyText))]));
+    tbody.replaceChildren(
+      ...(rows.length
+        ? rows
+        : [el('tr', {}, el('td', { colspan: columns, class: 'muted' }, emptyText))]),
+    );
   }
 
   /** A table of whatever objects a list route returns: the first item's keys are the columns. */
   function genericTable(items, testid) {
-    if (!items || items.length === 0) return el('p', { class: 'muted', 'data-testid': testid }, 'none');
+    if (!items || items.length === 0)
+      return el('p', { class: 'muted', 'data-testid': testid }, 'none');
     const keys = Object.keys(items[0]);
-    const cell = (value) => el('td', { title: value !== null && typeof value === 'object' ? JSON.stringify(value) : undefined }, short(value ?? '', 80));
+    const cell = (value) =>
+      el(
+        'td',
+        { title: value !== null && typeof value === 'object' ? JSON.stringify(value) : undefined },
+        short(value ?? '', 80),
+      );
     const head = el('thead', {}, el('tr', {}, ...keys.map((k) => el('th', {}, k))));
-    return el('table', { 'data-testid': testid }, head, el('tbody', {}, ...items.map((item) => el('tr', {}, ...keys.map((k) => cell(item[k]))))));
+    return el(
+      'table',
+      { 'data-testid': testid },
+      head,
+      el('tbody', {}, ...items.map((item) => el('tr', {}, ...keys.map((k) => cell(item[k]))))),
+    );
   }
 
   // --- banner -----------------------------------------------------------------------------------
@@ -129,7 +179,11 @@
     const banner = $('banner');
     banner.hidden = false;
     banner.textContent =
-      error.status === 503 ? 'database unavailable: retrying every 2 s' : error.status === 0 ? error.message : `error ${error.status}: ${error.message}`;
+      error.status === 503
+        ? 'database unavailable: retrying every 2 s'
+        : error.status === 0
+          ? error.message
+          : `error ${error.status}: ${error.message}`;
   }
 
   function clearProblem() {
@@ -145,7 +199,9 @@
     const mode = $('node-mode');
     mode.textContent = node.mode;
     mode.className = `badge mode-${node.mode}`;
-    mode.title = Object.keys(node.modes?.actorOverrides || {}).length ? `overrides: ${JSON.stringify(node.modes.actorOverrides)}` : 'no per-actor overrides';
+    mode.title = Object.keys(node.modes?.actorOverrides || {}).length
+      ? `overrides: ${JSON.stringify(node.modes.actorOverrides)}`
+      : 'no per-actor overrides';
     $('node-draining').hidden = !node.draining;
     const select = $('mode-select');
     if (document.activeElement !== select && !select.dataset.touched) select.value = node.mode;
@@ -171,8 +227,17 @@
     const nodeRows = cluster.nodes.map((n) =>
       el(
         'tr',
-        { 'data-testid': 'node-row', 'data-identity': n.identity, class: self(n) ? 'self' : undefined },
-        el('td', {}, el('code', {}, n.identity), self(n) ? el('span', { class: 'muted small' }, ' (this page)') : null),
+        {
+          'data-testid': 'node-row',
+          'data-identity': n.identity,
+          class: self(n) ? 'self' : undefined,
+        },
+        el(
+          'td',
+          {},
+          el('code', {}, n.identity),
+          self(n) ? el('span', { class: 'muted small' }, ' (this page)') : null,
+        ),
         el('td', {}, n.live ? badge('live') : badge('stale')),
         // A node's row learns a mode change at its next beat; this node's own answer is already current.
         el('td', {}, self(n) ? state.node.mode : n.mode),
@@ -186,11 +251,27 @@
       ),
     );
     fill($('nodes-table').tBodies[0], nodeRows, 'no nodes', 10);
-    const countRows = (counts) => counts.map((c) => el('tr', {}, el('td', {}, c.actorId), el('td', {}, badge(c.status)), el('td', { class: 'num' }, c.count)));
+    const countRows = (counts) =>
+      counts.map((c) =>
+        el(
+          'tr',
+          {},
+          el('td', {}, c.actorId),
+          el('td', {}, badge(c.status)),
+          el('td', { class: 'num' }, c.count),
+        ),
+      );
     fill($('active-counts').tBodies[0], countRows(cluster.active), 'nothing waiting or running', 3);
-    fill($('finished-counts').tBodies[0], countRows(cluster.finished.counts), 'nothing finished', 3);
-    $('finished-window').textContent = `(last ${Math.round(cluster.finished.windowMs / 60000)} min)`;
-    $('trigger-summary').textContent = `${cluster.triggerRequests.pending} pending, ${cluster.triggerRequests.expiredInWindow} expired in the window`;
+    fill(
+      $('finished-counts').tBodies[0],
+      countRows(cluster.finished.counts),
+      'nothing finished',
+      3,
+    );
+    $('finished-window').textContent =
+      `(last ${Math.round(cluster.finished.windowMs / 60000)} min)`;
+    $('trigger-summary').textContent =
+      `${cluster.triggerRequests.pending} pending, ${cluster.triggerRequests.expiredInWindow} expired in the window`;
   }
 
   // --- episodes ---------------------------------------------------------------------------------
@@ -214,14 +295,19 @@
         el('td', { title: e.dedupeKey }, trigger(e)),
         el('td', {}, e.ownerNode || ''),
         el('td', {}, scope(e.sourceStack, e.sourceEnv)),
-        el('td', { class: e.errorClass ? 'error' : undefined }, short(e.errorClass ? `${e.errorClass}: ${e.errorDetail || ''}` : e.summary || '', 80)),
+        el(
+          'td',
+          { class: e.errorClass ? 'error' : undefined },
+          short(e.errorClass ? `${e.errorClass}: ${e.errorDetail || ''}` : e.summary || '', 80),
+        ),
       ),
     );
     fill($('episodes-table').tBodies[0], rows, 'no episodes match', 9);
     state.nextCursor = page.nextCursor;
     $('episodes-older').disabled = !page.nextCursor;
     $('episodes-newest').disabled = state.cursors.length === 1;
-    $('episodes-page').textContent = state.cursors.length === 1 ? 'newest first' : `page ${state.cursors.length}, older episodes`;
+    $('episodes-page').textContent =
+      state.cursors.length === 1 ? 'newest first' : `page ${state.cursors.length}, older episodes`;
   }
 
   function readFilters() {
@@ -234,12 +320,18 @@
     state.cursors = [null];
   }
 
-  const loadEpisodes = () => api(`/api/episodes${query({ ...state.filters, limit: PAGE_SIZE, cursor: state.cursors[state.cursors.length - 1] })}`);
+  const loadEpisodes = () =>
+    api(
+      `/api/episodes${query({ ...state.filters, limit: PAGE_SIZE, cursor: state.cursors[state.cursors.length - 1] })}`,
+    );
 
   // --- one episode ------------------------------------------------------------------------------
 
   function field(label, value) {
-    return [el('dt', {}, label), el('dd', {}, value === null || value === undefined || value === '' ? '—' : value)];
+    return [
+      el('dt', {}, label),
+      el('dd', {}, value === null || value === undefined || value === '' ? '—' : value),
+    ];
   }
 
   function renderDetail(detail) {
@@ -247,28 +339,42 @@
     $('detail-id').textContent = e.id;
     $('detail-fields').replaceChildren(
       ...field('actor / expectation', `${e.actorId} / ${e.expectationId}`),
-      ...field('status', el('span', { 'data-testid': 'detail-status', class: `badge ${e.status}` }, e.status)),
+      ...field(
+        'status',
+        el('span', { 'data-testid': 'detail-status', class: `badge ${e.status}` }, e.status),
+      ),
       ...field('phase', e.phase),
-      ...field('waiting for', e.waitingFor ? el('span', { 'data-testid': 'detail-due' }, waits(e)) : null),
+      ...field(
+        'waiting for',
+        e.waitingFor ? el('span', { 'data-testid': 'detail-due' }, waits(e)) : null,
+      ),
       ...field('attempts', `${e.attempts} of ${e.maxAttempts ?? 'unlimited'} (crash recoveries)`),
       ...field('retries', e.retries ? String(e.retries) : null),
       ...field('trigger', trigger(e)),
       ...field('event id', ref(e).eventId ? el('code', {}, ref(e).eventId) : null),
-      ...field('payload', el('pre', { class: 'payload' }, JSON.stringify(ref(e).payload ?? null, null, 2))),
+      ...field(
+        'payload',
+        el('pre', { class: 'payload' }, JSON.stringify(ref(e).payload ?? null, null, 2)),
+      ),
       ...field('dedupe key', el('code', { 'data-testid': 'detail-dedupe-key' }, e.dedupeKey)),
       ...field('owner node', e.ownerNode),
       ...field('stack / env', scope(e.sourceStack, e.sourceEnv)),
       ...field('queued', e.queuedAt ? time(e.queuedAt) : null),
       ...field('started', e.startedAt ? time(e.startedAt) : null),
       ...field('finished', e.finishedAt ? time(e.finishedAt) : null),
-      ...field('archived', e.archivedAt ? el('span', { 'data-testid': 'detail-archived' }, time(e.archivedAt)) : null),
+      ...field(
+        'archived',
+        e.archivedAt ? el('span', { 'data-testid': 'detail-archived' }, time(e.archivedAt)) : null,
+      ),
       ...field('cancel requested', e.cancelRequestedAt ? time(e.cancelRequestedAt) : null),
       ...field('workflow instance', e.workflowInstanceId),
       ...field('summary', e.summary),
     );
     const error = $('detail-error');
     error.hidden = !e.errorClass;
-    error.replaceChildren(...(e.errorClass ? [el('strong', {}, e.errorClass), el('pre', {}, e.errorDetail || '')] : []));
+    error.replaceChildren(
+      ...(e.errorClass ? [el('strong', {}, e.errorClass), el('pre', {}, e.errorDetail || '')] : []),
+    );
     $('cancel-button').hidden = !CANCELLABLE.includes(e.status);
     $('retry-box').hidden = !RETRYABLE.includes(e.status);
     $('retry-note').textContent =
@@ -283,16 +389,26 @@
         el('td', { class: 'num' }, s.stepNo),
         el('td', {}, s.kind),
         el('td', {}, s.name),
-        el('td', { class: 'num' }, s.durationMs === null || s.durationMs === undefined ? '' : `${s.durationMs} ms`),
+        el(
+          'td',
+          { class: 'num' },
+          s.durationMs === null || s.durationMs === undefined ? '' : `${s.durationMs} ms`,
+        ),
         el('td', { class: s.errorClass ? 'error' : undefined }, s.errorClass || ''),
-        el('td', { title: typeof s.resultRef === 'string' ? s.resultRef : JSON.stringify(s.resultRef) }, short(s.resultRef ?? '', 60)),
+        el(
+          'td',
+          { title: typeof s.resultRef === 'string' ? s.resultRef : JSON.stringify(s.resultRef) },
+          short(s.resultRef ?? '', 60),
+        ),
         el('td', {}, time(s.createdAt)),
       ),
     );
     fill($('steps-table').tBodies[0], steps, 'no steps journaled yet', 7);
     $('detail-findings').replaceChildren(genericTable(detail.findings, 'findings-table'));
     $('detail-outputs').replaceChildren(genericTable(detail.outputs, 'outputs-table'));
-    $('detail-trigger-requests').replaceChildren(genericTable(detail.triggerRequests, 'episode-trigger-requests-table'));
+    $('detail-trigger-requests').replaceChildren(
+      genericTable(detail.triggerRequests, 'episode-trigger-requests-table'),
+    );
   }
 
   /** Another row clicked while this one loaded wins: an answer for an episode no longer selected is dropped. */
@@ -305,7 +421,8 @@
   async function openEpisode(id) {
     state.selected = id;
     $('action-result').textContent = '';
-    for (const row of document.querySelectorAll('[data-testid="episode-row"]')) row.classList.toggle('selected', row.dataset.episodeId === id);
+    for (const row of document.querySelectorAll('[data-testid="episode-row"]'))
+      row.classList.toggle('selected', row.dataset.episodeId === id);
     try {
       renderSelected(id, await api(`/api/episodes/${encodeURIComponent(id)}`));
     } catch (error) {
@@ -318,16 +435,30 @@
     if (!id) return;
     const result = $('action-result');
     try {
-      const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, { method: 'POST' });
+      const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, {
+        method: 'POST',
+      });
       if (verb === 'cancel') result.textContent = CANCEL_SAYS[answer.result] || answer.result;
-      else if (verb === 'archive') result.textContent = answer.result === 'archived' ? 'archived: its dedupe key is free' : 'already archived';
-      else if (answer.result === 'resumed') result.textContent = 'resumed from its journal: the next node free to run it takes it now';
+      else if (verb === 'archive')
+        result.textContent =
+          answer.result === 'archived' ? 'archived: its dedupe key is free' : 'already archived';
+      else if (answer.result === 'resumed')
+        result.textContent = 'resumed from its journal: the next node free to run it takes it now';
       // No episode yet when the retry waits (a deferred trigger request, say): its dedupe key still finds it.
-      else if (!answer.episode) result.textContent = `retry ${answer.dispatch || 'accepted'}, dedupe key ${answer.dedupeKey}`;
+      else if (!answer.episode)
+        result.textContent = `retry ${answer.dispatch || 'accepted'}, dedupe key ${answer.dedupeKey}`;
       else {
         const open = (ev) => (ev.preventDefault(), openEpisode(answer.episode.id));
-        const link = el('a', { href: '#', 'data-testid': 'retry-new-episode', onclick: open }, answer.episode.id);
-        result.replaceChildren('new episode ', link, ` (${answer.episode.status}), dedupe key ${answer.dedupeKey}`);
+        const link = el(
+          'a',
+          { href: '#', 'data-testid': 'retry-new-episode', onclick: open },
+          answer.episode.id,
+        );
+        result.replaceChildren(
+          'new episode ',
+          link,
+          ` (${answer.episode.status}), dedupe key ${answer.dedupeKey}`,
+        );
       }
       clearProblem();
       await refresh();
@@ -349,7 +480,10 @@
   }
 
   const refreshLists = () =>
-    Promise.all([refreshList('/api/trigger-requests?limit=20', 'trigger-requests'), refreshList('/api/workflows?limit=20', 'workflows')]);
+    Promise.all([
+      refreshList('/api/trigger-requests?limit=20', 'trigger-requests'),
+      refreshList('/api/workflows?limit=20', 'workflows'),
+    ]);
 
   // --- refresh loop -----------------------------------------------------------------------------
 
@@ -359,12 +493,17 @@
     state.busy = true;
     document.body.toggleAttribute('data-refreshing', true);
     try {
-      const [node, cluster, episodes] = await Promise.all([api('/api/node'), api('/api/cluster'), loadEpisodes()]);
+      const [node, cluster, episodes] = await Promise.all([
+        api('/api/node'),
+        api('/api/cluster'),
+        loadEpisodes(),
+      ]);
       renderNode(node);
       renderCluster(cluster);
       renderEpisodes(episodes);
       const selected = state.selected;
-      if (selected) renderSelected(selected, await api(`/api/episodes/${encodeURIComponent(selected)}`));
+      if (selected)
+        renderSelected(selected, await api(`/api/episodes/${encodeURIComponent(selected)}`));
       await refreshLists();
       clearProblem();
       $('refreshed-at').textContent = `updated ${new Date().toLocaleTimeString()}`;
@@ -394,12 +533,17 @@
     on('mode-apply', 'click', () => void applyMode().then(refresh));
     on('episode-filters', 'submit', (ev) => (ev.preventDefault(), readFilters(), reload()));
     on('filter-clear', 'click', () => ($('episode-filters').reset(), readFilters(), reload()));
-    on('episodes-older', 'click', () => state.nextCursor && (state.cursors.push(state.nextCursor), reload()));
+    on(
+      'episodes-older',
+      'click',
+      () => state.nextCursor && (state.cursors.push(state.nextCursor), reload()),
+    );
     on('episodes-newest', 'click', () => ((state.cursors = [null]), reload()));
     on('detail-close', 'click', () => {
       state.selected = null;
       $('episode-detail').hidden = true;
-      for (const row of document.querySelectorAll('[data-testid="episode-row"].selected')) row.classList.remove('selected');
+      for (const row of document.querySelectorAll('[data-testid="episode-row"].selected'))
+        row.classList.remove('selected');
     });
     on('cancel-button', 'click', () => void act('cancel'));
     on('retry-button', 'click', () => void act('retry'));

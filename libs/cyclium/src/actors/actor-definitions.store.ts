@@ -1,7 +1,10 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import type {
+  RecoveryPolicy,
+  ResolvedCycliumOptions,
+} from '../options/cyclium-options.interface.js';
 import { recordedPolicyOf } from '../episodes/episode-recovery-store.js';
 import type { RegisteredActor } from './registered-actor.js';
 

@@ -67,7 +67,9 @@ export class ActorRegistry implements OnModuleInit {
     for (const actor of this.explorer.explore()) {
       this.declaredActors.set(actor.id, actor);
       if (actor.options.stacks && !(stack !== null && actor.options.stacks.includes(stack))) {
-        this.logger.log(`actor ${actor.id} skipped: runs on stacks ${actor.options.stacks.join(', ')}, this node is ${stack ?? 'unset'}`);
+        this.logger.log(
+          `actor ${actor.id} skipped: runs on stacks ${actor.options.stacks.join(', ')}, this node is ${stack ?? 'unset'}`,
+        );
         continue;
       }
       this.actors.set(actor.id, actor);

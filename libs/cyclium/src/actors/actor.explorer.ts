@@ -27,15 +27,30 @@ export class ActorExplorer {
       const options = this.discovery.getMetadataByDecorator(Actor, wrapper) as ActorOptions;
       const className = wrapper.metatype?.name ?? String(wrapper.token);
       if (!wrapper.isDependencyTreeStatic()) {
-        throw new ActorDefinitionError(`@Actor ${className} is request-scoped (or depends on a request-scoped provider); actors must be singletons`);
+        throw new ActorDefinitionError(
+          `@Actor ${className} is request-scoped (or depends on a request-scoped provider); actors must be singletons`,
+        );
       }
       const actor = validateActor(className, options);
       const previous = owners.get(actor.id);
-      if (previous) throw new ActorDefinitionError(`duplicate actor id "${actor.id}" on ${previous} and ${className}`);
+      if (previous)
+        throw new ActorDefinitionError(
+          `duplicate actor id "${actor.id}" on ${previous} and ${className}`,
+        );
       owners.set(actor.id, className);
 
-      for (const { methodName, options: expectationOptions, call } of decoratedMethods(this.scanner, this.reflector, Expectation, wrapper.instance as object)) {
-        const expectation = validateExpectation(actor.id, className, methodName, expectationOptions);
+      for (const { methodName, options: expectationOptions, call } of decoratedMethods(
+        this.scanner,
+        this.reflector,
+        Expectation,
+        wrapper.instance as object,
+      )) {
+        const expectation = validateExpectation(
+          actor.id,
+          className,
+          methodName,
+          expectationOptions,
+        );
         if (actor.expectations.has(expectation.id)) {
           throw new ActorDefinitionError(
             `duplicate expectation id "${expectation.id}" on ${className}.${methodName} (already on ${className}.${actor.expectations.get(expectation.id)?.methodName})`,

@@ -3,7 +3,8 @@ import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
 import type { EpisodeBudget, RetryPolicy } from '../episodes/episode-context.interface.js';
 
 /** A payload value to match: equal to it, or one of `in`. */
-export type FilterValue = string | number | boolean | null | { in: Array<string | number | boolean | null> };
+export type FilterValue =
+  string | number | boolean | null | { in: Array<string | number | boolean | null> };
 
 /**
  * What a schedule does, at boot, with the buckets that fell while no node ran it (a whole-cluster

@@ -10,11 +10,15 @@ export function readPath(payload: unknown, path: string): unknown {
   return value;
 }
 
-export function matchesFilter(filter: Record<string, FilterValue> | undefined, payload: unknown): boolean {
+export function matchesFilter(
+  filter: Record<string, FilterValue> | undefined,
+  payload: unknown,
+): boolean {
   if (!filter) return true;
   return Object.entries(filter).every(([path, expected]) => {
     const actual = readPath(payload, path);
-    if (expected !== null && typeof expected === 'object') return expected.in.some((v) => v === actual);
+    if (expected !== null && typeof expected === 'object')
+      return expected.in.some((v) => v === actual);
     return actual === expected;
   });
 }

@@ -7,6 +7,8 @@ export class UnknownActorError extends Error {
     where: string,
     hosted: readonly string[],
   ) {
-    super(`${where}: no actor ${JSON.stringify(actorId)} is hosted on this node (hosted: ${hosted.length > 0 ? hosted.join(', ') : 'none'})`);
+    super(
+      `${where}: no actor ${JSON.stringify(actorId)} is hosted on this node (hosted: ${hosted.length > 0 ? hosted.join(', ') : 'none'})`,
+    );
   }
 }

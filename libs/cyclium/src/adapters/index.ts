@@ -9,7 +9,11 @@ export { busChannel } from '../bus/bus-channel.js';
 export type { PostgresBusOptions } from '../bus/postgres-bus-options.interface.js';
 export { LocalBus } from '../bus/local-bus.js';
 export type { DurableEvents } from '../bus/durable-events.interface.js';
-export type { DurableHandler, DurableSubscriptions, EventReceipt } from '../bus/durable-subscriptions.interface.js';
+export type {
+  DurableHandler,
+  DurableSubscriptions,
+  EventReceipt,
+} from '../bus/durable-subscriptions.interface.js';
 export type { DispatchSignals } from '../bus/dispatch-signals.interface.js';
 export type { BusStatus } from '../bus/bus-status.interface.js';
 export { MAX_EVENT_ID_CHARS, MAX_EVENT_TYPE_CHARS } from '../bus/event-bounds.js';

@@ -17,7 +17,13 @@ describe('busChannel', () => {
   });
 
   it('gives every stack and env its own world', () => {
-    const names = [busChannel('a', null), busChannel(null, 'a'), busChannel('a', 'b'), busChannel('b', 'a'), busChannel(null, null)];
+    const names = [
+      busChannel('a', null),
+      busChannel(null, 'a'),
+      busChannel('a', 'b'),
+      busChannel('b', 'a'),
+      busChannel(null, null),
+    ];
     expect(new Set(names).size).toBe(names.length);
   });
 

@@ -68,7 +68,10 @@ export class BusEcho {
     this.target = connection;
     this.quietSince = performance.now();
     // Checked twice an interval, so a quiet connection echoes within 1.5 intervals.
-    this.timer = setInterval(() => this.tick(), Math.max(1, Math.floor(this.options.intervalMs / 2)));
+    this.timer = setInterval(
+      () => this.tick(),
+      Math.max(1, Math.floor(this.options.intervalMs / 2)),
+    );
     this.timer.unref();
   }
 
@@ -97,7 +100,12 @@ export class BusEcho {
   }
 
   private tick(): void {
-    if (this.pending || !this.target || performance.now() - this.quietSince < this.options.intervalMs) return;
+    if (
+      this.pending ||
+      !this.target ||
+      performance.now() - this.quietSince < this.options.intervalMs
+    )
+      return;
     const token = ++this.sequence;
     const deadline = setTimeout(() => this.unheard(token), this.options.timeoutMs);
     deadline.unref();
@@ -117,7 +125,10 @@ export class BusEcho {
     this.quietSince = performance.now() - this.options.intervalMs; // echo again at the next tick
     const first = this.degradedBy === undefined;
     this.degradedBy = `no echo heard on the LISTEN connection within ${this.options.timeoutMs} ms`;
-    if (first) this.logger.warn(`${this.degradedBy}: the bus is degraded (wake-ups wait for the fallback poll); checking the connection`);
+    if (first)
+      this.logger.warn(
+        `${this.degradedBy}: the bus is degraded (wake-ups wait for the fallback poll); checking the connection`,
+      );
     void this.check(target, first);
   }
 
@@ -142,6 +153,10 @@ export class BusEcho {
       }
       return;
     }
-    target.reconnect(verdict === 'silent' ? `it answered nothing for ${this.options.timeoutMs} ms (half-open?)` : 'its probe query failed');
+    target.reconnect(
+      verdict === 'silent'
+        ? `it answered nothing for ${this.options.timeoutMs} ms (half-open?)`
+        : 'its probe query failed',
+    );
   }
 }

@@ -42,7 +42,9 @@ export class EventIdConflictError extends Error {
     readonly eventId: string,
     readonly type: string,
   ) {
-    super(`bus: event id ${JSON.stringify(eventId)} is already stored with another type or payload; "${type}" was not stored (use a new id for a new event)`);
+    super(
+      `bus: event id ${JSON.stringify(eventId)} is already stored with another type or payload; "${type}" was not stored (use a new id for a new event)`,
+    );
   }
 }
 

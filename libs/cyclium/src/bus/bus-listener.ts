@@ -148,7 +148,9 @@ export class BusListener {
   private replace(client: pg.Client, reason: string): void {
     if (this.client !== client) return;
     this.lost(client, new Error(`the LISTEN connection was replaced: ${reason}`));
-    (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+    (
+      client as unknown as { connection?: { stream?: { destroy(): void } } }
+    ).connection?.stream?.destroy();
   }
 
   private lost(client: pg.Client, error: Error): void {
@@ -159,7 +161,9 @@ export class BusListener {
     this.echo?.unwatch();
     void client.end().catch(() => undefined);
     if (this.stopped) return;
-    this.logger.warn(`lost the LISTEN connection on ${this.channel} (${error.message}); reconnecting, then catching up from the events table`);
+    this.logger.warn(
+      `lost the LISTEN connection on ${this.channel} (${error.message}); reconnecting, then catching up from the events table`,
+    );
     this.reconnecting ??= this.retryUntilListening().finally(() => (this.reconnecting = undefined));
   }
 
@@ -177,7 +181,10 @@ export class BusListener {
         if (this.stopped) return;
         delay = Math.min(delay * 2, MAX_RETRY_MS);
         // Once, then quietly: a database that is away for minutes must not flood the log.
-        if (failures++ === 0) this.logger.warn(`could not LISTEN on ${this.channel} (${errorMessage(error)}); retrying every ${MAX_RETRY_MS} ms at most`);
+        if (failures++ === 0)
+          this.logger.warn(
+            `could not LISTEN on ${this.channel} (${errorMessage(error)}); retrying every ${MAX_RETRY_MS} ms at most`,
+          );
       }
     }
   }

@@ -18,7 +18,10 @@ describe('BusNotifier payloads', () => {
     const heard = payloads.map((p) => BusNotifier.parse(p));
     expect(heard.map((h) => h.wake)).toEqual(payloads.map((_, i) => i === 0));
     expect(heard.flatMap((h) => h.tokens)).toEqual(tokens);
-    expect(BusNotifier.parse(notifyPayloads(false, ['a'])[0] as string)).toEqual({ wake: false, tokens: ['a'] });
+    expect(BusNotifier.parse(notifyPayloads(false, ['a'])[0] as string)).toEqual({
+      wake: false,
+      tokens: ['a'],
+    });
   });
 });
 
@@ -64,7 +67,10 @@ describe('BusNotifier and a lone node', () => {
       },
       joined: () => undefined,
     };
-    const bus = new BusNotifier(sql, 'cyclium_bus', 0, { audience, hear: (heard) => heardLocally.push(heard) });
+    const bus = new BusNotifier(sql, 'cyclium_bus', 0, {
+      audience,
+      hear: (heard) => heardLocally.push(heard),
+    });
     return { bus, sent, heardLocally };
   }
 

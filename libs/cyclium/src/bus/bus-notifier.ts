@@ -17,7 +17,10 @@ import { SpacedTrigger } from '../primitives/spaced-trigger.js';
  * listener's self-check (BusEcho) and asks for nothing (an older node takes any of them for a
  * wake-up, which is harmless).
  */
-const NOTIFY = prepared('bus_notify', `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`);
+const NOTIFY = prepared(
+  'bus_notify',
+  `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`,
+);
 const WAKE_AND_SIGNAL = 'w:';
 const SIGNAL_ONLY = 'd:';
 const JOINED = 'j:';
@@ -89,9 +92,11 @@ export class BusNotifier {
   /** Reads a payload this channel carried. */
   static parse(payload: string): Heard {
     if (payload.startsWith(ECHO_PAYLOAD)) return { wake: false, tokens: [] };
-    if (payload.startsWith(JOINED)) return { wake: true, tokens: [], joined: payload.slice(JOINED.length) };
+    if (payload.startsWith(JOINED))
+      return { wake: true, tokens: [], joined: payload.slice(JOINED.length) };
     const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
-    if (payload.startsWith(WAKE_OTHERS)) return { wake: true, tokens: [], notFor: payload.slice(WAKE_OTHERS.length) };
+    if (payload.startsWith(WAKE_OTHERS))
+      return { wake: true, tokens: [], notFor: payload.slice(WAKE_OTHERS.length) };
     if (!signals) return { wake: true, tokens: [] };
     return {
       wake: payload.startsWith(WAKE_AND_SIGNAL),
@@ -112,12 +117,15 @@ export class BusNotifier {
     this.pendingSignals = [];
     this.pendingJoin = undefined;
     if (join === undefined && this.lone?.audience.alone) {
-      if ((wake && readHere) || tokens.length > 0) this.lone.hear({ wake: wake && readHere, tokens });
+      if ((wake && readHere) || tokens.length > 0)
+        this.lone.hear({ wake: wake && readHere, tokens });
       return;
     }
     const identity = this.identity();
     const othersOnly = wake && !readHere && identity !== '';
-    const payloads = othersOnly ? [WAKE_OTHERS + identity, ...notifyPayloads(false, tokens)] : notifyPayloads(wake, tokens);
+    const payloads = othersOnly
+      ? [WAKE_OTHERS + identity, ...notifyPayloads(false, tokens)]
+      : notifyPayloads(wake, tokens);
     if (join !== undefined) payloads.push(JOINED + join);
     try {
       await this.sql.query(NOTIFY([this.channel, payloads]));

@@ -55,7 +55,11 @@ export interface StoredPosition {
 const DROP = `DELETE FROM cyclium_bus_positions WHERE channel = $1 AND consumer = $2 RETURNING consumer`;
 
 /** Deletes the stored position of `consumer` on `channel`; false when there was none. */
-export async function dropPosition(sql: SqlExecutor, channel: string, consumer: string): Promise<boolean> {
+export async function dropPosition(
+  sql: SqlExecutor,
+  channel: string,
+  consumer: string,
+): Promise<boolean> {
   const { rows } = await sql.query(DROP, [channel, consumer]);
   return rows.length > 0;
 }
@@ -79,8 +83,17 @@ export class BusPositions {
   constructor(private readonly channel: string) {}
 
   /** The stored positions of `consumers`, creating a row at `start` for each that has none. */
-  async open(sql: SqlExecutor, consumers: readonly NamedConsumer[], start: DbSnapshot): Promise<Positions> {
-    const params = [this.channel, consumers.map((c) => c.name), start.text, consumers.map((c) => c.type)];
+  async open(
+    sql: SqlExecutor,
+    consumers: readonly NamedConsumer[],
+    start: DbSnapshot,
+  ): Promise<Positions> {
+    const params = [
+      this.channel,
+      consumers.map((c) => c.name),
+      start.text,
+      consumers.map((c) => c.type),
+    ];
     const { rows } = await sql.query<{ consumer: string; position: string }>(OPEN, params);
     return new Map(rows.map((row) => [row.consumer, parseSnapshot(row.position)]));
   }

@@ -140,7 +140,13 @@ export class BusReader {
       this.paging = { to: snapshot, after: events[events.length - 1] as LoggedEvent };
     }
     for (let paging = this.paging; paging; paging = this.paging) {
-      const { events: page, more } = await this.log.readPage(this.sql, from, paging.to, paging.after, BATCH);
+      const { events: page, more } = await this.log.readPage(
+        this.sql,
+        from,
+        paging.to,
+        paging.after,
+        BATCH,
+      );
       this.hand(page);
       if (!more) {
         this.moveTo(paging.to);

@@ -6,12 +6,24 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 /** A log whose every batch is full and expired: a pass only ends by its time budget. */
 function endlessLog(afters: string[], young: () => boolean) {
   let next = 0;
-  const prune = async (_sql: SqlExecutor, _windows: PruneWindows, limit: number, after?: PruneKey) => {
+  const prune = async (
+    _sql: SqlExecutor,
+    _windows: PruneWindows,
+    limit: number,
+    after?: PruneKey,
+  ) => {
     const from = after?.id ?? '0';
     afters.push(from);
     next = Math.max(next, Number(from)) + limit;
     const last = { txId: '7', id: String(next) };
-    return { held: true, deleted: limit, undispatched: 0, examined: limit, last, young: young() } satisfies PruneBatch;
+    return {
+      held: true,
+      deleted: limit,
+      undispatched: 0,
+      examined: limit,
+      last,
+      young: young(),
+    } satisfies PruneBatch;
   };
   return { prune } as unknown as EventLog;
 }

@@ -23,7 +23,9 @@ export class BusSignals {
     /** Wakes this node's own reader. */
     private readonly wakeReader: () => void,
   ) {
-    const lone = this.audience ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) } : undefined;
+    const lone = this.audience
+      ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) }
+      : undefined;
     // Only a node with a name of its own can be told apart from its peers in a wake-up.
     this.notifier = new BusNotifier(sql, channel, spacingMs, lone, publisher ?? (() => ''));
   }

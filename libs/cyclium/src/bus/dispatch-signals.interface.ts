@@ -13,5 +13,7 @@ export interface DispatchSignals {
 
 export function hasDispatchSignals(bus: object): bus is DispatchSignals {
   const candidate = bus as Partial<DispatchSignals>;
-  return typeof candidate.signalDispatched === 'function' && typeof candidate.onDispatched === 'function';
+  return (
+    typeof candidate.signalDispatched === 'function' && typeof candidate.onDispatched === 'function'
+  );
 }

@@ -81,7 +81,8 @@ export class DurableConsumer {
    * only reads without events for it moved it (so retention can pass what nobody here wanted).
    */
   take(idle: boolean): DbSnapshot | undefined {
-    if (!this.settled || this.settled === this.written || !(this.settledEvents || idle)) return undefined;
+    if (!this.settled || this.settled === this.written || !(this.settledEvents || idle))
+      return undefined;
     this.settledEvents = false;
     this.written = this.settled;
     return this.settled;

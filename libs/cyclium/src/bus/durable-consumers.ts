@@ -45,7 +45,10 @@ export class DurableConsumers {
   start(): void {
     if (this.timer) return;
     const schedule = () => {
-      this.timer = setTimeout(() => void this.flush(false).then(() => this.timer && schedule()), this.flushMs());
+      this.timer = setTimeout(
+        () => void this.flush(false).then(() => this.timer && schedule()),
+        this.flushMs(),
+      );
       this.timer.unref();
     };
     schedule();
@@ -58,7 +61,9 @@ export class DurableConsumers {
   }
 
   add(name: string, type: string, handler: DurableHandler): () => void {
-    const consumer = new DurableConsumer(name, type, handler, (who, event, error) => this.skipped(who, event, error));
+    const consumer = new DurableConsumer(name, type, handler, (who, event, error) =>
+      this.skipped(who, event, error),
+    );
     let set = this.byType.get(type);
     if (!set) this.byType.set(type, (set = new Set()));
     set.add(consumer);
@@ -74,7 +79,8 @@ export class DurableConsumers {
   /** Events this node's consumers were handed and have not settled yet. */
   get unsettled(): number {
     let count = 0;
-    for (const consumers of this.byType.values()) for (const consumer of consumers) count += consumer.unsettled;
+    for (const consumers of this.byType.values())
+      for (const consumer of consumers) count += consumer.unsettled;
     return count;
   }
 
@@ -124,7 +130,8 @@ export class DurableConsumers {
   }
 
   readTo(snapshot: DbSnapshot): void {
-    for (const consumers of this.byType.values()) for (const consumer of consumers) if (consumer.ready) consumer.readTo(snapshot);
+    for (const consumers of this.byType.values())
+      for (const consumer of consumers) if (consumer.ready) consumer.readTo(snapshot);
   }
 
   /**
@@ -164,7 +171,12 @@ export class DurableConsumers {
   }
 
   /** Hands `consumers` the rows new since `from` and visible in `to`, in order, up to `through` when given. */
-  private async replay(from: DbSnapshot, to: DbSnapshot, consumers: Group, through?: LoggedEvent): Promise<void> {
+  private async replay(
+    from: DbSnapshot,
+    to: DbSnapshot,
+    consumers: Group,
+    through?: LoggedEvent,
+  ): Promise<void> {
     const types = new Set(consumers.map((c) => c.type));
     let after: LoggedEvent | undefined;
     for (;;) {
@@ -173,8 +185,11 @@ export class DurableConsumers {
       for (const logged of page) {
         if (through && isAfter(logged, through)) return;
         if (logged.oversizedBytes !== null) this.skipOversized(logged, consumers);
-        if (!logged.trusted || logged.oversizedBytes !== null || !types.has(logged.event.type)) continue;
-        for (const consumer of consumers) if (consumer.active && consumer.type === logged.event.type) consumer.deliver(logged, readAt);
+        if (!logged.trusted || logged.oversizedBytes !== null || !types.has(logged.event.type))
+          continue;
+        for (const consumer of consumers)
+          if (consumer.active && consumer.type === logged.event.type)
+            consumer.deliver(logged, readAt);
       }
       if (!more) return;
       after = page[page.length - 1];
@@ -188,8 +203,11 @@ export class DurableConsumers {
    */
   skipOversized(logged: LoggedEvent, among?: readonly DurableConsumer[]): void {
     const bytes = logged.oversizedBytes;
-    const reason = new Error(`its payload is ${bytes} bytes of text, over what a bus read loads; left unread`);
-    const consumers = among ?? [...(this.byType.get(logged.event.type) ?? [])].filter((c) => c.ready);
+    const reason = new Error(
+      `its payload is ${bytes} bytes of text, over what a bus read loads; left unread`,
+    );
+    const consumers =
+      among ?? [...(this.byType.get(logged.event.type) ?? [])].filter((c) => c.ready);
     const skipping = consumers.filter((c) => c.active && c.type === logged.event.type);
     const what = `event ${logged.id} ("${logged.event.type}")`;
     if (skipping.length === 0) this.logger.warn(`ignored ${what}: ${reason.message}`);
@@ -199,9 +217,13 @@ export class DurableConsumers {
   private skipped(consumer: string, event: BusEvent, error: unknown): void {
     const reason = errorMessage(error);
     this.logger.warn(`${consumer} skipped event ${event.eventId} ("${event.type}"): ${reason}`);
-    this.positions.skipped(this.sql, consumer, `event ${event.eventId}: ${reason}`).catch((failure: unknown) => {
-      this.logger.warn(`could not record that ${consumer} skipped event ${event.eventId}: ${errorMessage(failure)}`);
-    });
+    this.positions
+      .skipped(this.sql, consumer, `event ${event.eventId}: ${reason}`)
+      .catch((failure: unknown) => {
+        this.logger.warn(
+          `could not record that ${consumer} skipped event ${event.eventId}: ${errorMessage(failure)}`,
+        );
+      });
   }
 }
 

@@ -30,5 +30,9 @@ export interface DurableEvents {
 
 export function isDurable(bus: Bus): bus is Bus & DurableEvents {
   const candidate = bus as Partial<DurableEvents>;
-  return typeof candidate.appendWithin === 'function' && typeof candidate.appendFragment === 'function' && typeof candidate.wake === 'function';
+  return (
+    typeof candidate.appendWithin === 'function' &&
+    typeof candidate.appendFragment === 'function' &&
+    typeof candidate.wake === 'function'
+  );
 }

@@ -16,7 +16,10 @@ export interface EventReceipt {
  * that never settles (the node drained first) leaves it to the next reader. A rejection is a reason
  * of the event's own: it is recorded on the position row and the event is skipped.
  */
-export type DurableHandler<P = unknown> = (event: BusEvent<P>, receipt: EventReceipt) => Promise<void>;
+export type DurableHandler<P = unknown> = (
+  event: BusEvent<P>,
+  receipt: EventReceipt,
+) => Promise<void>;
 
 /**
  * What a bus offers when it can replay: a named consumer gets every event of its type committed

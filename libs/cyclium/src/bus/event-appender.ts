@@ -22,7 +22,11 @@ export interface EventLogScope {
 /** The `integrity` option as the bus sees it: a signature over a reserved event on a channel, and its check. */
 export interface EventIntegrity {
   sign(channel: string, event: Pick<BusEvent, 'eventId' | 'type' | 'payload'>): string | null;
-  verify(channel: string, event: Pick<BusEvent, 'eventId' | 'type' | 'payload'>, signature: string | null): boolean;
+  verify(
+    channel: string,
+    event: Pick<BusEvent, 'eventId' | 'type' | 'payload'>,
+    signature: string | null,
+  ): boolean;
 }
 
 /**
@@ -81,10 +85,15 @@ export class EventAppender {
 
   /** Stores `events` (ids already stored are compared, not written); one outcome per event, in order. */
   async append(sql: SqlExecutor, events: readonly StorableEvent[]): Promise<AppendOutcome[]> {
-    const outcomes: Array<AppendOutcome | undefined> = new Array<AppendOutcome | undefined>(events.length).fill(undefined);
+    const outcomes: Array<AppendOutcome | undefined> = new Array<AppendOutcome | undefined>(
+      events.length,
+    ).fill(undefined);
     let open = events.map((_, i) => i);
     for (let round = 0; open.length > 0; round++) {
-      if (round === APPEND_ROUNDS) throw new Error(`bus: could not settle event ${events[open[0] as number]?.event.eventId} (its stored row keeps vanishing)`);
+      if (round === APPEND_ROUNDS)
+        throw new Error(
+          `bus: could not settle event ${events[open[0] as number]?.event.eventId} (its stored row keeps vanishing)`,
+        );
       open = await this.appendRound(sql, events, open, outcomes);
     }
     return outcomes as AppendOutcome[];
@@ -111,7 +120,9 @@ export class EventAppender {
     }
     const { channel, stackSlug, env, publisher } = this.scope;
     const batch = firsts.map((i) => events[i] as StorableEvent);
-    const { rows } = await sql.query<{ n: number; same: boolean | null }>(APPEND([channel, publisher(), stackSlug, env, ...this.columns(batch)]));
+    const { rows } = await sql.query<{ n: number; same: boolean | null }>(
+      APPEND([channel, publisher(), stackSlug, env, ...this.columns(batch)]),
+    );
     for (const i of firsts) outcomes[i] = 'stored';
     for (const row of rows) {
       const i = firsts[row.n - 1] as number;
@@ -133,7 +144,9 @@ export class EventAppender {
     outcomes: Array<AppendOutcome | undefined>,
   ): Promise<number[]> {
     const batch = indexes.map((i) => events[i] as StorableEvent);
-    const { rows } = await sql.query<{ n: number; same: boolean }>(COMPARE([this.scope.channel, ...this.columns(batch).slice(0, 3)]));
+    const { rows } = await sql.query<{ n: number; same: boolean }>(
+      COMPARE([this.scope.channel, ...this.columns(batch).slice(0, 3)]),
+    );
     for (const row of rows) outcomes[indexes[row.n - 1] as number] = row.same ? 'same' : 'conflict';
     return indexes.filter((i) => outcomes[i] === undefined);
   }
@@ -147,10 +160,14 @@ export class EventAppender {
    * The batch as the unnest() arrays every append and compare statement takes: ids, types,
    * payloads, publish times, and signatures (the library's reserved events, with `integrity`).
    */
-  private columns(batch: readonly StorableEvent[]): [string[], string[], string[], string[], Array<string | null>] {
+  private columns(
+    batch: readonly StorableEvent[],
+  ): [string[], string[], string[], string[], Array<string | null>] {
     const { channel, integrity } = this.scope;
     const signatureOf = (e: StorableEvent) =>
-      integrity && isReservedType(e.event.type) ? integrity.sign(channel, { ...e.event, payload: JSON.parse(e.payloadJson) as unknown }) : null;
+      integrity && isReservedType(e.event.type)
+        ? integrity.sign(channel, { ...e.event, payload: JSON.parse(e.payloadJson) as unknown })
+        : null;
     return [
       batch.map((e) => e.event.eventId),
       batch.map((e) => e.event.type),

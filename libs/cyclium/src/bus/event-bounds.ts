@@ -66,7 +66,15 @@ export function assertStoredSize(payloadJson: string, what: string): void {
 }
 
 const code = (ch: string) => ch.charCodeAt(0);
-const [QUOTE, BACKSLASH, COMMA, COLON, MINUS, ZERO, NINE] = ['"', '\\', ',', ':', '-', '0', '9'].map(code);
+const [QUOTE, BACKSLASH, COMMA, COLON, MINUS, ZERO, NINE] = [
+  '"',
+  '\\',
+  ',',
+  ':',
+  '-',
+  '0',
+  '9',
+].map(code);
 const NUMBER_CHARS = /[0-9.eE+-]/;
 const NUMBER = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/;
 
@@ -80,7 +88,8 @@ export function jsonbTextBytes(json: string): number {
   for (let i = 0; i < json.length; i++) {
     const c = json.charCodeAt(i);
     if (c === QUOTE) {
-      for (i++; i < json.length && json.charCodeAt(i) !== QUOTE; i++) if (json.charCodeAt(i) === BACKSLASH) i++;
+      for (i++; i < json.length && json.charCodeAt(i) !== QUOTE; i++)
+        if (json.charCodeAt(i) === BACKSLASH) i++;
     } else if (c === COMMA || c === COLON) {
       bytes++;
     } else if (c === MINUS || (c >= ZERO && c <= NINE)) {
@@ -110,6 +119,9 @@ function assertChars(field: 'type' | 'eventId', value: string, max: number): voi
   if (value.length <= max) return;
   const chars = [...value].length;
   if (chars > max) {
-    throw new InvalidBusEventError(`bus: ${field} must be at most ${max} characters (got ${chars}: ${JSON.stringify(value.slice(0, 40))}…)`, field);
+    throw new InvalidBusEventError(
+      `bus: ${field} must be at most ${max} characters (got ${chars}: ${JSON.stringify(value.slice(0, 40))}…)`,
+      field,
+    );
   }
 }

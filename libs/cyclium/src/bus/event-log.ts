@@ -1,7 +1,12 @@
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import type { Statement } from '../sql/statement.js';
 import type { BusEvent } from './bus.interface.js';
-import { EventAppender, type AppendOutcome, type EventLogScope, type StorableEvent } from './event-appender.js';
+import {
+  EventAppender,
+  type AppendOutcome,
+  type EventLogScope,
+  type StorableEvent,
+} from './event-appender.js';
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 import { isReservedType } from './reserved-types.js';
 import { READ_MAX_BYTES } from './event-bounds.js';
@@ -267,11 +272,22 @@ export class EventLog {
   }
 
   /** Rows new since `from`, and the snapshot they were read with; `more` when a limit (rows or bytes) cut the read. */
-  async readAfter(sql: SqlExecutor, from: DbSnapshot, limit: number, maxBytes = READ_MAX_BYTES): Promise<EventPage & { snapshot: DbSnapshot }> {
-    const { rows } = await sql.query<EventRow>(READ_AFTER([this.scope.channel, from.xmax, from.xip, limit, maxBytes]));
+  async readAfter(
+    sql: SqlExecutor,
+    from: DbSnapshot,
+    limit: number,
+    maxBytes = READ_MAX_BYTES,
+  ): Promise<EventPage & { snapshot: DbSnapshot }> {
+    const { rows } = await sql.query<EventRow>(
+      READ_AFTER([this.scope.channel, from.xmax, from.xip, limit, maxBytes]),
+    );
     const snapshot = parseSnapshot(rows[0]?.snapshot ?? '');
     const events = rows.filter((r) => r.id !== null);
-    return { events: events.map((r) => this.toLogged(r, maxBytes)), more: isCut(events, limit), snapshot };
+    return {
+      events: events.map((r) => this.toLogged(r, maxBytes)),
+      more: isCut(events, limit),
+      snapshot,
+    };
   }
 
   /** Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more` as readAfter's. */
@@ -284,7 +300,16 @@ export class EventLog {
     maxBytes = READ_MAX_BYTES,
   ): Promise<EventPage> {
     const { rows } = await sql.query<EventRow>(
-      READ_PAGE([this.scope.channel, from.xmax, from.xip, to.text, after?.txId ?? '0', after?.id ?? '0', limit, maxBytes]),
+      READ_PAGE([
+        this.scope.channel,
+        from.xmax,
+        from.xip,
+        to.text,
+        after?.txId ?? '0',
+        after?.id ?? '0',
+        limit,
+        maxBytes,
+      ]),
     );
     return { events: rows.map((r) => this.toLogged(r, maxBytes)), more: isCut(rows, limit) };
   }
@@ -293,22 +318,46 @@ export class EventLog {
     const publishedAt = isoTime(row.published_at, row.created_ms);
     const event = { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt };
     const { integrity, channel } = this.scope;
-    const trusted = !integrity || !isReservedType(row.type) || integrity.verify(channel, event, row.signature);
+    const trusted =
+      !integrity || !isReservedType(row.type) || integrity.verify(channel, event, row.signature);
     const bytes = Number(row.payload_bytes ?? 0);
     const oversizedBytes = bytes > maxBytes ? bytes : null;
     const { created_ms: committedAt, age_ms: ageMs } = row;
-    return { id: row.id as string, txId: row.tx_id, committedAt, ageMs, event, trusted, oversizedBytes };
+    return {
+      id: row.id as string,
+      txId: row.tx_id,
+      committedAt,
+      ageMs,
+      event,
+      trusted,
+      oversizedBytes,
+    };
   }
 
   /** One batch of retention on this channel after `after` (see PRUNE); nothing while another node of it prunes. */
-  async prune(sql: SqlExecutor, windows: PruneWindows, limit: number, after?: PruneKey): Promise<PruneBatch> {
+  async prune(
+    sql: SqlExecutor,
+    windows: PruneWindows,
+    limit: number,
+    after?: PruneKey,
+  ): Promise<PruneBatch> {
     const from = [after?.txId ?? '0', after?.id ?? '0'];
-    const values = [this.scope.channel, windows.olderThanMs, limit, windows.undispatchedMs, ...from];
+    const values = [
+      this.scope.channel,
+      windows.olderThanMs,
+      limit,
+      windows.undispatchedMs,
+      ...from,
+    ];
     const { rows } = await sql.query<PruneRow>(PRUNE(values));
     const row = rows[0];
-    if (!row) return { held: false, deleted: 0, undispatched: 0, examined: 0, last: null, young: false };
+    if (!row)
+      return { held: false, deleted: 0, undispatched: 0, examined: 0, last: null, young: false };
     const { held, deleted, undispatched, examined, young } = row;
-    const last = row.last_tx_id === null || row.last_id === null ? null : { txId: row.last_tx_id, id: row.last_id };
+    const last =
+      row.last_tx_id === null || row.last_id === null
+        ? null
+        : { txId: row.last_tx_id, id: row.last_id };
     return { held, deleted, undispatched, examined, last, young };
   }
 }

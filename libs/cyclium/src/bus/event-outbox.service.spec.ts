@@ -22,7 +22,9 @@ const client = {} as SqlExecutor;
 describe('EventOutbox.within', () => {
   it('writes the events in the caller transaction and wakes listeners once it has committed', async () => {
     const { outbox, appended, wake } = durable();
-    const announce = await outbox.within(client, [{ type: 'episode.failed', payload: { episodeId: 'e1' } }]);
+    const announce = await outbox.within(client, [
+      { type: 'episode.failed', payload: { episodeId: 'e1' } },
+    ]);
     expect(appended.map((batch) => batch.map((e) => e.type))).toEqual([['episode.failed']]);
     expect(wake).not.toHaveBeenCalled();
     announce();

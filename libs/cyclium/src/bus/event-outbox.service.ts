@@ -33,7 +33,11 @@ export class EventOutbox {
    * committed. `wake: false` lets events nobody waits for ride along with the next wake-up
    * instead of costing one of their own.
    */
-  async within(client: SqlExecutor, events: readonly OutgoingEvent[], options: { wake?: boolean } = {}): Promise<Announce> {
+  async within(
+    client: SqlExecutor,
+    events: readonly OutgoingEvent[],
+    options: { wake?: boolean } = {},
+  ): Promise<Announce> {
     // Nothing to say must not wake anyone: every NOTIFY costs each listening connection a transaction.
     if (events.length === 0) return noop;
     const transport = this.transport;
@@ -66,7 +70,10 @@ export class EventOutbox {
         events.map((e) => mintBusEvent(e.type, e.payload)),
         when,
       );
-      return { body, announce: options.wake === false ? noop : () => transport.wake(typesOf(events)) };
+      return {
+        body,
+        announce: options.wake === false ? noop : () => transport.wake(typesOf(events)),
+      };
     }
     return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
   }
@@ -95,7 +102,8 @@ export class EventOutbox {
       return {
         body,
         announce: (written) => {
-          if (written.length > 0) transport.wake(written.map((n) => (events[n - 1] as OutgoingEvent).type));
+          if (written.length > 0)
+            transport.wake(written.map((n) => (events[n - 1] as OutgoingEvent).type));
         },
       };
     }
@@ -117,7 +125,11 @@ export class EventOutbox {
 
   /** Publishes without waiting; a failure is logged (the state the event announces is already written). */
   announce(type: string, payload: unknown): void {
-    this.transport.publish(type, payload).catch((error: unknown) => this.logger.warn(`could not publish ${type}: ${errorMessage(error)}`));
+    this.transport
+      .publish(type, payload)
+      .catch((error: unknown) =>
+        this.logger.warn(`could not publish ${type}: ${errorMessage(error)}`),
+      );
   }
 
   subscribe<P>(type: string, handler: BusHandler<P>): () => void {
@@ -132,7 +144,9 @@ export class EventOutbox {
   /** Resolves once the transport has handed over every event committed before the call (see DurableSubscriptions.readThrough). */
   readThrough(): Promise<void> {
     const transport = this.transport;
-    return hasDurableSubscriptions(transport) && transport.readThrough ? transport.readThrough() : Promise.resolve();
+    return hasDurableSubscriptions(transport) && transport.readThrough
+      ? transport.readThrough()
+      : Promise.resolve();
   }
 
   /**
@@ -141,10 +155,14 @@ export class EventOutbox {
    */
   subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void {
     const transport = this.transport;
-    if (hasDurableSubscriptions(transport)) return transport.subscribeDurable(consumer, type, handler);
+    if (hasDurableSubscriptions(transport))
+      return transport.subscribeDurable(consumer, type, handler);
     return transport.subscribe<P>(type, (event) => {
-      handler(event, { committedAt: Date.now(), ageMs: 0, readAt: performance.now() }).catch((error: unknown) =>
-        this.logger.warn(`${consumer} could not take event ${event.eventId}: ${errorMessage(error)}`),
+      handler(event, { committedAt: Date.now(), ageMs: 0, readAt: performance.now() }).catch(
+        (error: unknown) =>
+          this.logger.warn(
+            `${consumer} could not take event ${event.eventId}: ${errorMessage(error)}`,
+          ),
       );
     });
   }

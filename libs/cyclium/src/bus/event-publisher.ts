@@ -1,10 +1,21 @@
-import { DatabaseUnavailableError, errorCode, errorMessage, isDatabaseTimeout, isDatabaseUnavailable } from '../sql/database-errors.js';
+import {
+  DatabaseUnavailableError,
+  errorCode,
+  errorMessage,
+  isDatabaseTimeout,
+  isDatabaseUnavailable,
+} from '../sql/database-errors.js';
 import { toJsonb } from '../sql/jsonb.js';
 import { MissingSchemaError } from '../sql/missing-schema.error.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { EventIdConflictError, InvalidBusEventError, PublishQueueFullError } from './bus-errors.js';
 import type { BusEvent, PublishOptions } from './bus.interface.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES, assertPayloadSize, assertStoredSize } from './event-bounds.js';
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  MAX_PAYLOAD_BYTES,
+  assertPayloadSize,
+  assertStoredSize,
+} from './event-bounds.js';
 import type { AppendOutcome, StorableEvent } from './event-appender.js';
 import type { EventLog } from './event-log.js';
 import { GroupCommit, type Pending } from '../primitives/group-commit.js';
@@ -38,7 +49,9 @@ export class EventPublisher {
   ) {
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     if (!(this.maxPayloadBytes >= 1 && this.maxPayloadBytes <= MAX_PAYLOAD_BYTES)) {
-      throw new TypeError(`bus: maxPayloadBytes must be from 1 to ${MAX_PAYLOAD_BYTES} (got ${this.maxPayloadBytes})`);
+      throw new TypeError(
+        `bus: maxPayloadBytes must be from 1 to ${MAX_PAYLOAD_BYTES} (got ${this.maxPayloadBytes})`,
+      );
     }
     const queueMax = options.queueMax ?? DEFAULT_QUEUE_MAX;
     this.outbox = new GroupCommit((batch) => this.store(batch), 1, {
@@ -96,7 +109,8 @@ export class EventPublisher {
         pending.reject(this.publishError(pending.item.event, error));
         // The database went away meanwhile: the rest would each wait out the same outage.
         if (failsEveryEvent(error)) {
-          for (const rest of batch.slice(at + 1)) rest.reject(this.publishError(rest.item.event, error));
+          for (const rest of batch.slice(at + 1))
+            rest.reject(this.publishError(rest.item.event, error));
           this.refuseQueuedAfterTimeout(error);
           break;
         }
@@ -113,7 +127,12 @@ export class EventPublisher {
   private refuseQueuedAfterTimeout(error: unknown): void {
     if (!isDatabaseTimeout(error)) return;
     for (const queued of this.outbox.takeQueued()) {
-      queued.reject(new DatabaseUnavailableError(`bus: did not store ${describeEvent(queued.item.event)} (the publish ahead of it timed out)`, error));
+      queued.reject(
+        new DatabaseUnavailableError(
+          `bus: did not store ${describeEvent(queued.item.event)} (the publish ahead of it timed out)`,
+          error,
+        ),
+      );
     }
   }
 
@@ -128,10 +147,13 @@ export class EventPublisher {
   private publishError(event: BusEvent, error: unknown): Error {
     const what = describeEvent(event);
     const code = errorCode(error);
-    if (code === '42P01') return new MissingSchemaError('CycliumEvents1764400000002', 'table cyclium_events');
-    if (isDatabaseUnavailable(error)) return new DatabaseUnavailableError(`bus: could not store ${what}`, error);
+    if (code === '42P01')
+      return new MissingSchemaError('CycliumEvents1764400000002', 'table cyclium_events');
+    if (isDatabaseUnavailable(error))
+      return new DatabaseUnavailableError(`bus: could not store ${what}`, error);
     // 22: a value PostgreSQL refuses; 54000: a row over one of its limits (an index row, say).
-    if (code?.startsWith('22') || code === '54000') return new InvalidBusEventError(`bus: PostgreSQL refused ${what}: ${errorMessage(error)}`);
+    if (code?.startsWith('22') || code === '54000')
+      return new InvalidBusEventError(`bus: PostgreSQL refused ${what}: ${errorMessage(error)}`);
     return error instanceof Error ? error : new Error(String(error));
   }
 }
@@ -155,10 +177,17 @@ export function boundedEvent(event: BusEvent): StorableEvent {
 export function storableEvent(event: BusEvent): StorableEvent {
   const what = describeEvent(event);
   const payload = toJsonb(event.payload);
-  if ('problem' in payload) throw new InvalidBusEventError(`bus: the payload of ${what} ${payload.problem}; remove it`, 'payload');
+  if ('problem' in payload)
+    throw new InvalidBusEventError(
+      `bus: the payload of ${what} ${payload.problem}; remove it`,
+      'payload',
+    );
   for (const field of ['type', 'eventId'] as const) {
     if (event[field].includes('\u0000')) {
-      throw new InvalidBusEventError(`bus: the ${field} of ${what} holds a NUL character, which PostgreSQL cannot store`, field);
+      throw new InvalidBusEventError(
+        `bus: the ${field} of ${what} holds a NUL character, which PostgreSQL cannot store`,
+        field,
+      );
     }
   }
   return { event, payloadJson: payload.json };

@@ -9,7 +9,10 @@ const ADDRESS = ['host', 'port', 'user', 'password', 'database', 'connectionStri
  * would be wrong on a direct server); the rest (ssl, application name, timeouts) still applies,
  * unless the URL sets it too.
  */
-export function listenConnectionConfig(host: pg.ClientConfig, listenUrl: string | null): pg.ClientConfig {
+export function listenConnectionConfig(
+  host: pg.ClientConfig,
+  listenUrl: string | null,
+): pg.ClientConfig {
   if (listenUrl === null) return host;
   const config: pg.ClientConfig = { ...host };
   for (const key of ADDRESS) delete config[key];

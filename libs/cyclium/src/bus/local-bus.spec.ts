@@ -5,7 +5,11 @@ import { InvalidBusEventError } from './bus-errors.js';
 import { LocalBus } from './local-bus.js';
 
 /** Resolves with the next event of `type` on `bus` that `matches`: delivery itself is the condition, no sleeping. */
-function next(bus: LocalBus, type: string, matches: (event: BusEvent) => boolean = () => true): Promise<BusEvent> {
+function next(
+  bus: LocalBus,
+  type: string,
+  matches: (event: BusEvent) => boolean = () => true,
+): Promise<BusEvent> {
   return new Promise((resolve) => {
     const off = bus.subscribe(type, (event) => {
       if (!matches(event)) return;
@@ -103,7 +107,10 @@ describe('LocalBus', () => {
     // The rejection is logged a microtask after delivery.
     await Promise.resolve();
     const messages = error.mock.calls.map((call) => String(call[0]));
-    expect(messages).toEqual([expect.stringContaining('sync boom'), expect.stringContaining('async boom')]);
+    expect(messages).toEqual([
+      expect.stringContaining('sync boom'),
+      expect.stringContaining('async boom'),
+    ]);
 
     // And the bus keeps delivering afterwards.
     const again = next(bus, 't');
@@ -132,7 +139,9 @@ describe('LocalBus', () => {
       order.push(e.payload);
       if (e.payload === 0) void bus.publish('n', 99);
     });
-    const last = new Promise<void>((resolve) => bus.subscribe<number>('n', (e) => (e.payload === 99 ? resolve() : undefined)));
+    const last = new Promise<void>((resolve) =>
+      bus.subscribe<number>('n', (e) => (e.payload === 99 ? resolve() : undefined)),
+    );
 
     for (let i = 0; i < 5; i++) void bus.publish('n', i);
     await last;
@@ -163,7 +172,9 @@ describe('LocalBus', () => {
     expect((await refusal(bus.publish('t'.repeat(201), {}))).field).toBe('type');
     // Characters, not UTF-16 units: 200 emoji are 200 characters.
     const fits = await bus.publish('t'.repeat(200), {}, { eventId: '😀'.repeat(200) });
-    expect((await refusal(bus.publish('t', {}, { eventId: '😀'.repeat(201) }))).field).toBe('eventId');
+    expect((await refusal(bus.publish('t', {}, { eventId: '😀'.repeat(201) }))).field).toBe(
+      'eventId',
+    );
     await next(bus, '*', (e) => e.eventId === fits.eventId);
     expect(seen).toHaveLength(1);
   });

@@ -15,12 +15,25 @@ interface Subscription {
  * minted its own id would compute its own dedupe key). `'*'` is refused because it is the
  * wildcard: its subscribers would get the event twice. Ids and types are bounded (event-bounds.ts).
  */
-export function mintBusEvent<P>(type: string, payload: P, options: PublishOptions = {}): BusEvent<P> {
+export function mintBusEvent<P>(
+  type: string,
+  payload: P,
+  options: PublishOptions = {},
+): BusEvent<P> {
   if (typeof type !== 'string' || type === '' || type === '*') {
-    throw new InvalidBusEventError(`bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`, 'type');
+    throw new InvalidBusEventError(
+      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`,
+      'type',
+    );
   }
-  if (options.eventId !== undefined && (typeof options.eventId !== 'string' || options.eventId === '')) {
-    throw new InvalidBusEventError('bus: eventId, when given, must be a non-empty string', 'eventId');
+  if (
+    options.eventId !== undefined &&
+    (typeof options.eventId !== 'string' || options.eventId === '')
+  ) {
+    throw new InvalidBusEventError(
+      'bus: eventId, when given, must be a non-empty string',
+      'eventId',
+    );
   }
   const eventId = options.eventId ?? randomUUID();
   assertEventBounds(type, eventId);
@@ -52,7 +65,8 @@ export class LocalBus extends Bus implements DispatchSignals {
   }
 
   subscribe<P>(type: string, handler: BusHandler<P>): () => void {
-    if (typeof handler !== 'function') throw new TypeError(`bus: the handler for "${type}" must be a function`);
+    if (typeof handler !== 'function')
+      throw new TypeError(`bus: the handler for "${type}" must be a function`);
     const subscription: Subscription = { handler: handler as BusHandler, active: true };
     let set = this.subscriptions.get(type);
     if (!set) this.subscriptions.set(type, (set = new Set()));
@@ -100,7 +114,10 @@ export class LocalBus extends Bus implements DispatchSignals {
     // Events published by handlers during this drain go to the next one.
     const events = this.queue.splice(0);
     for (const event of events) {
-      const targets = [...(this.subscriptions.get(event.type) ?? []), ...(this.subscriptions.get('*') ?? [])];
+      const targets = [
+        ...(this.subscriptions.get(event.type) ?? []),
+        ...(this.subscriptions.get('*') ?? []),
+      ];
       for (const subscription of targets) {
         if (subscription.active) this.call(subscription.handler, event);
       }
@@ -120,6 +137,9 @@ export class LocalBus extends Bus implements DispatchSignals {
 
   private failed(event: BusEvent, error: unknown): void {
     const message = error instanceof Error ? error.message : String(error);
-    this.logger.error(`a handler of "${event.type}" failed on event ${event.eventId}: ${message}`, error instanceof Error ? error.stack : undefined);
+    this.logger.error(
+      `a handler of "${event.type}" failed on event ${event.eventId}: ${message}`,
+      error instanceof Error ? error.stack : undefined,
+    );
   }
 }

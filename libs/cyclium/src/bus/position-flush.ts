@@ -20,10 +20,16 @@ export const MIN_UNDISPATCHED_MAX_AGE_MS = FLUSHES_PER_WINDOW * MIN_POSITION_FLU
  */
 export function positionFlushMs(nodes: number, undispatchedMaxAgeMs: number): number {
   const spaced = SPACING_MS * Math.max(1, nodes);
-  return Math.max(MIN_POSITION_FLUSH_MS, Math.min(spaced, undispatchedMaxAgeMs / FLUSHES_PER_WINDOW));
+  return Math.max(
+    MIN_POSITION_FLUSH_MS,
+    Math.min(spaced, undispatchedMaxAgeMs / FLUSHES_PER_WINDOW),
+  );
 }
 
 /** How often positions that only idle reads moved are stored: about once a minute, or four times a shorter window. */
 export function idleWriteMs(undispatchedMaxAgeMs: number): number {
-  return Math.max(MIN_POSITION_FLUSH_MS, Math.min(IDLE_WRITE_MS, undispatchedMaxAgeMs / FLUSHES_PER_WINDOW));
+  return Math.max(
+    MIN_POSITION_FLUSH_MS,
+    Math.min(IDLE_WRITE_MS, undispatchedMaxAgeMs / FLUSHES_PER_WINDOW),
+  );
 }

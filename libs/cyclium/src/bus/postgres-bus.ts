@@ -37,7 +37,10 @@ import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.int
  * anything is queued, one bad event in a batch fails only its own publish, and a full queue
  * refuses at once. Payloads make a JSON round trip (jsonb: object keys may come back reordered).
  */
-export class PostgresBus extends Bus implements DurableEvents, DurableSubscriptions, DispatchSignals, ListeningAnnouncement {
+export class PostgresBus
+  extends Bus
+  implements DurableEvents, DurableSubscriptions, DispatchSignals, ListeningAnnouncement
+{
   private readonly local = new LocalBus();
   private readonly logger = new Logger('CycliumBus');
   private readonly log: EventLog;
@@ -54,18 +57,37 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
     const { channel } = options;
     // LISTEN silently truncates a longer identifier while pg_notify rejects it: the two would never meet.
     if (typeof channel !== 'string' || channel === '' || Buffer.byteLength(channel, 'utf8') > 63) {
-      throw new TypeError(`PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`);
+      throw new TypeError(
+        `PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`,
+      );
     }
     this.observer = options.observer;
     const identity = options.publisher ?? (() => 'unknown');
-    this.log = new EventLog({ channel, stackSlug: options.stackSlug ?? null, env: options.env ?? null, publisher: identity, integrity: options.integrity });
+    this.log = new EventLog({
+      channel,
+      stackSlug: options.stackSlug ?? null,
+      env: options.env ?? null,
+      publisher: identity,
+      integrity: options.integrity,
+    });
     const spacingMs = options.spacingMs ?? 10;
     const undispatchedMaxAgeMs = options.undispatchedMaxAgeMs ?? 604_800_000;
-    this.retention = new BusRetention(sql, this.log, options.retentionMs ?? 3_600_000, undispatchedMaxAgeMs);
+    this.retention = new BusRetention(
+      sql,
+      this.log,
+      options.retentionMs ?? 3_600_000,
+      undispatchedMaxAgeMs,
+    );
     const flushMs = options.positionFlushMs ?? positionFlushMs(1, undispatchedMaxAgeMs);
     const positions = new BusPositions(channel);
     const flushEvery = typeof flushMs === 'function' ? flushMs : () => flushMs;
-    this.consumers = new DurableConsumers(sql, this.log, positions, flushEvery, idleWriteMs(undispatchedMaxAgeMs));
+    this.consumers = new DurableConsumers(
+      sql,
+      this.log,
+      positions,
+      flushEvery,
+      idleWriteMs(undispatchedMaxAgeMs),
+    );
     const sink: ReaderSink = {
       catchUp: (cursor, paging) => this.consumers.catchUp(cursor, paging),
       deliver: (logged, readAt) => {
@@ -93,13 +115,25 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
         onNotify: (payload) => this.signals.hear(BusNotifier.parse(payload)),
         onListening: () => this.reader.wake(),
       },
-      { sql: options.echoSql ?? sql, intervalMs: options.echoIntervalMs ?? 10_000, timeoutMs: options.echoTimeoutMs ?? 5_000 },
+      {
+        sql: options.echoSql ?? sql,
+        intervalMs: options.echoIntervalMs ?? 10_000,
+        timeoutMs: options.echoTimeoutMs ?? 5_000,
+      },
     );
     this.publisher = new EventPublisher(sql, this.log, (types) => this.wake(types), {
       maxPayloadBytes: options.maxPayloadBytes,
       queueMax: options.publishQueueMax,
     });
-    this.signals = new BusSignals(sql, channel, options.notifySpacingMs ?? spacingMs, identity, options.audience, options.publisher, () => this.reader.wake());
+    this.signals = new BusSignals(
+      sql,
+      channel,
+      options.notifySpacingMs ?? spacingMs,
+      identity,
+      options.audience,
+      options.publisher,
+      () => this.reader.wake(),
+    );
   }
 
   get channel(): string {
@@ -145,7 +179,8 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
    * (see DurableConsumers); its position moves past an event once the handler's promise settles.
    */
   subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void {
-    if (typeof handler !== 'function') throw new TypeError(`bus: the handler of consumer "${consumer}" must be a function`);
+    if (typeof handler !== 'function')
+      throw new TypeError(`bus: the handler of consumer "${consumer}" must be a function`);
     const unsubscribe = this.consumers.add(consumer, type, handler as DurableHandler);
     this.reader.wake();
     return unsubscribe;
@@ -186,7 +221,10 @@ export class PostgresBus extends Bus implements DurableEvents, DurableSubscripti
    */
   wake(types?: readonly string[]): void {
     if (types !== undefined && types.length > 0) this.observer?.published(types.length);
-    this.signals.wake(types === undefined || types.some((type) => this.local.wants(type) || this.consumers.wants(type)));
+    this.signals.wake(
+      types === undefined ||
+        types.some((type) => this.local.wants(type) || this.consumers.wants(type)),
+    );
   }
 
   signalDispatched(tokens: readonly string[]): void {

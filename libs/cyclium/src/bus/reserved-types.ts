@@ -14,7 +14,10 @@ export function isReservedType(type: string): boolean {
 /** Throws unless `type` is a concrete type a host may publish. */
 export function assertPublishableType(type: unknown): asserts type is string {
   if (typeof type !== 'string' || type === '' || type === '*') {
-    throw new InvalidBusEventError(`bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`, 'type');
+    throw new InvalidBusEventError(
+      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`,
+      'type',
+    );
   }
   if (isReservedType(type)) {
     throw new InvalidBusEventError(

@@ -5,10 +5,12 @@ import { ClaimLostError } from './claim-lost.error.js';
 const LEASE_MS = 60_000;
 
 /** A hold whose local deadline passed a millisecond ago: no waiting needed. */
-const overdue = (onRelease?: (hold: ClaimHold) => void) => new ClaimHold('k', 4, LEASE_MS, performance.now() - LEASE_MS - 1, onRelease);
+const overdue = (onRelease?: (hold: ClaimHold) => void) =>
+  new ClaimHold('k', 4, LEASE_MS, performance.now() - LEASE_MS - 1, onRelease);
 
 /** A hold whose local deadline is a whole lease away. */
-const fresh = (onRelease?: (hold: ClaimHold) => void) => new ClaimHold('k', 4, LEASE_MS, performance.now(), onRelease);
+const fresh = (onRelease?: (hold: ClaimHold) => void) =>
+  new ClaimHold('k', 4, LEASE_MS, performance.now(), onRelease);
 
 function thrownBy(fn: () => void): unknown {
   try {
@@ -49,7 +51,12 @@ describe('ClaimHold', () => {
     expect(hold.lost).toBe(true);
     expect(hold.signal.aborted).toBe(true);
     expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
-    expect(hold.signal.reason).toMatchObject({ name: 'ClaimLostError', key: 'k', fence: 4, reason: 'deadline' });
+    expect(hold.signal.reason).toMatchObject({
+      name: 'ClaimLostError',
+      key: 'k',
+      fence: 4,
+      reason: 'deadline',
+    });
     expect(onRelease).toHaveBeenCalledTimes(1);
     expect(onRelease).toHaveBeenCalledWith(hold);
   });
@@ -104,7 +111,12 @@ describe('ClaimHold', () => {
 
     expect(hold.signal.aborted).toBe(true);
     expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
-    expect(hold.signal.reason).toMatchObject({ name: 'ClaimLostError', key: 'k', fence: 4, reason: 'not_owner' });
+    expect(hold.signal.reason).toMatchObject({
+      name: 'ClaimLostError',
+      key: 'k',
+      fence: 4,
+      reason: 'not_owner',
+    });
     expect((hold.signal.reason as Error).message).toContain('no longer shows it held here');
     expect(onRelease).toHaveBeenCalledTimes(1);
     expect(onRelease).toHaveBeenCalledWith(hold);
@@ -132,7 +144,12 @@ describe('ClaimHold', () => {
       thrown = error;
     }
     expect(thrown).toBeInstanceOf(ClaimLostError);
-    expect(thrown).toMatchObject({ name: 'ClaimLostError', reason: 'released', key: 'k', fence: 4 });
+    expect(thrown).toMatchObject({
+      name: 'ClaimLostError',
+      reason: 'released',
+      key: 'k',
+      fence: 4,
+    });
     // A lost hold released afterwards keeps its reason.
     const lost = fresh();
     lost.markLost('not_owner');
@@ -144,6 +161,8 @@ describe('ClaimHold', () => {
     const hold = new ClaimHold('k', null, LEASE_MS, performance.now());
     hold.release();
     expect(hold.lost).toBe(true);
-    expect(() => hold.check()).toThrow(expect.objectContaining({ reason: 'released', fence: null }));
+    expect(() => hold.check()).toThrow(
+      expect.objectContaining({ reason: 'released', fence: null }),
+    );
   });
 });

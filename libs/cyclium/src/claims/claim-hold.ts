@@ -29,18 +29,22 @@ export class ClaimHold {
   /** Lost by signal, released, or past the local deadline even if the renewer has not noticed yet. */
   get lost(): boolean {
     if (this.released) return true;
-    if (!this.controller.signal.aborted && performance.now() > this.deadline) this.markLost('deadline');
+    if (!this.controller.signal.aborted && performance.now() > this.deadline)
+      this.markLost('deadline');
     return this.controller.signal.aborted;
   }
 
   /** Throws ClaimLostError when the claim is lost; call it before every step. */
   check(): void {
     if (!this.lost) return;
-    throw this.released && !this.controller.signal.aborted ? new ClaimLostError(this.key, this.fence, 'released') : this.controller.signal.reason;
+    throw this.released && !this.controller.signal.aborted
+      ? new ClaimLostError(this.key, this.fence, 'released')
+      : this.controller.signal.reason;
   }
 
   renewed(sentAt: number): void {
-    if (!this.controller.signal.aborted) this.deadline = Math.max(this.deadline, sentAt + this.leaseMs);
+    if (!this.controller.signal.aborted)
+      this.deadline = Math.max(this.deadline, sentAt + this.leaseMs);
   }
 
   markLost(reason: ClaimLossReason): void {

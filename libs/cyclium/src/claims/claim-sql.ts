@@ -56,7 +56,17 @@ export function ownedClaims(input: string): string {
 }
 
 /** Extends held leases by `leaseSeconds` from now; `from` and `where` pick the rows. */
-export function renewLeases({ leaseSeconds, from, where, returning }: { leaseSeconds: string; from?: string; where: string; returning?: string }): string {
+export function renewLeases({
+  leaseSeconds,
+  from,
+  where,
+  returning,
+}: {
+  leaseSeconds: string;
+  from?: string;
+  where: string;
+  returning?: string;
+}): string {
   return `
     UPDATE cyclium_work_claims AS c
        SET lease_until = now() + make_interval(secs => ${leaseSeconds}), last_heartbeat_at = now()
@@ -70,7 +80,9 @@ export function renewLeases({ leaseSeconds, from, where, returning }: { leaseSec
  * `rows` is the rest of a `SELECT <values>` (FROM, WHERE, ORDER BY) when the values come from a
  * query; without it the values are one row.
  */
-export function insertClaims(refs: LeaseRefs & { key: string; rows?: string; returning: string }): string {
+export function insertClaims(
+  refs: LeaseRefs & { key: string; rows?: string; returning: string },
+): string {
   const withType = refs.workType !== undefined;
   const columns = `dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence${withType ? ', work_type' : ''}`;
   const values = `${refs.key}, 'claimed', ${refs.owner}, ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}), now(), now(), 1, 1${withType ? `, ${refs.workType}` : ''}`;
@@ -95,7 +107,9 @@ export function stillTakeable(seen: { fence: string; state: string }): string {
  * Takes over the rows `from` and `where` pick (see stillTakeable): a new owner and lease, fence + 1,
  * and the attempt counted on from a failure or a lapse, restarted after `done`.
  */
-export function takeOverClaims(refs: LeaseRefs & { from?: string; where: string; returning: string }): string {
+export function takeOverClaims(
+  refs: LeaseRefs & { from?: string; where: string; returning: string },
+): string {
   return `
     UPDATE cyclium_work_claims c
        SET state = 'claimed', owner_node = ${refs.owner}, lease_until = ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}),
@@ -116,7 +130,15 @@ export function finishedState(failure: string): string {
  * Completes or fails the claim `owner` holds on `key` at `fence`. The lease may have lapsed: the
  * fence alone tells whether someone took the claim over meanwhile.
  */
-export function finishClaims(refs: ClaimRefs & { state: string; detail: string; from?: string; when?: string; returning?: string }): string {
+export function finishClaims(
+  refs: ClaimRefs & {
+    state: string;
+    detail: string;
+    from?: string;
+    when?: string;
+    returning?: string;
+  },
+): string {
   return `
     UPDATE cyclium_work_claims c
        SET state = ${refs.state}, finished_at = now(), error_detail = ${refs.detail}

@@ -14,8 +14,12 @@ describe('FakeClaims', () => {
     claims = new FakeClaims({ now: () => t });
   });
 
-  const acquire = (key: string, owner: string, leaseSeconds = LEASE, workType?: string): Promise<AcquireResult> =>
-    claims.acquire(key, owner, { leaseSeconds, workType });
+  const acquire = (
+    key: string,
+    owner: string,
+    leaseSeconds = LEASE,
+    workType?: string,
+  ): Promise<AcquireResult> => claims.acquire(key, owner, { leaseSeconds, workType });
 
   it('grants a first acquire fence 1, attempt 1, leased until now + leaseSeconds on the injected clock', async () => {
     expect(await acquire('k', 'A')).toEqual({
@@ -52,7 +56,12 @@ describe('FakeClaims', () => {
       claim: { fence: 2, attempt: 1, leaseUntil: new Date(START + LEASE * 1000) },
     });
     expect(again).not.toHaveProperty('stolenFrom');
-    expect(claims.inspect('k')).toMatchObject({ state: 'claimed', owner: 'B', fence: 2, attempt: 1 });
+    expect(claims.inspect('k')).toMatchObject({
+      state: 'claimed',
+      owner: 'B',
+      fence: 2,
+      attempt: 1,
+    });
   });
 
   it('keeps a lease through its last millisecond and lets it be stolen once it has lapsed', async () => {
@@ -67,15 +76,28 @@ describe('FakeClaims', () => {
       claim: { fence: 2, attempt: 2, leaseUntil: new Date(t + LEASE * 1000) },
       stolenFrom: 'A',
     });
-    expect(claims.inspect('k')).toMatchObject({ state: 'claimed', owner: 'B', fence: 2, attempt: 2 });
+    expect(claims.inspect('k')).toMatchObject({
+      state: 'claimed',
+      owner: 'B',
+      fence: 2,
+      attempt: 2,
+    });
   });
 
   it('A → B → A: the first fence no longer owns the key and cannot complete it; the new fence can', async () => {
     await acquire('k', 'A');
     t += LEASE * 1000 + 1;
-    expect(await acquire('k', 'B')).toMatchObject({ status: 'acquired', claim: { fence: 2 }, stolenFrom: 'A' });
+    expect(await acquire('k', 'B')).toMatchObject({
+      status: 'acquired',
+      claim: { fence: 2 },
+      stolenFrom: 'A',
+    });
     t += LEASE * 1000 + 1;
-    expect(await acquire('k', 'A')).toMatchObject({ status: 'acquired', claim: { fence: 3, attempt: 3 }, stolenFrom: 'B' });
+    expect(await acquire('k', 'A')).toMatchObject({
+      status: 'acquired',
+      claim: { fence: 3, attempt: 3 },
+      stolenFrom: 'B',
+    });
 
     expect(await claims.owns('k', 'A', 1)).toBe(false);
     expect(await claims.owns('k', 'B', 2)).toBe(false);
@@ -125,7 +147,10 @@ describe('FakeClaims', () => {
     expect(await acquire('other', 'A')).toMatchObject({ status: 'acquired' });
 
     claims.clearBusy('k');
-    expect(await acquire('k', 'A')).toMatchObject({ status: 'acquired', claim: { fence: 1, attempt: 1 } });
+    expect(await acquire('k', 'A')).toMatchObject({
+      status: 'acquired',
+      claim: { fence: 1, attempt: 1 },
+    });
   });
 
   it('renewMany returns only the claims the owner still holds at the given fence, and extends those', async () => {
@@ -172,9 +197,27 @@ describe('FakeClaims', () => {
     t = START + 20_000;
 
     expect(await claims.reclaimExpired(10)).toEqual([
-      { dedupeKey: 'old', ownerNode: 'C', fence: 1, leaseUntil: new Date(START + 5_000), workType: 'type-old' },
-      { dedupeKey: 'mid', ownerNode: 'A', fence: 1, leaseUntil: new Date(START + 7_000), workType: 'type-mid' },
-      { dedupeKey: 'new', ownerNode: 'B', fence: 1, leaseUntil: new Date(START + 9_000), workType: null },
+      {
+        dedupeKey: 'old',
+        ownerNode: 'C',
+        fence: 1,
+        leaseUntil: new Date(START + 5_000),
+        workType: 'type-old',
+      },
+      {
+        dedupeKey: 'mid',
+        ownerNode: 'A',
+        fence: 1,
+        leaseUntil: new Date(START + 7_000),
+        workType: 'type-mid',
+      },
+      {
+        dedupeKey: 'new',
+        ownerNode: 'B',
+        fence: 1,
+        leaseUntil: new Date(START + 9_000),
+        workType: null,
+      },
     ]);
     expect((await claims.reclaimExpired(2)).map((c) => c.dedupeKey)).toEqual(['old', 'mid']);
     expect(await claims.reclaimExpired(0)).toEqual([]);
@@ -189,7 +232,12 @@ describe('FakeClaims', () => {
   it('fail records state failed with the detail, and the next acquire counts the attempt up', async () => {
     await acquire('k', 'A');
     expect(await claims.fail('k', 'A', 'boom', 1)).toBe('ok');
-    expect(claims.inspect('k')).toMatchObject({ state: 'failed', owner: 'A', errorDetail: 'boom', leaseUntil: t });
+    expect(claims.inspect('k')).toMatchObject({
+      state: 'failed',
+      owner: 'A',
+      errorDetail: 'boom',
+      leaseUntil: t,
+    });
     expect(await claims.owns('k', 'A', 1)).toBe(false);
 
     // A failed row is free at once: no lapse needed, and it is not a steal.
@@ -198,7 +246,12 @@ describe('FakeClaims', () => {
       status: 'acquired',
       claim: { fence: 2, attempt: 2, leaseUntil: new Date(t + LEASE * 1000) },
     });
-    expect(claims.inspect('k')).toMatchObject({ state: 'claimed', owner: 'B', errorDetail: null, attempt: 2 });
+    expect(claims.inspect('k')).toMatchObject({
+      state: 'claimed',
+      owner: 'B',
+      errorDetail: null,
+      attempt: 2,
+    });
   });
 
   it('keeps a row’s workType when a later acquire names none', async () => {

@@ -1,4 +1,11 @@
-import type { AcquireOptions, AcquireResult, ClaimWriteResult, ExpiredClaim, HeldClaim, WorkClaimsAdapter } from './work-claims-adapter.interface.js';
+import type {
+  AcquireOptions,
+  AcquireResult,
+  ClaimWriteResult,
+  ExpiredClaim,
+  HeldClaim,
+  WorkClaimsAdapter,
+} from './work-claims-adapter.interface.js';
 
 interface FakeRow {
   state: 'claimed' | 'done' | 'failed';
@@ -44,13 +51,25 @@ export class FakeClaims implements WorkClaimsAdapter {
     return row && { ...row };
   }
 
-  async acquire(key: string, owner: string, { leaseSeconds, workType }: AcquireOptions): Promise<AcquireResult> {
+  async acquire(
+    key: string,
+    owner: string,
+    { leaseSeconds, workType }: AcquireOptions,
+  ): Promise<AcquireResult> {
     if (this.forcedBusy.has(key)) return { status: 'busy' };
     const now = this.now();
     const leaseUntil = now + leaseSeconds * 1000;
     const row = this.rows.get(key);
     if (!row) {
-      const created: FakeRow = { state: 'claimed', owner, leaseUntil, attempt: 1, fence: 1, workType: workType ?? null, errorDetail: null };
+      const created: FakeRow = {
+        state: 'claimed',
+        owner,
+        leaseUntil,
+        attempt: 1,
+        fence: 1,
+        workType: workType ?? null,
+        errorDetail: null,
+      };
       this.rows.set(key, created);
       return granted(created);
     }
@@ -58,12 +77,23 @@ export class FakeClaims implements WorkClaimsAdapter {
     if (live) return { status: 'busy' };
     const stolenFrom = row.state === 'claimed' ? row.owner : undefined;
     row.attempt = row.state === 'done' ? 1 : row.attempt + 1;
-    Object.assign(row, { state: 'claimed', owner, leaseUntil, fence: row.fence + 1, errorDetail: null });
+    Object.assign(row, {
+      state: 'claimed',
+      owner,
+      leaseUntil,
+      fence: row.fence + 1,
+      errorDetail: null,
+    });
     row.workType = workType ?? row.workType;
     return stolenFrom === undefined ? granted(row) : { ...granted(row), stolenFrom };
   }
 
-  async renew(key: string, owner: string, leaseSeconds: number, fence?: number): Promise<ClaimWriteResult> {
+  async renew(
+    key: string,
+    owner: string,
+    leaseSeconds: number,
+    fence?: number,
+  ): Promise<ClaimWriteResult> {
     const row = this.liveRow(key, owner, fence);
     if (!row) return 'not_owner';
     row.leaseUntil = this.now() + leaseSeconds * 1000;
@@ -73,7 +103,8 @@ export class FakeClaims implements WorkClaimsAdapter {
   async renewMany(owner: string, claims: HeldClaim[], leaseSeconds: number): Promise<HeldClaim[]> {
     const kept: HeldClaim[] = [];
     for (const claim of claims) {
-      if ((await this.renew(claim.key, owner, leaseSeconds, claim.fence)) === 'ok') kept.push(claim);
+      if ((await this.renew(claim.key, owner, leaseSeconds, claim.fence)) === 'ok')
+        kept.push(claim);
     }
     return kept;
   }
@@ -93,7 +124,12 @@ export class FakeClaims implements WorkClaimsAdapter {
     return this.finish(key, owner, 'done', null, fence);
   }
 
-  async fail(key: string, owner: string, detail: string, fence?: number): Promise<ClaimWriteResult> {
+  async fail(
+    key: string,
+    owner: string,
+    detail: string,
+    fence?: number,
+  ): Promise<ClaimWriteResult> {
     return this.finish(key, owner, 'failed', detail, fence);
   }
 
@@ -118,12 +154,19 @@ export class FakeClaims implements WorkClaimsAdapter {
 
   private liveRow(key: string, owner: string, fence?: number): FakeRow | undefined {
     const row = this.rows.get(key);
-    if (!row || row.state !== 'claimed' || row.owner !== owner || row.leaseUntil <= this.now()) return undefined;
+    if (!row || row.state !== 'claimed' || row.owner !== owner || row.leaseUntil <= this.now())
+      return undefined;
     if (fence !== undefined && row.fence !== fence) return undefined;
     return row;
   }
 
-  private finish(key: string, owner: string, state: 'done' | 'failed', detail: string | null, fence?: number): ClaimWriteResult {
+  private finish(
+    key: string,
+    owner: string,
+    state: 'done' | 'failed',
+    detail: string | null,
+    fence?: number,
+  ): ClaimWriteResult {
     const row = this.rows.get(key);
     if (!row || row.state !== 'claimed' || row.owner !== owner) return 'not_owner';
     if (fence !== undefined && row.fence !== fence) return 'not_owner';
@@ -133,5 +176,8 @@ export class FakeClaims implements WorkClaimsAdapter {
 }
 
 function granted(row: FakeRow): Extract<AcquireResult, { status: 'acquired' }> {
-  return { status: 'acquired', claim: { fence: row.fence, attempt: row.attempt, leaseUntil: new Date(row.leaseUntil) } };
+  return {
+    status: 'acquired',
+    claim: { fence: row.fence, attempt: row.attempt, leaseUntil: new Date(row.leaseUntil) },
+  };
 }

@@ -1,4 +1,12 @@
-import { finishClaims, finishedState, insertClaims, ownedClaim, ownedClaims, stillTakeable, takeOverClaims } from './claim-sql.js';
+import {
+  finishClaims,
+  finishedState,
+  insertClaims,
+  ownedClaim,
+  ownedClaims,
+  stillTakeable,
+  takeOverClaims,
+} from './claim-sql.js';
 import type { ClaimFragments } from './work-claims-adapter.interface.js';
 
 /**
@@ -12,7 +20,10 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   // The row as this statement sees it decides, exactly as in INSERT_OR_READ + TAKE_OVER: no row
   // means insert (a concurrent first claim makes it busy); a row is taken over only in the state read.
   acquire: ({ key, owner, leaseSeconds, workType, when }) => [
-    ['claim_seen', `SELECT state, owner_node, fence FROM cyclium_work_claims WHERE dedupe_key = ${key}`],
+    [
+      'claim_seen',
+      `SELECT state, owner_node, fence FROM cyclium_work_claims WHERE dedupe_key = ${key}`,
+    ],
     [
       'claim_new',
       insertClaims({
@@ -40,11 +51,22 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
   ],
   finish: ({ key, owner, fence, failure, when }) =>
-    finishClaims({ key, owner, fence, state: finishedState(`${failure}::text`), detail: failure, when, returning: '1' }),
+    finishClaims({
+      key,
+      owner,
+      fence,
+      state: finishedState(`${failure}::text`),
+      detail: failure,
+      when,
+      returning: '1',
+    }),
   // acquire for many keys, each decided on the row as this statement sees it; takeovers lock in
   // key order (a lock re-reads the row, so a taker that lost the race finds no match: busy).
   acquireMany: ({ input, owner, leaseSeconds }) => [
-    ['claim_seen', `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ${input} i ON i.key = c.dedupe_key`],
+    [
+      'claim_seen',
+      `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ${input} i ON i.key = c.dedupe_key`,
+    ],
     [
       'claim_new',
       insertClaims({

@@ -1,5 +1,13 @@
 import { prepared } from '../sql/sql-executor.js';
-import { finishClaims, heldClaim, insertClaims, ownedClaim, renewLeases, stillTakeable, takeOverClaims } from './claim-sql.js';
+import {
+  finishClaims,
+  heldClaim,
+  insertClaims,
+  ownedClaim,
+  renewLeases,
+  stillTakeable,
+  takeOverClaims,
+} from './claim-sql.js';
 
 /** The prepared statements PostgresClaims sends on its own, in the shapes of claim-sql.ts. */
 
@@ -61,7 +69,10 @@ export const TAKE_OVER = prepared(
 /** $4 NULL: whichever generation `owner` holds. */
 export const RENEW = prepared(
   'claims_renew',
-  renewLeases({ leaseSeconds: '$3', where: heldClaim({ key: '$1', owner: '$2', fence: 'coalesce($4::bigint, c.fence)' }) }),
+  renewLeases({
+    leaseSeconds: '$3',
+    where: heldClaim({ key: '$1', owner: '$2', fence: 'coalesce($4::bigint, c.fence)' }),
+  }),
 );
 
 /**
@@ -95,7 +106,16 @@ export const RELEASE_MANY = prepared(
 );
 
 /** $3 the state to finish in, $4 the failure, $5 the fence (NULL: whichever generation `owner` holds). */
-export const FINISH = prepared('claims_finish', finishClaims({ key: '$1', owner: '$2', fence: 'coalesce($5::bigint, c.fence)', state: '$3', detail: '$4' }));
+export const FINISH = prepared(
+  'claims_finish',
+  finishClaims({
+    key: '$1',
+    owner: '$2',
+    fence: 'coalesce($5::bigint, c.fence)',
+    state: '$3',
+    detail: '$4',
+  }),
+);
 
 export const OWNS = prepared('claims_owns', ownedClaim(POSITIONAL, false));
 

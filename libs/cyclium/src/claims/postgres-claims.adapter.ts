@@ -31,9 +31,14 @@ export class PostgresClaims implements WorkClaimsAdapter {
   /** Claims and the host's work share one database, so they can share its transactions. */
   readonly inTransaction: InTransactionClaims = {
     acquire: (client, key, owner, options) => this.acquireOn(client, key, owner, options),
-    proveOwnership: async (client, key, owner, fence) => (await client.query(PROVE_OWNERSHIP([key, owner, fence]))).rowCount === 1,
+    proveOwnership: async (client, key, owner, fence) =>
+      (await client.query(PROVE_OWNERSHIP([key, owner, fence]))).rowCount === 1,
     finish: async (client, key, owner, fence, failure) =>
-      outcome(await client.query(FINISH([key, owner, failure === null ? 'done' : 'failed', failure, fence]))),
+      outcome(
+        await client.query(
+          FINISH([key, owner, failure === null ? 'done' : 'failed', failure, fence]),
+        ),
+      ),
     ownerCte: OWNER_CTE,
     fragments: POSTGRES_CLAIM_FRAGMENTS,
   };
@@ -51,20 +56,36 @@ export class PostgresClaims implements WorkClaimsAdapter {
     return this.acquireOn(this.sql, key, owner, options);
   }
 
-  private async acquireOn(via: SqlExecutor, key: string, owner: string, { leaseSeconds, workType }: AcquireOptions): Promise<AcquireResult> {
-    const { rows } = await via.query<ClaimRow>(INSERT_OR_READ([key, owner, leaseSeconds, workType ?? null]));
+  private async acquireOn(
+    via: SqlExecutor,
+    key: string,
+    owner: string,
+    { leaseSeconds, workType }: AcquireOptions,
+  ): Promise<AcquireResult> {
+    const { rows } = await via.query<ClaimRow>(
+      INSERT_OR_READ([key, owner, leaseSeconds, workType ?? null]),
+    );
     const row = rows[0];
     if (!row) return { status: 'busy' };
     if (row.inserted) return acquired(row);
     // Not re-entrant: a live lease is busy for everyone, its holder included.
     if (row.state === 'claimed' && !row.expired) return { status: 'busy' };
 
-    const taken = await via.query<ClaimRow>(TAKE_OVER([key, owner, leaseSeconds, workType ?? null, row.fence, row.state]));
+    const taken = await via.query<ClaimRow>(
+      TAKE_OVER([key, owner, leaseSeconds, workType ?? null, row.fence, row.state]),
+    );
     if (taken.rowCount !== 1) return { status: 'busy' };
-    return row.state === 'claimed' ? { ...acquired(taken.rows[0]), stolenFrom: row.owner_node } : acquired(taken.rows[0]);
+    return row.state === 'claimed'
+      ? { ...acquired(taken.rows[0]), stolenFrom: row.owner_node }
+      : acquired(taken.rows[0]);
   }
 
-  async renew(key: string, owner: string, leaseSeconds: number, fence?: number): Promise<ClaimWriteResult> {
+  async renew(
+    key: string,
+    owner: string,
+    leaseSeconds: number,
+    fence?: number,
+  ): Promise<ClaimWriteResult> {
     return outcome(await this.renewals.query(RENEW([key, owner, leaseSeconds, fence ?? null])));
   }
 
@@ -85,7 +106,12 @@ export class PostgresClaims implements WorkClaimsAdapter {
     return outcome(await this.sql.query(FINISH([key, owner, 'done', null, fence ?? null])));
   }
 
-  async fail(key: string, owner: string, detail: string, fence?: number): Promise<ClaimWriteResult> {
+  async fail(
+    key: string,
+    owner: string,
+    detail: string,
+    fence?: number,
+  ): Promise<ClaimWriteResult> {
     return outcome(await this.sql.query(FINISH([key, owner, 'failed', detail, fence ?? null])));
   }
 
@@ -111,8 +137,13 @@ export class PostgresClaims implements WorkClaimsAdapter {
   }
 }
 
-function acquired(row: Pick<ClaimRow, 'fence' | 'attempt' | 'lease_until'>): Extract<AcquireResult, { status: 'acquired' }> {
-  return { status: 'acquired', claim: { fence: Number(row.fence), attempt: row.attempt, leaseUntil: row.lease_until } };
+function acquired(
+  row: Pick<ClaimRow, 'fence' | 'attempt' | 'lease_until'>,
+): Extract<AcquireResult, { status: 'acquired' }> {
+  return {
+    status: 'acquired',
+    claim: { fence: Number(row.fence), attempt: row.attempt, leaseUntil: row.lease_until },
+  };
 }
 
 function outcome(result: { rowCount: number | null }): ClaimWriteResult {

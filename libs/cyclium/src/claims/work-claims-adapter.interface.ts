@@ -10,7 +10,9 @@ export interface ClaimGrant {
 
 export type AcquireResult =
   /** `stolenFrom` names the previous holder when this acquire took over a lapsed lease. */
-  { status: 'acquired'; claim: ClaimGrant; stolenFrom?: string } | { status: 'busy' } | { status: 'passthrough' };
+  | { status: 'acquired'; claim: ClaimGrant; stolenFrom?: string }
+  | { status: 'busy' }
+  | { status: 'passthrough' };
 
 export interface AcquireOptions {
   leaseSeconds: number;
@@ -54,9 +56,20 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
  *   `WITH owner AS (<ownerCte>) <write> … FROM owner`, its own parameters starting at `$4`.
  */
 export interface InTransactionClaims {
-  acquire(client: SqlExecutor, key: string, owner: string, options: AcquireOptions): Promise<AcquireResult>;
+  acquire(
+    client: SqlExecutor,
+    key: string,
+    owner: string,
+    options: AcquireOptions,
+  ): Promise<AcquireResult>;
   proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number): Promise<boolean>;
-  finish(client: SqlExecutor, key: string, owner: string, fence: number, failure: string | null): Promise<ClaimWriteResult>;
+  finish(
+    client: SqlExecutor,
+    key: string,
+    owner: string,
+    fence: number,
+    failure: string | null,
+  ): Promise<ClaimWriteResult>;
   readonly ownerCte: string;
   /** The same three, as CTEs the library composes into one statement with its own writes (see ClaimFragments). */
   readonly fragments: ClaimFragments;
@@ -91,9 +104,18 @@ export interface InTransactionClaims {
 export interface ClaimFragments {
   owner(this: void, refs: { key: string; owner: string; fence: string }): string;
   ownerMany?(this: void, refs: { input: string }): string;
-  acquire(this: void, refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string }): Array<[string, string]>;
-  finish(this: void, refs: { key: string; owner: string; fence: string; failure: string; when: string }): string;
-  acquireMany?(this: void, refs: { input: string; owner: string; leaseSeconds: string }): Array<[string, string]>;
+  acquire(
+    this: void,
+    refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string },
+  ): Array<[string, string]>;
+  finish(
+    this: void,
+    refs: { key: string; owner: string; fence: string; failure: string; when: string },
+  ): string;
+  acquireMany?(
+    this: void,
+    refs: { input: string; owner: string; leaseSeconds: string },
+  ): Array<[string, string]>;
   finishMany?(this: void, refs: { input: string }): string;
   finished?(this: void, refs: { key: string; owner: string; fence: string }): string;
 }
@@ -108,7 +130,12 @@ export interface ClaimFragments {
  */
 export interface WorkClaimsAdapter {
   acquire(key: string, owner: string, options: AcquireOptions): Promise<AcquireResult>;
-  renew(key: string, owner: string, leaseSeconds: number, fence?: number): Promise<ClaimWriteResult>;
+  renew(
+    key: string,
+    owner: string,
+    leaseSeconds: number,
+    fence?: number,
+  ): Promise<ClaimWriteResult>;
   complete(key: string, owner: string, fence?: number): Promise<ClaimWriteResult>;
   fail(key: string, owner: string, detail: string, fence?: number): Promise<ClaimWriteResult>;
   /** Owner, fence, state `claimed` and an unexpired lease, all at once. */

@@ -133,8 +133,13 @@ export class NodeRegistry implements OnApplicationBootstrap {
     clearInterval(this.timer);
     this.timer = undefined;
     await this.database.sql
-      .query(`DELETE FROM cyclium_nodes WHERE node_identity = $1 AND (boot_id IS NULL OR boot_id = $2)`, [this.identity.name(), this.identity.bootId])
-      .catch((error: unknown) => this.logger.warn(`could not deregister the node: ${String(error)}`));
+      .query(
+        `DELETE FROM cyclium_nodes WHERE node_identity = $1 AND (boot_id IS NULL OR boot_id = $2)`,
+        [this.identity.name(), this.identity.bootId],
+      )
+      .catch((error: unknown) =>
+        this.logger.warn(`could not deregister the node: ${String(error)}`),
+      );
   }
 
   /**
@@ -157,7 +162,10 @@ export class NodeRegistry implements OnApplicationBootstrap {
       ).rows[0];
     const first = await read();
     if (!first || first.boot_id === this.identity.bootId || first.age_ms >= goneAfterMs) return;
-    const going = () => this.logger.warn(`node identity "${me}" is still registered by a process that is shutting down; taking it over`);
+    const going = () =>
+      this.logger.warn(
+        `node identity "${me}" is still registered by a process that is shutting down; taking it over`,
+      );
     if (first.boot_id === null) return going();
     const until = performance.now() + goneAfterMs - first.age_ms;
     while (performance.now() < until) {
@@ -165,9 +173,12 @@ export class NodeRegistry implements OnApplicationBootstrap {
       const now = await read();
       if (!now) return;
       if (now.boot_id === null) return going();
-      if (now.seen !== first.seen || now.boot_id !== first.boot_id) throw new DuplicateNodeIdentityError(me, now.boot_id);
+      if (now.seen !== first.seen || now.boot_id !== first.boot_id)
+        throw new DuplicateNodeIdentityError(me, now.boot_id);
     }
-    this.logger.log(`node identity "${me}": the previous process (boot id ${first.boot_id}) stopped beating; taking its place`);
+    this.logger.log(
+      `node identity "${me}": the previous process (boot id ${first.boot_id}) stopped beating; taking its place`,
+    );
   }
 
   async register(): Promise<void> {
@@ -260,16 +271,31 @@ export class NodeRegistry implements OnApplicationBootstrap {
    * the older release's (see NOT_HOSTED).
    */
   private expectationsValue(): string {
-    return JSON.stringify({ boot: this.identity.bootId, hosted: this.registry.hostedExpectations() });
+    return JSON.stringify({
+      boot: this.identity.bootId,
+      hosted: this.registry.hostedExpectations(),
+    });
   }
 
   private signatureOf(mode: string): string | null {
     const actors = this.registry.all().map((actor) => actor.id);
-    return this.signatures.sign(this.identity.name(), this.options.stackSlug, this.options.env, mode, actors);
+    return this.signatures.sign(
+      this.identity.name(),
+      this.options.stackSlug,
+      this.options.env,
+      mode,
+      actors,
+    );
   }
 
   private reportTwin(previous: string | null): void {
-    if (this.going || previous === null || previous === this.identity.bootId || previous === this.twinReported) return;
+    if (
+      this.going ||
+      previous === null ||
+      previous === this.identity.bootId ||
+      previous === this.twinReported
+    )
+      return;
     this.twinReported = previous;
     this.logger.error(
       `node identity "${this.identity.name()}" is also beating from another live process (boot id ${previous}): ` +

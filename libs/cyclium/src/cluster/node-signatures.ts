@@ -23,13 +23,23 @@ export class NodeSignatures {
     private readonly logger: Logger,
   ) {}
 
-  sign(identity: string, stack: string | null, env: string | null, mode: string, actors: readonly string[]): string | null {
+  sign(
+    identity: string,
+    stack: string | null,
+    env: string | null,
+    mode: string,
+    actors: readonly string[],
+  ): string | null {
     return this.signer.sign('node', [identity, stack, env, mode, actors]);
   }
 
   /** Whether the peer's row is signed by this deployment (a node with the option); true without it. */
   signs(peer: SignedPeer): boolean {
-    return this.signer.verify('node', [peer.identity, peer.stack, peer.env, peer.mode, peer.actors], peer.signature);
+    return this.signer.verify(
+      'node',
+      [peer.identity, peer.stack, peer.env, peer.mode, peer.actors],
+      peer.signature,
+    );
   }
 
   trusted(peers: SignedPeer[]): SignedPeer[] {
@@ -38,7 +48,9 @@ export class NodeSignatures {
       if (this.signs(peer)) return true;
       if (!this.reported.has(peer.identity)) {
         this.reported.add(peer.identity);
-        this.logger.warn(`ignored node row "${peer.identity}": not signed by this deployment's integrity key (forged, edited, or a node without it)`);
+        this.logger.warn(
+          `ignored node row "${peer.identity}": not signed by this deployment's integrity key (forged, edited, or a node without it)`,
+        );
       }
       return false;
     });

@@ -67,10 +67,13 @@ export class OutputRescue {
       this.outage.succeeded();
       const taken = rows.filter((row) => row.status === 'pending');
       for (const row of rows) {
-        if (row.status === 'failed') this.logger.warn(`output ${row.id} (${row.dedupeKey}, ${row.type}) failed: ${row.error}`);
+        if (row.status === 'failed')
+          this.logger.warn(`output ${row.id} (${row.dedupeKey}, ${row.type}) failed: ${row.error}`);
       }
       if (taken.length > 0) {
-        this.delivery.deliver(taken, sentAt).catch((error: unknown) => this.logger.error(`output delivery: ${String(error)}`));
+        this.delivery
+          .deliver(taken, sentAt)
+          .catch((error: unknown) => this.logger.error(`output delivery: ${String(error)}`));
       }
       // A full page may have left due rows behind: look again once there is room.
       if (rows.length === room) this.passes.request();

@@ -75,7 +75,10 @@ describe('Peers', () => {
 
   it('a hundred rows in the node table stretch no wait past the bounds: size, spacing and rank stay capped', () => {
     const [real] = cluster(['real']);
-    real.update([{ identity: 'real', actors: null }, ...Array.from({ length: 100 }, (_, i) => ({ identity: `forged-${i}`, actors: null }))]);
+    real.update([
+      { identity: 'real', actors: null },
+      ...Array.from({ length: 100 }, (_, i) => ({ identity: `forged-${i}`, actors: null })),
+    ]);
     expect(real.size).toBe(MAX_COUNTED_NODES);
     expect(notifySpacingMs(real.size)).toBe(2_250);
     expect(real.hostsOf('monitor')).toBe(MAX_RANK + 1);
@@ -93,7 +96,10 @@ describe('Peers', () => {
 
   describe('as the bus audience', () => {
     const solo = (beatMs = 15_000) =>
-      new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: 'solo' })), resolveCycliumOptions({ nodeBeatIntervalMs: beatMs }));
+      new Peers(
+        new NodeIdentity(resolveCycliumOptions({ nodeIdentity: 'solo' })),
+        resolveCycliumOptions({ nodeBeatIntervalMs: beatMs }),
+      );
 
     it('is never alone before its first look at the node table', () => {
       expect(solo().alone).toBe(false);

@@ -58,7 +58,10 @@ export class Peers implements BusAudience {
    * Replaces the list (NodeRegistry, at registration and every beat): `peers` take triggers,
    * `listeners` are every live node of the channel, whatever its mode.
    */
-  update(peers: readonly Peer[], listeners: readonly string[] = peers.map((p) => p.identity)): void {
+  update(
+    peers: readonly Peer[],
+    listeners: readonly string[] = peers.map((p) => p.identity),
+  ): void {
     const me = this.identity.name();
     this.others = peers.filter((peer) => peer.identity !== me);
     this.count = Math.min(new Set(this.others.map((p) => p.identity)).size + 1, MAX_COUNTED_NODES);
@@ -70,7 +73,8 @@ export class Peers implements BusAudience {
   get alone(): boolean {
     if (this.otherListeners !== 0) return false;
     const now = performance.now();
-    for (const [identity, at] of this.joiners) if (now - at > this.joinGraceMs) this.joiners.delete(identity);
+    for (const [identity, at] of this.joiners)
+      if (now - at > this.joinGraceMs) this.joiners.delete(identity);
     return this.joiners.size === 0;
   }
 

@@ -23,7 +23,14 @@ export class SweepRecords {
   /** Best effort: a sweep that ran is not undone by a record that could not be written. */
   async record(sweep: SweepRecord): Promise<void> {
     await this.database.sql
-      .query(`UPDATE cyclium_nodes SET last_sweep = $2::jsonb WHERE node_identity = $1`, [this.identity.name(), JSON.stringify(sweep)])
-      .catch((error: unknown) => this.logger.debug(`could not record the last sweep on this node's row: ${errorMessage(error)}`));
+      .query(`UPDATE cyclium_nodes SET last_sweep = $2::jsonb WHERE node_identity = $1`, [
+        this.identity.name(),
+        JSON.stringify(sweep),
+      ])
+      .catch((error: unknown) =>
+        this.logger.debug(
+          `could not record the last sweep on this node's row: ${errorMessage(error)}`,
+        ),
+      );
   }
 }

@@ -1,4 +1,10 @@
-import { Inject, Injectable, Logger, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+} from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import pg from 'pg';
@@ -31,13 +37,17 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
   private readonly startupWait: StartupWait;
 
   /** Queries the host's pool; resolves it on first use. */
-  readonly sql: SqlExecutor = this.named({ query: (...args: unknown[]) => this.bounds.query(this.pool(), args) } as SqlExecutor);
+  readonly sql: SqlExecutor = this.named({
+    query: (...args: unknown[]) => this.bounds.query(this.pool(), args),
+  } as SqlExecutor);
 
   /**
    * Queries a one-connection pool of its own, so a heartbeat never waits behind episode work
    * that has exhausted the host's pool.
    */
-  readonly dedicatedSql: SqlExecutor = this.named({ query: (...args: unknown[]) => this.bounds.query(this.dedicatedPool(), args) } as SqlExecutor);
+  readonly dedicatedSql: SqlExecutor = this.named({
+    query: (...args: unknown[]) => this.bounds.query(this.dedicatedPool(), args),
+  } as SqlExecutor);
 
   constructor(
     private readonly moduleRef: ModuleRef,
@@ -83,11 +93,17 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     try {
       found = this.moduleRef.get<DataSource>(getDataSourceToken(name), { strict: false });
     } catch {
-      const which = name ? `the TypeORM DataSource named "${name}"` : 'the default TypeORM DataSource';
-      throw new CycliumConfigError([`dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in the host app`]);
+      const which = name
+        ? `the TypeORM DataSource named "${name}"`
+        : 'the default TypeORM DataSource';
+      throw new CycliumConfigError([
+        `dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in the host app`,
+      ]);
     }
     if (found.options.type !== 'postgres') {
-      throw new CycliumConfigError([`dataSource: Cyclium needs a PostgreSQL DataSource (got type "${found.options.type}")`]);
+      throw new CycliumConfigError([
+        `dataSource: Cyclium needs a PostgreSQL DataSource (got type "${found.options.type}")`,
+      ]);
     }
     this.resolved = found;
     return found;
@@ -117,7 +133,8 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
       await client.sql.query('COMMIT');
       return result;
     } catch (error) {
-      if (!client.broken) await client.sql.query('ROLLBACK').catch((rollback: Error) => (failed = rollback));
+      if (!client.broken)
+        await client.sql.query('ROLLBACK').catch((rollback: Error) => (failed = rollback));
       throw error;
     } finally {
       client.release(failed);
@@ -130,7 +147,10 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
    * the renewal pool's one connection, or the LISTEN reconnect loop, until the server resumes.
    * Values the host set on its pool win.
    */
-  private ownConnectionBounds(): Pick<pg.ClientConfig, 'connectionTimeoutMillis' | 'query_timeout'> {
+  private ownConnectionBounds(): Pick<
+    pg.ClientConfig,
+    'connectionTimeoutMillis' | 'query_timeout'
+  > {
     const host = this.pool().options;
     return {
       connectionTimeoutMillis: host.connectionTimeoutMillis || this.options.checkoutTimeoutMs,
@@ -142,15 +162,27 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
   private named(executor: SqlExecutor): SqlExecutor {
     const unnamed = unnamedStatements(executor);
     // Read per query: field initialisers run before the options are assigned.
-    return { query: (...args: [never]) => (this.options.preparedStatements ? executor : unnamed).query(...args) };
+    return {
+      query: (...args: [never]) =>
+        (this.options.preparedStatements ? executor : unnamed).query(...args),
+    };
   }
 
   private dedicatedPool(): pg.Pool {
     if (!this.dedicated) {
-      const pool = new pg.Pool({ ...this.pool().options, max: 1, min: 0, ...this.ownConnectionBounds() });
+      const pool = new pg.Pool({
+        ...this.pool().options,
+        max: 1,
+        min: 0,
+        ...this.ownConnectionBounds(),
+      });
       // An idle client's connection can end at any time (a database restart); pg then emits
       // 'error' on the pool, and the pool discards that client itself.
-      pool.on('error', (error) => this.logger.warn(`renewal connection lost: ${errorMessage(error)}; the next renewal opens a new one`));
+      pool.on('error', (error) =>
+        this.logger.warn(
+          `renewal connection lost: ${errorMessage(error)}; the next renewal opens a new one`,
+        ),
+      );
       this.dedicated = pool;
     }
     return this.dedicated;

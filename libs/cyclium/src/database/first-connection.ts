@@ -4,7 +4,13 @@ import type { StartupWait } from './startup-wait.js';
 
 /** The connection settings of `dataSource`, for messages: who connects where, never the password. */
 export function connectionTarget(dataSource: DataSource): string {
-  const options = dataSource.options as { url?: string; host?: string; port?: number; username?: string; database?: string };
+  const options = dataSource.options as {
+    url?: string;
+    host?: string;
+    port?: number;
+    username?: string;
+    database?: string;
+  };
   let user = options.username;
   let host = options.host ?? 'localhost';
   let port = String(options.port ?? 5432);
@@ -23,7 +29,12 @@ export function connectionTarget(dataSource: DataSource): string {
 function urlProblem(dataSource: DataSource): string | undefined {
   const url = (dataSource.options as { url?: unknown }).url;
   if (url === undefined) return undefined;
-  if (typeof url === 'string' && URL.canParse(url) && ['postgres:', 'postgresql:'].includes(new URL(url).protocol)) return undefined;
+  if (
+    typeof url === 'string' &&
+    URL.canParse(url) &&
+    ['postgres:', 'postgresql:'].includes(new URL(url).protocol)
+  )
+    return undefined;
   return 'the DataSource url is not a postgres:// or postgresql:// connection URL';
 }
 

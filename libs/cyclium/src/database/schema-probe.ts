@@ -11,15 +11,27 @@ function columnExists(table: string, column: string): string {
 }
 
 const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string }> = [
-  { migration: 'CycliumSchema1764400000000', missing: 'table cyclium_episodes', holds: `to_regclass('cyclium_episodes') IS NOT NULL` },
+  {
+    migration: 'CycliumSchema1764400000000',
+    missing: 'table cyclium_episodes',
+    holds: `to_regclass('cyclium_episodes') IS NOT NULL`,
+  },
   {
     // The next migration replaces this table with cyclium_events.
     migration: 'CycliumBusPayloads1764400000001',
     missing: 'table cyclium_bus_payloads',
     holds: `(to_regclass('cyclium_bus_payloads') IS NOT NULL OR to_regclass('cyclium_events') IS NOT NULL)`,
   },
-  { migration: 'CycliumEvents1764400000002', missing: 'table cyclium_events', holds: `to_regclass('cyclium_events') IS NOT NULL` },
-  { migration: 'CycliumEpisodeQueue1764400000003', missing: 'index cyclium_episodes_queue', holds: `to_regclass('cyclium_episodes_queue') IS NOT NULL` },
+  {
+    migration: 'CycliumEvents1764400000002',
+    missing: 'table cyclium_events',
+    holds: `to_regclass('cyclium_events') IS NOT NULL`,
+  },
+  {
+    migration: 'CycliumEpisodeQueue1764400000003',
+    missing: 'index cyclium_episodes_queue',
+    holds: `to_regclass('cyclium_episodes_queue') IS NOT NULL`,
+  },
   {
     migration: 'CycliumTriggerOnly1764400000004',
     missing: `the 'deferred' episode status`,
@@ -36,21 +48,41 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'column cyclium_nodes.actors',
     holds: columnExists('cyclium_nodes', 'actors'),
   },
-  { migration: 'CycliumBusPositions1764400000007', missing: 'table cyclium_bus_positions', holds: `to_regclass('cyclium_bus_positions') IS NOT NULL` },
-  { migration: 'CycliumOutputOutbox1764400000008', missing: 'index cyclium_outputs_due', holds: `to_regclass('cyclium_outputs_due') IS NOT NULL` },
+  {
+    migration: 'CycliumBusPositions1764400000007',
+    missing: 'table cyclium_bus_positions',
+    holds: `to_regclass('cyclium_bus_positions') IS NOT NULL`,
+  },
+  {
+    migration: 'CycliumOutputOutbox1764400000008',
+    missing: 'index cyclium_outputs_due',
+    holds: `to_regclass('cyclium_outputs_due') IS NOT NULL`,
+  },
   {
     migration: 'CycliumNodeBootId1764400000009',
     missing: 'column cyclium_nodes.boot_id',
     holds: columnExists('cyclium_nodes', 'boot_id'),
   },
-  { migration: 'CycliumScopedRows1764400000010', missing: 'table cyclium_actor_scopes', holds: `to_regclass('cyclium_actor_scopes') IS NOT NULL` },
+  {
+    migration: 'CycliumScopedRows1764400000010',
+    missing: 'table cyclium_actor_scopes',
+    holds: `to_regclass('cyclium_actor_scopes') IS NOT NULL`,
+  },
   {
     migration: 'CycliumRowSignatures1764400000011',
     missing: 'column cyclium_nodes.signature',
     holds: columnExists('cyclium_nodes', 'signature'),
   },
-  { migration: 'CycliumOperatorReads1764400000012', missing: 'index cyclium_episodes_finished', holds: `to_regclass('cyclium_episodes_finished') IS NOT NULL` },
-  { migration: 'CycliumRetention1764400000013', missing: 'index cyclium_episodes_archived', holds: `to_regclass('cyclium_episodes_archived') IS NOT NULL` },
+  {
+    migration: 'CycliumOperatorReads1764400000012',
+    missing: 'index cyclium_episodes_finished',
+    holds: `to_regclass('cyclium_episodes_finished') IS NOT NULL`,
+  },
+  {
+    migration: 'CycliumRetention1764400000013',
+    missing: 'index cyclium_episodes_archived',
+    holds: `to_regclass('cyclium_episodes_archived') IS NOT NULL`,
+  },
   {
     migration: 'CycliumRetries1764400000014',
     missing: 'column cyclium_episodes.retries',
@@ -81,8 +113,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;
 
 /** The first Cyclium migration this database has not had, or undefined when it has them all. */
-export async function firstMissingMigration(sql: SqlExecutor): Promise<{ migration: string; missing: string } | undefined> {
+export async function firstMissingMigration(
+  sql: SqlExecutor,
+): Promise<{ migration: string; missing: string } | undefined> {
   const { rows } = await sql.query<{ holds: boolean[] }>(STATEMENT);
   const index = rows[0].holds.indexOf(false);
-  return index === -1 ? undefined : { migration: PROBES[index].migration, missing: PROBES[index].missing };
+  return index === -1
+    ? undefined
+    : { migration: PROBES[index].migration, missing: PROBES[index].missing };
 }

@@ -23,7 +23,9 @@ export function startupProblem(error: unknown): string | undefined {
   if (code !== undefined && REFUSED.has(code)) return errorMessage(error);
   if (code === 'ENOTFOUND') {
     const host = (error as { hostname?: unknown }).hostname;
-    return typeof host === 'string' ? `database host "${host}" not found` : 'database host not found';
+    return typeof host === 'string'
+      ? `database host "${host}" not found`
+      : 'database host not found';
   }
   if (code === 'ERR_INVALID_URL') return 'the connection URL does not parse';
   return undefined;

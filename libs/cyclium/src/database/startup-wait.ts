@@ -56,7 +56,10 @@ export class StartupWait {
         const cause = errorMessage(error);
         if (left <= 0) {
           const gaveUp = `gave up after waiting ${seconds(waited)} (startupWaitMs ${this.waitMs})`;
-          throw new CycliumStartupError(`${what}: the database is not available (${cause}); ${gaveUp}`, error);
+          throw new CycliumStartupError(
+            `${what}: the database is not available (${cause}); ${gaveUp}`,
+            error,
+          );
         }
         const next = Math.min(pauseMs, left);
         const until = new Date(Date.now() + left).toISOString();

@@ -88,7 +88,9 @@ describe('StatementBounds', () => {
     const checkedOut = await bounds.checkout(poolOf(async () => client));
     client.emit('error', new Error('Connection terminated unexpectedly'));
     checkedOut.release();
-    expect(client.released).toEqual([expect.objectContaining({ message: 'Connection terminated unexpectedly' })]);
+    expect(client.released).toEqual([
+      expect.objectContaining({ message: 'Connection terminated unexpectedly' }),
+    ]);
     expect(client.listenerCount('error')).toBe(0);
   });
 });

@@ -50,7 +50,9 @@ export class StatementBounds {
     if (pool.idleCount > pool.waitingCount) return this.bound(await pool.connect());
     const connecting = pool.connect();
     let timer: NodeJS.Timeout | undefined;
-    const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), checkoutTimeoutMs)));
+    const timedOut = new Promise<'timeout'>(
+      (resolve) => (timer = setTimeout(() => resolve('timeout'), checkoutTimeoutMs)),
+    );
     let client: pg.PoolClient | 'timeout';
     try {
       client = await Promise.race([connecting, timedOut]);
@@ -78,7 +80,11 @@ export class StatementBounds {
     client.on('error', onError);
     const sql: SqlExecutor = {
       query: async (...args: unknown[]) => {
-        if (broken) throw new DatabaseUnavailableError('cyclium: the connection broke earlier in this unit of work', broken);
+        if (broken)
+          throw new DatabaseUnavailableError(
+            'cyclium: the connection broke earlier in this unit of work',
+            broken,
+          );
         try {
           return await client.query(withTimeout(args, queryTimeoutMs));
         } catch (error) {
@@ -88,7 +94,10 @@ export class StatementBounds {
           broken ??= error;
           throw new DatabaseTimeoutError(
             'cyclium: no answer from the database within queryTimeoutMs',
-            new Error(`no answer within ${queryTimeoutMs} ms; whether the statement took effect is unknown`, { cause: error }),
+            new Error(
+              `no answer within ${queryTimeoutMs} ms; whether the statement took effect is unknown`,
+              { cause: error },
+            ),
           );
         }
       },
@@ -109,6 +118,9 @@ export class StatementBounds {
 /** The statement as a QueryConfig carrying pg's client-side `query_timeout`. */
 function withTimeout(args: unknown[], queryTimeoutMs: number): pg.QueryConfig {
   const [first, values] = args;
-  const config: pg.QueryConfig = typeof first === 'string' ? { text: first, values: values as unknown[] | undefined } : { ...(first as pg.QueryConfig) };
+  const config: pg.QueryConfig =
+    typeof first === 'string'
+      ? { text: first, values: values as unknown[] | undefined }
+      : { ...(first as pg.QueryConfig) };
   return Object.assign(config, { query_timeout: queryTimeoutMs });
 }

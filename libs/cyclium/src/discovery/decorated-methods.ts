@@ -15,12 +15,18 @@ export function decoratedMethods<T>(
   instance: object,
 ): Array<DecoratedMethod<T>> {
   const found: Array<DecoratedMethod<T>> = [];
-  for (const methodName of scanner.getAllMethodNames(Object.getPrototypeOf(instance) as object | null)) {
+  for (const methodName of scanner.getAllMethodNames(
+    Object.getPrototypeOf(instance) as object | null,
+  )) {
     const method = (instance as Record<string, unknown>)[methodName];
     if (typeof method !== 'function') continue;
     const options = reflector.get(decorator, method) as T | undefined;
     if (!options) continue;
-    found.push({ methodName, options, call: async (argument) => (method as (a: unknown) => unknown).call(instance, argument) });
+    found.push({
+      methodName,
+      options,
+      call: async (argument) => (method as (a: unknown) => unknown).call(instance, argument),
+    });
   }
   return found;
 }

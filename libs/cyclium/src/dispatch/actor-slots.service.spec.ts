@@ -22,7 +22,11 @@ import { ActorSlots } from './actor-slots.service.js';
  */
 function slotsWithManualQueue(max = 1, queuedBegins: Partial<QueuedBegins> = { available: false }) {
   const options = resolveCycliumOptions({ nodeIdentity: 'slots' });
-  const actor = { id: 'a', options: { maxConcurrentEpisodes: max, overflow: 'queue' }, expectations: new Map() } as unknown as RegisteredActor;
+  const actor = {
+    id: 'a',
+    options: { maxConcurrentEpisodes: max, overflow: 'queue' },
+    expectations: new Map(),
+  } as unknown as RegisteredActor;
   const dequeues: Array<(result: BeginResult) => void> = [];
   const takes: Array<(result: BeginResult) => void> = [];
   const runs: Array<() => void> = [];
@@ -53,13 +57,24 @@ function slotsWithManualQueue(max = 1, queuedBegins: Partial<QueuedBegins> = { a
   return { slots, dequeues, takes, runs, returns, begins };
 }
 
-const started = (id: string): BeginResult => ({ status: 'started', episode: { id } as EpisodeRow, grant: {} as AcquireResult });
+const started = (id: string): BeginResult => ({
+  status: 'started',
+  episode: { id } as EpisodeRow,
+  grant: {} as AcquireResult,
+});
 const expectation = { actorId: 'a', id: 'x', options: {} } as unknown as RegisteredExpectation;
-const busEvent = (onWait?: () => void) => ({ dedupeKey: null, sourceStack: null, sourceEnv: null, waitForSlot: true, onWait });
+const busEvent = (onWait?: () => void) => ({
+  dedupeKey: null,
+  sourceStack: null,
+  sourceEnv: null,
+  waitForSlot: true,
+  onWait,
+});
 
 /** Lets pending promise callbacks run, a bounded number of event-loop turns at most. */
 async function settles(condition: () => boolean): Promise<boolean> {
-  for (let turn = 0; turn < 50 && !condition(); turn++) await new Promise((resolve) => setImmediate(resolve));
+  for (let turn = 0; turn < 50 && !condition(); turn++)
+    await new Promise((resolve) => setImmediate(resolve));
   return condition();
 }
 
@@ -76,7 +91,9 @@ describe('ActorSlots queue', () => {
   });
 
   it('looks again by itself when the oldest queued row has a claim held elsewhere', async () => {
-    jest.useFakeTimers({ doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask', 'Date', 'performance'] });
+    jest.useFakeTimers({
+      doNotFake: ['setImmediate', 'nextTick', 'queueMicrotask', 'Date', 'performance'],
+    });
     try {
       const { slots, dequeues } = slotsWithManualQueue();
       slots.noteQueued('a');
@@ -178,7 +195,10 @@ describe('ActorSlots bus events waiting in memory', () => {
     const first = slots.dispatch(expectation, trigger, busEvent());
     begins[0]?.(started('e1'));
     await first;
-    const waiting = [slots.dispatch(expectation, trigger, busEvent()), slots.dispatch(expectation, trigger, busEvent())];
+    const waiting = [
+      slots.dispatch(expectation, trigger, busEvent()),
+      slots.dispatch(expectation, trigger, busEvent()),
+    ];
     slots.stopAccepting();
     expect(await Promise.all(waiting)).toEqual([{ status: 'busy' }, { status: 'busy' }]);
     expect(begins).toHaveLength(1);
@@ -188,8 +208,13 @@ describe('ActorSlots bus events waiting in memory', () => {
 describe('ActorSlots taking queued rows together', () => {
   it('takes one row per free slot but one in one statement, and leaves that slot to other starters meanwhile', async () => {
     let answer!: (rows: never) => void;
-    const take = jest.fn<QueuedBegins['take']>(() => new Promise<never>((resolve) => (answer = resolve)));
-    const { slots, runs, dequeues } = slotsWithManualQueue(4, { available: true, take: take as QueuedBegins['take'] });
+    const take = jest.fn<QueuedBegins['take']>(
+      () => new Promise<never>((resolve) => (answer = resolve)),
+    );
+    const { slots, runs, dequeues } = slotsWithManualQueue(4, {
+      available: true,
+      take: take as QueuedBegins['take'],
+    });
     slots.noteQueued('a');
     expect(take).toHaveBeenCalledWith('a', [], 3, 'own');
     // While the take is in flight, a deferred episode the poller found can still start.
@@ -208,7 +233,11 @@ describe('ActorSlots telling who listens that a slot freed', () => {
     const { slots, runs } = slotsWithManualQueue(2);
     const freed: string[] = [];
     slots.onSlotFreed((actorId) => freed.push(actorId));
-    const begun = { episode: { id: 'd1' } as EpisodeRow, grant: {} as AcquireResult, resumed: false };
+    const begun = {
+      episode: { id: 'd1' } as EpisodeRow,
+      grant: {} as AcquireResult,
+      resumed: false,
+    };
     const start = () => Promise.resolve(begun);
     expect(slots.runStarted('a', start)).toBe(true);
     expect(slots.runStarted('a', () => Promise.resolve(null))).toBe(true);

@@ -66,7 +66,17 @@ export class ActorSlots implements OnApplicationBootstrap {
       starting: (start) => this.tracker.starting(start),
       launch: (actor, episode, grant, run) => this.launch(actor, episode, grant, run),
     };
-    this.queuePump = new QueuePump(runner, store, queue, queuedBegins, identity, events, mode, runs, this.logger);
+    this.queuePump = new QueuePump(
+      runner,
+      store,
+      queue,
+      queuedBegins,
+      identity,
+      events,
+      mode,
+      runs,
+      this.logger,
+    );
     this.handover = new RestartHandover(registry, claims, runner, runs, this.logger);
     this.waitingTriggers = new WaitingTriggers(runner, runs);
   }
@@ -76,9 +86,14 @@ export class ActorSlots implements OnApplicationBootstrap {
   }
 
   /** Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit. */
-  async dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<SlotResult> {
+  async dispatch(
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    options: DispatchOptions,
+  ): Promise<SlotResult> {
     const actor = this.registry.get(expectation.actorId);
-    if (!actor) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
+    if (!actor)
+      throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
     // Draining: every other node received the same trigger; a manual caller hears busy.
     if (!this.tracker.open) return { status: 'busy' };
     const spec: Omit<NewEpisode, 'status'> = {
@@ -94,19 +109,27 @@ export class ActorSlots implements OnApplicationBootstrap {
     };
     const slots = this.slotsOf(actor.id);
     if (slots.running >= actor.options.maxConcurrentEpisodes) {
-      const waited = options.waitForSlot && actor.options.overflow === 'queue' ? this.waitingTriggers.wait(actor, spec) : null;
+      const waited =
+        options.waitForSlot && actor.options.overflow === 'queue'
+          ? this.waitingTriggers.wait(actor, spec)
+          : null;
       if (!waited) return this.queuePump.enqueue(actor, spec);
       options.onWait?.(waited.withdraw);
       return waited.result;
     }
     slots.running++;
-    const begun = await this.tracker.starting(this.runner.begin({ ...spec, status: 'running' })).catch((error: unknown) => {
-      this.release(actor);
-      throw error;
-    });
+    const begun = await this.tracker
+      .starting(this.runner.begin({ ...spec, status: 'running' }))
+      .catch((error: unknown) => {
+        this.release(actor);
+        throw error;
+      });
     if (begun.status !== 'started') {
       // Expected under load and on every duplicate trigger: never above debug.
-      const why = begun.status === 'busy' ? 'its claim has a live holder' : 'an episode with this dedupe key exists';
+      const why =
+        begun.status === 'busy'
+          ? 'its claim has a live holder'
+          : 'an episode with this dedupe key exists';
       this.logger.debug(`not started ${actor.id} (${options.dedupeKey}): ${why}`);
       this.release(actor);
       return begun;
@@ -176,14 +199,18 @@ export class ActorSlots implements OnApplicationBootstrap {
    * Runs an episode that `start` begins (a deferred one a full node took) in one of the actor's
    * slots, reserved first; false when none is free. The start counts for the drain like any other.
    */
-  runStarted(actorId: string, start: () => Promise<{ episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null>): boolean {
+  runStarted(
+    actorId: string,
+    start: () => Promise<{ episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null>,
+  ): boolean {
     const actor = this.registry.get(actorId);
     if (!actor || this.free(actorId) < 1) return false;
     this.slotsOf(actorId).running++;
     void this.tracker.starting(start()).then(
       (begun) => {
         // Launched even when the drain began meanwhile: it waits for this start, then stamps the run.
-        if (begun) return this.launch(actor, begun.episode, begun.grant, { resumed: begun.resumed });
+        if (begun)
+          return this.launch(actor, begun.episode, begun.grant, { resumed: begun.resumed });
         this.release(actor);
       },
       (error: unknown) => {
@@ -226,14 +253,26 @@ export class ActorSlots implements OnApplicationBootstrap {
   }
 
   /** The slot frees when the method returns (or, failing before it runs, when the run ends): the next begin overlaps this end. */
-  private launch(actor: RegisteredActor, episode: EpisodeRow, grant: AcquireResult, run: RunOptions = { resumed: false }): void {
+  private launch(
+    actor: RegisteredActor,
+    episode: EpisodeRow,
+    grant: AcquireResult,
+    run: RunOptions = { resumed: false },
+  ): void {
     let held = true;
     const free = () => {
       if (!held) return;
       held = false;
       this.release(actor);
     };
-    this.tracker.running(this.runner.run(episode, actor.expectations.get(episode.expectationId), grant, { ...run, returned: free }).finally(free));
+    this.tracker.running(
+      this.runner
+        .run(episode, actor.expectations.get(episode.expectationId), grant, {
+          ...run,
+          returned: free,
+        })
+        .finally(free),
+    );
   }
 
   private release(actor: RegisteredActor): void {
@@ -255,7 +294,10 @@ export class ActorSlots implements OnApplicationBootstrap {
       slots.running++;
       void this.handover.start(actor, waiting);
     }
-    while (slots.running < actor.options.maxConcurrentEpisodes && this.waitingTriggers.startNext(actor));
+    while (
+      slots.running < actor.options.maxConcurrentEpisodes &&
+      this.waitingTriggers.startNext(actor)
+    );
     if (slots.running < actor.options.maxConcurrentEpisodes) this.queuePump.take(actor);
   }
 

@@ -20,7 +20,9 @@ import { TriggerRequests } from './trigger-requests.service.js';
 /** Tells full nodes a request is waiting, so they need not wait for their next poll. */
 export const REQUEST_WAKE_EVENT = 'cyclium.trigger_requests.pending';
 
-export type DeferResult = { status: 'deferred'; episode: EpisodeRow; requestId: string; notBefore: Date | null } | { status: 'duplicate' };
+export type DeferResult =
+  | { status: 'deferred'; episode: EpisodeRow; requestId: string; notBefore: Date | null }
+  | { status: 'duplicate' };
 
 /** Past this, a run for later waits for the pollers alone: no timer is kept for it here. */
 const DUE_TIMER_MAX_MS = 3_600_000;
@@ -61,8 +63,13 @@ export class DeferredRunner {
    * Defers even while this node drains: nothing runs here, a full node takes the request, and a
    * draining node hands what it still holds to the cluster this way (Dispatcher.handOver).
    */
-  async defer(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DeferResult> {
-    if (!this.registry.get(expectation.actorId)) throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
+  async defer(
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    options: DispatchOptions,
+  ): Promise<DeferResult> {
+    if (!this.registry.get(expectation.actorId))
+      throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
     const spec: NewEpisode = {
       actorId: expectation.actorId,
       expectationId: expectation.id,
@@ -82,7 +89,8 @@ export class DeferredRunner {
     wake.announce();
     const episode = toEpisode(row);
     const requestId = row.request_id as string;
-    const notBefore = row.request_not_before === null ? null : new Date(row.request_not_before as string | Date);
+    const notBefore =
+      row.request_not_before === null ? null : new Date(row.request_not_before as string | Date);
     if (options.delay) this.wakeWhenDue(options.delay);
     this.telemetry.emit('trigger_requests.deferred', { requestId, episodeId: episode.id });
     return { status: 'deferred', episode, requestId, notBefore };
@@ -107,14 +115,23 @@ export class DeferredRunner {
    * workflow step): false when the dedupe index refused it. The wake-up is written with it; call
    * the returned announce after commit. `delayMs` keeps full nodes from taking it that long.
    */
-  async deferWithin(client: SqlExecutor, id: string, spec: NewEpisode, delayMs: number): Promise<{ inserted: boolean; announce: Announce }> {
+  async deferWithin(
+    client: SqlExecutor,
+    id: string,
+    spec: NewEpisode,
+    delayMs: number,
+  ): Promise<{ inserted: boolean; announce: Announce }> {
     const { statement, wake } = this.deferStatement(id, spec, delayMs > 0 ? { ms: delayMs } : null);
     const { rows } = await client.query(statement);
     return { inserted: (rows[0] as { id: string | null }).id !== null, announce: wake.announce };
   }
 
   /** Episode `id` (deferred), its request and the wake-up: one statement, all or none. */
-  private deferStatement(id: string, spec: NewEpisode, delay: TriggerDelay | null): { statement: QueryConfig; wake: { announce: Announce } } {
+  private deferStatement(
+    id: string,
+    spec: NewEpisode,
+    delay: TriggerDelay | null,
+  ): { statement: QueryConfig; wake: { announce: Announce } } {
     const me = this.identity.name();
     const statement = new Statement('defer');
     statement.with('ep', this.store.insertFragment(statement, id, spec, 'deferred'));
@@ -136,7 +153,11 @@ export class DeferredRunner {
         'ep',
       ),
     );
-    const wake = this.events.fragment(statement, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }], 'EXISTS (SELECT 1 FROM req)');
+    const wake = this.events.fragment(
+      statement,
+      [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }],
+      'EXISTS (SELECT 1 FROM req)',
+    );
     if (wake.body) statement.with('wake', wake.body);
     return {
       statement: statement.build(

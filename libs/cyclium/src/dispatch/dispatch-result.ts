@@ -8,10 +8,14 @@ import type { TriggerDelay } from '../episodes/trigger-input.js';
  * duplicate of a live episode, busy (another node holds it, or this node is draining), or nothing
  * at all because the node (or the actor) is disabled.
  */
-export type DispatchResult = SlotResult | { status: 'deferred'; episode: EpisodeRow; requestId: string; notBefore: Date | null } | { status: 'disabled' };
+export type DispatchResult =
+  | SlotResult
+  | { status: 'deferred'; episode: EpisodeRow; requestId: string; notBefore: Date | null }
+  | { status: 'disabled' };
 
 /** What the slots did with a trigger this node runs itself. */
-export type SlotResult = { status: 'started'; episode: EpisodeRow } | QueueResult | { status: 'busy' };
+export type SlotResult =
+  { status: 'started'; episode: EpisodeRow } | QueueResult | { status: 'busy' };
 
 export interface DispatchOptions {
   dedupeKey: string | null;

@@ -12,9 +12,16 @@ import { Mode } from './mode.service.js';
 describe('Dispatcher.offered', () => {
   it('lets the slots take a queued row from a peer only where the actor runs', () => {
     const options = resolveCycliumOptions({ nodeIdentity: 'n' });
-    const mode = new Mode(options, new NodeIdentity(options), { declares: () => true, get: () => ({ id: 'a' }) } as unknown as ActorRegistry);
+    const mode = new Mode(options, new NodeIdentity(options), {
+      declares: () => true,
+      get: () => ({ id: 'a' }),
+    } as unknown as ActorRegistry);
     const noteOffered = jest.fn();
-    const dispatcher = new Dispatcher(mode, { noteOffered } as unknown as ActorSlots, {} as DeferredRunner);
+    const dispatcher = new Dispatcher(
+      mode,
+      { noteOffered } as unknown as ActorSlots,
+      {} as DeferredRunner,
+    );
     dispatcher.offered('a');
     expect(noteOffered).toHaveBeenCalledWith('a');
     for (const other of ['trigger_only', 'disabled'] as const) {
@@ -32,9 +39,21 @@ describe('Dispatcher.handOver', () => {
   const base: DispatchOptions = { dedupeKey: 'k', sourceStack: null, sourceEnv: null };
   const handedOver = (delayMs: number | undefined, dispatch: Partial<DispatchOptions> = {}) => {
     const defer = jest.fn(() => Promise.resolve({ status: 'duplicate' }));
-    const dispatcher = new Dispatcher(mode, {} as ActorSlots, { defer } as unknown as DeferredRunner);
-    const expectation = { actorId: 'a', id: 'e', options: { delayMs } } as unknown as RegisteredExpectation;
-    void dispatcher.handOver(expectation, { type: 'manual', payload: {} }, { ...base, ...dispatch });
+    const dispatcher = new Dispatcher(
+      mode,
+      {} as ActorSlots,
+      { defer } as unknown as DeferredRunner,
+    );
+    const expectation = {
+      actorId: 'a',
+      id: 'e',
+      options: { delayMs },
+    } as unknown as RegisteredExpectation;
+    void dispatcher.handOver(
+      expectation,
+      { type: 'manual', payload: {} },
+      { ...base, ...dispatch },
+    );
     return (defer.mock.calls[0] as unknown as [unknown, unknown, DispatchOptions])[2].delay;
   };
 

@@ -23,7 +23,11 @@ export class Dispatcher {
     private readonly deferred: DeferredRunner,
   ) {}
 
-  dispatch(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
+  dispatch(
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    options: DispatchOptions,
+  ): Promise<DispatchResult> {
     const mode = this.mode.of(expectation.actorId);
     if (mode === 'disabled') return Promise.resolve({ status: 'disabled' });
     const delay = this.delayOf(expectation, options);
@@ -51,13 +55,20 @@ export class Dispatcher {
    * request, due when the trigger would have been run here (its delay, or its expectation's, kept).
    * Accepted work: due at once when not later, so it never expires, however long the cluster is down.
    */
-  handOver(expectation: RegisteredExpectation, trigger: EpisodeTrigger, options: DispatchOptions): Promise<DispatchResult> {
+  handOver(
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    options: DispatchOptions,
+  ): Promise<DispatchResult> {
     const delay = this.delayOf(expectation, options) ?? { ms: 0 };
     return this.deferred.defer(expectation, trigger, { ...options, delay });
   }
 
   /** The delay the trigger asked for (null: none), else its expectation's `delayMs`; null to run now. */
-  private delayOf(expectation: RegisteredExpectation, options: DispatchOptions): TriggerDelay | null {
+  private delayOf(
+    expectation: RegisteredExpectation,
+    options: DispatchOptions,
+  ): TriggerDelay | null {
     if (options.delay !== undefined) return options.delay;
     const delayMs = expectation.options.delayMs;
     return delayMs ? { ms: delayMs } : null;

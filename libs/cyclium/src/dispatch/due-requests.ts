@@ -1,5 +1,9 @@
 import { sameEnv, sameEnvIndexed, stackFilter } from '../scope/scope-predicates.js';
-import { hostedParam, hostsExpectation, type HostedExpectations } from '../sql/hosted-expectations.js';
+import {
+  hostedParam,
+  hostsExpectation,
+  type HostedExpectations,
+} from '../sql/hosted-expectations.js';
 
 type QueryText = { text: string; values: unknown[] };
 
@@ -74,7 +78,11 @@ export function expirable(ttl: string, judge: Judge): string {
  * now that is past its TTL is skipped (it only expires, however soon the expiry runs); the expiry
  * clears those within a minute, so they are few.
  */
-export function pendingStatement(filter: RequestFilter, ttlMs: number, goneAfterMs: number): QueryText {
+export function pendingStatement(
+  filter: RequestFilter,
+  ttlMs: number,
+  goneAfterMs: number,
+): QueryText {
   return {
     text: `SELECT * FROM cyclium_trigger_requests
         WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$1', filter.env)}
@@ -84,6 +92,14 @@ export function pendingStatement(filter: RequestFilter, ttlMs: number, goneAfter
           AND ${takeable('$5', { env: '$1::text', goneAfter: '$6', me: '$7' })}
         ORDER BY coalesce(not_before, inserted_at), id
         LIMIT $4`,
-    values: [filter.env, filter.stack, hostedParam(filter.hosted), filter.limit, ttlMs, goneAfterMs, filter.me],
+    values: [
+      filter.env,
+      filter.stack,
+      hostedParam(filter.hosted),
+      filter.limit,
+      ttlMs,
+      goneAfterMs,
+      filter.me,
+    ],
   };
 }

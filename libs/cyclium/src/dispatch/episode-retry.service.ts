@@ -57,7 +57,8 @@ export class EpisodeRetry {
     if (!old) return { status: 'not_found' };
     if (!RETRYABLE.has(old.status)) return { status: 'not_failed', current: old.status };
     // A row that does not verify (the `integrity` option) is not re-signed into a run.
-    if (old.errorClass === 'tampered' || !this.signatures.accepts(old)) return { status: 'tampered' };
+    if (old.errorClass === 'tampered' || !this.signatures.accepts(old))
+      return { status: 'tampered' };
     const expectation = this.registry.expectation(old.actorId, old.expectationId);
     if (!expectation) return { status: 'not_hosted' };
     if (old.status === 'failed' && !old.archivedAt) {
@@ -65,7 +66,9 @@ export class EpisodeRetry {
       if (resumed) {
         // Every full node's poller hears it now rather than at its next poll.
         this.events.announce(REQUEST_WAKE_EVENT, { node: this.identity.name() });
-        this.logger.log(`${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its journal: retried by an operator`);
+        this.logger.log(
+          `${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its journal: retried by an operator`,
+        );
         return { status: 'resumed', episode: resumed };
       }
       const now = await this.store.get(id);
@@ -76,12 +79,19 @@ export class EpisodeRetry {
     return this.runAgain(old, expectation);
   }
 
-  private async runAgain(old: EpisodeRow, expectation: RegisteredExpectation): Promise<RetryResult> {
+  private async runAgain(
+    old: EpisodeRow,
+    expectation: RegisteredExpectation,
+  ): Promise<RetryResult> {
     const base = old.dedupeKey ?? `retry-of:${old.id}`;
     const trigger = old.triggerRef as unknown as EpisodeTrigger;
     for (let n = 1; n <= MAX_RETRIES; n++) {
       const dedupeKey = `${base}:retry:${n}`;
-      const dispatch = await this.dispatcher.dispatch(expectation, trigger, { dedupeKey, sourceStack: old.sourceStack, sourceEnv: old.sourceEnv });
+      const dispatch = await this.dispatcher.dispatch(expectation, trigger, {
+        dedupeKey,
+        sourceStack: old.sourceStack,
+        sourceEnv: old.sourceEnv,
+      });
       if (dispatch.status === 'duplicate') continue;
       if (dispatch.status === 'disabled') return { status: 'disabled' };
       return { status: 'retried', dedupeKey, dispatch };

@@ -11,7 +11,11 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { scopeKey } from '../scope/scope-key.js';
 import type { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { EPISODE_STATUSES, type EpisodeStatus } from '../entities/episode.entity.js';
-import type { EpisodeRow, EpisodeTrigger, RetryPolicy } from '../episodes/episode-context.interface.js';
+import type {
+  EpisodeRow,
+  EpisodeTrigger,
+  RetryPolicy,
+} from '../episodes/episode-context.interface.js';
 import { CANCEL_EVENT } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
@@ -86,7 +90,8 @@ export type CancelResult = 'canceled' | 'requested' | 'finished' | 'not_found';
 /** What `Episodes.archive` did: archived it now, found it archived already, found it still live (queued, running, …), or found no such episode. */
 export type ArchiveResult = 'archived' | 'already_archived' | 'live' | 'not_found';
 
-const pick = <T>(explicit: T | undefined, fallback: T): T => (explicit === undefined ? fallback : explicit);
+const pick = <T>(explicit: T | undefined, fallback: T): T =>
+  explicit === undefined ? fallback : explicit;
 
 /** Episodes for hosts and UIs: start one, read them, cancel one from any node. */
 @Injectable()
@@ -109,9 +114,17 @@ export class Episodes {
    * request's id). With `delayMs` or `runAt` (or the expectation's `delayMs`) it is deferred in any
    * mode, `notBefore` its due time. A disabled node (or actor) refuses.
    */
-  async trigger<P>(actorId: string, expectationId: string, payload: P, options: TriggerOptions = {}): Promise<DispatchResult> {
+  async trigger<P>(
+    actorId: string,
+    expectationId: string,
+    payload: P,
+    options: TriggerOptions = {},
+  ): Promise<DispatchResult> {
     const expectation = this.registry.expectation(actorId, expectationId);
-    if (!expectation) throw new ActorDefinitionError(`no actor ${actorId} with expectation ${expectationId} on this node`);
+    if (!expectation)
+      throw new ActorDefinitionError(
+        `no actor ${actorId} with expectation ${expectationId} on this node`,
+      );
     const what = `trigger ${actorId}.${expectationId}`;
     checkTriggerInput(what, payload, options.dedupeKey);
     const delay = triggerDelay(what, options);
@@ -127,7 +140,10 @@ export class Episodes {
         delay,
       },
     );
-    if (result.status === 'disabled') throw new ActorDefinitionError(`${actorId} is disabled on this node (mode disabled): nothing runs or is deferred here`);
+    if (result.status === 'disabled')
+      throw new ActorDefinitionError(
+        `${actorId} is disabled on this node (mode disabled): nothing runs or is deferred here`,
+      );
     return result;
   }
 
@@ -137,7 +153,11 @@ export class Episodes {
    */
   async create(params: CreateEpisode): Promise<EpisodeRow> {
     const status = params.status ?? 'running';
-    checkTriggerInput(`create ${params.actorId}.${params.expectationId}`, params.payload, params.dedupeKey);
+    checkTriggerInput(
+      `create ${params.actorId}.${params.expectationId}`,
+      params.payload,
+      params.dedupeKey,
+    );
     return this.store.seed({
       actorId: params.actorId,
       expectationId: params.expectationId,
@@ -163,12 +183,21 @@ export class Episodes {
    * have, or a cursor this method did not hand out, fails with InvalidListQueryError (an empty
    * cursor means the first page).
    */
-  async list(query: ListEpisodes = {}): Promise<{ items: EpisodeRow[]; nextCursor: string | null }> {
-    if (query.status !== undefined && !(EPISODE_STATUSES as readonly string[]).includes(query.status)) {
-      throw new InvalidListQueryError(`episodes: status must be one of ${EPISODE_STATUSES.join(', ')} (got ${JSON.stringify(query.status)})`);
+  async list(
+    query: ListEpisodes = {},
+  ): Promise<{ items: EpisodeRow[]; nextCursor: string | null }> {
+    if (
+      query.status !== undefined &&
+      !(EPISODE_STATUSES as readonly string[]).includes(query.status)
+    ) {
+      throw new InvalidListQueryError(
+        `episodes: status must be one of ${EPISODE_STATUSES.join(', ')} (got ${JSON.stringify(query.status)})`,
+      );
     }
     if (query.limit !== undefined && !Number.isInteger(query.limit)) {
-      throw new InvalidListQueryError(`episodes: limit must be a whole number (got ${String(query.limit)})`);
+      throw new InvalidListQueryError(
+        `episodes: limit must be a whole number (got ${String(query.limit)})`,
+      );
     }
     const limit = Math.min(Math.max(query.limit ?? 50, 1), 500);
     const after = query.cursor ? decodeCursor(query.cursor) : undefined;
@@ -182,7 +211,10 @@ export class Episodes {
     }
     const page = rows.slice(0, limit);
     const last = page[page.length - 1];
-    const nextCursor = rows.length > limit && last ? Buffer.from(JSON.stringify([last.cursorAt, last.episode.id])).toString('base64url') : null;
+    const nextCursor =
+      rows.length > limit && last
+        ? Buffer.from(JSON.stringify([last.cursorAt, last.episode.id])).toString('base64url')
+        : null;
     return { items: page.map((r) => r.episode), nextCursor };
   }
 
@@ -232,7 +264,9 @@ export class Episodes {
 }
 
 function invalidCursor(cursor: string): InvalidListQueryError {
-  return new InvalidListQueryError(`episodes: cursor ${JSON.stringify(cursor.slice(0, 100))} is not one Episodes.list returned; pass nextCursor unchanged`);
+  return new InvalidListQueryError(
+    `episodes: cursor ${JSON.stringify(cursor.slice(0, 100))} is not one Episodes.list returned; pass nextCursor unchanged`,
+  );
 }
 
 /** The cursor is [inserted_at as the database printed it, id], base64url JSON. */

@@ -65,7 +65,8 @@ export class Mode {
 
   /** Throws UnknownActorError for an actor this node does not host: a typo would otherwise change nothing, silently. */
   setActorOverride(actorId: string, mode: CycliumMode): void {
-    if (typeof actorId !== 'string' || actorId === '') throw new CycliumConfigError(['Mode.setActorOverride: actorId must be a non-empty string']);
+    if (typeof actorId !== 'string' || actorId === '')
+      throw new CycliumConfigError(['Mode.setActorOverride: actorId must be a non-empty string']);
     const checkedMode = checked(mode, 'Mode.setActorOverride');
     // declares() runs the registry's discovery first, should this be called before its init.
     if (!this.registry.declares(actorId) || !this.registry.get(actorId)) {
@@ -94,11 +95,18 @@ export class Mode {
   }
 
   status(): ModeStatus {
-    return { nodeMode: this.nodeMode, overrides: Object.fromEntries(this.overrides), nodeIdentity: this.identity.name() };
+    return {
+      nodeMode: this.nodeMode,
+      overrides: Object.fromEntries(this.overrides),
+      nodeIdentity: this.identity.name(),
+    };
   }
 }
 
 function checked(mode: CycliumMode, where: string): CycliumMode {
-  if (!MODES.includes(mode)) throw new CycliumConfigError([`${where}: mode must be one of: ${MODES.join(', ')} (got ${JSON.stringify(mode)})`]);
+  if (!MODES.includes(mode))
+    throw new CycliumConfigError([
+      `${where}: mode must be one of: ${MODES.join(', ')} (got ${JSON.stringify(mode)})`,
+    ]);
   return mode;
 }

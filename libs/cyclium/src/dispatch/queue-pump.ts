@@ -18,7 +18,8 @@ const QUEUE_RETRY_MS = 1_000;
 const TAKE_MAX = 64;
 
 /** What became of a trigger that found every slot busy. */
-export type QueueResult = { status: 'queued'; episode: EpisodeRow } | { status: 'dropped' } | { status: 'duplicate' };
+export type QueueResult =
+  { status: 'queued'; episode: EpisodeRow } | { status: 'dropped' } | { status: 'duplicate' };
 
 /** What a take started (or found busy), and how many rows it asked for: fewer started means the queue had no more. */
 interface Take {
@@ -90,15 +91,21 @@ export class QueuePump {
   }
 
   /** Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this node's queue. */
-  private async pickUpBacklog(actorId?: string, read = (me: string) => this.queue.actorsWithQueued(me)): Promise<void> {
+  private async pickUpBacklog(
+    actorId?: string,
+    read = (me: string) => this.queue.actorsWithQueued(me),
+  ): Promise<void> {
     for (const queued of await read(this.identity.name())) {
-      if ((actorId === undefined || queued === actorId) && this.mode.of(queued) === 'full') this.slots.noteQueued(queued);
+      if ((actorId === undefined || queued === actorId) && this.mode.of(queued) === 'full')
+        this.slots.noteQueued(queued);
     }
   }
 
   private pickUpBacklogSoon(actorId?: string): void {
     this.pickUpBacklog(actorId).catch((error: unknown) =>
-      this.logger.warn(`could not read this node's queue after a switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`),
+      this.logger.warn(
+        `could not read this node's queue after a switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`,
+      ),
     );
   }
 
@@ -120,16 +127,27 @@ export class QueuePump {
   async enqueue(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): Promise<QueueResult> {
     const node = this.identity.name();
     if (actor.options.overflow === 'drop') {
-      const { payload } = lifecycleEvent('episode.dropped', { ...spec, id: null, workflowInstanceId: null, workflowStepId: null }, 'dropped', node);
+      const { payload } = lifecycleEvent(
+        'episode.dropped',
+        { ...spec, id: null, workflowInstanceId: null, workflowStepId: null },
+        'dropped',
+        node,
+      );
       this.events.announce('episode.dropped', payload);
       return { status: 'dropped' };
     }
-    if (actor.options.overflow === 'shed_oldest' && (await this.queue.queuedCount(actor.id, node)) >= actor.options.maxQueued) {
+    if (
+      actor.options.overflow === 'shed_oldest' &&
+      (await this.queue.queuedCount(actor.id, node)) >= actor.options.maxQueued
+    ) {
       await this.runner.shedOldest(actor.id);
     }
     const episode = await this.store.insert({ ...spec, status: 'queued' });
     if (!episode) return { status: 'duplicate' };
-    this.events.announce('episode.queued', lifecycleEvent('episode.queued', episode, 'queued', node).payload);
+    this.events.announce(
+      'episode.queued',
+      lifecycleEvent('episode.queued', episode, 'queued', node).payload,
+    );
     // A slot may have freed while we were inserting.
     this.slots.noteQueued(actor.id);
     return { status: 'queued', episode };
@@ -146,12 +164,18 @@ export class QueuePump {
     queue.dequeuing = true;
     // One free slot stays out of the take while it is in flight, for a starter that cannot wait for it
     // (a deferred episode the poller takes, a fresh trigger): reserved by the take, it would find none.
-    const slots = this.queuedBegins.available ? Math.min(TAKE_MAX, Math.max(1, this.slots.free(actor.id) - 1)) : 1;
+    const slots = this.queuedBegins.available
+      ? Math.min(TAKE_MAX, Math.max(1, this.slots.free(actor.id) - 1))
+      : 1;
     for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
     // Both handle the database's failures themselves: anything else is a bug, logged rather than unhandled.
-    const take = queue.maybeQueued ? this.startQueued(actor, queue, slots) : this.startFromPeer(actor, queue, slots);
+    const take = queue.maybeQueued
+      ? this.startQueued(actor, queue, slots)
+      : this.startFromPeer(actor, queue, slots);
     void take
-      .catch((error: unknown) => this.logger.error(`could not take a queued episode of ${actor.id}: ${errorMessage(error)}`))
+      .catch((error: unknown) =>
+        this.logger.error(`could not take a queued episode of ${actor.id}: ${errorMessage(error)}`),
+      )
       .finally(() => {
         queue.dequeuing = false;
         this.slots.pump(actor);
@@ -162,22 +186,33 @@ export class QueuePump {
    * Takes the newest row a peer queued: the full node keeps it durable until then, so a take that
    * fails or finds its claim held elsewhere leaves it where it is (its owner runs it when it frees).
    */
-  private async startFromPeer(actor: RegisteredActor, queue: QueueState, slots: number): Promise<void> {
+  private async startFromPeer(
+    actor: RegisteredActor,
+    queue: QueueState,
+    slots: number,
+  ): Promise<void> {
     const offers = queue.offers;
     let take: Take;
     try {
       take = await this.slots.starting(this.begin(actor, slots, 'peer'));
     } catch (error) {
-      this.logger.warn(`could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`);
+      this.logger.warn(
+        `could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`,
+      );
       take = { begun: [], asked: 1 };
     }
     const started = this.launch(actor, take.begun, slots);
-    if (started > 0) this.logger.debug(`took ${started} queued episode(s) of ${actor.id} from full peers`);
+    if (started > 0)
+      this.logger.debug(`took ${started} queued episode(s) of ${actor.id} from full peers`);
     // None left (or a claim is held elsewhere): stop looking until the next offer, unless one came meanwhile.
     if (started < take.asked) queue.offered = queue.offers !== offers;
   }
 
-  private async startQueued(actor: RegisteredActor, queue: QueueState, slots: number): Promise<void> {
+  private async startQueued(
+    actor: RegisteredActor,
+    queue: QueueState,
+    slots: number,
+  ): Promise<void> {
     const notes = queue.notes;
     let take: Take;
     try {
@@ -193,7 +228,10 @@ export class QueuePump {
     if (take.begun.some((b) => b.status === 'busy')) {
       // Its claim is live on another node, which ends it or lets it lapse: nothing will note this
       // queue when that happens, so the row (and every row behind it) would wait for the next trigger. Expected: debug only.
-      if (!queue.headBusy) this.logger.debug(`the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`);
+      if (!queue.headBusy)
+        this.logger.debug(
+          `the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`,
+        );
       queue.headBusy = true;
       return this.lookAgainLater(actor, queue);
     }
@@ -215,7 +253,9 @@ export class QueuePump {
       if (taken !== 'busy') return { begun: taken, asked: slots };
     }
     const runner = this.runner;
-    const one = await (from === 'own' ? runner.beginQueued(actor.id, ids) : runner.beginFromPeer(actor.id, ids));
+    const one = await (from === 'own'
+      ? runner.beginQueued(actor.id, ids)
+      : runner.beginFromPeer(actor.id, ids));
     return { begun: one.status === 'duplicate' ? [] : [one], asked: 1 };
   }
 
@@ -245,7 +285,16 @@ export class QueuePump {
     let queue = this.queues.get(actorId);
     if (!queue) {
       const outage = new OutageLog(this.logger, `starting queued episodes of ${actorId}`);
-      queue = { maybeQueued: false, notes: 0, offered: false, offers: 0, dequeuing: false, retry: undefined, headBusy: false, outage };
+      queue = {
+        maybeQueued: false,
+        notes: 0,
+        offered: false,
+        offers: 0,
+        dequeuing: false,
+        retry: undefined,
+        headBusy: false,
+        outage,
+      };
       this.queues.set(actorId, queue);
     }
     return queue;

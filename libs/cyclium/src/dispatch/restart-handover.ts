@@ -35,7 +35,10 @@ export class RestartHandover {
    * The restart with its claim held, and its actor; undefined (the claim let go) when this node
    * does not host the expectation.
    */
-  take(episode: EpisodeRow, grant: AcquireResult): { actor: RegisteredActor; waiting: WaitingRestart } | undefined {
+  take(
+    episode: EpisodeRow,
+    grant: AcquireResult,
+  ): { actor: RegisteredActor; waiting: WaitingRestart } | undefined {
     const actor = this.registry.get(episode.actorId);
     const hold = this.claims.hold(claimKeyOf(episode), grant);
     if (!actor?.expectations.has(episode.expectationId)) {
@@ -49,8 +52,14 @@ export class RestartHandover {
   /** Starts a waiting restart in the slot reserved for it; one that does not start gives its claim and its slot back. */
   async start(actor: RegisteredActor, waiting: WaitingRestart): Promise<void> {
     try {
-      const episode = await this.slots.starting(this.runner.startResumed(waiting.episode, waiting.grant));
-      if (episode) return this.slots.launch(actor, episode, waiting.grant, { resumed: true, hold: waiting.hold });
+      const episode = await this.slots.starting(
+        this.runner.startResumed(waiting.episode, waiting.grant),
+      );
+      if (episode)
+        return this.slots.launch(actor, episode, waiting.grant, {
+          resumed: true,
+          hold: waiting.hold,
+        });
       waiting.hold.release();
     } catch (error) {
       logStartFailure(this.logger, `recovered ${episodeLabel(waiting.episode)}`, error);

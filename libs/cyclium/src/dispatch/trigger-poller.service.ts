@@ -159,7 +159,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
     try {
       await this.expireOld();
       // Per actor: a trigger-only node takes requests for an actor switched to full on its own.
-      const runs = (actor: RegisteredActor) => this.mode.of(actor.id) === 'full' && this.slots.free(actor.id) > 0;
+      const runs = (actor: RegisteredActor) =>
+        this.mode.of(actor.id) === 'full' && this.slots.free(actor.id) > 0;
       const runnable = this.registry.all().filter(runs);
       const free = new Map(runnable.map((actor) => [actor.id, this.slots.free(actor.id)]));
       const capacity = [...free.values()].reduce((sum, n) => sum + n, 0);
@@ -179,7 +180,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
       }
       for (const request of shuffled(pending)) {
         const left = free.get(request.actorId) ?? 0;
-        const started = left >= 1 && this.slots.runStarted(request.actorId, () => this.start(request));
+        const started =
+          left >= 1 && this.slots.runStarted(request.actorId, () => this.start(request));
         if (started) free.set(request.actorId, left - 1);
         else this.behind.add(request.actorId);
       }
@@ -195,14 +197,27 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const key = requestClaimKey(request.id);
     try {
       const started = await this.database.transaction<Started>(async (client) => {
-        const claim = await this.claims.acquireWithin(client, key, me, { workType: 'trigger_request' });
-        if (claim.status === 'busy' || !(await this.requests.take(client, request.id, me))) return null;
+        const claim = await this.claims.acquireWithin(client, key, me, {
+          workType: 'trigger_request',
+        });
+        if (claim.status === 'busy' || !(await this.requests.take(client, request.id, me)))
+          return null;
         const fence = claim.status === 'acquired' ? claim.claim.fence : null;
         const episode = await this.store.startDeferred(client, request.episodeId, me);
         if (!episode) {
           const status = await this.store.statusOf(client, request.episodeId);
-          if (status === null) await this.requests.fail(client, request.id, `episode ${request.episodeId} no longer exists`);
-          else await this.requests.note(client, request.id, `episode ${request.episodeId} was ${status}, not deferred: nothing to run`);
+          if (status === null)
+            await this.requests.fail(
+              client,
+              request.id,
+              `episode ${request.episodeId} no longer exists`,
+            );
+          else
+            await this.requests.note(
+              client,
+              request.id,
+              `episode ${request.episodeId} was ${status}, not deferred: nothing to run`,
+            );
           await this.claims.completeWithin(client, key, me, fence);
           return null;
         }
@@ -213,7 +228,11 @@ export class TriggerPoller implements OnApplicationBootstrap {
         await this.claims.completeWithin(client, key, me, fence);
         return { episode, grant, resumed: request.opts.resume === true };
       });
-      if (started) this.telemetry.emit('trigger_requests.dispatched', { requestId: request.id, episodeId: request.episodeId });
+      if (started)
+        this.telemetry.emit('trigger_requests.dispatched', {
+          requestId: request.id,
+          episodeId: request.episodeId,
+        });
       else this.logger.debug(`trigger request ${request.id}: nothing to run here`);
       return started;
     } catch (error) {
@@ -225,7 +244,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
               (e: unknown) => e,
             )
           : error;
-      if (failed !== null) this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(failed)}`);
+      if (failed !== null)
+        this.logger.warn(`could not take trigger request ${request.id}: ${errorMessage(failed)}`);
       return null;
     }
   }
@@ -242,7 +262,9 @@ export class TriggerPoller implements OnApplicationBootstrap {
       return this.failDeferred(client, [{ episodeId: episode.id, reason }], 'tampered');
     });
     announce();
-    this.logger.warn(`${failed.length > 0 ? `${episodeLabel(episode)} failed as tampered` : `${episodeLabel(episode)} not run`}: ${reason}`);
+    this.logger.warn(
+      `${failed.length > 0 ? `${episodeLabel(episode)} failed as tampered` : `${episodeLabel(episode)} not run`}: ${reason}`,
+    );
   }
 
   /**
@@ -251,25 +273,35 @@ export class TriggerPoller implements OnApplicationBootstrap {
    */
   private async expireOld(): Promise<void> {
     const now = performance.now();
-    const every = Math.max(this.options.triggerPollIntervalMs, Math.min(60_000, this.options.triggerRequestTtlMs / 10));
+    const every = Math.max(
+      this.options.triggerPollIntervalMs,
+      Math.min(60_000, this.options.triggerRequestTtlMs / 10),
+    );
     if (now - this.lastExpiry < every) return;
     this.lastExpiry = now;
     // Every terminal path publishes its event: a workflow waiting on one of these hears it failed.
     const { expired, announce, failed } = await this.database.transaction(async (client) => {
       const me = this.mode.current === 'full' ? this.identity.name() : null;
       const requests = await this.requests.expire(client, this.options.triggerPollSourceEnv, me);
-      return { expired: requests, ...(await this.failDeferred(client, requests, 'trigger_request_expired')) };
+      return {
+        expired: requests,
+        ...(await this.failDeferred(client, requests, 'trigger_request_expired')),
+      };
     });
     announce();
     if (expired.length === 0) return;
     const reasons = new Map(expired.map((r) => [r.episodeId, r]));
     for (const episode of failed) {
       const request = reasons.get(episode.id);
-      this.logger.warn(`${episodeLabel(episode)} failed as trigger_request_expired: request ${request?.id ?? '?'} ${request?.reason ?? ''}`.trim());
+      this.logger.warn(
+        `${episodeLabel(episode)} failed as trigger_request_expired: request ${request?.id ?? '?'} ${request?.reason ?? ''}`.trim(),
+      );
     }
     // A request whose episode no longer waited on it failed nothing: worth a trace, not a warning.
     const failedIds = new Set(failed.map((e) => e.id));
-    for (const request of expired) if (!failedIds.has(request.episodeId)) this.logger.debug(`trigger request ${request.id} expired: ${request.reason}`);
+    for (const request of expired)
+      if (!failedIds.has(request.episodeId))
+        this.logger.debug(`trigger request ${request.id} expired: ${request.reason}`);
     this.telemetry.emit('trigger_requests.expired', { count: expired.length });
   }
 
@@ -283,7 +315,9 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const me = this.identity.name();
     const announce = await this.events.within(
       client,
-      failed.map((episode) => lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass })),
+      failed.map((episode) =>
+        lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass }),
+      ),
     );
     return { announce, failed };
   }

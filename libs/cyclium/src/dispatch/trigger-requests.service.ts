@@ -33,13 +33,27 @@ export interface NewTriggerRequest {
   runAt?: Date;
 }
 
-const toRequest = rowMapper(CycliumTriggerRequest, { opts: emptyWhenAbsent, notBefore: nullWhenAbsent });
+const toRequest = rowMapper(CycliumTriggerRequest, {
+  opts: emptyWhenAbsent,
+  notBefore: nullWhenAbsent,
+});
 
-type SignedRequest = Pick<NewTriggerRequest, 'actorId' | 'expectationId' | 'sourceStack' | 'sourceEnv' | 'opts'>;
+type SignedRequest = Pick<
+  NewTriggerRequest,
+  'actorId' | 'expectationId' | 'sourceStack' | 'sourceEnv' | 'opts'
+>;
 
 /** What a request's signature covers. */
 function requestFields(episodeId: string, request: SignedRequest, trigger: unknown): unknown[] {
-  return [episodeId, request.actorId, request.expectationId, request.sourceStack, request.sourceEnv, request.opts, trigger];
+  return [
+    episodeId,
+    request.actorId,
+    request.expectationId,
+    request.sourceStack,
+    request.sourceEnv,
+    request.opts,
+    trigger,
+  ];
 }
 
 /** A request the expiry ended, with the reason. */
@@ -76,7 +90,13 @@ export class TriggerRequests implements RetryWakeUps {
    * The request for episode `episodeId`, which the statement inserts (CTE `episodeCte` with column
    * `id`), written only when it did; signed with the episode's trigger (see verify).
    */
-  insertFragment(statement: Statement, episodeId: string, request: NewTriggerRequest, trigger: unknown, episodeCte: string): string {
+  insertFragment(
+    statement: Statement,
+    episodeId: string,
+    request: NewTriggerRequest,
+    trigger: unknown,
+    episodeCte: string,
+  ): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     return `
       INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before, signature)
@@ -121,7 +141,13 @@ export class TriggerRequests implements RetryWakeUps {
   }
 
   /** A `waiting` episode's wake-up (a retry's backoff, a sleep, an operator's retry): `scheduled`, due after `delayMs`, resuming the episode from its journal. */
-  async scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string, reason: WakeReason): Promise<void> {
+  async scheduleWithin(
+    client: SqlExecutor,
+    episode: EpisodeRow,
+    delayMs: number,
+    node: string,
+    reason: WakeReason,
+  ): Promise<void> {
     const request = {
       actorId: episode.actorId,
       expectationId: episode.expectationId,
@@ -146,7 +172,10 @@ export class TriggerRequests implements RetryWakeUps {
    * and options, and the episode's actor, expectation and trigger, so neither row can be edited to
    * run something else. An unsigned request passes only before the cut-over (RowSigner.accepts).
    */
-  verify(request: CycliumTriggerRequest, episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId' | 'triggerRef'>): boolean {
+  verify(
+    request: CycliumTriggerRequest,
+    episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId' | 'triggerRef'>,
+  ): boolean {
     if (!this.signer.enabled) return true;
     const { episodeId } = request;
     if (episode.id !== episodeId || episode.actorId !== request.actorId) return false;
@@ -192,10 +221,17 @@ export class TriggerRequests implements RetryWakeUps {
     return signInPages(read, write);
   }
 
-  private signatureOf(episodeId: string, request: NewTriggerRequest, trigger: unknown): string | null {
+  private signatureOf(
+    episodeId: string,
+    request: NewTriggerRequest,
+    trigger: unknown,
+  ): string | null {
     if (!this.signer.enabled) return null;
     // As the episode row will hold it: a JSON round trip, as jsonb makes.
-    return this.signer.sign('trigger_request', requestFields(episodeId, request, JSON.parse(JSON.stringify(trigger ?? null)) as unknown));
+    return this.signer.sign(
+      'trigger_request',
+      requestFields(episodeId, request, JSON.parse(JSON.stringify(trigger ?? null)) as unknown),
+    );
   }
 
   /** Pending requests a poller may take, oldest first. */
@@ -219,12 +255,18 @@ export class TriggerRequests implements RetryWakeUps {
 
   /** Ends a request this node took without a run, with the reason (its episode is gone, say). */
   async fail(client: SqlExecutor, id: string, reason: string): Promise<void> {
-    await client.query(`UPDATE cyclium_trigger_requests SET status = 'failed', error = $2, completed_at = now() WHERE id = $1`, [id, reason]);
+    await client.query(
+      `UPDATE cyclium_trigger_requests SET status = 'failed', error = $2, completed_at = now() WHERE id = $1`,
+      [id, reason],
+    );
   }
 
   /** Notes on a taken request why nothing ran (its episode had already ended, say). */
   async note(client: SqlExecutor, id: string, reason: string): Promise<void> {
-    await client.query(`UPDATE cyclium_trigger_requests SET error = $2 WHERE id = $1`, [id, reason]);
+    await client.query(`UPDATE cyclium_trigger_requests SET error = $2 WHERE id = $1`, [
+      id,
+      reason,
+    ]);
   }
 
   /**
@@ -237,7 +279,11 @@ export class TriggerRequests implements RetryWakeUps {
    * rather than waited for, so nodes never queue up behind each other here, and each request
    * expires once.
    */
-  async expire(client: SqlExecutor, env: string | null, me: string | null): Promise<ExpiredRequest[]> {
+  async expire(
+    client: SqlExecutor,
+    env: string | null,
+    me: string | null,
+  ): Promise<ExpiredRequest[]> {
     const ttl = this.options.triggerRequestTtlMs;
     const { rows } = await client.query<{ id: string; episode_id: string; error: string }>(
       `UPDATE cyclium_trigger_requests
@@ -256,14 +302,20 @@ export class TriggerRequests implements RetryWakeUps {
   /** One request, for a UI. */
   async get(id: string): Promise<CycliumTriggerRequest | null> {
     if (!isUuid(id)) return null;
-    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_trigger_requests WHERE id = $1`, [id]);
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_trigger_requests WHERE id = $1`,
+      [id],
+    );
     return rows[0] ? toRequest(rows[0]) : null;
   }
 
   /** The requests of one episode, oldest first. */
   async forEpisode(episodeId: string): Promise<CycliumTriggerRequest[]> {
     if (!isUuid(episodeId)) return [];
-    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`, [episodeId]);
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_trigger_requests WHERE episode_id = $1 ORDER BY inserted_at, id`,
+      [episodeId],
+    );
     return rows.map(toRequest);
   }
 
@@ -271,20 +323,31 @@ export class TriggerRequests implements RetryWakeUps {
    * When each of these episodes that waits for a request falls due, and what it waits for: `start`
    * (a run for later, or a trigger-only node's), or the `WakeReason` of a waiting one. One read for a page.
    */
-  async waitsOf(episodeIds: readonly string[]): Promise<Map<string, { dueAt: Date; waitingFor: WakeReason | 'start' }>> {
+  async waitsOf(
+    episodeIds: readonly string[],
+  ): Promise<Map<string, { dueAt: Date; waitingFor: WakeReason | 'start' }>> {
     if (episodeIds.length === 0) return new Map();
-    const { rows } = await this.database.sql.query<{ episode_id: string; due_at: Date; wake: WakeReason | null }>(
+    const { rows } = await this.database.sql.query<{
+      episode_id: string;
+      due_at: Date;
+      wake: WakeReason | null;
+    }>(
       `SELECT DISTINCT ON (episode_id) episode_id, coalesce(not_before, inserted_at) AS due_at,
               coalesce(opts->>'wake', CASE WHEN opts->>'resume' = 'true' THEN 'resume' END) AS wake
          FROM cyclium_trigger_requests WHERE episode_id = ANY($1::uuid[]) AND status IN ('pending', 'scheduled')
         ORDER BY episode_id, coalesce(not_before, inserted_at)`,
       [episodeIds],
     );
-    return new Map(rows.map((r) => [r.episode_id, { dueAt: r.due_at, waitingFor: r.wake ?? 'start' }]));
+    return new Map(
+      rows.map((r) => [r.episode_id, { dueAt: r.due_at, waitingFor: r.wake ?? 'start' }]),
+    );
   }
 
   /** The newest requests, optionally of one status: the operations page's list. */
-  async recent(status: CycliumTriggerRequest['status'] | undefined, limit: number): Promise<CycliumTriggerRequest[]> {
+  async recent(
+    status: CycliumTriggerRequest['status'] | undefined,
+    limit: number,
+  ): Promise<CycliumTriggerRequest[]> {
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_trigger_requests WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
       [status ?? null, limit],

@@ -37,13 +37,18 @@ export class WaitingTriggers {
    * Waits for a slot of `actor` and starts there; null when its waiting room is full (queue it in
    * the table instead). `withdraw` ends the wait with `duplicate`: another node started it.
    */
-  wait(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): { result: Promise<SlotResult>; withdraw: () => void } | null {
+  wait(
+    actor: RegisteredActor,
+    spec: Omit<NewEpisode, 'status'>,
+  ): { result: Promise<SlotResult>; withdraw: () => void } | null {
     let list = this.waiting.get(actor.id);
     if (!list) this.waiting.set(actor.id, (list = []));
     if (list.length >= WAITING_PER_ACTOR) return null;
     const waiting = list;
     let entry: Waiting | undefined;
-    const result = new Promise<SlotResult>((resolve, reject) => waiting.push((entry = { spec, resolve, reject })));
+    const result = new Promise<SlotResult>((resolve, reject) =>
+      waiting.push((entry = { spec, resolve, reject })),
+    );
     const withdraw = () => {
       const at = entry ? waiting.indexOf(entry) : -1;
       if (at < 0) return;

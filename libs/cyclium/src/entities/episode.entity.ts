@@ -1,7 +1,17 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
 /** Every status an episode row can have (the table's check constraint). */
-export const EPISODE_STATUSES = ['queued', 'deferred', 'waiting', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'] as const;
+export const EPISODE_STATUSES = [
+  'queued',
+  'deferred',
+  'waiting',
+  'running',
+  'blocked',
+  'done',
+  'partially_failed',
+  'failed',
+  'canceled',
+] as const;
 
 export type EpisodeStatus = (typeof EPISODE_STATUSES)[number];
 

@@ -42,7 +42,10 @@ export { CycliumWorkClaim, type WorkClaimState } from './work-claim.entity.js';
 export { CycliumFinding, type FindingStatus } from './finding.entity.js';
 export { CycliumOutput, type OutputStatus } from './output.entity.js';
 export { CycliumTriggerRequest, type TriggerRequestStatus } from './trigger-request.entity.js';
-export { CycliumWorkflowInstance, type WorkflowInstanceStatus } from './workflow-instance.entity.js';
+export {
+  CycliumWorkflowInstance,
+  type WorkflowInstanceStatus,
+} from './workflow-instance.entity.js';
 export { CycliumActorDefinition } from './actor-definition.entity.js';
 export { CycliumActorScope } from './actor-scope.entity.js';
 export { CycliumNode } from './node.entity.js';

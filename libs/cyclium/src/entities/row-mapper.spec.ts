@@ -19,13 +19,34 @@ describe('rowMapper', () => {
       extra: 1,
     };
     const step = toStep(row);
-    expect(Object.keys(step)).toEqual(['episodeId', 'stepNo', 'kind', 'name', 'resultRef', 'errorClass', 'durationMs', 'createdAt']);
-    expect(step).toStrictEqual({ episodeId: 'e', stepNo: 2, kind: 'step', name: 'n', resultRef: { a: 1 }, errorClass: null, durationMs: 5, createdAt });
+    expect(Object.keys(step)).toEqual([
+      'episodeId',
+      'stepNo',
+      'kind',
+      'name',
+      'resultRef',
+      'errorClass',
+      'durationMs',
+      'createdAt',
+    ]);
+    expect(step).toStrictEqual({
+      episodeId: 'e',
+      stepNo: 2,
+      kind: 'step',
+      name: 'n',
+      resultRef: { a: 1 },
+      errorClass: null,
+      durationMs: 5,
+      createdAt,
+    });
     expect(Object.getPrototypeOf(step)).toBe(Object.prototype);
   });
 
   it('leaves a column the row lacks undefined unless a conversion defaults it', () => {
-    const toRequest = rowMapper(CycliumTriggerRequest, { opts: emptyWhenAbsent, notBefore: nullWhenAbsent });
+    const toRequest = rowMapper(CycliumTriggerRequest, {
+      opts: emptyWhenAbsent,
+      notBefore: nullWhenAbsent,
+    });
     const request = toRequest({ id: 'r' });
     expect(request.id).toBe('r');
     expect('claimedBy' in request && request.claimedBy === undefined).toBe(true);
@@ -36,6 +57,8 @@ describe('rowMapper', () => {
   });
 
   it('refuses a conversion for a property the entity has no column for', () => {
-    expect(() => rowMapper(CycliumEpisodeStep, { nope: nullWhenAbsent } as never)).toThrow(/no column for the property nope/);
+    expect(() => rowMapper(CycliumEpisodeStep, { nope: nullWhenAbsent } as never)).toThrow(
+      /no column for the property nope/,
+    );
   });
 });

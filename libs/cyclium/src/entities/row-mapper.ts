@@ -12,14 +12,20 @@ export type RowMapper<T> = (row: Record<string, unknown>) => T;
  * is read once, here; a row costs one plain loop, no reflection, since the mappers run on hot
  * paths (every episode begin). The result is a plain object, as the hand-written mappers made.
  */
-export function rowMapper<T>(entity: new () => T, conversions: ColumnConversions<T> = {}): RowMapper<T> {
+export function rowMapper<T>(
+  entity: new () => T,
+  conversions: ColumnConversions<T> = {},
+): RowMapper<T> {
   const columns = getMetadataArgsStorage().filterColumns(entity);
   const properties = columns.map((c) => c.propertyName);
   for (const property of Object.keys(conversions)) {
-    if (!properties.includes(property)) throw new Error(`rowMapper: ${entity.name} has no column for the property ${property}`);
+    if (!properties.includes(property))
+      throw new Error(`rowMapper: ${entity.name} has no column for the property ${property}`);
   }
   const names = columns.map((c) => c.options.name ?? c.propertyName);
-  const converts = properties.map((p) => (conversions as Record<string, ((value: unknown) => unknown) | undefined>)[p]);
+  const converts = properties.map(
+    (p) => (conversions as Record<string, ((value: unknown) => unknown) | undefined>)[p],
+  );
   const count = properties.length;
   return (row) => {
     const out: Record<string, unknown> = {};

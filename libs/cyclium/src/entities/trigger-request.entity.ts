@@ -1,6 +1,7 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
-export type TriggerRequestStatus = 'pending' | 'scheduled' | 'claimed' | 'completed' | 'expired' | 'failed';
+export type TriggerRequestStatus =
+  'pending' | 'scheduled' | 'claimed' | 'completed' | 'expired' | 'failed';
 
 /** An episode a trigger-only node deferred to the full nodes. */
 @Entity({ name: 'cyclium_trigger_requests' })

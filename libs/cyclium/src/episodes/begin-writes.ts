@@ -7,7 +7,14 @@ import { Statement } from '../sql/statement.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { BatchedWrites, type BatchAnswer } from './batched-writes.js';
-import { EpisodeStatements, batchedAcquire, claimBegun, type AcquireMany, type BeginOutcome, type BeginRow } from './episode-statements.js';
+import {
+  EpisodeStatements,
+  batchedAcquire,
+  claimBegun,
+  type AcquireMany,
+  type BeginOutcome,
+  type BeginRow,
+} from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
 import { episodeInput, insertEpisodes, insertOf } from './episode-inserts.js';
@@ -55,7 +62,8 @@ export class BeginWrites {
   }
 
   private batchFragment(): AcquireMany | null {
-    if (this.acquireMany === undefined) this.acquireMany = batchedAcquire(this.claims, this.options);
+    if (this.acquireMany === undefined)
+      this.acquireMany = batchedAcquire(this.claims, this.options);
     return this.acquireMany;
   }
 
@@ -75,7 +83,10 @@ export class BeginWrites {
       this.database.sql,
       statement,
       this.batchFragment() as AcquireMany,
-      { owner: p(this.identity.name(), 'text'), leaseSeconds: p(this.claims.leaseSeconds, 'double precision') },
+      {
+        owner: p(this.identity.name(), 'text'),
+        leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
+      },
       `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
          ORDER BY i.n`,
     );
@@ -83,7 +94,13 @@ export class BeginWrites {
     if (rows === 'busy') return 'alone';
     return items.map((item, i) => {
       const row = rows[i] as BeginRow;
-      return row.id === null ? { status: 'duplicate' } : { status: 'started', episode: toEpisode(row), grant: this.claims.grantOf(row, item.key, sentAt) };
+      return row.id === null
+        ? { status: 'duplicate' }
+        : {
+            status: 'started',
+            episode: toEpisode(row),
+            grant: this.claims.grantOf(row, item.key, sentAt),
+          };
     });
   }
 }

@@ -51,12 +51,23 @@ export class EndWrites {
   ) {}
 
   /** The end of a run, as EpisodeStatements.end answers it: null when nothing was written. */
-  async end(episode: EpisodeRow, ownership: Ownership, outcome: EndOutcome): Promise<CycliumOutput[] | null> {
+  async end(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    outcome: EndOutcome,
+  ): Promise<CycliumOutput[] | null> {
     const { fence } = ownership;
-    if (fence === null || (outcome.findings?.length ?? 0) > 0 || (outcome.outputs?.length ?? 0) > 0 || !this.batchFragments()) {
+    if (
+      fence === null ||
+      (outcome.findings?.length ?? 0) > 0 ||
+      (outcome.outputs?.length ?? 0) > 0 ||
+      !this.batchFragments()
+    ) {
       return this.statements.end(episode, ownership, outcome);
     }
-    return (await this.batches.write({ episode, ownership: { ...ownership, fence }, outcome })) ? [] : null;
+    return (await this.batches.write({ episode, ownership: { ...ownership, fence }, outcome }))
+      ? []
+      : null;
   }
 
   /**
@@ -65,13 +76,25 @@ export class EndWrites {
    * did not and the claim is no longer this node's, `owned` when it did not and may be sent again.
    * Without claims in the statement, the episode row decides: this status, this node its owner.
    */
-  async confirm(episodeId: string, ownership: Ownership, status: EpisodeStatus): Promise<'ended' | 'owned' | 'lost'> {
+  async confirm(
+    episodeId: string,
+    ownership: Ownership,
+    status: EpisodeStatus,
+  ): Promise<'ended' | 'owned' | 'lost'> {
     const claims = this.claims.inStatement();
-    const finished = claims.joined && ownership.fence !== null ? claims.fragments.finished : undefined;
+    const finished =
+      claims.joined && ownership.fence !== null ? claims.fragments.finished : undefined;
     const statement = new Statement(`end_confirm_${finished ? 'claim' : 'row'}`);
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
-    const refs = { key: p(ownership.key, 'text'), owner: p(ownership.owner, 'text'), fence: p(ownership.fence, 'bigint') };
-    const fragments = claims.joined && ownership.fence !== null ? claims.fragments : this.claims.openClaims().fragments;
+    const refs = {
+      key: p(ownership.key, 'text'),
+      owner: p(ownership.owner, 'text'),
+      fence: p(ownership.fence, 'bigint'),
+    };
+    const fragments =
+      claims.joined && ownership.fence !== null
+        ? claims.fragments
+        : this.claims.openClaims().fragments;
     statement.with('owner', fragments.owner(refs));
     if (finished) statement.with('finished', finished(refs));
     const id = p(episodeId, 'uuid');
@@ -87,7 +110,12 @@ export class EndWrites {
     if (rows[0]?.ended) return 'ended';
     if (!rows[0]?.owned) return 'lost';
     // A custom adapter's store is not this database: ask it, as the end itself does.
-    if (!claims.joined && ownership.fence !== null && !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))) return 'lost';
+    if (
+      !claims.joined &&
+      ownership.fence !== null &&
+      !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))
+    )
+      return 'lost';
     return 'owned';
   }
 
@@ -95,7 +123,10 @@ export class EndWrites {
     if (this.fragments === undefined) {
       const claims = this.claims.inStatement();
       const { ownerMany, finishMany } = claims.fragments;
-      this.fragments = claims.joined && ownerMany && finishMany && this.events.batches ? { ownerMany, finishMany } : null;
+      this.fragments =
+        claims.joined && ownerMany && finishMany && this.events.batches
+          ? { ownerMany, finishMany }
+          : null;
     }
     return this.fragments;
   }
@@ -112,7 +143,12 @@ export class EndWrites {
       [items.map((w) => w.episode.id), 'uuid[]'],
       [terminal.map((t) => t.status), 'text[]'],
       [terminal.map((t) => t.summary ?? null), 'text[]'],
-      [terminal.map((t) => (t.classification === undefined ? null : JSON.stringify(t.classification))), 'jsonb[]'],
+      [
+        terminal.map((t) =>
+          t.classification === undefined ? null : JSON.stringify(t.classification),
+        ),
+        'jsonb[]',
+      ],
       [terminal.map((t) => t.errorClass ?? null), 'text[]'],
       [terminal.map((t) => t.detail ?? null), 'text[]'],
       [terminal.map(claimFailureOf), 'text[]'],
@@ -125,7 +161,12 @@ export class EndWrites {
     statement.with('owner', ownerMany({ input: 'input' }));
     for (const [name, body] of finishEpisodes('owner')) statement.with(name, body);
     statement.with('won', `SELECT o.* FROM owner o JOIN ep ON ep.id = o.episode_id`);
-    statement.with('checkpoints', this.journal.clearCheckpointsFragment(`SELECT episode_id FROM won WHERE status IN ('done', 'partially_failed')`));
+    statement.with(
+      'checkpoints',
+      this.journal.clearCheckpointsFragment(
+        `SELECT episode_id FROM won WHERE status IN ('done', 'partially_failed')`,
+      ),
+    );
     statement.with('claim_finished', finishMany({ input: 'won' }));
     const event = this.events.fragmentMany(
       statement,
@@ -136,14 +177,21 @@ export class EndWrites {
 
     const startedAt = performance.now();
     const { rows } = await this.database.sql.query<{ won: boolean }>(
-      statement.build(`SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won FROM input i ORDER BY i.n`),
+      statement.build(
+        `SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won FROM input i ORDER BY i.n`,
+      ),
     );
     const won = items.map((_, i) => rows[i]?.won === true);
     const written: number[] = [];
     items.forEach((item, i) => {
       if (!won[i]) return;
       written.push(i + 1);
-      this.claims.finished(item.ownership.key, item.ownership.fence, claimFailureOf(item.outcome.terminal) !== null, startedAt);
+      this.claims.finished(
+        item.ownership.key,
+        item.ownership.fence,
+        claimFailureOf(item.outcome.terminal) !== null,
+        startedAt,
+      );
     });
     event.announce(written);
     return won;

@@ -8,7 +8,13 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
-import { BudgetExceededError, EpisodeCanceledError, EpisodeSleeping, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
+import {
+  BudgetExceededError,
+  EpisodeCanceledError,
+  EpisodeSleeping,
+  EpisodeWriteUnavailableError,
+  NondeterministicResumeError,
+} from './episode-errors.js';
 import { lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { episodeLabel, failureLines, firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
@@ -19,7 +25,13 @@ import { retryOptionsFor, type RetryOptions } from './retry-policy.js';
 import type { RunningEpisode } from './running-episode.js';
 
 /** Failures the library decides rather than the host's code: their message says it all, so no stack even at debug. */
-const DECIDED = new Set(['unknown_actor', 'nondeterministic_resume', 'budget_exceeded', 'tampered', 'step_result']);
+const DECIDED = new Set([
+  'unknown_actor',
+  'nondeterministic_resume',
+  'budget_exceeded',
+  'tampered',
+  'step_result',
+]);
 
 /**
  * How a run's end is recorded: its terminal write, fenced like every other write, with exactly
@@ -49,9 +61,12 @@ export class EpisodeEndings {
   async honourCancel(context: RunningEpisode): Promise<void> {
     if (context.signal.aborted) return;
     try {
-      if (await this.store.cancelRequested(context.episode.id)) context.stop(new EpisodeCanceledError(context.episode.id));
+      if (await this.store.cancelRequested(context.episode.id))
+        context.stop(new EpisodeCanceledError(context.episode.id));
     } catch (error) {
-      this.logger.warn(`could not read whether episode ${context.episode.id} was canceled: ${errorMessage(error)}`);
+      this.logger.warn(
+        `could not read whether episode ${context.episode.id} was canceled: ${errorMessage(error)}`,
+      );
     }
   }
 
@@ -59,8 +74,14 @@ export class EpisodeEndings {
    * Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim
    * and the terminal event — one statement.
    */
-  async converge(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, result: Convergence): Promise<void> {
-    const status: EpisodeStatus = result.status === 'partially_failed' ? 'partially_failed' : 'done';
+  async converge(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    scope: WriteScope,
+    result: Convergence,
+  ): Promise<void> {
+    const status: EpisodeStatus =
+      result.status === 'partially_failed' ? 'partially_failed' : 'done';
     // The outputs' leases run from the database's now(), which is later than this.
     const sentAt = performance.now();
     const won = await this.writes.end(scope, episode, ownership, {
@@ -78,17 +99,29 @@ export class EpisodeEndings {
   }
 
   /** Outputs.reclaim; a failure leaves the stray row for the output rescue to fail, as it would without this. */
-  private async reclaimed(episode: EpisodeRow, proposals: readonly OutputProposal[], won: readonly CycliumOutput[]): Promise<CycliumOutput[]> {
+  private async reclaimed(
+    episode: EpisodeRow,
+    proposals: readonly OutputProposal[],
+    won: readonly CycliumOutput[],
+  ): Promise<CycliumOutput[]> {
     try {
       return await this.outputs.reclaim(episode, proposals, won);
     } catch (error) {
-      this.logger.warn(`episode ${episode.id}: could not check the output rows already under its keys: ${errorMessage(error)}`);
+      this.logger.warn(
+        `episode ${episode.id}: could not check the output rows already under its keys: ${errorMessage(error)}`,
+      );
       return [];
     }
   }
 
   /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
-  async settle(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, cause: unknown, declared?: RetryOptions): Promise<void> {
+  async settle(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    scope: WriteScope,
+    cause: unknown,
+    declared?: RetryOptions,
+  ): Promise<void> {
     // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
     if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
       this.abandon(episode, cause);
@@ -96,14 +129,27 @@ export class EpisodeEndings {
     }
     const [status, errorClass, detail] = classify(cause);
     const { options: retry, problem } = retryOptionsFor(episode, declared);
-    if (problem && status === 'failed') this.logger.warn(`${episodeLabel(episode)}: ${problem}; the expectation's retry policy applies`);
-    const delayMs = status === 'failed' ? this.waits.nextDelay(episode, retry, errorClass, cause) : null;
+    if (problem && status === 'failed')
+      this.logger.warn(
+        `${episodeLabel(episode)}: ${problem}; the expectation's retry policy applies`,
+      );
+    const delayMs =
+      status === 'failed' ? this.waits.nextDelay(episode, retry, errorClass, cause) : null;
     if (delayMs !== null) {
       const allowed = retry?.retry?.attempts ?? 0;
-      await this.retryLater(episode, ownership, { scope, errorClass, detail, delayMs, attempts: allowed });
+      await this.retryLater(episode, ownership, {
+        scope,
+        errorClass,
+        detail,
+        delayMs,
+        attempts: allowed,
+      });
       return;
     }
-    const attempts = retry?.retry && status === 'failed' ? `attempt ${(episode.retries ?? 0) + 1} of ${retry.retry.attempts}: ` : '';
+    const attempts =
+      retry?.retry && status === 'failed'
+        ? `attempt ${(episode.retries ?? 0) + 1} of ${retry.retry.attempts}: `
+        : '';
     const event = status === 'canceled' ? 'episode.canceled' : 'episode.failed';
     const recorded = await this.writes
       .end(scope, episode, ownership, {
@@ -119,7 +165,11 @@ export class EpisodeEndings {
       return;
     }
     if (recorded === null) {
-      this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its outcome was recorded');
+      this.abandon(
+        episode,
+        new ClaimLostError(ownership.key, ownership.fence, 'not_owner'),
+        'before its outcome was recorded',
+      );
       return;
     }
     if (status === 'canceled') {
@@ -133,7 +183,12 @@ export class EpisodeEndings {
   }
 
   /** `ep.sleep` stopped the run before its wake-up time: the episode waits until then (EpisodeWaits.sleep). */
-  async sleep(episode: EpisodeRow, ownership: Ownership, scope: WriteScope, sleeping: EpisodeSleeping): Promise<void> {
+  async sleep(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    scope: WriteScope,
+    sleeping: EpisodeSleeping,
+  ): Promise<void> {
     const write = () => this.waits.sleep(episode, ownership, sleeping.delayMs);
     const waited = await this.waitWritten(scope, episode, 'sleep', write);
     if (waited instanceof EpisodeWriteUnavailableError) {
@@ -141,15 +196,29 @@ export class EpisodeEndings {
       return;
     }
     if (!waited) {
-      this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its sleep was recorded');
+      this.abandon(
+        episode,
+        new ClaimLostError(ownership.key, ownership.fence, 'not_owner'),
+        'before its sleep was recorded',
+      );
       return;
     }
-    this.logger.debug(`${episodeLabel(episode)} sleeps "${sleeping.sleepName}" for ${sleeping.delayMs} ms`);
-    this.telemetry.emit('episode.sleeping', { ...describeEpisode(episode), name: sleeping.sleepName, delayMs: sleeping.delayMs });
+    this.logger.debug(
+      `${episodeLabel(episode)} sleeps "${sleeping.sleepName}" for ${sleeping.delayMs} ms`,
+    );
+    this.telemetry.emit('episode.sleeping', {
+      ...describeEpisode(episode),
+      name: sleeping.sleepName,
+      delayMs: sleeping.delayMs,
+    });
   }
 
   /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeWaits), or is abandoned when its claim moved on. */
-  private async retryLater(episode: EpisodeRow, ownership: Ownership, retry: RetryLater): Promise<void> {
+  private async retryLater(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    retry: RetryLater,
+  ): Promise<void> {
     const { scope, errorClass, detail, delayMs, attempts } = retry;
     const attempt = (episode.retries ?? 0) + 1;
     const write = () => this.waits.wait(episode, ownership, errorClass, detail, delayMs);
@@ -159,11 +228,22 @@ export class EpisodeEndings {
       return;
     }
     if (!waited) {
-      this.abandon(episode, new ClaimLostError(ownership.key, ownership.fence, 'not_owner'), 'before its retry was recorded');
+      this.abandon(
+        episode,
+        new ClaimLostError(ownership.key, ownership.fence, 'not_owner'),
+        'before its retry was recorded',
+      );
       return;
     }
-    this.logger.warn(`${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} (${firstLine(detail)}); retrying in ${delayMs} ms`);
-    this.telemetry.emit('episode.retrying', { ...describeEpisode(episode), errorClass, attempt, delayMs });
+    this.logger.warn(
+      `${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} (${firstLine(detail)}); retrying in ${delayMs} ms`,
+    );
+    this.telemetry.emit('episode.retrying', {
+      ...describeEpisode(episode),
+      errorClass,
+      attempt,
+      delayMs,
+    });
   }
 
   /**
@@ -179,7 +259,12 @@ export class EpisodeEndings {
   ): Promise<boolean | EpisodeWriteUnavailableError> {
     const committed = () => this.waits.waited(episode, kind === 'retry');
     try {
-      return await this.writes.wait(scope, kind === 'retry' ? 'retry wait' : 'sleep', write, committed);
+      return await this.writes.wait(
+        scope,
+        kind === 'retry' ? 'retry wait' : 'sleep',
+        write,
+        committed,
+      );
     } catch (error) {
       if (error instanceof EpisodeWriteUnavailableError) return error;
       throw error;
@@ -192,7 +277,11 @@ export class EpisodeEndings {
    * (read after the fact, so its answer is only what is known now), and the line says that rather
    * than blaming another node for a lease that simply ran out.
    */
-  private abandon(episode: EpisodeRow, cause: ClaimLostError | EpisodeWriteUnavailableError, when = ''): void {
+  private abandon(
+    episode: EpisodeRow,
+    cause: ClaimLostError | EpisodeWriteUnavailableError,
+    when = '',
+  ): void {
     const reason = when ? `${cause.message} (${when})` : cause.message;
     this.telemetry.emit('episode.aborted', { ...describeEpisode(episode), reason });
     const line = `${episodeLabel(episode)} aborted, writing nothing more: ${reason}`;
@@ -213,11 +302,17 @@ export class EpisodeEndings {
       const where = row.ownerNode && row.ownerNode !== me ? ` on node ${row.ownerNode}` : '';
       return `the episode has since ended ${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''}${where}`;
     }
-    if (row.ownerNode !== me) return `node ${row.ownerNode ?? 'unknown'} has taken it over (${row.status})`;
+    if (row.ownerNode !== me)
+      return `node ${row.ownerNode ?? 'unknown'} has taken it over (${row.status})`;
     return 'its lease ran out before a renewal reached the database, and no node has taken it over yet: recovery restarts it once it is stale';
   }
 
-  private lifecycle(type: LifecycleEventType, episode: EpisodeRow, status: EpisodeStatus, extra = {}) {
+  private lifecycle(
+    type: LifecycleEventType,
+    episode: EpisodeRow,
+    status: EpisodeStatus,
+    extra = {},
+  ) {
     return lifecycleEvent(type, episode, status, this.identity.name(), extra);
   }
 }
@@ -239,7 +334,8 @@ export function describeEpisode(episode: EpisodeRow) {
 function classify(cause: unknown): [Extract<EpisodeStatus, 'failed' | 'canceled'>, string, string] {
   if (cause instanceof EpisodeCanceledError) return ['canceled', 'canceled', cause.message];
   if (cause instanceof BudgetExceededError) return ['failed', 'budget_exceeded', cause.message];
-  if (cause instanceof NondeterministicResumeError) return ['failed', 'nondeterministic_resume', cause.message];
+  if (cause instanceof NondeterministicResumeError)
+    return ['failed', 'nondeterministic_resume', cause.message];
   if (cause instanceof Error) {
     const errorClass = (cause as Error & { errorClass?: string }).errorClass ?? 'crash';
     return ['failed', errorClass, `${cause.message}\n${cause.stack ?? ''}`.trim()];

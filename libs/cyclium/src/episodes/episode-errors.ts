@@ -87,6 +87,9 @@ export class EpisodeWriteUnavailableError extends Error {
   override readonly name = 'EpisodeWriteUnavailableError';
 
   constructor(episodeId: string, what: string, cause: unknown) {
-    super(`episode ${episodeId}: the ${what} could not be written (${errorMessage(cause)}); left to recovery`, { cause });
+    super(
+      `episode ${episodeId}: the ${what} could not be written (${errorMessage(cause)}); left to recovery`,
+      { cause },
+    );
   }
 }

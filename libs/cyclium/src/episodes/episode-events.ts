@@ -4,9 +4,20 @@ import type { EpisodeRow } from './episode-context.interface.js';
 /** Asks whichever node runs the episode to stop it before its next step. */
 export const CANCEL_EVENT = 'cyclium.episode.cancel';
 
-export type LifecycleEventType = 'episode.started' | 'episode.completed' | 'episode.failed' | 'episode.canceled' | 'episode.queued' | 'episode.dropped';
+export type LifecycleEventType =
+  | 'episode.started'
+  | 'episode.completed'
+  | 'episode.failed'
+  | 'episode.canceled'
+  | 'episode.queued'
+  | 'episode.dropped';
 
-export const TERMINAL_EVENTS: readonly LifecycleEventType[] = ['episode.completed', 'episode.failed', 'episode.canceled', 'episode.dropped'];
+export const TERMINAL_EVENTS: readonly LifecycleEventType[] = [
+  'episode.completed',
+  'episode.failed',
+  'episode.canceled',
+  'episode.dropped',
+];
 
 /** The payload every lifecycle bus event carries. */
 export interface LifecyclePayload {
@@ -27,7 +38,16 @@ export interface LifecyclePayload {
 
 export function lifecycleEvent(
   type: LifecycleEventType,
-  episode: Pick<EpisodeRow, 'actorId' | 'expectationId' | 'dedupeKey' | 'sourceStack' | 'sourceEnv' | 'workflowInstanceId' | 'workflowStepId'> & {
+  episode: Pick<
+    EpisodeRow,
+    | 'actorId'
+    | 'expectationId'
+    | 'dedupeKey'
+    | 'sourceStack'
+    | 'sourceEnv'
+    | 'workflowInstanceId'
+    | 'workflowStepId'
+  > & {
     id: string | null;
   },
   status: LifecyclePayload['status'],

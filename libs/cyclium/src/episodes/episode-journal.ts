@@ -118,7 +118,12 @@ export function wokenMarker(episodes: string, node: string): string {
 }
 
 /** What a checkpoint's signature covers: its episode, position, step name and stored result. */
-export function checkpointFields(episodeId: string, stepNo: number, name: string, stored: unknown): unknown[] {
+export function checkpointFields(
+  episodeId: string,
+  stepNo: number,
+  name: string,
+  stored: unknown,
+): unknown[] {
   return [episodeId, stepNo, name, stored];
 }
 
@@ -131,7 +136,12 @@ export class EpisodeJournal {
   ) {}
 
   /** Appends the marker `name` (`result_ref.event` = name) to each episode; on `via` inside a transaction, or on the pool. */
-  async mark(ids: readonly string[], name: string, detail: Record<string, unknown>, via: SqlExecutor = this.database.sql): Promise<string[]> {
+  async mark(
+    ids: readonly string[],
+    name: string,
+    detail: Record<string, unknown>,
+    via: SqlExecutor = this.database.sql,
+  ): Promise<string[]> {
     const ref = JSON.stringify({ event: name, ...detail });
     const marked: string[] = [];
     let missing = [...ids];
@@ -150,7 +160,12 @@ export class EpisodeJournal {
    * cut-over is recorded: RowSigner.accepts) is TamperedRowError.
    */
   async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
-    const { rows } = await this.database.sql.query<{ checkpoint_no: number; phase: string; state: unknown; signature: string | null }>(
+    const { rows } = await this.database.sql.query<{
+      checkpoint_no: number;
+      phase: string;
+      state: unknown;
+      signature: string | null;
+    }>(
       `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
       [id],
     );
@@ -159,8 +174,14 @@ export class EpisodeJournal {
       return this.signer.accepts('checkpoint', fields, r.signature);
     };
     const tampered = rows.find((r) => !accepted(r));
-    if (tampered) throw new TamperedRowError('cyclium_episode_checkpoints', `(${id}, ${tampered.checkpoint_no})`);
-    return new Map(rows.map((r) => [r.checkpoint_no, { name: r.phase, state: decodeStepResult(r.state) }]));
+    if (tampered)
+      throw new TamperedRowError(
+        'cyclium_episode_checkpoints',
+        `(${id}, ${tampered.checkpoint_no})`,
+      );
+    return new Map(
+      rows.map((r) => [r.checkpoint_no, { name: r.phase, state: decodeStepResult(r.state) }]),
+    );
   }
 
   /**
@@ -211,7 +232,10 @@ export class EpisodeJournal {
 
   /** The journal: steps and markers, in order. */
   async steps(id: string): Promise<CycliumEpisodeStep[]> {
-    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`, [id]);
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_episode_steps WHERE episode_id = $1 ORDER BY step_no`,
+      [id],
+    );
     return rows.map(toStep);
   }
 }

@@ -3,7 +3,9 @@ import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 
 /** Every log line names an episode the same way, so an operator can grep one id or one actor across nodes. */
-export function episodeLabel(episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId'>): string {
+export function episodeLabel(
+  episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId'>,
+): string {
   return `episode ${episode.id} (${episode.actorId}.${episode.expectationId})`;
 }
 
@@ -18,16 +20,27 @@ export function firstLine(text: string, max = 300): string {
  * stack is for the host's own bugs only (class `crash`, or a class the host set), and then at
  * debug: the library's own classes and an unreachable database are expected and say all there is.
  */
-export function failureLines(episode: EpisodeRow, errorClass: string, cause: unknown, decided: boolean): { warn: string; debug?: string } {
+export function failureLines(
+  episode: EpisodeRow,
+  errorClass: string,
+  cause: unknown,
+  decided: boolean,
+): { warn: string; debug?: string } {
   const error = cause instanceof Error ? cause : undefined;
-  const what = error ? `${error.name === 'Error' ? '' : `${error.name}: `}${firstLine(error.message)}` : firstLine(String(cause));
+  const what = error
+    ? `${error.name === 'Error' ? '' : `${error.name}: `}${firstLine(error.message)}`
+    : firstLine(String(cause));
   const warn = `${episodeLabel(episode)} failed as ${errorClass}: ${what}`;
   if (decided || !error?.stack || isDatabaseUnavailable(error)) return { warn };
   return { warn, debug: `${episodeLabel(episode)} failed at:\n${error.stack}` };
 }
 
 /** A start that failed: a warning while the database is away (expected; recovery retries), an error otherwise. */
-export function logStartFailure(logger: Pick<Logger, 'warn' | 'error'>, what: string, error: unknown): void {
+export function logStartFailure(
+  logger: Pick<Logger, 'warn' | 'error'>,
+  what: string,
+  error: unknown,
+): void {
   const line = `could not start ${what}: ${firstLine(errorMessage(error))}`;
   if (isDatabaseUnavailable(error)) logger.warn(line);
   else logger.error(line);

@@ -107,7 +107,12 @@ export class EpisodeQueue {
    * Takes this node's oldest queued episode of `actorId` (of one of its expectations `ids`) and
    * moves it to running; null when none is left.
    */
-  async dequeue(actorId: string, ids: Ids, owner: string, via = this.database.sql): Promise<EpisodeRow | null> {
+  async dequeue(
+    actorId: string,
+    ids: Ids,
+    owner: string,
+    via = this.database.sql,
+  ): Promise<EpisodeRow | null> {
     return oneEpisode((await via.query(DEQUEUE([owner, actorId, ids]))).rows);
   }
 
@@ -122,7 +127,10 @@ export class EpisodeQueue {
     scope: { stack: string | null; env: string | null },
     via: SqlExecutor = this.database.sql,
   ): Promise<EpisodeRow | null> {
-    return oneEpisode((await via.query(TAKE_FROM_PEER([owner, actorId, scope.stack, scope.env, expectations]))).rows);
+    return oneEpisode(
+      (await via.query(TAKE_FROM_PEER([owner, actorId, scope.stack, scope.env, expectations])))
+        .rows,
+    );
   }
 
   /** The actors with episodes waiting in this node's queue (a node back under the same identity has a backlog). */
@@ -149,7 +157,11 @@ export class EpisodeQueue {
   }
 
   /** The oldest queued episode of `actorId` on this node, canceled; null when there is none. */
-  async cancelOldestQueued(actorId: string, owner: string, via: SqlExecutor): Promise<EpisodeRow | null> {
+  async cancelOldestQueued(
+    actorId: string,
+    owner: string,
+    via: SqlExecutor,
+  ): Promise<EpisodeRow | null> {
     const { rows } = await via.query(
       `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
         WHERE id = (${QUEUE_HEAD})

@@ -3,7 +3,11 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { liveClaimOnEpisode } from '../claims/claim-sql.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
-import { hostedParam, hostsExpectation, type HostedExpectations } from '../sql/hosted-expectations.js';
+import {
+  hostedParam,
+  hostsExpectation,
+  type HostedExpectations,
+} from '../sql/hosted-expectations.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
@@ -220,7 +224,9 @@ export class EpisodeRecoveryStore {
 
   /** A page of running episodes nobody works on, in this node's stack and env, oldest-quiet first (CANDIDATES). */
   async candidates(scope: CandidateScope, after: CandidateCursor | null): Promise<CandidatePage> {
-    const { rows } = await this.database.sql.query<Record<string, unknown> & { quiet_since: string }>(CANDIDATES, [
+    const { rows } = await this.database.sql.query<
+      Record<string, unknown> & { quiet_since: string }
+    >(CANDIDATES, [
       scope.stack,
       scope.env,
       scope.staleAfterMs,
@@ -233,7 +239,10 @@ export class EpisodeRecoveryStore {
       RECOVERY_PAGE,
     ]);
     const last = rows.at(-1);
-    const next = rows.length === RECOVERY_PAGE && last ? { quietSince: last.quiet_since, id: last.id as string } : null;
+    const next =
+      rows.length === RECOVERY_PAGE && last
+        ? { quietSince: last.quiet_since, id: last.id as string }
+        : null;
     return { episodes: rows.map(toEpisode), next };
   }
 
@@ -268,15 +277,31 @@ export class EpisodeRecoveryStore {
    * got there. The attempt it counts is re-signed only when the row as read is accepted: a forged or
    * edited row keeps the signature it had, and its run refuses it (`tampered`) before its method runs.
    */
-  async take(client: SqlExecutor, candidate: EpisodeRow, owner: string): Promise<EpisodeRow | null> {
+  async take(
+    client: SqlExecutor,
+    candidate: EpisodeRow,
+    owner: string,
+  ): Promise<EpisodeRow | null> {
     const counted = { ...candidate, attempts: candidate.attempts + 1 };
-    const signature = this.signatures.accepts(candidate) ? this.signatures.sign(counted) : candidate.signature;
-    const { rows } = await client.query(TAKE, [candidate.id, candidate.phase, candidate.attempts, owner, signature]);
+    const signature = this.signatures.accepts(candidate)
+      ? this.signatures.sign(counted)
+      : candidate.signature;
+    const { rows } = await client.query(TAKE, [
+      candidate.id,
+      candidate.phase,
+      candidate.attempts,
+      owner,
+      signature,
+    ]);
     return oneEpisode(rows);
   }
 
   /** Queued episodes of expectations this node hosts, left behind by a node that is gone. */
-  async orphanedQueued(scope: QueueScope, owner: string, hosted: HostedExpectations): Promise<EpisodeRow[]> {
+  async orphanedQueued(
+    scope: QueueScope,
+    owner: string,
+    hosted: HostedExpectations,
+  ): Promise<EpisodeRow[]> {
     const params = [scope.stack, scope.env, scope.goneAfterMs, owner, hostedParam(hosted)];
     const { rows } = await this.database.sql.query(ORPHANED_QUEUED, params);
     return rows.map(toEpisode);

@@ -35,7 +35,12 @@ export interface DueRows {
  * spelled to match the `(source_env, <age>)` indexes of migration 13: the env is one value, but an
  * `IS NULL` on it does not tell the planner the index is in age order; ordering by both does.
  */
-export function oldestDue(statement: Statement, scope: RetentionScope, due: DueRows, when: string): string {
+export function oldestDue(
+  statement: Statement,
+  scope: RetentionScope,
+  due: DueRows,
+  when: string,
+): string {
   const p = (value: unknown, cast: string) => statement.param(value, cast);
   return `
       SELECT ${due.columns} FROM ${due.table} aged
@@ -66,7 +71,13 @@ export const EpisodeRetention = {
    * Finished episodes of the scope older than `olderThanMs`, not yet archived. An episode of a
    * workflow instance still running stays: the instance's step keys must keep deduping.
    */
-  dueForArchive(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
+  dueForArchive(
+    statement: Statement,
+    scope: RetentionScope,
+    olderThanMs: number,
+    limit: number,
+    when: string,
+  ): string {
     return oldestDue(
       statement,
       scope,
@@ -105,7 +116,13 @@ export const EpisodeRetention = {
    * host's manual one, which a later trigger may take up again (the claim row then serves it). An
    * episode with an output still pending waits for its delivery to end.
    */
-  dueForDelete(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
+  dueForDelete(
+    statement: Statement,
+    scope: RetentionScope,
+    olderThanMs: number,
+    limit: number,
+    when: string,
+  ): string {
     return oldestDue(
       statement,
       scope,

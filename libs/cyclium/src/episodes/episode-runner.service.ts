@@ -12,7 +12,12 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { TamperedRowError } from '../integrity/tampered-row.error.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
-import type { Convergence, EpisodeMethod, EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
+import type {
+  Convergence,
+  EpisodeMethod,
+  EpisodeRow,
+  EpisodeTrigger,
+} from './episode-context.interface.js';
 import { EpisodeInterruptedError, EpisodeSleeping } from './episode-errors.js';
 import { BeginWrites } from './begin-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
@@ -27,7 +32,10 @@ import { EpisodeSignatures } from './episode-signatures.js';
 import { RunningEpisode } from './running-episode.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
-export type BeginResult = { status: 'started'; episode: EpisodeRow; grant: AcquireResult } | { status: 'duplicate' } | { status: 'busy' };
+export type BeginResult =
+  | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
+  | { status: 'duplicate' }
+  | { status: 'busy' };
 
 /** Rolls back a begin whose claim was busy: the node then writes nothing at all. */
 class ClaimBusy extends Error {
@@ -102,7 +110,9 @@ export class EpisodeRunner implements OnModuleInit {
    * claim, in one transaction; `duplicate` when none is left.
    */
   beginQueued(actorId: string, expectations: readonly string[]): Promise<BeginResult> {
-    return this.claimWith((client) => this.queue.dequeue(actorId, expectations, this.identity.name(), client));
+    return this.claimWith((client) =>
+      this.queue.dequeue(actorId, expectations, this.identity.name(), client),
+    );
   }
 
   /**
@@ -112,7 +122,9 @@ export class EpisodeRunner implements OnModuleInit {
   beginFromPeer(actorId: string, expectations: readonly string[]): Promise<BeginResult> {
     const scope = { stack: this.options.stackSlug, env: this.options.env };
     const owner = this.identity.name();
-    return this.claimWith((client) => this.queue.takeFromPeer(actorId, expectations, owner, scope, client));
+    return this.claimWith((client) =>
+      this.queue.takeFromPeer(actorId, expectations, owner, scope, client),
+    );
   }
 
   /**
@@ -122,10 +134,15 @@ export class EpisodeRunner implements OnModuleInit {
   async startResumed(episode: EpisodeRow, grant: AcquireResult): Promise<EpisodeRow | null> {
     const ownership = this.ownershipOf(episode, grant);
     const started = await this.database.transaction(async (client) => {
-      const { rows } = await this.claims.fencedStatement(client, ownership, RESUME_START, [episode.id]);
+      const { rows } = await this.claims.fencedStatement(client, ownership, RESUME_START, [
+        episode.id,
+      ]);
       if (!rows[0]) return null;
       const row = toEpisode(rows[0]);
-      if (this.options.startedEvents) await this.events.within(client, [this.lifecycle('episode.started', row, 'running')], { wake: false });
+      if (this.options.startedEvents)
+        await this.events.within(client, [this.lifecycle('episode.started', row, 'running')], {
+          wake: false,
+        });
       return row;
     });
     return started;
@@ -135,14 +152,25 @@ export class EpisodeRunner implements OnModuleInit {
    * `load` writes the running row; the claim (and `episode.started`, when enabled) commits with it
    * or nothing does.
    */
-  private async claimWith(load: (client: SqlExecutor) => Promise<EpisodeRow | null>): Promise<BeginResult> {
+  private async claimWith(
+    load: (client: SqlExecutor) => Promise<EpisodeRow | null>,
+  ): Promise<BeginResult> {
     try {
       return await this.database.transaction(async (client) => {
         const episode = await load(client);
         if (!episode) return { status: 'duplicate' as const };
-        const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), this.identity.name());
+        const grant = await this.claims.acquireWithin(
+          client,
+          claimKeyOf(episode),
+          this.identity.name(),
+        );
         if (grant.status === 'busy') throw new ClaimBusy();
-        if (this.options.startedEvents) await this.events.within(client, [this.lifecycle('episode.started', episode, 'running')], { wake: false });
+        if (this.options.startedEvents)
+          await this.events.within(
+            client,
+            [this.lifecycle('episode.started', episode, 'running')],
+            { wake: false },
+          );
         return { status: 'started' as const, episode, grant };
       });
     } catch (error) {
@@ -155,7 +183,9 @@ export class EpisodeRunner implements OnModuleInit {
   async cancelQueued(id: string): Promise<EpisodeRow | null> {
     return this.announceWith(async (client) => {
       const [episode] = await this.store.cancelWaiting([id], client);
-      return episode ? { episode, event: this.lifecycle('episode.canceled', episode, 'canceled') } : null;
+      return episode
+        ? { episode, event: this.lifecycle('episode.canceled', episode, 'canceled') }
+        : null;
     });
   }
 
@@ -168,11 +198,18 @@ export class EpisodeRunner implements OnModuleInit {
   }
 
   private async announceWith(
-    write: (client: SqlExecutor) => Promise<{ episode: EpisodeRow; event: { type: string; payload: unknown } } | null>,
+    write: (
+      client: SqlExecutor,
+    ) => Promise<{ episode: EpisodeRow; event: { type: string; payload: unknown } } | null>,
   ): Promise<EpisodeRow | null> {
     const done = await this.database.transaction(async (client) => {
       const written = await write(client);
-      return written && { episode: written.episode, announce: await this.events.within(client, [written.event]) };
+      return (
+        written && {
+          episode: written.episode,
+          announce: await this.events.within(client, [written.event]),
+        }
+      );
     });
     done?.announce();
     return done?.episode ?? null;
@@ -192,7 +229,12 @@ export class EpisodeRunner implements OnModuleInit {
    * with the `integrity` option fails as `tampered`). Never rejects: every outcome is recorded (or,
    * when the claim is lost, left alone).
    */
-  async run(episode: EpisodeRow, expectation: EpisodeMethod | undefined, grant: AcquireResult, options: RunOptions = {}): Promise<void> {
+  async run(
+    episode: EpisodeRow,
+    expectation: EpisodeMethod | undefined,
+    grant: AcquireResult,
+    options: RunOptions = {},
+  ): Promise<void> {
     const resumed = options.resumed ?? false;
     const ownership = this.ownershipOf(episode, grant);
     const hold = options.hold ?? this.claims.hold(ownership.key, grant);
@@ -207,10 +249,17 @@ export class EpisodeRunner implements OnModuleInit {
       budget: expectation?.options.budget,
       // Stamped by the drain, whose marker takes the next journal position before the claim goes:
       // a step that ends meanwhile writes nothing, as it would once the claim is released.
-      writeStep: (record) => (this.interrupted.has(episode.id) ? Promise.resolve('not_owner' as const) : this.writes.step(scope, ownership, record)),
+      writeStep: (record) =>
+        this.interrupted.has(episode.id)
+          ? Promise.resolve('not_owner' as const)
+          : this.writes.step(scope, ownership, record),
       stepWritten: (durationMs) => {
         if (this.telemetry.wants('episode.step'))
-          this.telemetry.emit('episode.step', { actorId: episode.actorId, expectationId: episode.expectationId, durationMs });
+          this.telemetry.emit('episode.step', {
+            actorId: episode.actorId,
+            expectationId: episode.expectationId,
+            durationMs,
+          });
       },
     });
     this.running.set(episode.id, context);
@@ -220,13 +269,23 @@ export class EpisodeRunner implements OnModuleInit {
       const forged = !options.inserted && !this.signatures.accepts(episode);
       if (forged) throw new TamperedRowError('cyclium_episodes', episode.id);
       if (!expectation) {
-        throw Object.assign(new Error(`no actor ${episode.actorId} with expectation ${episode.expectationId} on this node`), {
-          errorClass: 'unknown_actor',
-        });
+        throw Object.assign(
+          new Error(
+            `no actor ${episode.actorId} with expectation ${episode.expectationId} on this node`,
+          ),
+          {
+            errorClass: 'unknown_actor',
+          },
+        );
       }
-      this.telemetry.emit(resumed ? 'episode.resumed' : 'episode.started', describeEpisode(episode));
+      this.telemetry.emit(
+        resumed ? 'episode.resumed' : 'episode.started',
+        describeEpisode(episode),
+      );
       const fence = `fence ${ownership.fence ?? 'none'}`;
-      this.logger.debug(`${episodeLabel(episode)} ${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`);
+      this.logger.debug(
+        `${episodeLabel(episode)} ${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`,
+      );
       context.throwIfAborted();
       let result: Convergence | undefined;
       try {
@@ -241,15 +300,25 @@ export class EpisodeRunner implements OnModuleInit {
       const cause = context.signal.aborted ? (context.signal.reason as unknown) : error;
       // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
       if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) {
-        this.logger.debug(`${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`);
+        this.logger.debug(
+          `${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`,
+        );
       } else if (cause instanceof EpisodeSleeping) {
         await this.endings
           .sleep(episode, ownership, scope, cause)
-          .catch((e: unknown) => this.logger.error(`could not record the sleep of episode ${episode.id}: ${errorMessage(e)}`));
+          .catch((e: unknown) =>
+            this.logger.error(
+              `could not record the sleep of episode ${episode.id}: ${errorMessage(e)}`,
+            ),
+          );
       } else {
         await this.endings
           .settle(episode, ownership, scope, cause, expectation?.options)
-          .catch((e: unknown) => this.logger.error(`could not record the end of episode ${episode.id}: ${errorMessage(e)}`));
+          .catch((e: unknown) =>
+            this.logger.error(
+              `could not record the end of episode ${episode.id}: ${errorMessage(e)}`,
+            ),
+          );
       }
     } finally {
       this.running.delete(episode.id);
@@ -266,10 +335,19 @@ export class EpisodeRunner implements OnModuleInit {
   }
 
   private ownershipOf(episode: EpisodeRow, grant: AcquireResult): Ownership {
-    return { key: claimKeyOf(episode), owner: this.identity.name(), fence: grant.status === 'acquired' ? grant.claim.fence : null };
+    return {
+      key: claimKeyOf(episode),
+      owner: this.identity.name(),
+      fence: grant.status === 'acquired' ? grant.claim.fence : null,
+    };
   }
 
-  private lifecycle(type: LifecycleEventType, episode: EpisodeRow, status: EpisodeStatus, extra = {}) {
+  private lifecycle(
+    type: LifecycleEventType,
+    episode: EpisodeRow,
+    status: EpisodeStatus,
+    extra = {},
+  ) {
     return lifecycleEvent(type, episode, status, this.identity.name(), extra);
   }
 }

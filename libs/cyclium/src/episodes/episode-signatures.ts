@@ -4,7 +4,8 @@ import type { EpisodeRow } from './episode-context.interface.js';
 import type { EpisodeInsert } from './episode-inserts.js';
 
 /** An episode in flight (not ended), aliased `e`: the cut-over signs it, its checkpoints and its requests. */
-export const IN_FLIGHT = (e: string) => `${e}.status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')`;
+export const IN_FLIGHT = (e: string) =>
+  `${e}.status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')`;
 
 /** What runs (actor, expectation, trigger), where (stack, env), and how often it may run again. */
 type What = 'actorId' | 'expectationId' | 'triggerType' | 'triggerRef';

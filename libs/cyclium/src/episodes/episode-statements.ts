@@ -32,7 +32,10 @@ export interface Ownership {
   fence: number | null;
 }
 
-export type BeginOutcome = { status: 'started'; episode: EpisodeRow; grant: AcquireResult } | { status: 'duplicate' } | { status: 'busy' };
+export type BeginOutcome =
+  | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
+  | { status: 'duplicate' }
+  | { status: 'busy' };
 
 export interface EndOutcome {
   terminal: TerminalOutcome;
@@ -107,13 +110,23 @@ export class EpisodeStatements {
     for (const [name, body] of acquire) statement.with(name, body);
     const started = lifecycleEvent(
       'episode.started',
-      { ...spec, id, workflowInstanceId: spec.workflowInstanceId ?? null, workflowStepId: spec.workflowStepId ?? null },
+      {
+        ...spec,
+        id,
+        workflowInstanceId: spec.workflowInstanceId ?? null,
+        workflowStepId: spec.workflowStepId ?? null,
+      },
       'running',
       me,
     );
     // Opt-in (it costs a fifth of an episode's throughput); nobody waits on it, so it rides along with the next wake-up.
     const event = this.options.startedEvents
-      ? this.events.fragment(statement, [started], 'EXISTS (SELECT 1 FROM ep) AND EXISTS (SELECT 1 FROM claim)', { wake: false })
+      ? this.events.fragment(
+          statement,
+          [started],
+          'EXISTS (SELECT 1 FROM ep) AND EXISTS (SELECT 1 FROM claim)',
+          { wake: false },
+        )
       : { body: null, announce: () => undefined };
     if (event.body) statement.with('started', event.body);
 
@@ -125,7 +138,11 @@ export class EpisodeStatements {
           FROM (SELECT 1) one LEFT JOIN ep e ON true LEFT JOIN claim c ON e.id IS NOT NULL`),
     );
     if (rows === 'busy') {
-      this.claims.grantOf({ fence: null, attempt: null, lease_until: null, stolen_from: null }, key, sentAt);
+      this.claims.grantOf(
+        { fence: null, attempt: null, lease_until: null, stolen_from: null },
+        key,
+        sentAt,
+      );
       return { status: 'busy' };
     }
     const row = rows[0] as BeginRow;
@@ -139,17 +156,31 @@ export class EpisodeStatements {
    * The end of a run, in one statement: null when the claim (or the running row) was no longer
    * this node's, and then nothing was written. Returns the outputs this episode won, to deliver.
    */
-  async end(episode: EpisodeRow, ownership: Ownership, outcome: EndOutcome): Promise<CycliumOutput[] | null> {
+  async end(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    outcome: EndOutcome,
+  ): Promise<CycliumOutput[] | null> {
     const claims = this.claims.inStatement();
     const joined = claims.joined && ownership.fence !== null;
-    if (!joined && ownership.fence !== null && !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))) return null;
+    if (
+      !joined &&
+      ownership.fence !== null &&
+      !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))
+    )
+      return null;
 
     const statement = new Statement(`end_${joined ? 'joined' : 'open'}`);
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
-    const refs = { key: p(ownership.key, 'text'), owner: p(ownership.owner, 'text'), fence: p(ownership.fence, 'bigint') };
+    const refs = {
+      key: p(ownership.key, 'text'),
+      owner: p(ownership.owner, 'text'),
+      fence: p(ownership.fence, 'bigint'),
+    };
     statement.with('owner', (joined ? claims : this.claims.openClaims()).fragments.owner(refs));
     const { terminal } = outcome;
-    const classification = terminal.classification === undefined ? null : JSON.stringify(terminal.classification);
+    const classification =
+      terminal.classification === undefined ? null : JSON.stringify(terminal.classification);
     statement.with(
       'ep',
       finishEpisode(
@@ -167,12 +198,24 @@ export class EpisodeStatements {
     );
     const won = 'EXISTS (SELECT 1 FROM ep)';
     const converged = terminal.status === 'done' || terminal.status === 'partially_failed';
-    if (converged) statement.with('checkpoints', this.journal.clearCheckpointsFragment('SELECT id FROM ep'));
-    for (const [name, body] of this.findings.fragments(statement, episode, outcome.findings ?? [], won)) statement.with(name, body);
+    if (converged)
+      statement.with('checkpoints', this.journal.clearCheckpointsFragment('SELECT id FROM ep'));
+    for (const [name, body] of this.findings.fragments(
+      statement,
+      episode,
+      outcome.findings ?? [],
+      won,
+    ))
+      statement.with(name, body);
     const proposals = outcome.outputs ?? [];
-    if (proposals.length > 0) statement.with('outputs', this.outputs.fragment(statement, episode, proposals, won));
+    if (proposals.length > 0)
+      statement.with('outputs', this.outputs.fragment(statement, episode, proposals, won));
     const failure = claimFailureOf(terminal);
-    if (joined) statement.with('claim_finished', claims.fragments.finish({ ...refs, failure: p(failure, 'text'), when: won }));
+    if (joined)
+      statement.with(
+        'claim_finished',
+        claims.fragments.finish({ ...refs, failure: p(failure, 'text'), when: won }),
+      );
     const event = this.events.fragment(statement, [outcome.event], won);
     if (event.body) statement.with('terminal_event', event.body);
 
@@ -188,7 +231,8 @@ export class EpisodeStatements {
     if (ownership.fence !== null) {
       if (joined) this.claims.finished(ownership.key, ownership.fence, failure !== null, startedAt);
       // A custom adapter's store is not this database: finish there, as strong as it allows.
-      else if (failure === null) await this.claims.complete(ownership.key, ownership.owner, ownership.fence);
+      else if (failure === null)
+        await this.claims.complete(ownership.key, ownership.owner, ownership.fence);
       else await this.claims.fail(ownership.key, ownership.owner, failure, ownership.fence);
     }
     event.announce();
@@ -199,10 +243,15 @@ export class EpisodeStatements {
 export type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
 
 /** The claims fragment begins batched in one statement need; null when this setup cannot batch them (claims off, an adapter that cannot join, or `startedEvents`). */
-export function batchedAcquire(claims: WorkClaims, options: ResolvedCycliumOptions): AcquireMany | null {
+export function batchedAcquire(
+  claims: WorkClaims,
+  options: ResolvedCycliumOptions,
+): AcquireMany | null {
   const inStatement = claims.inStatement();
   const acquireMany = inStatement.fragments.acquireMany;
-  return claims.enabled && inStatement.joined && acquireMany && !options.startedEvents ? acquireMany : null;
+  return claims.enabled && inStatement.joined && acquireMany && !options.startedEvents
+    ? acquireMany
+    : null;
 }
 
 /**
@@ -219,12 +268,18 @@ export async function claimBegun(
 ): Promise<{ rows: BeginRow[] | 'busy'; sentAt: number }> {
   for (const [name, body] of acquire({ input: 'began', ...claims })) statement.with(name, body);
   const sentAt = performance.now();
-  const rows = await queryBegin(sql, statement.build(`SELECT ${beginColumns(statement, 'c.key IS NULL')} ${from}`));
+  const rows = await queryBegin(
+    sql,
+    statement.build(`SELECT ${beginColumns(statement, 'c.key IS NULL')} ${from}`),
+  );
   return { rows, sentAt };
 }
 
 /** Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was written). */
-export async function queryBegin(sql: SqlExecutor, query: QueryConfig): Promise<BeginRow[] | 'busy'> {
+export async function queryBegin(
+  sql: SqlExecutor,
+  query: QueryConfig,
+): Promise<BeginRow[] | 'busy'> {
   try {
     return (await sql.query<BeginRow>(query)).rows;
   } catch (error) {

@@ -8,7 +8,13 @@ import { Statement } from '../sql/statement.js';
 import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.js';
 import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
-import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert, type NewEpisode } from './episode-inserts.js';
+import {
+  episodeInput,
+  insertEpisodes,
+  insertOf,
+  type EpisodeInsert,
+  type NewEpisode,
+} from './episode-inserts.js';
 import { wokenMarker } from './episode-journal.js';
 import { EpisodeSignatures, IN_FLIGHT } from './episode-signatures.js';
 import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
@@ -67,7 +73,8 @@ export const toEpisode: RowMapper<EpisodeRow> = rowMapper(CycliumEpisode, {
 });
 
 /** The first row mapped, or null when there is none. */
-export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null => (rows[0] ? toEpisode(rows[0]) : null);
+export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null =>
+  rows[0] ? toEpisode(rows[0]) : null;
 
 /**
  * The statements on cyclium_episodes that create, move and read episodes: inserts (all of them
@@ -95,8 +102,15 @@ export class EpisodeStore {
    * `spec.ownerNode`), `queued`, or `deferred` (waiting for a full node, owned by none); the dedupe
    * index decides.
    */
-  insertFragment(statement: Statement, id: string, spec: NewEpisode, status: Extract<EpisodeStatus, 'running' | 'queued' | 'deferred'>): string {
-    return insertEpisodes(`(${episodeInput(statement, [this.signatures.signed(insertOf(id, spec, status))])})`);
+  insertFragment(
+    statement: Statement,
+    id: string,
+    spec: NewEpisode,
+    status: Extract<EpisodeStatus, 'running' | 'queued' | 'deferred'>,
+  ): string {
+    return insertEpisodes(
+      `(${episodeInput(statement, [this.signatures.signed(insertOf(id, spec, status))])})`,
+    );
   }
 
   /**
@@ -138,7 +152,10 @@ export class EpisodeStore {
 
   /** What became of an episode a request names: its status, or null when the row is gone. */
   async statusOf(client: SqlExecutor, id: string): Promise<EpisodeStatus | null> {
-    const { rows } = await client.query<{ status: EpisodeStatus }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]);
+    const { rows } = await client.query<{ status: EpisodeStatus }>(
+      `SELECT status FROM cyclium_episodes WHERE id = $1`,
+      [id],
+    );
     return rows[0]?.status ?? null;
   }
 
@@ -180,7 +197,10 @@ export class EpisodeStore {
       insertBefore: null,
       signature: null,
     };
-    statement.with('ep', insertEpisodes(`(${episodeInput(statement, [this.signatures.signed(row)])})`, 'fail'));
+    statement.with(
+      'ep',
+      insertEpisodes(`(${episodeInput(statement, [this.signatures.signed(row)])})`, 'fail'),
+    );
     const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
     return toEpisode(rows[0] as Record<string, unknown>);
   }
@@ -204,7 +224,10 @@ export class EpisodeStore {
   }
 
   /** Cancels the episodes of `ids` that are not running (queued, deferred, or waiting out a retry's backoff); returns them. */
-  async cancelWaiting(ids: readonly string[], via: SqlExecutor = this.database.sql): Promise<EpisodeRow[]> {
+  async cancelWaiting(
+    ids: readonly string[],
+    via: SqlExecutor = this.database.sql,
+  ): Promise<EpisodeRow[]> {
     if (ids.length === 0) return [];
     const { rows } = await via.query(
       `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
@@ -216,7 +239,10 @@ export class EpisodeStore {
   }
 
   /** Asks the nodes running `ids` to stop them (the flag their next step write reads back); returns the ids still running. */
-  async requestCancel(ids: readonly string[], via: SqlExecutor = this.database.sql): Promise<string[]> {
+  async requestCancel(
+    ids: readonly string[],
+    via: SqlExecutor = this.database.sql,
+  ): Promise<string[]> {
     if (ids.length === 0) return [];
     const { rows } = await via.query<{ id: string }>(
       `UPDATE cyclium_episodes SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
@@ -246,12 +272,18 @@ export class EpisodeStore {
   }
 
   async get(id: string): Promise<EpisodeRow | null> {
-    return oneEpisode((await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows);
+    return oneEpisode(
+      (await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows,
+    );
   }
 
   async getMany(ids: readonly string[]): Promise<EpisodeRow[]> {
     if (ids.length === 0) return [];
-    return (await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = ANY($1::uuid[])`, [ids])).rows.map(toEpisode);
+    return (
+      await this.database.sql.query(`SELECT * FROM cyclium_episodes WHERE id = ANY($1::uuid[])`, [
+        ids,
+      ])
+    ).rows.map(toEpisode);
   }
 
   /** Newest first, by keyset; returns one row more than asked when there is a next page. */
@@ -280,6 +312,9 @@ export class EpisodeStore {
         query.eventId ?? null,
       ],
     );
-    return rows.map((r: Record<string, unknown>) => ({ episode: toEpisode(r), cursorAt: r.cursor_at as string }));
+    return rows.map((r: Record<string, unknown>) => ({
+      episode: toEpisode(r),
+      cursorAt: r.cursor_at as string,
+    }));
   }
 }

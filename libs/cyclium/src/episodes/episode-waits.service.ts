@@ -13,7 +13,14 @@ import { retryDelayMs, type RetryOptions } from './retry-policy.js';
 import { RETRY_WAKE_UPS, type RetryWakeUps } from './retry-wake-ups.interface.js';
 
 /** Failures the library decides, and cancels: a retry would meet them again. */
-const NEVER_RETRIED = new Set(['canceled', 'unknown_actor', 'nondeterministic_resume', 'budget_exceeded', 'tampered', 'step_result']);
+const NEVER_RETRIED = new Set([
+  'canceled',
+  'unknown_actor',
+  'nondeterministic_resume',
+  'budget_exceeded',
+  'tampered',
+  'step_result',
+]);
 
 /**
  * The running episode leaves `running` for `waiting` while this node still owns it at its fence
@@ -59,9 +66,15 @@ export class EpisodeWaits {
   ) {}
 
   /** The backoff before the next attempt, or null when this failure ends the episode. A `retryable` hook that throws says no. */
-  nextDelay(episode: EpisodeRow, options: RetryOptions | undefined, errorClass: string, cause: unknown): number | null {
+  nextDelay(
+    episode: EpisodeRow,
+    options: RetryOptions | undefined,
+    errorClass: string,
+    cause: unknown,
+  ): number | null {
     const policy = options?.retry;
-    if (!policy || NEVER_RETRIED.has(errorClass) || (episode.retries ?? 0) + 1 >= policy.attempts) return null;
+    if (!policy || NEVER_RETRIED.has(errorClass) || (episode.retries ?? 0) + 1 >= policy.attempts)
+      return null;
     if (options.retryable) {
       try {
         if (!options.retryable(cause)) return null;
@@ -73,8 +86,19 @@ export class EpisodeWaits {
   }
 
   /** Writes a retry's wait (see the class); false when the claim is no longer this node's, and nothing was written. */
-  wait(episode: EpisodeRow, ownership: Ownership, errorClass: string, detail: string, delayMs: number): Promise<boolean> {
-    return this.waitOut(episode, ownership, delayMs, (waiting) => ({ attempt: waiting.retries, errorClass, error: firstLine(detail), delayMs }));
+  wait(
+    episode: EpisodeRow,
+    ownership: Ownership,
+    errorClass: string,
+    detail: string,
+    delayMs: number,
+  ): Promise<boolean> {
+    return this.waitOut(episode, ownership, delayMs, (waiting) => ({
+      attempt: waiting.retries,
+      errorClass,
+      error: firstLine(detail),
+      delayMs,
+    }));
   }
 
   /**
@@ -102,7 +126,12 @@ export class EpisodeWaits {
       await this.journal.mark(
         [episode.id],
         'retry',
-        { manual: true, node, errorClass: episode.errorClass, error: firstLine(episode.errorDetail ?? '') },
+        {
+          manual: true,
+          node,
+          errorClass: episode.errorClass,
+          error: firstLine(episode.errorDetail ?? ''),
+        },
         client,
       );
       await this.wakeUps.scheduleWithin(client, waiting, 0, node, 'resume');
@@ -132,11 +161,20 @@ export class EpisodeWaits {
     retry: ((waiting: EpisodeRow) => Record<string, unknown>) | null,
   ): Promise<boolean> {
     return this.database.transaction(async (client) => {
-      const { rows } = await this.claims.fencedStatement(client, ownership, WAIT, [episode.id, retry ? 1 : 0]);
+      const { rows } = await this.claims.fencedStatement(client, ownership, WAIT, [
+        episode.id,
+        retry ? 1 : 0,
+      ]);
       if (!rows[0]) return false;
       const waiting = toEpisode(rows[0]);
       if (retry) await this.journal.mark([episode.id], 'retry', retry(waiting), client);
-      await this.wakeUps.scheduleWithin(client, waiting, delayMs, this.identity.name(), retry ? 'retry' : 'sleep');
+      await this.wakeUps.scheduleWithin(
+        client,
+        waiting,
+        delayMs,
+        this.identity.name(),
+        retry ? 'retry' : 'sleep',
+      );
       await this.claims.completeWithin(client, ownership.key, ownership.owner, ownership.fence);
       return true;
     });

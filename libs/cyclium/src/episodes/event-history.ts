@@ -44,7 +44,10 @@ const LAST_FIRE = `
 const INSERT_SLACK_MS = 60_000;
 
 /** The latest fire of the subject at or before `at` and within `withinMs` of it (epoch ms, database clock), or null. */
-export async function lastEventFire(sql: SqlExecutor, query: EventFireQuery): Promise<number | null> {
+export async function lastEventFire(
+  sql: SqlExecutor,
+  query: EventFireQuery,
+): Promise<number | null> {
   const { subject } = query;
   const value = subject?.value === undefined ? null : JSON.stringify(subject.value);
   const { rows } = await sql.query<{ fired_ms: number | null }>(LAST_FIRE, [

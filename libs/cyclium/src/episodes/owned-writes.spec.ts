@@ -11,14 +11,28 @@ import type { StepRecord, StepWriteOutcome } from './running-episode.js';
 import type { StepWrites } from './step-writes.js';
 
 const ownership = { key: 'episode:e1', owner: 'n1', fence: 7 };
-const record: StepRecord = { stepNo: 1, journalNo: 1, name: 's1', resultJson: '{"v":1}', durationMs: 1 };
-const outcome = { terminal: { status: 'done' }, event: { type: 'episode.completed', payload: {} } } as unknown as EndOutcome;
+const record: StepRecord = {
+  stepNo: 1,
+  journalNo: 1,
+  name: 's1',
+  resultJson: '{"v":1}',
+  durationMs: 1,
+};
+const outcome = {
+  terminal: { status: 'done' },
+  event: { type: 'episode.completed', payload: {} },
+} as unknown as EndOutcome;
 const episode = { id: 'e1' } as EpisodeRow;
 const options = { recovery: { staleAfterMs: 60_000 } } as ResolvedCycliumOptions;
 
-const cut = () => Object.assign(new Error('terminating connection due to administrator command'), { code: '57P01' });
-const lockTimeout = () => Object.assign(new Error('canceling statement due to lock timeout'), { code: '55P03' });
-const duplicate = () => Object.assign(new Error('duplicate key value violates unique constraint'), { code: '23505' });
+const cut = () =>
+  Object.assign(new Error('terminating connection due to administrator command'), {
+    code: '57P01',
+  });
+const lockTimeout = () =>
+  Object.assign(new Error('canceling statement due to lock timeout'), { code: '55P03' });
+const duplicate = () =>
+  Object.assign(new Error('duplicate key value violates unique constraint'), { code: '23505' });
 
 type StepCall<R> = (episodeId: string, owner: typeof ownership, step: StepRecord) => Promise<R>;
 
@@ -32,14 +46,21 @@ function setup(
   resolved: ResolvedCycliumOptions = options,
 ) {
   const steps = {
-    write: jest.fn<StepCall<StepWriteOutcome>>(async () => (calls.write?.shift() as () => StepWriteOutcome)()),
+    write: jest.fn<StepCall<StepWriteOutcome>>(async () =>
+      (calls.write?.shift() as () => StepWriteOutcome)(),
+    ),
     confirm: jest.fn<StepCall<StepWriteOutcome | null>>(async () => calls.confirm?.shift() ?? null),
   };
   const ends = {
     end: jest.fn(async () => (calls.end?.shift() as () => [] | null)()),
     confirm: jest.fn(async () => calls.ended?.shift() ?? 'owned'),
   };
-  const writes = new OwnedWrites(steps as unknown as StepWrites, ends as unknown as EndWrites, {} as EpisodeJournal, resolved);
+  const writes = new OwnedWrites(
+    steps as unknown as StepWrites,
+    ends as unknown as EndWrites,
+    {} as EpisodeJournal,
+    resolved,
+  );
   return { steps, ends, writes };
 }
 
@@ -55,7 +76,9 @@ describe('OwnedWrites', () => {
       ],
       confirm: ['written'],
     });
-    await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe('written');
+    await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe(
+      'written',
+    );
     expect(steps.write).toHaveBeenCalledTimes(1);
     expect(steps.confirm).toHaveBeenCalledWith('e1', ownership, record);
   });
@@ -89,7 +112,9 @@ describe('OwnedWrites', () => {
       ],
       confirm: [null],
     });
-    await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe('written');
+    await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe(
+      'written',
+    );
     expect(steps.write).toHaveBeenNthCalledWith(2, 'e1', ownership, record);
   });
 
@@ -105,7 +130,9 @@ describe('OwnedWrites', () => {
       ],
       confirm: [null, 'cancel_requested'],
     });
-    await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe('cancel_requested');
+    await expect(writes.step(writes.scope('e1', held()), ownership, record)).resolves.toBe(
+      'cancel_requested',
+    );
   });
 
   it("the host's kind of error is not retried: a first attempt's unique violation or a bad value goes through", async () => {
@@ -116,7 +143,9 @@ describe('OwnedWrites', () => {
         },
       ],
     });
-    await expect(writes.step(writes.scope('e1', held()), ownership, record)).rejects.toMatchObject({ code: '23505' });
+    await expect(writes.step(writes.scope('e1', held()), ownership, record)).rejects.toMatchObject({
+      code: '23505',
+    });
     expect(steps.confirm).not.toHaveBeenCalled();
   });
 
@@ -130,7 +159,9 @@ describe('OwnedWrites', () => {
         },
       ],
     });
-    await expect(writes.step(writes.scope('e1', hold), ownership, record)).rejects.toBeInstanceOf(EpisodeWriteUnavailableError);
+    await expect(writes.step(writes.scope('e1', hold), ownership, record)).rejects.toBeInstanceOf(
+      EpisodeWriteUnavailableError,
+    );
   });
 
   it('an end found committed by this owner at this fence (before or after sending it again) is a success, not a lost claim; one found lost is null', async () => {
@@ -142,7 +173,9 @@ describe('OwnedWrites', () => {
       ],
       ended: ['ended'],
     });
-    await expect(ended.writes.end(ended.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toEqual([]);
+    await expect(
+      ended.writes.end(ended.writes.scope('e1', held()), episode, ownership, outcome),
+    ).resolves.toEqual([]);
     expect(ended.ends.end).toHaveBeenCalledTimes(1);
     const late = setup({
       end: [
@@ -153,7 +186,9 @@ describe('OwnedWrites', () => {
       ],
       ended: ['owned', 'ended'],
     });
-    await expect(late.writes.end(late.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toEqual([]);
+    await expect(
+      late.writes.end(late.writes.scope('e1', held()), episode, ownership, outcome),
+    ).resolves.toEqual([]);
     const lost = setup({
       end: [
         () => {
@@ -162,7 +197,9 @@ describe('OwnedWrites', () => {
       ],
       ended: ['lost'],
     });
-    await expect(lost.writes.end(lost.writes.scope('e1', held()), episode, ownership, outcome)).resolves.toBeNull();
+    await expect(
+      lost.writes.end(lost.writes.scope('e1', held()), episode, ownership, outcome),
+    ).resolves.toBeNull();
   });
 
   it('a wait write (a backoff, a sleep) is retried through a fault: found committed, or written again', async () => {
@@ -175,7 +212,9 @@ describe('OwnedWrites', () => {
       });
     const scope = writes.scope('e1', held());
     const lostReply = { write: answers(cut()), committed: answers(true) };
-    await expect(writes.wait(scope, 'retry wait', lostReply.write, lostReply.committed)).resolves.toBe(true);
+    await expect(
+      writes.wait(scope, 'retry wait', lostReply.write, lostReply.committed),
+    ).resolves.toBe(true);
     expect(lostReply.write).toHaveBeenCalledTimes(1);
     const refused = { write: answers(lockTimeout(), true), committed: answers(false) };
     await expect(writes.wait(scope, 'sleep', refused.write, refused.committed)).resolves.toBe(true);

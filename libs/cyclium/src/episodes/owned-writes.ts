@@ -48,14 +48,18 @@ export class OwnedWrites {
 
   scope(episodeId: string, hold: ClaimHold): WriteScope {
     // With claims off nothing expires locally; past the staleness window recovery may take the episode anyway.
-    const window = hold.fence === null ? this.options.recovery.staleAfterMs : Number.POSITIVE_INFINITY;
+    const window =
+      hold.fence === null ? this.options.recovery.staleAfterMs : Number.POSITIVE_INFINITY;
     return { episodeId, owned: (failedAt) => !hold.lost && performance.now() < failedAt + window };
   }
 
   /** The checkpoints and next journal position of a resumed run. */
   history(scope: WriteScope): Promise<History> {
     const read = async (): Promise<History> => {
-      const [checkpoints, nextJournalNo] = await Promise.all([this.journal.checkpoints(scope.episodeId), this.journal.nextPosition(scope.episodeId)]);
+      const [checkpoints, nextJournalNo] = await Promise.all([
+        this.journal.checkpoints(scope.episodeId),
+        this.journal.nextPosition(scope.episodeId),
+      ]);
       return { checkpoints, nextJournalNo };
     };
     return this.retry(scope, 'history read', read, read);
@@ -69,9 +73,15 @@ export class OwnedWrites {
   }
 
   /** EndWrites.end; an end found committed answers no outputs to deliver (they are pending rows the output rescue delivers). */
-  end(scope: WriteScope, episode: EpisodeRow, ownership: Ownership, outcome: EndOutcome): Promise<CycliumOutput[] | null> {
+  end(
+    scope: WriteScope,
+    episode: EpisodeRow,
+    ownership: Ownership,
+    outcome: EndOutcome,
+  ): Promise<CycliumOutput[] | null> {
     const write = () => this.ends.end(episode, ownership, outcome);
-    const committed = async () => (await this.ends.confirm(episode.id, ownership, outcome.terminal.status)) === 'ended';
+    const committed = async () =>
+      (await this.ends.confirm(episode.id, ownership, outcome.terminal.status)) === 'ended';
     return this.retry(scope, `end (${outcome.terminal.status})`, write, async () => {
       const found = await this.ends.confirm(episode.id, ownership, outcome.terminal.status);
       if (found === 'ended') return [];
@@ -87,11 +97,26 @@ export class OwnedWrites {
    * attempt went through; the wait is fenced and written only from `running`, so a second attempt
    * after one that did commit writes nothing, and is asked the same.
    */
-  wait(scope: WriteScope, what: string, write: () => Promise<boolean>, committed: () => Promise<boolean>) {
-    return this.retry(scope, what, write, async () => (await committed()) || (await write()) || (await committed()));
+  wait(
+    scope: WriteScope,
+    what: string,
+    write: () => Promise<boolean>,
+    committed: () => Promise<boolean>,
+  ) {
+    return this.retry(
+      scope,
+      what,
+      write,
+      async () => (await committed()) || (await write()) || (await committed()),
+    );
   }
 
-  private async retry<R>(scope: WriteScope, what: string, first: () => Promise<R>, again: () => Promise<R>): Promise<R> {
+  private async retry<R>(
+    scope: WriteScope,
+    what: string,
+    first: () => Promise<R>,
+    again: () => Promise<R>,
+  ): Promise<R> {
     let failedAt = 0;
     for (let attempt = 0; ; attempt++) {
       try {
@@ -101,9 +126,12 @@ export class OwnedWrites {
         const settledMeanwhile = attempt > 0 && errorCode(error) === '23505';
         if (!isTransientDatabaseError(error) && !settledMeanwhile) throw error;
         if (attempt === 0) failedAt = performance.now();
-        if (!scope.owned(failedAt)) throw new EpisodeWriteUnavailableError(scope.episodeId, what, error);
+        if (!scope.owned(failedAt))
+          throw new EpisodeWriteUnavailableError(scope.episodeId, what, error);
         if (attempt === 0)
-          this.logger.warn(`episode ${scope.episodeId}: the ${what} met a database fault, retrying while this node owns it: ${errorMessage(error)}`);
+          this.logger.warn(
+            `episode ${scope.episodeId}: the ${what} met a database fault, retrying while this node owns it: ${errorMessage(error)}`,
+          );
         await sleep(Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt));
       }
     }

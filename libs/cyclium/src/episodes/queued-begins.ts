@@ -6,7 +6,12 @@ import { Statement } from '../sql/statement.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
-import { batchedAcquire, claimBegun, type AcquireMany, type BeginOutcome } from './episode-statements.js';
+import {
+  batchedAcquire,
+  claimBegun,
+  type AcquireMany,
+  type BeginOutcome,
+} from './episode-statements.js';
 import { takeQueued, type TakeRefs } from './episode-queue.js';
 import { toEpisode } from './episode-store.js';
 
@@ -33,7 +38,8 @@ export class QueuedBegins {
 
   /** True when a take is one statement here (claims on and joined, and no `episode.started` to write). */
   get available(): boolean {
-    if (this.acquireMany === undefined) this.acquireMany = batchedAcquire(this.claims, this.options);
+    if (this.acquireMany === undefined)
+      this.acquireMany = batchedAcquire(this.claims, this.options);
     return this.acquireMany !== null;
   }
 
@@ -56,7 +62,15 @@ export class QueuedBegins {
       expectations: p(expectations, 'text[]'),
       limit: p(limit, 'int'),
     };
-    const refs: TakeRefs = from === 'own' ? { ...base, from } : { ...base, from, stack: p(this.options.stackSlug, 'text'), env: p(this.options.env, 'text') };
+    const refs: TakeRefs =
+      from === 'own'
+        ? { ...base, from }
+        : {
+            ...base,
+            from,
+            stack: p(this.options.stackSlug, 'text'),
+            env: p(this.options.env, 'text'),
+          };
     for (const [name, body] of takeQueued(refs)) statement.with(name, body);
     statement.with('began', `SELECT ${KEY_OF_ROW} AS key FROM ep e`);
     const { rows, sentAt } = await claimBegun(
@@ -70,7 +84,11 @@ export class QueuedBegins {
     if (rows === 'busy') return 'busy';
     return rows.map((row) => {
       const episode = toEpisode(row);
-      return { status: 'started' as const, episode, grant: this.claims.grantOf(row, claimKeyOf(episode), sentAt) };
+      return {
+        status: 'started' as const,
+        episode,
+        grant: this.claims.grantOf(row, claimKeyOf(episode), sentAt),
+      };
     });
   }
 }

@@ -2,24 +2,30 @@ import { describe, expect, it } from '@jest/globals';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { retryDelayMs, retryOptionsFor } from './retry-policy.js';
 
-const episode = (triggerRef: Record<string, unknown>) => ({ id: 'e', triggerRef }) as unknown as EpisodeRow;
+const episode = (triggerRef: Record<string, unknown>) =>
+  ({ id: 'e', triggerRef }) as unknown as EpisodeRow;
 const declared = { retry: { attempts: 3 }, retryable: () => true };
 
 describe('retryOptionsFor', () => {
   it("goes by the expectation's policy when the trigger gave none", () => {
-    expect(retryOptionsFor(episode({ type: 'manual', payload: {} }), declared)).toEqual({ options: declared });
+    expect(retryOptionsFor(episode({ type: 'manual', payload: {} }), declared)).toEqual({
+      options: declared,
+    });
   });
 
   it("puts the trigger's policy over the expectation's, keeping its retryable hook; false turns retries off", () => {
     const own = { attempts: 5, backoff: { initialMs: 10 } };
-    expect(retryOptionsFor(episode({ retry: own }), declared)).toEqual({ options: { retry: own, retryable: declared.retryable } });
+    expect(retryOptionsFor(episode({ retry: own }), declared)).toEqual({
+      options: { retry: own, retryable: declared.retryable },
+    });
     expect(retryOptionsFor(episode({ retry: false }), declared)).toEqual({ options: undefined });
   });
 
   it("falls back to the expectation's policy, saying why, when the stored one is not sound (a row edited by hand)", () => {
     expect(retryOptionsFor(episode({ retry: { attempts: 'many' } }), declared)).toEqual({
       options: declared,
-      problem: "its trigger's retry.attempts must be a whole number >= 2 (runs in all, the first included)",
+      problem:
+        "its trigger's retry.attempts must be a whole number >= 2 (runs in all, the first included)",
     });
   });
 });

@@ -9,7 +9,13 @@ export type WakeReason = 'retry' | 'sleep' | 'resume';
  * backoff that any node hosting the actor takes, inside the caller's transaction.
  */
 export interface RetryWakeUps {
-  scheduleWithin(client: SqlExecutor, episode: EpisodeRow, delayMs: number, node: string, reason: WakeReason): Promise<void>;
+  scheduleWithin(
+    client: SqlExecutor,
+    episode: EpisodeRow,
+    delayMs: number,
+    node: string,
+    reason: WakeReason,
+  ): Promise<void>;
   /**
    * The condition, over the episode aliased `e`, that a wake-up `node` (a SQL text expression)
    * wrote waits for it: how a wait whose reply was lost is found committed.

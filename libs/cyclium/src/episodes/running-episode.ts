@@ -1,8 +1,20 @@
 import { TamperedRowError } from '../integrity/tampered-row.error.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
-import { BudgetExceededError, EpisodeCanceledError, EpisodeSleeping, EpisodeWriteUnavailableError, NondeterministicResumeError } from './episode-errors.js';
-import type { EpisodeBudget, EpisodeContext, EpisodeRow, EpisodeTrigger, StepTools } from './episode-context.interface.js';
+import {
+  BudgetExceededError,
+  EpisodeCanceledError,
+  EpisodeSleeping,
+  EpisodeWriteUnavailableError,
+  NondeterministicResumeError,
+} from './episode-errors.js';
+import type {
+  EpisodeBudget,
+  EpisodeContext,
+  EpisodeRow,
+  EpisodeTrigger,
+  StepTools,
+} from './episode-context.interface.js';
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
 
@@ -102,7 +114,11 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     this.throwIfAborted();
     const { maxSteps, maxWallMs } = this.deps.budget ?? {};
     if (maxWallMs !== undefined && performance.now() - this.startedAt >= maxWallMs) {
-      this.stop(new BudgetExceededError(`budget exceeded: maxWallMs ${maxWallMs} reached before step ${this.stepNo + 1}`));
+      this.stop(
+        new BudgetExceededError(
+          `budget exceeded: maxWallMs ${maxWallMs} reached before step ${this.stepNo + 1}`,
+        ),
+      );
       throw this.signal.reason;
     }
     if (maxSteps !== undefined && this.stepNo >= maxSteps) {
@@ -117,7 +133,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       return await write;
     } catch (error) {
       // A host's catch around a step must not swallow these: the run stops either way.
-      if (error instanceof EpisodeWriteUnavailableError || error instanceof TamperedRowError) this.stop(error);
+      if (error instanceof EpisodeWriteUnavailableError || error instanceof TamperedRowError)
+        this.stop(error);
       throw error;
     }
   }
@@ -130,18 +147,30 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     const recorded = this.history.checkpoints.get(stepNo);
     if (recorded) {
       if (recorded.name !== name) {
-        throw new NondeterministicResumeError(`step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`);
+        throw new NondeterministicResumeError(
+          `step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`,
+        );
       }
       return recorded.state as T;
     }
     const started = performance.now();
-    const result = await fn({ stepNo, idempotencyKey: `${this.episode.id}:${stepNo}`, signal: this.signal });
+    const result = await fn({
+      stepNo,
+      idempotencyKey: `${this.episode.id}:${stepNo}`,
+      signal: this.signal,
+    });
     const durationMs = performance.now() - started;
     const resultJson = encodeStepResult(name, result);
     this.journalNo ??= this.history.nextJournalNo;
     // duration_ms is a 32-bit column: a step that ran longer than 24.8 days is journaled as that long.
     const journaledMs = Math.min(Math.round(durationMs), INT4_MAX);
-    const record = { stepNo, journalNo: this.journalNo++, name, resultJson, durationMs: journaledMs };
+    const record = {
+      stepNo,
+      journalNo: this.journalNo++,
+      name,
+      resultJson,
+      durationMs: journaledMs,
+    };
     const outcome = await this.library(this.deps.writeStep(record));
     this.wrote = true;
     if (outcome === 'not_owner') {
@@ -156,7 +185,10 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   }
 
   async sleep(name: string, ms: number): Promise<void> {
-    if (!(Number.isSafeInteger(ms) && ms >= 0)) throw new RangeError(`ep.sleep("${name}", ms): ms must be a whole number of milliseconds >= 0 (got ${ms})`);
+    if (!(Number.isSafeInteger(ms) && ms >= 0))
+      throw new RangeError(
+        `ep.sleep("${name}", ms): ms must be a whole number of milliseconds >= 0 (got ${ms})`,
+      );
     // The wake-up time is the step's recorded result: a replay (after a wake-up, or a crash
     // before the wait was written) reads it back instead of sleeping from the start again.
     const { wakeAt } = await this.step(`sleep:${name}`, () => ({ wakeAt: Date.now() + ms }));

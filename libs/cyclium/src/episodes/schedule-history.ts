@@ -21,7 +21,12 @@ interface HistoryRow {
  * The schedule history of `actorId.expectationId` in `env`. Read once per schedule at boot, by a
  * catch-up: through the (actor_id, status, inserted_at) index, the actor's rows only.
  */
-export async function scheduleHistory(sql: SqlExecutor, actorId: string, expectationId: string, env: string | null) {
+export async function scheduleHistory(
+  sql: SqlExecutor,
+  actorId: string,
+  expectationId: string,
+  env: string | null,
+) {
   const { rows } = await sql.query<HistoryRow>(
     // ISO 8601 UTC to the millisecond, as every node writes it: text order is time order.
     `SELECT max(trigger_ref->>'scheduledAt') AS last, now() AS read_at FROM cyclium_episodes

@@ -33,6 +33,7 @@ export function presentStepResult(stored: unknown): unknown {
 }
 
 function storedText(stored: unknown): string | undefined {
-  const text = stored !== null && typeof stored === 'object' ? (stored as { j?: unknown }).j : undefined;
+  const text =
+    stored !== null && typeof stored === 'object' ? (stored as { j?: unknown }).j : undefined;
   return typeof text === 'string' ? text : undefined;
 }

@@ -57,19 +57,29 @@ export class StepWrites {
     private readonly signer: RowSigner,
   ) {}
 
-  async write(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome> {
+  async write(
+    episodeId: string,
+    ownership: Ownership,
+    record: StepRecord,
+  ): Promise<StepWriteOutcome> {
     const write = { episodeId, ownership, record };
     if (ownership.fence !== null && this.statement('batched')) return this.batches.write(write);
     const joined = this.claims.inStatement().joined && ownership.fence !== null;
     // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
-    if (!joined && ownership.fence !== null && !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))) return 'not_owner';
+    if (
+      !joined &&
+      ownership.fence !== null &&
+      !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))
+    )
+      return 'not_owner';
     if (joined) return (await this.send('joined', [write]))[0] as StepWriteOutcome;
     try {
       return (await this.send('open', [write]))[0] as StepWriteOutcome;
     } catch (error) {
       // A sweep that took the episode as this write was under way journals its marker at the
       // position the write wanted: the run lost the episode, its write is refused, not its fault.
-      if (errorCode(error) === '23505' && !(await this.runsHere(episodeId, ownership.owner))) return 'not_owner';
+      if (errorCode(error) === '23505' && !(await this.runsHere(episodeId, ownership.owner)))
+        return 'not_owner';
       throw error;
     }
   }
@@ -87,13 +97,16 @@ export class StepWrites {
    * After a write that may have committed without its answer reaching us: its outcome when it did
    * (or `not_owner` when the claim is gone either way), null when it did not and may be sent again.
    */
-  async confirm(episodeId: string, ownership: Ownership, record: StepRecord): Promise<StepWriteOutcome | null> {
-    const { rows } = await this.claims.fencedStatement<{ owned: number; written: boolean; cancel_requested: boolean }>(
-      this.database.sql,
-      ownership,
-      STEP_CONFIRM,
-      [episodeId, record.journalNo, record.name],
-    );
+  async confirm(
+    episodeId: string,
+    ownership: Ownership,
+    record: StepRecord,
+  ): Promise<StepWriteOutcome | null> {
+    const { rows } = await this.claims.fencedStatement<{
+      owned: number;
+      written: boolean;
+      cancel_requested: boolean;
+    }>(this.database.sql, ownership, STEP_CONFIRM, [episodeId, record.journalNo, record.name]);
     const row = rows[0];
     if (!row || row.owned !== 1) return 'not_owner';
     if (!row.written) return null;
@@ -104,7 +117,9 @@ export class StepWrites {
   private statement(proof: Proof): StepStatement | null {
     if (!this.texts.has(proof)) {
       const text = this.text(proof);
-      const name = `episodes_step_write_${proof === 'open' ? 'open' : 'fenced'}_${createHash('sha256')
+      const name = `episodes_step_write_${proof === 'open' ? 'open' : 'fenced'}_${createHash(
+        'sha256',
+      )
         .update(text ?? '')
         .digest('hex')
         .slice(0, 12)}`;
@@ -120,7 +135,11 @@ export class StepWrites {
       return ownerMany ? stepWrite(ownerMany({ input: 'input' })) : null;
     }
     // A lone write: its one claim, as the adapter's `owner` proves it (or the open passthrough).
-    const claim = claims.fragments.owner({ key: '$1::text', owner: '$2::text', fence: '$3::bigint' });
+    const claim = claims.fragments.owner({
+      key: '$1::text',
+      owner: '$2::text',
+      fence: '$3::bigint',
+    });
     // Open: no claim in the statement, so the episode row proves it (a sweep may have taken it).
     const held =
       proof === 'open'
@@ -170,7 +189,10 @@ export class StepWrites {
   /** The checkpoint's signature (the `integrity` option), over the result as it will be read back. */
   private signatureOf(episodeId: string, record: StepRecord): string | null {
     if (!this.signer.enabled) return null;
-    return this.signer.sign('checkpoint', checkpointFields(episodeId, record.stepNo, record.name, JSON.parse(record.resultJson)));
+    return this.signer.sign(
+      'checkpoint',
+      checkpointFields(episodeId, record.stepNo, record.name, JSON.parse(record.resultJson)),
+    );
   }
 }
 

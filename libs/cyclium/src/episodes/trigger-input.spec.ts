@@ -16,8 +16,16 @@ describe('triggerDelay', () => {
 
   it.each([
     [{ delayMs: -1 }, 'delayMs', 't: delayMs must be a whole number of milliseconds >= 0 (got -1)'],
-    [{ delayMs: 1.5 }, 'delayMs', 't: delayMs must be a whole number of milliseconds >= 0 (got 1.5)'],
-    [{ delayMs: '10' }, 'delayMs', 't: delayMs must be a whole number of milliseconds >= 0 (got "10")'],
+    [
+      { delayMs: 1.5 },
+      'delayMs',
+      't: delayMs must be a whole number of milliseconds >= 0 (got 1.5)',
+    ],
+    [
+      { delayMs: '10' },
+      'delayMs',
+      't: delayMs must be a whole number of milliseconds >= 0 (got "10")',
+    ],
     [{ runAt: '2030-01-01' }, 'runAt', 't: runAt must be a valid Date (got "2030-01-01")'],
     [{ runAt: new Date('nonsense') }, 'runAt', 't: runAt must be a valid Date (got null)'],
     [{ delayMs: 10, runAt: new Date() }, 'runAt', 't: give delayMs or runAt, not both'],

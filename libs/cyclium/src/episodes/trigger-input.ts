@@ -17,18 +17,28 @@ export type TriggerDelay = { ms: number } | { at: Date };
  * 0), undefined when it asked for none (the Dispatcher applies the expectation's). A `runAt` in the
  * past runs at the next poll.
  */
-export function triggerDelay(what: string, asked: { delayMs?: unknown; runAt?: unknown }): TriggerDelay | null | undefined {
+export function triggerDelay(
+  what: string,
+  asked: { delayMs?: unknown; runAt?: unknown },
+): TriggerDelay | null | undefined {
   const { delayMs, runAt } = asked;
-  if (delayMs !== undefined && runAt !== undefined) throw new InvalidTriggerError('runAt', `${what}: give delayMs or runAt, not both`);
+  if (delayMs !== undefined && runAt !== undefined)
+    throw new InvalidTriggerError('runAt', `${what}: give delayMs or runAt, not both`);
   if (delayMs !== undefined) {
     if (!(typeof delayMs === 'number' && Number.isSafeInteger(delayMs) && delayMs >= 0)) {
-      throw new InvalidTriggerError('delayMs', `${what}: delayMs must be a whole number of milliseconds >= 0 (got ${JSON.stringify(delayMs)})`);
+      throw new InvalidTriggerError(
+        'delayMs',
+        `${what}: delayMs must be a whole number of milliseconds >= 0 (got ${JSON.stringify(delayMs)})`,
+      );
     }
     return delayMs > 0 ? { ms: delayMs } : null;
   }
   if (runAt !== undefined) {
     if (!(runAt instanceof Date) || !Number.isFinite(runAt.getTime())) {
-      throw new InvalidTriggerError('runAt', `${what}: runAt must be a valid Date (got ${JSON.stringify(runAt)})`);
+      throw new InvalidTriggerError(
+        'runAt',
+        `${what}: runAt must be a valid Date (got ${JSON.stringify(runAt)})`,
+      );
     }
     return { at: runAt };
   }
@@ -39,21 +49,37 @@ export function triggerDelay(what: string, asked: { delayMs?: unknown; runAt?: u
 export function triggerRetry(what: string, retry: unknown): RetryPolicy | false | undefined {
   if (retry === undefined || retry === false) return retry;
   const problem = retryPolicyProblem(retry);
-  if (problem) throw new InvalidTriggerError('retry', `${what}: ${problem}, or false for no retries`);
+  if (problem)
+    throw new InvalidTriggerError('retry', `${what}: ${problem}, or false for no retries`);
   return retry as RetryPolicy;
 }
 
 /** Refuses, before anything is written, a payload or dedupe key that PostgreSQL would refuse. */
-export function checkTriggerInput(what: string, payload: unknown, dedupeKey: string | null | undefined): void {
+export function checkTriggerInput(
+  what: string,
+  payload: unknown,
+  dedupeKey: string | null | undefined,
+): void {
   const json = toJsonb(payload);
-  if ('problem' in json) throw new InvalidTriggerError('payload', `${what}: the payload ${json.problem}`);
+  if ('problem' in json)
+    throw new InvalidTriggerError('payload', `${what}: the payload ${json.problem}`);
   if (dedupeKey === undefined || dedupeKey === null) return;
   if (typeof dedupeKey !== 'string' || dedupeKey === '') {
-    throw new InvalidTriggerError('dedupeKey', `${what}: dedupeKey must be a non-empty string (got ${JSON.stringify(dedupeKey)})`);
+    throw new InvalidTriggerError(
+      'dedupeKey',
+      `${what}: dedupeKey must be a non-empty string (got ${JSON.stringify(dedupeKey)})`,
+    );
   }
-  if (dedupeKey.includes('\u0000')) throw new InvalidTriggerError('dedupeKey', `${what}: dedupeKey holds a NUL character, which PostgreSQL cannot store`);
+  if (dedupeKey.includes('\u0000'))
+    throw new InvalidTriggerError(
+      'dedupeKey',
+      `${what}: dedupeKey holds a NUL character, which PostgreSQL cannot store`,
+    );
   const bytes = Buffer.byteLength(dedupeKey, 'utf8');
   if (bytes > MAX_DEDUPE_KEY_BYTES) {
-    throw new InvalidTriggerError('dedupeKey', `${what}: dedupeKey must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (got ${bytes}); hash a longer one`);
+    throw new InvalidTriggerError(
+      'dedupeKey',
+      `${what}: dedupeKey must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (got ${bytes}); hash a longer one`,
+    );
   }
 }

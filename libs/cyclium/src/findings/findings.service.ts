@@ -32,7 +32,10 @@ export class Findings {
    * Active findings matching `filters`, in `options.env` (default: this node's env; `null` is the
    * default env, compared strictly).
    */
-  async activeFor(filters: FindingFilters = {}, options: { env?: string | null } = {}): Promise<CycliumFinding[]> {
+  async activeFor(
+    filters: FindingFilters = {},
+    options: { env?: string | null } = {},
+  ): Promise<CycliumFinding[]> {
     const env = options.env === undefined ? this.env.current() : options.env;
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_findings
@@ -40,7 +43,13 @@ export class Findings {
           AND ($2::text IS NULL OR actor_id = $2) AND ($3::text IS NULL OR class = $3)
           AND ($4::text IS NULL OR subject = $4) AND ($5::text IS NULL OR finding_key = $5)
         ORDER BY raised_at, id`,
-      [env, filters.actorId ?? null, filters.class ?? null, filters.subject ?? null, filters.key ?? null],
+      [
+        env,
+        filters.actorId ?? null,
+        filters.class ?? null,
+        filters.subject ?? null,
+        filters.key ?? null,
+      ],
     );
     return rows.map(toFinding);
   }
@@ -59,9 +68,14 @@ export class Findings {
    * env, whatever this node's (seed 4.3, acting on another env), folded as an end folds them, in
    * one statement. For an operator or a host reacting to an episode of another env or stack.
    */
-  async persist(actions: FindingAction | readonly FindingAction[], episode: FindingSource): Promise<void> {
+  async persist(
+    actions: FindingAction | readonly FindingAction[],
+    episode: FindingSource,
+  ): Promise<void> {
     const statement = new Statement('finding_persist');
-    const list: readonly FindingAction[] = Array.isArray(actions) ? actions : [actions as FindingAction];
+    const list: readonly FindingAction[] = Array.isArray(actions)
+      ? actions
+      : [actions as FindingAction];
     const ctes = this.fragments(statement, episode, list, 'true');
     if (ctes.length === 0) return;
     for (const [name, body] of ctes) statement.with(name, body);
@@ -73,7 +87,12 @@ export class Findings {
    * only when `when` holds. Actions on one key are folded in order first (a raise then a clear is a
    * clear; an update after a raise refines the raise), so no row is written twice by one statement.
    */
-  fragments(statement: Statement, episode: FindingSource, actions: readonly FindingAction[], when: string): Array<[string, string]> {
+  fragments(
+    statement: Statement,
+    episode: FindingSource,
+    actions: readonly FindingAction[],
+    when: string,
+  ): Array<[string, string]> {
     const { raises, updates, clears } = fold(actions);
     const ctes: Array<[string, string]> = [];
     if (raises.length + updates.length + clears.length === 0) return ctes;
@@ -94,7 +113,10 @@ export class Findings {
         [list.map((f) => f.severity ?? null), 'text[]'],
         [list.map((f) => f.subject ?? null), 'text[]'],
         [list.map((f) => f.summary ?? null), 'text[]'],
-        [list.map((f) => (f.evidence === undefined ? null : JSON.stringify(f.evidence))), 'jsonb[]'],
+        [
+          list.map((f) => (f.evidence === undefined ? null : JSON.stringify(f.evidence))),
+          'jsonb[]',
+        ],
       ]);
     if (updates.length > 0) {
       ctes.push([
@@ -129,7 +151,11 @@ export class Findings {
 type Fields = Omit<Extract<FindingAction, { op: 'raise' }>, 'op'>;
 
 /** One final action per key, applying the list in order. */
-function fold(actions: readonly FindingAction[]): { raises: Fields[]; updates: Fields[]; clears: string[] } {
+function fold(actions: readonly FindingAction[]): {
+  raises: Fields[];
+  updates: Fields[];
+  clears: string[];
+} {
   const last = new Map<string, { op: 'raise' | 'update'; fields: Fields } | { op: 'clear' }>();
   for (const action of actions) {
     const before = last.get(action.key);
@@ -156,5 +182,7 @@ function fold(actions: readonly FindingAction[]): { raises: Fields[]; updates: F
 }
 
 function definedOnly<T extends object>(fields: T): Partial<T> {
-  return Object.fromEntries(Object.entries(fields).filter(([, v]) => v !== undefined)) as Partial<T>;
+  return Object.fromEntries(
+    Object.entries(fields).filter(([, v]) => v !== undefined),
+  ) as Partial<T>;
 }

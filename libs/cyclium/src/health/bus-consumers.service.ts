@@ -3,7 +3,12 @@ import { dropPosition } from '../bus/bus-positions.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import { ClusterStatusReader, hosts, type BusConsumerStatus, type ClusterNode } from './cluster-status.service.js';
+import {
+  ClusterStatusReader,
+  hosts,
+  type BusConsumerStatus,
+  type ClusterNode,
+} from './cluster-status.service.js';
 
 /** What `BusConsumers.drop` did: `hosted` when a live node of its channel hosts it (nothing was deleted). */
 export type BusConsumerDrop = 'dropped' | 'hosted' | 'not_found';

@@ -112,7 +112,13 @@ const CLUSTER_STATUS = `
 
 interface Row {
   at: Date;
-  nodes: Array<Omit<ClusterNode, 'startedAt' | 'lastSeenAt' | 'lastSweep'> & { startedAt: string; lastSeenAt: string; lastSweep: RawSweep | null }>;
+  nodes: Array<
+    Omit<ClusterNode, 'startedAt' | 'lastSeenAt' | 'lastSweep'> & {
+      startedAt: string;
+      lastSeenAt: string;
+      lastSweep: RawSweep | null;
+    }
+  >;
   active: EpisodeCount[];
   finished: EpisodeCount[];
   pending: number;
@@ -129,10 +135,15 @@ type Hosting = Pick<ClusterNode, 'stack' | 'env' | 'actors' | 'live'>;
  * the stack and env (busChannel), so it is matched here rather than in SQL; a node row that does
  * not list its actors counts as hosting everything.
  */
-export function hosts(nodes: ReadonlyArray<Hosting>, position: Pick<StoredPosition, 'channel' | 'consumer'>): boolean {
+export function hosts(
+  nodes: ReadonlyArray<Hosting>,
+  position: Pick<StoredPosition, 'channel' | 'consumer'>,
+): boolean {
   const ofActor = (actor: string) => position.consumer.startsWith(`${actor}.`);
   const hostsActor = (actors: string[] | null) => actors === null || actors.some(ofActor);
-  return nodes.some((n) => n.live && busChannel(n.stack, n.env) === position.channel && hostsActor(n.actors));
+  return nodes.some(
+    (n) => n.live && busChannel(n.stack, n.env) === position.channel && hostsActor(n.actors),
+  );
 }
 
 /** Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one read. */
@@ -150,7 +161,10 @@ export class ClusterStatusReader {
   }
 
   private async query(windowMs: number): Promise<ClusterStatus> {
-    const { rows } = await this.database.sql.query<Row>(CLUSTER_STATUS, [2 * this.options.nodeBeatIntervalMs, windowMs]);
+    const { rows } = await this.database.sql.query<Row>(CLUSTER_STATUS, [
+      2 * this.options.nodeBeatIntervalMs,
+      windowMs,
+    ]);
     const [row] = rows;
     const nodes = row.nodes.map((n) => ({
       ...n,
@@ -164,7 +178,11 @@ export class ClusterStatusReader {
       active: row.active,
       finished: { windowMs, counts: row.finished },
       triggerRequests: { pending: row.pending, expiredInWindow: row.expired },
-      busConsumers: row.positions.map((p) => ({ ...p, updatedAt: new Date(p.updatedAt), hosted: hosts(nodes, p) })),
+      busConsumers: row.positions.map((p) => ({
+        ...p,
+        updatedAt: new Date(p.updatedAt),
+        hosted: hosts(nodes, p),
+      })),
     };
   }
 }

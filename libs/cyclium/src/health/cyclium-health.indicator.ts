@@ -24,19 +24,29 @@ export class CycliumHealthIndicator {
     private readonly status: CycliumStatus,
   ) {}
 
-  isLive<const Key extends string = 'cyclium'>(key: Key = 'cyclium' as Key): HealthIndicatorResult<Key> {
+  isLive<const Key extends string = 'cyclium'>(
+    key: Key = 'cyclium' as Key,
+  ): HealthIndicatorResult<Key> {
     return this.indicators.check(key).up({ ...this.status.liveness().status });
   }
 
-  async isReady<const Key extends string = 'cyclium'>(key: Key = 'cyclium' as Key, options: HealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
+  async isReady<const Key extends string = 'cyclium'>(
+    key: Key = 'cyclium' as Key,
+    options: HealthOptions = {},
+  ): Promise<HealthIndicatorResult<Key>> {
     const report = await this.status.readiness(options);
     const session = this.indicators.check(key);
     const details = { databaseMs: report.databaseMs, ...report.status };
-    return report.ready ? session.up(details) : session.down({ reason: report.reasons.join('; '), failing: report.failing, ...details });
+    return report.ready
+      ? session.up(details)
+      : session.down({ reason: report.reasons.join('; '), failing: report.failing, ...details });
   }
 
   /** The readiness verdict (see isReady), under its older name. */
-  isHealthy<const Key extends string = 'cyclium'>(key: Key = 'cyclium' as Key, options: HealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
+  isHealthy<const Key extends string = 'cyclium'>(
+    key: Key = 'cyclium' as Key,
+    options: HealthOptions = {},
+  ): Promise<HealthIndicatorResult<Key>> {
     return this.isReady(key, options);
   }
 }

@@ -14,7 +14,12 @@ import { Mode } from '../dispatch/mode.service.js';
 import { Recovery } from '../recovery/recovery.service.js';
 import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
 import { SharedRead } from '../primitives/shared-read.js';
-import { ClusterStatusReader, MAX_STATUS_WINDOW_MS, type ClusterStatus, type ClusterStatusOptions } from './cluster-status.service.js';
+import {
+  ClusterStatusReader,
+  MAX_STATUS_WINDOW_MS,
+  type ClusterStatus,
+  type ClusterStatusOptions,
+} from './cluster-status.service.js';
 
 export interface HealthOptions {
   /** The database must answer `SELECT 1` within this. Default 1 500. */
@@ -49,7 +54,13 @@ export interface StatusSnapshot {
  * - `bus_reader_failing`: the last read of the events table failed.
  * - `renewals_failing`: the last renewal of this node's work claims failed.
  */
-export type ReadinessCheck = 'draining' | 'database' | 'bus_disconnected' | 'bus_degraded' | 'bus_reader_failing' | 'renewals_failing';
+export type ReadinessCheck =
+  | 'draining'
+  | 'database'
+  | 'bus_disconnected'
+  | 'bus_degraded'
+  | 'bus_reader_failing'
+  | 'renewals_failing';
 
 export interface HealthReport {
   /** Ready to take work: no check failed. */
@@ -101,7 +112,9 @@ export class CycliumStatus {
   cluster(options: ClusterStatusOptions = {}): Promise<ClusterStatus> {
     const windowMs = options.windowMs ?? 300_000;
     if (!Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_STATUS_WINDOW_MS) {
-      throw new RangeError(`cluster: windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`);
+      throw new RangeError(
+        `cluster: windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`,
+      );
     }
     return this.clusterReader.read(windowMs, 500);
   }
@@ -138,11 +151,20 @@ export class CycliumStatus {
     const bus = status.bus;
     if (status.draining) failed.unshift(['draining', 'this node is shutting down']);
     if (bus && !bus.listening && bus.disconnectedForMs > busDisconnectedMs) {
-      failed.push(['bus_disconnected', `the LISTEN connection has been down for ${Math.round(bus.disconnectedForMs / 1000)} s`]);
+      failed.push([
+        'bus_disconnected',
+        `the LISTEN connection has been down for ${Math.round(bus.disconnectedForMs / 1000)} s`,
+      ]);
     }
-    if (bus?.degraded) failed.push(['bus_degraded', bus.degradedReason ?? 'the LISTEN connection does not hear its own echo']);
-    if (bus?.readFailing) failed.push(['bus_reader_failing', 'the last read of the events table failed']);
-    if (this.renewer.failing) failed.push(['renewals_failing', "the last renewal of this node's work claims failed"]);
+    if (bus?.degraded)
+      failed.push([
+        'bus_degraded',
+        bus.degradedReason ?? 'the LISTEN connection does not hear its own echo',
+      ]);
+    if (bus?.readFailing)
+      failed.push(['bus_reader_failing', 'the last read of the events table failed']);
+    if (this.renewer.failing)
+      failed.push(['renewals_failing', "the last renewal of this node's work claims failed"]);
     return {
       ready: failed.length === 0,
       healthy: failed.length === 0,
@@ -166,7 +188,9 @@ export class CycliumStatus {
   /** On the library's own connection: a host pool that is merely saturated is not a database that is away. */
   private ping(timeoutMs: number): Promise<number> {
     const started = performance.now();
-    const query = this.database.dedicatedSql.query('SELECT 1').then(() => Math.round(performance.now() - started));
+    const query = this.database.dedicatedSql
+      .query('SELECT 1')
+      .then(() => Math.round(performance.now() - started));
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);

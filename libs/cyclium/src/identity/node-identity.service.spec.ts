@@ -3,7 +3,8 @@ import { hostname } from 'node:os';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
 import { NodeIdentity } from './node-identity.service.js';
 
-const identity = (nodeIdentity?: string | (() => string)) => new NodeIdentity(resolveCycliumOptions({ nodeIdentity }));
+const identity = (nodeIdentity?: string | (() => string)) =>
+  new NodeIdentity(resolveCycliumOptions({ nodeIdentity }));
 
 describe('NodeIdentity', () => {
   it('returns a configured string', () => {
@@ -19,13 +20,19 @@ describe('NodeIdentity', () => {
   });
 
   it('rejects a function that returns nothing usable', () => {
-    expect(() => identity(() => '').name()).toThrow('nodeIdentity function must return a non-empty string');
+    expect(() => identity(() => '').name()).toThrow(
+      'nodeIdentity function must return a non-empty string',
+    );
   });
 
   it('mints one identity per node from hostname, pid and random hex, stable while it lives', () => {
     const node = identity();
     const a = node.name();
-    expect(a).toMatch(new RegExp(`^${hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-${process.pid}-[0-9a-f]{8}$`));
+    expect(a).toMatch(
+      new RegExp(
+        `^${hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-${process.pid}-[0-9a-f]{8}$`,
+      ),
+    );
     expect(node.name()).toBe(a);
     // A second node in the same process is another node.
     expect(identity().name()).not.toBe(a);

@@ -34,7 +34,9 @@ export class NodeIdentity {
     if (typeof configured === 'string') return configured;
     const resolved = configured();
     if (typeof resolved !== 'string' || resolved.trim() === '') {
-      throw new CycliumConfigError([`nodeIdentity function must return a non-empty string (got ${String(resolved)})`]);
+      throw new CycliumConfigError([
+        `nodeIdentity function must return a non-empty string (got ${String(resolved)})`,
+      ]);
     }
     return resolved;
   }

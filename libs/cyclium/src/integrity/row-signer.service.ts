@@ -5,7 +5,8 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { canonicalJson } from './canonical-json.js';
 
 /** What a signature covers: one kind of row, so a row of one table never passes for another's. */
-export type SignedKind = 'checkpoint' | 'trigger_request' | 'event' | 'node' | 'workflow_instance' | 'episode';
+export type SignedKind =
+  'checkpoint' | 'trigger_request' | 'event' | 'node' | 'workflow_instance' | 'episode';
 
 /**
  * Signs and verifies the rows that decide what runs next (the `integrity` option): an HMAC-SHA256
@@ -28,7 +29,12 @@ export class RowSigner {
 
   constructor(@Inject(CYCLIUM_OPTIONS) options: Pick<ResolvedCycliumOptions, 'integrity'>) {
     this.keyId = options.integrity?.keyId ?? null;
-    this.keys = new Map(Object.entries(options.integrity?.keys ?? {}).map(([id, secret]) => [id, Buffer.from(secret, 'utf8')]));
+    this.keys = new Map(
+      Object.entries(options.integrity?.keys ?? {}).map(([id, secret]) => [
+        id,
+        Buffer.from(secret, 'utf8'),
+      ]),
+    );
   }
 
   get enabled(): boolean {
@@ -55,13 +61,21 @@ export class RowSigner {
    * Whether a row that decides what runs next may be acted on: it verifies, or it has no signature
    * at all while unsigned rows are still accepted (before the cut-over). Always true without the option.
    */
-  accepts(kind: SignedKind, fields: readonly unknown[], signature: string | null | undefined): boolean {
+  accepts(
+    kind: SignedKind,
+    fields: readonly unknown[],
+    signature: string | null | undefined,
+  ): boolean {
     if ((signature === null || signature === undefined) && this.acceptsUnsigned) return true;
     return this.verify(kind, fields, signature);
   }
 
   /** Whether `signature` is this deployment's over these fields; always true without the option. */
-  verify(kind: SignedKind, fields: readonly unknown[], signature: string | null | undefined): boolean {
+  verify(
+    kind: SignedKind,
+    fields: readonly unknown[],
+    signature: string | null | undefined,
+  ): boolean {
     if (this.keyId === null) return true;
     if (typeof signature !== 'string') return false;
     const colon = signature.indexOf(':');

@@ -6,13 +6,17 @@ const secret = (c: string) => c.repeat(32);
 
 describe('canonicalJson', () => {
   it('gives one text whatever the key order, as jsonb reorders keys', () => {
-    expect(canonicalJson({ b: 1, a: [{ y: null, x: 'é' }], c: undefined })).toBe(canonicalJson(JSON.parse('{"a":[{"x":"é","y":null}],"b":1}')));
+    expect(canonicalJson({ b: 1, a: [{ y: null, x: 'é' }], c: undefined })).toBe(
+      canonicalJson(JSON.parse('{"a":[{"x":"é","y":null}],"b":1}')),
+    );
     expect(canonicalJson({ b: 1, a: 2 })).toBe('{"a":2,"b":1}');
   });
 });
 
 describe('RowSigner', () => {
-  const signer = new RowSigner({ integrity: { keyId: 'k2', keys: { k1: secret('a'), k2: secret('b') } } });
+  const signer = new RowSigner({
+    integrity: { keyId: 'k2', keys: { k1: secret('a'), k2: secret('b') } },
+  });
 
   it('verifies what it signed, and nothing edited, moved to another row or kind', () => {
     const signature = signer.sign('checkpoint', ['ep-1', 1, 's1', { v: 1 }]);
@@ -30,7 +34,13 @@ describe('RowSigner', () => {
     const old = new RowSigner({ integrity: { keyId: 'k1', keys: { k1: secret('a') } } });
     const signature = old.sign('node', ['n', null, null, 'full', []]);
     expect(signer.verify('node', ['n', null, null, 'full', []], signature)).toBe(true);
-    expect(new RowSigner({ integrity: { keyId: 'k2', keys: { k2: secret('b') } } }).verify('node', ['n', null, null, 'full', []], signature)).toBe(false);
+    expect(
+      new RowSigner({ integrity: { keyId: 'k2', keys: { k2: secret('b') } } }).verify(
+        'node',
+        ['n', null, null, 'full', []],
+        signature,
+      ),
+    ).toBe(false);
   });
 
   it('signs nothing and passes everything without the option', () => {

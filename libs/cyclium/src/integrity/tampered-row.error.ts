@@ -11,6 +11,8 @@ export class TamperedRowError extends Error {
     readonly table: string,
     readonly row: string,
   ) {
-    super(`${table} row ${row} is not signed by this deployment's integrity key (edited, copied or forged): not acted on`);
+    super(
+      `${table} row ${row} is not signed by this deployment's integrity key (edited, copied or forged): not acted on`,
+    );
   }
 }

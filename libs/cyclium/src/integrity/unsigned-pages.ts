@@ -12,7 +12,10 @@ const PAGE = 1_000;
  * last row of the one before (null at first), keyed and ordered as its statement says, and `write`
  * its signatures; until a page comes back short. Returns how many rows it signed.
  */
-export async function signInPages<R>(read: (after: R | null, limit: number) => Promise<R[]>, write: (page: R[]) => Promise<unknown>): Promise<number> {
+export async function signInPages<R>(
+  read: (after: R | null, limit: number) => Promise<R[]>,
+  write: (page: R[]) => Promise<unknown>,
+): Promise<number> {
   let signed = 0;
   let after: R | null = null;
   for (;;) {

@@ -33,10 +33,19 @@ const OPEN_FRAGMENTS: ClaimFragments = {
          FROM (SELECT ${key}, ${owner}, ${leaseSeconds}, ${workType}) AS unused`,
     ],
   ],
-  finish: ({ key, owner, fence, failure, when }) => `SELECT 1 FROM (SELECT ${key}, ${owner}, ${fence}, ${failure}) AS unused WHERE (${when})`,
+  finish: ({ key, owner, fence, failure, when }) =>
+    `SELECT 1 FROM (SELECT ${key}, ${owner}, ${fence}, ${failure}) AS unused WHERE (${when})`,
 };
 
-export const OPEN_CLAIMS: ClaimsInStatement = { joined: false, fragments: OPEN_FRAGMENTS, shape: 'open' };
+export const OPEN_CLAIMS: ClaimsInStatement = {
+  joined: false,
+  fragments: OPEN_FRAGMENTS,
+  shape: 'open',
+};
 
 /** The open `owner` at a fenced statement's $1 key, $2 owner, $3 fence (see WorkClaims.fencedStatement). */
-export const OPEN_OWNER_CTE = OPEN_FRAGMENTS.owner({ key: '$1::text', owner: '$2::text', fence: '$3::bigint' });
+export const OPEN_OWNER_CTE = OPEN_FRAGMENTS.owner({
+  key: '$1::text',
+  owner: '$2::text',
+  fence: '$3::bigint',
+});

@@ -54,7 +54,9 @@ export class LeaseRenewer implements OnApplicationBootstrap {
 
   /** Starts renewing a claim this node just acquired; `sentAt` is when the acquire was sent. */
   track(key: string, fence: number | null, sentAt: number): ClaimHold {
-    const hold = new ClaimHold(key, fence, this.leaseMs, sentAt, (h) => this.holds.delete(id(h.key, h.fence)));
+    const hold = new ClaimHold(key, fence, this.leaseMs, sentAt, (h) =>
+      this.holds.delete(id(h.key, h.fence)),
+    );
     if (fence !== null) this.holds.set(id(key, fence), hold);
     return hold;
   }
@@ -82,7 +84,9 @@ export class LeaseRenewer implements OnApplicationBootstrap {
     const sentAt = performance.now();
     let renewed: HeldClaim[];
     try {
-      renewed = adapter.renewMany ? await adapter.renewMany(owner, claims, leaseSeconds) : await renewOneByOne(adapter, owner, claims, leaseSeconds);
+      renewed = adapter.renewMany
+        ? await adapter.renewMany(owner, claims, leaseSeconds)
+        : await renewOneByOne(adapter, owner, claims, leaseSeconds);
     } catch (error) {
       // Holders fence themselves on their local deadlines meanwhile; the next tick tries again.
       this.outage.failed(error);
@@ -95,18 +99,36 @@ export class LeaseRenewer implements OnApplicationBootstrap {
       if (!this.holds.has(id(hold.key, hold.fence))) continue; // released while we were renewing
       if (kept.has(id(hold.key, hold.fence))) {
         // Read before `renewed` moves it: the deadline is the previous renewal's send plus the lease.
-        const lagMs = this.telemetry.wants('work_claims.renewed') ? Math.max(0, sentAt - hold.localDeadline + (2 * this.leaseMs) / 3) : undefined;
+        const lagMs = this.telemetry.wants('work_claims.renewed')
+          ? Math.max(0, sentAt - hold.localDeadline + (2 * this.leaseMs) / 3)
+          : undefined;
         hold.renewed(sentAt);
-        this.telemetry.emit('work_claims.renewed', { dedupeKey: hold.key, fence: hold.fence, durationMs, lagMs });
+        this.telemetry.emit('work_claims.renewed', {
+          dedupeKey: hold.key,
+          fence: hold.fence,
+          durationMs,
+          lagMs,
+        });
       } else {
         hold.markLost('not_owner');
-        this.telemetry.emit('work_claims.renew_failed', { dedupeKey: hold.key, fence: hold.fence, durationMs });
+        this.telemetry.emit('work_claims.renew_failed', {
+          dedupeKey: hold.key,
+          fence: hold.fence,
+          durationMs,
+        });
       }
     }
   }
 }
 
-async function renewOneByOne(adapter: WorkClaimsAdapter, owner: string, claims: HeldClaim[], leaseSeconds: number): Promise<HeldClaim[]> {
-  const results = await Promise.all(claims.map((c) => adapter.renew(c.key, owner, leaseSeconds, c.fence)));
+async function renewOneByOne(
+  adapter: WorkClaimsAdapter,
+  owner: string,
+  claims: HeldClaim[],
+  leaseSeconds: number,
+): Promise<HeldClaim[]> {
+  const results = await Promise.all(
+    claims.map((c) => adapter.renew(c.key, owner, leaseSeconds, c.fence)),
+  );
   return claims.filter((_, i) => results[i] === 'ok');
 }

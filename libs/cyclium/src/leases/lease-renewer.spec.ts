@@ -14,7 +14,11 @@ const LEASE_SECONDS = 3;
 const START = 1_000_000;
 
 function buildRenewer(adapter: WorkClaimsAdapter): LeaseRenewer {
-  const options = resolveCycliumOptions({ workClaims: adapter, workClaimsLeaseSeconds: LEASE_SECONDS, nodeIdentity: 'node-a' });
+  const options = resolveCycliumOptions({
+    workClaims: adapter,
+    workClaimsLeaseSeconds: LEASE_SECONDS,
+    nodeIdentity: 'node-a',
+  });
   const identity = new NodeIdentity(options);
   return new LeaseRenewer(adapter, options, identity, new CycliumTelemetry(identity));
 }
@@ -37,7 +41,12 @@ describe('LeaseRenewer', () => {
   });
 
   /** Acquires `key` as node-a in the fake and starts renewing it. */
-  async function acquireAndTrack(key: string, leaseSeconds = LEASE_SECONDS, on: WorkClaimsAdapter = fake, by = renewer) {
+  async function acquireAndTrack(
+    key: string,
+    leaseSeconds = LEASE_SECONDS,
+    on: WorkClaimsAdapter = fake,
+    by = renewer,
+  ) {
     const sentAt = performance.now();
     const result = await on.acquire(key, 'node-a', { leaseSeconds });
     if (result.status !== 'acquired') throw new Error(`could not acquire ${key}: ${result.status}`);
@@ -144,7 +153,9 @@ describe('LeaseRenewer', () => {
       expect(failed).toEqual([]);
       // Logged once per outage, not once per tick.
       expect(warn).toHaveBeenCalledTimes(1);
-      expect(warn).toHaveBeenCalledWith(expect.stringContaining('claim renewal failed: connect ECONNREFUSED'));
+      expect(warn).toHaveBeenCalledWith(
+        expect.stringContaining('claim renewal failed: connect ECONNREFUSED'),
+      );
 
       // Once the database answers again, the next tick renews both.
       t += 2_000;
@@ -215,7 +226,10 @@ describe('LeaseRenewer', () => {
     const renew = jest.spyOn(plain, 'renew');
     const fakeRenewMany = jest.spyOn(fake, 'renewMany');
 
-    const kept = [await acquireAndTrack('a', 60, plain, plainRenewer), await acquireAndTrack('b', 60, plain, plainRenewer)];
+    const kept = [
+      await acquireAndTrack('a', 60, plain, plainRenewer),
+      await acquireAndTrack('b', 60, plain, plainRenewer),
+    ];
     const stolen = await acquireAndTrack('stolen', 1, plain, plainRenewer);
     t += 1_001;
     await stealAsNodeB('stolen', plain);
@@ -246,8 +260,18 @@ describe('LeaseRenewer', () => {
 
       await renewer.tick();
 
-      expect(renewed).toEqual([{ dedupeKey: 'kept', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number), lagMs: expect.any(Number) }]);
-      expect(failed).toEqual([{ dedupeKey: 'stolen', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number) }]);
+      expect(renewed).toEqual([
+        {
+          dedupeKey: 'kept',
+          fence: 1,
+          ownerNode: 'node-a',
+          durationMs: expect.any(Number),
+          lagMs: expect.any(Number),
+        },
+      ]);
+      expect(failed).toEqual([
+        { dedupeKey: 'stolen', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number) },
+      ]);
       expect(renewed[0].durationMs).toBeGreaterThanOrEqual(0);
     } finally {
       unsubscribeRenewed();

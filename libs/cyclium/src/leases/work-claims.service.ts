@@ -7,8 +7,19 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { LeaseRenewer } from './lease-renewer.service.js';
-import type { AcquireResult, ClaimGrant, ClaimWriteResult, ExpiredClaim, WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
-import { type ClaimsInStatement, type FencedStatement, OPEN_CLAIMS, OPEN_OWNER_CTE } from './claims-in-statement.js';
+import type {
+  AcquireResult,
+  ClaimGrant,
+  ClaimWriteResult,
+  ExpiredClaim,
+  WorkClaimsAdapter,
+} from '../claims/work-claims-adapter.interface.js';
+import {
+  type ClaimsInStatement,
+  type FencedStatement,
+  OPEN_CLAIMS,
+  OPEN_OWNER_CTE,
+} from './claims-in-statement.js';
 
 export interface WorkClaimsAcquireOptions {
   /** Default: `workClaimsLeaseSeconds`. */
@@ -47,7 +58,9 @@ export class WorkClaims {
   /** How claims join the one-round-trip statements of an episode's life. */
   inStatement(): ClaimsInStatement {
     const joined = this.adapter?.inTransaction;
-    return joined ? { joined: true, fragments: joined.fragments, shape: 'joined' } : this.openClaims();
+    return joined
+      ? { joined: true, fragments: joined.fragments, shape: 'joined' }
+      : this.openClaims();
   }
 
   /** The fragments of claims outside the statement (checked and finished by the caller around it). */
@@ -57,14 +70,29 @@ export class WorkClaims {
 
   /** Makes a grant from what an `acquire` fragment returned (one row when acquired, none when busy). */
   grantOf(
-    row: { fence: string | null; attempt: number | null; lease_until: Date | null; stolen_from: string | null },
+    row: {
+      fence: string | null;
+      attempt: number | null;
+      lease_until: Date | null;
+      stolen_from: string | null;
+    },
     key: string,
     sentAt: number,
   ): AcquireResult {
     if (!this.adapter) return { status: 'passthrough' };
     if (row.fence === null) return this.answered(key, { status: 'busy' }, sentAt);
-    const claim: ClaimGrant = { fence: Number(row.fence), attempt: row.attempt as number, leaseUntil: row.lease_until as Date };
-    return this.answered(key, row.stolen_from === null ? { status: 'acquired', claim } : { status: 'acquired', claim, stolenFrom: row.stolen_from }, sentAt);
+    const claim: ClaimGrant = {
+      fence: Number(row.fence),
+      attempt: row.attempt as number,
+      leaseUntil: row.lease_until as Date,
+    };
+    return this.answered(
+      key,
+      row.stolen_from === null
+        ? { status: 'acquired', claim }
+        : { status: 'acquired', claim, stolenFrom: row.stolen_from },
+      sentAt,
+    );
   }
 
   /** Remembers when an acquired grant was asked for (its holder's deadline starts there) and reports the answer. */
@@ -85,10 +113,18 @@ export class WorkClaims {
 
   /** Telemetry for a claim a composed statement finished. */
   finished(key: string, fence: number | null, failed: boolean, startedAt: number): void {
-    this.telemetry.emit(failed ? 'work_claims.failed' : 'work_claims.completed', { dedupeKey: key, fence, durationMs: performance.now() - startedAt });
+    this.telemetry.emit(failed ? 'work_claims.failed' : 'work_claims.completed', {
+      dedupeKey: key,
+      fence,
+      durationMs: performance.now() - startedAt,
+    });
   }
 
-  async acquire(key: string, owner = this.identity.name(), options: WorkClaimsAcquireOptions = {}): Promise<AcquireResult> {
+  async acquire(
+    key: string,
+    owner = this.identity.name(),
+    options: WorkClaimsAcquireOptions = {},
+  ): Promise<AcquireResult> {
     return this.acquireVia(undefined, key, owner, options);
   }
 
@@ -96,7 +132,12 @@ export class WorkClaims {
    * Acquires inside the caller's transaction on `client` (with the shipped adapter), so the claim
    * and the caller's write commit or roll back together.
    */
-  async acquireWithin(client: SqlExecutor, key: string, owner = this.identity.name(), options: WorkClaimsAcquireOptions = {}): Promise<AcquireResult> {
+  async acquireWithin(
+    client: SqlExecutor,
+    key: string,
+    owner = this.identity.name(),
+    options: WorkClaimsAcquireOptions = {},
+  ): Promise<AcquireResult> {
     return this.acquireVia(client, key, owner, options);
   }
 
@@ -131,7 +172,10 @@ export class WorkClaims {
       workType: options.workType,
     };
     const joined = client ? this.adapter.inTransaction : undefined;
-    const result = joined && client ? await joined.acquire(client, key, owner, acquireOptions) : await this.adapter.acquire(key, owner, acquireOptions);
+    const result =
+      joined && client
+        ? await joined.acquire(client, key, owner, acquireOptions)
+        : await this.adapter.acquire(key, owner, acquireOptions);
     if (report) return this.answered(key, result, sentAt);
     if (result.status === 'acquired') this.sentAt.set(result.claim, sentAt);
     return result;
@@ -143,15 +187,33 @@ export class WorkClaims {
    */
   hold(key: string, result: AcquireResult): ClaimHold {
     if (result.status !== 'acquired') return this.renewer.track(key, null, performance.now());
-    return this.renewer.track(key, result.claim.fence, this.sentAt.get(result.claim) ?? performance.now());
+    return this.renewer.track(
+      key,
+      result.claim.fence,
+      this.sentAt.get(result.claim) ?? performance.now(),
+    );
   }
 
-  async renew(key: string, owner = this.identity.name(), leaseSeconds?: number, fence?: number): Promise<ClaimWriteResult> {
+  async renew(
+    key: string,
+    owner = this.identity.name(),
+    leaseSeconds?: number,
+    fence?: number,
+  ): Promise<ClaimWriteResult> {
     if (!this.adapter) return 'ok';
-    return this.adapter.renew(key, owner, leaseSeconds ?? this.options.workClaimsLeaseSeconds, fence);
+    return this.adapter.renew(
+      key,
+      owner,
+      leaseSeconds ?? this.options.workClaimsLeaseSeconds,
+      fence,
+    );
   }
 
-  async complete(key: string, owner = this.identity.name(), fence?: number): Promise<ClaimWriteResult> {
+  async complete(
+    key: string,
+    owner = this.identity.name(),
+    fence?: number,
+  ): Promise<ClaimWriteResult> {
     if (!this.adapter) return 'ok';
     const started = performance.now();
     const result = await this.adapter.complete(key, owner, fence);
@@ -159,7 +221,12 @@ export class WorkClaims {
     return result;
   }
 
-  async fail(key: string, owner = this.identity.name(), detail = '', fence?: number): Promise<ClaimWriteResult> {
+  async fail(
+    key: string,
+    owner = this.identity.name(),
+    detail = '',
+    fence?: number,
+  ): Promise<ClaimWriteResult> {
     if (!this.adapter) return 'ok';
     const started = performance.now();
     const result = await this.adapter.fail(key, owner, detail, fence);
@@ -193,10 +260,17 @@ export class WorkClaims {
    * adapter is asked `owns()`, which cannot hold anything: that is as strong as its store allows.
    * With claims off (or `fence` null) it is always true.
    */
-  async proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number | null): Promise<boolean> {
+  async proveOwnership(
+    client: SqlExecutor,
+    key: string,
+    owner: string,
+    fence: number | null,
+  ): Promise<boolean> {
     if (!this.adapter || fence === null) return true;
     const joined = this.adapter.inTransaction;
-    return joined ? joined.proveOwnership(client, key, owner, fence) : this.adapter.owns(key, owner, fence);
+    return joined
+      ? joined.proveOwnership(client, key, owner, fence)
+      : this.adapter.owns(key, owner, fence);
   }
 
   /**
@@ -216,7 +290,12 @@ export class WorkClaims {
     const params = [claim.key, claim.owner, claim.fence, ...values];
     const joined = claim.fence === null ? undefined : this.adapter?.inTransaction;
     // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
-    if (!joined && this.adapter && claim.fence !== null && !(await this.adapter.owns(claim.key, claim.owner, claim.fence))) {
+    if (
+      !joined &&
+      this.adapter &&
+      claim.fence !== null &&
+      !(await this.adapter.owns(claim.key, claim.owner, claim.fence))
+    ) {
       return { rows: [], rowCount: 0, command: 'SELECT', oid: 0, fields: [] };
     }
     const owner = joined ? joined.ownerCte : OPEN_OWNER_CTE;
@@ -231,23 +310,44 @@ export class WorkClaims {
    * Completes the claim as part of the caller's fenced transaction on `client`, so the work and the
    * claim's completion commit together. A custom adapter completes through its own store.
    */
-  async completeWithin(client: SqlExecutor, key: string, owner: string, fence: number | null): Promise<ClaimWriteResult> {
+  async completeWithin(
+    client: SqlExecutor,
+    key: string,
+    owner: string,
+    fence: number | null,
+  ): Promise<ClaimWriteResult> {
     return this.finishWithin(client, key, owner, fence, null);
   }
 
   /** Fails the claim as part of the caller's fenced transaction on `client`. */
-  async failWithin(client: SqlExecutor, key: string, owner: string, fence: number | null, detail: string): Promise<ClaimWriteResult> {
+  async failWithin(
+    client: SqlExecutor,
+    key: string,
+    owner: string,
+    fence: number | null,
+    detail: string,
+  ): Promise<ClaimWriteResult> {
     return this.finishWithin(client, key, owner, fence, detail);
   }
 
-  private async finishWithin(client: SqlExecutor, key: string, owner: string, fence: number | null, failure: string | null): Promise<ClaimWriteResult> {
+  private async finishWithin(
+    client: SqlExecutor,
+    key: string,
+    owner: string,
+    fence: number | null,
+    failure: string | null,
+  ): Promise<ClaimWriteResult> {
     if (!this.adapter || fence === null) return 'ok';
     const started = performance.now();
     const adapter = this.adapter;
     const joined = adapter.inTransaction;
     let result: ClaimWriteResult;
     if (joined) result = await joined.finish(client, key, owner, fence, failure);
-    else result = failure === null ? await adapter.complete(key, owner, fence) : await adapter.fail(key, owner, failure, fence);
+    else
+      result =
+        failure === null
+          ? await adapter.complete(key, owner, fence)
+          : await adapter.fail(key, owner, failure, fence);
     if (result === 'ok') this.finished(key, fence, failure !== null, started);
     return result;
   }

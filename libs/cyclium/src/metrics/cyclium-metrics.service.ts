@@ -1,5 +1,11 @@
 import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit } from '@nestjs/common';
-import { createNoopMeter, metrics, type BatchObservableCallback, type Meter, type Observable } from '@opentelemetry/api';
+import {
+  createNoopMeter,
+  metrics,
+  type BatchObservableCallback,
+  type Meter,
+  type Observable,
+} from '@opentelemetry/api';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import type { Bus } from '../bus/bus.interface.js';
 import { busStatusOf } from '../bus/bus-status.interface.js';
@@ -19,7 +25,9 @@ const METER_NAME = '@cyclium/nestjs';
  * meter, whose class this copy of the api can tell apart (the global itself is shared across copies).
  */
 export function meterProviderRegistered(): boolean {
-  return metrics.getMeterProvider().getMeter(METER_NAME).constructor !== createNoopMeter().constructor;
+  return (
+    metrics.getMeterProvider().getMeter(METER_NAME).constructor !== createNoopMeter().constructor
+  );
 }
 
 /**
@@ -66,17 +74,28 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
 
   /** Read from this node's memory at each collection, labelled by node: cluster-wide counts are the status API's. */
   private gauges(meter: Meter): () => void {
-    const running = meter.createObservableGauge('cyclium.episodes.running', { unit: '{episode}', description: 'Episodes running on this node now' });
+    const running = meter.createObservableGauge('cyclium.episodes.running', {
+      unit: '{episode}',
+      description: 'Episodes running on this node now',
+    });
     const queued = meter.createObservableGauge('cyclium.episodes.queued', {
       unit: '{episode}',
-      description: "Episodes waiting in this node's memory for a slot (restarts handed over, bus triggers held back)",
+      description:
+        "Episodes waiting in this node's memory for a slot (restarts handed over, bus triggers held back)",
     });
-    const claims = meter.createObservableGauge('cyclium.claims.live', { unit: '{claim}', description: 'Work claims this node is renewing now' });
-    const busLag = meter.createObservableGauge('cyclium.bus.lag', { unit: 's', description: 'How old the newest wanted event was when this node read it' });
+    const claims = meter.createObservableGauge('cyclium.claims.live', {
+      unit: '{claim}',
+      description: 'Work claims this node is renewing now',
+    });
+    const busLag = meter.createObservableGauge('cyclium.bus.lag', {
+      unit: 's',
+      description: 'How old the newest wanted event was when this node read it',
+    });
     const observe: BatchObservableCallback = (result) => {
       const node = { 'cyclium.node': this.identity.name() };
       const byActor = new Map<string, number>(this.registry.all().map((actor) => [actor.id, 0]));
-      for (const run of this.runner.inFlight()) byActor.set(run.episode.actorId, (byActor.get(run.episode.actorId) ?? 0) + 1);
+      for (const run of this.runner.inFlight())
+        byActor.set(run.episode.actorId, (byActor.get(run.episode.actorId) ?? 0) + 1);
       for (const [actorId, count] of byActor) {
         const attributes = { ...node, 'cyclium.actor': actorId };
         result.observe(running, count, attributes);
@@ -86,7 +105,11 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
       const lagMs = busStatusOf(this.bus)?.lagMs;
       const channel = (this.bus as Partial<{ channel: string }>).channel;
       if (lagMs !== undefined && lagMs !== null) {
-        result.observe(busLag, lagMs / 1000, channel === undefined ? node : { ...node, 'messaging.destination.name': channel });
+        result.observe(
+          busLag,
+          lagMs / 1000,
+          channel === undefined ? node : { ...node, 'messaging.destination.name': channel },
+        );
       }
     };
     const observables: Observable[] = [running, queued, claims, busLag];

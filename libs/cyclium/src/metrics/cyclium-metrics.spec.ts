@@ -1,6 +1,11 @@
 import { afterEach, describe, expect, it } from '@jest/globals';
 import { metrics } from '@opentelemetry/api';
-import { MeterProvider, MetricReader, type HistogramMetricData, type MetricData } from '@opentelemetry/sdk-metrics';
+import {
+  MeterProvider,
+  MetricReader,
+  type HistogramMetricData,
+  type MetricData,
+} from '@opentelemetry/sdk-metrics';
 import diagnosticsChannel from 'node:diagnostics_channel';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { resolveCycliumOptions } from '../options/resolve-options.js';
@@ -60,11 +65,16 @@ function node(name: string, options: { metrics?: boolean } = {}) {
   return { service, telemetry: new CycliumTelemetry(identity) };
 }
 
-const subscribed = () => FED.filter((event) => diagnosticsChannel.hasSubscribers(channelName(event)));
+const subscribed = () =>
+  FED.filter((event) => diagnosticsChannel.hasSubscribers(channelName(event)));
 
 async function collected(reader: MetricReader): Promise<Map<string, MetricData>> {
   const { resourceMetrics } = await reader.collect();
-  return new Map(resourceMetrics.scopeMetrics.flatMap((scope) => scope.metrics).map((metric) => [metric.descriptor.name, metric]));
+  return new Map(
+    resourceMetrics.scopeMetrics
+      .flatMap((scope) => scope.metrics)
+      .map((metric) => [metric.descriptor.name, metric]),
+  );
 }
 
 describe('CycliumMetrics', () => {
@@ -100,22 +110,47 @@ describe('CycliumMetrics', () => {
       telemetry.emit('episode.started', episode);
       telemetry.emit('episode.step', { actorId: 'a1', expectationId: 'x1', durationMs: 250 });
       telemetry.emit('episode.completed', { ...episode, status: 'done' });
-      telemetry.emit('work_claims.renewed', { dedupeKey: 'episode:e1', fence: 1, durationMs: 2, lagMs: 500 });
+      telemetry.emit('work_claims.renewed', {
+        dedupeKey: 'episode:e1',
+        fence: 1,
+        durationMs: 2,
+        lagMs: 500,
+      });
     }
     mine.telemetry.emit('episode.failed', { ...episode, episodeId: 'e3', errorClass: 'crash' });
 
     const seen = await collected(reader);
-    const points = (name: string) => (seen.get(name)?.dataPoints ?? []).map((p) => ({ attributes: p.attributes, value: p.value }));
+    const points = (name: string) =>
+      (seen.get(name)?.dataPoints ?? []).map((p) => ({ attributes: p.attributes, value: p.value }));
     expect(points('cyclium.claims')).toEqual([
       { attributes: { 'cyclium.claim.outcome': 'acquired' }, value: 1 },
       { attributes: { 'cyclium.claim.outcome': 'steal' }, value: 1 },
       { attributes: { 'cyclium.claim.outcome': 'renewed' }, value: 1 },
     ]);
     expect(points('cyclium.episodes.ended')).toEqual([
-      { attributes: { 'cyclium.actor': 'a1', 'cyclium.expectation': 'x1', 'cyclium.episode.status': 'done' }, value: 1 },
-      { attributes: { 'cyclium.actor': 'a1', 'cyclium.expectation': 'x1', 'cyclium.episode.status': 'failed', 'error.type': 'crash' }, value: 1 },
+      {
+        attributes: {
+          'cyclium.actor': 'a1',
+          'cyclium.expectation': 'x1',
+          'cyclium.episode.status': 'done',
+        },
+        value: 1,
+      },
+      {
+        attributes: {
+          'cyclium.actor': 'a1',
+          'cyclium.expectation': 'x1',
+          'cyclium.episode.status': 'failed',
+          'error.type': 'crash',
+        },
+        value: 1,
+      },
     ]);
-    const histogram = (name: string) => (seen.get(name) as HistogramMetricData | undefined)?.dataPoints.map((p) => [p.value.count, p.value.sum]);
+    const histogram = (name: string) =>
+      (seen.get(name) as HistogramMetricData | undefined)?.dataPoints.map((p) => [
+        p.value.count,
+        p.value.sum,
+      ]);
     expect(histogram('cyclium.episode.step.duration')).toEqual([[1, 0.25]]);
     expect(histogram('cyclium.claim.renewal.lag')).toEqual([[1, 0.5]]);
     expect(histogram('cyclium.episode.duration')).toHaveLength(1);
@@ -123,11 +158,22 @@ describe('CycliumMetrics', () => {
       { attributes: { 'cyclium.node': 'node-m', 'cyclium.actor': 'a1' }, value: 1 },
       { attributes: { 'cyclium.node': 'node-m', 'cyclium.actor': 'a2' }, value: 0 },
     ]);
-    expect(points('cyclium.claims.live')).toEqual([{ attributes: { 'cyclium.node': 'node-m' }, value: 1 }]);
-    expect(points('cyclium.bus.lag')).toEqual([{ attributes: { 'cyclium.node': 'node-m', 'messaging.destination.name': 'cyclium_events' }, value: 1.5 }]);
+    expect(points('cyclium.claims.live')).toEqual([
+      { attributes: { 'cyclium.node': 'node-m' }, value: 1 },
+    ]);
+    expect(points('cyclium.bus.lag')).toEqual([
+      {
+        attributes: { 'cyclium.node': 'node-m', 'messaging.destination.name': 'cyclium_events' },
+        value: 1.5,
+      },
+    ]);
     // No attribute carries an id.
-    const values = [...seen.values()].flatMap((metric) => metric.dataPoints.flatMap((p) => Object.values(p.attributes)));
-    expect(values.filter((value) => typeof value === 'string' && /e\d|episode:/.test(value))).toEqual([]);
+    const values = [...seen.values()].flatMap((metric) =>
+      metric.dataPoints.flatMap((p) => Object.values(p.attributes)),
+    );
+    expect(
+      values.filter((value) => typeof value === 'string' && /e\d|episode:/.test(value)),
+    ).toEqual([]);
 
     mine.service.onApplicationShutdown();
     expect(subscribed()).toEqual([]);

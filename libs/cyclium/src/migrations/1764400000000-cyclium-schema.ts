@@ -21,8 +21,12 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         updated_at timestamptz NOT NULL DEFAULT now(),
         finished_at timestamptz
       )`);
-    await runner.query(`CREATE INDEX cyclium_workflow_instances_status_stack ON cyclium_workflow_instances (status, source_stack)`);
-    await runner.query(`CREATE INDEX cyclium_workflow_instances_status_env ON cyclium_workflow_instances (status, source_env)`);
+    await runner.query(
+      `CREATE INDEX cyclium_workflow_instances_status_stack ON cyclium_workflow_instances (status, source_stack)`,
+    );
+    await runner.query(
+      `CREATE INDEX cyclium_workflow_instances_status_env ON cyclium_workflow_instances (status, source_env)`,
+    );
 
     await runner.query(`
       CREATE TABLE cyclium_episodes (
@@ -57,8 +61,12 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
     await runner.query(`
       CREATE UNIQUE INDEX cyclium_episodes_dedupe_key_live ON cyclium_episodes (dedupe_key)
         WHERE dedupe_key IS NOT NULL AND archived_at IS NULL`);
-    await runner.query(`CREATE INDEX cyclium_episodes_status_stack ON cyclium_episodes (status, source_stack)`);
-    await runner.query(`CREATE INDEX cyclium_episodes_status_env ON cyclium_episodes (status, source_env)`);
+    await runner.query(
+      `CREATE INDEX cyclium_episodes_status_stack ON cyclium_episodes (status, source_stack)`,
+    );
+    await runner.query(
+      `CREATE INDEX cyclium_episodes_status_env ON cyclium_episodes (status, source_env)`,
+    );
 
     // The journal and checkpoints are written once per step, the hottest path there is: no foreign
     // key (each would add a trigger lookup and a row lock on the episode to every step). Episodes
@@ -101,7 +109,9 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         work_type text,
         error_detail text
       )`);
-    await runner.query(`CREATE INDEX cyclium_work_claims_state_lease ON cyclium_work_claims (state, lease_until)`);
+    await runner.query(
+      `CREATE INDEX cyclium_work_claims_state_lease ON cyclium_work_claims (state, lease_until)`,
+    );
 
     await runner.query(`
       CREATE TABLE cyclium_findings (
@@ -160,8 +170,12 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         inserted_at timestamptz NOT NULL DEFAULT now(),
         completed_at timestamptz
       )`);
-    await runner.query(`CREATE INDEX cyclium_trigger_requests_status ON cyclium_trigger_requests (status, inserted_at)`);
-    await runner.query(`CREATE INDEX cyclium_trigger_requests_status_env ON cyclium_trigger_requests (status, source_env, inserted_at)`);
+    await runner.query(
+      `CREATE INDEX cyclium_trigger_requests_status ON cyclium_trigger_requests (status, inserted_at)`,
+    );
+    await runner.query(
+      `CREATE INDEX cyclium_trigger_requests_status_env ON cyclium_trigger_requests (status, source_env, inserted_at)`,
+    );
 
     await runner.query(`
       CREATE TABLE cyclium_actor_definitions (

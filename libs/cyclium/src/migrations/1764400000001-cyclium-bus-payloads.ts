@@ -15,7 +15,9 @@ export class CycliumBusPayloads1764400000001 implements MigrationInterface {
         event jsonb NOT NULL,
         created_at timestamptz NOT NULL DEFAULT now()
       )`);
-    await runner.query(`CREATE INDEX cyclium_bus_payloads_created_at ON cyclium_bus_payloads (created_at)`);
+    await runner.query(
+      `CREATE INDEX cyclium_bus_payloads_created_at ON cyclium_bus_payloads (created_at)`,
+    );
   }
 
   async down(runner: QueryRunner): Promise<void> {

@@ -27,9 +27,13 @@ export class CycliumEvents1764400000002 implements MigrationInterface {
         created_at timestamptz NOT NULL DEFAULT now()
       )`);
     // A publisher that retries with the same event id stores the event once (per stack and env).
-    await runner.query(`CREATE UNIQUE INDEX cyclium_events_channel_event_id ON cyclium_events (channel, event_id)`);
+    await runner.query(
+      `CREATE UNIQUE INDEX cyclium_events_channel_event_id ON cyclium_events (channel, event_id)`,
+    );
     // The reader's only access path: "rows of my channel from these transactions on", in order.
-    await runner.query(`CREATE INDEX cyclium_events_channel_tx ON cyclium_events (channel, tx_id, id)`);
+    await runner.query(
+      `CREATE INDEX cyclium_events_channel_tx ON cyclium_events (channel, tx_id, id)`,
+    );
     await runner.query(`DROP TABLE cyclium_bus_payloads`);
   }
 

@@ -28,11 +28,15 @@ export class CycliumScopedRows1764400000010 implements MigrationInterface {
     await runner.query(`
       CREATE UNIQUE INDEX cyclium_actor_scopes_key
         ON cyclium_actor_scopes (actor_id, coalesce(source_env, ''), coalesce(source_stack, ''))`);
-    await runner.query(`ALTER TABLE cyclium_outputs ADD COLUMN source_stack text, ADD COLUMN source_env text`);
+    await runner.query(
+      `ALTER TABLE cyclium_outputs ADD COLUMN source_stack text, ADD COLUMN source_env text`,
+    );
   }
 
   async down(runner: QueryRunner): Promise<void> {
-    await runner.query(`ALTER TABLE cyclium_outputs DROP COLUMN source_env, DROP COLUMN source_stack`);
+    await runner.query(
+      `ALTER TABLE cyclium_outputs DROP COLUMN source_env, DROP COLUMN source_stack`,
+    );
     await runner.query(`DROP TABLE cyclium_actor_scopes`);
   }
 }

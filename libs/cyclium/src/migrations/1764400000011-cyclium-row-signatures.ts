@@ -10,7 +10,8 @@ export class CycliumRowSignatures1764400000011 implements MigrationInterface {
   name = 'CycliumRowSignatures1764400000011';
 
   async up(runner: QueryRunner): Promise<void> {
-    for (const table of TABLES) await runner.query(`ALTER TABLE ${table} ADD COLUMN signature text`);
+    for (const table of TABLES)
+      await runner.query(`ALTER TABLE ${table} ADD COLUMN signature text`);
   }
 
   async down(runner: QueryRunner): Promise<void> {
@@ -18,4 +19,10 @@ export class CycliumRowSignatures1764400000011 implements MigrationInterface {
   }
 }
 
-const TABLES = ['cyclium_episode_checkpoints', 'cyclium_trigger_requests', 'cyclium_workflow_instances', 'cyclium_events', 'cyclium_nodes'];
+const TABLES = [
+  'cyclium_episode_checkpoints',
+  'cyclium_trigger_requests',
+  'cyclium_workflow_instances',
+  'cyclium_events',
+  'cyclium_nodes',
+];

@@ -28,7 +28,13 @@ export class CycliumOperatorReads1764400000012 implements MigrationInterface {
 }
 
 const INDEXES: ReadonlyArray<[string, string]> = [
-  ['cyclium_episodes_finished', `cyclium_episodes (finished_at) INCLUDE (status, actor_id) WHERE finished_at IS NOT NULL`],
-  ['cyclium_episodes_event_id', `cyclium_episodes ((trigger_ref ->> 'eventId')) WHERE trigger_type = 'event'`],
+  [
+    'cyclium_episodes_finished',
+    `cyclium_episodes (finished_at) INCLUDE (status, actor_id) WHERE finished_at IS NOT NULL`,
+  ],
+  [
+    'cyclium_episodes_event_id',
+    `cyclium_episodes ((trigger_ref ->> 'eventId')) WHERE trigger_type = 'event'`,
+  ],
   ['cyclium_outputs_episode', `cyclium_outputs (episode_id)`],
 ];

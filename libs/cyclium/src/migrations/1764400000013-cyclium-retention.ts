@@ -20,7 +20,16 @@ export class CycliumRetention1764400000013 implements MigrationInterface {
   name = 'CycliumRetention1764400000013';
 
   async up(runner: QueryRunner): Promise<void> {
-    await buildIndexes(runner, ['cyclium_episodes', 'cyclium_trigger_requests', 'cyclium_findings', 'cyclium_workflow_instances'], INDEXES);
+    await buildIndexes(
+      runner,
+      [
+        'cyclium_episodes',
+        'cyclium_trigger_requests',
+        'cyclium_findings',
+        'cyclium_workflow_instances',
+      ],
+      INDEXES,
+    );
   }
 
   async down(runner: QueryRunner): Promise<void> {
@@ -29,13 +38,34 @@ export class CycliumRetention1764400000013 implements MigrationInterface {
 }
 
 const INDEXES: ReadonlyArray<[string, string]> = [
-  ['cyclium_episodes_unarchived', `cyclium_episodes (source_env, finished_at) WHERE finished_at IS NOT NULL AND archived_at IS NULL`],
-  ['cyclium_episodes_archived', `cyclium_episodes (source_env, archived_at) WHERE archived_at IS NOT NULL`],
-  ['cyclium_episodes_workflow_instance', `cyclium_episodes (workflow_instance_id) WHERE workflow_instance_id IS NOT NULL`],
+  [
+    'cyclium_episodes_unarchived',
+    `cyclium_episodes (source_env, finished_at) WHERE finished_at IS NOT NULL AND archived_at IS NULL`,
+  ],
+  [
+    'cyclium_episodes_archived',
+    `cyclium_episodes (source_env, archived_at) WHERE archived_at IS NOT NULL`,
+  ],
+  [
+    'cyclium_episodes_workflow_instance',
+    `cyclium_episodes (workflow_instance_id) WHERE workflow_instance_id IS NOT NULL`,
+  ],
   ['cyclium_trigger_requests_episode', `cyclium_trigger_requests (episode_id)`],
-  ['cyclium_findings_raised_by', `cyclium_findings (raised_by_episode_id) WHERE raised_by_episode_id IS NOT NULL`],
-  ['cyclium_findings_cleared_by', `cyclium_findings (cleared_by_episode_id) WHERE cleared_by_episode_id IS NOT NULL`],
+  [
+    'cyclium_findings_raised_by',
+    `cyclium_findings (raised_by_episode_id) WHERE raised_by_episode_id IS NOT NULL`,
+  ],
+  [
+    'cyclium_findings_cleared_by',
+    `cyclium_findings (cleared_by_episode_id) WHERE cleared_by_episode_id IS NOT NULL`,
+  ],
   ['cyclium_episodes_inserted', `cyclium_episodes (inserted_at, id)`],
-  ['cyclium_episodes_actor_status_inserted', `cyclium_episodes (actor_id, status, inserted_at, id)`],
-  ['cyclium_workflow_instances_finished', `cyclium_workflow_instances (source_env, finished_at) WHERE finished_at IS NOT NULL`],
+  [
+    'cyclium_episodes_actor_status_inserted',
+    `cyclium_episodes (actor_id, status, inserted_at, id)`,
+  ],
+  [
+    'cyclium_workflow_instances_finished',
+    `cyclium_workflow_instances (source_env, finished_at) WHERE finished_at IS NOT NULL`,
+  ],
 ];

@@ -16,18 +16,42 @@ export class CycliumRetries1764400000014 implements MigrationInterface {
   name = 'CycliumRetries1764400000014';
 
   async up(runner: QueryRunner): Promise<void> {
-    await replaceCheck(runner, 'cyclium_episodes', 'cyclium_episodes_status_check', `${EPISODE_STATUSES}, 'waiting'`);
-    await replaceCheck(runner, 'cyclium_trigger_requests', 'cyclium_trigger_requests_status_check', `${REQUEST_STATUSES}, 'scheduled'`);
-    await runner.query(`ALTER TABLE cyclium_episodes ADD COLUMN retries integer NOT NULL DEFAULT 0`);
+    await replaceCheck(
+      runner,
+      'cyclium_episodes',
+      'cyclium_episodes_status_check',
+      `${EPISODE_STATUSES}, 'waiting'`,
+    );
+    await replaceCheck(
+      runner,
+      'cyclium_trigger_requests',
+      'cyclium_trigger_requests_status_check',
+      `${REQUEST_STATUSES}, 'scheduled'`,
+    );
+    await runner.query(
+      `ALTER TABLE cyclium_episodes ADD COLUMN retries integer NOT NULL DEFAULT 0`,
+    );
     await validateConstraints(runner, CHECKS);
   }
 
   async down(runner: QueryRunner): Promise<void> {
-    await runner.query(`UPDATE cyclium_trigger_requests SET status = 'pending' WHERE status = 'scheduled'`);
+    await runner.query(
+      `UPDATE cyclium_trigger_requests SET status = 'pending' WHERE status = 'scheduled'`,
+    );
     await runner.query(`UPDATE cyclium_episodes SET status = 'deferred' WHERE status = 'waiting'`);
     await runner.query(`ALTER TABLE cyclium_episodes DROP COLUMN retries`);
-    await replaceCheck(runner, 'cyclium_trigger_requests', 'cyclium_trigger_requests_status_check', REQUEST_STATUSES);
-    await replaceCheck(runner, 'cyclium_episodes', 'cyclium_episodes_status_check', EPISODE_STATUSES);
+    await replaceCheck(
+      runner,
+      'cyclium_trigger_requests',
+      'cyclium_trigger_requests_status_check',
+      REQUEST_STATUSES,
+    );
+    await replaceCheck(
+      runner,
+      'cyclium_episodes',
+      'cyclium_episodes_status_check',
+      EPISODE_STATUSES,
+    );
     await validateConstraints(runner, CHECKS);
   }
 }
@@ -38,7 +62,14 @@ const CHECKS = [
 ] as const;
 
 /** The status check of `table`, replaced `NOT VALID`: rows written from now on are checked; validateConstraints checks the rest. */
-async function replaceCheck(runner: QueryRunner, table: string, name: string, statuses: string): Promise<void> {
+async function replaceCheck(
+  runner: QueryRunner,
+  table: string,
+  name: string,
+  statuses: string,
+): Promise<void> {
   await runner.query(`ALTER TABLE ${table} DROP CONSTRAINT ${name}`);
-  await runner.query(`ALTER TABLE ${table} ADD CONSTRAINT ${name} CHECK (status IN (${statuses})) NOT VALID`);
+  await runner.query(
+    `ALTER TABLE ${table} ADD CONSTRAINT ${name} CHECK (status IN (${statuses})) NOT VALID`,
+  );
 }

@@ -12,10 +12,15 @@ const SMALL_TABLE_ROWS = 100_000;
  * concurrent build that failed half way leaves an INVALID index; it is dropped and built again,
  * and a valid one is left as it is, so the migration can be run again after any failure.
  */
-export async function buildIndexes(runner: QueryRunner, tables: readonly string[], indexes: ReadonlyArray<readonly [string, string]>): Promise<void> {
+export async function buildIndexes(
+  runner: QueryRunner,
+  tables: readonly string[],
+  indexes: ReadonlyArray<readonly [string, string]>,
+): Promise<void> {
   const wasInTransaction = runner.isTransactionActive;
   let concurrently = !wasInTransaction;
-  for (const table of tables) concurrently ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
+  for (const table of tables)
+    concurrently ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
   if (concurrently && wasInTransaction) await runner.commitTransaction();
   for (const [name, definition] of indexes) {
     const [found] = (await runner.query(
@@ -24,7 +29,9 @@ export async function buildIndexes(runner: QueryRunner, tables: readonly string[
     )) as Array<{ valid: boolean }>;
     if (found?.valid) continue;
     if (found) await runner.query(`DROP INDEX ${concurrently ? 'CONCURRENTLY ' : ''}${name}`);
-    await runner.query(`CREATE INDEX ${concurrently ? 'CONCURRENTLY ' : ''}${name} ON ${definition}`);
+    await runner.query(
+      `CREATE INDEX ${concurrently ? 'CONCURRENTLY ' : ''}${name} ON ${definition}`,
+    );
   }
   if (concurrently && wasInTransaction) await runner.startTransaction();
 }
@@ -35,17 +42,25 @@ export async function buildIndexes(runner: QueryRunner, tables: readonly string[
  * exclusive lock would hold them back for the whole scan: on a large table this commits first,
  * validates, and opens a new transaction for the rest, as buildIndexes does.
  */
-export async function validateConstraints(runner: QueryRunner, constraints: ReadonlyArray<readonly [string, string]>): Promise<void> {
+export async function validateConstraints(
+  runner: QueryRunner,
+  constraints: ReadonlyArray<readonly [string, string]>,
+): Promise<void> {
   const wasInTransaction = runner.isTransactionActive;
   let outside = false;
-  for (const [table] of constraints) outside ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
+  for (const [table] of constraints)
+    outside ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
   if (outside && wasInTransaction) await runner.commitTransaction();
-  for (const [table, name] of constraints) await runner.query(`ALTER TABLE ${table} VALIDATE CONSTRAINT ${name}`);
+  for (const [table, name] of constraints)
+    await runner.query(`ALTER TABLE ${table} VALIDATE CONSTRAINT ${name}`);
   if (outside && wasInTransaction) await runner.startTransaction();
 }
 
 async function estimatedRows(runner: QueryRunner, table: string): Promise<number> {
-  const [row] = (await runner.query(`SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = to_regclass($1)`, [table])) as Array<{
+  const [row] = (await runner.query(
+    `SELECT greatest(reltuples, 0)::float8 AS rows FROM pg_class WHERE oid = to_regclass($1)`,
+    [table],
+  )) as Array<{
     rows: number;
   }>;
   return row?.rows ?? 0;

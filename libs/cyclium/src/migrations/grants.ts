@@ -59,8 +59,10 @@ const PUBLISHER_COLUMNS = `channel, event_id, type, payload, published_at, publi
 export function cycliumGrants(roles: CycliumRoles): string[] {
   const statements: string[] = [];
   const all = CYCLIUM_TABLES.join(', ');
-  if (roles.worker) statements.push(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${all} TO ${quoted(roles.worker)}`);
-  const publisher = typeof roles.publisher === 'string' ? { role: roles.publisher } : roles.publisher;
+  if (roles.worker)
+    statements.push(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${all} TO ${quoted(roles.worker)}`);
+  const publisher =
+    typeof roles.publisher === 'string' ? { role: roles.publisher } : roles.publisher;
   if (publisher) statements.push(...publisherGrants(publisher));
   if (roles.reader) statements.push(`GRANT SELECT ON ${all} TO ${quoted(roles.reader)}`);
   return statements;

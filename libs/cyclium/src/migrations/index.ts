@@ -40,7 +40,12 @@ export {
   CycliumNodeExpectations1764400000021,
 };
 
-export { CYCLIUM_TABLES, cycliumGrants, type CycliumPublisher, type CycliumRoles } from './grants.js';
+export {
+  CYCLIUM_TABLES,
+  cycliumGrants,
+  type CycliumPublisher,
+  type CycliumRoles,
+} from './grants.js';
 
 /** Add these to your DataSource's `migrations`, in this order. */
 export const cycliumMigrations = [

@@ -1,4 +1,10 @@
-import { ForbiddenException, Inject, Injectable, type CanActivate, type ExecutionContext } from '@nestjs/common';
+import {
+  ForbiddenException,
+  Inject,
+  Injectable,
+  type CanActivate,
+  type ExecutionContext,
+} from '@nestjs/common';
 import { isObservable, lastValueFrom } from 'rxjs';
 import { CYCLIUM_OPS_HOST_GUARD, OPS_CSRF_HEADER } from './ops-options.interface.js';
 
@@ -33,11 +39,16 @@ function refuseCrossSite(request: OpsRequest): void {
     const value = request.headers[name];
     return Array.isArray(value) ? value[0] : value;
   };
-  if (header(OPS_CSRF_HEADER) === undefined) throw new ForbiddenException(`a state-changing request must carry the ${OPS_CSRF_HEADER} header`);
-  if (header('sec-fetch-site') === 'cross-site') throw new ForbiddenException('cross-site requests are refused');
+  if (header(OPS_CSRF_HEADER) === undefined)
+    throw new ForbiddenException(
+      `a state-changing request must carry the ${OPS_CSRF_HEADER} header`,
+    );
+  if (header('sec-fetch-site') === 'cross-site')
+    throw new ForbiddenException('cross-site requests are refused');
   const origin = header('origin');
   const host = header('host');
-  if (origin && origin !== 'null' && host && hostOf(origin) !== host) throw new ForbiddenException(`requests from ${origin} are refused`);
+  if (origin && origin !== 'null' && host && hostOf(origin) !== host)
+    throw new ForbiddenException(`requests from ${origin} are refused`);
 }
 
 function hostOf(origin: string): string | undefined {

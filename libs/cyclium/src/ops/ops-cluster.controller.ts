@@ -1,4 +1,16 @@
-import { Body, Controller, Get, HttpCode, NotFoundException, Param, Post, Query, UseFilters, UseGuards, UsePipes } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  Get,
+  HttpCode,
+  NotFoundException,
+  Param,
+  Post,
+  Query,
+  UseFilters,
+  UseGuards,
+  UsePipes,
+} from '@nestjs/common';
 import { ConflictException } from '@nestjs/common';
 import { Mode } from '../dispatch/mode.service.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
@@ -65,8 +77,10 @@ export class OpsClusterController {
   @HttpCode(200)
   async dropBusConsumer(@Body() { channel, consumer }: BusConsumerBody) {
     const result = await this.busConsumers.drop(channel, consumer);
-    if (result === 'not_found') throw new NotFoundException(`no bus position of ${consumer} on ${channel}`);
-    if (result === 'hosted') throw new ConflictException(`a live node of ${channel} hosts ${consumer}`);
+    if (result === 'not_found')
+      throw new NotFoundException(`no bus position of ${consumer} on ${channel}`);
+    if (result === 'hosted')
+      throw new ConflictException(`a live node of ${channel} hosts ${consumer}`);
     return { result };
   }
 

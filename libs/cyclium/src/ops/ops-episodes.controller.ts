@@ -1,4 +1,17 @@
-import { ConflictException, Controller, Get, HttpCode, NotFoundException, Param, Post, Query, Res, UseFilters, UseGuards, UsePipes } from '@nestjs/common';
+import {
+  ConflictException,
+  Controller,
+  Get,
+  HttpCode,
+  NotFoundException,
+  Param,
+  Post,
+  Query,
+  Res,
+  UseFilters,
+  UseGuards,
+  UsePipes,
+} from '@nestjs/common';
 import { Episodes, type CancelResult } from '../dispatch/episodes.service.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
@@ -51,14 +64,24 @@ export class OpsEpisodesController {
   }
 
   /** Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume) while it waits for a trigger request; null otherwise. */
-  private async withWaits<E extends EpisodeRow>(episodes: E[]): Promise<Array<E & { dueAt: Date | null; waitingFor: string | null }>> {
-    const waits = await this.requests.waitsOf(episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id));
-    return episodes.map((e) => ({ ...e, dueAt: waits.get(e.id)?.dueAt ?? null, waitingFor: waits.get(e.id)?.waitingFor ?? null }));
+  private async withWaits<E extends EpisodeRow>(
+    episodes: E[],
+  ): Promise<Array<E & { dueAt: Date | null; waitingFor: string | null }>> {
+    const waits = await this.requests.waitsOf(
+      episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id),
+    );
+    return episodes.map((e) => ({
+      ...e,
+      dueAt: waits.get(e.id)?.dueAt ?? null,
+      waitingFor: waits.get(e.id)?.waitingFor ?? null,
+    }));
   }
 
   @Post(':id/cancel')
   @HttpCode(200)
-  async cancel(@Param() { id }: EpisodeIdParam): Promise<{ result: Exclude<CancelResult, 'not_found'> }> {
+  async cancel(
+    @Param() { id }: EpisodeIdParam,
+  ): Promise<{ result: Exclude<CancelResult, 'not_found'> }> {
     const result = await this.episodes.cancel(id);
     if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
     return { result };
@@ -67,37 +90,60 @@ export class OpsEpisodesController {
   /** Archives a finished episode now: its dedupe key is free at once (README, "Retention"). */
   @Post(':id/archive')
   @HttpCode(200)
-  async archive(@Param() { id }: EpisodeIdParam): Promise<{ result: 'archived' | 'already_archived' }> {
+  async archive(
+    @Param() { id }: EpisodeIdParam,
+  ): Promise<{ result: 'archived' | 'already_archived' }> {
     const result = await this.episodes.archive(id);
     if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
-    if (result === 'live') throw new ConflictException(`episode ${id} has not finished: cancel it first, or wait for it to end`);
+    if (result === 'live')
+      throw new ConflictException(
+        `episode ${id} has not finished: cancel it first, or wait for it to end`,
+      );
     return { result };
   }
 
   /** 202 when the failed episode resumes from its journal in place; 201 when it runs again as a new episode (Episodes.retry). */
   @Post(':id/retry')
   @HttpCode(201)
-  async retry(@Param() { id }: EpisodeIdParam, @Res({ passthrough: true }) response: { status(code: number): unknown }) {
+  async retry(
+    @Param() { id }: EpisodeIdParam,
+    @Res({ passthrough: true }) response: { status(code: number): unknown },
+  ) {
     const result = await this.episodes.retry(id);
     switch (result.status) {
       case 'resumed':
         response.status(202);
-        return { result: 'resumed', dedupeKey: result.episode.dedupeKey, episode: { id: result.episode.id, status: result.episode.status } };
+        return {
+          result: 'resumed',
+          dedupeKey: result.episode.dedupeKey,
+          episode: { id: result.episode.id, status: result.episode.status },
+        };
       case 'retried': {
         const { dispatch, dedupeKey } = result;
-        const episode = 'episode' in dispatch ? { id: dispatch.episode.id, status: dispatch.episode.status } : null;
+        const episode =
+          'episode' in dispatch
+            ? { id: dispatch.episode.id, status: dispatch.episode.status }
+            : null;
         return { result: 'retried', dispatch: dispatch.status, dedupeKey, episode };
       }
       case 'tampered':
-        throw new ConflictException(`episode ${id} failed as tampered: its rows are not this deployment's, and it is not run again`);
+        throw new ConflictException(
+          `episode ${id} failed as tampered: its rows are not this deployment's, and it is not run again`,
+        );
       case 'not_found':
         throw new NotFoundException(`no episode ${id}`);
       case 'not_failed':
-        throw new ConflictException(`episode ${id} is ${result.current}: only a failed episode can be retried`);
+        throw new ConflictException(
+          `episode ${id} is ${result.current}: only a failed episode can be retried`,
+        );
       case 'not_hosted':
-        throw new ConflictException(`the actor of episode ${id} is not declared on this node: retry it from a node that hosts it`);
+        throw new ConflictException(
+          `the actor of episode ${id} is not declared on this node: retry it from a node that hosts it`,
+        );
       case 'disabled':
-        throw new ConflictException(`the actor of episode ${id} is disabled on this node: switch the mode before retrying`);
+        throw new ConflictException(
+          `the actor of episode ${id} is disabled on this node: switch the mode before retrying`,
+        );
     }
   }
 }

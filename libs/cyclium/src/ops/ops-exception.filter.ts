@@ -1,4 +1,10 @@
-import { Catch, HttpException, Logger, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
+import {
+  Catch,
+  HttpException,
+  Logger,
+  type ArgumentsHost,
+  type ExceptionFilter,
+} from '@nestjs/common';
 import { InvalidListQueryError } from '../episodes/episode-errors.js';
 import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
 
@@ -29,12 +35,27 @@ export class OpsExceptionFilter implements ExceptionFilter {
 
   private answer(error: unknown): [number, unknown] {
     if (error instanceof HttpException) return [error.getStatus(), error.getResponse()];
-    if (error instanceof InvalidListQueryError) return [400, { statusCode: 400, message: [error.message], error: 'Bad Request' }];
+    if (error instanceof InvalidListQueryError)
+      return [400, { statusCode: 400, message: [error.message], error: 'Bad Request' }];
     if (isDatabaseUnavailable(error)) {
       this.logger.warn(`database unavailable: ${errorMessage(error)}`);
-      return [503, { statusCode: 503, message: 'the database is unavailable; try again shortly', error: 'Service Unavailable' }];
+      return [
+        503,
+        {
+          statusCode: 503,
+          message: 'the database is unavailable; try again shortly',
+          error: 'Service Unavailable',
+        },
+      ];
     }
     this.logger.error(`operations API failed: ${errorMessage(error)}`);
-    return [500, { statusCode: 500, message: 'internal error (logged on the node)', error: 'Internal Server Error' }];
+    return [
+      500,
+      {
+        statusCode: 500,
+        message: 'internal error (logged on the node)',
+        error: 'Internal Server Error',
+      },
+    ];
   }
 }

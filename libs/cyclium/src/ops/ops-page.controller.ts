@@ -1,4 +1,13 @@
-import { Controller, Get, NotFoundException, Param, Req, StreamableFile, UseFilters, UseGuards } from '@nestjs/common';
+import {
+  Controller,
+  Get,
+  NotFoundException,
+  Param,
+  Req,
+  StreamableFile,
+  UseFilters,
+  UseGuards,
+} from '@nestjs/common';
 import { readFile } from 'node:fs/promises';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
@@ -30,7 +39,9 @@ export class OpsPageController {
   async page(@Req() request: { url: string }): Promise<StreamableFile> {
     const path = request.url.split('?')[0];
     const base = path.endsWith('/') ? path : `${path}/`;
-    const html = (await this.read('index.html')).toString('utf8').replace('<head>', `<head><base href="${escapeAttribute(base)}">`);
+    const html = (await this.read('index.html'))
+      .toString('utf8')
+      .replace('<head>', `<head><base href="${escapeAttribute(base)}">`);
     return new StreamableFile(Buffer.from(html), { type: TYPES['.html'] });
   }
 
@@ -46,7 +57,8 @@ export class OpsPageController {
     if (!content) {
       content = readFile(new URL(file, ASSETS)).catch((error: unknown) => {
         this.files.delete(file);
-        if ((error as { code?: string }).code === 'ENOENT') throw new NotFoundException(`no asset ${file}`);
+        if ((error as { code?: string }).code === 'ENOENT')
+          throw new NotFoundException(`no asset ${file}`);
         throw error;
       });
       this.files.set(file, content);

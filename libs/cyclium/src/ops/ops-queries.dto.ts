@@ -31,9 +31,15 @@ export class WorkflowIdParam extends EpisodeIdParam {}
 export class ClusterQuery {
   @IsOptional()
   @Type(() => Number)
-  @IsInt({ message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}` })
-  @Min(1, { message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}` })
-  @Max(MAX_STATUS_WINDOW_MS, { message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}` })
+  @IsInt({
+    message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}`,
+  })
+  @Min(1, {
+    message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}`,
+  })
+  @Max(MAX_STATUS_WINDOW_MS, {
+    message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}`,
+  })
   windowMs?: number;
 }
 
@@ -69,7 +75,9 @@ export class EpisodeListQuery {
 
 export class TriggerRequestListQuery {
   @IsOptional()
-  @IsIn(TRIGGER_REQUEST_STATUSES, { message: `status must be one of: ${TRIGGER_REQUEST_STATUSES.join(', ')}` })
+  @IsIn(TRIGGER_REQUEST_STATUSES, {
+    message: `status must be one of: ${TRIGGER_REQUEST_STATUSES.join(', ')}`,
+  })
   status?: (typeof TRIGGER_REQUEST_STATUSES)[number];
 
   @IsOptional()

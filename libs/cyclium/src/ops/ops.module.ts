@@ -4,7 +4,11 @@ import { CycliumConfigError } from '../options/cyclium-config.error.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsClusterController } from './ops-cluster.controller.js';
 import { OpsEpisodesController } from './ops-episodes.controller.js';
-import { CYCLIUM_OPS_HOST_GUARD, CYCLIUM_OPS_OPTIONS, type CycliumOpsOptions } from './ops-options.interface.js';
+import {
+  CYCLIUM_OPS_HOST_GUARD,
+  CYCLIUM_OPS_OPTIONS,
+  type CycliumOpsOptions,
+} from './ops-options.interface.js';
 import { OpsPageController } from './ops-page.controller.js';
 
 /**
@@ -24,9 +28,17 @@ export class CycliumOpsModule {
           : { provide: CYCLIUM_OPS_HOST_GUARD, useValue: guard satisfies CanActivate };
     return {
       module: CycliumOpsModule,
-      imports: [RouterModule.register([{ path, module: CycliumOpsModule }]), ...(options.imports ?? [])],
+      imports: [
+        RouterModule.register([{ path, module: CycliumOpsModule }]),
+        ...(options.imports ?? []),
+      ],
       controllers: [OpsClusterController, OpsEpisodesController, OpsPageController],
-      providers: [{ provide: CYCLIUM_OPS_OPTIONS, useValue: options }, ...(typeof guard === 'function' ? [guard] : []), hostGuard, OpsAccessGuard],
+      providers: [
+        { provide: CYCLIUM_OPS_OPTIONS, useValue: options },
+        ...(typeof guard === 'function' ? [guard] : []),
+        hostGuard,
+        OpsAccessGuard,
+      ],
     };
   }
 }
@@ -34,12 +46,20 @@ export class CycliumOpsModule {
 function checkedPath(options: CycliumOpsOptions): string {
   const problems: string[] = [];
   const guard = options?.guard as unknown;
-  if (guard !== false && typeof guard !== 'function' && typeof (guard as CanActivate | null)?.canActivate !== 'function') {
-    problems.push('CycliumOpsModule: guard must be a CanActivate class or instance, or false to mount the page unprotected');
+  if (
+    guard !== false &&
+    typeof guard !== 'function' &&
+    typeof (guard as CanActivate | null)?.canActivate !== 'function'
+  ) {
+    problems.push(
+      'CycliumOpsModule: guard must be a CanActivate class or instance, or false to mount the page unprotected',
+    );
   }
   const path = options?.path ?? 'ops';
   if (typeof path !== 'string' || !/^\/?[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*\/?$/.test(path)) {
-    problems.push(`CycliumOpsModule: path must be a URL path such as 'ops' or 'admin/cyclium' (got ${JSON.stringify(path)})`);
+    problems.push(
+      `CycliumOpsModule: path must be a URL path such as 'ops' or 'admin/cyclium' (got ${JSON.stringify(path)})`,
+    );
   }
   if (problems.length > 0) throw new CycliumConfigError(problems);
   return path;

@@ -223,12 +223,14 @@ export interface ResolvedCycliumOptions {
   startedEvents: boolean;
   metrics: boolean;
   episodeShutdownMs: number;
-  recovery: Required<Omit<RecoveryOptions, 'resolvePolicy'>> & Pick<RecoveryOptions, 'resolvePolicy'>;
+  recovery: Required<Omit<RecoveryOptions, 'resolvePolicy'>> &
+    Pick<RecoveryOptions, 'resolvePolicy'>;
   triggerPollIntervalMs: number;
   triggerPollSourceStack: string | null;
   triggerPollSourceEnv: string | null;
   triggerRequestTtlMs: number;
-  retention: (Required<Omit<RetentionOptions, 'deleteAfter'>> & { deleteAfter: number | null }) | null;
+  retention:
+    (Required<Omit<RetentionOptions, 'deleteAfter'>> & { deleteAfter: number | null }) | null;
   dataSource: string | undefined;
   checkoutTimeoutMs: number;
   queryTimeoutMs: number;

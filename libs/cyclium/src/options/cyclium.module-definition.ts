@@ -8,5 +8,8 @@ export const {
   ASYNC_OPTIONS_TYPE: CYCLIUM_ASYNC_OPTIONS_TYPE,
 } = new ConfigurableModuleBuilder<CycliumOptions>()
   .setClassMethodName('forRoot')
-  .setExtras({ isGlobal: true }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
+  .setExtras({ isGlobal: true }, (definition, extras) => ({
+    ...definition,
+    global: extras.isGlobal,
+  }))
   .build();

@@ -14,7 +14,8 @@ export function cycliumOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): Cyc
   if (env.CYCLIUM_MODE) options.mode = env.CYCLIUM_MODE as CycliumMode;
   if (env.CYCLIUM_LISTEN_URL) options.listenUrl = env.CYCLIUM_LISTEN_URL;
   // Anything but the two words is passed on as it is, so boot names the variable's bad value.
-  if (env.CYCLIUM_PREPARED_STATEMENTS) options.preparedStatements = booleanOf(env.CYCLIUM_PREPARED_STATEMENTS);
+  if (env.CYCLIUM_PREPARED_STATEMENTS)
+    options.preparedStatements = booleanOf(env.CYCLIUM_PREPARED_STATEMENTS);
   return options;
 }
 

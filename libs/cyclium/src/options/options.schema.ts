@@ -1,30 +1,65 @@
-import { IsBoolean, IsIn, IsInt, IsOptional, IsString, Max, Min, ValidateBy, ValidateIf, ValidateNested } from 'class-validator';
+import {
+  IsBoolean,
+  IsIn,
+  IsInt,
+  IsOptional,
+  IsString,
+  Max,
+  Min,
+  ValidateBy,
+  ValidateIf,
+  ValidateNested,
+} from 'class-validator';
 import type { CycliumMode } from './cyclium-options.interface.js';
 import { MAX_PAYLOAD_BYTES } from '../bus/event-bounds.js';
 import { MAX_TIMER_MS, MAX_WINDOW_MS } from '../primitives/time-limits.js';
-import { IsIntegrityOptions, IsNonEmptyStringOrFunction, IsPositiveNumber, IsPostgresUrl, OneOfOr } from './option-validators.js';
+import {
+  IsIntegrityOptions,
+  IsNonEmptyStringOrFunction,
+  IsPositiveNumber,
+  IsPostgresUrl,
+  OneOfOr,
+} from './option-validators.js';
 
 export const MODES: readonly CycliumMode[] = ['full', 'trigger_only', 'disabled'];
 
-const CLAIM_ADAPTER_METHODS = ['acquire', 'renew', 'complete', 'fail', 'owns', 'reclaimExpired'] as const;
+const CLAIM_ADAPTER_METHODS = [
+  'acquire',
+  'renew',
+  'complete',
+  'fail',
+  'owns',
+  'reclaimExpired',
+] as const;
 const BUS_METHODS = ['publish', 'subscribe'] as const;
 
-const defined = (field: string) => ValidateIf((o: Record<string, unknown>) => o[field] !== undefined);
+const defined = (field: string) =>
+  ValidateIf((o: Record<string, unknown>) => o[field] !== undefined);
 
-const nonNegativeMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 0` });
-const positiveMs = (field: string) => ({ message: `${field} must be a whole number of milliseconds >= 1` });
+const nonNegativeMs = (field: string) => ({
+  message: `${field} must be a whole number of milliseconds >= 0`,
+});
+const positiveMs = (field: string) => ({
+  message: `${field} must be a whole number of milliseconds >= 1`,
+});
 /** A nullable period: `orNull` says what null means. */
-const positiveMsOrNull = (field: string, orNull: string) => ({ message: `${field} must be a whole number of milliseconds >= 1, or null ${orNull}` });
+const positiveMsOrNull = (field: string, orNull: string) => ({
+  message: `${field} must be a whole number of milliseconds >= 1, or null ${orNull}`,
+});
 const stringOrNull = (field: string) => ({ message: `${field} must be a string or null` });
-const payloadBytes = { message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_PAYLOAD_BYTES}` };
+const payloadBytes = {
+  message: `busMaxPayloadBytes must be a whole number of bytes from 1 to ${MAX_PAYLOAD_BYTES}`,
+};
 
 const TIMER_LIMIT = `${MAX_TIMER_MS} ms (about 24.8 days)`;
 const WINDOW_LIMIT = `${MAX_WINDOW_MS} ms (100 years)`;
 const MAX_LEASE_S = `${MAX_TIMER_MS / 1000} s (about 24.8 days)`;
 /** A period a timer waits out (see MAX_TIMER_MS): a longer one would fire at once. */
-const timerMax = (field: string) => Max(MAX_TIMER_MS, { message: `${field} must be at most ${TIMER_LIMIT}` });
+const timerMax = (field: string) =>
+  Max(MAX_TIMER_MS, { message: `${field} must be at most ${TIMER_LIMIT}` });
 /** A window compared in SQL (see MAX_WINDOW_MS). */
-const windowMax = (field: string) => Max(MAX_WINDOW_MS, { message: `${field} must be at most ${WINDOW_LIMIT}` });
+const windowMax = (field: string) =>
+  Max(MAX_WINDOW_MS, { message: `${field} must be at most ${WINDOW_LIMIT}` });
 
 export class RecoveryOptionsSchema {
   @defined('onBoot')
@@ -95,7 +130,9 @@ export class RetentionOptionsSchema {
  */
 export class CycliumOptionsSchema {
   @defined('nodeIdentity')
-  @IsNonEmptyStringOrFunction({ message: 'nodeIdentity must be a non-empty string or a function returning one' })
+  @IsNonEmptyStringOrFunction({
+    message: 'nodeIdentity must be a non-empty string or a function returning one',
+  })
   nodeIdentity?: unknown;
 
   @defined('workClaims')
@@ -170,7 +207,10 @@ export class CycliumOptionsSchema {
   busMaxPayloadBytes?: unknown;
 
   @defined('listenUrl')
-  @IsPostgresUrl({ message: "listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres'" })
+  @IsPostgresUrl({
+    message:
+      "listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres'",
+  })
   listenUrl?: unknown;
 
   @defined('preparedStatements')

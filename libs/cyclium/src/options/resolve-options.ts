@@ -1,7 +1,11 @@
 import { validateSync, type ValidationError } from 'class-validator';
 import { CycliumConfigError } from './cyclium-config.error.js';
 import type { CycliumOptions, ResolvedCycliumOptions } from './cyclium-options.interface.js';
-import { CycliumOptionsSchema, RecoveryOptionsSchema, RetentionOptionsSchema } from './options.schema.js';
+import {
+  CycliumOptionsSchema,
+  RecoveryOptionsSchema,
+  RetentionOptionsSchema,
+} from './options.schema.js';
 import { MIN_POSITION_FLUSH_MS, MIN_UNDISPATCHED_MAX_AGE_MS } from '../bus/position-flush.js';
 
 export const DEFAULT_OPTIONS = {
@@ -21,7 +25,13 @@ export const DEFAULT_OPTIONS = {
   startedEvents: false,
   metrics: true,
   episodeShutdownMs: 5_000,
-  recovery: { onBoot: true, settleMs: 120_000, staleAfterMs: 120_000, intervalMs: 60_000, notHostedGraceMs: 3_600_000 },
+  recovery: {
+    onBoot: true,
+    settleMs: 120_000,
+    staleAfterMs: 120_000,
+    intervalMs: 60_000,
+    notHostedGraceMs: 3_600_000,
+  },
   triggerPollIntervalMs: 5_000,
   triggerRequestTtlMs: 3_600_000,
   checkoutTimeoutMs: 10_000,
@@ -32,7 +42,12 @@ export const DEFAULT_OPTIONS = {
   deliveryTimeoutMs: 30_000,
   outputMaxAttempts: 8,
   outputRetryBaseMs: 5_000,
-  retention: { archiveAfter: 604_800_000, deleteAfter: 604_800_000, batchSize: 1_000, intervalMs: 60_000 },
+  retention: {
+    archiveAfter: 604_800_000,
+    deleteAfter: 604_800_000,
+    batchSize: 1_000,
+    intervalMs: 60_000,
+  },
 } as const;
 
 function describe(value: unknown): string {
@@ -79,7 +94,9 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
   if (typeof retentionInput === 'object' && retentionInput !== null) {
     schema.retention = Object.assign(new RetentionOptionsSchema(), retentionInput);
   }
-  const problems = problemsOf(validateSync(schema, { whitelist: true, forbidNonWhitelisted: true }));
+  const problems = problemsOf(
+    validateSync(schema, { whitelist: true, forbidNonWhitelisted: true }),
+  );
   if (problems.length > 0) throw new CycliumConfigError(problems);
   checkUndispatchedWindow(input);
   const retention = resolveRetention(input);
@@ -98,7 +115,8 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     busEchoIntervalMs: input.busEchoIntervalMs ?? DEFAULT_OPTIONS.busEchoIntervalMs,
     busEchoTimeoutMs: input.busEchoTimeoutMs ?? DEFAULT_OPTIONS.busEchoTimeoutMs,
     busRetentionMs: input.busRetentionMs ?? DEFAULT_OPTIONS.busRetentionMs,
-    busUndispatchedMaxAgeMs: input.busUndispatchedMaxAgeMs ?? DEFAULT_OPTIONS.busUndispatchedMaxAgeMs,
+    busUndispatchedMaxAgeMs:
+      input.busUndispatchedMaxAgeMs ?? DEFAULT_OPTIONS.busUndispatchedMaxAgeMs,
     busPublishQueueMax: input.busPublishQueueMax ?? DEFAULT_OPTIONS.busPublishQueueMax,
     busMaxPayloadBytes: input.busMaxPayloadBytes ?? DEFAULT_OPTIONS.busMaxPayloadBytes,
     listenUrl: input.listenUrl ?? null,
@@ -110,12 +128,16 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     recovery: {
       ...recovery,
       intervalMs: recovery.intervalMs ?? null,
-      notHostedGraceMs: input.recovery?.notHostedGraceMs === undefined ? DEFAULT_OPTIONS.recovery.notHostedGraceMs : input.recovery.notHostedGraceMs,
+      notHostedGraceMs:
+        input.recovery?.notHostedGraceMs === undefined
+          ? DEFAULT_OPTIONS.recovery.notHostedGraceMs
+          : input.recovery.notHostedGraceMs,
     },
     triggerPollIntervalMs: input.triggerPollIntervalMs ?? DEFAULT_OPTIONS.triggerPollIntervalMs,
     triggerPollSourceStack: blankToNull(input.triggerPollSourceStack),
     // The poller feeds its own env unless told otherwise; an explicit null targets the default env.
-    triggerPollSourceEnv: input.triggerPollSourceEnv === undefined ? env : blankToNull(input.triggerPollSourceEnv),
+    triggerPollSourceEnv:
+      input.triggerPollSourceEnv === undefined ? env : blankToNull(input.triggerPollSourceEnv),
     triggerRequestTtlMs: input.triggerRequestTtlMs ?? DEFAULT_OPTIONS.triggerRequestTtlMs,
     retention,
     dataSource: input.dataSource,
@@ -127,7 +149,9 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     deliveryTimeoutMs: input.deliveryTimeoutMs ?? DEFAULT_OPTIONS.deliveryTimeoutMs,
     outputMaxAttempts: input.outputMaxAttempts ?? DEFAULT_OPTIONS.outputMaxAttempts,
     outputRetryBaseMs: input.outputRetryBaseMs ?? DEFAULT_OPTIONS.outputRetryBaseMs,
-    integrity: input.integrity ? { keyId: input.integrity.keyId, keys: { ...input.integrity.keys } } : null,
+    integrity: input.integrity
+      ? { keyId: input.integrity.keyId, keys: { ...input.integrity.keys } }
+      : null,
   };
 }
 

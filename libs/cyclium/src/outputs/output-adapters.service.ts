@@ -17,9 +17,12 @@ export class OutputAdapters implements OnModuleInit {
       const name = wrapper.metatype?.name ?? String(wrapper.token);
       const instance = wrapper.instance as Partial<OutputDeliverer> | undefined;
       if (typeof instance?.deliver !== 'function') {
-        throw new ActorDefinitionError(`@OutputAdapter('${type}') on ${name}: the class must implement deliver(output, context)`);
+        throw new ActorDefinitionError(
+          `@OutputAdapter('${type}') on ${name}: the class must implement deliver(output, context)`,
+        );
       }
-      if (this.adapters.has(type)) throw new ActorDefinitionError(`two @OutputAdapter('${type}') providers (second: ${name})`);
+      if (this.adapters.has(type))
+        throw new ActorDefinitionError(`two @OutputAdapter('${type}') providers (second: ${name})`);
       this.adapters.set(type, instance as OutputDeliverer);
     }
   }

@@ -74,7 +74,9 @@ export class OutputDelivery {
     this.draining = true;
     const settled = Promise.all([...this.inFlight].map((a) => a.done));
     let timer: NodeJS.Timeout | undefined;
-    const window = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.options.episodeShutdownMs)));
+    const window = new Promise<void>(
+      (resolve) => (timer = setTimeout(resolve, this.options.episodeShutdownMs)),
+    );
     await Promise.race([settled, window]);
     clearTimeout(timer);
     const cut = [...this.inFlight];
@@ -99,7 +101,11 @@ export class OutputDelivery {
     return entry.done;
   }
 
-  private async attempt(output: CycliumOutput, sentAt: number, controller: AbortController): Promise<void> {
+  private async attempt(
+    output: CycliumOutput,
+    sentAt: number,
+    controller: AbortController,
+  ): Promise<void> {
     const me = this.identity.name();
     const adapter = this.adapters.get(output.type);
     if (!adapter) {
@@ -108,7 +114,10 @@ export class OutputDelivery {
       return;
     }
     const timeoutMs = this.options.deliveryTimeoutMs;
-    const timer = setTimeout(() => controller.abort(new DeliveryTimeoutError(timeoutMs)), Math.max(0, sentAt + timeoutMs - performance.now()));
+    const timer = setTimeout(
+      () => controller.abort(new DeliveryTimeoutError(timeoutMs)),
+      Math.max(0, sentAt + timeoutMs - performance.now()),
+    );
     let outcome: Outcome;
     try {
       const aborted = new Promise<Outcome>((resolve) => {
@@ -117,7 +126,13 @@ export class OutputDelivery {
         else controller.signal.addEventListener('abort', onAbort, { once: true });
       });
       const delivered = Promise.resolve()
-        .then(() => adapter.deliver(output, { idempotencyKey: output.dedupeKey, signal: controller.signal, attempt: output.attempts }))
+        .then(() =>
+          adapter.deliver(output, {
+            idempotencyKey: output.dedupeKey,
+            signal: controller.signal,
+            attempt: output.attempts,
+          }),
+        )
         .then(
           (ref): Outcome => ({ ok: true, ref }),
           (error: unknown): Outcome => ({ ok: false, error }),
@@ -128,7 +143,9 @@ export class OutputDelivery {
     }
     if (outcome.ok) {
       if (!(await this.store.delivered(output.id, output.attempts, outcome.ref))) {
-        this.logger.warn(`output ${output.id} (${output.dedupeKey}) was delivered, but another node had taken it meanwhile: it may be delivered again`);
+        this.logger.warn(
+          `output ${output.id} (${output.dedupeKey}) was delivered, but another node had taken it meanwhile: it may be delivered again`,
+        );
       }
       return;
     }
@@ -140,18 +157,32 @@ export class OutputDelivery {
   private async failed(output: CycliumOutput, reason: string): Promise<void> {
     const { outputMaxAttempts, outputRetryBaseMs } = this.options;
     const last = output.attempts >= outputMaxAttempts;
-    const delayMs = last ? null : Math.min(MAX_BACKOFF_MS, outputRetryBaseMs * 2 ** (output.attempts - 1));
-    const recorded = await this.store.failed(output.id, output.attempts, this.identity.name(), reason, delayMs);
+    const delayMs = last
+      ? null
+      : Math.min(MAX_BACKOFF_MS, outputRetryBaseMs * 2 ** (output.attempts - 1));
+    const recorded = await this.store.failed(
+      output.id,
+      output.attempts,
+      this.identity.name(),
+      reason,
+      delayMs,
+    );
     if (!recorded) return;
     if (last) {
-      this.logger.warn(`output ${output.id} (${output.dedupeKey}, ${output.type}) failed after ${output.attempts} attempt(s): ${reason}`);
+      this.logger.warn(
+        `output ${output.id} (${output.dedupeKey}, ${output.type}) failed after ${output.attempts} attempt(s): ${reason}`,
+      );
     } else {
-      this.logger.debug(`output ${output.id} (${output.dedupeKey}) attempt ${output.attempts} failed, retrying in ${delayMs} ms: ${reason}`);
+      this.logger.debug(
+        `output ${output.id} (${output.dedupeKey}) attempt ${output.attempts} failed, retrying in ${delayMs} ms: ${reason}`,
+      );
     }
   }
 
   private recordError(what: string, error: unknown): void {
     // The row keeps its lease until it runs out; then any node hosting the type takes it again.
-    this.logger.error(`could not record the ${what}: ${errorMessage(error)}; the lease will run out and the output be retried`);
+    this.logger.error(
+      `could not record the ${what}: ${errorMessage(error)}; the lease will run out and the output be retried`,
+    );
   }
 }

@@ -13,7 +13,8 @@ const after = (ms: string) => `now() + make_interval(secs => ${ms}::double preci
  * episode's `finished_at` (both `now()`). A row inserted by anyone else, before or after, is not
  * delivered. A writer who copies both columns by hand still passes: signed rows close that.
  */
-export const OWNED_OUTPUT = (o: string) => `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ${o}.inserted_at)`;
+export const OWNED_OUTPUT = (o: string) =>
+  `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ${o}.inserted_at)`;
 
 /**
  * A due row in the scope of a node whose stack and env are the references `stack` and `env`: its
@@ -58,9 +59,18 @@ export const TAKE_DUE = `
  * its first attempt counted, so no peer's rescue delivers it meanwhile; any other is due at once
  * for the nodes that host it. SQL expressions for `attempts`, `lease_owner` and `next_attempt_at`.
  */
-export function firstLease(refs: { type: string; hosted: string; owner: string; leaseMs: string }): [string, string, string] {
+export function firstLease(refs: {
+  type: string;
+  hosted: string;
+  owner: string;
+  leaseMs: string;
+}): [string, string, string] {
   const hosted = `${refs.type} = ANY(${refs.hosted})`;
-  return [`(${hosted})::int`, `CASE WHEN ${hosted} THEN ${refs.owner} END`, `CASE WHEN ${hosted} THEN ${after(refs.leaseMs)} ELSE now() END`];
+  return [
+    `(${hosted})::int`,
+    `CASE WHEN ${hosted} THEN ${refs.owner} END`,
+    `CASE WHEN ${hosted} THEN ${after(refs.leaseMs)} ELSE now() END`,
+  ];
 }
 
 /** Proposals of an ended episode whose keys were already taken, as OutputStore.reclaim takes them. */
@@ -87,9 +97,10 @@ export class OutputStore {
 
   /** One episode's outputs, in the order its end wrote them. */
   async forEpisode(episodeId: string): Promise<CycliumOutput[]> {
-    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_outputs WHERE episode_id = $1 ORDER BY inserted_at, dedupe_key LIMIT 500`, [
-      episodeId,
-    ]);
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_outputs WHERE episode_id = $1 ORDER BY inserted_at, dedupe_key LIMIT 500`,
+      [episodeId],
+    );
     return rows.map(toOutput);
   }
 
@@ -109,8 +120,16 @@ export class OutputStore {
    */
   async reclaim(episodeId: string, lost: LostProposals): Promise<CycliumOutput[]> {
     return this.database.transaction(async (client) => {
-      await client.query(`SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key FOR UPDATE`, [lost.keys]);
-      const [attempts, leaseOwner, nextAttemptAt] = firstLease({ type: 'p.type', hosted: '$5::text[]', owner: '$6::text', leaseMs: '$7' });
+      await client.query(
+        `SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key FOR UPDATE`,
+        [lost.keys],
+      );
+      const [attempts, leaseOwner, nextAttemptAt] = firstLease({
+        type: 'p.type',
+        hosted: '$5::text[]',
+        owner: '$6::text',
+        leaseMs: '$7',
+      });
       const { rows } = await client.query(
         `UPDATE cyclium_outputs o
             SET episode_id = e.id, type = p.type, payload = p.payload, status = 'pending', error = NULL, delivered_ref = NULL, delivered_at = NULL,
@@ -153,7 +172,13 @@ export class OutputStore {
   }
 
   /** Due again `delayMs` from now (the database's), or `failed` when `delayMs` is null. */
-  async failed(id: string, attempt: number, owner: string, reason: string, delayMs: number | null): Promise<boolean> {
+  async failed(
+    id: string,
+    attempt: number,
+    owner: string,
+    reason: string,
+    delayMs: number | null,
+  ): Promise<boolean> {
     const { rowCount } = await this.database.sql.query(
       `UPDATE cyclium_outputs
           SET status = CASE WHEN $5::double precision IS NULL THEN 'failed' ELSE 'pending' END,

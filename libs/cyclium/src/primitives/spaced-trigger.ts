@@ -52,7 +52,8 @@ export class SpacedTrigger {
   private refill(): void {
     const now = performance.now();
     const spacingMs = this.spacingMs;
-    if (spacingMs > 0) this.tokens = Math.min(this.burst, this.tokens + (now - this.refilledAt) / spacingMs);
+    if (spacingMs > 0)
+      this.tokens = Math.min(this.burst, this.tokens + (now - this.refilledAt) / spacingMs);
     else this.tokens = this.burst;
     this.refilledAt = now;
   }

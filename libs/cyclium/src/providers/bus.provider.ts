@@ -1,4 +1,10 @@
-import { Inject, Injectable, type OnApplicationShutdown, type OnModuleInit, type Provider } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  type OnApplicationShutdown,
+  type OnModuleInit,
+  type Provider,
+} from '@nestjs/common';
 import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -31,32 +37,42 @@ export const busTransportProvider: Provider = {
     if (options.bus === 'postgres') {
       const channel = busChannel(options.stackSlug, options.env);
       // Read lazily: the host's DataSource is only looked up once every provider exists.
-      return new PostgresBus(database.sql, () => listenConnectionConfig(database.connectionConfig(), options.listenUrl), {
-        channel,
-        observer: busObserver(telemetry, channel),
-        stackSlug: options.stackSlug,
-        env: options.env,
-        publisher: () => identity.name(),
-        pollIntervalMs: options.busPollIntervalMs,
-        echoIntervalMs: options.busEchoIntervalMs,
-        echoTimeoutMs: options.busEchoTimeoutMs,
-        // Not the host pool: a saturated pool must not delay the echo into a false verdict.
-        echoSql: database.dedicatedSql,
-        retentionMs: options.busRetentionMs,
-        undispatchedMaxAgeMs: options.busUndispatchedMaxAgeMs,
-        publishQueueMax: options.busPublishQueueMax,
-        maxPayloadBytes: options.busMaxPayloadBytes,
-        // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
-        notifySpacingMs: () => notifySpacingMs(peers.size),
-        positionFlushMs: () => positionFlushMs(peers.size, options.busUndispatchedMaxAgeMs),
-        audience: peers,
-        integrity: signer.enabled
-          ? {
-              sign: (channel, event) => signer.sign('event', [channel, event.eventId, event.type, event.payload]),
-              verify: (channel, event, signature) => signer.verify('event', [channel, event.eventId, event.type, event.payload], signature),
-            }
-          : undefined,
-      });
+      return new PostgresBus(
+        database.sql,
+        () => listenConnectionConfig(database.connectionConfig(), options.listenUrl),
+        {
+          channel,
+          observer: busObserver(telemetry, channel),
+          stackSlug: options.stackSlug,
+          env: options.env,
+          publisher: () => identity.name(),
+          pollIntervalMs: options.busPollIntervalMs,
+          echoIntervalMs: options.busEchoIntervalMs,
+          echoTimeoutMs: options.busEchoTimeoutMs,
+          // Not the host pool: a saturated pool must not delay the echo into a false verdict.
+          echoSql: database.dedicatedSql,
+          retentionMs: options.busRetentionMs,
+          undispatchedMaxAgeMs: options.busUndispatchedMaxAgeMs,
+          publishQueueMax: options.busPublishQueueMax,
+          maxPayloadBytes: options.busMaxPayloadBytes,
+          // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
+          notifySpacingMs: () => notifySpacingMs(peers.size),
+          positionFlushMs: () => positionFlushMs(peers.size, options.busUndispatchedMaxAgeMs),
+          audience: peers,
+          integrity: signer.enabled
+            ? {
+                sign: (channel, event) =>
+                  signer.sign('event', [channel, event.eventId, event.type, event.payload]),
+                verify: (channel, event, signature) =>
+                  signer.verify(
+                    'event',
+                    [channel, event.eventId, event.type, event.payload],
+                    signature,
+                  ),
+              }
+            : undefined,
+        },
+      );
     }
     return options.bus;
   },

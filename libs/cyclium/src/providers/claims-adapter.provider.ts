@@ -8,9 +8,13 @@ import type { WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.
 export const claimsAdapterProvider: Provider = {
   provide: CYCLIUM_CLAIMS_ADAPTER,
   inject: [CYCLIUM_OPTIONS, CycliumDataSource],
-  useFactory: (options: ResolvedCycliumOptions, database: CycliumDataSource): WorkClaimsAdapter | null => {
+  useFactory: (
+    options: ResolvedCycliumOptions,
+    database: CycliumDataSource,
+  ): WorkClaimsAdapter | null => {
     if (options.workClaims === false) return null;
-    if (options.workClaims === 'postgres') return new PostgresClaims(database.sql, database.dedicatedSql);
+    if (options.workClaims === 'postgres')
+      return new PostgresClaims(database.sql, database.dedicatedSql);
     return options.workClaims;
   },
 };

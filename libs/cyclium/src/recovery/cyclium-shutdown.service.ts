@@ -70,15 +70,21 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
         await this.triggers.stop();
         await this.workflows.stop();
       });
-      await this.step('stop recovery sweeps, retention and the trigger request poller', async () => {
-        this.schedule.stop();
-        await this.recovery.stop();
-        await this.retention.stop();
-        await this.poller.stop();
-      });
+      await this.step(
+        'stop recovery sweeps, retention and the trigger request poller',
+        async () => {
+          this.schedule.stop();
+          await this.recovery.stop();
+          await this.retention.stop();
+          await this.poller.stop();
+        },
+      );
       await this.step('stop taking outputs', () => this.outputRescue.stop());
       // Side by side: both wait up to episodeShutdownMs, and an episode may be delivering its outputs.
-      await Promise.all([this.step('drain', () => this.drainer.drain()), this.step('drain the output deliveries', () => this.outputDelivery.drain())]);
+      await Promise.all([
+        this.step('drain', () => this.drainer.drain()),
+        this.step('drain the output deliveries', () => this.outputDelivery.drain()),
+      ]);
       await this.step('flush the bus', async () => flushable.flushPending?.());
       await this.step('deregister the node', () => this.registry.deregister());
       await this.step('stop renewing claims', () => this.renewer.stop());

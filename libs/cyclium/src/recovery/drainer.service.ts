@@ -65,15 +65,29 @@ export class Drainer {
 
     let stamped: string[] = [];
     if (ids.length > 0) {
-      stamped = await this.attempt('stamp the running episodes interrupted', () => this.store.stampInterrupted(ids), []);
-      await this.attempt('journal their interrupted markers', () => this.journal.mark(stamped, 'interrupted', { node: me }), []);
+      stamped = await this.attempt(
+        'stamp the running episodes interrupted',
+        () => this.store.stampInterrupted(ids),
+        [],
+      );
+      await this.attempt(
+        'journal their interrupted markers',
+        () => this.journal.mark(stamped, 'interrupted', { node: me }),
+        [],
+      );
       for (const episode of running) episode.stopRenewing();
       for (const restart of waiting) restart.hold.stopRenewing();
-      const keys = [...running.map((r) => r.claimKey), ...waiting.map((w) => claimKeyOf(w.episode))];
+      const keys = [
+        ...running.map((r) => r.claimKey),
+        ...waiting.map((w) => claimKeyOf(w.episode)),
+      ];
       await this.attempt('release their claims', () => this.claims.releaseAll(keys, me), 0);
     }
     this.logger.log(this.summary(running.length, waiting.length, stamped.length));
-    for (const { episode } of [...running, ...waiting]) this.logger.debug(`draining: ${episodeLabel(episode)} stamped interrupted; a peer restarts it`);
+    for (const { episode } of [...running, ...waiting])
+      this.logger.debug(
+        `draining: ${episodeLabel(episode)} stamped interrupted; a peer restarts it`,
+      );
     for (const restart of waiting) restart.hold.release();
     for (const episode of running) episode.stop(new EpisodeInterruptedError(episode.episode.id));
     for (const episode of running) {
@@ -84,11 +98,15 @@ export class Drainer {
       });
     }
 
-    const window = new Promise<'timeout'>((resolve) => setTimeout(() => resolve('timeout'), this.options.episodeShutdownMs).unref());
+    const window = new Promise<'timeout'>((resolve) =>
+      setTimeout(() => resolve('timeout'), this.options.episodeShutdownMs).unref(),
+    );
     await Promise.race([this.slots.idle(), window]);
     const killed = this.runner.inFlight().length;
     if (killed > 0)
-      this.logger.warn(`${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to be killed with the process (already stamped)`);
+      this.logger.warn(
+        `${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to be killed with the process (already stamped)`,
+      );
     this.telemetry.emit('drain.completed', { stamped: stamped.length, killed });
     return { stamped: stamped.length, killed };
   }
@@ -105,7 +123,9 @@ export class Drainer {
     try {
       return await statement();
     } catch (error) {
-      this.logger.error(`drain: could not ${what}: ${errorMessage(error)}; carrying on with the shutdown`);
+      this.logger.error(
+        `drain: could not ${what}: ${errorMessage(error)}; carrying on with the shutdown`,
+      );
       return fallback;
     }
   }

@@ -12,7 +12,10 @@ import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeRecoveryStore } from '../episodes/episode-recovery-store.js';
-import type { RecoveryPolicy, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import type {
+  RecoveryPolicy,
+  ResolvedCycliumOptions,
+} from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { REQUEST_WAKE_EVENT } from '../dispatch/deferred-runner.service.js';
 import { Mode } from '../dispatch/mode.service.js';
@@ -109,7 +112,12 @@ export class EpisodeTakeover {
         let report: () => void = () => undefined;
         await client.query('SAVEPOINT cyclium_takeover');
         try {
-          const outcome = await this.takeWithin(client, plan, me, (reportClaim) => (report = reportClaim));
+          const outcome = await this.takeWithin(
+            client,
+            plan,
+            me,
+            (reportClaim) => (report = reportClaim),
+          );
           await client.query('RELEASE SAVEPOINT cyclium_takeover');
           taken.push({ at, plan, outcome, report });
         } catch (error) {
@@ -145,25 +153,46 @@ export class EpisodeTakeover {
     const restart = policy === 'restart' && attempt <= candidate.maxAttempts;
     const mode = this.mode.of(candidate.actorId);
     // Sweeping another stack's rows: restarts of actors hosted there go to that stack as requests.
-    const otherStack = options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
+    const otherStack =
+      options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
     const defer = restart && ((hosted && mode === 'trigger_only') || (!hosted && otherStack));
     // Otherwise only a node that hosts (and runs) the actor can run it: leave the orphan to one.
     if (restart && !defer && (!hosted || mode !== 'full')) return null;
-    return { candidate, hosted, policy, attempt, restart, defer, from: candidate.ownerNode ?? 'an unknown node' };
+    return {
+      candidate,
+      hosted,
+      policy,
+      attempt,
+      restart,
+      defer,
+      from: candidate.ownerNode ?? 'an unknown node',
+    };
   }
 
   /** Claims the candidate and takes its row inside the caller's transaction; Skip when either is someone else's. */
-  private async takeWithin(client: SqlExecutor, plan: Plan, me: string, claimed: (report: () => void) => void): Promise<Outcome> {
+  private async takeWithin(
+    client: SqlExecutor,
+    plan: Plan,
+    me: string,
+    claimed: (report: () => void) => void,
+  ): Promise<Outcome> {
     const { candidate, hosted, policy, attempt, restart, defer, from } = plan;
     const key = claimKeyOf(candidate);
-    const acquired = await this.claims.acquireWithinUnreported(client, key, me, { workType: 'recovery' });
+    const acquired = await this.claims.acquireWithinUnreported(client, key, me, {
+      workType: 'recovery',
+    });
     const grant = acquired.result;
     claimed(acquired.report);
     if (grant.status === 'busy') throw new Skip('busy'); // a live holder: never recover it
     const episode = await this.store.take(client, candidate, me);
     if (!episode) throw new Skip('taken');
     if (restart) {
-      await this.journal.mark([episode.id], 'resumed', { attempt, node: me, from: candidate.phase ?? 'stale', lastOwner: from }, client);
+      await this.journal.mark(
+        [episode.id],
+        'resumed',
+        { attempt, node: me, from: candidate.phase ?? 'stale', lastOwner: from },
+        client,
+      );
       if (!defer) return { kind: 'restart', episode, grant };
       // Waits as deferred for a full node's poller, which takes it with a claim of its own.
       if (!(await this.store.deferRestart(client, episode.id))) throw new Skip('taken');
@@ -182,27 +211,44 @@ export class EpisodeTakeover {
         },
         episode.triggerRef,
       );
-      await this.claims.completeWithin(client, key, me, grant.status === 'acquired' ? grant.claim.fence : null);
-      const announce = await this.events.within(client, [{ type: REQUEST_WAKE_EVENT, payload: { node: me } }]);
+      await this.claims.completeWithin(
+        client,
+        key,
+        me,
+        grant.status === 'acquired' ? grant.claim.fence : null,
+      );
+      const announce = await this.events.within(client, [
+        { type: REQUEST_WAKE_EVENT, payload: { node: me } },
+      ]);
       return { kind: 'deferred', episode, announce };
     }
     const detail = [
-      policy === 'restart' ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}` : 'orphaned: recovery policy is fail',
+      policy === 'restart'
+        ? `orphaned: attempt ${attempt} is past max_attempts ${candidate.maxAttempts}`
+        : 'orphaned: recovery policy is fail',
       `(last owned by ${from})`,
-      hosted ? '' : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
+      hosted
+        ? ''
+        : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
     ]
       .join(' ')
       .trim();
     const fence = grant.status === 'acquired' ? grant.claim.fence : null;
     if (!(await this.store.failOrphaned(client, episode.id, detail))) throw new Skip('taken');
     await this.journal.mark([episode.id], 'orphaned', { node: me, lastOwner: from }, client);
-    if ((await this.claims.failWithin(client, key, me, fence, detail)) !== 'ok') throw new Skip('taken');
-    const announce = await this.events.within(client, [lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' })]);
+    if ((await this.claims.failWithin(client, key, me, fence, detail)) !== 'ok')
+      throw new Skip('taken');
+    const announce = await this.events.within(client, [
+      lifecycleEvent('episode.failed', episode, 'failed', me, { errorClass: 'orphaned' }),
+    ]);
     return { kind: 'failed', episode, detail, announce };
   }
 
   /** After the commit: a restart goes to this node's slots with its claim, a deferral or failure is announced. */
-  private handOn({ candidate, attempt, from }: Plan, outcome: Outcome): 'restarted' | 'deferred' | 'failed' {
+  private handOn(
+    { candidate, attempt, from }: Plan,
+    outcome: Outcome,
+  ): 'restarted' | 'deferred' | 'failed' {
     if (outcome.kind === 'deferred') {
       outcome.announce();
       this.logger.log(
@@ -213,10 +259,14 @@ export class EpisodeTakeover {
     if (outcome.kind === 'failed') {
       outcome.announce();
       this.logger.warn(`recovery: ${episodeLabel(outcome.episode)} failed as ${outcome.detail}`);
-      this.telemetry.emit('episode.failed', { ...this.describe(outcome.episode), errorClass: 'orphaned' });
+      this.telemetry.emit('episode.failed', {
+        ...this.describe(outcome.episode),
+        errorClass: 'orphaned',
+      });
       return 'failed';
     }
-    const fence = outcome.grant.status === 'acquired' ? `fence ${outcome.grant.claim.fence}` : 'no claim';
+    const fence =
+      outcome.grant.status === 'acquired' ? `fence ${outcome.grant.claim.fence}` : 'no claim';
     this.logger.log(
       `recovery: took over ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}), ${fence}: restarting, attempt ${attempt} of ${candidate.maxAttempts}`,
     );
@@ -229,14 +279,21 @@ export class EpisodeTakeover {
   }
 
   private describe(episode: EpisodeRow) {
-    return { episodeId: episode.id, actorId: episode.actorId, expectationId: episode.expectationId };
+    return {
+      episodeId: episode.id,
+      actorId: episode.actorId,
+      expectationId: episode.expectationId,
+    };
   }
 
   /**
    * `resolvePolicy`, else the expectation's `recoveryPolicy` (`fail` when it declares none), else
    * the actor's stored definition; null when none of them knows.
    */
-  private async policyFor(episode: EpisodeRow, resolve = this.options.recovery.resolvePolicy): Promise<Policy> {
+  private async policyFor(
+    episode: EpisodeRow,
+    resolve = this.options.recovery.resolvePolicy,
+  ): Promise<Policy> {
     if (resolve) return resolve(episode);
     const expectation = this.registry.expectation(episode.actorId, episode.expectationId);
     if (expectation) return expectation.options.recoveryPolicy ?? 'fail';

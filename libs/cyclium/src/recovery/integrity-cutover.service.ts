@@ -1,4 +1,10 @@
-import { Inject, Injectable, Logger, type BeforeApplicationShutdown, type OnModuleInit } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type BeforeApplicationShutdown,
+  type OnModuleInit,
+} from '@nestjs/common';
 import { NodeSignatures, type SignedPeer } from '../cluster/node-signatures.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
@@ -102,7 +108,9 @@ export class IntegrityCutover implements OnModuleInit, BeforeApplicationShutdown
           `in flight (${counts.join(', ')}); from now on unsigned rows are refused`,
       );
     } else if (this.reported !== '') {
-      this.logger.log(`integrity (${where}): cut-over recorded by another node; from now on unsigned rows are refused`);
+      this.logger.log(
+        `integrity (${where}): cut-over recorded by another node; from now on unsigned rows are refused`,
+      );
     }
   }
 

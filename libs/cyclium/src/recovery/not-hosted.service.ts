@@ -7,7 +7,11 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { episodeLabel } from '../episodes/episode-log-lines.js';
-import { EpisodeRecoveryStore, RECOVERY_PAGE, type CandidateScope } from '../episodes/episode-recovery-store.js';
+import {
+  EpisodeRecoveryStore,
+  RECOVERY_PAGE,
+  type CandidateScope,
+} from '../episodes/episode-recovery-store.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 
@@ -46,7 +50,11 @@ export class NotHostedEpisodes {
   }
 
   /** Fails batches until one comes back short or `deadline` (a performance.now() time) passed; returns how many failed. */
-  async sweep(scope: Pick<CandidateScope, 'stack' | 'env'>, me: string, deadline: number): Promise<number> {
+  async sweep(
+    scope: Pick<CandidateScope, 'stack' | 'env'>,
+    me: string,
+    deadline: number,
+  ): Promise<number> {
     const graceMs = this.graceMs();
     const since = this.nodes.watchingSince();
     if (graceMs === null || since === null) return 0;
@@ -59,7 +67,14 @@ export class NotHostedEpisodes {
     let failed = 0;
     for (;;) {
       const batch = await this.database.transaction(async (client) => {
-        const episodes = await this.store.failNotHosted(client, scope, hosted, graceMs, detail, watcher);
+        const episodes = await this.store.failNotHosted(
+          client,
+          scope,
+          hosted,
+          graceMs,
+          detail,
+          watcher,
+        );
         await this.journal.mark(
           episodes.map((e) => e.id),
           'not_hosted',
@@ -68,7 +83,9 @@ export class NotHostedEpisodes {
         );
         const announce = await this.events.within(
           client,
-          episodes.map((e) => lifecycleEvent('episode.failed', e, 'failed', me, { errorClass: 'not_hosted' })),
+          episodes.map((e) =>
+            lifecycleEvent('episode.failed', e, 'failed', me, { errorClass: 'not_hosted' }),
+          ),
         );
         return { episodes, announce };
       });
@@ -92,7 +109,9 @@ export class NotHostedEpisodes {
     }
     for (const [actor, count] of byActor) {
       if (count > LINES_PER_ACTOR) {
-        this.logger.warn(`recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ${LINES_PER_ACTOR} named above`);
+        this.logger.warn(
+          `recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ${LINES_PER_ACTOR} named above`,
+        );
       }
     }
     return failed;

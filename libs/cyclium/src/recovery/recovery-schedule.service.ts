@@ -33,7 +33,8 @@ export class RecoverySchedule implements OnApplicationBootstrap {
       const pass = async () => {
         if (this.mode.current !== 'disabled') {
           await this.quietly(this.sweepOutage, () => this.recovery.sweep());
-          if (this.engine.advancing && this.timer !== undefined) await this.quietly(this.reconcileOutage, () => this.recovery.reconcileWorkflows());
+          if (this.engine.advancing && this.timer !== undefined)
+            await this.quietly(this.reconcileOutage, () => this.recovery.reconcileWorkflows());
         }
         if (intervalMs !== null && this.timer !== undefined) next(intervalMs);
       };

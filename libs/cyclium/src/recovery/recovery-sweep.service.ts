@@ -42,7 +42,12 @@ function shuffle<T>(items: T[]): T[] {
  * Runs `work` on each item, at most `width` at once, starting no new one once `more()` is false.
  * The first failure stops new starts and is thrown once the ones under way have settled.
  */
-async function inParallel<T>(items: T[], width: number, more: () => boolean, work: (item: T) => Promise<void>): Promise<void> {
+async function inParallel<T>(
+  items: T[],
+  width: number,
+  more: () => boolean,
+  work: (item: T) => Promise<void>,
+): Promise<void> {
   let next = 0;
   let failure: { error: unknown } | undefined;
   const worker = async () => {
@@ -85,7 +90,8 @@ export class RecoverySweep {
     const goneAfterMs = Math.max(staleAfterMs, 3 * this.options.nodeBeatIntervalMs);
     const hosted = this.registry.hostedExpectations();
     // Sweeping another stack's rows: restarts of actors hosted there go to that stack, so any row may be acted on.
-    const otherStack = options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
+    const otherStack =
+      options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
     const scope = {
       stack: options.sourceStack === undefined ? this.options.stackSlug : options.sourceStack,
       env: options.sourceEnv === undefined ? this.options.env : options.sourceEnv,
@@ -96,7 +102,14 @@ export class RecoverySweep {
       policyInCode: (options.resolvePolicy ?? this.options.recovery.resolvePolicy) !== undefined,
     };
     const me = this.identity.name();
-    const result: SweepResult = { restarted: 0, deferred: 0, failed: 0, notHosted: 0, skipped: 0, skippedFor: {} };
+    const result: SweepResult = {
+      restarted: 0,
+      deferred: 0,
+      failed: 0,
+      notHosted: 0,
+      skipped: 0,
+      skippedFor: {},
+    };
     const skip = (reason: SkipReason) => {
       result.skipped++;
       result.skippedFor[reason] = (result.skippedFor[reason] ?? 0) + 1;
@@ -109,10 +122,13 @@ export class RecoverySweep {
     // a candidate again (`recovering`, its owner gone, its claim lapsed).
     const takeOver = async (batch: EpisodeRow[]) => {
       const outcomes = await this.takeover.recoverMany(batch, me, options, (candidate, error) =>
-        this.logger.warn(`recovery: could not take over ${episodeLabel(candidate)}: ${firstLine(errorMessage(error))}; the next sweep tries again`),
+        this.logger.warn(
+          `recovery: could not take over ${episodeLabel(candidate)}: ${firstLine(errorMessage(error))}; the next sweep tries again`,
+        ),
       );
       for (const outcome of outcomes) {
-        if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred') result[outcome]++;
+        if (outcome === 'restarted' || outcome === 'failed' || outcome === 'deferred')
+          result[outcome]++;
         else skip(outcome);
       }
     };
@@ -123,7 +139,8 @@ export class RecoverySweep {
       // rows; each batch in id order, so two that meet lock their rows in the same order.
       const mine = shuffle(page.episodes.filter((e) => !local.has(e.id)));
       const batches: EpisodeRow[][] = [];
-      for (let i = 0; i < mine.length; i += TAKEOVER_BATCH) batches.push(mine.slice(i, i + TAKEOVER_BATCH).sort((a, b) => (a.id < b.id ? -1 : 1)));
+      for (let i = 0; i < mine.length; i += TAKEOVER_BATCH)
+        batches.push(mine.slice(i, i + TAKEOVER_BATCH).sort((a, b) => (a.id < b.id ? -1 : 1)));
       // The database away fails every batch the same way: thrown, the schedule logs the outage once.
       await inParallel(batches, BATCHES_AT_ONCE, () => performance.now() < deadline, takeOver);
       after = page.next;
@@ -135,7 +152,9 @@ export class RecoverySweep {
         skip('taken');
         continue;
       }
-      this.logger.log(`recovery: adopted queued ${episodeLabel(episode)} from ${episode.ownerNode ?? 'no node'}, which is gone: it runs here`);
+      this.logger.log(
+        `recovery: adopted queued ${episodeLabel(episode)} from ${episode.ownerNode ?? 'no node'}, which is gone: it runs here`,
+      );
       this.slots.noteQueued(adopted.actorId);
       result.restarted++;
     }

@@ -1,7 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { SweepRecords } from '../cluster/sweep-records.js';
 import { errorMessage } from '../sql/database-errors.js';
-import { WorkflowReconciler, type ReconcileOptions, type ReconcileResult } from '../workflows/workflow-reconciler.service.js';
+import {
+  WorkflowReconciler,
+  type ReconcileOptions,
+  type ReconcileResult,
+} from '../workflows/workflow-reconciler.service.js';
 import { RecoverySweep } from './recovery-sweep.service.js';
 import type { LastSweep, SweepOptions, SweepResult } from './recovery-sweep.interface.js';
 

@@ -28,7 +28,11 @@ type Windows = NonNullable<ResolvedCycliumOptions['retention']>;
  * time without a held connection (a pooler in transaction mode keeps it), and a node that does not
  * get it reads nothing. Everything is by the database clock (rule 1).
  */
-export async function runRetentionBatch(sql: SqlExecutor, scope: RetentionScope, windows: Windows): Promise<BatchResult> {
+export async function runRetentionBatch(
+  sql: SqlExecutor,
+  scope: RetentionScope,
+  windows: Windows,
+): Promise<BatchResult> {
   const { rows } = await sql.query<BatchResult>(retentionBatch(scope, windows));
   return rows[0] ?? { held: false, archived: 0, deleted: 0, instances: 0 };
 }
@@ -37,19 +41,31 @@ export async function runRetentionBatch(sql: SqlExecutor, scope: RetentionScope,
 export function retentionBatch(scope: RetentionScope, windows: Windows): QueryConfig {
   const statement = new Statement('retention');
   const scopeKey = statement.param(JSON.stringify([scope.stack, scope.env]), 'text');
-  statement.with('lock', `SELECT pg_try_advisory_xact_lock(${LOCK_CLASS}, hashtext(${scopeKey})) AS held`);
+  statement.with(
+    'lock',
+    `SELECT pg_try_advisory_xact_lock(${LOCK_CLASS}, hashtext(${scopeKey})) AS held`,
+  );
   const when = '(SELECT held FROM lock)';
-  statement.with('archive_due', EpisodeRetention.dueForArchive(statement, scope, windows.archiveAfter, windows.batchSize, when));
+  statement.with(
+    'archive_due',
+    EpisodeRetention.dueForArchive(statement, scope, windows.archiveAfter, windows.batchSize, when),
+  );
   statement.with('archived', EpisodeRetention.archive('archive_due'));
   statement.with('archived_checkpoints', EpisodeRetention.dropCheckpoints('archived'));
   let counts = `0 AS deleted, 0 AS instances`;
   if (windows.deleteAfter !== null) {
-    statement.with('delete_due', EpisodeRetention.dueForDelete(statement, scope, windows.deleteAfter, windows.batchSize, when));
+    statement.with(
+      'delete_due',
+      EpisodeRetention.dueForDelete(statement, scope, windows.deleteAfter, windows.batchSize, when),
+    );
     statement.with('deleted_steps', EpisodeRetention.deleteSteps('delete_due'));
     statement.with('deleted_checkpoints', EpisodeRetention.dropCheckpoints('delete_due'));
     statement.with('deleted_requests', deleteRequestsOf(statement, 'delete_due'));
     const instanceAge = windows.archiveAfter + windows.deleteAfter;
-    statement.with('instance_due', WorkflowRetention.due(statement, scope, instanceAge, windows.batchSize, when));
+    statement.with(
+      'instance_due',
+      WorkflowRetention.due(statement, scope, instanceAge, windows.batchSize, when),
+    );
     statement.with('deleted_instances', WorkflowRetention.delete(statement, 'instance_due'));
     statement.with(
       'deleted_claims',
@@ -60,5 +76,7 @@ export function retentionBatch(scope: RetentionScope, windows: Windows): QueryCo
     statement.with('deleted', EpisodeRetention.deleteEpisodes('delete_due'));
     counts = `(SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM deleted_instances)::int AS instances`;
   }
-  return statement.build(`SELECT coalesce((SELECT held FROM lock), false) AS held, (SELECT count(*) FROM archived)::int AS archived, ${counts}`);
+  return statement.build(
+    `SELECT coalesce((SELECT held FROM lock), false) AS held, (SELECT count(*) FROM archived)::int AS archived, ${counts}`,
+  );
 }

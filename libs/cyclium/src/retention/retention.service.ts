@@ -81,7 +81,13 @@ export class RetentionSchedule implements OnApplicationBootstrap {
   }
 
   private async pass(): Promise<RetentionPass> {
-    const result: RetentionPass = { ran: false, archived: 0, deleted: 0, instances: 0, behind: false };
+    const result: RetentionPass = {
+      ran: false,
+      archived: 0,
+      deleted: 0,
+      instances: 0,
+      behind: false,
+    };
     const windows = this.options.retention;
     if (!windows || this.mode.current === 'disabled') return result;
     const scope = { stack: this.options.stackSlug, env: this.options.env };

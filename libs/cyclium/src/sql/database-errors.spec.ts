@@ -3,7 +3,8 @@ import { DatabaseUnavailableError, holdsWork, isDataFault } from './database-err
 
 const pgError = (code: string) => Object.assign(new Error(`error ${code}`), { code });
 /** As TypeORM wraps a driver error. */
-const wrapped = (code: string) => Object.assign(new Error('QueryFailedError'), { driverError: pgError(code) });
+const wrapped = (code: string) =>
+  Object.assign(new Error('QueryFailedError'), { driverError: pgError(code) });
 
 describe('holdsWork and isDataFault (rule 13)', () => {
   it.each([

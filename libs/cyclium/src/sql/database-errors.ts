@@ -15,7 +15,16 @@ export function errorCode(error: unknown): string | undefined {
 }
 
 /** Node's socket errors when the server cannot be reached or went away. */
-const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN']);
+const SOCKET_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+]);
 
 /**
  * pg's own words for a connection that ended under a query, a pool that could not get one in time,
@@ -30,7 +39,11 @@ const PG_MESSAGES = [
 ];
 
 /** By name too, for an error from another copy of this module. */
-const UNAVAILABLE_NAMES = new Set<unknown>(['DatabaseUnavailableError', 'DatabaseTimeoutError', 'PublishQueueFullError']);
+const UNAVAILABLE_NAMES = new Set<unknown>([
+  'DatabaseUnavailableError',
+  'DatabaseTimeoutError',
+  'PublishQueueFullError',
+]);
 
 /**
  * True when `error` says the database is away (unreachable, restarting, shutting down, out of
@@ -38,11 +51,22 @@ const UNAVAILABLE_NAMES = new Set<unknown>(['DatabaseUnavailableError', 'Databas
  */
 export function isDatabaseUnavailable(error: unknown): boolean {
   for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
-    if (current instanceof DatabaseUnavailableError || UNAVAILABLE_NAMES.has((current as { name?: unknown }).name)) return true;
+    if (
+      current instanceof DatabaseUnavailableError ||
+      UNAVAILABLE_NAMES.has((current as { name?: unknown }).name)
+    )
+      return true;
     const code = (current as { code?: unknown }).code;
     if (typeof code === 'string') {
       // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect now; 53300: too many connections.
-      if (code.startsWith('08') || code === '57P01' || code === '57P02' || code === '57P03' || code === '53300') return true;
+      if (
+        code.startsWith('08') ||
+        code === '57P01' ||
+        code === '57P02' ||
+        code === '57P03' ||
+        code === '53300'
+      )
+        return true;
       if (SOCKET_CODES.has(code)) return true;
     }
     const message = current instanceof Error ? current.message : '';
@@ -77,7 +101,9 @@ const SQLSTATE = /^[0-9A-Z]{5}$/;
  */
 export function isDataFault(error: unknown): boolean {
   const code = errorCode(error);
-  return code !== undefined && SQLSTATE.test(code) && (code.startsWith('22') || code.startsWith('23'));
+  return (
+    code !== undefined && SQLSTATE.test(code) && (code.startsWith('22') || code.startsWith('23'))
+  );
 }
 
 /**
@@ -150,13 +176,17 @@ export class OutageLog {
   failed(error: unknown): void {
     if (this.failures++ > 0) return;
     this.since = performance.now();
-    this.logger.warn(`${this.what} failed: ${errorMessage(error)} (retrying; further failures are not logged until it works again)`);
+    this.logger.warn(
+      `${this.what} failed: ${errorMessage(error)} (retrying; further failures are not logged until it works again)`,
+    );
   }
 
   succeeded(): void {
     if (this.failures === 0) return;
     const seconds = ((performance.now() - this.since) / 1000).toFixed(1);
-    this.logger.log(`${this.what} works again after ${this.failures} failed attempt(s) over ${seconds} s`);
+    this.logger.log(
+      `${this.what} works again after ${this.failures} failed attempt(s) over ${seconds} s`,
+    );
     this.failures = 0;
   }
 }

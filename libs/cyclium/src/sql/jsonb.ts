@@ -18,7 +18,9 @@ export function toJsonb(value: unknown): { json: string } | { problem: string } 
   }
   json ??= 'null';
   if (hasUnstorableEscape(json)) {
-    return { problem: 'holds a NUL character or an unpaired surrogate, which PostgreSQL cannot store' };
+    return {
+      problem: 'holds a NUL character or an unpaired surrogate, which PostgreSQL cannot store',
+    };
   }
   return { json };
 }

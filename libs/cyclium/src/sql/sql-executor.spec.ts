@@ -5,7 +5,9 @@ import { prepared, unnamedStatements, type SqlExecutor } from './sql-executor.js
 describe('unnamedStatements', () => {
   it('sends the same text and values without a statement name', async () => {
     const sent: unknown[][] = [];
-    const executor = { query: (...args: unknown[]) => (sent.push(args), Promise.resolve({ rows: [] })) } as unknown as SqlExecutor;
+    const executor = {
+      query: (...args: unknown[]) => (sent.push(args), Promise.resolve({ rows: [] })),
+    } as unknown as SqlExecutor;
     const unnamed = unnamedStatements(executor);
     await unnamed.query(prepared('events_append', 'SELECT $1::int')([1]));
     await unnamed.query('SELECT $1::int', [2]);

@@ -5,7 +5,10 @@ import type { QueryConfig, QueryResult, QueryResultRow } from 'pg';
  * parameters, as text + values or as a named (server-side prepared) statement.
  */
 export interface SqlExecutor {
-  query<R extends QueryResultRow = QueryResultRow>(text: string, values?: unknown[]): Promise<QueryResult<R>>;
+  query<R extends QueryResultRow = QueryResultRow>(
+    text: string,
+    values?: unknown[],
+  ): Promise<QueryResult<R>>;
   query<R extends QueryResultRow = QueryResultRow>(config: QueryConfig): Promise<QueryResult<R>>;
 }
 
@@ -21,6 +24,8 @@ export function prepared(name: string, text: string) {
  */
 export function unnamedStatements(executor: SqlExecutor): SqlExecutor {
   const query = (first: string | QueryConfig, values?: unknown[]) =>
-    typeof first === 'string' ? executor.query(first, values) : executor.query({ ...first, name: undefined });
+    typeof first === 'string'
+      ? executor.query(first, values)
+      : executor.query({ ...first, name: undefined });
   return { query: query as SqlExecutor['query'] };
 }

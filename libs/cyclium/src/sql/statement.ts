@@ -33,7 +33,11 @@ export class Statement {
 
   build(select: string): QueryConfig {
     const text = this.ctes.length > 0 ? `WITH ${this.ctes.join(',\n')}\n${select}` : select;
-    return { name: `cyclium_${this.base}_${fnv1a(this.names.join(','))}`, text, values: this.values };
+    return {
+      name: `cyclium_${this.base}_${fnv1a(this.names.join(','))}`,
+      text,
+      values: this.values,
+    };
   }
 }
 

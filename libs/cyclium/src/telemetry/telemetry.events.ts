@@ -47,7 +47,12 @@ export interface CycliumEventMap {
    * An episode triggered by a bus event began on this node; `latencyMs` runs from the event's
    * `publishedAt` (the publisher's wall clock) to the begin's commit (this node's).
    */
-  'episode.triggered': CycliumEventBase & { actorId: string; expectationId: string; eventType: string; latencyMs: number };
+  'episode.triggered': CycliumEventBase & {
+    actorId: string;
+    expectationId: string;
+    eventType: string;
+    latencyMs: number;
+  };
   /** Events this node stored on a durable bus and announced after commit (PostgresBus only). */
   'bus.published': CycliumEventBase & { channel: string; count: number };
   /** Rows this node read from the events table (PostgresBus only). */
@@ -67,7 +72,12 @@ export interface CycliumEventMap {
   'trigger_requests.expired': CycliumEventBase & { count: number };
   'recovery.reconcile': CycliumEventBase & { replayed: number; skipped: number };
   'workflow.started': CycliumEventBase & { instanceId: string; workflowId: string };
-  'workflow.finished': CycliumEventBase & { instanceId: string; workflowId: string; status: string; error: string | null };
+  'workflow.finished': CycliumEventBase & {
+    instanceId: string;
+    workflowId: string;
+    status: string;
+    error: string | null;
+  };
   'drain.completed': CycliumEventBase & { stamped: number; killed: number };
   'node.registered': CycliumEventBase & { stack: string | null; env: string | null; mode: string };
 }

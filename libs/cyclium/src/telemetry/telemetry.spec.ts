@@ -5,7 +5,9 @@ import { resolveCycliumOptions } from '../options/resolve-options.js';
 import { onCyclium } from './on-cyclium.js';
 import { CycliumTelemetry } from './telemetry.service.js';
 
-const telemetry = new CycliumTelemetry(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: 'node-t' })));
+const telemetry = new CycliumTelemetry(
+  new NodeIdentity(resolveCycliumOptions({ nodeIdentity: 'node-t' })),
+);
 
 describe('telemetry', () => {
   it('delivers events to onCyclium handlers, stamped with the owner node, until unsubscribed', () => {

@@ -32,7 +32,11 @@ export function freePort(): Promise<number> {
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolvePort(address.port) : reject(new Error('no port'))));
+      server.close(() =>
+        typeof address === 'object' && address
+          ? resolvePort(address.port)
+          : reject(new Error('no port')),
+      );
     });
   });
 }
@@ -59,7 +63,10 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
   });
 
   const started = new Promise<void>((ready, fail) => {
-    const timer = setTimeout(() => fail(new Error('embedded PostgreSQL did not start in time')), options.timeoutMs ?? 120_000);
+    const timer = setTimeout(
+      () => fail(new Error('embedded PostgreSQL did not start in time')),
+      options.timeoutMs ?? 120_000,
+    );
     keeper.on('message', (message: KeeperMessage) => {
       if (message.type === 'ready') {
         clearTimeout(timer);
@@ -97,6 +104,8 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
         keeper.channel?.ref();
         keeper.once('exit', () => done());
         keeper.send({ type: 'stop' });
-      }).then(() => (scratch && !request.persistent ? rm(scratch, { recursive: true, force: true }) : undefined))),
+      }).then(() =>
+        scratch && !request.persistent ? rm(scratch, { recursive: true, force: true }) : undefined,
+      )),
   };
 }

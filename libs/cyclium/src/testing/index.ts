@@ -1,3 +1,8 @@
 export { FakeClaims, type FakeClaimsOptions } from '../claims/fake-claims.js';
-export { startPostgres, freePort, type RunningPostgres, type StartPostgresOptions } from './embedded-postgres.js';
+export {
+  startPostgres,
+  freePort,
+  type RunningPostgres,
+  type StartPostgresOptions,
+} from './embedded-postgres.js';
 export { migrateDatabase } from './migrate-database.js';

@@ -11,4 +11,5 @@ export interface KeeperRequest {
   settings: Record<string, string>;
 }
 
-export type KeeperMessage = { type: 'ready' } | { type: 'stopped' } | { type: 'error'; message: string };
+export type KeeperMessage =
+  { type: 'ready' } | { type: 'stopped' } | { type: 'error'; message: string };

@@ -35,7 +35,10 @@ async function main(): Promise<void> {
       'max_connections=300',
       '-c',
       'listen_addresses=127.0.0.1',
-      ...Object.entries(request.settings ?? {}).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
+      ...Object.entries(request.settings ?? {}).flatMap(([name, value]) => [
+        '-c',
+        `${name}=${value}`,
+      ]),
     ],
     onLog: () => undefined,
     onError: (error) => process.stderr.write(`[postgres] ${String(error)}\n`),
@@ -47,9 +50,12 @@ async function main(): Promise<void> {
   const stop = async (orphaned: boolean) => {
     if (stopping) return;
     stopping = true;
-    await postgres.stop().catch((error: unknown) => process.stderr.write(`[postgres] stop: ${String(error)}\n`));
+    await postgres
+      .stop()
+      .catch((error: unknown) => process.stderr.write(`[postgres] stop: ${String(error)}\n`));
     // A parent that died cannot remove the folder it made: nothing of a throwaway server may outlive it.
-    if (orphaned && request.scratch && !request.persistent) await rm(request.scratch, { recursive: true, force: true }).catch(() => undefined);
+    if (orphaned && request.scratch && !request.persistent)
+      await rm(request.scratch, { recursive: true, force: true }).catch(() => undefined);
     send({ type: 'stopped' });
     process.exit(0);
   };
@@ -61,7 +67,10 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  const message: KeeperMessage = { type: 'error', message: error instanceof Error ? error.message : String(error) };
+  const message: KeeperMessage = {
+    type: 'error',
+    message: error instanceof Error ? error.message : String(error),
+  };
   // Exit only once the message is out: exiting at once can beat it to the parent, which then
   // reports a bare exit code instead of the reason.
   if (process.send) process.send(message, () => process.exit(1));

@@ -40,7 +40,11 @@ export class CooldownHistory {
   }
 
   /** The subject's last fire at or before `event`, within the cooldown (epoch ms), or null; retried on any error. */
-  private async lastFire(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt) {
+  private async lastFire(
+    expectation: RegisteredExpectation,
+    event: BusEvent,
+    receipt: EventReceipt,
+  ) {
     const { subjectKey, cooldownMs = 0, debounceMs = 0 } = expectation.options;
     const value = subjectKey ? readPath(event.payload, subjectKey) : undefined;
     const subject = subjectKey ? { path: subjectKey.split('.'), value } : undefined;
@@ -62,7 +66,8 @@ export class CooldownHistory {
         if (!this.active()) return new Promise<never>(() => undefined);
         const what = `${expectation.actorId}.${expectation.id}`;
         const why = errorMessage(error);
-        if (attempt === 0) this.logger.warn(`cooldown of ${what}, event ${event.eventId}: ${why}; retrying`);
+        if (attempt === 0)
+          this.logger.warn(`cooldown of ${what}, event ${event.eventId}: ${why}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, delay).unref());
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
@@ -76,7 +81,9 @@ export class CooldownCoverage {
   private since: number | undefined;
   private readonly asked = new Set<string>();
 
-  constructor(private readonly lookup: (event: BusEvent, receipt: EventReceipt) => Promise<number | null>) {}
+  constructor(
+    private readonly lookup: (event: BusEvent, receipt: EventReceipt) => Promise<number | null>,
+  ) {}
 
   /** Every event of the subscription passes here first. */
   read(receipt: EventReceipt): void {
@@ -84,7 +91,13 @@ export class CooldownCoverage {
   }
 
   /** The table's last fire of `subject` before `event`, when it may predate this subscription; null: memory knows. */
-  ask(subject: string, event: BusEvent, receipt: EventReceipt, cooldownMs: number, debounceMs: number) {
+  ask(
+    subject: string,
+    event: BusEvent,
+    receipt: EventReceipt,
+    cooldownMs: number,
+    debounceMs: number,
+  ) {
     const since = this.since ?? databaseNow(receipt);
     if (receipt.committedAt >= since + cooldownMs + debounceMs) {
       this.asked.clear();

@@ -16,7 +16,13 @@ export function scheduleKey(actorId: string, expectationId: string, bucket: Date
 }
 
 /** `event:<actor>:<exp>:<hash>` of the event type, the publisher-minted event id, and the payload. */
-export function eventKey(actorId: string, expectationId: string, eventType: string, eventId: string, payload: unknown): string {
+export function eventKey(
+  actorId: string,
+  expectationId: string,
+  eventType: string,
+  eventId: string,
+  payload: unknown,
+): string {
   const hash = createHash('sha256')
     .update(`${eventType}\u0000${eventId}\u0000${stableJson(payload)}`)
     .digest('hex');

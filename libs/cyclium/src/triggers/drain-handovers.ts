@@ -45,7 +45,9 @@ export class DrainHandovers {
     try {
       held = await this.store.heldDedupeKeys(pending.map((p) => p.dedupeKey));
     } catch (error) {
-      this.logger.warn(`could not check ${pending.length} trigger(s) this node stood by for; handing each over: ${errorMessage(error)}`);
+      this.logger.warn(
+        `could not check ${pending.length} trigger(s) this node stood by for; handing each over: ${errorMessage(error)}`,
+      );
       held = new Set();
     }
     for (const p of pending) if (held.has(p.dedupeKey)) p.settled(true);
@@ -53,16 +55,20 @@ export class DrainHandovers {
       pending
         .filter((p) => !held.has(p.dedupeKey))
         .map(({ expectation, trigger, dedupeKey, what, insertBefore, settled }) =>
-          this.dispatcher.handOver(expectation, trigger, { ...this.scope, dedupeKey, insertBefore }).then(
-            (result) => {
-              this.logger.log(`${what}: handed to the cluster while draining (${result.status})`);
-              settled(true);
-            },
-            (error: unknown) => {
-              this.logger.warn(`${what} could not be handed over while draining; the bus's next reader fires it: ${errorMessage(error)}`);
-              settled(false);
-            },
-          ),
+          this.dispatcher
+            .handOver(expectation, trigger, { ...this.scope, dedupeKey, insertBefore })
+            .then(
+              (result) => {
+                this.logger.log(`${what}: handed to the cluster while draining (${result.status})`);
+                settled(true);
+              },
+              (error: unknown) => {
+                this.logger.warn(
+                  `${what} could not be handed over while draining; the bus's next reader fires it: ${errorMessage(error)}`,
+                );
+                settled(false);
+              },
+            ),
         ),
     );
   }

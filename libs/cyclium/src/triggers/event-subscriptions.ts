@@ -38,7 +38,12 @@ export class EventSubscriptions {
     return this.subscriptions.length;
   }
 
-  add(actorId: string, consumer: string, type: string, handler: (live: () => boolean) => DurableHandler): void {
+  add(
+    actorId: string,
+    consumer: string,
+    type: string,
+    handler: (live: () => boolean) => DurableHandler,
+  ): void {
     this.subscriptions.push({ actorId, consumer, type, handler });
   }
 
@@ -84,8 +89,10 @@ export class EventSubscriptions {
         paused.push(consumer);
       }
     }
-    if (paused.length > 0) this.logger.log(`disabled here: ${paused.join(', ')} read no events until enabled`);
-    if (resumed.length > 0) this.logger.log(`enabled again: ${resumed.join(', ')} catch up from stored positions`);
+    if (paused.length > 0)
+      this.logger.log(`disabled here: ${paused.join(', ')} read no events until enabled`);
+    if (resumed.length > 0)
+      this.logger.log(`enabled again: ${resumed.join(', ')} catch up from stored positions`);
   }
 
   private unsubscribe(subscription: Subscription): void {

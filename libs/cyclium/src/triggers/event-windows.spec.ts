@@ -65,8 +65,12 @@ describe('EventWindows', () => {
       const before = async (e: BusEvent) => (fired.push(`before:${e.eventId}`), true);
       const after = async (e: BusEvent) => (fired.push(`after:${e.eventId}`), true);
       const settled: string[] = [];
-      void windows.admit('x\u0000s', event('a'), receipt(0, 0), rules(1_000, 0), before).then(() => settled.push('a'));
-      void windows.admit('y\u0000s', event('k'), receipt(0, 0), rules(1_000, 0), before).then(() => settled.push('k'));
+      void windows
+        .admit('x\u0000s', event('a'), receipt(0, 0), rules(1_000, 0), before)
+        .then(() => settled.push('a'));
+      void windows
+        .admit('y\u0000s', event('k'), receipt(0, 0), rules(1_000, 0), before)
+        .then(() => settled.push('k'));
       // The subscription of `x` paused and resumed: its open window is gone with its timer; `y`'s stays.
       windows.clear('x\u0000');
       void windows.admit('x\u0000s', event('b'), receipt(100, 100), rules(1_000, 0), after);
@@ -89,9 +93,22 @@ describe('EventWindows', () => {
       // The node's reads lag: `b`, committed 300 ms after `a`, comes with the read the window asks for.
       const readThrough = async () => {
         reads++;
-        if (reads === 1) void windows.admit('s', event('b'), receipt(300, 1_000), { ...rules(800, 0), readThrough }, fire);
+        if (reads === 1)
+          void windows.admit(
+            's',
+            event('b'),
+            receipt(300, 1_000),
+            { ...rules(800, 0), readThrough },
+            fire,
+          );
       };
-      const a = windows.admit('s', event('a'), receipt(0, 0), { ...rules(800, 0), readThrough }, fire);
+      const a = windows.admit(
+        's',
+        event('a'),
+        receipt(0, 0),
+        { ...rules(800, 0), readThrough },
+        fire,
+      );
       await jest.advanceTimersByTimeAsync(1_500);
       expect(fired).toEqual(['b']);
       expect(reads).toBe(2);
@@ -109,7 +126,9 @@ describe('EventWindows', () => {
     const asked: string[] = [];
     const history = (_subject: string, e: BusEvent) => {
       asked.push(e.eventId);
-      return asked.length === 1 ? new Promise<number | null>((resolve) => (answer = resolve)) : null;
+      return asked.length === 1
+        ? new Promise<number | null>((resolve) => (answer = resolve))
+        : null;
     };
     const cooling = { debounceMs: 0, cooldownMs: 1_000, history };
     const b = windows.admit('s', event('b'), receipt(500, 600), cooling, fire);
@@ -141,11 +160,15 @@ describe('EventWindows', () => {
       'b',
     );
     track(
-      windows.admit('t', event('c'), receipt(0, 10_000), rules(100, 0), async () => Promise.reject(new Error('bad'))),
+      windows.admit('t', event('c'), receipt(0, 10_000), rules(100, 0), async () =>
+        Promise.reject(new Error('bad')),
+      ),
       'c',
     );
     track(
-      windows.admit('t', event('d'), receipt(50, 10_000), rules(100, 0), async () => Promise.reject(new Error('bad'))),
+      windows.admit('t', event('d'), receipt(50, 10_000), rules(100, 0), async () =>
+        Promise.reject(new Error('bad')),
+      ),
       'd',
     );
     await new Promise((resolve) => setTimeout(resolve, 50));

@@ -25,7 +25,11 @@ interface Window {
  * The table's last fire of the subject at or before the event, when it may predate this node's
  * reading (CooldownCoverage.ask); null when memory already knows.
  */
-export type AskHistory = (subject: string, event: BusEvent, receipt: EventReceipt) => Promise<number | null> | null;
+export type AskHistory = (
+  subject: string,
+  event: BusEvent,
+  receipt: EventReceipt,
+) => Promise<number | null> | null;
 
 /** How one expectation groups and spaces its subjects' events. */
 export interface WindowRules {
@@ -61,17 +65,27 @@ export class EventWindows {
   private readonly coolTimers = new Set<NodeJS.Timeout>();
 
   /** Resolves once the trigger that covers `event` has settled; stays pending if it never does. */
-  admit(subject: string, event: BusEvent, receipt: EventReceipt, rules: WindowRules, fire: Fire): Promise<void> {
+  admit(
+    subject: string,
+    event: BusEvent,
+    receipt: EventReceipt,
+    rules: WindowRules,
+    fire: Fire,
+  ): Promise<void> {
     const { cooldownMs, history } = rules;
     const admit = () => this.admitNow(subject, event, receipt, rules, fire);
     const gate = this.gates.get(subject);
     if (gate) return this.behind(subject, gate, admit);
     const at = receipt.committedAt;
     const cooled = (this.coolUntil.get(subject) ?? -Infinity) > at;
-    const asking = cooldownMs > 0 && !cooled && !this.windows.has(subject) ? history?.(subject, event, receipt) : null;
+    const asking =
+      cooldownMs > 0 && !cooled && !this.windows.has(subject)
+        ? history?.(subject, event, receipt)
+        : null;
     if (!asking) return admit();
     const known = asking.then((firedAt) => {
-      if (firedAt !== null && at < firedAt + cooldownMs) this.coolDown(subject, firedAt + cooldownMs, receipt);
+      if (firedAt !== null && at < firedAt + cooldownMs)
+        this.coolDown(subject, firedAt + cooldownMs, receipt);
     });
     return this.behind(subject, known, admit);
   }
@@ -90,7 +104,13 @@ export class EventWindows {
     return admitted.then(() => settling);
   }
 
-  private admitNow(subject: string, event: BusEvent, receipt: EventReceipt, rules: WindowRules, fire: Fire) {
+  private admitNow(
+    subject: string,
+    event: BusEvent,
+    receipt: EventReceipt,
+    rules: WindowRules,
+    fire: Fire,
+  ) {
     const { debounceMs, cooldownMs, readThrough } = rules;
     const at = receipt.committedAt;
     const open = this.windows.get(subject);
@@ -119,7 +139,10 @@ export class EventWindows {
         cooldownMs,
         readThrough,
       };
-      current.timer = setTimeout(() => this.due(subject, current), Math.max(0, at + debounceMs - databaseNow(receipt)));
+      current.timer = setTimeout(
+        () => this.due(subject, current),
+        Math.max(0, at + debounceMs - databaseNow(receipt)),
+      );
       current.timer.unref();
       this.windows.set(subject, current);
     });
@@ -137,7 +160,8 @@ export class EventWindows {
       clearTimeout(window.timer);
       this.windows.delete(subject);
     }
-    for (const subject of [...this.coolUntil.keys()]) if (dropped(subject)) this.coolUntil.delete(subject);
+    for (const subject of [...this.coolUntil.keys()])
+      if (dropped(subject)) this.coolUntil.delete(subject);
     if (prefix !== undefined) return;
     for (const timer of this.coolTimers) clearTimeout(timer);
     this.coolTimers.clear();
@@ -180,7 +204,14 @@ export class EventWindows {
    * otherwise (its consumer's position then stays before the event). A trigger that fired nothing
    * (this node drained, or the actor is disabled here) began no cooldown.
    */
-  private run(subject: string, event: BusEvent, receipt: EventReceipt, firedAt: number, cooldownMs: number, fire: Fire): Promise<void> {
+  private run(
+    subject: string,
+    event: BusEvent,
+    receipt: EventReceipt,
+    firedAt: number,
+    cooldownMs: number,
+    fire: Fire,
+  ): Promise<void> {
     const until = firedAt + cooldownMs;
     if (cooldownMs > 0) this.coolDown(subject, until, receipt);
     return fire(event, receipt).then((settled) => {

@@ -13,7 +13,12 @@ export type Schedule = { intervalMs: number } | { cron: string };
  * may have fallen while no node ran), as `catchUp` picks them: none, the latest, or every one (the
  * latest MAX_CATCH_UP). `missed` counts them all; `skipped`, the ones left out by the cap.
  */
-export function missedBuckets(schedule: Schedule, catchUp: CatchUp, last: Date, now: number): { buckets: Date[]; missed: number; skipped: number } {
+export function missedBuckets(
+  schedule: Schedule,
+  catchUp: CatchUp,
+  last: Date,
+  now: number,
+): { buckets: Date[]; missed: number; skipped: number } {
   if (catchUp === 'none') return { buckets: [], missed: 0, skipped: 0 };
   const all: Date[] = [];
   let skipped = 0;
@@ -25,10 +30,19 @@ export function missedBuckets(schedule: Schedule, catchUp: CatchUp, last: Date, 
     }
   };
   if ('intervalMs' in schedule) {
-    for (let at = bucketStart(last.getTime(), schedule.intervalMs) + schedule.intervalMs; at <= now; at += schedule.intervalMs) keep(new Date(at));
+    for (
+      let at = bucketStart(last.getTime(), schedule.intervalMs) + schedule.intervalMs;
+      at <= now;
+      at += schedule.intervalMs
+    )
+      keep(new Date(at));
   } else {
     const time = new CronTime(schedule.cron, 'UTC');
-    for (let at = time.getNextDateFrom(last, 'UTC').toJSDate(); at.getTime() <= now; at = time.getNextDateFrom(at, 'UTC').toJSDate()) {
+    for (
+      let at = time.getNextDateFrom(last, 'UTC').toJSDate();
+      at.getTime() <= now;
+      at = time.getNextDateFrom(at, 'UTC').toJSDate()
+    ) {
       // A tick's bucket is its minute, as the live timer computes it.
       const bucket = new Date(bucketStart(at.getTime(), 60_000));
       if (bucket.getTime() > last.getTime()) keep(bucket);

@@ -9,7 +9,11 @@ import { missedBuckets, type Schedule } from './schedule-buckets.js';
  * Fires one bucket's trigger, its episode inserted only before `insertBefore` by the database clock
  * when given; resolves false once this node has stopped.
  */
-export type FireBucket = (expectation: RegisteredExpectation, bucket: Date, insertBefore?: Date) => Promise<boolean>;
+export type FireBucket = (
+  expectation: RegisteredExpectation,
+  bucket: Date,
+  insertBefore?: Date,
+) => Promise<boolean>;
 
 /** Where a catch-up reads and logs, and the retention windows it keeps within (null: retention is off). */
 export interface CatchUpScope {
@@ -44,11 +48,19 @@ export async function catchUpSchedule(
 ): Promise<number> {
   if (catchUp === 'none') return 0;
   const { sql, env, logger, retention } = scope;
-  const { lastBucket, readAt } = await scheduleHistory(sql, expectation.actorId, expectation.id, env);
+  const { lastBucket, readAt } = await scheduleHistory(
+    sql,
+    expectation.actorId,
+    expectation.id,
+    env,
+  );
   if (!lastBucket) return 0;
   const what = `${expectation.actorId}.${expectation.id}`;
   const deleteAfter = retention?.deleteAfter ?? null;
-  const horizon = retention && deleteAfter !== null ? readAt.getTime() - retention.archiveAfter - deleteAfter : null;
+  const horizon =
+    retention && deleteAfter !== null
+      ? readAt.getTime() - retention.archiveAfter - deleteAfter
+      : null;
   const from = horizon !== null && horizon > lastBucket.getTime() ? new Date(horizon) : lastBucket;
   if (from !== lastBucket) {
     logger.warn(
@@ -64,8 +76,13 @@ export async function catchUpSchedule(
       ? `running the latest, ${first}`
       : `running ${buckets.length === 1 ? first : `each, ${first} to ${(buckets.at(-1) as Date).toISOString()}`}`;
   const since = from.toISOString();
-  logger.log(`catch-up of ${what}: ${missed} bucket(s) fell since ${since} while no node ran it; ${running}`);
-  if (skipped > 0) logger.warn(`catch-up of ${what}: the ${skipped} oldest bucket(s) skipped, past the ${buckets.length} latest`);
+  logger.log(
+    `catch-up of ${what}: ${missed} bucket(s) fell since ${since} while no node ran it; ${running}`,
+  );
+  if (skipped > 0)
+    logger.warn(
+      `catch-up of ${what}: the ${skipped} oldest bucket(s) skipped, past the ${buckets.length} latest`,
+    );
   const insertBefore = retention ? new Date(readAt.getTime() + retention.archiveAfter) : undefined;
   let fired = 0;
   for (const bucket of buckets) {

@@ -17,7 +17,10 @@ interface HandedOn {
  */
 export class SignalMemory {
   private readonly handled = new Map<string, number>();
-  private readonly handedOn = { offer: new Map<string, HandedOn>(), pass: new Map<string, HandedOn>() };
+  private readonly handedOn = {
+    offer: new Map<string, HandedOn>(),
+    pass: new Map<string, HandedOn>(),
+  };
 
   /** Tokens remembered as handled now. */
   get size(): number {

@@ -38,7 +38,12 @@ export class TimerTriggers {
     this.timers.add(timer);
   }
 
-  cron(name: string, expectation: RegisteredExpectation, cronTime: string, registry: SchedulerRegistry | undefined): void {
+  cron(
+    name: string,
+    expectation: RegisteredExpectation,
+    cronTime: string,
+    registry: SchedulerRegistry | undefined,
+  ): void {
     const job = CronJob.from({
       cronTime,
       timeZone: 'UTC',

@@ -19,7 +19,10 @@ function node(name: string, bus: Bus, names: string[], freeSlot = false): TestNo
   const peers = new Peers(new NodeIdentity(resolveCycliumOptions({ nodeIdentity: name })));
   peers.update(names.map((identity) => ({ identity, actors: null })));
   const offered: string[] = [];
-  const dispatcher = { offered: (actorId: string) => offered.push(actorId), canStartNow: () => freeSlot } as unknown as Dispatcher;
+  const dispatcher = {
+    offered: (actorId: string) => offered.push(actorId),
+    canStartNow: () => freeSlot,
+  } as unknown as Dispatcher;
   const placement = new TriggerPlacement(bus, peers, dispatcher);
   placement.start();
   return { peers, placement, offered };
@@ -27,7 +30,8 @@ function node(name: string, bus: Bus, names: string[], freeSlot = false): TestNo
 
 /** A key for which the nodes rank in the order given. */
 function keyRanked(...order: Peers[]): string {
-  for (let i = 0; ; i++) if (order.every((peers, rank) => peers.rankOf(`key-${i}`, 'actor') === rank)) return `key-${i}`;
+  for (let i = 0; ; i++)
+    if (order.every((peers, rank) => peers.rankOf(`key-${i}`, 'actor') === rank)) return `key-${i}`;
 }
 
 const queuedRow = { status: 'queued', episode: { actorId: 'actor' } as EpisodeRow } as const;
@@ -130,7 +134,10 @@ describe('TriggerPlacement', () => {
       const b = node('b', bus, ['a', 'b']);
       const key = keyRanked(a.peers, b.peers);
       const backup = b.placement.turn(key, 'actor');
-      a.placement.dispatched(key, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
+      a.placement.dispatched(key, {
+        status: 'started',
+        episode: { actorId: 'actor' } as EpisodeRow,
+      });
       await expect(backup).resolves.toBe('handled');
       // b is last for this one: it keeps what it queued, and tells nobody to take it.
       b.placement.dispatched(key, queuedRow);
@@ -165,7 +172,10 @@ describe('TriggerPlacement', () => {
       await expect(turns[1]).resolves.toBe('backup');
       expect(performance.now() - started).toBeLessThan(BACKUP_STEP_MS / 2);
       expect(b.placement.waitingBackups).toBe(1);
-      c.placement.dispatched(key, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
+      c.placement.dispatched(key, {
+        status: 'started',
+        episode: { actorId: 'actor' } as EpisodeRow,
+      });
       await expect(turns[0]).resolves.toBe('handled');
     });
 
@@ -177,8 +187,14 @@ describe('TriggerPlacement', () => {
       const withdrawn: string[] = [];
       a.placement.waitingHere(passed, 'actor', () => withdrawn.push(passed));
       a.placement.waitingHere(settledHere, 'actor', () => withdrawn.push(settledHere));
-      a.placement.dispatched(settledHere, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
-      b.placement.dispatched(passed, { status: 'started', episode: { actorId: 'actor' } as EpisodeRow });
+      a.placement.dispatched(settledHere, {
+        status: 'started',
+        episode: { actorId: 'actor' } as EpisodeRow,
+      });
+      b.placement.dispatched(passed, {
+        status: 'started',
+        episode: { actorId: 'actor' } as EpisodeRow,
+      });
       await new Promise((resolve) => setImmediate(resolve));
       expect(withdrawn).toEqual([passed]);
     });

@@ -39,7 +39,12 @@ export type Turn =
 type WaitOutcome = 'signaled' | 'timeout' | 'passed' | 'stopped';
 
 /** Results after which the trigger is someone's: an episode exists for its key, here or elsewhere. */
-const SETTLED: ReadonlySet<DispatchResult['status']> = new Set(['started', 'queued', 'deferred', 'duplicate']);
+const SETTLED: ReadonlySet<DispatchResult['status']> = new Set([
+  'started',
+  'queued',
+  'deferred',
+  'duplicate',
+]);
 
 /**
  * Between a signal token and the rank of the node that queued the trigger for want of a slot: an
@@ -107,7 +112,8 @@ export class TriggerPlacement {
     this.stopped = true;
     this.unsubscribe?.();
     this.unsubscribe = undefined;
-    for (const waiters of this.waiting.values()) for (const waiter of waiters) waiter.release('stopped');
+    for (const waiters of this.waiting.values())
+      for (const waiter of waiters) waiter.release('stopped');
     this.waiting.clear();
     this.memory.clear();
     this.held.clear();
@@ -124,7 +130,8 @@ export class TriggerPlacement {
       return 'handled';
     }
     if (this.stopped) return 'handover';
-    if (this.memory.takeFrom('pass', token, rank) && this.tookPass(token, rank, actorId)) return 'backup';
+    if (this.memory.takeFrom('pass', token, rank) && this.tookPass(token, rank, actorId))
+      return 'backup';
     const outcome = await this.waitFor(token, rank, actorId, rank * backupStepMs(this.peers.size));
     return outcome === 'signaled' ? 'handled' : outcome === 'stopped' ? 'handover' : 'backup';
   }
@@ -176,7 +183,8 @@ export class TriggerPlacement {
 
   /** Passes `token` on from `rank` to the next rank, when there is one. */
   private passOn(token: string, rank: number, actorId: string): void {
-    if (rank + 1 < this.peers.hostsOf(actorId)) this.signals?.signalDispatched([`${token}${PASS}${rank}`]);
+    if (rank + 1 < this.peers.hostsOf(actorId))
+      this.signals?.signalDispatched([`${token}${PASS}${rank}`]);
   }
 
   /** A pass reached this node's rank: true when it has a free slot and dispatches now; otherwise the pass goes on. */
@@ -231,7 +239,9 @@ export class TriggerPlacement {
 }
 
 /** An offer (`token>rank`) or a pass (`token~rank`); undefined for a plain token. */
-function parseHandedOn(signal: string): { kind: Handover; token: string; from: number } | undefined {
+function parseHandedOn(
+  signal: string,
+): { kind: Handover; token: string; from: number } | undefined {
   for (const [kind, mark] of [
     ['offer', OFFER],
     ['pass', PASS],

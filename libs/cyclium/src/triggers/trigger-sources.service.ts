@@ -7,7 +7,12 @@ import { EventOutbox } from '../bus/event-outbox.service.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { errorCode, errorMessage, holdsWork, isDatabaseUnavailable } from '../sql/database-errors.js';
+import {
+  errorCode,
+  errorMessage,
+  holdsWork,
+  isDatabaseUnavailable,
+} from '../sql/database-errors.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { scopeKey } from '../scope/scope-key.js';
@@ -59,7 +64,9 @@ function describeTrigger(trigger: EpisodeTrigger): string {
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
   private readonly logger = new Logger('CycliumDispatch');
-  private readonly timers = new TimerTriggers((expectation, bucket) => this.fireSchedule(expectation, bucket));
+  private readonly timers = new TimerTriggers((expectation, bucket) =>
+    this.fireSchedule(expectation, bucket),
+  );
   private readonly windows = new EventWindows();
   private readonly handovers: DrainHandovers;
   private readonly subscriptions: EventSubscriptions;
@@ -78,9 +85,16 @@ export class TriggerSources implements OnApplicationBootstrap {
     private readonly database: CycliumDataSource,
     mode: Mode,
   ) {
-    this.handovers = new DrainHandovers(store, dispatcher, this.logger, { sourceStack: options.stackSlug, sourceEnv: options.env });
+    this.handovers = new DrainHandovers(store, dispatcher, this.logger, {
+      sourceStack: options.stackSlug,
+      sourceEnv: options.env,
+    });
     this.subscriptions = new EventSubscriptions(events, mode, this.logger);
-    const scope = { stack: options.stackSlug, env: options.env, channel: busChannel(options.stackSlug, options.env) };
+    const scope = {
+      stack: options.stackSlug,
+      env: options.env,
+      channel: busChannel(options.stackSlug, options.env),
+    };
     this.history = new CooldownHistory(database.sql, scope, this.logger, () => this.on);
   }
 
@@ -135,13 +149,22 @@ export class TriggerSources implements OnApplicationBootstrap {
       this.timers.every(expectation, expectation.intervalMs as number);
       this.catchUp(expectation, { intervalMs: expectation.intervalMs as number }, trigger.catchUp);
     } else if (trigger.cron !== undefined) {
-      this.timers.cron(`cyclium:${actor.id}:${expectation.id}`, expectation, trigger.cron, this.schedulerRegistry(true));
+      this.timers.cron(
+        `cyclium:${actor.id}:${expectation.id}`,
+        expectation,
+        trigger.cron,
+        this.schedulerRegistry(true),
+      );
       this.catchUp(expectation, { cron: trigger.cron }, trigger.catchUp);
     }
   }
 
   /** Makes up for the buckets that fell while no node ran the schedule, as declared (see catchUpSchedule). */
-  private catchUp(expectation: RegisteredExpectation, schedule: Schedule, catchUp: CatchUp = 'none'): void {
+  private catchUp(
+    expectation: RegisteredExpectation,
+    schedule: Schedule,
+    catchUp: CatchUp = 'none',
+  ): void {
     if (catchUp === 'none') return;
     const { env, retention } = this.options;
     const scope = { sql: this.database.sql, env, logger: this.logger, retention };
@@ -153,16 +176,30 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /** Settles once the event's trigger has (see EventWindows); filtered out, it settles at once. */
-  private onEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt, coverage: Coverage, live: () => boolean) {
+  private onEvent(
+    expectation: RegisteredExpectation,
+    event: BusEvent,
+    receipt: EventReceipt,
+    coverage: Coverage,
+    live: () => boolean,
+  ) {
     coverage.read(receipt);
-    const trigger = expectation.options.trigger as { event: string; filter?: Parameters<typeof matchesFilter>[0] };
+    const trigger = expectation.options.trigger as {
+      event: string;
+      filter?: Parameters<typeof matchesFilter>[0];
+    };
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
     const { subjectKey, debounceMs = 0, cooldownMs = 0 } = expectation.options;
     const subject = `${subjectPrefix(expectation)}${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
-    const history: AskHistory = (key, asking, read) => coverage.ask(key, asking, read, cooldownMs, debounceMs);
+    const history: AskHistory = (key, asking, read) =>
+      coverage.ask(key, asking, read, cooldownMs, debounceMs);
     const readThrough = () => this.events.readThrough();
-    return this.windows.admit(subject, event, receipt, { debounceMs, cooldownMs, history, readThrough }, (fired, firedReceipt) =>
-      this.fireEvent(expectation, fired, firedReceipt, live),
+    return this.windows.admit(
+      subject,
+      event,
+      receipt,
+      { debounceMs, cooldownMs, history, readThrough },
+      (fired, firedReceipt) => this.fireEvent(expectation, fired, firedReceipt, live),
     );
   }
 
@@ -176,14 +213,28 @@ export class TriggerSources implements OnApplicationBootstrap {
    * same way (`insertBefore`, by the database clock), for a trigger that waits on after this
    * check: for a slot, through an outage, or handed over by a drain.
    */
-  private fireEvent(expectation: RegisteredExpectation, event: BusEvent, receipt: EventReceipt, live: () => boolean): Promise<boolean> {
+  private fireEvent(
+    expectation: RegisteredExpectation,
+    event: BusEvent,
+    receipt: EventReceipt,
+    live: () => boolean,
+  ): Promise<boolean> {
     if (!live()) return Promise.resolve(false);
     const archiveAfter = this.options.retention?.archiveAfter;
-    const windowMs = archiveAfter === undefined ? undefined : archiveAfter + (expectation.options.debounceMs ?? 0);
-    const insertBefore = windowMs === undefined ? undefined : new Date(receipt.committedAt + windowMs);
+    const windowMs =
+      archiveAfter === undefined ? undefined : archiveAfter + (expectation.options.debounceMs ?? 0);
+    const insertBefore =
+      windowMs === undefined ? undefined : new Date(receipt.committedAt + windowMs);
     const ageMs = databaseNow(receipt) - receipt.committedAt;
-    if (windowMs !== undefined && ageMs >= windowMs) return Promise.reject(new StaleEventError(ageMs, windowMs));
-    const key = eventKey(expectation.actorId, expectation.id, event.type, event.eventId, event.payload);
+    if (windowMs !== undefined && ageMs >= windowMs)
+      return Promise.reject(new StaleEventError(ageMs, windowMs));
+    const key = eventKey(
+      expectation.actorId,
+      expectation.id,
+      event.type,
+      event.eventId,
+      event.payload,
+    );
     return this.trigger(
       expectation,
       { type: 'event', eventType: event.type, eventId: event.eventId, payload: event.payload },
@@ -204,15 +255,29 @@ export class TriggerSources implements OnApplicationBootstrap {
    */
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
     const archiveAfter = this.options.retention?.archiveAfter;
-    const insertBefore = archiveAfter === undefined ? undefined : new Date(bucket.getTime() + archiveAfter);
+    const insertBefore =
+      archiveAfter === undefined ? undefined : new Date(bucket.getTime() + archiveAfter);
     this.fireBucket(expectation, bucket, insertBefore).catch((error: unknown) =>
-      this.logger.warn(`trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) dropped: ${errorMessage(error)}`),
+      this.logger.warn(
+        `trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) dropped: ${errorMessage(error)}`,
+      ),
     );
   }
 
-  private fireBucket(expectation: RegisteredExpectation, bucket: Date, insertBefore?: Date): Promise<boolean> {
-    const trigger: EpisodeTrigger = { type: 'schedule', payload: {}, scheduledAt: bucket.toISOString() };
-    const key = scopeKey(scheduleKey(expectation.actorId, expectation.id, bucket), this.options.env);
+  private fireBucket(
+    expectation: RegisteredExpectation,
+    bucket: Date,
+    insertBefore?: Date,
+  ): Promise<boolean> {
+    const trigger: EpisodeTrigger = {
+      type: 'schedule',
+      payload: {},
+      scheduledAt: bucket.toISOString(),
+    };
+    const key = scopeKey(
+      scheduleKey(expectation.actorId, expectation.id, bucket),
+      this.options.env,
+    );
     return this.trigger(expectation, trigger, key, false, undefined, insertBefore);
   }
 
@@ -238,11 +303,16 @@ export class TriggerSources implements OnApplicationBootstrap {
   ): Promise<boolean> {
     const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
-    if (turn === 'handover') return this.handovers.add({ expectation, trigger, dedupeKey, what, insertBefore });
+    if (turn === 'handover')
+      return this.handovers.add({ expectation, trigger, dedupeKey, what, insertBefore });
     if (turn === 'handled') return true;
     if (!this.on || !live()) return false;
-    if (turn === 'backup') this.logger.debug(`${what}: no node signaled it within this node's backup delay; dispatching here`);
-    if (turn === 'race' && this.options.jitterMs > 0) await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
+    if (turn === 'backup')
+      this.logger.debug(
+        `${what}: no node signaled it within this node's backup delay; dispatching here`,
+      );
+    if (turn === 'race' && this.options.jitterMs > 0)
+      await new Promise((resolve) => setTimeout(resolve, Math.random() * this.options.jitterMs));
     for (let attempt = 0, delay = RETRY_FIRST_MS; this.on && live(); attempt++) {
       try {
         const result = await this.dispatcher.dispatch(expectation, trigger, {
@@ -250,11 +320,14 @@ export class TriggerSources implements OnApplicationBootstrap {
           sourceStack: this.options.stackSlug,
           sourceEnv: this.options.env,
           waitForSlot: placed,
-          onWait: placed ? (withdraw) => this.placement.waitingHere(dedupeKey, expectation.actorId, withdraw) : undefined,
+          onWait: placed
+            ? (withdraw) => this.placement.waitingHere(dedupeKey, expectation.actorId, withdraw)
+            : undefined,
           insertBefore,
         });
         if (placed) this.placement.dispatched(dedupeKey, result);
-        if (result.status === 'started' && publishedAt !== undefined) this.triggered(expectation, trigger, publishedAt);
+        if (result.status === 'started' && publishedAt !== undefined)
+          this.triggered(expectation, trigger, publishedAt);
         if (result.status === 'disabled') {
           this.logger.debug(`${what} fired nothing: the actor is disabled on this node`);
           return false;
@@ -269,15 +342,26 @@ export class TriggerSources implements OnApplicationBootstrap {
         delay = Math.min(delay * 2, RETRY_MAX_MS);
       }
     }
-    this.logger.log(`${what} left for the bus's next reader: this node stopped, or the actor was disabled here, while the database error lasted`);
+    this.logger.log(
+      `${what} left for the bus's next reader: this node stopped, or the actor was disabled here, while the database error lasted`,
+    );
     return false;
   }
 
-  private triggered(expectation: RegisteredExpectation, trigger: EpisodeTrigger, publishedAt: string): void {
+  private triggered(
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    publishedAt: string,
+  ): void {
     if (!this.telemetry.wants('episode.triggered')) return;
     const latencyMs = Date.now() - Date.parse(publishedAt);
     if (!Number.isFinite(latencyMs)) return;
-    this.telemetry.emit('episode.triggered', { actorId: expectation.actorId, expectationId: expectation.id, eventType: trigger.eventType ?? '', latencyMs });
+    this.telemetry.emit('episode.triggered', {
+      actorId: expectation.actorId,
+      expectationId: expectation.id,
+      eventType: trigger.eventType ?? '',
+      latencyMs,
+    });
   }
 
   private schedulerRegistry(required: boolean): SchedulerRegistry | undefined {
@@ -285,7 +369,9 @@ export class TriggerSources implements OnApplicationBootstrap {
       return this.moduleRef.get(SchedulerRegistry, { strict: false });
     } catch {
       if (!required) return undefined;
-      throw new ActorDefinitionError('cron triggers need ScheduleModule.forRoot() imported once in the app');
+      throw new ActorDefinitionError(
+        'cron triggers need ScheduleModule.forRoot() imported once in the app',
+      );
     }
   }
 }

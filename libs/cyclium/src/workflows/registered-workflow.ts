@@ -1,4 +1,8 @@
-import type { StepFailureAction, WorkflowOptions, WorkflowStepContext } from './workflow.decorator.js';
+import type {
+  StepFailureAction,
+  WorkflowOptions,
+  WorkflowStepContext,
+} from './workflow.decorator.js';
 
 /** A step's failure policy with its defaults applied. */
 export interface StepPolicy {

@@ -57,8 +57,16 @@ export class StepInputs {
         inputs.set(next.episodeId, value);
       } catch (error) {
         const reason = errorMessage(error);
-        this.logger.warn(`workflow instance ${instance.id} (${workflow.id}): step ${next.stepId} could not build its input: ${reason}`);
-        current = WorkflowTransitions.inputFailed(workflow, current, next.stepId, reason, randomUUID);
+        this.logger.warn(
+          `workflow instance ${instance.id} (${workflow.id}): step ${next.stepId} could not build its input: ${reason}`,
+        );
+        current = WorkflowTransitions.inputFailed(
+          workflow,
+          current,
+          next.stepId,
+          reason,
+          randomUUID,
+        );
         results = null;
       }
     }
@@ -71,12 +79,18 @@ export class StepInputs {
     for (const [id, state] of Object.entries(transition.steps)) {
       if (!state.result || state.status === 'running' || state.status === 'waiting') continue;
       results[id] = state.result;
-      if (state.classificationRef && state.result.episodeId) byReference.push([id, state.result.episodeId]);
+      if (state.classificationRef && state.result.episodeId)
+        byReference.push([id, state.result.episodeId]);
     }
     if (byReference.length > 0) {
-      const rows = new Map((await this.episodes.getMany(byReference.map(([, e]) => e))).map((e) => [e.id, e]));
+      const rows = new Map(
+        (await this.episodes.getMany(byReference.map(([, e]) => e))).map((e) => [e.id, e]),
+      );
       for (const [id, episodeId] of byReference) {
-        results[id] = { ...(results[id] as StepResult), classification: rows.get(episodeId)?.classification ?? null };
+        results[id] = {
+          ...(results[id] as StepResult),
+          classification: rows.get(episodeId)?.classification ?? null,
+        };
       }
     }
     return results;

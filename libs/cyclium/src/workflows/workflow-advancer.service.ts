@@ -12,9 +12,18 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
 import { scopeKey } from '../scope/scope-key.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import type { RegisteredWorkflow } from './registered-workflow.js';
-import { WorkflowInstanceStore, type NewInstance, type WorkflowInstanceRow } from './workflow-instance-store.js';
+import {
+  WorkflowInstanceStore,
+  type NewInstance,
+  type WorkflowInstanceRow,
+} from './workflow-instance-store.js';
 import { StepInputs, type InstanceContext } from './step-inputs.service.js';
-import { TERMINAL_EPISODE_STATUSES, WorkflowTransitions, type EpisodeOutcome, type Transition } from './workflow-transitions.js';
+import {
+  TERMINAL_EPISODE_STATUSES,
+  WorkflowTransitions,
+  type EpisodeOutcome,
+  type Transition,
+} from './workflow-transitions.js';
 
 /** What a write came to: done, or lost to another node (`conflict`: it advanced first; `busy`: it is advancing now; `duplicate`: a live instance already has the key). */
 export type WriteOutcome = 'ok' | 'conflict' | 'busy' | 'duplicate';
@@ -59,12 +68,26 @@ export class WorkflowAdvancer {
   ) {}
 
   /** Writes a new instance and starts its first steps; `duplicate` when the unique keys refused it. */
-  async create(workflow: RegisteredWorkflow, spec: Omit<NewInstance, 'status' | 'steps' | 'error'>): Promise<WriteOutcome> {
+  async create(
+    workflow: RegisteredWorkflow,
+    spec: Omit<NewInstance, 'status' | 'steps' | 'error'>,
+  ): Promise<WriteOutcome> {
     const context: InstanceContext = { ...spec, input: JSON.parse(spec.inputJson) as unknown };
-    const prepared = await this.inputs.prepare(workflow, context, WorkflowTransitions.begin(workflow, randomUUID));
+    const prepared = await this.inputs.prepare(
+      workflow,
+      context,
+      WorkflowTransitions.begin(workflow, randomUUID),
+    );
     const { transition } = prepared;
     const outcome = await this.write(workflow, context, prepared, async (client) => {
-      if (!(await this.instances.insert(client, { ...spec, status: transition.status, steps: transition.steps, error: transition.error })))
+      if (
+        !(await this.instances.insert(client, {
+          ...spec,
+          status: transition.status,
+          steps: transition.steps,
+          error: transition.error,
+        }))
+      )
         throw new Lost('duplicate');
       return null;
     });
@@ -79,7 +102,11 @@ export class WorkflowAdvancer {
    * Applies the end of `episode` to its step of `instance`: null when there is nothing to apply
    * (the event is stale or replayed), else how the write went.
    */
-  async episodeEnded(workflow: RegisteredWorkflow, instance: WorkflowInstanceRow, episode: EpisodeRow): Promise<WriteOutcome | null> {
+  async episodeEnded(
+    workflow: RegisteredWorkflow,
+    instance: WorkflowInstanceRow,
+    episode: EpisodeRow,
+  ): Promise<WriteOutcome | null> {
     if (!TERMINAL_EPISODE_STATUSES.has(episode.status) || !episode.workflowStepId) return null;
     const outcome: EpisodeOutcome = {
       episodeId: episode.id,
@@ -101,8 +128,15 @@ export class WorkflowAdvancer {
   }
 
   /** Cancels a live instance and the episodes of its running steps; null when it had ended. */
-  async cancel(workflow: RegisteredWorkflow | undefined, instance: WorkflowInstanceRow, reason: string): Promise<WriteOutcome | null> {
-    const transition = WorkflowTransitions.canceled({ status: instance.status, steps: instance.stepStates }, reason);
+  async cancel(
+    workflow: RegisteredWorkflow | undefined,
+    instance: WorkflowInstanceRow,
+    reason: string,
+  ): Promise<WriteOutcome | null> {
+    const transition = WorkflowTransitions.canceled(
+      { status: instance.status, steps: instance.stepStates },
+      reason,
+    );
     if (!transition) return null;
     return this.update(workflow, instance, transition);
   }
@@ -113,9 +147,15 @@ export class WorkflowAdvancer {
    */
   private async tampered(instance: WorkflowInstanceRow): Promise<WriteOutcome> {
     const reason = `tampered: cyclium_workflow_instances row ${instance.id} is not signed by this deployment's integrity key (edited or forged); not advanced`;
-    if (!(await this.instances.failTampered(instance.id, instance.version, reason))) return 'conflict';
+    if (!(await this.instances.failTampered(instance.id, instance.version, reason)))
+      return 'conflict';
     this.logger.warn(`workflow instance ${instance.id} (${instance.workflowId}) failed: ${reason}`);
-    this.telemetry.emit('workflow.finished', { instanceId: instance.id, workflowId: instance.workflowId, status: 'failed', error: reason });
+    this.telemetry.emit('workflow.finished', {
+      instanceId: instance.id,
+      workflowId: instance.workflowId,
+      status: 'failed',
+      error: reason,
+    });
     return 'ok';
   }
 
@@ -125,7 +165,11 @@ export class WorkflowAdvancer {
     this.wakes.clear();
   }
 
-  private async update(workflow: RegisteredWorkflow | undefined, instance: WorkflowInstanceRow, transition: Transition): Promise<WriteOutcome> {
+  private async update(
+    workflow: RegisteredWorkflow | undefined,
+    instance: WorkflowInstanceRow,
+    transition: Transition,
+  ): Promise<WriteOutcome> {
     if (!this.instances.verify(instance)) return this.tampered(instance);
     const context: InstanceContext = {
       id: instance.id,
@@ -134,14 +178,25 @@ export class WorkflowAdvancer {
       sourceStack: instance.sourceStack,
       sourceEnv: instance.sourceEnv,
     };
-    const prepared = workflow ? await this.inputs.prepare(workflow, context, transition) : { transition, inputs: new Map<string, unknown>() };
+    const prepared = workflow
+      ? await this.inputs.prepare(workflow, context, transition)
+      : { transition, inputs: new Map<string, unknown>() };
     const me = this.identity.name();
     const outcome = await this.write(workflow, context, prepared, async (client) => {
-      const grant = await this.claims.acquireWithin(client, instanceClaimKey(instance.id), me, { workType: 'workflow' });
+      const grant = await this.claims.acquireWithin(client, instanceClaimKey(instance.id), me, {
+        workType: 'workflow',
+      });
       if (grant.status === 'busy') throw new Lost('busy');
-      if (!(await this.instances.advance(client, instance, prepared.transition))) throw new Lost('conflict');
+      if (!(await this.instances.advance(client, instance, prepared.transition)))
+        throw new Lost('conflict');
       return async () => {
-        if (grant.status === 'acquired') await this.claims.completeWithin(client, instanceClaimKey(instance.id), me, grant.claim.fence);
+        if (grant.status === 'acquired')
+          await this.claims.completeWithin(
+            client,
+            instanceClaimKey(instance.id),
+            me,
+            grant.claim.fence,
+          );
       };
     });
     if (outcome === 'ok' && workflow) this.finished(workflow, instance.id, prepared.transition);
@@ -168,8 +223,12 @@ export class WorkflowAdvancer {
         const announces: Announce[] = [];
         for (const start of transition.start) {
           const step = workflow?.steps.get(start.stepId);
-          if (!step) throw new Error(`workflow instance ${instance.id}: no step ${start.stepId} to start`);
-          const dedupeKey = scopeKey(`workflow:${instance.id}:${start.stepId}:${start.attempt}`, instance.sourceEnv);
+          if (!step)
+            throw new Error(`workflow instance ${instance.id}: no step ${start.stepId} to start`);
+          const dedupeKey = scopeKey(
+            `workflow:${instance.id}:${start.stepId}:${start.attempt}`,
+            instance.sourceEnv,
+          );
           const { inserted, announce } = await this.deferred.deferWithin(
             client,
             start.episodeId,
@@ -189,7 +248,10 @@ export class WorkflowAdvancer {
             start.delayMs,
           );
           // Only a bug could get here (the version guard lets one advance through): roll it all back.
-          if (!inserted) throw new Error(`workflow instance ${instance.id}: the episode key ${dedupeKey} is already taken`);
+          if (!inserted)
+            throw new Error(
+              `workflow instance ${instance.id}: the episode key ${dedupeKey} is already taken`,
+            );
           announces.push(announce);
         }
         const canceled = await this.episodes.cancelWaiting(transition.cancel, client);
@@ -226,7 +288,14 @@ export class WorkflowAdvancer {
   private finished(workflow: RegisteredWorkflow, instanceId: string, transition: Transition): void {
     if (!FINAL.has(transition.status)) return;
     const log = transition.status === 'done' ? 'log' : 'warn';
-    this.logger[log](`workflow instance ${instanceId} (${workflow.id}) ${transition.status}${transition.error ? `: ${transition.error}` : ''}`);
-    this.telemetry.emit('workflow.finished', { instanceId, workflowId: workflow.id, status: transition.status, error: transition.error });
+    this.logger[log](
+      `workflow instance ${instanceId} (${workflow.id}) ${transition.status}${transition.error ? `: ${transition.error}` : ''}`,
+    );
+    this.telemetry.emit('workflow.finished', {
+      instanceId,
+      workflowId: workflow.id,
+      status: transition.status,
+      error: transition.error,
+    });
   }
 }

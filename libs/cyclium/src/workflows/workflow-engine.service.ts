@@ -68,14 +68,17 @@ export class WorkflowEngine implements OnApplicationBootstrap {
   onApplicationBootstrap(): void {
     if (!this.advancing) return;
     for (const type of TERMINAL_EVENTS) {
-      this.unsubscribes.push(this.events.subscribe<LifecyclePayload>(type, (event) => this.heard(event)));
+      this.unsubscribes.push(
+        this.events.subscribe<LifecyclePayload>(type, (event) => this.heard(event)),
+      );
     }
     for (const workflow of this.registry.all()) {
       const trigger = workflow.options.trigger;
       if (trigger === undefined || trigger === 'manual') continue;
       this.unsubscribes.push(
         this.events.subscribe(trigger.event, (event) => {
-          if (matchesFilter(trigger.filter, event.payload)) this.serially(`start:${workflow.id}`, () => this.startFromEvent(workflow, event));
+          if (matchesFilter(trigger.filter, event.payload))
+            this.serially(`start:${workflow.id}`, () => this.startFromEvent(workflow, event));
         }),
       );
     }
@@ -95,13 +98,23 @@ export class WorkflowEngine implements OnApplicationBootstrap {
    * instance instead — across nodes, however close together the starts; one after it ended
    * creates a new one. Stamped with this node's stack and env.
    */
-  async start(workflowId: string, input: unknown = {}, options: StartWorkflowOptions = {}): Promise<string> {
+  async start(
+    workflowId: string,
+    input: unknown = {},
+    options: StartWorkflowOptions = {},
+  ): Promise<string> {
     const workflow = this.registry.get(workflowId);
     if (!workflow) throw new WorkflowDefinitionError(`no workflow ${workflowId} on this node`);
-    if (this.mode.current === 'disabled') throw new WorkflowDefinitionError(`cannot start ${workflowId}: this node is disabled (mode disabled)`);
+    if (this.mode.current === 'disabled')
+      throw new WorkflowDefinitionError(
+        `cannot start ${workflowId}: this node is disabled (mode disabled)`,
+      );
     const subject = this.subjectOf(workflow, input, options.subject);
     const id = await this.create(workflow, randomUUID(), input, subject);
-    if (!id || id === OTHER_STACK) throw new Error(`could not start ${workflowId}: it kept losing to concurrent starts for subject ${subject}`);
+    if (!id || id === OTHER_STACK)
+      throw new Error(
+        `could not start ${workflowId}: it kept losing to concurrent starts for subject ${subject}`,
+      );
     return id;
   }
 
@@ -111,12 +124,18 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
       const instance = await this.instances.get(instanceId);
       if (!instance) return 'not_found';
-      const outcome = await this.advancer.cancel(this.registry.get(instance.workflowId), instance, reason);
+      const outcome = await this.advancer.cancel(
+        this.registry.get(instance.workflowId),
+        instance,
+        reason,
+      );
       if (outcome === null) return 'finished';
       if (outcome === 'ok') return 'canceled';
       await this.backOff(outcome, attempt);
     }
-    throw new Error(`could not cancel workflow instance ${instanceId}: it kept advancing under this call`);
+    throw new Error(
+      `could not cancel workflow instance ${instanceId}: it kept advancing under this call`,
+    );
   }
 
   /** Null for an id that names no instance (not a UUID included). */
@@ -125,14 +144,21 @@ export class WorkflowEngine implements OnApplicationBootstrap {
   }
 
   /** The newest instances, optionally of one status (at most 500). */
-  list(options: { status?: WorkflowInstanceRow['status']; limit?: number } = {}): Promise<WorkflowInstanceRow[]> {
+  list(
+    options: { status?: WorkflowInstanceRow['status']; limit?: number } = {},
+  ): Promise<WorkflowInstanceRow[]> {
     return this.instances.recent(options.status, Math.min(Math.max(options.limit ?? 50, 1), 500));
   }
 
   /** Applies a step episode's terminal event (heard live, or replayed by reconciliation). */
   private heard(event: BusEvent<LifecyclePayload>): void {
     const payload = event.payload;
-    if (!payload || typeof payload.workflowInstanceId !== 'string' || typeof payload.episodeId !== 'string') return;
+    if (
+      !payload ||
+      typeof payload.workflowInstanceId !== 'string' ||
+      typeof payload.episodeId !== 'string'
+    )
+      return;
     if (this.mode.current === 'disabled') return;
     const { workflowInstanceId, episodeId } = payload;
     this.serially(workflowInstanceId, () => this.advance(workflowInstanceId, episodeId));
@@ -140,15 +166,26 @@ export class WorkflowEngine implements OnApplicationBootstrap {
 
   private async advance(instanceId: string, episodeId: string): Promise<void> {
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
-      const [instance, [episode]] = await Promise.all([this.instances.get(instanceId), this.episodes.getMany([episodeId])]);
-      if (!instance || !episode || episode.workflowInstanceId !== instanceId || !this.inScope(instance)) return;
+      const [instance, [episode]] = await Promise.all([
+        this.instances.get(instanceId),
+        this.episodes.getMany([episodeId]),
+      ]);
+      if (
+        !instance ||
+        !episode ||
+        episode.workflowInstanceId !== instanceId ||
+        !this.inScope(instance)
+      )
+        return;
       const workflow = this.registry.get(instance.workflowId);
       if (!workflow) return; // another deployment's workflow: its nodes advance it
       const outcome = await this.advancer.episodeEnded(workflow, instance, episode);
       if (outcome === null || outcome === 'ok') return;
       await this.backOff(outcome, attempt);
     }
-    this.logger.debug(`workflow instance ${instanceId}: left episode ${episodeId}'s event to the node advancing it`);
+    this.logger.debug(
+      `workflow instance ${instanceId}: left episode ${episodeId}'s event to the node advancing it`,
+    );
   }
 
   /**
@@ -163,9 +200,17 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     try {
       const subject = this.subjectOf(workflow, event.payload, undefined);
       const started = await this.create(workflow, uuidFrom(name), event.payload ?? {}, subject);
-      if (started === OTHER_STACK) await this.create(workflow, uuidFrom(`${name}:${this.options.stackSlug}`), event.payload ?? {}, subject);
+      if (started === OTHER_STACK)
+        await this.create(
+          workflow,
+          uuidFrom(`${name}:${this.options.stackSlug}`),
+          event.payload ?? {},
+          subject,
+        );
     } catch (error) {
-      this.logger.warn(`workflow ${workflow.id} not started for event ${event.eventId} (${event.type}): ${errorMessage(error)}`);
+      this.logger.warn(
+        `workflow ${workflow.id} not started for event ${event.eventId} (${event.type}): ${errorMessage(error)}`,
+      );
     }
   }
 
@@ -173,42 +218,75 @@ export class WorkflowEngine implements OnApplicationBootstrap {
    * Writes the instance; on a unique-key loss returns the live instance that won (or the same id,
    * seen before), or OTHER_STACK when the id is held by another stack's instance.
    */
-  private async create(workflow: RegisteredWorkflow, id: string, input: unknown, subject: string | null): Promise<string | typeof OTHER_STACK | null> {
+  private async create(
+    workflow: RegisteredWorkflow,
+    id: string,
+    input: unknown,
+    subject: string | null,
+  ): Promise<string | typeof OTHER_STACK | null> {
     const json = toJsonb(input);
-    if ('problem' in json) throw new InvalidWorkflowInputError(`the input of ${workflow.id} ${json.problem}`);
+    if ('problem' in json)
+      throw new InvalidWorkflowInputError(`the input of ${workflow.id} ${json.problem}`);
     const stack = this.options.stackSlug;
     const env = this.options.env;
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
-      const outcome = await this.advancer.create(workflow, { id, workflowId: workflow.id, inputJson: json.json, subject, sourceStack: stack, sourceEnv: env });
+      const outcome = await this.advancer.create(workflow, {
+        id,
+        workflowId: workflow.id,
+        inputJson: json.json,
+        subject,
+        sourceStack: stack,
+        sourceEnv: env,
+      });
       if (outcome === 'ok') return id;
       const held = await this.instances.get(id);
       if (held) return held.sourceStack === stack ? id : OTHER_STACK;
-      const live = subject === null ? null : await this.instances.live(workflow.id, subject, stack, env);
+      const live =
+        subject === null ? null : await this.instances.live(workflow.id, subject, stack, env);
       if (live) return live.id;
       // The live instance ended between our insert and our read: try again.
     }
     return null;
   }
 
-  private subjectOf(workflow: RegisteredWorkflow, input: unknown, explicit: string | null | undefined): string | null {
-    const raw = explicit !== undefined ? explicit : workflow.options.subjectKey ? readPath(input, workflow.options.subjectKey) : undefined;
+  private subjectOf(
+    workflow: RegisteredWorkflow,
+    input: unknown,
+    explicit: string | null | undefined,
+  ): string | null {
+    const raw =
+      explicit !== undefined
+        ? explicit
+        : workflow.options.subjectKey
+          ? readPath(input, workflow.options.subjectKey)
+          : undefined;
     if (raw === undefined || raw === null) return null;
     // The subject is a unique index entry, which PostgreSQL bounds in bytes, not characters.
-    if ((typeof raw !== 'string' && typeof raw !== 'number') || String(raw) === '' || Buffer.byteLength(String(raw), 'utf8') > MAX_SUBJECT_BYTES) {
-      const shown = JSON.stringify(typeof raw === 'string' ? `${raw.slice(0, 40)}${raw.length > 40 ? '…' : ''}` : raw);
+    if (
+      (typeof raw !== 'string' && typeof raw !== 'number') ||
+      String(raw) === '' ||
+      Buffer.byteLength(String(raw), 'utf8') > MAX_SUBJECT_BYTES
+    ) {
+      const shown = JSON.stringify(
+        typeof raw === 'string' ? `${raw.slice(0, 40)}${raw.length > 40 ? '…' : ''}` : raw,
+      );
       throw new InvalidWorkflowInputError(
         `the subject of ${workflow.id} must be a non-empty string or number of at most ${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`,
       );
     }
     const subject = String(raw);
-    if (subject.includes('\u0000')) throw new InvalidWorkflowInputError(`the subject of ${workflow.id} holds a NUL character, which PostgreSQL cannot store`);
+    if (subject.includes('\u0000'))
+      throw new InvalidWorkflowInputError(
+        `the subject of ${workflow.id} holds a NUL character, which PostgreSQL cannot store`,
+      );
     return subject;
   }
 
   /** Stack: this node's, or rows with none (a node without a stack takes every one); env strictly. */
   private inScope(instance: WorkflowInstanceRow): boolean {
     const stack = this.options.stackSlug;
-    const stackOk = stack === null || instance.sourceStack === null || instance.sourceStack === stack;
+    const stackOk =
+      stack === null || instance.sourceStack === null || instance.sourceStack === stack;
     return stackOk && instance.sourceEnv === this.options.env;
   }
 
@@ -226,7 +304,10 @@ export class WorkflowEngine implements OnApplicationBootstrap {
         (error: unknown) => {
           // An event that could not be applied is not lost: its step still says running, and reconciliation replays it.
           if (isDatabaseUnavailable(error)) this.outage.failed(error);
-          else this.logger.warn(`workflow ${key}: ${errorMessage(error)}; reconciliation will replay the event`);
+          else
+            this.logger.warn(
+              `workflow ${key}: ${errorMessage(error)}; reconciliation will replay the event`,
+            );
         },
       )
       .finally(() => {

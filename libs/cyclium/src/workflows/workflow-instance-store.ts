@@ -1,7 +1,10 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
-import { CycliumWorkflowInstance, type WorkflowInstanceStatus } from '../entities/workflow-instance.entity.js';
+import {
+  CycliumWorkflowInstance,
+  type WorkflowInstanceStatus,
+} from '../entities/workflow-instance.entity.js';
 import { emptyWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { StepState } from '../entities/workflow-step-state.js';
 import { sameAsCoalesced, sameEnv, stackCovers } from '../scope/scope-predicates.js';
@@ -36,7 +39,9 @@ export interface InstanceScope {
   workflowIds: readonly string[];
 }
 
-export const toInstance: RowMapper<WorkflowInstanceRow> = rowMapper(CycliumWorkflowInstance, { stepStates: emptyWhenAbsent });
+export const toInstance: RowMapper<WorkflowInstanceRow> = rowMapper(CycliumWorkflowInstance, {
+  stepStates: emptyWhenAbsent,
+});
 
 const ENDS = `CASE WHEN $S IN ('done', 'failed', 'canceled') THEN now() END`;
 const LIVE = `status IN ('running', 'blocked')`;
@@ -44,11 +49,29 @@ const LIVE = `status IN ('running', 'blocked')`;
 /** An instance as its signature covers it: step states and input as jsonb gives them back. */
 type SignedInstance = Pick<
   WorkflowInstanceRow,
-  'id' | 'workflowId' | 'version' | 'status' | 'stepStates' | 'input' | 'subjectValue' | 'sourceStack' | 'sourceEnv'
+  | 'id'
+  | 'workflowId'
+  | 'version'
+  | 'status'
+  | 'stepStates'
+  | 'input'
+  | 'subjectValue'
+  | 'sourceStack'
+  | 'sourceEnv'
 >;
 
 function instanceFields(i: SignedInstance): unknown[] {
-  return [i.id, i.workflowId, i.version, i.status, i.stepStates, i.input, i.subjectValue, i.sourceStack, i.sourceEnv];
+  return [
+    i.id,
+    i.workflowId,
+    i.version,
+    i.status,
+    i.stepStates,
+    i.input,
+    i.subjectValue,
+    i.sourceStack,
+    i.sourceEnv,
+  ];
 }
 
 /** Every statement on cyclium_workflow_instances. */
@@ -60,9 +83,18 @@ export class WorkflowInstanceStore {
   ) {}
 
   /** The signature of the instance as it will be read back (a JSON round trip of its step states), or null without the option. */
-  private signatureOf(instance: Omit<SignedInstance, 'stepStates'>, stepsJson: string): string | null {
+  private signatureOf(
+    instance: Omit<SignedInstance, 'stepStates'>,
+    stepsJson: string,
+  ): string | null {
     if (!this.signer.enabled) return null;
-    return this.signer.sign('workflow_instance', instanceFields({ ...instance, stepStates: JSON.parse(stepsJson) as SignedInstance['stepStates'] }));
+    return this.signer.sign(
+      'workflow_instance',
+      instanceFields({
+        ...instance,
+        stepStates: JSON.parse(stepsJson) as SignedInstance['stepStates'],
+      }),
+    );
   }
 
   /**
@@ -73,14 +105,33 @@ export class WorkflowInstanceStore {
   async insert(client: SqlExecutor, spec: NewInstance): Promise<boolean> {
     const stepsJson = JSON.stringify(spec.steps);
     const signature = this.signer.enabled
-      ? this.signatureOf({ ...spec, version: 1, input: JSON.parse(spec.inputJson) as unknown, subjectValue: spec.subject }, stepsJson)
+      ? this.signatureOf(
+          {
+            ...spec,
+            version: 1,
+            input: JSON.parse(spec.inputJson) as unknown,
+            subjectValue: spec.subject,
+          },
+          stepsJson,
+        )
       : null;
     const { rowCount } = await client.query(
       `INSERT INTO cyclium_workflow_instances
          (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack, source_env, finished_at, signature)
        VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, ${ENDS.replace('$S', '$3')}, $10)
        ON CONFLICT DO NOTHING`,
-      [spec.id, spec.workflowId, spec.status, stepsJson, spec.inputJson, spec.error, spec.subject, spec.sourceStack, spec.sourceEnv, signature],
+      [
+        spec.id,
+        spec.workflowId,
+        spec.status,
+        stepsJson,
+        spec.inputJson,
+        spec.error,
+        spec.subject,
+        spec.sourceStack,
+        spec.sourceEnv,
+        signature,
+      ],
     );
     return rowCount === 1;
   }
@@ -110,7 +161,8 @@ export class WorkflowInstanceStore {
       );
       return rows.map(toInstance);
     };
-    const sign = (i: WorkflowInstanceRow) => this.signer.sign('workflow_instance', instanceFields(i));
+    const sign = (i: WorkflowInstanceRow) =>
+      this.signer.sign('workflow_instance', instanceFields(i));
     const write = (page: WorkflowInstanceRow[]) =>
       client.query(
         `UPDATE cyclium_workflow_instances w SET signature = v.signature
@@ -132,7 +184,12 @@ export class WorkflowInstanceStore {
   }
 
   /** The live instance of `workflowId` for `subject` in that stack and env, if any. */
-  async live(workflowId: string, subject: string, stack: string | null, env: string | null): Promise<WorkflowInstanceRow | null> {
+  async live(
+    workflowId: string,
+    subject: string,
+    stack: string | null,
+    env: string | null,
+  ): Promise<WorkflowInstanceRow | null> {
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_workflow_instances
         WHERE workflow_id = $1 AND subject_value = $2 AND ${sameAsCoalesced('source_stack', '$3')} AND ${sameAsCoalesced('source_env', '$4')}
@@ -143,7 +200,10 @@ export class WorkflowInstanceStore {
   }
 
   async get(id: string): Promise<WorkflowInstanceRow | null> {
-    const { rows } = await this.database.sql.query(`SELECT * FROM cyclium_workflow_instances WHERE id = $1`, [id]);
+    const { rows } = await this.database.sql.query(
+      `SELECT * FROM cyclium_workflow_instances WHERE id = $1`,
+      [id],
+    );
     return rows[0] ? toInstance(rows[0]) : null;
   }
 
@@ -152,9 +212,16 @@ export class WorkflowInstanceStore {
    * of two nodes applying events to one instance the second re-reads, and a replayed event finds
    * its step already moved on. False when it lost.
    */
-  async advance(client: SqlExecutor, instance: WorkflowInstanceRow, change: InstanceChange): Promise<boolean> {
+  async advance(
+    client: SqlExecutor,
+    instance: WorkflowInstanceRow,
+    change: InstanceChange,
+  ): Promise<boolean> {
     const stepsJson = JSON.stringify(change.steps);
-    const signature = this.signatureOf({ ...instance, version: instance.version + 1, status: change.status }, stepsJson);
+    const signature = this.signatureOf(
+      { ...instance, version: instance.version + 1, status: change.status },
+      stepsJson,
+    );
     const { rowCount } = await client.query(
       `UPDATE cyclium_workflow_instances
           SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(), finished_at = ${ENDS.replace('$S', '$3')},
@@ -167,7 +234,10 @@ export class WorkflowInstanceStore {
 
   /** Live instances in scope, oldest first, by keyset pages of `limit` after `afterId`. */
   /** The newest instances, optionally of one status: the operations page's list. */
-  async recent(status: WorkflowInstanceRow['status'] | undefined, limit: number): Promise<WorkflowInstanceRow[]> {
+  async recent(
+    status: WorkflowInstanceRow['status'] | undefined,
+    limit: number,
+  ): Promise<WorkflowInstanceRow[]> {
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_workflow_instances WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
       [status ?? null, limit],
@@ -189,8 +259,18 @@ export class WorkflowInstanceStore {
           AND ($4::timestamptz IS NULL OR (inserted_at, id) > ($4::timestamptz, $5::uuid))
         ORDER BY inserted_at, id
         LIMIT $6`,
-      [scope.workflowIds, scope.stack, scope.env, after?.insertedAt ?? null, after?.id ?? null, limit],
+      [
+        scope.workflowIds,
+        scope.stack,
+        scope.env,
+        after?.insertedAt ?? null,
+        after?.id ?? null,
+        limit,
+      ],
     );
-    return rows.map((r: Record<string, unknown>) => ({ instance: toInstance(r), cursorAt: r.cursor_at as string }));
+    return rows.map((r: Record<string, unknown>) => ({
+      instance: toInstance(r),
+      cursorAt: r.cursor_at as string,
+    }));
   }
 }

@@ -66,12 +66,17 @@ export class WorkflowReconciler {
     for (;;) {
       const page = await this.instances.liveInScope(scope, PAGE, after);
       const waiting = page.flatMap(({ instance }) => this.runningSteps(instance));
-      const rows = new Map((await this.episodes.getMany(waiting.map((w) => w.episodeId))).map((e) => [e.id, e]));
+      const rows = new Map(
+        (await this.episodes.getMany(waiting.map((w) => w.episodeId))).map((e) => [e.id, e]),
+      );
       for (const { instance, stepId, episodeId } of waiting) {
         const episode = rows.get(episodeId);
         const type = episode ? EVENT_OF[episode.status] : undefined;
         if (!episode || !type) {
-          if (!episode) this.logger.warn(`workflow instance ${instance.id}: step ${stepId} waits on episode ${episodeId}, which does not exist; left as it is`);
+          if (!episode)
+            this.logger.warn(
+              `workflow instance ${instance.id}: step ${stepId} waits on episode ${episodeId}, which does not exist; left as it is`,
+            );
           result.skipped++;
           continue;
         }
@@ -82,22 +87,31 @@ export class WorkflowReconciler {
       if (!last || page.length < PAGE) break;
       after = { insertedAt: last.cursorAt, id: last.instance.id };
     }
-    if (result.replayed > 0) this.logger.log(`reconciled workflows: replayed ${result.replayed} terminal event(s), ${result.skipped} step(s) still running`);
+    if (result.replayed > 0)
+      this.logger.log(
+        `reconciled workflows: replayed ${result.replayed} terminal event(s), ${result.skipped} step(s) still running`,
+      );
     this.telemetry.emit('recovery.reconcile', { ...result });
     return result;
   }
 
   /** The steps still marked running; a row whose states are not what the engine writes is skipped with its id. */
-  private runningSteps(instance: WorkflowInstanceRow): Array<{ instance: WorkflowInstanceRow; stepId: string; episodeId: string }> {
+  private runningSteps(
+    instance: WorkflowInstanceRow,
+  ): Array<{ instance: WorkflowInstanceRow; stepId: string; episodeId: string }> {
     const states = instance.stepStates as unknown;
     if (typeof states !== 'object' || states === null || Array.isArray(states)) {
       this.logger.warn(`workflow instance ${instance.id}: step_states is not an object; skipped`);
       return [];
     }
-    return Object.entries(states as Record<string, { status?: unknown; episodeId?: unknown }>).flatMap(([stepId, state]) => {
+    return Object.entries(
+      states as Record<string, { status?: unknown; episodeId?: unknown }>,
+    ).flatMap(([stepId, state]) => {
       if (state?.status !== 'running') return [];
       if (!isUuid(state.episodeId)) {
-        this.logger.warn(`workflow instance ${instance.id}: step ${stepId} is running without a valid episode id; skipped`);
+        this.logger.warn(
+          `workflow instance ${instance.id}: step ${stepId} is running without a valid episode id; skipped`,
+        );
         return [];
       }
       return [{ instance, stepId, episodeId: state.episodeId }];
@@ -106,7 +120,10 @@ export class WorkflowReconciler {
 
   private async replay(type: LifecycleEventType, episode: EpisodeRow): Promise<void> {
     const status = episode.status as 'done' | 'partially_failed' | 'failed' | 'canceled';
-    const event = lifecycleEvent(type, episode, status, this.identity.name(), { errorClass: episode.errorClass ?? undefined, replayed: true });
+    const event = lifecycleEvent(type, episode, status, this.identity.name(), {
+      errorClass: episode.errorClass ?? undefined,
+      replayed: true,
+    });
     await this.events.publish(event.type, event.payload);
   }
 }

@@ -10,8 +10,25 @@ import { instanceClaimKey } from './workflow-advancer.service.js';
  * foreign key.
  */
 export const WorkflowRetention = {
-  due(statement: Statement, scope: RetentionScope, olderThanMs: number, limit: number, when: string): string {
-    return oldestDue(statement, scope, { table: 'cyclium_workflow_instances', columns: 'aged.id', age: 'finished_at', olderThanMs, limit }, when);
+  due(
+    statement: Statement,
+    scope: RetentionScope,
+    olderThanMs: number,
+    limit: number,
+    when: string,
+  ): string {
+    return oldestDue(
+      statement,
+      scope,
+      {
+        table: 'cyclium_workflow_instances',
+        columns: 'aged.id',
+        age: 'finished_at',
+        olderThanMs,
+        limit,
+      },
+      when,
+    );
   },
 
   delete(statement: Statement, due: string): string {

@@ -31,7 +31,12 @@ export interface EpisodeOutcome {
   errorDetail: string | null;
 }
 
-export const TERMINAL_EPISODE_STATUSES: ReadonlySet<string> = new Set(['done', 'partially_failed', 'failed', 'canceled']);
+export const TERMINAL_EPISODE_STATUSES: ReadonlySet<string> = new Set([
+  'done',
+  'partially_failed',
+  'failed',
+  'canceled',
+]);
 
 const FINISHED: ReadonlySet<string> = new Set(['done', 'failed', 'canceled']);
 
@@ -69,7 +74,8 @@ export class WorkflowTransitions {
   /** A new instance: every step waiting, those without dependencies started. */
   static begin(workflow: RegisteredWorkflow, newId: () => string): Transition {
     const steps: Record<string, StepState> = {};
-    for (const id of workflow.steps.keys()) steps[id] = { status: 'waiting', attempts: 0, episodeId: null, result: null, error: null };
+    for (const id of workflow.steps.keys())
+      steps[id] = { status: 'waiting', attempts: 0, episodeId: null, result: null, error: null };
     const t = new WorkflowTransitions(workflow, steps, newId);
     t.startReady();
     return t.result();
@@ -99,7 +105,13 @@ export class WorkflowTransitions {
    * The input of a step `transition` starts could not be built: the step fails without an episode
    * (no retry: the same input would fail again) and its policy's final action applies.
    */
-  static inputFailed(workflow: RegisteredWorkflow, transition: Transition, stepId: string, reason: string, newId: () => string): Transition {
+  static inputFailed(
+    workflow: RegisteredWorkflow,
+    transition: Transition,
+    stepId: string,
+    reason: string,
+    newId: () => string,
+  ): Transition {
     const t = new WorkflowTransitions(workflow, transition.steps, newId);
     t.status = transition.status;
     t.error = transition.error;
@@ -112,7 +124,10 @@ export class WorkflowTransitions {
   }
 
   /** Cancels a live instance: running steps' episodes canceled, waiting steps never started. Null when it had ended. */
-  static canceled(instance: { status: WorkflowInstanceStatus; steps: Record<string, StepState> }, reason: string): Transition | null {
+  static canceled(
+    instance: { status: WorkflowInstanceStatus; steps: Record<string, StepState> },
+    reason: string,
+  ): Transition | null {
     if (instance.status !== 'running' && instance.status !== 'blocked') return null;
     const steps = structuredClone(instance.steps);
     const cancel: string[] = [];
@@ -130,9 +145,13 @@ export class WorkflowTransitions {
       episodeId: outcome.episodeId,
       summary: outcome.summary,
       classification: outcome.classification ?? null,
-      error: outcome.errorClass ? [outcome.errorClass, firstLine(outcome.errorDetail)].filter(Boolean).join(': ') : null,
+      error: outcome.errorClass
+        ? [outcome.errorClass, firstLine(outcome.errorDetail)].filter(Boolean).join(': ')
+        : null,
     };
-    const large = result.classification !== null && JSON.stringify(result.classification).length > INLINE_CLASSIFICATION_BYTES;
+    const large =
+      result.classification !== null &&
+      JSON.stringify(result.classification).length > INLINE_CLASSIFICATION_BYTES;
     state.result = large ? { ...result, classification: null } : result;
     if (large) state.classificationRef = true;
     else delete state.classificationRef;
@@ -144,7 +163,11 @@ export class WorkflowTransitions {
       return;
     }
     const reason = result.error ?? (outcome.status === 'canceled' ? 'canceled' : 'failed');
-    this.fail(stepId, outcome.status === 'canceled' ? `episode canceled: ${reason}` : reason, outcome.status === 'canceled' ? 'final' : 'retry');
+    this.fail(
+      stepId,
+      outcome.status === 'canceled' ? `episode canceled: ${reason}` : reason,
+      outcome.status === 'canceled' ? 'final' : 'retry',
+    );
   }
 
   /** A failed attempt: retried while the policy allows (`retry`), else its final action. */
@@ -169,7 +192,8 @@ export class WorkflowTransitions {
     const unborn = new Set(this.start.map((s) => s.episodeId));
     for (const [id, other] of Object.entries(this.steps)) {
       if (id === stepId) continue;
-      if (other.status === 'running' && other.episodeId && !unborn.has(other.episodeId)) this.cancel.push(other.episodeId);
+      if (other.status === 'running' && other.episodeId && !unborn.has(other.episodeId))
+        this.cancel.push(other.episodeId);
       if (other.status === 'running' || other.status === 'waiting') other.status = 'canceled';
     }
     this.start.length = 0;
@@ -179,7 +203,12 @@ export class WorkflowTransitions {
   private startReady(): void {
     for (const [id, state] of Object.entries(this.steps)) {
       if (state.status !== 'waiting') continue;
-      if (this.step(id).after.every((dependency) => FINISHED.has(this.steps[dependency]?.status ?? ''))) this.launch(id, 0);
+      if (
+        this.step(id).after.every((dependency) =>
+          FINISHED.has(this.steps[dependency]?.status ?? ''),
+        )
+      )
+        this.launch(id, 0);
     }
     if (Object.values(this.steps).every((s) => FINISHED.has(s.status))) this.status = 'done';
   }
@@ -199,6 +228,12 @@ export class WorkflowTransitions {
   }
 
   private result(): Transition {
-    return { status: this.status, steps: this.steps, error: this.error, start: [...this.start], cancel: [...this.cancel] };
+    return {
+      status: this.status,
+      steps: this.steps,
+      error: this.error,
+      start: [...this.start],
+      cancel: [...this.cancel],
+    };
   }
 }

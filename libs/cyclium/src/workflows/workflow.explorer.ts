@@ -24,16 +24,27 @@ export class WorkflowExplorer {
   explore(): RegisteredWorkflow[] {
     const found = new Map<string, RegisteredWorkflow>();
     for (const wrapper of this.discovery.getProviders({ metadataKey: Workflow.KEY })) {
-      const options = this.discovery.getMetadataByDecorator(Workflow, wrapper) as WorkflowOptions | undefined;
+      const options = this.discovery.getMetadataByDecorator(Workflow, wrapper) as
+        WorkflowOptions | undefined;
       const className = wrapper.metatype?.name ?? String(wrapper.token);
       if (!wrapper.isDependencyTreeStatic()) {
-        throw new WorkflowDefinitionError(`@Workflow ${className} is request-scoped (or depends on a request-scoped provider); workflows must be singletons`);
+        throw new WorkflowDefinitionError(
+          `@Workflow ${className} is request-scoped (or depends on a request-scoped provider); workflows must be singletons`,
+        );
       }
       const workflow = validateWorkflow(className, options);
       const previous = found.get(workflow.id);
-      if (previous) throw new WorkflowDefinitionError(`duplicate workflow id "${workflow.id}" on ${previous.className} and ${className}`);
+      if (previous)
+        throw new WorkflowDefinitionError(
+          `duplicate workflow id "${workflow.id}" on ${previous.className} and ${className}`,
+        );
 
-      for (const { methodName, options: stepOptions, call } of decoratedMethods(this.scanner, this.reflector, WorkflowStep, wrapper.instance as object)) {
+      for (const { methodName, options: stepOptions, call } of decoratedMethods(
+        this.scanner,
+        this.reflector,
+        WorkflowStep,
+        wrapper.instance as object,
+      )) {
         const step = validateStep(this.actors, className, methodName, stepOptions);
         const existing = workflow.steps.get(step.id);
         if (existing)
