@@ -20,6 +20,46 @@ const shared = {
  */
 const SERIAL = ['/test/orphan-burst.e2e-spec.ts', '/test/trigger-only.e2e-spec.ts'];
 
+/**
+ * The inner loop (`npm run test:quick`, under two minutes): with the unit specs, the integration
+ * files that run in this process (no node processes, no server of their own) and take a few
+ * seconds. They run in `npm test` too, with the rest.
+ */
+const QUICK = [
+  '/test/schema-guarantees.e2e-spec.ts',
+  '/test/scope-predicates.e2e-spec.ts',
+  '/test/end-writes.e2e-spec.ts',
+  '/test/episodes-list.e2e-spec.ts',
+  '/test/migrations.e2e-spec.ts',
+  '/test/demo-http-logs.e2e-spec.ts',
+  '/test/actor-scopes.e2e-spec.ts',
+  '/test/step-results.e2e-spec.ts',
+  '/test/forged-cancel.e2e-spec.ts',
+  '/test/step-writes.e2e-spec.ts',
+  '/test/recovery-placement.e2e-spec.ts',
+  '/test/operator-logs.e2e-spec.ts',
+  '/test/lost-owner-writes.e2e-spec.ts',
+  '/test/recovery-sweep.e2e-spec.ts',
+  '/test/episode-begin.e2e-spec.ts',
+  '/test/queue-busy-claim.e2e-spec.ts',
+  '/test/cancel.e2e-spec.ts',
+  '/test/begin-writes.e2e-spec.ts',
+  '/test/expectation-delay.e2e-spec.ts',
+  '/test/bus-hostile-rows.e2e-spec.ts',
+  '/test/retention.e2e-spec.ts',
+  '/test/actor-discovery.e2e-spec.ts',
+  '/test/connection-loss.e2e-spec.ts',
+  '/test/work-claims.e2e-spec.ts',
+  '/test/lone-listener.e2e-spec.ts',
+  '/test/work-claims-gate.e2e-spec.ts',
+  '/test/output-outbox.e2e-spec.ts',
+  '/test/integrity-workflow.e2e-spec.ts',
+  '/test/node-mode.e2e-spec.ts',
+  '/test/postgres-bus.e2e-spec.ts',
+  '/test/types/folder-imports.e2e-spec.ts',
+  '/test/types/root-exports.e2e-spec.ts',
+];
+
 /** @type {import('jest').Config} */
 export default {
   // Real processes and a real database: each wait has its own deadline (waitFor); this is the backstop.
@@ -38,6 +78,12 @@ export default {
       testMatch: ['<rootDir>/test/**/*.e2e-spec.ts'],
       testPathIgnorePatterns: ['/node_modules/', ...SERIAL],
       // Fails a test on any unhandled rejection or uncaught exception here, or a crashed node process.
+      setupFilesAfterEnv: ['<rootDir>/test/support/fault-guard.ts'],
+    },
+    {
+      ...shared,
+      displayName: 'quick',
+      testMatch: QUICK.map((file) => `<rootDir>${file}`),
       setupFilesAfterEnv: ['<rootDir>/test/support/fault-guard.ts'],
     },
     {
