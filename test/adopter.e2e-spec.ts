@@ -1,8 +1,9 @@
 /**
  * An adopter's first hour, as a test: pack the library, install the tarball into two new apps
  * outside this tree (an ES module app and a CommonJS one, both `strict`, neither with
- * `skipLibCheck`) made of exactly the library README's example files, type-check them, boot each
- * against an empty database, run the README's two episodes to `done`, SIGTERM, and check the drain.
+ * `skipLibCheck`) made of exactly the example files of `docs/getting-started.md`, type-check
+ * them, boot each against an empty database, run the page's two episodes to `done`, SIGTERM, and
+ * check the drain.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -10,16 +11,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type pg from 'pg';
 import {
-  LIBRARY_README,
+  GETTING_STARTED,
   compileApp,
   installDependencies,
   packLibrary,
-  readmeExample,
+  gettingStartedExample,
   runMigrationsCli,
   writeApp,
   type ModuleKind,
   type PackedLibrary,
-  type ReadmeExample,
+  type GettingStartedExample,
 } from './support/adopter-app.js';
 import { emptyDatabase, pool } from './support/database.js';
 import { startNodeProcess, type DemoNode } from './support/demo-node.js';
@@ -31,16 +32,16 @@ interface EpisodeJson {
   summary: string | null;
 }
 
-describe('the packed library in a new Nest app, as its README says', () => {
+describe('the packed library in a new Nest app, as docs/getting-started.md says', () => {
   let root: string;
-  let example: ReadmeExample;
+  let example: GettingStartedExample;
   let packed: PackedLibrary;
   const nodes: DemoNode[] = [];
   const pools: pg.Pool[] = [];
 
   beforeAll(async () => {
     root = await mkdtemp(join(tmpdir(), 'cyclium-adopter-'));
-    example = readmeExample(await readFile(LIBRARY_README, 'utf8'));
+    example = gettingStartedExample(await readFile(GETTING_STARTED, 'utf8'));
     packed = await packLibrary(root);
     await installDependencies(root, packed.tarball, example);
   }, 150_000);

@@ -5,12 +5,13 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
-export const LIBRARY_README = join(REPO_ROOT, 'libs/cyclium/README.md');
+/** The page whose example app an adopter builds: `docs/getting-started.md`. */
+export const GETTING_STARTED = join(REPO_ROOT, 'docs/getting-started.md');
 
 const run = promisify(execFile);
 
-/** What an adopter copies out of the library README. */
-export interface ReadmeExample {
+/** What an adopter copies out of the getting-started page. */
+export interface GettingStartedExample {
   /** `src/…` path → the code block that names it on its first line. */
   files: Map<string, string>;
   /** The `// tsconfig.json` block, comments included (tsc reads JSON with comments). */
@@ -20,7 +21,7 @@ export interface ReadmeExample {
   devDependencies: string[];
 }
 
-export function readmeExample(readme: string): ReadmeExample {
+export function gettingStartedExample(readme: string): GettingStartedExample {
   const blocks = [...readme.matchAll(/```(\w+)\n([\s\S]*?)```/g)].map(([, lang, body]) => ({
     lang,
     body,
@@ -35,7 +36,8 @@ export function readmeExample(readme: string): ReadmeExample {
     if (lang === 'ts' && file) files.set(file[1], body);
     if (lang === 'jsonc' && first === '// tsconfig.json') tsconfig = body;
     if (lang === 'sh') {
-      for (const line of body.split('\n')) {
+      // A command may go on over several lines, each but the last ending in a backslash.
+      for (const line of body.replace(/\\\n/g, ' ').split('\n')) {
         const words = line.trim().split(/\s+/);
         if (words[0] !== 'npm' || words[1] !== 'install') continue;
         if (words[2] === '--save-dev') devDependencies = words.slice(3);
@@ -45,13 +47,13 @@ export function readmeExample(readme: string): ReadmeExample {
   }
   if (files.size === 0 || !tsconfig || !dependencies || !devDependencies) {
     throw new Error(
-      'the library README lost its example: src/ code blocks, the tsconfig.json block or the install lines',
+      'docs/getting-started.md lost its example: src/ blocks, the tsconfig block or npm install',
     );
   }
   return { files, tsconfig, dependencies, devDependencies };
 }
 
-/** JSON with `//` line comments (as in the README's tsconfig block) to a value. */
+/** JSON with `//` line comments (as in the page's tsconfig block) to a value. */
 export function parseJsonc(text: string): Record<string, unknown> {
   return JSON.parse(text.replace(/\/\/.*$/gm, '')) as Record<string, unknown>;
 }
@@ -95,12 +97,12 @@ async function installedVersion(name: string): Promise<string> {
 
 /**
  * One install in `root` that the apps below it share (Node and tsc both look up the tree): the
- * README's packages, with the tarball standing in for `@cyclium/nestjs`.
+ * page's packages, with the tarball standing in for `@cyclium/nestjs`.
  */
 export async function installDependencies(
   root: string,
   tarball: string,
-  example: ReadmeExample,
+  example: GettingStartedExample,
 ): Promise<void> {
   const pin = async (names: string[]) =>
     Object.fromEntries(
@@ -128,14 +130,14 @@ export async function installDependencies(
 export type ModuleKind = 'esm' | 'cjs';
 
 /**
- * A new app in `dir` made of the README's files, as an ES module app (`"type": "module"`, the
- * README's tsconfig as written) or as a CommonJS one (no type, `module: commonjs` with the old
+ * A new app in `dir` made of the page's files, as an ES module app (`"type": "module"`, the
+ * page's tsconfig as written) or as a CommonJS one (no type, `module: commonjs` with the old
  * `node` resolution most existing Nest apps still compile with).
  */
 export async function writeApp(
   dir: string,
   kind: ModuleKind,
-  example: ReadmeExample,
+  example: GettingStartedExample,
 ): Promise<void> {
   await mkdir(join(dir, 'src'), { recursive: true });
   for (const [path, body] of example.files) await writeFile(join(dir, path), body);
@@ -158,7 +160,7 @@ export async function writeApp(
   await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(tsconfig, null, 2));
 }
 
-/** The adopter's own TypeScript (from the README's dev install), on the app's tsconfig. */
+/** The adopter's own TypeScript (from the page's dev install), on the app's tsconfig. */
 export async function compileApp(root: string, dir: string): Promise<void> {
   try {
     await run(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', dir], {
@@ -170,7 +172,7 @@ export async function compileApp(root: string, dir: string): Promise<void> {
   }
 }
 
-/** `npx typeorm migration:run -d dist/data-source.js`, as the README's second way has it. */
+/** `npx typeorm migration:run -d dist/data-source.js`, as the page's second way has it. */
 export async function runMigrationsCli(
   root: string,
   dir: string,
