@@ -1,6 +1,7 @@
 /**
  * The root entry's names are a promise kept through releases: this fails when `@cyclium/nestjs`
- * gains or loses an export (value or type) without the README's API table changing with it.
+ * gains or loses an export (value or type) without the API table of `docs/reference/api.md`
+ * changing with it.
  */
 import { describe, expect, it } from '@jest/globals';
 import { existsSync, readFileSync } from 'node:fs';
@@ -10,6 +11,8 @@ import ts from 'typescript';
 import * as root from '@cyclium/nestjs';
 
 const LIBRARY = fileURLToPath(new URL('../../libs/cyclium/', import.meta.url));
+const API_PAGE = fileURLToPath(new URL('../../docs/reference/api.md', import.meta.url));
+const ROOT_HEADING = '\n## `@cyclium/nestjs`\n';
 const MAX_ROOT_VALUES = 40;
 
 /** The names `index.ts` re-exports, split into values and type-only names (it holds nothing else). */
@@ -36,13 +39,13 @@ function entryExports(file: string): { values: string[]; types: string[] } {
   return { values: values.sort(), types: types.sort() };
 }
 
-/** The rows of the README's API table: `| \`Name\` | kind | what it is |`. */
-function readmeTable(): { values: string[]; types: string[]; blank: string[] } {
-  const readme = readFileSync(join(LIBRARY, 'README.md'), 'utf8');
-  const start = readme.indexOf('\n## API\n');
-  if (start < 0) throw new Error('the library README has no "## API" section');
-  const end = readme.indexOf('\n## ', start + 1);
-  const section = readme.slice(start, end < 0 ? undefined : end);
+/** The rows of the root entry's API table: `| \`Name\` | kind | what it is |`. */
+function apiTable(): { values: string[]; types: string[]; blank: string[] } {
+  const page = readFileSync(API_PAGE, 'utf8');
+  const start = page.indexOf(ROOT_HEADING);
+  if (start < 0) throw new Error(`docs/reference/api.md has no ${ROOT_HEADING.trim()} section`);
+  const end = page.indexOf('\n## ', start + 1);
+  const section = page.slice(start, end < 0 ? undefined : end);
   const rows = [...section.matchAll(/^\| `([A-Za-z_$][\w$]*)` \| ([a-z]+) \| (.*) \|$/gm)];
   const values: string[] = [];
   const types: string[] = [];
@@ -54,9 +57,9 @@ function readmeTable(): { values: string[]; types: string[]; blank: string[] } {
   return { values: values.sort(), types: types.sort(), blank };
 }
 
-describe('the root entry and the README API table', () => {
+describe('the root entry and the API table of docs/reference/api.md', () => {
   const entry = entryExports(join(LIBRARY, 'src/index.ts'));
-  const table = readmeTable();
+  const table = apiTable();
 
   it('list the same values, and the module exports exactly those at run time', () => {
     expect(Object.keys(root).sort()).toEqual(entry.values);

@@ -1,7 +1,8 @@
 /**
  * `@cyclium/nestjs`: what a host application uses — the module, the decorators, the injectable
  * services, the errors they throw, and the types of their arguments and results. Every name here
- * is listed in the README's API table (checked by `test/types/root-exports.e2e-spec.ts`).
+ * is listed in the API table of `docs/reference/api.md` (checked by
+ * `test/types/root-exports.e2e-spec.ts`).
  * Adapter authors: `@cyclium/nestjs/adapters`; tables: `/entities`; schema: `/migrations`;
  * terminus: `/health`; tests: `/testing`.
  */
