@@ -1,5 +1,5 @@
 /**
- * Folder imports run one way (the library README, "Inside the library"): this fails when an import
+ * Folder imports run one way (docs/contributing/inside-the-library.md): this fails when an import
  * of a library file, type imports included, closes a loop between folders of `src/`, and names the
  * files that close it.
  */
