@@ -8,7 +8,14 @@ import tseslint from 'typescript-eslint';
 
 export default defineConfig(
   {
-    ignores: ['**/dist/**', '**/node_modules/**', 'coverage/**', '.cyclium/**', 'soak/output/**'],
+    ignores: [
+      '**/dist/**',
+      '**/node_modules/**',
+      'coverage/**',
+      '.cyclium/**',
+      'soak/output/**',
+      'docs/api/**',
+    ],
   },
   js.configs.recommended,
   {

@@ -1,7 +1,9 @@
 import { DiscoveryService } from '@nestjs/core';
 
+/** What an actor does with a new episode when every slot is busy (see `ActorOptions.overflow`). */
 export type OverflowPolicy = 'queue' | 'drop' | 'shed_oldest';
 
+/** Options of `@Actor`: its id, its concurrency and where it runs. */
 export interface ActorOptions {
   id: string;
   /** Episodes of this actor running at once on one node. Default 3. */

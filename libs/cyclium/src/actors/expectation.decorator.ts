@@ -25,6 +25,7 @@ export type Trigger =
   /** Only started by a workflow. */
   | 'workflow';
 
+/** Options of `@Expectation`: its trigger, and how its episodes recover, retry and are budgeted. */
 export interface ExpectationOptions {
   /** Default: the method name. */
   id?: string;

@@ -6,6 +6,7 @@ export interface BusEvent<P = unknown> {
   publishedAt: string;
 }
 
+/** Options of `Bus.publish`. */
 export interface PublishOptions {
   /**
    * Reuse an id the caller already has (a webhook delivery id, say); minted when absent. At most
@@ -15,6 +16,7 @@ export interface PublishOptions {
   eventId?: string;
 }
 
+/** A subscriber's callback; a returned promise is awaited. */
 export type BusHandler<P = unknown> = (event: BusEvent<P>) => void | Promise<void>;
 
 /**

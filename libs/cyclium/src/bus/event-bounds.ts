@@ -7,6 +7,7 @@ import { EventPayloadTooLargeError, InvalidBusEventError } from './bus-errors.js
  * most 800 bytes of UTF-8, far below the cap whatever the text.
  */
 export const MAX_EVENT_ID_CHARS = 200;
+/** How long an event's type may be, in characters (see `MAX_EVENT_ID_CHARS`). */
 export const MAX_EVENT_TYPE_CHARS = 200;
 
 /** Default for `busMaxPayloadBytes`: 1 MiB of JSON. */

@@ -10,6 +10,7 @@ export interface BusObserver {
   read(count: number): void;
 }
 
+/** Options of the shipped `PostgresBus` (CycliumModule fills them from its own options). */
 export interface PostgresBusOptions {
   /** Told what this node stored and read (CycliumModule passes its telemetry). Default: none. */
   observer?: BusObserver;

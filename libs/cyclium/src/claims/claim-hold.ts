@@ -42,11 +42,13 @@ export class ClaimHold {
       : this.controller.signal.reason;
   }
 
+  /** The renewer extended the lease: the local deadline moves to `sentAt` plus the lease. */
   renewed(sentAt: number): void {
     if (!this.controller.signal.aborted)
       this.deadline = Math.max(this.deadline, sentAt + this.leaseMs);
   }
 
+  /** Aborts `signal` with a ClaimLostError; nothing once lost or released. */
   markLost(reason: ClaimLossReason): void {
     if (this.controller.signal.aborted || this.released) return;
     this.controller.abort(new ClaimLostError(this.key, this.fence, reason));

@@ -1,3 +1,4 @@
+/** Why a claim was lost: see `ClaimLostError`. */
 export type ClaimLossReason = 'not_owner' | 'deadline' | 'released';
 
 /**

@@ -17,6 +17,7 @@ interface FakeRow {
   errorDetail: string | null;
 }
 
+/** Options of `FakeClaims`. */
 export interface FakeClaimsOptions {
   /** The clock leases are measured against, in ms. Default `Date.now`. */
   now?: () => number;
@@ -37,10 +38,12 @@ export class FakeClaims implements WorkClaimsAdapter {
     this.now = options.now ?? Date.now;
   }
 
+  /** Makes every acquire of `key` answer busy until `clearBusy`, as if another node held it. */
   setBusy(key: string): void {
     this.forcedBusy.add(key);
   }
 
+  /** Undoes `setBusy`. */
   clearBusy(key: string): void {
     this.forcedBusy.delete(key);
   }

@@ -8,17 +8,20 @@ export interface ClaimGrant {
   leaseUntil: Date;
 }
 
+/** What an acquire got: the claim, or word that someone else holds it. */
 export type AcquireResult =
   /** `stolenFrom` names the previous holder when this acquire took over a lapsed lease. */
   | { status: 'acquired'; claim: ClaimGrant; stolenFrom?: string }
   | { status: 'busy' }
   | { status: 'passthrough' };
 
+/** What a `WorkClaimsAdapter.acquire` call asks for: a lease length and a work type. */
 export interface AcquireOptions {
   leaseSeconds: number;
   workType?: string;
 }
 
+/** Whether a fenced write went through (`ok`) or the claim had moved on (`not_owner`). */
 export type ClaimWriteResult = 'ok' | 'not_owner';
 
 /** A claimed row whose lease has lapsed. */
@@ -56,13 +59,16 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
  *   `WITH owner AS (<ownerCte>) <write> … FROM owner`, its own parameters starting at `$4`.
  */
 export interface InTransactionClaims {
+  /** `acquire`, on `client` (see the statement contract above). */
   acquire(
     client: SqlExecutor,
     key: string,
     owner: string,
     options: AcquireOptions,
   ): Promise<AcquireResult>;
+  /** True while `owner` holds `key` at `fence`; holds the row until the transaction ends. */
   proveOwnership(client: SqlExecutor, key: string, owner: string, fence: number): Promise<boolean>;
+  /** Completes (`failure` null) or fails the claim at `fence`, on `client`. */
   finish(
     client: SqlExecutor,
     key: string,
@@ -70,6 +76,7 @@ export interface InTransactionClaims {
     fence: number,
     failure: string | null,
   ): Promise<ClaimWriteResult>;
+  /** The body of the CTE `owner` (see the statement contract above). */
   readonly ownerCte: string;
   /** The same three, as CTEs the library composes into one statement with its own writes (see ClaimFragments). */
   readonly fragments: ClaimFragments;
@@ -102,21 +109,28 @@ export interface InTransactionClaims {
  *   it, the episode row alone decides (its status, and this node as its owner).
  */
 export interface ClaimFragments {
+  /** A SELECT with one row while `owner` holds `key` at `fence` (see above). */
   owner(this: void, refs: { key: string; owner: string; fence: string }): string;
+  /** The rows of the CTE `input` whose owner holds the key, locked in key order (see above). */
   ownerMany?(this: void, refs: { input: string }): string;
+  /** `[name, body]` CTEs taking the claim, the last one named `claim` (see above). */
   acquire(
     this: void,
     refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string },
   ): Array<[string, string]>;
+  /** An UPDATE … RETURNING 1 that completes or fails the claim at `fence` (see above). */
   finish(
     this: void,
     refs: { key: string; owner: string; fence: string; failure: string; when: string },
   ): string;
+  /** `acquire` for every row of the CTE `input` (see above). */
   acquireMany?(
     this: void,
     refs: { input: string; owner: string; leaseSeconds: string },
   ): Array<[string, string]>;
+  /** `finish` for every row of the CTE `input` (see above). */
   finishMany?(this: void, refs: { input: string }): string;
+  /** A SELECT with one row when `owner` finished `key` at `fence` (see above). */
   finished?(this: void, refs: { key: string; owner: string; fence: string }): string;
 }
 
@@ -129,17 +143,22 @@ export interface ClaimFragments {
  * with the old fence.
  */
 export interface WorkClaimsAdapter {
+  /** Takes `key` for `owner` (a new row, a finished one, or a lapsed lease), or reports it busy. */
   acquire(key: string, owner: string, options: AcquireOptions): Promise<AcquireResult>;
+  /** Extends the lease by `leaseSeconds` while `owner` still holds `key`. */
   renew(
     key: string,
     owner: string,
     leaseSeconds: number,
     fence?: number,
   ): Promise<ClaimWriteResult>;
+  /** Marks the claim `done` while `owner` holds it. */
   complete(key: string, owner: string, fence?: number): Promise<ClaimWriteResult>;
+  /** Marks the claim `failed` with `detail` while `owner` holds it. */
   fail(key: string, owner: string, detail: string, fence?: number): Promise<ClaimWriteResult>;
   /** Owner, fence, state `claimed` and an unexpired lease, all at once. */
   owns(key: string, owner: string, fence: number): Promise<boolean>;
+  /** Up to `limit` claims still `claimed` whose lease has lapsed, oldest lease first. */
   reclaimExpired(limit: number): Promise<ExpiredClaim[]>;
   /**
    * Renews many claims of one owner at once and returns those still held. The node's renewer

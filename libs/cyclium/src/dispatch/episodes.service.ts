@@ -25,6 +25,7 @@ import { isUuid } from '../sql/uuid.js';
 import { InvalidListQueryError } from '../episodes/episode-errors.js';
 import { checkTriggerInput, triggerDelay, triggerRetry } from '../episodes/trigger-input.js';
 
+/** Options of `Episodes.trigger`: dedupe key, when to run, retries, source stack and env. */
 export interface TriggerOptions {
   /**
    * Makes the trigger idempotent: a second trigger with the same key is a duplicate until the first
@@ -55,6 +56,7 @@ export interface TriggerOptions {
   sourceEnv?: string | null;
 }
 
+/** The row `Episodes.create` inserts without running it (seeding, tests, acting on another env). */
 export interface CreateEpisode {
   actorId: string;
   expectationId: string;
@@ -70,6 +72,7 @@ export interface CreateEpisode {
   sourceEnv?: string | null;
 }
 
+/** Filters of `Episodes.list`. */
 export interface ListEpisodes {
   actorId?: string;
   status?: EpisodeStatus;
@@ -85,6 +88,7 @@ export interface ListEpisodes {
   cursor?: string;
 }
 
+/** What `Episodes.cancel` did: canceled it, asked its node to, found it finished, or found none. */
 export type CancelResult = 'canceled' | 'requested' | 'finished' | 'not_found';
 
 /** What `Episodes.archive` did: archived it now, found it archived already, found it still live (queued, running, …), or found no such episode. */

@@ -7,6 +7,7 @@ import { CycliumConfigError } from '../options/cyclium-config.error.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { MODES } from '../options/options.schema.js';
 
+/** This node's mode and the per-actor overrides in force. */
 export interface ModeStatus {
   nodeMode: CycliumMode;
   overrides: Record<string, CycliumMode>;
@@ -45,6 +46,7 @@ export class Mode {
     return this.overrides.get(actorId) ?? this.nodeMode;
   }
 
+  /** Switches this node's mode at run time, in memory (the `mode` option sets it at boot). */
   set(mode: CycliumMode): void {
     this.nodeMode = checked(mode, 'Mode.set');
     this.logger.log(`node mode is now ${mode}`);
@@ -80,10 +82,12 @@ export class Mode {
     this.actorChanged(actorId);
   }
 
+  /** Drops the override of one actor: it follows the node's mode again. */
   clearActorOverride(actorId: string): void {
     if (this.overrides.delete(actorId)) this.actorChanged(actorId);
   }
 
+  /** Drops every actor override. */
   clearAllOverrides(): void {
     const cleared = [...this.overrides.keys()];
     this.overrides.clear();
@@ -94,6 +98,7 @@ export class Mode {
     for (const listener of this.actorListeners) listener(actorId);
   }
 
+  /** The node's mode, the actor overrides and this node's identity. */
   status(): ModeStatus {
     return {
       nodeMode: this.nodeMode,

@@ -1,5 +1,6 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
 
+/** A row of `cyclium_episode_checkpoints`: a step result an episode recorded. */
 @Entity({ name: 'cyclium_episode_checkpoints' })
 export class CycliumEpisodeCheckpoint {
   @PrimaryColumn({ name: 'episode_id', type: 'uuid' })

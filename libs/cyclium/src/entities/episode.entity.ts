@@ -13,8 +13,10 @@ export const EPISODE_STATUSES = [
   'canceled',
 ] as const;
 
+/** Where an episode is in its life (one of `EPISODE_STATUSES`). */
 export type EpisodeStatus = (typeof EPISODE_STATUSES)[number];
 
+/** A row of `cyclium_episodes`: one episode, its actor, trigger, status, owner node and times. */
 @Entity({ name: 'cyclium_episodes' })
 export class CycliumEpisode {
   @PrimaryGeneratedColumn('uuid')

@@ -1,7 +1,9 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
+/** Whether a finding stands (`active`) or no longer does (`cleared`, `superseded`). */
 export type FindingStatus = 'active' | 'cleared' | 'superseded';
 
+/** A row of `cyclium_findings`: a finding an expectation raised for a key. */
 @Entity({ name: 'cyclium_findings' })
 export class CycliumFinding {
   @PrimaryGeneratedColumn('uuid')

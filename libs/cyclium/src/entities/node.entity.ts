@@ -1,5 +1,6 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
 
+/** A row of `cyclium_nodes`: one node's identity, stack, env and when it was last seen. */
 @Entity({ name: 'cyclium_nodes' })
 export class CycliumNode {
   @PrimaryColumn({ name: 'node_identity', type: 'text' })

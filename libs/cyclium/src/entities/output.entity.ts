@@ -1,7 +1,9 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
+/** Where an output's delivery is: waiting (`pending`), `delivered` or `failed`. */
 export type OutputStatus = 'pending' | 'delivered' | 'failed';
 
+/** A row of `cyclium_outputs`: an output an episode left for delivery (the outbox). */
 @Entity({ name: 'cyclium_outputs' })
 export class CycliumOutput {
   @PrimaryGeneratedColumn('uuid')

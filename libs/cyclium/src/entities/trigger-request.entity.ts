@@ -1,5 +1,6 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
+/** Where a trigger request (`CycliumTriggerRequest`) is in its life. */
 export type TriggerRequestStatus =
   'pending' | 'scheduled' | 'claimed' | 'completed' | 'expired' | 'failed';
 

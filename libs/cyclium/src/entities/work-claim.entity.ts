@@ -1,7 +1,9 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
 
+/** Where a work claim is: held (`claimed`), or finished as `done` or `failed`. */
 export type WorkClaimState = 'claimed' | 'done' | 'failed';
 
+/** A row of `cyclium_work_claims`: one claim, its holder, fencing token and lease. */
 @Entity({ name: 'cyclium_work_claims' })
 export class CycliumWorkClaim {
   @PrimaryColumn({ name: 'dedupe_key', type: 'text' })

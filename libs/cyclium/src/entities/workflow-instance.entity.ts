@@ -4,6 +4,7 @@ import type { StepState } from './workflow-step-state.js';
 /** `blocked` is never written by the engine today; reconciliation and the subject index treat it as live. */
 export type WorkflowInstanceStatus = 'running' | 'blocked' | 'done' | 'failed' | 'canceled';
 
+/** A row of `cyclium_workflow_instances`: one run of a workflow and its steps. */
 @Entity({ name: 'cyclium_workflow_instances' })
 export class CycliumWorkflowInstance {
   @PrimaryGeneratedColumn('uuid')

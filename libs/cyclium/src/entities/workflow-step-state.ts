@@ -16,6 +16,7 @@ export interface StepResult {
   error: string | null;
 }
 
+/** One step's progress inside a workflow instance's state. */
 export interface StepState {
   status: StepStatus;
   /** Episodes started for this step so far. */

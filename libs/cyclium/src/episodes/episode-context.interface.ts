@@ -2,8 +2,10 @@ import type { FindingAction } from '../findings/finding-action.interface.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
 
+/** An episode as stored in `cyclium_episodes`. */
 export type EpisodeRow = CycliumEpisode;
 
+/** What started an episode, and its payload. */
 export interface EpisodeTrigger<P = unknown> {
   type: 'event' | 'schedule' | 'manual' | 'workflow';
   eventType?: string;
@@ -15,6 +17,7 @@ export interface EpisodeTrigger<P = unknown> {
   retry?: RetryPolicy | false;
 }
 
+/** What `ep.step` hands its function: the step's number and idempotency key. */
 export interface StepTools {
   /** 1-based position of this step in the episode; stable across resumes. */
   stepNo: number;

@@ -4,6 +4,7 @@ import type { EpisodeRow } from './episode-context.interface.js';
 /** Asks whichever node runs the episode to stop it before its next step. */
 export const CANCEL_EVENT = 'cyclium.episode.cancel';
 
+/** The bus events an episode publishes as its status changes. */
 export type LifecycleEventType =
   | 'episode.started'
   | 'episode.completed'
@@ -12,6 +13,7 @@ export type LifecycleEventType =
   | 'episode.queued'
   | 'episode.dropped';
 
+/** The lifecycle events that end an episode: completed, failed, canceled, dropped. */
 export const TERMINAL_EVENTS: readonly LifecycleEventType[] = [
   'episode.completed',
   'episode.failed',

@@ -8,6 +8,7 @@ import { CycliumFinding } from '../entities/finding.entity.js';
 import { rowMapper } from '../entities/row-mapper.js';
 import type { FindingAction } from './finding-action.interface.js';
 
+/** Filters for listing findings. */
 export interface FindingFilters {
   actorId?: string;
   class?: string;

@@ -8,6 +8,7 @@ import { STORED_POSITIONS, type StoredPosition } from '../bus/bus-positions.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
 
+/** One node as the cluster status reads it from `cyclium_nodes`. */
 export interface ClusterNode {
   identity: string;
   stack: string | null;
@@ -52,6 +53,7 @@ export interface BusConsumerStatus {
   hosted: boolean;
 }
 
+/** How many episodes of one actor are in one status, in the cluster status. */
 export interface EpisodeCount {
   actorId: string;
   status: EpisodeStatus;
@@ -72,6 +74,7 @@ export interface ClusterStatus {
   busConsumers: BusConsumerStatus[];
 }
 
+/** Options of the cluster status read. */
 export interface ClusterStatusOptions {
   /** How far back `finished` and `triggerRequests.expiredInWindow` look. Default 300 000 (5 min), at most 86 400 000. */
   windowMs?: number;

@@ -24,12 +24,14 @@ export class CycliumHealthIndicator {
     private readonly status: CycliumStatus,
   ) {}
 
+  /** The livenessProbe verdict: `up` whenever the process answers (see above). */
   isLive<const Key extends string = 'cyclium'>(
     key: Key = 'cyclium' as Key,
   ): HealthIndicatorResult<Key> {
     return this.indicators.check(key).up({ ...this.status.liveness().status });
   }
 
+  /** The readinessProbe verdict: `down` while a readiness check fails (see above). */
   async isReady<const Key extends string = 'cyclium'>(
     key: Key = 'cyclium' as Key,
     options: HealthOptions = {},

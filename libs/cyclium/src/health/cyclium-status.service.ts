@@ -21,6 +21,7 @@ import {
   type ClusterStatusOptions,
 } from './cluster-status.service.js';
 
+/** The thresholds of `CycliumStatus`'s readiness checks. */
 export interface HealthOptions {
   /** The database must answer `SELECT 1` within this. Default 1 500. */
   timeoutMs?: number;
@@ -62,6 +63,7 @@ export type ReadinessCheck =
   | 'bus_reader_failing'
   | 'renewals_failing';
 
+/** This node's health: readiness, and each check with its detail. */
 export interface HealthReport {
   /** Ready to take work: no check failed. */
   ready: boolean;
@@ -119,6 +121,7 @@ export class CycliumStatus {
     return this.clusterReader.read(windowMs, 500);
   }
 
+  /** Who this node is and what it is doing, read from memory (no query). */
   snapshot(): StatusSnapshot {
     return {
       nodeIdentity: this.identity.name(),

@@ -25,6 +25,7 @@ export class NodeIdentity {
 
   constructor(@Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions) {}
 
+  /** This node's identity: the configured one, or the one minted for this process. */
   name(): string {
     const configured = this.options.nodeIdentity;
     if (configured === null) {

@@ -21,6 +21,7 @@ import {
   OPEN_OWNER_CTE,
 } from './claims-in-statement.js';
 
+/** Options of `WorkClaims.acquire`. */
 export interface WorkClaimsAcquireOptions {
   /** Default: `workClaimsLeaseSeconds`. */
   leaseSeconds?: number;
@@ -120,6 +121,7 @@ export class WorkClaims {
     });
   }
 
+  /** Takes `key` for `owner` (default: this node); passthrough when claims are off. */
   async acquire(
     key: string,
     owner = this.identity.name(),
@@ -150,7 +152,11 @@ export class WorkClaims {
     key: string,
     owner = this.identity.name(),
     options: WorkClaimsAcquireOptions = {},
-  ): Promise<{ result: AcquireResult; report: () => void }> {
+  ): Promise<{
+    result: AcquireResult;
+    /** Emits the acquire's telemetry; call it once the claim's write has committed. */
+    report: () => void;
+  }> {
     if (!this.adapter) return { result: { status: 'passthrough' }, report: () => undefined };
     const sentAt = performance.now();
     const result = await this.acquireVia(client, key, owner, options, false);
@@ -194,6 +200,7 @@ export class WorkClaims {
     );
   }
 
+  /** Extends the lease while `owner` still holds `key` (at `fence`, when given). */
   async renew(
     key: string,
     owner = this.identity.name(),
@@ -209,6 +216,7 @@ export class WorkClaims {
     );
   }
 
+  /** Marks the claim `done` while `owner` holds it. */
   async complete(
     key: string,
     owner = this.identity.name(),
@@ -221,6 +229,7 @@ export class WorkClaims {
     return result;
   }
 
+  /** Marks the claim `failed` while `owner` holds it. */
   async fail(
     key: string,
     owner = this.identity.name(),
@@ -243,11 +252,13 @@ export class WorkClaims {
     return results.filter((r) => r === 'ok').length;
   }
 
+  /** Whether `owner` holds `key` at `fence` with a live lease; true when claims are off. */
   async owns(key: string, owner: string, fence: number): Promise<boolean> {
     if (!this.adapter) return true;
     return this.adapter.owns(key, owner, fence);
   }
 
+  /** Claims still `claimed` whose lease has lapsed (at most `limit`). */
   async reclaimExpired(limit = 100): Promise<ExpiredClaim[]> {
     if (!this.adapter) return [];
     return this.adapter.reclaimExpired(limit);

@@ -1,5 +1,6 @@
 import type { CanActivate, DynamicModule, ForwardReference, Type } from '@nestjs/common';
 
+/** Options of `CycliumOpsModule.forRoot`: where the page lives and who may use it. */
 export interface CycliumOpsOptions {
   /** Where the page and its API are mounted, below any global prefix. Default `ops`. */
   path?: string;

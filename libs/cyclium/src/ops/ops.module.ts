@@ -17,6 +17,7 @@ import { OpsPageController } from './ops-page.controller.js';
  */
 @Module({})
 export class CycliumOpsModule {
+  /** Mounts the page and its API at `options.path`, behind `options.guard`. */
   static forRoot(options: CycliumOpsOptions): DynamicModule {
     const path = checkedPath(options);
     const guard = options.guard;

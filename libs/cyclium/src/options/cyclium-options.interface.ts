@@ -2,9 +2,18 @@ import type { Bus } from '../bus/bus.interface.js';
 import type { WorkClaimsAdapter } from '../claims/work-claims-adapter.interface.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
 
+/**
+ * What a node does: `full` runs episodes; `trigger_only` creates them and leaves the running to a
+ * full node (a trigger request); `disabled` fires nothing and runs nothing.
+ */
 export type CycliumMode = 'full' | 'trigger_only' | 'disabled';
+/**
+ * What recovery does with an orphaned episode: start it again (`restart`) or mark it failed
+ * (`fail`).
+ */
 export type RecoveryPolicy = 'restart' | 'fail';
 
+/** `CycliumOptions.recovery`: when and how the orphan sweep runs. */
 export interface RecoveryOptions {
   /** Run `Recovery.sweep` after boot and then on a timer. Default `true`. */
   onBoot?: boolean;
@@ -26,6 +35,7 @@ export interface RecoveryOptions {
   notHostedGraceMs?: number | null;
 }
 
+/** The options of `CycliumModule.forRoot`; every field has a default. */
 export interface CycliumOptions {
   /** This node's identity: a fixed string, or a function called on demand. Default: minted once per node (hostname, pid and random hex), so a restart is a new identity. */
   nodeIdentity?: string | (() => string);

@@ -1,5 +1,6 @@
 import type { CycliumOutput } from '../entities/output.entity.js';
 
+/** What an output adapter gets with each delivery attempt. */
 export interface DeliveryContext {
   /**
    * The output's dedupe key, the same on every attempt and every node: send it as the idempotency
@@ -14,5 +15,6 @@ export interface DeliveryContext {
 
 /** Implemented by `@OutputAdapter(type)` providers. The resolved value is stored as `delivered_ref`. */
 export interface OutputDeliverer<P = unknown> {
+  /** Sends one output; at least once, so pass `context`'s dedupe key to the receiver. */
   deliver(output: CycliumOutput & { payload: P }, context: DeliveryContext): Promise<unknown>;
 }

@@ -1,6 +1,7 @@
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
 
+/** Options of `Recovery.sweep`. */
 export interface SweepOptions {
   /** Default: `recovery.staleAfterMs`. */
   staleAfterMs?: number;
@@ -15,6 +16,7 @@ export interface SweepOptions {
 /** Why a candidate was left: a live claim holds it, another node took it first, its actor runs elsewhere, or the attempt failed. */
 export type SkipReason = 'busy' | 'taken' | 'not_hosted' | 'error';
 
+/** What one recovery sweep did with the orphans it found. */
 export interface SweepResult {
   restarted: number;
   /** Restarts handed to a full node as trigger requests (this node, or the actor here, is trigger-only; or another stack hosts it). */
@@ -26,6 +28,7 @@ export interface SweepResult {
   skippedFor: Partial<Record<SkipReason, number>>;
 }
 
+/** The last recovery sweep on this node: when, and its result or error. */
 export interface LastSweep {
   at: Date;
   result: SweepResult | null;

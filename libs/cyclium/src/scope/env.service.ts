@@ -13,6 +13,7 @@ export class Env {
     return this.options.env;
   }
 
+  /** `key:<env>` when this node has an env, the key unchanged otherwise; `null` stays `null`. */
   scopeKey(key: string): string;
   scopeKey(key: null): null;
   scopeKey(key: string | null): string | null;

@@ -5,10 +5,12 @@ import type { QueryConfig, QueryResult, QueryResultRow } from 'pg';
  * parameters, as text + values or as a named (server-side prepared) statement.
  */
 export interface SqlExecutor {
+  /** Runs one statement, as text and positional values, and returns its rows. */
   query<R extends QueryResultRow = QueryResultRow>(
     text: string,
     values?: unknown[],
   ): Promise<QueryResult<R>>;
+  /** Runs one statement, as a config (named: prepared once per connection). */
   query<R extends QueryResultRow = QueryResultRow>(config: QueryConfig): Promise<QueryResult<R>>;
 }
 

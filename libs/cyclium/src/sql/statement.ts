@@ -31,6 +31,7 @@ export class Statement {
     return this;
   }
 
+  /** The final statement: the CTEs added so far as a `WITH` before `select`. */
   build(select: string): QueryConfig {
     const text = this.ctes.length > 0 ? `WITH ${this.ctes.join(',\n')}\n${select}` : select;
     return {

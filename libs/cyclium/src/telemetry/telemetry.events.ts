@@ -82,6 +82,7 @@ export interface CycliumEventMap {
   'node.registered': CycliumEventBase & { stack: string | null; env: string | null; mode: string };
 }
 
+/** The name of a telemetry event Cyclium emits (a key of `CycliumEventMap`). */
 export type CycliumEventName = keyof CycliumEventMap;
 
 /** `work_claims.acquired` → `cyclium:work_claims:acquired`. */

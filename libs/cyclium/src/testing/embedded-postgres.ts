@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { KeeperMessage, KeeperRequest } from './postgres-keeper.protocol.js';
 
+/** Options of `startPostgres`. */
 export interface StartPostgresOptions {
   /** Where the cluster keeps its files. Default: a fresh temporary folder, deleted on stop. */
   dataDir?: string;
@@ -18,6 +19,7 @@ export interface StartPostgresOptions {
   settings?: Record<string, string>;
 }
 
+/** A PostgreSQL server `startPostgres` started: where to reach it and how to stop it. */
 export interface RunningPostgres {
   /** `postgres://postgres:postgres@127.0.0.1:<port>/postgres` */
   url: string;
@@ -26,6 +28,7 @@ export interface RunningPostgres {
   stop(): Promise<void>;
 }
 
+/** A TCP port free on 127.0.0.1 right now (the OS picks it). */
 export function freePort(): Promise<number> {
   return new Promise((resolvePort, reject) => {
     const server = createServer();

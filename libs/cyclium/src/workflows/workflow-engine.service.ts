@@ -17,11 +17,13 @@ import { WorkflowInstanceStore, type WorkflowInstanceRow } from './workflow-inst
 import { WorkflowRegistry } from './workflow-registry.service.js';
 import { isUuid } from '../sql/uuid.js';
 
+/** Options of `WorkflowEngine.start`. */
 export interface StartWorkflowOptions {
   /** One live instance per subject: a start while one runs returns that one. Default: the input at the workflow's `subjectKey`, else none. */
   subject?: string | null;
 }
 
+/** What a workflow cancel did: canceled it, found it finished, or found none. */
 export type WorkflowCancelResult = 'canceled' | 'finished' | 'not_found';
 
 /** How often one node tries an event or a start that keeps losing races before leaving it to its peers (and reconciliation). */
@@ -65,6 +67,7 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     return this.options.workflowEngine && this.registry.all().length > 0 && !this.stopped;
   }
 
+  /** Nest calls it: subscribes to episodes' terminal events (and workflow triggers). */
   onApplicationBootstrap(): void {
     if (!this.advancing) return;
     for (const type of TERMINAL_EVENTS) {

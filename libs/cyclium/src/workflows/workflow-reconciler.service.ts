@@ -11,6 +11,7 @@ import { WorkflowInstanceStore, type WorkflowInstanceRow } from './workflow-inst
 import { WorkflowRegistry } from './workflow-registry.service.js';
 import { isUuid } from '../sql/uuid.js';
 
+/** Options of a workflow reconciliation pass. */
 export interface ReconcileOptions {
   /** Default: this node's stack (unset: every stack). Instances with no stack match any stack. */
   sourceStack?: string | null;
@@ -18,6 +19,7 @@ export interface ReconcileOptions {
   sourceEnv?: string | null;
 }
 
+/** What one workflow reconciliation pass did. */
 export interface ReconcileResult {
   /** Terminal events re-published for step episodes that had finished. */
   replayed: number;

@@ -2,12 +2,14 @@ import { DiscoveryService, Reflector } from '@nestjs/core';
 import type { FilterValue } from '../actors/expectation.decorator.js';
 import type { StepResult } from '../entities/workflow-step-state.js';
 
+/** What starts a workflow instance: `WorkflowEngine.start` only, or a bus event. */
 export type WorkflowTrigger =
   /** Only `WorkflowEngine.start(...)`. */
   | 'manual'
   /** Each bus event of this type whose payload matches starts one instance across the cluster; the payload is its input. */
   | { event: string; filter?: Record<string, FilterValue>; every?: never; cron?: never };
 
+/** Options of `@Workflow`: its id, trigger and subject. */
 export interface WorkflowOptions {
   id: string;
   /** Default `'manual'`. */
@@ -19,6 +21,7 @@ export interface WorkflowOptions {
 /** What ends a failed step: fail the instance (and cancel the rest), or let the steps after it run. */
 export type StepFailureAction = 'fail_workflow' | 'continue';
 
+/** What a workflow does when a step's episode fails: an action, or retry first. */
 export type StepFailurePolicy =
   | StepFailureAction
   /**
@@ -28,6 +31,7 @@ export type StepFailurePolicy =
    */
   | { retry: { attempts: number; backoffMs?: number; then?: StepFailureAction } };
 
+/** Options of `@WorkflowStep`: which actor and expectation run it, and on failure. */
 export interface WorkflowStepOptions {
   /** Default: the method name. */
   id?: string;
