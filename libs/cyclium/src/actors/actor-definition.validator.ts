@@ -61,7 +61,8 @@ export function validateExpectation(
   const id = options.id ?? methodName;
   const trigger = options.trigger;
   if (trigger && typeof trigger === 'object') {
-    // The types rule this out; plain JavaScript (or a cast) could still mix kinds, and one would be silently dropped.
+    // The types rule this out; plain JavaScript (or a cast) could still mix kinds, and one would be
+    // silently dropped.
     const kinds = ['event', 'every', 'cron'].filter((k) => k in trigger);
     const unknown = Object.keys(trigger).filter(
       (k) => !['event', 'every', 'cron', 'filter', 'catchUp'].includes(k),

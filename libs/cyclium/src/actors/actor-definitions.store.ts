@@ -20,7 +20,10 @@ export class ActorDefinitionsStore {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** At boot: a database away meanwhile is waited for (CycliumDataSource.atBoot); the upsert is idempotent. */
+  /**
+   * At boot: a database away meanwhile is waited for (CycliumDataSource.atBoot); the upsert is
+   * idempotent.
+   */
   async record(actors: Iterable<RegisteredActor>): Promise<void> {
     await this.database.atBoot('recording the actor definitions', () => this.upsert(actors));
   }
@@ -42,7 +45,10 @@ export class ActorDefinitionsStore {
     }
   }
 
-  /** The recovery policy recorded for an episode's expectation in the episode's stack and env (see recordedPolicyOf). */
+  /**
+   * The recovery policy recorded for an episode's expectation in the episode's stack and env (see
+   * recordedPolicyOf).
+   */
   async recordedPolicy(episode: {
     actorId: string;
     expectationId: string;

@@ -54,7 +54,10 @@ export class ActorRegistry implements OnModuleInit {
     return this.actors.get(actorId)?.expectations.get(expectationId);
   }
 
-  /** The expectations of `actors` (by default every actor this node hosts), by actor: see HostedExpectations. */
+  /**
+   * The expectations of `actors` (by default every actor this node hosts), by actor: see
+   * HostedExpectations.
+   */
   hostedExpectations(actors: readonly RegisteredActor[] = this.all()): HostedExpectations {
     return Object.fromEntries(actors.map((actor) => [actor.id, [...actor.expectations.keys()]]));
   }

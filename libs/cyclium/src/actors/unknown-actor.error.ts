@@ -1,4 +1,6 @@
-/** An actor id this node does not host, where a call needs one it does (`Mode.setActorOverride`). */
+/**
+ * An actor id this node does not host, where a call needs one it does (`Mode.setActorOverride`).
+ */
 export class UnknownActorError extends Error {
   override readonly name = 'UnknownActorError';
 

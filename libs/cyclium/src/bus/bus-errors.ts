@@ -3,7 +3,10 @@ import { DatabaseUnavailableError } from '../sql/database-errors.js';
 /** The part of an event a refusal is about. */
 export type BusEventField = 'type' | 'eventId' | 'payload';
 
-/** An event the bus refuses to publish, with the reason; nothing was sent. The caller's mistake (a 400). */
+/**
+ * An event the bus refuses to publish, with the reason; nothing was sent. The caller's mistake (a
+ * 400).
+ */
 export class InvalidBusEventError extends TypeError {
   override readonly name: string = 'InvalidBusEventError';
 
@@ -16,7 +19,10 @@ export class InvalidBusEventError extends TypeError {
   }
 }
 
-/** The payload serialises to more bytes than the bus takes (`busMaxPayloadBytes`); nothing was sent. A 413. */
+/**
+ * The payload serialises to more bytes than the bus takes (`busMaxPayloadBytes`); nothing was sent.
+ * A 413.
+ */
 export class EventPayloadTooLargeError extends InvalidBusEventError {
   override readonly name: string = 'EventPayloadTooLargeError';
 

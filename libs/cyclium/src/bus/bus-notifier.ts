@@ -43,7 +43,10 @@ export interface LoneListener {
   hear(heard: Heard): void;
 }
 
-/** The NOTIFYs one node sends on its channel: whatever was asked for since the last run, in one statement. */
+/**
+ * The NOTIFYs one node sends on its channel: whatever was asked for since the last run, in one
+ * statement.
+ */
 export class BusNotifier {
   private readonly logger = new Logger('CycliumBus');
   private readonly outage = new OutageLog(this.logger, 'waking listeners (NOTIFY)');
@@ -78,7 +81,10 @@ export class BusNotifier {
     this.runs.request();
   }
 
-  /** Tells the channel that `identity` listens now, so a node that thought itself alone NOTIFYs again. */
+  /**
+   * Tells the channel that `identity` listens now, so a node that thought itself alone NOTIFYs
+   * again.
+   */
   announce(identity: string): void {
     this.pendingJoin = identity;
     this.runs.request();
@@ -138,7 +144,9 @@ export class BusNotifier {
   }
 }
 
-/** One wake-up ('' when there is nothing else to say) and the tokens, in payloads NOTIFY accepts. */
+/**
+ * One wake-up ('' when there is nothing else to say) and the tokens, in payloads NOTIFY accepts.
+ */
 export function notifyPayloads(wake: boolean, tokens: readonly string[]): string[] {
   if (tokens.length === 0) return wake ? [''] : [];
   const payloads: string[] = [];

@@ -35,7 +35,10 @@ const SKIP = `
   UPDATE cyclium_bus_positions SET skipped = skipped + 1, last_skip = $3, updated_at = now()
    WHERE channel = $1 AND consumer = $2`;
 
-/** Every stored position, for the cluster status: a consumer no live node hosts any more holds its channel's events. */
+/**
+ * Every stored position, for the cluster status: a consumer no live node hosts any more holds its
+ * channel's events.
+ */
 export const STORED_POSITIONS = `
   coalesce((SELECT json_agg(json_build_object('channel', channel, 'consumer', consumer, 'type', type,
                                               'updatedAt', updated_at, 'skipped', skipped, 'lastSkip', last_skip)
@@ -98,7 +101,9 @@ export class BusPositions {
     return new Map(rows.map((row) => [row.consumer, parseSnapshot(row.position)]));
   }
 
-  /** Stores each consumer's position where it is further than the stored one (one entry per name). */
+  /**
+   * Stores each consumer's position where it is further than the stored one (one entry per name).
+   */
   async advance(sql: SqlExecutor, positions: readonly SettledPosition[]): Promise<void> {
     if (positions.length === 0) return;
     const names = positions.map((p) => p.consumer.name);

@@ -9,17 +9,26 @@ export interface StorableEvent {
   readonly payloadJson: string;
 }
 
-/** Where the stamp of a row comes from: the stack, env and node that wrote it, and how reserved events are signed. */
+/**
+ * Where the stamp of a row comes from: the stack, env and node that wrote it, and how reserved
+ * events are signed.
+ */
 export interface EventLogScope {
   readonly channel: string;
   readonly stackSlug: string | null;
   readonly env: string | null;
   readonly publisher: () => string;
-  /** Signs and verifies the library's reserved events (the `integrity` option); absent, nothing is signed. */
+  /**
+   * Signs and verifies the library's reserved events (the `integrity` option); absent, nothing is
+   * signed.
+   */
   readonly integrity?: EventIntegrity;
 }
 
-/** The `integrity` option as the bus sees it: a signature over a reserved event on a channel, and its check. */
+/**
+ * The `integrity` option as the bus sees it: a signature over a reserved event on a channel, and
+ * its check.
+ */
 export interface EventIntegrity {
   sign(channel: string, event: Pick<BusEvent, 'eventId' | 'type' | 'payload'>): string | null;
   verify(
@@ -61,7 +70,10 @@ const APPEND = prepared(
    WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.event_id = e.event_id)`,
 );
 
-/** Whether each event equals the one stored under its id, in a fresh snapshot; events whose row is gone are left out. */
+/**
+ * Whether each event equals the one stored under its id, in a fresh snapshot; events whose row is
+ * gone are left out.
+ */
 const COMPARE = prepared(
   'events_compare',
   `
@@ -70,7 +82,10 @@ const COMPARE = prepared(
     JOIN cyclium_events o ON o.channel = $1 AND o.event_id = e.event_id`,
 );
 
-/** A row that vanished between the conflict and the look (retention) is inserted again; this many rounds at most. */
+/**
+ * A row that vanished between the conflict and the look (retention) is inserted again; this many
+ * rounds at most.
+ */
 const APPEND_ROUNDS = 3;
 
 /**
@@ -79,11 +94,17 @@ const APPEND_ROUNDS = 3;
  */
 export type AppendOutcome = 'stored' | 'same' | 'conflict';
 
-/** Stores events on cyclium_events, stamped with the scope: checked appends, and appends inside a larger statement. */
+/**
+ * Stores events on cyclium_events, stamped with the scope: checked appends, and appends inside a
+ * larger statement.
+ */
 export class EventAppender {
   constructor(private readonly scope: EventLogScope) {}
 
-  /** Stores `events` (ids already stored are compared, not written); one outcome per event, in order. */
+  /**
+   * Stores `events` (ids already stored are compared, not written); one outcome per event, in
+   * order.
+   */
   async append(sql: SqlExecutor, events: readonly StorableEvent[]): Promise<AppendOutcome[]> {
     const outcomes: Array<AppendOutcome | undefined> = new Array<AppendOutcome | undefined>(
       events.length,
@@ -99,7 +120,10 @@ export class EventAppender {
     return outcomes as AppendOutcome[];
   }
 
-  /** One insert of the first event per id among `open`, then one look at the rest; returns what is still unsettled. */
+  /**
+   * One insert of the first event per id among `open`, then one look at the rest; returns what is
+   * still unsettled.
+   */
   private async appendRound(
     sql: SqlExecutor,
     events: readonly StorableEvent[],

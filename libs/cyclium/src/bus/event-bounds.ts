@@ -24,7 +24,10 @@ export const READ_MAX_BYTES = 4 * 1_048_576;
  */
 export const MAX_PAYLOAD_BYTES = READ_MAX_BYTES / 2;
 
-/** At most this many bytes of jsonb text per byte of JSON (a number like `5e-324` prints 327 characters). */
+/**
+ * At most this many bytes of jsonb text per byte of JSON (a number like `5e-324` prints 327
+ * characters).
+ */
 const MAX_TEXT_PER_JSON_BYTE = 55;
 
 /** Refuses a type or id over its bound, naming the field, before anything is queued. */
@@ -35,7 +38,8 @@ export function assertEventBounds(type: string, eventId: string): void {
 
 /** Refuses a payload whose JSON is over `limitBytes` (UTF-8), naming the event. */
 export function assertPayloadSize(payloadJson: string, limitBytes: number, what: string): void {
-  // A string's UTF-8 size is at most three bytes per UTF-16 unit: skip the count when it cannot exceed.
+  // A string's UTF-8 size is at most three bytes per UTF-16 unit: skip the count when it cannot
+  // exceed.
   if (payloadJson.length * 3 <= limitBytes) return;
   const bytes = Buffer.byteLength(payloadJson, 'utf8');
   if (bytes > limitBytes) {
@@ -103,7 +107,10 @@ export function jsonbTextBytes(json: string): number {
   return bytes;
 }
 
-/** How PostgreSQL's numeric prints a JSON number literal: its digits in plain notation, at the literal's scale. */
+/**
+ * How PostgreSQL's numeric prints a JSON number literal: its digits in plain notation, at the
+ * literal's scale.
+ */
 function plainLength(literal: string): number {
   const match = NUMBER.exec(literal);
   if (!match?.[4]) return literal.length;

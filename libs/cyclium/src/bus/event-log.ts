@@ -20,7 +20,10 @@ export interface LoggedEvent {
   readonly committedAt: number;
   /** How long ago it was stored, by the database clock, when it was read. */
   readonly ageMs: number;
-  /** False for a reserved event whose signature does not hold (the `integrity` option): nobody is handed it. */
+  /**
+   * False for a reserved event whose signature does not hold (the `integrity` option): nobody is
+   * handed it.
+   */
   readonly trusted: boolean;
   /**
    * The bytes of its payload as text when they are over what one read loads (READ_MAX_BYTES): the
@@ -93,7 +96,9 @@ const READ_AFTER = prepared(
    ORDER BY e.tx_id, e.id`,
 );
 
-/** The rest of a read that filled its page: rows new since `from` and visible in `to`, after a key. */
+/**
+ * The rest of a read that filled its page: rows new since `from` and visible in `to`, after a key.
+ */
 const READ_PAGE = prepared(
   'events_read_page',
   `
@@ -112,7 +117,10 @@ const READ_PAGE = prepared(
 
 const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`);
 
-/** Retention's advisory lock: this class (the old cluster-wide key's upper half) and the channel's hash. */
+/**
+ * Retention's advisory lock: this class (the old cluster-wide key's upper half) and the channel's
+ * hash.
+ */
 const PRUNE_LOCK_CLASS = 1_692_411_771;
 
 /**
@@ -238,13 +246,19 @@ interface EventRow {
   age_ms: number;
 }
 
-/** `value` as an ISO time when it is a Date JavaScript can print; else the row's stored time (a hostile row). */
+/**
+ * `value` as an ISO time when it is a Date JavaScript can print; else the row's stored time (a
+ * hostile row).
+ */
 function isoTime(value: unknown, fallbackMs: number): string {
   const valid = value instanceof Date && Number.isFinite(value.getTime());
   return (valid ? value : new Date(fallbackMs)).toISOString();
 }
 
-/** Every statement on cyclium_events: the reads and retention here, the appends through EventAppender. */
+/**
+ * Every statement on cyclium_events: the reads and retention here, the appends through
+ * EventAppender.
+ */
 export class EventLog {
   private readonly appender: EventAppender;
 
@@ -256,12 +270,18 @@ export class EventLog {
     return this.scope.channel;
   }
 
-  /** Stores `events` (ids already stored are compared, not written); one outcome per event, in order. */
+  /**
+   * Stores `events` (ids already stored are compared, not written); one outcome per event, in
+   * order.
+   */
   append(sql: SqlExecutor, events: readonly StorableEvent[]): Promise<AppendOutcome[]> {
     return this.appender.append(sql, events);
   }
 
-  /** EventAppender.fragment: the append as the body of a CTE of a larger statement, writing only when `when` holds. */
+  /**
+   * EventAppender.fragment: the append as the body of a CTE of a larger statement, writing only
+   * when `when` holds.
+   */
   appendFragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
     return this.appender.fragment(statement, events, when);
   }
@@ -271,7 +291,10 @@ export class EventLog {
     return parseSnapshot(rows[0]?.snapshot ?? '');
   }
 
-  /** Rows new since `from`, and the snapshot they were read with; `more` when a limit (rows or bytes) cut the read. */
+  /**
+   * Rows new since `from`, and the snapshot they were read with; `more` when a limit (rows or
+   * bytes) cut the read.
+   */
   async readAfter(
     sql: SqlExecutor,
     from: DbSnapshot,
@@ -290,7 +313,10 @@ export class EventLog {
     };
   }
 
-  /** Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more` as readAfter's. */
+  /**
+   * Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more`
+   * as readAfter's.
+   */
   async readPage(
     sql: SqlExecutor,
     from: DbSnapshot,
@@ -334,7 +360,10 @@ export class EventLog {
     };
   }
 
-  /** One batch of retention on this channel after `after` (see PRUNE); nothing while another node of it prunes. */
+  /**
+   * One batch of retention on this channel after `after` (see PRUNE); nothing while another node of
+   * it prunes.
+   */
   async prune(
     sql: SqlExecutor,
     windows: PruneWindows,

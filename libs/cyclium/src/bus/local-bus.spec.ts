@@ -4,7 +4,10 @@ import type { BusEvent, BusHandler } from './bus.interface.js';
 import { InvalidBusEventError } from './bus-errors.js';
 import { LocalBus } from './local-bus.js';
 
-/** Resolves with the next event of `type` on `bus` that `matches`: delivery itself is the condition, no sleeping. */
+/**
+ * Resolves with the next event of `type` on `bus` that `matches`: delivery itself is the condition,
+ * no sleeping.
+ */
 function next(
   bus: LocalBus,
   type: string,

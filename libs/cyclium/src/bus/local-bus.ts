@@ -94,7 +94,10 @@ export class LocalBus extends Bus implements DispatchSignals {
     return () => this.signalHandlers.delete(handler);
   }
 
-  /** Queues an event minted elsewhere (another node, via a transport) for this process's handlers; false when none wants it. */
+  /**
+   * Queues an event minted elsewhere (another node, via a transport) for this process's handlers;
+   * false when none wants it.
+   */
   deliver(event: BusEvent): boolean {
     this.queue.push(event);
     if (!this.scheduled) {

@@ -37,7 +37,8 @@ export function heldClaim({ key, owner, fence }: ClaimRefs): string {
 
 /**
  * The ownership proof: one row while owned. Locked (`FOR SHARE`), it holds the claim row until the
- * statement's transaction ends, so a thief's takeover waits for our commit and then sees the outcome.
+ * statement's transaction ends, so a thief's takeover waits for our commit and then sees the
+ * outcome.
  */
 export function ownedClaim(refs: ClaimRefs, lock: boolean): string {
   return `SELECT 1 FROM cyclium_work_claims c WHERE ${heldClaim(refs)}${lock ? ' FOR SHARE' : ''}`;
@@ -104,8 +105,8 @@ export function stillTakeable(seen: { fence: string; state: string }): string {
 }
 
 /**
- * Takes over the rows `from` and `where` pick (see stillTakeable): a new owner and lease, fence + 1,
- * and the attempt counted on from a failure or a lapse, restarted after `done`.
+ * Takes over the rows `from` and `where` pick (see stillTakeable): a new owner and lease, fence +
+ * 1, and the attempt counted on from a failure or a lapse, restarted after `done`.
  */
 export function takeOverClaims(
   refs: LeaseRefs & { from?: string; where: string; returning: string },

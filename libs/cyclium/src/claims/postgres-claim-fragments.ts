@@ -18,7 +18,8 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   owner: (refs) => ownedClaim(refs, true),
   ownerMany: ({ input }) => ownedClaims(input),
   // The row as this statement sees it decides, exactly as in INSERT_OR_READ + TAKE_OVER: no row
-  // means insert (a concurrent first claim makes it busy); a row is taken over only in the state read.
+  // means insert (a concurrent first claim makes it busy); a row is taken over only in the state
+  // read.
   acquire: ({ key, owner, leaseSeconds, workType, when }) => [
     [
       'claim_seen',

@@ -24,9 +24,14 @@ interface BeatRow {
   found: number;
   /** The database clock at this beat, as it prints it (microseconds kept). */
   seen_at: string;
-  /** This node's previous beat was older than three beat intervals: it was away (a freeze, an outage). */
+  /**
+   * This node's previous beat was older than three beat intervals: it was away (a freeze, an
+   * outage).
+   */
   gap: boolean;
-  /** The boot id the row had before this beat: another process's when two run under one identity. */
+  /**
+   * The boot id the row had before this beat: another process's when two run under one identity.
+   */
   previous_boot: string | null;
   peers: SignedPeer[];
   listeners: string[];

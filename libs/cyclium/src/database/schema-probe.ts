@@ -2,10 +2,12 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /**
  * One catalog fact per migration, each something only that migration creates, so a partly migrated
- * database names the first migration it still lacks. `to_regclass` follows the search_path, as every
- * other Cyclium statement does.
+ * database names the first migration it still lacks. `to_regclass` follows the search_path, as
+ * every other Cyclium statement does.
  */
-/** SQL that holds when `table` has the column `column` (both the library's own names, never input). */
+/**
+ * SQL that holds when `table` has the column `column` (both the library's own names, never input).
+ */
 function columnExists(table: string, column: string): string {
   return `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${table}') AND attname = '${column}' AND NOT attisdropped)`;
 }

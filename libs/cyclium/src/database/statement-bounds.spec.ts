@@ -4,7 +4,10 @@ import type pg from 'pg';
 import { DatabaseTimeoutError, isDatabaseUnavailable } from '../sql/database-errors.js';
 import { StatementBounds } from './statement-bounds.js';
 
-/** A checked-out client that answers, or (like pg past `query_timeout`) fails with 'Query read timeout'. */
+/**
+ * A checked-out client that answers, or (like pg past `query_timeout`) fails with 'Query read
+ * timeout'.
+ */
 class FakeClient extends EventEmitter {
   readonly sent: Array<{ text: string; query_timeout?: number }> = [];
   released: Array<Error | undefined> = [];

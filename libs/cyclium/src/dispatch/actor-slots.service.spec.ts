@@ -98,7 +98,8 @@ describe('ActorSlots queue', () => {
       const { slots, dequeues } = slotsWithManualQueue();
       slots.noteQueued('a');
       dequeues[0]?.({ status: 'busy' });
-      // Nothing notes the queue when the other node lets the claim go: the slots must come back on their own.
+      // Nothing notes the queue when the other node lets the claim go: the slots must come back on
+      // their own.
       expect(await settles(() => dequeues.length > 1)).toBe(false);
       jest.advanceTimersByTime(1_000);
       expect(dequeues).toHaveLength(2);
@@ -181,7 +182,8 @@ describe('ActorSlots bus events waiting in memory', () => {
     void slots.dispatch(expectation, trigger, busEvent(onWait)).then((result) => (answer = result));
     expect(await settles(() => onWait.mock.calls.length === 1)).toBe(true);
     expect(begins).toHaveLength(1);
-    // The first method returned: its end is still being written, and the slot already starts the next.
+    // The first method returned: its end is still being written, and the slot already starts the
+    // next.
     returns[0]?.();
     expect(begins).toHaveLength(2);
     begins[1]?.(started('e2'));

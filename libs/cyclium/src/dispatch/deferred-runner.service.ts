@@ -50,7 +50,10 @@ export class DeferredRunner {
   private readonly dueListeners = new Set<() => void>();
   private readonly dueTimers = new Set<NodeJS.Timeout>();
 
-  /** `listener` runs when a run this node deferred for later falls due (the poller polls then); returns the unsubscribe. */
+  /**
+   * `listener` runs when a run this node deferred for later falls due (the poller polls then);
+   * returns the unsubscribe.
+   */
   onDue(listener: () => void): () => void {
     this.dueListeners.add(listener);
     return () => {

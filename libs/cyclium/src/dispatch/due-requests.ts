@@ -25,11 +25,17 @@ function ttlInterval(ttl: string): string {
   return `make_interval(secs => ${ttl}::double precision / 1000)`;
 }
 
-/** Who judges a request, all SQL expressions: its env, how long a beat stays fresh (ms), and the judging node. */
+/**
+ * Who judges a request, all SQL expressions: its env, how long a beat stays fresh (ms), and the
+ * judging node.
+ */
 export interface Judge {
   env: string;
   goneAfter: string;
-  /** The node asking, which counts as full whatever its row says yet (it takes requests); NULL when it is not. */
+  /**
+   * The node asking, which counts as full whatever its row says yet (it takes requests); NULL when
+   * it is not.
+   */
   me: string;
 }
 

@@ -68,7 +68,10 @@ export function requestClaimKey(id: string): string {
   return `trigger_request:${id}`;
 }
 
-/** Retention: the requests of the episodes `due` (column `id`) lists, returning each one's claim key (see requestClaimKey). */
+/**
+ * Retention: the requests of the episodes `due` (column `id`) lists, returning each one's claim key
+ * (see requestClaimKey).
+ */
 export function deleteRequestsOf(statement: Statement, due: string): string {
   const prefix = statement.param(requestClaimKey(''), 'text');
   return `DELETE FROM cyclium_trigger_requests r WHERE r.episode_id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING ${prefix} || r.id AS claim_key`;
@@ -111,7 +114,8 @@ export class TriggerRequests implements RetryWakeUps {
 
   /**
    * Inserts a request inside the caller's transaction (a deferred restart; a retry's wake-up,
-   * `scheduled`, which a node of the previous release never reads), signed with its episode's trigger.
+   * `scheduled`, which a node of the previous release never reads), signed with its episode's
+   * trigger.
    */
   async insertWithin(
     client: SqlExecutor,
@@ -140,7 +144,10 @@ export class TriggerRequests implements RetryWakeUps {
     return (rows[0] as { id: string }).id;
   }
 
-  /** A `waiting` episode's wake-up (a retry's backoff, a sleep, an operator's retry): `scheduled`, due after `delayMs`, resuming the episode from its journal. */
+  /**
+   * A `waiting` episode's wake-up (a retry's backoff, a sleep, an operator's retry): `scheduled`,
+   * due after `delayMs`, resuming the episode from its journal.
+   */
   async scheduleWithin(
     client: SqlExecutor,
     episode: EpisodeRow,
@@ -184,7 +191,9 @@ export class TriggerRequests implements RetryWakeUps {
     return this.signer.accepts('trigger_request', fields, request.signature);
   }
 
-  /** A node whose beat is older than this counts as down (three beats missed, as Peers count them). */
+  /**
+   * A node whose beat is older than this counts as down (three beats missed, as Peers count them).
+   */
   private get goneAfterMs(): number {
     return 3 * this.options.nodeBeatIntervalMs;
   }
@@ -242,7 +251,10 @@ export class TriggerRequests implements RetryWakeUps {
     return rows.map(toRequest);
   }
 
-  /** Takes a pending request for `owner`, inside the caller's transaction; false when another node got there. */
+  /**
+   * Takes a pending request for `owner`, inside the caller's transaction; false when another node
+   * got there.
+   */
   async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
@@ -321,7 +333,8 @@ export class TriggerRequests implements RetryWakeUps {
 
   /**
    * When each of these episodes that waits for a request falls due, and what it waits for: `start`
-   * (a run for later, or a trigger-only node's), or the `WakeReason` of a waiting one. One read for a page.
+   * (a run for later, or a trigger-only node's), or the `WakeReason` of a waiting one. One read for
+   * a page.
    */
   async waitsOf(
     episodeIds: readonly string[],

@@ -1,7 +1,10 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import type { StepState } from './workflow-step-state.js';
 
-/** `blocked` is never written by the engine today; reconciliation and the subject index treat it as live. */
+/**
+ * `blocked` is never written by the engine today; reconciliation and the subject index treat it as
+ * live.
+ */
 export type WorkflowInstanceStatus = 'running' | 'blocked' | 'done' | 'failed' | 'canceled';
 
 @Entity({ name: 'cyclium_workflow_instances' })
@@ -15,7 +18,9 @@ export class CycliumWorkflowInstance {
   @Column({ type: 'text' })
   status: WorkflowInstanceStatus;
 
-  /** Per step: status, attempts, the episode of the current attempt, its result (small) and error. */
+  /**
+   * Per step: status, attempts, the episode of the current attempt, its result (small) and error.
+   */
   @Column({ name: 'step_states', type: 'jsonb' })
   stepStates: Record<string, StepState>;
 
@@ -48,7 +53,9 @@ export class CycliumWorkflowInstance {
   @Column({ name: 'finished_at', type: 'timestamptz', nullable: true })
   finishedAt: Date | null;
 
-  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  /**
+   * `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it.
+   */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
 }

@@ -24,7 +24,10 @@ import { EpisodeWaits } from './episode-waits.service.js';
 import { retryOptionsFor, type RetryOptions } from './retry-policy.js';
 import type { RunningEpisode } from './running-episode.js';
 
-/** Failures the library decides rather than the host's code: their message says it all, so no stack even at debug. */
+/**
+ * Failures the library decides rather than the host's code: their message says it all, so no stack
+ * even at debug.
+ */
 const DECIDED = new Set([
   'unknown_actor',
   'nondeterministic_resume',
@@ -98,7 +101,10 @@ export class EpisodeEndings {
     if (won.length > 0) await this.outputs.deliver(won, sentAt);
   }
 
-  /** Outputs.reclaim; a failure leaves the stray row for the output rescue to fail, as it would without this. */
+  /**
+   * Outputs.reclaim; a failure leaves the stray row for the output rescue to fail, as it would
+   * without this.
+   */
   private async reclaimed(
     episode: EpisodeRow,
     proposals: readonly OutputProposal[],
@@ -114,7 +120,10 @@ export class EpisodeEndings {
     }
   }
 
-  /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
+  /**
+   * Records how a run that did not converge ended, fenced like every other write, with its terminal
+   * event.
+   */
   async settle(
     episode: EpisodeRow,
     ownership: Ownership,
@@ -122,7 +131,8 @@ export class EpisodeEndings {
     cause: unknown,
     declared?: RetryOptions,
   ): Promise<void> {
-    // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
+    // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone
+    // else's, or recovery's.
     if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
       this.abandon(episode, cause);
       return;
@@ -182,7 +192,10 @@ export class EpisodeEndings {
     this.telemetry.emit(event, { ...describeEpisode(episode), errorClass });
   }
 
-  /** `ep.sleep` stopped the run before its wake-up time: the episode waits until then (EpisodeWaits.sleep). */
+  /**
+   * `ep.sleep` stopped the run before its wake-up time: the episode waits until then
+   * (EpisodeWaits.sleep).
+   */
   async sleep(
     episode: EpisodeRow,
     ownership: Ownership,
@@ -213,7 +226,10 @@ export class EpisodeEndings {
     });
   }
 
-  /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeWaits), or is abandoned when its claim moved on. */
+  /**
+   * A failed attempt with attempts left: the episode waits out its backoff (EpisodeWaits), or is
+   * abandoned when its claim moved on.
+   */
   private async retryLater(
     episode: EpisodeRow,
     ownership: Ownership,

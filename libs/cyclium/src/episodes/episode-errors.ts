@@ -40,7 +40,10 @@ export class EpisodeSleeping extends Error {
   }
 }
 
-/** `Episodes.list` was asked for something it cannot page by: the message names the field. A caller's mistake (a 400 over HTTP). */
+/**
+ * `Episodes.list` was asked for something it cannot page by: the message names the field. A
+ * caller's mistake (a 400 over HTTP).
+ */
 export class InvalidListQueryError extends Error {
   override readonly name = 'InvalidListQueryError';
 }

@@ -3,7 +3,10 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import type { EpisodeTrigger } from './episode-context.interface.js';
 
-/** An episode a writer begins (running) or queues: what it asks for; the insert adds the id and the columns it derives. */
+/**
+ * An episode a writer begins (running) or queues: what it asks for; the insert adds the id and the
+ * columns it derives.
+ */
 export interface NewEpisode {
   actorId: string;
   expectationId: string;

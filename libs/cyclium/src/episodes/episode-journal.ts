@@ -21,9 +21,10 @@ export interface Checkpoint {
 
 /**
  * Whether a step write whose reply was lost committed: the journal row of that step at that
- * position. While the claim is held at this fence no other holder can have written a step there
- * (a previous holder's writes all came before this run read its next position; markers are
- * observations), so the row is this write's. Reads ownership and a pending cancel as the step write does.
+ * position. While the claim is held at this fence no other holder can have written a step there (a
+ * previous holder's writes all came before this run read its next position; markers are
+ * observations), so the row is this write's. Reads ownership and a pending cancel as the step write
+ * does.
  */
 export const STEP_CONFIRM: FencedStatement = {
   name: 'episodes_step_confirm',
@@ -135,7 +136,10 @@ export class EpisodeJournal {
     private readonly signer: RowSigner,
   ) {}
 
-  /** Appends the marker `name` (`result_ref.event` = name) to each episode; on `via` inside a transaction, or on the pool. */
+  /**
+   * Appends the marker `name` (`result_ref.event` = name) to each episode; on `via` inside a
+   * transaction, or on the pool.
+   */
   async mark(
     ids: readonly string[],
     name: string,
@@ -225,7 +229,10 @@ export class EpisodeJournal {
     return rows[0]?.next ?? 1;
   }
 
-  /** Part of a terminal statement: a finished episode keeps its journal, not its checkpoints (every episode the SQL set `ids` names). */
+  /**
+   * Part of a terminal statement: a finished episode keeps its journal, not its checkpoints (every
+   * episode the SQL set `ids` names).
+   */
   clearCheckpointsFragment(ids: string): string {
     return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id IN (${ids}) RETURNING 1`;
   }

@@ -133,7 +133,10 @@ export class EpisodeQueue {
     );
   }
 
-  /** The actors with episodes waiting in this node's queue (a node back under the same identity has a backlog). */
+  /**
+   * The actors with episodes waiting in this node's queue (a node back under the same identity has
+   * a backlog).
+   */
   async actorsWithQueued(owner: string): Promise<string[]> {
     const { rows } = await this.database.sql.query<{ actor_id: string }>(
       `SELECT DISTINCT actor_id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1`,
@@ -142,7 +145,10 @@ export class EpisodeQueue {
     return rows.map((r) => r.actor_id);
   }
 
-  /** actorsWithQueued at boot: a database away meanwhile (a failover) is waited for (CycliumDataSource.atBoot). */
+  /**
+   * actorsWithQueued at boot: a database away meanwhile (a failover) is waited for
+   * (CycliumDataSource.atBoot).
+   */
   backlogAtBoot(owner: string): Promise<string[]> {
     return this.database.atBoot('reading the queued backlog', () => this.actorsWithQueued(owner));
   }

@@ -41,14 +41,20 @@ export interface CandidateScope {
    * here may lack it) is read only when it will be failed.
    */
   hosted: HostedExpectations | null;
-  /** A `resolvePolicy` decides in code: a row of an unhosted actor may be one to fail, so all are read. */
+  /**
+   * A `resolvePolicy` decides in code: a row of an unhosted actor may be one to fail, so all are
+   * read.
+   */
   policyInCode: boolean;
 }
 
 /** Where the adoption of gone nodes' queues looks. */
 type QueueScope = Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>;
 
-/** Where the next page of candidates starts: after this staleness and id (the text keeps microseconds). */
+/**
+ * Where the next page of candidates starts: after this staleness and id (the text keeps
+ * microseconds).
+ */
 export interface CandidateCursor {
   quietSince: string;
   id: string;
@@ -100,7 +106,10 @@ export const CANDIDATES = `
    ORDER BY q.quiet_since, e.id
    LIMIT $10`;
 
-/** The node that decides "not hosted" (NOT_HOSTED): since when it has watched, and the beat gap that ends a watch. */
+/**
+ * The node that decides "not hosted" (NOT_HOSTED): since when it has watched, and the beat gap that
+ * ends a watch.
+ */
 export interface NotHostedWatcher {
   node: string;
   /** The database time since which it has beaten without a gap (NodeRegistry.watchingSince). */
@@ -165,7 +174,10 @@ export const NOT_HOSTED = `
    WHERE e.id = stranded.id AND e.status IN ('running', 'queued')
   RETURNING e.*`;
 
-/** Queued episodes of expectations this node hosts whose node stopped beating (or deregistered when it drained). */
+/**
+ * Queued episodes of expectations this node hosts whose node stopped beating (or deregistered when
+ * it drained).
+ */
 const ORPHANED_QUEUED = `
   SELECT e.* FROM cyclium_episodes e
    WHERE e.status = 'queued'
@@ -211,7 +223,10 @@ export class EpisodeRecoveryStore {
     return rowCount === 1;
   }
 
-  /** Fails an episode recovery took and still holds (phase `recovering`), inside the recovery's transaction. */
+  /**
+   * Fails an episode recovery took and still holds (phase `recovering`), inside the recovery's
+   * transaction.
+   */
   async failOrphaned(client: SqlExecutor, id: string, detail: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_episodes
@@ -222,7 +237,10 @@ export class EpisodeRecoveryStore {
     return rowCount === 1;
   }
 
-  /** A page of running episodes nobody works on, in this node's stack and env, oldest-quiet first (CANDIDATES). */
+  /**
+   * A page of running episodes nobody works on, in this node's stack and env, oldest-quiet first
+   * (CANDIDATES).
+   */
   async candidates(scope: CandidateScope, after: CandidateCursor | null): Promise<CandidatePage> {
     const { rows } = await this.database.sql.query<
       Record<string, unknown> & { quiet_since: string }
@@ -274,8 +292,9 @@ export class EpisodeRecoveryStore {
 
   /**
    * Takes a candidate for this node's recovery, on the state it was read in; null when another node
-   * got there. The attempt it counts is re-signed only when the row as read is accepted: a forged or
-   * edited row keeps the signature it had, and its run refuses it (`tampered`) before its method runs.
+   * got there. The attempt it counts is re-signed only when the row as read is accepted: a forged
+   * or edited row keeps the signature it had, and its run refuses it (`tampered`) before its method
+   * runs.
    */
   async take(
     client: SqlExecutor,

@@ -1,7 +1,10 @@
 import { sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
 import type { Statement } from '../sql/statement.js';
 
-/** Whose finished work a retention pass handles: a node's stack and env (rule 8: the stack covers rows with none). */
+/**
+ * Whose finished work a retention pass handles: a node's stack and env (rule 8: the stack covers
+ * rows with none).
+ */
 export interface RetentionScope {
   stack: string | null;
   env: string | null;
@@ -18,7 +21,10 @@ function none(from: string): string {
   return `(SELECT count(*) FROM (SELECT 1 FROM ${from} LIMIT 1) x) = 0`;
 }
 
-/** What oldestDue reads: `columns` of `table` (aliased `aged`) whose `age` column is older than `olderThanMs`. */
+/**
+ * What oldestDue reads: `columns` of `table` (aliased `aged`) whose `age` column is older than
+ * `olderThanMs`.
+ */
 export interface DueRows {
   table: string;
   columns: string;
@@ -97,7 +103,10 @@ export const EpisodeRetention = {
     );
   },
 
-  /** Archives the episodes of `due` (column `id`) that are finished and not archived yet: their dedupe keys are free from now. */
+  /**
+   * Archives the episodes of `due` (column `id`) that are finished and not archived yet: their
+   * dedupe keys are free from now.
+   */
   archive(due: string): string {
     return `
       UPDATE cyclium_episodes e SET archived_at = now()
@@ -111,10 +120,10 @@ export const EpisodeRetention = {
   },
 
   /**
-   * Archived episodes of the scope older than `olderThanMs`, with the claim key a deletion may drop:
-   * the episode's own (`episode:<id>`, never used again) or its dedupe key, unless the key was a
-   * host's manual one, which a later trigger may take up again (the claim row then serves it). An
-   * episode with an output still pending waits for its delivery to end.
+   * Archived episodes of the scope older than `olderThanMs`, with the claim key a deletion may
+   * drop: the episode's own (`episode:<id>`, never used again) or its dedupe key, unless the key
+   * was a host's manual one, which a later trigger may take up again (the claim row then serves
+   * it). An episode with an output still pending waits for its delivery to end.
    */
   dueForDelete(
     statement: Statement,
@@ -143,7 +152,10 @@ export const EpisodeRetention = {
     return `DELETE FROM cyclium_episode_steps s WHERE s.episode_id = ANY (ARRAY(SELECT id FROM ${due}))`;
   },
 
-  /** The episodes of `due`; their outputs go by the foreign key's cascade, findings keep their rows with the episode unset. */
+  /**
+   * The episodes of `due`; their outputs go by the foreign key's cascade, findings keep their rows
+   * with the episode unset.
+   */
   deleteEpisodes(due: string): string {
     return `DELETE FROM cyclium_episodes e WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING e.id`;
   },

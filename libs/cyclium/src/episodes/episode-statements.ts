@@ -25,7 +25,9 @@ import { claimFailureOf, finishEpisode, type TerminalOutcome } from './terminal-
 import { runningHere } from './running-here.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
-/** Who must own what for a write to count: the episode's claim key, this node, the fence it holds. */
+/**
+ * Who must own what for a write to count: the episode's claim key, this node, the fence it holds.
+ */
 export interface Ownership {
   key: string;
   owner: string;
@@ -119,7 +121,8 @@ export class EpisodeStatements {
       'running',
       me,
     );
-    // Opt-in (it costs a fifth of an episode's throughput); nobody waits on it, so it rides along with the next wake-up.
+    // Opt-in (it costs a fifth of an episode's throughput); nobody waits on it, so it rides along
+    // with the next wake-up.
     const event = this.options.startedEvents
       ? this.events.fragment(
           statement,
@@ -192,7 +195,8 @@ export class EpisodeStatements {
           errorClass: p(terminal.errorClass ?? null, 'text'),
           detail: p(terminal.detail ?? null, 'text'),
         },
-        // Open: no claim in the statement, so the episode row proves it (a sweep may have taken it).
+        // Open: no claim in the statement, so the episode row proves it (a sweep may have taken
+        // it).
         joined ? undefined : runningHere('e', refs.owner),
       ),
     );
@@ -242,7 +246,10 @@ export class EpisodeStatements {
 
 export type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
 
-/** The claims fragment begins batched in one statement need; null when this setup cannot batch them (claims off, an adapter that cannot join, or `startedEvents`). */
+/**
+ * The claims fragment begins batched in one statement need; null when this setup cannot batch them
+ * (claims off, an adapter that cannot join, or `startedEvents`).
+ */
 export function batchedAcquire(
   claims: WorkClaims,
   options: ResolvedCycliumOptions,
@@ -275,7 +282,10 @@ export async function claimBegun(
   return { rows, sentAt };
 }
 
-/** Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was written). */
+/**
+ * Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was
+ * written).
+ */
 export async function queryBegin(
   sql: SqlExecutor,
   query: QueryConfig,

@@ -132,7 +132,10 @@ export class EpisodeStore {
     return oneEpisode(rows);
   }
 
-  /** Deferred episodes whose request expired (or was tampered with): failed as `errorClass`, with the reason; returns them. */
+  /**
+   * Deferred episodes whose request expired (or was tampered with): failed as `errorClass`, with
+   * the reason; returns them.
+   */
   async failDeferred(
     client: SqlExecutor,
     failures: Array<{ episodeId: string; reason: string }>,
@@ -161,7 +164,8 @@ export class EpisodeStore {
 
   /**
    * At the `integrity` cut-over, inside its transaction: signs the unsigned episodes in flight of
-   * `scope` (written by nodes without the option), locked until the cut-over commits; returns how many.
+   * `scope` (written by nodes without the option), locked until the cut-over commits; returns how
+   * many.
    */
   async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
     const read = async (after: EpisodeRow | null, limit: number) => {
@@ -183,7 +187,10 @@ export class EpisodeStore {
     return signInPages(read, write);
   }
 
-  /** Writes a row as given (the dedupe index refuses a live key); `started_at` defaults to the database clock (rule 1) for a running row. */
+  /**
+   * Writes a row as given (the dedupe index refuses a live key); `started_at` defaults to the
+   * database clock (rule 1) for a running row.
+   */
   async seed(spec: SeedEpisode): Promise<EpisodeRow> {
     const statement = new Statement('episodes_seed');
     const { payload, ...columns } = spec;
@@ -223,7 +230,10 @@ export class EpisodeStore {
     return rows[0]?.was ?? null;
   }
 
-  /** Cancels the episodes of `ids` that are not running (queued, deferred, or waiting out a retry's backoff); returns them. */
+  /**
+   * Cancels the episodes of `ids` that are not running (queued, deferred, or waiting out a retry's
+   * backoff); returns them.
+   */
   async cancelWaiting(
     ids: readonly string[],
     via: SqlExecutor = this.database.sql,
@@ -238,7 +248,10 @@ export class EpisodeStore {
     return rows.map(toEpisode);
   }
 
-  /** Asks the nodes running `ids` to stop them (the flag their next step write reads back); returns the ids still running. */
+  /**
+   * Asks the nodes running `ids` to stop them (the flag their next step write reads back); returns
+   * the ids still running.
+   */
   async requestCancel(
     ids: readonly string[],
     via: SqlExecutor = this.database.sql,
@@ -252,7 +265,10 @@ export class EpisodeStore {
     return rows.map((r) => r.id);
   }
 
-  /** Whether a cancel was requested for the episode (a run that wrote no step reads it once, at its end). */
+  /**
+   * Whether a cancel was requested for the episode (a run that wrote no step reads it once, at its
+   * end).
+   */
   async cancelRequested(id: string): Promise<boolean> {
     const { rows } = await this.database.sql.query<{ requested: boolean }>(
       `SELECT cancel_requested_at IS NOT NULL AS requested FROM cyclium_episodes WHERE id = $1`,
@@ -261,7 +277,10 @@ export class EpisodeStore {
     return rows[0]?.requested === true;
   }
 
-  /** Which of `keys` a live episode holds (the dedupe index's own condition): one statement for many. */
+  /**
+   * Which of `keys` a live episode holds (the dedupe index's own condition): one statement for
+   * many.
+   */
   async heldDedupeKeys(keys: readonly string[]): Promise<Set<string>> {
     if (keys.length === 0) return new Set();
     const { rows } = await this.database.sql.query<{ dedupe_key: string }>(

@@ -24,8 +24,8 @@ const NEVER_RETRIED = new Set([
 
 /**
  * The running episode leaves `running` for `waiting` while this node still owns it at its fence
- * (WorkClaims.fencedStatement) and no sweep took it (with claims off the row is the only proof), with
- * $5 failed attempts more on its count (1 for a retry, 0 for a sleep); no owner, no slot.
+ * (WorkClaims.fencedStatement) and no sweep took it (with claims off the row is the only proof),
+ * with $5 failed attempts more on its count (1 for a retry, 0 for a sleep); no owner, no slot.
  */
 const WAIT: FencedStatement = {
   name: 'episodes_wait',
@@ -49,10 +49,11 @@ const REOPEN = `
   RETURNING *`;
 
 /**
- * An episode waiting out a retry's backoff or an `ep.sleep`. Retries (the expectation's `retry`): a failed attempt is journaled (`retry`, with its
- * error), the episode waits `waiting` with a wake-up row due after the backoff and its claim
- * completed, all in one transaction fenced on the claim; any node hosting the actor takes the
- * wake-up when due and resumes the episode from its journal, so completed steps do not run again.
+ * An episode waiting out a retry's backoff or an `ep.sleep`. Retries (the expectation's `retry`): a
+ * failed attempt is journaled (`retry`, with its error), the episode waits `waiting` with a wake-up
+ * row due after the backoff and its claim completed, all in one transaction fenced on the claim;
+ * any node hosting the actor takes the wake-up when due and resumes the episode from its journal,
+ * so completed steps do not run again.
  */
 @Injectable()
 export class EpisodeWaits {
@@ -65,7 +66,10 @@ export class EpisodeWaits {
     @Inject(RETRY_WAKE_UPS) private readonly wakeUps: RetryWakeUps,
   ) {}
 
-  /** The backoff before the next attempt, or null when this failure ends the episode. A `retryable` hook that throws says no. */
+  /**
+   * The backoff before the next attempt, or null when this failure ends the episode. A `retryable`
+   * hook that throws says no.
+   */
   nextDelay(
     episode: EpisodeRow,
     options: RetryOptions | undefined,
@@ -85,7 +89,10 @@ export class EpisodeWaits {
     return retryDelayMs(policy, episode.retries ?? 0);
   }
 
-  /** Writes a retry's wait (see the class); false when the claim is no longer this node's, and nothing was written. */
+  /**
+   * Writes a retry's wait (see the class); false when the claim is no longer this node's, and
+   * nothing was written.
+   */
   wait(
     episode: EpisodeRow,
     ownership: Ownership,

@@ -2,7 +2,10 @@ import { EPISODE_STATUSES } from '../entities/episode.entity.js';
 import { sameEnv, sameStack } from '../scope/scope-predicates.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 
-/** Which event-caused episodes to look back over: one expectation's, in one stack and env, for one subject. */
+/**
+ * Which event-caused episodes to look back over: one expectation's, in one stack and env, for one
+ * subject.
+ */
 export interface EventFireQuery {
   actorId: string;
   expectationId: string;
@@ -10,13 +13,22 @@ export interface EventFireQuery {
   env: string | null;
   /** The bus channel its events are stored on (their committed times tell when each fired). */
   channel: string;
-  /** The subject key's path into the payload and the subject's value there (undefined: missing); none: every event. */
+  /**
+   * The subject key's path into the payload and the subject's value there (undefined: missing);
+   * none: every event.
+   */
   subject?: { path: string[]; value: unknown };
-  /** The event asking, by the database clock: a fire at or before it, and within `withinMs` of it, counts. */
+  /**
+   * The event asking, by the database clock: a fire at or before it, and within `withinMs` of it,
+   * counts.
+   */
   at: number;
   withinMs: number;
   debounceMs: number;
-  /** The asking event's own episode (a replay of an event that already fired) is not a fire before it. */
+  /**
+   * The asking event's own episode (a replay of an event that already fired) is not a fire before
+   * it.
+   */
   eventId: string;
 }
 
@@ -40,10 +52,16 @@ const LAST_FIRE = `
              AND ($9::text[] IS NULL OR (e.trigger_ref->'payload') #> $9::text[] IS NOT DISTINCT FROM $10::jsonb)) f
    WHERE f.fired_at <= to_timestamp($6::float8 / 1000)`;
 
-/** Slack on the insert-time bound: an episode is inserted when its trigger fires, give or take a clock estimate. */
+/**
+ * Slack on the insert-time bound: an episode is inserted when its trigger fires, give or take a
+ * clock estimate.
+ */
 const INSERT_SLACK_MS = 60_000;
 
-/** The latest fire of the subject at or before `at` and within `withinMs` of it (epoch ms, database clock), or null. */
+/**
+ * The latest fire of the subject at or before `at` and within `withinMs` of it (epoch ms, database
+ * clock), or null.
+ */
 export async function lastEventFire(
   sql: SqlExecutor,
   query: EventFireQuery,

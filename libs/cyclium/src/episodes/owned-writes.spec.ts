@@ -97,7 +97,8 @@ describe('OwnedWrites', () => {
       { recovery: { staleAfterMs: 50 } } as ResolvedCycliumOptions,
     );
     const scope = writes.scope('e1', new ClaimHold('episode:e1', null, 0, performance.now()));
-    await new Promise((resolve) => setTimeout(resolve, 80)); // the run has lasted longer than staleAfterMs
+    // the run has lasted longer than staleAfterMs
+    await new Promise((resolve) => setTimeout(resolve, 80));
     await expect(writes.step(scope, ownership, record)).resolves.toBe('written');
     expect(steps.write).toHaveBeenCalledTimes(2);
   });
@@ -219,7 +220,8 @@ describe('OwnedWrites', () => {
     const refused = { write: answers(lockTimeout(), true), committed: answers(false) };
     await expect(writes.wait(scope, 'sleep', refused.write, refused.committed)).resolves.toBe(true);
     expect(refused.write).toHaveBeenCalledTimes(2);
-    // Sent again after an attempt that was still running there and committed first: the second finds nothing to move.
+    // Sent again after an attempt that was still running there and committed first: the second
+    // finds nothing to move.
     const late = { write: answers(cut(), false), committed: answers(false, true) };
     await expect(writes.wait(scope, 'sleep', late.write, late.committed)).resolves.toBe(true);
     const gone = { write: answers(cut(), false), committed: answers(false, false) };

@@ -3,7 +3,9 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /** What the episodes tell of a schedule: the latest bucket that ran, and when they were read. */
 export interface ScheduleHistory {
-  /** The latest bucket with an episode (any status, archived included), or null when none is left. */
+  /**
+   * The latest bucket with an episode (any status, archived included), or null when none is left.
+   */
   lastBucket: Date | null;
   /**
    * The database clock when the statement began, at or before its snapshot: an episode of a later

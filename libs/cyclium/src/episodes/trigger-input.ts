@@ -45,7 +45,10 @@ export function triggerDelay(
   return undefined;
 }
 
-/** The retry policy a trigger gives its episode over the expectation's (`false`: none); undefined when it gives none. */
+/**
+ * The retry policy a trigger gives its episode over the expectation's (`false`: none); undefined
+ * when it gives none.
+ */
 export function triggerRetry(what: string, retry: unknown): RetryPolicy | false | undefined {
   if (retry === undefined || retry === false) return retry;
   const problem = retryPolicyProblem(retry);

@@ -15,7 +15,10 @@ export interface FindingFilters {
   key?: string;
 }
 
-/** The episode a finding action is recorded for: its id, actor and expectation, and the env it lands in. */
+/**
+ * The episode a finding action is recorded for: its id, actor and expectation, and the env it lands
+ * in.
+ */
 export type FindingSource = Pick<CycliumEpisode, 'id' | 'actorId' | 'expectationId' | 'sourceEnv'>;
 
 const toFinding = rowMapper(CycliumFinding);
@@ -54,7 +57,9 @@ export class Findings {
     return rows.map(toFinding);
   }
 
-  /** The findings an episode raised or cleared, oldest first (the operations page's episode view). */
+  /**
+   * The findings an episode raised or cleared, oldest first (the operations page's episode view).
+   */
   async forEpisode(episodeId: string): Promise<CycliumFinding[]> {
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_findings WHERE raised_by_episode_id = $1 OR cleared_by_episode_id = $1 ORDER BY raised_at, id LIMIT 500`,
@@ -165,7 +170,8 @@ function fold(actions: readonly FindingAction[]): {
       const { op: _, ...fields } = action;
       last.set(action.key, { op: 'raise', fields });
     } else if (before?.op !== 'clear') {
-      // An update refines whatever is pending for the key (a raise stays a raise); after a clear it changes nothing.
+      // An update refines whatever is pending for the key (a raise stays a raise); after a clear it
+      // changes nothing.
       const { op: _, ...fields } = action;
       const merged = before ? { ...before.fields, ...definedOnly(fields) } : fields;
       last.set(action.key, { op: before?.op ?? 'update', fields: merged });

@@ -18,14 +18,20 @@ export interface ClusterNode {
   version: string;
   startedAt: Date;
   lastSeenAt: Date;
-  /** Beat within `2 × nodeBeatIntervalMs` by the database's clock; a node killed outright turns stale within three beats. */
+  /**
+   * Beat within `2 × nodeBeatIntervalMs` by the database's clock; a node killed outright turns
+   * stale within three beats.
+   */
   live: boolean;
   /** Episodes whose row names this node as owner and is `running`. */
   runningEpisodes: number;
   /** Work claims this node holds with a lease still in the future. */
   liveClaims: number;
   lastSweep: LastSweep | null;
-  /** The actors it hosts (its `@Actor` classes, whatever their mode); null on a row that does not say. */
+  /**
+   * The actors it hosts (its `@Actor` classes, whatever their mode); null on a row that does not
+   * say.
+   */
   actors: string[] | null;
 }
 
@@ -40,7 +46,10 @@ export interface BusConsumerStatus {
   consumer: string;
   /** The event type it takes; null on a row a previous release wrote (it holds every type). */
   type: string | null;
-  /** When a node last stored it (it moves whenever its consumer's events settle, and now and then when idle). */
+  /**
+   * When a node last stored it (it moves whenever its consumer's events settle, and now and then
+   * when idle).
+   */
   updatedAt: Date;
   /** Events it skipped for a reason of their own, and the last reason. */
   skipped: number;
@@ -58,7 +67,10 @@ export interface EpisodeCount {
   count: number;
 }
 
-/** The cluster as the database sees it: every node's row, and what is running, waiting and recently finished. */
+/**
+ * The cluster as the database sees it: every node's row, and what is running, waiting and recently
+ * finished.
+ */
 export interface ClusterStatus {
   /** The database's clock when it was read. */
   at: Date;
@@ -73,7 +85,10 @@ export interface ClusterStatus {
 }
 
 export interface ClusterStatusOptions {
-  /** How far back `finished` and `triggerRequests.expiredInWindow` look. Default 300 000 (5 min), at most 86 400 000. */
+  /**
+   * How far back `finished` and `triggerRequests.expiredInWindow` look. Default 300 000 (5 min), at
+   * most 86 400 000.
+   */
   windowMs?: number;
 }
 
@@ -146,7 +161,10 @@ export function hosts(
   );
 }
 
-/** Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one read. */
+/**
+ * Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one
+ * read.
+ */
 @Injectable()
 export class ClusterStatusReader {
   private readonly reads = new SharedRead<number, ClusterStatus>();

@@ -47,7 +47,10 @@ export class RowSigner {
     return `${this.keyId}:${this.mac(this.keys.get(this.keyId) as Buffer, kind, fields).toString('base64url')}`;
   }
 
-  /** Whether a row with no signature is accepted now: the option is on and its cut-over is not recorded yet. */
+  /**
+   * Whether a row with no signature is accepted now: the option is on and its cut-over is not
+   * recorded yet.
+   */
   get acceptsUnsigned(): boolean {
     return this.keyId !== null && this.unsignedAccepted;
   }
@@ -59,7 +62,8 @@ export class RowSigner {
 
   /**
    * Whether a row that decides what runs next may be acted on: it verifies, or it has no signature
-   * at all while unsigned rows are still accepted (before the cut-over). Always true without the option.
+   * at all while unsigned rows are still accepted (before the cut-over). Always true without the
+   * option.
    */
   accepts(
     kind: SignedKind,

@@ -285,7 +285,8 @@ describe('LeaseRenewer', () => {
     try {
       const result = await fake.acquire('late', 'node-a', { leaseSeconds: 60 });
       if (result.status !== 'acquired') throw new Error('could not acquire late');
-      // Acquired two seconds ago on the local clock: its renewal was due after a third of the lease (1 s), so it is 1 s late.
+      // Acquired two seconds ago on the local clock: its renewal was due after a third of the lease
+      // (1 s), so it is 1 s late.
       renewer.track('late', result.claim.fence, performance.now() - 2_000);
       await renewer.tick();
       expect(renewed.map((e) => e.lagMs)).toEqual([expect.closeTo(1_000, -2)]);

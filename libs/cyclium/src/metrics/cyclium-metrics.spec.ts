@@ -13,7 +13,10 @@ import { channelName, type CycliumEventName } from '../telemetry/telemetry.event
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CycliumMetrics, meterProviderRegistered } from './cyclium-metrics.service.js';
 
-/** Every event the instruments read: none may have a subscriber while no MeterProvider is registered. */
+/**
+ * Every event the instruments read: none may have a subscriber while no MeterProvider is
+ * registered.
+ */
 const FED: CycliumEventName[] = [
   'work_claims.acquired',
   'work_claims.steal',

@@ -61,7 +61,10 @@ const CHECKS = [
   ['cyclium_trigger_requests', 'cyclium_trigger_requests_status_check'],
 ] as const;
 
-/** The status check of `table`, replaced `NOT VALID`: rows written from now on are checked; validateConstraints checks the rest. */
+/**
+ * The status check of `table`, replaced `NOT VALID`: rows written from now on are checked;
+ * validateConstraints checks the rest.
+ */
 async function replaceCheck(
   runner: QueryRunner,
   table: string,

@@ -1,6 +1,9 @@
 import type { QueryRunner } from 'typeorm';
 
-/** Below this many rows (the planner's estimate) a plain build holds writes back for well under a second. */
+/**
+ * Below this many rows (the planner's estimate) a plain build holds writes back for well under a
+ * second.
+ */
 const SMALL_TABLE_ROWS = 100_000;
 
 /**

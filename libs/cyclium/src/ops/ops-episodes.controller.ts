@@ -22,7 +22,10 @@ import { OpsExceptionFilter } from './ops-exception.filter.js';
 import { EpisodeIdParam, EpisodeListQuery } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 
-/** Episodes for the operations page: list, read one with everything it wrote, cancel, retry, archive. */
+/**
+ * Episodes for the operations page: list, read one with everything it wrote, cancel, retry,
+ * archive.
+ */
 @Controller('api/episodes')
 @UseGuards(OpsAccessGuard)
 @UseFilters(OpsExceptionFilter)
@@ -63,7 +66,10 @@ export class OpsEpisodesController {
     return { episode: described, steps, findings, outputs, triggerRequests };
   }
 
-  /** Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume) while it waits for a trigger request; null otherwise. */
+  /**
+   * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume) while it waits for a
+   * trigger request; null otherwise.
+   */
   private async withWaits<E extends EpisodeRow>(
     episodes: E[],
   ): Promise<Array<E & { dueAt: Date | null; waitingFor: string | null }>> {
@@ -102,7 +108,10 @@ export class OpsEpisodesController {
     return { result };
   }
 
-  /** 202 when the failed episode resumes from its journal in place; 201 when it runs again as a new episode (Episodes.retry). */
+  /**
+   * 202 when the failed episode resumes from its journal in place; 201 when it runs again as a new
+   * episode (Episodes.retry).
+   */
   @Post(':id/retry')
   @HttpCode(201)
   async retry(

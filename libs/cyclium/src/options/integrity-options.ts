@@ -1,4 +1,7 @@
-/** A secret shorter than this is refused: an HMAC key should hold at least 256 bits of a random string. */
+/**
+ * A secret shorter than this is refused: an HMAC key should hold at least 256 bits of a random
+ * string.
+ */
 export const MIN_SECRET_CHARS = 32;
 
 /** What is wrong with an `integrity` option, naming the field, or null when it is sound. */

@@ -199,7 +199,8 @@ export class CycliumOptionsSchema {
   @Min(1, { message: 'busPublishQueueMax must be a whole number of publishes >= 1' })
   busPublishQueueMax?: unknown;
 
-  // Every event must fit one read of the bus (4 MiB of payload text, jsonb printing up to 1.5 times the JSON).
+  // Every event must fit one read of the bus (4 MiB of payload text, jsonb printing up to 1.5 times
+  // the JSON).
   @defined('busMaxPayloadBytes')
   @IsInt(payloadBytes)
   @Min(1, payloadBytes)

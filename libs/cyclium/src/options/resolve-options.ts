@@ -174,8 +174,8 @@ function checkUndispatchedWindow(input: CycliumOptions): void {
 /**
  * Retention with its defaults. A dedupe key stays a duplicate until its episode is archived, so
  * `archiveAfter` must cover the longest time the same trigger can arrive again: an event the bus
- * replays (up to `busUndispatchedMaxAgeMs`) or a trigger request still pending (`triggerRequestTtlMs`).
- * Left out, it grows to cover them; set shorter, boot fails naming it.
+ * replays (up to `busUndispatchedMaxAgeMs`) or a trigger request still pending
+ * (`triggerRequestTtlMs`). Left out, it grows to cover them; set shorter, boot fails naming it.
  */
 function resolveRetention(input: CycliumOptions): ResolvedCycliumOptions['retention'] {
   if (input.retention === false) return null;

@@ -8,7 +8,10 @@ import { OutputAdapters } from './output-adapters.service.js';
 import { DeliveryInterruptedError, DeliveryTimeoutError } from './output-errors.js';
 import { OutputStore } from './output-store.js';
 
-/** A lease outlives the local deadline by this much: timers fire late, and clocks run at slightly different rates. */
+/**
+ * A lease outlives the local deadline by this much: timers fire late, and clocks run at slightly
+ * different rates.
+ */
 const LEASE_GRACE_MS = 1_000;
 /** No retry waits longer than this, however many attempts are allowed. */
 const MAX_BACKOFF_MS = 3_600_000;
@@ -17,11 +20,12 @@ type Outcome = { ok: true; ref: unknown } | { ok: false; error: unknown };
 
 /**
  * Runs delivery attempts of rows this node holds the lease of, whoever took them (the converging
- * episode or the rescue): the adapter gets the row's stable idempotency key and a signal that aborts
- * at `deliveryTimeoutMs`, counted from before the statement that took the lease was sent, so this
- * node stops before its lease (which runs from the database's later `now()`) runs out. The attempt
- * then ends `delivered`, due again after an exponential backoff, or `failed` past `outputMaxAttempts`.
- * An adapter that ignores its signal is no longer waited for; its late result is dropped.
+ * episode or the rescue): the adapter gets the row's stable idempotency key and a signal that
+ * aborts at `deliveryTimeoutMs`, counted from before the statement that took the lease was sent, so
+ * this node stops before its lease (which runs from the database's later `now()`) runs out. The
+ * attempt then ends `delivered`, due again after an exponential backoff, or `failed` past
+ * `outputMaxAttempts`. An adapter that ignores its signal is no longer waited for; its late result
+ * is dropped.
  */
 @Injectable()
 export class OutputDelivery {
@@ -51,7 +55,10 @@ export class OutputDelivery {
     return !this.draining;
   }
 
-  /** Delivers rows leased to this node by a statement sent at `sentAt` (performance.now()); never rejects. */
+  /**
+   * Delivers rows leased to this node by a statement sent at `sentAt` (performance.now()); never
+   * rejects.
+   */
   async deliver(outputs: readonly CycliumOutput[], sentAt: number): Promise<void> {
     if (this.drained) {
       // Leased by an end that committed after the drain finished: hand them back at once.

@@ -29,9 +29,9 @@ const DUE = (o: string, types: string, stack: string, env: string) =>
  * Takes due rows of the types this node hosts, in its scope (DUE), oldest due first, in one
  * conditional UPDATE: each counts an attempt, names this node and moves `next_attempt_at` to the
  * lease's end. A node that loses a race waits on the row and then finds it no longer due (READ
- * COMMITTED re-reads the predicate on the row it waited for), so two nodes never hold one row. A row whose last allowed
- * attempt never finished (its lease ran out) ends `failed` in the same statement, and so does a
- * row its episode's end did not write (OWNED_OUTPUT), undelivered.
+ * COMMITTED re-reads the predicate on the row it waited for), so two nodes never hold one row. A
+ * row whose last allowed attempt never finished (its lease ran out) ends `failed` in the same
+ * statement, and so does a row its episode's end did not write (OWNED_OUTPUT), undelivered.
  * Parameters: owner, types, limit, max attempts, lease ms, the node's stack and env.
  */
 export const TAKE_DUE = `
@@ -73,13 +73,18 @@ export function firstLease(refs: {
   ];
 }
 
-/** Proposals of an ended episode whose keys were already taken, as OutputStore.reclaim takes them. */
+/**
+ * Proposals of an ended episode whose keys were already taken, as OutputStore.reclaim takes them.
+ */
 export interface LostProposals {
   types: string[];
   keys: string[];
   /** JSON text. */
   payloads: string[];
-  /** The types this node delivers: their rows are leased to `owner` for `leaseMs`, as an end leases them. */
+  /**
+   * The types this node delivers: their rows are leased to `owner` for `leaseMs`, as an end leases
+   * them.
+   */
   hosted: readonly string[];
   owner: string;
   leaseMs: number;

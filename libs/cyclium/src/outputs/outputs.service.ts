@@ -34,7 +34,9 @@ export class Outputs {
     return isUuid(episodeId) ? this.store.forEpisode(episodeId) : Promise.resolve([]);
   }
 
-  /** The dedupe key of a proposal: explicit keys scoped by env, otherwise derived from the episode. */
+  /**
+   * The dedupe key of a proposal: explicit keys scoped by env, otherwise derived from the episode.
+   */
   keyOf(episode: CycliumEpisode, proposal: OutputProposal, index: number): string {
     if (proposal.key !== undefined) return scopeKey(proposal.key, episode.sourceEnv);
     return `${claimKeyOf(episode)}:${proposal.type}:${index}`;

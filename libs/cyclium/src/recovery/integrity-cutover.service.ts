@@ -20,7 +20,10 @@ import { OutageLog } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { WorkflowInstanceStore } from '../workflows/workflow-instance-store.js';
 
-/** What one look found: the cut-over recorded before, the window still open (and why), or recorded now. */
+/**
+ * What one look found: the cut-over recorded before, the window still open (and why), or recorded
+ * now.
+ */
 type Recorded = { kind: 'recorded' };
 type Open = { kind: 'open'; unsigned: string[] };
 type Sealed = { kind: 'sealed'; signed: Record<string, number> };

@@ -5,7 +5,9 @@ import { EventWindows } from './event-windows.js';
 
 const event = (id: string): BusEvent => ({ type: 't', eventId: id, payload: {}, publishedAt: '' });
 
-/** A receipt for an event committed at `committedAt`, read now with the database clock at `dbNow`. */
+/**
+ * A receipt for an event committed at `committedAt`, read now with the database clock at `dbNow`.
+ */
 const receipt = (committedAt: number, dbNow: number): EventReceipt => ({
   committedAt,
   ageMs: dbNow - committedAt,
@@ -71,7 +73,8 @@ describe('EventWindows', () => {
       void windows
         .admit('y\u0000s', event('k'), receipt(0, 0), rules(1_000, 0), before)
         .then(() => settled.push('k'));
-      // The subscription of `x` paused and resumed: its open window is gone with its timer; `y`'s stays.
+      // The subscription of `x` paused and resumed: its open window is gone with its timer; `y`'s
+      // stays.
       windows.clear('x\u0000');
       void windows.admit('x\u0000s', event('b'), receipt(100, 100), rules(1_000, 0), after);
       void windows.admit('y\u0000s', event('l'), receipt(200, 200), rules(1_000, 0), after);
@@ -90,7 +93,8 @@ describe('EventWindows', () => {
       const fired: string[] = [];
       const fire = async (e: BusEvent) => (fired.push(e.eventId), true);
       let reads = 0;
-      // The node's reads lag: `b`, committed 300 ms after `a`, comes with the read the window asks for.
+      // The node's reads lag: `b`, committed 300 ms after `a`, comes with the read the window asks
+      // for.
       const readThrough = async () => {
         reads++;
         if (reads === 1)
@@ -135,7 +139,8 @@ describe('EventWindows', () => {
     const c = windows.admit('s', event('c'), receipt(1_300, 1_400), cooling, fire);
     await Promise.resolve();
     expect(fired).toEqual([]);
-    // Another node fired the subject at 200: b (at 500) is within its cooldown, c (at 1 300) is not.
+    // Another node fired the subject at 200: b (at 500) is within its cooldown, c (at 1 300) is
+    // not.
     answer(200);
     await Promise.all([b, c]);
     expect(fired).toEqual(['c']);

@@ -9,7 +9,9 @@ const READ_AT = new Date(NOW - 500);
 const expectation = { actorId: 'a', id: 'e' } as RegisteredExpectation;
 const logger = { log: () => undefined, warn: () => undefined } as unknown as Logger;
 
-/** A catch-up whose episodes say `last` ran last, read at READ_AT; what it fired, with each bound. */
+/**
+ * A catch-up whose episodes say `last` ran last, read at READ_AT; what it fired, with each bound.
+ */
 async function catchUp(last: string, retention: CatchUpScope['retention']) {
   const sql = {
     query: async () => ({ rows: [{ last, read_at: READ_AT }] }),
@@ -37,7 +39,8 @@ describe('catchUpSchedule', () => {
   it('bounds each insert by the read plus archiveAfter; reaches back at most archiveAfter + deleteAfter', async () => {
     jest.spyOn(Date, 'now').mockReturnValue(NOW);
     const bound = new Date(READ_AT.getTime() + 15_000).toISOString();
-    // Buckets of 10 s since 11:59:00: the read at 12:00:29.5 less 25 s (15 s + 10 s) reaches back to 12:00:04.5.
+    // Buckets of 10 s since 11:59:00: the read at 12:00:29.5 less 25 s (15 s + 10 s) reaches back
+    // to 12:00:04.5.
     expect(
       await catchUp('2026-12-04T11:59:00.000Z', { archiveAfter: 15_000, deleteAfter: 10_000 }),
     ).toEqual([

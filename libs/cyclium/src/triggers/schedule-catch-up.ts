@@ -15,7 +15,10 @@ export type FireBucket = (
   insertBefore?: Date,
 ) => Promise<boolean>;
 
-/** Where a catch-up reads and logs, and the retention windows it keeps within (null: retention is off). */
+/**
+ * Where a catch-up reads and logs, and the retention windows it keeps within (null: retention is
+ * off).
+ */
 export interface CatchUpScope {
   sql: SqlExecutor;
   env: string | null;

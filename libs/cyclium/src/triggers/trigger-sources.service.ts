@@ -39,7 +39,10 @@ import { TriggerPlacement } from './trigger-placement.service.js';
 const RETRY_FIRST_MS = 200;
 const RETRY_MAX_MS = 5_000;
 
-/** Why a trigger waits: the database is away, or it refused the statement for a reason of the moment. */
+/**
+ * Why a trigger waits: the database is away, or it refused the statement for a reason of the
+ * moment.
+ */
 function heldBy(error: unknown): string {
   if (isDatabaseUnavailable(error)) return `is waiting for the database (${errorMessage(error)})`;
   return `was refused by the database (SQLSTATE ${errorCode(error)}: ${errorMessage(error)}), not for its own data`;
@@ -55,11 +58,11 @@ function describeTrigger(trigger: EpisodeTrigger): string {
  * Turns what happens into triggers: bus events (filtered, debounced and cooled down per subject),
  * wall-clock buckets and cron ticks, each with the deterministic dedupe key every node computes
  * alike. Every node does this for every trigger; for bus events one node dispatches and the rest
- * stand by (TriggerPlacement), for timers every node tries; the unique index lets one insert through.
- * Each event-triggered expectation is a durable consumer of the bus: an event counts as handled
- * (and its position moves past it) only once its trigger settled, so a trigger this node drops by
- * stopping (a debounce pending, a retry through an outage) is read again by the next node, or by
- * this one after its restart.
+ * stand by (TriggerPlacement), for timers every node tries; the unique index lets one insert
+ * through. Each event-triggered expectation is a durable consumer of the bus: an event counts as
+ * handled (and its position moves past it) only once its trigger settled, so a trigger this node
+ * drops by stopping (a debounce pending, a retry through an outage) is read again by the next node,
+ * or by this one after its restart.
  */
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
@@ -98,7 +101,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     this.history = new CooldownHistory(database.sql, scope, this.logger, () => this.on);
   }
 
-  /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
+  /**
+   * Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch
+   * mode at runtime.
+   */
   onApplicationBootstrap(): void {
     this.on = true;
     this.placement.start();
@@ -114,7 +120,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     }
   }
 
-  /** Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces and cooldowns. */
+  /**
+   * Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces and
+   * cooldowns.
+   */
   async stop(): Promise<void> {
     this.on = false;
     this.placement.stop();
@@ -122,7 +131,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     await new Promise((resolve) => setImmediate(resolve));
     await this.handovers.handOverAll();
     this.subscriptions.stop();
-    // Their events stay unsettled: the next reader of the bus (a peer, or this node after its restart) fires them.
+    // Their events stay unsettled: the next reader of the bus (a peer, or this node after its
+    // restart) fires them.
     this.windows.clear();
     await this.timers.stop(this.schedulerRegistry(false));
   }
@@ -138,8 +148,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (trigger.event !== undefined) {
       const consumer = `${actor.id}.${expectation.id}`;
       // Each subscription (a boot, or the actor enabled again) covers what it reads from then on: a
-      // window opened before a pause missed the events published during it, so it is dropped, and
-      // a fire of the ended subscription still on its way (a backup's delay, a retry) fires nothing.
+      // window opened before a pause missed the events published during it, so it is dropped, and a
+      // fire of the ended subscription still on its way (a backup's delay, a retry) fires nothing.
       this.subscriptions.add(actor.id, consumer, trigger.event, (live) => {
         this.windows.clear(subjectPrefix(expectation));
         const coverage = this.history.coverage(expectation);
@@ -159,7 +169,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     }
   }
 
-  /** Makes up for the buckets that fell while no node ran the schedule, as declared (see catchUpSchedule). */
+  /**
+   * Makes up for the buckets that fell while no node ran the schedule, as declared (see
+   * catchUpSchedule).
+   */
   private catchUp(
     expectation: RegisteredExpectation,
     schedule: Schedule,
@@ -247,11 +260,11 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /**
-   * A timer's bucket. No node starts a bucket's episode before the bucket's time (timers fire at it,
-   * a catch-up after it), so its key is held until at least `archiveAfter` past that time; a timer
-   * that fires later than that (a stalled process, a trigger retrying through a long outage) could
-   * meet the key freed by the bucket's archived episode, so its insert is bounded there, by the
-   * database clock, and refused past it as a duplicate.
+   * A timer's bucket. No node starts a bucket's episode before the bucket's time (timers fire at
+   * it, a catch-up after it), so its key is held until at least `archiveAfter` past that time; a
+   * timer that fires later than that (a stalled process, a trigger retrying through a long outage)
+   * could meet the key freed by the bucket's archived episode, so its insert is bounded there, by
+   * the database clock, and refused past it as a duplicate.
    */
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
     const archiveAfter = this.options.retention?.archiveAfter;
@@ -335,7 +348,8 @@ export class TriggerSources implements OnApplicationBootstrap {
         // Busy because this node began to drain: nobody took it.
         return result.status !== 'busy' || this.on;
       } catch (error) {
-        // Rule 13: only the trigger's own data may skip it; any other database error holds its position.
+        // Rule 13: only the trigger's own data may skip it; any other database error holds its
+        // position.
         if (!holdsWork(error)) throw error;
         if (attempt === 0) this.logger.warn(`${what} ${heldBy(error)}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, delay).unref());

@@ -16,7 +16,9 @@ export interface InstanceContext {
   sourceEnv: string | null;
 }
 
-/** Builds step episodes' inputs with the host's `@WorkflowStep` methods, on the node that advances. */
+/**
+ * Builds step episodes' inputs with the host's `@WorkflowStep` methods, on the node that advances.
+ */
 @Injectable()
 export class StepInputs {
   private readonly logger = new Logger('CycliumWorkflows');
@@ -72,7 +74,10 @@ export class StepInputs {
     }
   }
 
-  /** The finished steps' results, with classifications kept by reference read back from their episodes. */
+  /**
+   * The finished steps' results, with classifications kept by reference read back from their
+   * episodes.
+   */
   private async resultsOf(transition: Transition): Promise<Record<string, StepResult>> {
     const results: Record<string, StepResult> = {};
     const byReference: Array<[string, string]> = [];

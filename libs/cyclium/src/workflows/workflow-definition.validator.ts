@@ -9,10 +9,16 @@ import type {
 
 const ACTIONS = ['fail_workflow', 'continue'];
 
-/** What a step's validation asks of the actors: whether the app declares an actor and an expectation. */
+/**
+ * What a step's validation asks of the actors: whether the app declares an actor and an
+ * expectation.
+ */
 export type DeclaredActors = Pick<ActorRegistry, 'declares' | 'declared'>;
 
-/** `@Workflow` options with their defaults, or WorkflowDefinitionError naming the class and the field. */
+/**
+ * `@Workflow` options with their defaults, or WorkflowDefinitionError naming the class and the
+ * field.
+ */
 export function validateWorkflow(
   className: string,
   options: WorkflowOptions | undefined,

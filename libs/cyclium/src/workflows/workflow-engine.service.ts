@@ -18,13 +18,19 @@ import { WorkflowRegistry } from './workflow-registry.service.js';
 import { isUuid } from '../sql/uuid.js';
 
 export interface StartWorkflowOptions {
-  /** One live instance per subject: a start while one runs returns that one. Default: the input at the workflow's `subjectKey`, else none. */
+  /**
+   * One live instance per subject: a start while one runs returns that one. Default: the input at
+   * the workflow's `subjectKey`, else none.
+   */
   subject?: string | null;
 }
 
 export type WorkflowCancelResult = 'canceled' | 'finished' | 'not_found';
 
-/** How often one node tries an event or a start that keeps losing races before leaving it to its peers (and reconciliation). */
+/**
+ * How often one node tries an event or a start that keeps losing races before leaving it to its
+ * peers (and reconciliation).
+ */
 const ATTEMPTS = 8;
 const MAX_SUBJECT_BYTES = 1_000;
 /** create()'s answer when the id it was given is another stack's instance. */
@@ -60,7 +66,10 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** Whether this node advances instances (option `workflowEngine`, and at least one workflow declared). */
+  /**
+   * Whether this node advances instances (option `workflowEngine`, and at least one workflow
+   * declared).
+   */
   get advancing(): boolean {
     return this.options.workflowEngine && this.registry.all().length > 0 && !this.stopped;
   }
@@ -118,7 +127,10 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     return id;
   }
 
-  /** Cancels a live instance from any node: its waiting steps never start, its running step episodes are canceled. */
+  /**
+   * Cancels a live instance from any node: its waiting steps never start, its running step episodes
+   * are canceled.
+   */
   async cancel(instanceId: string, reason = 'canceled by request'): Promise<WorkflowCancelResult> {
     if (!isUuid(instanceId)) return 'not_found';
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
@@ -282,7 +294,9 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     return subject;
   }
 
-  /** Stack: this node's, or rows with none (a node without a stack takes every one); env strictly. */
+  /**
+   * Stack: this node's, or rows with none (a node without a stack takes every one); env strictly.
+   */
   private inScope(instance: WorkflowInstanceRow): boolean {
     const stack = this.options.stackSlug;
     const stackOk =
@@ -302,7 +316,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
       .then(
         () => this.outage.succeeded(),
         (error: unknown) => {
-          // An event that could not be applied is not lost: its step still says running, and reconciliation replays it.
+          // An event that could not be applied is not lost: its step still says running, and
+          // reconciliation replays it.
           if (isDatabaseUnavailable(error)) this.outage.failed(error);
           else
             this.logger.warn(

@@ -32,7 +32,10 @@ export interface InstanceChange {
   error: string | null;
 }
 
-/** Where reconciliation looks: a stack (null: every one; rows without a stack always), an env (strictly), the workflows this node declares. */
+/**
+ * Where reconciliation looks: a stack (null: every one; rows without a stack always), an env
+ * (strictly), the workflows this node declares.
+ */
 export interface InstanceScope {
   stack: string | null;
   env: string | null;
@@ -82,7 +85,10 @@ export class WorkflowInstanceStore {
     private readonly signer: RowSigner,
   ) {}
 
-  /** The signature of the instance as it will be read back (a JSON round trip of its step states), or null without the option. */
+  /**
+   * The signature of the instance as it will be read back (a JSON round trip of its step states),
+   * or null without the option.
+   */
   private signatureOf(
     instance: Omit<SignedInstance, 'stepStates'>,
     stepsJson: string,
@@ -138,8 +144,8 @@ export class WorkflowInstanceStore {
 
   /**
    * Whether a live instance is as a node of this deployment last wrote it (the `integrity` option;
-   * always true without it): its workflow, version, status and step states, input, subject and scope.
-   * An unsigned one passes only before the cut-over (RowSigner.accepts).
+   * always true without it): its workflow, version, status and step states, input, subject and
+   * scope. An unsigned one passes only before the cut-over (RowSigner.accepts).
    */
   verify(instance: WorkflowInstanceRow): boolean {
     if (!this.signer.enabled) return true;
@@ -172,7 +178,10 @@ export class WorkflowInstanceStore {
     return signInPages(read, write);
   }
 
-  /** Ends an instance that failed verification, without acting on anything in it; false when it moved on meanwhile. */
+  /**
+   * Ends an instance that failed verification, without acting on anything in it; false when it
+   * moved on meanwhile.
+   */
   async failTampered(id: string, version: number, reason: string): Promise<boolean> {
     const { rowCount } = await this.database.sql.query(
       `UPDATE cyclium_workflow_instances

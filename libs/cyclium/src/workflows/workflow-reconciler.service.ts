@@ -95,7 +95,10 @@ export class WorkflowReconciler {
     return result;
   }
 
-  /** The steps still marked running; a row whose states are not what the engine writes is skipped with its id. */
+  /**
+   * The steps still marked running; a row whose states are not what the engine writes is skipped
+   * with its id.
+   */
   private runningSteps(
     instance: WorkflowInstanceRow,
   ): Array<{ instance: WorkflowInstanceRow; stepId: string; episodeId: string }> {

@@ -5,7 +5,10 @@ import type { StepResult } from '../entities/workflow-step-state.js';
 export type WorkflowTrigger =
   /** Only `WorkflowEngine.start(...)`. */
   | 'manual'
-  /** Each bus event of this type whose payload matches starts one instance across the cluster; the payload is its input. */
+  /**
+   * Each bus event of this type whose payload matches starts one instance across the cluster; the
+   * payload is its input.
+   */
   | { event: string; filter?: Record<string, FilterValue>; every?: never; cron?: never };
 
 export interface WorkflowOptions {
@@ -16,7 +19,9 @@ export interface WorkflowOptions {
   subjectKey?: string;
 }
 
-/** What ends a failed step: fail the instance (and cancel the rest), or let the steps after it run. */
+/**
+ * What ends a failed step: fail the instance (and cancel the rest), or let the steps after it run.
+ */
 export type StepFailureAction = 'fail_workflow' | 'continue';
 
 export type StepFailurePolicy =
