@@ -57,7 +57,8 @@ export class ActorDefinitionsStore {
   }): Promise<RecoveryPolicy | null> {
     const { rows } = await this.database.sql.query<{ policy: string | null }>(
       `SELECT ${recordedPolicyOf('e')} AS policy
-         FROM (SELECT $1::text AS actor_id, $2::text AS expectation_id, $3::text AS source_stack, $4::text AS source_env) e`,
+         FROM (SELECT $1::text AS actor_id, $2::text AS expectation_id, $3::text AS source_stack,
+               $4::text AS source_env) e`,
       [episode.actorId, episode.expectationId, episode.sourceStack, episode.sourceEnv],
     );
     const policy = rows[0]?.policy;

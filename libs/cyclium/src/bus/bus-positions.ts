@@ -10,12 +10,14 @@ import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 const OPEN = `
   WITH opened AS (
     INSERT INTO cyclium_bus_positions (channel, consumer, position, type)
-    SELECT $1, c.consumer, $3::pg_snapshot, c.type FROM unnest($2::text[], $4::text[]) AS c (consumer, type)
+    SELECT $1, c.consumer, $3::pg_snapshot, c.type
+      FROM unnest($2::text[], $4::text[]) AS c (consumer, type)
     ON CONFLICT (channel, consumer) DO NOTHING
     RETURNING consumer, position)
   SELECT consumer, position::text AS position FROM opened
   UNION ALL
-  SELECT consumer, position::text FROM cyclium_bus_positions WHERE channel = $1 AND consumer = ANY($2::text[])`;
+  SELECT consumer, position::text FROM cyclium_bus_positions WHERE channel = $1
+    AND consumer = ANY($2::text[])`;
 
 /**
  * Moves positions forward only: a snapshot with a larger xmax was taken later and sees every
@@ -40,8 +42,10 @@ const SKIP = `
  * channel's events.
  */
 export const STORED_POSITIONS = `
-  coalesce((SELECT json_agg(json_build_object('channel', channel, 'consumer', consumer, 'type', type,
-                                              'updatedAt', updated_at, 'skipped', skipped, 'lastSkip', last_skip)
+  coalesce((SELECT json_agg(json_build_object('channel', channel, 'consumer', consumer, 'type',
+                                              type,
+                                              'updatedAt', updated_at, 'skipped', skipped,
+                                              'lastSkip', last_skip)
                             ORDER BY channel, consumer)
               FROM cyclium_bus_positions), '[]')`;
 

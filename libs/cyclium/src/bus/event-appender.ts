@@ -53,9 +53,11 @@ const APPEND = prepared(
   'events_append_checked',
   `
   WITH e AS MATERIALIZED (
-    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::text[]) WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
+    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::text[])
+      WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
   ), stored AS (
-    INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env, signature)
+    INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher,
+                                source_stack, source_env, signature)
     SELECT $1, e.event_id, e.type, e.payload, e.published_at, $2, $3, $4, e.signature
       FROM e
      ORDER BY e.n
@@ -78,7 +80,8 @@ const COMPARE = prepared(
   'events_compare',
   `
   SELECT e.n::int AS n, o.type = e.type AND o.payload = e.payload AS same
-    FROM unnest($2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS e (event_id, type, payload, n)
+    FROM unnest($2::text[], $3::text[], $4::jsonb[])
+      WITH ORDINALITY AS e (event_id, type, payload, n)
     JOIN cyclium_events o ON o.channel = $1 AND o.event_id = e.event_id`,
 );
 
@@ -206,10 +209,13 @@ export class EventAppender {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     const [ids, types, payloads, times, signatures] = this.columns(events);
     return `
-      INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env, signature)
-      SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at, ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')},
+      INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher,
+                                  source_stack, source_env, signature)
+      SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at,
+             ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')},
              e.signature
-        FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')}, ${p(times, 'timestamptz[]')}, ${p(signatures, 'text[]')})
+        FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')},
+                    ${p(times, 'timestamptz[]')}, ${p(signatures, 'text[]')})
              WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
        WHERE (${when})
        ORDER BY e.n

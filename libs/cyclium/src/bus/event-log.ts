@@ -41,7 +41,8 @@ export interface LoggedEvent {
  */
 const STORED_AT = `greatest(least(e.created_at, statement_timestamp()), timestamptz 'epoch')`;
 
-const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload, e.published_at, e.signature,
+const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload,
+e.published_at, e.signature,
        (extract(epoch FROM ${STORED_AT}) * 1000)::float8 AS created_ms,
        (extract(epoch FROM statement_timestamp() - ${STORED_AT}) * 1000)::float8 AS age_ms`;
 
@@ -57,7 +58,8 @@ const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e
 function withinBytes(page: string, maxBytes: string): string {
   const max = `${maxBytes}::bigint`;
   return `
-      SELECT m.id, m.tx_id, m.event_id, m.type, m.published_at, m.signature, m.created_at, m.taken, m.payload_bytes,
+      SELECT m.id, m.tx_id, m.event_id, m.type, m.published_at, m.signature, m.created_at, m.taken,
+             m.payload_bytes,
              CASE WHEN m.payload_bytes > ${max} THEN NULL ELSE m.payload END AS payload
         FROM (
           SELECT t.*, sum(CASE WHEN t.payload_bytes > ${max} THEN 0 ELSE t.payload_bytes END)
@@ -154,7 +156,8 @@ const PRUNE = prepared(
     SELECT id, tx_id, type, created_at,
            created_at < now() - make_interval(secs => $2::double precision / 1000) AS expired
       FROM (SELECT id, channel, tx_id, type, created_at FROM cyclium_events
-             WHERE (SELECT held FROM lock) AND (channel, tx_id, id) > ($1::text, $5::xid8, $6::bigint)
+             WHERE (SELECT held FROM lock)
+               AND (channel, tx_id, id) > ($1::text, $5::xid8, $6::bigint)
              ORDER BY channel, tx_id, id
              LIMIT $3) walked
      WHERE channel = $1::text),
@@ -166,13 +169,15 @@ const PRUNE = prepared(
            o.created_at < now() - make_interval(secs => $4::double precision / 1000) AS overdue
       FROM examined o WHERE o.expired),
   doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),
-  deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id),
+  deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed))
+              RETURNING id),
   last AS (
     SELECT tx_id, id, NOT expired AND created_at <= now() AS young
       FROM examined ORDER BY tx_id DESC, id DESC LIMIT 1)
   SELECT coalesce((SELECT held FROM lock), false) AS held,
          (SELECT count(*) FROM deleted)::int AS deleted,
-         (SELECT count(*) FROM deleted JOIN doomed d USING (id) WHERE d.undispatched)::int AS undispatched,
+         (SELECT count(*) FROM deleted JOIN doomed d USING (id)
+          WHERE d.undispatched)::int AS undispatched,
          (SELECT count(*) FROM examined)::int AS examined,
          (SELECT tx_id::text FROM last) AS last_tx_id,
          (SELECT id::text FROM last) AS last_id,

@@ -51,7 +51,8 @@ export function ownedClaim(refs: ClaimRefs, lock: boolean): string {
 export function ownedClaims(input: string): string {
   return `
     SELECT i.* FROM ${input} i
-      JOIN cyclium_work_claims c ON ${heldClaim({ key: 'i.key', owner: 'i.owner', fence: 'i.fence' })}
+      JOIN cyclium_work_claims c
+        ON ${heldClaim({ key: 'i.key', owner: 'i.owner', fence: 'i.fence' })}
      ORDER BY c.dedupe_key
        FOR SHARE OF c`;
 }
@@ -113,10 +114,15 @@ export function takeOverClaims(
 ): string {
   return `
     UPDATE cyclium_work_claims c
-       SET state = 'claimed', owner_node = ${refs.owner}, lease_until = ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}),
+       SET state = 'claimed', owner_node = ${refs.owner},
+           lease_until = ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}),
            claimed_at = now(), last_heartbeat_at = now(), finished_at = NULL, error_detail = NULL,
            attempt = CASE WHEN c.state = 'done' THEN 1 ELSE c.attempt + 1 END,
-           fence = c.fence + 1${refs.workType === undefined ? '' : `, work_type = COALESCE(${refs.workType}, c.work_type)`}
+           fence = c.fence + 1${
+             refs.workType === undefined
+               ? ''
+               : `, work_type = COALESCE(${refs.workType}, c.work_type)`
+           }
       ${refs.from === undefined ? '' : `FROM ${refs.from}`}
      WHERE ${refs.where}
     RETURNING ${refs.returning}`;
@@ -144,7 +150,8 @@ export function finishClaims(
     UPDATE cyclium_work_claims c
        SET state = ${refs.state}, finished_at = now(), error_detail = ${refs.detail}
       ${refs.from === undefined ? '' : `FROM ${refs.from}`}
-     WHERE c.dedupe_key = ${refs.key} AND c.owner_node = ${refs.owner} AND c.state = 'claimed' AND c.fence = ${refs.fence}${refs.when === undefined ? '' : ` AND (${refs.when})`}
+     WHERE c.dedupe_key = ${refs.key} AND c.owner_node = ${refs.owner} AND c.state = 'claimed'
+       AND c.fence = ${refs.fence}${refs.when === undefined ? '' : ` AND (${refs.when})`}
     ${refs.returning === undefined ? '' : `RETURNING ${refs.returning}`}`;
 }
 

@@ -81,7 +81,8 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
     ],
     [
       'claim_lapsed',
-      `SELECT c.dedupe_key, seen.state AS seen_state, seen.owner_node AS seen_owner FROM cyclium_work_claims c
+      `SELECT c.dedupe_key, seen.state AS seen_state, seen.owner_node AS seen_owner
+        FROM cyclium_work_claims c
          JOIN claim_seen seen ON seen.dedupe_key = c.dedupe_key
         WHERE ${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}
         ORDER BY c.dedupe_key
@@ -112,5 +113,6 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
     }),
   finished: ({ key, owner, fence }) => `
     SELECT 1 FROM cyclium_work_claims
-     WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence} AND state IN ('done', 'failed')`,
+     WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence}
+       AND state IN ('done', 'failed')`,
 };

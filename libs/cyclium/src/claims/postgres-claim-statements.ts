@@ -87,10 +87,16 @@ export const RENEW_MANY = prepared(
   `
   WITH locked AS (
     SELECT c.dedupe_key FROM cyclium_work_claims c
-      JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence) ON ${heldClaim({ key: 'held.dedupe_key', owner: '$1', fence: 'held.fence' })}
+      JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)
+        ON ${heldClaim({ key: 'held.dedupe_key', owner: '$1', fence: 'held.fence' })}
      ORDER BY c.dedupe_key
        FOR UPDATE OF c)
-  ${renewLeases({ leaseSeconds: '$2', from: 'locked', where: 'c.dedupe_key = locked.dedupe_key', returning: 'c.dedupe_key, c.fence' })}`,
+  ${renewLeases({
+    leaseSeconds: '$2',
+    from: 'locked',
+    where: 'c.dedupe_key = locked.dedupe_key',
+    returning: 'c.dedupe_key, c.fence',
+  })}`,
 );
 
 /**
@@ -102,7 +108,8 @@ export const RELEASE_MANY = prepared(
   `
   WITH locked AS (
     SELECT dedupe_key FROM cyclium_work_claims
-     WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[]) AND lease_until > now()
+     WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[])
+       AND lease_until > now()
      ORDER BY dedupe_key
        FOR UPDATE)
   UPDATE cyclium_work_claims AS c SET lease_until = now()

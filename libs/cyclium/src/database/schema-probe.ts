@@ -38,7 +38,8 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     migration: 'CycliumTriggerOnly1764400000004',
     missing: `the 'deferred' episode status`,
     holds: `EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('cyclium_episodes')
-              AND conname = 'cyclium_episodes_status_check' AND pg_get_constraintdef(oid) LIKE '%deferred%')`,
+              AND conname = 'cyclium_episodes_status_check'
+              AND pg_get_constraintdef(oid) LIKE '%deferred%')`,
   },
   {
     migration: 'CycliumWorkflows1764400000005',

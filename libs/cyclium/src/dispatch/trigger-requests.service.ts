@@ -102,11 +102,16 @@ export class TriggerRequests implements RetryWakeUps {
   ): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     return `
-      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before, signature)
-      SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')}, ${p(request.sourceNode, 'text')},
-             ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')},
+      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node,
+                                            source_stack, source_env, status, opts, not_before,
+                                            signature)
+      SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')},
+             ${p(request.sourceNode, 'text')},
+             ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending',
+             ${p(JSON.stringify(request.opts), 'jsonb')},
              coalesce(${p(request.runAt ?? null, 'timestamptz')},
-                      now() + make_interval(secs => ${p(request.delayMs ?? null, 'double precision')} / 1000)),
+                      now() + make_interval(
+                                secs => ${p(request.delayMs ?? null, 'double precision')} / 1000)),
              ${p(this.signatureOf(episodeId, request, trigger), 'text')}
         FROM ${episodeCte} e
       RETURNING id, not_before`;
@@ -125,8 +130,11 @@ export class TriggerRequests implements RetryWakeUps {
     status: 'pending' | 'scheduled' = 'pending',
   ): Promise<string> {
     const { rows } = await client.query<{ id: string }>(
-      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, signature, not_before)
-       VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, now() + make_interval(secs => $10::double precision / 1000))
+      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node,
+                                             source_stack, source_env, status, opts, signature,
+                                             not_before)
+       VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8,
+               now() + make_interval(secs => $10::double precision / 1000))
        RETURNING id`,
       [
         episodeId,
@@ -170,7 +178,8 @@ export class TriggerRequests implements RetryWakeUps {
   /** The condition that a wake-up `node` wrote waits for the episode `e` (see scheduleWithin). */
   scheduledBy(e: string, node: string): string {
     return `EXISTS (SELECT 1 FROM cyclium_trigger_requests r
-                     WHERE r.episode_id = ${e}.id AND r.status = 'scheduled' AND r.source_node = ${node})`;
+                     WHERE r.episode_id = ${e}.id AND r.status = 'scheduled'
+                       AND r.source_node = ${node})`;
   }
 
   /**
@@ -210,7 +219,8 @@ export class TriggerRequests implements RetryWakeUps {
         `SELECT r.*, e.trigger_ref AS episode_trigger
            FROM cyclium_trigger_requests r JOIN cyclium_episodes e ON e.id = r.episode_id
           WHERE r.signature IS NULL AND r.status IN ('pending', 'scheduled')
-            AND ${stackCovers('r.source_stack', '$1::text')} AND ${sameEnv('r.source_env', '$2::text')}
+            AND ${stackCovers('r.source_stack', '$1::text')}
+            AND ${sameEnv('r.source_env', '$2::text')}
             AND ($3::uuid IS NULL OR r.id > $3::uuid)
           ORDER BY r.id LIMIT $4 FOR UPDATE OF r`,
         [scope.stack, scope.env, after?.request.id ?? null, limit],
@@ -224,7 +234,8 @@ export class TriggerRequests implements RetryWakeUps {
     const write = (page: Waiting[]) =>
       client.query(
         `UPDATE cyclium_trigger_requests r SET signature = v.signature
-           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE r.id = v.id AND r.signature IS NULL`,
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE r.id = v.id
+             AND r.signature IS NULL`,
         [page.map((w) => w.request.id), page.map(sign)],
       );
     return signInPages(read, write);
@@ -257,9 +268,15 @@ export class TriggerRequests implements RetryWakeUps {
    */
   async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
     const { rowCount } = await client.query(
-      `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
-        WHERE id = $1 AND status IN ('pending', 'scheduled') AND (not_before IS NULL OR not_before <= now())
-          AND ${takeable('$3', { env: 'cyclium_trigger_requests.source_env', goneAfter: '$4', me: '$2' })}`,
+      `UPDATE cyclium_trigger_requests
+        SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
+        WHERE id = $1 AND status IN ('pending', 'scheduled')
+          AND (not_before IS NULL OR not_before <= now())
+          AND ${takeable('$3', {
+            env: 'cyclium_trigger_requests.source_env',
+            goneAfter: '$4',
+            me: '$2',
+          })}`,
       [id, owner, this.options.triggerRequestTtlMs, this.goneAfterMs],
     );
     return rowCount === 1;
@@ -300,9 +317,11 @@ export class TriggerRequests implements RetryWakeUps {
     const { rows } = await client.query<{ id: string; episode_id: string; error: string }>(
       `UPDATE cyclium_trigger_requests
           SET status = 'expired', completed_at = now(),
-              error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
+              error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' ||
+                actor_id || ' took it'
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
-                      WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$2', env)}
+                      WHERE status IN ('pending', 'scheduled')
+                        AND ${sameEnvIndexed('source_env', '$2', env)}
                         AND ${expirable('$1', { env: '$2::text', goneAfter: '$3', me: '$4' })}
                       FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,
@@ -347,7 +366,8 @@ export class TriggerRequests implements RetryWakeUps {
     }>(
       `SELECT DISTINCT ON (episode_id) episode_id, coalesce(not_before, inserted_at) AS due_at,
               coalesce(opts->>'wake', CASE WHEN opts->>'resume' = 'true' THEN 'resume' END) AS wake
-         FROM cyclium_trigger_requests WHERE episode_id = ANY($1::uuid[]) AND status IN ('pending', 'scheduled')
+         FROM cyclium_trigger_requests WHERE episode_id = ANY($1::uuid[])
+           AND status IN ('pending', 'scheduled')
         ORDER BY episode_id, coalesce(not_before, inserted_at)`,
       [episodeIds],
     );

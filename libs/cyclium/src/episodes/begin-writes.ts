@@ -89,7 +89,8 @@ export class BeginWrites {
         owner: p(this.identity.name(), 'text'),
         leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
       },
-      `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
+      `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key
+        AND e.id IS NOT NULL
          ORDER BY i.n`,
     );
     // A busy claim left nothing of the batch: alone, each begin gets its own answer (busy, started,

@@ -158,7 +158,8 @@ export class EndWrites {
     statement.with(
       'input',
       `SELECT * FROM unnest(${input})
-         WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification, error_class, error_detail, failure, n)`,
+         WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification,
+                               error_class, error_detail, failure, n)`,
     );
     statement.with('owner', ownerMany({ input: 'input' }));
     for (const [name, body] of finishEpisodes('owner')) statement.with(name, body);

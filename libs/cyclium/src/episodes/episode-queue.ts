@@ -41,7 +41,8 @@ const DEQUEUE = prepared(
  */
 const TAKE_FROM_PEER = prepared(
   'episodes_take_from_peer',
-  `UPDATE cyclium_episodes SET status = 'running', owner_node = $1, started_at = now(), updated_at = now()
+  `UPDATE cyclium_episodes
+    SET status = 'running', owner_node = $1, started_at = now(), updated_at = now()
     WHERE id = (SELECT id FROM cyclium_episodes
                  WHERE status = 'queued' AND actor_id = $2 AND expectation_id = ANY($5::text[])
                    AND owner_node IS DISTINCT FROM $1
@@ -79,7 +80,8 @@ export function takeQueued(refs: TakeRefs): Array<[string, string]> {
           ORDER BY queued_at, id LIMIT ${refs.limit}
           FOR NO KEY UPDATE`
       : `SELECT id FROM cyclium_episodes
-          WHERE status = 'queued' AND actor_id = ${refs.actorId} AND expectation_id = ANY(${refs.expectations})
+          WHERE status = 'queued' AND actor_id = ${refs.actorId}
+            AND expectation_id = ANY(${refs.expectations})
             AND owner_node IS DISTINCT FROM ${refs.owner}
             AND ${sameStack('source_stack', refs.stack)} AND ${sameEnv('source_env', refs.env)}
           ORDER BY queued_at DESC, id DESC LIMIT ${refs.limit}
@@ -88,7 +90,8 @@ export function takeQueued(refs: TakeRefs): Array<[string, string]> {
     ['head', head],
     [
       'ep',
-      `UPDATE cyclium_episodes e SET status = 'running', owner_node = ${refs.owner}, started_at = now(), updated_at = now()
+      `UPDATE cyclium_episodes e
+        SET status = 'running', owner_node = ${refs.owner}, started_at = now(), updated_at = now()
          FROM head WHERE e.id = head.id AND e.status = 'queued'
        RETURNING e.*`,
     ],
@@ -169,7 +172,8 @@ export class EpisodeQueue {
     via: SqlExecutor,
   ): Promise<EpisodeRow | null> {
     const { rows } = await via.query(
-      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
+      `UPDATE cyclium_episodes
+        SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
         WHERE id = (${QUEUE_HEAD})
           AND status = 'queued'
        RETURNING *`,

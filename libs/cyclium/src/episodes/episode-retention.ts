@@ -53,7 +53,8 @@ export function oldestDue(
        WHERE ${when}
          AND ${sameEnvIndexed('aged.source_env', p(scope.env, 'text'), scope.env)}
          AND aged.${due.age} IS NOT NULL
-         AND aged.${due.age} < now() - make_interval(secs => ${p(due.olderThanMs, 'double precision')} / 1000)
+         AND aged.${due.age}
+               < now() - make_interval(secs => ${p(due.olderThanMs, 'double precision')} / 1000)
          AND ${stackCovers('aged.source_stack', p(scope.stack, 'text'))}${(due.and ?? [])
            .map(
              (c) => `
@@ -110,7 +111,8 @@ export const EpisodeRetention = {
   archive(due: string): string {
     return `
       UPDATE cyclium_episodes e SET archived_at = now()
-       WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) AND e.finished_at IS NOT NULL AND e.archived_at IS NULL AND e.status IN ${TERMINAL}
+       WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) AND e.finished_at IS NOT NULL
+         AND e.archived_at IS NULL AND e.status IN ${TERMINAL}
       RETURNING e.id`;
   },
 

@@ -308,5 +308,6 @@ export async function queryBegin(
 export function beginColumns(statement: Statement, claimMissing: string): string {
   const busy = statement.param(BUSY, 'text');
   return `c.fence::text, c.attempt, c.lease_until, c.stolen_from, e.*,
-          CASE WHEN e.id IS NOT NULL AND ${claimMissing} THEN (${busy} || e.id::text)::int END AS busy`;
+          CASE WHEN e.id IS NOT NULL AND ${claimMissing}
+            THEN (${busy} || e.id::text)::int END AS busy`;
 }

@@ -30,9 +30,12 @@ const NEVER_RETRIED = new Set([
 const WAIT: FencedStatement = {
   name: 'episodes_wait',
   body: `
-  UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int, updated_at = now()
+  UPDATE cyclium_episodes
+    SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int,
+        updated_at = now()
     FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2 AND phase IS DISTINCT FROM 'recovering'
+   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
+     AND phase IS DISTINCT FROM 'recovering'
   RETURNING cyclium_episodes.*`,
 };
 
@@ -43,8 +46,10 @@ const WAIT: FencedStatement = {
  */
 const REOPEN = `
   UPDATE cyclium_episodes
-     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0,
-         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now(), signature = $2
+     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL,
+         retries = 0, attempts = 0,
+         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now(),
+         signature = $2
    WHERE id = $1 AND status = 'failed' AND archived_at IS NULL
   RETURNING *`;
 

@@ -42,14 +42,19 @@ export interface EventFireQuery {
  */
 const LAST_FIRE = `
   SELECT (extract(epoch FROM max(f.fired_at)) * 1000)::float8 AS fired_ms
-    FROM (SELECT coalesce(v.created_at + make_interval(secs => $8::float8 / 1000), e.inserted_at) AS fired_at
+    FROM (SELECT coalesce(v.created_at + make_interval(secs => $8::float8 / 1000),
+                          e.inserted_at) AS fired_at
             FROM cyclium_episodes e
             LEFT JOIN cyclium_events v ON v.channel = $5 AND v.event_id = e.trigger_ref->>'eventId'
-           WHERE e.actor_id = $1 AND e.status = ANY($11::text[]) AND e.expectation_id = $2 AND e.trigger_type = 'event'
-             AND ${sameStack('e.source_stack', '$3::text')} AND ${sameEnv('e.source_env', '$4::text')}
-             AND e.inserted_at >= to_timestamp($6::float8 / 1000) - make_interval(secs => $7::float8 / 1000)
+           WHERE e.actor_id = $1 AND e.status = ANY($11::text[]) AND e.expectation_id = $2
+             AND e.trigger_type = 'event'
+             AND ${sameStack('e.source_stack', '$3::text')}
+             AND ${sameEnv('e.source_env', '$4::text')}
+             AND e.inserted_at
+               >= to_timestamp($6::float8 / 1000) - make_interval(secs => $7::float8 / 1000)
              AND e.trigger_ref->>'eventId' IS DISTINCT FROM $12
-             AND ($9::text[] IS NULL OR (e.trigger_ref->'payload') #> $9::text[] IS NOT DISTINCT FROM $10::jsonb)) f
+             AND ($9::text[] IS NULL
+                  OR (e.trigger_ref->'payload') #> $9::text[] IS NOT DISTINCT FROM $10::jsonb)) f
    WHERE f.fired_at <= to_timestamp($6::float8 / 1000)`;
 
 /**

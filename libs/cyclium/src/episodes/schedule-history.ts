@@ -32,7 +32,8 @@ export async function scheduleHistory(
   const { rows } = await sql.query<HistoryRow>(
     // ISO 8601 UTC to the millisecond, as every node writes it: text order is time order.
     `SELECT max(trigger_ref->>'scheduledAt') AS last, now() AS read_at FROM cyclium_episodes
-      WHERE actor_id = $1 AND expectation_id = $2 AND trigger_type = 'schedule' AND ${sameEnv('source_env', '$3::text')}`,
+      WHERE actor_id = $1 AND expectation_id = $2 AND trigger_type = 'schedule'
+        AND ${sameEnv('source_env', '$3::text')}`,
     [actorId, expectationId, env],
   );
   // An aggregate: always one row.

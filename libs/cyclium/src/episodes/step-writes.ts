@@ -151,7 +151,8 @@ export class StepWrites {
     const held =
       proof === 'open'
         ? `SELECT 1 FROM (${claim}) AS claim
-            WHERE EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $4::uuid AND ${runningHere('e', '$2::text')})`
+            WHERE EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $4::uuid
+                            AND ${runningHere('e', '$2::text')})`
         : claim;
     return stepWrite('SELECT i.* FROM input i WHERE EXISTS (SELECT 1 FROM held)', held);
   }

@@ -33,7 +33,13 @@ export function finishEpisodes(input: string): Array<[string, string]> {
     [
       'ep',
       `UPDATE cyclium_episodes e
-          SET ${terminalSet({ status: 'i.status', summary: 'i.summary', classification: 'i.classification', errorClass: 'i.error_class', detail: 'i.error_detail' })}
+          SET ${terminalSet({
+            status: 'i.status',
+            summary: 'i.summary',
+            classification: 'i.classification',
+            errorClass: 'i.error_class',
+            detail: 'i.error_detail',
+          })}
          FROM ep_locked l JOIN ${input} i ON i.episode_id = l.id
         WHERE e.id = l.id
        RETURNING e.id`,
@@ -57,8 +63,10 @@ export interface OutcomeRefs {
  * or many.
  */
 function terminalSet(v: OutcomeRefs): string {
-  return `status = ${v.status}, summary = coalesce(${v.summary}, e.summary), classification = coalesce(${v.classification}, e.classification),
-              error_class = ${v.errorClass}, error_detail = ${v.detail}, phase = NULL, finished_at = now(), updated_at = now()`;
+  return `status = ${v.status}, summary = coalesce(${v.summary}, e.summary),
+  classification = coalesce(${v.classification}, e.classification),
+              error_class = ${v.errorClass}, error_detail = ${v.detail}, phase = NULL,
+              finished_at = now(), updated_at = now()`;
 }
 
 /**

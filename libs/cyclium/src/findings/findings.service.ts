@@ -106,8 +106,11 @@ export class Findings {
     if (clears.length > 0) {
       ctes.push([
         'finding_clears',
-        `UPDATE cyclium_findings SET status = 'cleared', cleared_at = now(), cleared_by_episode_id = ${p(episode.id, 'uuid')}, updated_at = now()
-          WHERE finding_key = ANY(${p(clears, 'text[]')}) AND ${sameEnv('env', env)} AND status = 'active' AND (${when})
+        `UPDATE cyclium_findings
+          SET status = 'cleared', cleared_at = now(),
+              cleared_by_episode_id = ${p(episode.id, 'uuid')}, updated_at = now()
+          WHERE finding_key = ANY(${p(clears, 'text[]')}) AND ${sameEnv('env', env)}
+            AND status = 'active' AND (${when})
          RETURNING 1`,
       ]);
     }
@@ -127,10 +130,14 @@ export class Findings {
       ctes.push([
         'finding_updates',
         `UPDATE cyclium_findings f
-            SET class = coalesce(u.class, f.class), severity = coalesce(u.severity, f.severity), subject = coalesce(u.subject, f.subject),
-                summary = coalesce(u.summary, f.summary), evidence = coalesce(u.evidence, f.evidence), updated_at = now()
-           FROM unnest(${columns(updates)}) AS u (finding_key, class, severity, subject, summary, evidence)
-          WHERE f.finding_key = u.finding_key AND ${sameEnv('f.env', env)} AND f.status = 'active' AND (${when})
+            SET class = coalesce(u.class, f.class), severity = coalesce(u.severity, f.severity),
+                subject = coalesce(u.subject, f.subject),
+                summary = coalesce(u.summary, f.summary),
+                evidence = coalesce(u.evidence, f.evidence), updated_at = now()
+           FROM unnest(${columns(updates)}) AS u (finding_key, class, severity, subject, summary,
+                                                  evidence)
+          WHERE f.finding_key = u.finding_key AND ${sameEnv('f.env', env)} AND f.status = 'active'
+            AND (${when})
          RETURNING 1`,
       ]);
     }
@@ -138,10 +145,13 @@ export class Findings {
       ctes.push([
         'finding_raises',
         `INSERT INTO cyclium_findings
-           (actor_id, expectation_id, finding_key, status, class, severity, subject, summary, evidence, raised_by_episode_id, env)
-         SELECT ${p(episode.actorId, 'text')}, ${p(episode.expectationId, 'text')}, r.finding_key, 'active', r.class, r.severity,
+           (actor_id, expectation_id, finding_key, status, class, severity, subject, summary,
+            evidence, raised_by_episode_id, env)
+         SELECT ${p(episode.actorId, 'text')}, ${p(episode.expectationId, 'text')}, r.finding_key,
+                'active', r.class, r.severity,
                 r.subject, r.summary, r.evidence, ${p(episode.id, 'uuid')}, ${env}
-           FROM unnest(${columns(raises)}) AS r (finding_key, class, severity, subject, summary, evidence)
+           FROM unnest(${columns(raises)}) AS r (finding_key, class, severity, subject, summary,
+                                                 evidence)
           WHERE (${when})
          ON CONFLICT (finding_key, env) WHERE status = 'active' DO UPDATE
            SET class = EXCLUDED.class, severity = EXCLUDED.severity, subject = EXCLUDED.subject,

@@ -103,26 +103,36 @@ export const MAX_STATUS_WINDOW_MS = 86_400_000;
  * at a third of the table and reads all of it, a two-sided one at a fraction of a percent.
  */
 const CLUSTER_STATUS = `
-  WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes WHERE status = 'running' GROUP BY owner_node),
+  WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes
+                   WHERE status = 'running' GROUP BY owner_node),
        claims AS (SELECT owner_node, count(*)::int AS n FROM cyclium_work_claims
                    WHERE state = 'claimed' AND lease_until > now() GROUP BY owner_node)
   SELECT now() AS at,
     coalesce((SELECT json_agg(json_build_object(
-        'identity', n.node_identity, 'stack', n.stack, 'env', n.env, 'mode', n.mode, 'hostname', n.hostname, 'pid', n.pid,
+        'identity', n.node_identity, 'stack', n.stack, 'env', n.env, 'mode', n.mode, 'hostname',
+        n.hostname, 'pid', n.pid,
         'version', n.version, 'startedAt', n.started_at, 'lastSeenAt', n.last_seen_at,
         'live', n.last_seen_at > now() - make_interval(secs => $1::float8 / 1000),
-        'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep', n.last_sweep,
+        'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep',
+        n.last_sweep,
         'actors', n.actors)
         ORDER BY n.node_identity)
-      FROM cyclium_nodes n LEFT JOIN running r ON r.owner_node = n.node_identity LEFT JOIN claims c ON c.owner_node = n.node_identity), '[]') AS nodes,
-    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
-      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked') GROUP BY 1, 2) a), '[]') AS active,
-    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
+      FROM cyclium_nodes n LEFT JOIN running r ON r.owner_node = n.node_identity LEFT JOIN claims c
+        ON c.owner_node = n.node_identity), '[]') AS nodes,
+    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n)
+                              ORDER BY actor_id, status)
       FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
-             WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000) AND finished_at < now() + interval '1 minute' GROUP BY 1, 2) f), '[]') AS finished,
+            WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')
+              GROUP BY 1, 2) a), '[]') AS active,
+    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n)
+                              ORDER BY actor_id, status)
+      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
+             WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000)
+               AND finished_at < now() + interval '1 minute' GROUP BY 1, 2) f), '[]') AS finished,
     (SELECT count(*)::int FROM cyclium_trigger_requests WHERE status = 'pending') AS pending,
     (SELECT count(*)::int FROM cyclium_trigger_requests
-      WHERE status = 'expired' AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired,
+      WHERE status = 'expired'
+        AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired,
     ${STORED_POSITIONS} AS positions`;
 
 interface Row {

@@ -31,7 +31,8 @@ const OPEN_FRAGMENTS: ClaimFragments = {
   acquire: ({ key, owner, leaseSeconds, workType }) => [
     [
       'claim',
-      `SELECT NULL::bigint AS fence, NULL::int AS attempt, NULL::timestamptz AS lease_until, NULL::text AS stolen_from
+      `SELECT NULL::bigint AS fence, NULL::int AS attempt, NULL::timestamptz AS lease_until,
+              NULL::text AS stolen_from
          FROM (SELECT ${key}, ${owner}, ${leaseSeconds}, ${workType}) AS unused`,
     ],
   ],

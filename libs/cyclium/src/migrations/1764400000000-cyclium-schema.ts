@@ -37,7 +37,8 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         trigger_ref jsonb NOT NULL DEFAULT '{}'::jsonb,
         dedupe_key text,
         status text NOT NULL
-          CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled')),
+          CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed',
+                            'canceled')),
         phase text,
         attempts integer NOT NULL DEFAULT 0,
         max_attempts integer NOT NULL DEFAULT 3,

@@ -15,7 +15,8 @@ export class CycliumTriggerOnly1764400000004 implements MigrationInterface {
     );
     await runner.query(`
       ALTER TABLE cyclium_episodes ADD CONSTRAINT cyclium_episodes_status_check
-        CHECK (status IN ('queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'))`);
+        CHECK (status IN ('queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed',
+                          'failed', 'canceled'))`);
     await runner.query(
       `ALTER TABLE cyclium_trigger_requests DROP CONSTRAINT cyclium_trigger_requests_episode_id_fkey`,
     );
@@ -34,6 +35,7 @@ export class CycliumTriggerOnly1764400000004 implements MigrationInterface {
     );
     await runner.query(`
       ALTER TABLE cyclium_episodes ADD CONSTRAINT cyclium_episodes_status_check
-        CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'))`);
+        CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed',
+                          'canceled'))`);
   }
 }

@@ -20,7 +20,8 @@ export class CycliumWorkflows1764400000005 implements MigrationInterface {
         ADD COLUMN error text`);
     await runner.query(`
       CREATE UNIQUE INDEX cyclium_workflow_instances_live_subject
-        ON cyclium_workflow_instances (workflow_id, subject_value, coalesce(source_stack, ''), coalesce(source_env, ''))
+        ON cyclium_workflow_instances (workflow_id, subject_value, coalesce(source_stack, ''),
+                                       coalesce(source_env, ''))
         WHERE subject_value IS NOT NULL AND status IN ('running', 'blocked')`);
     await runner.query(`ALTER TABLE cyclium_trigger_requests ADD COLUMN not_before timestamptz`);
   }

@@ -48,7 +48,8 @@ export interface CycliumRoles {
 }
 
 /** What a publisher may set; the rest (`id`, `tx_id`, `created_at`) only the database stamps. */
-const PUBLISHER_COLUMNS = `channel, event_id, type, payload, published_at, publisher, source_stack, source_env,
+const PUBLISHER_COLUMNS = `channel, event_id, type, payload, published_at, publisher, source_stack,
+source_env,
   signature`;
 
 /**
@@ -90,7 +91,8 @@ function publisherGrants(publisher: CycliumPublisher): string[] {
     // Before row-level security is on, so no role is ever left without a policy.
     `DO $$ BEGIN
        IF NOT EXISTS (SELECT 1 FROM pg_policies WHERE schemaname = current_schema()
-                         AND tablename = 'cyclium_events' AND policyname = 'cyclium_events_all') THEN
+                         AND tablename = 'cyclium_events' AND policyname = 'cyclium_events_all')
+                           THEN
          CREATE POLICY cyclium_events_all ON cyclium_events USING (true) WITH CHECK (true);
        END IF;
      END $$`,
@@ -99,7 +101,8 @@ function publisherGrants(publisher: CycliumPublisher): string[] {
     `CREATE POLICY ${policy} ON cyclium_events AS RESTRICTIVE TO ${role}
        USING (channel = ${channel})
        WITH CHECK (channel = ${channel}
-                   AND source_stack IS NOT DISTINCT FROM ${stack} AND source_env IS NOT DISTINCT FROM ${env})`,
+                   AND source_stack IS NOT DISTINCT FROM ${stack}
+                   AND source_env IS NOT DISTINCT FROM ${env})`,
   ];
 }
 

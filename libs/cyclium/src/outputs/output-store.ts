@@ -23,7 +23,8 @@ export const OWNED_OUTPUT = (o: string) =>
  */
 const DUE = (o: string, types: string, stack: string, env: string) =>
   `${o}.status = 'pending' AND ${o}.next_attempt_at <= now() AND ${o}.type = ANY(${types}::text[])
-   AND ${sameEnv(`${o}.source_env`, `${env}::text`)} AND ${stackCovers(`${o}.source_stack`, `${stack}::text`)}`;
+   AND ${sameEnv(`${o}.source_env`, `${env}::text`)}
+   AND ${stackCovers(`${o}.source_stack`, `${stack}::text`)}`;
 
 /**
  * Takes due rows of the types this node hosts, in its scope (DUE), oldest due first, in one
@@ -44,11 +45,15 @@ export const TAKE_DUE = `
      SET attempts = o.attempts + (due.owned AND o.attempts < $4)::int,
          status = CASE WHEN due.owned AND o.attempts < $4 THEN 'pending' ELSE 'failed' END,
          lease_owner = CASE WHEN due.owned AND o.attempts < $4 THEN $1::text END,
-         next_attempt_at = CASE WHEN due.owned AND o.attempts < $4 THEN ${after('$5')} ELSE o.next_attempt_at END,
-         error = CASE WHEN NOT due.owned THEN 'not written by the end of episode ' || o.episode_id || ': not delivered'
-                      WHEN o.attempts < $4 THEN o.error
-                      ELSE format('attempt %s of %s never finished: the lease of %s ran out (last error: %s)',
-                                  o.attempts, $4, coalesce(o.lease_owner, 'no node'), coalesce(o.error, 'none')) END
+         next_attempt_at = CASE WHEN due.owned AND o.attempts < $4 THEN ${after('$5')}
+           ELSE o.next_attempt_at END,
+         error = CASE
+           WHEN NOT due.owned
+             THEN 'not written by the end of episode ' || o.episode_id || ': not delivered'
+           WHEN o.attempts < $4 THEN o.error
+           ELSE format('attempt %s of %s never finished: the lease of %s ran out (last error: %s)',
+                       o.attempts, $4, coalesce(o.lease_owner, 'no node'),
+                       coalesce(o.error, 'none')) END
     FROM due
    WHERE o.id = due.id AND o.status = 'pending' AND o.next_attempt_at <= now()
   RETURNING o.*`;
@@ -137,11 +142,16 @@ export class OutputStore {
       });
       const { rows } = await client.query(
         `UPDATE cyclium_outputs o
-            SET episode_id = e.id, type = p.type, payload = p.payload, status = 'pending', error = NULL, delivered_ref = NULL, delivered_at = NULL,
-                attempts = ${attempts}, lease_owner = ${leaseOwner}, next_attempt_at = ${nextAttemptAt},
-                inserted_at = e.finished_at, source_stack = e.source_stack, source_env = e.source_env
-           FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS p (type, dedupe_key, payload), cyclium_episodes e
-          WHERE e.id = $1 AND e.finished_at IS NOT NULL AND o.dedupe_key = p.dedupe_key AND NOT ${OWNED_OUTPUT('o')}
+            SET episode_id = e.id, type = p.type, payload = p.payload, status = 'pending',
+                error = NULL, delivered_ref = NULL, delivered_at = NULL,
+                attempts = ${attempts}, lease_owner = ${leaseOwner},
+                next_attempt_at = ${nextAttemptAt},
+                inserted_at = e.finished_at, source_stack = e.source_stack,
+                source_env = e.source_env
+           FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS p (type, dedupe_key, payload),
+                cyclium_episodes e
+          WHERE e.id = $1 AND e.finished_at IS NOT NULL AND o.dedupe_key = p.dedupe_key
+            AND NOT ${OWNED_OUTPUT('o')}
          RETURNING o.*`,
         [episodeId, lost.types, lost.keys, lost.payloads, lost.hosted, lost.owner, lost.leaseMs],
       );
@@ -169,7 +179,8 @@ export class OutputStore {
   async delivered(id: string, attempt: number, ref: unknown): Promise<boolean> {
     const { rowCount } = await this.database.sql.query(
       `UPDATE cyclium_outputs
-          SET status = 'delivered', delivered_ref = $3, delivered_at = now(), error = NULL, lease_owner = NULL
+          SET status = 'delivered', delivered_ref = $3, delivered_at = now(), error = NULL,
+              lease_owner = NULL
         WHERE id = $1 AND status = 'pending' AND attempts = $2`,
       [id, attempt, JSON.stringify(ref ?? null)],
     );
@@ -201,8 +212,10 @@ export class OutputStore {
    */
   async release(owner: string, ids?: readonly string[]): Promise<number> {
     const { rowCount } = await this.database.sql.query(
-      `UPDATE cyclium_outputs SET lease_owner = NULL, next_attempt_at = now(), attempts = greatest(attempts - 1, 0)
-        WHERE status = 'pending' AND lease_owner = $1 AND ($2::uuid[] IS NULL OR id = ANY($2::uuid[]))`,
+      `UPDATE cyclium_outputs
+        SET lease_owner = NULL, next_attempt_at = now(), attempts = greatest(attempts - 1, 0)
+        WHERE status = 'pending' AND lease_owner = $1
+          AND ($2::uuid[] IS NULL OR id = ANY($2::uuid[]))`,
       [owner, ids ?? null],
     );
     return rowCount ?? 0;

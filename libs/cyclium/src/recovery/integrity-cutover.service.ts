@@ -128,7 +128,8 @@ export class IntegrityCutover implements OnModuleInit, BeforeApplicationShutdown
     // Nodes whose rows this node acts on, seen within three of its beats, other than itself.
     const { rows } = await client.query<SignedPeer>(
       `SELECT node_identity AS identity, stack, env, mode, actors, signature FROM cyclium_nodes n
-        WHERE ${sameEnv('n.env', '$2::text')} AND ${stackCovers('n.stack', '$1::text')} AND n.node_identity <> $3
+        WHERE ${sameEnv('n.env', '$2::text')} AND ${stackCovers('n.stack', '$1::text')}
+          AND n.node_identity <> $3
           AND n.last_seen_at > now() - make_interval(secs => $4::double precision)
         ORDER BY n.node_identity`,
       [stack, env, this.identity.name(), (3 * this.options.nodeBeatIntervalMs) / 1000],

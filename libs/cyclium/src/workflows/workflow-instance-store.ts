@@ -123,7 +123,8 @@ export class WorkflowInstanceStore {
       : null;
     const { rowCount } = await client.query(
       `INSERT INTO cyclium_workflow_instances
-         (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack, source_env, finished_at, signature)
+         (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack,
+          source_env, finished_at, signature)
        VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, ${ENDS.replace('$S', '$3')}, $10)
        ON CONFLICT DO NOTHING`,
       [
@@ -172,7 +173,8 @@ export class WorkflowInstanceStore {
     const write = (page: WorkflowInstanceRow[]) =>
       client.query(
         `UPDATE cyclium_workflow_instances w SET signature = v.signature
-           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE w.id = v.id AND w.signature IS NULL`,
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE w.id = v.id
+             AND w.signature IS NULL`,
         [page.map((i) => i.id), page.map(sign)],
       );
     return signInPages(read, write);
@@ -185,7 +187,8 @@ export class WorkflowInstanceStore {
   async failTampered(id: string, version: number, reason: string): Promise<boolean> {
     const { rowCount } = await this.database.sql.query(
       `UPDATE cyclium_workflow_instances
-          SET status = 'failed', error = $3, version = version + 1, updated_at = now(), finished_at = now(), signature = NULL
+          SET status = 'failed', error = $3, version = version + 1, updated_at = now(),
+              finished_at = now(), signature = NULL
         WHERE id = $1 AND version = $2 AND ${LIVE}`,
       [id, version, reason],
     );
@@ -201,7 +204,8 @@ export class WorkflowInstanceStore {
   ): Promise<WorkflowInstanceRow | null> {
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_workflow_instances
-        WHERE workflow_id = $1 AND subject_value = $2 AND ${sameAsCoalesced('source_stack', '$3')} AND ${sameAsCoalesced('source_env', '$4')}
+        WHERE workflow_id = $1 AND subject_value = $2 AND ${sameAsCoalesced('source_stack', '$3')}
+          AND ${sameAsCoalesced('source_env', '$4')}
           AND ${LIVE}`,
       [workflowId, subject, stack, env],
     );
@@ -233,7 +237,8 @@ export class WorkflowInstanceStore {
     );
     const { rowCount } = await client.query(
       `UPDATE cyclium_workflow_instances
-          SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(), finished_at = ${ENDS.replace('$S', '$3')},
+          SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(),
+              finished_at = ${ENDS.replace('$S', '$3')},
               signature = $6
         WHERE id = $1 AND version = $2 AND ${LIVE}`,
       [instance.id, instance.version, change.status, stepsJson, change.error, signature],
