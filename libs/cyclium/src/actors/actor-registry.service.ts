@@ -71,7 +71,8 @@ export class ActorRegistry implements OnModuleInit {
       this.declaredActors.set(actor.id, actor);
       if (actor.options.stacks && !(stack !== null && actor.options.stacks.includes(stack))) {
         this.logger.log(
-          `actor ${actor.id} skipped: runs on stacks ${actor.options.stacks.join(', ')}, this node is ${stack ?? 'unset'}`,
+          `actor ${actor.id} skipped: runs on stacks ${actor.options.stacks.join(', ')}, this ` +
+            `node is ${stack ?? 'unset'}`,
         );
         continue;
       }

@@ -10,7 +10,8 @@ export class UnknownActorError extends Error {
     hosted: readonly string[],
   ) {
     super(
-      `${where}: no actor ${JSON.stringify(actorId)} is hosted on this node (hosted: ${hosted.length > 0 ? hosted.join(', ') : 'none'})`,
+      `${where}: no actor ${JSON.stringify(actorId)} is hosted on this node (hosted: ` +
+        `${hosted.length > 0 ? hosted.join(', ') : 'none'})`,
     );
   }
 }

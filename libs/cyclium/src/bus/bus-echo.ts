@@ -142,7 +142,8 @@ export class BusEcho {
     this.degradedBy = `no echo heard on the LISTEN connection within ${this.options.timeoutMs} ms`;
     if (first)
       this.logger.warn(
-        `${this.degradedBy}: the bus is degraded (wake-ups wait for the fallback poll); checking the connection`,
+        `${this.degradedBy}: the bus is degraded (wake-ups wait for the fallback poll); checking ` +
+          `the connection`,
       );
     void this.check(target, first);
   }
@@ -162,8 +163,10 @@ export class BusEcho {
     if (verdict === 'alive') {
       if (first) {
         this.logger.warn(
-          'the LISTEN connection answers queries but does not hear its own NOTIFY: is it going through a pooler in transaction mode? ' +
-            'Give LISTEN a direct or session-mode connection; until then every wake-up waits for the fallback poll',
+          'the LISTEN connection answers queries but does not hear its own NOTIFY: is it going ' +
+            'through a pooler in transaction mode? ' +
+            'Give LISTEN a direct or session-mode connection; until then every wake-up waits for ' +
+            'the fallback poll',
         );
       }
       return;

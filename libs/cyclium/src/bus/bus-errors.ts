@@ -49,7 +49,8 @@ export class EventIdConflictError extends Error {
     readonly type: string,
   ) {
     super(
-      `bus: event id ${JSON.stringify(eventId)} is already stored with another type or payload; "${type}" was not stored (use a new id for a new event)`,
+      `bus: event id ${JSON.stringify(eventId)} is already stored with another type or payload; ` +
+        `"${type}" was not stored (use a new id for a new event)`,
     );
   }
 }
@@ -67,6 +68,8 @@ export class PublishQueueFullError extends DatabaseUnavailableError {
     what: string,
   ) {
     super(`bus: could not queue ${what}`, new Error('publish queue full'));
-    this.message = `bus: ${limit} publishes are already waiting for the database (busPublishQueueMax); ${what} was refused, retry later`;
+    this.message =
+      `bus: ${limit} publishes are already waiting for the database (busPublishQueueMax); ` +
+      `${what} was refused, retry later`;
   }
 }

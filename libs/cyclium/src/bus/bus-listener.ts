@@ -173,7 +173,8 @@ export class BusListener {
     void client.end().catch(() => undefined);
     if (this.stopped) return;
     this.logger.warn(
-      `lost the LISTEN connection on ${this.channel} (${error.message}); reconnecting, then catching up from the events table`,
+      `lost the LISTEN connection on ${this.channel} (${error.message}); reconnecting, then ` +
+        `catching up from the events table`,
     );
     this.reconnecting ??= this.retryUntilListening().finally(() => (this.reconnecting = undefined));
   }
@@ -194,7 +195,8 @@ export class BusListener {
         // Once, then quietly: a database that is away for minutes must not flood the log.
         if (failures++ === 0)
           this.logger.warn(
-            `could not LISTEN on ${this.channel} (${errorMessage(error)}); retrying every ${MAX_RETRY_MS} ms at most`,
+            `could not LISTEN on ${this.channel} (${errorMessage(error)}); retrying every ` +
+              `${MAX_RETRY_MS} ms at most`,
           );
       }
     }

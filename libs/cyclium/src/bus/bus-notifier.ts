@@ -19,7 +19,8 @@ import { SpacedTrigger } from '../primitives/spaced-trigger.js';
  */
 const NOTIFY = prepared(
   'bus_notify',
-  `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`,
+  `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM ` +
+    `unnest($2::text[]) p`,
 );
 const WAKE_AND_SIGNAL = 'w:';
 const SIGNAL_ONLY = 'd:';

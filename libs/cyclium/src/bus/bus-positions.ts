@@ -59,7 +59,8 @@ export interface StoredPosition {
   lastSkip: string | null;
 }
 
-const DROP = `DELETE FROM cyclium_bus_positions WHERE channel = $1 AND consumer = $2 RETURNING consumer`;
+const DROP =
+  `DELETE FROM cyclium_bus_positions WHERE channel = $1 AND consumer = $2 RETURNING ` + `consumer`;
 
 /** Deletes the stored position of `consumer` on `channel`; false when there was none. */
 export async function dropPosition(

@@ -129,7 +129,8 @@ export class BusRetention {
     if (undispatched > 0) {
       this.undispatched += undispatched;
       this.logger.warn(
-        `deleted ${undispatched} event(s) older than busUndispatchedMaxAgeMs (${this.undispatchedMaxAgeMs} ms) that a consumer ` +
+        `deleted ${undispatched} event(s) older than busUndispatchedMaxAgeMs ` +
+          `(${this.undispatchedMaxAgeMs} ms) that a consumer ` +
           `had not dispatched: no node hosting it read them in time (see cyclium_bus_positions)`,
       );
     }

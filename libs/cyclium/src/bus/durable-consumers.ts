@@ -232,7 +232,8 @@ export class DurableConsumers {
       .skipped(this.sql, consumer, `event ${event.eventId}: ${reason}`)
       .catch((failure: unknown) => {
         this.logger.warn(
-          `could not record that ${consumer} skipped event ${event.eventId}: ${errorMessage(failure)}`,
+          `could not record that ${consumer} skipped event ${event.eventId}: ` +
+            `${errorMessage(failure)}`,
         );
       });
   }

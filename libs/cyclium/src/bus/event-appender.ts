@@ -116,7 +116,8 @@ export class EventAppender {
     for (let round = 0; open.length > 0; round++) {
       if (round === APPEND_ROUNDS)
         throw new Error(
-          `bus: could not settle event ${events[open[0] as number]?.event.eventId} (its stored row keeps vanishing)`,
+          `bus: could not settle event ${events[open[0] as number]?.event.eventId} (its stored ` +
+            `row keeps vanishing)`,
         );
       open = await this.appendRound(sql, events, open, outcomes);
     }

@@ -44,7 +44,8 @@ export function assertPayloadSize(payloadJson: string, limitBytes: number, what:
   const bytes = Buffer.byteLength(payloadJson, 'utf8');
   if (bytes > limitBytes) {
     throw new EventPayloadTooLargeError(
-      `bus: payload of ${what} is ${bytes} bytes of JSON, over the limit of ${limitBytes} (busMaxPayloadBytes)`,
+      `bus: payload of ${what} is ${bytes} bytes of JSON, over the limit of ${limitBytes} ` +
+        `(busMaxPayloadBytes)`,
       bytes,
       limitBytes,
     );
@@ -62,7 +63,8 @@ export function assertStoredSize(payloadJson: string, what: string): void {
   if (bytes > READ_MAX_BYTES) {
     throw new EventPayloadTooLargeError(
       `bus: payload of ${what} would be stored as ${bytes} bytes of jsonb text, ` +
-        `over the ${READ_MAX_BYTES} a bus read loads (PostgreSQL prints numbers in full: 1e300 is 301 digits)`,
+        `over the ${READ_MAX_BYTES} a bus read loads (PostgreSQL prints numbers in full: 1e300 ` +
+        `is 301 digits)`,
       bytes,
       READ_MAX_BYTES,
     );
@@ -127,7 +129,8 @@ function assertChars(field: 'type' | 'eventId', value: string, max: number): voi
   const chars = [...value].length;
   if (chars > max) {
     throw new InvalidBusEventError(
-      `bus: ${field} must be at most ${max} characters (got ${chars}: ${JSON.stringify(value.slice(0, 40))}…)`,
+      `bus: ${field} must be at most ${max} characters (got ${chars}: ` +
+        `${JSON.stringify(value.slice(0, 40))}…)`,
       field,
     );
   }

@@ -135,7 +135,8 @@ export class EventPublisher {
     for (const queued of this.outbox.takeQueued()) {
       queued.reject(
         new DatabaseUnavailableError(
-          `bus: did not store ${describeEvent(queued.item.event)} (the publish ahead of it timed out)`,
+          `bus: did not store ${describeEvent(queued.item.event)} (the publish ahead of it timed ` +
+            `out)`,
           error,
         ),
       );

@@ -22,7 +22,8 @@ export function mintBusEvent<P>(
 ): BusEvent<P> {
   if (typeof type !== 'string' || type === '' || type === '*') {
     throw new InvalidBusEventError(
-      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`,
+      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, ` +
+        `non-empty type`,
       'type',
     );
   }

@@ -98,7 +98,8 @@ export class PostgresBus
         }
         if (!logged.trusted) {
           this.logger.warn(
-            `ignored event ${logged.id} (${logged.event.type}, id ${logged.event.eventId}): a reserved type without this deployment's signature`,
+            `ignored event ${logged.id} (${logged.event.type}, id ${logged.event.eventId}): a ` +
+              `reserved type without this deployment's signature`,
           );
           return false;
         }

@@ -32,7 +32,10 @@ interface LeaseRefs {
  * generation when the parameter is NULL (`fence` is NOT NULL).
  */
 export function heldClaim({ key, owner, fence }: ClaimRefs): string {
-  return `c.dedupe_key = ${key} AND c.owner_node = ${owner} AND c.fence = ${fence} AND c.state = 'claimed' AND c.lease_until > now()`;
+  return (
+    `c.dedupe_key = ${key} AND c.owner_node = ${owner} AND c.fence = ${fence} AND c.state = ` +
+    `'claimed' AND c.lease_until > now()`
+  );
 }
 
 /**
@@ -86,8 +89,12 @@ export function insertClaims(
   refs: LeaseRefs & { key: string; rows?: string; returning: string },
 ): string {
   const withType = refs.workType !== undefined;
-  const columns = `dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence${withType ? ', work_type' : ''}`;
-  const values = `${refs.key}, 'claimed', ${refs.owner}, ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}), now(), now(), 1, 1${withType ? `, ${refs.workType}` : ''}`;
+  const columns =
+    `dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, ` +
+    `attempt, fence${withType ? ', work_type' : ''}`;
+  const values =
+    `${refs.key}, 'claimed', ${refs.owner}, ${refs.leaseFrom} + make_interval(secs ` +
+    `=> ${refs.leaseSeconds}), now(), now(), 1, 1${withType ? `, ${refs.workType}` : ''}`;
   return `
     INSERT INTO cyclium_work_claims (${columns})
     ${refs.rows === undefined ? `VALUES (${values})` : `SELECT ${values} ${refs.rows}`}
@@ -102,7 +109,10 @@ export function insertClaims(
  * or its lease lapsed).
  */
 export function stillTakeable(seen: { fence: string; state: string }): string {
-  return `c.fence = ${seen.fence} AND c.state = ${seen.state} AND (c.state <> 'claimed' OR c.lease_until < now())`;
+  return (
+    `c.fence = ${seen.fence} AND c.state = ${seen.state} AND (c.state <> 'claimed' OR ` +
+    `c.lease_until < now())`
+  );
 }
 
 /**
@@ -170,5 +180,8 @@ export function liveClaimOnEpisode(episode: string): string {
  * deletes the work they guarded. A claim someone holds stays, whatever its key.
  */
 export function deleteFinishedClaims(keys: string): string {
-  return `DELETE FROM cyclium_work_claims c WHERE c.dedupe_key = ANY (ARRAY(${keys})) AND c.state <> 'claimed'`;
+  return (
+    `DELETE FROM cyclium_work_claims c WHERE c.dedupe_key = ANY (ARRAY(${keys})) AND ` +
+    `c.state <> 'claimed'`
+  );
 }

@@ -45,8 +45,12 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
         leaseFrom: 'now()',
         workType,
         from: 'claim_seen seen',
-        where: `(${when}) AND c.dedupe_key = ${key} AND ${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}`,
-        returning: `c.fence, c.attempt, c.lease_until, CASE WHEN seen.state = 'claimed' THEN seen.owner_node END AS stolen_from`,
+        where:
+          `(${when}) AND c.dedupe_key = ${key} AND ` +
+          `${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}`,
+        returning:
+          `c.fence, c.attempt, c.lease_until, CASE WHEN seen.state = 'claimed' THEN ` +
+          `seen.owner_node END AS stolen_from`,
       }),
     ],
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
@@ -66,7 +70,8 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   acquireMany: ({ input, owner, leaseSeconds }) => [
     [
       'claim_seen',
-      `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ${input} i ON i.key = c.dedupe_key`,
+      `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ` +
+        `${input} i ON i.key = c.dedupe_key`,
     ],
     [
       'claim_new',
@@ -75,7 +80,9 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
         owner,
         leaseSeconds,
         leaseFrom: 'now()',
-        rows: `FROM ${input} i WHERE NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE seen.dedupe_key = i.key) ORDER BY i.key`,
+        rows:
+          `FROM ${input} i WHERE NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE ` +
+          `seen.dedupe_key = i.key) ORDER BY i.key`,
         returning: 'dedupe_key AS key, fence, attempt, lease_until, NULL::text AS stolen_from',
       }),
     ],
@@ -96,7 +103,9 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
         leaseFrom: 'now()',
         from: 'claim_lapsed l',
         where: 'c.dedupe_key = l.dedupe_key',
-        returning: `c.dedupe_key AS key, c.fence, c.attempt, c.lease_until, CASE WHEN l.seen_state = 'claimed' THEN l.seen_owner END AS stolen_from`,
+        returning:
+          `c.dedupe_key AS key, c.fence, c.attempt, c.lease_until, CASE WHEN ` +
+          `l.seen_state = 'claimed' THEN l.seen_owner END AS stolen_from`,
       }),
     ],
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],

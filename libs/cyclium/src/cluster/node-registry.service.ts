@@ -174,7 +174,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
     if (!first || first.boot_id === this.identity.bootId || first.age_ms >= goneAfterMs) return;
     const going = () =>
       this.logger.warn(
-        `node identity "${me}" is still registered by a process that is shutting down; taking it over`,
+        `node identity "${me}" is still registered by a process that is shutting down; taking it ` +
+          `over`,
       );
     if (first.boot_id === null) return going();
     const until = performance.now() + goneAfterMs - first.age_ms;
@@ -187,7 +188,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
         throw new DuplicateNodeIdentityError(me, now.boot_id);
     }
     this.logger.log(
-      `node identity "${me}": the previous process (boot id ${first.boot_id}) stopped beating; taking its place`,
+      `node identity "${me}": the previous process (boot id ${first.boot_id}) stopped beating; ` +
+        `taking its place`,
     );
   }
 
@@ -316,8 +318,10 @@ export class NodeRegistry implements OnApplicationBootstrap {
       return;
     this.twinReported = previous;
     this.logger.error(
-      `node identity "${this.identity.name()}" is also beating from another live process (boot id ${previous}): ` +
-        `two processes under one identity take each other's work for their own; give each its own nodeIdentity`,
+      `node identity "${this.identity.name()}" is also beating from another live process (boot ` +
+        `id ${previous}): ` +
+        `two processes under one identity take each other's work for their own; give each its ` +
+        `own nodeIdentity`,
     );
   }
 }

@@ -51,7 +51,8 @@ export class NodeSignatures {
       if (!this.reported.has(peer.identity)) {
         this.reported.add(peer.identity);
         this.logger.warn(
-          `ignored node row "${peer.identity}": not signed by this deployment's integrity key (forged, edited, or a node without it)`,
+          `ignored node row "${peer.identity}": not signed by this deployment's integrity key ` +
+            `(forged, edited, or a node without it)`,
         );
       }
       return false;

@@ -97,7 +97,8 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
         ? `the TypeORM DataSource named "${name}"`
         : 'the default TypeORM DataSource';
       throw new CycliumConfigError([
-        `dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in the host app`,
+        `dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in ` +
+          `the host app`,
       ]);
     }
     if (found.options.type !== 'postgres') {

@@ -9,7 +9,10 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
  * SQL that holds when `table` has the column `column` (both the library's own names, never input).
  */
 function columnExists(table: string, column: string): string {
-  return `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${table}') AND attname = '${column}' AND NOT attisdropped)`;
+  return (
+    `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${table}') AND ` +
+    `attname = '${column}' AND NOT attisdropped)`
+  );
 }
 
 const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string }> = [
@@ -22,7 +25,9 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     // The next migration replaces this table with cyclium_events.
     migration: 'CycliumBusPayloads1764400000001',
     missing: 'table cyclium_bus_payloads',
-    holds: `(to_regclass('cyclium_bus_payloads') IS NOT NULL OR to_regclass('cyclium_events') IS NOT NULL)`,
+    holds:
+      `(to_regclass('cyclium_bus_payloads') IS NOT NULL OR to_regclass('cyclium_events') IS ` +
+      `NOT NULL)`,
   },
   {
     migration: 'CycliumEvents1764400000002',

@@ -164,7 +164,8 @@ export class DeferredRunner {
     if (wake.body) statement.with('wake', wake.body);
     return {
       statement: statement.build(
-        `SELECT e.*, (SELECT id FROM req) AS request_id, (SELECT not_before FROM req) AS request_not_before FROM (SELECT 1) one LEFT JOIN ep e ON true`,
+        `SELECT e.*, (SELECT id FROM req) AS request_id, (SELECT not_before FROM req) AS ` +
+          `request_not_before FROM (SELECT 1) one LEFT JOIN ep e ON true`,
       ),
       wake,
     };

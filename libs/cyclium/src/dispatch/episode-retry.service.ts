@@ -68,7 +68,8 @@ export class EpisodeRetry {
         // Every full node's poller hears it now rather than at its next poll.
         this.events.announce(REQUEST_WAKE_EVENT, { node: this.identity.name() });
         this.logger.log(
-          `${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its journal: retried by an operator`,
+          `${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its ` +
+            `journal: retried by an operator`,
         );
         return { status: 'resumed', episode: resumed };
       }

@@ -194,7 +194,8 @@ export class Episodes {
       !(EPISODE_STATUSES as readonly string[]).includes(query.status)
     ) {
       throw new InvalidListQueryError(
-        `episodes: status must be one of ${EPISODE_STATUSES.join(', ')} (got ${JSON.stringify(query.status)})`,
+        `episodes: status must be one of ${EPISODE_STATUSES.join(', ')} (got ` +
+          `${JSON.stringify(query.status)})`,
       );
     }
     if (query.limit !== undefined && !Number.isInteger(query.limit)) {
@@ -268,7 +269,8 @@ export class Episodes {
 
 function invalidCursor(cursor: string): InvalidListQueryError {
   return new InvalidListQueryError(
-    `episodes: cursor ${JSON.stringify(cursor.slice(0, 100))} is not one Episodes.list returned; pass nextCursor unchanged`,
+    `episodes: cursor ${JSON.stringify(cursor.slice(0, 100))} is not one Episodes.list returned; ` +
+      `pass nextCursor unchanged`,
   );
 }
 

@@ -128,7 +128,8 @@ export class QueuePump {
   private pickUpBacklogSoon(actorId?: string): void {
     this.pickUpBacklog(actorId).catch((error: unknown) =>
       this.logger.warn(
-        `could not read this node's queue after a switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`,
+        `could not read this node's queue after a switch to full: ${errorMessage(error)}; it ` +
+          `starts at the next trigger or restart`,
       ),
     );
   }
@@ -226,7 +227,8 @@ export class QueuePump {
       take = await this.slots.starting(this.begin(actor, slots, 'peer'));
     } catch (error) {
       this.logger.warn(
-        `could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`,
+        `could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it ` +
+          `stays in that peer's queue`,
       );
       take = { begun: [], asked: 1 };
     }
@@ -261,7 +263,8 @@ export class QueuePump {
       // trigger. Expected: debug only.
       if (!queue.headBusy)
         this.logger.debug(
-          `the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`,
+          `the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again ` +
+            `every ${QUEUE_RETRY_MS} ms`,
         );
       queue.headBusy = true;
       return this.lookAgainLater(actor, queue);

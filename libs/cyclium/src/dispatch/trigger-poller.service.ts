@@ -263,14 +263,20 @@ export class TriggerPoller implements OnApplicationBootstrap {
    * waiting workflow hears), and nothing of it runs; the node goes on with the next.
    */
   private async refuse(request: CycliumTriggerRequest, episode: EpisodeRow): Promise<void> {
-    const reason = `trigger request ${request.id} is not signed by this deployment's integrity key (edited, copied or forged): not run`;
+    const reason =
+      `trigger request ${request.id} is not signed by this deployment's integrity ` +
+      `key (edited, copied or forged): not run`;
     const { announce, failed } = await this.database.transaction(async (client) => {
       await this.requests.fail(client, request.id, reason);
       return this.failDeferred(client, [{ episodeId: episode.id, reason }], 'tampered');
     });
     announce();
     this.logger.warn(
-      `${failed.length > 0 ? `${episodeLabel(episode)} failed as tampered` : `${episodeLabel(episode)} not run`}: ${reason}`,
+      `${
+        failed.length > 0
+          ? `${episodeLabel(episode)} failed as ` + `tampered`
+          : `${episodeLabel(episode)} not run`
+      }: ${reason}`,
     );
   }
 
@@ -302,7 +308,10 @@ export class TriggerPoller implements OnApplicationBootstrap {
     for (const episode of failed) {
       const request = reasons.get(episode.id);
       this.logger.warn(
-        `${episodeLabel(episode)} failed as trigger_request_expired: request ${request?.id ?? '?'} ${request?.reason ?? ''}`.trim(),
+        (
+          `${episodeLabel(episode)} failed as trigger_request_expired: ` +
+          `request ${request?.id ?? '?'} ${request?.reason ?? ''}`
+        ).trim(),
       );
     }
     // A request whose episode no longer waited on it failed nothing: worth a trace, not a warning.

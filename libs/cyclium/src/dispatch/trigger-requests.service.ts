@@ -74,7 +74,10 @@ export function requestClaimKey(id: string): string {
  */
 export function deleteRequestsOf(statement: Statement, due: string): string {
   const prefix = statement.param(requestClaimKey(''), 'text');
-  return `DELETE FROM cyclium_trigger_requests r WHERE r.episode_id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING ${prefix} || r.id AS claim_key`;
+  return (
+    `DELETE FROM cyclium_trigger_requests r WHERE r.episode_id = ANY (ARRAY(SELECT id FROM ` +
+    `${due})) RETURNING ${prefix} || r.id AS claim_key`
+  );
 }
 
 /**
@@ -285,7 +288,8 @@ export class TriggerRequests implements RetryWakeUps {
   /** Ends a request this node took without a run, with the reason (its episode is gone, say). */
   async fail(client: SqlExecutor, id: string, reason: string): Promise<void> {
     await client.query(
-      `UPDATE cyclium_trigger_requests SET status = 'failed', error = $2, completed_at = now() WHERE id = $1`,
+      `UPDATE cyclium_trigger_requests SET status = 'failed', error = $2, completed_at = now() ` +
+        `WHERE id = $1`,
       [id, reason],
     );
   }
@@ -382,7 +386,8 @@ export class TriggerRequests implements RetryWakeUps {
     limit: number,
   ): Promise<CycliumTriggerRequest[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_trigger_requests WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
+      `SELECT * FROM cyclium_trigger_requests WHERE $1::text IS NULL OR status = $1 ORDER BY ` +
+        `inserted_at DESC, id DESC LIMIT $2`,
       [status ?? null, limit],
     );
     return rows.map(toRequest);

@@ -103,7 +103,9 @@ export class EndWrites {
     const row = `SELECT 1 FROM cyclium_episodes WHERE id = ${id} AND status = ${p(status, 'text')}
                     ${finished ? '' : `AND owner_node IS NOT DISTINCT FROM ${refs.owner}`}`;
     // Open: the episode row proves ownership, as in the end itself.
-    const here = `SELECT 1 FROM cyclium_episodes e WHERE e.id = ${id} AND ${runningHere('e', refs.owner)}`;
+    const here =
+      `SELECT 1 FROM cyclium_episodes e WHERE e.id = ${id} AND ` +
+      `${runningHere('e', refs.owner)}`;
     const held = finished ? '' : `AND EXISTS (${here})`;
     const ended = `${finished ? 'EXISTS (SELECT 1 FROM finished) AND ' : ''}EXISTS (${row})`;
     const { rows } = await this.database.sql.query<{ ended: boolean; owned: boolean }>(

@@ -114,7 +114,8 @@ export class EpisodeEndings {
       return await this.outputs.reclaim(episode, proposals, won);
     } catch (error) {
       this.logger.warn(
-        `episode ${episode.id}: could not check the output rows already under its keys: ${errorMessage(error)}`,
+        `episode ${episode.id}: could not check the output rows already under its keys: ` +
+          `${errorMessage(error)}`,
       );
       return [];
     }
@@ -252,7 +253,8 @@ export class EpisodeEndings {
       return;
     }
     this.logger.warn(
-      `${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} (${firstLine(detail)}); retrying in ${delayMs} ms`,
+      `${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} ` +
+        `(${firstLine(detail)}); retrying in ${delayMs} ms`,
     );
     this.telemetry.emit('episode.retrying', {
       ...describeEpisode(episode),
@@ -316,11 +318,17 @@ export class EpisodeEndings {
     if (!row) return 'the episode row is gone';
     if (['done', 'partially_failed', 'failed', 'canceled'].includes(row.status)) {
       const where = row.ownerNode && row.ownerNode !== me ? ` on node ${row.ownerNode}` : '';
-      return `the episode has since ended ${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''}${where}`;
+      return (
+        `the episode has since ended ` +
+        `${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''}${where}`
+      );
     }
     if (row.ownerNode !== me)
       return `node ${row.ownerNode ?? 'unknown'} has taken it over (${row.status})`;
-    return 'its lease ran out before a renewal reached the database, and no node has taken it over yet: recovery restarts it once it is stale';
+    return (
+      'its lease ran out before a renewal reached the database, and no node has taken it ' +
+      'over yet: recovery restarts it once it is stale'
+    );
   }
 
   private lifecycle(

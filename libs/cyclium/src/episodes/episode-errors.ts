@@ -91,7 +91,8 @@ export class EpisodeWriteUnavailableError extends Error {
 
   constructor(episodeId: string, what: string, cause: unknown) {
     super(
-      `episode ${episodeId}: the ${what} could not be written (${errorMessage(cause)}); left to recovery`,
+      `episode ${episodeId}: the ${what} could not be written (${errorMessage(cause)}); left to ` +
+        `recovery`,
       { cause },
     );
   }

@@ -180,7 +180,8 @@ export class EpisodeJournal {
       state: unknown;
       signature: string | null;
     }>(
-      `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
+      `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE ` +
+        `episode_id = $1 ORDER BY checkpoint_no`,
       [id],
     );
     const accepted = (r: (typeof rows)[number]) => {
@@ -236,7 +237,8 @@ export class EpisodeJournal {
   /** The next free journal position (markers such as `resumed` take positions too). */
   async nextPosition(id: string): Promise<number> {
     const { rows } = await this.database.sql.query<{ next: number }>(
-      `SELECT coalesce(max(step_no), 0)::int + 1 AS next FROM cyclium_episode_steps WHERE episode_id = $1`,
+      `SELECT coalesce(max(step_no), 0)::int + 1 AS next FROM cyclium_episode_steps WHERE ` +
+        `episode_id = $1`,
       [id],
     );
     return rows[0]?.next ?? 1;

@@ -159,7 +159,8 @@ export class EpisodeQueue {
   /** How many episodes of `actorId` wait in this node's queue. */
   async queuedCount(actorId: string, owner: string): Promise<number> {
     const { rows } = await this.database.sql.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2`,
+      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'queued' AND owner_node = ` +
+        `$1 AND actor_id = $2`,
       [owner, actorId],
     );
     return rows[0]?.n ?? 0;

@@ -97,7 +97,11 @@ export const EpisodeRetention = {
         and: [
           'aged.archived_at IS NULL',
           `aged.status IN ${TERMINAL}`,
-          `(aged.workflow_instance_id IS NULL OR ${none('cyclium_workflow_instances w WHERE w.id = aged.workflow_instance_id AND w.finished_at IS NULL')})`,
+          `(aged.workflow_instance_id IS NULL OR ` +
+            `${none(
+              'cyclium_workflow_instances w WHERE w.id = aged.workflow_instance_id AND ' +
+                'w.finished_at IS NULL',
+            )})`,
         ],
       },
       when,
@@ -118,7 +122,10 @@ export const EpisodeRetention = {
 
   /** A finished episode never resumes, so its checkpoints are dead weight once it is archived. */
   dropCheckpoints(of: string): string {
-    return `DELETE FROM cyclium_episode_checkpoints c WHERE c.episode_id = ANY (ARRAY(SELECT id FROM ${of}))`;
+    return (
+      `DELETE FROM cyclium_episode_checkpoints c WHERE c.episode_id = ANY (ARRAY(SELECT id ` +
+      `FROM ${of}))`
+    );
   },
 
   /**
@@ -139,7 +146,9 @@ export const EpisodeRetention = {
       scope,
       {
         table: 'cyclium_episodes',
-        columns: `aged.id, CASE WHEN aged.dedupe_key IS NULL THEN 'episode:' || aged.id WHEN aged.trigger_type <> 'manual' THEN aged.dedupe_key END AS claim_key`,
+        columns:
+          `aged.id, CASE WHEN aged.dedupe_key IS NULL THEN 'episode:' || aged.id WHEN ` +
+          `aged.trigger_type <> 'manual' THEN aged.dedupe_key END AS claim_key`,
         age: 'archived_at',
         olderThanMs,
         limit,
@@ -151,7 +160,10 @@ export const EpisodeRetention = {
 
   /** The journal of the episodes of `due`. */
   deleteSteps(due: string): string {
-    return `DELETE FROM cyclium_episode_steps s WHERE s.episode_id = ANY (ARRAY(SELECT id FROM ${due}))`;
+    return (
+      `DELETE FROM cyclium_episode_steps s WHERE s.episode_id = ANY (ARRAY(SELECT id FROM ` +
+      `${due}))`
+    );
   },
 
   /**
@@ -159,6 +171,9 @@ export const EpisodeRetention = {
    * with the episode unset.
    */
   deleteEpisodes(due: string): string {
-    return `DELETE FROM cyclium_episodes e WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING e.id`;
+    return (
+      `DELETE FROM cyclium_episodes e WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) ` +
+      `RETURNING e.id`
+    );
   },
 };

@@ -301,7 +301,8 @@ export class EpisodeRunner implements OnModuleInit {
       );
       const fence = `fence ${ownership.fence ?? 'none'}`;
       this.logger.debug(
-        `${episodeLabel(episode)} ${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`,
+        `${episodeLabel(episode)} ` +
+          `${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`,
       );
       context.throwIfAborted();
       let result: Convergence | undefined;
@@ -318,7 +319,8 @@ export class EpisodeRunner implements OnModuleInit {
       // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
       if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) {
         this.logger.debug(
-          `${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`,
+          `${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last ` +
+            `checkpoint`,
         );
       } else if (cause instanceof EpisodeSleeping) {
         await this.endings

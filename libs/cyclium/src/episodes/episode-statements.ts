@@ -227,7 +227,8 @@ export class EpisodeStatements {
     const { rows } = await this.database.sql.query<{ won: number } & Record<string, unknown>>(
       statement.build(
         proposals.length > 0
-          ? `SELECT w.n AS won, o.* FROM (SELECT count(*)::int AS n FROM ep) w LEFT JOIN outputs o ON true`
+          ? `SELECT w.n AS won, o.* FROM (SELECT count(*)::int AS n FROM ep) w LEFT JOIN outputs ` +
+              `o ON true`
           : `SELECT count(*)::int AS won FROM ep`,
       ),
     );

@@ -292,7 +292,8 @@ export class EpisodeStore {
   async heldDedupeKeys(keys: readonly string[]): Promise<Set<string>> {
     if (keys.length === 0) return new Set();
     const { rows } = await this.database.sql.query<{ dedupe_key: string }>(
-      `SELECT dedupe_key FROM cyclium_episodes WHERE dedupe_key = ANY($1::text[]) AND archived_at IS NULL`,
+      `SELECT dedupe_key FROM cyclium_episodes WHERE dedupe_key = ANY($1::text[]) AND ` +
+        `archived_at IS NULL`,
       [keys],
     );
     return new Set(rows.map((r) => r.dedupe_key));

@@ -136,7 +136,8 @@ export class OwnedWrites {
           throw new EpisodeWriteUnavailableError(scope.episodeId, what, error);
         if (attempt === 0)
           this.logger.warn(
-            `episode ${scope.episodeId}: the ${what} met a database fault, retrying while this node owns it: ${errorMessage(error)}`,
+            `episode ${scope.episodeId}: the ${what} met a database fault, retrying while this ` +
+              `node owns it: ${errorMessage(error)}`,
           );
         await sleep(Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt));
       }

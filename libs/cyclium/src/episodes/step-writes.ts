@@ -94,7 +94,8 @@ export class StepWrites {
    */
   private async runsHere(episodeId: string, owner: string): Promise<boolean> {
     const { rows } = await this.database.sql.query<{ here: boolean }>(
-      `SELECT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $1 AND ${runningHere('e', '$2::text')}) AS here`,
+      `SELECT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $1 AND ` +
+        `${runningHere('e', '$2::text')}) AS here`,
       [episodeId, owner],
     );
     return rows[0]?.here === true;

@@ -28,7 +28,8 @@ export function triggerDelay(
     if (!(typeof delayMs === 'number' && Number.isSafeInteger(delayMs) && delayMs >= 0)) {
       throw new InvalidTriggerError(
         'delayMs',
-        `${what}: delayMs must be a whole number of milliseconds >= 0 (got ${JSON.stringify(delayMs)})`,
+        `${what}: delayMs must be a whole number of milliseconds >= 0 (got ` +
+          `${JSON.stringify(delayMs)})`,
       );
     }
     return delayMs > 0 ? { ms: delayMs } : null;
@@ -82,7 +83,8 @@ export function checkTriggerInput(
   if (bytes > MAX_DEDUPE_KEY_BYTES) {
     throw new InvalidTriggerError(
       'dedupeKey',
-      `${what}: dedupeKey must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (got ${bytes}); hash a longer one`,
+      `${what}: dedupeKey must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (got ${bytes}); ` +
+        `hash a longer one`,
     );
   }
 }

@@ -62,7 +62,8 @@ export class Findings {
    */
   async forEpisode(episodeId: string): Promise<CycliumFinding[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_findings WHERE raised_by_episode_id = $1 OR cleared_by_episode_id = $1 ORDER BY raised_at, id LIMIT 500`,
+      `SELECT * FROM cyclium_findings WHERE raised_by_episode_id = $1 OR cleared_by_episode_id = ` +
+        `$1 ORDER BY raised_at, id LIMIT 500`,
       [episodeId],
     );
     return rows.map(toFinding);

@@ -125,7 +125,8 @@ export class CycliumStatus {
     const windowMs = options.windowMs ?? 300_000;
     if (!Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_STATUS_WINDOW_MS) {
       throw new RangeError(
-        `cluster: windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`,
+        `cluster: windowMs must be a whole number of milliseconds from 1 to ` +
+          `${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`,
       );
     }
     return this.clusterReader.read(windowMs, 500);

@@ -44,7 +44,8 @@ export class RowSigner {
   /** The signature of a row with these fields, or null without the option. */
   sign(kind: SignedKind, fields: readonly unknown[]): string | null {
     if (this.keyId === null) return null;
-    return `${this.keyId}:${this.mac(this.keys.get(this.keyId) as Buffer, kind, fields).toString('base64url')}`;
+    const mac = this.mac(this.keys.get(this.keyId) as Buffer, kind, fields);
+    return `${this.keyId}:${mac.toString('base64url')}`;
   }
 
   /**

@@ -86,7 +86,8 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
     const queued = meter.createObservableGauge('cyclium.episodes.queued', {
       unit: '{episode}',
       description:
-        "Episodes waiting in this node's memory for a slot (restarts handed over, bus triggers held back)",
+        "Episodes waiting in this node's memory for a slot (restarts handed over, bus triggers " +
+        'held back)',
     });
     const claims = meter.createObservableGauge('cyclium.claims.live', {
       unit: '{claim}',

@@ -86,7 +86,8 @@ export function createInstruments(meter: Meter): CycliumCounters & CycliumHistog
     ),
     renewalLag: seconds(
       'cyclium.claim.renewal.lag',
-      'How late a renewal was sent against its schedule, a third of the lease after the previous one',
+      'How late a renewal was sent against its schedule, a third of the lease after the previous ' +
+        'one',
     ),
     triggerLatency: seconds(
       'cyclium.episode.trigger.latency',

@@ -18,13 +18,15 @@ export class CycliumTriggerOnly1764400000004 implements MigrationInterface {
         CHECK (status IN ('queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed',
                           'failed', 'canceled'))`);
     await runner.query(
-      `ALTER TABLE cyclium_trigger_requests DROP CONSTRAINT cyclium_trigger_requests_episode_id_fkey`,
+      `ALTER TABLE cyclium_trigger_requests DROP CONSTRAINT ` +
+        `cyclium_trigger_requests_episode_id_fkey`,
     );
   }
 
   async down(runner: QueryRunner): Promise<void> {
     await runner.query(
-      `DELETE FROM cyclium_trigger_requests r WHERE NOT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = r.episode_id)`,
+      `DELETE FROM cyclium_trigger_requests r WHERE NOT EXISTS (SELECT 1 FROM cyclium_episodes e ` +
+        `WHERE e.id = r.episode_id)`,
     );
     await runner.query(`
       ALTER TABLE cyclium_trigger_requests ADD CONSTRAINT cyclium_trigger_requests_episode_id_fkey

@@ -30,7 +30,8 @@ export class CycliumWorkflows1764400000005 implements MigrationInterface {
     await runner.query(`ALTER TABLE cyclium_trigger_requests DROP COLUMN not_before`);
     await runner.query(`DROP INDEX cyclium_workflow_instances_live_subject`);
     await runner.query(
-      `ALTER TABLE cyclium_workflow_instances DROP COLUMN error, DROP COLUMN version, DROP COLUMN input`,
+      `ALTER TABLE cyclium_workflow_instances DROP COLUMN error, DROP COLUMN version, DROP ` +
+        `COLUMN input`,
     );
   }
 }

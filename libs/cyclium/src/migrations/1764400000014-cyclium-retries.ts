@@ -1,7 +1,9 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { validateConstraints } from './concurrent-indexes.js';
 
-const EPISODE_STATUSES = `'queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'`;
+const EPISODE_STATUSES =
+  `'queued', 'deferred', 'running', 'blocked', 'done', ` +
+  `'partially_failed', 'failed', 'canceled'`;
 const REQUEST_STATUSES = `'pending', 'claimed', 'completed', 'expired', 'failed'`;
 
 /**

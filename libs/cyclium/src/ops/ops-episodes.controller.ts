@@ -137,7 +137,8 @@ export class OpsEpisodesController {
       }
       case 'tampered':
         throw new ConflictException(
-          `episode ${id} failed as tampered: its rows are not this deployment's, and it is not run again`,
+          `episode ${id} failed as tampered: its rows are not this deployment's, and it is not ` +
+            `run again`,
         );
       case 'not_found':
         throw new NotFoundException(`no episode ${id}`);
@@ -147,7 +148,8 @@ export class OpsEpisodesController {
         );
       case 'not_hosted':
         throw new ConflictException(
-          `the actor of episode ${id} is not declared on this node: retry it from a node that hosts it`,
+          `the actor of episode ${id} is not declared on this node: retry it from a node that ` +
+            `hosts it`,
         );
       case 'disabled':
         throw new ConflictException(

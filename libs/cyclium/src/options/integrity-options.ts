@@ -21,7 +21,10 @@ export function integrityProblem(value: unknown): string | null {
   }
   for (const [id, secret] of Object.entries(keys)) {
     if (id === '' || id.includes(':'))
-      return `integrity.keys: a key id must be non-empty and hold no ':' (got ${JSON.stringify(id)})`;
+      return (
+        `integrity.keys: a key id must be non-empty and hold no ':' (got ` +
+        `${JSON.stringify(id)})`
+      );
     if (typeof secret !== 'string' || secret.length < MIN_SECRET_CHARS)
       return `integrity.keys.${id} must be a string of at least ${MIN_SECRET_CHARS} characters`;
   }

@@ -137,7 +137,9 @@ export class CycliumOptionsSchema {
 
   @defined('workClaims')
   @OneOfOr([false, 'postgres'], CLAIM_ADAPTER_METHODS, {
-    message: `workClaims must be one of: false, 'postgres', or an object implementing WorkClaimsAdapter (${CLAIM_ADAPTER_METHODS.join(', ')})`,
+    message:
+      `workClaims must be one of: false, 'postgres', or an object implementing ` +
+      `WorkClaimsAdapter (${CLAIM_ADAPTER_METHODS.join(', ')})`,
   })
   workClaims?: unknown;
 
@@ -161,7 +163,9 @@ export class CycliumOptionsSchema {
 
   @defined('bus')
   @OneOfOr(['postgres', 'local'], BUS_METHODS, {
-    message: `bus must be one of: 'postgres', 'local', or an object implementing Bus (${BUS_METHODS.join(', ')})`,
+    message:
+      `bus must be one of: 'postgres', 'local', or an object implementing Bus ` +
+      `(${BUS_METHODS.join(', ')})`,
   })
   bus?: unknown;
 

@@ -93,7 +93,8 @@ export class OutputDelivery {
     const released = await this.store.release(this.identity.name());
     if (cut.length > 0 || released > 0) {
       this.logger.warn(
-        `drain: ${cut.length} output delivery(ies) cut short after ${this.options.episodeShutdownMs} ms; ${released} output(s) released for other nodes`,
+        `drain: ${cut.length} output delivery(ies) cut short after ` +
+          `${this.options.episodeShutdownMs} ms; ${released} output(s) released for other nodes`,
       );
     }
   }
@@ -151,7 +152,8 @@ export class OutputDelivery {
     if (outcome.ok) {
       if (!(await this.store.delivered(output.id, output.attempts, outcome.ref))) {
         this.logger.warn(
-          `output ${output.id} (${output.dedupeKey}) was delivered, but another node had taken it meanwhile: it may be delivered again`,
+          `output ${output.id} (${output.dedupeKey}) was delivered, but another node had taken ` +
+            `it meanwhile: it may be delivered again`,
         );
       }
       return;
@@ -177,11 +179,13 @@ export class OutputDelivery {
     if (!recorded) return;
     if (last) {
       this.logger.warn(
-        `output ${output.id} (${output.dedupeKey}, ${output.type}) failed after ${output.attempts} attempt(s): ${reason}`,
+        `output ${output.id} (${output.dedupeKey}, ${output.type}) failed after ` +
+          `${output.attempts} attempt(s): ${reason}`,
       );
     } else {
       this.logger.debug(
-        `output ${output.id} (${output.dedupeKey}) attempt ${output.attempts} failed, retrying in ${delayMs} ms: ${reason}`,
+        `output ${output.id} (${output.dedupeKey}) attempt ${output.attempts} failed, retrying ` +
+          `in ${delayMs} ms: ${reason}`,
       );
     }
   }
@@ -189,7 +193,8 @@ export class OutputDelivery {
   private recordError(what: string, error: unknown): void {
     // The row keeps its lease until it runs out; then any node hosting the type takes it again.
     this.logger.error(
-      `could not record the ${what}: ${errorMessage(error)}; the lease will run out and the output be retried`,
+      `could not record the ${what}: ${errorMessage(error)}; the lease will run out and the ` +
+        `output be retried`,
     );
   }
 }

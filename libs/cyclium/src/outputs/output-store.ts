@@ -14,7 +14,8 @@ const after = (ms: string) => `now() + make_interval(secs => ${ms}::double preci
  * delivered. A writer who copies both columns by hand still passes: signed rows close that.
  */
 export const OWNED_OUTPUT = (o: string) =>
-  `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ${o}.inserted_at)`;
+  `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ` +
+  `${o}.inserted_at)`;
 
 /**
  * A due row in the scope of a node whose stack and env are the references `stack` and `env`: its
@@ -108,7 +109,8 @@ export class OutputStore {
   /** One episode's outputs, in the order its end wrote them. */
   async forEpisode(episodeId: string): Promise<CycliumOutput[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_outputs WHERE episode_id = $1 ORDER BY inserted_at, dedupe_key LIMIT 500`,
+      `SELECT * FROM cyclium_outputs WHERE episode_id = $1 ORDER BY inserted_at, dedupe_key ` +
+        `LIMIT 500`,
       [episodeId],
     );
     return rows.map(toOutput);
@@ -131,7 +133,8 @@ export class OutputStore {
   async reclaim(episodeId: string, lost: LostProposals): Promise<CycliumOutput[]> {
     return this.database.transaction(async (client) => {
       await client.query(
-        `SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key FOR UPDATE`,
+        `SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key ` +
+          `FOR UPDATE`,
         [lost.keys],
       );
       const [attempts, leaseOwner, nextAttemptAt] = firstLease({

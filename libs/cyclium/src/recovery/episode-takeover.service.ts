@@ -236,7 +236,8 @@ export class EpisodeTakeover {
       `(last owned by ${from})`,
       hosted
         ? ''
-        : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
+        : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from ` +
+          `its recorded definition`,
     ]
       .join(' ')
       .trim();
@@ -262,7 +263,8 @@ export class EpisodeTakeover {
     if (outcome.kind === 'deferred') {
       outcome.announce();
       this.logger.log(
-        `recovery: deferred the restart of ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}) to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
+        `recovery: deferred the restart of ${episodeLabel(candidate)} from ${from} ` +
+          `(${this.why(candidate)}) to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
       );
       return 'deferred';
     }
@@ -278,7 +280,8 @@ export class EpisodeTakeover {
     const fence =
       outcome.grant.status === 'acquired' ? `fence ${outcome.grant.claim.fence}` : 'no claim';
     this.logger.log(
-      `recovery: took over ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}), ${fence}: restarting, attempt ${attempt} of ${candidate.maxAttempts}`,
+      `recovery: took over ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}), ` +
+        `${fence}: restarting, attempt ${attempt} of ${candidate.maxAttempts}`,
     );
     this.slots.resume(outcome.episode, outcome.grant);
     return 'restarted';

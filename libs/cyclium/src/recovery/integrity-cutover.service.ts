@@ -95,7 +95,8 @@ export class IntegrityCutover implements OnModuleInit, BeforeApplicationShutdown
       const nodes = look.unsigned.join(', ');
       if (nodes !== this.reported) {
         this.logger.warn(
-          `integrity (${where}): rows without a signature are accepted while nodes without the option are live ` +
+          `integrity (${where}): rows without a signature are accepted while nodes without the ` +
+            `option are live ` +
             `(${nodes}); the cut-over is recorded once they are gone`,
         );
       }
@@ -107,12 +108,14 @@ export class IntegrityCutover implements OnModuleInit, BeforeApplicationShutdown
     if (look.kind === 'sealed') {
       const counts = Object.entries(look.signed).map(([table, n]) => `${n} ${table}`);
       this.logger.log(
-        `integrity (${where}): cut-over recorded, no live node without the option; signed the unsigned rows ` +
+        `integrity (${where}): cut-over recorded, no live node without the option; signed the ` +
+          `unsigned rows ` +
           `in flight (${counts.join(', ')}); from now on unsigned rows are refused`,
       );
     } else if (this.reported !== '') {
       this.logger.log(
-        `integrity (${where}): cut-over recorded by another node; from now on unsigned rows are refused`,
+        `integrity (${where}): cut-over recorded by another node; from now on unsigned rows are ` +
+          `refused`,
       );
     }
   }

@@ -69,7 +69,9 @@ export class NotHostedEpisodes {
     const watcher = { node: me, since, gapMs: 3 * this.options.nodeBeatIntervalMs };
     const hosted = this.registry.hostedExpectations();
     const nobody = `no live node of its stack and env has declared`;
-    const detail = `not_hosted: ${nobody} actor %s with expectation %s for ${graceMs} ms (last owned by %s)`;
+    const detail =
+      `not_hosted: ${nobody} actor %s with expectation %s for ${graceMs} ms (last ` +
+      `owned by %s)`;
     const byActor = new Map<string, number>();
     let failed = 0;
     for (;;) {
@@ -117,7 +119,8 @@ export class NotHostedEpisodes {
     for (const [actor, count] of byActor) {
       if (count > LINES_PER_ACTOR) {
         this.logger.warn(
-          `recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ${LINES_PER_ACTOR} named above`,
+          `recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ` +
+            `${LINES_PER_ACTOR} named above`,
         );
       }
     }

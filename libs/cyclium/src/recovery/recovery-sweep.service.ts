@@ -124,7 +124,8 @@ export class RecoverySweep {
     const takeOver = async (batch: EpisodeRow[]) => {
       const outcomes = await this.takeover.recoverMany(batch, me, options, (candidate, error) =>
         this.logger.warn(
-          `recovery: could not take over ${episodeLabel(candidate)}: ${firstLine(errorMessage(error))}; the next sweep tries again`,
+          `recovery: could not take over ${episodeLabel(candidate)}: ` +
+            `${firstLine(errorMessage(error))}; the next sweep tries again`,
         ),
       );
       for (const outcome of outcomes) {
@@ -155,7 +156,8 @@ export class RecoverySweep {
         continue;
       }
       this.logger.log(
-        `recovery: adopted queued ${episodeLabel(episode)} from ${episode.ownerNode ?? 'no node'}, which is gone: it runs here`,
+        `recovery: adopted queued ${episodeLabel(episode)} from ` +
+          `${episode.ownerNode ?? 'no node'}, which is gone: it runs here`,
       );
       this.slots.noteQueued(adopted.actorId);
       result.restarted++;

@@ -113,7 +113,8 @@ export class RetentionSchedule implements OnApplicationBootstrap {
     }
     if (result.archived + result.deleted + result.instances > 0) {
       this.logger.debug(
-        `retention: archived ${result.archived} episode(s), deleted ${result.deleted} and ${result.instances} workflow instance(s)` +
+        `retention: archived ${result.archived} episode(s), deleted ${result.deleted} and ` +
+          `${result.instances} workflow instance(s)` +
           (result.behind ? '; more is due, the next pass comes in a second' : ''),
       );
     }

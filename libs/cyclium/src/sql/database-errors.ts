@@ -184,7 +184,8 @@ export class OutageLog {
     if (this.failures++ > 0) return;
     this.since = performance.now();
     this.logger.warn(
-      `${this.what} failed: ${errorMessage(error)} (retrying; further failures are not logged until it works again)`,
+      `${this.what} failed: ${errorMessage(error)} (retrying; further failures are not logged ` +
+        `until it works again)`,
     );
   }
 

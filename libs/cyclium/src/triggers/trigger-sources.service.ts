@@ -45,7 +45,10 @@ const RETRY_MAX_MS = 5_000;
  */
 function heldBy(error: unknown): string {
   if (isDatabaseUnavailable(error)) return `is waiting for the database (${errorMessage(error)})`;
-  return `was refused by the database (SQLSTATE ${errorCode(error)}: ${errorMessage(error)}), not for its own data`;
+  return (
+    `was refused by the database (SQLSTATE ${errorCode(error)}: ${errorMessage(error)}), ` +
+    `not for its own data`
+  );
 }
 
 function describeTrigger(trigger: EpisodeTrigger): string {
@@ -114,8 +117,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     this.subscriptions.start();
     if (!this.events.replays && this.subscriptions.size > 0) {
       this.logger.warn(
-        'the configured bus cannot replay (it does not implement DurableSubscriptions): an event published while ' +
-          "no node hosting its actor reads the bus never becomes an episode. Use bus: 'postgres' for that guarantee.",
+        'the configured bus cannot replay (it does not implement DurableSubscriptions): an event ' +
+          'published while ' +
+          "no node hosting its actor reads the bus never becomes an episode. Use bus: 'postgres' " +
+          'for that guarantee.',
       );
     }
   }
@@ -203,7 +208,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     };
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
     const { subjectKey, debounceMs = 0, cooldownMs = 0 } = expectation.options;
-    const subject = `${subjectPrefix(expectation)}${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
+    const subjectValue = subjectKey ? String(readPath(event.payload, subjectKey)) : '';
+    const subject = `${subjectPrefix(expectation)}${subjectValue}`;
     const history: AskHistory = (key, asking, read) =>
       coverage.ask(key, asking, read, cooldownMs, debounceMs);
     const readThrough = () => this.events.readThrough();
@@ -272,7 +278,8 @@ export class TriggerSources implements OnApplicationBootstrap {
       archiveAfter === undefined ? undefined : new Date(bucket.getTime() + archiveAfter);
     this.fireBucket(expectation, bucket, insertBefore).catch((error: unknown) =>
       this.logger.warn(
-        `trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) dropped: ${errorMessage(error)}`,
+        `trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) ` +
+          `dropped: ${errorMessage(error)}`,
       ),
     );
   }
@@ -314,7 +321,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     /** False once the subscription that read the event ended: its fire is the next reader's. */
     live: () => boolean = () => true,
   ): Promise<boolean> {
-    const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
+    const what =
+      `trigger of ${expectation.actorId}.${expectation.id} ` + `(${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
     if (turn === 'handover')
       return this.handovers.add({ expectation, trigger, dedupeKey, what, insertBefore });
@@ -357,7 +365,8 @@ export class TriggerSources implements OnApplicationBootstrap {
       }
     }
     this.logger.log(
-      `${what} left for the bus's next reader: this node stopped, or the actor was disabled here, while the database error lasted`,
+      `${what} left for the bus's next reader: this node stopped, or the actor was disabled ` +
+        `here, while the database error lasted`,
     );
     return false;
   }

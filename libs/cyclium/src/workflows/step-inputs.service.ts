@@ -60,7 +60,8 @@ export class StepInputs {
       } catch (error) {
         const reason = errorMessage(error);
         this.logger.warn(
-          `workflow instance ${instance.id} (${workflow.id}): step ${next.stepId} could not build its input: ${reason}`,
+          `workflow instance ${instance.id} (${workflow.id}): step ${next.stepId} could not ` +
+            `build its input: ${reason}`,
         );
         current = WorkflowTransitions.inputFailed(
           workflow,

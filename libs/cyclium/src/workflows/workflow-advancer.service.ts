@@ -151,7 +151,9 @@ export class WorkflowAdvancer {
    * step states acted on, with a warn log naming it. Its running step episodes end on their own.
    */
   private async tampered(instance: WorkflowInstanceRow): Promise<WriteOutcome> {
-    const reason = `tampered: cyclium_workflow_instances row ${instance.id} is not signed by this deployment's integrity key (edited or forged); not advanced`;
+    const reason =
+      `tampered: cyclium_workflow_instances row ${instance.id} is not signed by ` +
+      `this deployment's integrity key (edited or forged); not advanced`;
     if (!(await this.instances.failTampered(instance.id, instance.version, reason)))
       return 'conflict';
     this.logger.warn(`workflow instance ${instance.id} (${instance.workflowId}) failed: ${reason}`);
@@ -301,7 +303,8 @@ export class WorkflowAdvancer {
     if (!FINAL.has(transition.status)) return;
     const log = transition.status === 'done' ? 'log' : 'warn';
     this.logger[log](
-      `workflow instance ${instanceId} (${workflow.id}) ${transition.status}${transition.error ? `: ${transition.error}` : ''}`,
+      `workflow instance ${instanceId} (${workflow.id}) ` +
+        `${transition.status}${transition.error ? `: ${transition.error}` : ''}`,
     );
     this.telemetry.emit('workflow.finished', {
       instanceId,

@@ -221,7 +221,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
         );
     } catch (error) {
       this.logger.warn(
-        `workflow ${workflow.id} not started for event ${event.eventId} (${event.type}): ${errorMessage(error)}`,
+        `workflow ${workflow.id} not started for event ${event.eventId} (${event.type}): ` +
+          `${errorMessage(error)}`,
       );
     }
   }
@@ -283,7 +284,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
         typeof raw === 'string' ? `${raw.slice(0, 40)}${raw.length > 40 ? '…' : ''}` : raw,
       );
       throw new InvalidWorkflowInputError(
-        `the subject of ${workflow.id} must be a non-empty string or number of at most ${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`,
+        `the subject of ${workflow.id} must be a non-empty string or number of at most ` +
+          `${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`,
       );
     }
     const subject = String(raw);
@@ -338,5 +340,6 @@ function uuidFrom(name: string): string {
   bytes[6] = ((bytes[6] as number) & 0x0f) | 0x80;
   bytes[8] = ((bytes[8] as number) & 0x3f) | 0x80;
   const hex = bytes.toString('hex');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  const parts = [[0, 8], [8, 12], [12, 16], [16, 20], [20]] as const;
+  return parts.map(([from, to]) => hex.slice(from, to)).join('-');
 }

@@ -253,7 +253,8 @@ export class WorkflowInstanceStore {
     limit: number,
   ): Promise<WorkflowInstanceRow[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_workflow_instances WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
+      `SELECT * FROM cyclium_workflow_instances WHERE $1::text IS NULL OR status = $1 ORDER BY ` +
+        `inserted_at DESC, id DESC LIMIT $2`,
       [status ?? null, limit],
     );
     return rows.map(toInstance);
