@@ -4,5 +4,7 @@ export const CYCLIUM_OPTIONS = Symbol('CYCLIUM_OPTIONS');
 /** Injection token for the claims adapter in use, or `null` when claims are off (passthrough). */
 export const CYCLIUM_CLAIMS_ADAPTER = Symbol('CYCLIUM_CLAIMS_ADAPTER');
 
-/** Injection token for the bus transport itself (PostgresBus, LocalBus or the host's), unguarded. */
+/**
+ * Injection token for the bus transport itself (PostgresBus, LocalBus or the host's), unguarded.
+ */
 export const CYCLIUM_BUS_TRANSPORT = Symbol('CYCLIUM_BUS_TRANSPORT');

@@ -61,7 +61,8 @@ export function validateExpectation(
   const id = options.id ?? methodName;
   const trigger = options.trigger;
   if (trigger && typeof trigger === 'object') {
-    // The types rule this out; plain JavaScript (or a cast) could still mix kinds, and one would be silently dropped.
+    // The types rule this out; plain JavaScript (or a cast) could still mix kinds, and one would be
+    // silently dropped.
     const kinds = ['event', 'every', 'cron'].filter((k) => k in trigger);
     const unknown = Object.keys(trigger).filter(
       (k) => !['event', 'every', 'cron', 'filter', 'catchUp'].includes(k),
@@ -73,7 +74,8 @@ export function validateExpectation(
       ('catchUp' in trigger && 'event' in trigger)
     ) {
       fail(
-        `trigger must be exactly one of { event, filter? }, { every, catchUp? } or { cron, catchUp? } (got ${JSON.stringify(trigger)})`,
+        `trigger must be exactly one of { event, filter? }, { every, catchUp? } or { cron, ` +
+          `catchUp? } (got ${JSON.stringify(trigger)})`,
       );
     }
     const catchUp = (trigger as { catchUp?: unknown }).catchUp;
@@ -87,7 +89,8 @@ export function validateExpectation(
     intervalMs = parseInterval(trigger.every);
     if (intervalMs === null)
       fail(
-        `cannot parse interval ${JSON.stringify(trigger.every)} (use '30s', '5m', '1h', '1d' or milliseconds)`,
+        `cannot parse interval ${JSON.stringify(trigger.every)} (use '30s', '5m', '1h', '1d' or ` +
+          `milliseconds)`,
       );
     const every = JSON.stringify(trigger.every);
     if ((intervalMs ?? 0) > MAX_WINDOW_MS)
@@ -98,7 +101,8 @@ export function validateExpectation(
       fail(`cannot parse cron ${JSON.stringify(trigger.cron)}: ${error?.message ?? 'invalid'}`);
   } else if (!(trigger && typeof trigger === 'object' && typeof trigger.event === 'string')) {
     fail(
-      `trigger must be { event }, { every }, { cron }, 'manual' or 'workflow' (got ${JSON.stringify(trigger)})`,
+      `trigger must be { event }, { every }, { cron }, 'manual' or 'workflow' (got ` +
+        `${JSON.stringify(trigger)})`,
     );
   }
   // A debounce or cooldown runs out on a timer here; a delay is a due time in SQL.

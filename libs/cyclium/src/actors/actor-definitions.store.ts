@@ -20,7 +20,10 @@ export class ActorDefinitionsStore {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** At boot: a database away meanwhile is waited for (CycliumDataSource.atBoot); the upsert is idempotent. */
+  /**
+   * At boot: a database away meanwhile is waited for (CycliumDataSource.atBoot); the upsert is
+   * idempotent.
+   */
   async record(actors: Iterable<RegisteredActor>): Promise<void> {
     await this.database.atBoot('recording the actor definitions', () => this.upsert(actors));
   }
@@ -42,7 +45,10 @@ export class ActorDefinitionsStore {
     }
   }
 
-  /** The recovery policy recorded for an episode's expectation in the episode's stack and env (see recordedPolicyOf). */
+  /**
+   * The recovery policy recorded for an episode's expectation in the episode's stack and env (see
+   * recordedPolicyOf).
+   */
   async recordedPolicy(episode: {
     actorId: string;
     expectationId: string;
@@ -51,7 +57,8 @@ export class ActorDefinitionsStore {
   }): Promise<RecoveryPolicy | null> {
     const { rows } = await this.database.sql.query<{ policy: string | null }>(
       `SELECT ${recordedPolicyOf('e')} AS policy
-         FROM (SELECT $1::text AS actor_id, $2::text AS expectation_id, $3::text AS source_stack, $4::text AS source_env) e`,
+         FROM (SELECT $1::text AS actor_id, $2::text AS expectation_id, $3::text AS source_stack,
+               $4::text AS source_env) e`,
       [episode.actorId, episode.expectationId, episode.sourceStack, episode.sourceEnv],
     );
     const policy = rows[0]?.policy;

@@ -54,7 +54,10 @@ export class ActorRegistry implements OnModuleInit {
     return this.actors.get(actorId)?.expectations.get(expectationId);
   }
 
-  /** The expectations of `actors` (by default every actor this node hosts), by actor: see HostedExpectations. */
+  /**
+   * The expectations of `actors` (by default every actor this node hosts), by actor: see
+   * HostedExpectations.
+   */
   hostedExpectations(actors: readonly RegisteredActor[] = this.all()): HostedExpectations {
     return Object.fromEntries(actors.map((actor) => [actor.id, [...actor.expectations.keys()]]));
   }
@@ -68,7 +71,8 @@ export class ActorRegistry implements OnModuleInit {
       this.declaredActors.set(actor.id, actor);
       if (actor.options.stacks && !(stack !== null && actor.options.stacks.includes(stack))) {
         this.logger.log(
-          `actor ${actor.id} skipped: runs on stacks ${actor.options.stacks.join(', ')}, this node is ${stack ?? 'unset'}`,
+          `actor ${actor.id} skipped: runs on stacks ${actor.options.stacks.join(', ')}, this ` +
+            `node is ${stack ?? 'unset'}`,
         );
         continue;
       }

@@ -28,7 +28,8 @@ export class ActorExplorer {
       const className = wrapper.metatype?.name ?? String(wrapper.token);
       if (!wrapper.isDependencyTreeStatic()) {
         throw new ActorDefinitionError(
-          `@Actor ${className} is request-scoped (or depends on a request-scoped provider); actors must be singletons`,
+          `@Actor ${className} is request-scoped (or depends on a request-scoped provider); ` +
+            `actors must be singletons`,
         );
       }
       const actor = validateActor(className, options);
@@ -53,7 +54,8 @@ export class ActorExplorer {
         );
         if (actor.expectations.has(expectation.id)) {
           throw new ActorDefinitionError(
-            `duplicate expectation id "${expectation.id}" on ${className}.${methodName} (already on ${className}.${actor.expectations.get(expectation.id)?.methodName})`,
+            `duplicate expectation id "${expectation.id}" on ${className}.${methodName} (already ` +
+              `on ${className}.${actor.expectations.get(expectation.id)?.methodName})`,
           );
         }
         expectation.handler = call;

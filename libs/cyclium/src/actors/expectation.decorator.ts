@@ -8,15 +8,22 @@ export type FilterValue =
 
 /**
  * What a schedule does, at boot, with the buckets that fell while no node ran it (a whole-cluster
- * stop): `none` skips them, `last` runs the latest one, `all` runs each once (at most 1,000, the latest).
+ * stop): `none` skips them, `last` runs the latest one, `all` runs each once (at most 1,000, the
+ * latest).
  */
 export type CatchUp = 'none' | 'last' | 'all';
 
-/** Each object trigger names exactly one kind: mixing `event` with `every` or `cron` is a compile error. */
+/**
+ * Each object trigger names exactly one kind: mixing `event` with `every` or `cron` is a compile
+ * error.
+ */
 export type Trigger =
   /** Bus events of this type whose payload matches `filter` (dotted paths allowed as keys). */
   | { event: string; filter?: Record<string, FilterValue>; every?: never; cron?: never }
-  /** Every interval (`'30s'`, `'5m'`, `'1h'`, `'1d'` or milliseconds), aligned to wall-clock buckets. */
+  /**
+   * Every interval (`'30s'`, `'5m'`, `'1h'`, `'1d'` or milliseconds), aligned to wall-clock
+   * buckets.
+   */
   | { every: string | number; catchUp?: CatchUp; event?: never; filter?: never; cron?: never }
   /** A cron expression, evaluated in UTC. */
   | { cron: string; catchUp?: CatchUp; event?: never; filter?: never; every?: never }
@@ -42,13 +49,20 @@ export interface ExpectationOptions {
   cooldownMs?: number;
   /** Stop before the next step once either is reached; the episode fails with `budget_exceeded`. */
   budget?: EpisodeBudget;
-  /** Retries an episode whose method throws (not one canceled, over budget or failed by the library). Default: none. */
+  /**
+   * Retries an episode whose method throws (not one canceled, over budget or failed by the
+   * library). Default: none.
+   */
   retry?: RetryPolicy;
-  /** With `retry`: false for an error not worth retrying (the episode fails at once). Default: every error is. */
+  /**
+   * With `retry`: false for an error not worth retrying (the episode fails at once). Default: every
+   * error is.
+   */
   retryable?: (error: unknown) => boolean;
   /**
-   * Every trigger of this expectation runs this long after it arrives (a trigger's own `delayMs`
-   * or `runAt` wins): the episode waits `deferred`, as a row any node hosting the actor starts when due.
+   * Every trigger of this expectation runs this long after it arrives (a trigger's own `delayMs` or
+   * `runAt` wins): the episode waits `deferred`, as a row any node hosting the actor starts when
+   * due.
    */
   delayMs?: number;
 }

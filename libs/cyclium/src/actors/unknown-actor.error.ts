@@ -1,4 +1,6 @@
-/** An actor id this node does not host, where a call needs one it does (`Mode.setActorOverride`). */
+/**
+ * An actor id this node does not host, where a call needs one it does (`Mode.setActorOverride`).
+ */
 export class UnknownActorError extends Error {
   override readonly name = 'UnknownActorError';
 
@@ -8,7 +10,8 @@ export class UnknownActorError extends Error {
     hosted: readonly string[],
   ) {
     super(
-      `${where}: no actor ${JSON.stringify(actorId)} is hosted on this node (hosted: ${hosted.length > 0 ? hosted.join(', ') : 'none'})`,
+      `${where}: no actor ${JSON.stringify(actorId)} is hosted on this node (hosted: ` +
+        `${hosted.length > 0 ? hosted.join(', ') : 'none'})`,
     );
   }
 }

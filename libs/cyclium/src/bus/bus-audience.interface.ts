@@ -8,7 +8,10 @@
 export interface BusAudience {
   /** True only when no other node is known to listen on the channel. */
   readonly alone: boolean;
-  /** Another node announced that it listens now (its row may not have reached this node's last look). */
+  /**
+   * Another node announced that it listens now (its row may not have reached this node's last
+   * look).
+   */
   joined(identity: string): void;
 }
 

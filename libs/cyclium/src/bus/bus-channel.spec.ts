@@ -9,7 +9,8 @@ describe('busChannel', () => {
   });
 
   it('hashes stack and env into a short, stable identifier', () => {
-    const expected = `cyclium_bus_${createHash('sha256').update('blue\u0000rc').digest('hex').slice(0, 16)}`;
+    const hash = createHash('sha256').update('blue\u0000rc').digest('hex');
+    const expected = `cyclium_bus_${hash.slice(0, 16)}`;
     expect(busChannel('blue', 'rc')).toBe(expected);
     // Pinned: nodes of a rolling deploy must agree on the name across library versions.
     expect(busChannel('blue', 'rc')).toBe('cyclium_bus_5b3a1bd6fa3d5bf6');

@@ -7,11 +7,17 @@ const ECHO = `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1
 export const ECHO_PAYLOAD = 'e:';
 
 export interface BusEchoOptions {
-  /** Sends the echo; must not be the LISTEN connection (through a pooler it would hear itself on the same server connection). */
+  /**
+   * Sends the echo; must not be the LISTEN connection (through a pooler it would hear itself on the
+   * same server connection).
+   */
   sql: SqlExecutor;
   /** An echo after this much quiet on the channel; 0 turns the self-check off. */
   intervalMs: number;
-  /** An echo not heard within this marks the bus degraded; the LISTEN connection then has as long again to answer a query. */
+  /**
+   * An echo not heard within this marks the bus degraded; the LISTEN connection then has as long
+   * again to answer a query.
+   */
   timeoutMs: number;
 }
 
@@ -29,11 +35,11 @@ export interface EchoedConnection {
  * notifications: both look like a quiet bus. Anything heard on the channel proves the connection
  * hears; when it has heard nothing for `intervalMs`, the node NOTIFYs an echo on the channel (from
  * another connection) and expects to hear it within `timeoutMs`. Every node hears every echo, so an
- * idle cluster sends about one per interval whatever its size. Unheard, the bus is degraded (health:
- * not ready; one warn log); then the LISTEN connection must answer a `SELECT 1`: silent, it is
- * half-open and is replaced; answering, it is alive but deaf (a pooler), and replacing it would not
- * help, so it is left alone and the echo keeps checking at the same pace. Hearing anything clears
- * the verdict.
+ * idle cluster sends about one per interval whatever its size. Unheard, the bus is degraded
+ * (health: not ready; one warn log); then the LISTEN connection must answer a `SELECT 1`: silent,
+ * it is half-open and is replaced; answering, it is alive but deaf (a pooler), and replacing it
+ * would not help, so it is left alone and the echo keeps checking at the same pace. Hearing
+ * anything clears the verdict.
  */
 export class BusEcho {
   private readonly logger = new Logger('CycliumBus');
@@ -43,7 +49,9 @@ export class BusEcho {
   private sequence = 0;
   private degradedBy: string | undefined;
   private lastHeardAt: number | undefined;
-  /** Since the connection was watched or last heard something: the echo waits for this much quiet. */
+  /**
+   * Since the connection was watched or last heard something: the echo waits for this much quiet.
+   */
   private quietSince = 0;
 
   constructor(
@@ -56,7 +64,10 @@ export class BusEcho {
     return this.degradedBy;
   }
 
-  /** Since the LISTEN connection last heard anything on the channel (an echo or not); null before the first. */
+  /**
+   * Since the LISTEN connection last heard anything on the channel (an echo or not); null before
+   * the first.
+   */
   get lastHeardAgoMs(): number | null {
     return this.lastHeardAt === undefined ? null : performance.now() - this.lastHeardAt;
   }
@@ -75,7 +86,10 @@ export class BusEcho {
     this.timer.unref();
   }
 
-  /** The connection is gone (a reconnect follows, or stop): the verdict stands until something is heard. */
+  /**
+   * The connection is gone (a reconnect follows, or stop): the verdict stands until something is
+   * heard.
+   */
   unwatch(): void {
     clearInterval(this.timer);
     this.timer = undefined;
@@ -111,7 +125,8 @@ export class BusEcho {
     deadline.unref();
     this.pending = { token, deadline };
     this.options.sql.query(ECHO, [this.channel, ECHO_PAYLOAD]).catch(() => {
-      // The database is away (the health check says so on its own): no verdict on the bus from this round.
+      // The database is away (the health check says so on its own): no verdict on the bus from this
+      // round.
       if (this.pending?.token !== token) return;
       clearTimeout(deadline);
       this.pending = undefined;
@@ -127,7 +142,8 @@ export class BusEcho {
     this.degradedBy = `no echo heard on the LISTEN connection within ${this.options.timeoutMs} ms`;
     if (first)
       this.logger.warn(
-        `${this.degradedBy}: the bus is degraded (wake-ups wait for the fallback poll); checking the connection`,
+        `${this.degradedBy}: the bus is degraded (wake-ups wait for the fallback poll); checking ` +
+          `the connection`,
       );
     void this.check(target, first);
   }
@@ -147,8 +163,10 @@ export class BusEcho {
     if (verdict === 'alive') {
       if (first) {
         this.logger.warn(
-          'the LISTEN connection answers queries but does not hear its own NOTIFY: is it going through a pooler in transaction mode? ' +
-            'Give LISTEN a direct or session-mode connection; until then every wake-up waits for the fallback poll',
+          'the LISTEN connection answers queries but does not hear its own NOTIFY: is it going ' +
+            'through a pooler in transaction mode? ' +
+            'Give LISTEN a direct or session-mode connection; until then every wake-up waits for ' +
+            'the fallback poll',
         );
       }
       return;

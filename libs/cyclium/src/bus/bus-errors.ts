@@ -3,7 +3,10 @@ import { DatabaseUnavailableError } from '../sql/database-errors.js';
 /** The part of an event a refusal is about. */
 export type BusEventField = 'type' | 'eventId' | 'payload';
 
-/** An event the bus refuses to publish, with the reason; nothing was sent. The caller's mistake (a 400). */
+/**
+ * An event the bus refuses to publish, with the reason; nothing was sent. The caller's mistake (a
+ * 400).
+ */
 export class InvalidBusEventError extends TypeError {
   override readonly name: string = 'InvalidBusEventError';
 
@@ -16,7 +19,10 @@ export class InvalidBusEventError extends TypeError {
   }
 }
 
-/** The payload serialises to more bytes than the bus takes (`busMaxPayloadBytes`); nothing was sent. A 413. */
+/**
+ * The payload serialises to more bytes than the bus takes (`busMaxPayloadBytes`); nothing was sent.
+ * A 413.
+ */
 export class EventPayloadTooLargeError extends InvalidBusEventError {
   override readonly name: string = 'EventPayloadTooLargeError';
 
@@ -43,7 +49,8 @@ export class EventIdConflictError extends Error {
     readonly type: string,
   ) {
     super(
-      `bus: event id ${JSON.stringify(eventId)} is already stored with another type or payload; "${type}" was not stored (use a new id for a new event)`,
+      `bus: event id ${JSON.stringify(eventId)} is already stored with another type or payload; ` +
+        `"${type}" was not stored (use a new id for a new event)`,
     );
   }
 }
@@ -61,6 +68,8 @@ export class PublishQueueFullError extends DatabaseUnavailableError {
     what: string,
   ) {
     super(`bus: could not queue ${what}`, new Error('publish queue full'));
-    this.message = `bus: ${limit} publishes are already waiting for the database (busPublishQueueMax); ${what} was refused, retry later`;
+    this.message =
+      `bus: ${limit} publishes are already waiting for the database (busPublishQueueMax); ` +
+      `${what} was refused, retry later`;
   }
 }

@@ -5,7 +5,10 @@ import { BusEcho, type BusEchoOptions } from './bus-echo.js';
 
 const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 2_000;
-/** Keepalive probes start after this much silence (the OS default is two hours); the echo bounds detection, this frees the socket. */
+/**
+ * Keepalive probes start after this much silence (the OS default is two hours); the echo bounds
+ * detection, this frees the socket.
+ */
 const KEEPALIVE_DELAY_MS = 10_000;
 
 export interface BusListenerHandlers {
@@ -33,7 +36,9 @@ export class BusListener {
   private reconnecting: Promise<void> | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
   private wakeRetry: (() => void) | undefined;
-  /** Monotonic time the connection was lost; undefined while listening or before the first start. */
+  /**
+   * Monotonic time the connection was lost; undefined while listening or before the first start.
+   */
   private downSince: number | undefined;
   private readonly echo: BusEcho | undefined;
 
@@ -60,7 +65,10 @@ export class BusListener {
     return this.echo?.degradedReason;
   }
 
-  /** Since the LISTEN connection last heard anything on the channel; null before the first, or with the self-check off. */
+  /**
+   * Since the LISTEN connection last heard anything on the channel; null before the first, or with
+   * the self-check off.
+   */
   get heardAgoMs(): number | null {
     return this.echo?.lastHeardAgoMs ?? null;
   }
@@ -112,7 +120,8 @@ export class BusListener {
       gone = true;
       if (live) this.lost(client, error);
     };
-    // Both usually fire on a drop (error, then end); an 'error' without a listener would crash the process.
+    // Both usually fire on a drop (error, then end); an 'error' without a listener would crash the
+    // process.
     client.on('error', onGone);
     client.on('end', () => onGone(new Error('the connection ended')));
     client.on('notification', (message) => {
@@ -144,7 +153,9 @@ export class BusListener {
     this.handlers.onListening();
   }
 
-  /** Gives up on a connection that answers nothing: closing it politely would wait on the dead peer. */
+  /**
+   * Gives up on a connection that answers nothing: closing it politely would wait on the dead peer.
+   */
   private replace(client: pg.Client, reason: string): void {
     if (this.client !== client) return;
     this.lost(client, new Error(`the LISTEN connection was replaced: ${reason}`));
@@ -162,7 +173,8 @@ export class BusListener {
     void client.end().catch(() => undefined);
     if (this.stopped) return;
     this.logger.warn(
-      `lost the LISTEN connection on ${this.channel} (${error.message}); reconnecting, then catching up from the events table`,
+      `lost the LISTEN connection on ${this.channel} (${error.message}); reconnecting, then ` +
+        `catching up from the events table`,
     );
     this.reconnecting ??= this.retryUntilListening().finally(() => (this.reconnecting = undefined));
   }
@@ -183,7 +195,8 @@ export class BusListener {
         // Once, then quietly: a database that is away for minutes must not flood the log.
         if (failures++ === 0)
           this.logger.warn(
-            `could not LISTEN on ${this.channel} (${errorMessage(error)}); retrying every ${MAX_RETRY_MS} ms at most`,
+            `could not LISTEN on ${this.channel} (${errorMessage(error)}); retrying every ` +
+              `${MAX_RETRY_MS} ms at most`,
           );
       }
     }

@@ -19,7 +19,8 @@ import { SpacedTrigger } from '../primitives/spaced-trigger.js';
  */
 const NOTIFY = prepared(
   'bus_notify',
-  `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM unnest($2::text[]) p`,
+  `SELECT set_config('synchronous_commit', 'off', true), count(pg_notify($1, p)) FROM ` +
+    `unnest($2::text[]) p`,
 );
 const WAKE_AND_SIGNAL = 'w:';
 const SIGNAL_ONLY = 'd:';
@@ -43,7 +44,10 @@ export interface LoneListener {
   hear(heard: Heard): void;
 }
 
-/** The NOTIFYs one node sends on its channel: whatever was asked for since the last run, in one statement. */
+/**
+ * The NOTIFYs one node sends on its channel: whatever was asked for since the last run, in one
+ * statement.
+ */
 export class BusNotifier {
   private readonly logger = new Logger('CycliumBus');
   private readonly outage = new OutageLog(this.logger, 'waking listeners (NOTIFY)');
@@ -78,7 +82,10 @@ export class BusNotifier {
     this.runs.request();
   }
 
-  /** Tells the channel that `identity` listens now, so a node that thought itself alone NOTIFYs again. */
+  /**
+   * Tells the channel that `identity` listens now, so a node that thought itself alone NOTIFYs
+   * again.
+   */
   announce(identity: string): void {
     this.pendingJoin = identity;
     this.runs.request();
@@ -138,7 +145,9 @@ export class BusNotifier {
   }
 }
 
-/** One wake-up ('' when there is nothing else to say) and the tokens, in payloads NOTIFY accepts. */
+/**
+ * One wake-up ('' when there is nothing else to say) and the tokens, in payloads NOTIFY accepts.
+ */
 export function notifyPayloads(wake: boolean, tokens: readonly string[]): string[] {
   if (tokens.length === 0) return wake ? [''] : [];
   const payloads: string[] = [];

@@ -10,12 +10,14 @@ import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 const OPEN = `
   WITH opened AS (
     INSERT INTO cyclium_bus_positions (channel, consumer, position, type)
-    SELECT $1, c.consumer, $3::pg_snapshot, c.type FROM unnest($2::text[], $4::text[]) AS c (consumer, type)
+    SELECT $1, c.consumer, $3::pg_snapshot, c.type
+      FROM unnest($2::text[], $4::text[]) AS c (consumer, type)
     ON CONFLICT (channel, consumer) DO NOTHING
     RETURNING consumer, position)
   SELECT consumer, position::text AS position FROM opened
   UNION ALL
-  SELECT consumer, position::text FROM cyclium_bus_positions WHERE channel = $1 AND consumer = ANY($2::text[])`;
+  SELECT consumer, position::text FROM cyclium_bus_positions WHERE channel = $1
+    AND consumer = ANY($2::text[])`;
 
 /**
  * Moves positions forward only: a snapshot with a larger xmax was taken later and sees every
@@ -35,10 +37,15 @@ const SKIP = `
   UPDATE cyclium_bus_positions SET skipped = skipped + 1, last_skip = $3, updated_at = now()
    WHERE channel = $1 AND consumer = $2`;
 
-/** Every stored position, for the cluster status: a consumer no live node hosts any more holds its channel's events. */
+/**
+ * Every stored position, for the cluster status: a consumer no live node hosts any more holds its
+ * channel's events.
+ */
 export const STORED_POSITIONS = `
-  coalesce((SELECT json_agg(json_build_object('channel', channel, 'consumer', consumer, 'type', type,
-                                              'updatedAt', updated_at, 'skipped', skipped, 'lastSkip', last_skip)
+  coalesce((SELECT json_agg(json_build_object('channel', channel, 'consumer', consumer, 'type',
+                                              type,
+                                              'updatedAt', updated_at, 'skipped', skipped,
+                                              'lastSkip', last_skip)
                             ORDER BY channel, consumer)
               FROM cyclium_bus_positions), '[]')`;
 
@@ -52,7 +59,8 @@ export interface StoredPosition {
   lastSkip: string | null;
 }
 
-const DROP = `DELETE FROM cyclium_bus_positions WHERE channel = $1 AND consumer = $2 RETURNING consumer`;
+const DROP =
+  `DELETE FROM cyclium_bus_positions WHERE channel = $1 AND consumer = $2 RETURNING ` + `consumer`;
 
 /** Deletes the stored position of `consumer` on `channel`; false when there was none. */
 export async function dropPosition(
@@ -98,7 +106,9 @@ export class BusPositions {
     return new Map(rows.map((row) => [row.consumer, parseSnapshot(row.position)]));
   }
 
-  /** Stores each consumer's position where it is further than the stored one (one entry per name). */
+  /**
+   * Stores each consumer's position where it is further than the stored one (one entry per name).
+   */
   async advance(sql: SqlExecutor, positions: readonly SettledPosition[]): Promise<void> {
     if (positions.length === 0) return;
     const names = positions.map((p) => p.consumer.name);

@@ -21,7 +21,10 @@ export interface ReaderSink {
    * and, when a paged read is under way (`paging`), through the rows it already handed over.
    */
   catchUp(cursor: DbSnapshot, paging?: Paging): Promise<void>;
-  /** Hands an event to this node's handlers (read at `readAt`, performance.now()); false when none of them wanted it. */
+  /**
+   * Hands an event to this node's handlers (read at `readAt`, performance.now()); false when none
+   * of them wanted it.
+   */
   deliver(event: LoggedEvent, readAt: number): boolean;
   /** Every row visible in `snapshot` has been handed over. */
   readTo(snapshot: DbSnapshot): void;
@@ -30,13 +33,13 @@ export interface ReaderSink {
 }
 
 /**
- * Reads this node's channel of cyclium_events and hands each new row to the sink, in order.
- * The cursor is the snapshot of the previous read (see EventLog.readAfter), kept in memory: it
- * starts at the end of the table at boot (durable consumers catch up from their own stored
- * positions before they join the live reads: see DurableConsumers), and reads happen when a NOTIFY says so, after every
- * LISTEN (re)connect, and on a slow fallback timer, so a missed wake-up costs latency, never an
- * event. Reads never overlap, and under load they are spaced `spacingMs` apart: however many
- * wake-ups arrive meanwhile, one read serves them all.
+ * Reads this node's channel of cyclium_events and hands each new row to the sink, in order. The
+ * cursor is the snapshot of the previous read (see EventLog.readAfter), kept in memory: it starts
+ * at the end of the table at boot (durable consumers catch up from their own stored positions
+ * before they join the live reads: see DurableConsumers), and reads happen when a NOTIFY says so,
+ * after every LISTEN (re)connect, and on a slow fallback timer, so a missed wake-up costs latency,
+ * never an event. Reads never overlap, and under load they are spaced `spacingMs` apart: however
+ * many wake-ups arrive meanwhile, one read serves them all.
  */
 export class BusReader {
   private readonly logger = new Logger('CycliumBus');
@@ -105,7 +108,10 @@ export class BusReader {
     return this.lastReadAt === undefined ? null : performance.now() - this.lastReadAt;
   }
 
-  /** Age of the newest event a handler here wanted when it was read (database clock), or null before any. */
+  /**
+   * Age of the newest event a handler here wanted when it was read (database clock), or null before
+   * any.
+   */
   get lagMs(): number | null {
     return this.lastLagMs;
   }
@@ -122,7 +128,8 @@ export class BusReader {
       this.lastReadAt = performance.now();
       this.outage.succeeded();
     } catch (error) {
-      // The cursor has not moved past anything undelivered: the next read starts where this one did.
+      // The cursor has not moved past anything undelivered: the next read starts where this one
+      // did.
       this.outage.failed(error);
     }
   }
@@ -168,7 +175,8 @@ export class BusReader {
     let newest: LoggedEvent | undefined;
     const readAt = performance.now();
     for (const logged of events) if (this.sink.deliver(logged, readAt)) newest = logged;
-    // Events nobody here wants may wait for the next read (see PostgresBus.wake): their age is not lag.
+    // Events nobody here wants may wait for the next read (see PostgresBus.wake): their age is not
+    // lag.
     if (newest) this.lastLagMs = newest.ageMs;
   }
 }

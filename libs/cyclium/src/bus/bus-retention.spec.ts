@@ -33,31 +33,36 @@ describe('BusRetention', () => {
     jest.restoreAllMocks();
   });
 
-  it('goes on from where a pass ran out of time, and starts over once a pass reached young rows', async () => {
-    let now = 0;
-    jest.spyOn(performance, 'now').mockImplementation(() => (now += 1_000));
-    const afters: string[] = [];
-    let young = false;
-    const retention = new BusRetention(
-      {} as SqlExecutor,
-      endlessLog(afters, () => young),
-      3_600_000,
-      604_800_000,
-    );
+  it(
+    'goes on from where a pass ran out of time, and starts over once a pass reached young ' +
+      'rows',
+    async () => {
+      let now = 0;
+      jest.spyOn(performance, 'now').mockImplementation(() => (now += 1_000));
+      const afters: string[] = [];
+      let young = false;
+      const retention = new BusRetention(
+        {} as SqlExecutor,
+        endlessLog(afters, () => young),
+        3_600_000,
+        604_800_000,
+      );
 
-    expect(await retention.pruneNow()).toBeGreaterThan(0);
-    const first = [...afters];
-    expect(first[0]).toBe('0');
-    expect(first.length).toBeGreaterThan(1);
+      expect(await retention.pruneNow()).toBeGreaterThan(0);
+      const first = [...afters];
+      expect(first[0]).toBe('0');
+      expect(first.length).toBeGreaterThan(1);
 
-    afters.length = 0;
-    young = true;
-    await retention.pruneNow();
-    // The second pass picked up past the last id the first one examined, and stopped at young rows.
-    expect(afters).toEqual([String(Number(first.at(-1)) + 1_000)]);
+      afters.length = 0;
+      young = true;
+      await retention.pruneNow();
+      // The second pass picked up past the last id the first one examined, and stopped at young
+      // rows.
+      expect(afters).toEqual([String(Number(first.at(-1)) + 1_000)]);
 
-    afters.length = 0;
-    await retention.pruneNow();
-    expect(afters).toEqual(['0']);
-  });
+      afters.length = 0;
+      await retention.pruneNow();
+      expect(afters).toEqual(['0']);
+    },
+  );
 });

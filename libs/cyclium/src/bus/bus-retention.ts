@@ -6,10 +6,13 @@ import type { EventLog, PruneKey, PruneWindows } from './event-log.js';
 /**
  * Rows one batch examines, in one short transaction. 5,000 prunes faster, but with statistics taken
  * while the table was small the planner reads that limit as "most of the table" and scans it all;
- * 1,000 keeps the index, and a pass of them still prunes many times the append rate (the bus bench).
+ * 1,000 keeps the index, and a pass of them still prunes many times the append rate (the bus
+ * bench).
  */
 const BATCH = 1_000;
-/** How long one pass runs batches; a pass that runs out with rows left comes back after CATCH_UP_MS. */
+/**
+ * How long one pass runs batches; a pass that runs out with rows left comes back after CATCH_UP_MS.
+ */
 const PASS_BUDGET_MS = 5_000;
 const CATCH_UP_MS = 1_000;
 
@@ -36,7 +39,10 @@ export class BusRetention {
   private pruning: Promise<PrunePass> | undefined;
   private undispatched = 0;
   private stopped = true;
-  /** Where the next pass starts: past the last row examined when a pass ran out of time, else the channel's start. */
+  /**
+   * Where the next pass starts: past the last row examined when a pass ran out of time, else the
+   * channel's start.
+   */
   private after: PruneKey | undefined;
 
   constructor(
@@ -113,7 +119,8 @@ export class BusRetention {
       if (!batch.held || batch.young || batch.examined < BATCH || batch.last === null) break;
       after = batch.last;
       if (performance.now() >= deadline) {
-        // The next pass goes on from here, so rows it must keep are read once per walk of the channel.
+        // The next pass goes on from here, so rows it must keep are read once per walk of the
+        // channel.
         this.after = after;
         behind = true;
         break;
@@ -122,7 +129,8 @@ export class BusRetention {
     if (undispatched > 0) {
       this.undispatched += undispatched;
       this.logger.warn(
-        `deleted ${undispatched} event(s) older than busUndispatchedMaxAgeMs (${this.undispatchedMaxAgeMs} ms) that a consumer ` +
+        `deleted ${undispatched} event(s) older than busUndispatchedMaxAgeMs ` +
+          `(${this.undispatchedMaxAgeMs} ms) that a consumer ` +
           `had not dispatched: no node hosting it read them in time (see cyclium_bus_positions)`,
       );
     }

@@ -5,9 +5,15 @@
  * without it (a host's own) keeps every node racing for every trigger.
  */
 export interface DispatchSignals {
-  /** Tells every node of the channel, this one included, that the triggers with these tokens are handled. */
+  /**
+   * Tells every node of the channel, this one included, that the triggers with these tokens are
+   * handled.
+   */
   signalDispatched(tokens: readonly string[]): void;
-  /** Calls `handler` with the tokens other nodes (and this one) signal; returns the unsubscribe function. */
+  /**
+   * Calls `handler` with the tokens other nodes (and this one) signal; returns the unsubscribe
+   * function.
+   */
   onDispatched(handler: (tokens: readonly string[]) => void): () => void;
 }
 

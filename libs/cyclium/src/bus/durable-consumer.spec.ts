@@ -16,29 +16,32 @@ const logged = (id: string): LoggedEvent => ({
 const snapshot = (xmax: number) => parseSnapshot(`${xmax}:${xmax}:`);
 
 describe('DurableConsumer', () => {
-  it('moves its position to a read only once that read and every one before it settled', async () => {
-    const pending = new Map<string, () => void>();
-    const consumer = new DurableConsumer(
-      'a.b',
-      't',
-      (event) => new Promise((resolve) => pending.set(event.eventId, resolve)),
-      () => undefined,
-    );
-    consumer.deliver(logged('1'), 0);
-    consumer.readTo(snapshot(10));
-    consumer.deliver(logged('2'), 0);
-    consumer.readTo(snapshot(20));
-    expect(consumer.take(true)).toBeUndefined();
+  it(
+    'moves its position to a read only once that read and every one before it ' + 'settled',
+    async () => {
+      const pending = new Map<string, () => void>();
+      const consumer = new DurableConsumer(
+        'a.b',
+        't',
+        (event) => new Promise((resolve) => pending.set(event.eventId, resolve)),
+        () => undefined,
+      );
+      consumer.deliver(logged('1'), 0);
+      consumer.readTo(snapshot(10));
+      consumer.deliver(logged('2'), 0);
+      consumer.readTo(snapshot(20));
+      expect(consumer.take(true)).toBeUndefined();
 
-    pending.get('2')?.();
-    await Promise.resolve();
-    expect(consumer.take(true)).toBeUndefined();
+      pending.get('2')?.();
+      await Promise.resolve();
+      expect(consumer.take(true)).toBeUndefined();
 
-    pending.get('1')?.();
-    await Promise.resolve();
-    expect(consumer.take(false)?.xmax).toBe('20');
-    expect(consumer.take(true)).toBeUndefined();
-  });
+      pending.get('1')?.();
+      await Promise.resolve();
+      expect(consumer.take(false)?.xmax).toBe('20');
+      expect(consumer.take(true)).toBeUndefined();
+    },
+  );
 
   it('stores a position that only reads without its events moved when asked for idle ones', () => {
     const consumer = new DurableConsumer(

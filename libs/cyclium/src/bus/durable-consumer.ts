@@ -3,7 +3,10 @@ import type { DbSnapshot } from './db-snapshot.js';
 import type { DurableHandler } from './durable-subscriptions.interface.js';
 import type { LoggedEvent } from './event-log.js';
 
-/** A read's worth of deliveries: settled once `open` reaches 0; `into` points at the mark it was merged into. */
+/**
+ * A read's worth of deliveries: settled once `open` reaches 0; `into` points at the mark it was
+ * merged into.
+ */
 interface Mark {
   snapshot: DbSnapshot | undefined;
   open: number;
@@ -11,7 +14,10 @@ interface Mark {
   into?: Mark;
 }
 
-/** Marks kept per consumer; beyond it the newest two merge (the position then moves in bigger steps, never too far). */
+/**
+ * Marks kept per consumer; beyond it the newest two merge (the position then moves in bigger steps,
+ * never too far).
+ */
 const MAX_MARKS = 64;
 
 /**
@@ -21,7 +27,10 @@ const MAX_MARKS = 64;
  * an event whose dispatch is still under way, waiting out a debounce, or was dropped by a drain.
  */
 export class DurableConsumer {
-  /** False until the consumer has caught up from its stored position; the live reads skip it until then. */
+  /**
+   * False until the consumer has caught up from its stored position; the live reads skip it until
+   * then.
+   */
   ready = false;
   active = true;
   private marks: Mark[] = [];

@@ -37,7 +37,10 @@ export class DurableConsumers {
     private readonly positions: BusPositions,
     /** Read again before each wait. */
     private readonly flushMs: () => number,
-    /** Positions that only idle reads moved are stored this seldom (retention needs them, nothing else). */
+    /**
+     * Positions that only idle reads moved are stored this seldom (retention needs them, nothing
+     * else).
+     */
     private readonly idleWriteMs: number,
   ) {}
 
@@ -102,9 +105,11 @@ export class DurableConsumers {
       this.joining = [];
       return;
     }
-    // A consumer with no row yet starts at this node's boot, even one that joins later (enabled again, say).
+    // A consumer with no row yet starts at this node's boot, even one that joins later (enabled
+    // again, say).
     const stored = await this.positions.open(this.sql, joining, this.boot);
-    // Consumers stored at the same position (one node's flush writes them together) share one replay.
+    // Consumers stored at the same position (one node's flush writes them together) share one
+    // replay.
     const groups = new Map<string, { from: DbSnapshot; consumers: DurableConsumer[] }>();
     for (const consumer of joining) {
       const from = stored.get(consumer.name) ?? cursor;
@@ -117,7 +122,8 @@ export class DurableConsumers {
     // Delivered after the mark at `cursor`: they settle with the read's last page, at `paging.to`.
     if (paging) await this.replay(cursor, paging.to, joining, paging.after);
     for (const consumer of joining) consumer.ready = true;
-    // Keep only those that joined during the awaits above; an unsubscribed one has nothing to catch up.
+    // Keep only those that joined during the awaits above; an unsubscribed one has nothing to catch
+    // up.
     this.joining = this.joining.filter((c) => c.active && !joining.includes(c));
   }
 
@@ -150,7 +156,8 @@ export class DurableConsumers {
 
   private async write(all: boolean): Promise<void> {
     const idle = all || performance.now() - this.lastIdleWrite >= this.idleWriteMs;
-    // By name: a consumer that left and its successor of the same name store one position, the successor's.
+    // By name: a consumer that left and its successor of the same name store one position, the
+    // successor's.
     const taken = new Map<string, { consumer: NamedConsumer; position: DbSnapshot }>();
     const from: DurableConsumer[] = [];
     const leaving = this.leaving.splice(0);
@@ -170,7 +177,10 @@ export class DurableConsumers {
     }
   }
 
-  /** Hands `consumers` the rows new since `from` and visible in `to`, in order, up to `through` when given. */
+  /**
+   * Hands `consumers` the rows new since `from` and visible in `to`, in order, up to `through` when
+   * given.
+   */
   private async replay(
     from: DbSnapshot,
     to: DbSnapshot,
@@ -199,7 +209,8 @@ export class DurableConsumers {
   /**
    * A row whose payload no read loads (EventLog's budget): written past this library's writers, it
    * is nobody's to dispatch. It is logged, and counted as skipped for each consumer of its type
-   * that reads it (`among`: those of a replay; by default the ready ones), whose position passes it.
+   * that reads it (`among`: those of a replay; by default the ready ones), whose position passes
+   * it.
    */
   skipOversized(logged: LoggedEvent, among?: readonly DurableConsumer[]): void {
     const bytes = logged.oversizedBytes;
@@ -221,7 +232,8 @@ export class DurableConsumers {
       .skipped(this.sql, consumer, `event ${event.eventId}: ${reason}`)
       .catch((failure: unknown) => {
         this.logger.warn(
-          `could not record that ${consumer} skipped event ${event.eventId}: ${errorMessage(failure)}`,
+          `could not record that ${consumer} skipped event ${event.eventId}: ` +
+            `${errorMessage(failure)}`,
         );
       });
   }

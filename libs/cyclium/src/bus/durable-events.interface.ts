@@ -12,7 +12,8 @@ export interface DurableEvents {
   appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void>;
   /**
    * The same as the body of a CTE in a statement the library composes (`INSERT … RETURNING`),
-   * writing only when the SQL condition `when` holds, so an outcome and its event are one round trip.
+   * writing only when the SQL condition `when` holds, so an outcome and its event are one round
+   * trip.
    */
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string;
   /**

@@ -9,17 +9,26 @@ export interface StorableEvent {
   readonly payloadJson: string;
 }
 
-/** Where the stamp of a row comes from: the stack, env and node that wrote it, and how reserved events are signed. */
+/**
+ * Where the stamp of a row comes from: the stack, env and node that wrote it, and how reserved
+ * events are signed.
+ */
 export interface EventLogScope {
   readonly channel: string;
   readonly stackSlug: string | null;
   readonly env: string | null;
   readonly publisher: () => string;
-  /** Signs and verifies the library's reserved events (the `integrity` option); absent, nothing is signed. */
+  /**
+   * Signs and verifies the library's reserved events (the `integrity` option); absent, nothing is
+   * signed.
+   */
   readonly integrity?: EventIntegrity;
 }
 
-/** The `integrity` option as the bus sees it: a signature over a reserved event on a channel, and its check. */
+/**
+ * The `integrity` option as the bus sees it: a signature over a reserved event on a channel, and
+ * its check.
+ */
 export interface EventIntegrity {
   sign(channel: string, event: Pick<BusEvent, 'eventId' | 'type' | 'payload'>): string | null;
   verify(
@@ -44,9 +53,11 @@ const APPEND = prepared(
   'events_append_checked',
   `
   WITH e AS MATERIALIZED (
-    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::text[]) WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
+    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::text[])
+      WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
   ), stored AS (
-    INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env, signature)
+    INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher,
+                                source_stack, source_env, signature)
     SELECT $1, e.event_id, e.type, e.payload, e.published_at, $2, $3, $4, e.signature
       FROM e
      ORDER BY e.n
@@ -61,16 +72,23 @@ const APPEND = prepared(
    WHERE NOT EXISTS (SELECT 1 FROM stored s WHERE s.event_id = e.event_id)`,
 );
 
-/** Whether each event equals the one stored under its id, in a fresh snapshot; events whose row is gone are left out. */
+/**
+ * Whether each event equals the one stored under its id, in a fresh snapshot; events whose row is
+ * gone are left out.
+ */
 const COMPARE = prepared(
   'events_compare',
   `
   SELECT e.n::int AS n, o.type = e.type AND o.payload = e.payload AS same
-    FROM unnest($2::text[], $3::text[], $4::jsonb[]) WITH ORDINALITY AS e (event_id, type, payload, n)
+    FROM unnest($2::text[], $3::text[], $4::jsonb[])
+      WITH ORDINALITY AS e (event_id, type, payload, n)
     JOIN cyclium_events o ON o.channel = $1 AND o.event_id = e.event_id`,
 );
 
-/** A row that vanished between the conflict and the look (retention) is inserted again; this many rounds at most. */
+/**
+ * A row that vanished between the conflict and the look (retention) is inserted again; this many
+ * rounds at most.
+ */
 const APPEND_ROUNDS = 3;
 
 /**
@@ -79,11 +97,17 @@ const APPEND_ROUNDS = 3;
  */
 export type AppendOutcome = 'stored' | 'same' | 'conflict';
 
-/** Stores events on cyclium_events, stamped with the scope: checked appends, and appends inside a larger statement. */
+/**
+ * Stores events on cyclium_events, stamped with the scope: checked appends, and appends inside a
+ * larger statement.
+ */
 export class EventAppender {
   constructor(private readonly scope: EventLogScope) {}
 
-  /** Stores `events` (ids already stored are compared, not written); one outcome per event, in order. */
+  /**
+   * Stores `events` (ids already stored are compared, not written); one outcome per event, in
+   * order.
+   */
   async append(sql: SqlExecutor, events: readonly StorableEvent[]): Promise<AppendOutcome[]> {
     const outcomes: Array<AppendOutcome | undefined> = new Array<AppendOutcome | undefined>(
       events.length,
@@ -92,14 +116,18 @@ export class EventAppender {
     for (let round = 0; open.length > 0; round++) {
       if (round === APPEND_ROUNDS)
         throw new Error(
-          `bus: could not settle event ${events[open[0] as number]?.event.eventId} (its stored row keeps vanishing)`,
+          `bus: could not settle event ${events[open[0] as number]?.event.eventId} (its stored ` +
+            `row keeps vanishing)`,
         );
       open = await this.appendRound(sql, events, open, outcomes);
     }
     return outcomes as AppendOutcome[];
   }
 
-  /** One insert of the first event per id among `open`, then one look at the rest; returns what is still unsettled. */
+  /**
+   * One insert of the first event per id among `open`, then one look at the rest; returns what is
+   * still unsettled.
+   */
   private async appendRound(
     sql: SqlExecutor,
     events: readonly StorableEvent[],
@@ -182,10 +210,13 @@ export class EventAppender {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     const [ids, types, payloads, times, signatures] = this.columns(events);
     return `
-      INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher, source_stack, source_env, signature)
-      SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at, ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')},
+      INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher,
+                                  source_stack, source_env, signature)
+      SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at,
+             ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')},
              e.signature
-        FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')}, ${p(times, 'timestamptz[]')}, ${p(signatures, 'text[]')})
+        FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')},
+                    ${p(times, 'timestamptz[]')}, ${p(signatures, 'text[]')})
              WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
        WHERE (${when})
        ORDER BY e.n

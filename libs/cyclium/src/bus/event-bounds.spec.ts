@@ -20,12 +20,16 @@ describe('jsonbTextBytes: the jsonb text PostgreSQL prints for JSON.stringify ou
 });
 
 describe('assertStoredSize', () => {
-  it('passes a payload whose jsonb text fits a read, and refuses one whose numbers print past it', () => {
-    expect(() =>
-      assertStoredSize(JSON.stringify({ text: 'x'.repeat(1_000_000) }), 'event "e"'),
-    ).not.toThrow();
-    const numbers = JSON.stringify(Array.from({ length: 20_000 }, () => 1e300));
-    expect(numbers.length).toBeLessThan(READ_MAX_BYTES / 20);
-    expect(() => assertStoredSize(numbers, 'event "e"')).toThrow(EventPayloadTooLargeError);
-  });
+  it(
+    'passes a payload whose jsonb text fits a read, and refuses one whose numbers print past ' +
+      'it',
+    () => {
+      expect(() =>
+        assertStoredSize(JSON.stringify({ text: 'x'.repeat(1_000_000) }), 'event "e"'),
+      ).not.toThrow();
+      const numbers = JSON.stringify(Array.from({ length: 20_000 }, () => 1e300));
+      expect(numbers.length).toBeLessThan(READ_MAX_BYTES / 20);
+      expect(() => assertStoredSize(numbers, 'event "e"')).toThrow(EventPayloadTooLargeError);
+    },
+  );
 });

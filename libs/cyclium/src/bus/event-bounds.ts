@@ -25,7 +25,10 @@ export const READ_MAX_BYTES = 4 * 1_048_576;
  */
 export const MAX_PAYLOAD_BYTES = READ_MAX_BYTES / 2;
 
-/** At most this many bytes of jsonb text per byte of JSON (a number like `5e-324` prints 327 characters). */
+/**
+ * At most this many bytes of jsonb text per byte of JSON (a number like `5e-324` prints 327
+ * characters).
+ */
 const MAX_TEXT_PER_JSON_BYTE = 55;
 
 /** Refuses a type or id over its bound, naming the field, before anything is queued. */
@@ -36,12 +39,14 @@ export function assertEventBounds(type: string, eventId: string): void {
 
 /** Refuses a payload whose JSON is over `limitBytes` (UTF-8), naming the event. */
 export function assertPayloadSize(payloadJson: string, limitBytes: number, what: string): void {
-  // A string's UTF-8 size is at most three bytes per UTF-16 unit: skip the count when it cannot exceed.
+  // A string's UTF-8 size is at most three bytes per UTF-16 unit: skip the count when it cannot
+  // exceed.
   if (payloadJson.length * 3 <= limitBytes) return;
   const bytes = Buffer.byteLength(payloadJson, 'utf8');
   if (bytes > limitBytes) {
     throw new EventPayloadTooLargeError(
-      `bus: payload of ${what} is ${bytes} bytes of JSON, over the limit of ${limitBytes} (busMaxPayloadBytes)`,
+      `bus: payload of ${what} is ${bytes} bytes of JSON, over the limit of ${limitBytes} ` +
+        `(busMaxPayloadBytes)`,
       bytes,
       limitBytes,
     );
@@ -59,7 +64,8 @@ export function assertStoredSize(payloadJson: string, what: string): void {
   if (bytes > READ_MAX_BYTES) {
     throw new EventPayloadTooLargeError(
       `bus: payload of ${what} would be stored as ${bytes} bytes of jsonb text, ` +
-        `over the ${READ_MAX_BYTES} a bus read loads (PostgreSQL prints numbers in full: 1e300 is 301 digits)`,
+        `over the ${READ_MAX_BYTES} a bus read loads (PostgreSQL prints numbers in full: 1e300 ` +
+        `is 301 digits)`,
       bytes,
       READ_MAX_BYTES,
     );
@@ -104,7 +110,10 @@ export function jsonbTextBytes(json: string): number {
   return bytes;
 }
 
-/** How PostgreSQL's numeric prints a JSON number literal: its digits in plain notation, at the literal's scale. */
+/**
+ * How PostgreSQL's numeric prints a JSON number literal: its digits in plain notation, at the
+ * literal's scale.
+ */
 function plainLength(literal: string): number {
   const match = NUMBER.exec(literal);
   if (!match?.[4]) return literal.length;
@@ -121,7 +130,8 @@ function assertChars(field: 'type' | 'eventId', value: string, max: number): voi
   const chars = [...value].length;
   if (chars > max) {
     throw new InvalidBusEventError(
-      `bus: ${field} must be at most ${max} characters (got ${chars}: ${JSON.stringify(value.slice(0, 40))}…)`,
+      `bus: ${field} must be at most ${max} characters (got ${chars}: ` +
+        `${JSON.stringify(value.slice(0, 40))}…)`,
       field,
     );
   }

@@ -20,7 +20,10 @@ export interface LoggedEvent {
   readonly committedAt: number;
   /** How long ago it was stored, by the database clock, when it was read. */
   readonly ageMs: number;
-  /** False for a reserved event whose signature does not hold (the `integrity` option): nobody is handed it. */
+  /**
+   * False for a reserved event whose signature does not hold (the `integrity` option): nobody is
+   * handed it.
+   */
   readonly trusted: boolean;
   /**
    * The bytes of its payload as text when they are over what one read loads (READ_MAX_BYTES): the
@@ -38,7 +41,8 @@ export interface LoggedEvent {
  */
 const STORED_AT = `greatest(least(e.created_at, statement_timestamp()), timestamptz 'epoch')`;
 
-const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload, e.published_at, e.signature,
+const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload,
+e.published_at, e.signature,
        (extract(epoch FROM ${STORED_AT}) * 1000)::float8 AS created_ms,
        (extract(epoch FROM statement_timestamp() - ${STORED_AT}) * 1000)::float8 AS age_ms`;
 
@@ -54,7 +58,8 @@ const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e
 function withinBytes(page: string, maxBytes: string): string {
   const max = `${maxBytes}::bigint`;
   return `
-      SELECT m.id, m.tx_id, m.event_id, m.type, m.published_at, m.signature, m.created_at, m.taken, m.payload_bytes,
+      SELECT m.id, m.tx_id, m.event_id, m.type, m.published_at, m.signature, m.created_at, m.taken,
+             m.payload_bytes,
              CASE WHEN m.payload_bytes > ${max} THEN NULL ELSE m.payload END AS payload
         FROM (
           SELECT t.*, sum(CASE WHEN t.payload_bytes > ${max} THEN 0 ELSE t.payload_bytes END)
@@ -93,7 +98,9 @@ const READ_AFTER = prepared(
    ORDER BY e.tx_id, e.id`,
 );
 
-/** The rest of a read that filled its page: rows new since `from` and visible in `to`, after a key. */
+/**
+ * The rest of a read that filled its page: rows new since `from` and visible in `to`, after a key.
+ */
 const READ_PAGE = prepared(
   'events_read_page',
   `
@@ -112,7 +119,10 @@ const READ_PAGE = prepared(
 
 const SNAPSHOT = prepared('events_snapshot', `SELECT pg_current_snapshot()::text AS snapshot`);
 
-/** Retention's advisory lock: this class (the old cluster-wide key's upper half) and the channel's hash. */
+/**
+ * Retention's advisory lock: this class (the old cluster-wide key's upper half) and the channel's
+ * hash.
+ */
 const PRUNE_LOCK_CLASS = 1_692_411_771;
 
 /**
@@ -146,7 +156,8 @@ const PRUNE = prepared(
     SELECT id, tx_id, type, created_at,
            created_at < now() - make_interval(secs => $2::double precision / 1000) AS expired
       FROM (SELECT id, channel, tx_id, type, created_at FROM cyclium_events
-             WHERE (SELECT held FROM lock) AND (channel, tx_id, id) > ($1::text, $5::xid8, $6::bigint)
+             WHERE (SELECT held FROM lock)
+               AND (channel, tx_id, id) > ($1::text, $5::xid8, $6::bigint)
              ORDER BY channel, tx_id, id
              LIMIT $3) walked
      WHERE channel = $1::text),
@@ -158,13 +169,15 @@ const PRUNE = prepared(
            o.created_at < now() - make_interval(secs => $4::double precision / 1000) AS overdue
       FROM examined o WHERE o.expired),
   doomed AS (SELECT id, undispatched FROM expired WHERE NOT undispatched OR overdue),
-  deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed)) RETURNING id),
+  deleted AS (DELETE FROM cyclium_events WHERE id = ANY (ARRAY(SELECT id FROM doomed))
+              RETURNING id),
   last AS (
     SELECT tx_id, id, NOT expired AND created_at <= now() AS young
       FROM examined ORDER BY tx_id DESC, id DESC LIMIT 1)
   SELECT coalesce((SELECT held FROM lock), false) AS held,
          (SELECT count(*) FROM deleted)::int AS deleted,
-         (SELECT count(*) FROM deleted JOIN doomed d USING (id) WHERE d.undispatched)::int AS undispatched,
+         (SELECT count(*) FROM deleted JOIN doomed d USING (id)
+          WHERE d.undispatched)::int AS undispatched,
          (SELECT count(*) FROM examined)::int AS examined,
          (SELECT tx_id::text FROM last) AS last_tx_id,
          (SELECT id::text FROM last) AS last_id,
@@ -238,13 +251,19 @@ interface EventRow {
   age_ms: number;
 }
 
-/** `value` as an ISO time when it is a Date JavaScript can print; else the row's stored time (a hostile row). */
+/**
+ * `value` as an ISO time when it is a Date JavaScript can print; else the row's stored time (a
+ * hostile row).
+ */
 function isoTime(value: unknown, fallbackMs: number): string {
   const valid = value instanceof Date && Number.isFinite(value.getTime());
   return (valid ? value : new Date(fallbackMs)).toISOString();
 }
 
-/** Every statement on cyclium_events: the reads and retention here, the appends through EventAppender. */
+/**
+ * Every statement on cyclium_events: the reads and retention here, the appends through
+ * EventAppender.
+ */
 export class EventLog {
   private readonly appender: EventAppender;
 
@@ -256,12 +275,18 @@ export class EventLog {
     return this.scope.channel;
   }
 
-  /** Stores `events` (ids already stored are compared, not written); one outcome per event, in order. */
+  /**
+   * Stores `events` (ids already stored are compared, not written); one outcome per event, in
+   * order.
+   */
   append(sql: SqlExecutor, events: readonly StorableEvent[]): Promise<AppendOutcome[]> {
     return this.appender.append(sql, events);
   }
 
-  /** EventAppender.fragment: the append as the body of a CTE of a larger statement, writing only when `when` holds. */
+  /**
+   * EventAppender.fragment: the append as the body of a CTE of a larger statement, writing only
+   * when `when` holds.
+   */
   appendFragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
     return this.appender.fragment(statement, events, when);
   }
@@ -271,7 +296,10 @@ export class EventLog {
     return parseSnapshot(rows[0]?.snapshot ?? '');
   }
 
-  /** Rows new since `from`, and the snapshot they were read with; `more` when a limit (rows or bytes) cut the read. */
+  /**
+   * Rows new since `from`, and the snapshot they were read with; `more` when a limit (rows or
+   * bytes) cut the read.
+   */
   async readAfter(
     sql: SqlExecutor,
     from: DbSnapshot,
@@ -290,7 +318,10 @@ export class EventLog {
     };
   }
 
-  /** Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more` as readAfter's. */
+  /**
+   * Rows new since `from` and visible in `to`, after `after` (from the start when absent); `more`
+   * as readAfter's.
+   */
   async readPage(
     sql: SqlExecutor,
     from: DbSnapshot,
@@ -334,7 +365,10 @@ export class EventLog {
     };
   }
 
-  /** One batch of retention on this channel after `after` (see PRUNE); nothing while another node of it prunes. */
+  /**
+   * One batch of retention on this channel after `after` (see PRUNE); nothing while another node of
+   * it prunes.
+   */
   async prune(
     sql: SqlExecutor,
     windows: PruneWindows,

@@ -20,22 +20,29 @@ function durable() {
 const client = {} as SqlExecutor;
 
 describe('EventOutbox.within', () => {
-  it('writes the events in the caller transaction and wakes listeners once it has committed', async () => {
-    const { outbox, appended, wake } = durable();
-    const announce = await outbox.within(client, [
-      { type: 'episode.failed', payload: { episodeId: 'e1' } },
-    ]);
-    expect(appended.map((batch) => batch.map((e) => e.type))).toEqual([['episode.failed']]);
-    expect(wake).not.toHaveBeenCalled();
-    announce();
-    expect(wake).toHaveBeenCalledTimes(1);
-  });
+  it(
+    'writes the events in the caller transaction and wakes listeners once it has ' + 'committed',
+    async () => {
+      const { outbox, appended, wake } = durable();
+      const announce = await outbox.within(client, [
+        { type: 'episode.failed', payload: { episodeId: 'e1' } },
+      ]);
+      expect(appended.map((batch) => batch.map((e) => e.type))).toEqual([['episode.failed']]);
+      expect(wake).not.toHaveBeenCalled();
+      announce();
+      expect(wake).toHaveBeenCalledTimes(1);
+    },
+  );
 
-  it('with nothing to say, writes nothing and wakes nobody (each NOTIFY costs every listener a transaction)', async () => {
-    const { outbox, appended, wake } = durable();
-    const announce = await outbox.within(client, []);
-    announce();
-    expect(appended).toEqual([]);
-    expect(wake).not.toHaveBeenCalled();
-  });
+  it(
+    'with nothing to say, writes nothing and wakes nobody (each NOTIFY costs every listener a ' +
+      'transaction)',
+    async () => {
+      const { outbox, appended, wake } = durable();
+      const announce = await outbox.within(client, []);
+      announce();
+      expect(appended).toEqual([]);
+      expect(wake).not.toHaveBeenCalled();
+    },
+  );
 });

@@ -38,7 +38,8 @@ export class EventOutbox {
     events: readonly OutgoingEvent[],
     options: { wake?: boolean } = {},
   ): Promise<Announce> {
-    // Nothing to say must not wake anyone: every NOTIFY costs each listening connection a transaction.
+    // Nothing to say must not wake anyone: every NOTIFY costs each listening connection a
+    // transaction.
     if (events.length === 0) return noop;
     const transport = this.transport;
     if (isDurable(transport)) {
@@ -78,7 +79,10 @@ export class EventOutbox {
     return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
   }
 
-  /** False when the transport is durable but cannot write a batch of outcomes' events (each is then written alone). */
+  /**
+   * False when the transport is durable but cannot write a batch of outcomes' events (each is then
+   * written alone).
+   */
   get batches(): boolean {
     return !isDurable(this.transport) || typeof this.transport.appendManyFragment === 'function';
   }
@@ -123,7 +127,10 @@ export class EventOutbox {
     return this.transport.publish(type, payload);
   }
 
-  /** Publishes without waiting; a failure is logged (the state the event announces is already written). */
+  /**
+   * Publishes without waiting; a failure is logged (the state the event announces is already
+   * written).
+   */
   announce(type: string, payload: unknown): void {
     this.transport
       .publish(type, payload)
@@ -141,7 +148,10 @@ export class EventOutbox {
     return hasDurableSubscriptions(this.transport);
   }
 
-  /** Resolves once the transport has handed over every event committed before the call (see DurableSubscriptions.readThrough). */
+  /**
+   * Resolves once the transport has handed over every event committed before the call (see
+   * DurableSubscriptions.readThrough).
+   */
   readThrough(): Promise<void> {
     const transport = this.transport;
     return hasDurableSubscriptions(transport) && transport.readThrough

@@ -24,9 +24,15 @@ import { mintBusEvent } from './local-bus.js';
 const DEFAULT_QUEUE_MAX = 10_000;
 
 export interface EventPublisherOptions {
-  /** Refuse a payload whose JSON is longer than this many bytes: 1 to MAX_PAYLOAD_BYTES (2 MiB). Default 1 MiB. */
+  /**
+   * Refuse a payload whose JSON is longer than this many bytes: 1 to MAX_PAYLOAD_BYTES (2 MiB).
+   * Default 1 MiB.
+   */
   maxPayloadBytes?: number;
-  /** At most this many publishes wait in memory for the database; one more is refused at once. Default 10 000. */
+  /**
+   * At most this many publishes wait in memory for the database; one more is refused at once.
+   * Default 10 000.
+   */
   queueMax?: number;
 }
 
@@ -129,14 +135,18 @@ export class EventPublisher {
     for (const queued of this.outbox.takeQueued()) {
       queued.reject(
         new DatabaseUnavailableError(
-          `bus: did not store ${describeEvent(queued.item.event)} (the publish ahead of it timed out)`,
+          `bus: did not store ${describeEvent(queued.item.event)} (the publish ahead of it timed ` +
+            `out)`,
           error,
         ),
       );
     }
   }
 
-  /** Resolves or refuses one publish by its outcome; true when its row is new (someone must be woken). */
+  /**
+   * Resolves or refuses one publish by its outcome; true when its row is new (someone must be
+   * woken).
+   */
   private settle(pending: Pending<StorableEvent>, outcome: AppendOutcome): boolean {
     const { event } = pending.item;
     if (outcome === 'conflict') pending.reject(new EventIdConflictError(event.eventId, event.type));
@@ -159,9 +169,10 @@ export class EventPublisher {
 }
 
 /**
- * An event the library writes itself (a lifecycle event, a wake-up, in its own transactions), bounded
- * as a host's publish is by the most any node may take (MAX_PAYLOAD_BYTES, and a read's worth of
- * jsonb text), whatever `busMaxPayloadBytes` says: a host's tighter limit is for its own events.
+ * An event the library writes itself (a lifecycle event, a wake-up, in its own transactions),
+ * bounded as a host's publish is by the most any node may take (MAX_PAYLOAD_BYTES, and a read's
+ * worth of jsonb text), whatever `busMaxPayloadBytes` says: a host's tighter limit is for its own
+ * events.
  */
 export function boundedEvent(event: BusEvent): StorableEvent {
   const storable = storableEvent(event);
@@ -193,7 +204,10 @@ export function storableEvent(event: BusEvent): StorableEvent {
   return { event, payloadJson: payload.json };
 }
 
-/** An outage or a missing table: what no event of a batch can get past, so retrying them one by one is no use. */
+/**
+ * An outage or a missing table: what no event of a batch can get past, so retrying them one by one
+ * is no use.
+ */
 function failsEveryEvent(error: unknown): boolean {
   return isDatabaseUnavailable(error) || errorCode(error) === '42P01';
 }

@@ -4,7 +4,10 @@ import type { BusEvent, BusHandler } from './bus.interface.js';
 import { InvalidBusEventError } from './bus-errors.js';
 import { LocalBus } from './local-bus.js';
 
-/** Resolves with the next event of `type` on `bus` that `matches`: delivery itself is the condition, no sleeping. */
+/**
+ * Resolves with the next event of `type` on `bus` that `matches`: delivery itself is the condition,
+ * no sleeping.
+ */
 function next(
   bus: LocalBus,
   type: string,
@@ -24,28 +27,31 @@ describe('LocalBus', () => {
     jest.restoreAllMocks();
   });
 
-  it('delivers to subscribers of the type and of *, all with the publisher-minted eventId', async () => {
-    const bus = new LocalBus();
-    const seen: Array<[string, BusEvent]> = [];
-    bus.subscribe('order.placed', (e) => void seen.push(['type-1', e]));
-    bus.subscribe('order.placed', (e) => void seen.push(['type-2', e]));
-    bus.subscribe('*', (e) => void seen.push(['star', e]));
-    bus.subscribe('order.shipped', (e) => void seen.push(['other', e]));
-    const delivered = next(bus, '*');
+  it(
+    'delivers to subscribers of the type and of *, all with the publisher-minted ' + 'eventId',
+    async () => {
+      const bus = new LocalBus();
+      const seen: Array<[string, BusEvent]> = [];
+      bus.subscribe('order.placed', (e) => void seen.push(['type-1', e]));
+      bus.subscribe('order.placed', (e) => void seen.push(['type-2', e]));
+      bus.subscribe('*', (e) => void seen.push(['star', e]));
+      bus.subscribe('order.shipped', (e) => void seen.push(['other', e]));
+      const delivered = next(bus, '*');
 
-    const published = await bus.publish('order.placed', { id: 7 });
-    await delivered;
+      const published = await bus.publish('order.placed', { id: 7 });
+      await delivered;
 
-    expect(published).toEqual({
-      type: 'order.placed',
-      eventId: expect.stringMatching(/^[0-9a-f-]{36}$/),
-      payload: { id: 7 },
-      publishedAt: expect.any(String),
-    });
-    expect(new Date(published.publishedAt).toISOString()).toBe(published.publishedAt);
-    expect(seen.map(([who]) => who)).toEqual(['type-1', 'type-2', 'star']);
-    for (const [, event] of seen) expect(event.eventId).toBe(published.eventId);
-  });
+      expect(published).toEqual({
+        type: 'order.placed',
+        eventId: expect.stringMatching(/^[0-9a-f-]{36}$/),
+        payload: { id: 7 },
+        publishedAt: expect.any(String),
+      });
+      expect(new Date(published.publishedAt).toISOString()).toBe(published.publishedAt);
+      expect(seen.map(([who]) => who)).toEqual(['type-1', 'type-2', 'star']);
+      for (const [, event] of seen) expect(event.eventId).toBe(published.eventId);
+    },
+  );
 
   it('mints a new id per publish and keeps a given one', async () => {
     const bus = new LocalBus();
@@ -132,21 +138,24 @@ describe('LocalBus', () => {
     expect(calls).toEqual(['after publish returned', 'after publish resolved', 'handler']);
   });
 
-  it('delivers events published in one tick in order, and events published by a handler later', async () => {
-    const bus = new LocalBus();
-    const order: number[] = [];
-    bus.subscribe<number>('n', (e) => {
-      order.push(e.payload);
-      if (e.payload === 0) void bus.publish('n', 99);
-    });
-    const last = new Promise<void>((resolve) =>
-      bus.subscribe<number>('n', (e) => (e.payload === 99 ? resolve() : undefined)),
-    );
+  it(
+    'delivers events published in one tick in order, and events published by a handler ' + 'later',
+    async () => {
+      const bus = new LocalBus();
+      const order: number[] = [];
+      bus.subscribe<number>('n', (e) => {
+        order.push(e.payload);
+        if (e.payload === 0) void bus.publish('n', 99);
+      });
+      const last = new Promise<void>((resolve) =>
+        bus.subscribe<number>('n', (e) => (e.payload === 99 ? resolve() : undefined)),
+      );
 
-    for (let i = 0; i < 5; i++) void bus.publish('n', i);
-    await last;
-    expect(order).toEqual([0, 1, 2, 3, 4, 99]);
-  });
+      for (let i = 0; i < 5; i++) void bus.publish('n', i);
+      await last;
+      expect(order).toEqual([0, 1, 2, 3, 4, 99]);
+    },
+  );
 
   it('refuses to publish the wildcard or an empty type', async () => {
     const bus = new LocalBus();
@@ -154,28 +163,32 @@ describe('LocalBus', () => {
     await expect(bus.publish('', 1)).rejects.toThrow(/concrete, non-empty type/);
   });
 
-  it('bounds the type and the eventId at 200 characters, naming the field, before anything is delivered', async () => {
-    const bus = new LocalBus();
-    const seen: BusEvent[] = [];
-    bus.subscribe('*', (e) => void seen.push(e));
-    const refusal = async (publishing: Promise<unknown>) => {
-      const error = await publishing.then(
-        () => null,
-        (e: unknown) => e,
+  it(
+    'bounds the type and the eventId at 200 characters, naming the field, before anything is ' +
+      'delivered',
+    async () => {
+      const bus = new LocalBus();
+      const seen: BusEvent[] = [];
+      bus.subscribe('*', (e) => void seen.push(e));
+      const refusal = async (publishing: Promise<unknown>) => {
+        const error = await publishing.then(
+          () => null,
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(InvalidBusEventError);
+        return error as InvalidBusEventError;
+      };
+      const longId = await refusal(bus.publish('t', {}, { eventId: 'x'.repeat(4_000) }));
+      expect(longId.field).toBe('eventId');
+      expect(longId.message).toMatch(/eventId must be at most 200 characters \(got 4000/);
+      expect((await refusal(bus.publish('t'.repeat(201), {}))).field).toBe('type');
+      // Characters, not UTF-16 units: 200 emoji are 200 characters.
+      const fits = await bus.publish('t'.repeat(200), {}, { eventId: '😀'.repeat(200) });
+      expect((await refusal(bus.publish('t', {}, { eventId: '😀'.repeat(201) }))).field).toBe(
+        'eventId',
       );
-      expect(error).toBeInstanceOf(InvalidBusEventError);
-      return error as InvalidBusEventError;
-    };
-    const longId = await refusal(bus.publish('t', {}, { eventId: 'x'.repeat(4_000) }));
-    expect(longId.field).toBe('eventId');
-    expect(longId.message).toMatch(/eventId must be at most 200 characters \(got 4000/);
-    expect((await refusal(bus.publish('t'.repeat(201), {}))).field).toBe('type');
-    // Characters, not UTF-16 units: 200 emoji are 200 characters.
-    const fits = await bus.publish('t'.repeat(200), {}, { eventId: '😀'.repeat(200) });
-    expect((await refusal(bus.publish('t', {}, { eventId: '😀'.repeat(201) }))).field).toBe(
-      'eventId',
-    );
-    await next(bus, '*', (e) => e.eventId === fits.eventId);
-    expect(seen).toHaveLength(1);
-  });
+      await next(bus, '*', (e) => e.eventId === fits.eventId);
+      expect(seen).toHaveLength(1);
+    },
+  );
 });

@@ -22,7 +22,8 @@ export function mintBusEvent<P>(
 ): BusEvent<P> {
   if (typeof type !== 'string' || type === '' || type === '*') {
     throw new InvalidBusEventError(
-      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`,
+      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, ` +
+        `non-empty type`,
       'type',
     );
   }
@@ -94,7 +95,10 @@ export class LocalBus extends Bus implements DispatchSignals {
     return () => this.signalHandlers.delete(handler);
   }
 
-  /** Queues an event minted elsewhere (another node, via a transport) for this process's handlers; false when none wants it. */
+  /**
+   * Queues an event minted elsewhere (another node, via a transport) for this process's handlers;
+   * false when none wants it.
+   */
   deliver(event: BusEvent): boolean {
     this.queue.push(event);
     if (!this.scheduled) {

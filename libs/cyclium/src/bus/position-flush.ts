@@ -1,15 +1,27 @@
-/** A node stores its consumers' settled positions at most this often (only a window of a few seconds asks for it). */
+/**
+ * A node stores its consumers' settled positions at most this often (only a window of a few seconds
+ * asks for it).
+ */
 export const MIN_POSITION_FLUSH_MS = 250;
-/** Each node of a channel waits this long per node between flushes, so the cluster writes about once a second. */
+/**
+ * Each node of a channel waits this long per node between flushes, so the cluster writes about once
+ * a second.
+ */
 const SPACING_MS = 1_000;
-/** Positions that only reads without their consumer's events moved are stored this seldom at most. */
+/**
+ * Positions that only reads without their consumer's events moved are stored this seldom at most.
+ */
 const IDLE_WRITE_MS = 60_000;
-/** Flushes retention sees within `busUndispatchedMaxAgeMs` before it may count an event as undispatched. */
+/**
+ * Flushes retention sees within `busUndispatchedMaxAgeMs` before it may count an event as
+ * undispatched.
+ */
 const FLUSHES_PER_WINDOW = 4;
 
 /**
  * The shortest `busUndispatchedMaxAgeMs` the position flush can honour: a window must hold four
- * flushes, or retention deletes (and warns about) events whose dispatch is only waiting to be stored.
+ * flushes, or retention deletes (and warns about) events whose dispatch is only waiting to be
+ * stored.
  */
 export const MIN_UNDISPATCHED_MAX_AGE_MS = FLUSHES_PER_WINDOW * MIN_POSITION_FLUSH_MS;
 
@@ -26,7 +38,10 @@ export function positionFlushMs(nodes: number, undispatchedMaxAgeMs: number): nu
   );
 }
 
-/** How often positions that only idle reads moved are stored: about once a minute, or four times a shorter window. */
+/**
+ * How often positions that only idle reads moved are stored: about once a minute, or four times a
+ * shorter window.
+ */
 export function idleWriteMs(undispatchedMaxAgeMs: number): number {
   return Math.max(
     MIN_POSITION_FLUSH_MS,

@@ -14,7 +14,10 @@ export interface BusObserver {
 export interface PostgresBusOptions {
   /** Told what this node stored and read (CycliumModule passes its telemetry). Default: none. */
   observer?: BusObserver;
-  /** Signs the library's reserved events and ignores those that do not verify (the `integrity` option). Default: none. */
+  /**
+   * Signs the library's reserved events and ignores those that do not verify (the `integrity`
+   * option). Default: none.
+   */
   integrity?: EventIntegrity;
   /** The NOTIFY channel and the events' scope (see busChannel). */
   channel: string;
@@ -24,11 +27,20 @@ export interface PostgresBusOptions {
   publisher?: () => string;
   /** Read even without a wake-up this often. Default 10 000. */
   pollIntervalMs?: number;
-  /** Delete stored events older than this once every consumer's position has passed them. Default 3 600 000 (one hour). */
+  /**
+   * Delete stored events older than this once every consumer's position has passed them. Default
+   * 3 600 000 (one hour).
+   */
   retentionMs?: number;
-  /** Delete events older than this even when a consumer's position has not passed them (warned and counted). Default a week. */
+  /**
+   * Delete events older than this even when a consumer's position has not passed them (warned and
+   * counted). Default a week.
+   */
   undispatchedMaxAgeMs?: number;
-  /** Refuse a published payload whose JSON is longer than this (at most MAX_PAYLOAD_BYTES). Default 1 MiB. */
+  /**
+   * Refuse a published payload whose JSON is longer than this (at most MAX_PAYLOAD_BYTES). Default
+   * 1 MiB.
+   */
   maxPayloadBytes?: number;
   /**
    * At most this many publishes wait in memory for the database (queued or being stored); one
@@ -63,7 +75,8 @@ export interface PostgresBusOptions {
   audience?: BusAudience;
   /**
    * The LISTEN connection's self-check (see BusEcho): an echo NOTIFY after this much quiet on the
-   * channel, sent through `echoSql` (default: the `sql` the bus was given). 0 turns it off. Default 10 000.
+   * channel, sent through `echoSql` (default: the `sql` the bus was given). 0 turns it off. Default
+   * 10 000.
    */
   echoIntervalMs?: number;
   /** An echo not heard within this marks the bus degraded (status().degraded). Default 5 000. */

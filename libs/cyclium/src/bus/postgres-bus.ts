@@ -55,7 +55,8 @@ export class PostgresBus
   constructor(sql: SqlExecutor, listenConfig: () => pg.ClientConfig, options: PostgresBusOptions) {
     super();
     const { channel } = options;
-    // LISTEN silently truncates a longer identifier while pg_notify rejects it: the two would never meet.
+    // LISTEN silently truncates a longer identifier while pg_notify rejects it: the two would never
+    // meet.
     if (typeof channel !== 'string' || channel === '' || Buffer.byteLength(channel, 'utf8') > 63) {
       throw new TypeError(
         `PostgresBus: channel must be 1 to 63 bytes (got ${JSON.stringify(channel)})`,
@@ -97,7 +98,8 @@ export class PostgresBus
         }
         if (!logged.trusted) {
           this.logger.warn(
-            `ignored event ${logged.id} (${logged.event.type}, id ${logged.event.eventId}): a reserved type without this deployment's signature`,
+            `ignored event ${logged.id} (${logged.event.type}, id ${logged.event.eventId}): a ` +
+              `reserved type without this deployment's signature`,
           );
           return false;
         }
@@ -235,7 +237,10 @@ export class PostgresBus
     return this.signals.onDispatched(handler);
   }
 
-  /** LISTENs, takes the end of the table as this node's cursor, and starts pruning. Rejects if the database is away. */
+  /**
+   * LISTENs, takes the end of the table as this node's cursor, and starts pruning. Rejects if the
+   * database is away.
+   */
   async start(): Promise<void> {
     await this.listener.start();
     await this.reader.start();
@@ -243,7 +248,10 @@ export class PostgresBus
     this.consumers.start();
   }
 
-  /** Stops reading and pruning and closes the LISTEN connection. Publishing keeps working (it uses the host pool). */
+  /**
+   * Stops reading and pruning and closes the LISTEN connection. Publishing keeps working (it uses
+   * the host pool).
+   */
   async stop(): Promise<void> {
     await this.retention.stop();
     await this.consumers.stop();
@@ -251,7 +259,10 @@ export class PostgresBus
     await this.reader.stop();
   }
 
-  /** Resolves once every publish and wake-up asked for so far has been sent, and the settled positions stored. */
+  /**
+   * Resolves once every publish and wake-up asked for so far has been sent, and the settled
+   * positions stored.
+   */
   async flushPending(): Promise<void> {
     await this.publisher.idle();
     await this.signals.idle();
@@ -270,7 +281,10 @@ export class PostgresBus
 
   // ── retention ─────────────────────────────────────────────────────────────────────────────────
 
-  /** Deletes events past the retention window now, in batches (see BusRetention); also runs on a timer. Resolves with the count. */
+  /**
+   * Deletes events past the retention window now, in batches (see BusRetention); also runs on a
+   * timer. Resolves with the count.
+   */
   pruneNow(): Promise<number> {
     return this.retention.pruneNow();
   }

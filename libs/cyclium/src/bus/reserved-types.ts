@@ -15,13 +15,15 @@ export function isReservedType(type: string): boolean {
 export function assertPublishableType(type: unknown): asserts type is string {
   if (typeof type !== 'string' || type === '' || type === '*') {
     throw new InvalidBusEventError(
-      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, non-empty type`,
+      `bus: cannot publish an event of type ${JSON.stringify(type)}; give it a concrete, ` +
+        `non-empty type`,
       'type',
     );
   }
   if (isReservedType(type)) {
     throw new InvalidBusEventError(
-      `bus: "${type}" is reserved for the library (${RESERVED_PREFIXES.map((p) => `${p}*`).join(', ')}); publish your own type instead`,
+      `bus: "${type}" is reserved for the library ` +
+        `(${RESERVED_PREFIXES.map((p) => `${p}*`).join(', ')}); publish your own type instead`,
       'type',
     );
   }

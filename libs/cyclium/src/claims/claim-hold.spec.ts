@@ -98,64 +98,70 @@ describe('ClaimHold', () => {
     expect(() => hold.check()).toThrow(ClaimLostError);
   });
 
-  it("markLost('not_owner') aborts the signal with a ClaimLostError and releases exactly once", () => {
-    const onRelease = jest.fn();
-    const hold = fresh(onRelease);
-    const aborts = jest.fn();
-    hold.signal.addEventListener('abort', aborts);
+  it(
+    "markLost('not_owner') aborts the signal with a ClaimLostError and releases exactly " + 'once',
+    () => {
+      const onRelease = jest.fn();
+      const hold = fresh(onRelease);
+      const aborts = jest.fn();
+      hold.signal.addEventListener('abort', aborts);
 
-    hold.markLost('not_owner');
-    hold.markLost('not_owner');
-    hold.markLost('deadline');
-    hold.release();
+      hold.markLost('not_owner');
+      hold.markLost('not_owner');
+      hold.markLost('deadline');
+      hold.release();
 
-    expect(hold.signal.aborted).toBe(true);
-    expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
-    expect(hold.signal.reason).toMatchObject({
-      name: 'ClaimLostError',
-      key: 'k',
-      fence: 4,
-      reason: 'not_owner',
-    });
-    expect((hold.signal.reason as Error).message).toContain('no longer shows it held here');
-    expect(onRelease).toHaveBeenCalledTimes(1);
-    expect(onRelease).toHaveBeenCalledWith(hold);
-    expect(aborts).toHaveBeenCalledTimes(1);
-    expect(hold.lost).toBe(true);
+      expect(hold.signal.aborted).toBe(true);
+      expect(hold.signal.reason).toBeInstanceOf(ClaimLostError);
+      expect(hold.signal.reason).toMatchObject({
+        name: 'ClaimLostError',
+        key: 'k',
+        fence: 4,
+        reason: 'not_owner',
+      });
+      expect((hold.signal.reason as Error).message).toContain('no longer shows it held here');
+      expect(onRelease).toHaveBeenCalledTimes(1);
+      expect(onRelease).toHaveBeenCalledWith(hold);
+      expect(aborts).toHaveBeenCalledTimes(1);
+      expect(hold.lost).toBe(true);
 
-    const error = thrownBy(() => hold.check());
-    expect(error).toBe(hold.signal.reason);
-    expect(error).toMatchObject({ reason: 'not_owner' });
-  });
+      const error = thrownBy(() => hold.check());
+      expect(error).toBe(hold.signal.reason);
+      expect(error).toMatchObject({ reason: 'not_owner' });
+    },
+  );
 
-  it('release() stops renewing once, counts as lost, and builds no error until someone checks', () => {
-    const onRelease = jest.fn();
-    const hold = fresh(onRelease);
-    hold.release();
-    hold.release();
-    expect(onRelease).toHaveBeenCalledTimes(1);
-    expect(hold.lost).toBe(true);
-    // The success path allocates nothing: the signal is left alone.
-    expect(hold.signal.aborted).toBe(false);
-    let thrown: unknown;
-    try {
-      hold.check();
-    } catch (error) {
-      thrown = error;
-    }
-    expect(thrown).toBeInstanceOf(ClaimLostError);
-    expect(thrown).toMatchObject({
-      name: 'ClaimLostError',
-      reason: 'released',
-      key: 'k',
-      fence: 4,
-    });
-    // A lost hold released afterwards keeps its reason.
-    const lost = fresh();
-    lost.markLost('not_owner');
-    lost.release();
-    expect(lost.signal.reason).toMatchObject({ reason: 'not_owner' });
-  });
+  it(
+    'release() stops renewing once, counts as lost, and builds no error until someone ' + 'checks',
+    () => {
+      const onRelease = jest.fn();
+      const hold = fresh(onRelease);
+      hold.release();
+      hold.release();
+      expect(onRelease).toHaveBeenCalledTimes(1);
+      expect(hold.lost).toBe(true);
+      // The success path allocates nothing: the signal is left alone.
+      expect(hold.signal.aborted).toBe(false);
+      let thrown: unknown;
+      try {
+        hold.check();
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).toBeInstanceOf(ClaimLostError);
+      expect(thrown).toMatchObject({
+        name: 'ClaimLostError',
+        reason: 'released',
+        key: 'k',
+        fence: 4,
+      });
+      // A lost hold released afterwards keeps its reason.
+      const lost = fresh();
+      lost.markLost('not_owner');
+      lost.release();
+      expect(lost.signal.reason).toMatchObject({ reason: 'not_owner' });
+    },
+  );
 
   it('a passthrough hold can still be released explicitly', () => {
     const hold = new ClaimHold('k', null, LEASE_MS, performance.now());

@@ -26,7 +26,9 @@ export class ClaimHold {
     return this.controller.signal;
   }
 
-  /** Lost by signal, released, or past the local deadline even if the renewer has not noticed yet. */
+  /**
+   * Lost by signal, released, or past the local deadline even if the renewer has not noticed yet.
+   */
   get lost(): boolean {
     if (this.released) return true;
     if (!this.controller.signal.aborted && performance.now() > this.deadline)

@@ -1,6 +1,9 @@
 import type { CycliumEpisode } from '../entities/episode.entity.js';
 
-/** The key an episode's claim is held under: its scoped dedupe key when it has one, else its id. Outputs derive their keys from it; liveClaimOnEpisode spells it in SQL. */
+/**
+ * The key an episode's claim is held under: its scoped dedupe key when it has one, else its id.
+ * Outputs derive their keys from it; liveClaimOnEpisode spells it in SQL.
+ */
 export function claimKeyOf(episode: Pick<CycliumEpisode, 'id' | 'dedupeKey'>): string {
   return episode.dedupeKey ?? `episode:${episode.id}`;
 }

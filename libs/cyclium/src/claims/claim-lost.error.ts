@@ -19,7 +19,8 @@ export class ClaimLostError extends Error {
         ? `claim ${key} (fence ${fence}) lost: no renewal succeeded before the local deadline`
         : reason === 'released'
           ? `claim ${key} (fence ${fence}) released`
-          : `claim ${key} (fence ${fence}) lost: the database no longer shows it held here at this fence`,
+          : `claim ${key} (fence ${fence}) lost: the database no longer shows it held here at ` +
+            `this fence`,
     );
   }
 }

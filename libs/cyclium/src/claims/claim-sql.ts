@@ -32,12 +32,16 @@ interface LeaseRefs {
  * generation when the parameter is NULL (`fence` is NOT NULL).
  */
 export function heldClaim({ key, owner, fence }: ClaimRefs): string {
-  return `c.dedupe_key = ${key} AND c.owner_node = ${owner} AND c.fence = ${fence} AND c.state = 'claimed' AND c.lease_until > now()`;
+  return (
+    `c.dedupe_key = ${key} AND c.owner_node = ${owner} AND c.fence = ${fence} AND c.state = ` +
+    `'claimed' AND c.lease_until > now()`
+  );
 }
 
 /**
  * The ownership proof: one row while owned. Locked (`FOR SHARE`), it holds the claim row until the
- * statement's transaction ends, so a thief's takeover waits for our commit and then sees the outcome.
+ * statement's transaction ends, so a thief's takeover waits for our commit and then sees the
+ * outcome.
  */
 export function ownedClaim(refs: ClaimRefs, lock: boolean): string {
   return `SELECT 1 FROM cyclium_work_claims c WHERE ${heldClaim(refs)}${lock ? ' FOR SHARE' : ''}`;
@@ -50,7 +54,8 @@ export function ownedClaim(refs: ClaimRefs, lock: boolean): string {
 export function ownedClaims(input: string): string {
   return `
     SELECT i.* FROM ${input} i
-      JOIN cyclium_work_claims c ON ${heldClaim({ key: 'i.key', owner: 'i.owner', fence: 'i.fence' })}
+      JOIN cyclium_work_claims c
+        ON ${heldClaim({ key: 'i.key', owner: 'i.owner', fence: 'i.fence' })}
      ORDER BY c.dedupe_key
        FOR SHARE OF c`;
 }
@@ -84,8 +89,12 @@ export function insertClaims(
   refs: LeaseRefs & { key: string; rows?: string; returning: string },
 ): string {
   const withType = refs.workType !== undefined;
-  const columns = `dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, attempt, fence${withType ? ', work_type' : ''}`;
-  const values = `${refs.key}, 'claimed', ${refs.owner}, ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}), now(), now(), 1, 1${withType ? `, ${refs.workType}` : ''}`;
+  const columns =
+    `dedupe_key, state, owner_node, lease_until, claimed_at, last_heartbeat_at, ` +
+    `attempt, fence${withType ? ', work_type' : ''}`;
+  const values =
+    `${refs.key}, 'claimed', ${refs.owner}, ${refs.leaseFrom} + make_interval(secs ` +
+    `=> ${refs.leaseSeconds}), now(), now(), 1, 1${withType ? `, ${refs.workType}` : ''}`;
   return `
     INSERT INTO cyclium_work_claims (${columns})
     ${refs.rows === undefined ? `VALUES (${values})` : `SELECT ${values} ${refs.rows}`}
@@ -100,22 +109,30 @@ export function insertClaims(
  * or its lease lapsed).
  */
 export function stillTakeable(seen: { fence: string; state: string }): string {
-  return `c.fence = ${seen.fence} AND c.state = ${seen.state} AND (c.state <> 'claimed' OR c.lease_until < now())`;
+  return (
+    `c.fence = ${seen.fence} AND c.state = ${seen.state} AND (c.state <> 'claimed' OR ` +
+    `c.lease_until < now())`
+  );
 }
 
 /**
- * Takes over the rows `from` and `where` pick (see stillTakeable): a new owner and lease, fence + 1,
- * and the attempt counted on from a failure or a lapse, restarted after `done`.
+ * Takes over the rows `from` and `where` pick (see stillTakeable): a new owner and lease, fence +
+ * 1, and the attempt counted on from a failure or a lapse, restarted after `done`.
  */
 export function takeOverClaims(
   refs: LeaseRefs & { from?: string; where: string; returning: string },
 ): string {
   return `
     UPDATE cyclium_work_claims c
-       SET state = 'claimed', owner_node = ${refs.owner}, lease_until = ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}),
+       SET state = 'claimed', owner_node = ${refs.owner},
+           lease_until = ${refs.leaseFrom} + make_interval(secs => ${refs.leaseSeconds}),
            claimed_at = now(), last_heartbeat_at = now(), finished_at = NULL, error_detail = NULL,
            attempt = CASE WHEN c.state = 'done' THEN 1 ELSE c.attempt + 1 END,
-           fence = c.fence + 1${refs.workType === undefined ? '' : `, work_type = COALESCE(${refs.workType}, c.work_type)`}
+           fence = c.fence + 1${
+             refs.workType === undefined
+               ? ''
+               : `, work_type = COALESCE(${refs.workType}, c.work_type)`
+           }
       ${refs.from === undefined ? '' : `FROM ${refs.from}`}
      WHERE ${refs.where}
     RETURNING ${refs.returning}`;
@@ -143,7 +160,8 @@ export function finishClaims(
     UPDATE cyclium_work_claims c
        SET state = ${refs.state}, finished_at = now(), error_detail = ${refs.detail}
       ${refs.from === undefined ? '' : `FROM ${refs.from}`}
-     WHERE c.dedupe_key = ${refs.key} AND c.owner_node = ${refs.owner} AND c.state = 'claimed' AND c.fence = ${refs.fence}${refs.when === undefined ? '' : ` AND (${refs.when})`}
+     WHERE c.dedupe_key = ${refs.key} AND c.owner_node = ${refs.owner} AND c.state = 'claimed'
+       AND c.fence = ${refs.fence}${refs.when === undefined ? '' : ` AND (${refs.when})`}
     ${refs.returning === undefined ? '' : `RETURNING ${refs.returning}`}`;
 }
 
@@ -162,5 +180,8 @@ export function liveClaimOnEpisode(episode: string): string {
  * deletes the work they guarded. A claim someone holds stays, whatever its key.
  */
 export function deleteFinishedClaims(keys: string): string {
-  return `DELETE FROM cyclium_work_claims c WHERE c.dedupe_key = ANY (ARRAY(${keys})) AND c.state <> 'claimed'`;
+  return (
+    `DELETE FROM cyclium_work_claims c WHERE c.dedupe_key = ANY (ARRAY(${keys})) AND ` +
+    `c.state <> 'claimed'`
+  );
 }

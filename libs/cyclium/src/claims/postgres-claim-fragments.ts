@@ -18,7 +18,8 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   owner: (refs) => ownedClaim(refs, true),
   ownerMany: ({ input }) => ownedClaims(input),
   // The row as this statement sees it decides, exactly as in INSERT_OR_READ + TAKE_OVER: no row
-  // means insert (a concurrent first claim makes it busy); a row is taken over only in the state read.
+  // means insert (a concurrent first claim makes it busy); a row is taken over only in the state
+  // read.
   acquire: ({ key, owner, leaseSeconds, workType, when }) => [
     [
       'claim_seen',
@@ -44,8 +45,12 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
         leaseFrom: 'now()',
         workType,
         from: 'claim_seen seen',
-        where: `(${when}) AND c.dedupe_key = ${key} AND ${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}`,
-        returning: `c.fence, c.attempt, c.lease_until, CASE WHEN seen.state = 'claimed' THEN seen.owner_node END AS stolen_from`,
+        where:
+          `(${when}) AND c.dedupe_key = ${key} AND ` +
+          `${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}`,
+        returning:
+          `c.fence, c.attempt, c.lease_until, CASE WHEN seen.state = 'claimed' THEN ` +
+          `seen.owner_node END AS stolen_from`,
       }),
     ],
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
@@ -65,7 +70,8 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   acquireMany: ({ input, owner, leaseSeconds }) => [
     [
       'claim_seen',
-      `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ${input} i ON i.key = c.dedupe_key`,
+      `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ` +
+        `${input} i ON i.key = c.dedupe_key`,
     ],
     [
       'claim_new',
@@ -74,13 +80,16 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
         owner,
         leaseSeconds,
         leaseFrom: 'now()',
-        rows: `FROM ${input} i WHERE NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE seen.dedupe_key = i.key) ORDER BY i.key`,
+        rows:
+          `FROM ${input} i WHERE NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE ` +
+          `seen.dedupe_key = i.key) ORDER BY i.key`,
         returning: 'dedupe_key AS key, fence, attempt, lease_until, NULL::text AS stolen_from',
       }),
     ],
     [
       'claim_lapsed',
-      `SELECT c.dedupe_key, seen.state AS seen_state, seen.owner_node AS seen_owner FROM cyclium_work_claims c
+      `SELECT c.dedupe_key, seen.state AS seen_state, seen.owner_node AS seen_owner
+        FROM cyclium_work_claims c
          JOIN claim_seen seen ON seen.dedupe_key = c.dedupe_key
         WHERE ${stillTakeable({ fence: 'seen.fence', state: 'seen.state' })}
         ORDER BY c.dedupe_key
@@ -94,7 +103,9 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
         leaseFrom: 'now()',
         from: 'claim_lapsed l',
         where: 'c.dedupe_key = l.dedupe_key',
-        returning: `c.dedupe_key AS key, c.fence, c.attempt, c.lease_until, CASE WHEN l.seen_state = 'claimed' THEN l.seen_owner END AS stolen_from`,
+        returning:
+          `c.dedupe_key AS key, c.fence, c.attempt, c.lease_until, CASE WHEN ` +
+          `l.seen_state = 'claimed' THEN l.seen_owner END AS stolen_from`,
       }),
     ],
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
@@ -111,5 +122,6 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
     }),
   finished: ({ key, owner, fence }) => `
     SELECT 1 FROM cyclium_work_claims
-     WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence} AND state IN ('done', 'failed')`,
+     WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence}
+       AND state IN ('done', 'failed')`,
 };

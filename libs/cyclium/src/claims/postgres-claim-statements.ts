@@ -53,7 +53,9 @@ export const INSERT_OR_READ = prepared(
    WHERE dedupe_key = $1 AND NOT EXISTS (SELECT 1 FROM inserted)`,
 );
 
-/** Takeover of a finished row or a lapsed lease, conditioned on the fence ($5) and state ($6) read. */
+/**
+ * Takeover of a finished row or a lapsed lease, conditioned on the fence ($5) and state ($6) read.
+ */
 export const TAKE_OVER = prepared(
   'claims_take_over',
   takeOverClaims({
@@ -85,19 +87,29 @@ export const RENEW_MANY = prepared(
   `
   WITH locked AS (
     SELECT c.dedupe_key FROM cyclium_work_claims c
-      JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence) ON ${heldClaim({ key: 'held.dedupe_key', owner: '$1', fence: 'held.fence' })}
+      JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)
+        ON ${heldClaim({ key: 'held.dedupe_key', owner: '$1', fence: 'held.fence' })}
      ORDER BY c.dedupe_key
        FOR UPDATE OF c)
-  ${renewLeases({ leaseSeconds: '$2', from: 'locked', where: 'c.dedupe_key = locked.dedupe_key', returning: 'c.dedupe_key, c.fence' })}`,
+  ${renewLeases({
+    leaseSeconds: '$2',
+    from: 'locked',
+    where: 'c.dedupe_key = locked.dedupe_key',
+    returning: 'c.dedupe_key, c.fence',
+  })}`,
 );
 
-/** Lapses the leases (state stays `claimed`): the next taker steals in place, with fence + 1. In key order, as RENEW_MANY. */
+/**
+ * Lapses the leases (state stays `claimed`): the next taker steals in place, with fence + 1. In key
+ * order, as RENEW_MANY.
+ */
 export const RELEASE_MANY = prepared(
   'claims_release_many',
   `
   WITH locked AS (
     SELECT dedupe_key FROM cyclium_work_claims
-     WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[]) AND lease_until > now()
+     WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[])
+       AND lease_until > now()
      ORDER BY dedupe_key
        FOR UPDATE)
   UPDATE cyclium_work_claims AS c SET lease_until = now()
@@ -105,7 +117,10 @@ export const RELEASE_MANY = prepared(
    WHERE c.dedupe_key = locked.dedupe_key`,
 );
 
-/** $3 the state to finish in, $4 the failure, $5 the fence (NULL: whichever generation `owner` holds). */
+/**
+ * $3 the state to finish in, $4 the failure, $5 the fence (NULL: whichever generation `owner`
+ * holds).
+ */
 export const FINISH = prepared(
   'claims_finish',
   finishClaims({
@@ -119,7 +134,10 @@ export const FINISH = prepared(
 
 export const OWNS = prepared('claims_owns', ownedClaim(POSITIONAL, false));
 
-/** The ownership proof at $1..$3, holding the claim row: the first statement of a fenced transaction. */
+/**
+ * The ownership proof at $1..$3, holding the claim row: the first statement of a fenced
+ * transaction.
+ */
 export const OWNER_CTE = ownedClaim(POSITIONAL, true);
 
 export const PROVE_OWNERSHIP = prepared('claims_prove_ownership', OWNER_CTE);

@@ -54,8 +54,8 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
  *   the commit and then sees its outcome.
  * - `finish` completes (`failure` null) or fails the claim at `fence`, on `client`.
  * - `ownerCte` is the body of a CTE named `owner` with the same meaning as `proveOwnership`: one
- *   row while owned (held until the statement's transaction ends), none otherwise, reading `$1` key,
- *   `$2` owner, `$3` fence. The library writes fenced statements as
+ *   row while owned (held until the statement's transaction ends), none otherwise, reading `$1`
+ *   key, `$2` owner, `$3` fence. The library writes fenced statements as
  *   `WITH owner AS (<ownerCte>) <write> … FROM owner`, its own parameters starting at `$4`.
  */
 export interface InTransactionClaims {
@@ -78,7 +78,10 @@ export interface InTransactionClaims {
   ): Promise<ClaimWriteResult>;
   /** The body of the CTE `owner` (see the statement contract above). */
   readonly ownerCte: string;
-  /** The same three, as CTEs the library composes into one statement with its own writes (see ClaimFragments). */
+  /**
+   * The same three, as CTEs the library composes into one statement with its own writes (see
+   * ClaimFragments).
+   */
   readonly fragments: ClaimFragments;
 }
 
@@ -92,7 +95,8 @@ export interface InTransactionClaims {
  * - `acquire(refs)`: `[name, body]` CTEs, the last one named `claim`, with one row (`fence`,
  *   `attempt`, `lease_until`, `stolen_from`) when the claim was taken, none when it is busy; with
  *   `acquire`'s semantics (insert, or take over a finished row or a lapsed lease as read).
- * - `finish(refs)`: an UPDATE … RETURNING 1 that completes (`failure` NULL) or fails the claim at `fence`.
+ * - `finish(refs)`: an UPDATE … RETURNING 1 that completes (`failure` NULL) or fails the claim at
+ *   `fence`.
  * - `ownerMany(refs)` (optional): a SELECT of the rows of the CTE `input` (columns `key`, `owner`,
  *   `fence` among others) whose owner holds the key at that fence, holding those claim rows until
  *   the transaction ends and locking them in key order, so that two statements that each lock
@@ -101,9 +105,9 @@ export interface InTransactionClaims {
  *   distinct), as `[name, body]` CTEs, the last one named `claim`, with one row (`key`, `fence`,
  *   `attempt`, `lease_until`, `stolen_from`) per claim taken; a key without a row is busy. Rows are
  *   written and taken over in key order. Without it, begins are never batched.
- * - `finishMany(refs)` (optional, with `ownerMany`): an UPDATE … RETURNING 1 that completes or fails,
- *   for every row of the CTE `input` (columns `key`, `owner`, `fence`, `failure`), the claim at that
- *   fence (`failure` NULL completes). Without it, terminal writes are never batched.
+ * - `finishMany(refs)` (optional, with `ownerMany`): an UPDATE … RETURNING 1 that completes or
+ *   fails, for every row of the CTE `input` (columns `key`, `owner`, `fence`, `failure`), the claim
+ *   at that fence (`failure` NULL completes). Without it, terminal writes are never batched.
  * - `finished(refs)` (optional): a SELECT with one row when `owner` finished (completed or failed)
  *   `key` at `fence`: how a terminal write whose reply was lost is recognised as committed. Without
  *   it, the episode row alone decides (its status, and this node as its owner).

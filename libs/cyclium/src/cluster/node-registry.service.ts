@@ -24,9 +24,14 @@ interface BeatRow {
   found: number;
   /** The database clock at this beat, as it prints it (microseconds kept). */
   seen_at: string;
-  /** This node's previous beat was older than three beat intervals: it was away (a freeze, an outage). */
+  /**
+   * This node's previous beat was older than three beat intervals: it was away (a freeze, an
+   * outage).
+   */
   gap: boolean;
-  /** The boot id the row had before this beat: another process's when two run under one identity. */
+  /**
+   * The boot id the row had before this beat: another process's when two run under one identity.
+   */
   previous_boot: string | null;
   peers: SignedPeer[];
   listeners: string[];
@@ -40,14 +45,18 @@ interface BeatRow {
  * costs no round trip of its own.
  */
 const CHANNEL_NODES_FROM = (stack: number, env: number, seconds: number) => `coalesce((
-  SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors, 'stack', stack, 'env', env, 'mode', mode, 'signature', signature)
+  SELECT json_agg(json_build_object('identity', node_identity, 'actors', actors, 'stack', stack,
+                                    'env', env, 'mode', mode, 'signature', signature)
                   ORDER BY node_identity) FROM cyclium_nodes
-   WHERE ${sameStack('stack', `$${stack}::text`)} AND ${sameEnv('env', `$${env}::text`)} AND mode <> 'disabled'
-     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS peers,
+   WHERE ${sameStack('stack', `$${stack}::text`)} AND ${sameEnv('env', `$${env}::text`)}
+     AND mode <> 'disabled'
+     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)),
+     '[]'::json) AS peers,
   coalesce((
   SELECT json_agg(node_identity) FROM cyclium_nodes
    WHERE ${sameStack('stack', `$${stack}::text`)} AND ${sameEnv('env', `$${env}::text`)}
-     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)), '[]'::json) AS listeners`;
+     AND last_seen_at > now() - make_interval(secs => $${seconds}::double precision)),
+     '[]'::json) AS listeners`;
 
 /**
  * Keeps this node's row in `cyclium_nodes`: upserted at boot, `last_seen_at` refreshed on a timer.
@@ -155,7 +164,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
     const read = async () =>
       (
         await this.database.sql.query<{ boot_id: string | null; seen: string; age_ms: number }>(
-          `SELECT boot_id, last_seen_at::text AS seen, (extract(epoch FROM now() - last_seen_at) * 1000)::float8 AS age_ms
+          `SELECT boot_id, last_seen_at::text AS seen,
+          (extract(epoch FROM now() - last_seen_at) * 1000)::float8 AS age_ms
              FROM cyclium_nodes WHERE node_identity = $1`,
           [me],
         )
@@ -164,7 +174,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
     if (!first || first.boot_id === this.identity.bootId || first.age_ms >= goneAfterMs) return;
     const going = () =>
       this.logger.warn(
-        `node identity "${me}" is still registered by a process that is shutting down; taking it over`,
+        `node identity "${me}" is still registered by a process that is shutting down; taking it ` +
+          `over`,
       );
     if (first.boot_id === null) return going();
     const until = performance.now() + goneAfterMs - first.age_ms;
@@ -177,7 +188,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
         throw new DuplicateNodeIdentityError(me, now.boot_id);
     }
     this.logger.log(
-      `node identity "${me}": the previous process (boot id ${first.boot_id}) stopped beating; taking its place`,
+      `node identity "${me}": the previous process (boot id ${first.boot_id}) stopped beating; ` +
+        `taking its place`,
     );
   }
 
@@ -187,12 +199,15 @@ export class NodeRegistry implements OnApplicationBootstrap {
     const mode = this.mode.current;
     const { rows } = await this.database.sql.query<BeatRow>(
       `WITH me AS (
-         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors, boot_id,
+         INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version,
+                                    actors, boot_id,
                                     started_at, last_seen_at, signature, expectations)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $9, $11, now(), now(), $12, $13::jsonb)
          ON CONFLICT (node_identity) DO UPDATE
-           SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode, hostname = EXCLUDED.hostname,
-               pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors, boot_id = EXCLUDED.boot_id,
+           SET stack = EXCLUDED.stack, env = EXCLUDED.env, mode = EXCLUDED.mode,
+               hostname = EXCLUDED.hostname,
+               pid = EXCLUDED.pid, version = EXCLUDED.version, actors = EXCLUDED.actors,
+               boot_id = EXCLUDED.boot_id,
                started_at = now(), last_seen_at = now(), signature = EXCLUDED.signature,
                expectations = EXCLUDED.expectations
          RETURNING 1)
@@ -232,12 +247,17 @@ export class NodeRegistry implements OnApplicationBootstrap {
   async beat(): Promise<void> {
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
-        `WITH previous AS (SELECT boot_id, last_seen_at FROM cyclium_nodes WHERE node_identity = $1),
-              me AS (UPDATE cyclium_nodes SET last_seen_at = now(), mode = $6, boot_id = $7, signature = $9
-                      WHERE node_identity = $1 AND ($7::uuid IS NOT NULL OR boot_id IS NULL OR boot_id = $8) RETURNING 1)
-         SELECT (SELECT count(*) FROM me)::int AS found, (SELECT boot_id FROM previous) AS previous_boot,
+        `WITH previous AS (SELECT boot_id, last_seen_at FROM cyclium_nodes
+                           WHERE node_identity = $1),
+              me AS (UPDATE cyclium_nodes
+                     SET last_seen_at = now(), mode = $6, boot_id = $7, signature = $9
+                      WHERE node_identity = $1
+                        AND ($7::uuid IS NOT NULL OR boot_id IS NULL OR boot_id = $8) RETURNING 1)
+         SELECT (SELECT count(*) FROM me)::int AS found,
+                (SELECT boot_id FROM previous) AS previous_boot,
                 now()::text AS seen_at,
-                coalesce((SELECT last_seen_at FROM previous) < now() - make_interval(secs => $4::double precision),
+                coalesce((SELECT last_seen_at
+                          FROM previous) < now() - make_interval(secs => $4::double precision),
                          false) AS gap,
                 ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5, 2, 3)}`,
         [
@@ -298,8 +318,10 @@ export class NodeRegistry implements OnApplicationBootstrap {
       return;
     this.twinReported = previous;
     this.logger.error(
-      `node identity "${this.identity.name()}" is also beating from another live process (boot id ${previous}): ` +
-        `two processes under one identity take each other's work for their own; give each its own nodeIdentity`,
+      `node identity "${this.identity.name()}" is also beating from another live process (boot ` +
+        `id ${previous}): ` +
+        `two processes under one identity take each other's work for their own; give each its ` +
+        `own nodeIdentity`,
     );
   }
 }

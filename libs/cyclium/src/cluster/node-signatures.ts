@@ -11,9 +11,9 @@ export interface SignedPeer extends Peer {
 }
 
 /**
- * Node rows under the `integrity` option: this node signs its identity, stack, env, mode and
- * actors (not `last_seen_at`, the database clock's), and a peer whose row does not verify is left
- * out of the ranking and the NOTIFY spacing, named once in the log. Without the option every row counts.
+ * Node rows under the `integrity` option: this node signs its identity, stack, env, mode and actors
+ * (not `last_seen_at`, the database clock's), and a peer whose row does not verify is left out of
+ * the ranking and the NOTIFY spacing, named once in the log. Without the option every row counts.
  */
 export class NodeSignatures {
   private readonly reported = new Set<string>();
@@ -33,7 +33,9 @@ export class NodeSignatures {
     return this.signer.sign('node', [identity, stack, env, mode, actors]);
   }
 
-  /** Whether the peer's row is signed by this deployment (a node with the option); true without it. */
+  /**
+   * Whether the peer's row is signed by this deployment (a node with the option); true without it.
+   */
   signs(peer: SignedPeer): boolean {
     return this.signer.verify(
       'node',
@@ -49,7 +51,8 @@ export class NodeSignatures {
       if (!this.reported.has(peer.identity)) {
         this.reported.add(peer.identity);
         this.logger.warn(
-          `ignored node row "${peer.identity}": not signed by this deployment's integrity key (forged, edited, or a node without it)`,
+          `ignored node row "${peer.identity}": not signed by this deployment's integrity key ` +
+            `(forged, edited, or a node without it)`,
         );
       }
       return false;

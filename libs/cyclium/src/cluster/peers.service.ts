@@ -13,10 +13,11 @@ import { NodeIdentity } from '../identity/node-identity.service.js';
  * since someone's last beat) costs an extra attempt or a backup's delay, never an episode: the
  * dedupe index still decides who runs it.
  *
- * The node table is writable by anyone who can write the shared tables, so no row count stretches
- * a wait without bound: the size that sets the NOTIFY spacing counts at most MAX_COUNTED_NODES, and
- * a rank is at most MAX_RANK (nodes further down all stand by as the last rank, and the dedupe index
- * decides among them). A hundred forged rows cost a 2.25 s spacing and three backup steps, not minutes.
+ * The node table is writable by anyone who can write the shared tables, so no row count stretches a
+ * wait without bound: the size that sets the NOTIFY spacing counts at most MAX_COUNTED_NODES, and a
+ * rank is at most MAX_RANK (nodes further down all stand by as the last rank, and the dedupe index
+ * decides among them). A hundred forged rows cost a 2.25 s spacing and three backup steps, not
+ * minutes.
  *
  * It also knows who else listens on the channel at all (any mode), so a lone node skips its NOTIFYs
  * (BusAudience). A node that announced it started listening counts until a look at the node table
@@ -30,7 +31,9 @@ export const MAX_RANK = 3;
 @Injectable()
 export class Peers implements BusAudience {
   private others: readonly Peer[] = [];
-  /** Read on every NOTIFY run (its spacing follows the cluster's size): computed once per update. */
+  /**
+   * Read on every NOTIFY run (its spacing follows the cluster's size): computed once per update.
+   */
   private count = 1;
   /** Null until the first look at the node table: until then nobody is known to be alone. */
   private otherListeners: number | null = null;
@@ -99,7 +102,10 @@ export class Peers implements BusAudience {
     return Math.min(ahead, MAX_RANK);
   }
 
-  /** How many ranks the nodes hosting `actorId` fill, this one counted, as `rankOf` does (ranks run from 0 to this - 1). */
+  /**
+   * How many ranks the nodes hosting `actorId` fill, this one counted, as `rankOf` does (ranks run
+   * from 0 to this - 1).
+   */
   hostsOf(actorId: string): number {
     let hosts = 1;
     for (const other of this.others) if (!other.actors || other.actors.includes(actorId)) hosts++;

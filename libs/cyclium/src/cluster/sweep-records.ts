@@ -10,7 +10,10 @@ export interface SweepRecord {
   error: string | null;
 }
 
-/** Puts each sweep's outcome on this node's `cyclium_nodes` row, where any node's status API reads it. */
+/**
+ * Puts each sweep's outcome on this node's `cyclium_nodes` row, where any node's status API reads
+ * it.
+ */
 @Injectable()
 export class SweepRecords {
   private readonly logger = new Logger('CycliumRecovery');

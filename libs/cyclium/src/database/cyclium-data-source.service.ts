@@ -23,10 +23,10 @@ import { StartupWait } from './startup-wait.js';
 /**
  * The host's TypeORM DataSource, looked up by name once every provider exists (so `forRootAsync`
  * can decide `dataSource` at runtime), and the pg pool under it, which the raw-SQL rooms use
- * directly: claims and fenced writes are single statements whose cost is the point. Every
- * statement and connection checkout of the library's is bounded (`queryTimeoutMs`,
- * `checkoutTimeoutMs`) on the client side, without touching the pool's settings: a database that
- * stops answering fails the library's callers with DatabaseUnavailableError instead of hanging them.
+ * directly: claims and fenced writes are single statements whose cost is the point. Every statement
+ * and connection checkout of the library's is bounded (`queryTimeoutMs`, `checkoutTimeoutMs`) on
+ * the client side, without touching the pool's settings: a database that stops answering fails the
+ * library's callers with DatabaseUnavailableError instead of hanging them.
  */
 @Injectable()
 export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
@@ -97,7 +97,8 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
         ? `the TypeORM DataSource named "${name}"`
         : 'the default TypeORM DataSource';
       throw new CycliumConfigError([
-        `dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in the host app`,
+        `dataSource: CycliumModule could not find ${which}; import TypeOrmModule.forRoot(...) in ` +
+          `the host app`,
       ]);
     }
     if (found.options.type !== 'postgres') {

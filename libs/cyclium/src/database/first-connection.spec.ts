@@ -37,31 +37,35 @@ function quickWait(waitMs = 120_000) {
 }
 
 describe('connectAtBoot', () => {
-  it('fails at once on a refusal no retry cures, naming who connected where and not the password', async () => {
-    for (const [error, said] of [
-      [
-        pgError('28P01', 'password authentication failed for user "app"'),
-        'password authentication failed for user "app"',
-      ],
-      [pgError('3D000', 'database "orders" does not exist'), 'database "orders" does not exist'],
-      [
-        Object.assign(pgError('ENOTFOUND', 'getaddrinfo ENOTFOUND db.internal'), {
-          hostname: 'db.internal',
-        }),
-        'database host "db.internal" not found',
-      ],
-    ] as const) {
-      const source = dataSource([error]);
-      const { wait, warnings } = quickWait();
-      const failure = await connectAtBoot(source, wait).catch((e: unknown) => e);
-      expect(failure).toBeInstanceOf(CycliumStartupError);
-      expect((failure as Error).message).toBe(
-        `${said} (user app at db.internal:6543, database orders)`,
-      );
-      expect((failure as Error).stack).not.toContain('\n');
-      expect({ calls: source.calls, warnings }).toEqual({ calls: 1, warnings: [] });
-    }
-  });
+  it(
+    'fails at once on a refusal no retry cures, naming who connected where and not the ' +
+      'password',
+    async () => {
+      for (const [error, said] of [
+        [
+          pgError('28P01', 'password authentication failed for user "app"'),
+          'password authentication failed for user "app"',
+        ],
+        [pgError('3D000', 'database "orders" does not exist'), 'database "orders" does not exist'],
+        [
+          Object.assign(pgError('ENOTFOUND', 'getaddrinfo ENOTFOUND db.internal'), {
+            hostname: 'db.internal',
+          }),
+          'database host "db.internal" not found',
+        ],
+      ] as const) {
+        const source = dataSource([error]);
+        const { wait, warnings } = quickWait();
+        const failure = await connectAtBoot(source, wait).catch((e: unknown) => e);
+        expect(failure).toBeInstanceOf(CycliumStartupError);
+        expect((failure as Error).message).toBe(
+          `${said} (user app at db.internal:6543, database orders)`,
+        );
+        expect((failure as Error).stack).not.toContain('\n');
+        expect({ calls: source.calls, warnings }).toEqual({ calls: 1, warnings: [] });
+      }
+    },
+  );
 
   it('names a url that is not a postgres URL before trying it', async () => {
     const source = dataSource([], { type: 'postgres', url: 'not a url' });
@@ -70,44 +74,54 @@ describe('connectAtBoot', () => {
     expect(source.calls).toBe(0);
   });
 
-  it('waits out a server that is not up yet, one line per attempt, and connects once it is', async () => {
-    const source = dataSource([
-      pgError('ECONNREFUSED', 'connect ECONNREFUSED 10.0.0.1:6543'),
-      pgError('57P03', 'the database system is starting up'),
-      pgError('25006', 'cannot execute INSERT in a read-only transaction'),
-    ]);
-    const { wait, warnings } = quickWait();
-    await connectAtBoot(source, wait);
-    expect(source.calls).toBe(4);
-    expect(warnings).toEqual([
-      expect.stringMatching(
-        new RegExp(
-          '^connecting \\(user app at db.internal:6543, database orders\\): the database is not available yet ' +
-            '\\(connect ECONNREFUSED 10\\.0\\.0\\.1:6543\\); waited 0 s, trying again in 1 s, ' +
-            'until \\S+Z \\(startupWaitMs 120000\\)$',
+  it(
+    'waits out a server that is not up yet, one line per attempt, and connects once it ' + 'is',
+    async () => {
+      const source = dataSource([
+        pgError('ECONNREFUSED', 'connect ECONNREFUSED 10.0.0.1:6543'),
+        pgError('57P03', 'the database system is starting up'),
+        pgError('25006', 'cannot execute INSERT in a read-only transaction'),
+      ]);
+      const { wait, warnings } = quickWait();
+      await connectAtBoot(source, wait);
+      expect(source.calls).toBe(4);
+      expect(warnings).toEqual([
+        expect.stringMatching(
+          new RegExp(
+            '^connecting \\(user app at db.internal:6543, database orders\\): the database is ' +
+              'not ' +
+              'available yet ' +
+              '\\(connect ECONNREFUSED 10\\.0\\.0\\.1:6543\\); waited 0 s, trying again in 1 s, ' +
+              'until \\S+Z \\(startupWaitMs 120000\\)$',
+          ),
         ),
-      ),
-      expect.stringContaining(
-        '(the database system is starting up); waited 0 s, trying again in 2 s',
-      ),
-      expect.stringContaining(
-        '(cannot execute INSERT in a read-only transaction); waited 0 s, trying again in 4 s',
-      ),
-    ]);
-  });
+        expect.stringContaining(
+          '(the database system is starting up); waited 0 s, trying again in 2 s',
+        ),
+        expect.stringContaining(
+          '(cannot execute INSERT in a read-only transaction); waited 0 s, trying again in 4 s',
+        ),
+      ]);
+    },
+  );
 
-  it('gives up after startupWaitMs, and passes an error it cannot classify on as it is', async () => {
-    const refused = pgError('ECONNREFUSED', 'connect ECONNREFUSED 10.0.0.1:6543');
-    const down = dataSource(Array.from({ length: 1000 }, () => refused));
-    const failure = await connectAtBoot(down, new StartupWait(30, () => undefined)).catch(
-      (e: unknown) => e,
-    );
-    expect(failure).toBeInstanceOf(CycliumStartupError);
-    expect((failure as Error).message).toMatch(
-      /^connecting \(.*\): the database is not available \(connect/,
-    );
-    expect((failure as Error).message).toMatch(/; gave up after waiting .* \(startupWaitMs 30\)$/);
-    const odd = new Error('something else');
-    await expect(connectAtBoot(dataSource([odd]), quickWait().wait)).rejects.toBe(odd);
-  });
+  it(
+    'gives up after startupWaitMs, and passes an error it cannot classify on as it ' + 'is',
+    async () => {
+      const refused = pgError('ECONNREFUSED', 'connect ECONNREFUSED 10.0.0.1:6543');
+      const down = dataSource(Array.from({ length: 1000 }, () => refused));
+      const failure = await connectAtBoot(down, new StartupWait(30, () => undefined)).catch(
+        (e: unknown) => e,
+      );
+      expect(failure).toBeInstanceOf(CycliumStartupError);
+      expect((failure as Error).message).toMatch(
+        /^connecting \(.*\): the database is not available \(connect/,
+      );
+      expect((failure as Error).message).toMatch(
+        /; gave up after waiting .* \(startupWaitMs 30\)$/,
+      );
+      const odd = new Error('something else');
+      await expect(connectAtBoot(dataSource([odd]), quickWait().wait)).rejects.toBe(odd);
+    },
+  );
 });

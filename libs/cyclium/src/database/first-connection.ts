@@ -2,7 +2,9 @@ import type { DataSource } from 'typeorm';
 import { CycliumStartupError, startupProblem } from './startup-errors.js';
 import type { StartupWait } from './startup-wait.js';
 
-/** The connection settings of `dataSource`, for messages: who connects where, never the password. */
+/**
+ * The connection settings of `dataSource`, for messages: who connects where, never the password.
+ */
 export function connectionTarget(dataSource: DataSource): string {
   const options = dataSource.options as {
     url?: string;
@@ -25,7 +27,10 @@ export function connectionTarget(dataSource: DataSource): string {
   return `user ${user ?? '(default)'} at ${host}:${port}, database ${database ?? '(default)'}`;
 }
 
-/** A malformed `url` on the DataSource, named before pg turns it into a lookup of a host called "base". */
+/**
+ * A malformed `url` on the DataSource, named before pg turns it into a lookup of a host called
+ * "base".
+ */
 function urlProblem(dataSource: DataSource): string | undefined {
   const url = (dataSource.options as { url?: unknown }).url;
   if (url === undefined) return undefined;

@@ -2,12 +2,17 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /**
  * One catalog fact per migration, each something only that migration creates, so a partly migrated
- * database names the first migration it still lacks. `to_regclass` follows the search_path, as every
- * other Cyclium statement does.
+ * database names the first migration it still lacks. `to_regclass` follows the search_path, as
+ * every other Cyclium statement does.
  */
-/** SQL that holds when `table` has the column `column` (both the library's own names, never input). */
+/**
+ * SQL that holds when `table` has the column `column` (both the library's own names, never input).
+ */
 function columnExists(table: string, column: string): string {
-  return `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${table}') AND attname = '${column}' AND NOT attisdropped)`;
+  return (
+    `EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('${table}') AND ` +
+    `attname = '${column}' AND NOT attisdropped)`
+  );
 }
 
 const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string }> = [
@@ -20,7 +25,9 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     // The next migration replaces this table with cyclium_events.
     migration: 'CycliumBusPayloads1764400000001',
     missing: 'table cyclium_bus_payloads',
-    holds: `(to_regclass('cyclium_bus_payloads') IS NOT NULL OR to_regclass('cyclium_events') IS NOT NULL)`,
+    holds:
+      `(to_regclass('cyclium_bus_payloads') IS NOT NULL OR to_regclass('cyclium_events') IS ` +
+      `NOT NULL)`,
   },
   {
     migration: 'CycliumEvents1764400000002',
@@ -36,7 +43,8 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     migration: 'CycliumTriggerOnly1764400000004',
     missing: `the 'deferred' episode status`,
     holds: `EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('cyclium_episodes')
-              AND conname = 'cyclium_episodes_status_check' AND pg_get_constraintdef(oid) LIKE '%deferred%')`,
+              AND conname = 'cyclium_episodes_status_check'
+              AND pg_get_constraintdef(oid) LIKE '%deferred%')`,
   },
   {
     migration: 'CycliumWorkflows1764400000005',

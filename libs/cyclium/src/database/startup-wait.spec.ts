@@ -62,16 +62,21 @@ describe('StartupWait', () => {
     );
   });
 
-  it('fails boot with CycliumStartupError once startupWaitMs has passed, at once for a refusal', async () => {
-    const wait = new StartupWait(0, () => undefined);
-    const down = () => Promise.reject(pgError('ECONNREFUSED', 'connect ECONNREFUSED'));
-    const failure = await wait.run('checking the schema', down).catch((e: unknown) => e);
-    expect(failure).toBeInstanceOf(CycliumStartupError);
-    const said =
-      'checking the schema: the database is not available (connect ECONNREFUSED); gave up after waiting 0 s';
-    expect((failure as Error).message).toContain(said);
-    const refusal = pgError('28P01', 'password authentication failed');
-    const patient = new StartupWait(60_000, () => undefined);
-    await expect(patient.run('x', () => Promise.reject(refusal))).rejects.toBe(refusal);
-  });
+  it(
+    'fails boot with CycliumStartupError once startupWaitMs has passed, at once for a ' + 'refusal',
+    async () => {
+      const wait = new StartupWait(0, () => undefined);
+      const down = () => Promise.reject(pgError('ECONNREFUSED', 'connect ECONNREFUSED'));
+      const failure = await wait.run('checking the schema', down).catch((e: unknown) => e);
+      expect(failure).toBeInstanceOf(CycliumStartupError);
+      const said =
+        'checking the schema: the database is not available (connect ECONNREFUSED); gave up ' +
+        'after ' +
+        'waiting 0 s';
+      expect((failure as Error).message).toContain(said);
+      const refusal = pgError('28P01', 'password authentication failed');
+      const patient = new StartupWait(60_000, () => undefined);
+      await expect(patient.run('x', () => Promise.reject(refusal))).rejects.toBe(refusal);
+    },
+  );
 });

@@ -40,7 +40,10 @@ export class StartupWait {
     private readonly pause: (ms: number) => Promise<unknown> = sleep,
   ) {}
 
-  /** `work`, until it succeeds or fails for a reason waiting cannot fix; `what` names the step in lines. */
+  /**
+   * `work`, until it succeeds or fails for a reason waiting cannot fix; `what` names the step in
+   * lines.
+   */
   async run<T>(what: string, work: () => Promise<T>): Promise<T> {
     let since: number | undefined;
     let pauseMs = FIRST_PAUSE_MS;

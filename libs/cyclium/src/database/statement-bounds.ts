@@ -12,10 +12,15 @@ export interface StatementLimits {
 /** pg's message when a query's `query_timeout` passes with no answer. */
 const READ_TIMEOUT = 'Query read timeout';
 
-/** A client checked out for the library: its statements bounded, and whether it must be discarded. */
+/**
+ * A client checked out for the library: its statements bounded, and whether it must be discarded.
+ */
 export interface BoundedClient {
   readonly sql: SqlExecutor;
-  /** Why the connection cannot go back to the pool (a timed-out statement, an 'error'); undefined while it can. */
+  /**
+   * Why the connection cannot go back to the pool (a timed-out statement, an 'error'); undefined
+   * while it can.
+   */
   readonly broken: Error | undefined;
   /** Gives the connection back, or discards it when broken (or when `error` is given). */
   release(error?: Error): void;
@@ -30,7 +35,10 @@ export interface BoundedClient {
 export class StatementBounds {
   constructor(private readonly limits: StatementLimits) {}
 
-  /** One statement on a connection of its own, like `pool.query`, but within checkout + query timeout. */
+  /**
+   * One statement on a connection of its own, like `pool.query`, but within checkout + query
+   * timeout.
+   */
   async query(pool: pg.Pool, args: unknown[]): Promise<pg.QueryResult> {
     const client = await this.checkout(pool);
     try {
@@ -41,12 +49,14 @@ export class StatementBounds {
   }
 
   /**
-   * A connection from `pool` within the checkout timeout. One that arrives later goes straight back:
-   * the host's pool keeps its own `connectionTimeoutMillis` (often none), so the wait is raced here.
+   * A connection from `pool` within the checkout timeout. One that arrives later goes straight
+   * back: the host's pool keeps its own `connectionTimeoutMillis` (often none), so the wait is
+   * raced here.
    */
   async checkout(pool: pg.Pool): Promise<BoundedClient> {
     const { checkoutTimeoutMs } = this.limits;
-    // An idle connection for every waiter: the pool hands one over on its next turn, nothing to time.
+    // An idle connection for every waiter: the pool hands one over on its next turn, nothing to
+    // time.
     if (pool.idleCount > pool.waitingCount) return this.bound(await pool.connect());
     const connecting = pool.connect();
     let timer: NodeJS.Timeout | undefined;
@@ -75,7 +85,8 @@ export class StatementBounds {
   private bound(client: pg.PoolClient): BoundedClient {
     const { queryTimeoutMs } = this.limits;
     let broken: Error | undefined;
-    // pg emits 'error' on a checked-out client whose server went away; with no listener the process ends.
+    // pg emits 'error' on a checked-out client whose server went away; with no listener the process
+    // ends.
     const onError = (error: Error) => (broken ??= error);
     client.on('error', onError);
     const sql: SqlExecutor = {

@@ -7,7 +7,10 @@ export interface DecoratedMethod<T> {
   call: (argument: unknown) => Promise<unknown>;
 }
 
-/** The methods of `instance` (its prototype chain included) that carry `decorator`, in declaration order. */
+/**
+ * The methods of `instance` (its prototype chain included) that carry `decorator`, in declaration
+ * order.
+ */
 export function decoratedMethods<T>(
   scanner: MetadataScanner,
   reflector: Reflector,

@@ -79,16 +79,20 @@ async function settles(condition: () => boolean): Promise<boolean> {
 }
 
 describe('ActorSlots queue', () => {
-  it('looks again when a row was queued while a dequeue that came back empty was in flight', async () => {
-    const { slots, dequeues } = slotsWithManualQueue();
-    slots.noteQueued('a');
-    expect(dequeues).toHaveLength(1);
-    // A row is queued (and noted) while that dequeue runs; its snapshot predates the row's commit.
-    slots.noteQueued('a');
-    dequeues[0]?.({ status: 'duplicate' });
+  it(
+    'looks again when a row was queued while a dequeue that came back empty was in ' + 'flight',
+    async () => {
+      const { slots, dequeues } = slotsWithManualQueue();
+      slots.noteQueued('a');
+      expect(dequeues).toHaveLength(1);
+      // A row is queued (and noted) while that dequeue runs; its snapshot predates the row's
+      // commit.
+      slots.noteQueued('a');
+      dequeues[0]?.({ status: 'duplicate' });
 
-    expect(await settles(() => dequeues.length === 2)).toBe(true);
-  });
+      expect(await settles(() => dequeues.length === 2)).toBe(true);
+    },
+  );
 
   it('looks again by itself when the oldest queued row has a claim held elsewhere', async () => {
     jest.useFakeTimers({
@@ -98,7 +102,8 @@ describe('ActorSlots queue', () => {
       const { slots, dequeues } = slotsWithManualQueue();
       slots.noteQueued('a');
       dequeues[0]?.({ status: 'busy' });
-      // Nothing notes the queue when the other node lets the claim go: the slots must come back on their own.
+      // Nothing notes the queue when the other node lets the claim go: the slots must come back on
+      // their own.
       expect(await settles(() => dequeues.length > 1)).toBe(false);
       jest.advanceTimersByTime(1_000);
       expect(dequeues).toHaveLength(2);
@@ -151,13 +156,16 @@ describe('ActorSlots taking what full peers offered', () => {
     expect(await settles(() => takes.length === 1)).toBe(true);
   });
 
-  it('looks once more when an offer came while a take that came back empty was in flight', async () => {
-    const { slots, takes } = slotsWithManualQueue();
-    slots.noteOffered('a');
-    slots.noteOffered('a');
-    takes[0]?.({ status: 'duplicate' });
-    expect(await settles(() => takes.length === 2)).toBe(true);
-  });
+  it(
+    'looks once more when an offer came while a take that came back empty was in ' + 'flight',
+    async () => {
+      const { slots, takes } = slotsWithManualQueue();
+      slots.noteOffered('a');
+      slots.noteOffered('a');
+      takes[0]?.({ status: 'duplicate' });
+      expect(await settles(() => takes.length === 2)).toBe(true);
+    },
+  );
 
   it('takes nothing once the node drains', () => {
     const { slots, takes } = slotsWithManualQueue();
@@ -170,25 +178,32 @@ describe('ActorSlots taking what full peers offered', () => {
 describe('ActorSlots bus events waiting in memory', () => {
   const trigger = { type: 'event', eventType: 't', eventId: 'e', payload: {} } as const;
 
-  it('holds a bus event while every slot is busy, with no queued row, and starts it when the method returns', async () => {
-    const { slots, begins, returns, runs } = slotsWithManualQueue();
-    const first = slots.dispatch(expectation, trigger, busEvent());
-    begins[0]?.(started('e1'));
-    expect(await first).toEqual({ status: 'started', episode: { id: 'e1' } });
-    const onWait = jest.fn();
-    let answer: unknown;
-    // The store is empty: a queued insert here would throw.
-    void slots.dispatch(expectation, trigger, busEvent(onWait)).then((result) => (answer = result));
-    expect(await settles(() => onWait.mock.calls.length === 1)).toBe(true);
-    expect(begins).toHaveLength(1);
-    // The first method returned: its end is still being written, and the slot already starts the next.
-    returns[0]?.();
-    expect(begins).toHaveLength(2);
-    begins[1]?.(started('e2'));
-    expect(await settles(() => answer !== undefined)).toBe(true);
-    expect(answer).toEqual({ status: 'started', episode: { id: 'e2' } });
-    expect(runs).toHaveLength(2);
-  });
+  it(
+    'holds a bus event while every slot is busy, with no queued row, and starts it when the ' +
+      'method returns',
+    async () => {
+      const { slots, begins, returns, runs } = slotsWithManualQueue();
+      const first = slots.dispatch(expectation, trigger, busEvent());
+      begins[0]?.(started('e1'));
+      expect(await first).toEqual({ status: 'started', episode: { id: 'e1' } });
+      const onWait = jest.fn();
+      let answer: unknown;
+      // The store is empty: a queued insert here would throw.
+      void slots
+        .dispatch(expectation, trigger, busEvent(onWait))
+        .then((result) => (answer = result));
+      expect(await settles(() => onWait.mock.calls.length === 1)).toBe(true);
+      expect(begins).toHaveLength(1);
+      // The first method returned: its end is still being written, and the slot already starts the
+      // next.
+      returns[0]?.();
+      expect(begins).toHaveLength(2);
+      begins[1]?.(started('e2'));
+      expect(await settles(() => answer !== undefined)).toBe(true);
+      expect(answer).toEqual({ status: 'started', episode: { id: 'e2' } });
+      expect(runs).toHaveLength(2);
+    },
+  );
 
   it('answers busy for every waiting event once the node drains, starting none', async () => {
     const { slots, begins } = slotsWithManualQueue();
@@ -206,26 +221,30 @@ describe('ActorSlots bus events waiting in memory', () => {
 });
 
 describe('ActorSlots taking queued rows together', () => {
-  it('takes one row per free slot but one in one statement, and leaves that slot to other starters meanwhile', async () => {
-    let answer!: (rows: never) => void;
-    const take = jest.fn<QueuedBegins['take']>(
-      () => new Promise<never>((resolve) => (answer = resolve)),
-    );
-    const { slots, runs, dequeues } = slotsWithManualQueue(4, {
-      available: true,
-      take: take as QueuedBegins['take'],
-    });
-    slots.noteQueued('a');
-    expect(take).toHaveBeenCalledWith('a', [], 3, 'own');
-    // While the take is in flight, a deferred episode the poller found can still start.
-    expect(slots.free('a')).toBe(1);
-    answer([started('q1'), started('q2')] as never);
-    expect(await settles(() => runs.length === 2)).toBe(true);
-    // Two of three came back: the queue is empty, nothing more is asked and two slots are free.
-    expect(await settles(() => take.mock.calls.length > 1)).toBe(false);
-    expect(dequeues).toHaveLength(0);
-    expect(slots.free('a')).toBe(2);
-  });
+  it(
+    'takes one row per free slot but one in one statement, and leaves that slot to other ' +
+      'starters meanwhile',
+    async () => {
+      let answer!: (rows: never) => void;
+      const take = jest.fn<QueuedBegins['take']>(
+        () => new Promise<never>((resolve) => (answer = resolve)),
+      );
+      const { slots, runs, dequeues } = slotsWithManualQueue(4, {
+        available: true,
+        take: take as QueuedBegins['take'],
+      });
+      slots.noteQueued('a');
+      expect(take).toHaveBeenCalledWith('a', [], 3, 'own');
+      // While the take is in flight, a deferred episode the poller found can still start.
+      expect(slots.free('a')).toBe(1);
+      answer([started('q1'), started('q2')] as never);
+      expect(await settles(() => runs.length === 2)).toBe(true);
+      // Two of three came back: the queue is empty, nothing more is asked and two slots are free.
+      expect(await settles(() => take.mock.calls.length > 1)).toBe(false);
+      expect(dequeues).toHaveLength(0);
+      expect(slots.free('a')).toBe(2);
+    },
+  );
 });
 
 describe('ActorSlots telling who listens that a slot freed', () => {

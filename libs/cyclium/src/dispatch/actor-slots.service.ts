@@ -23,7 +23,10 @@ import type { SlotRuns } from './slot-runs.interface.js';
 
 interface Slots {
   running: number;
-  /** Recovered episodes waiting here (still `running`, phase `recovering`), oldest first; they go before the queue. */
+  /**
+   * Recovered episodes waiting here (still `running`, phase `recovering`), oldest first; they go
+   * before the queue.
+   */
   restarts: WaitingRestart[];
 }
 
@@ -85,7 +88,9 @@ export class ActorSlots implements OnApplicationBootstrap {
     return this.queuePump.watchBacklog();
   }
 
-  /** Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit. */
+  /**
+   * Creates (or queues, or drops) one episode for a trigger, under the actor's concurrency limit.
+   */
   async dispatch(
     expectation: RegisteredExpectation,
     trigger: EpisodeTrigger,
@@ -153,7 +158,10 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.pump(taken.actor);
   }
 
-  /** This node may have queued episodes of `actorId` in the table (its own, adopted, or from before a restart). */
+  /**
+   * This node may have queued episodes of `actorId` in the table (its own, adopted, or from before
+   * a restart).
+   */
   noteQueued(actorId: string): void {
     const actor = this.registry.get(actorId);
     if (!actor) return;
@@ -163,7 +171,8 @@ export class ActorSlots implements OnApplicationBootstrap {
 
   /**
    * A full peer queued an episode of `actorId` and offered it here (TriggerPlacement): take rows
-   * from peers' queues whenever a slot is free and this node's own queue is empty, until none is left.
+   * from peers' queues whenever a slot is free and this node's own queue is empty, until none is
+   * left.
    */
   noteOffered(actorId: string): void {
     const actor = this.registry.get(actorId);
@@ -172,12 +181,18 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.pump(actor);
   }
 
-  /** True when this node hosts the expectation (its actor, with this expectation in this node's release of it). */
+  /**
+   * True when this node hosts the expectation (its actor, with this expectation in this node's
+   * release of it).
+   */
   hosts(actorId: string, expectationId: string): boolean {
     return this.registry.expectation(actorId, expectationId) !== undefined;
   }
 
-  /** Episodes of `actorId` waiting in this node's memory for a slot: restarts handed over, bus triggers held back. */
+  /**
+   * Episodes of `actorId` waiting in this node's memory for a slot: restarts handed over, bus
+   * triggers held back.
+   */
   waiting(actorId: string): number {
     return (this.slots.get(actorId)?.restarts.length ?? 0) + this.waitingTriggers.count(actorId);
   }
@@ -208,7 +223,8 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.slotsOf(actorId).running++;
     void this.tracker.starting(start()).then(
       (begun) => {
-        // Launched even when the drain began meanwhile: it waits for this start, then stamps the run.
+        // Launched even when the drain began meanwhile: it waits for this start, then stamps the
+        // run.
         if (begun)
           return this.launch(actor, begun.episode, begun.grant, { resumed: begun.resumed });
         this.release(actor);
@@ -222,8 +238,8 @@ export class ActorSlots implements OnApplicationBootstrap {
   }
 
   /**
-   * `listener` hears the actor of each slot that frees while the node is open, after the slots'
-   * own waiting work (restarts, triggers in memory, the queue) had its turn; returns the unsubscribe.
+   * `listener` hears the actor of each slot that frees while the node is open, after the slots' own
+   * waiting work (restarts, triggers in memory, the queue) had its turn; returns the unsubscribe.
    */
   onSlotFreed(listener: (actorId: string) => void): () => void {
     this.freedListeners.add(listener);
@@ -237,7 +253,10 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.waitingTriggers.releaseAll();
   }
 
-  /** Resolves once every start under way (insert, dequeue, restart) has either launched its run or given up. */
+  /**
+   * Resolves once every start under way (insert, dequeue, restart) has either launched its run or
+   * given up.
+   */
   startsSettled(): Promise<void> {
     return this.tracker.startsSettled();
   }
@@ -252,7 +271,10 @@ export class ActorSlots implements OnApplicationBootstrap {
     return this.tracker.idle();
   }
 
-  /** The slot frees when the method returns (or, failing before it runs, when the run ends): the next begin overlaps this end. */
+  /**
+   * The slot frees when the method returns (or, failing before it runs, when the run ends): the
+   * next begin overlaps this end.
+   */
   private launch(
     actor: RegisteredActor,
     episode: EpisodeRow,

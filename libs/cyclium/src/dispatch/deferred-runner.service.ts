@@ -50,7 +50,10 @@ export class DeferredRunner {
   private readonly dueListeners = new Set<() => void>();
   private readonly dueTimers = new Set<NodeJS.Timeout>();
 
-  /** `listener` runs when a run this node deferred for later falls due (the poller polls then); returns the unsubscribe. */
+  /**
+   * `listener` runs when a run this node deferred for later falls due (the poller polls then);
+   * returns the unsubscribe.
+   */
   onDue(listener: () => void): () => void {
     this.dueListeners.add(listener);
     return () => {
@@ -161,7 +164,8 @@ export class DeferredRunner {
     if (wake.body) statement.with('wake', wake.body);
     return {
       statement: statement.build(
-        `SELECT e.*, (SELECT id FROM req) AS request_id, (SELECT not_before FROM req) AS request_not_before FROM (SELECT 1) one LEFT JOIN ep e ON true`,
+        `SELECT e.*, (SELECT id FROM req) AS request_id, (SELECT not_before FROM req) AS ` +
+          `request_not_before FROM (SELECT 1) one LEFT JOIN ep e ON true`,
       ),
       wake,
     };

@@ -57,11 +57,15 @@ describe('Dispatcher.handOver', () => {
     return (defer.mock.calls[0] as unknown as [unknown, unknown, DispatchOptions])[2].delay;
   };
 
-  it("keeps the expectation's delay, or the one the trigger asked for, and is otherwise due at once", () => {
-    expect(handedOver(5_000)).toEqual({ ms: 5_000 });
-    const at = new Date('2030-01-01T00:00:00Z');
-    expect(handedOver(5_000, { delay: { at } })).toEqual({ at });
-    expect(handedOver(undefined)).toEqual({ ms: 0 });
-    expect(handedOver(5_000, { delay: null })).toEqual({ ms: 0 });
-  });
+  it(
+    "keeps the expectation's delay, or the one the trigger asked for, and is otherwise due at " +
+      'once',
+    () => {
+      expect(handedOver(5_000)).toEqual({ ms: 5_000 });
+      const at = new Date('2030-01-01T00:00:00Z');
+      expect(handedOver(5_000, { delay: { at } })).toEqual({ at });
+      expect(handedOver(undefined)).toEqual({ ms: 0 });
+      expect(handedOver(5_000, { delay: null })).toEqual({ ms: 0 });
+    },
+  );
 });

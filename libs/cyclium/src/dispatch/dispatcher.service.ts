@@ -12,8 +12,8 @@ import { Mode } from './mode.service.js';
  * The seam between what triggers an episode and what runs it: the actor's mode on this node picks
  * the runner — its slots here (`full`), a trigger request for a full node (`trigger_only`), or
  * nothing (`disabled`); a run for later (a trigger's delay, or its expectation's) is a trigger
- * request due then, in any mode. Trigger sources and `Episodes.trigger` go through it; the slots and the
- * runners never ask about modes.
+ * request due then, in any mode. Trigger sources and `Episodes.trigger` go through it; the slots
+ * and the runners never ask about modes.
  */
 @Injectable()
 export class Dispatcher {
@@ -31,7 +31,8 @@ export class Dispatcher {
     const mode = this.mode.of(expectation.actorId);
     if (mode === 'disabled') return Promise.resolve({ status: 'disabled' });
     const delay = this.delayOf(expectation, options);
-    // A run for later waits as a row, whatever the mode: the node that is up when it is due starts it.
+    // A run for later waits as a row, whatever the mode: the node that is up when it is due starts
+    // it.
     if (delay) return this.deferred.defer(expectation, trigger, { ...options, delay });
     if (mode === 'full') return this.slots.dispatch(expectation, trigger, options);
     return this.deferred.defer(expectation, trigger, options);
@@ -45,7 +46,10 @@ export class Dispatcher {
     if (this.mode.of(actorId) === 'full') this.slots.noteOffered(actorId);
   }
 
-  /** True when a trigger of `actorId` dispatched now would start at once here (the actor runs here and has a free slot). */
+  /**
+   * True when a trigger of `actorId` dispatched now would start at once here (the actor runs here
+   * and has a free slot).
+   */
   canStartNow(actorId: string): boolean {
     return this.mode.of(actorId) === 'full' && this.slots.free(actorId) > 0;
   }
@@ -53,7 +57,8 @@ export class Dispatcher {
   /**
    * A trigger this node can no longer run (it is draining), left to a full node as a trigger
    * request, due when the trigger would have been run here (its delay, or its expectation's, kept).
-   * Accepted work: due at once when not later, so it never expires, however long the cluster is down.
+   * Accepted work: due at once when not later, so it never expires, however long the cluster is
+   * down.
    */
   handOver(
     expectation: RegisteredExpectation,
@@ -64,7 +69,10 @@ export class Dispatcher {
     return this.deferred.defer(expectation, trigger, { ...options, delay });
   }
 
-  /** The delay the trigger asked for (null: none), else its expectation's `delayMs`; null to run now. */
+  /**
+   * The delay the trigger asked for (null: none), else its expectation's `delayMs`; null to run
+   * now.
+   */
   private delayOf(
     expectation: RegisteredExpectation,
     options: DispatchOptions,

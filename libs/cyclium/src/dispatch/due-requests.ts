@@ -25,11 +25,17 @@ function ttlInterval(ttl: string): string {
   return `make_interval(secs => ${ttl}::double precision / 1000)`;
 }
 
-/** Who judges a request, all SQL expressions: its env, how long a beat stays fresh (ms), and the judging node. */
+/**
+ * Who judges a request, all SQL expressions: its env, how long a beat stays fresh (ms), and the
+ * judging node.
+ */
 export interface Judge {
   env: string;
   goneAfter: string;
-  /** The node asking, which counts as full whatever its row says yet (it takes requests); NULL when it is not. */
+  /**
+   * The node asking, which counts as full whatever its row says yet (it takes requests); NULL when
+   * it is not.
+   */
   me: string;
 }
 
@@ -41,7 +47,8 @@ export interface Judge {
 function fullNodeUpSince({ env, goneAfter, me }: Judge): string {
   return `(SELECT min(n.started_at) FROM cyclium_nodes n
             WHERE (n.mode = 'full' OR n.node_identity = ${me}::text) AND ${sameEnv('n.env', env)}
-              AND n.last_seen_at > now() - make_interval(secs => ${goneAfter}::double precision / 1000))`;
+              AND n.last_seen_at
+                    > now() - make_interval(secs => ${goneAfter}::double precision / 1000))`;
 }
 
 /** When a request to run now starts counting its TTL: infinity (never) while no full node is up. */
@@ -85,7 +92,8 @@ export function pendingStatement(
 ): QueryText {
   return {
     text: `SELECT * FROM cyclium_trigger_requests
-        WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$1', filter.env)}
+        WHERE status IN ('pending', 'scheduled')
+          AND ${sameEnvIndexed('source_env', '$1', filter.env)}
           AND ${stackFilter('source_stack', '$2')}
           AND ${hostsExpectation('actor_id', 'expectation_id', '$3')}
           AND coalesce(not_before, inserted_at) <= now()

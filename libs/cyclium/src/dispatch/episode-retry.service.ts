@@ -33,10 +33,11 @@ export type RetryResult =
 
 /**
  * A `failed` episode resumes from its journal, in place: same id, same dedupe key; the steps that
- * completed return their recorded results, so their side effects do not happen again (EpisodeWaits.reopen).
- * One whose journal cannot be replayed runs again as a new episode of the same expectation and
- * trigger, keyed by the old dedupe key plus `:retry:<n>` (each retry idempotent on its own): a
- * `partially_failed` episode (its method returned, so its checkpoints were cleared) or an archived one.
+ * completed return their recorded results, so their side effects do not happen again
+ * (EpisodeWaits.reopen). One whose journal cannot be replayed runs again as a new episode of the
+ * same expectation and trigger, keyed by the old dedupe key plus `:retry:<n>` (each retry
+ * idempotent on its own): a `partially_failed` episode (its method returned, so its checkpoints
+ * were cleared) or an archived one.
  */
 @Injectable()
 export class EpisodeRetry {
@@ -67,7 +68,8 @@ export class EpisodeRetry {
         // Every full node's poller hears it now rather than at its next poll.
         this.events.announce(REQUEST_WAKE_EVENT, { node: this.identity.name() });
         this.logger.log(
-          `${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its journal: retried by an operator`,
+          `${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its ` +
+            `journal: retried by an operator`,
         );
         return { status: 'resumed', episode: resumed };
       }

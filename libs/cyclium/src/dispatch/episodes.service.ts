@@ -30,16 +30,16 @@ export interface TriggerOptions {
   /**
    * Makes the trigger idempotent: a second trigger with the same key is a duplicate until the first
    * episode is archived (`retention.archiveAfter` after it finished, a week by default, or at once
-   * by `Episodes.archive`); after that the key starts a new episode. Scoped by env. A non-empty string of at most 1,000 UTF-8 bytes with no NUL
-   * (InvalidTriggerError otherwise).
+   * by `Episodes.archive`); after that the key starts a new episode. Scoped by env. A non-empty
+   * string of at most 1,000 UTF-8 bytes with no NUL (InvalidTriggerError otherwise).
    */
   dedupeKey?: string;
   /**
    * Run this long after the trigger, by the database clock: the episode waits `deferred`, as a row
    * (with its trigger request, due then) that any node hosting the actor in full mode starts once
-   * due, within one `triggerPollIntervalMs`, whichever nodes have stopped meanwhile. `Episodes.cancel`
-   * before then and it never starts. Dedupe as for a run now. Default: the expectation's
-   * `delayMs`, else 0 (now). A whole number of milliseconds >= 0.
+   * due, within one `triggerPollIntervalMs`, whichever nodes have stopped meanwhile.
+   * `Episodes.cancel` before then and it never starts. Dedupe as for a run now. Default: the
+   * expectation's `delayMs`, else 0 (now). A whole number of milliseconds >= 0.
    */
   delayMs?: number;
   /** Run at this time instead (not with `delayMs`); one in the past runs at the next poll. */
@@ -91,7 +91,10 @@ export interface ListEpisodes {
 /** What `Episodes.cancel` did: canceled it, asked its node to, found it finished, or found none. */
 export type CancelResult = 'canceled' | 'requested' | 'finished' | 'not_found';
 
-/** What `Episodes.archive` did: archived it now, found it archived already, found it still live (queued, running, …), or found no such episode. */
+/**
+ * What `Episodes.archive` did: archived it now, found it archived already, found it still live
+ * (queued, running, …), or found no such episode.
+ */
 export type ArchiveResult = 'archived' | 'already_archived' | 'live' | 'not_found';
 
 const pick = <T>(explicit: T | undefined, fallback: T): T =>
@@ -195,7 +198,8 @@ export class Episodes {
       !(EPISODE_STATUSES as readonly string[]).includes(query.status)
     ) {
       throw new InvalidListQueryError(
-        `episodes: status must be one of ${EPISODE_STATUSES.join(', ')} (got ${JSON.stringify(query.status)})`,
+        `episodes: status must be one of ${EPISODE_STATUSES.join(', ')} (got ` +
+          `${JSON.stringify(query.status)})`,
       );
     }
     if (query.limit !== undefined && !Number.isInteger(query.limit)) {
@@ -269,7 +273,8 @@ export class Episodes {
 
 function invalidCursor(cursor: string): InvalidListQueryError {
   return new InvalidListQueryError(
-    `episodes: cursor ${JSON.stringify(cursor.slice(0, 100))} is not one Episodes.list returned; pass nextCursor unchanged`,
+    `episodes: cursor ${JSON.stringify(cursor.slice(0, 100))} is not one Episodes.list returned; ` +
+      `pass nextCursor unchanged`,
   );
 }
 

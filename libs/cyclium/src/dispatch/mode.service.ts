@@ -53,19 +53,27 @@ export class Mode {
     for (const listener of this.listeners) listener(mode);
   }
 
-  /** Calls `listener` after each change of the node-wide mode; returns the function that stops it. */
+  /**
+   * Calls `listener` after each change of the node-wide mode; returns the function that stops it.
+   */
   onChange(listener: (mode: CycliumMode) => void): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
 
-  /** Calls `listener` after each change of one actor's override (set or cleared); returns the function that stops it. */
+  /**
+   * Calls `listener` after each change of one actor's override (set or cleared); returns the
+   * function that stops it.
+   */
   onActorChange(listener: (actorId: string) => void): () => void {
     this.actorListeners.add(listener);
     return () => this.actorListeners.delete(listener);
   }
 
-  /** Throws UnknownActorError for an actor this node does not host: a typo would otherwise change nothing, silently. */
+  /**
+   * Throws UnknownActorError for an actor this node does not host: a typo would otherwise change
+   * nothing, silently.
+   */
   setActorOverride(actorId: string, mode: CycliumMode): void {
     if (typeof actorId !== 'string' || actorId === '')
       throw new CycliumConfigError(['Mode.setActorOverride: actorId must be a non-empty string']);

@@ -21,28 +21,48 @@ const TAKE_MAX = 64;
 export type QueueResult =
   { status: 'queued'; episode: EpisodeRow } | { status: 'dropped' } | { status: 'duplicate' };
 
-/** What a take started (or found busy), and how many rows it asked for: fewer started means the queue had no more. */
+/**
+ * What a take started (or found busy), and how many rows it asked for: fewer started means the
+ * queue had no more.
+ */
 interface Take {
   begun: BeginResult[];
   asked: number;
 }
 
 interface QueueState {
-  /** This node may have queued rows of the actor in the table; false once a dequeue came back empty. */
+  /**
+   * This node may have queued rows of the actor in the table; false once a dequeue came back empty.
+   */
   maybeQueued: boolean;
-  /** How often a queued row was noted: a dequeue that comes back empty clears `maybeQueued` only if none was noted meanwhile. */
+  /**
+   * How often a queued row was noted: a dequeue that comes back empty clears `maybeQueued` only if
+   * none was noted meanwhile.
+   */
   notes: number;
-  /** A full peer offered this node a row it queued: this node takes from peers' queues while it has a slot and its own queue is empty. */
+  /**
+   * A full peer offered this node a row it queued: this node takes from peers' queues while it has
+   * a slot and its own queue is empty.
+   */
   offered: boolean;
-  /** How often an offer was noted: a take that comes back empty clears `offered` only if none was noted meanwhile. */
+  /**
+   * How often an offer was noted: a take that comes back empty clears `offered` only if none was
+   * noted meanwhile.
+   */
   offers: number;
-  /** One dequeue (own queue or a peer's) at a time per actor, so this node never races itself for its own rows. */
+  /**
+   * One dequeue (own queue or a peer's) at a time per actor, so this node never races itself for
+   * its own rows.
+   */
   dequeuing: boolean;
   /** A look at the queue booked for later, after one that could not take the oldest row. */
   retry: NodeJS.Timeout | undefined;
   /** The last dequeue met a claim held elsewhere (said once per streak, not once per look). */
   headBusy: boolean;
-  /** Dequeues failing (the database away): one warning per streak, then one line when they work again. */
+  /**
+   * Dequeues failing (the database away): one warning per streak, then one line when they work
+   * again.
+   */
   outage: OutageLog;
 }
 
@@ -71,7 +91,8 @@ export class QueuePump {
 
   /**
    * A node that restarts under the same identity finds its backlog in the table and runs it; so
-   * does a node (or an actor) switched to full at runtime: its queue from before, kept while it ran nothing.
+   * does a node (or an actor) switched to full at runtime: its queue from before, kept while it ran
+   * nothing.
    */
   async watchBacklog(): Promise<void> {
     this.offModeChanges.push(
@@ -90,7 +111,10 @@ export class QueuePump {
     for (const off of this.offModeChanges.splice(0)) off();
   }
 
-  /** Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this node's queue. */
+  /**
+   * Notes each actor that runs here in full mode (only `actorId`, when given) and has rows in this
+   * node's queue.
+   */
   private async pickUpBacklog(
     actorId?: string,
     read = (me: string) => this.queue.actorsWithQueued(me),
@@ -104,7 +128,8 @@ export class QueuePump {
   private pickUpBacklogSoon(actorId?: string): void {
     this.pickUpBacklog(actorId).catch((error: unknown) =>
       this.logger.warn(
-        `could not read this node's queue after a switch to full: ${errorMessage(error)}; it starts at the next trigger or restart`,
+        `could not read this node's queue after a switch to full: ${errorMessage(error)}; it ` +
+          `starts at the next trigger or restart`,
       ),
     );
   }
@@ -123,7 +148,9 @@ export class QueuePump {
     queue.offers++;
   }
 
-  /** Queues (or drops) a trigger that found every slot of the actor busy, per its `overflow` option. */
+  /**
+   * Queues (or drops) a trigger that found every slot of the actor busy, per its `overflow` option.
+   */
   async enqueue(actor: RegisteredActor, spec: Omit<NewEpisode, 'status'>): Promise<QueueResult> {
     const node = this.identity.name();
     if (actor.options.overflow === 'drop') {
@@ -162,13 +189,15 @@ export class QueuePump {
     const queue = this.stateOf(actor.id);
     if (!(queue.maybeQueued || queue.offered) || queue.dequeuing) return;
     queue.dequeuing = true;
-    // One free slot stays out of the take while it is in flight, for a starter that cannot wait for it
-    // (a deferred episode the poller takes, a fresh trigger): reserved by the take, it would find none.
+    // One free slot stays out of the take while it is in flight, for a starter that cannot wait for
+    // it (a deferred episode the poller takes, a fresh trigger): reserved by the take, it would
+    // find none.
     const slots = this.queuedBegins.available
       ? Math.min(TAKE_MAX, Math.max(1, this.slots.free(actor.id) - 1))
       : 1;
     for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
-    // Both handle the database's failures themselves: anything else is a bug, logged rather than unhandled.
+    // Both handle the database's failures themselves: anything else is a bug, logged rather than
+    // unhandled.
     const take = queue.maybeQueued
       ? this.startQueued(actor, queue, slots)
       : this.startFromPeer(actor, queue, slots);
@@ -184,7 +213,8 @@ export class QueuePump {
 
   /**
    * Takes the newest row a peer queued: the full node keeps it durable until then, so a take that
-   * fails or finds its claim held elsewhere leaves it where it is (its owner runs it when it frees).
+   * fails or finds its claim held elsewhere leaves it where it is (its owner runs it when it
+   * frees).
    */
   private async startFromPeer(
     actor: RegisteredActor,
@@ -197,14 +227,16 @@ export class QueuePump {
       take = await this.slots.starting(this.begin(actor, slots, 'peer'));
     } catch (error) {
       this.logger.warn(
-        `could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it stays in that peer's queue`,
+        `could not take a queued episode of ${actor.id} from a peer: ${errorMessage(error)}; it ` +
+          `stays in that peer's queue`,
       );
       take = { begun: [], asked: 1 };
     }
     const started = this.launch(actor, take.begun, slots);
     if (started > 0)
       this.logger.debug(`took ${started} queued episode(s) of ${actor.id} from full peers`);
-    // None left (or a claim is held elsewhere): stop looking until the next offer, unless one came meanwhile.
+    // None left (or a claim is held elsewhere): stop looking until the next offer, unless one came
+    // meanwhile.
     if (started < take.asked) queue.offered = queue.offers !== offers;
   }
 
@@ -227,24 +259,28 @@ export class QueuePump {
     const started = this.launch(actor, take.begun, slots);
     if (take.begun.some((b) => b.status === 'busy')) {
       // Its claim is live on another node, which ends it or lets it lapse: nothing will note this
-      // queue when that happens, so the row (and every row behind it) would wait for the next trigger. Expected: debug only.
+      // queue when that happens, so the row (and every row behind it) would wait for the next
+      // trigger. Expected: debug only.
       if (!queue.headBusy)
         this.logger.debug(
-          `the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again every ${QUEUE_RETRY_MS} ms`,
+          `the oldest queued episode of ${actor.id} has a claim held elsewhere; looking again ` +
+            `every ${QUEUE_RETRY_MS} ms`,
         );
       queue.headBusy = true;
       return this.lookAgainLater(actor, queue);
     }
     queue.headBusy = false;
     // Fewer than asked: nothing left. Look again when something is queued; a row queued while this
-    // take was in flight may have committed after its snapshot, so it was noted but not seen: look once more.
+    // take was in flight may have committed after its snapshot, so it was noted but not seen: look
+    // once more.
     if (started < take.asked) queue.maybeQueued = queue.notes !== notes;
   }
 
   /**
    * Up to `slots` queued rows of the actor started, in one statement when it can be; one row at a
-   * time otherwise, or when that statement met a busy claim (a lone take answers busy for its head).
-   * Only rows of expectations this node runs: one its release here lacks waits for a node that has it.
+   * time otherwise, or when that statement met a busy claim (a lone take answers busy for its
+   * head). Only rows of expectations this node runs: one its release here lacks waits for a node
+   * that has it.
    */
   private async begin(actor: RegisteredActor, slots: number, from: 'own' | 'peer'): Promise<Take> {
     const ids = [...actor.expectations.keys()];
@@ -259,7 +295,10 @@ export class QueuePump {
     return { begun: one.status === 'duplicate' ? [] : [one], asked: 1 };
   }
 
-  /** Launches the started ones in the slots reserved for them and gives the rest back; returns how many started. */
+  /**
+   * Launches the started ones in the slots reserved for them and gives the rest back; returns how
+   * many started.
+   */
   private launch(actor: RegisteredActor, begun: readonly BeginResult[], slots: number): number {
     let started = 0;
     for (const b of begun) {

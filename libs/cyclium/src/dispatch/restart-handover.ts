@@ -49,7 +49,10 @@ export class RestartHandover {
     return { actor, waiting: { episode, grant, hold } };
   }
 
-  /** Starts a waiting restart in the slot reserved for it; one that does not start gives its claim and its slot back. */
+  /**
+   * Starts a waiting restart in the slot reserved for it; one that does not start gives its claim
+   * and its slot back.
+   */
   async start(actor: RegisteredActor, waiting: WaitingRestart): Promise<void> {
     try {
       const episode = await this.slots.starting(

@@ -12,11 +12,17 @@ export interface SlotRuns {
   free(actorId: string): number;
   /** Takes one of the actor's slots; the caller checked that one is free. */
   reserve(actorId: string): void;
-  /** Gives `count` slots (one by default) back without filling them: the caller fills them once its own look is over. */
+  /**
+   * Gives `count` slots (one by default) back without filling them: the caller fills them once its
+   * own look is over.
+   */
   unreserve(actorId: string, count?: number): void;
   /** Gives a slot back and fills the free slots again. */
   release(actor: RegisteredActor): void;
-  /** Fills the actor's free slots: waiting restarts first, then this node's queue, then what peers offered. */
+  /**
+   * Fills the actor's free slots: waiting restarts first, then this node's queue, then what peers
+   * offered.
+   */
   pump(actor: RegisteredActor): void;
   /** This node may have queued episodes of `actorId` in the table: fills a free slot with one. */
   noteQueued(actorId: string): void;

@@ -49,7 +49,10 @@ class EpisodeClaimBusy extends Error {
   override readonly name = 'EpisodeClaimBusy';
 }
 
-/** Rolls a take back when the request and the episode row it returned do not verify together (`integrity`). */
+/**
+ * Rolls a take back when the request and the episode row it returned do not verify together
+ * (`integrity`).
+ */
 class TamperedTake extends Error {
   override readonly name = 'TamperedTake';
 
@@ -173,7 +176,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
         limit,
         me: this.identity.name(),
       });
-      // A full page may have left any polled actor's requests behind; otherwise only those of an actor out of slots.
+      // A full page may have left any polled actor's requests behind; otherwise only those of an
+      // actor out of slots.
       for (const actorId of free.keys()) {
         if (pending.length < limit) this.behind.delete(actorId);
         else this.behind.add(actorId);
@@ -191,7 +195,10 @@ export class TriggerPoller implements OnApplicationBootstrap {
     }
   }
 
-  /** Takes `request` and starts its episode here, or ends the request with the reason; null when there is nothing to run. */
+  /**
+   * Takes `request` and starts its episode here, or ends the request with the reason; null when
+   * there is nothing to run.
+   */
   private async start(request: CycliumTriggerRequest): Promise<Started> {
     const me = this.identity.name();
     const key = requestClaimKey(request.id);
@@ -256,20 +263,27 @@ export class TriggerPoller implements OnApplicationBootstrap {
    * waiting workflow hears), and nothing of it runs; the node goes on with the next.
    */
   private async refuse(request: CycliumTriggerRequest, episode: EpisodeRow): Promise<void> {
-    const reason = `trigger request ${request.id} is not signed by this deployment's integrity key (edited, copied or forged): not run`;
+    const reason =
+      `trigger request ${request.id} is not signed by this deployment's integrity ` +
+      `key (edited, copied or forged): not run`;
     const { announce, failed } = await this.database.transaction(async (client) => {
       await this.requests.fail(client, request.id, reason);
       return this.failDeferred(client, [{ episodeId: episode.id, reason }], 'tampered');
     });
     announce();
     this.logger.warn(
-      `${failed.length > 0 ? `${episodeLabel(episode)} failed as tampered` : `${episodeLabel(episode)} not run`}: ${reason}`,
+      `${
+        failed.length > 0
+          ? `${episodeLabel(episode)} failed as ` + `tampered`
+          : `${episodeLabel(episode)} not run`
+      }: ${reason}`,
     );
   }
 
   /**
-   * A tenth of the TTL late at most (and at most once a minute, once per poll interval at least):
-   * a request's TTL is long, and an idle cluster should not pay a transaction per node per poll for it.
+   * A tenth of the TTL late at most (and at most once a minute, once per poll interval at least): a
+   * request's TTL is long, and an idle cluster should not pay a transaction per node per poll for
+   * it.
    */
   private async expireOld(): Promise<void> {
     const now = performance.now();
@@ -294,7 +308,10 @@ export class TriggerPoller implements OnApplicationBootstrap {
     for (const episode of failed) {
       const request = reasons.get(episode.id);
       this.logger.warn(
-        `${episodeLabel(episode)} failed as trigger_request_expired: request ${request?.id ?? '?'} ${request?.reason ?? ''}`.trim(),
+        (
+          `${episodeLabel(episode)} failed as trigger_request_expired: ` +
+          `request ${request?.id ?? '?'} ${request?.reason ?? ''}`
+        ).trim(),
       );
     }
     // A request whose episode no longer waited on it failed nothing: worth a trace, not a warning.
@@ -305,7 +322,10 @@ export class TriggerPoller implements OnApplicationBootstrap {
     this.telemetry.emit('trigger_requests.expired', { count: expired.length });
   }
 
-  /** Fails the deferred episodes of ended requests as `errorClass`, with their `episode.failed` events in the same transaction. */
+  /**
+   * Fails the deferred episodes of ended requests as `errorClass`, with their `episode.failed`
+   * events in the same transaction.
+   */
   private async failDeferred(
     client: SqlExecutor,
     failures: Array<{ episodeId: string; reason: string }>,

@@ -68,10 +68,16 @@ export function requestClaimKey(id: string): string {
   return `trigger_request:${id}`;
 }
 
-/** Retention: the requests of the episodes `due` (column `id`) lists, returning each one's claim key (see requestClaimKey). */
+/**
+ * Retention: the requests of the episodes `due` (column `id`) lists, returning each one's claim key
+ * (see requestClaimKey).
+ */
 export function deleteRequestsOf(statement: Statement, due: string): string {
   const prefix = statement.param(requestClaimKey(''), 'text');
-  return `DELETE FROM cyclium_trigger_requests r WHERE r.episode_id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING ${prefix} || r.id AS claim_key`;
+  return (
+    `DELETE FROM cyclium_trigger_requests r WHERE r.episode_id = ANY (ARRAY(SELECT id FROM ` +
+    `${due})) RETURNING ${prefix} || r.id AS claim_key`
+  );
 }
 
 /**
@@ -99,11 +105,16 @@ export class TriggerRequests implements RetryWakeUps {
   ): string {
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     return `
-      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, not_before, signature)
-      SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')}, ${p(request.sourceNode, 'text')},
-             ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending', ${p(JSON.stringify(request.opts), 'jsonb')},
+      INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node,
+                                            source_stack, source_env, status, opts, not_before,
+                                            signature)
+      SELECT e.id, ${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')},
+             ${p(request.sourceNode, 'text')},
+             ${p(request.sourceStack, 'text')}, ${p(request.sourceEnv, 'text')}, 'pending',
+             ${p(JSON.stringify(request.opts), 'jsonb')},
              coalesce(${p(request.runAt ?? null, 'timestamptz')},
-                      now() + make_interval(secs => ${p(request.delayMs ?? null, 'double precision')} / 1000)),
+                      now() + make_interval(
+                                secs => ${p(request.delayMs ?? null, 'double precision')} / 1000)),
              ${p(this.signatureOf(episodeId, request, trigger), 'text')}
         FROM ${episodeCte} e
       RETURNING id, not_before`;
@@ -111,7 +122,8 @@ export class TriggerRequests implements RetryWakeUps {
 
   /**
    * Inserts a request inside the caller's transaction (a deferred restart; a retry's wake-up,
-   * `scheduled`, which a node of the previous release never reads), signed with its episode's trigger.
+   * `scheduled`, which a node of the previous release never reads), signed with its episode's
+   * trigger.
    */
   async insertWithin(
     client: SqlExecutor,
@@ -121,8 +133,11 @@ export class TriggerRequests implements RetryWakeUps {
     status: 'pending' | 'scheduled' = 'pending',
   ): Promise<string> {
     const { rows } = await client.query<{ id: string }>(
-      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node, source_stack, source_env, status, opts, signature, not_before)
-       VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8, now() + make_interval(secs => $10::double precision / 1000))
+      `INSERT INTO cyclium_trigger_requests (episode_id, actor_id, expectation_id, source_node,
+                                             source_stack, source_env, status, opts, signature,
+                                             not_before)
+       VALUES ($1, $2, $3, $4, $5, $6, $9, $7, $8,
+               now() + make_interval(secs => $10::double precision / 1000))
        RETURNING id`,
       [
         episodeId,
@@ -140,7 +155,10 @@ export class TriggerRequests implements RetryWakeUps {
     return (rows[0] as { id: string }).id;
   }
 
-  /** A `waiting` episode's wake-up (a retry's backoff, a sleep, an operator's retry): `scheduled`, due after `delayMs`, resuming the episode from its journal. */
+  /**
+   * A `waiting` episode's wake-up (a retry's backoff, a sleep, an operator's retry): `scheduled`,
+   * due after `delayMs`, resuming the episode from its journal.
+   */
   async scheduleWithin(
     client: SqlExecutor,
     episode: EpisodeRow,
@@ -163,7 +181,8 @@ export class TriggerRequests implements RetryWakeUps {
   /** The condition that a wake-up `node` wrote waits for the episode `e` (see scheduleWithin). */
   scheduledBy(e: string, node: string): string {
     return `EXISTS (SELECT 1 FROM cyclium_trigger_requests r
-                     WHERE r.episode_id = ${e}.id AND r.status = 'scheduled' AND r.source_node = ${node})`;
+                     WHERE r.episode_id = ${e}.id AND r.status = 'scheduled'
+                       AND r.source_node = ${node})`;
   }
 
   /**
@@ -184,7 +203,9 @@ export class TriggerRequests implements RetryWakeUps {
     return this.signer.accepts('trigger_request', fields, request.signature);
   }
 
-  /** A node whose beat is older than this counts as down (three beats missed, as Peers count them). */
+  /**
+   * A node whose beat is older than this counts as down (three beats missed, as Peers count them).
+   */
   private get goneAfterMs(): number {
     return 3 * this.options.nodeBeatIntervalMs;
   }
@@ -201,7 +222,8 @@ export class TriggerRequests implements RetryWakeUps {
         `SELECT r.*, e.trigger_ref AS episode_trigger
            FROM cyclium_trigger_requests r JOIN cyclium_episodes e ON e.id = r.episode_id
           WHERE r.signature IS NULL AND r.status IN ('pending', 'scheduled')
-            AND ${stackCovers('r.source_stack', '$1::text')} AND ${sameEnv('r.source_env', '$2::text')}
+            AND ${stackCovers('r.source_stack', '$1::text')}
+            AND ${sameEnv('r.source_env', '$2::text')}
             AND ($3::uuid IS NULL OR r.id > $3::uuid)
           ORDER BY r.id LIMIT $4 FOR UPDATE OF r`,
         [scope.stack, scope.env, after?.request.id ?? null, limit],
@@ -215,7 +237,8 @@ export class TriggerRequests implements RetryWakeUps {
     const write = (page: Waiting[]) =>
       client.query(
         `UPDATE cyclium_trigger_requests r SET signature = v.signature
-           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE r.id = v.id AND r.signature IS NULL`,
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE r.id = v.id
+             AND r.signature IS NULL`,
         [page.map((w) => w.request.id), page.map(sign)],
       );
     return signInPages(read, write);
@@ -242,12 +265,21 @@ export class TriggerRequests implements RetryWakeUps {
     return rows.map(toRequest);
   }
 
-  /** Takes a pending request for `owner`, inside the caller's transaction; false when another node got there. */
+  /**
+   * Takes a pending request for `owner`, inside the caller's transaction; false when another node
+   * got there.
+   */
   async take(client: SqlExecutor, id: string, owner: string): Promise<boolean> {
     const { rowCount } = await client.query(
-      `UPDATE cyclium_trigger_requests SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
-        WHERE id = $1 AND status IN ('pending', 'scheduled') AND (not_before IS NULL OR not_before <= now())
-          AND ${takeable('$3', { env: 'cyclium_trigger_requests.source_env', goneAfter: '$4', me: '$2' })}`,
+      `UPDATE cyclium_trigger_requests
+        SET status = 'completed', claimed_by = $2, claimed_at = now(), completed_at = now()
+        WHERE id = $1 AND status IN ('pending', 'scheduled')
+          AND (not_before IS NULL OR not_before <= now())
+          AND ${takeable('$3', {
+            env: 'cyclium_trigger_requests.source_env',
+            goneAfter: '$4',
+            me: '$2',
+          })}`,
       [id, owner, this.options.triggerRequestTtlMs, this.goneAfterMs],
     );
     return rowCount === 1;
@@ -256,7 +288,8 @@ export class TriggerRequests implements RetryWakeUps {
   /** Ends a request this node took without a run, with the reason (its episode is gone, say). */
   async fail(client: SqlExecutor, id: string, reason: string): Promise<void> {
     await client.query(
-      `UPDATE cyclium_trigger_requests SET status = 'failed', error = $2, completed_at = now() WHERE id = $1`,
+      `UPDATE cyclium_trigger_requests SET status = 'failed', error = $2, completed_at = now() ` +
+        `WHERE id = $1`,
       [id, reason],
     );
   }
@@ -288,9 +321,11 @@ export class TriggerRequests implements RetryWakeUps {
     const { rows } = await client.query<{ id: string; episode_id: string; error: string }>(
       `UPDATE cyclium_trigger_requests
           SET status = 'expired', completed_at = now(),
-              error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' || actor_id || ' took it'
+              error = 'pending for more than ' || $1 || ' ms: no full node that hosts ' ||
+                actor_id || ' took it'
         WHERE id IN (SELECT id FROM cyclium_trigger_requests
-                      WHERE status IN ('pending', 'scheduled') AND ${sameEnvIndexed('source_env', '$2', env)}
+                      WHERE status IN ('pending', 'scheduled')
+                        AND ${sameEnvIndexed('source_env', '$2', env)}
                         AND ${expirable('$1', { env: '$2::text', goneAfter: '$3', me: '$4' })}
                       FOR NO KEY UPDATE SKIP LOCKED)
        RETURNING id, episode_id, error`,
@@ -321,7 +356,8 @@ export class TriggerRequests implements RetryWakeUps {
 
   /**
    * When each of these episodes that waits for a request falls due, and what it waits for: `start`
-   * (a run for later, or a trigger-only node's), or the `WakeReason` of a waiting one. One read for a page.
+   * (a run for later, or a trigger-only node's), or the `WakeReason` of a waiting one. One read for
+   * a page.
    */
   async waitsOf(
     episodeIds: readonly string[],
@@ -334,7 +370,8 @@ export class TriggerRequests implements RetryWakeUps {
     }>(
       `SELECT DISTINCT ON (episode_id) episode_id, coalesce(not_before, inserted_at) AS due_at,
               coalesce(opts->>'wake', CASE WHEN opts->>'resume' = 'true' THEN 'resume' END) AS wake
-         FROM cyclium_trigger_requests WHERE episode_id = ANY($1::uuid[]) AND status IN ('pending', 'scheduled')
+         FROM cyclium_trigger_requests WHERE episode_id = ANY($1::uuid[])
+           AND status IN ('pending', 'scheduled')
         ORDER BY episode_id, coalesce(not_before, inserted_at)`,
       [episodeIds],
     );
@@ -349,7 +386,8 @@ export class TriggerRequests implements RetryWakeUps {
     limit: number,
   ): Promise<CycliumTriggerRequest[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_trigger_requests WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
+      `SELECT * FROM cyclium_trigger_requests WHERE $1::text IS NULL OR status = $1 ORDER BY ` +
+        `inserted_at DESC, id DESC LIMIT $2`,
       [status ?? null, limit],
     );
     return rows.map(toRequest);

@@ -63,7 +63,10 @@ export class WaitingTriggers {
     return this.waiting.get(actorId)?.length ?? 0;
   }
 
-  /** Starts the oldest waiting trigger of `actor` in a slot it reserves (the caller checked one is free); false when none waits. */
+  /**
+   * Starts the oldest waiting trigger of `actor` in a slot it reserves (the caller checked one is
+   * free); false when none waits.
+   */
   startNext(actor: RegisteredActor): boolean {
     const next = this.waiting.get(actor.id)?.shift();
     if (!next) return false;
@@ -85,7 +88,10 @@ export class WaitingTriggers {
     return true;
   }
 
-  /** The drain: every waiting trigger answers busy, and its event stays unsettled for the bus's next reader. */
+  /**
+   * The drain: every waiting trigger answers busy, and its event stays unsettled for the bus's next
+   * reader.
+   */
   releaseAll(): void {
     const all = [...this.waiting.values()].flatMap((list) => list.splice(0));
     for (const waiting of all) waiting.resolve({ status: 'busy' });

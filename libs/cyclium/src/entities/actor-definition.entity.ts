@@ -1,6 +1,9 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
 
-/** An actor's description as nodes before 0.2 stored it, by actor alone; read only when cyclium_actor_scopes has no row for the scope. */
+/**
+ * An actor's description as nodes before 0.2 stored it, by actor alone; read only when
+ * cyclium_actor_scopes has no row for the scope.
+ */
 @Entity({ name: 'cyclium_actor_definitions' })
 export class CycliumActorDefinition {
   @PrimaryColumn({ name: 'actor_id', type: 'text' })

@@ -1,6 +1,9 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
-/** The stored description of an actor in one stack and env, read by recovery when no compiled actor is at hand. */
+/**
+ * The stored description of an actor in one stack and env, read by recovery when no compiled actor
+ * is at hand.
+ */
 @Entity({ name: 'cyclium_actor_scopes' })
 export class CycliumActorScope {
   @PrimaryGeneratedColumn('uuid')

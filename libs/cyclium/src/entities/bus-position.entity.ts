@@ -1,6 +1,9 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
 
-/** How far one consumer (an event-triggered expectation) has dispatched its channel (see BusPositions). */
+/**
+ * How far one consumer (an event-triggered expectation) has dispatched its channel (see
+ * BusPositions).
+ */
 @Entity({ name: 'cyclium_bus_positions' })
 export class CycliumBusPosition {
   @PrimaryColumn({ type: 'text' })
@@ -10,7 +13,10 @@ export class CycliumBusPosition {
   @PrimaryColumn({ type: 'text' })
   consumer: string;
 
-  /** The event type the consumer takes; null on a row a previous release wrote (it holds every type). */
+  /**
+   * The event type the consumer takes; null on a row a previous release wrote (it holds every
+   * type).
+   */
   @Column({ type: 'text', nullable: true })
   type: string | null;
 
@@ -18,7 +24,9 @@ export class CycliumBusPosition {
   @Column({ type: 'text' })
   position: string;
 
-  /** Events this consumer could not dispatch for a reason of their own, and the last such reason. */
+  /**
+   * Events this consumer could not dispatch for a reason of their own, and the last such reason.
+   */
   @Column({ type: 'bigint' })
   skipped: string;
 

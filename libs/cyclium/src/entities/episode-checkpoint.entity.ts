@@ -21,7 +21,9 @@ export class CycliumEpisodeCheckpoint {
   @Column({ name: 'created_at', type: 'timestamptz' })
   createdAt: Date;
 
-  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  /**
+   * `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it.
+   */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
 }

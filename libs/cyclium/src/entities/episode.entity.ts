@@ -49,7 +49,9 @@ export class CycliumEpisode {
   @Column({ name: 'max_attempts', type: 'integer' })
   maxAttempts: number;
 
-  /** Failed attempts so far that a retry policy retried (the episode is `waiting`, or ran again). */
+  /**
+   * Failed attempts so far that a retry policy retried (the episode is `waiting`, or ran again).
+   */
   @Column({ type: 'integer', default: 0 })
   retries: number;
 

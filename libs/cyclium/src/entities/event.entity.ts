@@ -6,7 +6,10 @@ export class CycliumEvent {
   @PrimaryColumn({ type: 'bigint' })
   id: string;
 
-  /** The writing transaction's id. The column is xid8, which TypeORM has no type for; pg returns it as text. */
+  /**
+   * The writing transaction's id. The column is xid8, which TypeORM has no type for; pg returns it
+   * as text.
+   */
   @Column({ name: 'tx_id', type: 'text' })
   txId: string;
 
@@ -37,7 +40,9 @@ export class CycliumEvent {
   @Column({ name: 'created_at', type: 'timestamptz' })
   createdAt: Date;
 
-  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  /**
+   * `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it.
+   */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
 }

@@ -30,22 +30,29 @@ export class CycliumNode {
   @Column({ name: 'last_seen_at', type: 'timestamptz' })
   lastSeenAt: Date;
 
-  /** The actors this node hosts; null for a node from before the column (counted as hosting all). */
+  /**
+   * The actors this node hosts; null for a node from before the column (counted as hosting all).
+   */
   @Column({ type: 'text', array: true, nullable: true })
   actors: string[] | null;
 
   /**
-   * The expectations it hosts, by actor (`{ actor: [expectation, …] }`); null for a node from before
-   * the column (counted as hosting every expectation of its actors).
+   * The expectations it hosts, by actor (`{ actor: [expectation, …] }`); null for a node from
+   * before the column (counted as hosting every expectation of its actors).
    */
   @Column({ type: 'jsonb', nullable: true })
   expectations: Record<string, string[]> | null;
 
-  /** The process now running this node (random per process); null while it is going, or for rows from before the column. */
+  /**
+   * The process now running this node (random per process); null while it is going, or for rows
+   * from before the column.
+   */
   @Column({ name: 'boot_id', type: 'uuid', nullable: true })
   bootId: string | null;
 
-  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  /**
+   * `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it.
+   */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
 }

@@ -1,6 +1,8 @@
 import { getMetadataArgsStorage } from 'typeorm';
 
-/** How one column's value as pg returns it becomes the property's; the value as it is when absent. */
+/**
+ * How one column's value as pg returns it becomes the property's; the value as it is when absent.
+ */
 export type ColumnConversions<T> = { [K in keyof T]?: (value: unknown) => T[K] };
 
 /** A row as pg returns it (snake_case columns) onto the entity's shape (camelCase properties). */
@@ -44,5 +46,8 @@ export function rowMapper<T>(
  */
 export const nullWhenAbsent = <T>(value: unknown): T | null => (value ?? null) as T | null;
 
-/** A jsonb object column read as `{}` when NULL or absent (a fresh object each time: callers may change it). */
+/**
+ * A jsonb object column read as `{}` when NULL or absent (a fresh object each time: callers may
+ * change it).
+ */
 export const emptyWhenAbsent = <T extends object>(value: unknown): T => (value ?? {}) as T;

@@ -53,7 +53,9 @@ export class CycliumTriggerRequest {
   @Column({ name: 'completed_at', type: 'timestamptz', nullable: true })
   completedAt: Date | null;
 
-  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  /**
+   * `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it.
+   */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
 }

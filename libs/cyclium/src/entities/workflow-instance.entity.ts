@@ -1,7 +1,10 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import type { StepState } from './workflow-step-state.js';
 
-/** `blocked` is never written by the engine today; reconciliation and the subject index treat it as live. */
+/**
+ * `blocked` is never written by the engine today; reconciliation and the subject index treat it as
+ * live.
+ */
 export type WorkflowInstanceStatus = 'running' | 'blocked' | 'done' | 'failed' | 'canceled';
 
 /** A row of `cyclium_workflow_instances`: one run of a workflow and its steps. */
@@ -16,7 +19,9 @@ export class CycliumWorkflowInstance {
   @Column({ type: 'text' })
   status: WorkflowInstanceStatus;
 
-  /** Per step: status, attempts, the episode of the current attempt, its result (small) and error. */
+  /**
+   * Per step: status, attempts, the episode of the current attempt, its result (small) and error.
+   */
   @Column({ name: 'step_states', type: 'jsonb' })
   stepStates: Record<string, StepState>;
 
@@ -49,7 +54,9 @@ export class CycliumWorkflowInstance {
   @Column({ name: 'finished_at', type: 'timestamptz', nullable: true })
   finishedAt: Date | null;
 
-  /** `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it. */
+  /**
+   * `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it.
+   */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
 }

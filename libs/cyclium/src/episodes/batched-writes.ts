@@ -1,10 +1,16 @@
 import { GroupCommit, type Pending } from '../primitives/group-commit.js';
 import { isDatabaseUnavailable } from '../sql/database-errors.js';
 
-/** Batches one kind of write keeps in flight at once: fewer than a node's episodes, so each batch still serves several. */
+/**
+ * Batches one kind of write keeps in flight at once: fewer than a node's episodes, so each batch
+ * still serves several.
+ */
 const IN_FLIGHT = 4;
 
-/** What a batched statement answers: one result per item, in order, or `alone` when every item must be written by itself. */
+/**
+ * What a batched statement answers: one result per item, in order, or `alone` when every item must
+ * be written by itself.
+ */
 export type BatchAnswer<R> = R[] | 'alone';
 
 interface Slot<T, R> {

@@ -42,7 +42,9 @@ export class BeginWrites {
     (b) => this.statements.begin(b.spec),
     (items) => this.beginMany(items),
   );
-  /** The claims fragment a batch needs, resolved at the first begin (null: this setup cannot batch). */
+  /**
+   * The claims fragment a batch needs, resolved at the first begin (null: this setup cannot batch).
+   */
   private acquireMany: AcquireMany | null | undefined;
 
   constructor(
@@ -87,10 +89,12 @@ export class BeginWrites {
         owner: p(this.identity.name(), 'text'),
         leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
       },
-      `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key AND e.id IS NOT NULL
+      `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key
+        AND e.id IS NOT NULL
          ORDER BY i.n`,
     );
-    // A busy claim left nothing of the batch: alone, each begin gets its own answer (busy, started, an error).
+    // A busy claim left nothing of the batch: alone, each begin gets its own answer (busy, started,
+    // an error).
     if (rows === 'busy') return 'alone';
     return items.map((item, i) => {
       const row = rows[i] as BeginRow;

@@ -22,16 +22,16 @@ interface EndWrite {
 type BatchFragments = Required<Pick<ClaimFragments, 'ownerMany' | 'finishMany'>>;
 
 /**
- * Every terminal write of this node. Outcomes with nothing but a status and an event (no
- * findings, no outputs) are one statement for one end or many: those that arrive while another
- * terminal write is in flight leave together, group-committed as step writes are, each row
- * proving its own claim at its fence (the claims locked in key order, the episodes in id order);
- * its status, checkpoint cleanup, claim completion and terminal event are written only when that
- * proof held, so a stale holder in a batch writes nothing while the others commit. A lone write
- * goes out at once as EpisodeStatements.end, its claim proven by key: the batch's joins over its
- * input cost twice the planning for one row. A batch PostgreSQL refuses is written again one by one, so
- * only the write at fault fails. Everything else (findings, outputs, claims off, an adapter or bus
- * that cannot batch) is EpisodeStatements.end, which shares the terminal write (terminal-writes).
+ * Every terminal write of this node. Outcomes with nothing but a status and an event (no findings,
+ * no outputs) are one statement for one end or many: those that arrive while another terminal write
+ * is in flight leave together, group-committed as step writes are, each row proving its own claim
+ * at its fence (the claims locked in key order, the episodes in id order); its status, checkpoint
+ * cleanup, claim completion and terminal event are written only when that proof held, so a stale
+ * holder in a batch writes nothing while the others commit. A lone write goes out at once as
+ * EpisodeStatements.end, its claim proven by key: the batch's joins over its input cost twice the
+ * planning for one row. A batch PostgreSQL refuses is written again one by one, so only the write
+ * at fault fails. Everything else (findings, outputs, claims off, an adapter or bus that cannot
+ * batch) is EpisodeStatements.end, which shares the terminal write (terminal-writes).
  */
 @Injectable()
 export class EndWrites {
@@ -39,7 +39,9 @@ export class EndWrites {
     async (w) => (await this.statements.end(w.episode, w.ownership, w.outcome)) !== null,
     (items) => this.endMany(items),
   );
-  /** The claims fragments a batch needs, resolved at the first end (null: this setup cannot batch). */
+  /**
+   * The claims fragments a batch needs, resolved at the first end (null: this setup cannot batch).
+   */
   private fragments: BatchFragments | null | undefined;
 
   constructor(
@@ -101,7 +103,9 @@ export class EndWrites {
     const row = `SELECT 1 FROM cyclium_episodes WHERE id = ${id} AND status = ${p(status, 'text')}
                     ${finished ? '' : `AND owner_node IS NOT DISTINCT FROM ${refs.owner}`}`;
     // Open: the episode row proves ownership, as in the end itself.
-    const here = `SELECT 1 FROM cyclium_episodes e WHERE e.id = ${id} AND ${runningHere('e', refs.owner)}`;
+    const here =
+      `SELECT 1 FROM cyclium_episodes e WHERE e.id = ${id} AND ` +
+      `${runningHere('e', refs.owner)}`;
     const held = finished ? '' : `AND EXISTS (${here})`;
     const ended = `${finished ? 'EXISTS (SELECT 1 FROM finished) AND ' : ''}EXISTS (${row})`;
     const { rows } = await this.database.sql.query<{ ended: boolean; owned: boolean }>(
@@ -156,7 +160,8 @@ export class EndWrites {
     statement.with(
       'input',
       `SELECT * FROM unnest(${input})
-         WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification, error_class, error_detail, failure, n)`,
+         WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification,
+                               error_class, error_detail, failure, n)`,
     );
     statement.with('owner', ownerMany({ input: 'input' }));
     for (const [name, body] of finishEpisodes('owner')) statement.with(name, body);

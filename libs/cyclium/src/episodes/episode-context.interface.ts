@@ -13,7 +13,10 @@ export interface EpisodeTrigger<P = unknown> {
   payload: P;
   /** The schedule bucket or cron tick this run belongs to (ISO). */
   scheduledAt?: string;
-  /** The retry policy `Episodes.trigger` gave this episode over its expectation's (`false`: no retries). */
+  /**
+   * The retry policy `Episodes.trigger` gave this episode over its expectation's (`false`: no
+   * retries).
+   */
   retry?: RetryPolicy | false;
 }
 
@@ -34,11 +37,13 @@ export interface EpisodeContext<P = unknown> {
   readonly signal: AbortSignal;
   /** The claim's fence, or null with claims off. */
   readonly fence: number | null;
-  /** True when this run continues an interrupted one: checkpointed steps return their stored result. */
+  /**
+   * True when this run continues an interrupted one: checkpointed steps return their stored result.
+   */
   readonly resumed: boolean;
   /**
-   * The unit of progress: checks the signal, runs `fn`, and records its result (journal + checkpoint,
-   * fenced) before returning it. `fn`'s result must be JSON-serialisable.
+   * The unit of progress: checks the signal, runs `fn`, and records its result (journal +
+   * checkpoint, fenced) before returning it. `fn`'s result must be JSON-serialisable.
    */
   step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T>;
   /**

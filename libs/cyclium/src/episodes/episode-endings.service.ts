@@ -24,7 +24,10 @@ import { EpisodeWaits } from './episode-waits.service.js';
 import { retryOptionsFor, type RetryOptions } from './retry-policy.js';
 import type { RunningEpisode } from './running-episode.js';
 
-/** Failures the library decides rather than the host's code: their message says it all, so no stack even at debug. */
+/**
+ * Failures the library decides rather than the host's code: their message says it all, so no stack
+ * even at debug.
+ */
 const DECIDED = new Set([
   'unknown_actor',
   'nondeterministic_resume',
@@ -98,7 +101,10 @@ export class EpisodeEndings {
     if (won.length > 0) await this.outputs.deliver(won, sentAt);
   }
 
-  /** Outputs.reclaim; a failure leaves the stray row for the output rescue to fail, as it would without this. */
+  /**
+   * Outputs.reclaim; a failure leaves the stray row for the output rescue to fail, as it would
+   * without this.
+   */
   private async reclaimed(
     episode: EpisodeRow,
     proposals: readonly OutputProposal[],
@@ -108,13 +114,17 @@ export class EpisodeEndings {
       return await this.outputs.reclaim(episode, proposals, won);
     } catch (error) {
       this.logger.warn(
-        `episode ${episode.id}: could not check the output rows already under its keys: ${errorMessage(error)}`,
+        `episode ${episode.id}: could not check the output rows already under its keys: ` +
+          `${errorMessage(error)}`,
       );
       return [];
     }
   }
 
-  /** Records how a run that did not converge ended, fenced like every other write, with its terminal event. */
+  /**
+   * Records how a run that did not converge ended, fenced like every other write, with its terminal
+   * event.
+   */
   async settle(
     episode: EpisodeRow,
     ownership: Ownership,
@@ -122,7 +132,8 @@ export class EpisodeEndings {
     cause: unknown,
     declared?: RetryOptions,
   ): Promise<void> {
-    // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone else's, or recovery's.
+    // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone
+    // else's, or recovery's.
     if (cause instanceof ClaimLostError || cause instanceof EpisodeWriteUnavailableError) {
       this.abandon(episode, cause);
       return;
@@ -182,7 +193,10 @@ export class EpisodeEndings {
     this.telemetry.emit(event, { ...describeEpisode(episode), errorClass });
   }
 
-  /** `ep.sleep` stopped the run before its wake-up time: the episode waits until then (EpisodeWaits.sleep). */
+  /**
+   * `ep.sleep` stopped the run before its wake-up time: the episode waits until then
+   * (EpisodeWaits.sleep).
+   */
   async sleep(
     episode: EpisodeRow,
     ownership: Ownership,
@@ -213,7 +227,10 @@ export class EpisodeEndings {
     });
   }
 
-  /** A failed attempt with attempts left: the episode waits out its backoff (EpisodeWaits), or is abandoned when its claim moved on. */
+  /**
+   * A failed attempt with attempts left: the episode waits out its backoff (EpisodeWaits), or is
+   * abandoned when its claim moved on.
+   */
   private async retryLater(
     episode: EpisodeRow,
     ownership: Ownership,
@@ -236,7 +253,8 @@ export class EpisodeEndings {
       return;
     }
     this.logger.warn(
-      `${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} (${firstLine(detail)}); retrying in ${delayMs} ms`,
+      `${episodeLabel(episode)} attempt ${attempt} of ${attempts} failed as ${errorClass} ` +
+        `(${firstLine(detail)}); retrying in ${delayMs} ms`,
     );
     this.telemetry.emit('episode.retrying', {
       ...describeEpisode(episode),
@@ -300,11 +318,17 @@ export class EpisodeEndings {
     if (!row) return 'the episode row is gone';
     if (['done', 'partially_failed', 'failed', 'canceled'].includes(row.status)) {
       const where = row.ownerNode && row.ownerNode !== me ? ` on node ${row.ownerNode}` : '';
-      return `the episode has since ended ${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''}${where}`;
+      return (
+        `the episode has since ended ` +
+        `${row.status}${row.errorClass ? ` as ${row.errorClass}` : ''}${where}`
+      );
     }
     if (row.ownerNode !== me)
       return `node ${row.ownerNode ?? 'unknown'} has taken it over (${row.status})`;
-    return 'its lease ran out before a renewal reached the database, and no node has taken it over yet: recovery restarts it once it is stale';
+    return (
+      'its lease ran out before a renewal reached the database, and no node has taken it ' +
+      'over yet: recovery restarts it once it is stale'
+    );
   }
 
   private lifecycle(

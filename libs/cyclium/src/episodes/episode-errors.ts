@@ -40,7 +40,10 @@ export class EpisodeSleeping extends Error {
   }
 }
 
-/** `Episodes.list` was asked for something it cannot page by: the message names the field. A caller's mistake (a 400 over HTTP). */
+/**
+ * `Episodes.list` was asked for something it cannot page by: the message names the field. A
+ * caller's mistake (a 400 over HTTP).
+ */
 export class InvalidListQueryError extends Error {
   override readonly name = 'InvalidListQueryError';
 }
@@ -88,7 +91,8 @@ export class EpisodeWriteUnavailableError extends Error {
 
   constructor(episodeId: string, what: string, cause: unknown) {
     super(
-      `episode ${episodeId}: the ${what} could not be written (${errorMessage(cause)}); left to recovery`,
+      `episode ${episodeId}: the ${what} could not be written (${errorMessage(cause)}); left to ` +
+        `recovery`,
       { cause },
     );
   }

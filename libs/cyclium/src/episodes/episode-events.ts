@@ -34,7 +34,10 @@ export interface LifecyclePayload {
   workflowStepId: string | null;
   node: string;
   errorClass?: string;
-  /** Re-published by `Recovery.reconcileWorkflows` for an episode that ended while no engine heard it. */
+  /**
+   * Re-published by `Recovery.reconcileWorkflows` for an episode that ended while no engine heard
+   * it.
+   */
   replayed?: boolean;
 }
 

@@ -3,7 +3,10 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import type { EpisodeTrigger } from './episode-context.interface.js';
 
-/** An episode a writer begins (running) or queues: what it asks for; the insert adds the id and the columns it derives. */
+/**
+ * An episode a writer begins (running) or queues: what it asks for; the insert adds the id and the
+ * columns it derives.
+ */
 export interface NewEpisode {
   actorId: string;
   expectationId: string;
@@ -74,8 +77,9 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
     [rows.map((r) => r.insertBefore), 'timestamptz[]'],
     [rows.map((r) => r.signature), 'text[]'],
   ]);
-  const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
-                   max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, waits,
+  const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
+                   status, owner_node, max_attempts, source_stack, source_env,
+                   workflow_instance_id, workflow_step_id, started_at, waits,
                    insert_before, signature, n`;
   return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${columns})`;
 }
@@ -90,15 +94,21 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
 export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'skip'): string {
   return `
     INSERT INTO cyclium_episodes
-      (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-       source_stack, source_env, workflow_instance_id, workflow_step_id, started_at, queued_at, signature)
-    SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node, max_attempts,
-           source_stack, source_env, workflow_instance_id, workflow_step_id,
-           coalesce(started_at, CASE WHEN status = 'running' THEN now() END), CASE WHEN waits THEN now() END, signature
+      (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
+       max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at,
+       queued_at, signature)
+    SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
+           max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id,
+           coalesce(started_at, CASE WHEN status = 'running' THEN now() END),
+           CASE WHEN waits THEN now() END, signature
       FROM ${input} i
      WHERE i.insert_before IS NULL OR clock_timestamp() < i.insert_before
      ORDER BY key
-    ${duplicates === 'skip' ? 'ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING' : ''}
+    ${
+      duplicates === 'skip'
+        ? 'ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING'
+        : ''
+    }
     RETURNING *`;
 }
 

@@ -21,28 +21,35 @@ export interface Checkpoint {
 
 /**
  * Whether a step write whose reply was lost committed: the journal row of that step at that
- * position. While the claim is held at this fence no other holder can have written a step there
- * (a previous holder's writes all came before this run read its next position; markers are
- * observations), so the row is this write's. Reads ownership and a pending cancel as the step write does.
+ * position. While the claim is held at this fence no other holder can have written a step there (a
+ * previous holder's writes all came before this run read its next position; markers are
+ * observations), so the row is this write's. Reads ownership and a pending cancel as the step write
+ * does.
  */
 export const STEP_CONFIRM: FencedStatement = {
   name: 'episodes_step_confirm',
   body: `
   SELECT (SELECT count(*)::int FROM owner) AS owned,
          EXISTS (SELECT 1 FROM cyclium_episode_steps
-                  WHERE episode_id = $4 AND step_no = $5 AND kind = 'step' AND name = $6) AS written,
-         EXISTS (SELECT 1 FROM cyclium_episodes WHERE id = $4 AND cancel_requested_at IS NOT NULL) AS cancel_requested`,
+                  WHERE episode_id = $4 AND step_no = $5 AND kind = 'step'
+                    AND name = $6) AS written,
+         EXISTS (SELECT 1 FROM cyclium_episodes WHERE id = $4
+                   AND cancel_requested_at IS NOT NULL) AS cancel_requested`,
 };
 
 /** The rows of a batch: one per element of the parameter arrays, numbered in order. */
 const STEP_INPUT_MANY = `
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[], $8::int[], $9::int[], $10::text[])
-      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, signature, n)`;
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[],
+                         $7::jsonb[], $8::int[], $9::int[], $10::text[])
+      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms,
+                            step_no, signature, n)`;
 
 /** The row of a lone write, from scalar parameters in the same order: it plans as one row. */
 const STEP_INPUT_ONE = `
-    SELECT $1::text AS key, $2::text AS owner, $3::bigint AS fence, $4::uuid AS episode_id, $5::int AS journal_no, $6::text AS name,
-           $7::jsonb AS result, $8::int AS duration_ms, $9::int AS step_no, $10::text AS signature, 1::bigint AS n`;
+    SELECT $1::text AS key, $2::text AS owner, $3::bigint AS fence, $4::uuid AS episode_id,
+           $5::int AS journal_no, $6::text AS name,
+           $7::jsonb AS result, $8::int AS duration_ms, $9::int AS step_no, $10::text AS signature,
+           1::bigint AS n`;
 
 /**
  * The step write, for one episode or several: one journal row and one checkpoint per row of
@@ -73,7 +80,8 @@ export function stepWrite(owner: string, held?: string): string {
     SELECT episode_id, step_no, name, result, signature FROM owner RETURNING 1
   )
   SELECT (SELECT count(*)::int FROM journal j WHERE j.episode_id = i.episode_id) AS written,
-         EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = i.episode_id AND e.cancel_requested_at IS NOT NULL) AS cancel_requested
+         EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = i.episode_id
+                   AND e.cancel_requested_at IS NOT NULL) AS cancel_requested
     FROM input i
    ORDER BY i.n`;
 }
@@ -88,7 +96,8 @@ const MARK = prepared(
   'episodes_mark',
   `
   INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
-  SELECT m.id, coalesce((SELECT max(j.step_no) FROM cyclium_episode_steps j WHERE j.episode_id = m.id), 0) + 1,
+  SELECT m.id, coalesce((SELECT max(j.step_no) FROM cyclium_episode_steps j
+                         WHERE j.episode_id = m.id), 0) + 1,
          'observation', $2, $3::jsonb
     FROM unnest($1::uuid[]) AS m (id)
   ON CONFLICT (episode_id, step_no) DO NOTHING
@@ -109,9 +118,11 @@ const MARK_ATTEMPTS = 5;
 export function wokenMarker(episodes: string, node: string): string {
   return `
   INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref)
-  SELECT w.id, last.step_no + 1, 'observation', 'woken', jsonb_build_object('event', 'woken', 'node', ${node})
+  SELECT w.id, last.step_no + 1, 'observation', 'woken',
+         jsonb_build_object('event', 'woken', 'node', ${node})
     FROM ${episodes} w
-   CROSS JOIN LATERAL (SELECT max(j.step_no) AS step_no FROM cyclium_episode_steps j WHERE j.episode_id = w.id) last
+   CROSS JOIN LATERAL (SELECT max(j.step_no) AS step_no FROM cyclium_episode_steps j
+                       WHERE j.episode_id = w.id) last
    WHERE last.step_no IS NOT NULL
   ON CONFLICT (episode_id, step_no) DO NOTHING
   RETURNING episode_id`;
@@ -135,7 +146,10 @@ export class EpisodeJournal {
     private readonly signer: RowSigner,
   ) {}
 
-  /** Appends the marker `name` (`result_ref.event` = name) to each episode; on `via` inside a transaction, or on the pool. */
+  /**
+   * Appends the marker `name` (`result_ref.event` = name) to each episode; on `via` inside a
+   * transaction, or on the pool.
+   */
   async mark(
     ids: readonly string[],
     name: string,
@@ -166,7 +180,8 @@ export class EpisodeJournal {
       state: unknown;
       signature: string | null;
     }>(
-      `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE episode_id = $1 ORDER BY checkpoint_no`,
+      `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE ` +
+        `episode_id = $1 ORDER BY checkpoint_no`,
       [id],
     );
     const accepted = (r: (typeof rows)[number]) => {
@@ -194,7 +209,8 @@ export class EpisodeJournal {
       const { rows } = await client.query<Row>(
         `SELECT c.episode_id, c.checkpoint_no, c.phase, c.state
            FROM cyclium_episode_checkpoints c JOIN cyclium_episodes e ON e.id = c.episode_id
-          WHERE c.signature IS NULL AND ${IN_FLIGHT('e')} AND ${stackCovers('e.source_stack', '$1::text')}
+          WHERE c.signature IS NULL AND ${IN_FLIGHT('e')}
+            AND ${stackCovers('e.source_stack', '$1::text')}
             AND ${sameEnv('e.source_env', '$2::text')}
             AND ($3::uuid IS NULL OR (c.episode_id, c.checkpoint_no) > ($3::uuid, $4::int))
           ORDER BY c.episode_id, c.checkpoint_no LIMIT $5 FOR UPDATE OF c`,
@@ -209,8 +225,10 @@ export class EpisodeJournal {
     const write = (page: Row[]) =>
       client.query(
         `UPDATE cyclium_episode_checkpoints c SET signature = v.signature
-           FROM unnest($1::uuid[], $2::int[], $3::text[]) AS v (episode_id, checkpoint_no, signature)
-          WHERE c.episode_id = v.episode_id AND c.checkpoint_no = v.checkpoint_no AND c.signature IS NULL`,
+           FROM unnest($1::uuid[], $2::int[], $3::text[]) AS v (episode_id, checkpoint_no,
+                                                                signature)
+          WHERE c.episode_id = v.episode_id AND c.checkpoint_no = v.checkpoint_no
+            AND c.signature IS NULL`,
         [page.map((r) => r.episode_id), page.map((r) => r.checkpoint_no), page.map(sign)],
       );
     return signInPages(read, write);
@@ -219,13 +237,17 @@ export class EpisodeJournal {
   /** The next free journal position (markers such as `resumed` take positions too). */
   async nextPosition(id: string): Promise<number> {
     const { rows } = await this.database.sql.query<{ next: number }>(
-      `SELECT coalesce(max(step_no), 0)::int + 1 AS next FROM cyclium_episode_steps WHERE episode_id = $1`,
+      `SELECT coalesce(max(step_no), 0)::int + 1 AS next FROM cyclium_episode_steps WHERE ` +
+        `episode_id = $1`,
       [id],
     );
     return rows[0]?.next ?? 1;
   }
 
-  /** Part of a terminal statement: a finished episode keeps its journal, not its checkpoints (every episode the SQL set `ids` names). */
+  /**
+   * Part of a terminal statement: a finished episode keeps its journal, not its checkpoints (every
+   * episode the SQL set `ids` names).
+   */
   clearCheckpointsFragment(ids: string): string {
     return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id IN (${ids}) RETURNING 1`;
   }

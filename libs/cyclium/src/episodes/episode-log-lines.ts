@@ -2,14 +2,20 @@ import type { Logger } from '@nestjs/common';
 import { errorMessage, isDatabaseUnavailable } from '../sql/database-errors.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 
-/** Every log line names an episode the same way, so an operator can grep one id or one actor across nodes. */
+/**
+ * Every log line names an episode the same way, so an operator can grep one id or one actor across
+ * nodes.
+ */
 export function episodeLabel(
   episode: Pick<EpisodeRow, 'id' | 'actorId' | 'expectationId'>,
 ): string {
   return `episode ${episode.id} (${episode.actorId}.${episode.expectationId})`;
 }
 
-/** A log line carries one line of a message: a driver's multi-line text or a stack would drown the rest. */
+/**
+ * A log line carries one line of a message: a driver's multi-line text or a stack would drown the
+ * rest.
+ */
 export function firstLine(text: string, max = 300): string {
   const line = text.split('\n', 1)[0] ?? '';
   return line.length > max ? `${line.slice(0, max)}…` : line;
@@ -35,7 +41,10 @@ export function failureLines(
   return { warn, debug: `${episodeLabel(episode)} failed at:\n${error.stack}` };
 }
 
-/** A start that failed: a warning while the database is away (expected; recovery retries), an error otherwise. */
+/**
+ * A start that failed: a warning while the database is away (expected; recovery retries), an error
+ * otherwise.
+ */
 export function logStartFailure(
   logger: Pick<Logger, 'warn' | 'error'>,
   what: string,

@@ -41,7 +41,8 @@ const DEQUEUE = prepared(
  */
 const TAKE_FROM_PEER = prepared(
   'episodes_take_from_peer',
-  `UPDATE cyclium_episodes SET status = 'running', owner_node = $1, started_at = now(), updated_at = now()
+  `UPDATE cyclium_episodes
+    SET status = 'running', owner_node = $1, started_at = now(), updated_at = now()
     WHERE id = (SELECT id FROM cyclium_episodes
                  WHERE status = 'queued' AND actor_id = $2 AND expectation_id = ANY($5::text[])
                    AND owner_node IS DISTINCT FROM $1
@@ -79,7 +80,8 @@ export function takeQueued(refs: TakeRefs): Array<[string, string]> {
           ORDER BY queued_at, id LIMIT ${refs.limit}
           FOR NO KEY UPDATE`
       : `SELECT id FROM cyclium_episodes
-          WHERE status = 'queued' AND actor_id = ${refs.actorId} AND expectation_id = ANY(${refs.expectations})
+          WHERE status = 'queued' AND actor_id = ${refs.actorId}
+            AND expectation_id = ANY(${refs.expectations})
             AND owner_node IS DISTINCT FROM ${refs.owner}
             AND ${sameStack('source_stack', refs.stack)} AND ${sameEnv('source_env', refs.env)}
           ORDER BY queued_at DESC, id DESC LIMIT ${refs.limit}
@@ -88,7 +90,8 @@ export function takeQueued(refs: TakeRefs): Array<[string, string]> {
     ['head', head],
     [
       'ep',
-      `UPDATE cyclium_episodes e SET status = 'running', owner_node = ${refs.owner}, started_at = now(), updated_at = now()
+      `UPDATE cyclium_episodes e
+        SET status = 'running', owner_node = ${refs.owner}, started_at = now(), updated_at = now()
          FROM head WHERE e.id = head.id AND e.status = 'queued'
        RETURNING e.*`,
     ],
@@ -133,7 +136,10 @@ export class EpisodeQueue {
     );
   }
 
-  /** The actors with episodes waiting in this node's queue (a node back under the same identity has a backlog). */
+  /**
+   * The actors with episodes waiting in this node's queue (a node back under the same identity has
+   * a backlog).
+   */
   async actorsWithQueued(owner: string): Promise<string[]> {
     const { rows } = await this.database.sql.query<{ actor_id: string }>(
       `SELECT DISTINCT actor_id FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1`,
@@ -142,7 +148,10 @@ export class EpisodeQueue {
     return rows.map((r) => r.actor_id);
   }
 
-  /** actorsWithQueued at boot: a database away meanwhile (a failover) is waited for (CycliumDataSource.atBoot). */
+  /**
+   * actorsWithQueued at boot: a database away meanwhile (a failover) is waited for
+   * (CycliumDataSource.atBoot).
+   */
   backlogAtBoot(owner: string): Promise<string[]> {
     return this.database.atBoot('reading the queued backlog', () => this.actorsWithQueued(owner));
   }
@@ -150,7 +159,8 @@ export class EpisodeQueue {
   /** How many episodes of `actorId` wait in this node's queue. */
   async queuedCount(actorId: string, owner: string): Promise<number> {
     const { rows } = await this.database.sql.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'queued' AND owner_node = $1 AND actor_id = $2`,
+      `SELECT count(*)::int AS n FROM cyclium_episodes WHERE status = 'queued' AND owner_node = ` +
+        `$1 AND actor_id = $2`,
       [owner, actorId],
     );
     return rows[0]?.n ?? 0;
@@ -163,7 +173,8 @@ export class EpisodeQueue {
     via: SqlExecutor,
   ): Promise<EpisodeRow | null> {
     const { rows } = await via.query(
-      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
+      `UPDATE cyclium_episodes
+        SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
         WHERE id = (${QUEUE_HEAD})
           AND status = 'queued'
        RETURNING *`,

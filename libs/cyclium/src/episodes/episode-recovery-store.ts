@@ -19,10 +19,15 @@ import { oneEpisode, toEpisode } from './episode-store.js';
  */
 export function recordedPolicyOf(e: string): string {
   return `coalesce(
-    (SELECT x->>'recovery_policy' FROM cyclium_actor_scopes d, jsonb_array_elements(d.expectations) x
-      WHERE d.actor_id = ${e}.actor_id AND coalesce(d.source_env, '') = coalesce(${e}.source_env, '') AND x->>'id' = ${e}.expectation_id
-      ORDER BY (d.source_stack IS NOT DISTINCT FROM ${e}.source_stack) DESC, d.updated_at DESC LIMIT 1),
-    (SELECT x->>'recovery_policy' FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
+    (SELECT x->>'recovery_policy'
+     FROM cyclium_actor_scopes d, jsonb_array_elements(d.expectations) x
+      WHERE d.actor_id = ${e}.actor_id
+        AND coalesce(d.source_env, '') = coalesce(${e}.source_env, '')
+        AND x->>'id' = ${e}.expectation_id
+      ORDER BY (d.source_stack IS NOT DISTINCT FROM ${e}.source_stack) DESC, d.updated_at DESC
+        LIMIT 1),
+    (SELECT x->>'recovery_policy'
+     FROM cyclium_actor_definitions d, jsonb_array_elements(d.expectations) x
       WHERE d.actor_id = ${e}.actor_id AND x->>'id' = ${e}.expectation_id LIMIT 1))`;
 }
 
@@ -41,14 +46,20 @@ export interface CandidateScope {
    * here may lack it) is read only when it will be failed.
    */
   hosted: HostedExpectations | null;
-  /** A `resolvePolicy` decides in code: a row of an unhosted actor may be one to fail, so all are read. */
+  /**
+   * A `resolvePolicy` decides in code: a row of an unhosted actor may be one to fail, so all are
+   * read.
+   */
   policyInCode: boolean;
 }
 
 /** Where the adoption of gone nodes' queues looks. */
 type QueueScope = Omit<CandidateScope, 'staleAfterMs' | 'claimsOn'>;
 
-/** Where the next page of candidates starts: after this staleness and id (the text keeps microseconds). */
+/**
+ * Where the next page of candidates starts: after this staleness and id (the text keeps
+ * microseconds).
+ */
 export interface CandidateCursor {
   quietSince: string;
   id: string;
@@ -80,19 +91,23 @@ export interface CandidatePage {
 export const CANDIDATES = `
   SELECT e.*, q.quiet_since::text AS quiet_since FROM cyclium_episodes e
    CROSS JOIN LATERAL (
-     SELECT coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
+     SELECT coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s
+                      WHERE s.episode_id = e.id),
                      e.started_at, e.inserted_at) AS quiet_since) q
    WHERE e.status = 'running'
      AND ${stackCovers('e.source_stack', '$1')}
      AND ${sameEnv('e.source_env', '$2')}
-     AND (e.phase IS NOT DISTINCT FROM 'interrupted' OR q.quiet_since < now() - make_interval(secs => $3::double precision / 1000))
+     AND (e.phase IS NOT DISTINCT FROM 'interrupted'
+          OR q.quiet_since < now() - make_interval(secs => $3::double precision / 1000))
      AND NOT (e.phase IS NOT DISTINCT FROM 'recovering'
               AND EXISTS (SELECT 1 FROM cyclium_nodes n
                            WHERE n.node_identity = e.owner_node
-                             AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
+                             AND n.last_seen_at
+                                   > now() - make_interval(secs => $4::double precision / 1000))
               AND (NOT $5::boolean
                    OR ${liveClaimOnEpisode('e')}))
-     AND ($6::jsonb IS NULL OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6')} OR $7::boolean
+     AND ($6::jsonb IS NULL OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6')}
+          OR $7::boolean
           OR e.attempts >= e.max_attempts
           OR coalesce(${recordedPolicyOf('e')},
                       CASE WHEN $6::jsonb ? e.actor_id THEN 'unknown' ELSE 'fail' END) = 'fail')
@@ -100,7 +115,10 @@ export const CANDIDATES = `
    ORDER BY q.quiet_since, e.id
    LIMIT $10`;
 
-/** The node that decides "not hosted" (NOT_HOSTED): since when it has watched, and the beat gap that ends a watch. */
+/**
+ * The node that decides "not hosted" (NOT_HOSTED): since when it has watched, and the beat gap that
+ * ends a watch.
+ */
 export interface NotHostedWatcher {
   node: string;
   /** The database time since which it has beaten without a gap (NodeRegistry.watchingSince). */
@@ -138,8 +156,11 @@ export const NOT_HOSTED = `
        AND ${sameEnv('e.source_env', '$2')}
        AND NOT ${hostsExpectation('e.actor_id', 'e.expectation_id', '$3')}
        AND greatest(e.updated_at,
-                    coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s WHERE s.episode_id = e.id),
-                             e.started_at, e.inserted_at)) < now() - make_interval(secs => $4::double precision / 1000)
+                    coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s
+                              WHERE s.episode_id = e.id),
+                             e.started_at,
+                             e.inserted_at))
+                               < now() - make_interval(secs => $4::double precision / 1000)
        AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
                         WHERE ${sameEnv('n.env', 'e.source_env')}
                           AND ${stackCovers('e.source_stack', 'n.stack')}
@@ -147,25 +168,33 @@ export const NOT_HOSTED = `
                                OR e.actor_id = ANY(n.actors)
                                   AND (n.expectations IS NULL
                                        OR n.expectations ->> 'boot' IS DISTINCT FROM n.boot_id::text
-                                       OR coalesce((n.expectations -> 'hosted' -> e.actor_id) ? e.expectation_id,
+                                       OR coalesce((n.expectations -> 'hosted' -> e.actor_id) ?
+                                                   e.expectation_id,
                                                    false)))
-                          AND n.last_seen_at > now() - make_interval(secs => $4::double precision / 1000))
+                          AND n.last_seen_at
+                                > now() - make_interval(secs => $4::double precision / 1000))
        AND NOT ${liveClaimOnEpisode('e')}
        AND $8::timestamptz < now() - make_interval(secs => $4::double precision / 1000)
        AND EXISTS (SELECT 1 FROM cyclium_nodes w
                     WHERE w.node_identity = $7
-                      AND w.last_seen_at > now() - make_interval(secs => $9::double precision / 1000))
+                      AND w.last_seen_at
+                            > now() - make_interval(secs => $9::double precision / 1000))
      ORDER BY e.id
      LIMIT $5
      FOR UPDATE OF e SKIP LOCKED)
   UPDATE cyclium_episodes e
-     SET status = 'failed', error_class = 'not_hosted', phase = NULL, finished_at = now(), updated_at = now(),
-         error_detail = format($6::text, e.actor_id, e.expectation_id, coalesce(e.owner_node, 'no node'))
+     SET status = 'failed', error_class = 'not_hosted', phase = NULL, finished_at = now(),
+         updated_at = now(),
+         error_detail = format($6::text, e.actor_id, e.expectation_id,
+                               coalesce(e.owner_node, 'no node'))
     FROM stranded
    WHERE e.id = stranded.id AND e.status IN ('running', 'queued')
   RETURNING e.*`;
 
-/** Queued episodes of expectations this node hosts whose node stopped beating (or deregistered when it drained). */
+/**
+ * Queued episodes of expectations this node hosts whose node stopped beating (or deregistered when
+ * it drained).
+ */
 const ORPHANED_QUEUED = `
   SELECT e.* FROM cyclium_episodes e
    WHERE e.status = 'queued'
@@ -175,7 +204,8 @@ const ORPHANED_QUEUED = `
      AND e.owner_node IS DISTINCT FROM $4
      AND NOT EXISTS (SELECT 1 FROM cyclium_nodes n
                       WHERE n.node_identity = e.owner_node
-                        AND n.last_seen_at > now() - make_interval(secs => $3::double precision / 1000))
+                        AND n.last_seen_at
+                              > now() - make_interval(secs => $3::double precision / 1000))
    LIMIT 500`;
 
 /**
@@ -185,7 +215,8 @@ const ORPHANED_QUEUED = `
  */
 const TAKE = `
   UPDATE cyclium_episodes
-     SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now(), signature = $5
+     SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now(),
+         signature = $5
    WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
   RETURNING *`;
 
@@ -211,18 +242,25 @@ export class EpisodeRecoveryStore {
     return rowCount === 1;
   }
 
-  /** Fails an episode recovery took and still holds (phase `recovering`), inside the recovery's transaction. */
+  /**
+   * Fails an episode recovery took and still holds (phase `recovering`), inside the recovery's
+   * transaction.
+   */
   async failOrphaned(client: SqlExecutor, id: string, detail: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_episodes
-          SET status = 'failed', error_class = 'orphaned', error_detail = $2, phase = NULL, finished_at = now(), updated_at = now()
+          SET status = 'failed', error_class = 'orphaned', error_detail = $2, phase = NULL,
+              finished_at = now(), updated_at = now()
         WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
       [id, detail],
     );
     return rowCount === 1;
   }
 
-  /** A page of running episodes nobody works on, in this node's stack and env, oldest-quiet first (CANDIDATES). */
+  /**
+   * A page of running episodes nobody works on, in this node's stack and env, oldest-quiet first
+   * (CANDIDATES).
+   */
   async candidates(scope: CandidateScope, after: CandidateCursor | null): Promise<CandidatePage> {
     const { rows } = await this.database.sql.query<
       Record<string, unknown> & { quiet_since: string }
@@ -274,8 +312,9 @@ export class EpisodeRecoveryStore {
 
   /**
    * Takes a candidate for this node's recovery, on the state it was read in; null when another node
-   * got there. The attempt it counts is re-signed only when the row as read is accepted: a forged or
-   * edited row keeps the signature it had, and its run refuses it (`tampered`) before its method runs.
+   * got there. The attempt it counts is re-signed only when the row as read is accepted: a forged
+   * or edited row keeps the signature it had, and its run refuses it (`tampered`) before its method
+   * runs.
    */
   async take(
     client: SqlExecutor,
@@ -323,7 +362,8 @@ export class EpisodeRecoveryStore {
     const { rows } = await this.database.sql.query<{ id: string }>(
       // In id order, as a batch of terminal writes locks them (finishEpisodes).
       `WITH locked AS (
-         SELECT id FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = 'running' ORDER BY id FOR UPDATE)
+         SELECT id FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = 'running'
+           ORDER BY id FOR UPDATE)
        UPDATE cyclium_episodes e SET phase = 'interrupted', updated_at = now()
          FROM locked
         WHERE e.id = locked.id

@@ -1,7 +1,10 @@
 import { sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
 import type { Statement } from '../sql/statement.js';
 
-/** Whose finished work a retention pass handles: a node's stack and env (rule 8: the stack covers rows with none). */
+/**
+ * Whose finished work a retention pass handles: a node's stack and env (rule 8: the stack covers
+ * rows with none).
+ */
 export interface RetentionScope {
   stack: string | null;
   env: string | null;
@@ -18,7 +21,10 @@ function none(from: string): string {
   return `(SELECT count(*) FROM (SELECT 1 FROM ${from} LIMIT 1) x) = 0`;
 }
 
-/** What oldestDue reads: `columns` of `table` (aliased `aged`) whose `age` column is older than `olderThanMs`. */
+/**
+ * What oldestDue reads: `columns` of `table` (aliased `aged`) whose `age` column is older than
+ * `olderThanMs`.
+ */
 export interface DueRows {
   table: string;
   columns: string;
@@ -47,7 +53,8 @@ export function oldestDue(
        WHERE ${when}
          AND ${sameEnvIndexed('aged.source_env', p(scope.env, 'text'), scope.env)}
          AND aged.${due.age} IS NOT NULL
-         AND aged.${due.age} < now() - make_interval(secs => ${p(due.olderThanMs, 'double precision')} / 1000)
+         AND aged.${due.age}
+               < now() - make_interval(secs => ${p(due.olderThanMs, 'double precision')} / 1000)
          AND ${stackCovers('aged.source_stack', p(scope.stack, 'text'))}${(due.and ?? [])
            .map(
              (c) => `
@@ -90,31 +97,42 @@ export const EpisodeRetention = {
         and: [
           'aged.archived_at IS NULL',
           `aged.status IN ${TERMINAL}`,
-          `(aged.workflow_instance_id IS NULL OR ${none('cyclium_workflow_instances w WHERE w.id = aged.workflow_instance_id AND w.finished_at IS NULL')})`,
+          `(aged.workflow_instance_id IS NULL OR ` +
+            `${none(
+              'cyclium_workflow_instances w WHERE w.id = aged.workflow_instance_id AND ' +
+                'w.finished_at IS NULL',
+            )})`,
         ],
       },
       when,
     );
   },
 
-  /** Archives the episodes of `due` (column `id`) that are finished and not archived yet: their dedupe keys are free from now. */
+  /**
+   * Archives the episodes of `due` (column `id`) that are finished and not archived yet: their
+   * dedupe keys are free from now.
+   */
   archive(due: string): string {
     return `
       UPDATE cyclium_episodes e SET archived_at = now()
-       WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) AND e.finished_at IS NOT NULL AND e.archived_at IS NULL AND e.status IN ${TERMINAL}
+       WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) AND e.finished_at IS NOT NULL
+         AND e.archived_at IS NULL AND e.status IN ${TERMINAL}
       RETURNING e.id`;
   },
 
   /** A finished episode never resumes, so its checkpoints are dead weight once it is archived. */
   dropCheckpoints(of: string): string {
-    return `DELETE FROM cyclium_episode_checkpoints c WHERE c.episode_id = ANY (ARRAY(SELECT id FROM ${of}))`;
+    return (
+      `DELETE FROM cyclium_episode_checkpoints c WHERE c.episode_id = ANY (ARRAY(SELECT id ` +
+      `FROM ${of}))`
+    );
   },
 
   /**
-   * Archived episodes of the scope older than `olderThanMs`, with the claim key a deletion may drop:
-   * the episode's own (`episode:<id>`, never used again) or its dedupe key, unless the key was a
-   * host's manual one, which a later trigger may take up again (the claim row then serves it). An
-   * episode with an output still pending waits for its delivery to end.
+   * Archived episodes of the scope older than `olderThanMs`, with the claim key a deletion may
+   * drop: the episode's own (`episode:<id>`, never used again) or its dedupe key, unless the key
+   * was a host's manual one, which a later trigger may take up again (the claim row then serves
+   * it). An episode with an output still pending waits for its delivery to end.
    */
   dueForDelete(
     statement: Statement,
@@ -128,7 +146,9 @@ export const EpisodeRetention = {
       scope,
       {
         table: 'cyclium_episodes',
-        columns: `aged.id, CASE WHEN aged.dedupe_key IS NULL THEN 'episode:' || aged.id WHEN aged.trigger_type <> 'manual' THEN aged.dedupe_key END AS claim_key`,
+        columns:
+          `aged.id, CASE WHEN aged.dedupe_key IS NULL THEN 'episode:' || aged.id WHEN ` +
+          `aged.trigger_type <> 'manual' THEN aged.dedupe_key END AS claim_key`,
         age: 'archived_at',
         olderThanMs,
         limit,
@@ -140,11 +160,20 @@ export const EpisodeRetention = {
 
   /** The journal of the episodes of `due`. */
   deleteSteps(due: string): string {
-    return `DELETE FROM cyclium_episode_steps s WHERE s.episode_id = ANY (ARRAY(SELECT id FROM ${due}))`;
+    return (
+      `DELETE FROM cyclium_episode_steps s WHERE s.episode_id = ANY (ARRAY(SELECT id FROM ` +
+      `${due}))`
+    );
   },
 
-  /** The episodes of `due`; their outputs go by the foreign key's cascade, findings keep their rows with the episode unset. */
+  /**
+   * The episodes of `due`; their outputs go by the foreign key's cascade, findings keep their rows
+   * with the episode unset.
+   */
   deleteEpisodes(due: string): string {
-    return `DELETE FROM cyclium_episodes e WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING e.id`;
+    return (
+      `DELETE FROM cyclium_episodes e WHERE e.id = ANY (ARRAY(SELECT id FROM ${due})) ` +
+      `RETURNING e.id`
+    );
   },
 };

@@ -44,13 +44,20 @@ class ClaimBusy extends Error {
 
 export interface RunOptions {
   resumed?: boolean;
-  /** The row is this node's own insert as its statement returned it (a fresh begin): no one else's row to check. */
+  /**
+   * The row is this node's own insert as its statement returned it (a fresh begin): no one else's
+   * row to check.
+   */
   inserted?: boolean;
-  /** A hold already renewing this claim (a restart handed over by recovery); otherwise one is made from the grant. */
+  /**
+   * A hold already renewing this claim (a restart handed over by recovery); otherwise one is made
+   * from the grant.
+   */
   hold?: ClaimHold;
   /**
-   * Called once the method has returned or thrown, before the end is written: the slot it held
-   * can start the next episode, whose begin then shares a commit with this end instead of waiting for it.
+   * Called once the method has returned or thrown, before the end is written: the slot it held can
+   * start the next episode, whose begin then shares a commit with this end instead of waiting for
+   * it.
    */
   returned?: () => void;
 }
@@ -87,7 +94,8 @@ export class EpisodeRunner implements OnModuleInit {
 
   onModuleInit(): void {
     // The prompt path; the durable one is the flag the next step write reads back. The event only
-    // wakes the run: whoever may insert into cyclium_events could publish one, so the row's flag decides.
+    // wakes the run: whoever may insert into cyclium_events could publish one, so the row's flag
+    // decides.
     this.events.subscribe<{ episodeId: string }>(CANCEL_EVENT, (event) => {
       const running = this.running.get(event.payload.episodeId);
       if (running) void this.endings.honourCancel(running);
@@ -99,7 +107,10 @@ export class EpisodeRunner implements OnModuleInit {
     return [...this.running.values()];
   }
 
-  /** Inserts a running episode and takes its claim, one round trip; busy or duplicate writes nothing. */
+  /**
+   * Inserts a running episode and takes its claim, one round trip; busy or duplicate writes
+   * nothing.
+   */
   begin(spec: NewEpisode): Promise<BeginResult> {
     if (this.statements.beginsInOneStatement) return this.begins.begin(spec);
     return this.claimWith((client) => this.store.insert(spec, client));
@@ -179,7 +190,10 @@ export class EpisodeRunner implements OnModuleInit {
     }
   }
 
-  /** Cancels an episode that has not started (queued, or deferred) and announces it, in one transaction; null when it had. */
+  /**
+   * Cancels an episode that has not started (queued, or deferred) and announces it, in one
+   * transaction; null when it had.
+   */
   async cancelQueued(id: string): Promise<EpisodeRow | null> {
     return this.announceWith(async (client) => {
       const [episode] = await this.store.cancelWaiting([id], client);
@@ -189,7 +203,10 @@ export class EpisodeRunner implements OnModuleInit {
     });
   }
 
-  /** Cancels this node's oldest queued episode of `actorId` (shedding), with its event; null when none is queued. */
+  /**
+   * Cancels this node's oldest queued episode of `actorId` (shedding), with its event; null when
+   * none is queued.
+   */
   async shedOldest(actorId: string): Promise<EpisodeRow | null> {
     return this.announceWith(async (client) => {
       const episode = await this.queue.cancelOldestQueued(actorId, this.identity.name(), client);
@@ -284,7 +301,8 @@ export class EpisodeRunner implements OnModuleInit {
       );
       const fence = `fence ${ownership.fence ?? 'none'}`;
       this.logger.debug(
-        `${episodeLabel(episode)} ${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`,
+        `${episodeLabel(episode)} ` +
+          `${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`,
       );
       context.throwIfAborted();
       let result: Convergence | undefined;
@@ -301,7 +319,8 @@ export class EpisodeRunner implements OnModuleInit {
       // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
       if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) {
         this.logger.debug(
-          `${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last checkpoint`,
+          `${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last ` +
+            `checkpoint`,
         );
       } else if (cause instanceof EpisodeSleeping) {
         await this.endings

@@ -3,7 +3,10 @@ import { RowSigner } from '../integrity/row-signer.service.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import type { EpisodeInsert } from './episode-inserts.js';
 
-/** An episode in flight (not ended), aliased `e`: the cut-over signs it, its checkpoints and its requests. */
+/**
+ * An episode in flight (not ended), aliased `e`: the cut-over signs it, its checkpoints and its
+ * requests.
+ */
 export const IN_FLIGHT = (e: string) =>
   `${e}.status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')`;
 
@@ -14,7 +17,10 @@ type Runs = 'sourceStack' | 'sourceEnv' | 'attempts' | 'maxAttempts';
 /** The columns of an episode row that decide what runs, and how often it may run again. */
 export type SignedEpisode = Pick<EpisodeRow, 'id' | What | Runs>;
 
-/** What an episode's signature covers: the row's id binds it, so a signature copied to another row fails. */
+/**
+ * What an episode's signature covers: the row's id binds it, so a signature copied to another row
+ * fails.
+ */
 function episodeFields(e: SignedEpisode): unknown[] {
   const what = [e.actorId, e.expectationId, e.triggerType, e.triggerRef];
   return [e.id, ...what, e.sourceStack, e.sourceEnv, e.attempts, e.maxAttempts];
@@ -48,7 +54,10 @@ export class EpisodeSignatures {
     return { ...row, signature: this.sign({ ...row, triggerRef, attempts: 0 }) };
   }
 
-  /** Whether the row may run: it verifies, or it is unsigned before the cut-over (RowSigner.accepts). */
+  /**
+   * Whether the row may run: it verifies, or it is unsigned before the cut-over
+   * (RowSigner.accepts).
+   */
   accepts(episode: SignedEpisode & Pick<EpisodeRow, 'signature'>): boolean {
     return this.signer.accepts('episode', episodeFields(episode), episode.signature);
   }

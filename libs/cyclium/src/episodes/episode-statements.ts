@@ -25,7 +25,9 @@ import { claimFailureOf, finishEpisode, type TerminalOutcome } from './terminal-
 import { runningHere } from './running-here.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
-/** Who must own what for a write to count: the episode's claim key, this node, the fence it holds. */
+/**
+ * Who must own what for a write to count: the episode's claim key, this node, the fence it holds.
+ */
 export interface Ownership {
   key: string;
   owner: string;
@@ -119,7 +121,8 @@ export class EpisodeStatements {
       'running',
       me,
     );
-    // Opt-in (it costs a fifth of an episode's throughput); nobody waits on it, so it rides along with the next wake-up.
+    // Opt-in (it costs a fifth of an episode's throughput); nobody waits on it, so it rides along
+    // with the next wake-up.
     const event = this.options.startedEvents
       ? this.events.fragment(
           statement,
@@ -192,7 +195,8 @@ export class EpisodeStatements {
           errorClass: p(terminal.errorClass ?? null, 'text'),
           detail: p(terminal.detail ?? null, 'text'),
         },
-        // Open: no claim in the statement, so the episode row proves it (a sweep may have taken it).
+        // Open: no claim in the statement, so the episode row proves it (a sweep may have taken
+        // it).
         joined ? undefined : runningHere('e', refs.owner),
       ),
     );
@@ -223,7 +227,8 @@ export class EpisodeStatements {
     const { rows } = await this.database.sql.query<{ won: number } & Record<string, unknown>>(
       statement.build(
         proposals.length > 0
-          ? `SELECT w.n AS won, o.* FROM (SELECT count(*)::int AS n FROM ep) w LEFT JOIN outputs o ON true`
+          ? `SELECT w.n AS won, o.* FROM (SELECT count(*)::int AS n FROM ep) w LEFT JOIN outputs ` +
+              `o ON true`
           : `SELECT count(*)::int AS won FROM ep`,
       ),
     );
@@ -242,7 +247,10 @@ export class EpisodeStatements {
 
 export type AcquireMany = NonNullable<ClaimFragments['acquireMany']>;
 
-/** The claims fragment begins batched in one statement need; null when this setup cannot batch them (claims off, an adapter that cannot join, or `startedEvents`). */
+/**
+ * The claims fragment begins batched in one statement need; null when this setup cannot batch them
+ * (claims off, an adapter that cannot join, or `startedEvents`).
+ */
 export function batchedAcquire(
   claims: WorkClaims,
   options: ResolvedCycliumOptions,
@@ -275,7 +283,10 @@ export async function claimBegun(
   return { rows, sentAt };
 }
 
-/** Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was written). */
+/**
+ * Runs a begin statement: its rows, or `busy` when its busy guard failed it (and nothing was
+ * written).
+ */
 export async function queryBegin(
   sql: SqlExecutor,
   query: QueryConfig,
@@ -298,5 +309,6 @@ export async function queryBegin(
 export function beginColumns(statement: Statement, claimMissing: string): string {
   const busy = statement.param(BUSY, 'text');
   return `c.fence::text, c.attempt, c.lease_until, c.stolen_from, e.*,
-          CASE WHEN e.id IS NOT NULL AND ${claimMissing} THEN (${busy} || e.id::text)::int END AS busy`;
+          CASE WHEN e.id IS NOT NULL AND ${claimMissing}
+            THEN (${busy} || e.id::text)::int END AS busy`;
 }

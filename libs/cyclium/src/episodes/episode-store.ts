@@ -60,7 +60,8 @@ export const RESUME_START: FencedStatement = {
   ep AS (
     UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
       FROM owner
-     WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering' AND owner_node = $2
+     WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering'
+       AND owner_node = $2
     RETURNING cyclium_episodes.*),
   woken AS (${wokenMarker('ep', '$2::text')})
   SELECT * FROM ep`,
@@ -122,7 +123,8 @@ export class EpisodeStore {
     const { rows } = await client.query(
       `WITH ep AS (
          UPDATE cyclium_episodes
-            SET status = 'running', owner_node = $2, phase = NULL, started_at = coalesce(started_at, now()),
+            SET status = 'running', owner_node = $2, phase = NULL,
+                started_at = coalesce(started_at, now()),
                 updated_at = now()
           WHERE id = $1 AND status IN ('deferred', 'waiting') RETURNING *),
        woken AS (${wokenMarker('ep', '$2::text')})
@@ -132,7 +134,10 @@ export class EpisodeStore {
     return oneEpisode(rows);
   }
 
-  /** Deferred episodes whose request expired (or was tampered with): failed as `errorClass`, with the reason; returns them. */
+  /**
+   * Deferred episodes whose request expired (or was tampered with): failed as `errorClass`, with
+   * the reason; returns them.
+   */
   async failDeferred(
     client: SqlExecutor,
     failures: Array<{ episodeId: string; reason: string }>,
@@ -141,7 +146,8 @@ export class EpisodeStore {
     if (failures.length === 0) return [];
     const { rows } = await client.query(
       `UPDATE cyclium_episodes e
-          SET status = 'failed', error_class = $3, error_detail = f.reason, finished_at = now(), updated_at = now()
+          SET status = 'failed', error_class = $3, error_detail = f.reason, finished_at = now(),
+              updated_at = now()
          FROM unnest($1::uuid[], $2::text[]) AS f (id, reason)
         WHERE e.id = f.id AND e.status IN ('deferred', 'waiting')
        RETURNING e.*`,
@@ -161,13 +167,15 @@ export class EpisodeStore {
 
   /**
    * At the `integrity` cut-over, inside its transaction: signs the unsigned episodes in flight of
-   * `scope` (written by nodes without the option), locked until the cut-over commits; returns how many.
+   * `scope` (written by nodes without the option), locked until the cut-over commits; returns how
+   * many.
    */
   async signUnsigned(client: SqlExecutor, scope: CutoverScope): Promise<number> {
     const read = async (after: EpisodeRow | null, limit: number) => {
       const { rows } = await client.query(
         `SELECT * FROM cyclium_episodes e
-          WHERE e.signature IS NULL AND ${IN_FLIGHT('e')} AND ${stackCovers('e.source_stack', '$1::text')}
+          WHERE e.signature IS NULL AND ${IN_FLIGHT('e')}
+            AND ${stackCovers('e.source_stack', '$1::text')}
             AND ${sameEnv('e.source_env', '$2::text')} AND ($3::uuid IS NULL OR e.id > $3::uuid)
           ORDER BY e.id LIMIT $4 FOR UPDATE`,
         [scope.stack, scope.env, after?.id ?? null, limit],
@@ -177,13 +185,17 @@ export class EpisodeStore {
     const write = (page: EpisodeRow[]) =>
       client.query(
         `UPDATE cyclium_episodes e SET signature = v.signature
-           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE e.id = v.id AND e.signature IS NULL`,
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE e.id = v.id
+             AND e.signature IS NULL`,
         [page.map((e) => e.id), page.map((e) => this.signatures.sign(e))],
       );
     return signInPages(read, write);
   }
 
-  /** Writes a row as given (the dedupe index refuses a live key); `started_at` defaults to the database clock (rule 1) for a running row. */
+  /**
+   * Writes a row as given (the dedupe index refuses a live key); `started_at` defaults to the
+   * database clock (rule 1) for a running row.
+   */
   async seed(spec: SeedEpisode): Promise<EpisodeRow> {
     const statement = new Statement('episodes_seed');
     const { payload, ...columns } = spec;
@@ -217,20 +229,25 @@ export class EpisodeStore {
     statement.with('checkpoints', EpisodeRetention.dropCheckpoints('archived'));
     const { rows } = await this.database.sql.query<{ was: 'finished' | 'archived' | 'live' }>(
       statement.build(`
-        SELECT CASE WHEN e.archived_at IS NOT NULL THEN 'archived' WHEN e.finished_at IS NOT NULL THEN 'finished' ELSE 'live' END AS was
+        SELECT CASE WHEN e.archived_at IS NOT NULL THEN 'archived' WHEN e.finished_at IS NOT NULL
+          THEN 'finished' ELSE 'live' END AS was
           FROM cyclium_episodes e JOIN due ON due.id = e.id`),
     );
     return rows[0]?.was ?? null;
   }
 
-  /** Cancels the episodes of `ids` that are not running (queued, deferred, or waiting out a retry's backoff); returns them. */
+  /**
+   * Cancels the episodes of `ids` that are not running (queued, deferred, or waiting out a retry's
+   * backoff); returns them.
+   */
   async cancelWaiting(
     ids: readonly string[],
     via: SqlExecutor = this.database.sql,
   ): Promise<EpisodeRow[]> {
     if (ids.length === 0) return [];
     const { rows } = await via.query(
-      `UPDATE cyclium_episodes SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
+      `UPDATE cyclium_episodes
+        SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
               cancel_requested_at = coalesce(cancel_requested_at, now())
         WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'deferred', 'waiting') RETURNING *`,
       [ids],
@@ -238,21 +255,28 @@ export class EpisodeStore {
     return rows.map(toEpisode);
   }
 
-  /** Asks the nodes running `ids` to stop them (the flag their next step write reads back); returns the ids still running. */
+  /**
+   * Asks the nodes running `ids` to stop them (the flag their next step write reads back); returns
+   * the ids still running.
+   */
   async requestCancel(
     ids: readonly string[],
     via: SqlExecutor = this.database.sql,
   ): Promise<string[]> {
     if (ids.length === 0) return [];
     const { rows } = await via.query<{ id: string }>(
-      `UPDATE cyclium_episodes SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
+      `UPDATE cyclium_episodes
+        SET cancel_requested_at = coalesce(cancel_requested_at, now()), updated_at = now()
         WHERE id = ANY($1::uuid[]) AND status IN ('running', 'blocked') RETURNING id`,
       [ids],
     );
     return rows.map((r) => r.id);
   }
 
-  /** Whether a cancel was requested for the episode (a run that wrote no step reads it once, at its end). */
+  /**
+   * Whether a cancel was requested for the episode (a run that wrote no step reads it once, at its
+   * end).
+   */
   async cancelRequested(id: string): Promise<boolean> {
     const { rows } = await this.database.sql.query<{ requested: boolean }>(
       `SELECT cancel_requested_at IS NOT NULL AS requested FROM cyclium_episodes WHERE id = $1`,
@@ -261,11 +285,15 @@ export class EpisodeStore {
     return rows[0]?.requested === true;
   }
 
-  /** Which of `keys` a live episode holds (the dedupe index's own condition): one statement for many. */
+  /**
+   * Which of `keys` a live episode holds (the dedupe index's own condition): one statement for
+   * many.
+   */
   async heldDedupeKeys(keys: readonly string[]): Promise<Set<string>> {
     if (keys.length === 0) return new Set();
     const { rows } = await this.database.sql.query<{ dedupe_key: string }>(
-      `SELECT dedupe_key FROM cyclium_episodes WHERE dedupe_key = ANY($1::text[]) AND archived_at IS NULL`,
+      `SELECT dedupe_key FROM cyclium_episodes WHERE dedupe_key = ANY($1::text[]) AND ` +
+        `archived_at IS NULL`,
       [keys],
     );
     return new Set(rows.map((r) => r.dedupe_key));
@@ -295,7 +323,8 @@ export class EpisodeStore {
       `SELECT *, inserted_at::text AS cursor_at FROM cyclium_episodes
         WHERE ($1::text IS NULL OR actor_id = $1) AND ($2::text IS NULL OR status = $2)
           AND ($3::timestamptz IS NULL OR (inserted_at, id) < ($3::timestamptz, $4::uuid))
-          AND (NOT $6::boolean OR source_stack IS NOT DISTINCT FROM $7) AND (NOT $8::boolean OR source_env IS NOT DISTINCT FROM $9)
+          AND (NOT $6::boolean OR source_stack IS NOT DISTINCT FROM $7)
+          AND (NOT $8::boolean OR source_env IS NOT DISTINCT FROM $9)
           AND ($10::text IS NULL OR (trigger_type = 'event' AND trigger_ref ->> 'eventId' = $10))
         ORDER BY inserted_at DESC, id DESC
         LIMIT $5`,

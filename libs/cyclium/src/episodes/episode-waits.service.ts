@@ -24,15 +24,18 @@ const NEVER_RETRIED = new Set([
 
 /**
  * The running episode leaves `running` for `waiting` while this node still owns it at its fence
- * (WorkClaims.fencedStatement) and no sweep took it (with claims off the row is the only proof), with
- * $5 failed attempts more on its count (1 for a retry, 0 for a sleep); no owner, no slot.
+ * (WorkClaims.fencedStatement) and no sweep took it (with claims off the row is the only proof),
+ * with $5 failed attempts more on its count (1 for a retry, 0 for a sleep); no owner, no slot.
  */
 const WAIT: FencedStatement = {
   name: 'episodes_wait',
   body: `
-  UPDATE cyclium_episodes SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int, updated_at = now()
+  UPDATE cyclium_episodes
+    SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int,
+        updated_at = now()
     FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2 AND phase IS DISTINCT FROM 'recovering'
+   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
+     AND phase IS DISTINCT FROM 'recovering'
   RETURNING cyclium_episodes.*`,
 };
 
@@ -43,16 +46,19 @@ const WAIT: FencedStatement = {
  */
 const REOPEN = `
   UPDATE cyclium_episodes
-     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL, retries = 0, attempts = 0,
-         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now(), signature = $2
+     SET status = 'waiting', error_class = NULL, error_detail = NULL, finished_at = NULL,
+         retries = 0, attempts = 0,
+         owner_node = NULL, phase = NULL, cancel_requested_at = NULL, updated_at = now(),
+         signature = $2
    WHERE id = $1 AND status = 'failed' AND archived_at IS NULL
   RETURNING *`;
 
 /**
- * An episode waiting out a retry's backoff or an `ep.sleep`. Retries (the expectation's `retry`): a failed attempt is journaled (`retry`, with its
- * error), the episode waits `waiting` with a wake-up row due after the backoff and its claim
- * completed, all in one transaction fenced on the claim; any node hosting the actor takes the
- * wake-up when due and resumes the episode from its journal, so completed steps do not run again.
+ * An episode waiting out a retry's backoff or an `ep.sleep`. Retries (the expectation's `retry`): a
+ * failed attempt is journaled (`retry`, with its error), the episode waits `waiting` with a wake-up
+ * row due after the backoff and its claim completed, all in one transaction fenced on the claim;
+ * any node hosting the actor takes the wake-up when due and resumes the episode from its journal,
+ * so completed steps do not run again.
  */
 @Injectable()
 export class EpisodeWaits {
@@ -65,7 +71,10 @@ export class EpisodeWaits {
     @Inject(RETRY_WAKE_UPS) private readonly wakeUps: RetryWakeUps,
   ) {}
 
-  /** The backoff before the next attempt, or null when this failure ends the episode. A `retryable` hook that throws says no. */
+  /**
+   * The backoff before the next attempt, or null when this failure ends the episode. A `retryable`
+   * hook that throws says no.
+   */
   nextDelay(
     episode: EpisodeRow,
     options: RetryOptions | undefined,
@@ -85,7 +94,10 @@ export class EpisodeWaits {
     return retryDelayMs(policy, episode.retries ?? 0);
   }
 
-  /** Writes a retry's wait (see the class); false when the claim is no longer this node's, and nothing was written. */
+  /**
+   * Writes a retry's wait (see the class); false when the claim is no longer this node's, and
+   * nothing was written.
+   */
   wait(
     episode: EpisodeRow,
     ownership: Ownership,

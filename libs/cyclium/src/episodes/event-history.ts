@@ -2,7 +2,10 @@ import { EPISODE_STATUSES } from '../entities/episode.entity.js';
 import { sameEnv, sameStack } from '../scope/scope-predicates.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 
-/** Which event-caused episodes to look back over: one expectation's, in one stack and env, for one subject. */
+/**
+ * Which event-caused episodes to look back over: one expectation's, in one stack and env, for one
+ * subject.
+ */
 export interface EventFireQuery {
   actorId: string;
   expectationId: string;
@@ -10,13 +13,22 @@ export interface EventFireQuery {
   env: string | null;
   /** The bus channel its events are stored on (their committed times tell when each fired). */
   channel: string;
-  /** The subject key's path into the payload and the subject's value there (undefined: missing); none: every event. */
+  /**
+   * The subject key's path into the payload and the subject's value there (undefined: missing);
+   * none: every event.
+   */
   subject?: { path: string[]; value: unknown };
-  /** The event asking, by the database clock: a fire at or before it, and within `withinMs` of it, counts. */
+  /**
+   * The event asking, by the database clock: a fire at or before it, and within `withinMs` of it,
+   * counts.
+   */
   at: number;
   withinMs: number;
   debounceMs: number;
-  /** The asking event's own episode (a replay of an event that already fired) is not a fire before it. */
+  /**
+   * The asking event's own episode (a replay of an event that already fired) is not a fire before
+   * it.
+   */
   eventId: string;
 }
 
@@ -30,20 +42,31 @@ export interface EventFireQuery {
  */
 const LAST_FIRE = `
   SELECT (extract(epoch FROM max(f.fired_at)) * 1000)::float8 AS fired_ms
-    FROM (SELECT coalesce(v.created_at + make_interval(secs => $8::float8 / 1000), e.inserted_at) AS fired_at
+    FROM (SELECT coalesce(v.created_at + make_interval(secs => $8::float8 / 1000),
+                          e.inserted_at) AS fired_at
             FROM cyclium_episodes e
             LEFT JOIN cyclium_events v ON v.channel = $5 AND v.event_id = e.trigger_ref->>'eventId'
-           WHERE e.actor_id = $1 AND e.status = ANY($11::text[]) AND e.expectation_id = $2 AND e.trigger_type = 'event'
-             AND ${sameStack('e.source_stack', '$3::text')} AND ${sameEnv('e.source_env', '$4::text')}
-             AND e.inserted_at >= to_timestamp($6::float8 / 1000) - make_interval(secs => $7::float8 / 1000)
+           WHERE e.actor_id = $1 AND e.status = ANY($11::text[]) AND e.expectation_id = $2
+             AND e.trigger_type = 'event'
+             AND ${sameStack('e.source_stack', '$3::text')}
+             AND ${sameEnv('e.source_env', '$4::text')}
+             AND e.inserted_at
+               >= to_timestamp($6::float8 / 1000) - make_interval(secs => $7::float8 / 1000)
              AND e.trigger_ref->>'eventId' IS DISTINCT FROM $12
-             AND ($9::text[] IS NULL OR (e.trigger_ref->'payload') #> $9::text[] IS NOT DISTINCT FROM $10::jsonb)) f
+             AND ($9::text[] IS NULL
+                  OR (e.trigger_ref->'payload') #> $9::text[] IS NOT DISTINCT FROM $10::jsonb)) f
    WHERE f.fired_at <= to_timestamp($6::float8 / 1000)`;
 
-/** Slack on the insert-time bound: an episode is inserted when its trigger fires, give or take a clock estimate. */
+/**
+ * Slack on the insert-time bound: an episode is inserted when its trigger fires, give or take a
+ * clock estimate.
+ */
 const INSERT_SLACK_MS = 60_000;
 
-/** The latest fire of the subject at or before `at` and within `withinMs` of it (epoch ms, database clock), or null. */
+/**
+ * The latest fire of the subject at or before `at` and within `withinMs` of it (epoch ms, database
+ * clock), or null.
+ */
 export async function lastEventFire(
   sql: SqlExecutor,
   query: EventFireQuery,

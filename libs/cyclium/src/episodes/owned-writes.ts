@@ -47,7 +47,8 @@ export class OwnedWrites {
   ) {}
 
   scope(episodeId: string, hold: ClaimHold): WriteScope {
-    // With claims off nothing expires locally; past the staleness window recovery may take the episode anyway.
+    // With claims off nothing expires locally; past the staleness window recovery may take the
+    // episode anyway.
     const window =
       hold.fence === null ? this.options.recovery.staleAfterMs : Number.POSITIVE_INFINITY;
     return { episodeId, owned: (failedAt) => !hold.lost && performance.now() < failedAt + window };
@@ -72,7 +73,10 @@ export class OwnedWrites {
     });
   }
 
-  /** EndWrites.end; an end found committed answers no outputs to deliver (they are pending rows the output rescue delivers). */
+  /**
+   * EndWrites.end; an end found committed answers no outputs to deliver (they are pending rows the
+   * output rescue delivers).
+   */
   end(
     scope: WriteScope,
     episode: EpisodeRow,
@@ -86,7 +90,8 @@ export class OwnedWrites {
       const found = await this.ends.confirm(episode.id, ownership, outcome.terminal.status);
       if (found === 'ended') return [];
       if (found === 'lost') return null;
-      // An attempt that timed out on this side may still have been running there, and committed first.
+      // An attempt that timed out on this side may still have been running there, and committed
+      // first.
       return (await write()) ?? ((await committed()) ? [] : null);
     });
   }
@@ -122,7 +127,8 @@ export class OwnedWrites {
       try {
         return await (attempt === 0 ? first() : again());
       } catch (error) {
-        // A later attempt that meets the row of an earlier one: that one committed meanwhile, and the next confirm sees it.
+        // A later attempt that meets the row of an earlier one: that one committed meanwhile, and
+        // the next confirm sees it.
         const settledMeanwhile = attempt > 0 && errorCode(error) === '23505';
         if (!isTransientDatabaseError(error) && !settledMeanwhile) throw error;
         if (attempt === 0) failedAt = performance.now();
@@ -130,7 +136,8 @@ export class OwnedWrites {
           throw new EpisodeWriteUnavailableError(scope.episodeId, what, error);
         if (attempt === 0)
           this.logger.warn(
-            `episode ${scope.episodeId}: the ${what} met a database fault, retrying while this node owns it: ${errorMessage(error)}`,
+            `episode ${scope.episodeId}: the ${what} met a database fault, retrying while this ` +
+              `node owns it: ${errorMessage(error)}`,
           );
         await sleep(Math.min(MAX_BACKOFF_MS, FIRST_BACKOFF_MS * 2 ** attempt));
       }

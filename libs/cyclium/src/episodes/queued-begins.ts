@@ -36,7 +36,10 @@ export class QueuedBegins {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** True when a take is one statement here (claims on and joined, and no `episode.started` to write). */
+  /**
+   * True when a take is one statement here (claims on and joined, and no `episode.started` to
+   * write).
+   */
   get available(): boolean {
     if (this.acquireMany === undefined)
       this.acquireMany = batchedAcquire(this.claims, this.options);

@@ -13,21 +13,30 @@ describe('retryOptionsFor', () => {
     });
   });
 
-  it("puts the trigger's policy over the expectation's, keeping its retryable hook; false turns retries off", () => {
-    const own = { attempts: 5, backoff: { initialMs: 10 } };
-    expect(retryOptionsFor(episode({ retry: own }), declared)).toEqual({
-      options: { retry: own, retryable: declared.retryable },
-    });
-    expect(retryOptionsFor(episode({ retry: false }), declared)).toEqual({ options: undefined });
-  });
+  it(
+    "puts the trigger's policy over the expectation's, keeping its retryable hook; false turns " +
+      'retries off',
+    () => {
+      const own = { attempts: 5, backoff: { initialMs: 10 } };
+      expect(retryOptionsFor(episode({ retry: own }), declared)).toEqual({
+        options: { retry: own, retryable: declared.retryable },
+      });
+      expect(retryOptionsFor(episode({ retry: false }), declared)).toEqual({ options: undefined });
+    },
+  );
 
-  it("falls back to the expectation's policy, saying why, when the stored one is not sound (a row edited by hand)", () => {
-    expect(retryOptionsFor(episode({ retry: { attempts: 'many' } }), declared)).toEqual({
-      options: declared,
-      problem:
-        "its trigger's retry.attempts must be a whole number >= 2 (runs in all, the first included)",
-    });
-  });
+  it(
+    "falls back to the expectation's policy, saying why, when the stored one is not sound (a " +
+      'row edited by hand)',
+    () => {
+      expect(retryOptionsFor(episode({ retry: { attempts: 'many' } }), declared)).toEqual({
+        options: declared,
+        problem:
+          "its trigger's retry.attempts must be a whole number >= 2 (runs in all, the first " +
+          'included)',
+      });
+    },
+  );
 });
 
 describe('retryDelayMs', () => {

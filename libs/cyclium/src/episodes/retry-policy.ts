@@ -45,7 +45,10 @@ export function retryPolicyProblem(policy: unknown): string | null {
   return null;
 }
 
-/** The backoff before the attempt after `retriesSoFar` failed ones: initialMs × factor^retries, at most maxMs, plus up to `jitter` of it. */
+/**
+ * The backoff before the attempt after `retriesSoFar` failed ones: initialMs × factor^retries, at
+ * most maxMs, plus up to `jitter` of it.
+ */
 export function retryDelayMs(
   policy: RetryPolicy,
   retriesSoFar: number,
@@ -59,7 +62,8 @@ export function retryDelayMs(
 /**
  * The retry options a run of `episode` goes by: the `retry` its trigger carries (TriggerOptions),
  * `false` for none, over the expectation's; the expectation's `retryable` hook either way. A stored
- * override that is not a sound policy (a row edited by hand) counts as none given: `problem` says why.
+ * override that is not a sound policy (a row edited by hand) counts as none given: `problem` says
+ * why.
  */
 export function retryOptionsFor(
   episode: EpisodeRow,

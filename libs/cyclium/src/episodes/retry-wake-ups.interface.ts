@@ -1,7 +1,10 @@
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 
-/** Why an episode waits for a wake-up: a retry's backoff, an `ep.sleep`, or a resume due now (an operator's retry, a restart handed to a full node). */
+/**
+ * Why an episode waits for a wake-up: a retry's backoff, an `ep.sleep`, or a resume due now (an
+ * operator's retry, a restart handed to a full node).
+ */
 export type WakeReason = 'retry' | 'sleep' | 'resume';
 
 /**

@@ -29,7 +29,9 @@ export interface StepRecord {
   durationMs: number;
 }
 
-/** What a fenced step write found: written (and whether a cancel is pending), or the claim is gone. */
+/**
+ * What a fenced step write found: written (and whether a cancel is pending), or the claim is gone.
+ */
 export type StepWriteOutcome = 'written' | 'cancel_requested' | 'not_owner';
 
 /** Where a resumed run picks up: the checkpointed results and the next free journal position. */
@@ -76,7 +78,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     this.trigger = deps.trigger as EpisodeTrigger<P>;
     this.fence = deps.fence;
     this.resumed = deps.resumed;
-    // The claim's loss stops the episode as its own stop does (AbortSignal.any costs more than the rest of the setup).
+    // The claim's loss stops the episode as its own stop does (AbortSignal.any costs more than the
+    // rest of the setup).
     this.signal = this.controller.signal;
     const held = deps.hold.signal;
     if (held.aborted) this.controller.abort(held.reason);
@@ -127,7 +130,10 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     }
   }
 
-  /** A library write that gave up stops the episode, so a method that catches it cannot go on and have it recorded as its own failure. */
+  /**
+   * A library write that gave up stops the episode, so a method that catches it cannot go on and
+   * have it recorded as its own failure.
+   */
   private async library<T>(write: Promise<T> | T): Promise<T> {
     try {
       return await write;
@@ -162,7 +168,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     const durationMs = performance.now() - started;
     const resultJson = encodeStepResult(name, result);
     this.journalNo ??= this.history.nextJournalNo;
-    // duration_ms is a 32-bit column: a step that ran longer than 24.8 days is journaled as that long.
+    // duration_ms is a 32-bit column: a step that ran longer than 24.8 days is journaled as that
+    // long.
     const journaledMs = Math.min(Math.round(durationMs), INT4_MAX);
     const record = {
       stepNo,

@@ -6,5 +6,8 @@
  * the run ends as a lost one.
  */
 export function runningHere(e: string, owner: string): string {
-  return `${e}.status = 'running' AND ${e}.owner_node = ${owner} AND ${e}.phase IS DISTINCT FROM 'recovering'`;
+  return (
+    `${e}.status = 'running' AND ${e}.owner_node = ${owner} AND ${e}.phase IS DISTINCT FROM ` +
+    `'recovering'`
+  );
 }

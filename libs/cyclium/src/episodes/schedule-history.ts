@@ -3,7 +3,9 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /** What the episodes tell of a schedule: the latest bucket that ran, and when they were read. */
 export interface ScheduleHistory {
-  /** The latest bucket with an episode (any status, archived included), or null when none is left. */
+  /**
+   * The latest bucket with an episode (any status, archived included), or null when none is left.
+   */
   lastBucket: Date | null;
   /**
    * The database clock when the statement began, at or before its snapshot: an episode of a later
@@ -30,7 +32,8 @@ export async function scheduleHistory(
   const { rows } = await sql.query<HistoryRow>(
     // ISO 8601 UTC to the millisecond, as every node writes it: text order is time order.
     `SELECT max(trigger_ref->>'scheduledAt') AS last, now() AS read_at FROM cyclium_episodes
-      WHERE actor_id = $1 AND expectation_id = $2 AND trigger_type = 'schedule' AND ${sameEnv('source_env', '$3::text')}`,
+      WHERE actor_id = $1 AND expectation_id = $2 AND trigger_type = 'schedule'
+        AND ${sameEnv('source_env', '$3::text')}`,
     [actorId, expectationId, env],
   );
   // An aggregate: always one row.

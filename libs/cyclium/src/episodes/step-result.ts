@@ -5,9 +5,9 @@ import { StepResultError } from './episode-errors.js';
 /**
  * A step's result as the jsonb its journal row and checkpoint store: `{"v": result}` when jsonb
  * takes it as it is, else `{"j": "<its JSON text>"}`. jsonb refuses a NUL character or an unpaired
- * surrogate, but a JSON string carries their escapes as plain text, so the step's side effect (which
- * has already happened) keeps its result exactly. A result that is not JSON at all (a cycle, a
- * BigInt) fails the step with StepResultError, naming it.
+ * surrogate, but a JSON string carries their escapes as plain text, so the step's side effect
+ * (which has already happened) keeps its result exactly. A result that is not JSON at all (a cycle,
+ * a BigInt) fails the step with StepResultError, naming it.
  */
 export function encodeStepResult(stepName: string, result: unknown): string {
   let json: string | undefined;
@@ -27,7 +27,9 @@ export function decodeStepResult(stored: unknown): unknown {
   return stored !== null && typeof stored === 'object' ? (stored as { v?: unknown }).v : undefined;
 }
 
-/** The journal's `resultRef` in the one shape readers see, `{ v: result }`, however it was stored. */
+/**
+ * The journal's `resultRef` in the one shape readers see, `{ v: result }`, however it was stored.
+ */
 export function presentStepResult(stored: unknown): unknown {
   return storedText(stored) === undefined ? stored : { v: decodeStepResult(stored) };
 }

@@ -25,7 +25,10 @@ interface StepRow {
 
 type StepStatement = (values: unknown[]) => QueryConfig;
 
-/** Who proves a write's claim: the adapter, for a batch (`batched`) or alone (`joined`); nobody in the statement (`open`). */
+/**
+ * Who proves a write's claim: the adapter, for a batch (`batched`) or alone (`joined`); nobody in
+ * the statement (`open`).
+ */
 type Proof = 'batched' | 'joined' | 'open';
 
 /**
@@ -34,16 +37,17 @@ type Proof = 'batched' | 'joined' | 'open';
  * while one is in flight leave together as one statement, group-committed as publishing is: each
  * row still commits only while its own claim is held at its fence, so a batch changes what a step
  * costs, not what it guarantees. A lone write goes out at once with its one claim proven by key
- * (the adapter's `owner`): the batch's join over its input would plan as if for many rows. A batch that
- * PostgreSQL refuses (a bad value, a deadlock) is written again one by one, so only the write at
- * fault fails. Claims off, or another adapter: each step is written alone, its claim proven by the
- * adapter's `owner` in the statement, or asked `owns()` first when its store is elsewhere; and the
- * episode row proves in the same statement that this node still runs it (runningHere), so with
+ * (the adapter's `owner`): the batch's join over its input would plan as if for many rows. A batch
+ * that PostgreSQL refuses (a bad value, a deadlock) is written again one by one, so only the write
+ * at fault fails. Claims off, or another adapter: each step is written alone, its claim proven by
+ * the adapter's `owner` in the statement, or asked `owns()` first when its store is elsewhere; and
+ * the episode row proves in the same statement that this node still runs it (runningHere), so with
  * claims off a run whose episode a sweep took writes nothing more.
  */
 @Injectable()
 export class StepWrites {
-  // Steps need no order among episodes; a few batches at once keep both database cores busy at low concurrency.
+  // Steps need no order among episodes; a few batches at once keep both database cores busy at low
+  // concurrency.
   private readonly batches = new BatchedWrites<StepWrite, StepWriteOutcome>(
     async (w) => (await this.send('joined', [w]))[0] as StepWriteOutcome,
     (items) => this.send('batched', items),
@@ -84,10 +88,14 @@ export class StepWrites {
     }
   }
 
-  /** Whether the episode is still running on `owner` (see runningHere): a write that met a taken position asks. */
+  /**
+   * Whether the episode is still running on `owner` (see runningHere): a write that met a taken
+   * position asks.
+   */
   private async runsHere(episodeId: string, owner: string): Promise<boolean> {
     const { rows } = await this.database.sql.query<{ here: boolean }>(
-      `SELECT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $1 AND ${runningHere('e', '$2::text')}) AS here`,
+      `SELECT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $1 AND ` +
+        `${runningHere('e', '$2::text')}) AS here`,
       [episodeId, owner],
     );
     return rows[0]?.here === true;
@@ -144,7 +152,8 @@ export class StepWrites {
     const held =
       proof === 'open'
         ? `SELECT 1 FROM (${claim}) AS claim
-            WHERE EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $4::uuid AND ${runningHere('e', '$2::text')})`
+            WHERE EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = $4::uuid
+                            AND ${runningHere('e', '$2::text')})`
         : claim;
     return stepWrite('SELECT i.* FROM input i WHERE EXISTS (SELECT 1 FROM held)', held);
   }
@@ -186,7 +195,9 @@ export class StepWrites {
     return items.map((_, i) => outcomeOf(rows[i]));
   }
 
-  /** The checkpoint's signature (the `integrity` option), over the result as it will be read back. */
+  /**
+   * The checkpoint's signature (the `integrity` option), over the result as it will be read back.
+   */
   private signatureOf(episodeId: string, record: StepRecord): string | null {
     if (!this.signer.enabled) return null;
     return this.signer.sign(

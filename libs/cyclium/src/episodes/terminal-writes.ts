@@ -15,13 +15,13 @@ export function claimFailureOf(terminal: TerminalOutcome): string | null {
 }
 
 /**
- * The terminal write of many runs in one statement (finishEpisode is one run's): every row of the CTE `input`
- * (columns `episode_id`, `status`, `summary`, `classification`, `error_class`, `error_detail`)
- * whose episode is still running gets its outcome — `done` or `partially_failed` with its summary,
- * `failed` or `canceled` with its error — as CTEs, the last named `ep` (`RETURNING id`). `input`
- * holds only the rows whose ownership was proven at their fence: no row, no write. The rows are
- * locked in id order first, as the drain's stamp locks them, so a batch and a stamp wait for each
- * other instead of deadlocking.
+ * The terminal write of many runs in one statement (finishEpisode is one run's): every row of the
+ * CTE `input` (columns `episode_id`, `status`, `summary`, `classification`, `error_class`,
+ * `error_detail`) whose episode is still running gets its outcome — `done` or `partially_failed`
+ * with its summary, `failed` or `canceled` with its error — as CTEs, the last named `ep`
+ * (`RETURNING id`). `input` holds only the rows whose ownership was proven at their fence: no row,
+ * no write. The rows are locked in id order first, as the drain's stamp locks them, so a batch and
+ * a stamp wait for each other instead of deadlocking.
  */
 export function finishEpisodes(input: string): Array<[string, string]> {
   return [
@@ -33,7 +33,13 @@ export function finishEpisodes(input: string): Array<[string, string]> {
     [
       'ep',
       `UPDATE cyclium_episodes e
-          SET ${terminalSet({ status: 'i.status', summary: 'i.summary', classification: 'i.classification', errorClass: 'i.error_class', detail: 'i.error_detail' })}
+          SET ${terminalSet({
+            status: 'i.status',
+            summary: 'i.summary',
+            classification: 'i.classification',
+            errorClass: 'i.error_class',
+            detail: 'i.error_detail',
+          })}
          FROM ep_locked l JOIN ${input} i ON i.episode_id = l.id
         WHERE e.id = l.id
        RETURNING e.id`,
@@ -41,7 +47,9 @@ export function finishEpisodes(input: string): Array<[string, string]> {
   ];
 }
 
-/** SQL expressions for an outcome's columns: parameters of a lone write, or an input row's columns. */
+/**
+ * SQL expressions for an outcome's columns: parameters of a lone write, or an input row's columns.
+ */
 export interface OutcomeRefs {
   status: string;
   summary: string;
@@ -50,10 +58,15 @@ export interface OutcomeRefs {
   detail: string;
 }
 
-/** The SET list of every terminal write of cyclium_episodes (aliased `e`): one spelling for one run or many. */
+/**
+ * The SET list of every terminal write of cyclium_episodes (aliased `e`): one spelling for one run
+ * or many.
+ */
 function terminalSet(v: OutcomeRefs): string {
-  return `status = ${v.status}, summary = coalesce(${v.summary}, e.summary), classification = coalesce(${v.classification}, e.classification),
-              error_class = ${v.errorClass}, error_detail = ${v.detail}, phase = NULL, finished_at = now(), updated_at = now()`;
+  return `status = ${v.status}, summary = coalesce(${v.summary}, e.summary),
+  classification = coalesce(${v.classification}, e.classification),
+              error_class = ${v.errorClass}, error_detail = ${v.detail}, phase = NULL,
+              finished_at = now(), updated_at = now()`;
 }
 
 /**

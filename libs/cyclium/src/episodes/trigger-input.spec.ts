@@ -3,10 +3,14 @@ import { InvalidTriggerError } from './episode-errors.js';
 import { triggerDelay } from './trigger-input.js';
 
 describe('triggerDelay', () => {
-  it("runs now with delayMs 0, and leaves the expectation's default to the dispatcher when the trigger asks for nothing", () => {
-    expect(triggerDelay('t', { delayMs: 0 })).toBeNull();
-    expect(triggerDelay('t', {})).toBeUndefined();
-  });
+  it(
+    "runs now with delayMs 0, and leaves the expectation's default to the dispatcher when the " +
+      'trigger asks for nothing',
+    () => {
+      expect(triggerDelay('t', { delayMs: 0 })).toBeNull();
+      expect(triggerDelay('t', {})).toBeUndefined();
+    },
+  );
 
   it("takes the trigger's delayMs or runAt", () => {
     const at = new Date('2030-01-01T00:00:00Z');

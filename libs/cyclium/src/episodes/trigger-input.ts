@@ -28,7 +28,8 @@ export function triggerDelay(
     if (!(typeof delayMs === 'number' && Number.isSafeInteger(delayMs) && delayMs >= 0)) {
       throw new InvalidTriggerError(
         'delayMs',
-        `${what}: delayMs must be a whole number of milliseconds >= 0 (got ${JSON.stringify(delayMs)})`,
+        `${what}: delayMs must be a whole number of milliseconds >= 0 (got ` +
+          `${JSON.stringify(delayMs)})`,
       );
     }
     return delayMs > 0 ? { ms: delayMs } : null;
@@ -45,7 +46,10 @@ export function triggerDelay(
   return undefined;
 }
 
-/** The retry policy a trigger gives its episode over the expectation's (`false`: none); undefined when it gives none. */
+/**
+ * The retry policy a trigger gives its episode over the expectation's (`false`: none); undefined
+ * when it gives none.
+ */
 export function triggerRetry(what: string, retry: unknown): RetryPolicy | false | undefined {
   if (retry === undefined || retry === false) return retry;
   const problem = retryPolicyProblem(retry);
@@ -79,7 +83,8 @@ export function checkTriggerInput(
   if (bytes > MAX_DEDUPE_KEY_BYTES) {
     throw new InvalidTriggerError(
       'dedupeKey',
-      `${what}: dedupeKey must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (got ${bytes}); hash a longer one`,
+      `${what}: dedupeKey must be at most ${MAX_DEDUPE_KEY_BYTES} bytes in UTF-8 (got ${bytes}); ` +
+        `hash a longer one`,
     );
   }
 }

@@ -1,6 +1,8 @@
 /** What an episode concludes about a subject; persisted in the post-converge transaction. */
 export type FindingAction =
-  /** Opens the finding, or refreshes the active one with the same key (one active per key and env). */
+  /**
+   * Opens the finding, or refreshes the active one with the same key (one active per key and env).
+   */
   | {
       op: 'raise';
       key: string;

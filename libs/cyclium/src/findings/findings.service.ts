@@ -16,7 +16,10 @@ export interface FindingFilters {
   key?: string;
 }
 
-/** The episode a finding action is recorded for: its id, actor and expectation, and the env it lands in. */
+/**
+ * The episode a finding action is recorded for: its id, actor and expectation, and the env it lands
+ * in.
+ */
 export type FindingSource = Pick<CycliumEpisode, 'id' | 'actorId' | 'expectationId' | 'sourceEnv'>;
 
 const toFinding = rowMapper(CycliumFinding);
@@ -55,10 +58,13 @@ export class Findings {
     return rows.map(toFinding);
   }
 
-  /** The findings an episode raised or cleared, oldest first (the operations page's episode view). */
+  /**
+   * The findings an episode raised or cleared, oldest first (the operations page's episode view).
+   */
   async forEpisode(episodeId: string): Promise<CycliumFinding[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_findings WHERE raised_by_episode_id = $1 OR cleared_by_episode_id = $1 ORDER BY raised_at, id LIMIT 500`,
+      `SELECT * FROM cyclium_findings WHERE raised_by_episode_id = $1 OR cleared_by_episode_id = ` +
+        `$1 ORDER BY raised_at, id LIMIT 500`,
       [episodeId],
     );
     return rows.map(toFinding);
@@ -102,8 +108,11 @@ export class Findings {
     if (clears.length > 0) {
       ctes.push([
         'finding_clears',
-        `UPDATE cyclium_findings SET status = 'cleared', cleared_at = now(), cleared_by_episode_id = ${p(episode.id, 'uuid')}, updated_at = now()
-          WHERE finding_key = ANY(${p(clears, 'text[]')}) AND ${sameEnv('env', env)} AND status = 'active' AND (${when})
+        `UPDATE cyclium_findings
+          SET status = 'cleared', cleared_at = now(),
+              cleared_by_episode_id = ${p(episode.id, 'uuid')}, updated_at = now()
+          WHERE finding_key = ANY(${p(clears, 'text[]')}) AND ${sameEnv('env', env)}
+            AND status = 'active' AND (${when})
          RETURNING 1`,
       ]);
     }
@@ -123,10 +132,14 @@ export class Findings {
       ctes.push([
         'finding_updates',
         `UPDATE cyclium_findings f
-            SET class = coalesce(u.class, f.class), severity = coalesce(u.severity, f.severity), subject = coalesce(u.subject, f.subject),
-                summary = coalesce(u.summary, f.summary), evidence = coalesce(u.evidence, f.evidence), updated_at = now()
-           FROM unnest(${columns(updates)}) AS u (finding_key, class, severity, subject, summary, evidence)
-          WHERE f.finding_key = u.finding_key AND ${sameEnv('f.env', env)} AND f.status = 'active' AND (${when})
+            SET class = coalesce(u.class, f.class), severity = coalesce(u.severity, f.severity),
+                subject = coalesce(u.subject, f.subject),
+                summary = coalesce(u.summary, f.summary),
+                evidence = coalesce(u.evidence, f.evidence), updated_at = now()
+           FROM unnest(${columns(updates)}) AS u (finding_key, class, severity, subject, summary,
+                                                  evidence)
+          WHERE f.finding_key = u.finding_key AND ${sameEnv('f.env', env)} AND f.status = 'active'
+            AND (${when})
          RETURNING 1`,
       ]);
     }
@@ -134,10 +147,13 @@ export class Findings {
       ctes.push([
         'finding_raises',
         `INSERT INTO cyclium_findings
-           (actor_id, expectation_id, finding_key, status, class, severity, subject, summary, evidence, raised_by_episode_id, env)
-         SELECT ${p(episode.actorId, 'text')}, ${p(episode.expectationId, 'text')}, r.finding_key, 'active', r.class, r.severity,
+           (actor_id, expectation_id, finding_key, status, class, severity, subject, summary,
+            evidence, raised_by_episode_id, env)
+         SELECT ${p(episode.actorId, 'text')}, ${p(episode.expectationId, 'text')}, r.finding_key,
+                'active', r.class, r.severity,
                 r.subject, r.summary, r.evidence, ${p(episode.id, 'uuid')}, ${env}
-           FROM unnest(${columns(raises)}) AS r (finding_key, class, severity, subject, summary, evidence)
+           FROM unnest(${columns(raises)}) AS r (finding_key, class, severity, subject, summary,
+                                                 evidence)
           WHERE (${when})
          ON CONFLICT (finding_key, env) WHERE status = 'active' DO UPDATE
            SET class = EXCLUDED.class, severity = EXCLUDED.severity, subject = EXCLUDED.subject,
@@ -166,7 +182,8 @@ function fold(actions: readonly FindingAction[]): {
       const { op: _, ...fields } = action;
       last.set(action.key, { op: 'raise', fields });
     } else if (before?.op !== 'clear') {
-      // An update refines whatever is pending for the key (a raise stays a raise); after a clear it changes nothing.
+      // An update refines whatever is pending for the key (a raise stays a raise); after a clear it
+      // changes nothing.
       const { op: _, ...fields } = action;
       const merged = before ? { ...before.fields, ...definedOnly(fields) } : fields;
       last.set(action.key, { op: before?.op ?? 'update', fields: merged });

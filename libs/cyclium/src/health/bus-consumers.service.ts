@@ -10,7 +10,10 @@ import {
   type ClusterNode,
 } from './cluster-status.service.js';
 
-/** What `BusConsumers.drop` did: `hosted` when a live node of its channel hosts it (nothing was deleted). */
+/**
+ * What `BusConsumers.drop` did: `hosted` when a live node of its channel hosts it (nothing was
+ * deleted).
+ */
 export type BusConsumerDrop = 'dropped' | 'hosted' | 'not_found';
 
 const NODES = `
@@ -39,7 +42,10 @@ export class BusConsumers {
     return (await this.reader.read(300_000, 500)).busConsumers;
   }
 
-  /** Deletes the stored position of `consumer` (`<actor id>.<expectation id>`) on `channel`, unless it is hosted. */
+  /**
+   * Deletes the stored position of `consumer` (`<actor id>.<expectation id>`) on `channel`, unless
+   * it is hosted.
+   */
   async drop(channel: string, consumer: string): Promise<BusConsumerDrop> {
     const liveFor = [2 * this.options.nodeBeatIntervalMs];
     const { rows } = await this.database.sql.query<NodeRow>(NODES, liveFor);

@@ -19,14 +19,20 @@ export interface ClusterNode {
   version: string;
   startedAt: Date;
   lastSeenAt: Date;
-  /** Beat within `2 × nodeBeatIntervalMs` by the database's clock; a node killed outright turns stale within three beats. */
+  /**
+   * Beat within `2 × nodeBeatIntervalMs` by the database's clock; a node killed outright turns
+   * stale within three beats.
+   */
   live: boolean;
   /** Episodes whose row names this node as owner and is `running`. */
   runningEpisodes: number;
   /** Work claims this node holds with a lease still in the future. */
   liveClaims: number;
   lastSweep: LastSweep | null;
-  /** The actors it hosts (its `@Actor` classes, whatever their mode); null on a row that does not say. */
+  /**
+   * The actors it hosts (its `@Actor` classes, whatever their mode); null on a row that does not
+   * say.
+   */
   actors: string[] | null;
 }
 
@@ -41,7 +47,10 @@ export interface BusConsumerStatus {
   consumer: string;
   /** The event type it takes; null on a row a previous release wrote (it holds every type). */
   type: string | null;
-  /** When a node last stored it (it moves whenever its consumer's events settle, and now and then when idle). */
+  /**
+   * When a node last stored it (it moves whenever its consumer's events settle, and now and then
+   * when idle).
+   */
   updatedAt: Date;
   /** Events it skipped for a reason of their own, and the last reason. */
   skipped: number;
@@ -60,7 +69,10 @@ export interface EpisodeCount {
   count: number;
 }
 
-/** The cluster as the database sees it: every node's row, and what is running, waiting and recently finished. */
+/**
+ * The cluster as the database sees it: every node's row, and what is running, waiting and recently
+ * finished.
+ */
 export interface ClusterStatus {
   /** The database's clock when it was read. */
   at: Date;
@@ -76,7 +88,10 @@ export interface ClusterStatus {
 
 /** Options of the cluster status read. */
 export interface ClusterStatusOptions {
-  /** How far back `finished` and `triggerRequests.expiredInWindow` look. Default 300 000 (5 min), at most 86 400 000. */
+  /**
+   * How far back `finished` and `triggerRequests.expiredInWindow` look. Default 300 000 (5 min), at
+   * most 86 400 000.
+   */
   windowMs?: number;
 }
 
@@ -91,26 +106,36 @@ export const MAX_STATUS_WINDOW_MS = 86_400_000;
  * at a third of the table and reads all of it, a two-sided one at a fraction of a percent.
  */
 const CLUSTER_STATUS = `
-  WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes WHERE status = 'running' GROUP BY owner_node),
+  WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes
+                   WHERE status = 'running' GROUP BY owner_node),
        claims AS (SELECT owner_node, count(*)::int AS n FROM cyclium_work_claims
                    WHERE state = 'claimed' AND lease_until > now() GROUP BY owner_node)
   SELECT now() AS at,
     coalesce((SELECT json_agg(json_build_object(
-        'identity', n.node_identity, 'stack', n.stack, 'env', n.env, 'mode', n.mode, 'hostname', n.hostname, 'pid', n.pid,
+        'identity', n.node_identity, 'stack', n.stack, 'env', n.env, 'mode', n.mode, 'hostname',
+        n.hostname, 'pid', n.pid,
         'version', n.version, 'startedAt', n.started_at, 'lastSeenAt', n.last_seen_at,
         'live', n.last_seen_at > now() - make_interval(secs => $1::float8 / 1000),
-        'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep', n.last_sweep,
+        'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep',
+        n.last_sweep,
         'actors', n.actors)
         ORDER BY n.node_identity)
-      FROM cyclium_nodes n LEFT JOIN running r ON r.owner_node = n.node_identity LEFT JOIN claims c ON c.owner_node = n.node_identity), '[]') AS nodes,
-    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
-      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked') GROUP BY 1, 2) a), '[]') AS active,
-    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n) ORDER BY actor_id, status)
+      FROM cyclium_nodes n LEFT JOIN running r ON r.owner_node = n.node_identity LEFT JOIN claims c
+        ON c.owner_node = n.node_identity), '[]') AS nodes,
+    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n)
+                              ORDER BY actor_id, status)
       FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
-             WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000) AND finished_at < now() + interval '1 minute' GROUP BY 1, 2) f), '[]') AS finished,
+            WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')
+              GROUP BY 1, 2) a), '[]') AS active,
+    coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n)
+                              ORDER BY actor_id, status)
+      FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
+             WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000)
+               AND finished_at < now() + interval '1 minute' GROUP BY 1, 2) f), '[]') AS finished,
     (SELECT count(*)::int FROM cyclium_trigger_requests WHERE status = 'pending') AS pending,
     (SELECT count(*)::int FROM cyclium_trigger_requests
-      WHERE status = 'expired' AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired,
+      WHERE status = 'expired'
+        AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired,
     ${STORED_POSITIONS} AS positions`;
 
 interface Row {
@@ -149,7 +174,10 @@ export function hosts(
   );
 }
 
-/** Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one read. */
+/**
+ * Reads the cluster for `CycliumStatus.cluster()`; a burst of callers within `cacheMs` shares one
+ * read.
+ */
 @Injectable()
 export class ClusterStatusReader {
   private readonly reads = new SharedRead<number, ClusterStatus>();

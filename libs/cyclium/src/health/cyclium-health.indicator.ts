@@ -10,11 +10,16 @@ import { CycliumStatus, type HealthOptions } from './cyclium-status.service.js';
  * - `isReady` (readinessProbe): `down` from the start of a drain, and while the database does not
  *   answer, the bus's LISTEN connection is down or degraded, its reader fails or claim renewals
  *   fail; the details list the failed checks (`failing`, see ReadinessCheck) and why.
- * `isHealthy` is `isReady` under its older name. Details say who the node is and what it does either way.
+ * `isHealthy` is `isReady` under its older name. Details say who the node is and what it does
+ * either way.
  *
  * ```ts
- * @Get('live') @HealthCheck() live() { return this.health.check([() => this.cyclium.isLive('cyclium')]); }
- * @Get('ready') @HealthCheck() ready() { return this.health.check([() => this.cyclium.isReady('cyclium')]); }
+ * @Get('live') @HealthCheck() live() {
+ *   return this.health.check([() => this.cyclium.isLive('cyclium')]);
+ * }
+ * @Get('ready') @HealthCheck() ready() {
+ *   return this.health.check([() => this.cyclium.isReady('cyclium')]);
+ * }
  * ```
  */
 @Injectable()

@@ -25,7 +25,10 @@ import {
 export interface HealthOptions {
   /** The database must answer `SELECT 1` within this. Default 1 500. */
   timeoutMs?: number;
-  /** The bus's wake-up connection may be down this long before the node counts as not ready. Default 10 000. */
+  /**
+   * The bus's wake-up connection may be down this long before the node counts as not ready. Default
+   * 10 000.
+   */
   busDisconnectedMs?: number;
   /** Reuse a report this long, so a storm of probes costs one query. Default 1 000. */
   cacheMs?: number;
@@ -42,16 +45,21 @@ export interface StatusSnapshot {
   liveClaims: number;
   bus: BusStatus | null;
   lastSweep: LastSweep | null;
-  /** The last `reconcileWorkflows` this node ran (after each sweep, where the workflow engine is on). */
+  /**
+   * The last `reconcileWorkflows` this node ran (after each sweep, where the workflow engine is
+   * on).
+   */
   lastReconcile: { at: Date; result: ReconcileResult } | null;
 }
 
 /**
  * Why a node is not ready, as stable codes (the messages may change):
  * - `draining`: shutdown began; the node takes no new work.
- * - `database`: `SELECT 1` did not answer within `timeoutMs` (sent on the library's own connection, not the host pool).
+ * - `database`: `SELECT 1` did not answer within `timeoutMs` (sent on the library's own connection,
+ *   not the host pool).
  * - `bus_disconnected`: the bus's LISTEN connection has been down longer than `busDisconnectedMs`.
- * - `bus_degraded`: the LISTEN connection is open but does not hear its own echo (half-open, or a pooler in transaction mode).
+ * - `bus_degraded`: the LISTEN connection is open but does not hear its own echo (half-open, or a
+ *   pooler in transaction mode).
  * - `bus_reader_failing`: the last read of the events table failed.
  * - `renewals_failing`: the last renewal of this node's work claims failed.
  */
@@ -88,7 +96,10 @@ export interface LivenessReport {
   status: StatusSnapshot;
 }
 
-/** This node's state at a glance, and the liveness and readiness verdicts the Terminus indicator reports. */
+/**
+ * This node's state at a glance, and the liveness and readiness verdicts the Terminus indicator
+ * reports.
+ */
 @Injectable()
 export class CycliumStatus {
   private readonly pings = new SharedRead<number, number>();
@@ -108,14 +119,16 @@ export class CycliumStatus {
 
   /**
    * Every node and the work in the database, for operators: cheap enough for a few calls a second
-   * (callers within half a second share one statement), at a cost that follows the live work and the
-   * window, not the history. Throws DatabaseUnavailableError-classed errors while the database is away.
+   * (callers within half a second share one statement), at a cost that follows the live work and
+   * the window, not the history. Throws DatabaseUnavailableError-classed errors while the database
+   * is away.
    */
   cluster(options: ClusterStatusOptions = {}): Promise<ClusterStatus> {
     const windowMs = options.windowMs ?? 300_000;
     if (!Number.isInteger(windowMs) || windowMs < 1 || windowMs > MAX_STATUS_WINDOW_MS) {
       throw new RangeError(
-        `cluster: windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`,
+        `cluster: windowMs must be a whole number of milliseconds from 1 to ` +
+          `${MAX_STATUS_WINDOW_MS} (got ${String(windowMs)})`,
       );
     }
     return this.clusterReader.read(windowMs, 500);
@@ -142,7 +155,10 @@ export class CycliumStatus {
     return { live: true, status: this.snapshot() };
   }
 
-  /** Not ready while any ReadinessCheck fails. Only the database round trip is cached; the rest is read fresh. */
+  /**
+   * Not ready while any ReadinessCheck fails. Only the database round trip is cached; the rest is
+   * read fresh.
+   */
   async readiness(options: HealthOptions = {}): Promise<HealthReport> {
     const { timeoutMs = 1_500, busDisconnectedMs = 10_000, cacheMs = 1_000 } = options;
     const failed: Array<[ReadinessCheck, string]> = [];
@@ -188,7 +204,10 @@ export class CycliumStatus {
     return this.pings.get(timeoutMs, cacheMs, () => this.ping(timeoutMs));
   }
 
-  /** On the library's own connection: a host pool that is merely saturated is not a database that is away. */
+  /**
+   * On the library's own connection: a host pool that is merely saturated is not a database that is
+   * away.
+   */
   private ping(timeoutMs: number): Promise<number> {
     const started = performance.now();
     const query = this.database.dedicatedSql

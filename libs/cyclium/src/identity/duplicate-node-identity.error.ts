@@ -12,7 +12,8 @@ export class DuplicateNodeIdentityError extends Error {
     readonly otherBootId: string,
   ) {
     super(
-      `node identity "${identity}" is already in use by another live process (boot id ${otherBootId}), which is still beating: ` +
+      `node identity "${identity}" is already in use by another live process (boot id ` +
+        `${otherBootId}), which is still beating: ` +
         `give each process its own nodeIdentity, or leave it unset to mint one per process`,
     );
   }

@@ -44,10 +44,14 @@ export class RowSigner {
   /** The signature of a row with these fields, or null without the option. */
   sign(kind: SignedKind, fields: readonly unknown[]): string | null {
     if (this.keyId === null) return null;
-    return `${this.keyId}:${this.mac(this.keys.get(this.keyId) as Buffer, kind, fields).toString('base64url')}`;
+    const mac = this.mac(this.keys.get(this.keyId) as Buffer, kind, fields);
+    return `${this.keyId}:${mac.toString('base64url')}`;
   }
 
-  /** Whether a row with no signature is accepted now: the option is on and its cut-over is not recorded yet. */
+  /**
+   * Whether a row with no signature is accepted now: the option is on and its cut-over is not
+   * recorded yet.
+   */
   get acceptsUnsigned(): boolean {
     return this.keyId !== null && this.unsignedAccepted;
   }
@@ -59,7 +63,8 @@ export class RowSigner {
 
   /**
    * Whether a row that decides what runs next may be acted on: it verifies, or it has no signature
-   * at all while unsigned rows are still accepted (before the cut-over). Always true without the option.
+   * at all while unsigned rows are still accepted (before the cut-over). Always true without the
+   * option.
    */
   accepts(
     kind: SignedKind,

@@ -12,7 +12,8 @@ export class TamperedRowError extends Error {
     readonly row: string,
   ) {
     super(
-      `${table} row ${row} is not signed by this deployment's integrity key (edited, copied or forged): not acted on`,
+      `${table} row ${row} is not signed by this deployment's integrity key (edited, copied or ` +
+        `forged): not acted on`,
     );
   }
 }

@@ -11,7 +11,9 @@ export interface FencedStatement {
 
 /** How claims take part in a statement the library composes (see Statement). */
 export interface ClaimsInStatement {
-  /** The statement itself proves, takes and finishes the claim (the adapter has `inTransaction`). */
+  /**
+   * The statement itself proves, takes and finishes the claim (the adapter has `inTransaction`).
+   */
   joined: boolean;
   fragments: ClaimFragments;
   /** Names the fragments' variant in the statement's prepared name. */
@@ -29,7 +31,8 @@ const OPEN_FRAGMENTS: ClaimFragments = {
   acquire: ({ key, owner, leaseSeconds, workType }) => [
     [
       'claim',
-      `SELECT NULL::bigint AS fence, NULL::int AS attempt, NULL::timestamptz AS lease_until, NULL::text AS stolen_from
+      `SELECT NULL::bigint AS fence, NULL::int AS attempt, NULL::timestamptz AS lease_until,
+              NULL::text AS stolen_from
          FROM (SELECT ${key}, ${owner}, ${leaseSeconds}, ${workType}) AS unused`,
     ],
   ],
@@ -43,7 +46,10 @@ export const OPEN_CLAIMS: ClaimsInStatement = {
   shape: 'open',
 };
 
-/** The open `owner` at a fenced statement's $1 key, $2 owner, $3 fence (see WorkClaims.fencedStatement). */
+/**
+ * The open `owner` at a fenced statement's $1 key, $2 owner, $3 fence (see
+ * WorkClaims.fencedStatement).
+ */
 export const OPEN_OWNER_CTE = OPEN_FRAGMENTS.owner({
   key: '$1::text',
   owner: '$2::text',

@@ -40,7 +40,10 @@ export class LeaseRenewer implements OnApplicationBootstrap {
     this.timer.unref();
   }
 
-  /** The last renewal round failed and there are still claims to renew; false again after one succeeds. */
+  /**
+   * The last renewal round failed and there are still claims to renew; false again after one
+   * succeeds.
+   */
   get failing(): boolean {
     return this.outage.failing && [...this.holds.values()].some((hold) => !hold.lost);
   }
@@ -98,7 +101,8 @@ export class LeaseRenewer implements OnApplicationBootstrap {
     for (const hold of live) {
       if (!this.holds.has(id(hold.key, hold.fence))) continue; // released while we were renewing
       if (kept.has(id(hold.key, hold.fence))) {
-        // Read before `renewed` moves it: the deadline is the previous renewal's send plus the lease.
+        // Read before `renewed` moves it: the deadline is the previous renewal's send plus the
+        // lease.
         const lagMs = this.telemetry.wants('work_claims.renewed')
           ? Math.max(0, sentAt - hold.localDeadline + (2 * this.leaseMs) / 3)
           : undefined;

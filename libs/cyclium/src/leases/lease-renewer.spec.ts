@@ -94,80 +94,88 @@ describe('LeaseRenewer', () => {
     expect(hold.lost).toBe(false);
   });
 
-  it('marks a claim another node took over as lost (not_owner) and stops renewing it; the others stay held', async () => {
-    const kept = await Promise.all(['a', 'b', 'c'].map((key) => acquireAndTrack(key, 60)));
-    const stolen = await acquireAndTrack('stolen', 1);
+  it(
+    'marks a claim another node took over as lost (not_owner) and stops renewing it; the others ' +
+      'stay held',
+    async () => {
+      const kept = await Promise.all(['a', 'b', 'c'].map((key) => acquireAndTrack(key, 60)));
+      const stolen = await acquireAndTrack('stolen', 1);
 
-    t += 1_001; // only 'stolen' (1 s lease) lapses
-    await stealAsNodeB('stolen');
+      t += 1_001; // only 'stolen' (1 s lease) lapses
+      await stealAsNodeB('stolen');
 
-    const renewMany = jest.spyOn(fake, 'renewMany');
-    await renewer.tick();
+      const renewMany = jest.spyOn(fake, 'renewMany');
+      await renewer.tick();
 
-    expect(renewMany).toHaveBeenCalledTimes(1);
-    expect(stolen.signal.aborted).toBe(true);
-    expect(stolen.signal.reason).toBeInstanceOf(ClaimLostError);
-    expect(stolen.signal.reason).toMatchObject({ key: 'stolen', fence: 1, reason: 'not_owner' });
-    expect(() => stolen.check()).toThrow(ClaimLostError);
-    for (const hold of kept) {
-      expect(hold.signal.aborted).toBe(false);
-      expect(hold.lost).toBe(false);
-    }
-    expect(byKey(renewer.held())).toEqual([
-      { key: 'a', fence: 1 },
-      { key: 'b', fence: 1 },
-      { key: 'c', fence: 1 },
-    ]);
-    // The renewer did not disturb the new owner.
-    expect(fake.inspect('stolen')).toMatchObject({ owner: 'node-b', fence: 2, state: 'claimed' });
-
-    // The lost claim is not sent again on the next tick.
-    await renewer.tick();
-    expect(renewMany).toHaveBeenCalledTimes(2);
-    expect(byKey(renewMany.mock.calls[1][1]).map((c) => c.key)).toEqual(['a', 'b', 'c']);
-  });
-
-  it('survives a failed renewal (database unreachable) without throwing and without marking holds lost', async () => {
-    const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
-    const failed: unknown[] = [];
-    const unsubscribe = onCyclium('work_claims.renew_failed', (event) => failed.push(event));
-    try {
-      const holds = [await acquireAndTrack('a'), await acquireAndTrack('b')];
-      const renewMany = jest
-        .spyOn(fake, 'renewMany')
-        .mockRejectedValueOnce(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
-        .mockRejectedValueOnce(new Error('connect ECONNREFUSED 127.0.0.1:5432'));
-
-      await expect(renewer.tick()).resolves.toBeUndefined();
-      await expect(renewer.tick()).resolves.toBeUndefined();
-
-      expect(renewMany).toHaveBeenCalledTimes(2);
-      for (const hold of holds) {
+      expect(renewMany).toHaveBeenCalledTimes(1);
+      expect(stolen.signal.aborted).toBe(true);
+      expect(stolen.signal.reason).toBeInstanceOf(ClaimLostError);
+      expect(stolen.signal.reason).toMatchObject({ key: 'stolen', fence: 1, reason: 'not_owner' });
+      expect(() => stolen.check()).toThrow(ClaimLostError);
+      for (const hold of kept) {
         expect(hold.signal.aborted).toBe(false);
         expect(hold.lost).toBe(false);
       }
       expect(byKey(renewer.held())).toEqual([
         { key: 'a', fence: 1 },
         { key: 'b', fence: 1 },
+        { key: 'c', fence: 1 },
       ]);
-      expect(failed).toEqual([]);
-      // Logged once per outage, not once per tick.
-      expect(warn).toHaveBeenCalledTimes(1);
-      expect(warn).toHaveBeenCalledWith(
-        expect.stringContaining('claim renewal failed: connect ECONNREFUSED'),
-      );
+      // The renewer did not disturb the new owner.
+      expect(fake.inspect('stolen')).toMatchObject({ owner: 'node-b', fence: 2, state: 'claimed' });
 
-      // Once the database answers again, the next tick renews both.
-      t += 2_000;
+      // The lost claim is not sent again on the next tick.
       await renewer.tick();
-      expect(renewMany).toHaveBeenCalledTimes(3);
-      expect(fake.inspect('a')?.leaseUntil).toBe(t + LEASE_SECONDS * 1000);
-      expect(fake.inspect('b')?.leaseUntil).toBe(t + LEASE_SECONDS * 1000);
-      expect(holds.every((hold) => !hold.lost)).toBe(true);
-    } finally {
-      unsubscribe();
-    }
-  });
+      expect(renewMany).toHaveBeenCalledTimes(2);
+      expect(byKey(renewMany.mock.calls[1][1]).map((c) => c.key)).toEqual(['a', 'b', 'c']);
+    },
+  );
+
+  it(
+    'survives a failed renewal (database unreachable) without throwing and without marking ' +
+      'holds lost',
+    async () => {
+      const warn = jest.spyOn(Logger.prototype, 'warn').mockImplementation(() => undefined);
+      const failed: unknown[] = [];
+      const unsubscribe = onCyclium('work_claims.renew_failed', (event) => failed.push(event));
+      try {
+        const holds = [await acquireAndTrack('a'), await acquireAndTrack('b')];
+        const renewMany = jest
+          .spyOn(fake, 'renewMany')
+          .mockRejectedValueOnce(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+          .mockRejectedValueOnce(new Error('connect ECONNREFUSED 127.0.0.1:5432'));
+
+        await expect(renewer.tick()).resolves.toBeUndefined();
+        await expect(renewer.tick()).resolves.toBeUndefined();
+
+        expect(renewMany).toHaveBeenCalledTimes(2);
+        for (const hold of holds) {
+          expect(hold.signal.aborted).toBe(false);
+          expect(hold.lost).toBe(false);
+        }
+        expect(byKey(renewer.held())).toEqual([
+          { key: 'a', fence: 1 },
+          { key: 'b', fence: 1 },
+        ]);
+        expect(failed).toEqual([]);
+        // Logged once per outage, not once per tick.
+        expect(warn).toHaveBeenCalledTimes(1);
+        expect(warn).toHaveBeenCalledWith(
+          expect.stringContaining('claim renewal failed: connect ECONNREFUSED'),
+        );
+
+        // Once the database answers again, the next tick renews both.
+        t += 2_000;
+        await renewer.tick();
+        expect(renewMany).toHaveBeenCalledTimes(3);
+        expect(fake.inspect('a')?.leaseUntil).toBe(t + LEASE_SECONDS * 1000);
+        expect(fake.inspect('b')?.leaseUntil).toBe(t + LEASE_SECONDS * 1000);
+        expect(holds.every((hold) => !hold.lost)).toBe(true);
+      } finally {
+        unsubscribe();
+      }
+    },
+  );
 
   it('does not send a released hold in the next tick', async () => {
     const a = await acquireAndTrack('a');
@@ -247,53 +255,64 @@ describe('LeaseRenewer', () => {
     expect(byKey(plainRenewer.held()).map((c) => c.key)).toEqual(['a', 'b']);
   });
 
-  it('emits work_claims.renewed and work_claims.renew_failed with dedupeKey, fence and ownerNode', async () => {
-    const renewed: CycliumEventMap['work_claims.renewed'][] = [];
-    const failed: CycliumEventMap['work_claims.renew_failed'][] = [];
-    const unsubscribeRenewed = onCyclium('work_claims.renewed', (event) => renewed.push(event));
-    const unsubscribeFailed = onCyclium('work_claims.renew_failed', (event) => failed.push(event));
-    try {
-      await acquireAndTrack('kept', 60);
-      await acquireAndTrack('stolen', 1);
-      t += 1_001;
-      await stealAsNodeB('stolen');
+  it(
+    'emits work_claims.renewed and work_claims.renew_failed with dedupeKey, fence and ' +
+      'ownerNode',
+    async () => {
+      const renewed: CycliumEventMap['work_claims.renewed'][] = [];
+      const failed: CycliumEventMap['work_claims.renew_failed'][] = [];
+      const unsubscribeRenewed = onCyclium('work_claims.renewed', (event) => renewed.push(event));
+      const unsubscribeFailed = onCyclium('work_claims.renew_failed', (event) =>
+        failed.push(event),
+      );
+      try {
+        await acquireAndTrack('kept', 60);
+        await acquireAndTrack('stolen', 1);
+        t += 1_001;
+        await stealAsNodeB('stolen');
 
-      await renewer.tick();
+        await renewer.tick();
 
-      expect(renewed).toEqual([
-        {
-          dedupeKey: 'kept',
-          fence: 1,
-          ownerNode: 'node-a',
-          durationMs: expect.any(Number),
-          lagMs: expect.any(Number),
-        },
-      ]);
-      expect(failed).toEqual([
-        { dedupeKey: 'stolen', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number) },
-      ]);
-      expect(renewed[0].durationMs).toBeGreaterThanOrEqual(0);
-    } finally {
-      unsubscribeRenewed();
-      unsubscribeFailed();
-    }
-  });
+        expect(renewed).toEqual([
+          {
+            dedupeKey: 'kept',
+            fence: 1,
+            ownerNode: 'node-a',
+            durationMs: expect.any(Number),
+            lagMs: expect.any(Number),
+          },
+        ]);
+        expect(failed).toEqual([
+          { dedupeKey: 'stolen', fence: 1, ownerNode: 'node-a', durationMs: expect.any(Number) },
+        ]);
+        expect(renewed[0].durationMs).toBeGreaterThanOrEqual(0);
+      } finally {
+        unsubscribeRenewed();
+        unsubscribeFailed();
+      }
+    },
+  );
 
-  it('says how late a renewal was sent against its schedule, a third of the lease after the acquire', async () => {
-    const renewed: CycliumEventMap['work_claims.renewed'][] = [];
-    const unsubscribe = onCyclium('work_claims.renewed', (event) => renewed.push(event));
-    try {
-      const result = await fake.acquire('late', 'node-a', { leaseSeconds: 60 });
-      if (result.status !== 'acquired') throw new Error('could not acquire late');
-      // Acquired two seconds ago on the local clock: its renewal was due after a third of the lease (1 s), so it is 1 s late.
-      renewer.track('late', result.claim.fence, performance.now() - 2_000);
-      await renewer.tick();
-      expect(renewed.map((e) => e.lagMs)).toEqual([expect.closeTo(1_000, -2)]);
-      // Renewed just now: the next tick, at once, is early, which counts as no lag.
-      await renewer.tick();
-      expect(renewed[1]?.lagMs).toBe(0);
-    } finally {
-      unsubscribe();
-    }
-  });
+  it(
+    'says how late a renewal was sent against its schedule, a third of the lease after the ' +
+      'acquire',
+    async () => {
+      const renewed: CycliumEventMap['work_claims.renewed'][] = [];
+      const unsubscribe = onCyclium('work_claims.renewed', (event) => renewed.push(event));
+      try {
+        const result = await fake.acquire('late', 'node-a', { leaseSeconds: 60 });
+        if (result.status !== 'acquired') throw new Error('could not acquire late');
+        // Acquired two seconds ago on the local clock: its renewal was due after a third of the
+        // lease (1 s), so it is 1 s late.
+        renewer.track('late', result.claim.fence, performance.now() - 2_000);
+        await renewer.tick();
+        expect(renewed.map((e) => e.lagMs)).toEqual([expect.closeTo(1_000, -2)]);
+        // Renewed just now: the next tick, at once, is early, which counts as no lag.
+        await renewer.tick();
+        expect(renewed[1]?.lagMs).toBe(0);
+      } finally {
+        unsubscribe();
+      }
+    },
+  );
 });

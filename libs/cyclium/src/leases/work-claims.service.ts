@@ -64,12 +64,16 @@ export class WorkClaims {
       : this.openClaims();
   }
 
-  /** The fragments of claims outside the statement (checked and finished by the caller around it). */
+  /**
+   * The fragments of claims outside the statement (checked and finished by the caller around it).
+   */
   openClaims(): ClaimsInStatement {
     return OPEN_CLAIMS;
   }
 
-  /** Makes a grant from what an `acquire` fragment returned (one row when acquired, none when busy). */
+  /**
+   * Makes a grant from what an `acquire` fragment returned (one row when acquired, none when busy).
+   */
   grantOf(
     row: {
       fence: string | null;
@@ -96,7 +100,10 @@ export class WorkClaims {
     );
   }
 
-  /** Remembers when an acquired grant was asked for (its holder's deadline starts there) and reports the answer. */
+  /**
+   * Remembers when an acquired grant was asked for (its holder's deadline starts there) and reports
+   * the answer.
+   */
   private answered(key: string, result: AcquireResult, sentAt: number): AcquireResult {
     if (result.status === 'acquired') this.sentAt.set(result.claim, sentAt);
     this.report(key, result, performance.now() - sentAt);

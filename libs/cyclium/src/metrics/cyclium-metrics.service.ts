@@ -22,7 +22,8 @@ const METER_NAME = '@cyclium/nestjs';
 
 /**
  * True when the host registered a global MeterProvider. Without one the api hands out its no-op
- * meter, whose class this copy of the api can tell apart (the global itself is shared across copies).
+ * meter, whose class this copy of the api can tell apart (the global itself is shared across
+ * copies).
  */
 export function meterProviderRegistered(): boolean {
   return (
@@ -54,7 +55,8 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
     return this.stop !== undefined;
   }
 
-  // Before any provider's bootstrap: triggers and recovery start there, and their first events must count.
+  // Before any provider's bootstrap: triggers and recovery start there, and their first events must
+  // count.
   onModuleInit(): void {
     if (!this.options.metrics || !meterProviderRegistered()) return;
     const meter = metrics.getMeter(METER_NAME, CYCLIUM_VERSION);
@@ -72,7 +74,10 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
     this.stop = undefined;
   }
 
-  /** Read from this node's memory at each collection, labelled by node: cluster-wide counts are the status API's. */
+  /**
+   * Read from this node's memory at each collection, labelled by node: cluster-wide counts are the
+   * status API's.
+   */
   private gauges(meter: Meter): () => void {
     const running = meter.createObservableGauge('cyclium.episodes.running', {
       unit: '{episode}',
@@ -81,7 +86,8 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
     const queued = meter.createObservableGauge('cyclium.episodes.queued', {
       unit: '{episode}',
       description:
-        "Episodes waiting in this node's memory for a slot (restarts handed over, bus triggers held back)",
+        "Episodes waiting in this node's memory for a slot (restarts handed over, bus triggers " +
+        'held back)',
     });
     const claims = meter.createObservableGauge('cyclium.claims.live', {
       unit: '{claim}',

@@ -13,7 +13,10 @@ import { channelName, type CycliumEventName } from '../telemetry/telemetry.event
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { CycliumMetrics, meterProviderRegistered } from './cyclium-metrics.service.js';
 
-/** Every event the instruments read: none may have a subscriber while no MeterProvider is registered. */
+/**
+ * Every event the instruments read: none may have a subscriber while no MeterProvider is
+ * registered.
+ */
 const FED: CycliumEventName[] = [
   'work_claims.acquired',
   'work_claims.steal',
@@ -95,87 +98,98 @@ describe('CycliumMetrics', () => {
     expect(subscribed()).toEqual([]);
   });
 
-  it("with a MeterProvider, counts this node's events only and reads gauges from its memory, until shutdown", async () => {
-    const reader = new TestReader();
-    metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
-    const mine = node('node-m');
-    const peer = node('node-p');
-    mine.service.onModuleInit();
-    expect(subscribed()).toEqual(FED);
+  it(
+    "with a MeterProvider, counts this node's events only and reads gauges from its memory, " +
+      'until shutdown',
+    async () => {
+      const reader = new TestReader();
+      metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
+      const mine = node('node-m');
+      const peer = node('node-p');
+      mine.service.onModuleInit();
+      expect(subscribed()).toEqual(FED);
 
-    const episode = { episodeId: 'e1', actorId: 'a1', expectationId: 'x1' };
-    for (const { telemetry } of [mine, peer]) {
-      telemetry.emit('work_claims.acquired', { dedupeKey: 'episode:e1', fence: 1, durationMs: 4 });
-      telemetry.emit('work_claims.steal', { dedupeKey: 'episode:e2', fence: 2, durationMs: 6 });
-      telemetry.emit('episode.started', episode);
-      telemetry.emit('episode.step', { actorId: 'a1', expectationId: 'x1', durationMs: 250 });
-      telemetry.emit('episode.completed', { ...episode, status: 'done' });
-      telemetry.emit('work_claims.renewed', {
-        dedupeKey: 'episode:e1',
-        fence: 1,
-        durationMs: 2,
-        lagMs: 500,
-      });
-    }
-    mine.telemetry.emit('episode.failed', { ...episode, episodeId: 'e3', errorClass: 'crash' });
+      const episode = { episodeId: 'e1', actorId: 'a1', expectationId: 'x1' };
+      for (const { telemetry } of [mine, peer]) {
+        telemetry.emit('work_claims.acquired', {
+          dedupeKey: 'episode:e1',
+          fence: 1,
+          durationMs: 4,
+        });
+        telemetry.emit('work_claims.steal', { dedupeKey: 'episode:e2', fence: 2, durationMs: 6 });
+        telemetry.emit('episode.started', episode);
+        telemetry.emit('episode.step', { actorId: 'a1', expectationId: 'x1', durationMs: 250 });
+        telemetry.emit('episode.completed', { ...episode, status: 'done' });
+        telemetry.emit('work_claims.renewed', {
+          dedupeKey: 'episode:e1',
+          fence: 1,
+          durationMs: 2,
+          lagMs: 500,
+        });
+      }
+      mine.telemetry.emit('episode.failed', { ...episode, episodeId: 'e3', errorClass: 'crash' });
 
-    const seen = await collected(reader);
-    const points = (name: string) =>
-      (seen.get(name)?.dataPoints ?? []).map((p) => ({ attributes: p.attributes, value: p.value }));
-    expect(points('cyclium.claims')).toEqual([
-      { attributes: { 'cyclium.claim.outcome': 'acquired' }, value: 1 },
-      { attributes: { 'cyclium.claim.outcome': 'steal' }, value: 1 },
-      { attributes: { 'cyclium.claim.outcome': 'renewed' }, value: 1 },
-    ]);
-    expect(points('cyclium.episodes.ended')).toEqual([
-      {
-        attributes: {
-          'cyclium.actor': 'a1',
-          'cyclium.expectation': 'x1',
-          'cyclium.episode.status': 'done',
-        },
-        value: 1,
-      },
-      {
-        attributes: {
-          'cyclium.actor': 'a1',
-          'cyclium.expectation': 'x1',
-          'cyclium.episode.status': 'failed',
-          'error.type': 'crash',
-        },
-        value: 1,
-      },
-    ]);
-    const histogram = (name: string) =>
-      (seen.get(name) as HistogramMetricData | undefined)?.dataPoints.map((p) => [
-        p.value.count,
-        p.value.sum,
+      const seen = await collected(reader);
+      const points = (name: string) =>
+        (seen.get(name)?.dataPoints ?? []).map((p) => ({
+          attributes: p.attributes,
+          value: p.value,
+        }));
+      expect(points('cyclium.claims')).toEqual([
+        { attributes: { 'cyclium.claim.outcome': 'acquired' }, value: 1 },
+        { attributes: { 'cyclium.claim.outcome': 'steal' }, value: 1 },
+        { attributes: { 'cyclium.claim.outcome': 'renewed' }, value: 1 },
       ]);
-    expect(histogram('cyclium.episode.step.duration')).toEqual([[1, 0.25]]);
-    expect(histogram('cyclium.claim.renewal.lag')).toEqual([[1, 0.5]]);
-    expect(histogram('cyclium.episode.duration')).toHaveLength(1);
-    expect(points('cyclium.episodes.running')).toEqual([
-      { attributes: { 'cyclium.node': 'node-m', 'cyclium.actor': 'a1' }, value: 1 },
-      { attributes: { 'cyclium.node': 'node-m', 'cyclium.actor': 'a2' }, value: 0 },
-    ]);
-    expect(points('cyclium.claims.live')).toEqual([
-      { attributes: { 'cyclium.node': 'node-m' }, value: 1 },
-    ]);
-    expect(points('cyclium.bus.lag')).toEqual([
-      {
-        attributes: { 'cyclium.node': 'node-m', 'messaging.destination.name': 'cyclium_events' },
-        value: 1.5,
-      },
-    ]);
-    // No attribute carries an id.
-    const values = [...seen.values()].flatMap((metric) =>
-      metric.dataPoints.flatMap((p) => Object.values(p.attributes)),
-    );
-    expect(
-      values.filter((value) => typeof value === 'string' && /e\d|episode:/.test(value)),
-    ).toEqual([]);
+      expect(points('cyclium.episodes.ended')).toEqual([
+        {
+          attributes: {
+            'cyclium.actor': 'a1',
+            'cyclium.expectation': 'x1',
+            'cyclium.episode.status': 'done',
+          },
+          value: 1,
+        },
+        {
+          attributes: {
+            'cyclium.actor': 'a1',
+            'cyclium.expectation': 'x1',
+            'cyclium.episode.status': 'failed',
+            'error.type': 'crash',
+          },
+          value: 1,
+        },
+      ]);
+      const histogram = (name: string) =>
+        (seen.get(name) as HistogramMetricData | undefined)?.dataPoints.map((p) => [
+          p.value.count,
+          p.value.sum,
+        ]);
+      expect(histogram('cyclium.episode.step.duration')).toEqual([[1, 0.25]]);
+      expect(histogram('cyclium.claim.renewal.lag')).toEqual([[1, 0.5]]);
+      expect(histogram('cyclium.episode.duration')).toHaveLength(1);
+      expect(points('cyclium.episodes.running')).toEqual([
+        { attributes: { 'cyclium.node': 'node-m', 'cyclium.actor': 'a1' }, value: 1 },
+        { attributes: { 'cyclium.node': 'node-m', 'cyclium.actor': 'a2' }, value: 0 },
+      ]);
+      expect(points('cyclium.claims.live')).toEqual([
+        { attributes: { 'cyclium.node': 'node-m' }, value: 1 },
+      ]);
+      expect(points('cyclium.bus.lag')).toEqual([
+        {
+          attributes: { 'cyclium.node': 'node-m', 'messaging.destination.name': 'cyclium_events' },
+          value: 1.5,
+        },
+      ]);
+      // No attribute carries an id.
+      const values = [...seen.values()].flatMap((metric) =>
+        metric.dataPoints.flatMap((p) => Object.values(p.attributes)),
+      );
+      expect(
+        values.filter((value) => typeof value === 'string' && /e\d|episode:/.test(value)),
+      ).toEqual([]);
 
-    mine.service.onApplicationShutdown();
-    expect(subscribed()).toEqual([]);
-  });
+      mine.service.onApplicationShutdown();
+      expect(subscribed()).toEqual([]);
+    },
+  );
 });

@@ -7,12 +7,18 @@ import type {
   WorkClaimEvent,
 } from '../telemetry/telemetry.events.js';
 
-/** Seconds, from a millisecond to a few minutes: the api's default buckets are milliseconds' and would put every episode in the last one. */
+/**
+ * Seconds, from a millisecond to a few minutes: the api's default buckets are milliseconds' and
+ * would put every episode in the last one.
+ */
 const SECONDS = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
 ];
 
-/** An episode whose run started here, kept until its end so the end can say how long it ran; a run that vanishes without an end must not grow this forever. */
+/**
+ * An episode whose run started here, kept until its end so the end can say how long it ran; a run
+ * that vanishes without an end must not grow this forever.
+ */
 const MAX_OPEN_RUNS = 10_000;
 
 export interface CycliumCounters {
@@ -80,7 +86,8 @@ export function createInstruments(meter: Meter): CycliumCounters & CycliumHistog
     ),
     renewalLag: seconds(
       'cyclium.claim.renewal.lag',
-      'How late a renewal was sent against its schedule, a third of the lease after the previous one',
+      'How late a renewal was sent against its schedule, a third of the lease after the previous ' +
+        'one',
     ),
     triggerLatency: seconds(
       'cyclium.episode.trigger.latency',

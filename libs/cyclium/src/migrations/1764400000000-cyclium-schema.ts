@@ -22,10 +22,12 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         finished_at timestamptz
       )`);
     await runner.query(
-      `CREATE INDEX cyclium_workflow_instances_status_stack ON cyclium_workflow_instances (status, source_stack)`,
+      `CREATE INDEX cyclium_workflow_instances_status_stack ON cyclium_workflow_instances ` +
+        `(status, source_stack)`,
     );
     await runner.query(
-      `CREATE INDEX cyclium_workflow_instances_status_env ON cyclium_workflow_instances (status, source_env)`,
+      `CREATE INDEX cyclium_workflow_instances_status_env ON cyclium_workflow_instances (status, ` +
+        `source_env)`,
     );
 
     await runner.query(`
@@ -37,7 +39,8 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         trigger_ref jsonb NOT NULL DEFAULT '{}'::jsonb,
         dedupe_key text,
         status text NOT NULL
-          CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled')),
+          CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed',
+                            'canceled')),
         phase text,
         attempts integer NOT NULL DEFAULT 0,
         max_attempts integer NOT NULL DEFAULT 3,
@@ -171,10 +174,12 @@ export class CycliumSchema1764400000000 implements MigrationInterface {
         completed_at timestamptz
       )`);
     await runner.query(
-      `CREATE INDEX cyclium_trigger_requests_status ON cyclium_trigger_requests (status, inserted_at)`,
+      `CREATE INDEX cyclium_trigger_requests_status ON cyclium_trigger_requests (status, ` +
+        `inserted_at)`,
     );
     await runner.query(
-      `CREATE INDEX cyclium_trigger_requests_status_env ON cyclium_trigger_requests (status, source_env, inserted_at)`,
+      `CREATE INDEX cyclium_trigger_requests_status_env ON cyclium_trigger_requests (status, ` +
+        `source_env, inserted_at)`,
     );
 
     await runner.query(`

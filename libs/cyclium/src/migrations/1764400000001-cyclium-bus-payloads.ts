@@ -3,7 +3,8 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
 /**
  * Bus events too large for one NOTIFY (PostgreSQL's payload limit is 8,000 bytes) travel by
  * reference: the publisher stores the event here, notifies its id, and every node loads it by id.
- * Rows are transient (publishers sweep them after an hour, by created_at), so nothing references them.
+ * Rows are transient (publishers sweep them after an hour, by created_at), so nothing references
+ * them.
  */
 export class CycliumBusPayloads1764400000001 implements MigrationInterface {
   name = 'CycliumBusPayloads1764400000001';

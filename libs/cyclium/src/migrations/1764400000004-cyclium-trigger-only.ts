@@ -15,15 +15,18 @@ export class CycliumTriggerOnly1764400000004 implements MigrationInterface {
     );
     await runner.query(`
       ALTER TABLE cyclium_episodes ADD CONSTRAINT cyclium_episodes_status_check
-        CHECK (status IN ('queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'))`);
+        CHECK (status IN ('queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed',
+                          'failed', 'canceled'))`);
     await runner.query(
-      `ALTER TABLE cyclium_trigger_requests DROP CONSTRAINT cyclium_trigger_requests_episode_id_fkey`,
+      `ALTER TABLE cyclium_trigger_requests DROP CONSTRAINT ` +
+        `cyclium_trigger_requests_episode_id_fkey`,
     );
   }
 
   async down(runner: QueryRunner): Promise<void> {
     await runner.query(
-      `DELETE FROM cyclium_trigger_requests r WHERE NOT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = r.episode_id)`,
+      `DELETE FROM cyclium_trigger_requests r WHERE NOT EXISTS (SELECT 1 FROM cyclium_episodes e ` +
+        `WHERE e.id = r.episode_id)`,
     );
     await runner.query(`
       ALTER TABLE cyclium_trigger_requests ADD CONSTRAINT cyclium_trigger_requests_episode_id_fkey
@@ -34,6 +37,7 @@ export class CycliumTriggerOnly1764400000004 implements MigrationInterface {
     );
     await runner.query(`
       ALTER TABLE cyclium_episodes ADD CONSTRAINT cyclium_episodes_status_check
-        CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'))`);
+        CHECK (status IN ('queued', 'running', 'blocked', 'done', 'partially_failed', 'failed',
+                          'canceled'))`);
   }
 }

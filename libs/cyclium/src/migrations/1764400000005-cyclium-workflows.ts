@@ -20,7 +20,8 @@ export class CycliumWorkflows1764400000005 implements MigrationInterface {
         ADD COLUMN error text`);
     await runner.query(`
       CREATE UNIQUE INDEX cyclium_workflow_instances_live_subject
-        ON cyclium_workflow_instances (workflow_id, subject_value, coalesce(source_stack, ''), coalesce(source_env, ''))
+        ON cyclium_workflow_instances (workflow_id, subject_value, coalesce(source_stack, ''),
+                                       coalesce(source_env, ''))
         WHERE subject_value IS NOT NULL AND status IN ('running', 'blocked')`);
     await runner.query(`ALTER TABLE cyclium_trigger_requests ADD COLUMN not_before timestamptz`);
   }
@@ -29,7 +30,8 @@ export class CycliumWorkflows1764400000005 implements MigrationInterface {
     await runner.query(`ALTER TABLE cyclium_trigger_requests DROP COLUMN not_before`);
     await runner.query(`DROP INDEX cyclium_workflow_instances_live_subject`);
     await runner.query(
-      `ALTER TABLE cyclium_workflow_instances DROP COLUMN error, DROP COLUMN version, DROP COLUMN input`,
+      `ALTER TABLE cyclium_workflow_instances DROP COLUMN error, DROP COLUMN version, DROP ` +
+        `COLUMN input`,
     );
   }
 }

@@ -19,7 +19,8 @@ export class CycliumOutputOutbox1764400000008 implements MigrationInterface {
         ADD COLUMN next_attempt_at timestamptz NOT NULL DEFAULT now(),
         ADD COLUMN lease_owner text`);
     await runner.query(
-      `CREATE INDEX cyclium_outputs_due ON cyclium_outputs (next_attempt_at, type) WHERE status = 'pending'`,
+      `CREATE INDEX cyclium_outputs_due ON cyclium_outputs (next_attempt_at, type) WHERE status ` +
+        `= 'pending'`,
     );
   }
 

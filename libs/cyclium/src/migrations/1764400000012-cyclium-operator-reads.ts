@@ -4,8 +4,8 @@ import { buildIndexes } from './concurrent-indexes.js';
 /**
  * What the status API and the operations page read, at a cost that follows the recent work and not
  * the history:
- * - finished episodes by `finished_at`, with status and actor in the index, so "terminal in the last
- *   N minutes" is an index-only range scan however many episodes finished before;
+ * - finished episodes by `finished_at`, with status and actor in the index, so "terminal in the
+ *   last N minutes" is an index-only range scan however many episodes finished before;
  * - event-caused episodes by their event id, so an operator holding the id `POST /events` answered
  *   finds the episodes it caused (partial: other triggers pay nothing);
  * - one episode's outputs, for its page (and for the cascade when an episode row is deleted);

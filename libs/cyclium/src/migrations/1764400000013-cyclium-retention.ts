@@ -40,7 +40,8 @@ export class CycliumRetention1764400000013 implements MigrationInterface {
 const INDEXES: ReadonlyArray<[string, string]> = [
   [
     'cyclium_episodes_unarchived',
-    `cyclium_episodes (source_env, finished_at) WHERE finished_at IS NOT NULL AND archived_at IS NULL`,
+    `cyclium_episodes (source_env, finished_at) WHERE finished_at IS NOT NULL AND archived_at IS ` +
+      `NULL`,
   ],
   [
     'cyclium_episodes_archived',

@@ -1,7 +1,9 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { validateConstraints } from './concurrent-indexes.js';
 
-const EPISODE_STATUSES = `'queued', 'deferred', 'running', 'blocked', 'done', 'partially_failed', 'failed', 'canceled'`;
+const EPISODE_STATUSES =
+  `'queued', 'deferred', 'running', 'blocked', 'done', ` +
+  `'partially_failed', 'failed', 'canceled'`;
 const REQUEST_STATUSES = `'pending', 'claimed', 'completed', 'expired', 'failed'`;
 
 /**
@@ -61,7 +63,10 @@ const CHECKS = [
   ['cyclium_trigger_requests', 'cyclium_trigger_requests_status_check'],
 ] as const;
 
-/** The status check of `table`, replaced `NOT VALID`: rows written from now on are checked; validateConstraints checks the rest. */
+/**
+ * The status check of `table`, replaced `NOT VALID`: rows written from now on are checked;
+ * validateConstraints checks the rest.
+ */
 async function replaceCheck(
   runner: QueryRunner,
   table: string,

@@ -23,6 +23,7 @@ export class CycliumDueRequests1764400000015 implements MigrationInterface {
 const INDEXES: ReadonlyArray<[string, string]> = [
   [
     'cyclium_trigger_requests_due',
-    `cyclium_trigger_requests (source_env, (coalesce(not_before, inserted_at)), id) WHERE status IN ('pending', 'scheduled')`,
+    `cyclium_trigger_requests (source_env, (coalesce(not_before, inserted_at)), id) WHERE status ` +
+      `IN ('pending', 'scheduled')`,
   ],
 ];

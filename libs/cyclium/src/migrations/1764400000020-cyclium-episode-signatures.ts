@@ -1,12 +1,12 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 
 /**
- * The `integrity` option signs episode rows too: a `signature` column on cyclium_episodes (nullable,
- * no default: adding it rewrites no table; NULL on rows of nodes that do not sign). And the record
- * of when a scope's nodes began refusing unsigned rows (`cyclium_integrity_cutovers`, one row per
- * stack and env): until it is written, nodes with the option accept the unsigned rows of nodes
- * without it, so the option can be turned on in a live system; the node that writes it signs, in
- * the same transaction, every unsigned row still in flight (IntegrityCutover).
+ * The `integrity` option signs episode rows too: a `signature` column on cyclium_episodes
+ * (nullable, no default: adding it rewrites no table; NULL on rows of nodes that do not sign). And
+ * the record of when a scope's nodes began refusing unsigned rows (`cyclium_integrity_cutovers`,
+ * one row per stack and env): until it is written, nodes with the option accept the unsigned rows
+ * of nodes without it, so the option can be turned on in a live system; the node that writes it
+ * signs, in the same transaction, every unsigned row still in flight (IntegrityCutover).
  */
 export class CycliumEpisodeSignatures1764400000020 implements MigrationInterface {
   name = 'CycliumEpisodeSignatures1764400000020';

@@ -1,6 +1,9 @@
 import type { QueryRunner } from 'typeorm';
 
-/** Below this many rows (the planner's estimate) a plain build holds writes back for well under a second. */
+/**
+ * Below this many rows (the planner's estimate) a plain build holds writes back for well under a
+ * second.
+ */
 const SMALL_TABLE_ROWS = 100_000;
 
 /**
@@ -24,7 +27,8 @@ export async function buildIndexes(
   if (concurrently && wasInTransaction) await runner.commitTransaction();
   for (const [name, definition] of indexes) {
     const [found] = (await runner.query(
-      `SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
+      `SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid ` +
+        `WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
       [name],
     )) as Array<{ valid: boolean }>;
     if (found?.valid) continue;

@@ -27,14 +27,20 @@ export interface CycliumPublisher {
   env?: string | null;
 }
 
-/** The roles to grant to; each one left out gets nothing. Names are SQL identifiers, quoted as given. */
+/**
+ * The roles to grant to; each one left out gets nothing. Names are SQL identifiers, quoted as
+ * given.
+ */
 export interface CycliumRoles {
-  /** A node that runs episodes (any mode): reads and writes every Cyclium table, deletes its retention. */
+  /**
+   * A node that runs episodes (any mode): reads and writes every Cyclium table, deletes its
+   * retention.
+   */
   worker?: string;
   /**
-   * A service that only publishes bus events, to one stack and env: a role name alone is the default
-   * channel (no stack, the default env). It inserts events there (the columns it may set only), and
-   * reads that channel's events back (to tell a retried id from a conflict).
+   * A service that only publishes bus events, to one stack and env: a role name alone is the
+   * default channel (no stack, the default env). It inserts events there (the columns it may set
+   * only), and reads that channel's events back (to tell a retried id from a conflict).
    */
   publisher?: string | CycliumPublisher;
   /** An operator's read-only view: reads every table. */
@@ -42,19 +48,20 @@ export interface CycliumRoles {
 }
 
 /** What a publisher may set; the rest (`id`, `tx_id`, `created_at`) only the database stamps. */
-const PUBLISHER_COLUMNS = `channel, event_id, type, payload, published_at, publisher, source_stack, source_env,
+const PUBLISHER_COLUMNS = `channel, event_id, type, payload, published_at, publisher, source_stack,
+source_env,
   signature`;
 
 /**
- * The least privilege each kind of Cyclium client needs, as statements to run as the tables'
- * owner (after the migrations, in a migration of the host's own, say), again after a change.
- * NOTIFY needs no grant, and LISTEN none either. A publisher gets nothing that decides what runs
- * next: it cannot write an episode, a checkpoint, a trigger request, a claim or a node row; with the
- * `integrity` option an event it inserts of a library type (`cyclium.*`, `episode.*`) is also
- * ignored, being unsigned. Its events are its own channel's only: row-level security on
- * cyclium_events (a policy that lets every other role do as its grants say, and a restrictive one
- * for the publisher) keeps its inserts and reads to its stack and env, and column grants leave the
- * row's id, transaction id and stored time to the database.
+ * The least privilege each kind of Cyclium client needs, as statements to run as the tables' owner
+ * (after the migrations, in a migration of the host's own, say), again after a change. NOTIFY needs
+ * no grant, and LISTEN none either. A publisher gets nothing that decides what runs next: it cannot
+ * write an episode, a checkpoint, a trigger request, a claim or a node row; with the `integrity`
+ * option an event it inserts of a library type (`cyclium.*`, `episode.*`) is also ignored, being
+ * unsigned. Its events are its own channel's only: row-level security on cyclium_events (a policy
+ * that lets every other role do as its grants say, and a restrictive one for the publisher) keeps
+ * its inserts and reads to its stack and env, and column grants leave the row's id, transaction id
+ * and stored time to the database.
  */
 export function cycliumGrants(roles: CycliumRoles): string[] {
   const statements: string[] = [];
@@ -84,7 +91,8 @@ function publisherGrants(publisher: CycliumPublisher): string[] {
     // Before row-level security is on, so no role is ever left without a policy.
     `DO $$ BEGIN
        IF NOT EXISTS (SELECT 1 FROM pg_policies WHERE schemaname = current_schema()
-                         AND tablename = 'cyclium_events' AND policyname = 'cyclium_events_all') THEN
+                         AND tablename = 'cyclium_events' AND policyname = 'cyclium_events_all')
+                           THEN
          CREATE POLICY cyclium_events_all ON cyclium_events USING (true) WITH CHECK (true);
        END IF;
      END $$`,
@@ -93,7 +101,8 @@ function publisherGrants(publisher: CycliumPublisher): string[] {
     `CREATE POLICY ${policy} ON cyclium_events AS RESTRICTIVE TO ${role}
        USING (channel = ${channel})
        WITH CHECK (channel = ${channel}
-                   AND source_stack IS NOT DISTINCT FROM ${stack} AND source_env IS NOT DISTINCT FROM ${env})`,
+                   AND source_stack IS NOT DISTINCT FROM ${stack}
+                   AND source_env IS NOT DISTINCT FROM ${env})`,
   ];
 }
 

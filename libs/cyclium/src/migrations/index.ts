@@ -14,8 +14,14 @@ import { CycliumOperatorReads1764400000012 } from './1764400000012-cyclium-opera
 import { CycliumRetention1764400000013 } from './1764400000013-cyclium-retention.js';
 import { CycliumRetries1764400000014 } from './1764400000014-cyclium-retries.js';
 import { CycliumDueRequests1764400000015 } from './1764400000015-cyclium-due-requests.js';
-import { CycliumBusPositionTypes1764400000019 } from './1764400000019-cyclium-bus-position-types.js';
-import { CycliumEpisodeSignatures1764400000020 } from './1764400000020-cyclium-episode-signatures.js';
+// prettier-ignore
+import {
+  CycliumBusPositionTypes1764400000019,
+} from './1764400000019-cyclium-bus-position-types.js';
+// prettier-ignore
+import {
+  CycliumEpisodeSignatures1764400000020,
+} from './1764400000020-cyclium-episode-signatures.js';
 import { CycliumNodeExpectations1764400000021 } from './1764400000021-cyclium-node-expectations.js';
 
 export {

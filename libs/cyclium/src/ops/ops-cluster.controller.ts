@@ -72,7 +72,10 @@ export class OpsClusterController {
     return { items: await this.busConsumers.list() };
   }
 
-  /** Drops a stored bus position no live node hosts (an expectation removed or renamed), so it stops holding events. */
+  /**
+   * Drops a stored bus position no live node hosts (an expectation removed or renamed), so it stops
+   * holding events.
+   */
   @Post('bus-consumers/drop')
   @HttpCode(200)
   async dropBusConsumer(@Body() { channel, consumer }: BusConsumerBody) {

@@ -22,7 +22,10 @@ import { OpsExceptionFilter } from './ops-exception.filter.js';
 import { EpisodeIdParam, EpisodeListQuery } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 
-/** Episodes for the operations page: list, read one with everything it wrote, cancel, retry, archive. */
+/**
+ * Episodes for the operations page: list, read one with everything it wrote, cancel, retry,
+ * archive.
+ */
 @Controller('api/episodes')
 @UseGuards(OpsAccessGuard)
 @UseFilters(OpsExceptionFilter)
@@ -63,7 +66,10 @@ export class OpsEpisodesController {
     return { episode: described, steps, findings, outputs, triggerRequests };
   }
 
-  /** Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume) while it waits for a trigger request; null otherwise. */
+  /**
+   * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume) while it waits for a
+   * trigger request; null otherwise.
+   */
   private async withWaits<E extends EpisodeRow>(
     episodes: E[],
   ): Promise<Array<E & { dueAt: Date | null; waitingFor: string | null }>> {
@@ -102,7 +108,10 @@ export class OpsEpisodesController {
     return { result };
   }
 
-  /** 202 when the failed episode resumes from its journal in place; 201 when it runs again as a new episode (Episodes.retry). */
+  /**
+   * 202 when the failed episode resumes from its journal in place; 201 when it runs again as a new
+   * episode (Episodes.retry).
+   */
   @Post(':id/retry')
   @HttpCode(201)
   async retry(
@@ -128,7 +137,8 @@ export class OpsEpisodesController {
       }
       case 'tampered':
         throw new ConflictException(
-          `episode ${id} failed as tampered: its rows are not this deployment's, and it is not run again`,
+          `episode ${id} failed as tampered: its rows are not this deployment's, and it is not ` +
+            `run again`,
         );
       case 'not_found':
         throw new NotFoundException(`no episode ${id}`);
@@ -138,7 +148,8 @@ export class OpsEpisodesController {
         );
       case 'not_hosted':
         throw new ConflictException(
-          `the actor of episode ${id} is not declared on this node: retry it from a node that hosts it`,
+          `the actor of episode ${id} is not declared on this node: retry it from a node that ` +
+            `hosts it`,
         );
       case 'disabled':
         throw new ConflictException(

@@ -12,7 +12,10 @@ import { readFile } from 'node:fs/promises';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
 
-/** The page's files ship in the package, next to `dist`: no build step and no CDN, so it works offline. */
+/**
+ * The page's files ship in the package, next to `dist`: no build step and no CDN, so it works
+ * offline.
+ */
 const ASSETS = new URL('../../assets/ops/', import.meta.url);
 
 const TYPES: Record<string, string> = {

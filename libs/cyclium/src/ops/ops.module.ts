@@ -53,13 +53,15 @@ function checkedPath(options: CycliumOpsOptions): string {
     typeof (guard as CanActivate | null)?.canActivate !== 'function'
   ) {
     problems.push(
-      'CycliumOpsModule: guard must be a CanActivate class or instance, or false to mount the page unprotected',
+      'CycliumOpsModule: guard must be a CanActivate class or instance, or false to mount the ' +
+        'page unprotected',
     );
   }
   const path = options?.path ?? 'ops';
   if (typeof path !== 'string' || !/^\/?[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*\/?$/.test(path)) {
     problems.push(
-      `CycliumOpsModule: path must be a URL path such as 'ops' or 'admin/cyclium' (got ${JSON.stringify(path)})`,
+      `CycliumOpsModule: path must be a URL path such as 'ops' or 'admin/cyclium' (got ` +
+        `${JSON.stringify(path)})`,
     );
   }
   if (problems.length > 0) throw new CycliumConfigError(problems);

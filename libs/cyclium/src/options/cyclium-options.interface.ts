@@ -17,7 +17,9 @@ export type RecoveryPolicy = 'restart' | 'fail';
 export interface RecoveryOptions {
   /** Run `Recovery.sweep` after boot and then on a timer. Default `true`. */
   onBoot?: boolean;
-  /** Wait this long after boot before the first sweep, so the cluster can settle. Default 120 000. */
+  /**
+   * Wait this long after boot before the first sweep, so the cluster can settle. Default 120 000.
+   */
   settleMs?: number;
   /** A running episode whose journal is quieter than this is an orphan. Default 120 000. */
   staleAfterMs?: number;
@@ -37,7 +39,10 @@ export interface RecoveryOptions {
 
 /** The options of `CycliumModule.forRoot`; every field has a default. */
 export interface CycliumOptions {
-  /** This node's identity: a fixed string, or a function called on demand. Default: minted once per node (hostname, pid and random hex), so a restart is a new identity. */
+  /**
+   * This node's identity: a fixed string, or a function called on demand. Default: minted once per
+   * node (hostname, pid and random hex), so a restart is a new identity.
+   */
   nodeIdentity?: string | (() => string);
   /** `false` (default) makes every claim a passthrough; `'postgres'` uses the shipped adapter. */
   workClaims?: false | 'postgres' | WorkClaimsAdapter;
@@ -47,14 +52,16 @@ export interface CycliumOptions {
   mode?: CycliumMode;
   /** The logical cluster this node belongs to; unset or empty means the single-stack default. */
   stackSlug?: string | null;
-  /** The world this node operates in within a shared database; unset or empty means the default env. */
+  /**
+   * The world this node operates in within a shared database; unset or empty means the default env.
+   */
   env?: string | null;
   /** Default `'postgres'`: the durable bus (events in cyclium_events, NOTIFY as the wake-up). */
   bus?: 'postgres' | 'local' | Bus;
   /**
-   * With `bus: 'postgres'`: read the events table even without a wake-up this often. Default 10 000.
-   * It covers a wake-up that never came (its sender died between commit and NOTIFY); a reconnect
-   * reads at once anyway.
+   * With `bus: 'postgres'`: read the events table even without a wake-up this often. Default
+   * 10 000. It covers a wake-up that never came (its sender died between commit and NOTIFY); a
+   * reconnect reads at once anyway.
    */
   busPollIntervalMs?: number;
   /**
@@ -74,7 +81,8 @@ export interface CycliumOptions {
   /**
    * With `bus: 'postgres'`: an event that an expectation's position has not passed (no node hosting
    * it has dispatched it) is kept this long, then deleted with a warning and counted. It bounds a
-   * channel whose consumer is gone for good (an expectation removed or renamed). Default 604 800 000 (a week).
+   * channel whose consumer is gone for good (an expectation removed or renamed). Default
+   * 604 800 000 (a week).
    */
   busUndispatchedMaxAgeMs?: number;
   /**
@@ -94,9 +102,9 @@ export interface CycliumOptions {
   /**
    * With `bus: 'postgres'`: a connection URL for the bus's LISTEN connection alone, straight to
    * PostgreSQL (or through a pooler in session mode), for a host whose DataSource goes through a
-   * pooler in transaction mode, where LISTEN is silently lost. The host pool's other client settings
-   * (ssl, application name, timeouts) carry over; the URL says where and as whom. Unset: LISTEN
-   * uses the host's DataSource settings.
+   * pooler in transaction mode, where LISTEN is silently lost. The host pool's other client
+   * settings (ssl, application name, timeouts) carry over; the URL says where and as whom. Unset:
+   * LISTEN uses the host's DataSource settings.
    */
   listenUrl?: string;
   /**
@@ -106,7 +114,10 @@ export interface CycliumOptions {
    * Default `true`.
    */
   preparedStatements?: boolean;
-  /** Random delay before inserting a triggered episode, so the fastest node does not win every key. Default 200. */
+  /**
+   * Random delay before inserting a triggered episode, so the fastest node does not win every key.
+   * Default 200.
+   */
   jitterMs?: number;
   /**
    * Publish `episode.started` on the bus too (committed with the begin). Off by default: it costs
@@ -128,7 +139,10 @@ export interface CycliumOptions {
   triggerPollIntervalMs?: number;
   triggerPollSourceStack?: string | null;
   triggerPollSourceEnv?: string | null;
-  /** A trigger request to run now that no full node took within this is expired; one with a due time (a run for later, a retry, a sleep) never is. Default 3 600 000. */
+  /**
+   * A trigger request to run now that no full node took within this is expired; one with a due time
+   * (a run for later, a retry, a sleep) never is. Default 3 600 000.
+   */
   triggerRequestTtlMs?: number;
   /** How long finished episodes are kept (README, "Retention"); `false` keeps every row forever. */
   retention?: RetentionOptions | false;
@@ -164,12 +178,16 @@ export interface CycliumOptions {
   workflowEngine?: boolean;
   /**
    * How long one output delivery may take. Past it the adapter's `signal` aborts, the attempt
-   * counts as failed, and the row's lease (this plus a second) lets another node take it. Default 30 000.
+   * counts as failed, and the row's lease (this plus a second) lets another node take it. Default
+   * 30 000.
    */
   deliveryTimeoutMs?: number;
   /** Delivery attempts per output, across nodes; past the last one it ends `failed`. Default 8. */
   outputMaxAttempts?: number;
-  /** The wait before the first retry of a failed delivery; each later one waits twice the one before, an hour at most. Default 5 000. */
+  /**
+   * The wait before the first retry of a failed delivery; each later one waits twice the one
+   * before, an hour at most. Default 5 000.
+   */
   outputRetryBaseMs?: number;
   /**
    * Signs the rows that decide what runs next (checkpoints, trigger requests, workflow instances,
@@ -195,19 +213,31 @@ export interface RetentionOptions {
    * Default: the larger of a week and those two.
    */
   archiveAfter?: number;
-  /** Delete archived episodes this long after they were archived (milliseconds); `null` keeps them. Default 604 800 000 (a week). */
+  /**
+   * Delete archived episodes this long after they were archived (milliseconds); `null` keeps them.
+   * Default 604 800 000 (a week).
+   */
   deleteAfter?: number | null;
-  /** Rows archived or deleted per statement; a pass runs batches while they come back full, for up to 5 s. Default 1 000. */
+  /**
+   * Rows archived or deleted per statement; a pass runs batches while they come back full, for up
+   * to 5 s. Default 1 000.
+   */
   batchSize?: number;
   /** How often each node tries a pass (one node per stack and env gets it). Default 60 000. */
   intervalMs?: number;
 }
 
-/** The `integrity` option: the key that signs, and every key that may have signed a row still in the tables. */
+/**
+ * The `integrity` option: the key that signs, and every key that may have signed a row still in the
+ * tables.
+ */
 export interface IntegrityOptions {
   /** Names the key in `keys` that signs new rows. */
   keyId: string;
-  /** Secrets by key id, each at least 32 characters; keep a retired key here while rows it signed may still be read. */
+  /**
+   * Secrets by key id, each at least 32 characters; keep a retired key here while rows it signed
+   * may still be read.
+   */
   keys: Record<string, string>;
 }
 

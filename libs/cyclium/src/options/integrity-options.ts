@@ -1,4 +1,7 @@
-/** A secret shorter than this is refused: an HMAC key should hold at least 256 bits of a random string. */
+/**
+ * A secret shorter than this is refused: an HMAC key should hold at least 256 bits of a random
+ * string.
+ */
 export const MIN_SECRET_CHARS = 32;
 
 /** What is wrong with an `integrity` option, naming the field, or null when it is sound. */
@@ -18,7 +21,10 @@ export function integrityProblem(value: unknown): string | null {
   }
   for (const [id, secret] of Object.entries(keys)) {
     if (id === '' || id.includes(':'))
-      return `integrity.keys: a key id must be non-empty and hold no ':' (got ${JSON.stringify(id)})`;
+      return (
+        `integrity.keys: a key id must be non-empty and hold no ':' (got ` +
+        `${JSON.stringify(id)})`
+      );
     if (typeof secret !== 'string' || secret.length < MIN_SECRET_CHARS)
       return `integrity.keys.${id} must be a string of at least ${MIN_SECRET_CHARS} characters`;
   }

@@ -47,7 +47,10 @@ export function IsPositiveNumber(options: ValidationOptions) {
   );
 }
 
-/** A URL pg can connect with; only the postgres bus opens a LISTEN connection, so elsewhere it would be ignored. */
+/**
+ * A URL pg can connect with; only the postgres bus opens a LISTEN connection, so elsewhere it would
+ * be ignored.
+ */
 export function IsPostgresUrl(options: ValidationOptions) {
   return ValidateBy(
     {

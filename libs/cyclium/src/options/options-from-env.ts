@@ -4,7 +4,8 @@ import type { CycliumMode, CycliumOptions } from './cyclium-options.interface.js
  * Maps the conventional environment variables onto options, so one build can be placed per
  * instance: CYCLIUM_NODE_ID, CYCLIUM_STACK_SLUG, CYCLIUM_ENV, CYCLIUM_MODE, and for a database
  * reached through a pooler CYCLIUM_LISTEN_URL and CYCLIUM_PREPARED_STATEMENTS (`true` or `false`).
- * Unset variables are left out (the option's default applies); values are validated with the rest at boot.
+ * Unset variables are left out (the option's default applies); values are validated with the rest
+ * at boot.
  */
 export function cycliumOptionsFromEnv(env: NodeJS.ProcessEnv = process.env): CycliumOptions {
   const options: CycliumOptions = {};

@@ -137,7 +137,9 @@ export class CycliumOptionsSchema {
 
   @defined('workClaims')
   @OneOfOr([false, 'postgres'], CLAIM_ADAPTER_METHODS, {
-    message: `workClaims must be one of: false, 'postgres', or an object implementing WorkClaimsAdapter (${CLAIM_ADAPTER_METHODS.join(', ')})`,
+    message:
+      `workClaims must be one of: false, 'postgres', or an object implementing ` +
+      `WorkClaimsAdapter (${CLAIM_ADAPTER_METHODS.join(', ')})`,
   })
   workClaims?: unknown;
 
@@ -161,7 +163,9 @@ export class CycliumOptionsSchema {
 
   @defined('bus')
   @OneOfOr(['postgres', 'local'], BUS_METHODS, {
-    message: `bus must be one of: 'postgres', 'local', or an object implementing Bus (${BUS_METHODS.join(', ')})`,
+    message:
+      `bus must be one of: 'postgres', 'local', or an object implementing Bus ` +
+      `(${BUS_METHODS.join(', ')})`,
   })
   bus?: unknown;
 
@@ -199,7 +203,8 @@ export class CycliumOptionsSchema {
   @Min(1, { message: 'busPublishQueueMax must be a whole number of publishes >= 1' })
   busPublishQueueMax?: unknown;
 
-  // Every event must fit one read of the bus (4 MiB of payload text, jsonb printing up to 1.5 times the JSON).
+  // Every event must fit one read of the bus (4 MiB of payload text, jsonb printing up to 1.5 times
+  // the JSON).
   @defined('busMaxPayloadBytes')
   @IsInt(payloadBytes)
   @Min(1, payloadBytes)

@@ -84,64 +84,81 @@ describe('resolveCycliumOptions', () => {
     ).toBe(500);
   });
 
-  it('archives no sooner than a trigger can come again: archiveAfter covers the bus replay window and the request TTL', () => {
-    expect(() => resolveCycliumOptions({ retention: { archiveAfter: 3_600_000 } })).toThrow(
-      /retention\.archiveAfter must be at least busUndispatchedMaxAgeMs and triggerRequestTtlMs \(604800000 here\).*got 3600000/,
-    );
-    const shortTtl = {
-      busUndispatchedMaxAgeMs: 4_000,
-      triggerRequestTtlMs: 5_000,
-      retention: { archiveAfter: 4_000 },
-    };
-    expect(() => resolveCycliumOptions(shortTtl)).toThrow(/retention\.archiveAfter.*\(5000 here\)/);
-    // Left out, archiveAfter grows to cover a longer replay window instead of failing boot.
-    expect(
-      resolveCycliumOptions({ busUndispatchedMaxAgeMs: 30 * 86_400_000 }).retention?.archiveAfter,
-    ).toBe(30 * 86_400_000);
-    const retention = { archiveAfter: 4_000, deleteAfter: null };
-    const short = { busUndispatchedMaxAgeMs: 4_000, triggerRequestTtlMs: 1_000, retention };
-    expect(resolveCycliumOptions(short).retention).toEqual({
-      archiveAfter: 4_000,
-      deleteAfter: null,
-      batchSize: 1_000,
-      intervalMs: 60_000,
-    });
-    expect(resolveCycliumOptions({ retention: false }).retention).toBeNull();
-    for (const [retention, field] of [
-      [{ batchSize: 0 }, 'retention.batchSize'],
-      [{ deleteAfter: -1 }, 'retention.deleteAfter'],
-      [{ intervalMs: 1.5 }, 'retention.intervalMs'],
-      [{ archiveAfter: 'week' }, 'retention.archiveAfter'],
-      [{ keepFor: 1 }, 'retention.keepFor'],
-      ['forever', 'retention'],
-    ] as const) {
-      expect(() => resolveCycliumOptions({ retention } as never)).toThrow(field);
-    }
-  });
+  it(
+    'archives no sooner than a trigger can come again: archiveAfter covers the bus replay ' +
+      'window and the request TTL',
+    () => {
+      expect(() => resolveCycliumOptions({ retention: { archiveAfter: 3_600_000 } })).toThrow(
+        new RegExp(
+          'retention\\.archiveAfter must be at least busUndispatchedMaxAgeMs and ' +
+            'triggerRequestTtlMs \\(604800000 here\\).*got 3600000',
+        ),
+      );
+      const shortTtl = {
+        busUndispatchedMaxAgeMs: 4_000,
+        triggerRequestTtlMs: 5_000,
+        retention: { archiveAfter: 4_000 },
+      };
+      expect(() => resolveCycliumOptions(shortTtl)).toThrow(
+        /retention\.archiveAfter.*\(5000 here\)/,
+      );
+      // Left out, archiveAfter grows to cover a longer replay window instead of failing boot.
+      expect(
+        resolveCycliumOptions({ busUndispatchedMaxAgeMs: 30 * 86_400_000 }).retention?.archiveAfter,
+      ).toBe(30 * 86_400_000);
+      const retention = { archiveAfter: 4_000, deleteAfter: null };
+      const short = { busUndispatchedMaxAgeMs: 4_000, triggerRequestTtlMs: 1_000, retention };
+      expect(resolveCycliumOptions(short).retention).toEqual({
+        archiveAfter: 4_000,
+        deleteAfter: null,
+        batchSize: 1_000,
+        intervalMs: 60_000,
+      });
+      expect(resolveCycliumOptions({ retention: false }).retention).toBeNull();
+      for (const [retention, field] of [
+        [{ batchSize: 0 }, 'retention.batchSize'],
+        [{ deleteAfter: -1 }, 'retention.deleteAfter'],
+        [{ intervalMs: 1.5 }, 'retention.intervalMs'],
+        [{ archiveAfter: 'week' }, 'retention.archiveAfter'],
+        [{ keepFor: 1 }, 'retention.keepFor'],
+        ['forever', 'retention'],
+      ] as const) {
+        expect(() => resolveCycliumOptions({ retention } as never)).toThrow(field);
+      }
+    },
+  );
 
-  it('keeps recovery defaults a partial recovery object leaves out, and null intervalMs means boot only', () => {
-    const resolved = resolveCycliumOptions({ recovery: { settleMs: 0, intervalMs: null } });
-    expect(resolved.recovery).toEqual({
-      onBoot: true,
-      settleMs: 0,
-      staleAfterMs: 120_000,
-      intervalMs: null,
-      notHostedGraceMs: 3_600_000,
-    });
-    expect(
-      resolveCycliumOptions({ recovery: { notHostedGraceMs: null } }).recovery.notHostedGraceMs,
-    ).toBeNull();
-  });
+  it(
+    'keeps recovery defaults a partial recovery object leaves out, and null intervalMs means ' +
+      'boot only',
+    () => {
+      const resolved = resolveCycliumOptions({ recovery: { settleMs: 0, intervalMs: null } });
+      expect(resolved.recovery).toEqual({
+        onBoot: true,
+        settleMs: 0,
+        staleAfterMs: 120_000,
+        intervalMs: null,
+        notHostedGraceMs: 3_600_000,
+      });
+      expect(
+        resolveCycliumOptions({ recovery: { notHostedGraceMs: null } }).recovery.notHostedGraceMs,
+      ).toBeNull();
+    },
+  );
 
-  it('defaults the trigger poller to its own env, unless told otherwise (null = the default env)', () => {
-    expect(resolveCycliumOptions({ env: 'rc' }).triggerPollSourceEnv).toBe('rc');
-    expect(
-      resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: null }).triggerPollSourceEnv,
-    ).toBeNull();
-    expect(
-      resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: 'demo' }).triggerPollSourceEnv,
-    ).toBe('demo');
-  });
+  it(
+    'defaults the trigger poller to its own env, unless told otherwise (null = the default ' +
+      'env)',
+    () => {
+      expect(resolveCycliumOptions({ env: 'rc' }).triggerPollSourceEnv).toBe('rc');
+      expect(
+        resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: null }).triggerPollSourceEnv,
+      ).toBeNull();
+      expect(
+        resolveCycliumOptions({ env: 'rc', triggerPollSourceEnv: 'demo' }).triggerPollSourceEnv,
+      ).toBe('demo');
+    },
+  );
 
   it('takes a listenUrl for the postgres bus, and unnamed statements', () => {
     const resolved = resolveCycliumOptions({
@@ -199,11 +216,13 @@ describe('resolveCycliumOptions', () => {
     [{ recovery: { onBoot: 'yes' } }, 'recovery.onBoot must be true or false (got "yes")'],
     [
       { recovery: { intervalMs: 0 } },
-      'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only (got 0)',
+      'recovery.intervalMs must be a whole number of milliseconds >= 1, or null for boot only ' +
+        '(got 0)',
     ],
     [
       { recovery: { notHostedGraceMs: 1.5 } },
-      'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never fail them (got 1.5)',
+      'recovery.notHostedGraceMs must be a whole number of milliseconds >= 1, or null to never ' +
+        'fail them (got 1.5)',
     ],
     [
       { recovery: { resolvePolicy: 'restart' } },
@@ -262,11 +281,13 @@ describe('resolveCycliumOptions', () => {
     ],
     [
       { listenUrl: 'db-primary:5432' },
-      `listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres' (got "db-primary:5432")`,
+      `listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres' ` +
+        `(got "db-primary:5432")`,
     ],
     [
       { listenUrl: 'postgres://app:s3cret@db/app', bus: 'local' },
-      `listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres' (got "postgres://app:***@db/app")`,
+      `listenUrl must be a postgres:// or postgresql:// connection URL, with bus: 'postgres' ` +
+        `(got "postgres://app:***@db/app")`,
     ],
     [{ preparedStatements: 'false' }, 'preparedStatements must be true or false (got "false")'],
     [{ leaseSeconds: 5 }, 'leaseSeconds is not a CycliumModule option'],
@@ -280,7 +301,8 @@ describe('resolveCycliumOptions', () => {
     ],
     [
       { integrity: { keyId: 'k1', keys: {} } },
-      'integrity.keys must be an object of secrets by key id, with at least one key (got an object)',
+      'integrity.keys must be an object of secrets by key id, with at least one key (got an ' +
+        'object)',
     ],
     [
       { integrity: { keyId: 'a:b', keys: { 'a:b': 'x'.repeat(32) } } },

@@ -166,16 +166,18 @@ function checkUndispatchedWindow(input: CycliumOptions): void {
   const durable = (input.bus ?? DEFAULT_OPTIONS.bus) === 'postgres';
   if (!durable || window === undefined || window >= MIN_UNDISPATCHED_MAX_AGE_MS) return;
   throw new CycliumConfigError([
-    `busUndispatchedMaxAgeMs must be at least ${MIN_UNDISPATCHED_MAX_AGE_MS} with bus 'postgres': dispatch ` +
-      `positions are stored at most every ${MIN_POSITION_FLUSH_MS} ms, and the window must hold four such writes (got ${window})`,
+    `busUndispatchedMaxAgeMs must be at least ${MIN_UNDISPATCHED_MAX_AGE_MS} with bus ` +
+      `'postgres': dispatch ` +
+      `positions are stored at most every ${MIN_POSITION_FLUSH_MS} ms, and the window must hold ` +
+      `four such writes (got ${window})`,
   ]);
 }
 
 /**
  * Retention with its defaults. A dedupe key stays a duplicate until its episode is archived, so
  * `archiveAfter` must cover the longest time the same trigger can arrive again: an event the bus
- * replays (up to `busUndispatchedMaxAgeMs`) or a trigger request still pending (`triggerRequestTtlMs`).
- * Left out, it grows to cover them; set shorter, boot fails naming it.
+ * replays (up to `busUndispatchedMaxAgeMs`) or a trigger request still pending
+ * (`triggerRequestTtlMs`). Left out, it grows to cover them; set shorter, boot fails naming it.
  */
 function resolveRetention(input: CycliumOptions): ResolvedCycliumOptions['retention'] {
   if (input.retention === false) return null;
@@ -186,8 +188,10 @@ function resolveRetention(input: CycliumOptions): ResolvedCycliumOptions['retent
   );
   if (given.archiveAfter !== undefined && given.archiveAfter < replayWindow) {
     throw new CycliumConfigError([
-      `retention.archiveAfter must be at least busUndispatchedMaxAgeMs and triggerRequestTtlMs (${replayWindow} here): ` +
-        `an event replayed, or a request taken, after its episode was archived would run again (got ${given.archiveAfter})`,
+      `retention.archiveAfter must be at least busUndispatchedMaxAgeMs and triggerRequestTtlMs ` +
+        `(${replayWindow} here): ` +
+        `an event replayed, or a request taken, after its episode was archived would run again ` +
+        `(got ${given.archiveAfter})`,
     ]);
   }
   const defaults = DEFAULT_OPTIONS.retention;

@@ -7,13 +7,18 @@ export interface DeliveryContext {
    * key to the system you deliver to (delivery is at least once).
    */
   idempotencyKey: string;
-  /** Aborts when the attempt runs past `deliveryTimeoutMs` or the node drains: stop and let the attempt end. */
+  /**
+   * Aborts when the attempt runs past `deliveryTimeoutMs` or the node drains: stop and let the
+   * attempt end.
+   */
   signal: AbortSignal;
   /** 1 for the first attempt, counted across nodes. */
   attempt: number;
 }
 
-/** Implemented by `@OutputAdapter(type)` providers. The resolved value is stored as `delivered_ref`. */
+/**
+ * Implemented by `@OutputAdapter(type)` providers. The resolved value is stored as `delivered_ref`.
+ */
 export interface OutputDeliverer<P = unknown> {
   /** Sends one output; at least once, so pass `context`'s dedupe key to the receiver. */
   deliver(output: CycliumOutput & { payload: P }, context: DeliveryContext): Promise<unknown>;

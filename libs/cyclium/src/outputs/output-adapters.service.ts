@@ -4,7 +4,9 @@ import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { OutputAdapter } from './output-adapter.decorator.js';
 import type { OutputDeliverer } from './output-adapter.interface.js';
 
-/** The `@OutputAdapter(type)` providers of this node: the output types it can deliver, and so take. */
+/**
+ * The `@OutputAdapter(type)` providers of this node: the output types it can deliver, and so take.
+ */
 @Injectable()
 export class OutputAdapters implements OnModuleInit {
   private readonly adapters = new Map<string, OutputDeliverer>();

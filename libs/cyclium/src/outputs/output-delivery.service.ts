@@ -8,7 +8,10 @@ import { OutputAdapters } from './output-adapters.service.js';
 import { DeliveryInterruptedError, DeliveryTimeoutError } from './output-errors.js';
 import { OutputStore } from './output-store.js';
 
-/** A lease outlives the local deadline by this much: timers fire late, and clocks run at slightly different rates. */
+/**
+ * A lease outlives the local deadline by this much: timers fire late, and clocks run at slightly
+ * different rates.
+ */
 const LEASE_GRACE_MS = 1_000;
 /** No retry waits longer than this, however many attempts are allowed. */
 const MAX_BACKOFF_MS = 3_600_000;
@@ -17,11 +20,12 @@ type Outcome = { ok: true; ref: unknown } | { ok: false; error: unknown };
 
 /**
  * Runs delivery attempts of rows this node holds the lease of, whoever took them (the converging
- * episode or the rescue): the adapter gets the row's stable idempotency key and a signal that aborts
- * at `deliveryTimeoutMs`, counted from before the statement that took the lease was sent, so this
- * node stops before its lease (which runs from the database's later `now()`) runs out. The attempt
- * then ends `delivered`, due again after an exponential backoff, or `failed` past `outputMaxAttempts`.
- * An adapter that ignores its signal is no longer waited for; its late result is dropped.
+ * episode or the rescue): the adapter gets the row's stable idempotency key and a signal that
+ * aborts at `deliveryTimeoutMs`, counted from before the statement that took the lease was sent, so
+ * this node stops before its lease (which runs from the database's later `now()`) runs out. The
+ * attempt then ends `delivered`, due again after an exponential backoff, or `failed` past
+ * `outputMaxAttempts`. An adapter that ignores its signal is no longer waited for; its late result
+ * is dropped.
  */
 @Injectable()
 export class OutputDelivery {
@@ -51,7 +55,10 @@ export class OutputDelivery {
     return !this.draining;
   }
 
-  /** Delivers rows leased to this node by a statement sent at `sentAt` (performance.now()); never rejects. */
+  /**
+   * Delivers rows leased to this node by a statement sent at `sentAt` (performance.now()); never
+   * rejects.
+   */
   async deliver(outputs: readonly CycliumOutput[], sentAt: number): Promise<void> {
     if (this.drained) {
       // Leased by an end that committed after the drain finished: hand them back at once.
@@ -86,7 +93,8 @@ export class OutputDelivery {
     const released = await this.store.release(this.identity.name());
     if (cut.length > 0 || released > 0) {
       this.logger.warn(
-        `drain: ${cut.length} output delivery(ies) cut short after ${this.options.episodeShutdownMs} ms; ${released} output(s) released for other nodes`,
+        `drain: ${cut.length} output delivery(ies) cut short after ` +
+          `${this.options.episodeShutdownMs} ms; ${released} output(s) released for other nodes`,
       );
     }
   }
@@ -144,7 +152,8 @@ export class OutputDelivery {
     if (outcome.ok) {
       if (!(await this.store.delivered(output.id, output.attempts, outcome.ref))) {
         this.logger.warn(
-          `output ${output.id} (${output.dedupeKey}) was delivered, but another node had taken it meanwhile: it may be delivered again`,
+          `output ${output.id} (${output.dedupeKey}) was delivered, but another node had taken ` +
+            `it meanwhile: it may be delivered again`,
         );
       }
       return;
@@ -170,11 +179,13 @@ export class OutputDelivery {
     if (!recorded) return;
     if (last) {
       this.logger.warn(
-        `output ${output.id} (${output.dedupeKey}, ${output.type}) failed after ${output.attempts} attempt(s): ${reason}`,
+        `output ${output.id} (${output.dedupeKey}, ${output.type}) failed after ` +
+          `${output.attempts} attempt(s): ${reason}`,
       );
     } else {
       this.logger.debug(
-        `output ${output.id} (${output.dedupeKey}) attempt ${output.attempts} failed, retrying in ${delayMs} ms: ${reason}`,
+        `output ${output.id} (${output.dedupeKey}) attempt ${output.attempts} failed, retrying ` +
+          `in ${delayMs} ms: ${reason}`,
       );
     }
   }
@@ -182,7 +193,8 @@ export class OutputDelivery {
   private recordError(what: string, error: unknown): void {
     // The row keeps its lease until it runs out; then any node hosting the type takes it again.
     this.logger.error(
-      `could not record the ${what}: ${errorMessage(error)}; the lease will run out and the output be retried`,
+      `could not record the ${what}: ${errorMessage(error)}; the lease will run out and the ` +
+        `output be retried`,
     );
   }
 }

@@ -1,4 +1,6 @@
-/** The abort reason of an attempt that ran past `deliveryTimeoutMs`: it counts as a failed attempt. */
+/**
+ * The abort reason of an attempt that ran past `deliveryTimeoutMs`: it counts as a failed attempt.
+ */
 export class DeliveryTimeoutError extends Error {
   override readonly name = 'DeliveryTimeoutError';
 
@@ -7,7 +9,10 @@ export class DeliveryTimeoutError extends Error {
   }
 }
 
-/** The abort reason of an attempt the drain cut short: not a failure, the row is released for another node. */
+/**
+ * The abort reason of an attempt the drain cut short: not a failure, the row is released for
+ * another node.
+ */
 export class DeliveryInterruptedError extends Error {
   override readonly name = 'DeliveryInterruptedError';
 

@@ -14,7 +14,8 @@ const after = (ms: string) => `now() + make_interval(secs => ${ms}::double preci
  * delivered. A writer who copies both columns by hand still passes: signed rows close that.
  */
 export const OWNED_OUTPUT = (o: string) =>
-  `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ${o}.inserted_at)`;
+  `EXISTS (SELECT 1 FROM cyclium_episodes oe WHERE oe.id = ${o}.episode_id AND oe.finished_at = ` +
+  `${o}.inserted_at)`;
 
 /**
  * A due row in the scope of a node whose stack and env are the references `stack` and `env`: its
@@ -23,15 +24,16 @@ export const OWNED_OUTPUT = (o: string) =>
  */
 const DUE = (o: string, types: string, stack: string, env: string) =>
   `${o}.status = 'pending' AND ${o}.next_attempt_at <= now() AND ${o}.type = ANY(${types}::text[])
-   AND ${sameEnv(`${o}.source_env`, `${env}::text`)} AND ${stackCovers(`${o}.source_stack`, `${stack}::text`)}`;
+   AND ${sameEnv(`${o}.source_env`, `${env}::text`)}
+   AND ${stackCovers(`${o}.source_stack`, `${stack}::text`)}`;
 
 /**
  * Takes due rows of the types this node hosts, in its scope (DUE), oldest due first, in one
  * conditional UPDATE: each counts an attempt, names this node and moves `next_attempt_at` to the
  * lease's end. A node that loses a race waits on the row and then finds it no longer due (READ
- * COMMITTED re-reads the predicate on the row it waited for), so two nodes never hold one row. A row whose last allowed
- * attempt never finished (its lease ran out) ends `failed` in the same statement, and so does a
- * row its episode's end did not write (OWNED_OUTPUT), undelivered.
+ * COMMITTED re-reads the predicate on the row it waited for), so two nodes never hold one row. A
+ * row whose last allowed attempt never finished (its lease ran out) ends `failed` in the same
+ * statement, and so does a row its episode's end did not write (OWNED_OUTPUT), undelivered.
  * Parameters: owner, types, limit, max attempts, lease ms, the node's stack and env.
  */
 export const TAKE_DUE = `
@@ -44,11 +46,15 @@ export const TAKE_DUE = `
      SET attempts = o.attempts + (due.owned AND o.attempts < $4)::int,
          status = CASE WHEN due.owned AND o.attempts < $4 THEN 'pending' ELSE 'failed' END,
          lease_owner = CASE WHEN due.owned AND o.attempts < $4 THEN $1::text END,
-         next_attempt_at = CASE WHEN due.owned AND o.attempts < $4 THEN ${after('$5')} ELSE o.next_attempt_at END,
-         error = CASE WHEN NOT due.owned THEN 'not written by the end of episode ' || o.episode_id || ': not delivered'
-                      WHEN o.attempts < $4 THEN o.error
-                      ELSE format('attempt %s of %s never finished: the lease of %s ran out (last error: %s)',
-                                  o.attempts, $4, coalesce(o.lease_owner, 'no node'), coalesce(o.error, 'none')) END
+         next_attempt_at = CASE WHEN due.owned AND o.attempts < $4 THEN ${after('$5')}
+           ELSE o.next_attempt_at END,
+         error = CASE
+           WHEN NOT due.owned
+             THEN 'not written by the end of episode ' || o.episode_id || ': not delivered'
+           WHEN o.attempts < $4 THEN o.error
+           ELSE format('attempt %s of %s never finished: the lease of %s ran out (last error: %s)',
+                       o.attempts, $4, coalesce(o.lease_owner, 'no node'),
+                       coalesce(o.error, 'none')) END
     FROM due
    WHERE o.id = due.id AND o.status = 'pending' AND o.next_attempt_at <= now()
   RETURNING o.*`;
@@ -73,13 +79,18 @@ export function firstLease(refs: {
   ];
 }
 
-/** Proposals of an ended episode whose keys were already taken, as OutputStore.reclaim takes them. */
+/**
+ * Proposals of an ended episode whose keys were already taken, as OutputStore.reclaim takes them.
+ */
 export interface LostProposals {
   types: string[];
   keys: string[];
   /** JSON text. */
   payloads: string[];
-  /** The types this node delivers: their rows are leased to `owner` for `leaseMs`, as an end leases them. */
+  /**
+   * The types this node delivers: their rows are leased to `owner` for `leaseMs`, as an end leases
+   * them.
+   */
   hosted: readonly string[];
   owner: string;
   leaseMs: number;
@@ -98,7 +109,8 @@ export class OutputStore {
   /** One episode's outputs, in the order its end wrote them. */
   async forEpisode(episodeId: string): Promise<CycliumOutput[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_outputs WHERE episode_id = $1 ORDER BY inserted_at, dedupe_key LIMIT 500`,
+      `SELECT * FROM cyclium_outputs WHERE episode_id = $1 ORDER BY inserted_at, dedupe_key ` +
+        `LIMIT 500`,
       [episodeId],
     );
     return rows.map(toOutput);
@@ -121,7 +133,8 @@ export class OutputStore {
   async reclaim(episodeId: string, lost: LostProposals): Promise<CycliumOutput[]> {
     return this.database.transaction(async (client) => {
       await client.query(
-        `SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key FOR UPDATE`,
+        `SELECT 1 FROM cyclium_outputs WHERE dedupe_key = ANY($1::text[]) ORDER BY dedupe_key ` +
+          `FOR UPDATE`,
         [lost.keys],
       );
       const [attempts, leaseOwner, nextAttemptAt] = firstLease({
@@ -132,11 +145,16 @@ export class OutputStore {
       });
       const { rows } = await client.query(
         `UPDATE cyclium_outputs o
-            SET episode_id = e.id, type = p.type, payload = p.payload, status = 'pending', error = NULL, delivered_ref = NULL, delivered_at = NULL,
-                attempts = ${attempts}, lease_owner = ${leaseOwner}, next_attempt_at = ${nextAttemptAt},
-                inserted_at = e.finished_at, source_stack = e.source_stack, source_env = e.source_env
-           FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS p (type, dedupe_key, payload), cyclium_episodes e
-          WHERE e.id = $1 AND e.finished_at IS NOT NULL AND o.dedupe_key = p.dedupe_key AND NOT ${OWNED_OUTPUT('o')}
+            SET episode_id = e.id, type = p.type, payload = p.payload, status = 'pending',
+                error = NULL, delivered_ref = NULL, delivered_at = NULL,
+                attempts = ${attempts}, lease_owner = ${leaseOwner},
+                next_attempt_at = ${nextAttemptAt},
+                inserted_at = e.finished_at, source_stack = e.source_stack,
+                source_env = e.source_env
+           FROM unnest($2::text[], $3::text[], $4::jsonb[]) AS p (type, dedupe_key, payload),
+                cyclium_episodes e
+          WHERE e.id = $1 AND e.finished_at IS NOT NULL AND o.dedupe_key = p.dedupe_key
+            AND NOT ${OWNED_OUTPUT('o')}
          RETURNING o.*`,
         [episodeId, lost.types, lost.keys, lost.payloads, lost.hosted, lost.owner, lost.leaseMs],
       );
@@ -164,7 +182,8 @@ export class OutputStore {
   async delivered(id: string, attempt: number, ref: unknown): Promise<boolean> {
     const { rowCount } = await this.database.sql.query(
       `UPDATE cyclium_outputs
-          SET status = 'delivered', delivered_ref = $3, delivered_at = now(), error = NULL, lease_owner = NULL
+          SET status = 'delivered', delivered_ref = $3, delivered_at = now(), error = NULL,
+              lease_owner = NULL
         WHERE id = $1 AND status = 'pending' AND attempts = $2`,
       [id, attempt, JSON.stringify(ref ?? null)],
     );
@@ -196,8 +215,10 @@ export class OutputStore {
    */
   async release(owner: string, ids?: readonly string[]): Promise<number> {
     const { rowCount } = await this.database.sql.query(
-      `UPDATE cyclium_outputs SET lease_owner = NULL, next_attempt_at = now(), attempts = greatest(attempts - 1, 0)
-        WHERE status = 'pending' AND lease_owner = $1 AND ($2::uuid[] IS NULL OR id = ANY($2::uuid[]))`,
+      `UPDATE cyclium_outputs
+        SET lease_owner = NULL, next_attempt_at = now(), attempts = greatest(attempts - 1, 0)
+        WHERE status = 'pending' AND lease_owner = $1
+          AND ($2::uuid[] IS NULL OR id = ANY($2::uuid[]))`,
       [owner, ids ?? null],
     );
     return rowCount ?? 0;

@@ -34,7 +34,9 @@ export class Outputs {
     return isUuid(episodeId) ? this.store.forEpisode(episodeId) : Promise.resolve([]);
   }
 
-  /** The dedupe key of a proposal: explicit keys scoped by env, otherwise derived from the episode. */
+  /**
+   * The dedupe key of a proposal: explicit keys scoped by env, otherwise derived from the episode.
+   */
   keyOf(episode: CycliumEpisode, proposal: OutputProposal, index: number): string {
     if (proposal.key !== undefined) return scopeKey(proposal.key, episode.sourceEnv);
     return `${claimKeyOf(episode)}:${proposal.type}:${index}`;
@@ -60,8 +62,10 @@ export class Outputs {
       leaseMs: p(this.delivery.leaseMs),
     });
     return `
-      INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload, attempts, lease_owner, next_attempt_at, source_stack, source_env)
-      SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload, ${attempts}, ${leaseOwner}, ${nextAttemptAt},
+      INSERT INTO cyclium_outputs (episode_id, type, dedupe_key, payload, attempts, lease_owner,
+                                   next_attempt_at, source_stack, source_env)
+      SELECT ${p(episode.id, 'uuid')}, o.type, o.dedupe_key, o.payload, ${attempts}, ${leaseOwner},
+             ${nextAttemptAt},
              ${p(episode.sourceStack, 'text')}, ${p(episode.sourceEnv, 'text')}
         FROM unnest(${statement.arrays([
           [proposals.map((o) => o.type), 'text[]'],

@@ -42,20 +42,23 @@ const OPTIONAL_ENTRIES = {
 } as const;
 
 describe('the package manifest', () => {
-  it('declares every package the library imports, and requires every peer the main entry needs', () => {
-    for (const [pkg, files] of imports()) {
-      const declared = manifest.dependencies?.[pkg] ?? manifest.peerDependencies?.[pkg];
-      expect({ pkg, declared: declared !== undefined }).toEqual({ pkg, declared: true });
-      if (manifest.peerDependenciesMeta?.[pkg]?.optional) {
-        const entry = OPTIONAL_ENTRIES[pkg as keyof typeof OPTIONAL_ENTRIES];
-        expect({ pkg, files: [...files].filter((f) => !entry || !f.startsWith(entry)) }).toEqual({
-          pkg,
-          files: [],
-        });
+  it(
+    'declares every package the library imports, and requires every peer the main entry ' + 'needs',
+    () => {
+      for (const [pkg, files] of imports()) {
+        const declared = manifest.dependencies?.[pkg] ?? manifest.peerDependencies?.[pkg];
+        expect({ pkg, declared: declared !== undefined }).toEqual({ pkg, declared: true });
+        if (manifest.peerDependenciesMeta?.[pkg]?.optional) {
+          const entry = OPTIONAL_ENTRIES[pkg as keyof typeof OPTIONAL_ENTRIES];
+          expect({ pkg, files: [...files].filter((f) => !entry || !f.startsWith(entry)) }).toEqual({
+            pkg,
+            files: [],
+          });
+        }
       }
-    }
-    // The actor host imports SchedulerRegistry as a value: @nestjs/schedule cannot be optional.
-    expect(manifest.peerDependencies?.['@nestjs/schedule']).toBeDefined();
-    expect(manifest.peerDependenciesMeta?.['@nestjs/schedule']?.optional).not.toBe(true);
-  });
+      // The actor host imports SchedulerRegistry as a value: @nestjs/schedule cannot be optional.
+      expect(manifest.peerDependencies?.['@nestjs/schedule']).toBeDefined();
+      expect(manifest.peerDependenciesMeta?.['@nestjs/schedule']?.optional).not.toBe(true);
+    },
+  );
 });

@@ -70,55 +70,62 @@ describe('GroupCommit', () => {
     expect(sent).toEqual([[0, 1], [2]]);
   });
 
-  it('lets up to maxInFlight sends overlap, and coalesces what arrives while all of them are busy', async () => {
-    const { batches, finish, send } = controlledSend();
-    const queue = new GroupCommit(send, 2);
-    const first = queue.add(1);
-    await turn();
-    const second = queue.add(2);
-    await turn();
-    expect(batches).toEqual([[1], [2]]); // the second did not wait for the first
-    const later = [queue.add(3), queue.add(4)];
-    await turn();
-    expect(batches).toEqual([[1], [2]]); // both busy: 3 and 4 wait together
-    finish[1]?.();
-    await second;
-    await turn();
-    await turn();
-    expect(batches).toEqual([[1], [2], [3, 4]]);
-    finish[0]?.();
-    finish[2]?.();
-    await Promise.all([first, ...later]);
-    await queue.idle();
-  });
+  it(
+    'lets up to maxInFlight sends overlap, and coalesces what arrives while all of them are ' +
+      'busy',
+    async () => {
+      const { batches, finish, send } = controlledSend();
+      const queue = new GroupCommit(send, 2);
+      const first = queue.add(1);
+      await turn();
+      const second = queue.add(2);
+      await turn();
+      expect(batches).toEqual([[1], [2]]); // the second did not wait for the first
+      const later = [queue.add(3), queue.add(4)];
+      await turn();
+      expect(batches).toEqual([[1], [2]]); // both busy: 3 and 4 wait together
+      finish[1]?.();
+      await second;
+      await turn();
+      await turn();
+      expect(batches).toEqual([[1], [2], [3, 4]]);
+      finish[0]?.();
+      finish[2]?.();
+      await Promise.all([first, ...later]);
+      await queue.idle();
+    },
+  );
 
-  it('with a bound, refuses at once what would hold more than max items, queued or in flight', async () => {
-    const { batches, finish, send } = controlledSend();
-    const queue = new GroupCommit(send, 1, {
-      max: 3,
-      refuse: (item: number) => new Error(`full, refused ${item}`),
-    });
-    const first = queue.add(1);
-    await turn();
-    expect(batches).toEqual([[1]]); // in flight, still held
-    const waiting = [queue.add(2), queue.add(3)];
-    await expect(queue.add(4)).rejects.toThrow('full, refused 4');
-    expect(queue.held).toBe(3);
-    finish[0]?.();
-    await first;
-    await turn();
-    await turn();
-    expect(batches).toEqual([[1], [2, 3]]); // the refused one never left
-    const room = queue.add(5); // 2 and 3 are in flight: there is room for one more
-    await expect(queue.add(6)).rejects.toThrow('full, refused 6');
-    finish[1]?.();
-    await Promise.all(waiting);
-    await turn();
-    await turn();
-    finish[2]?.();
-    await room;
-    await queue.idle();
-    expect(batches).toEqual([[1], [2, 3], [5]]);
-    expect(queue.held).toBe(0);
-  });
+  it(
+    'with a bound, refuses at once what would hold more than max items, queued or in ' + 'flight',
+    async () => {
+      const { batches, finish, send } = controlledSend();
+      const queue = new GroupCommit(send, 1, {
+        max: 3,
+        refuse: (item: number) => new Error(`full, refused ${item}`),
+      });
+      const first = queue.add(1);
+      await turn();
+      expect(batches).toEqual([[1]]); // in flight, still held
+      const waiting = [queue.add(2), queue.add(3)];
+      await expect(queue.add(4)).rejects.toThrow('full, refused 4');
+      expect(queue.held).toBe(3);
+      finish[0]?.();
+      await first;
+      await turn();
+      await turn();
+      expect(batches).toEqual([[1], [2, 3]]); // the refused one never left
+      const room = queue.add(5); // 2 and 3 are in flight: there is room for one more
+      await expect(queue.add(6)).rejects.toThrow('full, refused 6');
+      finish[1]?.();
+      await Promise.all(waiting);
+      await turn();
+      await turn();
+      finish[2]?.();
+      await room;
+      await queue.idle();
+      expect(batches).toEqual([[1], [2, 3], [5]]);
+      expect(queue.held).toBe(0);
+    },
+  );
 });

@@ -1,4 +1,7 @@
-/** At most `max` items held at once (queued or in a send not yet finished); `refuse` makes the error the next one gets. */
+/**
+ * At most `max` items held at once (queued or in a send not yet finished); `refuse` makes the error
+ * the next one gets.
+ */
 export interface GroupCommitBound<T> {
   readonly max: number;
   readonly refuse: (item: T) => Error;

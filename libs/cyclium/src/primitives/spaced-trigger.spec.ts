@@ -2,23 +2,27 @@ import { describe, expect, it } from '@jest/globals';
 import { SpacedTrigger } from './spaced-trigger.js';
 
 describe('SpacedTrigger', () => {
-  it('runs at once after a quiet spell, then at most once per spacing however often it is asked', async () => {
-    const runs: number[] = [];
-    const started = performance.now();
-    const trigger = new SpacedTrigger(
-      async () => void runs.push(performance.now() - started),
-      50,
-      1,
-    );
-    trigger.request();
-    await new Promise((r) => setImmediate(r));
-    expect(runs).toHaveLength(1);
-    expect(runs[0]).toBeLessThan(25); // no fixed wait when idle
-    for (let i = 0; i < 20; i++) trigger.request();
-    await trigger.idle();
-    expect(runs).toHaveLength(2); // twenty requests inside the spacing: one more run
-    expect((runs[1] as number) - (runs[0] as number)).toBeGreaterThanOrEqual(45);
-  });
+  it(
+    'runs at once after a quiet spell, then at most once per spacing however often it is ' +
+      'asked',
+    async () => {
+      const runs: number[] = [];
+      const started = performance.now();
+      const trigger = new SpacedTrigger(
+        async () => void runs.push(performance.now() - started),
+        50,
+        1,
+      );
+      trigger.request();
+      await new Promise((r) => setImmediate(r));
+      expect(runs).toHaveLength(1);
+      expect(runs[0]).toBeLessThan(25); // no fixed wait when idle
+      for (let i = 0; i < 20; i++) trigger.request();
+      await trigger.idle();
+      expect(runs).toHaveLength(2); // twenty requests inside the spacing: one more run
+      expect((runs[1] as number) - (runs[0] as number)).toBeGreaterThanOrEqual(45);
+    },
+  );
 
   it('lets a burst through at once, then spaces the rest', async () => {
     let runs = 0;

@@ -55,7 +55,8 @@ export const busTransportProvider: Provider = {
           undispatchedMaxAgeMs: options.busUndispatchedMaxAgeMs,
           publishQueueMax: options.busPublishQueueMax,
           maxPayloadBytes: options.busMaxPayloadBytes,
-          // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the cluster.
+          // Reads follow the wake-ups, so they keep the default spacing; the wake-ups grow with the
+          // cluster.
           notifySpacingMs: () => notifySpacingMs(peers.size),
           positionFlushMs: () => positionFlushMs(peers.size, options.busUndispatchedMaxAgeMs),
           audience: peers,
@@ -90,7 +91,10 @@ function busObserver(telemetry: CycliumTelemetry, channel: string): BusObserver 
   };
 }
 
-/** What hosts inject as `Bus`: the transport, guarded against publishing the library's reserved types. */
+/**
+ * What hosts inject as `Bus`: the transport, guarded against publishing the library's reserved
+ * types.
+ */
 export const busProvider: Provider = {
   provide: Bus,
   inject: [CYCLIUM_BUS_TRANSPORT],
@@ -108,7 +112,8 @@ interface Stoppable {
 /**
  * Starts and stops the transport with the app. Duck-typed because a host's own Bus need not have
  * either method. Stopping waits for onApplicationShutdown: the bus must keep delivering while the
- * drain in beforeApplicationShutdown still runs, and its LISTEN connection is its own, not TypeORM's.
+ * drain in beforeApplicationShutdown still runs, and its LISTEN connection is its own, not
+ * TypeORM's.
  */
 @Injectable()
 export class BusLifecycle implements OnModuleInit, OnApplicationShutdown {
@@ -117,7 +122,10 @@ export class BusLifecycle implements OnModuleInit, OnApplicationShutdown {
     private readonly database: CycliumDataSource,
   ) {}
 
-  /** A database away at boot (a failover) is waited for, as every boot step does (CycliumDataSource.atBoot). */
+  /**
+   * A database away at boot (a failover) is waited for, as every boot step does
+   * (CycliumDataSource.atBoot).
+   */
   async onModuleInit(): Promise<void> {
     const bus = this.bus;
     if (!hasMethod<Startable>(bus, 'start')) return;

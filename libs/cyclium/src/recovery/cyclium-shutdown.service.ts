@@ -20,12 +20,11 @@ const ignore = () => undefined;
 
 /**
  * The one shutdown hook, so the order is fixed rather than left to hook scheduling: mark the node
- * as going (its boot id cleared), stop triggers,
- * the workflow engine, sweeps, retention and the output rescue, drain the episodes and the output deliveries
- * (which needs the database, hence beforeApplicationShutdown, before TypeORM closes), flush the
- * bus's last events, deregister the node (its queued episodes are then adoptable at once), stop
- * renewing. A second signal while this runs is ignored rather than letting the default action
- * kill the drain halfway.
+ * as going (its boot id cleared), stop triggers, the workflow engine, sweeps, retention and the
+ * output rescue, drain the episodes and the output deliveries (which needs the database, hence
+ * beforeApplicationShutdown, before TypeORM closes), flush the bus's last events, deregister the
+ * node (its queued episodes are then adoptable at once), stop renewing. A second signal while this
+ * runs is ignored rather than letting the default action kill the drain halfway.
  */
 @Injectable()
 export class CycliumShutdown implements BeforeApplicationShutdown {
@@ -80,7 +79,8 @@ export class CycliumShutdown implements BeforeApplicationShutdown {
         },
       );
       await this.step('stop taking outputs', () => this.outputRescue.stop());
-      // Side by side: both wait up to episodeShutdownMs, and an episode may be delivering its outputs.
+      // Side by side: both wait up to episodeShutdownMs, and an episode may be delivering its
+      // outputs.
       await Promise.all([
         this.step('drain', () => this.drainer.drain()),
         this.step('drain the output deliveries', () => this.outputDelivery.drain()),

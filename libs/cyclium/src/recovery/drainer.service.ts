@@ -105,7 +105,8 @@ export class Drainer {
     const killed = this.runner.inFlight().length;
     if (killed > 0)
       this.logger.warn(
-        `${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to be killed with the process (already stamped)`,
+        `${killed} episode(s) still mid-step after ${this.options.episodeShutdownMs} ms: left to ` +
+          `be killed with the process (already stamped)`,
       );
     this.telemetry.emit('drain.completed', { stamped: stamped.length, killed });
     return { stamped: stamped.length, killed };
@@ -114,9 +115,14 @@ export class Drainer {
   /** The drain's one info line: what this node gave up, so its log says where its work went. */
   private summary(running: number, waiting: number, stamped: number): string {
     if (running + waiting === 0) return 'draining: no episode was running here';
-    const handed = `draining: ${running} running episode(s) interrupted${waiting > 0 ? ` and ${waiting} waiting restart(s) given back` : ''}`;
+    const handed =
+      `draining: ${running} running episode(s) ` +
+      `interrupted${waiting > 0 ? ` and ${waiting} waiting restart(s) given back` : ''}`;
     const missed = running + waiting - stamped;
-    return `${handed}; peers restart them from their last checkpoints${missed > 0 ? ` (${missed} not stamped: they wait to go stale)` : ''}`;
+    return (
+      `${handed}; peers restart them from their last ` +
+      `checkpoints${missed > 0 ? ` (${missed} not stamped: they wait to go stale)` : ''}`
+    );
   }
 
   private async attempt<T>(what: string, statement: () => Promise<T>, fallback: T): Promise<T> {

@@ -57,11 +57,11 @@ type Outcome =
 
 /**
  * Takes orphaned episodes over, each exactly once across the cluster. For each, under its own
- * savepoint: takes its claim (a live holder means skip), takes the row with one conditional UPDATE, and journals
- * `resumed` — or fails it as `orphaned`, per policy and `maxAttempts`. A restart keeps the claim:
- * it is handed to this node's slots with its fence and renewed while it waits, so no moment exists
- * when a peer could take it again. Only expectations this node hosts are taken for a restart; a
- * failure may be applied anywhere.
+ * savepoint: takes its claim (a live holder means skip), takes the row with one conditional UPDATE,
+ * and journals `resumed` — or fails it as `orphaned`, per policy and `maxAttempts`. A restart keeps
+ * the claim: it is handed to this node's slots with its fence and renewed while it waits, so no
+ * moment exists when a peer could take it again. Only expectations this node hosts are taken for a
+ * restart; a failure may be applied anywhere.
  */
 @Injectable()
 export class EpisodeTakeover {
@@ -108,7 +108,8 @@ export class EpisodeTakeover {
     const busy: Array<() => void> = [];
     await this.database.transaction(async (client) => {
       for (const { at, plan } of plans) {
-        // The claim's answer counts once it is known to stay: a takeover that finds the row taken rolls its claim back.
+        // The claim's answer counts once it is known to stay: a takeover that finds the row taken
+        // rolls its claim back.
         let report: () => void = () => undefined;
         await client.query('SAVEPOINT cyclium_takeover');
         try {
@@ -140,7 +141,10 @@ export class EpisodeTakeover {
     return results;
   }
 
-  /** What recovery would do with the candidate here; null when only a node that hosts (and runs) its actor can. */
+  /**
+   * What recovery would do with the candidate here; null when only a node that hosts (and runs) its
+   * actor can.
+   */
   private async plan(candidate: EpisodeRow, options: SweepOptions): Promise<Plan | null> {
     // The expectation, not only the actor: a release here may lack it (a rolling deploy).
     const hosted = this.slots.hosts(candidate.actorId, candidate.expectationId);
@@ -169,7 +173,10 @@ export class EpisodeTakeover {
     };
   }
 
-  /** Claims the candidate and takes its row inside the caller's transaction; Skip when either is someone else's. */
+  /**
+   * Claims the candidate and takes its row inside the caller's transaction; Skip when either is
+   * someone else's.
+   */
   private async takeWithin(
     client: SqlExecutor,
     plan: Plan,
@@ -229,7 +236,8 @@ export class EpisodeTakeover {
       `(last owned by ${from})`,
       hosted
         ? ''
-        : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from its recorded definition`,
+        : `; ${candidate.actorId}.${candidate.expectationId} is not hosted on ${me}, policy from ` +
+          `its recorded definition`,
     ]
       .join(' ')
       .trim();
@@ -244,7 +252,10 @@ export class EpisodeTakeover {
     return { kind: 'failed', episode, detail, announce };
   }
 
-  /** After the commit: a restart goes to this node's slots with its claim, a deferral or failure is announced. */
+  /**
+   * After the commit: a restart goes to this node's slots with its claim, a deferral or failure is
+   * announced.
+   */
   private handOn(
     { candidate, attempt, from }: Plan,
     outcome: Outcome,
@@ -252,7 +263,8 @@ export class EpisodeTakeover {
     if (outcome.kind === 'deferred') {
       outcome.announce();
       this.logger.log(
-        `recovery: deferred the restart of ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}) to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
+        `recovery: deferred the restart of ${episodeLabel(candidate)} from ${from} ` +
+          `(${this.why(candidate)}) to a full node: attempt ${attempt} of ${candidate.maxAttempts}`,
       );
       return 'deferred';
     }
@@ -268,7 +280,8 @@ export class EpisodeTakeover {
     const fence =
       outcome.grant.status === 'acquired' ? `fence ${outcome.grant.claim.fence}` : 'no claim';
     this.logger.log(
-      `recovery: took over ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}), ${fence}: restarting, attempt ${attempt} of ${candidate.maxAttempts}`,
+      `recovery: took over ${episodeLabel(candidate)} from ${from} (${this.why(candidate)}), ` +
+        `${fence}: restarting, attempt ${attempt} of ${candidate.maxAttempts}`,
     );
     this.slots.resume(outcome.episode, outcome.grant);
     return 'restarted';

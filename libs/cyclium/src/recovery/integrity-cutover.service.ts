@@ -20,7 +20,10 @@ import { OutageLog } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { WorkflowInstanceStore } from '../workflows/workflow-instance-store.js';
 
-/** What one look found: the cut-over recorded before, the window still open (and why), or recorded now. */
+/**
+ * What one look found: the cut-over recorded before, the window still open (and why), or recorded
+ * now.
+ */
 type Recorded = { kind: 'recorded' };
 type Open = { kind: 'open'; unsigned: string[] };
 type Sealed = { kind: 'sealed'; signed: Record<string, number> };
@@ -92,7 +95,8 @@ export class IntegrityCutover implements OnModuleInit, BeforeApplicationShutdown
       const nodes = look.unsigned.join(', ');
       if (nodes !== this.reported) {
         this.logger.warn(
-          `integrity (${where}): rows without a signature are accepted while nodes without the option are live ` +
+          `integrity (${where}): rows without a signature are accepted while nodes without the ` +
+            `option are live ` +
             `(${nodes}); the cut-over is recorded once they are gone`,
         );
       }
@@ -104,12 +108,14 @@ export class IntegrityCutover implements OnModuleInit, BeforeApplicationShutdown
     if (look.kind === 'sealed') {
       const counts = Object.entries(look.signed).map(([table, n]) => `${n} ${table}`);
       this.logger.log(
-        `integrity (${where}): cut-over recorded, no live node without the option; signed the unsigned rows ` +
+        `integrity (${where}): cut-over recorded, no live node without the option; signed the ` +
+          `unsigned rows ` +
           `in flight (${counts.join(', ')}); from now on unsigned rows are refused`,
       );
     } else if (this.reported !== '') {
       this.logger.log(
-        `integrity (${where}): cut-over recorded by another node; from now on unsigned rows are refused`,
+        `integrity (${where}): cut-over recorded by another node; from now on unsigned rows are ` +
+          `refused`,
       );
     }
   }
@@ -125,7 +131,8 @@ export class IntegrityCutover implements OnModuleInit, BeforeApplicationShutdown
     // Nodes whose rows this node acts on, seen within three of its beats, other than itself.
     const { rows } = await client.query<SignedPeer>(
       `SELECT node_identity AS identity, stack, env, mode, actors, signature FROM cyclium_nodes n
-        WHERE ${sameEnv('n.env', '$2::text')} AND ${stackCovers('n.stack', '$1::text')} AND n.node_identity <> $3
+        WHERE ${sameEnv('n.env', '$2::text')} AND ${stackCovers('n.stack', '$1::text')}
+          AND n.node_identity <> $3
           AND n.last_seen_at > now() - make_interval(secs => $4::double precision)
         ORDER BY n.node_identity`,
       [stack, env, this.identity.name(), (3 * this.options.nodeBeatIntervalMs) / 1000],

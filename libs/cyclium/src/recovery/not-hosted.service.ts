@@ -15,17 +15,20 @@ import {
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 
-/** One line per failed episode up to this many per actor and sweep, then one line with the rest's count. */
+/**
+ * One line per failed episode up to this many per actor and sweep, then one line with the rest's
+ * count.
+ */
 const LINES_PER_ACTOR = 20;
 
 /**
  * Ends the episodes no node will ever run: running or queued episodes of an expectation (actor and
- * expectation) that no live node of their stack and env has declared for `recovery.notHostedGraceMs`
- * (an actor or one of its expectations removed or renamed while its episodes ran) while this node
- * watched, beating, for as long, fail with
+ * expectation) that no live node of their stack and env has declared for
+ * `recovery.notHostedGraceMs` (an actor or one of its expectations removed or renamed while its
+ * episodes ran) while this node watched, beating, for as long, fail with
  * `error_class: 'not_hosted'`, their terminal event published, so a workflow waiting on one moves
- * on. Any node's sweep may do it: the rows belong to no live node, and the statement fails each
- * row once however many nodes sweep at the same time.
+ * on. Any node's sweep may do it: the rows belong to no live node, and the statement fails each row
+ * once however many nodes sweep at the same time.
  */
 @Injectable()
 export class NotHostedEpisodes {
@@ -49,7 +52,10 @@ export class NotHostedEpisodes {
     return grace === null ? null : Math.max(grace, 3 * this.options.nodeBeatIntervalMs);
   }
 
-  /** Fails batches until one comes back short or `deadline` (a performance.now() time) passed; returns how many failed. */
+  /**
+   * Fails batches until one comes back short or `deadline` (a performance.now() time) passed;
+   * returns how many failed.
+   */
   async sweep(
     scope: Pick<CandidateScope, 'stack' | 'env'>,
     me: string,
@@ -58,11 +64,14 @@ export class NotHostedEpisodes {
     const graceMs = this.graceMs();
     const since = this.nodes.watchingSince();
     if (graceMs === null || since === null) return 0;
-    // Its own last beat must be recent too: a gap its next beat has yet to notice (a freeze, an outage) is no watch.
+    // Its own last beat must be recent too: a gap its next beat has yet to notice (a freeze, an
+    // outage) is no watch.
     const watcher = { node: me, since, gapMs: 3 * this.options.nodeBeatIntervalMs };
     const hosted = this.registry.hostedExpectations();
     const nobody = `no live node of its stack and env has declared`;
-    const detail = `not_hosted: ${nobody} actor %s with expectation %s for ${graceMs} ms (last owned by %s)`;
+    const detail =
+      `not_hosted: ${nobody} actor %s with expectation %s for ${graceMs} ms (last ` +
+      `owned by %s)`;
     const byActor = new Map<string, number>();
     let failed = 0;
     for (;;) {
@@ -110,7 +119,8 @@ export class NotHostedEpisodes {
     for (const [actor, count] of byActor) {
       if (count > LINES_PER_ACTOR) {
         this.logger.warn(
-          `recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ${LINES_PER_ACTOR} named above`,
+          `recovery: failed ${count} episode(s) of actor ${actor} as not_hosted, the first ` +
+            `${LINES_PER_ACTOR} named above`,
         );
       }
     }

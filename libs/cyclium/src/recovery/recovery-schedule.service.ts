@@ -45,7 +45,10 @@ export class RecoverySchedule implements OnApplicationBootstrap {
     next(settleMs);
   }
 
-  /** No pass starts after this (the drain calls it first); one under way is Recovery.stop's to wait for. */
+  /**
+   * No pass starts after this (the drain calls it first); one under way is Recovery.stop's to wait
+   * for.
+   */
   stop(): void {
     clearTimeout(this.timer);
     this.timer = undefined;

@@ -13,16 +13,25 @@ export interface SweepOptions {
   resolvePolicy?: (episode: EpisodeRow) => RecoveryPolicy;
 }
 
-/** Why a candidate was left: a live claim holds it, another node took it first, its actor runs elsewhere, or the attempt failed. */
+/**
+ * Why a candidate was left: a live claim holds it, another node took it first, its actor runs
+ * elsewhere, or the attempt failed.
+ */
 export type SkipReason = 'busy' | 'taken' | 'not_hosted' | 'error';
 
 /** What one recovery sweep did with the orphans it found. */
 export interface SweepResult {
   restarted: number;
-  /** Restarts handed to a full node as trigger requests (this node, or the actor here, is trigger-only; or another stack hosts it). */
+  /**
+   * Restarts handed to a full node as trigger requests (this node, or the actor here, is
+   * trigger-only; or another stack hosts it).
+   */
   deferred: number;
   failed: number;
-  /** Episodes of an expectation no live node has declared for `recovery.notHostedGraceMs`, failed as `not_hosted`. */
+  /**
+   * Episodes of an expectation no live node has declared for `recovery.notHostedGraceMs`, failed as
+   * `not_hosted`.
+   */
   notHosted: number;
   skipped: number;
   skippedFor: Partial<Record<SkipReason, number>>;

@@ -16,9 +16,9 @@ import { NotHostedEpisodes } from './not-hosted.service.js';
 import type { SkipReason, SweepOptions, SweepResult } from './recovery-sweep.interface.js';
 
 /**
- * How long one sweep reads and takes over: pages follow each other while they come back full, so
- * a node that finds a dead peer's whole load (thousands of runs) takes it in one sweep or a few,
- * not a page per interval; what is left past the budget waits for the next sweep, oldest first again.
+ * How long one sweep reads and takes over: pages follow each other while they come back full, so a
+ * node that finds a dead peer's whole load (thousands of runs) takes it in one sweep or a few, not
+ * a page per interval; what is left past the budget waits for the next sweep, oldest first again.
  */
 const SWEEP_MAX_MS = 30_000;
 
@@ -89,7 +89,8 @@ export class RecoverySweep {
     // A node's liveness beat is slower than a short staleAfterMs; never call a beating node gone.
     const goneAfterMs = Math.max(staleAfterMs, 3 * this.options.nodeBeatIntervalMs);
     const hosted = this.registry.hostedExpectations();
-    // Sweeping another stack's rows: restarts of actors hosted there go to that stack, so any row may be acted on.
+    // Sweeping another stack's rows: restarts of actors hosted there go to that stack, so any row
+    // may be acted on.
     const otherStack =
       options.sourceStack !== undefined && options.sourceStack !== this.options.stackSlug;
     const scope = {
@@ -118,12 +119,13 @@ export class RecoverySweep {
     const deadline = performance.now() + SWEEP_MAX_MS;
 
     // Every restart taken waits here for a slot with its claim held and renewed in the node's one
-    // batched renewal, however many wait: a peer finds each busy, and if this node dies each becomes
-    // a candidate again (`recovering`, its owner gone, its claim lapsed).
+    // batched renewal, however many wait: a peer finds each busy, and if this node dies each
+    // becomes a candidate again (`recovering`, its owner gone, its claim lapsed).
     const takeOver = async (batch: EpisodeRow[]) => {
       const outcomes = await this.takeover.recoverMany(batch, me, options, (candidate, error) =>
         this.logger.warn(
-          `recovery: could not take over ${episodeLabel(candidate)}: ${firstLine(errorMessage(error))}; the next sweep tries again`,
+          `recovery: could not take over ${episodeLabel(candidate)}: ` +
+            `${firstLine(errorMessage(error))}; the next sweep tries again`,
         ),
       );
       for (const outcome of outcomes) {
@@ -141,7 +143,8 @@ export class RecoverySweep {
       const batches: EpisodeRow[][] = [];
       for (let i = 0; i < mine.length; i += TAKEOVER_BATCH)
         batches.push(mine.slice(i, i + TAKEOVER_BATCH).sort((a, b) => (a.id < b.id ? -1 : 1)));
-      // The database away fails every batch the same way: thrown, the schedule logs the outage once.
+      // The database away fails every batch the same way: thrown, the schedule logs the outage
+      // once.
       await inParallel(batches, BATCHES_AT_ONCE, () => performance.now() < deadline, takeOver);
       after = page.next;
     } while (after && performance.now() < deadline);
@@ -153,7 +156,8 @@ export class RecoverySweep {
         continue;
       }
       this.logger.log(
-        `recovery: adopted queued ${episodeLabel(episode)} from ${episode.ownerNode ?? 'no node'}, which is gone: it runs here`,
+        `recovery: adopted queued ${episodeLabel(episode)} from ` +
+          `${episode.ownerNode ?? 'no node'}, which is gone: it runs here`,
       );
       this.slots.noteQueued(adopted.actorId);
       result.restarted++;

@@ -26,12 +26,17 @@ export class Recovery {
     private readonly records: SweepRecords,
   ) {}
 
-  /** Waits for a sweep or reconciliation in flight (the drain calls it, after the schedule stopped). */
+  /**
+   * Waits for a sweep or reconciliation in flight (the drain calls it, after the schedule stopped).
+   */
   async stop(): Promise<void> {
     await this.sweeps;
   }
 
-  /** One pass over the given scope (default: this node's). Calls on one node queue behind each other. */
+  /**
+   * One pass over the given scope (default: this node's). Calls on one node queue behind each
+   * other.
+   */
   sweep(options: SweepOptions = {}): Promise<SweepResult> {
     const pass = this.sweeps
       .then(() => this.sweeper.run(options))
@@ -60,7 +65,8 @@ export class Recovery {
    * Re-publishes the terminal event of every step episode that finished while no workflow engine
    * heard it, for the live instances in scope (default: this node's stack, rows without one
    * included, and its env strictly) of the workflows this node declares. Steps whose episodes are
-   * still under way are skipped. RecoverySchedule runs it after each sweep on nodes whose engine is on.
+   * still under way are skipped. RecoverySchedule runs it after each sweep on nodes whose engine is
+   * on.
    */
   reconcileWorkflows(options: ReconcileOptions = {}): Promise<ReconcileResult> {
     const pass = this.sweeps.then(() => this.reconciler.reconcile(options));

@@ -74,9 +74,12 @@ export function retentionBatch(scope: RetentionScope, windows: Windows): QueryCo
                              UNION ALL SELECT claim_key FROM deleted_instances`),
     );
     statement.with('deleted', EpisodeRetention.deleteEpisodes('delete_due'));
-    counts = `(SELECT count(*) FROM deleted)::int AS deleted, (SELECT count(*) FROM deleted_instances)::int AS instances`;
+    counts =
+      '(SELECT count(*) FROM deleted)::int AS deleted, ' +
+      '(SELECT count(*) FROM deleted_instances)::int AS instances';
   }
   return statement.build(
-    `SELECT coalesce((SELECT held FROM lock), false) AS held, (SELECT count(*) FROM archived)::int AS archived, ${counts}`,
+    `SELECT coalesce((SELECT held FROM lock), false) AS held, (SELECT count(*) FROM ` +
+      `archived)::int AS archived, ${counts}`,
   );
 }

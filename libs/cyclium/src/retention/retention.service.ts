@@ -6,7 +6,9 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { OutageLog } from '../sql/database-errors.js';
 import { runRetentionBatch, type BatchResult } from './retention-batch.js';
 
-/** How long one pass runs batches while they come back full; a pass that runs out comes back soon. */
+/**
+ * How long one pass runs batches while they come back full; a pass that runs out comes back soon.
+ */
 const PASS_BUDGET_MS = 5_000;
 const CATCH_UP_DELAY_MS = 1_000;
 
@@ -48,7 +50,10 @@ export class RetentionSchedule implements OnApplicationBootstrap {
     if (retention) this.next(retention.intervalMs * (1 + Math.random() / 10));
   }
 
-  /** One pass now (what the timer runs), resolving with what it did; a pass already running is joined. */
+  /**
+   * One pass now (what the timer runs), resolving with what it did; a pass already running is
+   * joined.
+   */
   passNow(): Promise<RetentionPass> {
     this.running ??= this.pass().finally(() => (this.running = undefined));
     return this.running;
@@ -108,7 +113,8 @@ export class RetentionSchedule implements OnApplicationBootstrap {
     }
     if (result.archived + result.deleted + result.instances > 0) {
       this.logger.debug(
-        `retention: archived ${result.archived} episode(s), deleted ${result.deleted} and ${result.instances} workflow instance(s)` +
+        `retention: archived ${result.archived} episode(s), deleted ${result.deleted} and ` +
+          `${result.instances} workflow instance(s)` +
           (result.behind ? '; more is due, the next pass comes in a second' : ''),
       );
     }

@@ -6,12 +6,18 @@
  * NULL does. Where an index decides the spelling, the function keeps the index's.
  */
 
-/** Same env, NULL (the default env) equal to NULL: envs never mix, and the default is an env like the others. */
+/**
+ * Same env, NULL (the default env) equal to NULL: envs never mix, and the default is an env like
+ * the others.
+ */
 export function sameEnv(column: string, value: string): string {
   return `${column} IS NOT DISTINCT FROM ${value}`;
 }
 
-/** Same stack, NULL (the single-stack default) equal to NULL: a row of another stack, or of none when the node has one, is not the node's. */
+/**
+ * Same stack, NULL (the single-stack default) equal to NULL: a row of another stack, or of none
+ * when the node has one, is not the node's.
+ */
 export function sameStack(column: string, value: string): string {
   return `${column} IS NOT DISTINCT FROM ${value}`;
 }

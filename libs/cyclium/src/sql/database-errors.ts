@@ -3,7 +3,10 @@ export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
-/** The SQLSTATE (or Node system error code) of an error, looking through TypeORM's and our own wrappers. */
+/**
+ * The SQLSTATE (or Node system error code) of an error, looking through TypeORM's and our own
+ * wrappers.
+ */
 export function errorCode(error: unknown): string | undefined {
   for (let current: unknown = error, depth = 0; current && depth < 5; depth++) {
     const code = (current as { code?: unknown }).code;
@@ -58,7 +61,8 @@ export function isDatabaseUnavailable(error: unknown): boolean {
       return true;
     const code = (current as { code?: unknown }).code;
     if (typeof code === 'string') {
-      // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect now; 53300: too many connections.
+      // 08: connection exception; 57P01-57P03: shutdown, crash, cannot connect now; 53300: too many
+      // connections.
       if (
         code.startsWith('08') ||
         code === '57P01' ||
@@ -77,7 +81,10 @@ export function isDatabaseUnavailable(error: unknown): boolean {
   return false;
 }
 
-/** Refusals that leave nothing written and may pass on their own: lock or statement timeout, serialization failure, deadlock. */
+/**
+ * Refusals that leave nothing written and may pass on their own: lock or statement timeout,
+ * serialization failure, deadlock.
+ */
 const TRANSIENT_CODES = new Set(['55P03', '57014', '40001', '40P01']);
 
 /**
@@ -177,7 +184,8 @@ export class OutageLog {
     if (this.failures++ > 0) return;
     this.since = performance.now();
     this.logger.warn(
-      `${this.what} failed: ${errorMessage(error)} (retrying; further failures are not logged until it works again)`,
+      `${this.what} failed: ${errorMessage(error)} (retrying; further failures are not logged ` +
+        `until it works again)`,
     );
   }
 

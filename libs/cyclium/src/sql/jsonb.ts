@@ -1,6 +1,8 @@
 import { errorMessage } from './database-errors.js';
 
-/** `\u0000` or a surrogate escape not preceded by an escaped backslash (an even run of backslashes). */
+/**
+ * `\u0000` or a surrogate escape not preceded by an escaped backslash (an even run of backslashes).
+ */
 const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f][0-9a-f]{2})/i;
 
 /**

@@ -10,8 +10,10 @@ export class MissingSchemaError extends Error {
   ) {
     super(
       `Cyclium migration ${migration} has not run on this database (${missing} does not exist). ` +
-        `Add cycliumMigrations (from @cyclium/nestjs/migrations) to your DataSource's migrations, then either set ` +
-        `migrationsRun: true in TypeOrmModule.forRoot(...) so they run at boot, or run them before deploying with ` +
+        `Add cycliumMigrations (from @cyclium/nestjs/migrations) to your DataSource's ` +
+        `migrations, then either set ` +
+        `migrationsRun: true in TypeOrmModule.forRoot(...) so they run at boot, or run them ` +
+        `before deploying with ` +
         `npx typeorm migration:run -d <your data source file>`,
     );
   }

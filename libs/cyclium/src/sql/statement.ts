@@ -19,7 +19,10 @@ export class Statement {
     return cast ? `$${this.values.length}::${cast}` : `$${this.values.length}`;
   }
 
-  /** `$a::castA, $b::castB, …`: the arrays an `unnest(...)` reads, one parameter per column, in order. */
+  /**
+   * `$a::castA, $b::castB, …`: the arrays an `unnest(...)` reads, one parameter per column, in
+   * order.
+   */
   arrays(columns: ReadonlyArray<readonly [values: readonly unknown[], cast: string]>): string {
     return columns.map(([values, cast]) => this.param(values, cast)).join(', ');
   }

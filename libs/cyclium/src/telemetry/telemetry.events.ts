@@ -9,7 +9,8 @@ export interface WorkClaimEvent extends CycliumEventBase {
   durationMs: number;
   /**
    * `work_claims.renewed` only: how late the renewal was sent against its schedule (a third of the
-   * lease after the previous renewal or the acquire), 0 when on time or early. Set only while someone listens.
+   * lease after the previous renewal or the acquire), 0 when on time or early. Set only while
+   * someone listens.
    */
   lagMs?: number;
 }
@@ -37,11 +38,17 @@ export interface CycliumEventMap {
   'episode.canceled': EpisodeEvent;
   'episode.interrupted': EpisodeEvent;
   'episode.aborted': EpisodeEvent;
-  /** An attempt failed with attempts left (the expectation's `retry`): the episode waits `delayMs`; `attempt` is the one that failed. */
+  /**
+   * An attempt failed with attempts left (the expectation's `retry`): the episode waits `delayMs`;
+   * `attempt` is the one that failed.
+   */
   'episode.retrying': EpisodeEvent & { errorClass: string; attempt: number; delayMs: number };
   /** `ep.sleep` gave up the run until its wake-up time; `name` is the sleep's. */
   'episode.sleeping': EpisodeEvent & { name: string; delayMs: number };
-  /** A step of this node's run returned and its write came back; `durationMs` is the step function's time, as journaled. */
+  /**
+   * A step of this node's run returned and its write came back; `durationMs` is the step function's
+   * time, as journaled.
+   */
   'episode.step': CycliumEventBase & { actorId: string; expectationId: string; durationMs: number };
   /**
    * An episode triggered by a bus event began on this node; `latencyMs` runs from the event's
@@ -61,10 +68,16 @@ export interface CycliumEventMap {
     restarted: number;
     deferred: number;
     failed: number;
-    /** Episodes of an expectation no live node declared for `recovery.notHostedGraceMs`, failed as `not_hosted`. */
+    /**
+     * Episodes of an expectation no live node declared for `recovery.notHostedGraceMs`, failed as
+     * `not_hosted`.
+     */
     notHosted: number;
     skipped: number;
-    /** Why each skipped candidate was left: `busy` (a live claim), `taken` (another node), `not_hosted`, `error`. */
+    /**
+     * Why each skipped candidate was left: `busy` (a live claim), `taken` (another node),
+     * `not_hosted`, `error`.
+     */
     skippedFor: Partial<Record<'busy' | 'taken' | 'not_hosted' | 'error', number>>;
   };
   'trigger_requests.deferred': CycliumEventBase & { requestId: string; episodeId: string };

@@ -16,12 +16,17 @@ function channelFor(event: CycliumEventName): Channel {
   return channel;
 }
 
-/** Publishes the catalogue's events, stamped with this node's identity. Free when nobody listens. */
+/**
+ * Publishes the catalogue's events, stamped with this node's identity. Free when nobody listens.
+ */
 @Injectable()
 export class CycliumTelemetry {
   constructor(private readonly identity: NodeIdentity) {}
 
-  /** True while someone listens to `event`: an emit site whose metadata costs something to build asks first. */
+  /**
+   * True while someone listens to `event`: an emit site whose metadata costs something to build
+   * asks first.
+   */
   wants(event: CycliumEventName): boolean {
     return channelFor(event).hasSubscribers;
   }

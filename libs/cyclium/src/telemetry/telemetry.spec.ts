@@ -10,14 +10,17 @@ const telemetry = new CycliumTelemetry(
 );
 
 describe('telemetry', () => {
-  it('delivers events to onCyclium handlers, stamped with the owner node, until unsubscribed', () => {
-    const seen: unknown[] = [];
-    const unsubscribe = onCyclium('drain.completed', (event) => seen.push(event));
-    telemetry.emit('drain.completed', { stamped: 5, killed: 1 });
-    unsubscribe();
-    telemetry.emit('drain.completed', { stamped: 9, killed: 9 });
-    expect(seen).toEqual([{ ownerNode: 'node-t', stamped: 5, killed: 1 }]);
-  });
+  it(
+    'delivers events to onCyclium handlers, stamped with the owner node, until ' + 'unsubscribed',
+    () => {
+      const seen: unknown[] = [];
+      const unsubscribe = onCyclium('drain.completed', (event) => seen.push(event));
+      telemetry.emit('drain.completed', { stamped: 5, killed: 1 });
+      unsubscribe();
+      telemetry.emit('drain.completed', { stamped: 9, killed: 9 });
+      expect(seen).toEqual([{ ownerNode: 'node-t', stamped: 5, killed: 1 }]);
+    },
+  );
 
   it('publishes on the cyclium:<area>:<event> channel', () => {
     const seen: unknown[] = [];

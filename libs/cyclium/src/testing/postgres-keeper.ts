@@ -53,7 +53,8 @@ async function main(): Promise<void> {
     await postgres
       .stop()
       .catch((error: unknown) => process.stderr.write(`[postgres] stop: ${String(error)}\n`));
-    // A parent that died cannot remove the folder it made: nothing of a throwaway server may outlive it.
+    // A parent that died cannot remove the folder it made: nothing of a throwaway server may
+    // outlive it.
     if (orphaned && request.scratch && !request.persistent)
       await rm(request.scratch, { recursive: true, force: true }).catch(() => undefined);
     send({ type: 'stopped' });

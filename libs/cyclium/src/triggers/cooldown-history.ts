@@ -20,17 +20,21 @@ export interface HistoryScope {
 
 /**
  * A cooldown this node cannot know from memory: one that began, on any node, before this node read
- * the subject's events (it booted, or its expectation was enabled again, mid-cooldown). The episodes
- * table says when the subject last fired (see lastEventFire), so the node cools down exactly as the
- * one that fired. Asked at most once per subject, and only for events within a cooldown (and a
- * debounce) of when this subscription began to read: after that, memory has seen every fire.
+ * the subject's events (it booted, or its expectation was enabled again, mid-cooldown). The
+ * episodes table says when the subject last fired (see lastEventFire), so the node cools down
+ * exactly as the one that fired. Asked at most once per subject, and only for events within a
+ * cooldown (and a debounce) of when this subscription began to read: after that, memory has seen
+ * every fire.
  */
 export class CooldownHistory {
   constructor(
     private readonly sql: SqlExecutor,
     private readonly scope: HistoryScope,
     private readonly logger: Logger,
-    /** False once this node stops: a lookup still failing then never resolves (the event stays for the next reader). */
+    /**
+     * False once this node stops: a lookup still failing then never resolves (the event stays for
+     * the next reader).
+     */
     private readonly active: () => boolean,
   ) {}
 
@@ -39,7 +43,10 @@ export class CooldownHistory {
     return new CooldownCoverage((event, receipt) => this.lastFire(expectation, event, receipt));
   }
 
-  /** The subject's last fire at or before `event`, within the cooldown (epoch ms), or null; retried on any error. */
+  /**
+   * The subject's last fire at or before `event`, within the cooldown (epoch ms), or null; retried
+   * on any error.
+   */
   private async lastFire(
     expectation: RegisteredExpectation,
     event: BusEvent,
@@ -77,7 +84,9 @@ export class CooldownHistory {
 
 /** Asks the table about a subject's cooldown when memory cannot know it (see CooldownHistory). */
 export class CooldownCoverage {
-  /** The database time this subscription began to read by: every event after it is in memory's view. */
+  /**
+   * The database time this subscription began to read by: every event after it is in memory's view.
+   */
   private since: number | undefined;
   private readonly asked = new Set<string>();
 
@@ -90,7 +99,10 @@ export class CooldownCoverage {
     this.since ??= databaseNow(receipt);
   }
 
-  /** The table's last fire of `subject` before `event`, when it may predate this subscription; null: memory knows. */
+  /**
+   * The table's last fire of `subject` before `event`, when it may predate this subscription; null:
+   * memory knows.
+   */
   ask(
     subject: string,
     event: BusEvent,

@@ -10,12 +10,17 @@ export function stableJson(value: unknown): string {
   return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${stableJson(v)}`).join(',')}}`;
 }
 
-/** `schedule:<actor>:<exp>:<bucket>`; the bucket is the interval window or cron tick, ISO UTC to the minute or finer. */
+/**
+ * `schedule:<actor>:<exp>:<bucket>`; the bucket is the interval window or cron tick, ISO UTC to the
+ * minute or finer.
+ */
 export function scheduleKey(actorId: string, expectationId: string, bucket: Date): string {
   return `schedule:${actorId}:${expectationId}:${bucket.toISOString()}`;
 }
 
-/** `event:<actor>:<exp>:<hash>` of the event type, the publisher-minted event id, and the payload. */
+/**
+ * `event:<actor>:<exp>:<hash>` of the event type, the publisher-minted event id, and the payload.
+ */
 export function eventKey(
   actorId: string,
   expectationId: string,

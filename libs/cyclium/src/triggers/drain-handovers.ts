@@ -46,7 +46,8 @@ export class DrainHandovers {
       held = await this.store.heldDedupeKeys(pending.map((p) => p.dedupeKey));
     } catch (error) {
       this.logger.warn(
-        `could not check ${pending.length} trigger(s) this node stood by for; handing each over: ${errorMessage(error)}`,
+        `could not check ${pending.length} trigger(s) this node stood by for; handing each over: ` +
+          `${errorMessage(error)}`,
       );
       held = new Set();
     }
@@ -64,7 +65,8 @@ export class DrainHandovers {
               },
               (error: unknown) => {
                 this.logger.warn(
-                  `${what} could not be handed over while draining; the bus's next reader fires it: ${errorMessage(error)}`,
+                  `${what} could not be handed over while draining; the bus's next reader fires ` +
+                    `it: ${errorMessage(error)}`,
                 );
                 settled(false);
               },

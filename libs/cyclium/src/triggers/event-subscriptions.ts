@@ -7,7 +7,10 @@ interface Subscription {
   readonly actorId: string;
   readonly consumer: string;
   readonly type: string;
-  /** A handler for each subscription; `live` is false once that subscription ended (a pause or a stop). */
+  /**
+   * A handler for each subscription; `live` is false once that subscription ended (a pause or a
+   * stop).
+   */
   readonly handler: (live: () => boolean) => DurableHandler;
   off?: () => void;
   /** The current subscription's token: a handler of an earlier one sees itself ended. */

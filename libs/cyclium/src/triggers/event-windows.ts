@@ -1,7 +1,9 @@
 import type { BusEvent } from '../bus/bus.interface.js';
 import type { EventReceipt } from '../bus/durable-subscriptions.interface.js';
 
-/** Fires the trigger of `event`; resolves true once it is settled (an episode exists, or need not). */
+/**
+ * Fires the trigger of `event`; resolves true once it is settled (an episode exists, or need not).
+ */
 export type Fire = (event: BusEvent, receipt: EventReceipt) => Promise<boolean>;
 
 interface Settle {
@@ -37,7 +39,10 @@ export interface WindowRules {
   cooldownMs: number;
   /** Where a cooldown that began before this node read the subject is found. */
   history?: AskHistory;
-  /** Resolves once this node has read every event committed before the call (DurableSubscriptions.readThrough). */
+  /**
+   * Resolves once this node has read every event committed before the call
+   * (DurableSubscriptions.readThrough).
+   */
   readThrough?: () => Promise<void>;
 }
 
@@ -58,7 +63,10 @@ export function databaseNow(receipt: EventReceipt): number {
  */
 export class EventWindows {
   private readonly windows = new Map<string, Window>();
-  /** Per subject, the admission its next event waits for (a history lookup, and the events queued behind it). */
+  /**
+   * Per subject, the admission its next event waits for (a history lookup, and the events queued
+   * behind it).
+   */
   private readonly gates = new Map<string, Promise<void>>();
   /** Per subject, until when (database clock) its events are ignored. */
   private readonly coolUntil = new Map<string, number>();
@@ -90,7 +98,10 @@ export class EventWindows {
     return this.behind(subject, known, admit);
   }
 
-  /** Admits once `gate` has passed, after every event of the subject queued before; the next ones queue behind. */
+  /**
+   * Admits once `gate` has passed, after every event of the subject queued before; the next ones
+   * queue behind.
+   */
   private behind(subject: string, gate: Promise<void>, admit: () => Promise<void>): Promise<void> {
     let settling: Promise<void> = Promise.resolve();
     const admitted = gate.then(() => {
@@ -125,7 +136,8 @@ export class EventWindows {
         clearTimeout(window.timer);
         window.last = event;
         window.receipt = receipt;
-        // It fires as its last event's reader would: an event read before a pause fires nothing now.
+        // It fires as its last event's reader would: an event read before a pause fires nothing
+        // now.
         window.fire = fire;
         window.settles.push({ resolve, reject });
       }
@@ -149,8 +161,8 @@ export class EventWindows {
   }
 
   /**
-   * Drops the open windows and cooldowns of the subjects that start with `prefix` (every one without
-   * it); their events stay unsettled, for the next reader.
+   * Drops the open windows and cooldowns of the subjects that start with `prefix` (every one
+   * without it); their events stay unsettled, for the next reader.
    */
   clear(prefix?: string): void {
     const dropped = (subject: string) => prefix === undefined || subject.startsWith(prefix);
@@ -192,7 +204,8 @@ export class EventWindows {
     clearTimeout(window.timer);
     if (this.windows.get(subject) === window) this.windows.delete(subject);
     const firedAt = window.receipt.committedAt + window.debounceMs;
-    // The outcome reaches the window's events through their settles; nothing is left to reject here.
+    // The outcome reaches the window's events through their settles; nothing is left to reject
+    // here.
     this.run(subject, window.last, window.receipt, firedAt, window.cooldownMs, window.fire).then(
       () => window.settles.forEach((s) => s.resolve()),
       (error: unknown) => window.settles.forEach((s) => s.reject(error)),

@@ -8,19 +8,23 @@ describe('missedBuckets', () => {
   const last = at('2026-12-03T10:00:00.000Z');
   const now = at('2026-12-03T10:03:20.000Z').getTime();
 
-  it('lists the interval buckets after the last one up to the one under way, as catchUp picks them', () => {
-    const every = { intervalMs: 60_000 };
-    expect(iso(missedBuckets(every, 'all', last, now).buckets)).toEqual([
-      '2026-12-03T10:01:00.000Z',
-      '2026-12-03T10:02:00.000Z',
-      '2026-12-03T10:03:00.000Z',
-    ]);
-    expect(iso(missedBuckets(every, 'last', last, now).buckets)).toEqual([
-      '2026-12-03T10:03:00.000Z',
-    ]);
-    expect(missedBuckets(every, 'none', last, now).buckets).toEqual([]);
-    expect(missedBuckets(every, 'all', at('2026-12-03T10:03:00.000Z'), now).buckets).toEqual([]);
-  });
+  it(
+    'lists the interval buckets after the last one up to the one under way, as catchUp picks ' +
+      'them',
+    () => {
+      const every = { intervalMs: 60_000 };
+      expect(iso(missedBuckets(every, 'all', last, now).buckets)).toEqual([
+        '2026-12-03T10:01:00.000Z',
+        '2026-12-03T10:02:00.000Z',
+        '2026-12-03T10:03:00.000Z',
+      ]);
+      expect(iso(missedBuckets(every, 'last', last, now).buckets)).toEqual([
+        '2026-12-03T10:03:00.000Z',
+      ]);
+      expect(missedBuckets(every, 'none', last, now).buckets).toEqual([]);
+      expect(missedBuckets(every, 'all', at('2026-12-03T10:03:00.000Z'), now).buckets).toEqual([]);
+    },
+  );
 
   it('lists cron ticks to the minute, in UTC', () => {
     expect(iso(missedBuckets({ cron: '*/2 * * * *' }, 'all', last, now).buckets)).toEqual([

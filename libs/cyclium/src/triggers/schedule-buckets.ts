@@ -2,10 +2,16 @@ import { CronTime } from 'cron';
 import { bucketStart } from '../actors/interval.js';
 import type { CatchUp } from '../actors/expectation.decorator.js';
 
-/** The most buckets one catch-up runs: past it, the latest ones run and the rest are reported skipped. */
+/**
+ * The most buckets one catch-up runs: past it, the latest ones run and the rest are reported
+ * skipped.
+ */
 export const MAX_CATCH_UP = 1_000;
 
-/** How a schedule's buckets fall: every `intervalMs` from the epoch, or at a cron expression's ticks (UTC, to the minute). */
+/**
+ * How a schedule's buckets fall: every `intervalMs` from the epoch, or at a cron expression's ticks
+ * (UTC, to the minute).
+ */
 export type Schedule = { intervalMs: number } | { cron: string };
 
 /**

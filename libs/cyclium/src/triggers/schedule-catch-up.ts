@@ -15,7 +15,10 @@ export type FireBucket = (
   insertBefore?: Date,
 ) => Promise<boolean>;
 
-/** Where a catch-up reads and logs, and the retention windows it keeps within (null: retention is off). */
+/**
+ * Where a catch-up reads and logs, and the retention windows it keeps within (null: retention is
+ * off).
+ */
 export interface CatchUpScope {
   sql: SqlExecutor;
   env: string | null;
@@ -64,8 +67,10 @@ export async function catchUpSchedule(
   const from = horizon !== null && horizon > lastBucket.getTime() ? new Date(horizon) : lastBucket;
   if (from !== lastBucket) {
     logger.warn(
-      `catch-up of ${what}: the buckets from ${lastBucket.toISOString()} to ${from.toISOString()} are not run: past ` +
-        `retention.archiveAfter + deleteAfter, retention may have deleted an episode that ran for one of them`,
+      `catch-up of ${what}: the buckets from ${lastBucket.toISOString()} to ` +
+        `${from.toISOString()} are not run: past ` +
+        `retention.archiveAfter + deleteAfter, retention may have deleted an episode that ran ` +
+        `for one of them`,
     );
   }
   const { buckets, missed, skipped } = missedBuckets(schedule, catchUp, from, Date.now());
@@ -74,14 +79,19 @@ export async function catchUpSchedule(
   const running =
     catchUp === 'last'
       ? `running the latest, ${first}`
-      : `running ${buckets.length === 1 ? first : `each, ${first} to ${(buckets.at(-1) as Date).toISOString()}`}`;
+      : `running ${
+          buckets.length === 1
+            ? first
+            : `each, ${first} to ` + `${(buckets.at(-1) as Date).toISOString()}`
+        }`;
   const since = from.toISOString();
   logger.log(
     `catch-up of ${what}: ${missed} bucket(s) fell since ${since} while no node ran it; ${running}`,
   );
   if (skipped > 0)
     logger.warn(
-      `catch-up of ${what}: the ${skipped} oldest bucket(s) skipped, past the ${buckets.length} latest`,
+      `catch-up of ${what}: the ${skipped} oldest bucket(s) skipped, past the ${buckets.length} ` +
+        `latest`,
     );
   const insertBefore = retention ? new Date(readAt.getTime() + retention.archiveAfter) : undefined;
   let fired = 0;

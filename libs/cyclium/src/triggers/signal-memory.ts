@@ -1,7 +1,13 @@
-/** Signals are kept this long, for backups whose trigger fires later (a debounce ending a bit later here). */
+/**
+ * Signals are kept this long, for backups whose trigger fires later (a debounce ending a bit later
+ * here).
+ */
 export const SIGNAL_MEMORY_MS = 60_000;
 
-/** How a full node handed a trigger on to the next rank: an `offer` of the row it queued, or a `pass` of a trigger it holds in memory. */
+/**
+ * How a full node handed a trigger on to the next rank: an `offer` of the row it queued, or a
+ * `pass` of a trigger it holds in memory.
+ */
 export type Handover = 'offer' | 'pass';
 
 interface HandedOn {
@@ -44,7 +50,10 @@ export class SignalMemory {
     map.set(token, { from, until: now + SIGNAL_MEMORY_MS });
   }
 
-  /** True, and forgotten, when rank `rank - 1` handed `token` on this way and it is still remembered. */
+  /**
+   * True, and forgotten, when rank `rank - 1` handed `token` on this way and it is still
+   * remembered.
+   */
   takeFrom(kind: Handover, token: string, rank: number, now = performance.now()): boolean {
     const map = this.handedOn[kind];
     const entry = map.get(token);

@@ -12,7 +12,8 @@ export class StaleEventError extends Error {
     readonly windowMs: number,
   ) {
     super(
-      `stored ${Math.round(ageMs)} ms ago, longer than retention.archiveAfter and its debounce (${windowMs} ms): ` +
+      `stored ${Math.round(ageMs)} ms ago, longer than retention.archiveAfter and its debounce ` +
+        `(${windowMs} ms): ` +
         'not dispatched, as its episode may have run and been archived already',
     );
   }

@@ -29,8 +29,8 @@ export type Turn =
   /** Leave it: another node signaled that it is handled. */
   | 'handled'
   /**
-   * This node began to drain while standing by: it holds the only memory of this trigger it has,
-   * so it hands it to the cluster (a deferred episode and a trigger request) instead of dropping it.
+   * This node began to drain while standing by: it holds the only memory of this trigger it has, so
+   * it hands it to the cluster (a deferred episode and a trigger request) instead of dropping it.
    */
   | 'handover'
   /** No ranking (a bus without dispatch signals): every node races, as the dedupe index allows. */
@@ -38,7 +38,9 @@ export type Turn =
 
 type WaitOutcome = 'signaled' | 'timeout' | 'passed' | 'stopped';
 
-/** Results after which the trigger is someone's: an episode exists for its key, here or elsewhere. */
+/**
+ * Results after which the trigger is someone's: an episode exists for its key, here or elsewhere.
+ */
 const SETTLED: ReadonlySet<DispatchResult['status']> = new Set([
   'started',
   'queued',
@@ -79,16 +81,19 @@ interface Waiter {
  * also offers the row to the next rank: that node stands down like the others but notes the offer
  * (Dispatcher.offered), and takes the row from the full node's queue as soon as it has a free slot.
  * Each offer goes to one node, spread by the same ranking, so idle nodes do not all race for each
- * row; a node that was offered something takes any peer's queued rows of the actor while it is free.
- * A bus event that waits in the first node's memory instead (its event stays unsettled there) is
- * passed down the ranks the same way, to the first node with a free slot, which dispatches it at
+ * row; a node that was offered something takes any peer's queued rows of the actor while it is
+ * free. A bus event that waits in the first node's memory instead (its event stays unsettled there)
+ * is passed down the ranks the same way, to the first node with a free slot, which dispatches it at
  * once: nobody stands down for a pass, so the backups still cover the first node dying meanwhile.
  */
 @Injectable()
 export class TriggerPlacement {
   private readonly signals: DispatchSignals | undefined;
   private readonly memory = new SignalMemory();
-  /** Token → how to stop waiting for a slot here, for the triggers this node holds in memory (see waitingHere). */
+  /**
+   * Token → how to stop waiting for a slot here, for the triggers this node holds in memory (see
+   * waitingHere).
+   */
   private readonly held = new Map<string, () => void>();
   private readonly waiting = new Map<string, Set<Waiter>>();
   private unsubscribe: (() => void) | undefined;
@@ -119,7 +124,10 @@ export class TriggerPlacement {
     this.held.clear();
   }
 
-  /** Whether, and when, this node dispatches the trigger with `dedupeKey` for `actorId`; resolves once it should. */
+  /**
+   * Whether, and when, this node dispatches the trigger with `dedupeKey` for `actorId`; resolves
+   * once it should.
+   */
   async turn(dedupeKey: string, actorId: string): Promise<Turn> {
     if (!this.signals) return 'race';
     const rank = this.peers.rankOf(dedupeKey, actorId);
@@ -153,7 +161,8 @@ export class TriggerPlacement {
       // Before the plain token, so a NOTIFY split between payloads still carries the offer first.
       if (rank + 1 < this.peers.hostsOf(actorId)) tokens.unshift(`${token}${OFFER}${rank}`);
     }
-    // Sent whatever this node thinks of its peers: the bus keeps it in-process only while it knows nobody else listens.
+    // Sent whatever this node thinks of its peers: the bus keeps it in-process only while it knows
+    // nobody else listens.
     this.signals.signalDispatched(tokens);
   }
 
@@ -187,7 +196,10 @@ export class TriggerPlacement {
       this.signals?.signalDispatched([`${token}${PASS}${rank}`]);
   }
 
-  /** A pass reached this node's rank: true when it has a free slot and dispatches now; otherwise the pass goes on. */
+  /**
+   * A pass reached this node's rank: true when it has a free slot and dispatches now; otherwise the
+   * pass goes on.
+   */
   private tookPass(token: string, rank: number, actorId: string): boolean {
     if (this.dispatcher.canStartNow(actorId)) return true;
     this.passOn(token, rank, actorId);

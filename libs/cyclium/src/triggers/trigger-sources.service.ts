@@ -39,10 +39,16 @@ import { TriggerPlacement } from './trigger-placement.service.js';
 const RETRY_FIRST_MS = 200;
 const RETRY_MAX_MS = 5_000;
 
-/** Why a trigger waits: the database is away, or it refused the statement for a reason of the moment. */
+/**
+ * Why a trigger waits: the database is away, or it refused the statement for a reason of the
+ * moment.
+ */
 function heldBy(error: unknown): string {
   if (isDatabaseUnavailable(error)) return `is waiting for the database (${errorMessage(error)})`;
-  return `was refused by the database (SQLSTATE ${errorCode(error)}: ${errorMessage(error)}), not for its own data`;
+  return (
+    `was refused by the database (SQLSTATE ${errorCode(error)}: ${errorMessage(error)}), ` +
+    `not for its own data`
+  );
 }
 
 function describeTrigger(trigger: EpisodeTrigger): string {
@@ -55,11 +61,11 @@ function describeTrigger(trigger: EpisodeTrigger): string {
  * Turns what happens into triggers: bus events (filtered, debounced and cooled down per subject),
  * wall-clock buckets and cron ticks, each with the deterministic dedupe key every node computes
  * alike. Every node does this for every trigger; for bus events one node dispatches and the rest
- * stand by (TriggerPlacement), for timers every node tries; the unique index lets one insert through.
- * Each event-triggered expectation is a durable consumer of the bus: an event counts as handled
- * (and its position moves past it) only once its trigger settled, so a trigger this node drops by
- * stopping (a debounce pending, a retry through an outage) is read again by the next node, or by
- * this one after its restart.
+ * stand by (TriggerPlacement), for timers every node tries; the unique index lets one insert
+ * through. Each event-triggered expectation is a durable consumer of the bus: an event counts as
+ * handled (and its position moves past it) only once its trigger settled, so a trigger this node
+ * drops by stopping (a debounce pending, a retry through an outage) is read again by the next node,
+ * or by this one after its restart.
  */
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
@@ -98,7 +104,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     this.history = new CooldownHistory(database.sql, scope, this.logger, () => this.on);
   }
 
-  /** Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch mode at runtime. */
+  /**
+   * Every mode runs the triggers (the dispatcher decides what they lead to), so a node can switch
+   * mode at runtime.
+   */
   onApplicationBootstrap(): void {
     this.on = true;
     this.placement.start();
@@ -108,13 +117,18 @@ export class TriggerSources implements OnApplicationBootstrap {
     this.subscriptions.start();
     if (!this.events.replays && this.subscriptions.size > 0) {
       this.logger.warn(
-        'the configured bus cannot replay (it does not implement DurableSubscriptions): an event published while ' +
-          "no node hosting its actor reads the bus never becomes an episode. Use bus: 'postgres' for that guarantee.",
+        'the configured bus cannot replay (it does not implement DurableSubscriptions): an event ' +
+          'published while ' +
+          "no node hosting its actor reads the bus never becomes an episode. Use bus: 'postgres' " +
+          'for that guarantee.',
       );
     }
   }
 
-  /** Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces and cooldowns. */
+  /**
+   * Stops every trigger source: subscriptions, interval timers, cron jobs, pending debounces and
+   * cooldowns.
+   */
   async stop(): Promise<void> {
     this.on = false;
     this.placement.stop();
@@ -122,7 +136,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     await new Promise((resolve) => setImmediate(resolve));
     await this.handovers.handOverAll();
     this.subscriptions.stop();
-    // Their events stay unsettled: the next reader of the bus (a peer, or this node after its restart) fires them.
+    // Their events stay unsettled: the next reader of the bus (a peer, or this node after its
+    // restart) fires them.
     this.windows.clear();
     await this.timers.stop(this.schedulerRegistry(false));
   }
@@ -138,8 +153,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     if (trigger.event !== undefined) {
       const consumer = `${actor.id}.${expectation.id}`;
       // Each subscription (a boot, or the actor enabled again) covers what it reads from then on: a
-      // window opened before a pause missed the events published during it, so it is dropped, and
-      // a fire of the ended subscription still on its way (a backup's delay, a retry) fires nothing.
+      // window opened before a pause missed the events published during it, so it is dropped, and a
+      // fire of the ended subscription still on its way (a backup's delay, a retry) fires nothing.
       this.subscriptions.add(actor.id, consumer, trigger.event, (live) => {
         this.windows.clear(subjectPrefix(expectation));
         const coverage = this.history.coverage(expectation);
@@ -159,7 +174,10 @@ export class TriggerSources implements OnApplicationBootstrap {
     }
   }
 
-  /** Makes up for the buckets that fell while no node ran the schedule, as declared (see catchUpSchedule). */
+  /**
+   * Makes up for the buckets that fell while no node ran the schedule, as declared (see
+   * catchUpSchedule).
+   */
   private catchUp(
     expectation: RegisteredExpectation,
     schedule: Schedule,
@@ -190,7 +208,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     };
     if (!matchesFilter(trigger.filter, event.payload)) return Promise.resolve();
     const { subjectKey, debounceMs = 0, cooldownMs = 0 } = expectation.options;
-    const subject = `${subjectPrefix(expectation)}${subjectKey ? String(readPath(event.payload, subjectKey)) : ''}`;
+    const subjectValue = subjectKey ? String(readPath(event.payload, subjectKey)) : '';
+    const subject = `${subjectPrefix(expectation)}${subjectValue}`;
     const history: AskHistory = (key, asking, read) =>
       coverage.ask(key, asking, read, cooldownMs, debounceMs);
     const readThrough = () => this.events.readThrough();
@@ -247,11 +266,11 @@ export class TriggerSources implements OnApplicationBootstrap {
   }
 
   /**
-   * A timer's bucket. No node starts a bucket's episode before the bucket's time (timers fire at it,
-   * a catch-up after it), so its key is held until at least `archiveAfter` past that time; a timer
-   * that fires later than that (a stalled process, a trigger retrying through a long outage) could
-   * meet the key freed by the bucket's archived episode, so its insert is bounded there, by the
-   * database clock, and refused past it as a duplicate.
+   * A timer's bucket. No node starts a bucket's episode before the bucket's time (timers fire at
+   * it, a catch-up after it), so its key is held until at least `archiveAfter` past that time; a
+   * timer that fires later than that (a stalled process, a trigger retrying through a long outage)
+   * could meet the key freed by the bucket's archived episode, so its insert is bounded there, by
+   * the database clock, and refused past it as a duplicate.
    */
   private fireSchedule(expectation: RegisteredExpectation, bucket: Date): void {
     const archiveAfter = this.options.retention?.archiveAfter;
@@ -259,7 +278,8 @@ export class TriggerSources implements OnApplicationBootstrap {
       archiveAfter === undefined ? undefined : new Date(bucket.getTime() + archiveAfter);
     this.fireBucket(expectation, bucket, insertBefore).catch((error: unknown) =>
       this.logger.warn(
-        `trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) dropped: ${errorMessage(error)}`,
+        `trigger of ${expectation.actorId}.${expectation.id} (schedule ${bucket.toISOString()}) ` +
+          `dropped: ${errorMessage(error)}`,
       ),
     );
   }
@@ -301,7 +321,8 @@ export class TriggerSources implements OnApplicationBootstrap {
     /** False once the subscription that read the event ended: its fire is the next reader's. */
     live: () => boolean = () => true,
   ): Promise<boolean> {
-    const what = `trigger of ${expectation.actorId}.${expectation.id} (${describeTrigger(trigger)})`;
+    const what =
+      `trigger of ${expectation.actorId}.${expectation.id} ` + `(${describeTrigger(trigger)})`;
     const turn = placed ? await this.placement.turn(dedupeKey, expectation.actorId) : 'race';
     if (turn === 'handover')
       return this.handovers.add({ expectation, trigger, dedupeKey, what, insertBefore });
@@ -335,7 +356,8 @@ export class TriggerSources implements OnApplicationBootstrap {
         // Busy because this node began to drain: nobody took it.
         return result.status !== 'busy' || this.on;
       } catch (error) {
-        // Rule 13: only the trigger's own data may skip it; any other database error holds its position.
+        // Rule 13: only the trigger's own data may skip it; any other database error holds its
+        // position.
         if (!holdsWork(error)) throw error;
         if (attempt === 0) this.logger.warn(`${what} ${heldBy(error)}; retrying`);
         await new Promise((resolve) => setTimeout(resolve, delay).unref());
@@ -343,7 +365,8 @@ export class TriggerSources implements OnApplicationBootstrap {
       }
     }
     this.logger.log(
-      `${what} left for the bus's next reader: this node stopped, or the actor was disabled here, while the database error lasted`,
+      `${what} left for the bus's next reader: this node stopped, or the actor was disabled ` +
+        `here, while the database error lasted`,
     );
     return false;
   }

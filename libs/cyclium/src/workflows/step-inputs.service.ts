@@ -16,7 +16,9 @@ export interface InstanceContext {
   sourceEnv: string | null;
 }
 
-/** Builds step episodes' inputs with the host's `@WorkflowStep` methods, on the node that advances. */
+/**
+ * Builds step episodes' inputs with the host's `@WorkflowStep` methods, on the node that advances.
+ */
 @Injectable()
 export class StepInputs {
   private readonly logger = new Logger('CycliumWorkflows');
@@ -58,7 +60,8 @@ export class StepInputs {
       } catch (error) {
         const reason = errorMessage(error);
         this.logger.warn(
-          `workflow instance ${instance.id} (${workflow.id}): step ${next.stepId} could not build its input: ${reason}`,
+          `workflow instance ${instance.id} (${workflow.id}): step ${next.stepId} could not ` +
+            `build its input: ${reason}`,
         );
         current = WorkflowTransitions.inputFailed(
           workflow,
@@ -72,7 +75,10 @@ export class StepInputs {
     }
   }
 
-  /** The finished steps' results, with classifications kept by reference read back from their episodes. */
+  /**
+   * The finished steps' results, with classifications kept by reference read back from their
+   * episodes.
+   */
   private async resultsOf(transition: Transition): Promise<Record<string, StepResult>> {
     const results: Record<string, StepResult> = {};
     const byReference: Array<[string, string]> = [];

@@ -25,7 +25,10 @@ import {
   type Transition,
 } from './workflow-transitions.js';
 
-/** What a write came to: done, or lost to another node (`conflict`: it advanced first; `busy`: it is advancing now; `duplicate`: a live instance already has the key). */
+/**
+ * What a write came to: done, or lost to another node (`conflict`: it advanced first; `busy`: it is
+ * advancing now; `duplicate`: a live instance already has the key).
+ */
 export type WriteOutcome = 'ok' | 'conflict' | 'busy' | 'duplicate';
 
 class Lost extends Error {
@@ -67,7 +70,9 @@ export class WorkflowAdvancer {
     private readonly telemetry: CycliumTelemetry,
   ) {}
 
-  /** Writes a new instance and starts its first steps; `duplicate` when the unique keys refused it. */
+  /**
+   * Writes a new instance and starts its first steps; `duplicate` when the unique keys refused it.
+   */
   async create(
     workflow: RegisteredWorkflow,
     spec: Omit<NewInstance, 'status' | 'steps' | 'error'>,
@@ -146,7 +151,9 @@ export class WorkflowAdvancer {
    * step states acted on, with a warn log naming it. Its running step episodes end on their own.
    */
   private async tampered(instance: WorkflowInstanceRow): Promise<WriteOutcome> {
-    const reason = `tampered: cyclium_workflow_instances row ${instance.id} is not signed by this deployment's integrity key (edited or forged); not advanced`;
+    const reason =
+      `tampered: cyclium_workflow_instances row ${instance.id} is not signed by ` +
+      `this deployment's integrity key (edited or forged); not advanced`;
     if (!(await this.instances.failTampered(instance.id, instance.version, reason)))
       return 'conflict';
     this.logger.warn(`workflow instance ${instance.id} (${instance.workflowId}) failed: ${reason}`);
@@ -159,7 +166,10 @@ export class WorkflowAdvancer {
     return 'ok';
   }
 
-  /** Clears the wake-ups scheduled for retries (the drain calls it; the requests still wait in the table). */
+  /**
+   * Clears the wake-ups scheduled for retries (the drain calls it; the requests still wait in the
+   * table).
+   */
   stop(): void {
     for (const timer of this.wakes) clearTimeout(timer);
     this.wakes.clear();
@@ -247,7 +257,8 @@ export class WorkflowAdvancer {
             },
             start.delayMs,
           );
-          // Only a bug could get here (the version guard lets one advance through): roll it all back.
+          // Only a bug could get here (the version guard lets one advance through): roll it all
+          // back.
           if (!inserted)
             throw new Error(
               `workflow instance ${instance.id}: the episode key ${dedupeKey} is already taken`,
@@ -275,7 +286,10 @@ export class WorkflowAdvancer {
     return 'ok';
   }
 
-  /** Full nodes poll anyway; this wakes them when a retry's backoff is over instead of at their next poll. */
+  /**
+   * Full nodes poll anyway; this wakes them when a retry's backoff is over instead of at their next
+   * poll.
+   */
   private wakeAfter(delayMs: number): void {
     const timer = setTimeout(() => {
       this.wakes.delete(timer);
@@ -289,7 +303,8 @@ export class WorkflowAdvancer {
     if (!FINAL.has(transition.status)) return;
     const log = transition.status === 'done' ? 'log' : 'warn';
     this.logger[log](
-      `workflow instance ${instanceId} (${workflow.id}) ${transition.status}${transition.error ? `: ${transition.error}` : ''}`,
+      `workflow instance ${instanceId} (${workflow.id}) ` +
+        `${transition.status}${transition.error ? `: ${transition.error}` : ''}`,
     );
     this.telemetry.emit('workflow.finished', {
       instanceId,

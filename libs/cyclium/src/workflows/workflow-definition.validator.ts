@@ -9,10 +9,16 @@ import type {
 
 const ACTIONS = ['fail_workflow', 'continue'];
 
-/** What a step's validation asks of the actors: whether the app declares an actor and an expectation. */
+/**
+ * What a step's validation asks of the actors: whether the app declares an actor and an
+ * expectation.
+ */
 export type DeclaredActors = Pick<ActorRegistry, 'declares' | 'declared'>;
 
-/** `@Workflow` options with their defaults, or WorkflowDefinitionError naming the class and the field. */
+/**
+ * `@Workflow` options with their defaults, or WorkflowDefinitionError naming the class and the
+ * field.
+ */
 export function validateWorkflow(
   className: string,
   options: WorkflowOptions | undefined,
@@ -94,7 +100,8 @@ function policyOf(where: string, policy: StepFailurePolicy | undefined): StepPol
   const retry = typeof policy === 'object' && policy !== null ? policy.retry : undefined;
   if (!retry || typeof retry !== 'object')
     fail(
-      `onFailure must be 'fail_workflow', 'continue' or { retry: { attempts, backoffMs?, then? } } (got ${JSON.stringify(policy)})`,
+      `onFailure must be 'fail_workflow', 'continue' or { retry: { attempts, backoffMs?, then? } ` +
+        `} (got ${JSON.stringify(policy)})`,
     );
   const {
     attempts,
@@ -103,7 +110,8 @@ function policyOf(where: string, policy: StepFailurePolicy | undefined): StepPol
   } = retry as { attempts: number; backoffMs?: number; then?: string };
   if (!Number.isInteger(attempts) || attempts < 1)
     fail(
-      `onFailure.retry.attempts must be a whole number >= 1, the first try included (got ${attempts})`,
+      `onFailure.retry.attempts must be a whole number >= 1, the first try included (got ` +
+        `${attempts})`,
     );
   if (!Number.isInteger(backoffMs) || backoffMs < 0)
     fail(
@@ -125,7 +133,8 @@ export function checkGraph(workflow: RegisteredWorkflow): void {
     for (const dependency of step.after) {
       if (!workflow.steps.has(dependency))
         throw new WorkflowDefinitionError(
-          `${where}: step "${step.id}" runs after "${dependency}", which is not a step of this workflow`,
+          `${where}: step "${step.id}" runs after "${dependency}", which is not a step of this ` +
+            `workflow`,
         );
     }
   }

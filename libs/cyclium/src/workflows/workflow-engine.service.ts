@@ -19,14 +19,20 @@ import { isUuid } from '../sql/uuid.js';
 
 /** Options of `WorkflowEngine.start`. */
 export interface StartWorkflowOptions {
-  /** One live instance per subject: a start while one runs returns that one. Default: the input at the workflow's `subjectKey`, else none. */
+  /**
+   * One live instance per subject: a start while one runs returns that one. Default: the input at
+   * the workflow's `subjectKey`, else none.
+   */
   subject?: string | null;
 }
 
 /** What a workflow cancel did: canceled it, found it finished, or found none. */
 export type WorkflowCancelResult = 'canceled' | 'finished' | 'not_found';
 
-/** How often one node tries an event or a start that keeps losing races before leaving it to its peers (and reconciliation). */
+/**
+ * How often one node tries an event or a start that keeps losing races before leaving it to its
+ * peers (and reconciliation).
+ */
 const ATTEMPTS = 8;
 const MAX_SUBJECT_BYTES = 1_000;
 /** create()'s answer when the id it was given is another stack's instance. */
@@ -62,7 +68,10 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** Whether this node advances instances (option `workflowEngine`, and at least one workflow declared). */
+  /**
+   * Whether this node advances instances (option `workflowEngine`, and at least one workflow
+   * declared).
+   */
   get advancing(): boolean {
     return this.options.workflowEngine && this.registry.all().length > 0 && !this.stopped;
   }
@@ -121,7 +130,10 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     return id;
   }
 
-  /** Cancels a live instance from any node: its waiting steps never start, its running step episodes are canceled. */
+  /**
+   * Cancels a live instance from any node: its waiting steps never start, its running step episodes
+   * are canceled.
+   */
   async cancel(instanceId: string, reason = 'canceled by request'): Promise<WorkflowCancelResult> {
     if (!isUuid(instanceId)) return 'not_found';
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
@@ -212,7 +224,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
         );
     } catch (error) {
       this.logger.warn(
-        `workflow ${workflow.id} not started for event ${event.eventId} (${event.type}): ${errorMessage(error)}`,
+        `workflow ${workflow.id} not started for event ${event.eventId} (${event.type}): ` +
+          `${errorMessage(error)}`,
       );
     }
   }
@@ -274,7 +287,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
         typeof raw === 'string' ? `${raw.slice(0, 40)}${raw.length > 40 ? '…' : ''}` : raw,
       );
       throw new InvalidWorkflowInputError(
-        `the subject of ${workflow.id} must be a non-empty string or number of at most ${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`,
+        `the subject of ${workflow.id} must be a non-empty string or number of at most ` +
+          `${MAX_SUBJECT_BYTES} bytes in UTF-8 (got ${shown})`,
       );
     }
     const subject = String(raw);
@@ -285,7 +299,9 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     return subject;
   }
 
-  /** Stack: this node's, or rows with none (a node without a stack takes every one); env strictly. */
+  /**
+   * Stack: this node's, or rows with none (a node without a stack takes every one); env strictly.
+   */
   private inScope(instance: WorkflowInstanceRow): boolean {
     const stack = this.options.stackSlug;
     const stackOk =
@@ -305,7 +321,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
       .then(
         () => this.outage.succeeded(),
         (error: unknown) => {
-          // An event that could not be applied is not lost: its step still says running, and reconciliation replays it.
+          // An event that could not be applied is not lost: its step still says running, and
+          // reconciliation replays it.
           if (isDatabaseUnavailable(error)) this.outage.failed(error);
           else
             this.logger.warn(
@@ -326,5 +343,6 @@ function uuidFrom(name: string): string {
   bytes[6] = ((bytes[6] as number) & 0x0f) | 0x80;
   bytes[8] = ((bytes[8] as number) & 0x3f) | 0x80;
   const hex = bytes.toString('hex');
-  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+  const parts = [[0, 8], [8, 12], [12, 16], [16, 20], [20]] as const;
+  return parts.map(([from, to]) => hex.slice(from, to)).join('-');
 }

@@ -32,7 +32,10 @@ export interface InstanceChange {
   error: string | null;
 }
 
-/** Where reconciliation looks: a stack (null: every one; rows without a stack always), an env (strictly), the workflows this node declares. */
+/**
+ * Where reconciliation looks: a stack (null: every one; rows without a stack always), an env
+ * (strictly), the workflows this node declares.
+ */
 export interface InstanceScope {
   stack: string | null;
   env: string | null;
@@ -82,7 +85,10 @@ export class WorkflowInstanceStore {
     private readonly signer: RowSigner,
   ) {}
 
-  /** The signature of the instance as it will be read back (a JSON round trip of its step states), or null without the option. */
+  /**
+   * The signature of the instance as it will be read back (a JSON round trip of its step states),
+   * or null without the option.
+   */
   private signatureOf(
     instance: Omit<SignedInstance, 'stepStates'>,
     stepsJson: string,
@@ -117,7 +123,8 @@ export class WorkflowInstanceStore {
       : null;
     const { rowCount } = await client.query(
       `INSERT INTO cyclium_workflow_instances
-         (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack, source_env, finished_at, signature)
+         (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack,
+          source_env, finished_at, signature)
        VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, ${ENDS.replace('$S', '$3')}, $10)
        ON CONFLICT DO NOTHING`,
       [
@@ -138,8 +145,8 @@ export class WorkflowInstanceStore {
 
   /**
    * Whether a live instance is as a node of this deployment last wrote it (the `integrity` option;
-   * always true without it): its workflow, version, status and step states, input, subject and scope.
-   * An unsigned one passes only before the cut-over (RowSigner.accepts).
+   * always true without it): its workflow, version, status and step states, input, subject and
+   * scope. An unsigned one passes only before the cut-over (RowSigner.accepts).
    */
   verify(instance: WorkflowInstanceRow): boolean {
     if (!this.signer.enabled) return true;
@@ -166,17 +173,22 @@ export class WorkflowInstanceStore {
     const write = (page: WorkflowInstanceRow[]) =>
       client.query(
         `UPDATE cyclium_workflow_instances w SET signature = v.signature
-           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE w.id = v.id AND w.signature IS NULL`,
+           FROM unnest($1::uuid[], $2::text[]) AS v (id, signature) WHERE w.id = v.id
+             AND w.signature IS NULL`,
         [page.map((i) => i.id), page.map(sign)],
       );
     return signInPages(read, write);
   }
 
-  /** Ends an instance that failed verification, without acting on anything in it; false when it moved on meanwhile. */
+  /**
+   * Ends an instance that failed verification, without acting on anything in it; false when it
+   * moved on meanwhile.
+   */
   async failTampered(id: string, version: number, reason: string): Promise<boolean> {
     const { rowCount } = await this.database.sql.query(
       `UPDATE cyclium_workflow_instances
-          SET status = 'failed', error = $3, version = version + 1, updated_at = now(), finished_at = now(), signature = NULL
+          SET status = 'failed', error = $3, version = version + 1, updated_at = now(),
+              finished_at = now(), signature = NULL
         WHERE id = $1 AND version = $2 AND ${LIVE}`,
       [id, version, reason],
     );
@@ -192,7 +204,8 @@ export class WorkflowInstanceStore {
   ): Promise<WorkflowInstanceRow | null> {
     const { rows } = await this.database.sql.query(
       `SELECT * FROM cyclium_workflow_instances
-        WHERE workflow_id = $1 AND subject_value = $2 AND ${sameAsCoalesced('source_stack', '$3')} AND ${sameAsCoalesced('source_env', '$4')}
+        WHERE workflow_id = $1 AND subject_value = $2 AND ${sameAsCoalesced('source_stack', '$3')}
+          AND ${sameAsCoalesced('source_env', '$4')}
           AND ${LIVE}`,
       [workflowId, subject, stack, env],
     );
@@ -224,7 +237,8 @@ export class WorkflowInstanceStore {
     );
     const { rowCount } = await client.query(
       `UPDATE cyclium_workflow_instances
-          SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(), finished_at = ${ENDS.replace('$S', '$3')},
+          SET status = $3, step_states = $4, error = $5, version = version + 1, updated_at = now(),
+              finished_at = ${ENDS.replace('$S', '$3')},
               signature = $6
         WHERE id = $1 AND version = $2 AND ${LIVE}`,
       [instance.id, instance.version, change.status, stepsJson, change.error, signature],
@@ -239,7 +253,8 @@ export class WorkflowInstanceStore {
     limit: number,
   ): Promise<WorkflowInstanceRow[]> {
     const { rows } = await this.database.sql.query(
-      `SELECT * FROM cyclium_workflow_instances WHERE $1::text IS NULL OR status = $1 ORDER BY inserted_at DESC, id DESC LIMIT $2`,
+      `SELECT * FROM cyclium_workflow_instances WHERE $1::text IS NULL OR status = $1 ORDER BY ` +
+        `inserted_at DESC, id DESC LIMIT $2`,
       [status ?? null, limit],
     );
     return rows.map(toInstance);

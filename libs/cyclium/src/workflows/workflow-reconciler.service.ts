@@ -77,7 +77,8 @@ export class WorkflowReconciler {
         if (!episode || !type) {
           if (!episode)
             this.logger.warn(
-              `workflow instance ${instance.id}: step ${stepId} waits on episode ${episodeId}, which does not exist; left as it is`,
+              `workflow instance ${instance.id}: step ${stepId} waits on episode ${episodeId}, ` +
+                `which does not exist; left as it is`,
             );
           result.skipped++;
           continue;
@@ -91,13 +92,17 @@ export class WorkflowReconciler {
     }
     if (result.replayed > 0)
       this.logger.log(
-        `reconciled workflows: replayed ${result.replayed} terminal event(s), ${result.skipped} step(s) still running`,
+        `reconciled workflows: replayed ${result.replayed} terminal event(s), ${result.skipped} ` +
+          `step(s) still running`,
       );
     this.telemetry.emit('recovery.reconcile', { ...result });
     return result;
   }
 
-  /** The steps still marked running; a row whose states are not what the engine writes is skipped with its id. */
+  /**
+   * The steps still marked running; a row whose states are not what the engine writes is skipped
+   * with its id.
+   */
   private runningSteps(
     instance: WorkflowInstanceRow,
   ): Array<{ instance: WorkflowInstanceRow; stepId: string; episodeId: string }> {
@@ -112,7 +117,8 @@ export class WorkflowReconciler {
       if (state?.status !== 'running') return [];
       if (!isUuid(state.episodeId)) {
         this.logger.warn(
-          `workflow instance ${instance.id}: step ${stepId} is running without a valid episode id; skipped`,
+          `workflow instance ${instance.id}: step ${stepId} is running without a valid episode ` +
+            `id; skipped`,
         );
         return [];
       }

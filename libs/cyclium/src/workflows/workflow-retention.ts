@@ -33,6 +33,9 @@ export const WorkflowRetention = {
 
   delete(statement: Statement, due: string): string {
     const prefix = statement.param(instanceClaimKey(''), 'text');
-    return `DELETE FROM cyclium_workflow_instances w WHERE w.id = ANY (ARRAY(SELECT id FROM ${due})) RETURNING ${prefix} || w.id AS claim_key`;
+    return (
+      `DELETE FROM cyclium_workflow_instances w WHERE w.id = ANY (ARRAY(SELECT id FROM ` +
+      `${due})) RETURNING ${prefix} || w.id AS claim_key`
+    );
   },
 };

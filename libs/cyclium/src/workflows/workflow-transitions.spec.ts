@@ -102,34 +102,44 @@ describe('WorkflowTransitions', () => {
     expect(t4.status).toBe('done');
   });
 
-  it('ignores an event for an episode the step is not waiting on, and any event once the instance ended', () => {
-    const next = ids();
-    const t0 = WorkflowTransitions.begin(diamond, next);
-    const t1 = WorkflowTransitions.episodeEnded(
-      diamond,
-      live(t0),
-      'a',
-      ended('ep-1', 'done'),
-      next,
-    ) as Transition;
-    // The same event again (replayed): a is no longer running.
-    expect(
-      WorkflowTransitions.episodeEnded(diamond, live(t1), 'a', ended('ep-1', 'done'), next),
-    ).toBeNull();
-    // An episode of another attempt, or of no step at all.
-    expect(
-      WorkflowTransitions.episodeEnded(diamond, live(t1), 'b', ended('someone-else', 'done'), next),
-    ).toBeNull();
-    expect(
-      WorkflowTransitions.episodeEnded(
+  it(
+    'ignores an event for an episode the step is not waiting on, and any event once the ' +
+      'instance ended',
+    () => {
+      const next = ids();
+      const t0 = WorkflowTransitions.begin(diamond, next);
+      const t1 = WorkflowTransitions.episodeEnded(
         diamond,
-        { status: 'canceled', steps: t1.steps },
-        'b',
-        ended(t1.steps.b?.episodeId as string, 'done'),
+        live(t0),
+        'a',
+        ended('ep-1', 'done'),
         next,
-      ),
-    ).toBeNull();
-  });
+      ) as Transition;
+      // The same event again (replayed): a is no longer running.
+      expect(
+        WorkflowTransitions.episodeEnded(diamond, live(t1), 'a', ended('ep-1', 'done'), next),
+      ).toBeNull();
+      // An episode of another attempt, or of no step at all.
+      expect(
+        WorkflowTransitions.episodeEnded(
+          diamond,
+          live(t1),
+          'b',
+          ended('someone-else', 'done'),
+          next,
+        ),
+      ).toBeNull();
+      expect(
+        WorkflowTransitions.episodeEnded(
+          diamond,
+          { status: 'canceled', steps: t1.steps },
+          'b',
+          ended(t1.steps.b?.episodeId as string, 'done'),
+          next,
+        ),
+      ).toBeNull();
+    },
+  );
 
   it('retries a failed step with doubling backoff, then applies its final action', () => {
     const flaky = workflow([
@@ -183,25 +193,33 @@ describe('WorkflowTransitions', () => {
     expect(t1.status).toBe('done'); // continue: nothing else to wait for
   });
 
-  it('fail_workflow fails the instance, cancels running episodes and never starts waiting steps', () => {
-    const wide = workflow([{ id: 'boom' }, { id: 'slow' }, { id: 'after_slow', after: ['slow'] }]);
-    const next = ids();
-    const t0 = WorkflowTransitions.begin(wide, next);
-    const boom = t0.steps.boom?.episodeId as string;
-    const slow = t0.steps.slow?.episodeId as string;
-    const t1 = WorkflowTransitions.episodeEnded(
-      wide,
-      live(t0),
-      'boom',
-      ended(boom, 'failed'),
-      next,
-    ) as Transition;
-    expect(t1.status).toBe('failed');
-    expect(t1.cancel).toEqual([slow]);
-    expect(t1.steps.slow?.status).toBe('canceled');
-    expect(t1.steps.after_slow).toMatchObject({ status: 'canceled', episodeId: null });
-    expect(t1.start).toEqual([]);
-  });
+  it(
+    'fail_workflow fails the instance, cancels running episodes and never starts waiting ' +
+      'steps',
+    () => {
+      const wide = workflow([
+        { id: 'boom' },
+        { id: 'slow' },
+        { id: 'after_slow', after: ['slow'] },
+      ]);
+      const next = ids();
+      const t0 = WorkflowTransitions.begin(wide, next);
+      const boom = t0.steps.boom?.episodeId as string;
+      const slow = t0.steps.slow?.episodeId as string;
+      const t1 = WorkflowTransitions.episodeEnded(
+        wide,
+        live(t0),
+        'boom',
+        ended(boom, 'failed'),
+        next,
+      ) as Transition;
+      expect(t1.status).toBe('failed');
+      expect(t1.cancel).toEqual([slow]);
+      expect(t1.steps.slow?.status).toBe('canceled');
+      expect(t1.steps.after_slow).toMatchObject({ status: 'canceled', episodeId: null });
+      expect(t1.start).toEqual([]);
+    },
+  );
 
   it('continue lets the dependants run and the instance end done', () => {
     const lenient = workflow([
@@ -232,21 +250,25 @@ describe('WorkflowTransitions', () => {
     expect(t2.status).toBe('done');
   });
 
-  it('a step whose input cannot be built fails without an episode, and drops the starts it made pointless', () => {
-    const pair = workflow([{ id: 'a' }, { id: 'b' }]);
-    const next = ids();
-    const t0 = WorkflowTransitions.begin(pair, next);
-    const t1 = WorkflowTransitions.inputFailed(pair, t0, 'a', 'no resource', next);
-    expect(t1.status).toBe('failed');
-    expect(t1.steps.a).toMatchObject({
-      status: 'failed',
-      episodeId: null,
-      error: 'input: no resource',
-    });
-    // b's episode was never created: it is neither started nor canceled.
-    expect(t1.start).toEqual([]);
-    expect(t1.cancel).toEqual([]);
-  });
+  it(
+    'a step whose input cannot be built fails without an episode, and drops the starts it made ' +
+      'pointless',
+    () => {
+      const pair = workflow([{ id: 'a' }, { id: 'b' }]);
+      const next = ids();
+      const t0 = WorkflowTransitions.begin(pair, next);
+      const t1 = WorkflowTransitions.inputFailed(pair, t0, 'a', 'no resource', next);
+      expect(t1.status).toBe('failed');
+      expect(t1.steps.a).toMatchObject({
+        status: 'failed',
+        episodeId: null,
+        error: 'input: no resource',
+      });
+      // b's episode was never created: it is neither started nor canceled.
+      expect(t1.start).toEqual([]);
+      expect(t1.cancel).toEqual([]);
+    },
+  );
 
   it('keeps a large classification out of step_states, by reference to its episode', () => {
     const one = workflow([{ id: 'a' }]);
@@ -265,17 +287,21 @@ describe('WorkflowTransitions', () => {
     expect(JSON.stringify(t1.steps).length).toBeLessThan(1_000);
   });
 
-  it('cancels a live instance: running episodes canceled, waiting steps never started; an ended one stays as it is', () => {
-    const next = ids();
-    const t0 = WorkflowTransitions.begin(diamond, next);
-    const t1 = WorkflowTransitions.canceled(live(t0), 'by request') as Transition;
-    expect(t1).toMatchObject({ status: 'canceled', cancel: ['ep-1'], error: 'by request' });
-    expect(Object.values(t1.steps).map((s) => s.status)).toEqual([
-      'canceled',
-      'canceled',
-      'canceled',
-      'canceled',
-    ]);
-    expect(WorkflowTransitions.canceled(live(t1), 'again')).toBeNull();
-  });
+  it(
+    'cancels a live instance: running episodes canceled, waiting steps never started; an ended ' +
+      'one stays as it is',
+    () => {
+      const next = ids();
+      const t0 = WorkflowTransitions.begin(diamond, next);
+      const t1 = WorkflowTransitions.canceled(live(t0), 'by request') as Transition;
+      expect(t1).toMatchObject({ status: 'canceled', cancel: ['ep-1'], error: 'by request' });
+      expect(Object.values(t1.steps).map((s) => s.status)).toEqual([
+        'canceled',
+        'canceled',
+        'canceled',
+        'canceled',
+      ]);
+      expect(WorkflowTransitions.canceled(live(t1), 'again')).toBeNull();
+    },
+  );
 });

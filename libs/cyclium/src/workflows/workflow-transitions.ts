@@ -40,7 +40,9 @@ export const TERMINAL_EPISODE_STATUSES: ReadonlySet<string> = new Set([
 
 const FINISHED: ReadonlySet<string> = new Set(['done', 'failed', 'canceled']);
 
-/** Above this, a result's classification stays in its episode row and step_states keeps a reference. */
+/**
+ * Above this, a result's classification stays in its episode row and step_states keeps a reference.
+ */
 export const INLINE_CLASSIFICATION_BYTES = 2_048;
 
 /** A detail's first line (an error's message, not its stack), bounded: step_states stays small. */
@@ -123,7 +125,10 @@ export class WorkflowTransitions {
     return t.result();
   }
 
-  /** Cancels a live instance: running steps' episodes canceled, waiting steps never started. Null when it had ended. */
+  /**
+   * Cancels a live instance: running steps' episodes canceled, waiting steps never started. Null
+   * when it had ended.
+   */
   static canceled(
     instance: { status: WorkflowInstanceStatus; steps: Record<string, StepState> },
     reason: string,
@@ -199,7 +204,10 @@ export class WorkflowTransitions {
     this.start.length = 0;
   }
 
-  /** Starts every waiting step whose dependencies have all finished; ends the instance when nothing is left. */
+  /**
+   * Starts every waiting step whose dependencies have all finished; ends the instance when nothing
+   * is left.
+   */
   private startReady(): void {
     for (const [id, state] of Object.entries(this.steps)) {
       if (state.status !== 'waiting') continue;

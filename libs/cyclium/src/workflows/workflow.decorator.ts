@@ -6,7 +6,10 @@ import type { StepResult } from '../entities/workflow-step-state.js';
 export type WorkflowTrigger =
   /** Only `WorkflowEngine.start(...)`. */
   | 'manual'
-  /** Each bus event of this type whose payload matches starts one instance across the cluster; the payload is its input. */
+  /**
+   * Each bus event of this type whose payload matches starts one instance across the cluster; the
+   * payload is its input.
+   */
   | { event: string; filter?: Record<string, FilterValue>; every?: never; cron?: never };
 
 /** Options of `@Workflow`: its id, trigger and subject. */
@@ -18,7 +21,9 @@ export interface WorkflowOptions {
   subjectKey?: string;
 }
 
-/** What ends a failed step: fail the instance (and cancel the rest), or let the steps after it run. */
+/**
+ * What ends a failed step: fail the instance (and cancel the rest), or let the steps after it run.
+ */
 export type StepFailureAction = 'fail_workflow' | 'continue';
 
 /** What a workflow does when a step's episode fails: an action, or retry first. */

@@ -29,7 +29,8 @@ export class WorkflowExplorer {
       const className = wrapper.metatype?.name ?? String(wrapper.token);
       if (!wrapper.isDependencyTreeStatic()) {
         throw new WorkflowDefinitionError(
-          `@Workflow ${className} is request-scoped (or depends on a request-scoped provider); workflows must be singletons`,
+          `@Workflow ${className} is request-scoped (or depends on a request-scoped provider); ` +
+            `workflows must be singletons`,
         );
       }
       const workflow = validateWorkflow(className, options);
@@ -49,7 +50,8 @@ export class WorkflowExplorer {
         const existing = workflow.steps.get(step.id);
         if (existing)
           throw new WorkflowDefinitionError(
-            `@WorkflowStep on ${className}.${methodName}: duplicate step id "${step.id}" (already on ${className}.${existing.methodName})`,
+            `@WorkflowStep on ${className}.${methodName}: duplicate step id "${step.id}" ` +
+              `(already on ${className}.${existing.methodName})`,
           );
         step.buildInput = call;
         workflow.steps.set(step.id, step);
