@@ -7,7 +7,7 @@ import { waitFor } from './support/wait-for.js';
 
 const CHECKOUT_TIMEOUT_MS = 1_500;
 const QUERY_TIMEOUT_MS = 2_500;
-/** The README's bound for a call that meets a frozen database: checkoutTimeoutMs + queryTimeoutMs. */
+/** The documented bound (docs/guides/database-outages.md) for a call that meets a frozen database: checkoutTimeoutMs + queryTimeoutMs. */
 const BOUND_MS = CHECKOUT_TIMEOUT_MS + QUERY_TIMEOUT_MS;
 /** What a loaded machine adds on top (HTTP, the event loop, the test's own fetch). */
 const SLACK_MS = 1_000;

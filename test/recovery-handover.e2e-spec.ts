@@ -249,7 +249,7 @@ describe('with claims off, a waiting restart is protected by its live owner node
     const waiting = await orphan('job', 'open-waiting');
     expect(await a.get(Recovery).sweep()).toMatchObject({ restarted: 1 });
     // The blocker itself is quiet longer than staleAfterMs, so with claims off node b may restart it
-    // (staleness is all recovery has: see the README). The waiting restart is never taken again.
+    // (staleness is all recovery has: see docs/concepts/recovery.md). The waiting restart is never taken again.
     await sweepRepeatedly(apps, 3 * STALE_MS);
     expect(await row(waiting.id)).toMatchObject({ phase: 'recovering', attempts: 1 });
     releaseBlocker?.();

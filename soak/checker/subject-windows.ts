@@ -1,6 +1,6 @@
 /**
  * Which events of one subject a debounced, cooled-down expectation may fire, worked out from the
- * events' committed times as the library decides it (see the README: an event less than
+ * events' committed times as the library decides it (see docs/concepts/durable-bus.md: an event less than
  * `debounceMs` after the window's last joins it, the window fires its last event at that event's
  * time + `debounceMs`, the subject then ignores events for `cooldownMs`). A decision that falls
  * within a tolerance of its boundary could go either way on a loaded machine (a late read closes

@@ -2,7 +2,7 @@ import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 
 /**
  * When the nodes of one stack and env with the `integrity` option began refusing unsigned rows
- * (README, "Signed rows"): written once, by the node that found no live node without the option
+ * (docs/guides/integrity.md): written once, by the node that found no live node without the option
  * and signed the unsigned rows still in flight.
  */
 @Entity({ name: 'cyclium_integrity_cutovers' })

@@ -93,7 +93,7 @@ export class OpsEpisodesController {
     return { result };
   }
 
-  /** Archives a finished episode now: its dedupe key is free at once (README, "Retention"). */
+  /** Archives a finished episode now: its dedupe key is free at once (docs/guides/retention.md). */
   @Post(':id/archive')
   @HttpCode(200)
   async archive(

@@ -126,7 +126,7 @@ export interface CycliumOptions {
   startedEvents?: boolean;
   /**
    * Feed OpenTelemetry instruments when the host registered a global MeterProvider before creating
-   * the app (README, "Metrics"); false leaves them unfed even then. Default true.
+   * the app (docs/guides/metrics-and-logs.md); false leaves them unfed even then. Default true.
    */
   metrics?: boolean;
   /** How long a drain waits for episode tasks to stop. Default 5 000. */
@@ -144,7 +144,10 @@ export interface CycliumOptions {
    * (a run for later, a retry, a sleep) never is. Default 3 600 000.
    */
   triggerRequestTtlMs?: number;
-  /** How long finished episodes are kept (README, "Retention"); `false` keeps every row forever. */
+  /**
+   * How long finished episodes are kept (docs/guides/retention.md); `false` keeps every row
+   * forever.
+   */
   retention?: RetentionOptions | false;
   /** Name of the host's TypeORM DataSource; the default one when unset. */
   dataSource?: string;
@@ -193,8 +196,8 @@ export interface CycliumOptions {
    * Signs the rows that decide what runs next (checkpoints, trigger requests, workflow instances,
    * reserved bus events, node rows) with an HMAC, and refuses to act on one that does not verify:
    * its episode or request fails as `tampered`, a forged event or node row is ignored, with a warn
-   * log naming the row. For several deployments sharing one database (README, "Stacks, envs and
-   * shared tables"). Turn it on once every node runs a release that knows it. Default: off.
+   * log naming the row. For several deployments sharing one database (docs/guides/integrity.md).
+   * Turn it on once every node runs a release that knows it. Default: off.
    */
   integrity?: IntegrityOptions;
 }
