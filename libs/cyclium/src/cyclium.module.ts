@@ -25,6 +25,8 @@ import { BeginWrites } from './episodes/begin-writes.js';
 import { EndWrites } from './episodes/end-writes.js';
 import { OwnedWrites } from './episodes/owned-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
+import { TransactionSteps } from './episodes/transaction-steps.js';
+import { HostTransactions } from './transactions/host-transactions.service.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
@@ -89,6 +91,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
       useFactory: resolveCycliumOptions,
     },
     CycliumDataSource,
+    HostTransactions,
     NodeIdentity,
     NodeRegistry,
     Peers,
@@ -119,6 +122,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     StepWrites,
     EndWrites,
     OwnedWrites,
+    TransactionSteps,
     BeginWrites,
     EpisodeEndings,
     EpisodeWaits,

@@ -93,8 +93,11 @@ export {
   type CancelResult,
   type CreateEpisode,
   type ListEpisodes,
+  type TriggerInTransactionOptions,
   type TriggerOptions,
 } from './dispatch/episodes.service.js';
+export type { OnCommitResult } from './dispatch/deferred-runner.service.js';
+export { HostTransactionError, type HostTransaction } from './transactions/host-transaction.js';
 export type { RetryResult } from './dispatch/episode-retry.service.js';
 export type { EpisodeStatus } from './entities/episode.entity.js';
 export type {

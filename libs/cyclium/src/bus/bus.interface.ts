@@ -1,3 +1,5 @@
+import type { HostTransaction } from '../transactions/host-transaction.js';
+
 /** An event as every node receives it: the publisher mints `eventId` once. */
 export interface BusEvent<P = unknown> {
   type: string;
@@ -14,6 +16,12 @@ export interface PublishOptions {
    * type and payload is a safe retry, with another type or payload it is refused.
    */
   eventId?: string;
+  /**
+   * Publish inside this open transaction of the host's (needs `bus: 'postgres'`): the event is
+   * stored with the host's writes and delivered once they commit; a rollback leaves no event.
+   * The promise resolves once the row is written in that transaction (not yet committed).
+   */
+  manager?: HostTransaction;
 }
 
 /** A subscriber's callback; a returned promise is awaited. */

@@ -1,6 +1,6 @@
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { Statement } from '../sql/statement.js';
-import type { Bus, BusEvent } from './bus.interface.js';
+import type { Bus, BusEvent, PublishOptions } from './bus.interface.js';
 
 /**
  * What a bus offers when its events live in this database: the library then writes each lifecycle
@@ -27,6 +27,24 @@ export interface DurableEvents {
    * types of the events it wrote (a bus may then spare readers that want none of them).
    */
   wake(types?: readonly string[]): void;
+  /**
+   * Optional: a host's publish through its own open transaction (`Bus.publish(…, { manager })`),
+   * bounded as `publish` is, its listeners woken when that transaction commits. Without it such a
+   * publish is refused.
+   */
+  publishWithin?<P>(
+    client: SqlExecutor,
+    type: string,
+    payload: P,
+    options?: PublishOptions,
+  ): Promise<BusEvent<P>>;
+  /**
+   * Optional: the body of a CTE that asks, inside the caller's transaction, for the listeners to
+   * be woken when it commits, if the SQL condition `when` holds (a NOTIFY is delivered at commit,
+   * and not at all after a rollback). For writes whose commit the library does not see: the
+   * host's transaction. Without it, nodes find such writes at their next poll.
+   */
+  wakeAtCommitFragment?(statement: Statement, when: string): string;
 }
 
 export function isDurable(bus: Bus): bus is Bus & DurableEvents {

@@ -2,7 +2,7 @@ import { Inject, Injectable, Logger } from '@nestjs/common';
 import { CYCLIUM_BUS_TRANSPORT } from '../cyclium.constants.js';
 import { errorMessage } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
-import type { Statement } from '../sql/statement.js';
+import { Statement } from '../sql/statement.js';
 import { Bus, type BusEvent, type BusHandler } from './bus.interface.js';
 import { isDurable } from './durable-events.interface.js';
 import { hasDurableSubscriptions, type DurableHandler } from './durable-subscriptions.interface.js';
@@ -77,6 +77,28 @@ export class EventOutbox {
       };
     }
     return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
+  }
+
+  /**
+   * A CTE body that wakes the listeners when the caller's transaction commits, if `when` holds
+   * (DurableEvents.wakeAtCommitFragment): for writes in the host's transaction, whose commit the
+   * library does not see. Null when the transport cannot (nodes then find the writes by polling).
+   */
+  wakeAtCommit(statement: Statement, when: string): string | null {
+    const transport = this.transport;
+    return isDurable(transport) && transport.wakeAtCommitFragment
+      ? transport.wakeAtCommitFragment(statement, when)
+      : null;
+  }
+
+  /**
+   * `wakeAtCommit` as a statement of its own on `client`, for a transaction of the host's that the
+   * library wrote several statements in.
+   */
+  async wakeAtCommitOn(client: SqlExecutor): Promise<void> {
+    const statement = new Statement('wake_at_commit');
+    const body = this.wakeAtCommit(statement, 'true');
+    if (body) await client.query(statement.with('w', body).build('SELECT count(*) FROM w'));
   }
 
   /**

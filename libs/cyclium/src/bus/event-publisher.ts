@@ -69,13 +69,36 @@ export class EventPublisher {
   publish<P>(type: string, payload: P, options?: PublishOptions): Promise<BusEvent<P>> {
     let storable: StorableEvent;
     try {
-      storable = storableEvent(mintBusEvent(type, payload, options));
-      assertPayloadSize(storable.payloadJson, this.maxPayloadBytes, describeEvent(storable.event));
-      assertStoredSize(storable.payloadJson, describeEvent(storable.event));
+      storable = this.storable(type, payload, options);
     } catch (error) {
       return Promise.reject(error);
     }
     return this.outbox.add(storable).then(() => storable.event as BusEvent<P>);
+  }
+
+  /**
+   * A publish through the caller's open transaction (the host's): bounded as `publish` is, stored
+   * with one checked append on `client`, never queued.
+   */
+  async publishWithin<P>(
+    client: SqlExecutor,
+    type: string,
+    payload: P,
+    options?: PublishOptions,
+  ): Promise<{ event: BusEvent<P>; stored: boolean }> {
+    const storable = this.storable(type, payload, options);
+    const [outcome] = await this.log.append(client, [storable]);
+    if (outcome === 'conflict')
+      throw new EventIdConflictError(storable.event.eventId, storable.event.type);
+    return { event: storable.event as BusEvent<P>, stored: outcome === 'stored' };
+  }
+
+  /** The event minted and bounded, or the error that refuses it. */
+  private storable(type: string, payload: unknown, options?: PublishOptions): StorableEvent {
+    const storable = storableEvent(mintBusEvent(type, payload, options));
+    assertPayloadSize(storable.payloadJson, this.maxPayloadBytes, describeEvent(storable.event));
+    assertStoredSize(storable.payloadJson, describeEvent(storable.event));
+    return storable;
   }
 
   /** Resolves once every publish asked for so far has been stored or refused. */

@@ -202,6 +202,29 @@ export class PostgresBus
     return this.log.appendFragment(statement, events.map(boundedEvent), when);
   }
 
+  /**
+   * A host's publish inside its own transaction: stored on `client`, its listeners told by a NOTIFY
+   * that PostgreSQL delivers at that commit (and drops with a rollback). Bounded and checked as
+   * `publish` is.
+   */
+  async publishWithin<P>(
+    client: SqlExecutor,
+    type: string,
+    payload: P,
+    options?: PublishOptions,
+  ): Promise<BusEvent<P>> {
+    const { event, stored } = await this.publisher.publishWithin(client, type, payload, options);
+    if (stored) {
+      this.observer?.published(1);
+      await client.query(`SELECT pg_notify($1, '')`, [this.channel]);
+    }
+    return event;
+  }
+
+  wakeAtCommitFragment(statement: Statement, when: string): string {
+    return `SELECT pg_notify(${statement.param(this.channel, 'text')}, '') WHERE ${when}`;
+  }
+
   appendManyFragment(statement: Statement, events: readonly BusEvent[], positions: string): string {
     return this.log.appendFragment(statement, events.map(boundedEvent), `e.n IN (${positions})`);
   }

@@ -24,6 +24,16 @@ export type DeferResult =
   | { status: 'deferred'; episode: EpisodeRow; requestId: string; notBefore: Date | null }
   | { status: 'duplicate' };
 
+/**
+ * A trigger written in the host's transaction: the episode (deferred) and its request exist in that
+ * transaction only; once it commits, a node hosting the actor in full mode starts the episode
+ * (`notBefore` its due time, null for at once). A rollback leaves neither. `duplicate`: a live
+ * episode holds the dedupe key (nothing was written, and the host's transaction goes on).
+ */
+export type OnCommitResult =
+  | { status: 'on_commit'; episode: EpisodeRow; requestId: string; notBefore: Date | null }
+  | { status: 'duplicate' };
+
 /** Past this, a run for later waits for the pollers alone: no timer is kept for it here. */
 const DUE_TIMER_MAX_MS = 3_600_000;
 
@@ -71,9 +81,49 @@ export class DeferredRunner {
     trigger: EpisodeTrigger,
     options: DispatchOptions,
   ): Promise<DeferResult> {
+    const spec = this.specOf(expectation, trigger, options);
+    const { statement, wake } = this.deferStatement(randomUUID(), spec, options.delay ?? null);
+    const { rows } = await this.database.sql.query(statement);
+    const written = writtenOf(rows[0] as Record<string, unknown>);
+    if (!written) return { status: 'duplicate' };
+    wake.announce();
+    if (options.delay) this.wakeWhenDue(options.delay);
+    this.telemetry.emit('trigger_requests.deferred', {
+      requestId: written.requestId,
+      episodeId: written.episode.id,
+    });
+    return { status: 'deferred', ...written };
+  }
+
+  /**
+   * `defer` through the host's open transaction on `client`, in one statement: the episode, its
+   * request and the wake-up event, and a NOTIFY that PostgreSQL delivers when the host commits (a
+   * rollback drops it with the rows). A duplicate writes nothing and raises nothing, so the host's
+   * transaction goes on.
+   */
+  async deferInHost(
+    client: SqlExecutor,
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    options: DispatchOptions,
+  ): Promise<OnCommitResult> {
+    const spec = this.specOf(expectation, trigger, options);
+    const { statement } = this.deferStatement(randomUUID(), spec, options.delay ?? null, true);
+    const { rows } = await client.query(statement);
+    const written = writtenOf(rows[0] as Record<string, unknown>);
+    if (!written) return { status: 'duplicate' };
+    if (options.delay) this.wakeWhenDue(options.delay);
+    return { status: 'on_commit', ...written };
+  }
+
+  private specOf(
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    options: DispatchOptions,
+  ): NewEpisode {
     if (!this.registry.get(expectation.actorId))
       throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
-    const spec: NewEpisode = {
+    return {
       actorId: expectation.actorId,
       expectationId: expectation.id,
       trigger,
@@ -85,18 +135,6 @@ export class DeferredRunner {
       sourceEnv: options.sourceEnv,
       insertBefore: options.insertBefore,
     };
-    const { statement, wake } = this.deferStatement(randomUUID(), spec, options.delay ?? null);
-    const { rows } = await this.database.sql.query(statement);
-    const row = rows[0] as Record<string, unknown>;
-    if (row.id === null) return { status: 'duplicate' };
-    wake.announce();
-    const episode = toEpisode(row);
-    const requestId = row.request_id as string;
-    const notBefore =
-      row.request_not_before === null ? null : new Date(row.request_not_before as string | Date);
-    if (options.delay) this.wakeWhenDue(options.delay);
-    this.telemetry.emit('trigger_requests.deferred', { requestId, episodeId: episode.id });
-    return { status: 'deferred', episode, requestId, notBefore };
   }
 
   private wakeWhenDue(delay: TriggerDelay): void {
@@ -129,11 +167,15 @@ export class DeferredRunner {
     return { inserted: (rows[0] as { id: string | null }).id !== null, announce: wake.announce };
   }
 
-  /** Episode `id` (deferred), its request and the wake-up: one statement, all or none. */
+  /**
+   * Episode `id` (deferred), its request and the wake-up: one statement, all or none. `atCommit`:
+   * the statement also asks for the NOTIFY itself, delivered when its transaction commits.
+   */
   private deferStatement(
     id: string,
     spec: NewEpisode,
     delay: TriggerDelay | null,
+    atCommit = false,
   ): { statement: QueryConfig; wake: { announce: Announce } } {
     const me = this.identity.name();
     const statement = new Statement('defer');
@@ -162,12 +204,28 @@ export class DeferredRunner {
       'EXISTS (SELECT 1 FROM req)',
     );
     if (wake.body) statement.with('wake', wake.body);
+    const notify = atCommit
+      ? this.events.wakeAtCommit(statement, 'EXISTS (SELECT 1 FROM req)')
+      : null;
+    // A CTE that only reads runs only when referenced.
+    if (notify) statement.with('notified', notify);
     return {
       statement: statement.build(
         `SELECT e.*, (SELECT id FROM req) AS request_id, (SELECT not_before FROM req) AS ` +
-          `request_not_before FROM (SELECT 1) one LEFT JOIN ep e ON true`,
+          `request_not_before${notify ? ', (SELECT count(*) FROM notified) AS notified' : ''} ` +
+          `FROM (SELECT 1) one LEFT JOIN ep e ON true`,
       ),
       wake,
     };
   }
+}
+
+/** The episode and request a defer statement wrote; null when the dedupe index refused it. */
+function writtenOf(
+  row: Record<string, unknown>,
+): { episode: EpisodeRow; requestId: string; notBefore: Date | null } | null {
+  if (row.id === null) return null;
+  const notBefore =
+    row.request_not_before === null ? null : new Date(row.request_not_before as string | Date);
+  return { episode: toEpisode(row), requestId: row.request_id as string, notBefore };
 }

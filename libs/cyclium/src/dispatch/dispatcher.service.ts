@@ -3,7 +3,8 @@ import { ActorSlots } from './actor-slots.service.js';
 import type { DispatchOptions } from './dispatch-result.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
-import { DeferredRunner } from './deferred-runner.service.js';
+import { DeferredRunner, type OnCommitResult } from './deferred-runner.service.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { DispatchResult } from './dispatch-result.js';
 import type { TriggerDelay } from '../episodes/trigger-input.js';
 import { Mode } from './mode.service.js';
@@ -36,6 +37,23 @@ export class Dispatcher {
     if (delay) return this.deferred.defer(expectation, trigger, { ...options, delay });
     if (mode === 'full') return this.slots.dispatch(expectation, trigger, options);
     return this.deferred.defer(expectation, trigger, options);
+  }
+
+  /**
+   * A trigger written through the host's open transaction on `client`: whatever the mode (bar
+   * disabled), a request that a full node takes once the host commits, due at its delay (or its
+   * expectation's), else at once. Nothing can run before the commit, so nothing runs here first.
+   */
+  dispatchInHost(
+    client: SqlExecutor,
+    expectation: RegisteredExpectation,
+    trigger: EpisodeTrigger,
+    options: DispatchOptions,
+  ): Promise<OnCommitResult | { status: 'disabled' }> {
+    if (this.mode.of(expectation.actorId) === 'disabled')
+      return Promise.resolve({ status: 'disabled' });
+    const delay = this.delayOf(expectation, options);
+    return this.deferred.deferInHost(client, expectation, trigger, { ...options, delay });
   }
 
   /**

@@ -3,7 +3,10 @@ import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Dispatcher } from './dispatcher.service.js';
 import { EpisodeRetry, type RetryResult } from './episode-retry.service.js';
-import type { DispatchResult } from './dispatch-result.js';
+import type { DispatchOptions, DispatchResult } from './dispatch-result.js';
+import type { OnCommitResult } from './deferred-runner.service.js';
+import type { HostTransaction } from '../transactions/host-transaction.js';
+import { HostTransactions } from '../transactions/host-transactions.service.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -54,6 +57,18 @@ export interface TriggerOptions {
   sourceStack?: string | null;
   /** Default: this node's env. An explicit null targets the default env. */
   sourceEnv?: string | null;
+}
+
+/**
+ * `Episodes.trigger` inside the host's open transaction: the episode, its trigger request and the
+ * wake-up are written through `manager` and commit with the host's writes, or not at all.
+ */
+export interface TriggerInTransactionOptions extends TriggerOptions {
+  /**
+   * The host's open transaction (the EntityManager `dataSource.transaction` hands out, or a
+   * QueryRunner after `startTransaction()`); HostTransactionError when it is not in one.
+   */
+  manager: HostTransaction;
 }
 
 /** The row `Episodes.create` inserts without running it (seeding, tests, acting on another env). */
@@ -112,6 +127,7 @@ export class Episodes {
     private readonly runner: EpisodeRunner,
     private readonly events: EventOutbox,
     private readonly retries: EpisodeRetry,
+    private readonly transactions: HostTransactions,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -125,8 +141,27 @@ export class Episodes {
     actorId: string,
     expectationId: string,
     payload: P,
-    options: TriggerOptions = {},
-  ): Promise<DispatchResult> {
+    options: TriggerInTransactionOptions,
+  ): Promise<OnCommitResult>;
+  async trigger<P>(
+    actorId: string,
+    expectationId: string,
+    payload: P,
+    options?: TriggerOptions,
+  ): Promise<DispatchResult>;
+  /**
+   * With `manager` (the host's open transaction): the episode (`deferred`), its request and the
+   * wake-up are written through that transaction in one statement, and the answer is `on_commit`:
+   * once the host commits, a node hosting the actor in full mode starts it (at its due time, with a
+   * delay); a rollback leaves nothing. A live episode with the same dedupe key answers `duplicate`
+   * without aborting the host's transaction.
+   */
+  async trigger<P>(
+    actorId: string,
+    expectationId: string,
+    payload: P,
+    options: TriggerOptions & { manager?: HostTransaction } = {},
+  ): Promise<DispatchResult | OnCommitResult> {
     const expectation = this.registry.expectation(actorId, expectationId);
     if (!expectation)
       throw new ActorDefinitionError(
@@ -137,16 +172,26 @@ export class Episodes {
     const delay = triggerDelay(what, options);
     const retry = triggerRetry(what, options.retry);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
-    const result = await this.dispatcher.dispatch(
-      expectation,
-      { type: 'manual', payload, ...(retry === undefined ? {} : { retry }) },
-      {
-        dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
-        sourceStack: pick(options.sourceStack, this.options.stackSlug),
-        sourceEnv,
-        delay,
-      },
-    );
+    const trigger: EpisodeTrigger = {
+      type: 'manual',
+      payload,
+      ...(retry === undefined ? {} : { retry }),
+    };
+    const dispatch: DispatchOptions = {
+      dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),
+      sourceStack: pick(options.sourceStack, this.options.stackSlug),
+      sourceEnv,
+      delay,
+    };
+    const result =
+      options.manager === undefined
+        ? await this.dispatcher.dispatch(expectation, trigger, dispatch)
+        : await this.dispatcher.dispatchInHost(
+            await this.transactions.executor(options.manager, `Episodes.${what}`),
+            expectation,
+            trigger,
+            dispatch,
+          );
     if (result.status === 'disabled')
       throw new ActorDefinitionError(
         `${actorId} is disabled on this node (mode disabled): nothing runs or is deferred here`,

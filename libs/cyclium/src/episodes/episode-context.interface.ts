@@ -1,3 +1,4 @@
+import type { EntityManager } from 'typeorm';
 import type { FindingAction } from '../findings/finding-action.interface.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
@@ -46,6 +47,20 @@ export interface EpisodeContext<P = unknown> {
    * checkpoint, fenced) before returning it. `fn`'s result must be JSON-serialisable.
    */
   step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T>;
+  /**
+   * A step whose database writes happen exactly once: `fn` runs in a transaction on the library's
+   * DataSource, and its writes (through `manager`), the step's journal row and checkpoint, and the
+   * proof that this run still owns the episode at its fence commit together or not at all. A
+   * resumed run returns the recorded result of a committed one without calling `fn`; one that did
+   * not commit runs again, whole (also after a serialization failure, a deadlock or a dropped
+   * connection, while this node owns the episode). A stale holder's attempt fails on the fence
+   * and its writes roll back. `fn`'s result must be JSON-serialisable; calls to outside systems
+   * belong in `step`.
+   */
+  transaction<T>(
+    name: string,
+    fn: (manager: EntityManager, tools: StepTools) => Promise<T>,
+  ): Promise<T>;
   /**
    * A durable sleep: journals the wake-up time (a step named `sleep:<name>`), and the episode gives
    * up its slot and waits (`waiting`) until then; any node hosting the actor resumes it when due,

@@ -27,6 +27,7 @@ import { EpisodeStore, RESUME_START, toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
 import { EpisodeEndings, describeEpisode } from './episode-endings.service.js';
 import { episodeLabel } from './episode-log-lines.js';
+import { TransactionSteps } from './transaction-steps.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { RunningEpisode } from './running-episode.js';
@@ -89,6 +90,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly begins: BeginWrites,
     private readonly endings: EpisodeEndings,
     private readonly signatures: EpisodeSignatures,
+    private readonly transactionSteps: TransactionSteps,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -270,6 +272,10 @@ export class EpisodeRunner implements OnModuleInit {
         this.interrupted.has(episode.id)
           ? Promise.resolve('not_owner' as const)
           : this.writes.step(scope, ownership, record),
+      transactionStep: (step) =>
+        this.interrupted.has(episode.id)
+          ? Promise.resolve({ outcome: 'not_owner' as const, result: undefined, durationMs: 0 })
+          : this.transactionSteps.run(scope, ownership, step),
       stepWritten: (durationMs) => {
         if (this.telemetry.wants('episode.step'))
           this.telemetry.emit('episode.step', {

@@ -116,11 +116,27 @@ export class OwnedWrites {
     );
   }
 
+  /**
+   * A transaction step's attempts (TransactionSteps): sent again, whole, while this node owns the
+   * episode, after a fault of the database's (a dropped connection, a serialization failure, a
+   * deadlock) in the host's statements or the library's; `again` first asks whether the lost
+   * attempt committed. A unique violation is the host's own here, never taken for a commit.
+   */
+  transaction<R>(
+    scope: WriteScope,
+    what: string,
+    first: () => Promise<R>,
+    again: () => Promise<R>,
+  ): Promise<R> {
+    return this.retry(scope, what, first, again, false);
+  }
+
   private async retry<R>(
     scope: WriteScope,
     what: string,
     first: () => Promise<R>,
     again: () => Promise<R>,
+    settlesOnConflict = true,
   ): Promise<R> {
     let failedAt = 0;
     for (let attempt = 0; ; attempt++) {
@@ -129,7 +145,7 @@ export class OwnedWrites {
       } catch (error) {
         // A later attempt that meets the row of an earlier one: that one committed meanwhile, and
         // the next confirm sees it.
-        const settledMeanwhile = attempt > 0 && errorCode(error) === '23505';
+        const settledMeanwhile = settlesOnConflict && attempt > 0 && errorCode(error) === '23505';
         if (!isTransientDatabaseError(error) && !settledMeanwhile) throw error;
         if (attempt === 0) failedAt = performance.now();
         if (!scope.owned(failedAt))

@@ -17,6 +17,8 @@ import type {
 } from './episode-context.interface.js';
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
+import type { TransactionStep, TransactionStepOutcome } from './transaction-steps.js';
+import type { EntityManager } from 'typeorm';
 
 const INT4_MAX = 2_147_483_647;
 
@@ -50,6 +52,8 @@ export interface RunningEpisodeDeps {
   history: Promise<History> | History;
   budget: EpisodeBudget | undefined;
   writeStep: (record: StepRecord) => Promise<StepWriteOutcome>;
+  /** Runs a transaction step (TransactionSteps.run for this run). */
+  transactionStep: (step: TransactionStep) => Promise<TransactionStepOutcome>;
   /** Told each step's function time once its write came back written (telemetry). */
   stepWritten?: (durationMs: number) => void;
 }
@@ -72,6 +76,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   private journalNo: number | undefined;
   private history: History | undefined;
   private wrote = false;
+  /** A transaction step's function is running: a step inside it would journal outside it. */
+  private inTransaction = false;
 
   constructor(private readonly deps: RunningEpisodeDeps) {
     this.episode = deps.episode;
@@ -146,28 +152,14 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   }
 
   async step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T> {
-    this.throwIfStopped();
-    this.history ??= this.deps.resumed ? await this.library(this.deps.history) : FRESH;
-    this.throwIfStopped();
-    const stepNo = ++this.stepNo;
-    const recorded = this.history.checkpoints.get(stepNo);
-    if (recorded) {
-      if (recorded.name !== name) {
-        throw new NondeterministicResumeError(
-          `step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`,
-        );
-      }
-      return recorded.state as T;
-    }
+    const next = await this.next(name);
+    if (next.replayed) return next.result as T;
+    const { stepNo, history } = next;
     const started = performance.now();
-    const result = await fn({
-      stepNo,
-      idempotencyKey: `${this.episode.id}:${stepNo}`,
-      signal: this.signal,
-    });
+    const result = await fn(this.tools(stepNo));
     const durationMs = performance.now() - started;
     const resultJson = encodeStepResult(name, result);
-    this.journalNo ??= this.history.nextJournalNo;
+    this.journalNo ??= history.nextJournalNo;
     // duration_ms is a 32-bit column: a step that ran longer than 24.8 days is journaled as that
     // long.
     const journaledMs = Math.min(Math.round(durationMs), INT4_MAX);
@@ -178,7 +170,77 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       resultJson,
       durationMs: journaledMs,
     };
-    const outcome = await this.library(this.deps.writeStep(record));
+    this.written(await this.library(this.deps.writeStep(record)), durationMs);
+    return result;
+  }
+
+  async transaction<T>(
+    name: string,
+    fn: (manager: EntityManager, tools: StepTools) => Promise<T>,
+  ): Promise<T> {
+    if (this.inTransaction)
+      throw new TypeError(
+        `ep.transaction("${name}"): a transaction step cannot run inside another step; call it ` +
+          `from the expectation method`,
+      );
+    const next = await this.next(name);
+    if (next.replayed) return next.result as T;
+    const { stepNo, history } = next;
+    this.journalNo ??= history.nextJournalNo;
+    const tools = this.tools(stepNo);
+    this.inTransaction = true;
+    let done: TransactionStepOutcome;
+    try {
+      done = await this.library(
+        this.deps.transactionStep({
+          stepNo,
+          journalNo: this.journalNo,
+          name,
+          run: (manager) => fn(manager, tools),
+          check: () => this.deps.hold.check(),
+        }),
+      );
+    } finally {
+      this.inTransaction = false;
+    }
+    this.journalNo++;
+    this.written(done.outcome, done.durationMs);
+    return done.result as T;
+  }
+
+  /**
+   * The next step's number, or its recorded result when a resumed run replays it (after checking
+   * the signal and that the journal recorded the same name there).
+   */
+  private async next(
+    name: string,
+  ): Promise<
+    { replayed: true; result: unknown } | { replayed: false; stepNo: number; history: History }
+  > {
+    if (this.inTransaction)
+      throw new TypeError(
+        `step "${name}": a step cannot run inside ep.transaction; make it a step of its own`,
+      );
+    this.throwIfStopped();
+    this.history ??= this.deps.resumed ? await this.library(this.deps.history) : FRESH;
+    this.throwIfStopped();
+    const stepNo = ++this.stepNo;
+    const recorded = this.history.checkpoints.get(stepNo);
+    if (!recorded) return { replayed: false, stepNo, history: this.history };
+    if (recorded.name !== name) {
+      throw new NondeterministicResumeError(
+        `step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`,
+      );
+    }
+    return { replayed: true, result: recorded.state };
+  }
+
+  private tools(stepNo: number): StepTools {
+    return { stepNo, idempotencyKey: `${this.episode.id}:${stepNo}`, signal: this.signal };
+  }
+
+  /** After a step's write: a lost claim stops the run now, a cancel before the next step. */
+  private written(outcome: StepWriteOutcome, durationMs: number): void {
     this.wrote = true;
     if (outcome === 'not_owner') {
       const lost = new ClaimLostError(this.deps.hold.key, this.fence, 'not_owner');
@@ -188,7 +250,6 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     this.deps.stepWritten?.(durationMs);
     // The step is recorded; the cancel takes effect before the next one.
     if (outcome === 'cancel_requested') this.stop(new EpisodeCanceledError(this.episode.id));
-    return result;
   }
 
   async sleep(name: string, ms: number): Promise<void> {

@@ -3,7 +3,7 @@ import type { QueryConfig } from 'pg';
 import { createHash } from 'node:crypto';
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { prepared } from '../sql/sql-executor.js';
+import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import { errorCode } from '../sql/database-errors.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { STEP_CONFIRM, checkpointFields, stepWrite } from './episode-journal.js';
@@ -66,8 +66,24 @@ export class StepWrites {
     ownership: Ownership,
     record: StepRecord,
   ): Promise<StepWriteOutcome> {
+    if (ownership.fence !== null && this.statement('batched'))
+      return this.batches.write({ episodeId, ownership, record });
+    return this.writeWithin(this.database.sql, episodeId, ownership, record);
+  }
+
+  /**
+   * One step written alone, on `client`: the pool, or inside a transaction step's transaction,
+   * where the claim proof (claims on) holds the claim row until that transaction ends, so a
+   * takeover waits for its commit and the new owner's run then finds the step journaled; claims
+   * off, the checkpoint's unique key lets one run's step commit, whichever got there first.
+   */
+  async writeWithin(
+    client: SqlExecutor,
+    episodeId: string,
+    ownership: Ownership,
+    record: StepRecord,
+  ): Promise<StepWriteOutcome> {
     const write = { episodeId, ownership, record };
-    if (ownership.fence !== null && this.statement('batched')) return this.batches.write(write);
     const joined = this.claims.inStatement().joined && ownership.fence !== null;
     // A custom adapter's store is not this database: ask it, then write (as strong as it allows).
     if (
@@ -76,12 +92,12 @@ export class StepWrites {
       !(await this.claims.owns(ownership.key, ownership.owner, ownership.fence))
     )
       return 'not_owner';
-    if (joined) return (await this.send('joined', [write]))[0] as StepWriteOutcome;
     try {
-      return (await this.send('open', [write]))[0] as StepWriteOutcome;
+      return (await this.send(joined ? 'joined' : 'open', [write], client))[0] as StepWriteOutcome;
     } catch (error) {
       // A sweep that took the episode as this write was under way journals its marker at the
-      // position the write wanted: the run lost the episode, its write is refused, not its fault.
+      // position the write wanted (or another run committed this step first): the run lost the
+      // episode, its write is refused, not its fault.
       if (errorCode(error) === '23505' && !(await this.runsHere(episodeId, ownership.owner)))
         return 'not_owner';
       throw error;
@@ -158,11 +174,15 @@ export class StepWrites {
     return stepWrite('SELECT i.* FROM input i WHERE EXISTS (SELECT 1 FROM held)', held);
   }
 
-  private async send(proof: Proof, items: StepWrite[]): Promise<StepWriteOutcome[]> {
+  private async send(
+    proof: Proof,
+    items: StepWrite[],
+    client: SqlExecutor = this.database.sql,
+  ): Promise<StepWriteOutcome[]> {
     const statement = this.statement(proof) as StepStatement;
     if (proof !== 'batched') {
       const [{ episodeId, ownership, record }] = items as [StepWrite];
-      const { rows } = await this.database.sql.query<StepRow>(
+      const { rows } = await client.query<StepRow>(
         statement([
           ownership.key,
           ownership.owner,

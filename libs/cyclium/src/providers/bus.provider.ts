@@ -13,6 +13,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { busChannel } from '../bus/bus-channel.js';
 import { Bus } from '../bus/bus.interface.js';
 import { GuardedBus } from '../bus/guarded-bus.js';
+import { HostTransactions } from '../transactions/host-transactions.service.js';
 import { listenConnectionConfig } from '../bus/listen-connection.js';
 import { LocalBus } from '../bus/local-bus.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
@@ -97,8 +98,9 @@ function busObserver(telemetry: CycliumTelemetry, channel: string): BusObserver 
  */
 export const busProvider: Provider = {
   provide: Bus,
-  inject: [CYCLIUM_BUS_TRANSPORT],
-  useFactory: (transport: Bus): Bus => new GuardedBus(transport),
+  inject: [CYCLIUM_BUS_TRANSPORT, HostTransactions],
+  useFactory: (transport: Bus, transactions: HostTransactions): Bus =>
+    new GuardedBus(transport, transactions),
 };
 
 interface Startable {

@@ -76,6 +76,7 @@ export class WorkflowAdvancer {
   async create(
     workflow: RegisteredWorkflow,
     spec: Omit<NewInstance, 'status' | 'steps' | 'error'>,
+    hostClient?: SqlExecutor,
   ): Promise<WriteOutcome> {
     const context: InstanceContext = { ...spec, input: JSON.parse(spec.inputJson) as unknown };
     const prepared = await this.inputs.prepare(
@@ -84,7 +85,7 @@ export class WorkflowAdvancer {
       WorkflowTransitions.begin(workflow, randomUUID),
     );
     const { transition } = prepared;
-    const outcome = await this.write(workflow, context, prepared, async (client) => {
+    const own = async (client: SqlExecutor) => {
       if (
         !(await this.instances.insert(client, {
           ...spec,
@@ -95,7 +96,9 @@ export class WorkflowAdvancer {
       )
         throw new Lost('duplicate');
       return null;
-    });
+    };
+    if (hostClient) return this.writeInHost(hostClient, workflow, context, prepared, own);
+    const outcome = await this.write(workflow, context, prepared, own);
     if (outcome === 'ok') {
       this.telemetry.emit('workflow.started', { instanceId: spec.id, workflowId: workflow.id });
       this.finished(workflow, spec.id, prepared.transition);
@@ -218,64 +221,41 @@ export class WorkflowAdvancer {
    * statement that ends it, if any), then the new step episodes, the cancellations and their
    * events; wake-ups after commit.
    */
+  /**
+   * `write` through the host's open transaction: the same statements, with no BEGIN or COMMIT of
+   * its own, and a NOTIFY that PostgreSQL delivers at the host's commit in place of the wake-ups
+   * after it. `duplicate` writes nothing (the instance is the first write), so the host's
+   * transaction can go on.
+   */
+  private async writeInHost(
+    client: SqlExecutor,
+    workflow: RegisteredWorkflow,
+    instance: InstanceContext,
+    prepared: { transition: Transition; inputs: Map<string, unknown> },
+    own: (client: SqlExecutor) => Promise<null>,
+  ): Promise<WriteOutcome> {
+    try {
+      await this.steps(workflow, instance, prepared, own, client);
+    } catch (error) {
+      if (error instanceof Lost) return error.outcome;
+      throw error;
+    }
+    await this.events.wakeAtCommitOn(client);
+    return 'ok';
+  }
+
   private async write(
     workflow: RegisteredWorkflow | undefined,
     instance: InstanceContext,
     prepared: { transition: Transition; inputs: Map<string, unknown> },
     own: (client: SqlExecutor) => Promise<(() => Promise<void>) | null>,
   ): Promise<WriteOutcome> {
-    const { transition, inputs } = prepared;
-    const me = this.identity.name();
+    const { transition } = prepared;
     let after: { announces: Announce[]; stillRunning: string[] };
     try {
-      after = await this.database.transaction(async (client) => {
-        const last = await own(client);
-        const announces: Announce[] = [];
-        for (const start of transition.start) {
-          const step = workflow?.steps.get(start.stepId);
-          if (!step)
-            throw new Error(`workflow instance ${instance.id}: no step ${start.stepId} to start`);
-          const dedupeKey = scopeKey(
-            `workflow:${instance.id}:${start.stepId}:${start.attempt}`,
-            instance.sourceEnv,
-          );
-          const { inserted, announce } = await this.deferred.deferWithin(
-            client,
-            start.episodeId,
-            {
-              actorId: step.actorId,
-              expectationId: step.expectationId,
-              trigger: { type: 'workflow', payload: inputs.get(start.episodeId) },
-              dedupeKey,
-              status: 'running',
-              ownerNode: null,
-              maxAttempts: step.maxAttempts,
-              sourceStack: instance.sourceStack,
-              sourceEnv: instance.sourceEnv,
-              workflowInstanceId: instance.id,
-              workflowStepId: start.stepId,
-            },
-            start.delayMs,
-          );
-          // Only a bug could get here (the version guard lets one advance through): roll it all
-          // back.
-          if (!inserted)
-            throw new Error(
-              `workflow instance ${instance.id}: the episode key ${dedupeKey} is already taken`,
-            );
-          announces.push(announce);
-        }
-        const canceled = await this.episodes.cancelWaiting(transition.cancel, client);
-        const stillRunning = await this.episodes.requestCancel(transition.cancel, client);
-        announces.push(
-          await this.events.within(
-            client,
-            canceled.map((e) => lifecycleEvent('episode.canceled', e, 'canceled', me)),
-          ),
-        );
-        await last?.();
-        return { announces, stillRunning };
-      });
+      after = await this.database.transaction((client) =>
+        this.steps(workflow, instance, prepared, own, client),
+      );
     } catch (error) {
       if (error instanceof Lost) return error.outcome;
       throw error;
@@ -284,6 +264,67 @@ export class WorkflowAdvancer {
     for (const episodeId of after.stillRunning) this.events.announce(CANCEL_EVENT, { episodeId });
     for (const start of transition.start) if (start.delayMs > 0) this.wakeAfter(start.delayMs);
     return 'ok';
+  }
+
+  /**
+   * Inside the caller's transaction on `client`: `own`'s write, then the episodes of the steps the
+   * transition starts and the cancels of those it stops; what to announce once it commits.
+   */
+  private async steps(
+    workflow: RegisteredWorkflow | undefined,
+    instance: InstanceContext,
+    prepared: { transition: Transition; inputs: Map<string, unknown> },
+    own: (client: SqlExecutor) => Promise<(() => Promise<void>) | null>,
+    client: SqlExecutor,
+  ): Promise<{ announces: Announce[]; stillRunning: string[] }> {
+    const { transition, inputs } = prepared;
+    const me = this.identity.name();
+    const last = await own(client);
+    const announces: Announce[] = [];
+    for (const start of transition.start) {
+      const step = workflow?.steps.get(start.stepId);
+      if (!step)
+        throw new Error(`workflow instance ${instance.id}: no step ${start.stepId} to start`);
+      const dedupeKey = scopeKey(
+        `workflow:${instance.id}:${start.stepId}:${start.attempt}`,
+        instance.sourceEnv,
+      );
+      const { inserted, announce } = await this.deferred.deferWithin(
+        client,
+        start.episodeId,
+        {
+          actorId: step.actorId,
+          expectationId: step.expectationId,
+          trigger: { type: 'workflow', payload: inputs.get(start.episodeId) },
+          dedupeKey,
+          status: 'running',
+          ownerNode: null,
+          maxAttempts: step.maxAttempts,
+          sourceStack: instance.sourceStack,
+          sourceEnv: instance.sourceEnv,
+          workflowInstanceId: instance.id,
+          workflowStepId: start.stepId,
+        },
+        start.delayMs,
+      );
+      // Only a bug could get here (the version guard lets one advance through): roll it all
+      // back.
+      if (!inserted)
+        throw new Error(
+          `workflow instance ${instance.id}: the episode key ${dedupeKey} is already taken`,
+        );
+      announces.push(announce);
+    }
+    const canceled = await this.episodes.cancelWaiting(transition.cancel, client);
+    const stillRunning = await this.episodes.requestCancel(transition.cancel, client);
+    announces.push(
+      await this.events.within(
+        client,
+        canceled.map((e) => lifecycleEvent('episode.canceled', e, 'canceled', me)),
+      ),
+    );
+    await last?.();
+    return { announces, stillRunning };
   }
 
   /**

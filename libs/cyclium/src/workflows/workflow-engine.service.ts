@@ -16,6 +16,9 @@ import { InvalidWorkflowInputError, WorkflowDefinitionError } from './workflow-d
 import { WorkflowInstanceStore, type WorkflowInstanceRow } from './workflow-instance-store.js';
 import { WorkflowRegistry } from './workflow-registry.service.js';
 import { isUuid } from '../sql/uuid.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import type { HostTransaction } from '../transactions/host-transaction.js';
+import { HostTransactions } from '../transactions/host-transactions.service.js';
 
 /** Options of `WorkflowEngine.start`. */
 export interface StartWorkflowOptions {
@@ -24,6 +27,11 @@ export interface StartWorkflowOptions {
    * the workflow's `subjectKey`, else none.
    */
   subject?: string | null;
+  /**
+   * Start inside this open transaction of the host's: the instance and its first steps' episodes
+   * commit with the host's writes (nothing runs before), or not at all after a rollback.
+   */
+  manager?: HostTransaction;
 }
 
 /** What a workflow cancel did: canceled it, found it finished, or found none. */
@@ -65,6 +73,7 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     private readonly advancer: WorkflowAdvancer,
     private readonly events: EventOutbox,
     private readonly mode: Mode,
+    private readonly transactions: HostTransactions,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -122,7 +131,14 @@ export class WorkflowEngine implements OnApplicationBootstrap {
         `cannot start ${workflowId}: this node is disabled (mode disabled)`,
       );
     const subject = this.subjectOf(workflow, input, options.subject);
-    const id = await this.create(workflow, randomUUID(), input, subject);
+    const host =
+      options.manager === undefined
+        ? undefined
+        : await this.transactions.executor(
+            options.manager,
+            `WorkflowEngine.start(${workflowId}, …, { manager })`,
+          );
+    const id = await this.create(workflow, randomUUID(), input, subject, host);
     if (!id || id === OTHER_STACK)
       throw new Error(
         `could not start ${workflowId}: it kept losing to concurrent starts for subject ${subject}`,
@@ -239,6 +255,7 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     id: string,
     input: unknown,
     subject: string | null,
+    hostClient?: SqlExecutor,
   ): Promise<string | typeof OTHER_STACK | null> {
     const json = toJsonb(input);
     if ('problem' in json)
@@ -246,14 +263,18 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     const stack = this.options.stackSlug;
     const env = this.options.env;
     for (let attempt = 1; attempt <= ATTEMPTS; attempt++) {
-      const outcome = await this.advancer.create(workflow, {
-        id,
-        workflowId: workflow.id,
-        inputJson: json.json,
-        subject,
-        sourceStack: stack,
-        sourceEnv: env,
-      });
+      const outcome = await this.advancer.create(
+        workflow,
+        {
+          id,
+          workflowId: workflow.id,
+          inputJson: json.json,
+          subject,
+          sourceStack: stack,
+          sourceEnv: env,
+        },
+        hostClient,
+      );
       if (outcome === 'ok') return id;
       const held = await this.instances.get(id);
       if (held) return held.sourceStack === stack ? id : OTHER_STACK;
