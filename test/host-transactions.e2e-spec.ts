@@ -8,6 +8,9 @@ import {
   Episodes,
   Expectation,
   HostTransactionError,
+  Workflow,
+  WorkflowEngine,
+  WorkflowStep,
   type BusEvent,
   type Convergence,
   type EpisodeContext,
@@ -60,6 +63,27 @@ class ShipperActor {
   }
 }
 
+@Injectable()
+@Actor({ id: 'packer', maxConcurrentEpisodes: 5 })
+class PackerActor {
+  @Expectation({ id: 'pack', trigger: 'workflow' })
+  async pack(ep: EpisodeContext<{ orderId: string }>): Promise<Convergence> {
+    ran(`pack:${ep.trigger.payload.orderId}`);
+    return { summary: `packed ${ep.trigger.payload.orderId}` };
+  }
+}
+
+@Injectable()
+@Workflow({ id: 'fulfil' })
+class FulfilWorkflow {
+  @WorkflowStep({ actor: 'packer', expectation: 'pack' })
+  pack({ input }: { input: { orderId: string } }): { orderId: string } {
+    return { orderId: input.orderId };
+  }
+}
+
+const INTEGRITY = { keyId: 'k1', keys: { k1: 'a-secret-of-at-least-32-characters-long' } };
+
 /**
  * Work that commits with the host's data, on a real PostgreSQL: a trigger, a publish and a workflow
  * start written through the host's own TypeORM transaction, and transaction steps whose writes
@@ -84,7 +108,7 @@ describe('host transactions and transaction steps', () => {
     app = await startCycliumApp({
       url,
       cyclium: { nodeIdentity: 'tx-node', workClaims: 'postgres', triggerPollIntervalMs: 5_000 },
-      providers: [ShipperActor],
+      providers: [ShipperActor, PackerActor, FulfilWorkflow],
     });
     episodes = app.get(Episodes);
     bus = app.get(Bus);
@@ -228,6 +252,37 @@ describe('host transactions and transaction steps', () => {
     ).toBe(0);
   });
 
+  it('a workflow start in the host transaction: nothing after a rollback, runs after commit', async () => {
+    const engine = app.get(WorkflowEngine);
+    await expect(
+      dataSource.transaction(async (manager) => {
+        await engine.start('fulfil', { orderId: 'w-rolled' }, { manager });
+        throw new Error('rolled back');
+      }),
+    ).rejects.toThrow('rolled back');
+    expect(
+      await count(
+        `SELECT count(*) AS n FROM cyclium_workflow_instances WHERE input->>'orderId' = 'w-rolled'`,
+      ),
+    ).toBe(0);
+    expect(await episodesOf('w-rolled')).toBe(0);
+    const id = await dataSource.transaction((manager) =>
+      engine.start('fulfil', { orderId: 'w-1' }, { manager }),
+    );
+    await waitFor(
+      'w-1 done',
+      async () => {
+        const { rows } = await db.query<{ status: string }>(
+          `SELECT status FROM cyclium_workflow_instances WHERE id = $1`,
+          [id],
+        );
+        return rows[0]?.status === 'done';
+      },
+      10_000,
+    );
+    expect(runs.get('pack:w-1')).toBe(1);
+  });
+
   it('a transaction step commits its writes once with its checkpoint; a resume replays it', async () => {
     const result = await episodes.trigger('shipper', 'book', { orderId: 'b-1', crashAfter: true });
     if (!('episode' in result)) throw new Error(`not started: ${result.status}`);
@@ -275,5 +330,115 @@ describe('host transactions and transaction steps', () => {
       ),
     );
     expect(retries).toEqual([1, 0]);
+  });
+});
+
+/**
+ * Where the host's transaction meets the other mechanisms: a trigger-only node triggers in the
+ * host's transaction and a full node runs it; `integrity` signs the rows written there; a scope
+ * override puts the episode in another env, which this env's nodes leave alone; the retry policy
+ * travels with the trigger; a transaction step with claims off.
+ */
+describe('host transactions where they meet trigger-only mode, integrity, scope and claims off', () => {
+  let url: string;
+  let db: pg.Pool;
+  let front: INestApplicationContext;
+  let back: INestApplicationContext;
+  let dataSource: DataSource;
+
+  beforeAll(async () => {
+    url = await freshDatabase();
+    db = pool(url, 3);
+    await db.query(`CREATE TABLE orders (id text PRIMARY KEY)`);
+    await db.query(`CREATE TABLE ledger (order_id text NOT NULL)`);
+    await db.query(`CREATE TABLE counters (name text PRIMARY KEY, n int NOT NULL)`);
+    await db.query(`INSERT INTO counters VALUES ('booked', 0)`);
+    const node = (nodeIdentity: string, mode: 'full' | 'trigger_only') =>
+      startCycliumApp({
+        url,
+        cyclium: {
+          nodeIdentity,
+          mode,
+          env: 'blue',
+          workClaims: false,
+          integrity: INTEGRITY,
+          triggerPollIntervalMs: 5_000,
+        },
+        providers: [ShipperActor],
+      });
+    [front, back] = await Promise.all([node('tx-front', 'trigger_only'), node('tx-back', 'full')]);
+    dataSource = front.get<DataSource>(getDataSourceToken());
+  });
+
+  afterAll(async () => {
+    await Promise.all([front?.close(), back?.close()]);
+    await db?.end();
+  });
+
+  const statusOf = async (id: string) =>
+    (await db.query<{ status: string }>(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id]))
+      .rows[0]?.status;
+
+  it('a trigger-only node triggers in the host transaction; a full node runs it, signed', async () => {
+    const episodes = front.get(Episodes);
+    const result = await dataSource.transaction(async (manager) => {
+      await manager.query(`INSERT INTO orders (id) VALUES ('m-1')`);
+      return episodes.trigger(
+        'shipper',
+        'book',
+        { orderId: 'm-1' },
+        { manager, retry: { attempts: 4, backoff: { initialMs: 50 } } },
+      );
+    });
+    if (result.status !== 'on_commit') throw new Error(`got ${result.status}`);
+    await waitFor('m-1 done', async () => (await statusOf(result.episode.id)) === 'done', 8_000);
+    const { rows } = await db.query<{
+      owner_node: string;
+      source_env: string;
+      signed: boolean;
+      request_signed: boolean;
+      retry: unknown;
+    }>(
+      `SELECT e.owner_node, e.source_env, e.signature IS NOT NULL AS signed,
+              r.signature IS NOT NULL AS request_signed, e.trigger_ref->'retry' AS retry
+         FROM cyclium_episodes e JOIN cyclium_trigger_requests r ON r.episode_id = e.id
+        WHERE e.id = $1`,
+      [result.episode.id],
+    );
+    expect(rows[0]).toMatchObject({
+      owner_node: 'tx-back',
+      source_env: 'blue',
+      signed: true,
+      request_signed: true,
+      retry: { attempts: 4, backoff: { initialMs: 50 } },
+    });
+    // The transaction step ran with claims off: its writes once.
+    expect(await db.query(`SELECT 1 FROM ledger WHERE order_id = 'm-1'`)).toHaveProperty(
+      'rowCount',
+      1,
+    );
+  });
+
+  it("a scope override puts the episode in another env: this env's nodes leave it", async () => {
+    const episodes = front.get(Episodes);
+    const [green, blue] = await dataSource.transaction(async (manager) => [
+      await episodes.trigger(
+        'shipper',
+        'ship',
+        { orderId: 'm-green' },
+        { manager, sourceEnv: 'green' },
+      ),
+      await episodes.trigger('shipper', 'ship', { orderId: 'm-blue' }, { manager }),
+    ]);
+    if (green?.status !== 'on_commit' || blue?.status !== 'on_commit')
+      throw new Error('not written');
+    // Written in the same transaction, found by the same poll: the blue one ran, the green one waits.
+    await waitFor('m-blue done', async () => (await statusOf(blue.episode.id)) === 'done', 8_000);
+    expect(await statusOf(green.episode.id)).toBe('deferred');
+    const { rows } = await db.query<{ source_env: string; status: string }>(
+      `SELECT source_env, status FROM cyclium_trigger_requests WHERE episode_id = $1`,
+      [green.episode.id],
+    );
+    expect(rows).toEqual([{ source_env: 'green', status: 'pending' }]);
   });
 });
