@@ -26,7 +26,7 @@ import { EndWrites } from './episodes/end-writes.js';
 import { OwnedWrites } from './episodes/owned-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
 import { TransactionSteps } from './episodes/transaction-steps.js';
-import { HostTransactions } from './transactions/host-transactions.service.js';
+import { HostTransactions } from './database/host-transactions.service.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';

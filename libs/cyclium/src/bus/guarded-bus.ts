@@ -1,8 +1,7 @@
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 import { isDurable } from './durable-events.interface.js';
 import { assertPublishableType } from './reserved-types.js';
-import { HostTransactionError } from '../transactions/host-transaction.js';
-import type { HostTransactions } from '../transactions/host-transactions.service.js';
+import { HostTransactionError, type HostExecutors } from '../transactions/host-transaction.js';
 
 /**
  * The `Bus` hosts inject: the configured transport, minus the library's reserved types on
@@ -13,7 +12,7 @@ export class GuardedBus extends Bus {
   constructor(
     private readonly transport: Bus,
     /** Absent: a publish with a `manager` is refused (a bus built outside the module). */
-    private readonly transactions?: HostTransactions,
+    private readonly transactions?: HostExecutors,
   ) {
     super();
   }

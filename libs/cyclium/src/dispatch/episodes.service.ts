@@ -6,7 +6,7 @@ import { EpisodeRetry, type RetryResult } from './episode-retry.service.js';
 import type { DispatchOptions, DispatchResult } from './dispatch-result.js';
 import type { OnCommitResult } from './deferred-runner.service.js';
 import type { HostTransaction } from '../transactions/host-transaction.js';
-import { HostTransactions } from '../transactions/host-transactions.service.js';
+import { HostTransactions } from '../database/host-transactions.service.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';

@@ -4,8 +4,13 @@ import { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { NondeterministicResumeError } from './episode-errors.js';
-import { RunningEpisode, type History, type RunningEpisodeDeps } from './running-episode.js';
-import type { TransactionStep, TransactionStepOutcome } from './transaction-steps.js';
+import {
+  RunningEpisode,
+  type History,
+  type RunningEpisodeDeps,
+  type TransactionStep,
+  type TransactionStepOutcome,
+} from './running-episode.js';
 
 const MANAGER = {} as EntityManager;
 

@@ -17,7 +17,6 @@ import type {
 } from './episode-context.interface.js';
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
-import type { TransactionStep, TransactionStepOutcome } from './transaction-steps.js';
 import type { EntityManager } from 'typeorm';
 
 const INT4_MAX = 2_147_483_647;
@@ -35,6 +34,24 @@ export interface StepRecord {
  * What a fenced step write found: written (and whether a cancel is pending), or the claim is gone.
  */
 export type StepWriteOutcome = 'written' | 'cancel_requested' | 'not_owner';
+
+/** One transaction step as the running episode asks for it. */
+export interface TransactionStep {
+  stepNo: number;
+  journalNo: number;
+  name: string;
+  /** The host's writes, on the manager of the step's transaction; its result is the step's. */
+  run: (manager: EntityManager) => Promise<unknown>;
+  /** Throws when the run must not commit any more (its claim is lost by the local clock). */
+  check: () => void;
+}
+
+/** What a transaction step came to: its write's outcome, and the result and time of `run`. */
+export interface TransactionStepOutcome {
+  outcome: StepWriteOutcome;
+  result: unknown;
+  durationMs: number;
+}
 
 /** Where a resumed run picks up: the checkpointed results and the next free journal position. */
 export interface History {

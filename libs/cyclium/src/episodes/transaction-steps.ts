@@ -1,32 +1,14 @@
 import { Injectable } from '@nestjs/common';
-import type { EntityManager, QueryRunner } from 'typeorm';
+import type { QueryRunner } from 'typeorm';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { HostTransactions } from '../transactions/host-transactions.service.js';
+import { HostTransactions } from '../database/host-transactions.service.js';
 import type { Ownership } from './episode-statements.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
-import type { StepRecord, StepWriteOutcome } from './running-episode.js';
+import type { StepRecord, TransactionStep, TransactionStepOutcome } from './running-episode.js';
 import { encodeStepResult } from './step-result.js';
 import { StepWrites } from './step-writes.js';
 
 const INT4_MAX = 2_147_483_647;
-
-/** One transaction step as the running episode asks for it. */
-export interface TransactionStep {
-  stepNo: number;
-  journalNo: number;
-  name: string;
-  /** The host's writes, on the manager of the step's transaction; its result is the step's. */
-  run: (manager: EntityManager) => Promise<unknown>;
-  /** Throws when the run must not commit any more (its claim is lost by the local clock). */
-  check: () => void;
-}
-
-/** What a transaction step came to: its write's outcome, and the result and time of `run`. */
-export interface TransactionStepOutcome {
-  outcome: StepWriteOutcome;
-  result: unknown;
-  durationMs: number;
-}
 
 /**
  * `ep.transaction`: the host's writes, the step's journal row and checkpoint, and the proof that

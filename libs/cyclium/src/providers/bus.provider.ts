@@ -13,7 +13,7 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { busChannel } from '../bus/bus-channel.js';
 import { Bus } from '../bus/bus.interface.js';
 import { GuardedBus } from '../bus/guarded-bus.js';
-import { HostTransactions } from '../transactions/host-transactions.service.js';
+import { HostTransactions } from '../database/host-transactions.service.js';
 import { listenConnectionConfig } from '../bus/listen-connection.js';
 import { LocalBus } from '../bus/local-bus.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';

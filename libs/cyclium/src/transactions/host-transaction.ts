@@ -1,4 +1,5 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
+import type { SqlExecutor } from '../sql/sql-executor.js';
 
 /**
  * The host's open transaction, as TypeORM hands it out: the `EntityManager` of
@@ -23,4 +24,13 @@ export interface InHostTransaction {
  */
 export class HostTransactionError extends Error {
   override readonly name = 'HostTransactionError';
+}
+
+/**
+ * The statements of the host's open transaction: what the rooms that write through it are handed
+ * (HostTransactions is the one shipped).
+ */
+export interface HostExecutors {
+  /** `what` names the call in the HostTransactionError a manager outside a transaction gets. */
+  executor(tx: HostTransaction, what: string): Promise<SqlExecutor>;
 }

@@ -18,7 +18,7 @@ import { WorkflowRegistry } from './workflow-registry.service.js';
 import { isUuid } from '../sql/uuid.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { HostTransaction } from '../transactions/host-transaction.js';
-import { HostTransactions } from '../transactions/host-transactions.service.js';
+import { HostTransactions } from '../database/host-transactions.service.js';
 
 /** Options of `WorkflowEngine.start`. */
 export interface StartWorkflowOptions {

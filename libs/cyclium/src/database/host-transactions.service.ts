@@ -4,7 +4,11 @@ import type { QueryRunner } from 'typeorm';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { unnamedStatements, type SqlExecutor } from '../sql/sql-executor.js';
-import { HostTransactionError, type HostTransaction } from './host-transaction.js';
+import {
+  HostTransactionError,
+  type HostExecutors,
+  type HostTransaction,
+} from '../transactions/host-transaction.js';
 
 /**
  * Turns the host's open transaction into the executor the raw-SQL rooms write through. The
@@ -13,7 +17,7 @@ import { HostTransactionError, type HostTransaction } from './host-transaction.j
  * unnamed, as everywhere (a transaction-mode pooler).
  */
 @Injectable()
-export class HostTransactions {
+export class HostTransactions implements HostExecutors {
   constructor(@Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions) {}
 
   /** `what` names the call in the error a manager outside a transaction gets. */
