@@ -45,7 +45,7 @@ function running(
 }
 
 describe('RunningEpisode.transaction', () => {
-  it('runs the host function with the transaction manager at the next journal position', async () => {
+  it('runs the host function with its manager at the next journal position', async () => {
     const { ep, transactions, writes } = running();
     await ep.step('first', () => 1);
     const seen = jest.fn<(manager: EntityManager) => void>();
