@@ -164,6 +164,12 @@ describe('host transactions and transaction steps', () => {
     expect(performance.now() - started).toBeLessThan(4_000);
     expect(runs.get('ship:o-1')).toBe(1);
     expect(await episodesOf('o-1')).toBe(1);
+    // Accepted once committed: due at once, so it never expires, as a run for later does not.
+    const { rows } = await db.query<{ due: boolean }>(
+      `SELECT not_before IS NOT NULL AS due FROM cyclium_trigger_requests WHERE episode_id = $1`,
+      [result.episode.id],
+    );
+    expect(rows).toEqual([{ due: true }]);
   });
 
   it('a dedupe conflict answers duplicate and the host transaction still commits', async () => {

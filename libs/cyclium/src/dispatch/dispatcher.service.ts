@@ -42,7 +42,8 @@ export class Dispatcher {
   /**
    * A trigger written through the host's open transaction on `client`: whatever the mode (bar
    * disabled), a request that a full node takes once the host commits, due at its delay (or its
-   * expectation's), else at once. Nothing can run before the commit, so nothing runs here first.
+   * expectation's), else at once; like every request with a due time it never expires. Nothing can
+   * run before the commit, so nothing runs here first.
    */
   dispatchInHost(
     client: SqlExecutor,
@@ -52,7 +53,9 @@ export class Dispatcher {
   ): Promise<OnCommitResult | { status: 'disabled' }> {
     if (this.mode.of(expectation.actorId) === 'disabled')
       return Promise.resolve({ status: 'disabled' });
-    const delay = this.delayOf(expectation, options);
+    // Accepted once the host commits, however long its transaction stayed open: due at once when
+    // not later, so it never expires.
+    const delay = this.delayOf(expectation, options) ?? { ms: 0 };
     return this.deferred.deferInHost(client, expectation, trigger, { ...options, delay });
   }
 

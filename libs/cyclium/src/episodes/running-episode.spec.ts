@@ -102,7 +102,10 @@ describe('RunningEpisode.transaction', () => {
     await expect(
       ep.transaction('outer-2', () => ep.transaction('inner', async () => 1)),
     ).rejects.toThrow(/cannot run inside another step/);
-    // Neither left the run stuck in a transaction.
+    await expect(
+      ep.step('plain', () => ep.transaction('inside-a-step', async () => 1)),
+    ).rejects.toThrow(/cannot run inside another step/);
+    // None left the run stuck inside a step.
     await expect(ep.step('after', () => 'ok')).resolves.toBe('ok');
   });
 

@@ -93,8 +93,11 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   private journalNo: number | undefined;
   private history: History | undefined;
   private wrote = false;
-  /** A transaction step's function is running: a step inside it would journal outside it. */
-  private inTransaction = false;
+  /**
+   * Whose function is running: a step inside a transaction step would journal outside its
+   * transaction, and a transaction step inside any step would nest one step's journal in another's.
+   */
+  private inside: 'step' | 'transaction' | null = null;
 
   constructor(private readonly deps: RunningEpisodeDeps) {
     this.episode = deps.episode;
@@ -173,7 +176,13 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     if (next.replayed) return next.result as T;
     const { stepNo, history } = next;
     const started = performance.now();
-    const result = await fn(this.tools(stepNo));
+    this.inside = 'step';
+    let result: T;
+    try {
+      result = await fn(this.tools(stepNo));
+    } finally {
+      this.inside = null;
+    }
     const durationMs = performance.now() - started;
     const resultJson = encodeStepResult(name, result);
     this.journalNo ??= history.nextJournalNo;
@@ -195,7 +204,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     name: string,
     fn: (manager: EntityManager, tools: StepTools) => Promise<T>,
   ): Promise<T> {
-    if (this.inTransaction)
+    if (this.inside)
       throw new TypeError(
         `ep.transaction("${name}"): a transaction step cannot run inside another step; call it ` +
           `from the expectation method`,
@@ -205,7 +214,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     const { stepNo, history } = next;
     this.journalNo ??= history.nextJournalNo;
     const tools = this.tools(stepNo);
-    this.inTransaction = true;
+    this.inside = 'transaction';
     let done: TransactionStepOutcome;
     try {
       done = await this.library(
@@ -218,7 +227,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
         }),
       );
     } finally {
-      this.inTransaction = false;
+      this.inside = null;
     }
     this.journalNo++;
     this.written(done.outcome, done.durationMs);
@@ -234,7 +243,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   ): Promise<
     { replayed: true; result: unknown } | { replayed: false; stepNo: number; history: History }
   > {
-    if (this.inTransaction)
+    if (this.inside === 'transaction')
       throw new TypeError(
         `step "${name}": a step cannot run inside ep.transaction; make it a step of its own`,
       );
