@@ -4,14 +4,25 @@
  * would wait for the fallback poll), and PgBouncer before 1.21 cannot carry named prepared
  * statements. With `listenUrl` the bus LISTENs on a direct connection while everything else goes
  * through the pooler; with `preparedStatements: false` no statement is named. Without `listenUrl`
- * the LISTEN echo check must report the bus degraded.
+ * the LISTEN echo check must report the bus degraded. Work that commits with the host's data goes
+ * through the pooler too: a trigger inside the host's TypeORM transaction (the NOTIFY in it is
+ * delivered at commit) and an `ep.transaction` step, both with unnamed statements.
  *
  * Runs a PgBouncer of its own (Debian's `pgbouncer` package; `.ci/run` installs it) and skips with
  * a notice where there is none.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Bus, Expectation, type CycliumOptions, type EpisodeContext } from '@cyclium/nestjs';
+import { Injectable, type INestApplicationContext, type Provider } from '@nestjs/common';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
+import {
+  Actor,
+  Bus,
+  Episodes,
+  Expectation,
+  type CycliumOptions,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { CycliumStatus } from '../libs/cyclium/src/health/cyclium-status.service.js';
 import { Peers } from '../libs/cyclium/src/cluster/peers.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
@@ -44,6 +55,28 @@ class PooledActor {
   async handle(ep: EpisodeContext<{ n: number }>): Promise<void> {
     if (!arrivals.has(ep.trigger.payload.n)) arrivals.set(ep.trigger.payload.n, performance.now());
     await ep.step('note', () => ep.trigger.payload.n);
+  }
+}
+
+/** Work that commits with the host's data, through the pooler: a trigger and a transaction step. */
+@Injectable()
+@Actor({ id: 'pooled-tx' })
+class PooledTxActor {
+  @Expectation({ id: 'ship', trigger: 'manual' })
+  async ship(ep: EpisodeContext<{ orderId: string }>): Promise<void> {
+    await ep.step('shipped', () => ep.trigger.payload.orderId);
+  }
+
+  /** Books the order in the ledger and counts it, in one transaction with the step's checkpoint. */
+  @Expectation({ id: 'book', trigger: 'manual' })
+  async book(ep: EpisodeContext<{ orderId: string }>): Promise<void> {
+    await ep.transaction('book', async (manager: EntityManager) => {
+      await manager.query(`INSERT INTO pooled_ledger (order_id) VALUES ($1)`, [
+        ep.trigger.payload.orderId,
+      ]);
+      await manager.query(`UPDATE pooled_counters SET n = n + 1 WHERE name = 'booked'`);
+      return ep.trigger.payload.orderId;
+    });
   }
 }
 
@@ -84,7 +117,7 @@ const median = (values: number[]) =>
   });
 
   /** A node whose every connection goes through the pooler, but for the LISTEN one if `listenUrl` says so. */
-  const node = async (nodeIdentity: string, options: CycliumOptions, actors: boolean) => {
+  const node = async (nodeIdentity: string, options: CycliumOptions, providers: Provider[]) => {
     const app = await startCycliumApp({
       url: (pooler as RunningPgBouncer).url,
       cyclium: {
@@ -96,16 +129,16 @@ const median = (values: number[]) =>
         ...ECHO_OPTIONS,
         ...options,
       },
-      providers: actors ? [PooledActor] : [],
+      providers,
     });
     apps.push(app);
     return app;
   };
 
   it('with listenUrl, an event published on another node reaches its episode at wake-up latency', async () => {
-    const runner = await node('pooled-runner', { listenUrl: database.url }, true);
+    const runner = await node('pooled-runner', { listenUrl: database.url }, [PooledActor]);
     // Publishing from a second node: a node alone on its channel wakes itself without a NOTIFY.
-    const api = await node('pooled-api', { listenUrl: database.url }, false);
+    const api = await node('pooled-api', { listenUrl: database.url }, []);
     await waitFor(
       'the publishing node to know the runner listens',
       () => api.get(Peers).size === 2,
@@ -137,8 +170,76 @@ const median = (values: number[]) =>
     expect(await busDegraded(runner)).toBeNull();
   });
 
+  it('a trigger in the host transaction and a transaction step work with unnamed statements', async () => {
+    const count = async (sql: string, params: unknown[] = []) =>
+      Number((await database.db.query<{ n: string }>(sql, params)).rows[0]?.n);
+    await database.db.query(`CREATE TABLE pooled_orders (id text PRIMARY KEY)`);
+    await database.db.query(`CREATE TABLE pooled_ledger (order_id text NOT NULL)`);
+    await database.db.query(`CREATE TABLE pooled_counters (name text PRIMARY KEY, n int NOT NULL)`);
+    await database.db.query(`INSERT INTO pooled_counters VALUES ('booked', 0)`);
+    // Unnamed statements whatever the PgBouncer: the setting the issue names for a pooler.
+    const app = await node('pooled-tx', { listenUrl: database.url, preparedStatements: false }, [
+      PooledTxActor,
+    ]);
+    const episodes = app.get(Episodes);
+    // The host's own DataSource, through the pooler like every connection of the node.
+    const dataSource = app.get<DataSource>(getDataSourceToken());
+    const episodesOf = (orderId: string) =>
+      count(
+        `SELECT count(*) AS n FROM cyclium_episodes
+          WHERE actor_id = 'pooled-tx' AND trigger_ref->'payload'->>'orderId' = $1`,
+        [orderId],
+      );
+
+    // (a) Rolled back: no order, no episode, no request.
+    const requestsBefore = await count(`SELECT count(*) AS n FROM cyclium_trigger_requests`);
+    await expect(
+      dataSource.transaction(async (manager) => {
+        await manager.query(`INSERT INTO pooled_orders (id) VALUES ('o-rolled')`);
+        const answer = await episodes.trigger(
+          'pooled-tx',
+          'ship',
+          { orderId: 'o-rolled' },
+          { manager },
+        );
+        expect(answer.status).toBe('on_commit');
+        throw new Error('the host changes its mind');
+      }),
+    ).rejects.toThrow('the host changes its mind');
+    expect(await count(`SELECT count(*) AS n FROM pooled_orders`)).toBe(0);
+    expect(await episodesOf('o-rolled')).toBe(0);
+    expect(await count(`SELECT count(*) AS n FROM cyclium_trigger_requests`)).toBe(requestsBefore);
+
+    // Committed: the order and its one episode, run to done.
+    const answer = await dataSource.transaction(async (manager) => {
+      await manager.query(`INSERT INTO pooled_orders (id) VALUES ('o-1')`);
+      return episodes.trigger('pooled-tx', 'ship', { orderId: 'o-1' }, { manager });
+    });
+    if (answer.status !== 'on_commit') throw new Error(`trigger answered ${answer.status}`);
+    await waitFor(
+      'o-1 done',
+      async () => (await episodes.get(answer.episode.id))?.status === 'done',
+      POLL_MS / 2,
+    );
+    expect(await count(`SELECT count(*) AS n FROM pooled_orders WHERE id = 'o-1'`)).toBe(1);
+    expect(await episodesOf('o-1')).toBe(1);
+
+    // (b) A transaction step: its writes and its checkpoint commit once, the episode ends done.
+    const booked = await episodes.trigger('pooled-tx', 'book', { orderId: 'b-1' });
+    if (!('episode' in booked)) throw new Error(`book not started: ${booked.status}`);
+    await waitFor(
+      'b-1 done',
+      async () => (await episodes.get(booked.episode.id))?.status === 'done',
+      POLL_MS / 2,
+    );
+    expect(await count(`SELECT count(*) AS n FROM pooled_ledger WHERE order_id = 'b-1'`)).toBe(1);
+    expect(await count(`SELECT n FROM pooled_counters WHERE name = 'booked'`)).toBe(1);
+    const steps = await episodes.steps(booked.episode.id);
+    expect(steps.filter((s) => s.kind === 'step' && s.name === 'book')).toHaveLength(1);
+  });
+
   it('without listenUrl, readiness reports the bus degraded within 30 s', async () => {
-    const blind = await node('pooled-blind', {}, false);
+    const blind = await node('pooled-blind', {}, []);
     const started = performance.now();
     // Fails at once, not after 30 s, where the readiness API is missing.
     await busDegraded(blind);
