@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '@cyclium/nestjs/testing';
-import { waitFor } from './wait-for.js';
 
 const DEMO_MAIN = fileURLToPath(new URL('../../apps/demo/dist/main.js', import.meta.url));
 
@@ -57,8 +57,60 @@ export interface NodeProcessOptions {
   onOutput?: (chunk: string) => void;
 }
 
-/** Any Nest app's compiled `main` as a real process on a free port, watched by the fault guard. */
+/** How often a node whose port was taken before it listened is started again, on another one. */
+const PORT_ATTEMPTS = 3;
+
+/**
+ * Any Nest app's compiled `main` as a real process on a free port, watched by the fault guard. The
+ * port freePort hands out can be taken (another listener, a connection's local port) before the
+ * app binds it: the node counts as ready only once its own process listens there, and a start
+ * that met EADDRINUSE is made again on another port.
+ */
 export async function startNodeProcess(
+  main: string,
+  databaseUrl: string,
+  options: NodeProcessOptions,
+): Promise<DemoNode> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(main, databaseUrl, options);
+    } catch (error) {
+      if (attempt >= PORT_ATTEMPTS || !/EADDRINUSE/.test(String(error))) throw error;
+    }
+  }
+}
+
+/**
+ * True when process `pid` itself listens on TCP port `port`, any address (Linux /proc; true where
+ * there is none), so another listener's answer on that port never passes for the node's.
+ */
+function listensOn(pid: number | undefined, port: number): boolean {
+  if (!existsSync('/proc/net/tcp')) return true;
+  if (pid === undefined) return false;
+  const suffix = `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  const inodes = ['/proc/net/tcp', '/proc/net/tcp6']
+    .filter((table) => existsSync(table))
+    .flatMap((table) => readFileSync(table, 'utf8').split('\n').slice(1))
+    .map((line) => line.trim().split(/\s+/))
+    .filter((fields) => fields[1]?.endsWith(suffix) && fields[3] === '0A')
+    .map((fields) => `socket:[${fields[9]}]`);
+  if (inodes.length === 0) return false;
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false; // it exited
+  }
+  return fds.some((fd) => {
+    try {
+      return inodes.includes(readlinkSync(`/proc/${pid}/fd/${fd}`));
+    } catch {
+      return false;
+    }
+  });
+}
+
+async function startOnce(
   main: string,
   databaseUrl: string,
   options: NodeProcessOptions,
@@ -114,16 +166,7 @@ export async function startNodeProcess(
     },
   };
   try {
-    await waitFor(
-      `node on port ${port} to answer`,
-      async () => {
-        if (child.exitCode !== null)
-          throw new Error(`exited with code ${child.exitCode}:\n${output}`);
-        return options.ready(node);
-      },
-      options.readyTimeoutMs ?? 30_000,
-      100,
-    );
+    await untilReady(node, () => listensOn(child.pid, port) && options.ready(node), options);
   } catch (error) {
     await node.stop('SIGKILL');
     throw new Error(
@@ -133,4 +176,34 @@ export async function startNodeProcess(
   }
   booted = true;
   return node;
+}
+
+/**
+ * Polls `ready` until it holds, for up to `readyTimeoutMs` (30 s); fails at once, with what it
+ * printed, when the process exits first (its port taken, say), rather than at the deadline.
+ */
+async function untilReady(
+  node: DemoNode,
+  ready: () => boolean | Promise<boolean>,
+  options: NodeProcessOptions,
+): Promise<void> {
+  const timeoutMs = options.readyTimeoutMs ?? 30_000;
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    const { exitCode, signalCode } = node.process;
+    if (exitCode !== null || signalCode !== null)
+      throw new Error(`exited with ${signalCode ?? `code ${exitCode}`}:\n${node.output()}`);
+    try {
+      if (await ready()) return;
+    } catch (error) {
+      last = error;
+    }
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for node on port ${node.port} to answer` +
+          (last instanceof Error ? `: ${last.message}` : ''),
+      );
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
