@@ -59,6 +59,14 @@ describe('transaction steps under kill -9 and SIGSTOP', () => {
   };
   const scalar = async (sql: string, params: unknown[] = []) =>
     (await database.db.query<{ v: string | number | null }>(sql, params)).rows[0]?.v;
+  /** Open transactions that wrote the ledger (their row locks on it). */
+  const ledgerWriters = async () =>
+    Number(
+      await scalar(
+        `SELECT count(*) AS v FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+          WHERE c.relname = 'ledger' AND l.mode = 'RowExclusiveLock'`,
+      ),
+    );
 
   it('kill -9 at random instants across 100 episodes: the counter equals the episodes done, no row doubled', async () => {
     const env = { TX_HOLD_MS: '60', TX_AFTER_MS: '100', TX_LEASE_SECONDS: '3' };
@@ -161,13 +169,7 @@ describe('transaction steps under kill -9 and SIGSTOP', () => {
     // Its writes are in: the holder's open transaction holds the ledger row's insert.
     await waitFor(
       'the holder inside its transaction, after its writes',
-      async () =>
-        Number(
-          await scalar(
-            `SELECT count(*) AS v FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-              WHERE c.relname = 'ledger' AND l.mode = 'RowExclusiveLock'`,
-          ),
-        ) > 0,
+      async () => (await ledgerWriters()) > 0,
       15_000,
       20,
     );
@@ -217,13 +219,7 @@ describe('transaction steps under kill -9 and SIGSTOP', () => {
     // Nothing of the holder's transaction is left open or committed later.
     await waitFor(
       'no open transaction writing the ledger',
-      async () =>
-        Number(
-          await scalar(
-            `SELECT count(*) AS v FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-              WHERE c.relname = 'ledger' AND l.mode = 'RowExclusiveLock'`,
-          ),
-        ) === 0,
+      async () => (await ledgerWriters()) === 0,
       15_000,
     );
     expect(
