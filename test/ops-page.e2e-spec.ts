@@ -11,6 +11,23 @@ const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
 // The advisor's schedule would add an episode a minute: the tables hold only what the tests cause.
 const NODE_ENV = { CYCLIUM_NODE_ID: 'ops-1', DEMO_JITTER_MS: '0', DEMO_ADVISOR_EVERY: '1h' };
 
+/**
+ * Pauses a page's installed fake clock a little ahead of its own time. The page's clock runs on
+ * between reading it and pausing it; on a loaded machine that gap has exceeded the margin, and
+ * Playwright refuses to pause in the past, so a refused pause is tried again from a fresh reading.
+ */
+async function pauseSoon(target: Page): Promise<void> {
+  for (let attempt = 1; ; attempt += 1) {
+    const now = await target.evaluate(() => Date.now());
+    try {
+      await target.clock.pauseAt(now + 250);
+      return;
+    } catch (error) {
+      if (attempt >= 5 || !String(error).includes('to the past')) throw error;
+    }
+  }
+}
+
 interface Episode {
   id: string;
   status: string;
@@ -343,7 +360,7 @@ describe('the operations page in a browser', () => {
       'the first load',
       async () => (await paused.getByTestId('refreshed-at').textContent()) !== '',
     );
-    await paused.clock.pauseAt((await paused.evaluate(() => Date.now())) + 10);
+    await pauseSoon(paused);
     await idle();
     const before = await polls();
     await paused.clock.runFor(2_000);
