@@ -26,6 +26,11 @@ import { EndWrites } from './episodes/end-writes.js';
 import { OwnedWrites } from './episodes/owned-writes.js';
 import { StepWrites } from './episodes/step-writes.js';
 import { TransactionSteps } from './episodes/transaction-steps.js';
+import { CHILD_STARTER, WAIT_STEPS } from './episodes/wait-ports.interface.js';
+import { ChildEpisodes } from './dispatch/child-episodes.service.js';
+import { EpisodeResults } from './waits/episode-results.service.js';
+import { Signals } from './waits/signals.service.js';
+import { WaitSteps } from './waits/wait-steps.service.js';
 import { HostTransactions } from './database/host-transactions.service.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
@@ -123,6 +128,12 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EndWrites,
     OwnedWrites,
     TransactionSteps,
+    WaitSteps,
+    Signals,
+    EpisodeResults,
+    ChildEpisodes,
+    { provide: WAIT_STEPS, useExisting: WaitSteps },
+    { provide: CHILD_STARTER, useExisting: ChildEpisodes },
     BeginWrites,
     EpisodeEndings,
     EpisodeWaits,

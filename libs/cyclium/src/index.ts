@@ -115,6 +115,23 @@ export {
   StepResultError,
 } from './episodes/episode-errors.js';
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
+export { ChildEpisodesFailedError, EpisodeResultTimeoutError } from './episodes/wait-errors.js';
+export type {
+  ChildHandle,
+  ChildPending,
+  ChildrenWaitResult,
+  EpisodeOutcome,
+  EventWaitOptions,
+  EventWaitResult,
+  MatchValue,
+  ResultOptions,
+  SignalResult,
+  SignalWaitResult,
+  StartChildOptions,
+  WaitedEvent,
+  WaitingFor,
+  WaitOptions,
+} from './episodes/wait.types.js';
 
 // Findings and outputs.
 export { Findings, type FindingFilters, type FindingSource } from './findings/findings.service.js';

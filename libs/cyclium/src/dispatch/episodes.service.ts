@@ -27,6 +27,9 @@ import { errorCode } from '../sql/database-errors.js';
 import { isUuid } from '../sql/uuid.js';
 import { InvalidListQueryError } from '../episodes/episode-errors.js';
 import { checkTriggerInput, triggerDelay, triggerRetry } from '../episodes/trigger-input.js';
+import type { EpisodeOutcome, ResultOptions, SignalResult } from '../episodes/wait.types.js';
+import { EpisodeResults } from '../waits/episode-results.service.js';
+import { Signals } from '../waits/signals.service.js';
 
 /** Options of `Episodes.trigger`: dedupe key, when to run, retries, source stack and env. */
 export interface TriggerOptions {
@@ -128,6 +131,8 @@ export class Episodes {
     private readonly events: EventOutbox,
     private readonly retries: EpisodeRetry,
     private readonly transactions: HostTransactions,
+    private readonly signals: Signals,
+    private readonly results: EpisodeResults,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -284,11 +289,49 @@ export class Episodes {
    */
   async cancel(id: string): Promise<CancelResult> {
     if (!isUuid(id)) return 'not_found';
+    const result = await this.cancelOne(id);
+    // Its children go with it (`ep.startChild`), unless started detached, to any depth.
+    if (result === 'canceled' || result === 'requested')
+      for (const child of await this.store.attachedDescendants([id])) await this.cancelOne(child);
+    return result;
+  }
+
+  private async cancelOne(id: string): Promise<CancelResult> {
     if (await this.runner.cancelQueued(id)) return 'canceled';
     const [requested] = await this.store.requestCancel([id]);
     if (!requested) return (await this.store.get(id)) ? 'finished' : 'not_found';
     this.events.announce(CANCEL_EVENT, { episodeId: id });
     return 'requested';
+  }
+
+  /**
+   * Sends signal `name` to an episode, from any node: stored durably, delivered to the episode's
+   * next `ep.waitForSignal(name)` (one waiting now is woken, and resumes on a node hosting it),
+   * each signal to one wait, once. With `manager`, written through the host's open transaction:
+   * stored and delivered only if it commits. `finished` when the episode has ended (nothing is
+   * stored), `not_found` when there is no such episode.
+   */
+  async signal(
+    episodeId: string,
+    name: string,
+    payload?: unknown,
+    options: { manager?: HostTransaction } = {},
+  ): Promise<SignalResult> {
+    const client =
+      options.manager === undefined
+        ? undefined
+        : await this.transactions.executor(options.manager, `Episodes.signal("${name}")`);
+    return this.signals.send(episodeId, name, payload, client);
+  }
+
+  /**
+   * Awaits an episode's end from any node and answers its outcome with `Convergence.result`: at
+   * once for one that ended, as soon as its terminal event arrives otherwise (the row is read
+   * again at least every `triggerPollIntervalMs`). Null when there is no such episode;
+   * EpisodeResultTimeoutError after `timeoutMs` (default 30 s).
+   */
+  result<R = unknown>(id: string, options?: ResultOptions): Promise<EpisodeOutcome<R> | null> {
+    return this.results.result<R>(id, options);
   }
 
   /**

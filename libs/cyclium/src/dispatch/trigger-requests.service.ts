@@ -178,6 +178,19 @@ export class TriggerRequests implements RetryWakeUps {
     await this.insertWithin(client, episode.id, request, episode.triggerRef, 'scheduled');
   }
 
+  /**
+   * A wait's wake-ups of the episode still scheduled: completed (the wait ended, or a new one
+   * writes its own).
+   */
+  async dropWaitsWithin(client: SqlExecutor, episodeId: string): Promise<void> {
+    await client.query(
+      `UPDATE cyclium_trigger_requests
+          SET status = 'completed', completed_at = now(), error = 'the wait it was for ended'
+        WHERE episode_id = $1 AND status = 'scheduled' AND opts ->> 'wake' = 'wait'`,
+      [episodeId],
+    );
+  }
+
   /** The condition that a wake-up `node` wrote waits for the episode `e` (see scheduleWithin). */
   scheduledBy(e: string, node: string): string {
     return `EXISTS (SELECT 1 FROM cyclium_trigger_requests r

@@ -1,4 +1,5 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import type { WaitingFor } from './waiting-for.js';
 
 /** Every status an episode row can have (the table's check constraint). */
 export const EPISODE_STATUSES = [
@@ -103,6 +104,17 @@ export class CycliumEpisode {
 
   @Column({ name: 'updated_at', type: 'timestamptz' })
   updatedAt: Date;
+
+  /**
+   * What a `waiting` episode waits for beyond a backoff or a sleep (a signal, an event, children),
+   * with its deadline; null otherwise.
+   */
+  @Column({ name: 'waiting_for', type: 'jsonb', nullable: true })
+  waitingFor: WaitingFor | null;
+
+  /** What the episode's method returned as `Convergence.result`, once it converged. */
+  @Column({ type: 'jsonb', nullable: true })
+  result: unknown;
 
   /**
    * `<keyId>:<HMAC>` over what decides what runs (actor, expectation, trigger, scope, attempts)

@@ -16,6 +16,8 @@ import { CycliumIntegrityCutover } from './integrity-cutover.entity.js';
 import { CycliumNode } from './node.entity.js';
 import { CycliumOutput } from './output.entity.js';
 import { CycliumWorkflowInstance } from './workflow-instance.entity.js';
+import { CycliumSignal } from './signal.entity.js';
+import { CycliumEventWait, CycliumEventWaitShape } from './event-wait.entity.js';
 
 /** Every Cyclium entity, for hosts that add them to their DataSource to query the tables. */
 export const cycliumEntities = [
@@ -33,6 +35,9 @@ export const cycliumEntities = [
   CycliumEvent,
   CycliumBusPosition,
   CycliumIntegrityCutover,
+  CycliumSignal,
+  CycliumEventWait,
+  CycliumEventWaitShape,
 ] as const;
 
 export { CycliumEpisode, type EpisodeStatus } from './episode.entity.js';
@@ -52,3 +57,6 @@ export { CycliumNode } from './node.entity.js';
 export { CycliumEvent } from './event.entity.js';
 export { CycliumBusPosition } from './bus-position.entity.js';
 export { CycliumIntegrityCutover } from './integrity-cutover.entity.js';
+export { CycliumSignal } from './signal.entity.js';
+export { CycliumEventWait, CycliumEventWaitShape } from './event-wait.entity.js';
+export type { MatchValue, WaitingFor } from './waiting-for.js';

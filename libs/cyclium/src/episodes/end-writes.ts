@@ -10,7 +10,7 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type EndOutcome, type Ownership } from './episode-statements.js';
-import { claimFailureOf, finishEpisodes } from './terminal-writes.js';
+import { claimFailureOf, finishEpisodes, resultJsonOf } from './terminal-writes.js';
 import { runningHere } from './running-here.js';
 
 interface EndWrite {
@@ -156,12 +156,13 @@ export class EndWrites {
       [terminal.map((t) => t.errorClass ?? null), 'text[]'],
       [terminal.map((t) => t.detail ?? null), 'text[]'],
       [terminal.map(claimFailureOf), 'text[]'],
+      [terminal.map(resultJsonOf), 'jsonb[]'],
     ]);
     statement.with(
       'input',
       `SELECT * FROM unnest(${input})
          WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification,
-                               error_class, error_detail, failure, n)`,
+                               error_class, error_detail, failure, result, n)`,
     );
     statement.with('owner', ownerMany({ input: 'input' }));
     for (const [name, body] of finishEpisodes('owner')) statement.with(name, body);

@@ -2,6 +2,15 @@ import type { EntityManager } from 'typeorm';
 import type { FindingAction } from '../findings/finding-action.interface.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
+import type {
+  ChildHandle,
+  ChildrenWaitResult,
+  EventWaitOptions,
+  EventWaitResult,
+  SignalWaitResult,
+  StartChildOptions,
+  WaitOptions,
+} from './wait.types.js';
 
 /** An episode as stored in `cyclium_episodes`. */
 export type EpisodeRow = CycliumEpisode;
@@ -19,6 +28,8 @@ export interface EpisodeTrigger<P = unknown> {
    * retries).
    */
   retry?: RetryPolicy | false;
+  /** The parent of a child episode (`ep.startChild`). */
+  parent?: { episodeId: string; key: string; detached: boolean };
 }
 
 /** What `ep.step` hands its function: the step's number and idempotency key. */
@@ -67,6 +78,40 @@ export interface EpisodeContext<P = unknown> {
    * after restarts and deploys, and the call returns there. `ms` is a whole number >= 0.
    */
   sleep(name: string, ms: number): Promise<void>;
+  /**
+   * Waits for the next undelivered signal `name` sent to this episode (`Episodes.signal`), one
+   * sent before the wait began included, or until `timeoutMs` (database clock) passes. Each signal
+   * is delivered to one wait, once. Until then the episode is `waiting` (no slot, no claim), and
+   * any node hosting the expectation resumes it when the signal arrives or the deadline passes;
+   * the call returns there. Journaled as a step named `signal:<name>`.
+   */
+  waitForSignal<T = unknown>(name: string, options?: WaitOptions): Promise<SignalWaitResult<T>>;
+  /**
+   * Waits for the first bus event of `type` committed after the wait began whose payload has every
+   * field of `match` equal to the value given, or until `timeoutMs`. Needs `bus: 'postgres'`.
+   * Journaled as a step named `event:<type>`.
+   */
+  waitForEvent<T = unknown>(type: string, options?: EventWaitOptions): Promise<EventWaitResult<T>>;
+  /**
+   * Starts a child episode once (journaled as `child:<key>`, in one transaction with the child's
+   * row: a resumed parent gets the same handle); any node hosting its actor runs it. Canceling the
+   * parent cancels it, unless `detached`.
+   */
+  startChild<C = unknown>(
+    actorId: string,
+    expectationId: string,
+    payload: C,
+    options: StartChildOptions,
+  ): Promise<ChildHandle>;
+  /**
+   * Waits until every child of `handles` has ended (one wake-up of the parent for all of them), or
+   * until `timeoutMs`; returns their outcomes and results. When any failed or was canceled, throws
+   * ChildEpisodesFailedError (which the method may catch).
+   */
+  waitForChildren(
+    handles: readonly ChildHandle[],
+    options?: WaitOptions,
+  ): Promise<ChildrenWaitResult>;
 }
 
 /** What an expectation method may return. */
@@ -77,6 +122,11 @@ export interface Convergence {
   classification?: unknown;
   /** Default `done`; `partially_failed` records that part of the work did not succeed. */
   status?: 'done' | 'partially_failed';
+  /**
+   * The episode's result (any JSON): stored with its end, returned by `Episodes.result` and to a
+   * parent's `ep.waitForChildren`.
+   */
+  result?: unknown;
 }
 
 /**

@@ -88,7 +88,12 @@ export class EpisodeEndings {
     // The outputs' leases run from the database's now(), which is later than this.
     const sentAt = performance.now();
     const won = await this.writes.end(scope, episode, ownership, {
-      terminal: { status, summary: result.summary ?? null, classification: result.classification },
+      terminal: {
+        status,
+        summary: result.summary ?? null,
+        classification: result.classification,
+        result: result.result,
+      },
       findings: result.findings,
       outputs: result.outputs,
       event: this.lifecycle('episode.completed', episode, status),

@@ -41,6 +41,22 @@ export class EpisodeSleeping extends Error {
 }
 
 /**
+ * A wait (`ep.waitForSignal`, `ep.waitForEvent`, `ep.waitForChildren`) was not satisfied yet: its
+ * transaction already left the episode `waiting`, with its wake-up, and gave the claim up; the run
+ * stops here, recording nothing more. Not a failure; a host's catch cannot keep it.
+ */
+export class EpisodeWaiting extends Error {
+  override readonly name = 'EpisodeWaiting';
+  constructor(
+    readonly waitName: string,
+    readonly kind: 'signal' | 'event' | 'children',
+    readonly deadline: string | null,
+  ) {
+    super(`waiting "${waitName}"${deadline ? ` until ${deadline} at the latest` : ''}`);
+  }
+}
+
+/**
  * `Episodes.list` was asked for something it cannot page by: the message names the field. A
  * caller's mistake (a 400 over HTTP).
  */

@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
@@ -18,7 +19,13 @@ import type {
   EpisodeRow,
   EpisodeTrigger,
 } from './episode-context.interface.js';
-import { EpisodeInterruptedError, EpisodeSleeping } from './episode-errors.js';
+import { EpisodeInterruptedError, EpisodeSleeping, EpisodeWaiting } from './episode-errors.js';
+import {
+  CHILD_STARTER,
+  WAIT_STEPS,
+  type ChildStarter,
+  type WaitStepRunner,
+} from './wait-ports.interface.js';
 import { BeginWrites } from './begin-writes.js';
 import { CANCEL_EVENT, lifecycleEvent, type LifecycleEventType } from './episode-events.js';
 import { EpisodeStatements, type Ownership } from './episode-statements.js';
@@ -76,6 +83,7 @@ export class EpisodeRunner implements OnModuleInit {
   private readonly running = new Map<string, RunningEpisode>();
   /** Stamped by the drain: whatever these runs hit from now on, they record nothing. */
   private readonly interrupted = new Set<string>();
+  private childStarter: ChildStarter | undefined;
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -91,6 +99,8 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly endings: EpisodeEndings,
     private readonly signatures: EpisodeSignatures,
     private readonly transactionSteps: TransactionSteps,
+    @Inject(WAIT_STEPS) private readonly waitSteps: WaitStepRunner,
+    private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -102,6 +112,15 @@ export class EpisodeRunner implements OnModuleInit {
       const running = this.running.get(event.payload.episodeId);
       if (running) void this.endings.honourCancel(running);
     });
+  }
+
+  /**
+   * Resolved at the first child: the starter triggers through the dispatcher, whose slots run
+   * episodes here.
+   */
+  private children(): ChildStarter {
+    this.childStarter ??= this.moduleRef.get<ChildStarter>(CHILD_STARTER, { strict: false });
+    return this.childStarter;
   }
 
   /** Episodes running on this node now, from the first moment of their run. */
@@ -276,6 +295,11 @@ export class EpisodeRunner implements OnModuleInit {
         this.interrupted.has(episode.id)
           ? Promise.resolve({ outcome: 'not_owner' as const, result: undefined, durationMs: 0 })
           : this.transactionSteps.run(scope, ownership, step),
+      waitStep: (step) =>
+        this.interrupted.has(episode.id)
+          ? Promise.resolve({ outcome: 'not_owner' as const, result: undefined })
+          : this.waitSteps.run(scope, ownership, step),
+      startChild: (manager, child) => this.children().start(manager, episode, child),
       stepWritten: (durationMs) => {
         if (this.telemetry.wants('episode.step'))
           this.telemetry.emit('episode.step', {
@@ -328,6 +352,15 @@ export class EpisodeRunner implements OnModuleInit {
           `${episodeLabel(episode)} stopped by the drain: a peer restarts it from its last ` +
             `checkpoint`,
         );
+      } else if (cause instanceof EpisodeWaiting) {
+        // Its transaction already recorded the wait and gave the claim up.
+        this.logger.debug(`${episodeLabel(episode)} waits: ${cause.message}`);
+        this.telemetry.emit('episode.waiting', {
+          ...describeEpisode(episode),
+          name: cause.waitName,
+          kind: cause.kind,
+          deadline: cause.deadline,
+        });
       } else if (cause instanceof EpisodeSleeping) {
         await this.endings
           .sleep(episode, ownership, scope, cause)

@@ -21,7 +21,12 @@ import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStore, toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
-import { claimFailureOf, finishEpisode, type TerminalOutcome } from './terminal-writes.js';
+import {
+  claimFailureOf,
+  finishEpisode,
+  type TerminalOutcome,
+  resultJsonOf,
+} from './terminal-writes.js';
 import { runningHere } from './running-here.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
@@ -194,6 +199,7 @@ export class EpisodeStatements {
           classification: p(classification, 'jsonb'),
           errorClass: p(terminal.errorClass ?? null, 'text'),
           detail: p(terminal.detail ?? null, 'text'),
+          result: p(resultJsonOf(terminal), 'jsonb'),
         },
         // Open: no claim in the statement, so the episode row proves it (a sweep may have taken
         // it).

@@ -71,6 +71,8 @@ export const RESUME_START: FencedStatement = {
 export const toEpisode: RowMapper<EpisodeRow> = rowMapper(CycliumEpisode, {
   cancelRequestedAt: nullWhenAbsent,
   signature: nullWhenAbsent,
+  waitingFor: nullWhenAbsent,
+  result: nullWhenAbsent,
 });
 
 /** The first row mapped, or null when there is none. */
@@ -154,6 +156,36 @@ export class EpisodeStore {
       [failures.map((f) => f.episodeId), failures.map((f) => f.reason), errorClass],
     );
     return rows.map(toEpisode);
+  }
+
+  /** The live (not archived) episode holding a dedupe key, inside the caller's transaction. */
+  async liveIdByDedupeKey(client: SqlExecutor, dedupeKey: string): Promise<string | null> {
+    const { rows } = await client.query<{ id: string }>(
+      `SELECT id FROM cyclium_episodes WHERE dedupe_key = $1 AND archived_at IS NULL`,
+      [dedupeKey],
+    );
+    return rows[0]?.id ?? null;
+  }
+
+  /**
+   * The live children of episodes `ids` that their cancel reaches (not detached), and theirs, to
+   * any depth.
+   */
+  async attachedDescendants(ids: readonly string[]): Promise<string[]> {
+    const { rows } = await this.database.sql.query<{ id: string }>(
+      `WITH RECURSIVE tree (id) AS (
+         SELECT unnest($1::uuid[])
+         UNION
+         SELECT c.id FROM cyclium_episodes c JOIN tree t
+             ON (c.trigger_ref -> 'parent' ->> 'episodeId') = t.id::text
+          WHERE c.trigger_ref ? 'parent'
+            AND (c.trigger_ref -> 'parent' ->> 'detached') IS DISTINCT FROM 'true')
+       SELECT t.id FROM tree t JOIN cyclium_episodes e ON e.id = t.id
+        WHERE t.id <> ALL ($1::uuid[])
+          AND e.status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')`,
+      [ids],
+    );
+    return rows.map((r) => r.id);
   }
 
   /** What became of an episode a request names: its status, or null when the row is gone. */

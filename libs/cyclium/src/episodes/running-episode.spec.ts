@@ -3,14 +3,17 @@ import type { EntityManager } from 'typeorm';
 import { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { EpisodeRow } from './episode-context.interface.js';
-import { NondeterministicResumeError } from './episode-errors.js';
+import { EpisodeWaiting, NondeterministicResumeError } from './episode-errors.js';
 import {
   RunningEpisode,
   type History,
   type RunningEpisodeDeps,
   type TransactionStep,
   type TransactionStepOutcome,
+  type WaitStep,
+  type WaitStepOutcome,
 } from './running-episode.js';
+import { ChildEpisodesFailedError } from './wait-errors.js';
 
 const MANAGER = {} as EntityManager;
 
@@ -19,9 +22,11 @@ function running(
   options: {
     history?: History;
     outcome?: TransactionStepOutcome['outcome'];
+    wait?: WaitStepOutcome;
   } = {},
 ) {
   const transactions: TransactionStep[] = [];
+  const waits: WaitStep[] = [];
   const writes: number[] = [];
   const deps: RunningEpisodeDeps = {
     episode: { id: 'e-1', cancelRequestedAt: null } as unknown as EpisodeRow,
@@ -40,8 +45,18 @@ function running(
       const result = await step.run(MANAGER);
       return { outcome: options.outcome ?? 'written', result, durationMs: 1 };
     },
+    waitStep: async (step) => {
+      waits.push(step);
+      return options.wait ?? { outcome: 'waiting', deadline: null };
+    },
+    startChild: async (_manager, child) => ({
+      episodeId: `child-${child.key}`,
+      actorId: child.actorId,
+      expectationId: child.expectationId,
+      key: child.key,
+    }),
   };
-  return { ep: new RunningEpisode(deps), transactions, writes };
+  return { ep: new RunningEpisode(deps), transactions, writes, waits };
 }
 
 describe('RunningEpisode.transaction', () => {
@@ -113,5 +128,70 @@ describe('RunningEpisode.transaction', () => {
     const { ep } = running({ outcome: 'not_owner' });
     await expect(ep.transaction('book', async () => 1)).rejects.toThrow(ClaimLostError);
     expect(ep.signal.aborted).toBe(true);
+  });
+
+  it('a wait not yet satisfied stops the run quietly, the episode waiting', async () => {
+    const { ep, waits } = running();
+    await expect(ep.waitForSignal('approve', { timeoutMs: 5 })).rejects.toBeInstanceOf(
+      EpisodeWaiting,
+    );
+    expect(waits[0]).toMatchObject({
+      stepNo: 1,
+      name: 'signal:approve',
+      wait: { kind: 'signal', name: 'approve', timeoutMs: 5 },
+    });
+    expect(ep.signal.aborted).toBe(true);
+  });
+
+  it('a satisfied wait is journaled at its position and returns its result', async () => {
+    const received = { status: 'received', payload: { by: 'ann' }, signalId: '1', sentAt: 'x' };
+    const { ep, waits } = running({ wait: { outcome: 'written', result: received } });
+    await expect(ep.waitForSignal('approve')).resolves.toEqual(received);
+    await expect(
+      ep.waitForEvent('payment.settled', { match: { orderId: 'o-1' } }),
+    ).resolves.toEqual(received);
+    expect(waits.map((w) => [w.stepNo, w.journalNo])).toEqual([
+      [1, 1],
+      [2, 2],
+    ]);
+  });
+
+  it('a replayed wait returns its recorded result without waiting again', async () => {
+    const history: History = {
+      checkpoints: new Map([
+        [1, { name: 'signal:approve', state: { status: 'timed_out' } } as never],
+      ]),
+      nextJournalNo: 2,
+    };
+    const { ep, waits } = running({ history });
+    await expect(ep.waitForSignal('approve')).resolves.toEqual({ status: 'timed_out' });
+    expect(waits).toEqual([]);
+  });
+
+  it('refuses waits inside a step and bad wait arguments', async () => {
+    const { ep } = running();
+    await expect(ep.step('outer', () => ep.waitForSignal('x'))).rejects.toThrow(
+      /cannot run inside a step/,
+    );
+    await expect(ep.waitForSignal('x', { timeoutMs: -1 })).rejects.toThrow(RangeError);
+    await expect(
+      ep.waitForEvent('t', { match: { nested: {} as unknown as string } }),
+    ).rejects.toThrow(/match must be an object/);
+    await expect(ep.startChild('a', 'b', {}, { key: '' })).rejects.toThrow(/key must be/);
+  });
+
+  it('a children wait whose child failed throws a typed error the method can catch', async () => {
+    const children = [
+      { episodeId: 'c1', status: 'done', result: 1, errorClass: null, error: null },
+      { episodeId: 'c2', status: 'failed', result: null, errorClass: 'Error', error: 'boom' },
+    ];
+    const { ep } = running({
+      wait: { outcome: 'written', result: { status: 'done', children } },
+    });
+    const handle = await ep.startChild('a', 'b', {}, { key: 'k' });
+    expect(handle).toEqual({ episodeId: 'child-k', actorId: 'a', expectationId: 'b', key: 'k' });
+    const failure = await ep.waitForChildren([handle]).catch((e: unknown) => e);
+    expect(failure).toBeInstanceOf(ChildEpisodesFailedError);
+    expect((failure as ChildEpisodesFailedError).failed.map((c) => c.episodeId)).toEqual(['c2']);
   });
 });

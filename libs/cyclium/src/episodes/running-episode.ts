@@ -5,6 +5,7 @@ import {
   BudgetExceededError,
   EpisodeCanceledError,
   EpisodeSleeping,
+  EpisodeWaiting,
   EpisodeWriteUnavailableError,
   NondeterministicResumeError,
 } from './episode-errors.js';
@@ -18,6 +19,19 @@ import type {
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
 import type { EntityManager } from 'typeorm';
+import type { ChildSpec } from './wait-ports.interface.js';
+import type {
+  ChildHandle,
+  ChildrenWaitResult,
+  EpisodeOutcome,
+  EventWaitOptions,
+  EventWaitResult,
+  MatchValue,
+  SignalWaitResult,
+  StartChildOptions,
+  WaitOptions,
+} from './wait.types.js';
+import { ChildEpisodesFailedError } from './wait-errors.js';
 
 const INT4_MAX = 2_147_483_647;
 
@@ -53,6 +67,30 @@ export interface TransactionStepOutcome {
   durationMs: number;
 }
 
+/** What a wait waits for, as the running episode asks for it. */
+export type WaitSpec = { timeoutMs?: number } & (
+  | { kind: 'signal'; name: string }
+  | { kind: 'event'; type: string; match: Record<string, MatchValue> }
+  | { kind: 'children'; children: string[] }
+);
+
+/** One wait as the running episode asks for it (WaitSteps). */
+export interface WaitStep {
+  stepNo: number;
+  journalNo: number;
+  name: string;
+  wait: WaitSpec;
+}
+
+/**
+ * What a wait came to: satisfied (or timed out) and journaled, recorded as `waiting` (the run
+ * stops), or stopped by a cancel asked for meanwhile.
+ */
+export type WaitStepOutcome =
+  | { outcome: StepWriteOutcome; result: unknown }
+  | { outcome: 'waiting'; deadline: string | null }
+  | { outcome: 'canceled' };
+
 /** Where a resumed run picks up: the checkpointed results and the next free journal position. */
 export interface History {
   checkpoints: Map<number, Checkpoint>;
@@ -71,6 +109,10 @@ export interface RunningEpisodeDeps {
   writeStep: (record: StepRecord) => Promise<StepWriteOutcome>;
   /** Runs a transaction step (TransactionSteps.run for this run). */
   transactionStep: (step: TransactionStep) => Promise<TransactionStepOutcome>;
+  /** Runs a wait (WaitSteps.run for this run). */
+  waitStep: (step: WaitStep) => Promise<WaitStepOutcome>;
+  /** Triggers a child inside a transaction step's transaction (ChildStarter). */
+  startChild: (manager: EntityManager, child: ChildSpec) => Promise<ChildHandle>;
   /** Told each step's function time once its write came back written (telemetry). */
   stepWritten?: (durationMs: number) => void;
 }
@@ -292,4 +334,138 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     this.stop(sleeping);
     throw sleeping;
   }
+
+  async waitForSignal<T = unknown>(
+    name: string,
+    options: WaitOptions = {},
+  ): Promise<SignalWaitResult<T>> {
+    checkName('ep.waitForSignal', 'name', name);
+    const timeoutMs = checkTimeout(`ep.waitForSignal("${name}")`, options.timeoutMs);
+    return this.waitStep(`signal:${name}`, { kind: 'signal', name, timeoutMs }) as Promise<
+      SignalWaitResult<T>
+    >;
+  }
+
+  async waitForEvent<T = unknown>(
+    type: string,
+    options: EventWaitOptions = {},
+  ): Promise<EventWaitResult<T>> {
+    checkName('ep.waitForEvent', 'type', type);
+    const timeoutMs = checkTimeout(`ep.waitForEvent("${type}")`, options.timeoutMs);
+    const match = checkMatch(type, options.match ?? {});
+    return this.waitStep(`event:${type}`, { kind: 'event', type, match, timeoutMs }) as Promise<
+      EventWaitResult<T>
+    >;
+  }
+
+  async startChild<C = unknown>(
+    actorId: string,
+    expectationId: string,
+    payload: C,
+    options: StartChildOptions,
+  ): Promise<ChildHandle> {
+    const key = options?.key;
+    if (typeof key !== 'string' || key === '' || key.length > 200 || key.includes('\u0000'))
+      throw new TypeError(
+        `ep.startChild(${actorId}.${expectationId}): key must be a non-empty string of at most ` +
+          `200 characters without NUL (got ${JSON.stringify(key)})`,
+      );
+    const child: ChildSpec = {
+      actorId,
+      expectationId,
+      payload,
+      key,
+      detached: options.detached === true,
+    };
+    return this.transaction(`child:${key}`, (manager) => this.deps.startChild(manager, child));
+  }
+
+  async waitForChildren(
+    handles: readonly ChildHandle[],
+    options: WaitOptions = {},
+  ): Promise<ChildrenWaitResult> {
+    const children: unknown[] = Array.from(handles ?? [], (h: ChildHandle) => h?.episodeId);
+    if (children.some((id) => typeof id !== 'string'))
+      throw new TypeError('ep.waitForChildren: pass the handles ep.startChild returned');
+    const timeoutMs = checkTimeout('ep.waitForChildren', options.timeoutMs);
+    const result = (await this.waitStep(`children:${children.length}`, {
+      kind: 'children',
+      children: children as string[],
+      timeoutMs,
+    })) as ChildrenWaitResult;
+    if (result.status === 'done') {
+      const failed = result.children.filter(
+        (c: EpisodeOutcome) => c.status === 'failed' || c.status === 'canceled',
+      );
+      if (failed.length > 0) throw new ChildEpisodesFailedError(failed, result.children);
+    }
+    return result;
+  }
+
+  /**
+   * A wait: its result when a resumed run replays it; else satisfied now (journaled), or the
+   * episode now waits and this run stops.
+   */
+  private async waitStep(name: string, wait: WaitSpec): Promise<unknown> {
+    if (this.inside)
+      throw new TypeError(`${name}: a wait cannot run inside a step; call it from the method`);
+    const next = await this.next(name);
+    if (next.replayed) return next.result;
+    const { stepNo, history } = next;
+    this.journalNo ??= history.nextJournalNo;
+    const started = performance.now();
+    const done = await this.library(
+      this.deps.waitStep({ stepNo, journalNo: this.journalNo, name, wait }),
+    );
+    if (done.outcome === 'waiting') {
+      const waiting = new EpisodeWaiting(name, wait.kind, done.deadline);
+      this.stop(waiting);
+      throw waiting;
+    }
+    if (done.outcome === 'canceled') {
+      this.stop(new EpisodeCanceledError(this.episode.id));
+      throw this.signal.reason;
+    }
+    this.journalNo++;
+    this.written(done.outcome, performance.now() - started);
+    return done.result;
+  }
+}
+
+function checkName(call: string, field: string, value: unknown): void {
+  if (typeof value !== 'string' || value === '' || value.length > 200)
+    throw new TypeError(
+      `${call}: ${field} must be a non-empty string of at most 200 characters (got ` +
+        `${JSON.stringify(value)})`,
+    );
+}
+
+function checkTimeout(call: string, timeoutMs: unknown): number | undefined {
+  if (timeoutMs === undefined) return undefined;
+  if (!(typeof timeoutMs === 'number' && Number.isSafeInteger(timeoutMs) && timeoutMs >= 0))
+    throw new RangeError(
+      `${call}: timeoutMs must be a whole number of milliseconds >= 0 (got ` +
+        `${JSON.stringify(timeoutMs)})`,
+    );
+  return timeoutMs;
+}
+
+function checkMatch(type: string, match: unknown): Record<string, MatchValue> {
+  const scalar = (v: unknown) =>
+    v === null ||
+    typeof v === 'string' ||
+    typeof v === 'boolean' ||
+    (typeof v === 'number' && Number.isFinite(v));
+  if (
+    typeof match !== 'object' ||
+    match === null ||
+    Array.isArray(match) ||
+    Object.keys(match).length > 16 ||
+    !Object.values(match).every(scalar)
+  )
+    throw new TypeError(
+      `ep.waitForEvent("${type}"): match must be an object of at most 16 fields whose values are ` +
+        `strings, numbers, booleans or null`,
+    );
+  return { ...(match as Record<string, MatchValue>) };
 }

@@ -7,6 +7,13 @@ export interface TerminalOutcome {
   classification?: unknown;
   errorClass?: string | null;
   detail?: string | null;
+  /** `Convergence.result`, stored for `Episodes.result` and a waiting parent. */
+  result?: unknown;
+}
+
+/** The result as the terminal write's jsonb parameter: null for none. */
+export function resultJsonOf(terminal: TerminalOutcome): string | null {
+  return terminal.result === undefined ? null : JSON.stringify(terminal.result);
 }
 
 /** What the claim records of a run that failed; null when it converged or was canceled. */
@@ -17,11 +24,11 @@ export function claimFailureOf(terminal: TerminalOutcome): string | null {
 /**
  * The terminal write of many runs in one statement (finishEpisode is one run's): every row of the
  * CTE `input` (columns `episode_id`, `status`, `summary`, `classification`, `error_class`,
- * `error_detail`) whose episode is still running gets its outcome — `done` or `partially_failed`
- * with its summary, `failed` or `canceled` with its error — as CTEs, the last named `ep`
- * (`RETURNING id`). `input` holds only the rows whose ownership was proven at their fence: no row,
- * no write. The rows are locked in id order first, as the drain's stamp locks them, so a batch and
- * a stamp wait for each other instead of deadlocking.
+ * `error_detail`, `result`) whose episode is still running gets its outcome — `done` or
+ * `partially_failed` with its summary and result, `failed` or `canceled` with its error — as
+ * CTEs, the last named `ep` (`RETURNING id`). `input` holds only the rows whose ownership was
+ * proven at their fence: no row, no write. The rows are locked in id order first, as the drain's
+ * stamp locks them, so a batch and a stamp wait for each other instead of deadlocking.
  */
 export function finishEpisodes(input: string): Array<[string, string]> {
   return [
@@ -39,6 +46,7 @@ export function finishEpisodes(input: string): Array<[string, string]> {
             classification: 'i.classification',
             errorClass: 'i.error_class',
             detail: 'i.error_detail',
+            result: 'i.result',
           })}
          FROM ep_locked l JOIN ${input} i ON i.episode_id = l.id
         WHERE e.id = l.id
@@ -56,6 +64,7 @@ export interface OutcomeRefs {
   classification: string;
   errorClass: string;
   detail: string;
+  result: string;
 }
 
 /**
@@ -66,6 +75,7 @@ function terminalSet(v: OutcomeRefs): string {
   return `status = ${v.status}, summary = coalesce(${v.summary}, e.summary),
   classification = coalesce(${v.classification}, e.classification),
               error_class = ${v.errorClass}, error_detail = ${v.detail}, phase = NULL,
+              result = ${v.result},
               finished_at = now(), updated_at = now()`;
 }
 

@@ -104,6 +104,7 @@ const ENDED: Partial<Record<CycliumEventName, string>> = {
   // A run that failed with attempts left ended as a run; the episode waits for its next one.
   'episode.retrying': 'retrying',
   'episode.sleeping': 'sleeping',
+  'episode.waiting': 'waiting',
 };
 
 const CLAIM_OUTCOMES = [

@@ -23,6 +23,7 @@ import {
   CycliumEpisodeSignatures1764400000020,
 } from './1764400000020-cyclium-episode-signatures.js';
 import { CycliumNodeExpectations1764400000021 } from './1764400000021-cyclium-node-expectations.js';
+import { CycliumWaits1764400000022 } from './1764400000022-cyclium-waits.js';
 
 export {
   CycliumSchema1764400000000,
@@ -74,4 +75,5 @@ export const cycliumMigrations = [
   CycliumBusPositionTypes1764400000019,
   CycliumEpisodeSignatures1764400000020,
   CycliumNodeExpectations1764400000021,
+  CycliumWaits1764400000022,
 ];

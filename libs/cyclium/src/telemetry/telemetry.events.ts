@@ -46,6 +46,15 @@ export interface CycliumEventMap {
   /** `ep.sleep` gave up the run until its wake-up time; `name` is the sleep's. */
   'episode.sleeping': EpisodeEvent & { name: string; delayMs: number };
   /**
+   * A wait (signal, event, children) gave up the run until it is satisfied or its deadline (ISO,
+   * null for none) passes; `name` is the wait's step name.
+   */
+  'episode.waiting': EpisodeEvent & {
+    name: string;
+    kind: 'signal' | 'event' | 'children';
+    deadline: string | null;
+  };
+  /**
    * A step of this node's run returned and its write came back; `durationMs` is the step function's
    * time, as journaled.
    */
