@@ -13,6 +13,7 @@ import { floorBench } from './benchmarks/floor.bench.js';
 import { historyBench } from './benchmarks/history.bench.js';
 import { scaleBench } from './benchmarks/scale.bench.js';
 import { takeoverBench } from './benchmarks/takeover.bench.js';
+import { waitsBench } from './benchmarks/waits.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
 import { registerBenchMetrics } from './support/bench-metrics.js';
 
@@ -30,6 +31,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   takeover: takeoverBench,
   arrivals: arrivalsBench,
   history: historyBench,
+  waits: waitsBench,
 };
 
 async function main(): Promise<void> {

@@ -80,6 +80,17 @@ class PooledTxActor {
   }
 }
 
+/** Waits for a signal, then ends: `Episodes.result` through a pooler that carries no LISTEN. */
+@Injectable()
+@Actor({ id: 'pooled-wait' })
+class PooledWaitActor {
+  @Expectation({ id: 'approve', trigger: 'manual' })
+  async approve(ep: EpisodeContext): Promise<{ result: unknown }> {
+    const signal = await ep.waitForSignal('go');
+    return { result: signal.status === 'received' ? signal.payload : null };
+  }
+}
+
 /** Ten times the wake-up budget below: only a LISTEN that hears the NOTIFY explains a fast arrival. */
 const POLL_MS = 10_000;
 const WAKE_UP_BUDGET_MS = 1_500;
@@ -236,6 +247,30 @@ const median = (values: number[]) =>
     expect(await count(`SELECT n FROM pooled_counters WHERE name = 'booked'`)).toBe(1);
     const steps = await episodes.steps(booked.episode.id);
     expect(steps.filter((s) => s.kind === 'step' && s.name === 'book')).toHaveLength(1);
+  });
+
+  it('without listenUrl, a signal wakes its wait and Episodes.result answers within one poll interval', async () => {
+    const pollMs = 1_000;
+    const blind = await node(
+      'pooled-waits',
+      { triggerPollIntervalMs: pollMs, preparedStatements: false },
+      [PooledWaitActor],
+    );
+    const episodes = blind.get(Episodes);
+    const started = await episodes.trigger('pooled-wait', 'approve', {});
+    if (!('episode' in started)) throw new Error(`not started: ${started.status}`);
+    const id = started.episode.id;
+    await waitFor('the wait', async () => (await episodes.get(id))?.status === 'waiting');
+    const answer = episodes.result(id, { timeoutMs: 15_000 });
+    expect(await episodes.signal(id, 'go', { ok: true })).toMatchObject({ woke: true });
+    const outcome = await answer;
+    const answeredAt = Date.now();
+    expect(outcome).toMatchObject({ status: 'done', result: { ok: true } });
+    const finishedAt = (await episodes.get(id))?.finishedAt as Date;
+    const lagMs = answeredAt - new Date(finishedAt).getTime();
+    console.log(`Episodes.result without LISTEN: answered ${lagMs} ms after the end`);
+    // Its own read of the row every poll interval, plus the read's own time on a loaded machine.
+    expect(lagMs).toBeLessThanOrEqual(pollMs + 500);
   });
 
   it('without listenUrl, readiness reports the bus degraded within 30 s', async () => {
