@@ -35,6 +35,7 @@ export class ChildEpisodes implements ChildStarter {
       );
     checkTriggerInput(what, child.payload, undefined);
     const client = await this.transactions.executor(manager, what);
+    // The prefix is what the waits migration's trigger looks for at a child's end.
     const dedupeKey = scopeKey(`child:${parent.id}:${child.key}`, parent.sourceEnv);
     const trigger: EpisodeTrigger = {
       type: 'manual',

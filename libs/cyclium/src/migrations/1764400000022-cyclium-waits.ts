@@ -31,7 +31,9 @@ const WAKE_NODES = `
 
 /**
  * A child's end wakes its parent once all the children it waits for have ended, and only then:
- * one wake-up per fan-in. The parent's row lock orders the last children's ends and the parent's
+ * one wake-up per fan-in. The trigger's condition reads the child's dedupe key (`child:<parent
+ * id>:<key>`, see ChildEpisodes) before its trigger, which may be large: a plain episode's end
+ * pays one string comparison. The parent's row lock orders the last children's ends and the parent's
  * own wait (which locks it too), and each statement after it reads a fresh snapshot, so whichever
  * comes last sees the others.
  */
@@ -41,6 +43,9 @@ const WAKE_PARENT = `
   DECLARE
     parent cyclium_episodes%ROWTYPE;
   BEGIN
+    IF NOT (NEW.trigger_ref ? 'parent') THEN
+      RETURN NULL;
+    END IF;
     SELECT * INTO parent FROM cyclium_episodes
      WHERE id = (NEW.trigger_ref -> 'parent' ->> 'episodeId')::uuid FOR NO KEY UPDATE;
     IF parent.id IS NULL OR parent.status <> 'waiting'
@@ -124,9 +129,9 @@ export class CycliumWaits1764400000022 implements MigrationInterface {
         delivered_at timestamptz,
         delivered_step integer
       )`);
+    // An episode's signals: the next undelivered one of a name, and retention's delete.
     await runner.query(
-      `CREATE INDEX cyclium_signals_undelivered ON cyclium_signals (episode_id, name, id) ` +
-        `WHERE delivered_at IS NULL`,
+      `CREATE INDEX cyclium_signals_episode ON cyclium_signals (episode_id, name, id)`,
     );
     await runner.query(`
       CREATE TABLE cyclium_event_waits (
@@ -158,8 +163,8 @@ export class CycliumWaits1764400000022 implements MigrationInterface {
     await runner.query(`
       CREATE TRIGGER cyclium_episodes_wake_parent AFTER UPDATE OF status ON cyclium_episodes
         FOR EACH ROW
-        WHEN (NEW.trigger_ref ? 'parent' AND NEW.status IN ${TERMINAL}
-              AND OLD.status IS DISTINCT FROM NEW.status)
+        WHEN (NEW.status IN ${TERMINAL} AND OLD.status IS DISTINCT FROM NEW.status
+              AND NEW.dedupe_key LIKE 'child:%')
         EXECUTE FUNCTION cyclium_wake_parent()`);
     await runner.query(`
       CREATE TRIGGER cyclium_events_match_waits AFTER INSERT ON cyclium_events

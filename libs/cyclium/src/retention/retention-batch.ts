@@ -6,6 +6,8 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { Statement } from '../sql/statement.js';
 import { WorkflowRetention } from '../workflows/workflow-retention.js';
+import { deleteEventWaitsOf } from '../waits/event-waits.store.js';
+import { deleteSignalsOf } from '../waits/signal-store.js';
 
 /** The first key of retention's advisory lock; the second is the scope's hash. */
 const LOCK_CLASS = 1_668_183_404;
@@ -23,10 +25,10 @@ type Windows = NonNullable<ResolvedCycliumOptions['retention']>;
 /**
  * One batch of retention, as one statement: archive up to `batchSize` finished episodes past
  * `archiveAfter`, delete up to as many archived past `deleteAfter` with their journal, checkpoints,
- * trigger requests and claims (outputs follow by cascade), and finished workflow instances past
- * both windows. The transaction-scoped advisory lock on the stack and env makes it one node's at a
- * time without a held connection (a pooler in transaction mode keeps it), and a node that does not
- * get it reads nothing. Everything is by the database clock (rule 1).
+ * trigger requests, signals, event waits and claims (outputs follow by cascade), and finished
+ * workflow instances past both windows. The transaction-scoped advisory lock on the stack and env
+ * makes it one node's at a time without a held connection (a pooler in transaction mode keeps it),
+ * and a node that does not get it reads nothing. Everything is by the database clock (rule 1).
  */
 export async function runRetentionBatch(
   sql: SqlExecutor,
@@ -61,6 +63,8 @@ export function retentionBatch(scope: RetentionScope, windows: Windows): QueryCo
     statement.with('deleted_steps', EpisodeRetention.deleteSteps('delete_due'));
     statement.with('deleted_checkpoints', EpisodeRetention.dropCheckpoints('delete_due'));
     statement.with('deleted_requests', deleteRequestsOf(statement, 'delete_due'));
+    statement.with('deleted_signals', deleteSignalsOf('delete_due'));
+    statement.with('deleted_event_waits', deleteEventWaitsOf('delete_due'));
     const instanceAge = windows.archiveAfter + windows.deleteAfter;
     statement.with(
       'instance_due',

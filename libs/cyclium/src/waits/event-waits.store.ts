@@ -68,3 +68,8 @@ export const EventWaitStore = {
     await client.query(DROP, [episodeId, stepNo]);
   },
 };
+
+/** Retention: the event waits of the episodes `due` (column `id`) lists. */
+export function deleteEventWaitsOf(due: string): string {
+  return `DELETE FROM cyclium_event_waits WHERE episode_id = ANY (ARRAY(SELECT id FROM ${due}))`;
+}

@@ -103,3 +103,8 @@ export const SignalStore = {
     return row ? { id: row.id, payload: row.payload, sentAt: row.sent_at } : null;
   },
 };
+
+/** Retention: the signals of the episodes `due` (column `id`) lists. */
+export function deleteSignalsOf(due: string): string {
+  return `DELETE FROM cyclium_signals WHERE episode_id = ANY (ARRAY(SELECT id FROM ${due}))`;
+}

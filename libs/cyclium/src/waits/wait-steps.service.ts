@@ -148,6 +148,11 @@ export class WaitSteps {
       return { outcome, result };
     }
     const channel = this.channel;
+    if (wait.kind === 'event' && channel === null)
+      throw new TypeError(
+        `${step.name}: ep.waitForEvent needs the durable bus (bus: 'postgres'), whose stored ` +
+          `events it matches`,
+      );
     const waitingFor = { ...wait, timeoutMs: undefined, stepNo: step.stepNo, deadline, channel };
     delete waitingFor.timeoutMs;
     if (wait.kind === 'event' && channel !== null)
