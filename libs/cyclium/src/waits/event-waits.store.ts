@@ -2,13 +2,15 @@ import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { MatchValue, WaitedEvent } from '../episodes/wait.types.js';
 
 /**
- * Registers an event wait: the exclusive lock per channel and type waits for every event of that
- * type being stored right now (their match trigger holds it shared until they commit), so each
- * event either committed before this wait did, or its trigger sees the wait. The shape (the set
- * of fields matched on) is what that trigger looks up per event.
+ * Taken before an event wait is registered, until its transaction ends: the exclusive lock per
+ * channel and type waits for every event of that type being stored right now (their match trigger
+ * holds it shared until they commit), so each event either committed before this wait did, or its
+ * trigger sees the wait.
  */
+const LOCK = `SELECT pg_advisory_xact_lock(hashtext('cyclium_event_waits'), hashtext($1 || '/' || $2))`;
+
+/** The shape (the set of fields matched on) is what the match trigger looks up per event. */
 const REGISTER = [
-  `SELECT pg_advisory_xact_lock(hashtext('cyclium_event_waits'), hashtext($1 || '/' || $2))`,
   `INSERT INTO cyclium_event_wait_shapes (channel, event_type, fields) VALUES ($1, $2, $3)
    ON CONFLICT DO NOTHING`,
   `INSERT INTO cyclium_event_waits (episode_id, step_no, channel, event_type, fields, match)
@@ -29,6 +31,12 @@ export function shapeOf(match: Readonly<Record<string, MatchValue>>): string[] {
 
 /** Every statement on cyclium_event_waits and cyclium_event_wait_shapes. */
 export const EventWaitStore = {
+  /** See LOCK: before the episode's row is locked, as a host's publish takes them in that order. */
+  async lock(client: SqlExecutor, channel: string, type: string): Promise<void> {
+    await client.query(LOCK, [channel, type]);
+  },
+
+  /** Inside the transaction that took `lock`. */
   async register(
     client: SqlExecutor,
     wait: {
@@ -39,8 +47,7 @@ export const EventWaitStore = {
       match: Readonly<Record<string, MatchValue>>;
     },
   ): Promise<void> {
-    const [lock, shape, row] = REGISTER;
-    await client.query(lock, [wait.channel, wait.type]);
+    const [shape, row] = REGISTER;
     const fields = shapeOf(wait.match);
     await client.query(shape, [wait.channel, wait.type, fields]);
     await client.query(row, [

@@ -107,6 +107,16 @@ export class WaitSteps {
     sending: (record: StepRecord, result: unknown) => void,
   ): Promise<WaitStepOutcome> {
     const started = performance.now();
+    const channel = this.channel;
+    if (step.wait.kind === 'event') {
+      if (channel === null)
+        throw new TypeError(
+          `${step.name}: ep.waitForEvent needs the durable bus (bus: 'postgres'), whose stored ` +
+            `events it matches`,
+        );
+      // First: a host's transaction that publishes and then signals takes them in this order too.
+      await EventWaitStore.lock(client, channel, step.wait.type);
+    }
     const { rows } = await this.claims.fencedStatement<{
       waiting_for: WaitingFor | null;
       cancel_requested_at: Date | null;
@@ -147,12 +157,6 @@ export class WaitSteps {
       sending(record, result);
       return { outcome, result };
     }
-    const channel = this.channel;
-    if (wait.kind === 'event' && channel === null)
-      throw new TypeError(
-        `${step.name}: ep.waitForEvent needs the durable bus (bus: 'postgres'), whose stored ` +
-          `events it matches`,
-      );
     const waitingFor = { ...wait, timeoutMs: undefined, stepNo: step.stepNo, deadline, channel };
     delete waitingFor.timeoutMs;
     if (wait.kind === 'event' && channel !== null)
