@@ -31,11 +31,11 @@ const WAKE_NODES = `
 
 /**
  * A child's end wakes its parent once all the children it waits for have ended, and only then:
- * one wake-up per fan-in. The trigger's condition reads the child's dedupe key (`child:<parent
- * id>:<key>`, see ChildEpisodes) before its trigger, which may be large: a plain episode's end
- * pays one string comparison. The parent's row lock orders the last children's ends and the parent's
- * own wait (which locks it too), and each statement after it reads a fresh snapshot, so whichever
- * comes last sees the others.
+ * one wake-up per fan-in. The trigger's condition reads the child's dedupe key
+ * (`child:<parent id>:<key>`, see ChildEpisodes) before its trigger, which may be large: a plain
+ * episode's end pays one string comparison. The parent's row lock orders the last children's ends
+ * and the parent's own wait (which locks it too), and each statement after it reads a fresh
+ * snapshot, so whichever comes last sees the others.
  */
 const WAKE_PARENT = `
   CREATE FUNCTION cyclium_wake_parent() RETURNS trigger

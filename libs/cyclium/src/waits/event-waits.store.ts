@@ -7,7 +7,8 @@ import type { MatchValue, WaitedEvent } from '../episodes/wait.types.js';
  * holds it shared until they commit), so each event either committed before this wait did, or its
  * trigger sees the wait.
  */
-const LOCK = `SELECT pg_advisory_xact_lock(hashtext('cyclium_event_waits'), hashtext($1 || '/' || $2))`;
+const LOCK = `
+  SELECT pg_advisory_xact_lock(hashtext('cyclium_event_waits'), hashtext($1 || '/' || $2))`;
 
 /** The shape (the set of fields matched on) is what the match trigger looks up per event. */
 const REGISTER = [
