@@ -19,7 +19,6 @@ import type {
 import type { Checkpoint } from './episode-journal.js';
 import { encodeStepResult } from './step-result.js';
 import type { EntityManager } from 'typeorm';
-import type { ChildSpec } from './wait-ports.interface.js';
 import type {
   ChildHandle,
   ChildrenWaitResult,
@@ -65,6 +64,15 @@ export interface TransactionStepOutcome {
   outcome: StepWriteOutcome;
   result: unknown;
   durationMs: number;
+}
+
+/** A child episode as `ep.startChild` asks for it. */
+export interface ChildSpec {
+  actorId: string;
+  expectationId: string;
+  payload: unknown;
+  key: string;
+  detached: boolean;
 }
 
 /** What a wait waits for, as the running episode asks for it. */

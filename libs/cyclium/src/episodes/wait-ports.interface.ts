@@ -2,7 +2,7 @@ import type { EntityManager } from 'typeorm';
 import type { EpisodeRow } from './episode-context.interface.js';
 import type { Ownership } from './episode-statements.js';
 import type { WriteScope } from './owned-writes.js';
-import type { WaitStep, WaitStepOutcome } from './running-episode.js';
+import type { ChildSpec, WaitStep, WaitStepOutcome } from './running-episode.js';
 import type { ChildHandle } from './wait.types.js';
 
 /** Runs a wait of a running episode (the waits room's WaitSteps). */
@@ -11,15 +11,6 @@ export interface WaitStepRunner {
 }
 
 export const WAIT_STEPS = Symbol('CYCLIUM_WAIT_STEPS');
-
-/** A child episode as `ep.startChild` asks for it. */
-export interface ChildSpec {
-  actorId: string;
-  expectationId: string;
-  payload: unknown;
-  key: string;
-  detached: boolean;
-}
 
 /**
  * Triggers a child inside the parent's transaction step (the dispatch room's ChildEpisodes): the
