@@ -3,9 +3,15 @@ export type MatchValue = string | number | boolean | null;
 
 /**
  * What a `waiting` episode waits for (the row's `waiting_for`): its kind and what satisfies it,
- * the journal position of the wait, and the deadline (ISO, database clock; null for none).
+ * the journal position of the wait, the timeout it was given and its deadline (ISO, database
+ * clock; null for none), and the bus channel its wake-ups are announced on.
  */
-export type WaitingFor = { stepNo: number; deadline: string | null; channel?: string | null } & (
+export type WaitingFor = {
+  stepNo: number;
+  timeoutMs?: number;
+  deadline: string | null;
+  channel?: string | null;
+} & (
   | { kind: 'signal'; name: string }
   | { kind: 'event'; type: string; match: Record<string, MatchValue> }
   | { kind: 'children'; children: string[] }

@@ -157,8 +157,7 @@ export class WaitSteps {
       sending(record, result);
       return { outcome, result };
     }
-    const waitingFor = { ...wait, timeoutMs: undefined, stepNo: step.stepNo, deadline, channel };
-    delete waitingFor.timeoutMs;
+    const waitingFor: WaitingFor = { ...wait, stepNo: step.stepNo, deadline, channel };
     if (wait.kind === 'event' && channel !== null)
       await EventWaitStore.register(client, {
         channel,
