@@ -57,6 +57,7 @@ const QUICK = [
   '/test/node-mode.e2e-spec.ts',
   '/test/postgres-bus.e2e-spec.ts',
   '/test/host-transactions.e2e-spec.ts',
+  '/test/waits.e2e-spec.ts',
   '/test/types/folder-imports.e2e-spec.ts',
   '/test/types/root-exports.e2e-spec.ts',
 ];
