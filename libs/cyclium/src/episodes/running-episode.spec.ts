@@ -178,6 +178,7 @@ describe('RunningEpisode.transaction', () => {
       ep.waitForEvent('t', { match: { nested: {} as unknown as string } }),
     ).rejects.toThrow(/match must be an object/);
     await expect(ep.startChild('a', 'b', {}, { key: '' })).rejects.toThrow(/key must be/);
+    await expect(ep.waitForEvent('episode.completed')).rejects.toThrow(/library event type/);
   });
 
   it('a children wait whose child failed throws a typed error the method can catch', async () => {

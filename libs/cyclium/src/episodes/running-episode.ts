@@ -1,4 +1,5 @@
 import { TamperedRowError } from '../integrity/tampered-row.error.js';
+import { isReservedType } from '../bus/reserved-types.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import {
@@ -359,6 +360,9 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     options: EventWaitOptions = {},
   ): Promise<EventWaitResult<T>> {
     checkName('ep.waitForEvent', 'type', type);
+    // The library's own events never wake a wait (the match trigger skips them).
+    if (isReservedType(type))
+      throw new TypeError(`ep.waitForEvent("${type}"): a library event type cannot be waited for`);
     const timeoutMs = checkTimeout(`ep.waitForEvent("${type}")`, options.timeoutMs);
     const match = checkMatch(type, options.match ?? {});
     return this.waitStep(`event:${type}`, { kind: 'event', type, match, timeoutMs }) as Promise<
