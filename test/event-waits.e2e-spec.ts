@@ -199,9 +199,8 @@ describe('event waits at scale', () => {
       // of the waits instead reads every page of their table per event (the pages printed above).
       expect(thousand.blocks).toBeLessThan(3 * none.blocks);
       expect(tenThousand.blocks).toBeLessThan(1.5 * thousand.blocks);
-      // The same for the trigger's time, with room for noise on two shared cores.
-      expect(thousand.ms).toBeLessThan(3 * none.ms);
-      expect(tenThousand.ms).toBeLessThan(3 * none.ms);
+      // The trigger's time is printed, not asserted: timings on shared cores are the bench's
+      // (`npm run bench -- waits`), buffers are this test's.
     });
 
     it("the trigger's lookup with 1,000 waits is an Index Scan on its index", async () => {
