@@ -116,6 +116,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'column cyclium_nodes.expectations',
     holds: columnExists('cyclium_nodes', 'expectations'),
   },
+  {
+    // Its last step: the tables, columns and triggers before it are in place too.
+    migration: 'CycliumWaits1764400000022',
+    missing: 'index cyclium_episodes_parent',
+    holds: `to_regclass('cyclium_episodes_parent') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;
