@@ -1,0 +1,154 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { fileURLToPath } from 'node:url';
+import { startNodeProcess, type DemoNode } from './support/demo-node.js';
+import { useDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+const WAITS_NODE = fileURLToPath(new URL('./fixtures/dist/waits-node.js', import.meta.url));
+const POLL_MS = 500;
+
+function startWaitsNode(url: string, id: string): Promise<DemoNode> {
+  return startNodeProcess(WAITS_NODE, url, {
+    env: { CYCLIUM_NODE_ID: id, WAITS_POLL_MS: String(POLL_MS) },
+    ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
+  });
+}
+
+async function post<T>(node: DemoNode, path: string, body: object = {}): Promise<T> {
+  const response = await fetch(`http://127.0.0.1:${node.port}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  if (response.status >= 300)
+    throw new Error(`${path}: ${response.status} ${await response.text()}`);
+  return (await response.json()) as T;
+}
+
+/**
+ * Waits against real node processes that die: an episode waiting for a signal resumes on a live
+ * node when its own node was `kill -9`-ed, a deadline ends a wait by its timeout branch within a
+ * poll interval, and a stop of the whole cluster during a signal, an event and a children wait
+ * loses none of them.
+ */
+describe('waits under kill -9 and whole-cluster stops', () => {
+  const database = useDatabase(3);
+  const nodes: DemoNode[] = [];
+
+  beforeAll(async () => {
+    await database.db.query(`CREATE TABLE wait_runs (episode_id uuid, what text)`);
+  });
+
+  afterAll(async () => {
+    await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
+  });
+
+  const start = async (id: string) => {
+    const node = await startWaitsNode(database.url, id);
+    nodes.push(node);
+    return node;
+  };
+  const trigger = async (node: DemoNode, what: string, payload: object) =>
+    (await post<{ episodeId: string }>(node, `/trigger/${what}`, payload)).episodeId;
+  const row = async (id: string) =>
+    (
+      await database.db.query<{
+        status: string;
+        result: unknown;
+        waiting_for: { kind: string; deadline: string | null } | null;
+        finished_at: Date | null;
+      }>(`SELECT status, result, waiting_for, finished_at FROM cyclium_episodes WHERE id = $1`, [
+        id,
+      ])
+    ).rows[0];
+  const runsOf = async (id: string) =>
+    Number(
+      (
+        await database.db.query<{ n: string }>(
+          `SELECT count(*) AS n FROM wait_runs WHERE episode_id = $1`,
+          [id],
+        )
+      ).rows[0]?.n,
+    );
+  const ended = (id: string, ms = 30_000) =>
+    waitFor(
+      `episode ${id} to end`,
+      async () => {
+        const r = await row(id);
+        return r && ['done', 'failed', 'canceled'].includes(r.status) ? r : undefined;
+      },
+      ms,
+      100,
+    );
+  const waiting = (id: string, kind: string) =>
+    waitFor(`episode ${id} to wait for ${kind}`, async () => {
+      const r = await row(id);
+      return r?.status === 'waiting' && r.waiting_for?.kind === kind ? r : undefined;
+    });
+
+  it('a signal sent through another node resumes a wait whose node was kill -9-ed', async () => {
+    const one = await start('wf-1');
+    const two = await start('wf-2');
+    const id = await trigger(one, 'approvals/approve', { timeoutMs: 30_000 });
+    await waiting(id, 'signal');
+    await one.stop('SIGKILL');
+    expect(await post(two, `/signal/${id}/approve`, { by: 'ann' })).toMatchObject({
+      status: 'sent',
+      woke: true,
+    });
+    const done = await ended(id);
+    expect(done).toMatchObject({ status: 'done', result: { first: 'ann' } });
+    // The first run, and one resume on the live node.
+    expect(await runsOf(id)).toBe(2);
+    const deliveries = await database.db.query(
+      `SELECT delivered_step FROM cyclium_signals WHERE episode_id = $1 AND delivered_at IS NOT NULL`,
+      [id],
+    );
+    expect(deliveries.rowCount).toBe(1);
+    await two.stop('SIGKILL');
+  });
+
+  it('ends a wait by its timeout branch within a poll interval of its deadline', async () => {
+    const node = await start('wf-3');
+    const id = await trigger(node, 'approvals/approve', { timeoutMs: 2_000 });
+    const parked = await waiting(id, 'signal');
+    const deadline = Date.parse(parked?.waiting_for?.deadline as string);
+    const done = await ended(id);
+    expect(done).toMatchObject({ status: 'done', result: { timedOut: true } });
+    const lateMs = new Date(done?.finished_at as Date).getTime() - deadline;
+    console.log(`timeout branch ended ${lateMs} ms after the deadline (poll ${POLL_MS} ms)`);
+    expect(lateMs).toBeGreaterThanOrEqual(0);
+    // One poll interval, plus the resume's own statements on a loaded machine.
+    expect(lateMs).toBeLessThanOrEqual(POLL_MS + 1_000);
+    await node.stop('SIGKILL');
+  });
+
+  it('a whole-cluster stop during a signal, an event and a children wait loses none of them', async () => {
+    const a = await start('wf-4');
+    const b = await start('wf-5');
+    const signalled = await trigger(a, 'approvals/approve', {});
+    const paid = await trigger(b, 'payments/pay', { orderId: 'o-stop' });
+    const parent = await trigger(a, 'fanout/parent', { n: 3, workMs: 4_000 });
+    await waiting(signalled, 'signal');
+    await waiting(paid, 'event');
+    await waiting(parent, 'children');
+    await Promise.all([a.stop('SIGKILL'), b.stop('SIGKILL')]);
+    // Sent and published while no node is up: stored, each wake-up due for whoever comes next.
+    const c = await start('wf-6');
+    const d = await start('wf-7');
+    expect(await post(c, `/signal/${signalled}/approve`, { by: 'after-stop' })).toMatchObject({
+      status: 'sent',
+    });
+    await post(d, '/publish/payment.settled', { orderId: 'o-stop', amount: 42 });
+    expect(await ended(signalled)).toMatchObject({
+      status: 'done',
+      result: { first: 'after-stop' },
+    });
+    expect(await ended(paid)).toMatchObject({ status: 'done', result: { amount: 42 } });
+    // Its children were running (or queued) when the cluster stopped: they finish on the new nodes.
+    expect(await ended(parent, 60_000)).toMatchObject({
+      status: 'done',
+      result: { sum: 6, children: 3 },
+    });
+  });
+});
