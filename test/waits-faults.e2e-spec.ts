@@ -151,4 +151,56 @@ describe('waits under kill -9 and whole-cluster stops', () => {
       result: { sum: 6, children: 3 },
     });
   });
+
+  it('the operations API shows what an episode waits for, its children, and sends a signal', async () => {
+    const node = await start('wf-ops');
+    const ops = async (method: 'GET' | 'POST', path: string, body?: object) => {
+      const response = await fetch(`http://127.0.0.1:${node.port}/ops/api${path}`, {
+        method,
+        headers: { 'content-type': 'application/json', 'x-cyclium-ops': '1' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+    };
+    const approval = await trigger(node, 'approvals/approve', { timeoutMs: 60_000 });
+    const parent = await trigger(node, 'fanout/parent', { n: 2, workMs: 60_000 });
+    await waiting(approval, 'signal');
+    await waiting(parent, 'children');
+    const listed = await ops('GET', '/episodes?status=waiting');
+    const items = listed.body.items as Array<{ id: string; wait: unknown; waitingFor: string }>;
+    expect(items.find((e) => e.id === approval)).toMatchObject({
+      waitingFor: 'wait',
+      wait: { kind: 'signal', name: 'approve', deadline: expect.any(String) },
+    });
+    const detail = await ops('GET', `/episodes/${parent}`);
+    expect(detail.body.episode).toMatchObject({
+      status: 'waiting',
+      dueAt: null,
+      wait: {
+        kind: 'children',
+        deadline: null,
+        children: [
+          { id: expect.any(String), status: expect.stringMatching(/running|deferred|queued/) },
+          { id: expect.any(String), status: expect.stringMatching(/running|deferred|queued/) },
+        ],
+      },
+    });
+    expect((await ops('POST', `/episodes/${approval}/signal`, { payload: {} })).status).toBe(400);
+    expect(
+      (await ops('POST', `/episodes/00000000-0000-4000-8000-000000000000/signal`, { name: 'x' }))
+        .status,
+    ).toBe(404);
+    const sent = await ops('POST', `/episodes/${approval}/signal`, {
+      name: 'approve',
+      payload: { by: 'operator' },
+    });
+    expect(sent).toMatchObject({ status: 200, body: { status: 'sent', woke: true } });
+    expect(await ended(approval)).toMatchObject({ result: { first: 'operator' } });
+    expect((await ops('POST', `/episodes/${approval}/signal`, { name: 'approve' })).status).toBe(
+      409,
+    );
+    // Cancel from the page's API reaches a waiting parent and its children.
+    expect((await ops('POST', `/episodes/${parent}/cancel`)).body).toEqual({ result: 'canceled' });
+    expect(await ended(parent)).toMatchObject({ status: 'canceled' });
+  });
 });

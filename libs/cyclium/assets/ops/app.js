@@ -21,6 +21,7 @@
     retry: 'retry backoff',
     sleep: 'sleeping',
     resume: 'resumes',
+    wait: 'waiting',
   };
   const CANCEL_SAYS = {
     canceled: 'canceled',
@@ -113,16 +114,35 @@
 
   const time = (iso) => (iso ? el('time', { datetime: iso, title: iso }, ago(iso)) : '—');
   const badge = (text, kind) => el('span', { class: `badge ${kind || text}` }, text);
+  /** A wait (`ep.waitForSignal`, `waitForEvent`, `waitForChildren`) in a few words. */
+  function describeWait(w) {
+    if (w.kind === 'signal') return `signal "${w.name}"`;
+    if (w.kind === 'event') {
+      const match = Object.keys(w.match || {}).length ? ` ${JSON.stringify(w.match)}` : '';
+      return `event ${w.type}${match}`;
+    }
+    const children = w.children || [];
+    const live = children.filter((c) => typeof c === 'object' && !ENDED.includes(c.status));
+    return `${children.length} children${typeof children[0] === 'object' ? `, ${live.length} live` : ''}`;
+  }
+  const ENDED = ['done', 'partially_failed', 'failed', 'canceled'];
   /** What a deferred or waiting episode waits for, and when it falls due. */
   const waits = (e) =>
-    e.waitingFor
+    e.wait
       ? el(
           'span',
-          { class: 'muted small', 'data-testid': 'episode-due' },
-          `${WAITS_FOR[e.waitingFor] || e.waitingFor}, due `,
-          time(e.dueAt),
+          { class: 'muted small', 'data-testid': 'episode-wait' },
+          `waits for ${describeWait(e.wait)}, `,
+          e.wait.deadline ? ['until ', time(e.wait.deadline)] : 'no deadline',
         )
-      : '';
+      : e.waitingFor
+        ? el(
+            'span',
+            { class: 'muted small', 'data-testid': 'episode-due' },
+            `${WAITS_FOR[e.waitingFor] || e.waitingFor}, due `,
+            time(e.dueAt),
+          )
+        : '';
   const scope = (stack, env) => `${stack || 'default'} / ${env || 'default'}`;
   const ref = (e) => e.triggerRef || {};
   const trigger = (e) =>
@@ -348,6 +368,17 @@
         'waiting for',
         e.waitingFor ? el('span', { 'data-testid': 'detail-due' }, waits(e)) : null,
       ),
+      ...field(
+        'children',
+        e.wait && e.wait.kind === 'children'
+          ? el(
+              'ul',
+              { class: 'children', 'data-testid': 'detail-children' },
+              e.wait.children.map((c) => el('li', {}, el('code', {}, c.id), ' ', badge(c.status))),
+            )
+          : null,
+      ),
+      ...field('send a signal', e.wait && e.wait.kind === 'signal' ? signalForm(e) : null),
       ...field('attempts', `${e.attempts} of ${e.maxAttempts ?? 'unlimited'} (crash recoveries)`),
       ...field('retries', e.retries ? String(e.retries) : null),
       ...field('trigger', trigger(e)),
@@ -428,6 +459,48 @@
     } catch (error) {
       showProblem(error);
     }
+  }
+
+  /**
+   * Sends a signal to the episode shown (its wait's name by default, a JSON payload). The same form
+   * is kept across refreshes of one episode, so what the operator types is not wiped every 2 s.
+   */
+  function signalForm(e) {
+    if (state.signalForm && state.signalForm.id === e.id) return state.signalForm.form;
+    const name = el('input', { 'data-testid': 'signal-name', value: e.wait.name, size: 20 });
+    const payload = el('textarea', { 'data-testid': 'signal-payload', rows: 2, cols: 40 }, '{}');
+    const send = async (event) => {
+      event.preventDefault();
+      const result = $('action-result');
+      let body;
+      try {
+        body = { name: name.value, payload: JSON.parse(payload.value || 'null') };
+      } catch (error) {
+        result.textContent = `the payload is not JSON: ${error.message}`;
+        return;
+      }
+      try {
+        const answer = await api(`/api/episodes/${encodeURIComponent(e.id)}/signal`, {
+          method: 'POST',
+          body,
+        });
+        result.textContent = answer.woke ? 'signal sent: the episode resumes' : 'signal stored';
+        void refresh();
+      } catch (error) {
+        result.textContent = error.message;
+      }
+    };
+    const form = el(
+      'form',
+      { 'data-testid': 'signal-form', onsubmit: send },
+      name,
+      ' ',
+      payload,
+      ' ',
+      el('button', { type: 'submit', 'data-testid': 'signal-send' }, 'Send signal'),
+    );
+    state.signalForm = { id: e.id, form };
+    return form;
   }
 
   async function act(verb) {

@@ -276,6 +276,15 @@ export class Episodes {
     return { items: page.map((r) => r.episode), nextCursor };
   }
 
+  /** The status of each of these episodes, in the order asked; absent ones left out. */
+  async statusesOf(ids: readonly string[]): Promise<Array<[string, EpisodeStatus]>> {
+    const found = await this.store.statusesOf(ids.filter(isUuid));
+    return ids.flatMap((id) => {
+      const status = found.get(id);
+      return status ? [[id, status] as [string, EpisodeStatus]] : [];
+    });
+  }
+
   /** The journal: steps and markers, in order. */
   async steps(id: string): Promise<CycliumEpisodeStep[]> {
     return isUuid(id) ? this.journal.steps(id) : [];

@@ -158,6 +158,16 @@ export class EpisodeStore {
     return rows.map(toEpisode);
   }
 
+  /** The status of each of `ids` that exists. */
+  async statusesOf(ids: readonly string[]): Promise<Map<string, EpisodeStatus>> {
+    if (ids.length === 0) return new Map();
+    const { rows } = await this.database.sql.query<{ id: string; status: EpisodeStatus }>(
+      `SELECT id, status FROM cyclium_episodes WHERE id = ANY($1::uuid[])`,
+      [ids],
+    );
+    return new Map(rows.map((r) => [r.id, r.status]));
+  }
+
   /** The live (not archived) episode holding a dedupe key, inside the caller's transaction. */
   async liveIdByDedupeKey(client: SqlExecutor, dedupeKey: string): Promise<string | null> {
     const { rows } = await client.query<{ id: string }>(

@@ -1,4 +1,5 @@
 import {
+  Body,
   ConflictException,
   Controller,
   Get,
@@ -19,7 +20,7 @@ import { Findings } from '../findings/findings.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
-import { EpisodeIdParam, EpisodeListQuery } from './ops-queries.dto.js';
+import { EpisodeIdParam, EpisodeListQuery, SignalBody } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 
 /**
@@ -63,24 +64,55 @@ export class OpsEpisodesController {
       this.requests.forEpisode(id),
     ]);
     const [described] = await this.withWaits([episode]);
-    return { episode: described, steps, findings, outputs, triggerRequests };
+    const wait = described?.wait;
+    // A children wait shows each child's status: one read for all of them.
+    const children =
+      wait?.kind === 'children'
+        ? (await this.episodes.statusesOf(wait.children)).map(([childId, status]) => ({
+            id: childId,
+            status,
+          }))
+        : undefined;
+    return {
+      episode: { ...described, wait: wait && children ? { ...wait, children } : wait },
+      steps,
+      findings,
+      outputs,
+      triggerRequests,
+    };
   }
 
   /**
-   * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume) while it waits for a
-   * trigger request; null otherwise.
+   * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume, wait) while it waits
+   * for a trigger request, and `wait` (the row's `waiting_for`: a signal, an event and its match,
+   * or children, with the deadline) while a wait holds it; null otherwise. A wait without a
+   * deadline is due never: `dueAt` null.
    */
-  private async withWaits<E extends EpisodeRow>(
-    episodes: E[],
-  ): Promise<Array<E & { dueAt: Date | null; waitingFor: string | null }>> {
+  private async withWaits<E extends EpisodeRow>(episodes: E[]) {
     const waits = await this.requests.waitsOf(
       episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id),
     );
-    return episodes.map((e) => ({
-      ...e,
-      dueAt: waits.get(e.id)?.dueAt ?? null,
-      waitingFor: waits.get(e.id)?.waitingFor ?? null,
-    }));
+    return episodes.map(({ waitingFor: wait, ...e }) => {
+      const due = waits.get(e.id);
+      const waiting = e.status === 'waiting' && wait ? wait : null;
+      return {
+        ...e,
+        dueAt: due?.waitingFor === 'wait' && !waiting?.deadline ? null : (due?.dueAt ?? null),
+        waitingFor: due?.waitingFor ?? null,
+        wait: waiting,
+      };
+    });
+  }
+
+  /** Sends a signal to the episode (Episodes.signal): 404 without one, 409 once it ended. */
+  @Post(':id/signal')
+  @HttpCode(200)
+  async signal(@Param() { id }: EpisodeIdParam, @Body() body: SignalBody) {
+    const result = await this.episodes.signal(id, body.name, body.payload ?? null);
+    if (result.status === 'not_found') throw new NotFoundException(`no episode ${id}`);
+    if (result.status === 'finished')
+      throw new ConflictException(`episode ${id} has ended: a signal would reach no wait`);
+    return result;
   }
 
   @Post(':id/cancel')

@@ -28,6 +28,15 @@ export class EpisodeIdParam {
 
 export class WorkflowIdParam extends EpisodeIdParam {}
 
+/** `POST /api/episodes/:id/signal`: the signal's name and its payload (any JSON; default null). */
+export class SignalBody {
+  @Text(200)
+  name!: string;
+
+  @IsOptional()
+  payload?: unknown;
+}
+
 export class ClusterQuery {
   @IsOptional()
   @Type(() => Number)
