@@ -9,6 +9,7 @@ import {
   EpisodeResultTimeoutError,
   Episodes,
   Expectation,
+  onCyclium,
   type Convergence,
   type EpisodeContext,
 } from '@cyclium/nestjs';
@@ -96,6 +97,9 @@ describe('waits: signals, events, children and results', () => {
   let bus: Bus;
   let dataSource: DataSource;
 
+  const ended: Array<{ episodeId: string; name: string; outcome: string }> = [];
+  const offEnded = onCyclium('episode.wait_ended', (event) => void ended.push(event));
+
   beforeAll(async () => {
     url = await freshDatabase();
     db = pool(url, 3);
@@ -110,6 +114,7 @@ describe('waits: signals, events, children and results', () => {
   });
 
   afterAll(async () => {
+    offEnded();
     await app?.close();
     await db?.end();
   });
@@ -141,6 +146,10 @@ describe('waits: signals, events, children and results', () => {
     expect(await episodes.signal(id, 'approve', { by: 'bob' })).toMatchObject({ status: 'sent' });
     const outcome = await episodes.result(id, { timeoutMs: 10_000 });
     expect(outcome).toMatchObject({ status: 'done', result: { first: 'ann', second: 'bob' } });
+    expect(ended.filter((e) => e.episodeId === id).map((e) => [e.name, e.outcome])).toEqual([
+      ['signal:approve', 'received'],
+      ['signal:approve', 'received'],
+    ]);
     expect(runs.get('before:a1')).toBe(1);
     const delivered = await db.query(
       `SELECT count(*)::int AS n FROM cyclium_signals WHERE episode_id = $1 AND delivered_at IS NOT NULL`,

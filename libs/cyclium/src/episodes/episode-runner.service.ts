@@ -295,10 +295,18 @@ export class EpisodeRunner implements OnModuleInit {
         this.interrupted.has(episode.id)
           ? Promise.resolve({ outcome: 'not_owner' as const, result: undefined, durationMs: 0 })
           : this.transactionSteps.run(scope, ownership, step),
-      waitStep: (step) =>
-        this.interrupted.has(episode.id)
-          ? Promise.resolve({ outcome: 'not_owner' as const, result: undefined })
-          : this.waitSteps.run(scope, ownership, step),
+      waitStep: async (step) => {
+        if (this.interrupted.has(episode.id)) return { outcome: 'not_owner', result: undefined };
+        const done = await this.waitSteps.run(scope, ownership, step);
+        if ((done.outcome === 'written' || done.outcome === 'cancel_requested') && done.result)
+          this.telemetry.emit('episode.wait_ended', {
+            ...describeEpisode(episode),
+            name: step.name,
+            kind: step.wait.kind,
+            outcome: (done.result as { status: 'received' | 'done' | 'timed_out' }).status,
+          });
+        return done;
+      },
       startChild: (manager, child) => this.children().start(manager, episode, child),
       stepWritten: (durationMs) => {
         if (this.telemetry.wants('episode.step'))

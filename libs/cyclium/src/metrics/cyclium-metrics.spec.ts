@@ -34,6 +34,8 @@ const FED: CycliumEventName[] = [
   'episode.interrupted',
   'episode.retrying',
   'episode.sleeping',
+  'episode.waiting',
+  'episode.wait_ended',
   'episode.step',
   'episode.triggered',
   'bus.published',
@@ -128,6 +130,10 @@ describe('CycliumMetrics', () => {
         });
       }
       mine.telemetry.emit('episode.failed', { ...episode, episodeId: 'e3', errorClass: 'crash' });
+      const wait = { ...episode, episodeId: 'e4', name: 'signal:go', kind: 'signal' as const };
+      mine.telemetry.emit('episode.waiting', { ...wait, deadline: null });
+      mine.telemetry.emit('episode.wait_ended', { ...wait, outcome: 'received' });
+      peer.telemetry.emit('episode.wait_ended', { ...wait, outcome: 'timed_out' });
 
       const seen = await collected(reader);
       const points = (name: string) =>
@@ -158,7 +164,25 @@ describe('CycliumMetrics', () => {
           },
           value: 1,
         },
+        {
+          attributes: {
+            'cyclium.actor': 'a1',
+            'cyclium.expectation': 'x1',
+            'cyclium.episode.status': 'waiting',
+          },
+          value: 1,
+        },
       ]);
+      const waitOf = (outcome: string) => ({
+        attributes: {
+          'cyclium.actor': 'a1',
+          'cyclium.expectation': 'x1',
+          'cyclium.wait.kind': 'signal',
+          'cyclium.wait.outcome': outcome,
+        },
+        value: 1,
+      });
+      expect(points('cyclium.episode.waits')).toEqual([waitOf('waiting'), waitOf('received')]);
       const histogram = (name: string) =>
         (seen.get(name) as HistogramMetricData | undefined)?.dataPoints.map((p) => [
           p.value.count,

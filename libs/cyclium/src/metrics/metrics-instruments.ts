@@ -29,6 +29,7 @@ export interface CycliumCounters {
   triggerRequests: Counter;
   busPublished: Counter;
   busRead: Counter;
+  waits: Counter;
 }
 
 export interface CycliumHistograms {
@@ -74,6 +75,12 @@ export function createInstruments(meter: Meter): CycliumCounters & CycliumHistog
     busRead: meter.createCounter('cyclium.bus.read', {
       unit: '{event}',
       description: 'Events this node read from the bus',
+    }),
+    waits: meter.createCounter('cyclium.episode.waits', {
+      unit: '{wait}',
+      description:
+        'Waits of runs on this node, by cyclium.wait.kind (signal, event, children) and ' +
+        'cyclium.wait.outcome (waiting: the run gave its slot up; received, done, timed_out)',
     }),
     episodeDuration: seconds(
       'cyclium.episode.duration',
@@ -171,6 +178,15 @@ export function feedInstruments(
   );
   for (const [name, status] of Object.entries(ENDED))
     on(name as 'episode.failed', (event) => ended(status, event));
+
+  const wait = (event: EpisodeEvent & { kind: string }, outcome: string) =>
+    instruments.waits.add(1, {
+      ...episodeAttributes(event),
+      'cyclium.wait.kind': event.kind,
+      'cyclium.wait.outcome': outcome,
+    });
+  on('episode.waiting', (event) => wait(event, 'waiting'));
+  on('episode.wait_ended', (event) => wait(event, event.outcome));
 
   on('episode.step', (event) =>
     instruments.stepDuration.record(event.durationMs / 1000, {

@@ -55,6 +55,15 @@ export interface CycliumEventMap {
     deadline: string | null;
   };
   /**
+   * A wait of this node's run ended and was journaled: `received` (a signal or an event), `done`
+   * (every child ended) or `timed_out`.
+   */
+  'episode.wait_ended': EpisodeEvent & {
+    name: string;
+    kind: 'signal' | 'event' | 'children';
+    outcome: 'received' | 'done' | 'timed_out';
+  };
+  /**
    * A step of this node's run returned and its write came back; `durationMs` is the step function's
    * time, as journaled.
    */
