@@ -108,6 +108,33 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     await two.stop('SIGKILL');
   });
 
+  it('signals sent before the waits began are kept, and feed two successive waits once each', async () => {
+    const node = await start('wf-early');
+    const id = await trigger(node, 'approvals/approve', { beforeMs: 1_500, twice: true });
+    // Sent while the episode runs its first step: neither wait has begun.
+    await post(node, `/signal/${id}/approve`, { by: 'first' });
+    await post(node, `/signal/${id}/approve`, { by: 'second' });
+    expect((await row(id))?.status).toBe('running');
+    const done = await ended(id);
+    expect(done).toMatchObject({ status: 'done', result: { first: 'first', second: 'second' } });
+    // Each took a signal that was already there: the episode never went waiting.
+    const parked = await database.db.query(
+      `SELECT 1 FROM cyclium_trigger_requests WHERE episode_id = $1 AND opts ->> 'wake' = 'wait'`,
+      [id],
+    );
+    expect(parked.rowCount).toBe(0);
+    const delivered = await database.db.query<{ step: number; by: string }>(
+      `SELECT delivered_step AS step, payload ->> 'by' AS by FROM cyclium_signals
+        WHERE episode_id = $1 ORDER BY id`,
+      [id],
+    );
+    expect(delivered.rows).toEqual([
+      { step: 2, by: 'first' },
+      { step: 3, by: 'second' },
+    ]);
+    await node.stop('SIGKILL');
+  });
+
   it('ends a wait by its timeout branch within a poll interval of its deadline', async () => {
     const node = await start('wf-3');
     const id = await trigger(node, 'approvals/approve', { timeoutMs: 2_000 });
