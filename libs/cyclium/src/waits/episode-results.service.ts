@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -13,11 +13,12 @@ const TERMINAL = new Set(['done', 'partially_failed', 'failed', 'canceled']);
 
 /**
  * `Episodes.result`: the episode's terminal event wakes the caller (it reaches every node of the
- * channel), and the row is read again at least every `triggerPollIntervalMs`, so a caller behind
- * a pooler without LISTEN, or one that missed the event, still gets its answer within a poll.
+ * channel; this node reads them only while a result is awaited here), and the row is read again at
+ * least every `triggerPollIntervalMs`, so a caller behind a pooler without LISTEN, or one that
+ * missed the event, still gets its answer within a poll.
  */
 @Injectable()
-export class EpisodeResults implements OnModuleInit, OnModuleDestroy {
+export class EpisodeResults implements OnModuleDestroy {
   private readonly waiting = new Map<string, Set<() => void>>();
   private readonly offs: Array<() => void> = [];
 
@@ -27,7 +28,16 @@ export class EpisodeResults implements OnModuleInit, OnModuleDestroy {
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  onModuleInit(): void {
+  onModuleDestroy(): void {
+    this.unlisten();
+  }
+
+  /**
+   * Terminal events are read only while someone awaits a result: a node that never calls
+   * `Episodes.result` reads no more of the bus than before (its own ends included).
+   */
+  private listen(): void {
+    if (this.offs.length > 0) return;
     for (const type of TERMINAL_EVENTS)
       this.offs.push(
         this.events.subscribe<LifecyclePayload>(type, (event) => {
@@ -37,7 +47,7 @@ export class EpisodeResults implements OnModuleInit, OnModuleDestroy {
       );
   }
 
-  onModuleDestroy(): void {
+  private unlisten(): void {
     for (const off of this.offs.splice(0)) off();
   }
 
@@ -59,6 +69,7 @@ export class EpisodeResults implements OnModuleInit, OnModuleDestroy {
     const until = performance.now() + timeoutMs;
     let wake: () => void = () => undefined;
     const woken = () => wake();
+    this.listen();
     const set = this.waiting.get(id) ?? new Set();
     this.waiting.set(id, set);
     set.add(woken);
@@ -83,6 +94,7 @@ export class EpisodeResults implements OnModuleInit, OnModuleDestroy {
     } finally {
       set.delete(woken);
       if (set.size === 0) this.waiting.delete(id);
+      if (this.waiting.size === 0) this.unlisten();
     }
   }
 }
