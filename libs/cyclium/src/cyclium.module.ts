@@ -34,6 +34,7 @@ import { WaitSteps } from './waits/wait-steps.service.js';
 import { HostTransactions } from './database/host-transactions.service.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
+import { FlowAdmissions } from './episodes/flow-admissions.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { EpisodeSignatures } from './episodes/episode-signatures.js';
@@ -121,6 +122,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeStore,
     EpisodeQueue,
     QueuedBegins,
+    FlowAdmissions,
     EpisodeRecoveryStore,
     EpisodeJournal,
     EpisodeStatements,

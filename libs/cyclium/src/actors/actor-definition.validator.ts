@@ -3,6 +3,7 @@ import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import type { ActorOptions } from './actor.decorator.js';
 import type { ExpectationOptions } from './expectation.decorator.js';
 import { retryPolicyProblem } from '../episodes/retry-policy.js';
+import { flowProblem } from '../episodes/flow-limits.js';
 import { parseInterval } from './interval.js';
 import { MAX_TIMER_MS, MAX_WINDOW_MS } from '../primitives/time-limits.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
@@ -134,6 +135,8 @@ export function validateExpectation(
   if (retryProblem) fail(retryProblem);
   if (options.retryable !== undefined && typeof options.retryable !== 'function')
     fail('retryable must be a function (error) => boolean');
+  const flow = flowProblem(options);
+  if (flow) fail(flow);
   return {
     id,
     actorId,

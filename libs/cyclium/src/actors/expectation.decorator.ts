@@ -1,6 +1,7 @@
 import { Reflector } from '@nestjs/core';
 import type { RecoveryPolicy } from '../options/cyclium-options.interface.js';
 import type { EpisodeBudget, RetryPolicy } from '../episodes/episode-context.interface.js';
+import type { ConcurrencyLimit, RateLimit } from '../episodes/flow-limits.js';
 
 /** A payload value to match: equal to it, or one of `in`. */
 export type FilterValue =
@@ -65,6 +66,25 @@ export interface ExpectationOptions {
    * due.
    */
   delayMs?: number;
+  /**
+   * At most `limit` of its episodes running at once across every node of the env, per `key` (a
+   * partition of the trigger's payload, evaluated once when triggered) when given, and `total`
+   * across keys. Over it, an episode waits `throttled`, as a row any node hosting the expectation
+   * starts as soon as the limits allow. Default: no limit beyond each node's
+   * `maxConcurrentEpisodes`.
+   */
+  concurrency?: ConcurrencyLimit;
+  /**
+   * At most `limit` starts in any window of `periodMs` across the env (sliding, by the database
+   * clock), per `key` when given; episodes over it wait `throttled`.
+   */
+  rateLimit?: RateLimit;
+  /**
+   * Orders the `throttled` episodes of a limited expectation: higher first, then oldest (a
+   * trigger's own `priority` wins). Default 0. Without `concurrency` or `rateLimit` nothing waits
+   * on it.
+   */
+  priority?: number;
 }
 
 /** Marks an actor method as an expectation: what it does, and what triggers it. */

@@ -122,6 +122,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'index cyclium_episodes_parent',
     holds: `to_regclass('cyclium_episodes_parent') IS NOT NULL`,
   },
+  {
+    // Its last step: the columns, table and function before it are in place too.
+    migration: 'CycliumFlowControl1764400000023',
+    missing: 'index cyclium_episodes_flow_running',
+    holds: `to_regclass('cyclium_episodes_flow_running') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -3,6 +3,7 @@ import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { EpisodeRunner, BeginResult } from '../episodes/episode-runner.service.js';
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
+import type { FlowAdmissions } from '../episodes/flow-admissions.js';
 import type { QueuedBegins } from '../episodes/queued-begins.js';
 import type { RunOptions } from '../episodes/episode-runner.service.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
@@ -53,6 +54,8 @@ function slotsWithManualQueue(max = 1, queuedBegins: Partial<QueuedBegins> = { a
     identity,
     {} as EventOutbox,
     new Mode(options, identity, registry),
+    {} as FlowAdmissions,
+    options,
   );
   return { slots, dequeues, takes, runs, returns, begins };
 }

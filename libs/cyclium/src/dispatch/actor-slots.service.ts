@@ -1,4 +1,8 @@
-import { Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
+import { FlowAdmissions } from '../episodes/flow-admissions.js';
+import { FlowPump, episodeFlow } from './flow-pump.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
@@ -44,6 +48,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   private readonly slots = new Map<string, Slots>();
   private readonly tracker = new RunTracker();
   private readonly queuePump: QueuePump;
+  private readonly flowPump: FlowPump;
   private readonly handover: RestartHandover;
   private readonly waitingTriggers: WaitingTriggers;
   private readonly freedListeners = new Set<(actorId: string) => void>();
@@ -57,7 +62,9 @@ export class ActorSlots implements OnApplicationBootstrap {
     claims: WorkClaims,
     private readonly identity: NodeIdentity,
     events: EventOutbox,
-    mode: Mode,
+    private readonly mode: Mode,
+    admissions: FlowAdmissions,
+    @Inject(CYCLIUM_OPTIONS) options: ResolvedCycliumOptions,
   ) {
     const runs: SlotRuns = {
       free: (actorId) => this.free(actorId),
@@ -77,6 +84,16 @@ export class ActorSlots implements OnApplicationBootstrap {
       identity,
       events,
       mode,
+      runs,
+      this.logger,
+    );
+    this.flowPump = new FlowPump(
+      admissions,
+      runner,
+      store,
+      events,
+      identity,
+      options.env,
       runs,
       this.logger,
     );
@@ -101,6 +118,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       throw new ActorDefinitionError(`actor ${expectation.actorId} is not hosted on this node`);
     // Draining: every other node received the same trigger; a manual caller hears busy.
     if (!this.tracker.open) return { status: 'busy' };
+    const flow = episodeFlow(expectation, trigger, this.logger);
     const spec: Omit<NewEpisode, 'status'> = {
       actorId: actor.id,
       expectationId: expectation.id,
@@ -111,7 +129,10 @@ export class ActorSlots implements OnApplicationBootstrap {
       sourceStack: options.sourceStack,
       sourceEnv: options.sourceEnv,
       insertBefore: options.insertBefore,
+      flow,
     };
+    // A limited expectation's episode starts only through the admission, wherever slots are free.
+    if (flow) return this.flowPump.enqueue(actor, spec, flow);
     const slots = this.slotsOf(actor.id);
     if (slots.running >= actor.options.maxConcurrentEpisodes) {
       const waited =
@@ -170,6 +191,28 @@ export class ActorSlots implements OnApplicationBootstrap {
   }
 
   /**
+   * A throttled episode of `actorId` may have become startable (a wake-up of a limited expectation
+   * parked by the poller): the flow queue looks at once.
+   */
+  noteThrottled(actorId: string): void {
+    const actor = this.registry.get(actorId);
+    if (!actor) return;
+    this.flowPump.note(actor.id);
+    this.pump(actor);
+  }
+
+  /**
+   * Every actor with limits looks at its throttled episodes (the trigger poller, at each poll).
+   */
+  lookAtThrottled(): void {
+    for (const actor of this.registry.all()) {
+      if (FlowPump.limited(actor).length === 0) continue;
+      this.flowPump.note(actor.id);
+      this.pump(actor);
+    }
+  }
+
+  /**
    * A full peer queued an episode of `actorId` and offered it here (TriggerPlacement): take rows
    * from peers' queues whenever a slot is free and this node's own queue is empty, until none is
    * left.
@@ -178,6 +221,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     const actor = this.registry.get(actorId);
     if (!actor) return;
     this.queuePump.noteOffered(actor.id);
+    this.flowPump.note(actor.id);
     this.pump(actor);
   }
 
@@ -250,6 +294,7 @@ export class ActorSlots implements OnApplicationBootstrap {
   stopAccepting(): void {
     this.tracker.close();
     this.queuePump.stopWatching();
+    this.flowPump.stop();
     this.waitingTriggers.releaseAll();
   }
 
@@ -299,6 +344,8 @@ export class ActorSlots implements OnApplicationBootstrap {
 
   private release(actor: RegisteredActor): void {
     this.slotsOf(actor.id).running--;
+    // A limited episode that ended freed its key's slot too.
+    this.flowPump.note(actor.id);
     this.pump(actor);
     if (this.tracker.open) for (const listener of this.freedListeners) listener(actor.id);
   }
@@ -321,6 +368,8 @@ export class ActorSlots implements OnApplicationBootstrap {
       this.waitingTriggers.startNext(actor)
     );
     if (slots.running < actor.options.maxConcurrentEpisodes) this.queuePump.take(actor);
+    // Throttled rows start only where the actor runs (`full`), as the queue's do.
+    if (this.free(actor.id) > 0 && this.mode.of(actor.id) === 'full') this.flowPump.take(actor);
   }
 
   private slotsOf(actorId: string): Slots {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { QueryConfig } from 'pg';
-import { Injectable } from '@nestjs/common';
+import { Injectable, Logger } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import type { DispatchOptions } from './dispatch-result.js';
@@ -16,6 +16,7 @@ import type { NewEpisode } from '../episodes/episode-inserts.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { TriggerRequests } from './trigger-requests.service.js';
+import { episodeFlow } from './flow-pump.js';
 
 /** Tells full nodes a request is waiting, so they need not wait for their next poll. */
 export const REQUEST_WAKE_EVENT = 'cyclium.trigger_requests.pending';
@@ -57,6 +58,7 @@ export class DeferredRunner {
     private readonly telemetry: CycliumTelemetry,
   ) {}
 
+  private readonly logger = new Logger('CycliumDispatch');
   private readonly dueListeners = new Set<() => void>();
   private readonly dueTimers = new Set<NodeJS.Timeout>();
 
@@ -134,6 +136,8 @@ export class DeferredRunner {
       sourceStack: options.sourceStack,
       sourceEnv: options.sourceEnv,
       insertBefore: options.insertBefore,
+      // Stored now, so every node that later parks it (throttled) sees the same partition.
+      flow: episodeFlow(expectation, trigger, this.logger),
     };
   }
 

@@ -26,7 +26,12 @@ import { EpisodeStore } from '../episodes/episode-store.js';
 import { errorCode } from '../sql/database-errors.js';
 import { isUuid } from '../sql/uuid.js';
 import { InvalidListQueryError } from '../episodes/episode-errors.js';
-import { checkTriggerInput, triggerDelay, triggerRetry } from '../episodes/trigger-input.js';
+import {
+  checkTriggerInput,
+  triggerDelay,
+  triggerPriority,
+  triggerRetry,
+} from '../episodes/trigger-input.js';
 import type { EpisodeOutcome, ResultOptions, SignalResult } from '../episodes/wait.types.js';
 import { EpisodeResults } from '../waits/episode-results.service.js';
 import { Signals } from '../waits/signals.service.js';
@@ -56,6 +61,12 @@ export interface TriggerOptions {
    * goes by it. Validated as `@Expectation({ retry })` is (InvalidTriggerError naming `retry`).
    */
   retry?: RetryPolicy | false;
+  /**
+   * For an expectation with `concurrency` or `rateLimit`: this episode's place among its throttled
+   * ones (higher first, then oldest), over the expectation's `priority`. Stored with the trigger.
+   * A whole number from -1,000,000 to 1,000,000 (InvalidTriggerError otherwise).
+   */
+  priority?: number;
   /** Default: this node's stack. An explicit null stamps the row with no stack. */
   sourceStack?: string | null;
   /** Default: this node's env. An explicit null targets the default env. */
@@ -176,11 +187,13 @@ export class Episodes {
     checkTriggerInput(what, payload, options.dedupeKey);
     const delay = triggerDelay(what, options);
     const retry = triggerRetry(what, options.retry);
+    const priority = triggerPriority(what, options.priority);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
     const trigger: EpisodeTrigger = {
       type: 'manual',
       payload,
       ...(retry === undefined ? {} : { retry }),
+      ...(priority === undefined ? {} : { priority }),
     };
     const dispatch: DispatchOptions = {
       dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),

@@ -12,7 +12,9 @@ import { WorkClaims } from '../leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { OutageLog, errorMessage } from '../sql/database-errors.js';
-import type { EpisodeRow } from '../episodes/episode-context.interface.js';
+import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import { isLimited } from '../episodes/flow-limits.js';
+import { episodeFlow } from './flow-pump.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
@@ -189,6 +191,9 @@ export class TriggerPoller implements OnApplicationBootstrap {
         if (started) free.set(request.actorId, left - 1);
         else this.behind.add(request.actorId);
       }
+      // After the requests had the slots they needed: throttled episodes another node's end made
+      // startable, and those of a restart or a whole-cluster stop.
+      this.slots.lookAtThrottled();
       this.outage.succeeded();
     } catch (error) {
       this.outage.failed(error);
@@ -202,6 +207,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
   private async start(request: CycliumTriggerRequest): Promise<Started> {
     const me = this.identity.name();
     const key = requestClaimKey(request.id);
+    let throttled = false;
     try {
       const started = await this.database.transaction<Started>(async (client) => {
         const claim = await this.claims.acquireWithin(client, key, me, {
@@ -210,7 +216,26 @@ export class TriggerPoller implements OnApplicationBootstrap {
         if (claim.status === 'busy' || !(await this.requests.take(client, request.id, me)))
           return null;
         const fence = claim.status === 'acquired' ? claim.claim.fence : null;
-        const episode = await this.store.startDeferred(client, request.episodeId, me);
+        // A limited expectation's episode waits for the admission instead (the slot this start
+        // reserved frees, and the flow queue looks).
+        const limited = this.registry.expectation(request.actorId, request.expectationId);
+        const episode =
+          limited && isLimited(limited.options)
+            ? await this.store.throttle(
+                client,
+                request.episodeId,
+                (row) =>
+                  episodeFlow(
+                    limited,
+                    row.triggerRef as unknown as EpisodeTrigger,
+                    this.logger,
+                  ) ?? {
+                    key: '',
+                    rateKey: null,
+                    priority: 0,
+                  },
+              )
+            : await this.store.startDeferred(client, request.episodeId, me);
         if (!episode) {
           const status = await this.store.statusOf(client, request.episodeId);
           if (status === null)
@@ -230,11 +255,17 @@ export class TriggerPoller implements OnApplicationBootstrap {
         }
         // The row this take returned, not an earlier read: what runs is what was checked.
         if (!this.requests.verify(request, episode)) throw new TamperedTake(episode);
+        if (episode.status === 'throttled') {
+          await this.claims.completeWithin(client, key, me, fence);
+          throttled = true;
+          return null;
+        }
         const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), me);
         if (grant.status === 'busy') throw new EpisodeClaimBusy();
         await this.claims.completeWithin(client, key, me, fence);
         return { episode, grant, resumed: request.opts.resume === true };
       });
+      if (throttled) this.slots.noteThrottled(request.actorId);
       if (started)
         this.telemetry.emit('trigger_requests.dispatched', {
           requestId: request.id,

@@ -4,6 +4,7 @@ import type { WaitingFor } from './waiting-for.js';
 /** Every status an episode row can have (the table's check constraint). */
 export const EPISODE_STATUSES = [
   'queued',
+  'throttled',
   'deferred',
   'waiting',
   'running',
@@ -115,6 +116,21 @@ export class CycliumEpisode {
   /** What the episode's method returned as `Convergence.result`, once it converged. */
   @Column({ type: 'jsonb', nullable: true })
   result: unknown;
+
+  /**
+   * The partition of a limited expectation's episode (`concurrency.key`, else `rateLimit.key`, ''
+   * without one), stored when it was triggered; null for an expectation without limits.
+   */
+  @Column({ name: 'flow_key', type: 'text', nullable: true })
+  flowKey: string | null;
+
+  /** The rate limit's partition (`rateLimit.key`, '' without one); null without a rate limit. */
+  @Column({ name: 'rate_key', type: 'text', nullable: true })
+  rateKey: string | null;
+
+  /** Orders the `throttled` rows of an expectation: higher first, then oldest. */
+  @Column({ type: 'integer', default: 0 })
+  priority: number;
 
   /**
    * `<keyId>:<HMAC>` over what decides what runs (actor, expectation, trigger, scope, attempts)

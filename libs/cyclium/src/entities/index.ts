@@ -18,6 +18,7 @@ import { CycliumOutput } from './output.entity.js';
 import { CycliumWorkflowInstance } from './workflow-instance.entity.js';
 import { CycliumSignal } from './signal.entity.js';
 import { CycliumEventWait, CycliumEventWaitShape } from './event-wait.entity.js';
+import { CycliumFlowStart } from './flow-start.entity.js';
 
 /** Every Cyclium entity, for hosts that add them to their DataSource to query the tables. */
 export const cycliumEntities = [
@@ -38,6 +39,7 @@ export const cycliumEntities = [
   CycliumSignal,
   CycliumEventWait,
   CycliumEventWaitShape,
+  CycliumFlowStart,
 ] as const;
 
 export { CycliumEpisode, type EpisodeStatus } from './episode.entity.js';
@@ -58,5 +60,6 @@ export { CycliumEvent } from './event.entity.js';
 export { CycliumBusPosition } from './bus-position.entity.js';
 export { CycliumIntegrityCutover } from './integrity-cutover.entity.js';
 export { CycliumSignal } from './signal.entity.js';
+export { CycliumFlowStart } from './flow-start.entity.js';
 export { CycliumEventWait, CycliumEventWaitShape } from './event-wait.entity.js';
 export type { MatchValue, WaitingFor } from './waiting-for.js';

@@ -30,6 +30,8 @@ export interface EpisodeTrigger<P = unknown> {
   retry?: RetryPolicy | false;
   /** The parent of a child episode (`ep.startChild`). */
   parent?: { episodeId: string; key: string; detached: boolean };
+  /** The priority `Episodes.trigger` gave this episode over its expectation's. */
+  priority?: number;
 }
 
 /** What `ep.step` hands its function: the step's number and idempotency key. */

@@ -88,7 +88,7 @@ export class InvalidTriggerError extends TypeError {
   override readonly name = 'InvalidTriggerError';
 
   constructor(
-    readonly field: 'payload' | 'dedupeKey' | 'delayMs' | 'runAt' | 'retry',
+    readonly field: 'payload' | 'dedupeKey' | 'delayMs' | 'runAt' | 'retry' | 'priority',
     message: string,
   ) {
     super(message);

@@ -2,6 +2,7 @@ import type { Statement } from '../sql/statement.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import type { EpisodeTrigger } from './episode-context.interface.js';
+import type { EpisodeFlow } from './flow-limits.js';
 
 /**
  * An episode a writer begins (running) or queues: what it asks for; the insert adds the id and the
@@ -12,7 +13,7 @@ export interface NewEpisode {
   expectationId: string;
   trigger: EpisodeTrigger;
   dedupeKey: string | null;
-  status: Extract<EpisodeStatus, 'running' | 'queued'>;
+  status: Extract<EpisodeStatus, 'running' | 'queued' | 'throttled'>;
   ownerNode: string | null;
   maxAttempts: number;
   sourceStack: string | null;
@@ -24,6 +25,8 @@ export interface NewEpisode {
    * key may have been freed by then (see TriggerSources.fireEvent). Absent: no bound.
    */
   insertBefore?: Date | null;
+  /** A limited expectation's partition and priority (flowOf); null or absent: not limited. */
+  flow?: EpisodeFlow | null;
 }
 
 /** One episode row to insert, every column its writer sets. */
@@ -50,6 +53,8 @@ export interface EpisodeInsert {
   insertBefore: Date | null;
   /** With the `integrity` option: EpisodeSignatures.signed; null otherwise. */
   signature: string | null;
+  /** NewEpisode.flow; absent: not limited. */
+  flow?: EpisodeFlow | null;
 }
 
 /**
@@ -76,11 +81,14 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
     [rows.map((r) => r.waits), 'boolean[]'],
     [rows.map((r) => r.insertBefore), 'timestamptz[]'],
     [rows.map((r) => r.signature), 'text[]'],
+    [rows.map((r) => r.flow?.key ?? null), 'text[]'],
+    [rows.map((r) => r.flow?.rateKey ?? null), 'text[]'],
+    [rows.map((r) => r.flow?.priority ?? 0), 'int[]'],
   ]);
   const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
                    status, owner_node, max_attempts, source_stack, source_env,
                    workflow_instance_id, workflow_step_id, started_at, waits,
-                   insert_before, signature, n`;
+                   insert_before, signature, flow_key, rate_key, priority, n`;
   return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${columns})`;
 }
 
@@ -96,11 +104,11 @@ export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'ski
     INSERT INTO cyclium_episodes
       (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
        max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at,
-       queued_at, signature)
+       queued_at, signature, flow_key, rate_key, priority)
     SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
            max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id,
            coalesce(started_at, CASE WHEN status = 'running' THEN now() END),
-           CASE WHEN waits THEN now() END, signature
+           CASE WHEN waits THEN now() END, signature, flow_key, rate_key, priority
       FROM ${input} i
      WHERE i.insert_before IS NULL OR clock_timestamp() < i.insert_before
      ORDER BY key
@@ -125,7 +133,7 @@ export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): E
     triggerRef: JSON.stringify(spec.trigger),
     dedupeKey: spec.dedupeKey,
     status,
-    ownerNode: status === 'deferred' ? null : spec.ownerNode,
+    ownerNode: status === 'deferred' || status === 'throttled' ? null : spec.ownerNode,
     maxAttempts: spec.maxAttempts,
     sourceStack: spec.sourceStack,
     sourceEnv: spec.sourceEnv,
@@ -135,5 +143,6 @@ export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): E
     waits: status !== 'running',
     insertBefore: spec.insertBefore ?? null,
     signature: null,
+    flow: spec.flow ?? null,
   };
 }

@@ -151,7 +151,7 @@ export const RECOVERY_PAGE = 500;
 export const NOT_HOSTED = `
   WITH stranded AS (
     SELECT e.id FROM cyclium_episodes e
-     WHERE e.status IN ('running', 'queued')
+     WHERE e.status IN ('running', 'queued', 'throttled')
        AND ${stackCovers('e.source_stack', '$1')}
        AND ${sameEnv('e.source_env', '$2')}
        AND NOT ${hostsExpectation('e.actor_id', 'e.expectation_id', '$3')}
@@ -188,7 +188,7 @@ export const NOT_HOSTED = `
          error_detail = format($6::text, e.actor_id, e.expectation_id,
                                coalesce(e.owner_node, 'no node'))
     FROM stranded
-   WHERE e.id = stranded.id AND e.status IN ('running', 'queued')
+   WHERE e.id = stranded.id AND e.status IN ('running', 'queued', 'throttled')
   RETURNING e.*`;
 
 /**

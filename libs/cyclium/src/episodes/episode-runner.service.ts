@@ -148,6 +148,15 @@ export class EpisodeRunner implements OnModuleInit {
   }
 
   /**
+   * The start of one episode that `admit` moves to running inside this transaction (a limited
+   * expectation's admission, FlowAdmissions.admitWithin), with its claim; `duplicate` when it
+   * admitted none.
+   */
+  beginAdmitted(admit: (client: SqlExecutor) => Promise<EpisodeRow | null>): Promise<BeginResult> {
+    return this.claimWith(admit);
+  }
+
+  /**
    * The start of an episode (of one of `expectations`) queued on a full peer, taken from its queue
    * (EpisodeQueue.takeFromPeer); duplicate when none is left.
    */

@@ -8,7 +8,7 @@ import type { EpisodeInsert } from './episode-inserts.js';
  * requests.
  */
 export const IN_FLIGHT = (e: string) =>
-  `${e}.status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')`;
+  `${e}.status IN ('queued', 'throttled', 'deferred', 'waiting', 'running', 'blocked')`;
 
 /** What runs (actor, expectation, trigger), where (stack, env), and how often it may run again. */
 type What = 'actorId' | 'expectationId' | 'triggerType' | 'triggerRef';

@@ -16,6 +16,7 @@ import {
   type NewEpisode,
 } from './episode-inserts.js';
 import { wokenMarker } from './episode-journal.js';
+import type { EpisodeFlow } from './flow-limits.js';
 import { EpisodeSignatures, IN_FLIGHT } from './episode-signatures.js';
 import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
@@ -109,7 +110,7 @@ export class EpisodeStore {
     statement: Statement,
     id: string,
     spec: NewEpisode,
-    status: Extract<EpisodeStatus, 'running' | 'queued' | 'deferred'>,
+    status: Extract<EpisodeStatus, 'running' | 'queued' | 'throttled' | 'deferred'>,
   ): string {
     return insertEpisodes(
       `(${episodeInput(statement, [this.signatures.signed(insertOf(id, spec, status))])})`,
@@ -134,6 +135,44 @@ export class EpisodeStore {
       [id, owner],
     );
     return oneEpisode(rows);
+  }
+
+  /**
+   * A deferred or waiting episode of a limited expectation that a full node took: `throttled`
+   * until the admission starts it (FlowAdmissions), in the order of its priority and age from now.
+   * Its partition and priority are the ones stored when it was triggered; a row without them (a
+   * workflow step written where its actor is not hosted, a row from before its expectation had
+   * limits) gets `flow(row)`, in the same transaction. Null when it is not deferred or waiting any
+   * more (or gone).
+   */
+  async throttle(
+    client: SqlExecutor,
+    id: string,
+    flow: (row: EpisodeRow) => EpisodeFlow,
+  ): Promise<EpisodeRow | null> {
+    // Without new columns, only a row that has its partition (the check refuses one without).
+    const KEYED = ' AND flow_key IS NOT NULL';
+    const throttled = (set: string, params: unknown[]) =>
+      client.query(
+        `UPDATE cyclium_episodes
+            SET status = 'throttled', owner_node = NULL, phase = NULL, queued_at = now(),
+                updated_at = now()${set}
+          WHERE id = $1 AND status IN ('deferred', 'waiting')${set ? '' : KEYED}
+         RETURNING *`,
+        [id, ...params],
+      );
+    const kept = oneEpisode((await throttled('', [])).rows);
+    if (kept) return kept;
+    const { rows } = await client.query(
+      `SELECT * FROM cyclium_episodes WHERE id = $1 AND status IN ('deferred', 'waiting')
+        FOR NO KEY UPDATE`,
+      [id],
+    );
+    const row = oneEpisode(rows);
+    if (!row) return null;
+    const { key, rateKey, priority } = flow(row);
+    const set = `, flow_key = $2, rate_key = $3, priority = $4`;
+    return oneEpisode((await throttled(set, [key, rateKey, priority])).rows);
   }
 
   /**
@@ -192,7 +231,7 @@ export class EpisodeStore {
             AND (c.trigger_ref -> 'parent' ->> 'detached') IS DISTINCT FROM 'true')
        SELECT t.id FROM tree t JOIN cyclium_episodes e ON e.id = t.id
         WHERE t.id <> ALL ($1::uuid[])
-          AND e.status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')`,
+          AND e.status IN ('queued', 'throttled', 'deferred', 'waiting', 'running', 'blocked')`,
       [ids],
     );
     return rows.map((r) => r.id);
@@ -291,7 +330,8 @@ export class EpisodeStore {
       `UPDATE cyclium_episodes
         SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
               cancel_requested_at = coalesce(cancel_requested_at, now())
-        WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'deferred', 'waiting') RETURNING *`,
+        WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'throttled', 'deferred', 'waiting')
+        RETURNING *`,
       [ids],
     );
     return rows.map(toEpisode);

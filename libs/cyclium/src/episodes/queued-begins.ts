@@ -16,7 +16,7 @@ import { takeQueued, type TakeRefs } from './episode-queue.js';
 import { toEpisode } from './episode-store.js';
 
 /** The claim key of a cyclium_episodes row `e`, as claimKeyOf spells it. */
-const KEY_OF_ROW = `coalesce(e.dedupe_key, 'episode:' || e.id)`;
+export const KEY_OF_ROW = `coalesce(e.dedupe_key, 'episode:' || e.id)`;
 
 /**
  * Queued episodes started in one statement: up to one row per free slot taken from a queue (this

@@ -2,6 +2,7 @@ import { toJsonb } from '../sql/jsonb.js';
 import type { RetryPolicy } from './episode-context.interface.js';
 import { InvalidTriggerError } from './episode-errors.js';
 import { retryPolicyProblem } from './retry-policy.js';
+import { priorityProblem } from './flow-limits.js';
 
 /**
  * The longest manual `dedupeKey`, in UTF-8 bytes. The key (plus `:<env>`) is a unique index entry,
@@ -56,6 +57,14 @@ export function triggerRetry(what: string, retry: unknown): RetryPolicy | false 
   if (problem)
     throw new InvalidTriggerError('retry', `${what}: ${problem}, or false for no retries`);
   return retry as RetryPolicy;
+}
+
+/** The priority a trigger gives its episode over the expectation's; undefined for none. */
+export function triggerPriority(what: string, priority: unknown): number | undefined {
+  if (priority === undefined) return undefined;
+  const problem = priorityProblem('priority', priority);
+  if (problem) throw new InvalidTriggerError('priority', `${what}: ${problem}`);
+  return priority as number;
 }
 
 /** Refuses, before anything is written, a payload or dedupe key that PostgreSQL would refuse. */

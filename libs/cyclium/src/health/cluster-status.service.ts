@@ -125,7 +125,7 @@ const CLUSTER_STATUS = `
     coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n)
                               ORDER BY actor_id, status)
       FROM (SELECT actor_id, status, count(*)::int AS n FROM cyclium_episodes
-            WHERE status IN ('queued', 'deferred', 'waiting', 'running', 'blocked')
+            WHERE status IN ('queued', 'throttled', 'deferred', 'waiting', 'running', 'blocked')
               GROUP BY 1, 2) a), '[]') AS active,
     coalesce((SELECT json_agg(json_build_object('actorId', actor_id, 'status', status, 'count', n)
                               ORDER BY actor_id, status)

@@ -12,6 +12,7 @@ export const CYCLIUM_TABLES = [
   'cyclium_event_waits',
   'cyclium_events',
   'cyclium_findings',
+  'cyclium_flow_starts',
   'cyclium_integrity_cutovers',
   'cyclium_nodes',
   'cyclium_outputs',

@@ -24,6 +24,7 @@ import {
 } from './1764400000020-cyclium-episode-signatures.js';
 import { CycliumNodeExpectations1764400000021 } from './1764400000021-cyclium-node-expectations.js';
 import { CycliumWaits1764400000022 } from './1764400000022-cyclium-waits.js';
+import { CycliumFlowControl1764400000023 } from './1764400000023-cyclium-flow-control.js';
 
 export {
   CycliumSchema1764400000000,
@@ -76,4 +77,5 @@ export const cycliumMigrations = [
   CycliumEpisodeSignatures1764400000020,
   CycliumNodeExpectations1764400000021,
   CycliumWaits1764400000022,
+  CycliumFlowControl1764400000023,
 ];

@@ -1,0 +1,246 @@
+import type { Logger } from '@nestjs/common';
+import type { EventOutbox } from '../bus/event-outbox.service.js';
+import { OutageLog, errorMessage } from '../sql/database-errors.js';
+import type { EpisodeRunner } from '../episodes/episode-runner.service.js';
+import type { EpisodeStore } from '../episodes/episode-store.js';
+import type { NewEpisode } from '../episodes/episode-inserts.js';
+import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import { lifecycleEvent } from '../episodes/episode-events.js';
+import type { Admission, FlowAdmissions } from '../episodes/flow-admissions.js';
+import { flowOf, isLimited, limitsOf, type EpisodeFlow } from '../episodes/flow-limits.js';
+import type { NodeIdentity } from '../identity/node-identity.service.js';
+import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
+import type { QueueResult } from './queue-pump.js';
+import type { SlotRuns } from './slot-runs.interface.js';
+
+/** Rows one admission starts at most, however many slots are free. */
+const TAKE_MAX = 64;
+/** A look after one that failed (the database away) or met a busy claim. */
+const RETRY_MS = 1_000;
+
+interface FlowState {
+  /** How often a throttled row may have become startable (a trigger, a freed slot, a poll). */
+  notes: number;
+  /** `notes` when the last admission that found nothing more to start began. */
+  seen: number;
+  /** One admission at a time per actor, so this node never races itself. */
+  admitting: boolean;
+  /** A look booked for when a rate window frees (or after a failure), and when it is due. */
+  timer: NodeJS.Timeout | undefined;
+  timerDue: number;
+  /** Admissions failing (the database away): one warning per streak. */
+  outage: OutageLog;
+}
+
+/**
+ * The partition and priority an episode of `expectation` stores, from its trigger; null for an
+ * expectation without limits. A key function that fails is logged and the episode goes to the
+ * '' partition: the trigger is never lost to it.
+ */
+export function episodeFlow(
+  expectation: RegisteredExpectation,
+  trigger: Pick<EpisodeTrigger, 'payload' | 'priority'>,
+  logger: Logger,
+): EpisodeFlow | null {
+  return flowOf(expectation.options, trigger, (field, error) =>
+    logger.warn(
+      `${expectation.actorId}.${expectation.id}: ${field} failed (${errorMessage(error)}); the ` +
+        `episode is limited with the keyless partition ''`,
+    ),
+  );
+}
+
+/**
+ * The flow queue: episodes of limited expectations (`concurrency`, `rateLimit`) wait `throttled`
+ * as rows any node hosting them may start, and this fills the actor's free slots on this node from
+ * them through FlowAdmissions, where the database decides what the limits allow. It looks when a
+ * row may have become startable here (a trigger throttled here, a slot of the actor freed, a
+ * wake-up parked), at each poll of the trigger poller (another node's episode ended; the rows of a
+ * restart or a whole-cluster stop), and when a rate window frees.
+ */
+export class FlowPump {
+  private readonly states = new Map<string, FlowState>();
+
+  constructor(
+    private readonly admissions: FlowAdmissions,
+    private readonly runner: EpisodeRunner,
+    private readonly store: EpisodeStore,
+    private readonly events: EventOutbox,
+    private readonly identity: NodeIdentity,
+    /** The env this node serves: it admits that env's rows only (rule 8). */
+    private readonly env: string | null,
+    private readonly slots: SlotRuns,
+    private readonly logger: Logger,
+  ) {}
+
+  /** The expectations of `actor` that declare limits. */
+  static limited(actor: RegisteredActor): RegisteredExpectation[] {
+    return [...actor.expectations.values()].filter((e) => isLimited(e.options));
+  }
+
+  /** The drain: no more looks. */
+  stop(): void {
+    for (const state of this.states.values()) clearTimeout(state.timer);
+  }
+
+  /** A throttled row of `actorId` may be startable now. */
+  note(actorId: string): void {
+    this.stateOf(actorId).notes++;
+  }
+
+  /**
+   * Writes a trigger of a limited expectation as a `throttled` row (its `episode.queued` announced)
+   * and looks at once: it starts here or on any node as soon as the limits allow.
+   */
+  async enqueue(
+    actor: RegisteredActor,
+    spec: Omit<NewEpisode, 'status'>,
+    flow: EpisodeFlow,
+  ): Promise<QueueResult> {
+    const episode = await this.store.insert({
+      ...spec,
+      status: 'throttled',
+      ownerNode: null,
+      flow,
+    });
+    if (!episode) return { status: 'duplicate' };
+    this.events.announce(
+      'episode.queued',
+      lifecycleEvent('episode.queued', episode, 'throttled', this.identity.name()).payload,
+    );
+    this.note(actor.id);
+    this.slots.pump(actor);
+    return { status: 'queued', episode };
+  }
+
+  /**
+   * Starts what the limits allow into the actor's free slots (the caller checked one is free),
+   * unless nothing was noted since the last admission that found no more, or one is under way.
+   */
+  take(actor: RegisteredActor): void {
+    const state = this.stateOf(actor.id);
+    if (state.admitting || state.notes === state.seen) return;
+    const expectations = FlowPump.limited(actor);
+    if (expectations.length === 0) return;
+    const slots = Math.min(TAKE_MAX, this.slots.free(actor.id));
+    if (slots < 1) return;
+    state.admitting = true;
+    const notes = state.notes;
+    for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
+    void this.slots
+      .starting(this.admitInto(actor, expectations, slots))
+      .then(
+        ({ started, more, retryMs }) => {
+          state.outage.succeeded();
+          this.slots.unreserve(actor.id, slots - started);
+          if (!more) state.seen = notes;
+          if (retryMs !== null) this.lookIn(actor, state, retryMs);
+        },
+        (error: unknown) => {
+          this.slots.unreserve(actor.id, slots);
+          state.outage.failed(error);
+          this.lookIn(actor, state, RETRY_MS);
+        },
+      )
+      .finally(() => {
+        state.admitting = false;
+        this.slots.pump(actor);
+      });
+  }
+
+  /**
+   * Admits up to `slots` rows across the actor's limited expectations (one admission each, while
+   * slots remain) and launches them in the slots reserved for them. `more`: an admission filled
+   * every slot it was given, so more may be startable; `retryMs`: the soonest a rate window frees.
+   */
+  private async admitInto(
+    actor: RegisteredActor,
+    expectations: readonly RegisteredExpectation[],
+    slots: number,
+  ): Promise<{ started: number; more: boolean; retryMs: number | null }> {
+    let started = 0;
+    let more = false;
+    let retryMs: number | null = null;
+    for (const expectation of expectations) {
+      const max = slots - started;
+      if (max < 1) {
+        more = true;
+        break;
+      }
+      const admission = await this.admit(expectation, max);
+      if (admission === 'busy') {
+        this.logger.debug(
+          `an admission of ${actor.id}.${expectation.id} met a claim held elsewhere; looking ` +
+            `again in ${RETRY_MS} ms`,
+        );
+        retryMs = Math.min(retryMs ?? RETRY_MS, RETRY_MS);
+        continue;
+      }
+      for (const { episode, grant, resumed } of admission.admitted)
+        this.slots.launch(actor, episode, grant, { resumed });
+      started += admission.admitted.length;
+      if (admission.admitted.length === max) more = true;
+      if (admission.retryMs !== null) retryMs = Math.min(retryMs ?? Infinity, admission.retryMs);
+    }
+    return { started, more, retryMs };
+  }
+
+  /**
+   * One admission of `expectation`: in one statement with its claims where they allow it, else one
+   * row per transaction (the claims adapter takes each claim beside the row).
+   */
+  private async admit(expectation: RegisteredExpectation, max: number): Promise<Admission> {
+    const request = {
+      actorId: expectation.actorId,
+      expectationId: expectation.id,
+      env: this.env,
+      limits: limitsOf(expectation.options),
+      max,
+    };
+    if (this.admissions.inOneStatement) return this.admissions.admit(request);
+    const admitted: Extract<Admission, object>['admitted'] = [];
+    let retryMs: number | null = null;
+    while (admitted.length < max) {
+      let resumed = false;
+      const begun = await this.runner.beginAdmitted(async (client) => {
+        const one = await this.admissions.admitWithin(client, { ...request, max: 1 });
+        retryMs = one.retryMs;
+        resumed = one.rows[0]?.resumed ?? false;
+        return one.rows[0]?.episode ?? null;
+      });
+      if (begun.status === 'busy') return admitted.length > 0 ? { admitted, retryMs } : 'busy';
+      if (begun.status !== 'started') break;
+      admitted.push({ episode: begun.episode, grant: begun.grant, resumed });
+    }
+    return { admitted, retryMs };
+  }
+
+  private lookIn(actor: RegisteredActor, state: FlowState, ms: number): void {
+    const due = performance.now() + ms;
+    if (state.timer && state.timerDue <= due) return;
+    clearTimeout(state.timer);
+    state.timerDue = due;
+    state.timer = setTimeout(() => {
+      state.timer = undefined;
+      this.note(actor.id);
+      this.slots.pump(actor);
+    }, ms);
+    state.timer.unref();
+  }
+
+  private stateOf(actorId: string): FlowState {
+    let state = this.states.get(actorId);
+    if (!state) {
+      state = {
+        notes: 1,
+        seen: 0,
+        admitting: false,
+        timer: undefined,
+        timerDue: 0,
+        outage: new OutageLog(this.logger, `starting throttled episodes of ${actorId}`),
+      };
+      this.states.set(actorId, state);
+    }
+    return state;
+  }
+}
