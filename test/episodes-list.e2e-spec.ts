@@ -68,7 +68,7 @@ describe('Episodes.list', () => {
       InvalidListQueryError,
     );
     await expect(episodes.list({ status: 'bogus' as never })).rejects.toThrow(
-      /status must be one of queued, deferred, waiting, running/,
+      /status must be one of queued, throttled, deferred, waiting, running/,
     );
     // An empty cursor is the first page, as from a query string `?cursor=`.
     expect((await episodes.list({ actorId: 'lister', cursor: '' })).items).toHaveLength(23);
