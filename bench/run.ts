@@ -8,7 +8,12 @@ import { claimsBench } from './benchmarks/claims.bench.js';
 import { dispatchBench } from './benchmarks/dispatch.bench.js';
 import { dueBench } from './benchmarks/due.bench.js';
 import { e2eBench } from './benchmarks/e2e.bench.js';
-import { episodesBench, integrityBench, transactionsBench } from './benchmarks/episodes.bench.js';
+import {
+  episodesBench,
+  flowBench,
+  integrityBench,
+  transactionsBench,
+} from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
 import { historyBench } from './benchmarks/history.bench.js';
 import { scaleBench } from './benchmarks/scale.bench.js';
@@ -21,6 +26,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   floor: floorBench,
   claims: claimsBench,
   episodes: episodesBench,
+  flow: flowBench,
   integrity: integrityBench,
   transactions: transactionsBench,
   bus: busBench,

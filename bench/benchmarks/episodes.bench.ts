@@ -49,6 +49,19 @@ class BenchActor {
     for (let s = 1; s <= 5; s++) await ep.step(`s${s}`, () => ep.trigger.payload.i + s);
   }
 
+  /**
+   * `k1` with a cluster-wide concurrency limit per key that never binds here (64 per key, 16 keys):
+   * what the flow path costs (a throttled insert, then the admission with its claims).
+   */
+  @Expectation({
+    id: 'limited',
+    trigger: 'manual',
+    concurrency: { limit: 64, key: (p: { i: number }) => p.i % 16 },
+  })
+  async limited(ep: EpisodeContext<{ i: number }>): Promise<void> {
+    await ep.step('s1', () => ep.trigger.payload.i);
+  }
+
   /** One transaction step: the host's INSERT commits with the step's checkpoint. */
   @Expectation({ id: 'tx', trigger: 'manual' })
   async tx(ep: EpisodeContext<{ i: number }>): Promise<void> {
@@ -76,12 +89,15 @@ const PAIR = { batches: 20, perBatch: 200, inFlight: 16 };
 /**
  * What one line runs: K = 1 or 5 plain steps; `transaction-step`, one `ep.transaction` inserting a
  * host row; `trigger-in-host-tx`, the host's TypeORM transaction inserting an order and triggering
- * the 1-step episode with `{ manager }`, then committing (the episode runs after the commit).
+ * the 1-step episode with `{ manager }`, then committing (the episode runs after the commit);
+ * `limited`, the 1-step episode of an expectation with `concurrency` (answered `queued`, started by
+ * the admission).
  */
-type Line = 'k1' | 'k5' | 'transaction-step' | 'trigger-in-host-tx';
-const LINES: Line[] = ['k1', 'k5', 'transaction-step', 'trigger-in-host-tx'];
+type Line = 'k1' | 'k5' | 'transaction-step' | 'trigger-in-host-tx' | 'limited';
+const LINES: Line[] = ['k1', 'k5', 'transaction-step', 'trigger-in-host-tx', 'limited'];
 const LABEL: Record<Line, string> = {
   k1: '1 step',
+  limited: '1 step, limited',
   k5: '5 steps',
   'transaction-step': 'transaction-step',
   'trigger-in-host-tx': 'trigger-in-host-tx',
@@ -138,7 +154,8 @@ async function runMany(
       inFlight,
       async (i) => {
         const result = await episodes.trigger('bench', expectation, { i });
-        if (result.status !== 'started') throw new Error(`episode ${i} was ${result.status}`);
+        const accepted = line === 'limited' ? 'queued' : 'started';
+        if (result.status !== accepted) throw new Error(`episode ${i} was ${result.status}`);
       },
       (done) => onCyclium('episode.completed', done),
     );
@@ -372,6 +389,14 @@ export async function episodesBench(url: string): Promise<void> {
 /** The two transaction lines alone (`npm run bench -- transactions`); `episodes` has them too. */
 export async function transactionsBench(url: string): Promise<void> {
   await measureLines(url, ['transaction-step', 'trigger-in-host-tx']);
+}
+
+/**
+ * The 1-step episode without and with a concurrency limit (`npm run bench -- flow`); `episodes`
+ * has both.
+ */
+export async function flowBench(url: string): Promise<void> {
+  await measureLines(url, ['k1', 'limited']);
 }
 
 /** The integrity pair alone (`npm run bench -- integrity`); `episodes` ends with it. */

@@ -35,6 +35,7 @@ import { HostTransactions } from './database/host-transactions.service.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { FlowAdmissions } from './episodes/flow-admissions.js';
+import { ThrottledInserts } from './episodes/throttled-inserts.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { EpisodeSignatures } from './episodes/episode-signatures.js';
@@ -123,6 +124,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeQueue,
     QueuedBegins,
     FlowAdmissions,
+    ThrottledInserts,
     EpisodeRecoveryStore,
     EpisodeJournal,
     EpisodeStatements,

@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { FlowAdmissions } from '../episodes/flow-admissions.js';
+import { ThrottledInserts } from '../episodes/throttled-inserts.js';
 import { FlowPump, episodeFlow } from './flow-pump.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
@@ -64,6 +65,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     events: EventOutbox,
     private readonly mode: Mode,
     admissions: FlowAdmissions,
+    throttledInserts: ThrottledInserts,
     @Inject(CYCLIUM_OPTIONS) options: ResolvedCycliumOptions,
   ) {
     const runs: SlotRuns = {
@@ -90,9 +92,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     this.flowPump = new FlowPump(
       admissions,
       runner,
-      store,
-      events,
-      identity,
+      throttledInserts,
       options.env,
       runs,
       this.logger,
@@ -338,14 +338,16 @@ export class ActorSlots implements OnApplicationBootstrap {
           ...run,
           returned: free,
         })
-        .finally(free),
+        .finally(() => {
+          free();
+          // A limited episode's end (written by now) freed its key's place: the flow queue looks.
+          if (episode.flowKey !== null) this.noteThrottled(actor.id);
+        }),
     );
   }
 
   private release(actor: RegisteredActor): void {
     this.slotsOf(actor.id).running--;
-    // A limited episode that ended freed its key's slot too.
-    this.flowPump.note(actor.id);
     this.pump(actor);
     if (this.tracker.open) for (const listener of this.freedListeners) listener(actor.id);
   }

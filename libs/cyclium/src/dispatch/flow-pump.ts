@@ -1,14 +1,11 @@
 import type { Logger } from '@nestjs/common';
-import type { EventOutbox } from '../bus/event-outbox.service.js';
 import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRunner } from '../episodes/episode-runner.service.js';
-import type { EpisodeStore } from '../episodes/episode-store.js';
 import type { NewEpisode } from '../episodes/episode-inserts.js';
 import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
-import { lifecycleEvent } from '../episodes/episode-events.js';
 import type { Admission, FlowAdmissions } from '../episodes/flow-admissions.js';
+import type { ThrottledInserts } from '../episodes/throttled-inserts.js';
 import { flowOf, isLimited, limitsOf, type EpisodeFlow } from '../episodes/flow-limits.js';
-import type { NodeIdentity } from '../identity/node-identity.service.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import type { QueueResult } from './queue-pump.js';
 import type { SlotRuns } from './slot-runs.interface.js';
@@ -64,9 +61,7 @@ export class FlowPump {
   constructor(
     private readonly admissions: FlowAdmissions,
     private readonly runner: EpisodeRunner,
-    private readonly store: EpisodeStore,
-    private readonly events: EventOutbox,
-    private readonly identity: NodeIdentity,
+    private readonly inserts: ThrottledInserts,
     /** The env this node serves: it admits that env's rows only (rule 8). */
     private readonly env: string | null,
     private readonly slots: SlotRuns,
@@ -89,25 +84,17 @@ export class FlowPump {
   }
 
   /**
-   * Writes a trigger of a limited expectation as a `throttled` row (its `episode.queued` announced)
-   * and looks at once: it starts here or on any node as soon as the limits allow.
+   * Writes a trigger of a limited expectation as a `throttled` row (group-committed with others,
+   * and without an `episode.queued` event: the row is what is visible) and looks at once: it starts
+   * here or on any node as soon as the limits allow.
    */
   async enqueue(
     actor: RegisteredActor,
     spec: Omit<NewEpisode, 'status'>,
     flow: EpisodeFlow,
   ): Promise<QueueResult> {
-    const episode = await this.store.insert({
-      ...spec,
-      status: 'throttled',
-      ownerNode: null,
-      flow,
-    });
+    const episode = await this.inserts.insert({ ...spec, flow });
     if (!episode) return { status: 'duplicate' };
-    this.events.announce(
-      'episode.queued',
-      lifecycleEvent('episode.queued', episode, 'throttled', this.identity.name()).payload,
-    );
     this.note(actor.id);
     this.slots.pump(actor);
     return { status: 'queued', episode };
@@ -122,8 +109,11 @@ export class FlowPump {
     if (state.admitting || state.notes === state.seen) return;
     const expectations = FlowPump.limited(actor);
     if (expectations.length === 0) return;
-    const slots = Math.min(TAKE_MAX, this.slots.free(actor.id));
-    if (slots < 1) return;
+    const free = this.slots.free(actor.id);
+    if (free < 1) return;
+    // One free slot stays out of the admission while it is in flight, for a fresh trigger of
+    // another expectation (reserved here, it would find none and queue).
+    const slots = Math.min(TAKE_MAX, Math.max(1, free - 1));
     state.admitting = true;
     const notes = state.notes;
     for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);

@@ -74,6 +74,8 @@ export const toEpisode: RowMapper<EpisodeRow> = rowMapper(CycliumEpisode, {
   signature: nullWhenAbsent,
   waitingFor: nullWhenAbsent,
   result: nullWhenAbsent,
+  flowKey: nullWhenAbsent,
+  rateKey: nullWhenAbsent,
 });
 
 /** The first row mapped, or null when there is none. */
