@@ -5,10 +5,15 @@ const EPISODE_STATUSES =
   `'queued', 'deferred', 'waiting', 'running', 'blocked', 'done', ` +
   `'partially_failed', 'failed', 'canceled'`;
 
-/** The rows of one expectation in one env (the function's parameters), aliased `e` or not. */
+/**
+ * The rows of one expectation in one env (the function's parameters), aliased `e` or not. The env
+ * is compared as `coalesce(…, '')` (no env is '', which no env may be named), the expression the
+ * indexes hold: `IS NOT DISTINCT FROM` is NULL-safe too, but no index serves it, and the planner
+ * then misjudges how many rows match and scans the table.
+ */
 const OF_EXPECTATION = (e: string) =>
   `${e}actor_id = p_actor AND ${e}expectation_id = p_expectation
-   AND ${e}source_env IS NOT DISTINCT FROM p_env`;
+   AND coalesce(${e}source_env, '') = coalesce(p_env, '')`;
 
 /**
  * The one way a limited episode becomes `running` (FlowAdmissions): under a transaction-scoped
@@ -72,13 +77,15 @@ const ADMIT = `
       SELECT c.id, c.rate_key, l.running + c.rank AS turn, c.priority, c.queued_at
         FROM load l
        CROSS JOIN LATERAL (
-         SELECT e.id, e.rate_key, e.priority, e.queued_at,
-                row_number() OVER (ORDER BY e.priority DESC, e.queued_at, e.id) AS rank
-           FROM cyclium_episodes e
-          WHERE e.status = 'throttled' AND e.flow_key = l.k AND ${OF_EXPECTATION('e.')}
-          ORDER BY e.priority DESC, e.queued_at, e.id
-          LIMIT greatest(0, CASE WHEN p_limit IS NULL THEN v_room
-                                 ELSE least(v_room, p_limit - l.running) END)) c
+         -- The key's next rows first (an ordered index scan that stops at the limit), then their
+         -- ranks: a window over every throttled row of a busy key would read them all.
+         SELECT h.*, row_number() OVER (ORDER BY h.priority DESC, h.queued_at, h.id) AS rank
+           FROM (SELECT e.id, e.rate_key, e.priority, e.queued_at
+                   FROM cyclium_episodes e
+                  WHERE e.status = 'throttled' AND e.flow_key = l.k AND ${OF_EXPECTATION('e.')}
+                  ORDER BY e.priority DESC, e.queued_at, e.id
+                  LIMIT greatest(0, CASE WHEN p_limit IS NULL THEN v_room
+                                         ELSE least(v_room, p_limit - l.running) END)) h) c
        ORDER BY turn, c.priority DESC, c.queued_at, c.id
     LOOP
       IF p_rate IS NOT NULL THEN
@@ -216,12 +223,12 @@ const CHECKS = [
 const INDEXES: ReadonlyArray<[string, string]> = [
   [
     'cyclium_episodes_flow_throttled',
-    `cyclium_episodes (actor_id, expectation_id, flow_key, priority DESC, queued_at, id) ` +
-      `WHERE status = 'throttled' AND flow_key IS NOT NULL`,
+    `cyclium_episodes (actor_id, expectation_id, (coalesce(source_env, '')), flow_key, ` +
+      `priority DESC, queued_at, id) WHERE status = 'throttled' AND flow_key IS NOT NULL`,
   ],
   [
     'cyclium_episodes_flow_running',
-    `cyclium_episodes (actor_id, expectation_id, flow_key) ` +
+    `cyclium_episodes (actor_id, expectation_id, (coalesce(source_env, '')), flow_key) ` +
       `WHERE status = 'running' AND flow_key IS NOT NULL`,
   ],
 ];
