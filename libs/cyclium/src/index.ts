@@ -108,6 +108,7 @@ export type {
   RetryPolicy,
   StepTools,
 } from './episodes/episode-context.interface.js';
+export type { ConcurrencyLimit, RateLimit } from './episodes/flow-limits.js';
 export {
   EpisodeWriteUnavailableError,
   InvalidListQueryError,
