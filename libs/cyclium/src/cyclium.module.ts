@@ -35,6 +35,7 @@ import { HostTransactions } from './database/host-transactions.service.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { FlowAdmissions } from './episodes/flow-admissions.js';
+import { FlowStatusReader } from './episodes/flow-status.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { EpisodeSignatures } from './episodes/episode-signatures.js';
@@ -123,6 +124,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeQueue,
     QueuedBegins,
     FlowAdmissions,
+    FlowStatusReader,
     EpisodeRecoveryStore,
     EpisodeJournal,
     EpisodeStatements,
@@ -191,6 +193,9 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     Mode,
     TriggerRequests,
     WorkflowEngine,
+    // For the operations API's flow read (CycliumOpsModule).
+    ActorRegistry,
+    FlowStatusReader,
   ],
 })
 export class CycliumModule extends CycliumConfigurableModule {}
