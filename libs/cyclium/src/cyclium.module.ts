@@ -36,6 +36,7 @@ import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { FlowAdmissions } from './episodes/flow-admissions.js';
 import { ThrottledInserts } from './episodes/throttled-inserts.js';
+import { FlowStatusReader } from './episodes/flow-status.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
 import { EpisodeStore } from './episodes/episode-store.js';
 import { EpisodeSignatures } from './episodes/episode-signatures.js';
@@ -125,6 +126,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     QueuedBegins,
     FlowAdmissions,
     ThrottledInserts,
+    FlowStatusReader,
     EpisodeRecoveryStore,
     EpisodeJournal,
     EpisodeStatements,
@@ -193,6 +195,9 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     Mode,
     TriggerRequests,
     WorkflowEngine,
+    // For the operations API's flow read (CycliumOpsModule).
+    ActorRegistry,
+    FlowStatusReader,
   ],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -12,6 +12,7 @@ import { busStatusOf } from '../bus/bus-status.interface.js';
 import { CYCLIUM_BUS_TRANSPORT, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { ActorSlots } from '../dispatch/actor-slots.service.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
+import { FlowStatusReader } from '../episodes/flow-status.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import { LeaseRenewer } from '../leases/lease-renewer.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
@@ -48,6 +49,7 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
     private readonly registry: ActorRegistry,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+    private readonly flowStatus: FlowStatusReader,
   ) {}
 
   /** True while this node feeds instruments. */
@@ -62,9 +64,11 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
     const meter = metrics.getMeter(METER_NAME, CYCLIUM_VERSION);
     const unfeed = feedInstruments(createInstruments(meter), () => this.identity.name());
     const ungauge = this.gauges(meter);
+    const unflow = this.flowGauges(meter);
     this.stop = () => {
       unfeed();
       ungauge();
+      unflow();
     };
   }
 
@@ -119,6 +123,46 @@ export class CycliumMetrics implements OnModuleInit, OnApplicationShutdown {
       }
     };
     const observables: Observable[] = [running, queued, claims, busLag];
+    meter.addBatchObservableCallback(observe, observables);
+    return () => meter.removeBatchObservableCallback(observe, observables);
+  }
+
+  /**
+   * Flow control of the limited expectations this node hosts, read from the database at each
+   * collection (one statement, shared by collections within a second; none without a limited
+   * expectation): the same cluster-wide numbers from every node of the env, so take the max across
+   * nodes, not the sum. Keys are never labels: an expectation without a key function reports its
+   * one partition as '', a keyed one the sums of FLOW_BUCKETS hash buckets (b0 to b15), each at 0
+   * when empty, so the label set is fixed. A failed read observes nothing.
+   */
+  private flowGauges(meter: Meter): () => void {
+    const running = meter.createObservableGauge('cyclium.flow.running', {
+      unit: '{episode}',
+      description: 'Episodes of a limited expectation running across the env, by key bucket',
+    });
+    const throttled = meter.createObservableGauge('cyclium.flow.throttled', {
+      unit: '{episode}',
+      description: 'Episodes of a limited expectation waiting throttled, by key bucket',
+    });
+    const rateStarts = meter.createObservableGauge('cyclium.flow.rate_window_starts', {
+      unit: '{episode}',
+      description: 'Starts in the current rate window of a rate-limited expectation, by key bucket',
+    });
+    const observe: BatchObservableCallback = async (result) => {
+      const expectations = this.registry.all().flatMap((actor) => [...actor.expectations.values()]);
+      const buckets = await this.flowStatus.buckets(expectations).catch(() => []);
+      for (const b of buckets) {
+        const attributes = {
+          'cyclium.actor': b.actorId,
+          'cyclium.expectation': b.expectationId,
+          'cyclium.flow.key_bucket': b.bucket,
+        };
+        if (b.running !== null) result.observe(running, b.running, attributes);
+        if (b.waiting !== null) result.observe(throttled, b.waiting, attributes);
+        if (b.rateWindowStarts !== null) result.observe(rateStarts, b.rateWindowStarts, attributes);
+      }
+    };
+    const observables: Observable[] = [running, throttled, rateStarts];
     meter.addBatchObservableCallback(observe, observables);
     return () => meter.removeBatchObservableCallback(observe, observables);
   }

@@ -46,6 +46,19 @@ const FED: CycliumEventName[] = [
   'trigger_requests.expired',
 ];
 
+/** What the flow read answers: an unkeyed concurrency limit, and a keyed rate limit. */
+const FLOW_BUCKETS = [
+  {
+    actorId: 'a1',
+    expectationId: 'x1',
+    bucket: '',
+    running: 2,
+    waiting: 5,
+    rateWindowStarts: null,
+  },
+  { actorId: 'a2', expectationId: 'x2', bucket: 'b3', running: 1, waiting: 0, rateWindowStarts: 7 },
+];
+
 class TestReader extends MetricReader {
   protected onForceFlush(): Promise<void> {
     return Promise.resolve();
@@ -63,9 +76,15 @@ function node(name: string, options: { metrics?: boolean } = {}) {
     { inFlight: () => [{ episode: { actorId: 'a1' } }] } as never,
     { held: () => [{ key: 'k', fence: 1 }] } as never,
     { waiting: () => 2 } as never,
-    { all: () => [{ id: 'a1' }, { id: 'a2' }] } as never,
+    {
+      all: () => [
+        { id: 'a1', expectations: new Map() },
+        { id: 'a2', expectations: new Map() },
+      ],
+    } as never,
     { status: () => ({ lagMs: 1500 }), channel: 'cyclium_events' } as never,
     resolved,
+    { buckets: () => Promise.resolve(FLOW_BUCKETS) } as never,
   );
   return { service, telemetry: new CycliumTelemetry(identity) };
 }
@@ -204,6 +223,23 @@ describe('CycliumMetrics', () => {
           value: 1.5,
         },
       ]);
+      const flow = (actor: string, expectation: string, bucket: string, value: number) => ({
+        attributes: {
+          'cyclium.actor': actor,
+          'cyclium.expectation': expectation,
+          'cyclium.flow.key_bucket': bucket,
+        },
+        value,
+      });
+      expect(points('cyclium.flow.running')).toEqual([
+        flow('a1', 'x1', '', 2),
+        flow('a2', 'x2', 'b3', 1),
+      ]);
+      expect(points('cyclium.flow.throttled')).toEqual([
+        flow('a1', 'x1', '', 5),
+        flow('a2', 'x2', 'b3', 0),
+      ]);
+      expect(points('cyclium.flow.rate_window_starts')).toEqual([flow('a2', 'x2', 'b3', 7)]);
       // No attribute carries an id.
       const values = [...seen.values()].flatMap((metric) =>
         metric.dataPoints.flatMap((p) => Object.values(p.attributes)),

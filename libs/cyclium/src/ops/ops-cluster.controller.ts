@@ -12,14 +12,16 @@ import {
   UsePipes,
 } from '@nestjs/common';
 import { ConflictException } from '@nestjs/common';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Mode } from '../dispatch/mode.service.js';
+import { FlowStatusReader, type FlowStatus } from '../episodes/flow-status.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { CycliumStatus } from '../health/cyclium-status.service.js';
 import { BusConsumers } from '../health/bus-consumers.service.js';
 import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
-import { BusConsumerBody, ClusterQuery, ModeBody } from './ops-queries.dto.js';
+import { BusConsumerBody, ClusterQuery, FlowQuery, ModeBody } from './ops-queries.dto.js';
 import { TriggerRequestListQuery, WorkflowIdParam, WorkflowListQuery } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 
@@ -35,6 +37,8 @@ export class OpsClusterController {
     private readonly requests: TriggerRequests,
     private readonly workflows: WorkflowEngine,
     private readonly busConsumers: BusConsumers,
+    private readonly registry: ActorRegistry,
+    private readonly flowStatus: FlowStatusReader,
   ) {}
 
   @Get('cluster')
@@ -85,6 +89,17 @@ export class OpsClusterController {
     if (result === 'hosted')
       throw new ConflictException(`a live node of ${channel} hosts ${consumer}`);
     return { result };
+  }
+
+  /**
+   * Flow control in this node's env: per limited expectation this node hosts, the episodes running
+   * against its concurrency limit and waiting `throttled`, per key (the busiest `keys`, the rest
+   * added up), and its rate window.
+   */
+  @Get('flow')
+  flow(@Query() query: FlowQuery): Promise<FlowStatus> {
+    const expectations = this.registry.all().flatMap((actor) => [...actor.expectations.values()]);
+    return this.flowStatus.read(expectations, query.keys);
   }
 
   @Get('trigger-requests')

@@ -104,6 +104,13 @@ export class WorkflowListQuery {
   limit?: number;
 }
 
+/** `GET /api/flow`: how many keys each limited expectation lists (its busiest; default 50). */
+export class FlowQuery {
+  @IsOptional()
+  @Limit()
+  keys?: number;
+}
+
 export class BusConsumerBody {
   @Text(63)
   channel!: string;

@@ -1,0 +1,296 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type INestApplication } from '@nestjs/common';
+import {
+  Actor,
+  Episodes,
+  Expectation,
+  type Convergence,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
+import { CycliumOpsModule } from '@cyclium/nestjs/ops';
+import pg from 'pg';
+import { FlowStatusReader } from '../libs/cyclium/src/episodes/flow-status.js';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { freshDatabase, pool } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+interface Job {
+  customer: string;
+}
+
+/** The keyed episodes hold their slots until the test opens this gate. */
+let open: () => void = () => undefined;
+const gate = new Promise<void>((resolve) => (open = resolve));
+
+@Injectable()
+@Actor({ id: 'flowops', maxConcurrentEpisodes: 8 })
+class FlowOpsActor {
+  @Expectation({
+    id: 'keyed',
+    trigger: 'manual',
+    concurrency: { limit: 2, key: (p: Job) => p.customer, total: 3 },
+  })
+  async keyed(): Promise<Convergence> {
+    await gate;
+    return { summary: 'ok' };
+  }
+
+  @Expectation({
+    id: 'rated',
+    trigger: 'manual',
+    rateLimit: { limit: 2, periodMs: 60_000, key: (p: Job) => p.customer },
+  })
+  rated(): Promise<Convergence> {
+    return Promise.resolve({ summary: 'ok' });
+  }
+
+  @Expectation({ id: 'free', trigger: 'manual' })
+  free(ep: EpisodeContext<Job>): Promise<Convergence> {
+    return Promise.resolve({ summary: ep.trigger.payload.customer });
+  }
+}
+
+interface KeyStatus {
+  key: string;
+  running: number;
+  waiting: number;
+  oldestWaitingAt: string | null;
+}
+interface ExpectationStatus {
+  actorId: string;
+  expectationId: string;
+  concurrency: { limit: number; total: number | null; keyed: boolean } | null;
+  running: number;
+  waiting: number;
+  oldestWaitingAt: string | null;
+  keyCount: number;
+  keys: KeyStatus[];
+  otherKeys: { keys: number; running: number; waiting: number } | null;
+  rate: {
+    limit: number;
+    periodMs: number;
+    keyed: boolean;
+    starts: number;
+    keyCount: number;
+    keys: Array<{ key: string; starts: number; freesAt: string | null }>;
+    otherKeys: { keys: number; starts: number } | null;
+  } | null;
+}
+interface Flow {
+  at: string;
+  env: string | null;
+  expectations: ExpectationStatus[];
+}
+
+/**
+ * The operations API's flow read, in process: a limited expectation over its limits shows its
+ * running episodes against the limits and the rest waiting `throttled`, per key (the busiest listed,
+ * the rest added up), the rate window per rate key; `?status=throttled` lists the waiting ones and
+ * cancel ends one. The read's statement uses the flow indexes on a filled table.
+ */
+describe('the operations API: flow control', () => {
+  let url: string;
+  let db: pg.Pool;
+  let app: INestApplication;
+  let base: string;
+
+  const get = async <T>(path: string): Promise<T> => {
+    const response = await fetch(`${base}/ops/api${path}`);
+    const body = (await response.json()) as T;
+    if (!response.ok) throw new Error(`GET ${path} → ${response.status} ${JSON.stringify(body)}`);
+    return body;
+  };
+  const flowOf = (flow: Flow, expectationId: string) =>
+    flow.expectations.find((e) => e.expectationId === expectationId)!;
+
+  beforeAll(async () => {
+    url = await freshDatabase();
+    db = pool(url, 2);
+    app = (await startCycliumApp({
+      url,
+      cyclium: { nodeIdentity: 'flow-ops', workClaims: 'postgres', triggerPollIntervalMs: 300 },
+      providers: [FlowOpsActor],
+      imports: [CycliumOpsModule.forRoot({ path: 'ops', guard: false })],
+    })) as INestApplication;
+    await app.listen(0, '127.0.0.1');
+    base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    const episodes = app.get(Episodes);
+    const trigger = async (expectation: string, customer: string) => {
+      const result = await episodes.trigger('flowops', expectation, { customer });
+      if (!('episode' in result)) throw new Error(`not accepted: ${result.status}`);
+    };
+    for (let i = 0; i < 4; i++) await trigger('keyed', 'acme');
+    await trigger('keyed', 'globex');
+    for (let i = 0; i < 5; i++) await trigger('rated', 'initech');
+  });
+
+  afterAll(async () => {
+    open();
+    await app?.close();
+    await db?.end();
+  });
+
+  it('shows running against the limits and the rest waiting, per key', async () => {
+    // acme: 2 of its 4 run (its limit), globex: 1 (the total of 3), acme's other 2 wait; the 2
+    // rated ones the window let start have ended.
+    const flow = await waitFor('the keyed episodes to fill the limits', async () => {
+      const read = await get<Flow>('/flow');
+      const settled = flowOf(read, 'keyed').running === 3 && flowOf(read, 'rated').running === 0;
+      return settled ? read : undefined;
+    }).then((read) => read!);
+    expect(flow.env).toBeNull();
+    expect(flow.expectations.map((e) => e.expectationId).sort()).toEqual(['keyed', 'rated']);
+    const keyed = flowOf(flow, 'keyed');
+    expect(keyed).toMatchObject({
+      actorId: 'flowops',
+      concurrency: { limit: 2, total: 3, keyed: true },
+      running: 3,
+      waiting: 2,
+      keyCount: 2,
+      otherKeys: null,
+      rate: null,
+    });
+    expect(keyed.keys.map(({ key, running, waiting }) => ({ key, running, waiting }))).toEqual([
+      { key: 'acme', running: 2, waiting: 2 },
+      { key: 'globex', running: 1, waiting: 0 },
+    ]);
+    expect(keyed.keys[0]!.oldestWaitingAt).not.toBeNull();
+    expect(keyed.keys[1]!.oldestWaitingAt).toBeNull();
+
+    // The rate window: 2 of initech's 5 started in it, 3 wait for it to free (a minute on).
+    const rated = flowOf(flow, 'rated');
+    expect(rated).toMatchObject({ concurrency: null, running: 0, waiting: 3, keyCount: 1 });
+    expect(rated.rate).toMatchObject({
+      limit: 2,
+      periodMs: 60_000,
+      keyed: true,
+      starts: 2,
+      keyCount: 1,
+      otherKeys: null,
+    });
+    expect(rated.rate!.keys).toHaveLength(1);
+    expect(rated.rate!.keys[0]).toMatchObject({ key: 'initech', starts: 2 });
+    const freesIn = Date.parse(rated.rate!.keys[0]!.freesAt!) - Date.parse(flow.at);
+    expect(freesIn).toBeGreaterThan(50_000);
+    expect(freesIn).toBeLessThanOrEqual(60_000);
+  });
+
+  it('lists the busiest keys and adds up the rest; validates keys', async () => {
+    const keyed = flowOf(await get<Flow>('/flow?keys=1'), 'keyed');
+    expect(keyed.keys.map((k) => k.key)).toEqual(['acme']);
+    expect(keyed.otherKeys).toMatchObject({ keys: 1, running: 1, waiting: 0 });
+    expect(keyed).toMatchObject({ running: 3, waiting: 2, keyCount: 2 });
+    const bad = await fetch(`${base}/ops/api/flow?keys=0`);
+    expect(bad.status).toBe(400);
+    expect(JSON.stringify(await bad.json())).toContain('keys');
+  });
+
+  it('counts the same into bounded buckets for the metrics', async () => {
+    const buckets = await app.get(FlowStatusReader).buckets(
+      [
+        { actorId: 'flowops', id: 'keyed', options: { concurrency: { limit: 2, key: () => 'x' } } },
+        { actorId: 'flowops', id: 'free', options: {} },
+      ],
+      0,
+    );
+    // Every label of a keyed expectation is listed (b0 to b15), no key appears as one.
+    expect(buckets.map((b) => b.bucket).sort()).toEqual(
+      Array.from({ length: 16 }, (_, i) => `b${i}`).sort(),
+    );
+    expect(buckets.reduce((n, b) => n + (b.running ?? 0), 0)).toBe(3);
+    expect(buckets.reduce((n, b) => n + (b.waiting ?? 0), 0)).toBe(2);
+    expect(buckets.every((b) => b.rateWindowStarts === null)).toBe(true);
+  });
+
+  it('filters episodes by status throttled, and cancels a throttled one', async () => {
+    const page = await get<{ items: Array<{ id: string; expectationId: string; status: string }> }>(
+      '/episodes?status=throttled&actor=flowops',
+    );
+    expect(page.items.map((e) => e.expectationId).sort()).toEqual([
+      'keyed',
+      'keyed',
+      'rated',
+      'rated',
+      'rated',
+    ]);
+    expect(page.items.every((e) => e.status === 'throttled')).toBe(true);
+    const victim = page.items.find((e) => e.expectationId === 'rated')!;
+    const cancel = await fetch(`${base}/ops/api/episodes/${victim.id}/cancel`, {
+      method: 'POST',
+      headers: { 'x-cyclium-ops': '1' },
+    });
+    expect(cancel.status).toBe(200);
+    expect(await cancel.json()).toEqual({ result: 'canceled' });
+    expect(flowOf(await get<Flow>('/flow'), 'rated').waiting).toBe(2);
+    const cluster = await get<{
+      active: Array<{ actorId: string; status: string; count: number }>;
+    }>('/cluster');
+    expect(cluster.active).toContainEqual({ actorId: 'flowops', status: 'throttled', count: 4 });
+  });
+
+  it('reads with the flow indexes on a filled table', async () => {
+    // 20 000 throttled rows over 2 000 keys and 600 running ones of an actor no node hosts (so no
+    // recovery touches them), and 50 000 finished rows: the plan reads the partial indexes.
+    await db.query(
+      `INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, trigger_ref, status,
+                                     owner_node, flow_key, started_at, finished_at)
+       SELECT 'flowfill', 'keyed', 'manual', '{}'::jsonb,
+              CASE WHEN g <= 20000 THEN 'throttled' WHEN g <= 20600 THEN 'running' ELSE 'done' END,
+              CASE WHEN g > 20000 AND g <= 20600 THEN 'elsewhere' END,
+              CASE WHEN g <= 20600 THEN 'k' || g % 2000 END,
+              CASE WHEN g > 20000 THEN now() END, CASE WHEN g > 20600 THEN now() END
+         FROM generate_series(1, 70600) g`,
+    );
+    await db.query(`ANALYZE cyclium_episodes`);
+    const sent: Array<{ text: string; values: unknown[] }> = [];
+    const capture = {
+      sql: {
+        query: (text: string, values: unknown[]) => {
+          sent.push({ text, values });
+          return Promise.resolve({ rows: [] });
+        },
+      },
+    };
+    const reader = new FlowStatusReader(capture as never, { env: null } as never);
+    await reader.read([
+      {
+        actorId: 'flowfill',
+        id: 'keyed',
+        options: {
+          concurrency: { limit: 2, key: () => 'x' },
+          rateLimit: { limit: 2, periodMs: 1 },
+        },
+      },
+    ]);
+    const { text, values } = sent[0]!;
+    const { rows } = await db.query<{ 'QUERY PLAN': unknown }>(
+      `EXPLAIN (ANALYZE, FORMAT JSON) ${text}`,
+      values,
+    );
+    const plan = JSON.stringify(rows[0]!['QUERY PLAN']);
+    expect(plan).toContain('"Index Name":"cyclium_episodes_flow_throttled"');
+    expect(plan).toContain('"Index Name":"cyclium_episodes_flow_running"');
+    expect(plan).toContain('"Index Name":"cyclium_flow_starts_window"');
+    const scans: string[] = [];
+    const walk = (node: { 'Node Type'?: string; 'Relation Name'?: string; Plans?: unknown[] }) => {
+      if (node['Node Type'] === 'Seq Scan') scans.push(node['Relation Name'] ?? '?');
+      for (const child of node.Plans ?? []) walk(child as typeof node);
+    };
+    walk((rows[0]!['QUERY PLAN'] as Array<{ Plan: Parameters<typeof walk>[0] }>)[0]!.Plan);
+    expect(scans.filter((relation) => relation !== 'cyclium_flow_starts')).toEqual([]);
+    const listed = await app.get(FlowStatusReader).read(
+      [
+        {
+          actorId: 'flowfill',
+          id: 'keyed',
+          options: { concurrency: { limit: 2, key: () => 'x' } },
+        },
+      ],
+      50,
+      0,
+    );
+    expect(listed.expectations[0]).toMatchObject({ keyCount: 2000, running: 600, waiting: 20000 });
+    expect(listed.expectations[0]!.keys).toHaveLength(50);
+    expect(listed.expectations[0]!.otherKeys).toMatchObject({ keys: 1950 });
+  });
+});
