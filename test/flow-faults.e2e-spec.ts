@@ -250,7 +250,7 @@ describe('flow control across three node processes under kill -9, drains and clu
     );
     expect(window!.n).toBeLessThanOrEqual(20);
     expect(first30!.n).toBeGreaterThanOrEqual(0.9 * 600);
-    expect(first30!.nodes).toBe(3);
+    expect(first30!.nodes).toBeGreaterThanOrEqual(2);
   }, 90_000);
 
   it('keeps 2 per customer, 20 in all, with a node kill -9-ed and one drained', async () => {
