@@ -90,8 +90,8 @@ const PAIR = { batches: 20, perBatch: 200, inFlight: 16 };
  * What one line runs: K = 1 or 5 plain steps; `transaction-step`, one `ep.transaction` inserting a
  * host row; `trigger-in-host-tx`, the host's TypeORM transaction inserting an order and triggering
  * the 1-step episode with `{ manager }`, then committing (the episode runs after the commit);
- * `limited`, the 1-step episode of an expectation with `concurrency` (answered `queued`, started by
- * the admission).
+ * `limited`, the 1-step episode of an expectation with `concurrency` (admitted in its insert's
+ * statement, or later by the flow queue).
  */
 type Line = 'k1' | 'k5' | 'transaction-step' | 'trigger-in-host-tx' | 'limited';
 const LINES: Line[] = ['k1', 'k5', 'transaction-step', 'trigger-in-host-tx', 'limited'];
@@ -154,8 +154,10 @@ async function runMany(
       inFlight,
       async (i) => {
         const result = await episodes.trigger('bench', expectation, { i });
-        const accepted = line === 'limited' ? 'queued' : 'started';
-        if (result.status !== accepted) throw new Error(`episode ${i} was ${result.status}`);
+        // A limited trigger starts in its insert's statement when a slot and the limits allow it,
+        // else it waits `throttled` (answered `queued`) for the flow queue.
+        const accepted = line === 'limited' ? ['started', 'queued'] : ['started'];
+        if (!accepted.includes(result.status)) throw new Error(`episode ${i} was ${result.status}`);
       },
       (done) => onCyclium('episode.completed', done),
     );

@@ -132,7 +132,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       flow,
     };
     // A limited expectation's episode starts only through the admission, wherever slots are free.
-    if (flow) return this.flowPump.enqueue(actor, spec, flow);
+    if (flow) return this.flowPump.enqueue(actor, expectation, spec, flow);
     const slots = this.slotsOf(actor.id);
     if (slots.running >= actor.options.maxConcurrentEpisodes) {
       const waited =

@@ -2,9 +2,9 @@ import type { Logger } from '@nestjs/common';
 import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import type { NewEpisode } from '../episodes/episode-inserts.js';
-import type { EpisodeTrigger } from '../episodes/episode-context.interface.js';
-import type { Admission, FlowAdmissions } from '../episodes/flow-admissions.js';
-import type { ThrottledInserts } from '../episodes/throttled-inserts.js';
+import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
+import type { Admission, AdmissionRequest, FlowAdmissions } from '../episodes/flow-admissions.js';
+import type { ThrottledInserts, ThrottledStart } from '../episodes/throttled-inserts.js';
 import { flowOf, isLimited, limitsOf, type EpisodeFlow } from '../episodes/flow-limits.js';
 import type { RegisteredActor, RegisteredExpectation } from '../actors/registered-actor.js';
 import type { QueueResult } from './queue-pump.js';
@@ -85,18 +85,40 @@ export class FlowPump {
 
   /**
    * Writes a trigger of a limited expectation as a `throttled` row (group-committed with others,
-   * and without an `episode.queued` event: the row is what is visible) and looks at once: it starts
-   * here or on any node as soon as the limits allow.
+   * and without an `episode.queued` event: the row is what is visible). With a free slot here, the
+   * insert's statement also admits what the limits allow into it, so the trigger starts in that
+   * round trip when they allow it (`started`); otherwise it waits (`queued`) and starts here or on
+   * any node as soon as they do.
    */
   async enqueue(
     actor: RegisteredActor,
+    expectation: RegisteredExpectation,
     spec: Omit<NewEpisode, 'status'>,
     flow: EpisodeFlow,
-  ): Promise<QueueResult> {
-    const episode = await this.inserts.insert({ ...spec, flow });
+  ): Promise<QueueResult | { status: 'started'; episode: EpisodeRow }> {
+    const reserved = this.inserts.admitsInline && this.slots.free(actor.id) > 0;
+    if (reserved) this.slots.reserve(actor.id);
+    let written: ThrottledStart;
+    try {
+      written = await this.slots.starting(
+        this.inserts.insert({ ...spec, flow }, reserved ? this.request(expectation, 1) : null),
+      );
+    } catch (error) {
+      if (reserved) this.slots.unreserve(actor.id);
+      throw error;
+    }
+    const { episode, admitted } = written;
+    if (admitted)
+      this.slots.launch(actor, admitted.episode, admitted.grant, { resumed: admitted.resumed });
+    else if (reserved) this.slots.unreserve(actor.id);
+    // Without an admission in the insert, the flow queue looks now.
+    if (!reserved) {
+      this.note(actor.id);
+      this.slots.pump(actor);
+    }
     if (!episode) return { status: 'duplicate' };
-    this.note(actor.id);
-    this.slots.pump(actor);
+    if (admitted?.episode.id === episode.id)
+      return { status: 'started', episode: admitted.episode };
     return { status: 'queued', episode };
   }
 
@@ -180,13 +202,7 @@ export class FlowPump {
    * row per transaction (the claims adapter takes each claim beside the row).
    */
   private async admit(expectation: RegisteredExpectation, max: number): Promise<Admission> {
-    const request = {
-      actorId: expectation.actorId,
-      expectationId: expectation.id,
-      env: this.env,
-      limits: limitsOf(expectation.options),
-      max,
-    };
+    const request = this.request(expectation, max);
     if (this.admissions.inOneStatement) return this.admissions.admit(request);
     const admitted: Extract<Admission, object>['admitted'] = [];
     let retryMs: number | null = null;
@@ -203,6 +219,16 @@ export class FlowPump {
       admitted.push({ episode: begun.episode, grant: begun.grant, resumed });
     }
     return { admitted, retryMs };
+  }
+
+  private request(expectation: RegisteredExpectation, max: number): AdmissionRequest {
+    return {
+      actorId: expectation.actorId,
+      expectationId: expectation.id,
+      env: this.env,
+      limits: limitsOf(expectation.options),
+      max,
+    };
   }
 
   private lookIn(actor: RegisteredActor, state: FlowState, ms: number): void {

@@ -48,12 +48,24 @@ export interface AdmittedRows {
   retryMs: number | null;
 }
 
-/** The function's call, its parameters added to `statement`. */
-function admitCall(statement: Statement, request: AdmissionRequest, owner: string): string {
+/**
+ * The function's call, its parameters added to `statement`. With `after` (a CTE that inserts
+ * rows), the call waits for that insert to finish (its `max` reads the CTE) and, reading a snapshot
+ * of its own, sees the rows inserted.
+ */
+export function admitCall(
+  statement: Statement,
+  request: AdmissionRequest,
+  owner: string,
+  after?: string,
+): string {
   const p = (value: unknown, cast: string) => statement.param(value, cast);
   const { limits } = request;
+  const max = after
+    ? `CASE WHEN (SELECT count(*) FROM ${after}) >= 0 THEN ${p(request.max, 'int')} END`
+    : p(request.max, 'int');
   return `cyclium_flow_admit(${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')},
-            ${p(request.env, 'text')}, ${owner}, ${p(request.max, 'int')},
+            ${p(request.env, 'text')}, ${owner}, ${max},
             ${p(limits.limit, 'int')}, ${p(limits.total, 'int')}, ${p(limits.rate, 'int')},
             ${p(limits.periodMs, 'double precision')})`;
 }

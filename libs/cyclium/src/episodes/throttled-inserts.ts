@@ -1,56 +1,211 @@
 import { randomUUID } from 'node:crypto';
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { NodeIdentity } from '../identity/node-identity.service.js';
+import { WorkClaims } from '../leases/work-claims.service.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { Statement } from '../sql/statement.js';
+import { claimKeyOf } from '../claims/claim-keys.js';
 import { BatchedWrites, type BatchAnswer } from './batched-writes.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { episodeInput, insertEpisodes, insertOf, type NewEpisode } from './episode-inserts.js';
 import { EpisodeSignatures } from './episode-signatures.js';
+import {
+  batchedAcquire,
+  beginColumns,
+  queryBegin,
+  type AcquireMany,
+  type BeginRow,
+} from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
+import { admitCall, type AdmissionRequest, type Admitted } from './flow-admissions.js';
+import { KEY_OF_ROW } from './queued-begins.js';
 
 interface ThrottledInsert {
   id: string;
   spec: NewEpisode;
+  /** The admission this insert may run in its statement (one slot reserved for it); null: none. */
+  admit: AdmissionRequest | null;
+}
+
+/** What became of one insert: its row (null: a duplicate), and what its admission started. */
+export interface ThrottledStart {
+  episode: EpisodeRow | null;
+  /** At most one episode (this one, or a throttled one before it), started here with its claim. */
+  admitted: Admitted | null;
+}
+
+/** The admissions of a batch, one per expectation and env, with the inserts that asked for them. */
+interface AdmissionGroup {
+  request: AdmissionRequest;
+  items: ThrottledInsert[];
 }
 
 /**
  * The inserts of limited expectations' triggers as `throttled` rows, group-committed as fresh
  * begins are (BeginWrites): the triggers that arrive while one insert is in flight leave together
- * as one statement, and the dedupe index still decides each row (null: a duplicate).
+ * as one statement, and the dedupe index still decides each row. An insert whose node had a free
+ * slot for it carries an admission (cyclium_flow_admit, run in the same statement once the rows
+ * are in, with the claims of what it starts), so a trigger that the limits allow starts in the
+ * round trip of its insert, as an unlimited begin does. A claim found busy leaves nothing of that
+ * statement: the rows are inserted again without admissions, and the flow queue starts them.
  */
 @Injectable()
 export class ThrottledInserts {
-  private readonly batches = new BatchedWrites<ThrottledInsert, EpisodeRow | null>(
-    async (item) => (await this.written([item]))[0] ?? null,
-    (items) => this.insertMany(items),
+  private readonly batches = new BatchedWrites<ThrottledInsert, ThrottledStart>(
+    async (item) => (await this.write([item]))[0] as ThrottledStart,
+    (items) => this.writeMany(items),
   );
+  private acquireMany: AcquireMany | null | undefined;
 
   constructor(
     private readonly database: CycliumDataSource,
     private readonly signatures: EpisodeSignatures,
+    private readonly claims: WorkClaims,
+    private readonly identity: NodeIdentity,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** Inserts `spec` as a throttled row; null when a live episode holds its dedupe key. */
-  insert(spec: Omit<NewEpisode, 'status' | 'ownerNode'>): Promise<EpisodeRow | null> {
+  /** True when an insert can carry an admission (claims that join one statement). */
+  get admitsInline(): boolean {
+    if (this.acquireMany === undefined)
+      this.acquireMany = batchedAcquire(this.claims, this.options);
+    return this.acquireMany !== null;
+  }
+
+  /**
+   * Inserts `spec` as a throttled row, and with `admit` (one slot reserved by the caller, and only
+   * when admitsInline) starts what the limits allow into that slot in the same statement.
+   */
+  insert(
+    spec: Omit<NewEpisode, 'status' | 'ownerNode'>,
+    admit: AdmissionRequest | null,
+  ): Promise<ThrottledStart> {
     return this.batches.write({
       id: randomUUID(),
       spec: { ...spec, status: 'throttled', ownerNode: null },
+      admit: admit && this.admitsInline ? admit : null,
     });
   }
 
-  private insertMany(items: ThrottledInsert[]): Promise<BatchAnswer<EpisodeRow | null>> {
-    return this.written(items);
+  private writeMany(items: ThrottledInsert[]): Promise<BatchAnswer<ThrottledStart>> {
+    return this.write(items);
   }
 
-  /** The rows of `items` in one statement, in order: null for each the dedupe index refused. */
-  private async written(items: ThrottledInsert[]): Promise<Array<EpisodeRow | null>> {
+  /** The rows of `items` in one statement, in order, with their admissions when they carry any. */
+  private async write(items: ThrottledInsert[]): Promise<ThrottledStart[]> {
+    const groups = groupsOf(items);
+    if (groups.length > 0) {
+      const admitted = await this.insertAndAdmit(items, groups);
+      if (admitted !== 'busy') return admitted;
+    }
     const statement = new Statement('episodes_throttled');
+    statement.with('ep', insertEpisodes(`(${this.input(statement, items)})`));
+    const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
+    const byId = new Map(rows.map((row: Record<string, unknown>) => [row.id, toEpisode(row)]));
+    return items.map((item) => ({ episode: byId.get(item.id) ?? null, admitted: null }));
+  }
+
+  private input(statement: Statement, items: ThrottledInsert[]): string {
     const rows = items.map((item) =>
       this.signatures.signed(insertOf(item.id, item.spec, 'throttled')),
     );
-    statement.with('ep', insertEpisodes(`(${episodeInput(statement, rows)})`));
-    const { rows: written } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
-    const byId = new Map(written.map((row: Record<string, unknown>) => [row.id, toEpisode(row)]));
-    return items.map((item) => byId.get(item.id) ?? null);
+    return episodeInput(statement, rows);
   }
+
+  /**
+   * One statement: the inserts, then one admission per group (each seeing the rows inserted), then
+   * the claims of what they started. `busy`: a claim was, and nothing was written.
+   */
+  private async insertAndAdmit(
+    items: ThrottledInsert[],
+    groups: AdmissionGroup[],
+  ): Promise<ThrottledStart[] | 'busy'> {
+    const statement = new Statement(`episodes_throttled_admit_${groups.length}`);
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    const owner = p(this.identity.name(), 'text');
+    statement.with('ep', insertEpisodes(`(${this.input(statement, items)})`));
+    statement.with(
+      'adm',
+      groups
+        .map((g) => `SELECT * FROM ${admitCall(statement, g.request, owner, 'ep')}`)
+        .join('\nUNION ALL\n'),
+    );
+    statement.with('started', `SELECT (a.episode).* FROM adm a WHERE (a.episode).id IS NOT NULL`);
+    statement.with('began', `SELECT ${KEY_OF_ROW} AS key FROM started e`);
+    const leaseSeconds = p(this.claims.leaseSeconds, 'double precision');
+    for (const [name, body] of (this.acquireMany as AcquireMany)({
+      input: 'began',
+      owner,
+      leaseSeconds,
+    }))
+      statement.with(name, body);
+    const sentAt = performance.now();
+    const rows = await queryBegin(
+      this.database.sql,
+      statement.build(`
+        SELECT ${beginColumns(statement, 'c.key IS NULL')}, a.resumed AS flow_resumed,
+               true AS flow_admitted
+          FROM started e JOIN adm a ON (a.episode).id = e.id
+          LEFT JOIN claim c ON c.key = ${KEY_OF_ROW}
+        UNION ALL
+        SELECT ${beginColumns(statement, 'false')}, false, false
+          FROM ep e LEFT JOIN claim c ON false`),
+    );
+    if (rows === 'busy') return 'busy';
+    return this.answers(items, groups, rows, sentAt);
+  }
+
+  /** Each item's row, and the started episodes handed to the items of their group, one each. */
+  private answers(
+    items: ThrottledInsert[],
+    groups: AdmissionGroup[],
+    rows: BeginRow[],
+    sentAt: number,
+  ): ThrottledStart[] {
+    const inserted = new Map<unknown, EpisodeRow>();
+    const answers = new Map<ThrottledInsert, Admitted>();
+    const waiting = new Map(groups.map((g) => [groupKey(g.request), [...g.items]]));
+    for (const row of rows) {
+      const episode = toEpisode(row);
+      if (row.flow_admitted !== true) {
+        inserted.set(row.id, episode);
+        continue;
+      }
+      const item = waiting.get(groupKey(episode))?.shift();
+      if (!item) throw new Error(`admitted ${episode.id} beyond the slots reserved for it`);
+      const grant = this.claims.grantOf(row, claimKeyOf(episode), sentAt);
+      answers.set(item, { episode, grant, resumed: row.flow_resumed === true });
+    }
+    return items.map((item) => ({
+      // A row both inserted and started is answered as started (the newer state).
+      episode: inserted.get(item.id) ?? null,
+      admitted: answers.get(item) ?? null,
+    }));
+  }
+}
+
+/** One group per expectation and env that the batch's admissions name, its slots summed. */
+function groupsOf(items: ThrottledInsert[]): AdmissionGroup[] {
+  const groups = new Map<string, AdmissionGroup>();
+  for (const item of items) {
+    if (!item.admit) continue;
+    const key = groupKey(item.admit);
+    const group = groups.get(key);
+    if (group) {
+      group.request = { ...group.request, max: group.request.max + item.admit.max };
+      group.items.push(item);
+    } else groups.set(key, { request: item.admit, items: [item] });
+  }
+  return [...groups.values()];
+}
+
+function groupKey(
+  of: { actorId: string; expectationId: string } & (
+    { env: string | null } | { sourceEnv: string | null }
+  ),
+): string {
+  const env = 'env' in of ? of.env : of.sourceEnv;
+  return JSON.stringify([of.actorId, of.expectationId, env]);
 }
