@@ -215,6 +215,16 @@ describe('the operations API: flow control', () => {
       expect(await page.getByTestId('filter-status').locator('option').allTextContents()).toContain(
         'throttled',
       );
+      // The status filter lists the throttled ones, each saying what holds it.
+      await page.getByTestId('filter-status').selectOption('throttled');
+      await page.getByTestId('filter-apply').click();
+      await waitFor('the throttled rows', async () =>
+        (await page.getByTestId('episode-throttled').count()) === 5 ? true : undefined,
+      );
+      expect((await page.getByTestId('episode-throttled').allTextContents()).sort()).toEqual([
+        ...Array<string>(2).fill('waits for its limits (key acme)'),
+        ...Array<string>(3).fill('waits for its limits (key initech)'),
+      ]);
       expect(errors).toEqual([]);
     } finally {
       await browser.close();
@@ -239,9 +249,9 @@ describe('the operations API: flow control', () => {
   });
 
   it('filters episodes by status throttled, and cancels a throttled one', async () => {
-    const page = await get<{ items: Array<{ id: string; expectationId: string; status: string }> }>(
-      '/episodes?status=throttled&actor=flowops',
-    );
+    const page = await get<{
+      items: Array<{ id: string; expectationId: string; status: string; flowKey: string }>;
+    }>('/episodes?status=throttled&actor=flowops');
     expect(page.items.map((e) => e.expectationId).sort()).toEqual([
       'keyed',
       'keyed',
@@ -250,6 +260,13 @@ describe('the operations API: flow control', () => {
       'rated',
     ]);
     expect(page.items.every((e) => e.status === 'throttled')).toBe(true);
+    expect(page.items.map((e) => e.flowKey).sort()).toEqual([
+      'acme',
+      'acme',
+      'initech',
+      'initech',
+      'initech',
+    ]);
     const victim = page.items.find((e) => e.expectationId === 'rated')!;
     const cancel = await fetch(`${base}/ops/api/episodes/${victim.id}/cancel`, {
       method: 'POST',
