@@ -9,6 +9,8 @@ import {
 } from '@cyclium/nestjs';
 import { CycliumOpsModule } from '@cyclium/nestjs/ops';
 import chromium from '@sparticuz/chromium';
+import { metrics } from '@opentelemetry/api';
+import { MeterProvider, MetricReader, type GaugeMetricData } from '@opentelemetry/sdk-metrics';
 import pg from 'pg';
 import { chromium as pw } from 'playwright-core';
 import { FlowStatusReader } from '../libs/cyclium/src/episodes/flow-status.js';
@@ -49,6 +51,16 @@ class FlowOpsActor {
   @Expectation({ id: 'free', trigger: 'manual' })
   free(ep: EpisodeContext<Job>): Promise<Convergence> {
     return Promise.resolve({ summary: ep.trigger.payload.customer });
+  }
+}
+
+/** Collects on demand: the test reads the gauges the way an exporter would. */
+class TestReader extends MetricReader {
+  protected onForceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+  protected onShutdown(): Promise<void> {
+    return Promise.resolve();
   }
 }
 
@@ -95,6 +107,7 @@ describe('the operations API: flow control', () => {
   let db: pg.Pool;
   let app: INestApplication;
   let base: string;
+  const reader = new TestReader();
 
   const get = async <T>(path: string): Promise<T> => {
     const response = await fetch(`${base}/ops/api${path}`);
@@ -108,6 +121,8 @@ describe('the operations API: flow control', () => {
   beforeAll(async () => {
     url = await freshDatabase();
     db = pool(url, 2);
+    // Registered before the app starts, so its metrics are on.
+    metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
     app = (await startCycliumApp({
       url,
       cyclium: { nodeIdentity: 'flow-ops', workClaims: 'postgres', triggerPollIntervalMs: 300 },
@@ -130,6 +145,7 @@ describe('the operations API: flow control', () => {
     open();
     await app?.close();
     await db?.end();
+    metrics.disable();
   });
 
   it('shows running against the limits and the rest waiting, per key', async () => {
@@ -231,7 +247,7 @@ describe('the operations API: flow control', () => {
     }
   }, 60_000);
 
-  it('counts the same into bounded buckets for the metrics', async () => {
+  it('counts the same into bounded buckets for the metrics and its gauges', async () => {
     const buckets = await app.get(FlowStatusReader).buckets(
       [
         { actorId: 'flowops', id: 'keyed', options: { concurrency: { limit: 2, key: () => 'x' } } },
@@ -246,6 +262,27 @@ describe('the operations API: flow control', () => {
     expect(buckets.reduce((n, b) => n + (b.running ?? 0), 0)).toBe(3);
     expect(buckets.reduce((n, b) => n + (b.waiting ?? 0), 0)).toBe(2);
     expect(buckets.every((b) => b.rateWindowStarts === null)).toBe(true);
+
+    // The gauges, as an exporter collects them: 16 buckets each, their sums the /flow numbers.
+    const { resourceMetrics } = await reader.collect();
+    const gauge = (name: string) =>
+      resourceMetrics.scopeMetrics
+        .flatMap((scope) => scope.metrics)
+        .find((metric) => metric.descriptor.name === name) as GaugeMetricData;
+    const of = (name: string, expectation: string) =>
+      gauge(name).dataPoints.filter((p) => p.attributes['cyclium.expectation'] === expectation);
+    const total = (name: string, expectation: string) =>
+      of(name, expectation).reduce((n, p) => n + p.value, 0);
+    expect(of('cyclium.flow.running', 'keyed')).toHaveLength(16);
+    expect(total('cyclium.flow.running', 'keyed')).toBe(3);
+    expect(total('cyclium.flow.throttled', 'keyed')).toBe(2);
+    expect(total('cyclium.flow.throttled', 'rated')).toBe(3);
+    expect(total('cyclium.flow.rate_window_starts', 'rated')).toBe(2);
+    expect(of('cyclium.flow.rate_window_starts', 'keyed')).toEqual([]);
+    const labels = gauge('cyclium.flow.running').dataPoints.map(
+      (p) => p.attributes['cyclium.flow.key_bucket'],
+    );
+    expect(labels.every((label) => typeof label === 'string' && /^b\d+$/.test(label))).toBe(true);
   });
 
   it('filters episodes by status throttled, and cancels a throttled one', async () => {
