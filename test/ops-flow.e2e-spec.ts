@@ -8,7 +8,11 @@ import {
   type EpisodeContext,
 } from '@cyclium/nestjs';
 import { CycliumOpsModule } from '@cyclium/nestjs/ops';
+import chromium from '@sparticuz/chromium';
+import { metrics } from '@opentelemetry/api';
+import { MeterProvider, MetricReader, type GaugeMetricData } from '@opentelemetry/sdk-metrics';
 import pg from 'pg';
+import { chromium as pw } from 'playwright-core';
 import { FlowStatusReader } from '../libs/cyclium/src/episodes/flow-status.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase, pool } from './support/database.js';
@@ -47,6 +51,16 @@ class FlowOpsActor {
   @Expectation({ id: 'free', trigger: 'manual' })
   free(ep: EpisodeContext<Job>): Promise<Convergence> {
     return Promise.resolve({ summary: ep.trigger.payload.customer });
+  }
+}
+
+/** Collects on demand: the test reads the gauges the way an exporter would. */
+class TestReader extends MetricReader {
+  protected onForceFlush(): Promise<void> {
+    return Promise.resolve();
+  }
+  protected onShutdown(): Promise<void> {
+    return Promise.resolve();
   }
 }
 
@@ -93,6 +107,7 @@ describe('the operations API: flow control', () => {
   let db: pg.Pool;
   let app: INestApplication;
   let base: string;
+  const reader = new TestReader();
 
   const get = async <T>(path: string): Promise<T> => {
     const response = await fetch(`${base}/ops/api${path}`);
@@ -106,6 +121,8 @@ describe('the operations API: flow control', () => {
   beforeAll(async () => {
     url = await freshDatabase();
     db = pool(url, 2);
+    // Registered before the app starts, so its metrics are on.
+    metrics.setGlobalMeterProvider(new MeterProvider({ readers: [reader] }));
     app = (await startCycliumApp({
       url,
       cyclium: { nodeIdentity: 'flow-ops', workClaims: 'postgres', triggerPollIntervalMs: 300 },
@@ -128,6 +145,7 @@ describe('the operations API: flow control', () => {
     open();
     await app?.close();
     await db?.end();
+    metrics.disable();
   });
 
   it('shows running against the limits and the rest waiting, per key', async () => {
@@ -185,7 +203,54 @@ describe('the operations API: flow control', () => {
     expect(JSON.stringify(await bad.json())).toContain('keys');
   });
 
-  it('counts the same into bounded buckets for the metrics', async () => {
+  it('shows each limited expectation and key on the page', async () => {
+    const executablePath = await chromium.executablePath();
+    const browser = await pw.launch({ executablePath, args: chromium.args, headless: true });
+    try {
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      page.on('pageerror', (error) => errors.push(error.message));
+      page.setDefaultTimeout(15_000);
+      await page.goto(`${base}/ops`);
+      const keyed = page.locator('[data-testid="flow-expectation"][data-expectation="keyed"]');
+      await keyed.locator('[data-testid="flow-key"][data-key="acme"]').waitFor();
+      expect(await keyed.locator('h3').textContent()).toContain('concurrency 2 per key, 3 in all');
+      expect(await keyed.getByTestId('flow-totals').textContent()).toMatch(
+        /^running 3 \/ 3 · waiting 2 · oldest queued .* ago · 2 keys$/,
+      );
+      const cells = async (key: string) =>
+        keyed.locator(`[data-testid="flow-key"][data-key="${key}"] td`).allTextContents();
+      expect((await cells('acme')).slice(0, 3)).toEqual(['acme', '2 / 2 full', 'throttled 2']);
+      expect((await cells('globex')).slice(0, 3)).toEqual(['globex', '1 / 2', '0']);
+      const rated = page.locator('[data-testid="flow-expectation"][data-expectation="rated"]');
+      expect(
+        await rated
+          .locator('[data-testid="flow-rate-key"][data-key="initech"] td')
+          .allTextContents(),
+      ).toEqual([
+        'initech',
+        expect.stringMatching(/^2 \/ 2 per 1 min, full: frees in \d+ (s|min)$/),
+      ]);
+      expect(await page.getByTestId('filter-status').locator('option').allTextContents()).toContain(
+        'throttled',
+      );
+      // The status filter lists the throttled ones, each saying what holds it.
+      await page.getByTestId('filter-status').selectOption('throttled');
+      await page.getByTestId('filter-apply').click();
+      await waitFor('the throttled rows', async () =>
+        (await page.getByTestId('episode-throttled').count()) === 5 ? true : undefined,
+      );
+      expect((await page.getByTestId('episode-throttled').allTextContents()).sort()).toEqual([
+        ...Array<string>(2).fill('waits for its limits (key acme)'),
+        ...Array<string>(3).fill('waits for its limits (key initech)'),
+      ]);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  }, 60_000);
+
+  it('counts the same into bounded buckets for the metrics and its gauges', async () => {
     const buckets = await app.get(FlowStatusReader).buckets(
       [
         { actorId: 'flowops', id: 'keyed', options: { concurrency: { limit: 2, key: () => 'x' } } },
@@ -200,12 +265,33 @@ describe('the operations API: flow control', () => {
     expect(buckets.reduce((n, b) => n + (b.running ?? 0), 0)).toBe(3);
     expect(buckets.reduce((n, b) => n + (b.waiting ?? 0), 0)).toBe(2);
     expect(buckets.every((b) => b.rateWindowStarts === null)).toBe(true);
+
+    // The gauges, as an exporter collects them: 16 buckets each, their sums the /flow numbers.
+    const { resourceMetrics } = await reader.collect();
+    const gauge = (name: string) =>
+      resourceMetrics.scopeMetrics
+        .flatMap((scope) => scope.metrics)
+        .find((metric) => metric.descriptor.name === name) as GaugeMetricData;
+    const of = (name: string, expectation: string) =>
+      gauge(name).dataPoints.filter((p) => p.attributes['cyclium.expectation'] === expectation);
+    const total = (name: string, expectation: string) =>
+      of(name, expectation).reduce((n, p) => n + p.value, 0);
+    expect(of('cyclium.flow.running', 'keyed')).toHaveLength(16);
+    expect(total('cyclium.flow.running', 'keyed')).toBe(3);
+    expect(total('cyclium.flow.throttled', 'keyed')).toBe(2);
+    expect(total('cyclium.flow.throttled', 'rated')).toBe(3);
+    expect(total('cyclium.flow.rate_window_starts', 'rated')).toBe(2);
+    expect(of('cyclium.flow.rate_window_starts', 'keyed')).toEqual([]);
+    const labels = gauge('cyclium.flow.running').dataPoints.map(
+      (p) => p.attributes['cyclium.flow.key_bucket'],
+    );
+    expect(labels.every((label) => typeof label === 'string' && /^b\d+$/.test(label))).toBe(true);
   });
 
   it('filters episodes by status throttled, and cancels a throttled one', async () => {
-    const page = await get<{ items: Array<{ id: string; expectationId: string; status: string }> }>(
-      '/episodes?status=throttled&actor=flowops',
-    );
+    const page = await get<{
+      items: Array<{ id: string; expectationId: string; status: string; flowKey: string }>;
+    }>('/episodes?status=throttled&actor=flowops');
     expect(page.items.map((e) => e.expectationId).sort()).toEqual([
       'keyed',
       'keyed',
@@ -214,6 +300,13 @@ describe('the operations API: flow control', () => {
       'rated',
     ]);
     expect(page.items.every((e) => e.status === 'throttled')).toBe(true);
+    expect(page.items.map((e) => e.flowKey).sort()).toEqual([
+      'acme',
+      'acme',
+      'initech',
+      'initech',
+      'initech',
+    ]);
     const victim = page.items.find((e) => e.expectationId === 'rated')!;
     const cancel = await fetch(`${base}/ops/api/episodes/${victim.id}/cancel`, {
       method: 'POST',
@@ -221,7 +314,10 @@ describe('the operations API: flow control', () => {
     });
     expect(cancel.status).toBe(200);
     expect(await cancel.json()).toEqual({ result: 'canceled' });
-    expect(flowOf(await get<Flow>('/flow'), 'rated').waiting).toBe(2);
+    // Reads within half a second share one: the next one counts 2.
+    await waitFor('the canceled one to leave the waiting', async () =>
+      flowOf(await get<Flow>('/flow'), 'rated').waiting === 2 ? true : undefined,
+    );
     const cluster = await get<{
       active: Array<{ actorId: string; status: string; count: number }>;
     }>('/cluster');

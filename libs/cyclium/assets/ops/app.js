@@ -126,7 +126,7 @@
     return `${children.length} children${typeof children[0] === 'object' ? `, ${live.length} live` : ''}`;
   }
   const ENDED = ['done', 'partially_failed', 'failed', 'canceled'];
-  /** What a deferred or waiting episode waits for, and when it falls due. */
+  /** What a deferred, waiting or throttled episode waits for, and when it falls due. */
   const waits = (e) =>
     e.wait
       ? el(
@@ -142,7 +142,13 @@
             `${WAITS_FOR[e.waitingFor] || e.waitingFor}, due `,
             time(e.dueAt),
           )
-        : '';
+        : e.status === 'throttled'
+          ? el(
+              'span',
+              { class: 'muted small', 'data-testid': 'episode-throttled' },
+              `waits for its limits${e.flowKey ? ` (key ${e.flowKey})` : ''}`,
+            )
+          : '';
   const scope = (stack, env) => `${stack || 'default'} / ${env || 'default'}`;
   const ref = (e) => e.triggerRef || {};
   const trigger = (e) =>
@@ -389,6 +395,17 @@
       ),
       ...field('dedupe key', el('code', { 'data-testid': 'detail-dedupe-key' }, e.dedupeKey)),
       ...field('owner node', e.ownerNode),
+      // An episode of a limited expectation: its partitions and its place in the waiting order.
+      ...(e.flowKey === null || e.flowKey === undefined
+        ? []
+        : [
+            ...field(
+              'flow key',
+              el('code', { 'data-testid': 'detail-flow-key' }, e.flowKey || "''"),
+            ),
+            ...field('rate key', e.rateKey === null ? null : el('code', {}, e.rateKey || "''")),
+            ...field('priority', e.priority),
+          ]),
       ...field('stack / env', scope(e.sourceStack, e.sourceEnv)),
       ...field('queued', e.queuedAt ? time(e.queuedAt) : null),
       ...field('started', e.startedAt ? time(e.startedAt) : null),

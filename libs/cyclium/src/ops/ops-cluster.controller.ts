@@ -99,7 +99,8 @@ export class OpsClusterController {
   @Get('flow')
   flow(@Query() query: FlowQuery): Promise<FlowStatus> {
     const expectations = this.registry.all().flatMap((actor) => [...actor.expectations.values()]);
-    return this.flowStatus.read(expectations, query.keys);
+    // Callers within half a second share one read, as cluster() does.
+    return this.flowStatus.read(expectations, query.keys, 500);
   }
 
   @Get('trigger-requests')
