@@ -218,10 +218,9 @@ describe('flow control across three node processes under kill -9, drains and clu
     await allDone(ids, 30_000, 'global');
     expect(await peak('global')).toBe(5);
     expect(sampled).toBeLessThanOrEqual(5);
-    // Not one node's ceiling: each node allows 16, and more than one node ran them. (Which nodes
-    // take part is not fixed: a node whose episode ends admits the next one itself.)
-    const nodes = await query(`SELECT DISTINCT node FROM flow_runs WHERE run = 'global'`);
-    expect(nodes.length).toBeGreaterThanOrEqual(2);
+    // Not one node's ceiling: each node allows 16 and `spread` triggered from all three, so a
+    // per-node cap would peak at 15. Which nodes run them is not asserted: a node whose episode
+    // ends admits the next one itself, and under load one node can win every admission.
   });
 
   it('starts at most 20 in any 1 s window over 30 s of oversupply, and keeps up', async () => {
