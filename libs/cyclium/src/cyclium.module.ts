@@ -16,6 +16,7 @@ import { WorkClaims } from './leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
+import { EpisodeVersions } from './versions/episode-versions.service.js';
 import { EpisodeEndings } from './episodes/episode-endings.service.js';
 import { EpisodeWaits } from './episodes/episode-waits.service.js';
 import { RETRY_WAKE_UPS } from './episodes/retry-wake-ups.interface.js';
@@ -145,6 +146,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeWaits,
     { provide: RETRY_WAKE_UPS, useExisting: TriggerRequests },
     EpisodeRunner,
+    EpisodeVersions,
     Episodes,
     Findings,
     Outputs,

@@ -4,6 +4,7 @@ import type { ActorOptions } from './actor.decorator.js';
 import type { ExpectationOptions } from './expectation.decorator.js';
 import { retryPolicyProblem } from '../episodes/retry-policy.js';
 import { flowProblem } from '../episodes/flow-limits.js';
+import { versionProblem } from '../versions/expectation-version.js';
 import { parseInterval } from './interval.js';
 import { MAX_TIMER_MS, MAX_WINDOW_MS } from '../primitives/time-limits.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
@@ -137,6 +138,8 @@ export function validateExpectation(
     fail('retryable must be a function (error) => boolean');
   const flow = flowProblem(options);
   if (flow) fail(flow);
+  const version = versionProblem(options);
+  if (version) fail(version);
   return {
     id,
     actorId,

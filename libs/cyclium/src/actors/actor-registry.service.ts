@@ -5,6 +5,7 @@ import { ActorDefinitionsStore } from './actor-definitions.store.js';
 import { ActorExplorer } from './actor.explorer.js';
 import type { RegisteredActor, RegisteredExpectation } from './registered-actor.js';
 import type { HostedExpectations } from '../sql/hosted-expectations.js';
+import { hostedEntries } from '../versions/expectation-version.js';
 
 /**
  * Holds the actors the app declares (found and validated at boot by ActorExplorer, so a bad
@@ -59,7 +60,12 @@ export class ActorRegistry implements OnModuleInit {
    * HostedExpectations.
    */
   hostedExpectations(actors: readonly RegisteredActor[] = this.all()): HostedExpectations {
-    return Object.fromEntries(actors.map((actor) => [actor.id, [...actor.expectations.keys()]]));
+    return Object.fromEntries(
+      actors.map((actor) => [
+        actor.id,
+        [...actor.expectations.values()].flatMap((e) => hostedEntries(e.id, e.options)),
+      ]),
+    );
   }
 
   /** Once, whoever asks first (the workflow registry may, before this provider's own init). */

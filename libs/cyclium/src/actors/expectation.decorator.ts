@@ -85,6 +85,15 @@ export interface ExpectationOptions {
    * on it.
    */
   priority?: number;
+  /**
+   * The version of this expectation's code. Each episode records the version it started on, and
+   * only a node hosting that version (or one that `accepts` it) resumes, retries, wakes or restarts
+   * it; elsewhere it waits, visibly, for such a node. Default: none (any node hosting the
+   * expectation runs its episodes).
+   */
+  version?: string;
+  /** Versions whose in-flight episodes this code can take over (their journals replay on it). */
+  accepts?: readonly string[];
 }
 
 /** Marks an actor method as an expectation: what it does, and what triggers it. */

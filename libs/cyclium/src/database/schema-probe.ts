@@ -128,6 +128,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'index cyclium_episodes_flow_running',
     holds: `to_regclass('cyclium_episodes_flow_running') IS NOT NULL`,
   },
+  {
+    migration: 'CycliumVersions1764400000024',
+    missing: 'column cyclium_episodes.version',
+    holds: columnExists('cyclium_episodes', 'version'),
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -8,6 +8,12 @@ import {
 type QueryText = { text: string; values: unknown[] };
 
 /**
+ * The version the request's episode started on (a primary-key probe per request the poll reads):
+ * a wake-up, a retry or a restart of a pinned episode is left to a node that runs its version.
+ */
+const EPISODE_VERSION = `(SELECT e.version FROM cyclium_episodes e WHERE e.id = episode_id)`;
+
+/**
  * Which requests a poller (`me`) takes: its env (strictly), optionally one stack, and only the
  * expectations it can run (a wake-up of an expectation its actor's release here lacks is left to
  * a node that has it).
@@ -95,7 +101,7 @@ export function pendingStatement(
         WHERE status IN ('pending', 'scheduled')
           AND ${sameEnvIndexed('source_env', '$1', filter.env)}
           AND ${stackFilter('source_stack', '$2')}
-          AND ${hostsExpectation('actor_id', 'expectation_id', '$3')}
+          AND ${hostsExpectation('actor_id', 'expectation_id', '$3', EPISODE_VERSION)}
           AND coalesce(not_before, inserted_at) <= now()
           AND ${takeable('$5', { env: '$1::text', goneAfter: '$6', me: '$7' })}
         ORDER BY coalesce(not_before, inserted_at), id

@@ -133,6 +133,13 @@ export class CycliumEpisode {
   priority: number;
 
   /**
+   * The `@Expectation({ version })` the episode started on; null when it has not started, or
+   * started on code without one.
+   */
+  @Column({ type: 'text', nullable: true })
+  version: string | null;
+
+  /**
    * `<keyId>:<HMAC>` over what decides what runs (actor, expectation, trigger, scope, attempts)
    * with the `integrity` option; null without it.
    */

@@ -114,6 +114,21 @@ export interface EpisodeContext<P = unknown> {
     handles: readonly ChildHandle[],
     options?: WaitOptions,
   ): Promise<ChildrenWaitResult>;
+  /**
+   * Branches between old and new code at this point of the method: true for an episode that
+   * reaches it on code that has the patch (a marker step `patch:<id>` is journaled with the next
+   * step), false for a resumed episode whose journal passed this point before the patch existed.
+   * Call it from the method, the same way on every run, and keep the old branch until no running
+   * episode needs it (then `deprecatePatch`). A node whose code lacks the patch hands an episode
+   * that took it back, to a node that has it.
+   */
+  patched(id: string): boolean;
+  /**
+   * The patch `id` once the old branch is deleted: an episode that reaches this point journals the
+   * marker as `patched` does (so nodes still running `patched(id)` replay it correctly); one whose
+   * journal passed it before the patch existed fails with PatchDeprecatedError, naming the patch.
+   */
+  deprecatePatch(id: string): void;
 }
 
 /** What an expectation method may return. */
@@ -137,7 +152,13 @@ export interface Convergence {
  */
 export interface EpisodeMethod {
   handler: (context: unknown) => Promise<unknown>;
-  options: { budget?: EpisodeBudget; retry?: RetryPolicy; retryable?: (error: unknown) => boolean };
+  options: {
+    budget?: EpisodeBudget;
+    retry?: RetryPolicy;
+    retryable?: (error: unknown) => boolean;
+    version?: string;
+    accepts?: readonly string[];
+  };
 }
 
 /**

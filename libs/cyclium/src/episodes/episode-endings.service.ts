@@ -8,6 +8,7 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
+import { PatchDeprecatedError } from '../versions/version-errors.js';
 import {
   BudgetExceededError,
   EpisodeCanceledError,
@@ -365,6 +366,7 @@ function classify(cause: unknown): [Extract<EpisodeStatus, 'failed' | 'canceled'
   if (cause instanceof BudgetExceededError) return ['failed', 'budget_exceeded', cause.message];
   if (cause instanceof NondeterministicResumeError)
     return ['failed', 'nondeterministic_resume', cause.message];
+  if (cause instanceof PatchDeprecatedError) return ['failed', 'patch_deprecated', cause.message];
   if (cause instanceof Error) {
     const errorClass = (cause as Error & { errorClass?: string }).errorClass ?? 'crash';
     return ['failed', errorClass, `${cause.message}\n${cause.stack ?? ''}`.trim()];

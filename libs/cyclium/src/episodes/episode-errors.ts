@@ -31,7 +31,7 @@ export class EpisodeInterruptedError extends Error {
  * (`waiting`) until then, to be resumed by any node. Not a failure; a host's catch cannot keep it.
  */
 export class EpisodeSleeping extends Error {
-  override readonly name = 'EpisodeSleeping';
+  override readonly name: string = 'EpisodeSleeping';
   constructor(
     readonly sleepName: string,
     readonly delayMs: number,

@@ -5,6 +5,7 @@ import { liveClaimOnEpisode } from '../claims/claim-sql.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import {
   hostedParam,
+  neededEntry,
   hostsExpectation,
   type HostedExpectations,
 } from '../sql/hosted-expectations.js';
@@ -106,7 +107,7 @@ export const CANDIDATES = `
                                    > now() - make_interval(secs => $4::double precision / 1000))
               AND (NOT $5::boolean
                    OR ${liveClaimOnEpisode('e')}))
-     AND ($6::jsonb IS NULL OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6')}
+     AND ($6::jsonb IS NULL OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6', 'e.version')}
           OR $7::boolean
           OR e.attempts >= e.max_attempts
           OR coalesce(${recordedPolicyOf('e')},
@@ -154,7 +155,7 @@ export const NOT_HOSTED = `
      WHERE e.status IN ('running', 'queued', 'throttled')
        AND ${stackCovers('e.source_stack', '$1')}
        AND ${sameEnv('e.source_env', '$2')}
-       AND NOT ${hostsExpectation('e.actor_id', 'e.expectation_id', '$3')}
+       AND NOT ${hostsExpectation('e.actor_id', 'e.expectation_id', '$3', 'e.version')}
        AND greatest(e.updated_at,
                     coalesce((SELECT max(s.created_at) FROM cyclium_episode_steps s
                               WHERE s.episode_id = e.id),
@@ -169,7 +170,7 @@ export const NOT_HOSTED = `
                                   AND (n.expectations IS NULL
                                        OR n.expectations ->> 'boot' IS DISTINCT FROM n.boot_id::text
                                        OR coalesce((n.expectations -> 'hosted' -> e.actor_id) ?
-                                                   e.expectation_id,
+                                                   ${neededEntry('e.expectation_id', 'e.version')},
                                                    false)))
                           AND n.last_seen_at
                                 > now() - make_interval(secs => $4::double precision / 1000))
@@ -198,7 +199,7 @@ export const NOT_HOSTED = `
 const ORPHANED_QUEUED = `
   SELECT e.* FROM cyclium_episodes e
    WHERE e.status = 'queued'
-     AND ${hostsExpectation('e.actor_id', 'e.expectation_id', '$5')}
+     AND ${hostsExpectation('e.actor_id', 'e.expectation_id', '$5', 'e.version')}
      AND ${stackCovers('e.source_stack', '$1')}
      AND ${sameEnv('e.source_env', '$2')}
      AND e.owner_node IS DISTINCT FROM $4

@@ -38,6 +38,7 @@ import { TransactionSteps } from './transaction-steps.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { RunningEpisode } from './running-episode.js';
+import { EpisodeVersions } from '../versions/episode-versions.service.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 export type BeginResult =
@@ -98,6 +99,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly begins: BeginWrites,
     private readonly endings: EpisodeEndings,
     private readonly signatures: EpisodeSignatures,
+    private readonly versions: EpisodeVersions,
     private readonly transactionSteps: TransactionSteps,
     @Inject(WAIT_STEPS) private readonly waitSteps: WaitStepRunner,
     private readonly moduleRef: ModuleRef,
@@ -351,6 +353,10 @@ export class EpisodeRunner implements OnModuleInit {
         `${episodeLabel(episode)} ` +
           `${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`,
       );
+      // Code of another version must not replay this journal; a versioned first run records it.
+      if (expectation.options.version !== undefined || episode.version)
+        await this.versions.check(episode, expectation.options);
+      await context.prepare();
       context.throwIfAborted();
       let result: Convergence | undefined;
       try {

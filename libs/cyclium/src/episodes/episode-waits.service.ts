@@ -17,6 +17,7 @@ const NEVER_RETRIED = new Set([
   'canceled',
   'unknown_actor',
   'nondeterministic_resume',
+  'patch_deprecated',
   'budget_exceeded',
   'tampered',
   'step_result',

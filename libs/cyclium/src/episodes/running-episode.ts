@@ -32,6 +32,7 @@ import type {
   WaitOptions,
 } from './wait.types.js';
 import { ChildEpisodesFailedError } from './wait-errors.js';
+import { PATCH_PREFIX, missingPatch, patchPoint } from '../versions/patch-points.js';
 
 const INT4_MAX = 2_147_483_647;
 
@@ -144,6 +145,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   private journalNo: number | undefined;
   private history: History | undefined;
   private wrote = false;
+  /** Patch markers taken fresh, journaled before the next step (see `patched`). */
+  private markers: Array<{ stepNo: number; name: string }> = [];
   /**
    * Whose function is running: a step inside a transaction step would journal outside its
    * transaction, and a transaction step inside any step would nest one step's journal in another's.
@@ -167,6 +170,14 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   /** The drain gives this claim up itself: stop renewing it, quietly. */
   stopRenewing(): void {
     this.deps.hold.stopRenewing();
+  }
+
+  /**
+   * Before the method: a resumed run reads its journal, so `patched` can answer at once, before any
+   * step.
+   */
+  async prepare(): Promise<void> {
+    this.history ??= this.deps.resumed ? await this.library(this.deps.history) : FRESH;
   }
 
   get claimKey(): string {
@@ -303,13 +314,67 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     this.throwIfStopped();
     const stepNo = ++this.stepNo;
     const recorded = this.history.checkpoints.get(stepNo);
-    if (!recorded) return { replayed: false, stepNo, history: this.history };
+    if (!recorded) {
+      await this.writeMarkers(this.history);
+      return { replayed: false, stepNo, history: this.history };
+    }
     if (recorded.name !== name) {
+      const handBack = missingPatch(recorded, name);
+      if (handBack) {
+        this.stop(handBack);
+        throw handBack;
+      }
       throw new NondeterministicResumeError(
         `step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`,
       );
     }
     return { replayed: true, result: recorded.state };
+  }
+
+  patched(id: string): boolean {
+    return this.patch('ep.patched', id, false);
+  }
+
+  deprecatePatch(id: string): void {
+    this.patch('ep.deprecatePatch', id, true);
+  }
+
+  private patch(call: string, id: string, deprecated: boolean): boolean {
+    checkName(call, 'id', id);
+    if (this.inside)
+      throw new TypeError(`${call}("${id}"): call it from the method, not inside a step`);
+    if (this.history === undefined)
+      throw new Error(`${call}("${id}"): the run's journal is not read yet (prepare)`);
+    this.throwIfStopped();
+    const stepNo = this.stepNo + 1;
+    let point: ReturnType<typeof patchPoint>;
+    try {
+      point = patchPoint(id, stepNo, this.history.checkpoints.get(stepNo), deprecated);
+    } catch (error) {
+      this.stop(error as Error);
+      throw error;
+    }
+    if (point === 'old') return false;
+    this.stepNo = stepNo;
+    // Journaled with the next step, ahead of it: only a step after the marker could make a later
+    // replay take this point for one passed before the patch.
+    if (point === 'fresh') this.markers.push({ stepNo, name: `${PATCH_PREFIX}${id}` });
+    return true;
+  }
+
+  /** The patch markers taken since the last step, as steps of their own, in order. */
+  private async writeMarkers(history: History): Promise<void> {
+    for (const { stepNo, name } of this.markers.splice(0)) {
+      this.journalNo ??= history.nextJournalNo;
+      const record = {
+        stepNo,
+        journalNo: this.journalNo++,
+        name,
+        resultJson: encodeStepResult(name, true),
+        durationMs: 0,
+      };
+      this.written(await this.library(this.deps.writeStep(record)), 0);
+    }
   }
 
   private tools(stepNo: number): StepTools {

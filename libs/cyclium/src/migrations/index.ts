@@ -25,6 +25,7 @@ import {
 import { CycliumNodeExpectations1764400000021 } from './1764400000021-cyclium-node-expectations.js';
 import { CycliumWaits1764400000022 } from './1764400000022-cyclium-waits.js';
 import { CycliumFlowControl1764400000023 } from './1764400000023-cyclium-flow-control.js';
+import { CycliumVersions1764400000024 } from './1764400000024-cyclium-versions.js';
 
 export {
   CycliumSchema1764400000000,
@@ -78,4 +79,5 @@ export const cycliumMigrations = [
   CycliumNodeExpectations1764400000021,
   CycliumWaits1764400000022,
   CycliumFlowControl1764400000023,
+  CycliumVersions1764400000024,
 ];

@@ -12,9 +12,30 @@ export function hostedParam(hosted: HostedExpectations): string {
 }
 
 /**
- * SQL: whether the row's `actor` and `expectation` (columns) are among `param` (a jsonb
- * HostedExpectations, see hostedParam); false, never NULL, for an actor not listed.
+ * Joins an expectation and a version in a hosted entry (`expectation@version`): a node lists one
+ * such entry for each version it runs (see the versions folder), and no version may hold it.
  */
-export function hostsExpectation(actor: string, expectation: string, param: string): string {
-  return `coalesce((${param}::jsonb -> ${actor}) ? ${expectation}, false)`;
+export const VERSION_SEPARATOR = '@';
+
+/**
+ * SQL: the entry of a HostedExpectations list an episode needs, from its `expectation` and
+ * `version` (SQL expressions): the expectation alone without a version.
+ */
+export function neededEntry(expectation: string, version: string): string {
+  return `(${expectation} || coalesce('${VERSION_SEPARATOR}' || ${version}, ''))`;
+}
+
+/**
+ * SQL: whether the row's `actor` and `expectation` (columns) are among `param` (a jsonb
+ * HostedExpectations, see hostedParam), at the row's `version` (an expression) when given; false,
+ * never NULL, for an actor not listed.
+ */
+export function hostsExpectation(
+  actor: string,
+  expectation: string,
+  param: string,
+  version?: string,
+): string {
+  const entry = version === undefined ? expectation : neededEntry(expectation, version);
+  return `coalesce((${param}::jsonb -> ${actor}) ? ${entry}, false)`;
 }
