@@ -107,7 +107,8 @@ export const CANDIDATES = `
                                    > now() - make_interval(secs => $4::double precision / 1000))
               AND (NOT $5::boolean
                    OR ${liveClaimOnEpisode('e')}))
-     AND ($6::jsonb IS NULL OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6', 'e.version')}
+     AND ($6::jsonb IS NULL
+          OR ${hostsExpectation('e.actor_id', 'e.expectation_id', '$6', 'e.version')}
           OR $7::boolean
           OR e.attempts >= e.max_attempts
           OR coalesce(${recordedPolicyOf('e')},
