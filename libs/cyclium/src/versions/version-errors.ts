@@ -36,7 +36,8 @@ export class PatchDeprecatedError extends Error {
     super(
       `patch "${patchId}" is deprecated in this code (ep.deprecatePatch), but this episode ` +
         `passed that point before the patch existed (step ${stepNo} was recorded as ` +
-        `"${recorded}"): it needs the old branch; retry it on a node whose code still has ep.patched("${patchId}")`,
+        `"${recorded}"): it needs the old branch; retry it on a node whose code still has ` +
+        `ep.patched("${patchId}")`,
     );
   }
 }
