@@ -117,7 +117,7 @@ export {
 } from './episodes/episode-errors.js';
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
 export { ChildEpisodesFailedError, EpisodeResultTimeoutError } from './episodes/wait-errors.js';
-export { PatchDeprecatedError } from './versions/version-errors.js';
+export { PatchDeprecatedError } from './episodes/patch-errors.js';
 export type {
   ChildHandle,
   ChildPending,

@@ -8,7 +8,7 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
-import { PatchDeprecatedError } from '../versions/version-errors.js';
+import { PatchDeprecatedError } from './patch-errors.js';
 import {
   BudgetExceededError,
   EpisodeCanceledError,

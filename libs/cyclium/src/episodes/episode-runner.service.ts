@@ -38,7 +38,8 @@ import { TransactionSteps } from './transaction-steps.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { RunningEpisode } from './running-episode.js';
-import { EpisodeVersions } from '../versions/episode-versions.service.js';
+import { EpisodeVersions, VERSION_HAND_BACK_MS } from '../versions/episode-versions.service.js';
+import { EpisodeHandedBack } from './patch-errors.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 export type BeginResult =
@@ -354,8 +355,17 @@ export class EpisodeRunner implements OnModuleInit {
           `${resumed ? `resumed (attempt ${episode.attempts}, ${fence})` : `started (${fence})`}`,
       );
       // Code of another version must not replay this journal; a versioned first run records it.
-      if (expectation.options.version !== undefined || episode.version)
-        await this.versions.check(episode, expectation.options);
+      if (expectation.options.version !== undefined || episode.version) {
+        const lacks = await this.versions.check(episode, expectation.options);
+        if (lacks) {
+          this.logger.warn(
+            `${episodeLabel(episode)} needs ${lacks}, which this node's code ` +
+              `(${expectation.options.version ?? 'no version'}) neither is nor accepts: left to a ` +
+              `node that runs it`,
+          );
+          throw new EpisodeHandedBack(lacks, VERSION_HAND_BACK_MS);
+        }
+      }
       await context.prepare();
       context.throwIfAborted();
       let result: Convergence | undefined;

@@ -32,7 +32,7 @@ import type {
   WaitOptions,
 } from './wait.types.js';
 import { ChildEpisodesFailedError } from './wait-errors.js';
-import { PATCH_PREFIX, missingPatch, patchPoint } from '../versions/patch-points.js';
+import { PATCH_PREFIX, missingPatch, patchPoint } from './patch-points.js';
 
 const INT4_MAX = 2_147_483_647;
 

@@ -1,10 +1,7 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared } from '../sql/sql-executor.js';
-import type { EpisodeRow } from '../episodes/episode-context.interface.js';
-import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { runsVersion, type ExpectationVersion } from './expectation-version.js';
-import { EpisodeHandedBack } from './version-errors.js';
 
 /**
  * How long an episode handed back for its version waits before a node takes it again: the due
@@ -25,33 +22,33 @@ const STAMP = prepared(
                   (SELECT version FROM cyclium_episodes WHERE id = $1)) AS version`,
 );
 
+/** The columns of an episode row the version check reads, and the version it records. */
+export interface VersionedEpisode {
+  id: string;
+  version: string | null;
+}
+
 /**
- * The version check before an episode's method runs: an episode of a version this code does not
- * run is handed back (EpisodeHandedBack) before anything of it runs, whichever path brought it
- * here; the first run of a versioned expectation records its version. Without `version` on the
+ * The version check before an episode's method runs, whichever path brought the episode here: the
+ * first run of a versioned expectation records its version; an episode of a version this code
+ * does not run must be handed back before anything of it runs. Without `version` on the
  * expectation and on the row, it costs nothing.
  */
 @Injectable()
 export class EpisodeVersions {
-  private readonly logger = new Logger('CycliumVersions');
-
   constructor(private readonly database: CycliumDataSource) {}
 
-  /** Throws EpisodeHandedBack when this code must not run `episode`; else records its version. */
-  async check(episode: EpisodeRow, options: ExpectationVersion): Promise<void> {
-    let version = episode.version ?? null;
-    if (version === null && options.version !== undefined) {
+  /**
+   * Null when this code may run `episode` (whose `version` it records, when it had none); else
+   * the version this code lacks (`version v1`).
+   */
+  async check(episode: VersionedEpisode, options: ExpectationVersion): Promise<string | null> {
+    if (episode.version === null && options.version !== undefined) {
       const { rows } = await this.database.sql.query<{ version: string | null }>(
         STAMP([episode.id, options.version]),
       );
-      version = rows[0]?.version ?? null;
-      episode.version = version;
+      episode.version = rows[0]?.version ?? null;
     }
-    if (runsVersion(options, version)) return;
-    this.logger.warn(
-      `${episodeLabel(episode)} started on version ${version}, which this node's code ` +
-        `(${options.version ?? 'no version'}) does not accept: left to a node that runs it`,
-    );
-    throw new EpisodeHandedBack(`version ${version}`, VERSION_HAND_BACK_MS);
+    return runsVersion(options, episode.version) ? null : `version ${episode.version}`;
   }
 }

@@ -1,4 +1,4 @@
-import { EpisodeSleeping } from '../episodes/episode-errors.js';
+import { EpisodeSleeping } from './episode-errors.js';
 
 /**
  * This node's code cannot run the episode, another node's can: its journal passed a patch this code

@@ -1,5 +1,5 @@
-import type { Checkpoint } from '../episodes/episode-journal.js';
-import { EpisodeHandedBack, PatchDeprecatedError } from './version-errors.js';
+import type { Checkpoint } from './episode-journal.js';
+import { EpisodeHandedBack, PatchDeprecatedError } from './patch-errors.js';
 
 /** The name of a patch's marker step: `patch:<id>`. */
 export const PATCH_PREFIX = 'patch:';
