@@ -31,6 +31,22 @@ function pinnedActor(version: string | undefined, accepts?: string[]) {
   return Pinned;
 }
 
+/** A limited expectation at `version`: one at a time across the env. */
+function limitedActor(version: string) {
+  @Injectable()
+  @Actor({ id: 'pinned-limited', maxConcurrentEpisodes: 10 })
+  class PinnedLimited {
+    @Expectation({ id: 'nap', trigger: 'manual', version, concurrency: { limit: 1 } })
+    async nap(ep: EpisodeContext<Nap>): Promise<Convergence> {
+      await ep.step('before', () => version);
+      await ep.sleep('nap', ep.trigger.payload.napMs);
+      await ep.step('after', () => version);
+      return {};
+    }
+  }
+  return PinnedLimited;
+}
+
 /** Version pinning across "deploys" of one process, on a real PostgreSQL. */
 describe('versions: an episode waits for code of its version', () => {
   let url: string;
@@ -150,5 +166,40 @@ describe('versions: an episode waits for code of its version', () => {
   it('fails boot on a bad version, naming the field', async () => {
     await expect(deploy(pinnedActor('v@1'))).rejects.toThrow(/version must be a non-empty string/);
     await expect(deploy(pinnedActor('v1', ['']))).rejects.toThrow(/accepts\[0\]/);
+  });
+
+  it('leaves a throttled episode of another version to a node that runs it', async () => {
+    await deploy(limitedActor('v1'));
+    const started = await app!.get(Episodes).trigger('pinned-limited', 'nap', { napMs: 60_000 });
+    if (!('episode' in started)) throw new Error(`not started: ${started.status}`);
+    const id = started.episode.id;
+    await waitFor('asleep', async () => (await row(id)).status === 'waiting');
+    await deploy(limitedActor('v2'));
+    // As a v1 node's poll leaves a due wake-up of a limited expectation: throttled, for any node's
+    // admission.
+    await db.query(
+      `UPDATE cyclium_trigger_requests SET status = 'completed' WHERE episode_id = $1
+          AND status IN ('pending', 'scheduled')`,
+      [id],
+    );
+    await db.query(
+      `UPDATE cyclium_episodes SET status = 'throttled', queued_at = now() WHERE id = $1`,
+      [id],
+    );
+    // A fresh episode queues behind it (limit 1, oldest first): it runs only if the admission
+    // passed the pinned row over.
+    const fresh = await app!.get(Episodes).trigger('pinned-limited', 'nap', { napMs: 0 });
+    if (!('episode' in fresh)) throw new Error(`not started: ${fresh.status}`);
+    await waitFor(
+      'the fresh one done on v2',
+      async () => (await row(fresh.episode.id)).status === 'done',
+    );
+    expect(await row(id)).toMatchObject({ status: 'throttled', version: 'v1' });
+    await deploy(limitedActor('v1'));
+    await app!.get(TriggerPoller).pollNow();
+    await waitFor('admitted on v1 and asleep again', async () =>
+      ['waiting', 'done'].includes((await row(id)).status),
+    );
+    expect((await row(id)).version).toBe('v1');
   });
 });

@@ -1,3 +1,4 @@
+import { runnableVersions } from '../versions/expectation-version.js';
 import type { Logger } from '@nestjs/common';
 import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRunner } from '../episodes/episode-runner.service.js';
@@ -228,6 +229,7 @@ export class FlowPump {
       env: this.env,
       limits: limitsOf(expectation.options),
       max,
+      versions: runnableVersions(expectation.options),
     };
   }
 

@@ -360,8 +360,8 @@ export class EpisodeRunner implements OnModuleInit {
         if (lacks) {
           this.logger.warn(
             `${episodeLabel(episode)} needs ${lacks}, which this node's code ` +
-              `(${expectation.options.version ?? 'no version'}) neither is nor accepts: left to a ` +
-              `node that runs it`,
+              `(${expectation.options.version ?? 'no version'}) neither is nor accepts: left ` +
+              `to a node that runs it`,
           );
           throw new EpisodeHandedBack(lacks, VERSION_HAND_BACK_MS);
         }

@@ -26,6 +26,8 @@ export interface AdmissionRequest {
   env: string | null;
   limits: FlowLimits;
   max: number;
+  /** The versions this node's code runs (runnableVersions): others' pinned rows stay throttled. */
+  versions: string[];
 }
 
 /** An episode an admission moved to running on this node, with its claim. */
@@ -67,7 +69,7 @@ export function admitCall(
   return `cyclium_flow_admit(${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')},
             ${p(request.env, 'text')}, ${owner}, ${max},
             ${p(limits.limit, 'int')}, ${p(limits.total, 'int')}, ${p(limits.rate, 'int')},
-            ${p(limits.periodMs, 'double precision')})`;
+            ${p(limits.periodMs, 'double precision')}, ${p(request.versions, 'text[]')})`;
 }
 
 /**

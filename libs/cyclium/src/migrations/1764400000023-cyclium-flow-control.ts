@@ -26,7 +26,7 @@ const OF_EXPECTATION = (e: string) =>
  * carries no episode and `retry_ms`, the time until the earliest blocked window frees. A row
  * with a journal gets its `woken` marker (its quiet time starts anew) and answers `resumed`.
  */
-const ADMIT = `
+export const ADMIT = `
   CREATE FUNCTION cyclium_flow_admit(
     p_actor text, p_expectation text, p_env text, p_owner text, p_max int,
     p_limit int, p_total int, p_rate int, p_period_ms double precision)
