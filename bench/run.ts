@@ -11,6 +11,7 @@ import { e2eBench } from './benchmarks/e2e.bench.js';
 import {
   episodesBench,
   flowBench,
+  versionsBench,
   integrityBench,
   transactionsBench,
 } from './benchmarks/episodes.bench.js';
@@ -27,6 +28,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   claims: claimsBench,
   episodes: episodesBench,
   flow: flowBench,
+  versions: versionsBench,
   integrity: integrityBench,
   transactions: transactionsBench,
   bus: busBench,

@@ -62,6 +62,18 @@ class BenchActor {
     await ep.step('s1', () => ep.trigger.payload.i);
   }
 
+  /** `k1` of a versioned expectation: the version is recorded with the row its begin inserts. */
+  @Expectation({ id: 'versioned', trigger: 'manual', version: 'v1' })
+  async versioned(ep: EpisodeContext<{ i: number }>): Promise<void> {
+    await ep.step('s1', () => ep.trigger.payload.i);
+  }
+
+  /** `k1` behind a patch: each episode passes the patch fresh, so it journals the marker step. */
+  @Expectation({ id: 'patched', trigger: 'manual' })
+  async patched(ep: EpisodeContext<{ i: number }>): Promise<void> {
+    if (ep.patched('p')) await ep.step('s1', () => ep.trigger.payload.i);
+  }
+
   /** One transaction step: the host's INSERT commits with the step's checkpoint. */
   @Expectation({ id: 'tx', trigger: 'manual' })
   async tx(ep: EpisodeContext<{ i: number }>): Promise<void> {
@@ -91,13 +103,25 @@ const PAIR = { batches: 20, perBatch: 200, inFlight: 16 };
  * host row; `trigger-in-host-tx`, the host's TypeORM transaction inserting an order and triggering
  * the 1-step episode with `{ manager }`, then committing (the episode runs after the commit);
  * `limited`, the 1-step episode of an expectation with `concurrency` (admitted in its insert's
- * statement, or later by the flow queue).
+ * statement, or later by the flow queue); `versioned`, of an expectation with a `version`;
+ * `patched`, behind `ep.patched` (a marker step before it).
  */
-type Line = 'k1' | 'k5' | 'transaction-step' | 'trigger-in-host-tx' | 'limited';
-const LINES: Line[] = ['k1', 'k5', 'transaction-step', 'trigger-in-host-tx', 'limited'];
+type Line =
+  'k1' | 'k5' | 'transaction-step' | 'trigger-in-host-tx' | 'limited' | 'versioned' | 'patched';
+const LINES: Line[] = [
+  'k1',
+  'k5',
+  'transaction-step',
+  'trigger-in-host-tx',
+  'limited',
+  'versioned',
+  'patched',
+];
 const LABEL: Record<Line, string> = {
   k1: '1 step',
   limited: '1 step, limited',
+  versioned: '1 step, versioned',
+  patched: '1 step, patched',
   k5: '5 steps',
   'transaction-step': 'transaction-step',
   'trigger-in-host-tx': 'trigger-in-host-tx',
@@ -399,6 +423,14 @@ export async function transactionsBench(url: string): Promise<void> {
  */
 export async function flowBench(url: string): Promise<void> {
   await measureLines(url, ['k1', 'limited']);
+}
+
+/**
+ * The 1-step episode without and with a version, and behind a patch (`npm run bench -- versions`);
+ * `episodes` has them too.
+ */
+export async function versionsBench(url: string): Promise<void> {
+  await measureLines(url, ['k1', 'versioned', 'patched']);
 }
 
 /** The integrity pair alone (`npm run bench -- integrity`); `episodes` ends with it. */

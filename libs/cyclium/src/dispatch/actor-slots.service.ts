@@ -130,6 +130,7 @@ export class ActorSlots implements OnApplicationBootstrap {
       sourceEnv: options.sourceEnv,
       insertBefore: options.insertBefore,
       flow,
+      version: expectation.options.version ?? null,
     };
     // A limited expectation's episode starts only through the admission, wherever slots are free.
     if (flow) return this.flowPump.enqueue(actor, expectation, spec, flow);

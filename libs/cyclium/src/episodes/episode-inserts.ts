@@ -27,6 +27,11 @@ export interface NewEpisode {
   insertBefore?: Date | null;
   /** A limited expectation's partition and priority (flowOf); null or absent: not limited. */
   flow?: EpisodeFlow | null;
+  /**
+   * The version of the expectation's code on the inserting node, recorded only on a row that
+   * starts running there (EpisodeVersions records it on any other row's first run).
+   */
+  version?: string | null;
 }
 
 /** One episode row to insert, every column its writer sets. */
@@ -55,6 +60,8 @@ export interface EpisodeInsert {
   signature: string | null;
   /** NewEpisode.flow; absent: not limited. */
   flow?: EpisodeFlow | null;
+  /** NewEpisode.version, on a row inserted running on its node; null otherwise. */
+  version: string | null;
 }
 
 /**
@@ -84,11 +91,12 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
     [rows.map((r) => r.flow?.key ?? null), 'text[]'],
     [rows.map((r) => r.flow?.rateKey ?? null), 'text[]'],
     [rows.map((r) => r.flow?.priority ?? 0), 'int[]'],
+    [rows.map((r) => r.version), 'text[]'],
   ]);
   const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
                    status, owner_node, max_attempts, source_stack, source_env,
                    workflow_instance_id, workflow_step_id, started_at, waits,
-                   insert_before, signature, flow_key, rate_key, priority, n`;
+                   insert_before, signature, flow_key, rate_key, priority, version, n`;
   return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${columns})`;
 }
 
@@ -104,11 +112,11 @@ export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'ski
     INSERT INTO cyclium_episodes
       (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
        max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at,
-       queued_at, signature, flow_key, rate_key, priority)
+       queued_at, signature, flow_key, rate_key, priority, version)
     SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
            max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id,
            coalesce(started_at, CASE WHEN status = 'running' THEN now() END),
-           CASE WHEN waits THEN now() END, signature, flow_key, rate_key, priority
+           CASE WHEN waits THEN now() END, signature, flow_key, rate_key, priority, version
       FROM ${input} i
      WHERE i.insert_before IS NULL OR clock_timestamp() < i.insert_before
      ORDER BY key
@@ -144,5 +152,6 @@ export function insertOf(id: string, spec: NewEpisode, status: EpisodeStatus): E
     insertBefore: spec.insertBefore ?? null,
     signature: null,
     flow: spec.flow ?? null,
+    version: status === 'running' && spec.ownerNode !== null ? (spec.version ?? null) : null,
   };
 }

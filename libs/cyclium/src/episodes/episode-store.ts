@@ -291,6 +291,7 @@ export class EpisodeStore {
       waits: spec.status === 'queued',
       insertBefore: null,
       signature: null,
+      version: null,
     };
     statement.with(
       'ep',
