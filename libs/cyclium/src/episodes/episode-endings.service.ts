@@ -8,7 +8,7 @@ import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { Convergence, EpisodeRow } from './episode-context.interface.js';
-import { PatchDeprecatedError } from './patch-errors.js';
+import { EpisodeHandedBack, PatchDeprecatedError } from './patch-errors.js';
 import {
   BudgetExceededError,
   EpisodeCanceledError,
@@ -223,9 +223,15 @@ export class EpisodeEndings {
       );
       return;
     }
-    this.logger.debug(
-      `${episodeLabel(episode)} sleeps "${sleeping.sleepName}" for ${sleeping.delayMs} ms`,
-    );
+    if (sleeping instanceof EpisodeHandedBack)
+      this.logger.warn(
+        `${episodeLabel(episode)} handed back: it needs ${sleeping.needs}, which this node's ` +
+          `code lacks; a node takes it again in ${sleeping.delayMs} ms`,
+      );
+    else
+      this.logger.debug(
+        `${episodeLabel(episode)} sleeps "${sleeping.sleepName}" for ${sleeping.delayMs} ms`,
+      );
     this.telemetry.emit('episode.sleeping', {
       ...describeEpisode(episode),
       name: sleeping.sleepName,

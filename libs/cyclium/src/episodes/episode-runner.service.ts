@@ -358,11 +358,6 @@ export class EpisodeRunner implements OnModuleInit {
       if (expectation.options.version !== undefined || episode.version) {
         const lacks = await this.versions.check(episode, expectation.options);
         if (lacks) {
-          this.logger.warn(
-            `${episodeLabel(episode)} needs ${lacks}, which this node's code ` +
-              `(${expectation.options.version ?? 'no version'}) neither is nor accepts: left ` +
-              `to a node that runs it`,
-          );
           throw new EpisodeHandedBack(lacks, VERSION_HAND_BACK_MS);
         }
       }
