@@ -16,7 +16,10 @@ import { WorkClaims } from './leases/work-claims.service.js';
 import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
-import { EpisodeVersions } from './versions/episode-versions.service.js';
+import { EpisodeVersions } from './episodes/episode-versions.js';
+import { EpisodeVersionMoves } from './episodes/episode-version-moves.js';
+import { HostedVersions } from './cluster/hosted-versions.js';
+import { VersionMoves } from './dispatch/version-moves.service.js';
 import { EpisodeEndings } from './episodes/episode-endings.service.js';
 import { EpisodeWaits } from './episodes/episode-waits.service.js';
 import { RETRY_WAKE_UPS } from './episodes/retry-wake-ups.interface.js';
@@ -147,6 +150,9 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     { provide: RETRY_WAKE_UPS, useExisting: TriggerRequests },
     EpisodeRunner,
     EpisodeVersions,
+    EpisodeVersionMoves,
+    HostedVersions,
+    VersionMoves,
     Episodes,
     Findings,
     Outputs,
@@ -197,9 +203,10 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     Mode,
     TriggerRequests,
     WorkflowEngine,
-    // For the operations API's flow read (CycliumOpsModule).
+    // For the operations API's flow and versions (CycliumOpsModule).
     ActorRegistry,
     FlowStatusReader,
+    VersionMoves,
   ],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -118,6 +118,11 @@ export {
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
 export { ChildEpisodesFailedError, EpisodeResultTimeoutError } from './episodes/wait-errors.js';
 export { PatchDeprecatedError } from './episodes/patch-errors.js';
+export {
+  InvalidVersionMoveError,
+  type MoveVersion,
+  type MoveVersionResult,
+} from './dispatch/version-moves.service.js';
 export type {
   ChildHandle,
   ChildPending,

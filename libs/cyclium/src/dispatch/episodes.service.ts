@@ -1,3 +1,4 @@
+import { VersionMoves, type MoveVersion, type MoveVersionResult } from './version-moves.service.js';
 import { Inject, Injectable } from '@nestjs/common';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
@@ -144,6 +145,7 @@ export class Episodes {
     private readonly transactions: HostTransactions,
     private readonly signals: Signals,
     private readonly results: EpisodeResults,
+    private readonly versionMoves: VersionMoves,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -309,6 +311,17 @@ export class Episodes {
    * back with its next step write (and hears over the bus at once, when it shares this node's
    * channel), and records `canceled` before that next step.
    */
+  /**
+   * Moves the episodes of one expectation pinned to version `from` (not running on a live node:
+   * waiting, deferred, throttled, queued, or orphaned) to `to`, each journaled `version_moved`,
+   * when the host says the new code can take them: this node runs the expectation at `to` with
+   * `accepts` listing `from` (else `not_accepted`, nothing moved). Nodes of `to` resume them, and
+   * `from` can then be retired. Throws InvalidVersionMoveError for a malformed request.
+   */
+  moveVersion(request: MoveVersion): Promise<MoveVersionResult> {
+    return this.versionMoves.move(request);
+  }
+
   async cancel(id: string): Promise<CancelResult> {
     if (!isUuid(id)) return 'not_found';
     const result = await this.cancelOne(id);

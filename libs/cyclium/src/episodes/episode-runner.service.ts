@@ -38,7 +38,7 @@ import { TransactionSteps } from './transaction-steps.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { RunningEpisode } from './running-episode.js';
-import { EpisodeVersions, VERSION_HAND_BACK_MS } from '../versions/episode-versions.service.js';
+import { EpisodeVersions, VERSION_HAND_BACK_MS } from './episode-versions.js';
 import { EpisodeHandedBack } from './patch-errors.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 

@@ -16,12 +16,16 @@ import {
 import { Episodes, type CancelResult } from '../dispatch/episodes.service.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
+import { VersionMoves } from '../dispatch/version-moves.service.js';
 import { Findings } from '../findings/findings.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
 import { EpisodeIdParam, EpisodeListQuery, SignalBody } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
+
+/** The statuses in which an episode waits for a node to take it. */
+const WAITS_FOR_A_NODE = new Set(['waiting', 'deferred', 'throttled', 'queued']);
 
 /**
  * Episodes for the operations page: list, read one with everything it wrote, cancel, retry,
@@ -37,6 +41,7 @@ export class OpsEpisodesController {
     private readonly findings: Findings,
     private readonly outputs: Outputs,
     private readonly requests: TriggerRequests,
+    private readonly versions: VersionMoves,
   ) {}
 
   @Get()
@@ -86,19 +91,27 @@ export class OpsEpisodesController {
    * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume, wait) while it waits
    * for a trigger request, and `wait` (the row's `waiting_for`: a signal, an event and its match,
    * or children, with the deadline) while a wait holds it; null otherwise. A wait without a
-   * deadline is due never: `dueAt` null.
+   * deadline is due never: `dueAt` null. An episode pinned to a version no live node runs waits
+   * for one first: `waitingFor` is `version <v>`.
    */
   private async withWaits<E extends EpisodeRow>(episodes: E[]) {
     const waits = await this.requests.waitsOf(
       episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id),
     );
+    const pinned = episodes.some((e) => e.version && WAITS_FOR_A_NODE.has(e.status));
+    const live = pinned ? await this.versions.liveVersions() : new Set<string>();
     return episodes.map(({ waitingFor: wait, ...e }) => {
       const due = waits.get(e.id);
       const waiting = e.status === 'waiting' && wait ? wait : null;
+      // Pinned to a version no live node runs: it waits for such a node, whatever else it awaits.
+      const stranded =
+        e.version &&
+        WAITS_FOR_A_NODE.has(e.status) &&
+        !live.has(`${e.actorId}/${e.expectationId}@${e.version}`);
       return {
         ...e,
         dueAt: due?.waitingFor === 'wait' && !waiting?.deadline ? null : (due?.dueAt ?? null),
-        waitingFor: due?.waitingFor ?? null,
+        waitingFor: stranded ? `version ${e.version}` : (due?.waitingFor ?? null),
         wait: waiting,
       };
     });

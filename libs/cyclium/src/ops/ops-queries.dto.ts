@@ -37,6 +37,21 @@ export class SignalBody {
   payload?: unknown;
 }
 
+/** `POST /api/versions/move`: the expectation, and the versions to move its episodes between. */
+export class MoveVersionBody {
+  @Text(200)
+  actorId!: string;
+
+  @Text(200)
+  expectationId!: string;
+
+  @Text(100)
+  from!: string;
+
+  @Text(100)
+  to!: string;
+}
+
 export class ClusterQuery {
   @IsOptional()
   @Type(() => Number)

@@ -10,6 +10,7 @@ import {
   type CycliumOpsOptions,
 } from './ops-options.interface.js';
 import { OpsPageController } from './ops-page.controller.js';
+import { OpsVersionsController } from './ops-versions.controller.js';
 
 /**
  * The operations page and its JSON API, mounted at `path` (default `ops`) behind the host's guard.
@@ -33,7 +34,12 @@ export class CycliumOpsModule {
         RouterModule.register([{ path, module: CycliumOpsModule }]),
         ...(options.imports ?? []),
       ],
-      controllers: [OpsClusterController, OpsEpisodesController, OpsPageController],
+      controllers: [
+        OpsClusterController,
+        OpsEpisodesController,
+        OpsVersionsController,
+        OpsPageController,
+      ],
       providers: [
         { provide: CYCLIUM_OPS_OPTIONS, useValue: options },
         ...(typeof guard === 'function' ? [guard] : []),

@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared } from '../sql/sql-executor.js';
-import { runsVersion, type ExpectationVersion } from './expectation-version.js';
+import { runsVersion, type ExpectationVersion } from '../versions/expectation-version.js';
 
 /**
  * How long an episode handed back for its version waits before a node takes it again: the due
