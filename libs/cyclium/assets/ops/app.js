@@ -716,14 +716,14 @@
 
   /** Moves one version's episodes to another after the operator confirms (Episodes.moveVersion). */
   async function moveVersion(v, result) {
-    const to = window.prompt(
+    const to = globalThis.prompt(
       `Move the episodes of ${v.actorId}.${v.expectationId} pinned to ${v.version} to version:`,
     );
     if (!to) return;
     const question =
       `Move every episode of ${v.actorId}.${v.expectationId} at ${v.version} that no live ` +
       `node runs now to ${to}? Code at ${to} will replay their journals.`;
-    if (!window.confirm(question)) return;
+    if (!globalThis.confirm(question)) return;
     try {
       const answer = await api('/api/versions/move', {
         method: 'POST',
