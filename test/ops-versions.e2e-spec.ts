@@ -9,7 +9,9 @@ import {
   type EpisodeContext,
 } from '@cyclium/nestjs';
 import { CycliumOpsModule } from '@cyclium/nestjs/ops';
+import chromium from '@sparticuz/chromium';
 import type pg from 'pg';
+import { chromium as pw } from 'playwright-core';
 import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase, pool } from './support/database.js';
@@ -129,9 +131,38 @@ describe('the operations API: versions in flight and moving them', () => {
 
     // A node whose code accepts v1 moves them; a plain v2 node then runs them.
     await deploy(pinnedActor('v2', ['v1']));
-    const moved = await call<{ moved: number; episodeIds: string[] }>('/versions/move', body);
-    expect(moved.status).toBe(200);
-    expect(moved.body).toEqual({ moved: 1, episodeIds: [id] });
+    // The operator moves them on the page: Move to…, the version asked, the move confirmed.
+    const executablePath = await chromium.executablePath();
+    const browser = await pw.launch({ executablePath, args: chromium.args, headless: true });
+    try {
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      const dialogs: string[] = [];
+      page.on('pageerror', (error) => errors.push(error.message));
+      page.on('dialog', (dialog) => {
+        dialogs.push(dialog.type());
+        void (dialog.type() === 'prompt' ? dialog.accept('v2') : dialog.accept());
+      });
+      page.setDefaultTimeout(15_000);
+      await page.goto(`${base}/ops`);
+      const row = page.locator('[data-testid="version-row"][data-version="v1"]');
+      await row.waitFor();
+      // This node accepts v1: a live node runs it now.
+      expect(await row.getByTestId('version-hosted').textContent()).toBe('a live node runs it');
+      await row.getByTestId('version-move').click();
+      await waitFor('the move answered', async () =>
+        /moved/.test((await page.getByTestId('versions-result').textContent()) ?? '')
+          ? true
+          : undefined,
+      );
+      expect(await page.getByTestId('versions-result').textContent()).toBe(
+        'moved 1 episode(s) to v2',
+      );
+      expect(dialogs).toEqual(['prompt', 'confirm']);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
     expect((await rowOf(id)).version).toBe('v2');
     const marker = await db.query(
       `SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'version_moved'`,

@@ -714,8 +714,12 @@
 
   // --- versions ---------------------------------------------------------------------------------
 
-  /** Moves one version's episodes to another after the operator confirms (Episodes.moveVersion). */
-  async function moveVersion(v, result) {
+  /**
+   * Moves one version's episodes to another after the operator confirms (Episodes.moveVersion);
+   * the answer stays below the table, which the next refresh redraws.
+   */
+  async function moveVersion(v) {
+    const result = $('versions-result');
     const to = globalThis.prompt(
       `Move the episodes of ${v.actorId}.${v.expectationId} pinned to ${v.version} to version:`,
     );
@@ -740,7 +744,6 @@
     const counts = Object.entries(v.counts)
       .map(([status, n]) => `${n} ${status}`)
       .join(', ');
-    const result = el('span', { class: 'small', 'data-testid': 'version-move-result' });
     return el(
       'tr',
       { 'data-testid': 'version-row', 'data-version': v.version },
@@ -757,11 +760,9 @@
         {},
         el(
           'button',
-          { type: 'button', 'data-testid': 'version-move', onclick: () => moveVersion(v, result) },
+          { type: 'button', 'data-testid': 'version-move', onclick: () => moveVersion(v) },
           'Move to…',
         ),
-        ' ',
-        result,
       ),
     );
   }
