@@ -1,5 +1,5 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, type INestApplication } from '@nestjs/common';
+import { describe, expect, it } from '@jest/globals';
+import { Injectable, type Type } from '@nestjs/common';
 import {
   Actor,
   Episodes,
@@ -8,13 +8,10 @@ import {
   type Convergence,
   type EpisodeContext,
 } from '@cyclium/nestjs';
-import { CycliumOpsModule } from '@cyclium/nestjs/ops';
 import chromium from '@sparticuz/chromium';
-import type pg from 'pg';
 import { chromium as pw } from 'playwright-core';
 import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
-import { startCycliumApp } from './support/cyclium-app.js';
-import { freshDatabase, pool } from './support/database.js';
+import { inProcessDeploys } from './support/deploys.js';
 import { waitFor } from './support/wait-for.js';
 
 /** `pinned.nap` at `version`, accepting `accepts`: a step, a sleep of `napMs`, a step. */
@@ -48,36 +45,10 @@ interface VersionItem {
  * the new version (without `accepts`) run the episode; Episodes.moveVersion answers the same.
  */
 describe('the operations API: versions in flight and moving them', () => {
-  let url: string;
-  let db: pg.Pool;
-  let app: INestApplication | undefined;
-  let base: string;
-
-  beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 2);
-  });
-  afterEach(async () => {
-    await app?.close();
-    app = undefined;
-  });
-  afterAll(async () => {
-    await db?.end();
-  });
-
-  const deploy = async (actor: object) => {
-    await app?.close();
-    app = (await startCycliumApp({
-      url,
-      cyclium: { nodeIdentity: 'ops-versions', workClaims: 'postgres', triggerPollIntervalMs: 200 },
-      providers: [actor as never],
-      imports: [CycliumOpsModule.forRoot({ path: 'ops', guard: false })],
-    })) as INestApplication;
-    await app.listen(0, '127.0.0.1');
-    base = (await app.getUrl()).replace('[::1]', '127.0.0.1');
-  };
+  const node = inProcessDeploys('ops-versions', { ops: true });
+  const deploy = (actor: Type<unknown>) => node.deploy(actor);
   const call = async <T>(path: string, body?: object): Promise<{ status: number; body: T }> => {
-    const response = await fetch(`${base}/ops/api${path}`, {
+    const response = await fetch(`${node.base}/ops/api${path}`, {
       method: body ? 'POST' : 'GET',
       headers: body ? { 'content-type': 'application/json', 'x-cyclium-ops': '1' } : {},
       body: body ? JSON.stringify(body) : undefined,
@@ -86,7 +57,7 @@ describe('the operations API: versions in flight and moving them', () => {
   };
   const rowOf = async (id: string) =>
     (
-      await db.query<{ status: string; version: string | null }>(
+      await node.db.query<{ status: string; version: string | null }>(
         `SELECT status, version FROM cyclium_episodes WHERE id = $1`,
         [id],
       )
@@ -94,7 +65,7 @@ describe('the operations API: versions in flight and moving them', () => {
 
   it('shows a v1 episode waiting for v1, refuses a move the code does not accept, and moves it', async () => {
     await deploy(pinnedActor('v1'));
-    const started = await app!.get(Episodes).trigger('pinned', 'nap', { napMs: 60_000 });
+    const started = await node.app.get(Episodes).trigger('pinned', 'nap', { napMs: 60_000 });
     if (!('episode' in started)) throw new Error(`not started: ${started.status}`);
     const id = started.episode.id;
     await waitFor('asleep', async () => (await rowOf(id)).status === 'waiting');
@@ -125,7 +96,7 @@ describe('the operations API: versions in flight and moving them', () => {
     expect(bad.body.message.join(' ')).toContain('from');
     const missing = await call<{ message: string[] }>('/versions/move', { ...body, to: '' });
     expect(missing.status).toBe(400);
-    await expect(app!.get(Episodes).moveVersion({ ...body, to: 'v1' })).rejects.toBeInstanceOf(
+    await expect(node.app.get(Episodes).moveVersion({ ...body, to: 'v1' })).rejects.toBeInstanceOf(
       InvalidVersionMoveError,
     );
 
@@ -144,7 +115,7 @@ describe('the operations API: versions in flight and moving them', () => {
         void (dialog.type() === 'prompt' ? dialog.accept('v2') : dialog.accept());
       });
       page.setDefaultTimeout(15_000);
-      await page.goto(`${base}/ops`);
+      await page.goto(`${node.base}/ops`);
       const row = page.locator('[data-testid="version-row"][data-version="v1"]');
       await row.waitFor();
       // This node accepts v1: a live node runs it now.
@@ -164,23 +135,23 @@ describe('the operations API: versions in flight and moving them', () => {
       await browser.close();
     }
     expect((await rowOf(id)).version).toBe('v2');
-    const marker = await db.query(
+    const marker = await node.db.query(
       `SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'version_moved'`,
       [id],
     );
     expect(marker.rows[0]!.result_ref).toMatchObject({ from: 'v1', to: 'v2' });
     await deploy(pinnedActor('v2'));
     // Its wake-up is a minute away: the test makes it due now.
-    await db.query(
+    await node.db.query(
       `UPDATE cyclium_trigger_requests SET not_before = now() WHERE episode_id = $1
           AND status IN ('pending', 'scheduled')`,
       [id],
     );
-    await app!.get(TriggerPoller).pollNow();
+    await node.app.get(TriggerPoller).pollNow();
     // Resumed there (its sleep has most of its minute left, so it sleeps on): a `woken` marker
     // after the move, nothing failed, pinned to v2 now.
     await waitFor('resumed on a plain v2 node', async () => {
-      const { rows } = await db.query(
+      const { rows } = await node.db.query(
         `SELECT 1 FROM cyclium_episode_steps w
           WHERE w.episode_id = $1 AND w.name = 'woken'
             AND w.step_no > (SELECT step_no FROM cyclium_episode_steps

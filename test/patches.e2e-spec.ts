@@ -1,5 +1,5 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { describe, expect, it } from '@jest/globals';
+import { Injectable, type Type } from '@nestjs/common';
 import {
   Actor,
   Episodes,
@@ -7,10 +7,8 @@ import {
   type Convergence,
   type EpisodeContext,
 } from '@cyclium/nestjs';
-import type pg from 'pg';
 import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
-import { startCycliumApp } from './support/cyclium-app.js';
-import { freshDatabase, pool } from './support/database.js';
+import { inProcessDeploys } from './support/deploys.js';
 import { waitFor } from './support/wait-for.js';
 
 type Nap = { napMs: number };
@@ -92,51 +90,24 @@ class Misuse {
 
 /** Patches, their deprecation, and a node without a patch, across "deploys" of one process. */
 describe('patches: old and new code under running episodes', () => {
-  let url: string;
-  let db: pg.Pool;
-  let app: INestApplicationContext | undefined;
-
-  beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 3);
-  });
-  afterEach(async () => {
-    await app?.close();
-    app = undefined;
-  });
-  afterAll(async () => {
-    await db?.end();
-  });
-
-  /** "Deploys" `code`: the previous app stops (its episodes asleep), this one starts. */
-  const deploy = async (code: object) => {
-    await app?.close();
-    app = await startCycliumApp({
-      url,
-      cyclium: {
-        nodeIdentity: 'upgrades-node',
-        workClaims: 'postgres',
-        triggerPollIntervalMs: 200,
-      },
-      providers: [code as never],
-    });
-    return app;
-  };
+  const node = inProcessDeploys('upgrades-node');
+  const deploy = (code: Type<unknown>) => node.deploy(code);
   const start = async (napMs: number): Promise<string> => {
-    const started = await app!.get(Episodes).trigger('upgrades', 'flow', { napMs });
+    const started = await node.app.get(Episodes).trigger('upgrades', 'flow', { napMs });
     if (!('episode' in started)) throw new Error(`not started: ${started.status}`);
     return started.episode.id;
   };
   const row = async (id: string) =>
     (
-      await db.query<{ status: string; error_class: string | null; error_detail: string | null }>(
-        `SELECT status, error_class, error_detail FROM cyclium_episodes WHERE id = $1`,
-        [id],
-      )
+      await node.db.query<{
+        status: string;
+        error_class: string | null;
+        error_detail: string | null;
+      }>(`SELECT status, error_class, error_detail FROM cyclium_episodes WHERE id = $1`, [id])
     ).rows[0]!;
   const steps = async (id: string) =>
     (
-      await db.query<{ name: string }>(
+      await node.db.query<{ name: string }>(
         `SELECT name FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step'
           ORDER BY step_no`,
         [id],
@@ -182,7 +153,7 @@ describe('patches: old and new code under running episodes', () => {
     // A rollback to A while it sleeps: A's node wakes it, meets the marker, and hands it back.
     await deploy(CodeA);
     await waitFor('the hand-back', async () => {
-      const { rows } = await db.query(
+      const { rows } = await node.db.query(
         `SELECT 1 FROM cyclium_trigger_requests
           WHERE episode_id = $1 AND not_before > now() + interval '5 seconds'
             AND status IN ('pending', 'scheduled')`,
@@ -194,12 +165,12 @@ describe('patches: old and new code under running episodes', () => {
     expect(await steps(patched)).toEqual(['a', 'patch:x', 'inserted', 'b2', 'sleep:nap']);
     await deploy(CodeB);
     // Its wake-up is 10 s away: an operator would wait; the test moves it to now.
-    await db.query(
+    await node.db.query(
       `UPDATE cyclium_trigger_requests SET not_before = now() WHERE episode_id = $1
                       AND status IN ('pending', 'scheduled')`,
       [patched],
     );
-    await app!.get(TriggerPoller).pollNow();
+    await node.app.get(TriggerPoller).pollNow();
     await ended(patched);
     expect(await row(patched)).toMatchObject({ status: 'done', error_class: null });
     expect(await steps(patched)).toEqual(['a', 'patch:x', 'inserted', 'b2', 'sleep:nap', 'c']);
@@ -224,7 +195,7 @@ describe('patches: old and new code under running episodes', () => {
 
   it('refuses patched inside a step', async () => {
     await deploy(Misuse);
-    const started = await app!.get(Episodes).trigger('misuse', 'inside', {});
+    const started = await node.app.get(Episodes).trigger('misuse', 'inside', {});
     if (!('episode' in started)) throw new Error('not started');
     await ended(started.episode.id);
     const refused = await row(started.episode.id);

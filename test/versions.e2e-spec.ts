@@ -1,5 +1,5 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { describe, expect, it } from '@jest/globals';
+import { Injectable, type Type } from '@nestjs/common';
 import {
   Actor,
   Episodes,
@@ -7,10 +7,8 @@ import {
   type Convergence,
   type EpisodeContext,
 } from '@cyclium/nestjs';
-import type pg from 'pg';
 import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
-import { startCycliumApp } from './support/cyclium-app.js';
-import { freshDatabase, pool } from './support/database.js';
+import { inProcessDeploys } from './support/deploys.js';
 import { waitFor } from './support/wait-for.js';
 
 type Nap = { napMs: number };
@@ -49,50 +47,23 @@ function limitedActor(version: string) {
 
 /** Version pinning across "deploys" of one process, on a real PostgreSQL. */
 describe('versions: an episode waits for code of its version', () => {
-  let url: string;
-  let db: pg.Pool;
-  let app: INestApplicationContext | undefined;
-
-  beforeAll(async () => {
-    url = await freshDatabase();
-    db = pool(url, 3);
-  });
-  afterEach(async () => {
-    await app?.close();
-    app = undefined;
-  });
-  afterAll(async () => {
-    await db?.end();
-  });
-
-  const deploy = async (actor: object) => {
-    await app?.close();
-    app = await startCycliumApp({
-      url,
-      cyclium: {
-        nodeIdentity: 'versions-node',
-        workClaims: 'postgres',
-        triggerPollIntervalMs: 200,
-      },
-      providers: [actor as never],
-    });
-    return app;
-  };
+  const node = inProcessDeploys('versions-node');
+  const deploy = (actor: Type<unknown>) => node.deploy(actor);
   const start = async (napMs: number): Promise<string> => {
-    const started = await app!.get(Episodes).trigger('pinned', 'nap', { napMs });
+    const started = await node.app.get(Episodes).trigger('pinned', 'nap', { napMs });
     if (!('episode' in started)) throw new Error(`not started: ${started.status}`);
     return started.episode.id;
   };
   const row = async (id: string) =>
     (
-      await db.query<{ status: string; version: string | null; error_class: string | null }>(
+      await node.db.query<{ status: string; version: string | null; error_class: string | null }>(
         `SELECT status, version, error_class FROM cyclium_episodes WHERE id = $1`,
         [id],
       )
     ).rows[0]!;
   const results = async (id: string) =>
     (
-      await db.query<{ name: string; result_ref: unknown }>(
+      await node.db.query<{ name: string; result_ref: unknown }>(
         `SELECT name, result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND kind = 'step'
           ORDER BY step_no`,
         [id],
@@ -102,15 +73,15 @@ describe('versions: an episode waits for code of its version', () => {
   /** Waits until the episode's wake-up is due, then has this node poll twice. */
   const duePolled = async (id: string) => {
     await waitFor('its wake-up due', async () => {
-      const { rows } = await db.query(
+      const { rows } = await node.db.query(
         `SELECT 1 FROM cyclium_trigger_requests WHERE episode_id = $1
             AND status IN ('pending', 'scheduled') AND not_before <= now()`,
         [id],
       );
       return rows.length === 1;
     });
-    await app!.get(TriggerPoller).pollNow();
-    await app!.get(TriggerPoller).pollNow();
+    await node.app.get(TriggerPoller).pollNow();
+    await node.app.get(TriggerPoller).pollNow();
   };
 
   it('records the version, waits (not failed) on v2, and resumes on a node that accepts v1', async () => {
@@ -122,7 +93,7 @@ describe('versions: an episode waits for code of its version', () => {
     // Past its wake-up, polled twice by a node of v2 only: nothing took it, nothing failed.
     await duePolled(id);
     expect(await row(id)).toMatchObject({ status: 'waiting', version: 'v1', error_class: null });
-    const { rows } = await db.query(
+    const { rows } = await node.db.query(
       `SELECT status FROM cyclium_trigger_requests WHERE episode_id = $1
           AND status IN ('pending', 'scheduled') AND not_before <= now()`,
       [id],
@@ -170,25 +141,27 @@ describe('versions: an episode waits for code of its version', () => {
 
   it('leaves a throttled episode of another version to a node that runs it', async () => {
     await deploy(limitedActor('v1'));
-    const started = await app!.get(Episodes).trigger('pinned-limited', 'nap', { napMs: 60_000 });
+    const started = await node.app
+      .get(Episodes)
+      .trigger('pinned-limited', 'nap', { napMs: 60_000 });
     if (!('episode' in started)) throw new Error(`not started: ${started.status}`);
     const id = started.episode.id;
     await waitFor('asleep', async () => (await row(id)).status === 'waiting');
     await deploy(limitedActor('v2'));
     // As a v1 node's poll leaves a due wake-up of a limited expectation: throttled, for any node's
     // admission.
-    await db.query(
+    await node.db.query(
       `UPDATE cyclium_trigger_requests SET status = 'completed' WHERE episode_id = $1
           AND status IN ('pending', 'scheduled')`,
       [id],
     );
-    await db.query(
+    await node.db.query(
       `UPDATE cyclium_episodes SET status = 'throttled', queued_at = now() WHERE id = $1`,
       [id],
     );
     // A fresh episode queues behind it (limit 1, oldest first): it runs only if the admission
     // passed the pinned row over.
-    const fresh = await app!.get(Episodes).trigger('pinned-limited', 'nap', { napMs: 0 });
+    const fresh = await node.app.get(Episodes).trigger('pinned-limited', 'nap', { napMs: 0 });
     if (!('episode' in fresh)) throw new Error(`not started: ${fresh.status}`);
     await waitFor(
       'the fresh one done on v2',
@@ -196,7 +169,7 @@ describe('versions: an episode waits for code of its version', () => {
     );
     expect(await row(id)).toMatchObject({ status: 'throttled', version: 'v1' });
     await deploy(limitedActor('v1'));
-    await app!.get(TriggerPoller).pollNow();
+    await node.app.get(TriggerPoller).pollNow();
     await waitFor('admitted on v1 and asleep again', async () =>
       ['waiting', 'done'].includes((await row(id)).status),
     );
