@@ -77,6 +77,21 @@ class CodeC {
   }
 }
 
+/** The last stage: the deprecatePatch call removed, the new branch kept. */
+@Injectable()
+@Actor({ id: 'upgrades', maxConcurrentEpisodes: 10 })
+class CodeD {
+  @Expectation({ id: 'flow', trigger: 'manual' })
+  async flow(ep: EpisodeContext<Nap>): Promise<Convergence> {
+    await ep.step('a', () => 'a');
+    await ep.step('inserted', () => 'inserted');
+    await ep.step('b2', () => 'b2');
+    await ep.sleep('nap', ep.trigger.payload.napMs);
+    await ep.step('c', () => 'c');
+    return {};
+  }
+}
+
 /** A patch asked for inside a step. */
 @Injectable()
 @Actor({ id: 'misuse' })
@@ -191,6 +206,16 @@ describe('patches: old and new code under running episodes', () => {
     expect(await steps(old)).toEqual(['a', 'b', 'sleep:nap']);
     expect(await row(fresh)).toMatchObject({ status: 'done' });
     expect(await steps(fresh)).toEqual(['a', 'patch:x', 'inserted', 'b2', 'sleep:nap', 'c']);
+  });
+
+  it('once the deprecatePatch call is removed, an episode that took the patch replays past its marker', async () => {
+    await deploy(CodeC);
+    const marked = await start(1000);
+    await asleep(marked);
+    await deploy(CodeD);
+    await ended(marked);
+    expect(await row(marked)).toMatchObject({ status: 'done', error_class: null });
+    expect(await steps(marked)).toEqual(['a', 'patch:x', 'inserted', 'b2', 'sleep:nap', 'c']);
   });
 
   it('refuses patched inside a step', async () => {

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { fileURLToPath } from 'node:url';
 import { startNodeProcess, type DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
+import { post } from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
 
 const VERSIONS_NODE = fileURLToPath(new URL('./fixtures/dist/versions-node.js', import.meta.url));
@@ -13,17 +14,6 @@ interface Job {
 
 interface Node extends DemoNode {
   id: string;
-}
-
-async function post<T>(node: DemoNode, path: string, body: object = {}): Promise<T> {
-  const response = await fetch(`http://127.0.0.1:${node.port}${path}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  if (response.status >= 300)
-    throw new Error(`${path}: ${response.status} ${await response.text()}`);
-  return (await response.json()) as T;
 }
 
 /**

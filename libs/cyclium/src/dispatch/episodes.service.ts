@@ -306,12 +306,6 @@ export class Episodes {
   }
 
   /**
-   * Cancels from any node, any stack or env: an episode not yet started (queued, or deferred) is
-   * canceled at once; a running one gets a durable cancel request on its row, which its node reads
-   * back with its next step write (and hears over the bus at once, when it shares this node's
-   * channel), and records `canceled` before that next step.
-   */
-  /**
    * Moves the episodes of one expectation pinned to version `from` (not running on a live node:
    * waiting, deferred, throttled, queued, or orphaned) to `to`, each journaled `version_moved`,
    * when the host says the new code can take them: this node runs the expectation at `to` with
@@ -322,6 +316,12 @@ export class Episodes {
     return this.versionMoves.move(request);
   }
 
+  /**
+   * Cancels from any node, any stack or env: an episode not yet started (queued, or deferred) is
+   * canceled at once; a running one gets a durable cancel request on its row, which its node reads
+   * back with its next step write (and hears over the bus at once, when it shares this node's
+   * channel), and records `canceled` before that next step.
+   */
   async cancel(id: string): Promise<CancelResult> {
     if (!isUuid(id)) return 'not_found';
     const result = await this.cancelOne(id);

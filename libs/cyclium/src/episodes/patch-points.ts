@@ -31,6 +31,22 @@ export function patchPoint(
 }
 
 /**
+ * Where code that no longer calls a patch (its `deprecatePatch` removed once every episode of the
+ * old branch ended) finds the step it asks for: past the markers recorded from `stepNo` on, when
+ * the first step after them is `name` (the branch the code kept is the one those episodes took).
+ * Null otherwise: the markers belong to a patch this code does not have.
+ */
+export function pastMarkers(
+  checkpoints: ReadonlyMap<number, Checkpoint>,
+  stepNo: number,
+  name: string,
+): number | null {
+  let at = stepNo;
+  while (checkpoints.get(at)?.name.startsWith(PATCH_PREFIX)) at++;
+  return at > stepNo && checkpoints.get(at)?.name === name ? at : null;
+}
+
+/**
  * A step (or wait) asked for `name` where the journal recorded a patch's marker: the episode took
  * a patch this code does not have, so a node whose code has it must run it (EpisodeHandedBack);
  * null when the recorded step is no marker.
