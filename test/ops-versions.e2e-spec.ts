@@ -119,6 +119,9 @@ describe('the operations API: versions in flight and moving them', () => {
       await page.goto(`${node.base}/ops`);
       const row = page.locator('[data-testid="version-row"][data-version="v1"]');
       await row.waitFor();
+      // The episode's detail names the version it is pinned to.
+      await page.locator(`[data-testid="episode-row"][data-episode-id="${id}"]`).click();
+      expect(await page.getByTestId('detail-version').textContent()).toBe('v1');
       // This node accepts v1: a live node runs it now.
       expect(await row.getByTestId('version-hosted').textContent()).toBe('a live node runs it');
       await row.getByTestId('version-move').click();
