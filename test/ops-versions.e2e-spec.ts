@@ -248,12 +248,16 @@ describe('the operations API: versions are hosted per env; the move leaves live 
     ).not.toBe('version v1');
 
     await node.deploy(pinnedActor('v2', ['v1']));
-    const moved = await call<{ moved: number; episodeIds: string[] }>('/versions/move', {
-      actorId: 'pinned',
-      expectationId: 'nap',
-      from: 'v1',
-      to: 'v2',
+    const body = { actorId: 'pinned', expectationId: 'nap', from: 'v1', to: 'v2' };
+    // A state change without the page's header (a cross-site form could send this): refused.
+    const forged = await fetch(`${node.base}/ops/api/versions/move`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
     });
+    expect(forged.status).toBe(403);
+    expect(await versionOf(waiting)).toBe('v1');
+    const moved = await call<{ moved: number; episodeIds: string[] }>('/versions/move', body);
     expect(moved.status).toBe(200);
     expect(moved.body.episodeIds.sort()).toEqual([waiting, orphan].sort());
     expect([await versionOf(waiting), await versionOf(orphan), await versionOf(live)]).toEqual([
