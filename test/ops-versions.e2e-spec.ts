@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from '@jest/globals';
 import { Injectable, type Type } from '@nestjs/common';
 import {
@@ -118,6 +119,9 @@ describe('the operations API: versions in flight and moving them', () => {
       await page.goto(`${node.base}/ops`);
       const row = page.locator('[data-testid="version-row"][data-version="v1"]');
       await row.waitFor();
+      // The episode's detail names the version it is pinned to.
+      await page.locator(`[data-testid="episode-row"][data-episode-id="${id}"]`).click();
+      expect(await page.getByTestId('detail-version').textContent()).toBe('v1');
       // This node accepts v1: a live node runs it now.
       expect(await row.getByTestId('version-hosted').textContent()).toBe('a live node runs it');
       await row.getByTestId('version-move').click();
@@ -170,6 +174,96 @@ describe('the operations API: versions in flight and moving them', () => {
         counts: { waiting: 1 },
         hosted: true,
       },
+    ]);
+  });
+});
+
+/**
+ * Whether a live node runs a version is read in the episode's stack and env: a node of another
+ * env declaring `nap@v1` does not make a v1 episode here hosted (it never takes its wake-ups). The
+ * move takes waiting rows and running rows whose node is gone, never one a live node runs.
+ */
+describe('the operations API: versions are hosted per env; the move leaves live runs', () => {
+  const node = inProcessDeploys('ops-versions-scope', { ops: true });
+  const call = async <T>(path: string, body?: object): Promise<{ status: number; body: T }> => {
+    const response = await fetch(`${node.base}/ops/api${path}`, {
+      method: body ? 'POST' : 'GET',
+      headers: body ? { 'content-type': 'application/json', 'x-cyclium-ops': '1' } : {},
+      body: body ? JSON.stringify(body) : undefined,
+    });
+    return { status: response.status, body: (await response.json()) as T };
+  };
+  /** A node row of another process, beating now, declaring `entries` of pinned. */
+  const nodeRow = (identity: string, env: string | null, entries: string[]) =>
+    node.db.query(
+      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version, actors,
+                                  boot_id, expectations, started_at, last_seen_at)
+       VALUES ($1, NULL, $2, 'full', 'elsewhere', 1, '0.0.0', ARRAY['pinned'], $3::uuid,
+               jsonb_build_object('boot', $3::text,
+                                  'hosted', jsonb_build_object('pinned', $4::jsonb)),
+               now(), now())`,
+      [identity, env, randomUUID(), JSON.stringify(entries)],
+    );
+  const pinnedRow = async (status: 'waiting' | 'running', ownerNode: string | null) => {
+    const row = await node.app.get(Episodes).create({
+      actorId: 'pinned',
+      expectationId: 'nap',
+      status,
+      ownerNode,
+      payload: { napMs: 0 },
+    });
+    await node.db.query(`UPDATE cyclium_episodes SET version = 'v1' WHERE id = $1`, [row.id]);
+    return row.id;
+  };
+  const versionOf = async (id: string) =>
+    (
+      await node.db.query<{ version: string }>(
+        `SELECT version FROM cyclium_episodes WHERE id = $1`,
+        [id],
+      )
+    ).rows[0]!.version;
+
+  it('counts only nodes of the episode env, and moves what no live node runs', async () => {
+    await node.deploy(pinnedActor('v2'));
+    const waiting = await pinnedRow('waiting', null);
+    const orphan = await pinnedRow('running', 'gone-node');
+    await nodeRow('busy-node', null, ['nap']);
+    const live = await pinnedRow('running', 'busy-node');
+    // A v1 node of another env: it runs v1, but not this env's episodes.
+    await nodeRow('staging-v1', 'staging', ['nap', 'nap@v1']);
+
+    const one = await call<{ episode: { waitingFor: string | null } }>(`/episodes/${waiting}`);
+    expect(one.body.episode.waitingFor).toBe('version v1');
+    const listed = await call<{ items: VersionItem[] }>('/versions');
+    expect(listed.body.items).toEqual([expect.objectContaining({ version: 'v1', hosted: false })]);
+
+    // A v1 node of this env: now it is hosted.
+    await nodeRow('default-v1', null, ['nap', 'nap@v1']);
+    expect((await call<{ items: VersionItem[] }>('/versions')).body.items).toEqual([
+      expect.objectContaining({ version: 'v1', hosted: true }),
+    ]);
+    expect(
+      (await call<{ episode: { waitingFor: string | null } }>(`/episodes/${waiting}`)).body.episode
+        .waitingFor,
+    ).not.toBe('version v1');
+
+    await node.deploy(pinnedActor('v2', ['v1']));
+    const body = { actorId: 'pinned', expectationId: 'nap', from: 'v1', to: 'v2' };
+    // A state change without the page's header (a cross-site form could send this): refused.
+    const forged = await fetch(`${node.base}/ops/api/versions/move`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    expect(forged.status).toBe(403);
+    expect(await versionOf(waiting)).toBe('v1');
+    const moved = await call<{ moved: number; episodeIds: string[] }>('/versions/move', body);
+    expect(moved.status).toBe(200);
+    expect(moved.body.episodeIds.sort()).toEqual([waiting, orphan].sort());
+    expect([await versionOf(waiting), await versionOf(orphan), await versionOf(live)]).toEqual([
+      'v2',
+      'v2',
+      'v1',
     ]);
   });
 });

@@ -371,6 +371,10 @@
       ),
       ...field('phase', e.phase),
       ...field(
+        'version',
+        e.version ? el('code', { 'data-testid': 'detail-version' }, e.version) : null,
+      ),
+      ...field(
         'waiting for',
         e.waitingFor ? el('span', { 'data-testid': 'detail-due' }, waits(e)) : null,
       ),

@@ -1,19 +1,52 @@
 import { Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 
+/** Where a live node runs: its stack and env (NULL: the default). */
+interface NodeScope {
+  stack: string | null;
+  env: string | null;
+}
+
+/**
+ * The versions live nodes run, each with the scopes of the nodes that run it: whether an episode
+ * pinned to a version has a node that takes it is read in the episode's env (envs never mix) and
+ * stack (a node without a stack, or an episode without one, overlaps every stack), as the due
+ * requests a node takes are.
+ */
+export class LiveVersions {
+  constructor(private readonly scopes: ReadonlyMap<string, readonly NodeScope[]>) {}
+
+  /** Whether a live node of `env` whose stack covers `stack` runs that expectation at `version`. */
+  runs(
+    actorId: string,
+    expectationId: string,
+    version: string,
+    env: string | null,
+    stack: string | null,
+  ): boolean {
+    return (this.scopes.get(`${actorId}/${expectationId}@${version}`) ?? []).some(
+      (n) => n.env === env && (n.stack === null || stack === null || n.stack === stack),
+    );
+  }
+}
+
 /**
  * What the live nodes declare they run (cyclium_nodes.expectations -> 'hosted'), as
- * `actor/expectation@version` for each version: what an operator reads to see whether an
- * episode pinned to a version has a node that runs it.
+ * `actor/expectation@version` for each version, with their stacks and envs: what an operator
+ * reads to see whether an episode pinned to a version has a node that runs it.
  */
 @Injectable()
 export class HostedVersions {
   constructor(private readonly database: CycliumDataSource) {}
 
-  /** `actor/expectation@version` of every version a node beating within `goneAfterMs` runs. */
-  async live(goneAfterMs: number): Promise<Set<string>> {
-    const { rows } = await this.database.sql.query<{ entry: string }>(
-      `SELECT DISTINCT h.actor || '/' || x.entry AS entry
+  /** Every version a node beating within `goneAfterMs` runs, with where it runs. */
+  async live(goneAfterMs: number): Promise<LiveVersions> {
+    const { rows } = await this.database.sql.query<{
+      entry: string;
+      stack: string | null;
+      env: string | null;
+    }>(
+      `SELECT DISTINCT h.actor || '/' || x.entry AS entry, n.stack, n.env
          FROM cyclium_nodes n
         CROSS JOIN LATERAL jsonb_each(coalesce(n.expectations -> 'hosted', '{}')) AS h (actor, list)
         CROSS JOIN LATERAL jsonb_array_elements_text(h.list) AS x (entry)
@@ -21,6 +54,12 @@ export class HostedVersions {
           AND x.entry LIKE '%@%'`,
       [goneAfterMs],
     );
-    return new Set(rows.map((r) => r.entry));
+    const scopes = new Map<string, NodeScope[]>();
+    for (const { entry, stack, env } of rows) {
+      const list = scopes.get(entry) ?? [];
+      list.push({ stack, env });
+      scopes.set(entry, list);
+    }
+    return new LiveVersions(scopes);
   }
 }

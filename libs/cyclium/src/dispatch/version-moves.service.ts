@@ -1,6 +1,6 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { HostedVersions } from '../cluster/hosted-versions.js';
+import { HostedVersions, type LiveVersions } from '../cluster/hosted-versions.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { EpisodeVersionMoves, type VersionInFlight } from '../episodes/episode-version-moves.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
@@ -93,14 +93,14 @@ export class VersionMoves {
     return { status: 'moved', moved: episodeIds.length, episodeIds };
   }
 
-  /** `actor/expectation@version` of every version a live node runs. */
-  liveVersions(): Promise<Set<string>> {
+  /** The versions live nodes run, and where (LiveVersions.runs). */
+  liveVersions(): Promise<LiveVersions> {
     return this.hosted.live(this.goneAfterMs());
   }
 
   /**
    * The versions of this scope's episodes in flight, by expectation, with their counts and
-   * whether a live node runs (or accepts) each.
+   * whether a live node of this env (and stack) runs (or accepts) each.
    */
   async inFlight(): Promise<Array<VersionInFlight & { hosted: boolean }>> {
     const [versions, live] = await Promise.all([
@@ -109,7 +109,13 @@ export class VersionMoves {
     ]);
     return versions.map((v) => ({
       ...v,
-      hosted: live.has(`${v.actorId}/${v.expectationId}@${v.version}`),
+      hosted: live.runs(
+        v.actorId,
+        v.expectationId,
+        v.version,
+        this.options.env,
+        this.options.stackSlug,
+      ),
     }));
   }
 

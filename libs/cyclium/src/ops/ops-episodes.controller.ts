@@ -91,23 +91,24 @@ export class OpsEpisodesController {
    * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume, wait) while it waits
    * for a trigger request, and `wait` (the row's `waiting_for`: a signal, an event and its match,
    * or children, with the deadline) while a wait holds it; null otherwise. A wait without a
-   * deadline is due never: `dueAt` null. An episode pinned to a version no live node runs waits
-   * for one first: `waitingFor` is `version <v>`.
+   * deadline is due never: `dueAt` null. An episode pinned to a version no live node of its env
+   * and stack runs waits for one first: `waitingFor` is `version <v>`.
    */
   private async withWaits<E extends EpisodeRow>(episodes: E[]) {
     const waits = await this.requests.waitsOf(
       episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id),
     );
     const pinned = episodes.some((e) => e.version && WAITS_FOR_A_NODE.has(e.status));
-    const live = pinned ? await this.versions.liveVersions() : new Set<string>();
+    const live = pinned ? await this.versions.liveVersions() : null;
     return episodes.map(({ waitingFor: wait, ...e }) => {
       const due = waits.get(e.id);
       const waiting = e.status === 'waiting' && wait ? wait : null;
-      // Pinned to a version no live node runs: it waits for such a node, whatever else it awaits.
+      // Pinned to a version no live node of its env and stack runs: it waits for such a node,
+      // whatever else it awaits.
       const stranded =
         e.version &&
         WAITS_FOR_A_NODE.has(e.status) &&
-        !live.has(`${e.actorId}/${e.expectationId}@${e.version}`);
+        !live?.runs(e.actorId, e.expectationId, e.version, e.sourceEnv, e.sourceStack);
       return {
         ...e,
         dueAt: due?.waitingFor === 'wait' && !waiting?.deadline ? null : (due?.dueAt ?? null),
