@@ -207,6 +207,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     ActorRegistry,
     FlowStatusReader,
     VersionMoves,
+    HostedVersions,
   ],
 })
 export class CycliumModule extends CycliumConfigurableModule {}

@@ -1,5 +1,9 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
+import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
+import { goneAfterMs } from '../dispatch/version-moves.service.js';
+import { EpisodeVersionMoves, type VersionInFlight } from '../episodes/episode-version-moves.js';
+import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 
 /** Where a live node runs: its stack and env (NULL: the default). */
 interface NodeScope {
@@ -37,10 +41,35 @@ export class LiveVersions {
  */
 @Injectable()
 export class HostedVersions {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    private readonly episodes: EpisodeVersionMoves,
+    @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+  ) {}
 
-  /** Every version a node beating within `goneAfterMs` runs, with where it runs. */
-  async live(goneAfterMs: number): Promise<LiveVersions> {
+  /**
+   * The versions of this node's scope's episodes in flight, by expectation, with their counts and
+   * whether a live node of this env (and stack) runs (or accepts) each.
+   */
+  async inFlight(): Promise<Array<VersionInFlight & { hosted: boolean }>> {
+    const [versions, live] = await Promise.all([
+      this.episodes.inFlight(this.options.stackSlug, this.options.env),
+      this.live(),
+    ]);
+    return versions.map((v) => ({
+      ...v,
+      hosted: live.runs(
+        v.actorId,
+        v.expectationId,
+        v.version,
+        this.options.env,
+        this.options.stackSlug,
+      ),
+    }));
+  }
+
+  /** Every version a node beating within the recovery's gone window runs, with where it runs. */
+  async live(): Promise<LiveVersions> {
     const { rows } = await this.database.sql.query<{
       entry: string;
       stack: string | null;
@@ -52,7 +81,7 @@ export class HostedVersions {
         CROSS JOIN LATERAL jsonb_array_elements_text(h.list) AS x (entry)
         WHERE n.last_seen_at > now() - make_interval(secs => $1::double precision / 1000)
           AND x.entry LIKE '%@%'`,
-      [goneAfterMs],
+      [goneAfterMs(this.options)],
     );
     const scopes = new Map<string, NodeScope[]>();
     for (const { entry, stack, env } of rows) {

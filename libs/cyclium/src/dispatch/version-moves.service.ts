@@ -1,8 +1,7 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { HostedVersions, type LiveVersions } from '../cluster/hosted-versions.js';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
-import { EpisodeVersionMoves, type VersionInFlight } from '../episodes/episode-version-moves.js';
+import { EpisodeVersionMoves } from '../episodes/episode-version-moves.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { versionProblem } from '../versions/expectation-version.js';
@@ -50,7 +49,6 @@ export class VersionMoves {
   constructor(
     private readonly registry: ActorRegistry,
     private readonly moves: EpisodeVersionMoves,
-    private readonly hosted: HostedVersions,
     private readonly identity: NodeIdentity,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
@@ -93,33 +91,12 @@ export class VersionMoves {
     return { status: 'moved', moved: episodeIds.length, episodeIds };
   }
 
-  /** The versions live nodes run, and where (LiveVersions.runs). */
-  liveVersions(): Promise<LiveVersions> {
-    return this.hosted.live(this.goneAfterMs());
-  }
-
-  /**
-   * The versions of this scope's episodes in flight, by expectation, with their counts and
-   * whether a live node of this env (and stack) runs (or accepts) each.
-   */
-  async inFlight(): Promise<Array<VersionInFlight & { hosted: boolean }>> {
-    const [versions, live] = await Promise.all([
-      this.moves.inFlight(this.options.stackSlug, this.options.env),
-      this.liveVersions(),
-    ]);
-    return versions.map((v) => ({
-      ...v,
-      hosted: live.runs(
-        v.actorId,
-        v.expectationId,
-        v.version,
-        this.options.env,
-        this.options.stackSlug,
-      ),
-    }));
-  }
-
   private goneAfterMs(): number {
-    return Math.max(this.options.recovery.staleAfterMs, 3 * this.options.nodeBeatIntervalMs);
+    return goneAfterMs(this.options);
   }
+}
+
+/** When a node that has not beaten is gone, as recovery judges it (its sweep's window). */
+export function goneAfterMs(options: ResolvedCycliumOptions): number {
+  return Math.max(options.recovery.staleAfterMs, 3 * options.nodeBeatIntervalMs);
 }

@@ -16,7 +16,7 @@ import {
 import { Episodes, type CancelResult } from '../dispatch/episodes.service.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
-import { VersionMoves } from '../dispatch/version-moves.service.js';
+import { HostedVersions } from '../cluster/hosted-versions.js';
 import { Findings } from '../findings/findings.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
@@ -41,7 +41,7 @@ export class OpsEpisodesController {
     private readonly findings: Findings,
     private readonly outputs: Outputs,
     private readonly requests: TriggerRequests,
-    private readonly versions: VersionMoves,
+    private readonly versions: HostedVersions,
   ) {}
 
   @Get()
@@ -99,7 +99,7 @@ export class OpsEpisodesController {
       episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id),
     );
     const pinned = episodes.some((e) => e.version && WAITS_FOR_A_NODE.has(e.status));
-    const live = pinned ? await this.versions.liveVersions() : null;
+    const live = pinned ? await this.versions.live() : null;
     return episodes.map(({ waitingFor: wait, ...e }) => {
       const due = waits.get(e.id);
       const waiting = e.status === 'waiting' && wait ? wait : null;

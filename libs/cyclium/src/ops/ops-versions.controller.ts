@@ -10,6 +10,7 @@ import {
   UseGuards,
   UsePipes,
 } from '@nestjs/common';
+import { HostedVersions } from '../cluster/hosted-versions.js';
 import { InvalidVersionMoveError, VersionMoves } from '../dispatch/version-moves.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
@@ -25,12 +26,15 @@ import { opsValidation } from './ops-validation.js';
 @UseFilters(OpsExceptionFilter)
 @UsePipes(opsValidation())
 export class OpsVersionsController {
-  constructor(private readonly versions: VersionMoves) {}
+  constructor(
+    private readonly versions: VersionMoves,
+    private readonly hosted: HostedVersions,
+  ) {}
 
   /** Per expectation and version in flight: counts by status, and whether a live node runs it. */
   @Get()
   async list() {
-    return { items: await this.versions.inFlight() };
+    return { items: await this.hosted.inFlight() };
   }
 
   /** Moves episodes of `from` to `to`; 409 when this node's code does not accept. */
