@@ -13,11 +13,15 @@ import pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase, pool } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
+import {
+  FLOW_AUDIT,
+  allDone as allDoneIn,
+  audited,
+  peak,
+  type AuditedJob,
+} from './support/flow-audit.js';
 
-interface Job {
-  /** Which test wrote it: the audit of one test never mixes with another's. */
-  run: string;
-  customer?: string;
+interface Job extends AuditedJob {
   ms?: number;
   /** Sleeps this long (durably) between two halves of its run. */
   sleepMs?: number;
@@ -25,21 +29,6 @@ interface Job {
 
 /** The audit pool the actors write to; set in beforeAll. */
 let audit: pg.Pool;
-
-/** Start and end of each run of a method, by the database clock. */
-async function audited(ep: EpisodeContext<Job>, work: () => Promise<void>): Promise<Convergence> {
-  const { run, customer } = ep.trigger.payload;
-  const { rows } = await audit.query<{ id: string }>(
-    `INSERT INTO flow_audit (run, episode_id, customer, started_at)
-     VALUES ($1, $2, $3, clock_timestamp()) RETURNING id`,
-    [run, ep.episode.id, customer ?? null],
-  );
-  await work();
-  await audit.query(`UPDATE flow_audit SET ended_at = clock_timestamp() WHERE id = $1`, [
-    rows[0]!.id,
-  ]);
-  return { summary: 'ok' };
-}
 
 const pause = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
@@ -52,12 +41,12 @@ class FlowActor {
     concurrency: { limit: 2, key: (p: Job) => p.customer ?? null, total: 4 },
   })
   perCustomer(ep: EpisodeContext<Job>): Promise<Convergence> {
-    return audited(ep, () => pause(ep.trigger.payload.ms ?? 50));
+    return audited(audit, ep, () => pause(ep.trigger.payload.ms ?? 50));
   }
 
   @Expectation({ id: 'global', trigger: 'manual', concurrency: { limit: 3 } })
   global(ep: EpisodeContext<Job>): Promise<Convergence> {
-    return audited(ep, () => pause(ep.trigger.payload.ms ?? 50));
+    return audited(audit, ep, () => pause(ep.trigger.payload.ms ?? 50));
   }
 
   @Expectation({ id: 'one', trigger: 'manual', concurrency: { limit: 1 } })
@@ -65,29 +54,15 @@ class FlowActor {
     const { sleepMs, ms } = ep.trigger.payload;
     // Each run is audited on its own: the first ends where the sleep begins, the resumed one runs
     // its pause again and replays the sleep.
-    const converged = await audited(ep, () => pause(ms ?? 20));
+    const converged = await audited(audit, ep, () => pause(ms ?? 20));
     if (sleepMs) await ep.sleep('nap', sleepMs);
     return converged;
   }
 
   @Expectation({ id: 'rated', trigger: 'manual', rateLimit: { limit: 10, periodMs: 1_000 } })
   rated(ep: EpisodeContext<Job>): Promise<Convergence> {
-    return audited(ep, () => pause(ep.trigger.payload.ms ?? 10));
+    return audited(audit, ep, () => pause(ep.trigger.payload.ms ?? 10));
   }
-}
-
-/** The most runs of `run` that overlapped at any instant (per customer when `byCustomer`). */
-async function peak(db: pg.Pool, run: string, byCustomer = false): Promise<number> {
-  const { rows } = await db.query<{ n: number }>(
-    `SELECT coalesce(max(n), 0)::int AS n FROM (
-       SELECT (SELECT count(*) FROM flow_audit b
-                WHERE b.run = a.run AND b.started_at <= a.started_at
-                  AND coalesce(b.ended_at, 'infinity') > a.started_at
-                  ${byCustomer ? 'AND b.customer IS NOT DISTINCT FROM a.customer' : ''}) AS n
-         FROM flow_audit a WHERE a.run = $1) x`,
-    [run],
-  );
-  return rows[0]!.n;
 }
 
 describe.each<{ claims: CycliumOptions['workClaims'] }>([
@@ -107,9 +82,7 @@ describe.each<{ claims: CycliumOptions['workClaims'] }>([
     url = await freshDatabase();
     db = pool(url, 4);
     audit = pool(url, 12);
-    await db.query(`CREATE TABLE flow_audit (
-        id bigserial PRIMARY KEY, run text NOT NULL, episode_id uuid NOT NULL, customer text,
-        started_at timestamptz NOT NULL, ended_at timestamptz)`);
+    await db.query(FLOW_AUDIT);
     nodes = await Promise.all(
       ['flow-a', 'flow-b'].map((nodeIdentity) =>
         startCycliumApp({
@@ -138,19 +111,7 @@ describe.each<{ claims: CycliumOptions['workClaims'] }>([
     if (!('episode' in result)) throw new Error(`not accepted: ${result.status}`);
     return result.episode.id;
   };
-  const allDone = (ids: string[], timeoutMs = 30_000) =>
-    waitFor(
-      `${ids.length} episodes to end done`,
-      async () => {
-        const { rows } = await db.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM cyclium_episodes
-              WHERE id = ANY($1::uuid[]) AND status = 'done'`,
-          [ids],
-        );
-        return rows[0]!.n === ids.length;
-      },
-      timeoutMs,
-    );
+  const allDone = (ids: string[], timeoutMs?: number) => allDoneIn(db, ids, timeoutMs);
 
   it('keeps each customer at 2 running and all customers at 4, across both nodes', async () => {
     const ids = await Promise.all(

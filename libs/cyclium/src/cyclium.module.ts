@@ -39,6 +39,7 @@ import { HostTransactions } from './database/host-transactions.service.js';
 import { EpisodeQueue } from './episodes/episode-queue.js';
 import { QueuedBegins } from './episodes/queued-begins.js';
 import { FlowAdmissions } from './episodes/flow-admissions.js';
+import { FlowQuiet } from './episodes/flow-quiet.js';
 import { ThrottledInserts } from './episodes/throttled-inserts.js';
 import { FlowStatusReader } from './episodes/flow-status.js';
 import { EpisodeRecoveryStore } from './episodes/episode-recovery-store.js';
@@ -129,6 +130,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeQueue,
     QueuedBegins,
     FlowAdmissions,
+    FlowQuiet,
     ThrottledInserts,
     FlowStatusReader,
     EpisodeRecoveryStore,

@@ -133,6 +133,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'column cyclium_episodes.version',
     holds: columnExists('cyclium_episodes', 'version'),
   },
+  {
+    migration: 'CycliumFlowRoom1764400000025',
+    missing: 'function cyclium_flow_room',
+    holds: `to_regproc('cyclium_flow_room') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -4,6 +4,7 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { EpisodeRunner, BeginResult } from '../episodes/episode-runner.service.js';
 import type { EpisodeQueue } from '../episodes/episode-queue.js';
 import type { FlowAdmissions } from '../episodes/flow-admissions.js';
+import { FlowQuiet } from '../episodes/flow-quiet.js';
 import type { ThrottledInserts } from '../episodes/throttled-inserts.js';
 import type { QueuedBegins } from '../episodes/queued-begins.js';
 import type { RunOptions } from '../episodes/episode-runner.service.js';
@@ -57,6 +58,7 @@ function slotsWithManualQueue(max = 1, queuedBegins: Partial<QueuedBegins> = { a
     new Mode(options, identity, registry),
     {} as FlowAdmissions,
     {} as ThrottledInserts,
+    new FlowQuiet(),
     options,
   );
   return { slots, dequeues, takes, runs, returns, begins };

@@ -2,6 +2,7 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { FlowAdmissions } from '../episodes/flow-admissions.js';
+import { FlowQuiet } from '../episodes/flow-quiet.js';
 import { ThrottledInserts } from '../episodes/throttled-inserts.js';
 import { FlowPump, episodeFlow } from './flow-pump.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
@@ -66,6 +67,7 @@ export class ActorSlots implements OnApplicationBootstrap {
     private readonly mode: Mode,
     admissions: FlowAdmissions,
     throttledInserts: ThrottledInserts,
+    private readonly flowQuiet: FlowQuiet,
     @Inject(CYCLIUM_OPTIONS) options: ResolvedCycliumOptions,
   ) {
     const runs: SlotRuns = {
@@ -341,8 +343,10 @@ export class ActorSlots implements OnApplicationBootstrap {
         })
         .finally(() => {
           free();
-          // A limited episode's end (written by now) freed its key's place: the flow queue looks.
-          if (episode.flowKey !== null) this.noteThrottled(actor.id);
+          // A limited episode's end (written by now) freed its key's place: the flow queue looks,
+          // unless the end found nothing throttled (FlowQuiet).
+          if (episode.flowKey !== null && !this.flowQuiet.take(episode.id))
+            this.noteThrottled(actor.id);
         }),
     );
   }

@@ -28,6 +28,11 @@ interface FlowState {
   timerDue: number;
   /** Admissions failing (the database away): one warning per streak. */
   outage: OutageLog;
+  /**
+   * The expectations whose last admission here started rows: their next look admits at once.
+   * Any other looks for a backlog first (FlowAdmissions.backlog), without the admission's lock.
+   */
+  busy: Set<string>;
 }
 
 /**
@@ -108,12 +113,12 @@ export class FlowPump {
       if (reserved) this.slots.unreserve(actor.id);
       throw error;
     }
-    const { episode, admitted } = written;
+    const { episode, admitted, unseen } = written;
     if (admitted)
       this.slots.launch(actor, admitted.episode, admitted.grant, { resumed: admitted.resumed });
     else if (reserved) this.slots.unreserve(actor.id);
-    // Without an admission in the insert, the flow queue looks now.
-    if (!reserved) {
+    // A row left throttled that no admission looked at since: the flow queue looks now.
+    if (unseen) {
       this.note(actor.id);
       this.slots.pump(actor);
     }
@@ -141,7 +146,7 @@ export class FlowPump {
     const notes = state.notes;
     for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
     void this.slots
-      .starting(this.admitInto(actor, expectations, slots))
+      .starting(this.admitInto(actor, state, expectations, slots))
       .then(
         ({ started, more, retryMs }) => {
           state.outage.succeeded();
@@ -168,6 +173,7 @@ export class FlowPump {
    */
   private async admitInto(
     actor: RegisteredActor,
+    state: FlowState,
     expectations: readonly RegisteredExpectation[],
     slots: number,
   ): Promise<{ started: number; more: boolean; retryMs: number | null }> {
@@ -180,7 +186,7 @@ export class FlowPump {
         more = true;
         break;
       }
-      const admission = await this.admit(expectation, max);
+      const admission = await this.look(state, expectation, max);
       if (admission === 'busy') {
         this.logger.debug(
           `an admission of ${actor.id}.${expectation.id} met a claim held elsewhere; looking ` +
@@ -196,6 +202,27 @@ export class FlowPump {
       if (admission.retryMs !== null) retryMs = Math.min(retryMs ?? Infinity, admission.retryMs);
     }
     return { started, more, retryMs };
+  }
+
+  /**
+   * A look at `expectation`'s throttled rows: an admission, after a probe for a backlog unless its
+   * last admission here started rows (a backlog is then likely, and the probe a round trip more).
+   * With nothing throttled, a limited episode's end costs a read under a shared lock instead of an
+   * admission, which would queue behind (and hold up) every insert of the expectation.
+   */
+  private async look(
+    state: FlowState,
+    expectation: RegisteredExpectation,
+    max: number,
+  ): Promise<Admission> {
+    if (!state.busy.has(expectation.id)) {
+      const backlog = await this.admissions.backlog(this.request(expectation, max));
+      if (!backlog) return { admitted: [], retryMs: null };
+    }
+    const admission = await this.admit(expectation, max);
+    if (admission !== 'busy' && admission.admitted.length > 0) state.busy.add(expectation.id);
+    else state.busy.delete(expectation.id);
+    return admission;
   }
 
   /**
@@ -256,6 +283,7 @@ export class FlowPump {
         timer: undefined,
         timerDue: 0,
         outage: new OutageLog(this.logger, `starting throttled episodes of ${actorId}`),
+        busy: new Set(),
       };
       this.states.set(actorId, state);
     }

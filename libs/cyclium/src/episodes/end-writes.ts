@@ -12,6 +12,7 @@ import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStatements, type EndOutcome, type Ownership } from './episode-statements.js';
 import { claimFailureOf, finishEpisodes, resultJsonOf } from './terminal-writes.js';
 import { runningHere } from './running-here.js';
+import { FlowQuiet } from './flow-quiet.js';
 
 interface EndWrite {
   episode: EpisodeRow;
@@ -50,6 +51,7 @@ export class EndWrites {
     private readonly journal: EpisodeJournal,
     private readonly claims: WorkClaims,
     private readonly events: EventOutbox,
+    private readonly flowQuiet: FlowQuiet,
   ) {}
 
   /** The end of a run, as EpisodeStatements.end answers it: null when nothing was written. */
@@ -180,14 +182,25 @@ export class EndWrites {
       `SELECT n FROM won`,
     );
     if (event.body) statement.with('terminal_event', event.body);
+    const quiet = this.flowQuiet.ask(
+      statement,
+      items.map((w) => w.episode),
+    );
+    if (quiet) statement.with('flow_quiet', quiet.body);
 
     const startedAt = performance.now();
-    const { rows } = await this.database.sql.query<{ won: boolean }>(
+    const { rows } = await this.database.sql.query<{ won: boolean } & Record<string, unknown>>(
       statement.build(
-        `SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won FROM input i ORDER BY i.n`,
+        `SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won
+                ${quiet ? `, ${quiet.column}` : ''}
+           FROM input i ORDER BY i.n`,
       ),
     );
     const won = items.map((_, i) => rows[i]?.won === true);
+    quiet?.answered(
+      rows[0],
+      items.filter((_, i) => won[i]).map((w) => w.episode),
+    );
     const written: number[] = [];
     items.forEach((item, i) => {
       if (!won[i]) return;

@@ -93,12 +93,35 @@ export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[
     [rows.map((r) => r.flow?.priority ?? 0), 'int[]'],
     [rows.map((r) => r.version), 'text[]'],
   ]);
-  const columns = `id, key, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key,
-                   status, owner_node, max_attempts, source_stack, source_env,
-                   workflow_instance_id, workflow_step_id, started_at, waits,
-                   insert_before, signature, flow_key, rate_key, priority, version, n`;
-  return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${columns})`;
+  return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${INPUT_COLUMNS.join(', ')})`;
 }
+
+/** The columns of an episodeInput, in order: `key` is the claim's, `n` the row's place. */
+export const INPUT_COLUMNS = [
+  'id',
+  'key',
+  'actor_id',
+  'expectation_id',
+  'trigger_type',
+  'trigger_ref',
+  'dedupe_key',
+  'status',
+  'owner_node',
+  'max_attempts',
+  'source_stack',
+  'source_env',
+  'workflow_instance_id',
+  'workflow_step_id',
+  'started_at',
+  'waits',
+  'insert_before',
+  'signature',
+  'flow_key',
+  'rate_key',
+  'priority',
+  'version',
+  'n',
+] as const;
 
 /**
  * The one insert of cyclium_episodes, for one row or many: the rows of `input` (a CTE name, or a

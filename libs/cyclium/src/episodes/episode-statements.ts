@@ -28,6 +28,7 @@ import {
   resultJsonOf,
 } from './terminal-writes.js';
 import { runningHere } from './running-here.js';
+import { FlowQuiet } from './flow-quiet.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
 /**
@@ -89,6 +90,7 @@ export class EpisodeStatements {
     private readonly outputs: Outputs,
     private readonly events: EventOutbox,
     private readonly identity: NodeIdentity,
+    private readonly flowQuiet: FlowQuiet,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -228,17 +230,21 @@ export class EpisodeStatements {
       );
     const event = this.events.fragment(statement, [outcome.event], won);
     if (event.body) statement.with('terminal_event', event.body);
+    const quiet = this.flowQuiet.ask(statement, [episode]);
+    if (quiet) statement.with('flow_quiet', quiet.body);
+    const asked = quiet ? `, ${quiet.column}` : '';
 
     const startedAt = performance.now();
     const { rows } = await this.database.sql.query<{ won: number } & Record<string, unknown>>(
       statement.build(
         proposals.length > 0
-          ? `SELECT w.n AS won, o.* FROM (SELECT count(*)::int AS n FROM ep) w LEFT JOIN outputs ` +
-              `o ON true`
-          : `SELECT count(*)::int AS won FROM ep`,
+          ? `SELECT w.n AS won, o.*${asked} FROM (SELECT count(*)::int AS n FROM ep) w ` +
+              `LEFT JOIN outputs o ON true`
+          : `SELECT count(*)::int AS won${asked} FROM ep`,
       ),
     );
     if (rows[0]?.won !== 1) return null;
+    quiet?.answered(rows[0], [episode]);
     if (ownership.fence !== null) {
       if (joined) this.claims.finished(ownership.key, ownership.fence, failure !== null, startedAt);
       // A custom adapter's store is not this database: finish there, as strong as it allows.

@@ -53,18 +53,21 @@ export interface AdmittedRows {
 /**
  * The function's call, its parameters added to `statement`. With `after` (a CTE that inserts
  * rows), the call waits for that insert to finish (its `max` reads the CTE) and, reading a snapshot
- * of its own, sees the rows inserted.
+ * of its own, sees the rows inserted; with `when` as well (a boolean expression), it admits only
+ * when that holds (otherwise its `max` is 0, and it returns at once).
  */
 export function admitCall(
   statement: Statement,
   request: AdmissionRequest,
   owner: string,
   after?: string,
+  when = 'true',
 ): string {
   const p = (value: unknown, cast: string) => statement.param(value, cast);
   const { limits } = request;
   const max = after
-    ? `CASE WHEN (SELECT count(*) FROM ${after}) >= 0 THEN ${p(request.max, 'int')} END`
+    ? `CASE WHEN (SELECT count(*) FROM ${after}) >= 0 AND ${when} THEN ${p(request.max, 'int')}
+            ELSE 0 END`
     : p(request.max, 'int');
   return `cyclium_flow_admit(${p(request.actorId, 'text')}, ${p(request.expectationId, 'text')},
             ${p(request.env, 'text')}, ${owner}, ${max},
@@ -100,6 +103,24 @@ export class FlowAdmissions {
     if (this.acquireMany === undefined)
       this.acquireMany = batchedAcquire(this.claims, this.options);
     return this.acquireMany !== null;
+  }
+
+  /**
+   * Whether the expectation has a throttled row this node may start, read once every admission in
+   * flight has committed (cyclium_flow_backlog): a look that finds none admits nothing, and need
+   * not take the admission's lock.
+   */
+  async backlog(request: AdmissionRequest): Promise<boolean> {
+    const statement = new Statement('flow_backlog');
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    const { rows } = await this.database.sql.query<{ backlog: boolean }>(
+      statement.build(
+        `SELECT cyclium_flow_backlog(${p(request.actorId, 'text')}, ` +
+          `${p(request.expectationId, 'text')}, ${p(request.env, 'text')}, ` +
+          `${p(request.versions, 'text[]')}) AS backlog`,
+      ),
+    );
+    return rows[0]?.backlog === true;
   }
 
   /** Admits up to `request.max` rows with their claims, in one statement (inOneStatement). */

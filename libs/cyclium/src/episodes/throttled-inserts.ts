@@ -20,6 +20,7 @@ import {
 } from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
 import { admitCall, type AdmissionRequest, type Admitted } from './flow-admissions.js';
+import { directStarts } from './flow-direct-starts.js';
 import { KEY_OF_ROW } from './queued-begins.js';
 
 interface ThrottledInsert {
@@ -34,6 +35,11 @@ export interface ThrottledStart {
   episode: EpisodeRow | null;
   /** At most one episode (this one, or a throttled one before it), started here with its claim. */
   admitted: Admitted | null;
+  /**
+   * The row stays throttled and no admission has looked at its expectation since it was written:
+   * the flow queue must look.
+   */
+  unseen: boolean;
 }
 
 /** The admissions of a batch, one per expectation and env, with the inserts that asked for them. */
@@ -43,13 +49,16 @@ interface AdmissionGroup {
 }
 
 /**
- * The inserts of limited expectations' triggers as `throttled` rows, group-committed as fresh
- * begins are (BeginWrites): the triggers that arrive while one insert is in flight leave together
- * as one statement, and the dedupe index still decides each row. An insert whose node had a free
- * slot for it carries an admission (cyclium_flow_admit, run in the same statement once the rows
- * are in, with the claims of what it starts), so a trigger that the limits allow starts in the
- * round trip of its insert, as an unlimited begin does. A claim found busy leaves nothing of that
- * statement: the rows are inserted again without admissions, and the flow queue starts them.
+ * The inserts of limited expectations' triggers, group-committed as fresh begins are
+ * (BeginWrites): the triggers that arrive while one insert is in flight leave together as one
+ * statement, and the dedupe index still decides each row. An insert whose node had a free slot for
+ * it carries an admission, so a trigger that the limits allow starts in the round trip of its
+ * insert, as an unlimited begin does: with nothing throttled ahead of it, it is inserted running
+ * when its limits leave room (flow-direct-starts); behind a throttled row, it is inserted
+ * `throttled` and cyclium_flow_admit, run in the same statement once the rows are in, starts what
+ * the limits allow in their order. Either way the claims of what starts are taken in the same
+ * statement. A claim found busy leaves nothing of that statement: the rows are inserted again
+ * without admissions, and the flow queue starts them.
  */
 @Injectable()
 export class ThrottledInserts {
@@ -104,7 +113,10 @@ export class ThrottledInserts {
     statement.with('ep', insertEpisodes(`(${this.input(statement, items)})`));
     const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
     const byId = new Map(rows.map((row: Record<string, unknown>) => [row.id, toEpisode(row)]));
-    return items.map((item) => ({ episode: byId.get(item.id) ?? null, admitted: null }));
+    return items.map((item) => {
+      const episode = byId.get(item.id) ?? null;
+      return { episode, admitted: null, unseen: episode !== null };
+    });
   }
 
   private input(statement: Statement, items: ThrottledInsert[]): string {
@@ -115,8 +127,10 @@ export class ThrottledInserts {
   }
 
   /**
-   * One statement: the inserts, then one admission per group (each seeing the rows inserted), then
-   * the claims of what they started. `busy`: a claim was, and nothing was written.
+   * One statement: what each group's limits leave (under its admission's lock), the inserts (the
+   * rows that fit running), then the admission of each group with a throttled row ahead of its
+   * fresh ones (seeing the rows inserted), then the claims of what started. `busy`: a claim was,
+   * and nothing was written.
    */
   private async insertAndAdmit(
     items: ThrottledInsert[],
@@ -125,14 +139,42 @@ export class ThrottledInserts {
     const statement = new Statement(`episodes_throttled_admit_${groups.length}`);
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const owner = p(this.identity.name(), 'text');
-    statement.with('ep', insertEpisodes(`(${this.input(statement, items)})`));
+    const place = new Map(groups.map((g, i) => [groupKey(g.request), i + 1]));
+    const slotOf = (item: ThrottledInsert) =>
+      item.admit ? (place.get(groupKey(item.admit)) ?? null) : null;
+    statement.with('input', this.input(statement, items));
+    const direct = directStarts(
+      statement,
+      'input',
+      groups.map((g) => ({
+        request: g.request,
+        keys: g.items.map((item) => item.spec.flow?.key ?? ''),
+        rateKeys: g.items.map((item) => item.spec.flow?.rateKey ?? ''),
+      })),
+      {
+        group: items.map(slotOf),
+        version: items.map((item) => item.spec.version ?? null),
+      },
+      owner,
+    );
+    for (const [name, body] of direct.before) statement.with(name, body);
+    statement.with('ep', insertEpisodes('decided'));
+    for (const [name, body] of direct.after) statement.with(name, body);
     statement.with(
       'adm',
       groups
-        .map((g) => `SELECT * FROM ${admitCall(statement, g.request, owner, 'ep')}`)
+        .map((g, i) => {
+          const waiting = `(SELECT r.waiting FROM room r WHERE r.g = ${i + 1})`;
+          return `SELECT * FROM ${admitCall(statement, g.request, owner, 'ep', waiting)}`;
+        })
         .join('\nUNION ALL\n'),
     );
-    statement.with('started', `SELECT (a.episode).* FROM adm a WHERE (a.episode).id IS NOT NULL`);
+    statement.with(
+      'started',
+      `SELECT (a.episode).*, a.resumed AS flow_resumed FROM adm a WHERE (a.episode).id IS NOT NULL
+       UNION ALL
+       SELECT e.*, false FROM ep e WHERE e.status = 'running'`,
+    );
     statement.with('began', `SELECT ${KEY_OF_ROW} AS key FROM started e`);
     const leaseSeconds = p(this.claims.leaseSeconds, 'double precision');
     for (const [name, body] of (this.acquireMany as AcquireMany)({
@@ -142,47 +184,70 @@ export class ThrottledInserts {
     }))
       statement.with(name, body);
     const sentAt = performance.now();
+    // The rows left throttled, each with whether its group's admission looked after its insert.
     const rows = await queryBegin(
       this.database.sql,
       statement.build(`
-        SELECT ${beginColumns(statement, 'c.key IS NULL')}, a.resumed AS flow_resumed,
-               true AS flow_admitted
-          FROM started e JOIN adm a ON (a.episode).id = e.id
-          LEFT JOIN claim c ON c.key = ${KEY_OF_ROW}
+        SELECT ${beginColumns(statement, 'c.key IS NULL')}, true AS flow_admitted,
+               false AS flow_looked
+          FROM started e LEFT JOIN claim c ON c.key = ${KEY_OF_ROW}
         UNION ALL
-        SELECT ${beginColumns(statement, 'false')}, false, false
-          FROM ep e LEFT JOIN claim c ON false`),
+        SELECT ${beginColumns(statement, 'false')}, false, coalesce(r.waiting, false)
+          FROM (SELECT ep.*, false AS flow_resumed FROM ep) e
+          JOIN input i ON i.id = e.id LEFT JOIN slot s ON s.n = i.n
+          LEFT JOIN room r ON r.g = s.g LEFT JOIN claim c ON false
+         WHERE e.status = 'throttled'`),
     );
     if (rows === 'busy') return 'busy';
     return this.answers(items, groups, rows, sentAt);
   }
 
-  /** Each item's row, and the started episodes handed to the items of their group, one each. */
+  /**
+   * Each item's row; a row started in its own insert goes to its own item, and the rows the
+   * admissions started to the items of their group that have none, one each.
+   */
   private answers(
     items: ThrottledInsert[],
     groups: AdmissionGroup[],
     rows: BeginRow[],
     sentAt: number,
   ): ThrottledStart[] {
-    const inserted = new Map<unknown, EpisodeRow>();
-    const answers = new Map<ThrottledInsert, Admitted>();
-    const waiting = new Map(groups.map((g) => [groupKey(g.request), [...g.items]]));
+    const throttled = new Map<unknown, { episode: EpisodeRow; looked: boolean }>();
+    const started = new Map<string, Admitted>();
     for (const row of rows) {
       const episode = toEpisode(row);
       if (row.flow_admitted !== true) {
-        inserted.set(row.id, episode);
+        throttled.set(row.id, { episode, looked: row.flow_looked === true });
         continue;
       }
-      const item = waiting.get(groupKey(episode))?.shift();
-      if (!item) throw new Error(`admitted ${episode.id} beyond the slots reserved for it`);
       const grant = this.claims.grantOf(row, claimKeyOf(episode), sentAt);
-      answers.set(item, { episode, grant, resumed: row.flow_resumed === true });
+      started.set(episode.id, { episode, grant, resumed: row.flow_resumed === true });
     }
-    return items.map((item) => ({
-      // A row both inserted and started is answered as started (the newer state).
-      episode: inserted.get(item.id) ?? null,
-      admitted: answers.get(item) ?? null,
-    }));
+    const answers = new Map<ThrottledInsert, Admitted>();
+    for (const item of items) {
+      const own = started.get(item.id);
+      if (own && item.admit) answers.set(item, own);
+    }
+    const mine = new Set([...answers.values()]);
+    const waiting = new Map(
+      groups.map((g) => [groupKey(g.request), g.items.filter((item) => !answers.has(item))]),
+    );
+    for (const admitted of started.values()) {
+      if (mine.has(admitted)) continue;
+      const item = waiting.get(groupKey(admitted.episode))?.shift();
+      if (!item)
+        throw new Error(`admitted ${admitted.episode.id} beyond the slots reserved for it`);
+      answers.set(item, admitted);
+    }
+    return items.map((item) => {
+      const left = throttled.get(item.id);
+      return {
+        // A row both inserted and started is answered as inserted (its first state).
+        episode: left?.episode ?? started.get(item.id)?.episode ?? null,
+        admitted: answers.get(item) ?? null,
+        unseen: left !== undefined && !left.looked && !started.has(item.id),
+      };
+    });
   }
 }
 
@@ -198,7 +263,8 @@ function groupsOf(items: ThrottledInsert[]): AdmissionGroup[] {
       group.items.push(item);
     } else groups.set(key, { request: item.admit, items: [item] });
   }
-  return [...groups.values()];
+  // One order of the admissions' locks for every batch, so two batches never wait on each other.
+  return [...groups.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, g]) => g);
 }
 
 function groupKey(

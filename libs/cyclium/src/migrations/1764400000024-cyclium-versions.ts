@@ -9,7 +9,7 @@ const ADMIT_9 = `cyclium_flow_admit(text, text, text, text, int, int, int, int, 
  * throttled for a node that runs it rather than being started where its run would only be handed
  * back.
  */
-function admitWithVersions(): string {
+export function admitWithVersions(): string {
   const withParameter = ADMIT.replace(
     'p_period_ms double precision)',
     'p_period_ms double precision, p_versions text[])',

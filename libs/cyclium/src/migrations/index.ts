@@ -26,6 +26,7 @@ import { CycliumNodeExpectations1764400000021 } from './1764400000021-cyclium-no
 import { CycliumWaits1764400000022 } from './1764400000022-cyclium-waits.js';
 import { CycliumFlowControl1764400000023 } from './1764400000023-cyclium-flow-control.js';
 import { CycliumVersions1764400000024 } from './1764400000024-cyclium-versions.js';
+import { CycliumFlowRoom1764400000025 } from './1764400000025-cyclium-flow-room.js';
 
 export {
   CycliumSchema1764400000000,
@@ -80,4 +81,5 @@ export const cycliumMigrations = [
   CycliumWaits1764400000022,
   CycliumFlowControl1764400000023,
   CycliumVersions1764400000024,
+  CycliumFlowRoom1764400000025,
 ];
