@@ -32,7 +32,7 @@ interface FlowState {
    * The expectations whose last admission here started rows: their next look admits at once.
    * Any other looks for a backlog first (FlowAdmissions.backlog), without the admission's lock.
    */
-  busy: Set<string>;
+  backlogged: Set<string>;
 }
 
 /**
@@ -215,13 +215,13 @@ export class FlowPump {
     expectation: RegisteredExpectation,
     max: number,
   ): Promise<Admission> {
-    if (!state.busy.has(expectation.id)) {
+    if (!state.backlogged.has(expectation.id)) {
       const backlog = await this.admissions.backlog(this.request(expectation, max));
       if (!backlog) return { admitted: [], retryMs: null };
     }
     const admission = await this.admit(expectation, max);
-    if (admission !== 'busy' && admission.admitted.length > 0) state.busy.add(expectation.id);
-    else state.busy.delete(expectation.id);
+    if (admission !== 'busy' && admission.admitted.length > 0) state.backlogged.add(expectation.id);
+    else state.backlogged.delete(expectation.id);
     return admission;
   }
 
@@ -283,7 +283,7 @@ export class FlowPump {
         timer: undefined,
         timerDue: 0,
         outage: new OutageLog(this.logger, `starting throttled episodes of ${actorId}`),
-        busy: new Set(),
+        backlogged: new Set(),
       };
       this.states.set(actorId, state);
     }

@@ -22,13 +22,13 @@ import { toEpisode } from './episode-store.js';
 import { admitCall, type AdmissionRequest, type Admitted } from './flow-admissions.js';
 import { directStarts } from './flow-direct-starts.js';
 import { KEY_OF_ROW } from './queued-begins.js';
-
-interface ThrottledInsert {
-  id: string;
-  spec: NewEpisode;
-  /** The admission this insert may run in its statement (one slot reserved for it); null: none. */
-  admit: AdmissionRequest | null;
-}
+import {
+  groupKey,
+  groupsOf,
+  handOut,
+  type AdmissionGroup,
+  type ThrottledInsert,
+} from './throttled-batches.js';
 
 /** What became of one insert: its row (null: a duplicate), and what its admission started. */
 export interface ThrottledStart {
@@ -40,12 +40,6 @@ export interface ThrottledStart {
    * the flow queue must look.
    */
   unseen: boolean;
-}
-
-/** The admissions of a batch, one per expectation and env, with the inserts that asked for them. */
-interface AdmissionGroup {
-  request: AdmissionRequest;
-  items: ThrottledInsert[];
 }
 
 /**
@@ -203,8 +197,7 @@ export class ThrottledInserts {
   }
 
   /**
-   * Each item's row; a row started in its own insert goes to its own item, and the rows the
-   * admissions started to the items of their group that have none, one each.
+   * Each item's row, and what started for it (handOut).
    */
   private answers(
     items: ThrottledInsert[],
@@ -223,22 +216,7 @@ export class ThrottledInserts {
       const grant = this.claims.grantOf(row, claimKeyOf(episode), sentAt);
       started.set(episode.id, { episode, grant, resumed: row.flow_resumed === true });
     }
-    const answers = new Map<ThrottledInsert, Admitted>();
-    for (const item of items) {
-      const own = started.get(item.id);
-      if (own && item.admit) answers.set(item, own);
-    }
-    const mine = new Set([...answers.values()]);
-    const waiting = new Map(
-      groups.map((g) => [groupKey(g.request), g.items.filter((item) => !answers.has(item))]),
-    );
-    for (const admitted of started.values()) {
-      if (mine.has(admitted)) continue;
-      const item = waiting.get(groupKey(admitted.episode))?.shift();
-      if (!item)
-        throw new Error(`admitted ${admitted.episode.id} beyond the slots reserved for it`);
-      answers.set(item, admitted);
-    }
+    const answers = handOut(items, groups, started);
     return items.map((item) => {
       const left = throttled.get(item.id);
       return {
@@ -249,29 +227,4 @@ export class ThrottledInserts {
       };
     });
   }
-}
-
-/** One group per expectation and env that the batch's admissions name, its slots summed. */
-function groupsOf(items: ThrottledInsert[]): AdmissionGroup[] {
-  const groups = new Map<string, AdmissionGroup>();
-  for (const item of items) {
-    if (!item.admit) continue;
-    const key = groupKey(item.admit);
-    const group = groups.get(key);
-    if (group) {
-      group.request = { ...group.request, max: group.request.max + item.admit.max };
-      group.items.push(item);
-    } else groups.set(key, { request: item.admit, items: [item] });
-  }
-  // One order of the admissions' locks for every batch, so two batches never wait on each other.
-  return [...groups.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, g]) => g);
-}
-
-function groupKey(
-  of: { actorId: string; expectationId: string } & (
-    { env: string | null } | { sourceEnv: string | null }
-  ),
-): string {
-  const env = 'env' in of ? of.env : of.sourceEnv;
-  return JSON.stringify([of.actorId, of.expectationId, env]);
 }

@@ -35,7 +35,7 @@ const ROOM = `
     p_actor text, p_expectation text, p_env text, p_total int, p_rate int,
     p_period_ms double precision, p_versions text[], p_keys text[], p_rate_keys text[])
   RETURNS TABLE (waiting boolean, now_at timestamptz, total int, running jsonb, starts jsonb)
-  LANGUAGE plpgsql AS $$
+  LANGUAGE plpgsql ROWS 1 AS $$
   DECLARE
     v_period interval := make_interval(secs => coalesce(p_period_ms, 0) / 1000);
   BEGIN
@@ -104,6 +104,13 @@ const QUIET = `
   END $$`;
 
 /**
+ * The rows the planner expects from an admission (the default for a function returning a set is
+ * 1,000). At 1,000, a statement that takes the claims of what it admitted hashes the whole claims
+ * table instead of probing its key index for each row, a cost that grows with the table.
+ */
+const ADMITTED_ROWS = 4;
+
+/**
  * The admission of migration 24, leaving at once when nothing it may start is throttled: the look
  * a limited episode's end makes (a place may have freed) then reads one index entry instead of
  * counting the running rows and walking the keys.
@@ -113,8 +120,13 @@ function admitWithExit(): string {
   const admit = admitWithVersions();
   const withExit = admit
     .replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION')
+    .replace('LANGUAGE plpgsql AS', `LANGUAGE plpgsql ROWS ${ADMITTED_ROWS} AS`)
     .replace(before, `${before}    IF NOT EXISTS (${THROTTLED}) THEN RETURN; END IF;\n`);
-  if (withExit.split('IF NOT EXISTS').length !== 2 || !withExit.startsWith('\n  CREATE OR'))
+  if (
+    withExit.split('IF NOT EXISTS').length !== 2 ||
+    !withExit.startsWith('\n  CREATE OR') ||
+    !withExit.includes(`ROWS ${ADMITTED_ROWS}`)
+  )
     throw new Error('CycliumFlowRoom1764400000025: the admission of migration 24 changed shape');
   return withExit;
 }
@@ -123,8 +135,9 @@ function admitWithExit(): string {
  * Fresh triggers of a limited expectation start as running in their insert when the limits allow
  * them and nothing is throttled ahead of them (cyclium_flow_room); a look for throttled rows reads
  * them under a shared hold of the admission's lock before it admits (cyclium_flow_backlog); and the
- * admission leaves at once when nothing is throttled. The end of a limited episode asks whether
- * anything is throttled in its own statement (cyclium_flow_quiet), and looks only when it is.
+ * admission leaves at once when nothing is throttled (and is planned as returning a few rows). The
+ * end of a limited episode asks whether anything is throttled in its own statement
+ * (cyclium_flow_quiet), and looks only when it is.
  * Functions only: no table or index changes, and the previous release, which never calls the new
  * functions, runs against them unchanged (the admission keeps its signature).
  */
