@@ -1,7 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
-import { goneAfterMs } from '../dispatch/version-moves.service.js';
+import { goneAfterMs } from '../options/node-liveness.js';
 import { EpisodeVersionMoves, type VersionInFlight } from '../episodes/episode-version-moves.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 

@@ -5,6 +5,7 @@ import { EpisodeVersionMoves } from '../episodes/episode-version-moves.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import { versionProblem } from '../versions/expectation-version.js';
+import { goneAfterMs } from '../options/node-liveness.js';
 
 /** `Episodes.moveVersion`'s request: the episodes of one expectation pinned to `from`. */
 export interface MoveVersion {
@@ -81,7 +82,7 @@ export class VersionMoves {
       ...request,
       stack: this.options.stackSlug,
       env: this.options.env,
-      goneAfterMs: this.goneAfterMs(),
+      goneAfterMs: goneAfterMs(this.options),
       node: this.identity.name(),
     });
     this.logger.log(
@@ -90,13 +91,4 @@ export class VersionMoves {
     );
     return { status: 'moved', moved: episodeIds.length, episodeIds };
   }
-
-  private goneAfterMs(): number {
-    return goneAfterMs(this.options);
-  }
-}
-
-/** When a node that has not beaten is gone, as recovery judges it (its sweep's window). */
-export function goneAfterMs(options: ResolvedCycliumOptions): number {
-  return Math.max(options.recovery.staleAfterMs, 3 * options.nodeBeatIntervalMs);
 }

@@ -14,6 +14,7 @@ import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { EpisodeTakeover } from './episode-takeover.service.js';
 import { NotHostedEpisodes } from './not-hosted.service.js';
 import type { SkipReason, SweepOptions, SweepResult } from './recovery-sweep.interface.js';
+import { goneAfterMs } from '../options/node-liveness.js';
 
 /**
  * How long one sweep reads and takes over: pages follow each other while they come back full, so a
@@ -86,8 +87,7 @@ export class RecoverySweep {
 
   async run(options: SweepOptions): Promise<SweepResult> {
     const staleAfterMs = options.staleAfterMs ?? this.options.recovery.staleAfterMs;
-    // A node's liveness beat is slower than a short staleAfterMs; never call a beating node gone.
-    const goneAfterMs = Math.max(staleAfterMs, 3 * this.options.nodeBeatIntervalMs);
+    const goneAfter = goneAfterMs(this.options, staleAfterMs);
     const hosted = this.registry.hostedExpectations();
     // Sweeping another stack's rows: restarts of actors hosted there go to that stack, so any row
     // may be acted on.
@@ -97,7 +97,7 @@ export class RecoverySweep {
       stack: options.sourceStack === undefined ? this.options.stackSlug : options.sourceStack,
       env: options.sourceEnv === undefined ? this.options.env : options.sourceEnv,
       staleAfterMs,
-      goneAfterMs,
+      goneAfterMs: goneAfter,
       claimsOn: this.claims.enabled,
       hosted: otherStack ? null : hosted,
       policyInCode: (options.resolvePolicy ?? this.options.recovery.resolvePolicy) !== undefined,
