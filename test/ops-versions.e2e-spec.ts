@@ -39,6 +39,15 @@ interface VersionItem {
   hosted: boolean;
 }
 
+/** The page's row for the test's one episode, waiting on `version`. */
+const oneWaiting = (version: string, hosted: boolean): VersionItem => ({
+  actorId: 'pinned',
+  expectationId: 'nap',
+  version,
+  counts: { waiting: 1 },
+  hosted,
+});
+
 /**
  * The operations API for versions, in process, one "deploy" after another on one database: an
  * episode pinned to a version no live node runs shows as waiting for it; the operator's move is
@@ -76,15 +85,7 @@ describe('the operations API: versions in flight and moving them', () => {
     const one = await call<{ episode: { waitingFor: string; version: string } }>(`/episodes/${id}`);
     expect(one.body.episode).toMatchObject({ waitingFor: 'version v1', version: 'v1' });
     const listed = await call<{ items: VersionItem[] }>('/versions');
-    expect(listed.body.items).toEqual([
-      {
-        actorId: 'pinned',
-        expectationId: 'nap',
-        version: 'v1',
-        counts: { waiting: 1 },
-        hosted: false,
-      },
-    ]);
+    expect(listed.body.items).toEqual([oneWaiting('v1', false)]);
     const body = { actorId: 'pinned', expectationId: 'nap', from: 'v1', to: 'v2' };
     // v2's code here does not accept v1: refused, nothing moved.
     const refused = await call<{ message: string }>('/versions/move', body);
@@ -166,15 +167,7 @@ describe('the operations API: versions in flight and moving them', () => {
     });
     expect(await rowOf(id)).toEqual({ status: 'waiting', version: 'v2' });
     const versions = await call<{ items: VersionItem[] }>('/versions');
-    expect(versions.body.items).toEqual([
-      {
-        actorId: 'pinned',
-        expectationId: 'nap',
-        version: 'v2',
-        counts: { waiting: 1 },
-        hosted: true,
-      },
-    ]);
+    expect(versions.body.items).toEqual([oneWaiting('v2', true)]);
   });
 });
 

@@ -46,6 +46,15 @@ class CodeB {
   }
 }
 
+/** What every stage after the patch runs after step `a`: B's new steps, the nap, then `c`. */
+async function newSteps(ep: EpisodeContext<Nap>): Promise<Convergence> {
+  await ep.step('inserted', () => 'inserted');
+  await ep.step('b2', () => 'b2');
+  await ep.sleep('nap', ep.trigger.payload.napMs);
+  await ep.step('c', () => 'c');
+  return {};
+}
+
 /** B's new steps without the patch: what a deploy without `patched` does today. */
 @Injectable()
 @Actor({ id: 'upgrades', maxConcurrentEpisodes: 10 })
@@ -53,11 +62,7 @@ class CodeUnpatched {
   @Expectation({ id: 'flow', trigger: 'manual' })
   async flow(ep: EpisodeContext<Nap>): Promise<Convergence> {
     await ep.step('a', () => 'a');
-    await ep.step('inserted', () => 'inserted');
-    await ep.step('b2', () => 'b2');
-    await ep.sleep('nap', ep.trigger.payload.napMs);
-    await ep.step('c', () => 'c');
-    return {};
+    return newSteps(ep);
   }
 }
 
@@ -69,11 +74,7 @@ class CodeC {
   async flow(ep: EpisodeContext<Nap>): Promise<Convergence> {
     await ep.step('a', () => 'a');
     ep.deprecatePatch('x');
-    await ep.step('inserted', () => 'inserted');
-    await ep.step('b2', () => 'b2');
-    await ep.sleep('nap', ep.trigger.payload.napMs);
-    await ep.step('c', () => 'c');
-    return {};
+    return newSteps(ep);
   }
 }
 
@@ -84,11 +85,7 @@ class CodeD {
   @Expectation({ id: 'flow', trigger: 'manual' })
   async flow(ep: EpisodeContext<Nap>): Promise<Convergence> {
     await ep.step('a', () => 'a');
-    await ep.step('inserted', () => 'inserted');
-    await ep.step('b2', () => 'b2');
-    await ep.sleep('nap', ep.trigger.payload.napMs);
-    await ep.step('c', () => 'c');
-    return {};
+    return newSteps(ep);
   }
 }
 
