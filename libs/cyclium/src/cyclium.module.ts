@@ -74,6 +74,7 @@ import { BusConsumers } from './health/bus-consumers.service.js';
 import { SweepRecords } from './cluster/sweep-records.js';
 import { EpisodeRetry } from './dispatch/episode-retry.service.js';
 import { CycliumMetrics } from './metrics/cyclium-metrics.service.js';
+import { EpisodeTraces } from './tracing/episode-traces.service.js';
 import { DeferredRunner } from './dispatch/deferred-runner.service.js';
 import { Dispatcher } from './dispatch/dispatcher.service.js';
 import { Mode } from './dispatch/mode.service.js';
@@ -177,6 +178,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     SweepRecords,
     EpisodeRetry,
     CycliumMetrics,
+    EpisodeTraces,
     Mode,
     Dispatcher,
     DeferredRunner,

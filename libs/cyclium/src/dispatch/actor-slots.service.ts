@@ -263,7 +263,12 @@ export class ActorSlots implements OnApplicationBootstrap {
    */
   runStarted(
     actorId: string,
-    start: () => Promise<{ episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null>,
+    start: () => Promise<{
+      episode: EpisodeRow;
+      grant: AcquireResult;
+      resumed: boolean;
+      takenOver?: boolean;
+    } | null>,
   ): boolean {
     const actor = this.registry.get(actorId);
     if (!actor || this.free(actorId) < 1) return false;
@@ -273,7 +278,10 @@ export class ActorSlots implements OnApplicationBootstrap {
         // Launched even when the drain began meanwhile: it waits for this start, then stamps the
         // run.
         if (begun)
-          return this.launch(actor, begun.episode, begun.grant, { resumed: begun.resumed });
+          return this.launch(actor, begun.episode, begun.grant, {
+            resumed: begun.resumed,
+            takenOver: begun.takenOver,
+          });
         this.release(actor);
       },
       (error: unknown) => {

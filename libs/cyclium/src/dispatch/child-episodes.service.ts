@@ -11,6 +11,7 @@ import type { ChildStarter } from '../episodes/wait-ports.interface.js';
 import type { ChildHandle } from '../episodes/wait.types.js';
 import { scopeKey } from '../scope/scope-key.js';
 import { Dispatcher } from './dispatcher.service.js';
+import { activeTraceContext } from '../tracing/trace-context.js';
 
 /**
  * `ep.startChild`: the child is triggered inside the parent's transaction step, deferred (any node
@@ -38,10 +39,12 @@ export class ChildEpisodes implements ChildStarter {
     const client = await this.transactions.executor(manager, what);
     // The prefix is what the waits migration's trigger looks for at a child's end.
     const dedupeKey = scopeKey(`child:${parent.id}:${child.key}`, parent.sourceEnv);
+    const traceContext = activeTraceContext();
     const trigger: EpisodeTrigger = {
       type: 'manual',
       payload: child.payload,
       parent: { episodeId: parent.id, key: child.key, detached: child.detached },
+      ...(traceContext === undefined ? {} : { traceContext }),
     };
     const result = await this.dispatcher.dispatchInHost(client, expectation, trigger, {
       dedupeKey,

@@ -36,6 +36,7 @@ import {
 import type { EpisodeOutcome, ResultOptions, SignalResult } from '../episodes/wait.types.js';
 import { EpisodeResults } from '../waits/episode-results.service.js';
 import { Signals } from '../waits/signals.service.js';
+import { activeTraceContext } from '../tracing/trace-context.js';
 
 /** Options of `Episodes.trigger`: dedupe key, when to run, retries, source stack and env. */
 export interface TriggerOptions {
@@ -191,11 +192,13 @@ export class Episodes {
     const retry = triggerRetry(what, options.retry);
     const priority = triggerPriority(what, options.priority);
     const sourceEnv = pick(options.sourceEnv, this.options.env);
+    const traceContext = activeTraceContext();
     const trigger: EpisodeTrigger = {
       type: 'manual',
       payload,
       ...(retry === undefined ? {} : { retry }),
       ...(priority === undefined ? {} : { priority }),
+      ...(traceContext === undefined ? {} : { traceContext }),
     };
     const dispatch: DispatchOptions = {
       dedupeKey: options.dedupeKey === undefined ? null : scopeKey(options.dedupeKey, sourceEnv),

@@ -61,6 +61,7 @@ export class RestartHandover {
       if (episode)
         return this.slots.launch(actor, episode, waiting.grant, {
           resumed: true,
+          takenOver: true,
           hold: waiting.hold,
         });
       waiting.hold.release();

@@ -63,7 +63,12 @@ class TamperedTake extends Error {
   }
 }
 
-type Started = { episode: EpisodeRow; grant: AcquireResult; resumed: boolean } | null;
+type Started = {
+  episode: EpisodeRow;
+  grant: AcquireResult;
+  resumed: boolean;
+  takenOver: boolean;
+} | null;
 
 /**
  * On full nodes: runs what trigger-only nodes deferred, and runs for later once due. Every
@@ -263,7 +268,9 @@ export class TriggerPoller implements OnApplicationBootstrap {
         const grant = await this.claims.acquireWithin(client, claimKeyOf(episode), me);
         if (grant.status === 'busy') throw new EpisodeClaimBusy();
         await this.claims.completeWithin(client, key, me, fence);
-        return { episode, grant, resumed: request.opts.resume === true };
+        // A restart recovery deferred to a full node, not a wake-up of a sleep or a wait.
+        const takenOver = request.opts.resume === true && request.opts.wake === undefined;
+        return { episode, grant, resumed: request.opts.resume === true, takenOver };
       });
       if (throttled) this.slots.noteThrottled(request.actorId);
       if (started)

@@ -2,6 +2,7 @@ import type { EntityManager } from 'typeorm';
 import type { FindingAction } from '../findings/finding-action.interface.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
+import type { TraceContext } from '../tracing/trace-context.js';
 import type {
   ChildHandle,
   ChildrenWaitResult,
@@ -32,6 +33,11 @@ export interface EpisodeTrigger<P = unknown> {
   parent?: { episodeId: string; key: string; detached: boolean };
   /** The priority `Episodes.trigger` gave this episode over its expectation's. */
   priority?: number;
+  /**
+   * The W3C trace context active where the trigger was made (an `Episodes.trigger` inside a traced
+   * request, a child started in a traced run): every run of the episode continues that trace.
+   */
+  traceContext?: TraceContext;
 }
 
 /** What `ep.step` hands its function: the step's number and idempotency key. */

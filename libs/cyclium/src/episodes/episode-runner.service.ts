@@ -41,6 +41,7 @@ import { RunningEpisode } from './running-episode.js';
 import { EpisodeVersions, VERSION_HAND_BACK_MS } from './episode-versions.js';
 import { EpisodeHandedBack } from './patch-errors.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
+import { EpisodeTraces } from '../tracing/episode-traces.service.js';
 
 export type BeginResult =
   | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
@@ -54,6 +55,8 @@ class ClaimBusy extends Error {
 
 export interface RunOptions {
   resumed?: boolean;
+  /** Recovery took the episode over from a node that stopped holding it (its trace records it). */
+  takenOver?: boolean;
   /**
    * The row is this node's own insert as its statement returned it (a fresh begin): no one else's
    * row to check.
@@ -105,6 +108,7 @@ export class EpisodeRunner implements OnModuleInit {
     @Inject(WAIT_STEPS) private readonly waitSteps: WaitStepRunner,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
+    private readonly traces: EpisodeTraces,
   ) {}
 
   onModuleInit(): void {
@@ -289,6 +293,7 @@ export class EpisodeRunner implements OnModuleInit {
     const ownership = this.ownershipOf(episode, grant);
     const hold = options.hold ?? this.claims.hold(ownership.key, grant);
     const scope = this.writes.scope(episode.id, hold);
+    const trace = this.traces.start(episode, { resumed, takenOver: options.takenOver ?? false });
     const context = new RunningEpisode({
       episode,
       trigger: episode.triggerRef as unknown as EpisodeTrigger,
@@ -320,6 +325,7 @@ export class EpisodeRunner implements OnModuleInit {
         return done;
       },
       startChild: (manager, child) => this.children().start(manager, episode, child),
+      trace,
       stepWritten: (durationMs) => {
         if (this.telemetry.wants('episode.step'))
           this.telemetry.emit('episode.step', {
@@ -365,7 +371,8 @@ export class EpisodeRunner implements OnModuleInit {
       context.throwIfAborted();
       let result: Convergence | undefined;
       try {
-        result = (await expectation.handler(context)) as Convergence | undefined;
+        result = (await trace.within(() => expectation.handler(context))) as
+          Convergence | undefined;
       } finally {
         options.returned?.();
       }
@@ -410,6 +417,7 @@ export class EpisodeRunner implements OnModuleInit {
       this.running.delete(episode.id);
       this.interrupted.delete(episode.id);
       hold.release();
+      this.traces.finish(episode.id, trace);
     }
   }
 

@@ -33,6 +33,12 @@ import type {
 } from './wait.types.js';
 import { ChildEpisodesFailedError } from './wait-errors.js';
 import { PATCH_PREFIX, missingPatch, pastMarkers, patchPoint } from './patch-points.js';
+import {
+  NOOP_RUN_TRACE,
+  type RunTrace,
+  type StepKind,
+  type StepTrace,
+} from '../tracing/run-trace.js';
 
 const INT4_MAX = 2_147_483_647;
 
@@ -125,6 +131,8 @@ export interface RunningEpisodeDeps {
   startChild: (manager: EntityManager, child: ChildSpec) => Promise<ChildHandle>;
   /** Told each step's function time once its write came back written (telemetry). */
   stepWritten?: (durationMs: number) => void;
+  /** The run's trace (EpisodeTraces); absent: none. */
+  trace?: RunTrace;
 }
 
 const FRESH: History = { checkpoints: new Map(), nextJournalNo: 1 };
@@ -154,8 +162,10 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
    * transaction, and a transaction step inside any step would nest one step's journal in another's.
    */
   private inside: 'step' | 'transaction' | null = null;
+  private readonly trace: RunTrace;
 
   constructor(private readonly deps: RunningEpisodeDeps) {
+    this.trace = deps.trace ?? NOOP_RUN_TRACE;
     this.episode = deps.episode;
     this.trigger = deps.trigger as EpisodeTrigger<P>;
     this.fence = deps.fence;
@@ -236,32 +246,57 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   }
 
   async step<T>(name: string, fn: (tools: StepTools) => Promise<T> | T): Promise<T> {
-    const next = await this.next(name);
+    const next = await this.next('step', name);
     if (next.replayed) return next.result as T;
     const { stepNo, history } = next;
-    const started = performance.now();
-    this.inside = 'step';
-    let result: T;
+    return this.traced('step', name, stepNo, async (span) => {
+      const started = performance.now();
+      this.inside = 'step';
+      let result: T;
+      try {
+        result = await span.within(() => fn(this.tools(stepNo)));
+      } finally {
+        this.inside = null;
+      }
+      const durationMs = performance.now() - started;
+      const resultJson = encodeStepResult(name, result);
+      this.journalNo ??= history.nextJournalNo;
+      // duration_ms is a 32-bit column: a step that ran longer than 24.8 days is journaled as
+      // that long.
+      const journaledMs = Math.min(Math.round(durationMs), INT4_MAX);
+      const record = {
+        stepNo,
+        journalNo: this.journalNo++,
+        name,
+        resultJson,
+        durationMs: journaledMs,
+      };
+      this.written(await this.library(this.deps.writeStep(record)), durationMs);
+      return result;
+    });
+  }
+
+  /**
+   * Runs `body` inside the span of step `stepNo`, which ends with the error it threw, if any (a
+   * wait or sleep that gives the run up is no error).
+   */
+  private async traced<T>(
+    kind: StepKind,
+    name: string,
+    stepNo: number,
+    body: (span: StepTrace) => Promise<T>,
+  ): Promise<T> {
+    const span = this.trace.step(kind, name, stepNo);
     try {
-      result = await fn(this.tools(stepNo));
-    } finally {
-      this.inside = null;
+      const result = await body(span);
+      span.end();
+      return result;
+    } catch (error) {
+      span.end(
+        error instanceof EpisodeSleeping || error instanceof EpisodeWaiting ? undefined : error,
+      );
+      throw error;
     }
-    const durationMs = performance.now() - started;
-    const resultJson = encodeStepResult(name, result);
-    this.journalNo ??= history.nextJournalNo;
-    // duration_ms is a 32-bit column: a step that ran longer than 24.8 days is journaled as that
-    // long.
-    const journaledMs = Math.min(Math.round(durationMs), INT4_MAX);
-    const record = {
-      stepNo,
-      journalNo: this.journalNo++,
-      name,
-      resultJson,
-      durationMs: journaledMs,
-    };
-    this.written(await this.library(this.deps.writeStep(record)), durationMs);
-    return result;
   }
 
   async transaction<T>(
@@ -273,29 +308,31 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
         `ep.transaction("${name}"): a transaction step cannot run inside another step; call it ` +
           `from the expectation method`,
       );
-    const next = await this.next(name);
+    const next = await this.next('transaction', name);
     if (next.replayed) return next.result as T;
     const { stepNo, history } = next;
     this.journalNo ??= history.nextJournalNo;
     const tools = this.tools(stepNo);
-    this.inside = 'transaction';
-    let done: TransactionStepOutcome;
-    try {
-      done = await this.library(
-        this.deps.transactionStep({
-          stepNo,
-          journalNo: this.journalNo,
-          name,
-          run: (manager) => fn(manager, tools),
-          check: () => this.deps.hold.check(),
-        }),
-      );
-    } finally {
-      this.inside = null;
-    }
-    this.journalNo++;
-    this.written(done.outcome, done.durationMs);
-    return done.result as T;
+    return this.traced('transaction', name, stepNo, async (span) => {
+      this.inside = 'transaction';
+      let done: TransactionStepOutcome;
+      try {
+        done = await this.library(
+          this.deps.transactionStep({
+            stepNo,
+            journalNo: this.journalNo as number,
+            name,
+            run: (manager) => span.within(() => fn(manager, tools)),
+            check: () => this.deps.hold.check(),
+          }),
+        );
+      } finally {
+        this.inside = null;
+      }
+      this.journalNo = (this.journalNo as number) + 1;
+      this.written(done.outcome, done.durationMs);
+      return done.result as T;
+    });
   }
 
   /**
@@ -303,6 +340,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
    * the signal and that the journal recorded the same name there).
    */
   private async next(
+    kind: StepKind,
     name: string,
   ): Promise<
     { replayed: true; result: unknown } | { replayed: false; stepNo: number; history: History }
@@ -325,6 +363,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       if (past !== null) {
         this.skipped ??= recorded;
         this.stepNo = past;
+        this.trace.replayed(kind, name, past);
         return { replayed: true, result: this.history.checkpoints.get(past)?.state };
       }
     }
@@ -339,6 +378,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
         `step ${stepNo} was recorded as "${recorded.name}" but the code now asks for "${name}"`,
       );
     }
+    this.trace.replayed(kind, name, stepNo);
     return { replayed: true, result: recorded.state };
   }
 
@@ -497,26 +537,28 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   private async waitStep(name: string, wait: WaitSpec): Promise<unknown> {
     if (this.inside)
       throw new TypeError(`${name}: a wait cannot run inside a step; call it from the method`);
-    const next = await this.next(name);
+    const next = await this.next('wait', name);
     if (next.replayed) return next.result;
     const { stepNo, history } = next;
     this.journalNo ??= history.nextJournalNo;
-    const started = performance.now();
-    const done = await this.library(
-      this.deps.waitStep({ stepNo, journalNo: this.journalNo, name, wait }),
-    );
-    if (done.outcome === 'waiting') {
-      const waiting = new EpisodeWaiting(name, wait.kind, done.deadline);
-      this.stop(waiting);
-      throw waiting;
-    }
-    if (done.outcome === 'canceled') {
-      this.stop(new EpisodeCanceledError(this.episode.id));
-      throw this.signal.reason;
-    }
-    this.journalNo++;
-    this.written(done.outcome, performance.now() - started);
-    return done.result;
+    return this.traced('wait', name, stepNo, async () => {
+      const started = performance.now();
+      const done = await this.library(
+        this.deps.waitStep({ stepNo, journalNo: this.journalNo as number, name, wait }),
+      );
+      if (done.outcome === 'waiting') {
+        const waiting = new EpisodeWaiting(name, wait.kind, done.deadline);
+        this.stop(waiting);
+        throw waiting;
+      }
+      if (done.outcome === 'canceled') {
+        this.stop(new EpisodeCanceledError(this.episode.id));
+        throw this.signal.reason;
+      }
+      this.journalNo = (this.journalNo as number) + 1;
+      this.written(done.outcome, performance.now() - started);
+      return done.result;
+    });
   }
 }
 

@@ -129,6 +129,12 @@ export interface CycliumOptions {
    * the app (docs/guides/metrics-and-logs.md); false leaves them unfed even then. Default true.
    */
   metrics?: boolean;
+  /**
+   * Record OpenTelemetry spans (a span per episode run, one per step) when the host registered a
+   * global TracerProvider before creating the app (docs/guides/tracing.md); false records none even
+   * then. Trace context is stored with triggered rows either way. Default true.
+   */
+  tracing?: boolean;
   /** How long a drain waits for episode tasks to stop. Default 5 000. */
   episodeShutdownMs?: number;
   recovery?: RecoveryOptions;
@@ -265,6 +271,7 @@ export interface ResolvedCycliumOptions {
   jitterMs: number;
   startedEvents: boolean;
   metrics: boolean;
+  tracing: boolean;
   episodeShutdownMs: number;
   recovery: Required<Omit<RecoveryOptions, 'resolvePolicy'>> &
     Pick<RecoveryOptions, 'resolvePolicy'>;

@@ -236,6 +236,10 @@ export class CycliumOptionsSchema {
   @IsBoolean({ message: 'metrics must be true or false' })
   metrics?: unknown;
 
+  @defined('tracing')
+  @IsBoolean({ message: 'tracing must be true or false' })
+  tracing?: unknown;
+
   @defined('episodeShutdownMs')
   @timerMax('episodeShutdownMs')
   @IsInt(nonNegativeMs('episodeShutdownMs'))

@@ -40,6 +40,7 @@ describe('resolveCycliumOptions', () => {
       jitterMs: 200,
       startedEvents: false,
       metrics: true,
+      tracing: true,
       episodeShutdownMs: 5000,
       recovery: {
         onBoot: true,

@@ -24,6 +24,7 @@ export const DEFAULT_OPTIONS = {
   jitterMs: 200,
   startedEvents: false,
   metrics: true,
+  tracing: true,
   episodeShutdownMs: 5_000,
   recovery: {
     onBoot: true,
@@ -124,6 +125,7 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
     jitterMs: input.jitterMs ?? DEFAULT_OPTIONS.jitterMs,
     startedEvents: input.startedEvents ?? DEFAULT_OPTIONS.startedEvents,
     metrics: input.metrics ?? DEFAULT_OPTIONS.metrics,
+    tracing: input.tracing ?? DEFAULT_OPTIONS.tracing,
     episodeShutdownMs: input.episodeShutdownMs ?? DEFAULT_OPTIONS.episodeShutdownMs,
     recovery: {
       ...recovery,
