@@ -8,3 +8,6 @@ export const CYCLIUM_CLAIMS_ADAPTER = Symbol('CYCLIUM_CLAIMS_ADAPTER');
  * Injection token for the bus transport itself (PostgresBus, LocalBus or the host's), unguarded.
  */
 export const CYCLIUM_BUS_TRANSPORT = Symbol('CYCLIUM_BUS_TRANSPORT');
+
+/** Injection token for the CycliumClock: SYSTEM_CLOCK, or the testing kit's TestClock. */
+export const CYCLIUM_CLOCK = Symbol('CYCLIUM_CLOCK');

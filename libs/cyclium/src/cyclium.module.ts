@@ -13,7 +13,8 @@ import { EventOutbox } from './bus/event-outbox.service.js';
 import { claimsAdapterProvider } from './providers/claims-adapter.provider.js';
 import { LeaseRenewer } from './leases/lease-renewer.service.js';
 import { WorkClaims } from './leases/work-claims.service.js';
-import { CYCLIUM_OPTIONS } from './cyclium.constants.js';
+import { CYCLIUM_CLOCK, CYCLIUM_OPTIONS } from './cyclium.constants.js';
+import { SYSTEM_CLOCK } from './primitives/clock.js';
 import { CycliumDataSource } from './database/cyclium-data-source.service.js';
 import { EpisodeRunner } from './episodes/episode-runner.service.js';
 import { EpisodeVersions } from './episodes/episode-versions.js';
@@ -104,6 +105,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
       inject: [CYCLIUM_MODULE_OPTIONS],
       useFactory: resolveCycliumOptions,
     },
+    { provide: CYCLIUM_CLOCK, useValue: SYSTEM_CLOCK },
     CycliumDataSource,
     HostTransactions,
     NodeIdentity,

@@ -1,4 +1,5 @@
 import type { HostTransaction } from '../transactions/host-transaction.js';
+import type { TraceContext } from '../tracing/trace-context.js';
 
 /** An event as every node receives it: the publisher mints `eventId` once. */
 export interface BusEvent<P = unknown> {
@@ -6,6 +7,11 @@ export interface BusEvent<P = unknown> {
   eventId: string;
   payload: P;
   publishedAt: string;
+  /**
+   * The W3C trace context active where the event was published (absent outside any trace): the
+   * episodes it triggers continue that trace.
+   */
+  traceContext?: TraceContext;
 }
 
 /** Options of `Bus.publish`. */

@@ -50,15 +50,17 @@ export interface EventIntegrity {
  * looks again. Ids must be unique within one call (EventAppender sends repeats to COMPARE).
  */
 const APPEND = prepared(
-  'events_append_checked',
+  'events_append_traced',
   `
   WITH e AS MATERIALIZED (
-    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::text[])
-      WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
+    SELECT * FROM unnest($5::text[], $6::text[], $7::jsonb[], $8::timestamptz[], $9::text[],
+                         $10::jsonb[])
+      WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, trace_context, n)
   ), stored AS (
     INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher,
-                                source_stack, source_env, signature)
-    SELECT $1, e.event_id, e.type, e.payload, e.published_at, $2, $3, $4, e.signature
+                                source_stack, source_env, signature, trace_context)
+    SELECT $1, e.event_id, e.type, e.payload, e.published_at, $2, $3, $4, e.signature,
+           e.trace_context
       FROM e
      ORDER BY e.n
     ON CONFLICT (channel, event_id) DO NOTHING
@@ -186,11 +188,12 @@ export class EventAppender {
    */
   /**
    * The batch as the unnest() arrays every append and compare statement takes: ids, types,
-   * payloads, publish times, and signatures (the library's reserved events, with `integrity`).
+   * payloads, publish times, signatures (the library's reserved events, with `integrity`) and
+   * trace contexts (as JSON text).
    */
   private columns(
     batch: readonly StorableEvent[],
-  ): [string[], string[], string[], string[], Array<string | null>] {
+  ): [string[], string[], string[], string[], Array<string | null>, Array<string | null>] {
     const { channel, integrity } = this.scope;
     const signatureOf = (e: StorableEvent) =>
       integrity && isReservedType(e.event.type)
@@ -202,22 +205,25 @@ export class EventAppender {
       batch.map((e) => e.payloadJson),
       batch.map((e) => e.event.publishedAt),
       batch.map(signatureOf),
+      batch.map((e) => (e.event.traceContext ? JSON.stringify(e.event.traceContext) : null)),
     ];
   }
 
   fragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
     const { channel, stackSlug, env, publisher } = this.scope;
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
-    const [ids, types, payloads, times, signatures] = this.columns(events);
+    const [ids, types, payloads, times, signatures, traces] = this.columns(events);
     return `
       INSERT INTO cyclium_events (channel, event_id, type, payload, published_at, publisher,
-                                  source_stack, source_env, signature)
+                                  source_stack, source_env, signature, trace_context)
       SELECT ${p(channel, 'text')}, e.event_id, e.type, e.payload, e.published_at,
              ${p(publisher(), 'text')}, ${p(stackSlug, 'text')}, ${p(env, 'text')},
-             e.signature
+             e.signature, e.trace_context
         FROM unnest(${p(ids, 'text[]')}, ${p(types, 'text[]')}, ${p(payloads, 'jsonb[]')},
-                    ${p(times, 'timestamptz[]')}, ${p(signatures, 'text[]')})
-             WITH ORDINALITY AS e (event_id, type, payload, published_at, signature, n)
+                    ${p(times, 'timestamptz[]')}, ${p(signatures, 'text[]')},
+                    ${p(traces, 'jsonb[]')})
+             WITH ORDINALITY AS e (event_id, type, payload, published_at, signature,
+                                   trace_context, n)
        WHERE (${when})
        ORDER BY e.n
       ON CONFLICT (channel, event_id) DO NOTHING

@@ -10,6 +10,7 @@ import {
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 import { isReservedType } from './reserved-types.js';
 import { READ_MAX_BYTES } from './event-bounds.js';
+import { asTraceContext } from '../tracing/trace-context.js';
 
 /** An event as a reader found it. */
 export interface LoggedEvent {
@@ -42,7 +43,7 @@ export interface LoggedEvent {
 const STORED_AT = `greatest(least(e.created_at, statement_timestamp()), timestamptz 'epoch')`;
 
 const COLUMNS = `e.id::text AS id, e.tx_id::text AS tx_id, e.event_id, e.type, e.payload,
-e.published_at, e.signature,
+e.published_at, e.signature, e.trace_context,
        (extract(epoch FROM ${STORED_AT}) * 1000)::float8 AS created_ms,
        (extract(epoch FROM statement_timestamp() - ${STORED_AT}) * 1000)::float8 AS age_ms`;
 
@@ -58,7 +59,8 @@ e.published_at, e.signature,
 function withinBytes(page: string, maxBytes: string): string {
   const max = `${maxBytes}::bigint`;
   return `
-      SELECT m.id, m.tx_id, m.event_id, m.type, m.published_at, m.signature, m.created_at, m.taken,
+      SELECT m.id, m.tx_id, m.event_id, m.type, m.published_at, m.signature, m.trace_context,
+             m.created_at, m.taken,
              m.payload_bytes,
              CASE WHEN m.payload_bytes > ${max} THEN NULL ELSE m.payload END AS payload
         FROM (
@@ -248,6 +250,8 @@ interface EventRow {
   payload: unknown;
   /** A Date, or what pg makes of a timestamp JavaScript cannot hold (`infinity`: a number). */
   published_at: unknown;
+  /** Whatever the row holds: read through asTraceContext. */
+  trace_context: unknown;
   age_ms: number;
 }
 
@@ -347,7 +351,14 @@ export class EventLog {
 
   private toLogged(row: EventRow, maxBytes: number): LoggedEvent {
     const publishedAt = isoTime(row.published_at, row.created_ms);
-    const event = { type: row.type, eventId: row.event_id, payload: row.payload, publishedAt };
+    const traceContext = asTraceContext(row.trace_context);
+    const event: BusEvent = {
+      type: row.type,
+      eventId: row.event_id,
+      payload: row.payload,
+      publishedAt,
+      ...(traceContext === undefined ? {} : { traceContext }),
+    };
     const { integrity, channel } = this.scope;
     const trusted =
       !integrity || !isReservedType(row.type) || integrity.verify(channel, event, row.signature);

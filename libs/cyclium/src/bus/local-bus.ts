@@ -4,6 +4,7 @@ import { InvalidBusEventError } from './bus-errors.js';
 import { assertEventBounds } from './event-bounds.js';
 import type { DispatchSignals } from './dispatch-signals.interface.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
+import { activeTraceContext } from '../tracing/trace-context.js';
 
 interface Subscription {
   readonly handler: BusHandler;
@@ -38,7 +39,9 @@ export function mintBusEvent<P>(
   }
   const eventId = options.eventId ?? randomUUID();
   assertEventBounds(type, eventId);
-  return { type, eventId, payload, publishedAt: new Date().toISOString() };
+  const traceContext = activeTraceContext();
+  const event = { type, eventId, payload, publishedAt: new Date().toISOString() };
+  return traceContext === undefined ? event : { ...event, traceContext };
 }
 
 /**

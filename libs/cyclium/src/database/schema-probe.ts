@@ -138,6 +138,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'function cyclium_flow_room',
     holds: `to_regproc('cyclium_flow_room') IS NOT NULL`,
   },
+  {
+    // Its second column: the first is in place too.
+    migration: 'CycliumTraceContext1764400000026',
+    missing: 'column cyclium_workflow_instances.trace_context',
+    holds: columnExists('cyclium_workflow_instances', 'trace_context'),
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -270,6 +270,27 @@ export class TriggerRequests implements RetryWakeUps {
     );
   }
 
+  /**
+   * The testing kit's clock moved `ms` ahead: every request due later is due `ms` sooner (one to
+   * run now has no due time to move). Production code never calls it.
+   */
+  async bringForward(ms: number): Promise<void> {
+    await this.database.sql.query(
+      `UPDATE cyclium_trigger_requests SET not_before = not_before - $1 * interval '1 millisecond'
+        WHERE status IN ('pending', 'scheduled') AND not_before IS NOT NULL`,
+      [ms],
+    );
+  }
+
+  /** How many requests are due now, in any scope (the testing kit's idle check). */
+  async dueCount(): Promise<number> {
+    const { rows } = await this.database.sql.query<{ due: number }>(
+      `SELECT count(*)::int AS due FROM cyclium_trigger_requests
+        WHERE status IN ('pending', 'scheduled') AND coalesce(not_before, inserted_at) <= now()`,
+    );
+    return rows[0]?.due ?? 0;
+  }
+
   /** Pending requests a poller may take, oldest first. */
   async pending(filter: RequestFilter): Promise<CycliumTriggerRequest[]> {
     if (Object.keys(filter.hosted).length === 0 || filter.limit < 1) return [];

@@ -1,4 +1,5 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
+import type { TraceContext } from '../tracing/trace-context.js';
 
 /** One bus event, as every node of its stack and env reads it (see PostgresBus). */
 @Entity({ name: 'cyclium_events' })
@@ -45,4 +46,11 @@ export class CycliumEvent {
    */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
+
+  /**
+   * The W3C trace context the event was published in
+   * (`{ traceparent, tracestate? }`); null outside any trace.
+   */
+  @Column({ name: 'trace_context', type: 'jsonb', nullable: true })
+  traceContext: TraceContext | null;
 }

@@ -1,5 +1,6 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import type { StepState } from './workflow-step-state.js';
+import type { TraceContext } from '../tracing/trace-context.js';
 
 /**
  * `blocked` is never written by the engine today; reconciliation and the subject index treat it as
@@ -59,4 +60,11 @@ export class CycliumWorkflowInstance {
    */
   @Column({ type: 'text', nullable: true })
   signature: string | null;
+
+  /**
+   * The W3C trace context the instance was started in: its step episodes continue it
+   * (`{ traceparent, tracestate? }`); null outside any trace.
+   */
+  @Column({ name: 'trace_context', type: 'jsonb', nullable: true })
+  traceContext: TraceContext | null;
 }

@@ -4,7 +4,8 @@ import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import type { AcquireResult } from '../claims/work-claims-adapter.interface.js';
 import { WorkClaims } from '../leases/work-claims.service.js';
-import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import { CYCLIUM_CLOCK, CYCLIUM_OPTIONS } from '../cyclium.constants.js';
+import type { CycliumClock } from '../primitives/clock.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { errorMessage } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
@@ -109,6 +110,7 @@ export class EpisodeRunner implements OnModuleInit {
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
     private readonly traces: EpisodeTraces,
+    @Inject(CYCLIUM_CLOCK) private readonly clock: CycliumClock,
   ) {}
 
   onModuleInit(): void {
@@ -326,6 +328,7 @@ export class EpisodeRunner implements OnModuleInit {
       },
       startChild: (manager, child) => this.children().start(manager, episode, child),
       trace,
+      now: () => this.clock.now(),
       stepWritten: (durationMs) => {
         if (this.telemetry.wants('episode.step'))
           this.telemetry.emit('episode.step', {

@@ -133,6 +133,8 @@ export interface RunningEpisodeDeps {
   stepWritten?: (durationMs: number) => void;
   /** The run's trace (EpisodeTraces); absent: none. */
   trace?: RunTrace;
+  /** The wall clock a sleep reads (CYCLIUM_CLOCK); absent: Date.now. */
+  now?: () => number;
 }
 
 const FRESH: History = { checkpoints: new Map(), nextJournalNo: 1 };
@@ -452,8 +454,9 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       );
     // The wake-up time is the step's recorded result: a replay (after a wake-up, or a crash
     // before the wait was written) reads it back instead of sleeping from the start again.
-    const { wakeAt } = await this.step(`sleep:${name}`, () => ({ wakeAt: Date.now() + ms }));
-    const left = wakeAt - Date.now();
+    const now = this.deps.now ?? Date.now;
+    const { wakeAt } = await this.step(`sleep:${name}`, () => ({ wakeAt: now() + ms }));
+    const left = wakeAt - now();
     if (left <= 0) return;
     const sleeping = new EpisodeSleeping(name, left);
     this.stop(sleeping);

@@ -27,6 +27,7 @@ import { CycliumWaits1764400000022 } from './1764400000022-cyclium-waits.js';
 import { CycliumFlowControl1764400000023 } from './1764400000023-cyclium-flow-control.js';
 import { CycliumVersions1764400000024 } from './1764400000024-cyclium-versions.js';
 import { CycliumFlowRoom1764400000025 } from './1764400000025-cyclium-flow-room.js';
+import { CycliumTraceContext1764400000026 } from './1764400000026-cyclium-trace-context.js';
 
 export {
   CycliumSchema1764400000000,
@@ -82,4 +83,5 @@ export const cycliumMigrations = [
   CycliumFlowControl1764400000023,
   CycliumVersions1764400000024,
   CycliumFlowRoom1764400000025,
+  CycliumTraceContext1764400000026,
 ];

@@ -6,3 +6,11 @@ export {
   type StartPostgresOptions,
 } from './embedded-postgres.js';
 export { migrateDatabase } from './migrate-database.js';
+export {
+  createCycliumTestApp,
+  type CycliumTestApp,
+  type CycliumTestAppOptions,
+} from './cyclium-test-app.js';
+export { TestClock } from './test-clock.js';
+export type { CycliumClock } from '../primitives/clock.js';
+export type { JournalEntry, WaitForOptions } from './test-driver.js';

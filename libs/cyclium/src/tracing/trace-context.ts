@@ -44,11 +44,24 @@ export function storedParent(stored: unknown): Context {
   return span ? trace.setSpanContext(ROOT_CONTEXT, span) : ROOT_CONTEXT;
 }
 
-/** `stored` as a remote span context, or undefined when it is not a valid W3C trace context. */
-export function parseTraceContext(stored: unknown): SpanContext | undefined {
+/**
+ * `stored` (a column or field any writer could have set) as a TraceContext, or undefined when it
+ * is not one.
+ */
+export function asTraceContext(stored: unknown): TraceContext | undefined {
   if (typeof stored !== 'object' || stored === null) return undefined;
   const { traceparent, tracestate } = stored as Partial<Record<keyof TraceContext, unknown>>;
-  if (typeof traceparent !== 'string') return undefined;
+  if (typeof traceparent !== 'string' || !TRACEPARENT.test(traceparent)) return undefined;
+  return typeof tracestate === 'string' && tracestate !== ''
+    ? { traceparent, tracestate }
+    : { traceparent };
+}
+
+/** `stored` as a remote span context, or undefined when it is not a valid W3C trace context. */
+export function parseTraceContext(stored: unknown): SpanContext | undefined {
+  const valid = asTraceContext(stored);
+  if (valid === undefined) return undefined;
+  const { traceparent, tracestate } = valid;
   const match = TRACEPARENT.exec(traceparent);
   if (!match) return undefined;
   const span: SpanContext = {
@@ -56,9 +69,7 @@ export function parseTraceContext(stored: unknown): SpanContext | undefined {
     spanId: match[2] as string,
     traceFlags: parseInt(match[3] as string, 16) & TraceFlags.SAMPLED,
     isRemote: true,
-    ...(typeof tracestate === 'string' && tracestate !== ''
-      ? { traceState: createTraceState(tracestate) }
-      : {}),
+    ...(tracestate === undefined ? {} : { traceState: createTraceState(tracestate) }),
   };
   return isSpanContextValid(span) ? span : undefined;
 }

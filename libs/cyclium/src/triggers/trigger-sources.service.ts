@@ -32,7 +32,7 @@ import { matchesFilter, readPath } from '../actors/trigger-filter.js';
 import { CycliumTelemetry } from '../telemetry/telemetry.service.js';
 import { TimerTriggers } from './timer-triggers.js';
 import { catchUpSchedule, type FireBucket } from './schedule-catch-up.js';
-import type { Schedule } from './schedule-buckets.js';
+import { missedBuckets, type Schedule } from './schedule-buckets.js';
 import type { CatchUp } from '../actors/expectation.decorator.js';
 import { TriggerPlacement } from './trigger-placement.service.js';
 
@@ -70,6 +70,8 @@ function describeTrigger(trigger: EpisodeTrigger): string {
 @Injectable()
 export class TriggerSources implements OnApplicationBootstrap {
   private readonly logger = new Logger('CycliumDispatch');
+  /** The schedules this node's timers fire, for the testing kit's clock (fireSchedulesBetween). */
+  private readonly schedules = new Map<RegisteredExpectation, Schedule>();
   private readonly timers = new TimerTriggers((expectation, bucket) =>
     this.fireSchedule(expectation, bucket),
   );
@@ -162,8 +164,10 @@ export class TriggerSources implements OnApplicationBootstrap {
       });
     } else if (trigger.every !== undefined) {
       this.timers.every(expectation, expectation.intervalMs as number);
+      this.schedules.set(expectation, { intervalMs: expectation.intervalMs as number });
       this.catchUp(expectation, { intervalMs: expectation.intervalMs as number }, trigger.catchUp);
     } else if (trigger.cron !== undefined) {
+      this.schedules.set(expectation, { cron: trigger.cron });
       this.timers.cron(
         `cyclium:${actor.id}:${expectation.id}`,
         expectation,
@@ -191,6 +195,24 @@ export class TriggerSources implements OnApplicationBootstrap {
     catchUpSchedule(scope, expectation, schedule, catchUp, fire).catch((error: unknown) =>
       this.logger.warn(`catch-up of ${what} dropped: ${errorMessage(error)}`),
     );
+  }
+
+  /**
+   * Fires every bucket of this node's schedules after `from` and up to `to` (ms), as the timers
+   * would have had the wall clock passed them, oldest first; resolves with how many were fired. The
+   * testing kit's `clock.advance` calls it: production code never moves the clock.
+   */
+  async fireSchedulesBetween(from: number, to: number): Promise<number> {
+    let fired = 0;
+    for (const [expectation, schedule] of this.schedules) {
+      const { buckets } = missedBuckets(schedule, 'all', new Date(from), to);
+      for (const bucket of buckets) {
+        if (bucket.getTime() <= from) continue;
+        await this.fireBucket(expectation, bucket);
+        fired++;
+      }
+    }
+    return fired;
   }
 
   /** Settles once the event's trigger has (see EventWindows); filtered out, it settles at once. */
@@ -256,7 +278,13 @@ export class TriggerSources implements OnApplicationBootstrap {
     );
     return this.trigger(
       expectation,
-      { type: 'event', eventType: event.type, eventId: event.eventId, payload: event.payload },
+      {
+        type: 'event',
+        eventType: event.type,
+        eventId: event.eventId,
+        payload: event.payload,
+        ...(event.traceContext === undefined ? {} : { traceContext: event.traceContext }),
+      },
       scopeKey(key, this.options.env),
       true,
       event.publishedAt,

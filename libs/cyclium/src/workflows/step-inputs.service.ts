@@ -6,6 +6,7 @@ import { EpisodeStore } from '../episodes/episode-store.js';
 import type { RegisteredWorkflow } from './registered-workflow.js';
 import type { StepResult } from '../entities/workflow-step-state.js';
 import { WorkflowTransitions, type Transition } from './workflow-transitions.js';
+import type { TraceContext } from '../tracing/trace-context.js';
 
 /** Who the instance is, as step input builders see it. */
 export interface InstanceContext {
@@ -14,6 +15,8 @@ export interface InstanceContext {
   input: unknown;
   sourceStack: string | null;
   sourceEnv: string | null;
+  /** Its step episodes continue this trace (see NewInstance.traceContext). */
+  traceContext?: TraceContext | null;
 }
 
 /**

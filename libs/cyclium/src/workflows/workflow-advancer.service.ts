@@ -190,6 +190,7 @@ export class WorkflowAdvancer {
       input: instance.input,
       sourceStack: instance.sourceStack,
       sourceEnv: instance.sourceEnv,
+      traceContext: instance.traceContext,
     };
     const prepared = workflow
       ? await this.inputs.prepare(workflow, context, transition)
@@ -295,7 +296,11 @@ export class WorkflowAdvancer {
         {
           actorId: step.actorId,
           expectationId: step.expectationId,
-          trigger: { type: 'workflow', payload: inputs.get(start.episodeId) },
+          trigger: {
+            type: 'workflow',
+            payload: inputs.get(start.episodeId),
+            ...(instance.traceContext ? { traceContext: instance.traceContext } : {}),
+          },
           dedupeKey,
           status: 'running',
           ownerNode: null,

@@ -19,6 +19,7 @@ import { isUuid } from '../sql/uuid.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { HostTransaction } from '../transactions/host-transaction.js';
 import { HostTransactions } from '../database/host-transactions.service.js';
+import { activeTraceContext, type TraceContext } from '../tracing/trace-context.js';
 
 /** Options of `WorkflowEngine.start`. */
 export interface StartWorkflowOptions {
@@ -138,7 +139,14 @@ export class WorkflowEngine implements OnApplicationBootstrap {
             options.manager,
             `WorkflowEngine.start(${workflowId}, …, { manager })`,
           );
-    const id = await this.create(workflow, randomUUID(), input, subject, host);
+    const id = await this.create(
+      workflow,
+      randomUUID(),
+      input,
+      subject,
+      host,
+      activeTraceContext(),
+    );
     if (!id || id === OTHER_STACK)
       throw new Error(
         `could not start ${workflowId}: it kept losing to concurrent starts for subject ${subject}`,
@@ -230,13 +238,17 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     const name = `workflow:${workflow.id}:${event.eventId}:${this.options.env ?? ''}`;
     try {
       const subject = this.subjectOf(workflow, event.payload, undefined);
-      const started = await this.create(workflow, uuidFrom(name), event.payload ?? {}, subject);
+      const trace = event.traceContext;
+      const input = event.payload ?? {};
+      const started = await this.create(workflow, uuidFrom(name), input, subject, undefined, trace);
       if (started === OTHER_STACK)
         await this.create(
           workflow,
           uuidFrom(`${name}:${this.options.stackSlug}`),
-          event.payload ?? {},
+          input,
           subject,
+          undefined,
+          trace,
         );
     } catch (error) {
       this.logger.warn(
@@ -255,7 +267,8 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     id: string,
     input: unknown,
     subject: string | null,
-    hostClient?: SqlExecutor,
+    hostClient: SqlExecutor | undefined,
+    traceContext: TraceContext | undefined,
   ): Promise<string | typeof OTHER_STACK | null> {
     const json = toJsonb(input);
     if ('problem' in json)
@@ -272,6 +285,7 @@ export class WorkflowEngine implements OnApplicationBootstrap {
           subject,
           sourceStack: stack,
           sourceEnv: env,
+          ...(traceContext === undefined ? {} : { traceContext }),
         },
         hostClient,
       );

@@ -10,6 +10,7 @@ import type { StepState } from '../entities/workflow-step-state.js';
 import { sameAsCoalesced, sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
+import { asTraceContext, type TraceContext } from '../tracing/trace-context.js';
 
 export type WorkflowInstanceRow = CycliumWorkflowInstance;
 
@@ -24,6 +25,8 @@ export interface NewInstance {
   status: WorkflowInstanceStatus;
   steps: Record<string, StepState>;
   error: string | null;
+  /** Where the start was made (activeTraceContext, or the starting event's); absent: none. */
+  traceContext?: TraceContext;
 }
 
 export interface InstanceChange {
@@ -44,6 +47,7 @@ export interface InstanceScope {
 
 export const toInstance: RowMapper<WorkflowInstanceRow> = rowMapper(CycliumWorkflowInstance, {
   stepStates: emptyWhenAbsent,
+  traceContext: (value) => asTraceContext(value) ?? null,
 });
 
 const ENDS = `CASE WHEN $S IN ('done', 'failed', 'canceled') THEN now() END`;
@@ -124,8 +128,8 @@ export class WorkflowInstanceStore {
     const { rowCount } = await client.query(
       `INSERT INTO cyclium_workflow_instances
          (id, workflow_id, status, step_states, input, version, error, subject_value, source_stack,
-          source_env, finished_at, signature)
-       VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, ${ENDS.replace('$S', '$3')}, $10)
+          source_env, finished_at, signature, trace_context)
+       VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, ${ENDS.replace('$S', '$3')}, $10, $11)
        ON CONFLICT DO NOTHING`,
       [
         spec.id,
@@ -138,6 +142,7 @@ export class WorkflowInstanceStore {
         spec.sourceStack,
         spec.sourceEnv,
         signature,
+        spec.traceContext === undefined ? null : JSON.stringify(spec.traceContext),
       ],
     );
     return rowCount === 1;
