@@ -76,6 +76,7 @@ import { SweepRecords } from './cluster/sweep-records.js';
 import { EpisodeRetry } from './dispatch/episode-retry.service.js';
 import { CycliumMetrics } from './metrics/cyclium-metrics.service.js';
 import { EpisodeTraces } from './tracing/episode-traces.service.js';
+import { RUN_TRACER } from './episodes/run-tracer.interface.js';
 import { DeferredRunner } from './dispatch/deferred-runner.service.js';
 import { Dispatcher } from './dispatch/dispatcher.service.js';
 import { Mode } from './dispatch/mode.service.js';
@@ -181,6 +182,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeRetry,
     CycliumMetrics,
     EpisodeTraces,
+    { provide: RUN_TRACER, useExisting: EpisodeTraces },
     Mode,
     Dispatcher,
     DeferredRunner,

@@ -118,7 +118,7 @@ export {
 export type { LifecycleEventType, LifecyclePayload } from './episodes/episode-events.js';
 export { ChildEpisodesFailedError, EpisodeResultTimeoutError } from './episodes/wait-errors.js';
 export { PatchDeprecatedError } from './episodes/patch-errors.js';
-export type { TraceContext } from './tracing/trace-context.js';
+export type { TraceContext } from './primitives/trace-context.js';
 export {
   InvalidVersionMoveError,
   type MoveVersion,

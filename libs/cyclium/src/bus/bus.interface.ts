@@ -1,5 +1,5 @@
 import type { HostTransaction } from '../transactions/host-transaction.js';
-import type { TraceContext } from '../tracing/trace-context.js';
+import type { TraceContext } from '../primitives/trace-context.js';
 
 /** An event as every node receives it: the publisher mints `eventId` once. */
 export interface BusEvent<P = unknown> {

@@ -10,7 +10,7 @@ import {
 import { parseSnapshot, type DbSnapshot } from './db-snapshot.js';
 import { isReservedType } from './reserved-types.js';
 import { READ_MAX_BYTES } from './event-bounds.js';
-import { asTraceContext } from '../tracing/trace-context.js';
+import { asTraceContext } from '../primitives/trace-context.js';
 
 /** An event as a reader found it. */
 export interface LoggedEvent {

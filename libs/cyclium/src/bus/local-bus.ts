@@ -4,7 +4,7 @@ import { InvalidBusEventError } from './bus-errors.js';
 import { assertEventBounds } from './event-bounds.js';
 import type { DispatchSignals } from './dispatch-signals.interface.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
-import { activeTraceContext } from '../tracing/trace-context.js';
+import { activeTraceContext } from '../primitives/trace-context.js';
 
 interface Subscription {
   readonly handler: BusHandler;

@@ -11,7 +11,7 @@ import type { ChildStarter } from '../episodes/wait-ports.interface.js';
 import type { ChildHandle } from '../episodes/wait.types.js';
 import { scopeKey } from '../scope/scope-key.js';
 import { Dispatcher } from './dispatcher.service.js';
-import { activeTraceContext } from '../tracing/trace-context.js';
+import { activeTraceContext } from '../primitives/trace-context.js';
 
 /**
  * `ep.startChild`: the child is triggered inside the parent's transaction step, deferred (any node

@@ -36,7 +36,7 @@ import {
 import type { EpisodeOutcome, ResultOptions, SignalResult } from '../episodes/wait.types.js';
 import { EpisodeResults } from '../waits/episode-results.service.js';
 import { Signals } from '../waits/signals.service.js';
-import { activeTraceContext } from '../tracing/trace-context.js';
+import { activeTraceContext } from '../primitives/trace-context.js';
 
 /** Options of `Episodes.trigger`: dedupe key, when to run, retries, source stack and env. */
 export interface TriggerOptions {

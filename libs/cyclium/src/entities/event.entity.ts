@@ -1,5 +1,5 @@
 import { Column, Entity, PrimaryColumn } from 'typeorm';
-import type { TraceContext } from '../tracing/trace-context.js';
+import type { TraceContext } from '../primitives/trace-context.js';
 
 /** One bus event, as every node of its stack and env reads it (see PostgresBus). */
 @Entity({ name: 'cyclium_events' })

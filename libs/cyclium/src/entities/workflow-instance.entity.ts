@@ -1,6 +1,6 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
 import type { StepState } from './workflow-step-state.js';
-import type { TraceContext } from '../tracing/trace-context.js';
+import type { TraceContext } from '../primitives/trace-context.js';
 
 /**
  * `blocked` is never written by the engine today; reconciliation and the subject index treat it as

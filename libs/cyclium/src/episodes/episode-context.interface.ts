@@ -2,7 +2,7 @@ import type { EntityManager } from 'typeorm';
 import type { FindingAction } from '../findings/finding-action.interface.js';
 import type { OutputProposal } from '../outputs/output-proposal.interface.js';
 import type { CycliumEpisode } from '../entities/episode.entity.js';
-import type { TraceContext } from '../tracing/trace-context.js';
+import type { TraceContext } from '../primitives/trace-context.js';
 import type {
   ChildHandle,
   ChildrenWaitResult,

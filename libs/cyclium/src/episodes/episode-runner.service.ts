@@ -39,10 +39,10 @@ import { TransactionSteps } from './transaction-steps.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { RunningEpisode } from './running-episode.js';
+import { RUN_TRACER, type RunTracer } from './run-tracer.interface.js';
 import { EpisodeVersions, VERSION_HAND_BACK_MS } from './episode-versions.js';
 import { EpisodeHandedBack } from './patch-errors.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
-import { EpisodeTraces } from '../tracing/episode-traces.service.js';
 
 export type BeginResult =
   | { status: 'started'; episode: EpisodeRow; grant: AcquireResult }
@@ -109,7 +109,7 @@ export class EpisodeRunner implements OnModuleInit {
     @Inject(WAIT_STEPS) private readonly waitSteps: WaitStepRunner,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
-    private readonly traces: EpisodeTraces,
+    @Inject(RUN_TRACER) private readonly traces: RunTracer,
     @Inject(CYCLIUM_CLOCK) private readonly clock: CycliumClock,
   ) {}
 

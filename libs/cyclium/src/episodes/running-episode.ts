@@ -38,7 +38,7 @@ import {
   type RunTrace,
   type StepKind,
   type StepTrace,
-} from '../tracing/run-trace.js';
+} from './run-tracer.interface.js';
 
 const INT4_MAX = 2_147_483_647;
 

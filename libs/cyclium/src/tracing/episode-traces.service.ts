@@ -13,8 +13,14 @@ import type { ResolvedCycliumOptions } from '../options/cyclium-options.interfac
 import { onCyclium } from '../telemetry/on-cyclium.js';
 import type { CycliumEventMap, EpisodeEvent } from '../telemetry/telemetry.events.js';
 import { CYCLIUM_VERSION } from '../version.js';
-import { ATTR, NOOP_RUN_TRACE, SpanRunTrace, type RunTrace } from './run-trace.js';
-import { storedParent } from './trace-context.js';
+import {
+  NOOP_RUN_TRACE,
+  type RunStart,
+  type RunTrace,
+  type RunTracer,
+} from '../episodes/run-tracer.interface.js';
+import { storedParent } from '../primitives/trace-context.js';
+import { ATTR, SpanRunTrace } from './span-run-trace.js';
 
 const TRACER_NAME = '@cyclium/nestjs';
 
@@ -29,13 +35,6 @@ export function tracerProviderRegistered(): boolean {
   return delegate.constructor !== new ProxyTracerProvider().getDelegate().constructor;
 }
 
-/** How a run came to this node, as its span records it. */
-export interface RunStart {
-  resumed: boolean;
-  /** Recovery took the episode over from a node that stopped holding it. */
-  takenOver: boolean;
-}
-
 /**
  * A span per episode run on this node, continuing the trace its trigger was made in (the row's
  * stored W3C context is the span's parent, on any node and after any wait, resume or recovery),
@@ -45,7 +44,7 @@ export interface RunStart {
  * follows, so their emit sites stay free.
  */
 @Injectable()
-export class EpisodeTraces implements OnModuleInit, OnApplicationShutdown {
+export class EpisodeTraces implements RunTracer, OnModuleInit, OnApplicationShutdown {
   private tracer: Tracer | undefined;
   private readonly runs = new Map<string, RunTrace>();
   private unfollow: (() => void) | undefined;
@@ -71,7 +70,6 @@ export class EpisodeTraces implements OnModuleInit, OnApplicationShutdown {
     this.unfollow = undefined;
   }
 
-  /** The trace of a run that starts now; end it with `finish`. */
   start(episode: EpisodeRow, how: RunStart): RunTrace {
     if (!this.tracer) return NOOP_RUN_TRACE;
     const trigger = episode.triggerRef as unknown as EpisodeTrigger;

@@ -6,7 +6,7 @@ import { EpisodeStore } from '../episodes/episode-store.js';
 import type { RegisteredWorkflow } from './registered-workflow.js';
 import type { StepResult } from '../entities/workflow-step-state.js';
 import { WorkflowTransitions, type Transition } from './workflow-transitions.js';
-import type { TraceContext } from '../tracing/trace-context.js';
+import type { TraceContext } from '../primitives/trace-context.js';
 
 /** Who the instance is, as step input builders see it. */
 export interface InstanceContext {

@@ -19,7 +19,7 @@ import { isUuid } from '../sql/uuid.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { HostTransaction } from '../transactions/host-transaction.js';
 import { HostTransactions } from '../database/host-transactions.service.js';
-import { activeTraceContext, type TraceContext } from '../tracing/trace-context.js';
+import { activeTraceContext, type TraceContext } from '../primitives/trace-context.js';
 
 /** Options of `WorkflowEngine.start`. */
 export interface StartWorkflowOptions {

@@ -10,7 +10,7 @@ import type { StepState } from '../entities/workflow-step-state.js';
 import { sameAsCoalesced, sameEnv, stackCovers } from '../scope/scope-predicates.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
-import { asTraceContext, type TraceContext } from '../tracing/trace-context.js';
+import { asTraceContext, type TraceContext } from '../primitives/trace-context.js';
 
 export type WorkflowInstanceRow = CycliumWorkflowInstance;
 
