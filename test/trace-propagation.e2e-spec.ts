@@ -40,6 +40,12 @@ class TracedActor {
     return {};
   }
 
+  @Expectation({ id: 'approval', trigger: 'manual' })
+  async approval(ep: EpisodeContext): Promise<Convergence> {
+    const got = await ep.waitForSignal<{ by: string }>('approve');
+    return { summary: got.status === 'received' ? got.payload.by : 'timed out' };
+  }
+
   @Expectation({ id: 'collect', trigger: 'manual' })
   async collect(ep: EpisodeContext): Promise<Convergence> {
     await ep.step('collect', () => true);
@@ -98,6 +104,8 @@ describe('trace context through events, children and workflows', () => {
       }
     });
   };
+  const statusOf = async (id: string) =>
+    (await db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]?.status;
   const runSpans = (name: string) =>
     exporter.getFinishedSpans().filter((s) => s.name === `episode traced.${name}`);
 
@@ -139,6 +147,40 @@ describe('trace context through events, children and workflows', () => {
     const child = runSpans('child')[0]!;
     expect(child.spanContext().traceId).toBe(traceId);
     expect(child.parentSpanContext?.spanId).toBe(starter!.spanContext().spanId);
+  }, 30_000);
+
+  it('a signal sent in a span: the wait that takes it links to the sender, in the trace of the trigger', async () => {
+    const { span: request, out } = await inSpan('request', () =>
+      app.get(Episodes).trigger('traced', 'approval', {}),
+    );
+    const id = 'episode' in out ? out.episode.id : '';
+    await waitFor(
+      'the episode waiting',
+      async () => (await statusOf(id)) === 'waiting',
+      20_000,
+      50,
+    );
+    const { span: sender } = await inSpan('approve', () =>
+      app.get(Episodes).signal(id, 'approve', { by: 'ada' }),
+    );
+    const { rows } = await db.query(
+      `SELECT trace_context FROM cyclium_signals WHERE episode_id = $1`,
+      [id],
+    );
+    expect(rows[0].trace_context.traceparent).toContain(sender.spanContext().spanId);
+    await waitFor(
+      'the episode resumed and ended',
+      () => runSpans('approval').length === 2,
+      20_000,
+      50,
+    );
+    const taken = exporter
+      .getFinishedSpans()
+      .filter((s) => s.name === 'wait signal:approve' && s.links.length > 0);
+    expect(taken).toHaveLength(1);
+    expect(taken[0]!.links[0]!.context.spanId).toBe(sender.spanContext().spanId);
+    expect(taken[0]!.spanContext().traceId).toBe(request.spanContext().traceId);
+    expect(runSpans('approval')[1]!.attributes['cyclium.outcome']).toBe('done');
   }, 30_000);
 
   it("a workflow started in a span: its step episodes continue the start's trace", async () => {

@@ -139,10 +139,10 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     holds: `to_regproc('cyclium_flow_room') IS NOT NULL`,
   },
   {
-    // Its second column: the first is in place too.
+    // Its last column: the others are in place too.
     migration: 'CycliumTraceContext1764400000026',
-    missing: 'column cyclium_workflow_instances.trace_context',
-    holds: columnExists('cyclium_workflow_instances', 'trace_context'),
+    missing: 'column cyclium_signals.trace_context',
+    holds: columnExists('cyclium_signals', 'trace_context'),
   },
 ];
 

@@ -1,4 +1,5 @@
 import { Column, Entity, PrimaryGeneratedColumn } from 'typeorm';
+import type { TraceContext } from '../primitives/trace-context.js';
 
 /** A signal sent to an episode (`Episodes.signal`), delivered to one `ep.waitForSignal`, once. */
 @Entity({ name: 'cyclium_signals' })
@@ -30,4 +31,8 @@ export class CycliumSignal {
   /** The journal position (step number) of the wait it was delivered to. */
   @Column({ name: 'delivered_step', type: 'integer', nullable: true })
   deliveredStep: number | null;
+
+  /** The W3C trace context it was sent in; null outside any trace. */
+  @Column({ name: 'trace_context', type: 'jsonb', nullable: true })
+  traceContext: TraceContext | null;
 }

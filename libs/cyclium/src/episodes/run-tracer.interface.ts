@@ -10,6 +10,11 @@ export interface StepTrace {
   within<T>(fn: () => T): T;
   /** Ends the span; with `error`, as failed. */
   end(error?: unknown): void;
+  /**
+   * Links the span to the one a stored trace context names (a signal's sender); anything that is
+   * not a W3C trace context is ignored.
+   */
+  link(stored: unknown): void;
 }
 
 /**
@@ -32,6 +37,7 @@ export interface RunTrace {
 const NOOP_STEP: StepTrace = {
   within: (fn) => fn(),
   end: () => undefined,
+  link: () => undefined,
 };
 
 export const NOOP_RUN_TRACE: RunTrace = {

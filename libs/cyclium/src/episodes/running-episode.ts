@@ -544,7 +544,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     if (next.replayed) return next.result;
     const { stepNo, history } = next;
     this.journalNo ??= history.nextJournalNo;
-    return this.traced('wait', name, stepNo, async () => {
+    return this.traced('wait', name, stepNo, async (span) => {
       const started = performance.now();
       const done = await this.library(
         this.deps.waitStep({ stepNo, journalNo: this.journalNo as number, name, wait }),
@@ -560,6 +560,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       }
       this.journalNo = (this.journalNo as number) + 1;
       this.written(done.outcome, performance.now() - started);
+      // A signal sent in a trace: the wait that took it links to its sender.
+      span.link((done.result as { traceContext?: unknown } | undefined)?.traceContext);
       return done.result;
     });
   }

@@ -1,5 +1,6 @@
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { MatchValue } from '../entities/waiting-for.js';
+import type { TraceContext } from '../primitives/trace-context.js';
 
 export type { MatchValue, WaitingFor } from '../entities/waiting-for.js';
 
@@ -15,7 +16,15 @@ export interface WaitOptions {
 
 /** What `ep.waitForSignal` returns: the signal, or that its deadline passed first. */
 export type SignalWaitResult<T = unknown> =
-  { status: 'received'; payload: T; signalId: string; sentAt: string } | { status: 'timed_out' };
+  | {
+      status: 'received';
+      payload: T;
+      signalId: string;
+      sentAt: string;
+      /** The trace the signal was sent in, if any (the wait's span links to it). */
+      traceContext?: TraceContext;
+    }
+  | { status: 'timed_out' };
 
 /** Options of `ep.waitForEvent`. */
 export interface EventWaitOptions extends WaitOptions {

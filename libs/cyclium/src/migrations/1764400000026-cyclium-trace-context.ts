@@ -3,8 +3,9 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
 /**
  * Where a trace crosses the database: the W3C trace context (`{ traceparent, tracestate? }`) a bus
  * event was published in, and the one a workflow instance was started in, so that the episodes
- * they trigger, on any node and however late, continue that trace. (An episode keeps its own in
- * its trigger.) NULL outside any trace, and for every row a node of an earlier release writes.
+ * they trigger, on any node and however late, continue that trace (an episode keeps its own in its
+ * trigger); and the one a signal was sent in, which the wait that takes it links to. NULL outside
+ * any trace, and for every row a node of an earlier release writes.
  * Adding a nullable column without a default rewrites nothing, and nothing indexes it.
  */
 export class CycliumTraceContext1764400000026 implements MigrationInterface {
@@ -13,9 +14,11 @@ export class CycliumTraceContext1764400000026 implements MigrationInterface {
   async up(runner: QueryRunner): Promise<void> {
     await runner.query(`ALTER TABLE cyclium_events ADD COLUMN trace_context jsonb`);
     await runner.query(`ALTER TABLE cyclium_workflow_instances ADD COLUMN trace_context jsonb`);
+    await runner.query(`ALTER TABLE cyclium_signals ADD COLUMN trace_context jsonb`);
   }
 
   async down(runner: QueryRunner): Promise<void> {
+    await runner.query(`ALTER TABLE cyclium_signals DROP COLUMN trace_context`);
     await runner.query(`ALTER TABLE cyclium_workflow_instances DROP COLUMN trace_context`);
     await runner.query(`ALTER TABLE cyclium_events DROP COLUMN trace_context`);
   }

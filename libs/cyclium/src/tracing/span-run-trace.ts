@@ -8,6 +8,7 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import type { RunTrace, StepKind, StepTrace } from '../episodes/run-tracer.interface.js';
+import { parseTraceContext } from '../primitives/trace-context.js';
 
 /** Attribute names, in the `cyclium.` namespace. */
 export const ATTR = {
@@ -51,6 +52,10 @@ export class SpanRunTrace implements RunTrace {
           span.setStatus({ code: SpanStatusCode.ERROR, message: messageOf(error) });
         }
         span.end();
+      },
+      link: (stored) => {
+        const sender = parseTraceContext(stored);
+        if (sender) span.addLink({ context: sender });
       },
     };
   }

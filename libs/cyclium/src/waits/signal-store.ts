@@ -1,6 +1,7 @@
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import type { WaitingFor } from '../episodes/wait.types.js';
+import { asTraceContext, type TraceContext } from '../primitives/trace-context.js';
 
 const TERMINAL = `('done', 'partially_failed', 'failed', 'canceled')`;
 
@@ -14,8 +15,8 @@ const SEND = `
     SELECT id, status, waiting_for, source_stack, source_env FROM cyclium_episodes
      WHERE id = $1 FOR NO KEY UPDATE),
   sent AS (
-    INSERT INTO cyclium_signals (episode_id, name, payload, sent_by)
-    SELECT id, $2, $3::jsonb, $4 FROM ep WHERE status NOT IN ${TERMINAL}
+    INSERT INTO cyclium_signals (episode_id, name, payload, sent_by, trace_context)
+    SELECT id, $2, $3::jsonb, $4, $5::jsonb FROM ep WHERE status NOT IN ${TERMINAL}
     RETURNING id)
   SELECT ep.status, ep.waiting_for, ep.source_stack, ep.source_env,
          (SELECT id::text FROM sent) AS signal_id
@@ -33,7 +34,7 @@ const TAKE = `
    WHERE id = (SELECT id FROM cyclium_signals
                 WHERE episode_id = $1 AND name = $2 AND delivered_at IS NULL
                 ORDER BY id LIMIT 1)
-  RETURNING id::text AS id, payload, sent_at`;
+  RETURNING id::text AS id, payload, sent_at, trace_context`;
 
 /** What a send found: the episode's status and wait then, and the signal's id when stored. */
 export interface SentSignal {
@@ -49,6 +50,8 @@ export interface TakenSignal {
   id: string;
   payload: unknown;
   sentAt: Date;
+  /** Where it was sent (the sender's active trace), if anywhere. */
+  traceContext: TraceContext | undefined;
 }
 
 /** Every statement on cyclium_signals. */
@@ -60,6 +63,7 @@ export const SignalStore = {
     name: string,
     payloadJson: string,
     sentBy: string,
+    traceContext: TraceContext | undefined,
   ): Promise<SentSignal | null> {
     const { rows } = await client.query<{
       status: EpisodeStatus;
@@ -67,7 +71,13 @@ export const SignalStore = {
       signal_id: string | null;
       source_stack: string | null;
       source_env: string | null;
-    }>(SEND, [episodeId, name, payloadJson, sentBy]);
+    }>(SEND, [
+      episodeId,
+      name,
+      payloadJson,
+      sentBy,
+      traceContext === undefined ? null : JSON.stringify(traceContext),
+    ]);
     const row = rows[0];
     if (!row) return null;
     return {
@@ -94,13 +104,16 @@ export const SignalStore = {
     name: string,
     stepNo: number,
   ): Promise<TakenSignal | null> {
-    const { rows } = await client.query<{ id: string; payload: unknown; sent_at: Date }>(TAKE, [
-      episodeId,
-      name,
-      stepNo,
-    ]);
+    const { rows } = await client.query<{
+      id: string;
+      payload: unknown;
+      sent_at: Date;
+      trace_context: unknown;
+    }>(TAKE, [episodeId, name, stepNo]);
     const row = rows[0];
-    return row ? { id: row.id, payload: row.payload, sentAt: row.sent_at } : null;
+    if (!row) return null;
+    const traceContext = asTraceContext(row.trace_context);
+    return { id: row.id, payload: row.payload, sentAt: row.sent_at, traceContext };
   },
 };
 

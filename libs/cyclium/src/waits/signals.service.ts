@@ -6,6 +6,7 @@ import type { SignalResult } from '../episodes/wait.types.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { isUuid } from '../sql/uuid.js';
 import { SignalStore } from './signal-store.js';
+import { activeTraceContext } from '../primitives/trace-context.js';
 
 /**
  * `Episodes.signal`: a signal is a row, stored for a live episode whatever it is doing (a wait
@@ -34,8 +35,16 @@ export class Signals {
     checkTriggerInput(`Episodes.signal("${name}")`, payload ?? null, undefined);
     if (!isUuid(episodeId)) return { status: 'not_found' };
     const payloadJson = JSON.stringify(payload ?? null);
+    const traceContext = activeTraceContext();
     const send = async (sql: SqlExecutor): Promise<SignalResult> => {
-      const sent = await SignalStore.send(sql, episodeId, name, payloadJson, this.identity.name());
+      const sent = await SignalStore.send(
+        sql,
+        episodeId,
+        name,
+        payloadJson,
+        this.identity.name(),
+        traceContext,
+      );
       if (!sent) return { status: 'not_found' };
       if (sent.signalId === null) return { status: 'finished' };
       const wanted =

@@ -195,6 +195,7 @@ export class WaitSteps {
             payload: signal.payload,
             signalId: signal.id,
             sentAt: new Date(signal.sentAt).toISOString(),
+            ...(signal.traceContext ? { traceContext: signal.traceContext } : {}),
           },
         };
       }
