@@ -54,7 +54,7 @@ export interface CycliumRoles {
 /** What a publisher may set; the rest (`id`, `tx_id`, `created_at`) only the database stamps. */
 const PUBLISHER_COLUMNS = `channel, event_id, type, payload, published_at, publisher, source_stack,
 source_env,
-  signature`;
+  signature, trace_context`;
 
 /**
  * The least privilege each kind of Cyclium client needs, as statements to run as the tables' owner
