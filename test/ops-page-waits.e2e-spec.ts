@@ -89,13 +89,26 @@ describe('waits on the operations page', () => {
 
     await row(approval).click();
     await page.getByTestId('signal-form').waitFor();
-    await page.getByTestId('signal-payload').fill('{"by":"from-the-page"}');
+    const typed = '{"by":"from-the-page"}';
+    await page.getByTestId('signal-payload').fill(typed);
+    await shows(
+      'the payload typed in the form',
+      async () => (await page.getByTestId('signal-payload').inputValue()) === typed,
+    );
     await page.getByTestId('signal-send').click();
     await shows(
       'the episode to end with the signal the page sent',
       async () => (await statusOf(approval))?.status === 'done',
     );
-    expect((await statusOf(approval))?.result).toEqual({ first: 'from-the-page' });
+    // With the signals stored, so that a failure says what the page sent.
+    const { rows: signals } = await database.db.query(
+      `SELECT name, payload FROM cyclium_signals WHERE episode_id = $1 ORDER BY id`,
+      [approval],
+    );
+    expect({ result: (await statusOf(approval))?.result, signals }).toEqual({
+      result: { first: 'from-the-page' },
+      signals: [{ name: 'approve', payload: { by: 'from-the-page' } }],
+    });
     await shows(
       'the row to show it done',
       async () => (await row(approval).getAttribute('data-status')) === 'done',
