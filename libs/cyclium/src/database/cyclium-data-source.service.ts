@@ -19,6 +19,7 @@ import { connectAtBoot } from './first-connection.js';
 import { unnamedStatements, type SqlExecutor } from '../sql/sql-executor.js';
 import { StatementBounds } from './statement-bounds.js';
 import { StartupWait } from './startup-wait.js';
+import { keepClientErrorsHandled } from './client-errors.js';
 
 /**
  * The host's TypeORM DataSource, looked up by name once every provider exists (so `forRootAsync`
@@ -67,6 +68,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
     // A host that set `manualInitialization` gets a boot that fails fast and says why, instead of
     // TypeORM's retries with a stack trace each, even for a wrong password.
     if (!dataSource.isInitialized) await connectAtBoot(dataSource, this.startupWait);
+    keepClientErrorsHandled(this.pool());
     const lacking = await this.atBoot('checking the schema', () => firstMissingMigration(this.sql));
     if (lacking) throw new MissingSchemaError(lacking.migration, lacking.missing);
   }
@@ -184,6 +186,7 @@ export class CycliumDataSource implements OnModuleInit, OnApplicationShutdown {
           `renewal connection lost: ${errorMessage(error)}; the next renewal opens a new one`,
         ),
       );
+      keepClientErrorsHandled(pool);
       this.dedicated = pool;
     }
     return this.dedicated;
