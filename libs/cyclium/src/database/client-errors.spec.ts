@@ -4,7 +4,7 @@ import type pg from 'pg';
 import { keepClientErrorsHandled } from './client-errors.js';
 
 describe('keepClientErrorsHandled', () => {
-  it("gives a new client a listener at 'connect': an 'error' before any borrower's is no throw", () => {
+  it("gives a new client a listener at 'connect': an early 'error' does not throw", () => {
     const pool = new EventEmitter();
     keepClientErrorsHandled(pool as unknown as pg.Pool);
     keepClientErrorsHandled(pool as unknown as pg.Pool);
