@@ -137,25 +137,18 @@ export class FlowPump {
     if (state.admitting || state.notes === state.seen) return;
     const expectations = FlowPump.limited(actor);
     if (expectations.length === 0) return;
-    const free = this.slots.free(actor.id);
-    if (free < 1) return;
-    // One free slot stays out of the admission while it is in flight, for a fresh trigger of
-    // another expectation (reserved here, it would find none and queue).
-    const slots = Math.min(TAKE_MAX, Math.max(1, free - 1));
+    if (this.slots.free(actor.id) < 1) return;
     state.admitting = true;
     const notes = state.notes;
-    for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
     void this.slots
-      .starting(this.admitInto(actor, state, expectations, slots))
+      .starting(this.lookInto(actor, state, expectations))
       .then(
-        ({ started, more, retryMs }) => {
+        ({ more, retryMs }) => {
           state.outage.succeeded();
-          this.slots.unreserve(actor.id, slots - started);
           if (!more) state.seen = notes;
           if (retryMs !== null) this.lookIn(actor, state, retryMs);
         },
         (error: unknown) => {
-          this.slots.unreserve(actor.id, slots);
           state.outage.failed(error);
           this.lookIn(actor, state, RETRY_MS);
         },
@@ -167,27 +160,64 @@ export class FlowPump {
   }
 
   /**
-   * Admits up to `slots` rows across the actor's limited expectations (one admission each, while
-   * slots remain) and launches them in the slots reserved for them. `more`: an admission filled
-   * every slot it was given, so more may be startable; `retryMs`: the soonest a rate window frees.
+   * A look at the actor's limited expectations: first which have throttled rows this node may
+   * start (FlowAdmissions.backlog, skipped where the last admission here started rows: a backlog is
+   * then likely, and the probe a round trip more), holding no slot, so that while it is in flight
+   * fresh triggers still find the free slots and start in their inserts (the usual look, after a
+   * limited episode's end, finds nothing); then, only for those with a backlog, the slots are
+   * reserved and admitted into. `more`: an admission filled every slot it was given, or the slots
+   * were taken meanwhile, so more may be startable; `retryMs`: the soonest a rate window frees.
+   */
+  private async lookInto(
+    actor: RegisteredActor,
+    state: FlowState,
+    expectations: readonly RegisteredExpectation[],
+  ): Promise<{ more: boolean; retryMs: number | null }> {
+    const backlogged: RegisteredExpectation[] = [];
+    for (const expectation of expectations)
+      if (
+        state.backlogged.has(expectation.id) ||
+        (await this.admissions.backlog(this.request(expectation, 1)))
+      )
+        backlogged.push(expectation);
+    if (backlogged.length === 0) return { more: false, retryMs: null };
+    const free = this.slots.free(actor.id);
+    if (free < 1) return { more: true, retryMs: null };
+    // One free slot stays out of the admission while it is in flight, for a fresh trigger of
+    // another expectation (reserved here, it would find none and queue).
+    const slots = Math.min(TAKE_MAX, Math.max(1, free - 1));
+    for (let i = 0; i < slots; i++) this.slots.reserve(actor.id);
+    const launched = { count: 0 };
+    try {
+      return await this.admitInto(actor, state, backlogged, slots, launched);
+    } finally {
+      this.slots.unreserve(actor.id, slots - launched.count);
+    }
+  }
+
+  /**
+   * Admits up to `slots` rows across `expectations` (one admission each, while slots remain) and
+   * launches them in the slots reserved for them, counting each in `launched` as it goes (a later
+   * admission that fails leaves the launched ones their slots).
    */
   private async admitInto(
     actor: RegisteredActor,
     state: FlowState,
     expectations: readonly RegisteredExpectation[],
     slots: number,
-  ): Promise<{ started: number; more: boolean; retryMs: number | null }> {
-    let started = 0;
+    launched: { count: number },
+  ): Promise<{ more: boolean; retryMs: number | null }> {
     let more = false;
     let retryMs: number | null = null;
     for (const expectation of expectations) {
-      const max = slots - started;
+      const max = slots - launched.count;
       if (max < 1) {
         more = true;
         break;
       }
-      const admission = await this.look(state, expectation, max);
+      const admission = await this.admit(expectation, max);
       if (admission === 'busy') {
+        state.backlogged.delete(expectation.id);
         this.logger.debug(
           `an admission of ${actor.id}.${expectation.id} met a claim held elsewhere; looking ` +
             `again in ${RETRY_MS} ms`,
@@ -195,34 +225,16 @@ export class FlowPump {
         retryMs = Math.min(retryMs ?? RETRY_MS, RETRY_MS);
         continue;
       }
-      for (const { episode, grant, resumed } of admission.admitted)
+      if (admission.admitted.length > 0) state.backlogged.add(expectation.id);
+      else state.backlogged.delete(expectation.id);
+      for (const { episode, grant, resumed } of admission.admitted) {
         this.slots.launch(actor, episode, grant, { resumed });
-      started += admission.admitted.length;
+        launched.count++;
+      }
       if (admission.admitted.length === max) more = true;
       if (admission.retryMs !== null) retryMs = Math.min(retryMs ?? Infinity, admission.retryMs);
     }
-    return { started, more, retryMs };
-  }
-
-  /**
-   * A look at `expectation`'s throttled rows: an admission, after a probe for a backlog unless its
-   * last admission here started rows (a backlog is then likely, and the probe a round trip more).
-   * With nothing throttled, a limited episode's end costs a read under a shared lock instead of an
-   * admission, which would queue behind (and hold up) every insert of the expectation.
-   */
-  private async look(
-    state: FlowState,
-    expectation: RegisteredExpectation,
-    max: number,
-  ): Promise<Admission> {
-    if (!state.backlogged.has(expectation.id)) {
-      const backlog = await this.admissions.backlog(this.request(expectation, max));
-      if (!backlog) return { admitted: [], retryMs: null };
-    }
-    const admission = await this.admit(expectation, max);
-    if (admission !== 'busy' && admission.admitted.length > 0) state.backlogged.add(expectation.id);
-    else state.backlogged.delete(expectation.id);
-    return admission;
+    return { more, retryMs };
   }
 
   /**
