@@ -54,11 +54,6 @@ export class EpisodeTraces implements RunTracer, OnModuleInit, OnApplicationShut
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
-  /** True while runs on this node are traced. */
-  get active(): boolean {
-    return this.tracer !== undefined;
-  }
-
   onModuleInit(): void {
     if (!this.options.tracing || !tracerProviderRegistered()) return;
     this.tracer = trace.getTracer(TRACER_NAME, CYCLIUM_VERSION);
