@@ -10,6 +10,7 @@ import {
   waitForStatus,
 } from './support/demo-cluster.js';
 import { useDatabase } from './support/database.js';
+import { rawRequest } from './support/raw-request.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 import { waitFor } from './support/wait-for.js';
 
@@ -145,7 +146,36 @@ describe('the operations API', () => {
       ).status,
     ).toBe(403);
     expect((await call('POST', '/mode', { mode: 'disabled' }, {})).status).toBe(403);
+    // Origin null: a sandboxed frame or a redirect from another site.
+    expect(
+      (await call('POST', '/mode', { mode: 'disabled' }, { ...CSRF, origin: 'null' })).status,
+    ).toBe(403);
     expect((await ok<{ mode: string }>('GET', '/mode')).mode).toBe('full');
+    // A DNS name rebound to this machine is refused for reads and writes (allowedHosts).
+    const base = `http://127.0.0.1:${node.port}/ops`;
+    const rebound = { ...CSRF, host: `rebound.example:${node.port}` };
+    expect((await rawRequest(`${base}/api/cluster`, { headers: rebound })).status).toBe(403);
+    expect((await rawRequest(base, { headers: rebound })).status).toBe(403);
+    expect(
+      (await rawRequest(`${base}/api/episodes/${id}/cancel`, { method: 'POST', headers: rebound }))
+        .status,
+    ).toBe(403);
+    expect(
+      (await rawRequest(`${base}/api/cluster`, { headers: { host: 'localhost' } })).status,
+    ).toBe(200);
+  });
+
+  it('serves the page under a Content-Security-Policy without inline code, that no site may frame', async () => {
+    const page = await fetch(`http://127.0.0.1:${node.port}/ops`);
+    expect(page.status).toBe(200);
+    const policy = page.headers.get('content-security-policy') ?? '';
+    expect(policy).toContain("frame-ancestors 'none'");
+    expect(policy).toContain("script-src 'self'");
+    expect(policy).not.toContain('unsafe-inline');
+    expect(page.headers.get('x-frame-options')).toBe('DENY');
+    const html = await page.text();
+    // Nothing inline that the policy would block: scripts and styles are files.
+    expect(html).not.toMatch(/<script(?![^>]*\bsrc=)|<style|\sstyle=|\son[a-z]+=/i);
   });
 
   it('lists the node in the cluster, finds the episodes an event caused, and shows one with its journal', async () => {

@@ -45,6 +45,8 @@ describe('the operations page in a browser', () => {
   let browser: Browser | undefined;
   let page: Page;
   const pageErrors: string[] = [];
+  /** What Chromium refused under the page's Content-Security-Policy, as it logs it. */
+  const policyViolations: string[] = [];
 
   const ops = <T>(path: string) => node.get<T>(`/ops/api${path}`);
   const publish = async (type: string, payload: object): Promise<string> => {
@@ -87,6 +89,9 @@ describe('the operations page in a browser', () => {
     // Each wait below has its own deadline; a missing element fails as fast as they do.
     page.setDefaultTimeout(15_000);
     page.on('pageerror', (error) => pageErrors.push(error.message));
+    page.on('console', (message) => {
+      if (/Content Security Policy/i.test(message.text())) policyViolations.push(message.text());
+    });
     await page.goto(`http://127.0.0.1:${node.port}/ops`);
   });
 
@@ -393,5 +398,23 @@ describe('the operations page in a browser', () => {
       );
     }
     expect(pageErrors).toEqual([]);
+  });
+
+  it('ran every case above under its Content-Security-Policy without a violation, and cannot be framed', async () => {
+    expect(policyViolations).toEqual([]);
+    // Left open, as the paused page above is: with this Chromium's single process, closing a page
+    // closes the browser (afterAll closes it).
+    const framer = await (browser as Browser).newPage();
+    const refused: string[] = [];
+    framer.on('console', (message) => refused.push(message.text()));
+    await framer.setContent(
+      `<iframe data-testid="framed" src="http://127.0.0.1:${node.port}/ops"></iframe>`,
+    );
+    await waitFor('Chromium to refuse the frame', async () =>
+      refused.some((line) => line.includes("frame-ancestors 'none'")),
+    );
+    // The frame never got the page: nothing of it can be clicked through an overlay.
+    const framed = framer.frames().find((frame) => frame !== framer.mainFrame());
+    expect(await framed?.locator('[data-testid="node-mode"]').count()).toBe(0);
   });
 });

@@ -11,6 +11,14 @@ export interface CycliumOpsOptions {
    * that cancels work must not be open by accident.
    */
   guard: Type<CanActivate> | CanActivate | false;
+  /**
+   * The host names (no port) the page and its API answer under, such as `['ops.example.com']`;
+   * a request naming any other `Host` is refused (403). Set it wherever the page is reachable from
+   * a browser: without it, a DNS name its attacker rebinds to this server's address is the page's
+   * own origin to the browser, so neither a loopback-only guard nor the cross-site check can tell
+   * that page from the operator's. Unset: any host name.
+   */
+  allowedHosts?: readonly string[];
   /** Modules the guard class depends on. */
   imports?: Array<Type<unknown> | DynamicModule | Promise<DynamicModule> | ForwardReference>;
 }

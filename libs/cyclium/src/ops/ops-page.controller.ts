@@ -1,6 +1,7 @@
 import {
   Controller,
   Get,
+  Header,
   NotFoundException,
   Param,
   Req,
@@ -27,6 +28,21 @@ const TYPES: Record<string, string> = {
 
 const ASSET_NAME = /^[a-z0-9-]+(\.[a-z0-9-]+)*\.(html|js|css|svg)$/;
 
+/**
+ * The page runs only its own files (no inline script or style, nothing from elsewhere), talks only
+ * to its own API, and may not be framed: another site cannot overlay its buttons (clickjacking).
+ */
+const CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "base-uri 'self'",
+  "form-action 'none'",
+  "frame-ancestors 'none'",
+].join('; ');
+
 /** The operations page: one HTML file and its assets, read once and kept. */
 @Controller()
 @UseGuards(OpsAccessGuard)
@@ -39,6 +55,10 @@ export class OpsPageController {
    * calls work under any path and global prefix, with or without a trailing slash.
    */
   @Get()
+  @Header('Content-Security-Policy', CSP)
+  @Header('X-Frame-Options', 'DENY')
+  @Header('X-Content-Type-Options', 'nosniff')
+  @Header('Referrer-Policy', 'no-referrer')
   async page(@Req() request: { url: string }): Promise<StreamableFile> {
     const path = request.url.split('?')[0];
     const base = path.endsWith('/') ? path : `${path}/`;
@@ -49,6 +69,8 @@ export class OpsPageController {
   }
 
   @Get('assets/:file')
+  @Header('Content-Security-Policy', CSP)
+  @Header('X-Content-Type-Options', 'nosniff')
   async asset(@Param('file') file: string): Promise<StreamableFile> {
     if (!ASSET_NAME.test(file)) throw new NotFoundException(`no asset ${file}`);
     const type = TYPES[file.slice(file.lastIndexOf('.'))];

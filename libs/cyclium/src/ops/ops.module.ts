@@ -63,6 +63,18 @@ function checkedPath(options: CycliumOpsOptions): string {
         'page unprotected',
     );
   }
+  const hosts = options?.allowedHosts as unknown;
+  if (
+    hosts !== undefined &&
+    (!Array.isArray(hosts) ||
+      hosts.length === 0 ||
+      !hosts.every((h) => typeof h === 'string' && /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)$/.test(h)))
+  ) {
+    problems.push(
+      `CycliumOpsModule: allowedHosts must be a non-empty list of host names without ports, such ` +
+        `as ['localhost', '127.0.0.1', '[::1]'] (got ${JSON.stringify(hosts)})`,
+    );
+  }
   const path = options?.path ?? 'ops';
   if (typeof path !== 'string' || !/^\/?[A-Za-z0-9._~-]+(\/[A-Za-z0-9._~-]+)*\/?$/.test(path)) {
     problems.push(
