@@ -103,7 +103,11 @@ describe('3 demo node processes, 500 events over PostgresBus', () => {
     for (const body of [
       { type: 'episode.completed', payload: { episodeId: 'forged' } },
       { type: 'cyclium.episode.cancel', payload: { episodeId: 'forged' } },
-      { type: 'resource.updated', eventId: 'nul-payload', payload: { resource: 'a\u0000b' } },
+      {
+        type: 'resource.updated',
+        eventId: 'nul-payload',
+        payload: { resource: 'a\u0000b', usage: 1 },
+      },
       { type: '*', payload: {} },
     ]) {
       const response = await post(body);

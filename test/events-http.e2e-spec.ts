@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { randomUUID } from 'node:crypto';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
+import { rawRequest } from './support/raw-request.js';
 import { waitFor } from './support/wait-for.js';
 
 interface Answer {
@@ -115,6 +117,179 @@ describe('POST /events and POST /actors refuse what they cannot store, naming th
     expect(long.body.message).toMatch(/at most 1000 bytes/);
     const written = await database.db.query(
       `SELECT count(*)::int AS n FROM cyclium_episodes WHERE actor_id = 'resource_rebalancer'`,
+    );
+    expect(written.rows[0].n).toBe(0);
+  });
+
+  it('refuses what its actors could only misread, a field it does not know, a delay past a year, a runAt past, an unknown episode and a bad mode, naming the field and writing nothing', async () => {
+    const send = async (method: 'GET' | 'POST', path: string, body?: unknown) => {
+      const response = await fetch(`http://127.0.0.1:${node.port}${path}`, {
+        method,
+        headers: body === undefined ? {} : { 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      return { status: response.status, body: (await response.json()) as Answer['body'] };
+    };
+    const trigger = '/actors/resource_rebalancer/rebalance';
+    const past = new Date(Date.now() - 60_000).toISOString();
+    const decades = new Date(Date.now() + 1e12).toISOString();
+    const cases: Array<
+      [method: 'GET' | 'POST', path: string, body: unknown, answer: number, field?: string]
+    > = [
+      ['POST', '/events', { type: 'resource.updated', payload: 'x' }, 400, 'payload'],
+      ['POST', '/events', { type: 'resource.updated', payload: [1] }, 400, 'payload'],
+      ['POST', '/events', { type: 'resource.updated', payload: null }, 400, 'payload'],
+      ['POST', '/events', { type: 'resource.updated', payload: {} }, 400, 'payload.resource'],
+      [
+        'POST',
+        '/events',
+        { type: 'resource.updated', payload: { resource: 'r' } },
+        400,
+        'payload.usage',
+      ],
+      [
+        'POST',
+        '/events',
+        { type: 'resource.updated', payload: { resource: 'r', usage: '9' } },
+        400,
+        'payload.usage',
+      ],
+      [
+        'POST',
+        '/events',
+        { type: 'resource.rebalance', payload: { resource: 'r', stepMs: -1 } },
+        400,
+        'payload.stepMs',
+      ],
+      [
+        'POST',
+        '/events',
+        { type: 'resource.updated', payload: { resource: 'r', usage: 1 }, colour: 'red' },
+        400,
+        'colour',
+      ],
+      ['POST', trigger, { payload: null }, 400, 'payload'],
+      ['POST', trigger, { payload: { resource: 'r' }, delayMS: 1000 }, 400, 'delayMS'],
+      ['POST', trigger, { payload: { resource: 'r' }, delayMs: 1e12 }, 400, 'delayMs'],
+      ['POST', trigger, { payload: { resource: 'r' }, runAt: past }, 400, 'runAt'],
+      ['POST', trigger, { payload: { resource: 'r' }, runAt: decades }, 400, 'runAt'],
+      ['GET', `/episodes/${randomUUID()}/steps`, undefined, 404],
+      ['GET', `/episodes/${randomUUID()}`, undefined, 404],
+      ['POST', '/mode', { mode: 'turbo' }, 400, 'mode'],
+      [
+        'POST',
+        '/mode',
+        { overrides: { resource_monitor: 'turbo' } },
+        400,
+        'overrides.resource_monitor',
+      ],
+      [
+        'POST',
+        '/mode',
+        { overrides: { resource_monitor: 'trigger_only', nobody: 'full' } },
+        400,
+        'overrides.nobody',
+      ],
+      ['POST', '/workflows/resource_review', { input: 'x' }, 400, 'input'],
+    ];
+    for (const [method, path, body, status, field] of cases) {
+      const answer = await send(method, path, body);
+      expect({ method, path, body, status: answer.status, field: answer.body.field }).toEqual({
+        method,
+        path,
+        body,
+        status,
+        field,
+      });
+    }
+    // The refused override changed nothing, not even the valid one before it.
+    expect(await send('GET', '/mode')).toMatchObject({ status: 200, body: { overrides: {} } });
+    const written = await database.db.query(
+      `SELECT (SELECT count(*)::int FROM cyclium_events WHERE type LIKE 'resource.%') AS events,
+              (SELECT count(*)::int FROM cyclium_episodes
+                WHERE actor_id IN ('resource_rebalancer', 'resource_monitor')) AS episodes`,
+    );
+    expect(written.rows[0]).toEqual({ events: 0, episodes: 0 });
+  });
+
+  it('refuses a write that a page elsewhere could forge: a form body, a bodiless write, Origin null or foreign, a foreign Host', async () => {
+    const url = `http://127.0.0.1:${node.port}`;
+    const json = JSON.stringify({ type: 'resource.updated', payload: { resource: 'r', usage: 1 } });
+    type Init = { headers?: Record<string, string>; body?: unknown };
+    const attempts: Array<[what: string, path: string, init: Init, status: number, field: string]> =
+      [
+        [
+          'a url-encoded form',
+          '/events',
+          { body: new URLSearchParams({ type: 'resource.updated' }) },
+          415,
+          'content-type',
+        ],
+        [
+          'a text/plain form',
+          '/events',
+          { headers: { 'content-type': 'text/plain' }, body: json },
+          415,
+          'content-type',
+        ],
+        [
+          'a multipart form',
+          '/actors/resource_rebalancer/rebalance',
+          { body: new FormData() },
+          415,
+          'content-type',
+        ],
+        ['a bodiless write', '/recovery/reconcile', {}, 415, 'content-type'],
+        ['a bodiless cancel', `/workflows/${randomUUID()}/cancel`, {}, 415, 'content-type'],
+        [
+          'Origin null',
+          '/mode',
+          {
+            headers: { 'content-type': 'application/json', origin: 'null' },
+            body: '{"mode":"disabled"}',
+          },
+          403,
+          'origin',
+        ],
+        [
+          'a foreign Origin',
+          '/events',
+          {
+            headers: { 'content-type': 'application/json', origin: 'https://evil.example' },
+            body: json,
+          },
+          403,
+          'origin',
+        ],
+        [
+          'a foreign Host',
+          '/events',
+          { headers: { 'content-type': 'application/json', host: 'rebound.example' }, body: json },
+          403,
+          'host',
+        ],
+      ];
+    for (const [what, path, init, status, field] of attempts) {
+      const answer = await rawRequest(`${url}${path}`, { method: 'POST', ...init });
+      expect({ what, status: answer.status, field: answer.body.field }).toEqual({
+        what,
+        status,
+        field,
+      });
+    }
+    // A foreign Host is refused for reads too (DNS rebinding reads as much as it writes).
+    expect((await rawRequest(`${url}/mode`, { headers: { host: 'rebound.example' } })).status).toBe(
+      403,
+    );
+    // This host's own page, and tools that send no Origin, still write.
+    const own = await rawRequest(`${url}/mode`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json; charset=utf-8', origin: url },
+      body: '{"mode":"full"}',
+    });
+    expect(own.status).toBe(200);
+    const written = await database.db.query(
+      `SELECT count(*)::int AS n FROM cyclium_events WHERE type LIKE 'resource.%'`,
     );
     expect(written.rows[0].n).toBe(0);
   });

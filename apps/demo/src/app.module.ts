@@ -1,4 +1,4 @@
-import { Module } from '@nestjs/common';
+import { Module, type MiddlewareConsumer, type NestModule } from '@nestjs/common';
 import { ScheduleModule } from '@nestjs/schedule';
 import { TerminusModule } from '@nestjs/terminus';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -17,6 +17,7 @@ import { EpisodesController } from './episodes/episodes.controller.js';
 import { EventsController } from './events/events.controller.js';
 import { MetricsController } from './metrics/metrics.controller.js';
 import { HealthController } from './health/health.controller.js';
+import { LOCAL_HOST_NAMES, SameSiteJsonMiddleware } from './http/same-site-json.middleware.js';
 import { ModeController } from './mode/mode.controller.js';
 import { NodeController } from './node/node.controller.js';
 import { LoopbackOnlyGuard } from './ops/loopback-only.guard.js';
@@ -61,8 +62,13 @@ const reviewed = ['resource_monitor', 'resource_advisor'].every((id) =>
       ...demoCycliumSettings(process.env),
       ...cycliumOptionsFromEnv(process.env),
     }),
-    // The operations page and its API at /ops, for this machine only.
-    CycliumOpsModule.forRoot({ path: 'ops', guard: LoopbackOnlyGuard }),
+    // The operations page and its API at /ops, for this machine only: from its address, and by its
+    // own names (a DNS name rebound to 127.0.0.1 would pass the address check).
+    CycliumOpsModule.forRoot({
+      path: 'ops',
+      guard: LoopbackOnlyGuard,
+      allowedHosts: LOCAL_HOST_NAMES,
+    }),
   ],
   controllers: [
     HealthController,
@@ -81,4 +87,11 @@ const reviewed = ['resource_monitor', 'resource_advisor'].every((id) =>
     ...(reviewed ? [ResourceReviewWorkflow] : []),
   ],
 })
-export class AppModule {}
+export class AppModule implements NestModule {
+  /** The routes that read and act on episodes answer this machine's own pages and tools only. */
+  configure(consumer: MiddlewareConsumer): void {
+    consumer
+      .apply(SameSiteJsonMiddleware)
+      .forRoutes(EventsController, EpisodesController, ModeController, WorkflowsController);
+  }
+}

@@ -11,7 +11,7 @@ import {
 } from '@nestjs/common';
 import { ActorDefinitionError, Episodes, InvalidTriggerError } from '@cyclium/nestjs';
 
-import { TriggerBody } from '../http/request-bodies.dto.js';
+import { MAX_DELAY_MS, TriggerBody } from '../http/request-bodies.dto.js';
 import { validatedBody } from '../http/validated-body.pipe.js';
 
 /**
@@ -31,8 +31,8 @@ export class EpisodesController {
     @Param('expectationId') expectationId: string,
     @Body(validatedBody()) { payload, dedupeKey, delayMs, runAt }: TriggerBody,
   ) {
+    const at = runAt === undefined ? undefined : runAtOf(runAt);
     try {
-      const at = runAt === undefined ? undefined : new Date(runAt);
       const result = await this.episodes.trigger(actorId, expectationId, payload ?? {}, {
         dedupeKey,
         delayMs,
@@ -64,7 +64,28 @@ export class EpisodesController {
   }
 
   @Get('episodes/:id/steps')
-  steps(@Param('id', ParseUUIDPipe) id: string) {
+  async steps(@Param('id', ParseUUIDPipe) id: string) {
+    // An episode's journal may be empty; an unknown id is not an empty journal.
+    if (!(await this.episodes.get(id))) throw new NotFoundException(`no episode ${id}`);
     return this.episodes.steps(id);
   }
+}
+
+/**
+ * `runAt` as a date, from now up to a year ahead: a time already past would be a run now said to
+ * be deferred (send no `runAt` for that), and one decades ahead is a typing mistake.
+ */
+function runAtOf(runAt: string): Date {
+  const at = new Date(runAt);
+  const ahead = at.getTime() - Date.now();
+  if (ahead < 0 || ahead > MAX_DELAY_MS)
+    throw new BadRequestException({
+      statusCode: 400,
+      message:
+        ahead < 0
+          ? 'runAt must not be in the past (send no runAt to run now)'
+          : 'runAt must be at most a year from now',
+      field: 'runAt',
+    });
+  return at;
 }

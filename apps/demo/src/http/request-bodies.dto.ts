@@ -1,20 +1,30 @@
 import {
   Allow,
   IsDateString,
+  IsIn,
   IsInt,
   IsNotEmpty,
   IsObject,
   IsOptional,
   IsString,
+  Max,
   Min,
+  ValidateIf,
 } from 'class-validator';
+
+/** The longest a demo trigger may be put off: `delayMs` and `runAt` up to a year from now. */
+export const MAX_DELAY_MS = 365 * 24 * 3_600_000;
+/** The modes `POST /mode` takes, for the node and per actor. */
+export const MODES = ['full', 'trigger_only', 'disabled'] as const;
+const MODE_MESSAGE = `mode must be one of: ${MODES.join(', ')}`;
+const DELAY_MESSAGE = `delayMs must be a whole number of milliseconds from 0 to ${MAX_DELAY_MS} (a year)`;
 
 /** `POST /events`. */
 export class PublishEventBody {
   @IsString({ message: 'type must be a string' })
   type!: string;
 
-  /** Any JSON; the bus says what it cannot store. */
+  /** A JSON object (eventPayloadProblem); the bus says what it cannot store. */
   @Allow()
   payload?: unknown;
 
@@ -26,8 +36,8 @@ export class PublishEventBody {
 
 /** `POST /actors/:actorId/:expectationId`. */
 export class TriggerBody {
-  @IsOptional()
-  @IsObject({ message: 'payload must be an object' })
+  @ValidateIf((body: TriggerBody) => body.payload !== undefined)
+  @IsObject({ message: 'payload must be a JSON object' })
   payload?: Record<string, unknown>;
 
   @IsOptional()
@@ -36,8 +46,9 @@ export class TriggerBody {
   dedupeKey?: string;
 
   @IsOptional()
-  @IsInt({ message: 'delayMs must be a whole number of milliseconds >= 0' })
-  @Min(0, { message: 'delayMs must be a whole number of milliseconds >= 0' })
+  @IsInt({ message: DELAY_MESSAGE })
+  @Min(0, { message: DELAY_MESSAGE })
+  @Max(MAX_DELAY_MS, { message: DELAY_MESSAGE })
   delayMs?: number;
 
   @IsOptional()
@@ -45,11 +56,11 @@ export class TriggerBody {
   runAt?: string;
 }
 
-/** `POST /mode`; the modes themselves are checked by `Mode`, which names the allowed ones. */
+/** `POST /mode`; the overrides' actors and modes are checked by the controller, per field. */
 export class ModeChangeBody {
   @IsOptional()
-  @IsString({ message: 'mode must be one of: full, trigger_only, disabled' })
-  mode?: string;
+  @IsIn(MODES, { message: MODE_MESSAGE })
+  mode?: (typeof MODES)[number];
 
   /** Per actor: a mode, or null to clear its override. */
   @IsOptional()

@@ -1,7 +1,7 @@
 import { BadRequestException, ValidationPipe, type ValidationError } from '@nestjs/common';
 
-/** The first constraint that failed, deepest field first: `{ statusCode: 400, message, field }`. */
-function firstProblem(
+/** The first constraint that failed, deepest field first, its field named from `prefix`. */
+export function firstProblem(
   errors: ValidationError[],
   prefix = '',
 ): { field: string; message: string } | undefined {
@@ -17,11 +17,14 @@ function firstProblem(
 
 /**
  * Request bodies checked against their DTO classes by class-validator, answering as the demo's
- * other 400s do: one message and the `field` it names.
+ * other 400s do: one message and the `field` it names. A field the DTO does not declare is refused
+ * too (a misspelt `delayMS` would otherwise run the episode now).
  */
 export function validatedBody(): ValidationPipe {
   return new ValidationPipe({
     transform: true,
+    whitelist: true,
+    forbidNonWhitelisted: true,
     exceptionFactory: (errors) => {
       const problem = firstProblem(errors) ?? { field: 'body', message: 'the body is not valid' };
       return new BadRequestException({ statusCode: 400, ...problem });

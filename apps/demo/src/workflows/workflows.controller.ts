@@ -47,7 +47,8 @@ export class WorkflowsController {
       };
     } catch (error) {
       if (error instanceof WorkflowDefinitionError) throw new NotFoundException(error.message);
-      if (error instanceof InvalidWorkflowInputError) throw new BadRequestException(error.message);
+      if (error instanceof InvalidWorkflowInputError)
+        throw new BadRequestException({ statusCode: 400, message: error.message, field: 'input' });
       throw error;
     }
   }
