@@ -357,10 +357,30 @@ describe('the operations API', () => {
     expect(detail.episode).toMatchObject({ waitingFor: 'sleep', dueAt: waits[1]?.dueAt });
     const done = await ok<{ items: Listed[] }>('GET', '/episodes?status=done&limit=1');
     expect(done.items[0]).toMatchObject({ dueAt: null, waitingFor: null });
+    // The wake-ups of the sleep and the backoff are `scheduled`: listed by that filter and counted.
+    type Request = { episodeId: string; status: string; error: string | null };
+    const requestsOf = async (status: string) =>
+      (await ok<{ items: Request[] }>('GET', `/trigger-requests?status=${status}&limit=500`)).items;
+    const scheduled = await requestsOf('scheduled');
+    expect(scheduled.map((r) => r.episodeId)).toEqual(expect.arrayContaining([sleeping, retrying]));
+    expect((await requestsOf('pending')).map((r) => r.episodeId)).toContain(later);
+    const counted = await ok<{ triggerRequests: { pending: number; scheduled: number } }>(
+      'GET',
+      '/cluster',
+    );
+    expect(counted.triggerRequests.scheduled).toBeGreaterThanOrEqual(2);
+    expect(counted.triggerRequests.pending).toBeGreaterThanOrEqual(1);
     for (const id of [later, sleeping, retrying])
       expect((await ok<{ result: string }>('POST', `/episodes/${id}/cancel`)).result).toBe(
         'canceled',
       );
+    // Canceled, their wake-ups and the run for later no longer show as due.
+    const left = [...(await requestsOf('scheduled')), ...(await requestsOf('pending'))];
+    expect(left.filter((r) => [later, sleeping, retrying].includes(r.episodeId))).toEqual([]);
+    const ended = (await requestsOf('completed')).filter((r) =>
+      [later, sleeping, retrying].includes(r.episodeId),
+    );
+    expect(ended.map((r) => r.error)).toEqual(Array(3).fill('its episode was canceled'));
   });
 
   it('answers 503 on every database-backed route while the database is away, and works again after', async () => {

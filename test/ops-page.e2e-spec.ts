@@ -326,6 +326,14 @@ describe('the operations page in a browser', () => {
     expect(
       (await ops<{ episode: { waitingFor: string } }>(`/episodes/${episodeId}`)).episode.waitingFor,
     ).toBe('start');
+    // Its request is counted among the pending, beside the scheduled wake-ups.
+    const counts = async () => {
+      const match = /^(\d+) pending, (\d+) scheduled, \d+ expired in the window$/.exec(
+        await text('trigger-summary'),
+      );
+      return match ? { pending: Number(match[1]), scheduled: Number(match[2]) } : undefined;
+    };
+    await pageShows('the summary to count it pending', async () => (await counts())?.pending === 1);
     await page.getByTestId('cancel-button').click();
     await pageShows(
       'it to end canceled, waiting for nothing',
@@ -333,6 +341,8 @@ describe('the operations page in a browser', () => {
         (await text('detail-status')) === 'canceled' &&
         (await page.getByTestId('detail-due').count()) === 0,
     );
+    // Canceled, its request is no longer pending.
+    await pageShows('the summary to drop it', async () => (await counts())?.pending === 0);
   });
 
   it('pauses its live refresh and resumes it', async () => {

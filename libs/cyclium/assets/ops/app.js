@@ -297,7 +297,8 @@
     $('finished-window').textContent =
       `(last ${Math.round(cluster.finished.windowMs / 60000)} min)`;
     $('trigger-summary').textContent =
-      `${cluster.triggerRequests.pending} pending, ${cluster.triggerRequests.expiredInWindow} expired in the window`;
+      `${cluster.triggerRequests.pending} pending, ${cluster.triggerRequests.scheduled ?? 0} ` +
+      `scheduled, ${cluster.triggerRequests.expiredInWindow} expired in the window`;
   }
 
   // --- episodes ---------------------------------------------------------------------------------

@@ -191,6 +191,21 @@ export class TriggerRequests implements RetryWakeUps {
     );
   }
 
+  /**
+   * The requests still to run for canceled episodes (a sleep's or a backoff's wake-up, a run for
+   * later): completed now, so lists and counts stop showing them as due. A node that took one a
+   * moment before would find its episode canceled and start nothing.
+   */
+  async dropForCanceled(episodeIds: readonly string[]): Promise<void> {
+    if (episodeIds.length === 0) return;
+    await this.database.sql.query(
+      `UPDATE cyclium_trigger_requests
+          SET status = 'completed', completed_at = now(), error = 'its episode was canceled'
+        WHERE episode_id = ANY($1::uuid[]) AND status IN ('pending', 'scheduled')`,
+      [episodeIds],
+    );
+  }
+
   /** The condition that a wake-up `node` wrote waits for the episode `e` (see scheduleWithin). */
   scheduledBy(e: string, node: string): string {
     return `EXISTS (SELECT 1 FROM cyclium_trigger_requests r

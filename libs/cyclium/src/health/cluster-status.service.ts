@@ -81,7 +81,11 @@ export interface ClusterStatus {
   active: EpisodeCount[];
   /** Episodes that finished within `windowMs`, by actor and terminal status. */
   finished: { windowMs: number; counts: EpisodeCount[] };
-  triggerRequests: { pending: number; expiredInWindow: number };
+  /**
+   * Trigger requests `pending` now (runs due, waiting for a node to take them), `scheduled` now
+   * (wake-ups of sleeps, waits and retry backoffs not yet due), and `expiredInWindow`.
+   */
+  triggerRequests: { pending: number; scheduled: number; expiredInWindow: number };
   /** Every stored bus position, and whether a live node hosts it. */
   busConsumers: BusConsumerStatus[];
 }
@@ -133,6 +137,7 @@ const CLUSTER_STATUS = `
              WHERE finished_at > now() - make_interval(secs => $2::float8 / 1000)
                AND finished_at < now() + interval '1 minute' GROUP BY 1, 2) f), '[]') AS finished,
     (SELECT count(*)::int FROM cyclium_trigger_requests WHERE status = 'pending') AS pending,
+    (SELECT count(*)::int FROM cyclium_trigger_requests WHERE status = 'scheduled') AS scheduled,
     (SELECT count(*)::int FROM cyclium_trigger_requests
       WHERE status = 'expired'
         AND inserted_at > now() - make_interval(secs => $2::float8 / 1000)) AS expired,
@@ -150,6 +155,7 @@ interface Row {
   active: EpisodeCount[];
   finished: EpisodeCount[];
   pending: number;
+  scheduled: number;
   expired: number;
   positions: StoredPosition[];
 }
@@ -208,7 +214,11 @@ export class ClusterStatusReader {
       nodes,
       active: row.active,
       finished: { windowMs, counts: row.finished },
-      triggerRequests: { pending: row.pending, expiredInWindow: row.expired },
+      triggerRequests: {
+        pending: row.pending,
+        scheduled: row.scheduled,
+        expiredInWindow: row.expired,
+      },
       busConsumers: row.positions.map((p) => ({
         ...p,
         updatedAt: new Date(p.updatedAt),

@@ -5,7 +5,14 @@ import { MAX_STATUS_WINDOW_MS } from '../health/cluster-status.service.js';
 import type { CycliumMode } from '../options/cyclium-options.interface.js';
 import { MODES } from '../options/options.schema.js';
 
-const TRIGGER_REQUEST_STATUSES = ['pending', 'claimed', 'completed', 'expired', 'failed'] as const;
+const TRIGGER_REQUEST_STATUSES = [
+  'pending',
+  'scheduled',
+  'claimed',
+  'completed',
+  'expired',
+  'failed',
+] as const;
 const WORKFLOW_STATUSES = ['running', 'blocked', 'done', 'failed', 'canceled'] as const;
 
 /** Query strings arrive as text: a number field is converted first, then checked. */
