@@ -10,8 +10,13 @@ import {
 } from 'class-validator';
 import { firstProblem } from './validated-body.pipe.js';
 
-const WHOLE = (field: string, min: number) =>
-  `${field} must be a whole number${min > 0 ? ` from ${min}` : ' >= 0'}`;
+/** An optional whole number of at least `min`, its message naming the field. */
+const OptionalWhole = (min: number) => (target: object, key: string) => {
+  const message = `${key} must be a whole number${min > 0 ? ` from ${min}` : ' >= 0'}`;
+  IsOptional()(target, key);
+  IsInt({ message })(target, key);
+  Min(min, { message })(target, key);
+};
 
 /** `resource.updated`, as the monitor reads it (ResourceUpdated). */
 export class ResourceUpdatedPayload {
@@ -33,44 +38,28 @@ export class RebalancePayload {
   @IsNotEmpty({ message: 'resource must be a non-empty string' })
   resource!: string;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('stepMs', 0) })
-  @Min(0, { message: WHOLE('stepMs', 0) })
+  @OptionalWhole(0)
   stepMs?: number;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('sleepMs', 0) })
-  @Min(0, { message: WHOLE('sleepMs', 0) })
+  @OptionalWhole(0)
   sleepMs?: number;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('slowStepMs', 0) })
-  @Min(0, { message: WHOLE('slowStepMs', 0) })
+  @OptionalWhole(0)
   slowStepMs?: number;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('steps', 0) })
-  @Min(0, { message: WHOLE('steps', 0) })
+  @OptionalWhole(0)
   steps?: number;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('failAtStep', 1) })
-  @Min(1, { message: WHOLE('failAtStep', 1) })
+  @OptionalWhole(1)
   failAtStep?: number;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('failTimes', 1) })
-  @Min(1, { message: WHOLE('failTimes', 1) })
+  @OptionalWhole(1)
   failTimes?: number;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('slowAtStep', 1) })
-  @Min(1, { message: WHOLE('slowAtStep', 1) })
+  @OptionalWhole(1)
   slowAtStep?: number;
 
-  @IsOptional()
-  @IsInt({ message: WHOLE('ignoreAbortAtStep', 1) })
-  @Min(1, { message: WHOLE('ignoreAbortAtStep', 1) })
+  @OptionalWhole(1)
   ignoreAbortAtStep?: number;
 
   @IsOptional()
