@@ -58,6 +58,7 @@ const QUICK = [
   '/test/postgres-bus.e2e-spec.ts',
   '/test/host-transactions.e2e-spec.ts',
   '/test/waits.e2e-spec.ts',
+  '/test/node-engines.e2e-spec.ts',
   '/test/trace-propagation.e2e-spec.ts',
   '/test/testing-kit.e2e-spec.ts',
   '/test/demo-actors-kit.e2e-spec.ts',
