@@ -112,6 +112,10 @@ describe('npm start launcher', () => {
       expect(mode.nodeMode).toBe(i === 2 ? 'trigger_only' : 'full');
     }
     expect(existsSync(join(dataRoot, 'pgdata', 'PG_VERSION'))).toBe(true);
+    // It names PostgreSQL's own pid, a live process while the cluster runs.
+    const postgresPid = Number(/PostgreSQL is up, pid (\d+)/.exec(run.output())?.[1]);
+    expect(postgresPid).toBeGreaterThan(0);
+    expect(process.kill(postgresPid, 0)).toBe(true);
     expect(run.output()).toMatch(
       /database shell: psql postgres:\/\/postgres:postgres@127\.0\.0\.1:\d+\/postgres/,
     );
@@ -135,6 +139,19 @@ describe('npm start launcher', () => {
 
     child.kill('SIGINT');
     expect(await exited).toBe(0);
+    // Stopped with the launcher: that pid is gone.
+    await waitFor(
+      `PostgreSQL (pid ${postgresPid}) to be gone`,
+      () => {
+        try {
+          return !process.kill(postgresPid, 0);
+        } catch {
+          return true;
+        }
+      },
+      10_000,
+      100,
+    );
     const output = run.output();
     const order = ['stopping nodes (SIGTERM)', 'stopping PostgreSQL', 'stopped'].map((line) =>
       output.indexOf(line),

@@ -5,7 +5,7 @@
  * the database.
  */
 import { migrateDatabase, startPostgres, type RunningPostgres } from '@cyclium/nestjs/testing';
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -49,6 +49,9 @@ async function main(): Promise<void> {
       throw error;
     });
     url = database.url;
+    // The server's own pid (postmaster.pid's first line), for the faults the guide walks through.
+    const pid = (await readFile(resolve(dataDir, 'postmaster.pid'), 'utf8')).split('\n')[0];
+    say(`PostgreSQL is up, pid ${pid} (kill -STOP ${pid} freezes it, kill -CONT ${pid} thaws it)`);
   }
   if (!URL.canParse(url) || !['postgres:', 'postgresql:'].includes(new URL(url).protocol)) {
     throw new LauncherError('DATABASE_URL is not a postgres:// or postgresql:// connection URL');
