@@ -121,8 +121,9 @@ describe('retries with backoff', () => {
     expect(
       marks.rows.map((r) => [r.result_ref.attempt, r.result_ref.delayMs, r.result_ref.error]),
     ).toEqual([
-      [1, INITIAL_MS, 's3 failed, run 1'],
-      [2, INITIAL_MS * 2, 's3 failed, run 2'],
+      // Where it threw leads: the journal holds only the steps that completed.
+      [1, INITIAL_MS, 'in step 3 "s3": s3 failed, run 1'],
+      [2, INITIAL_MS * 2, 'in step 3 "s3": s3 failed, run 2'],
     ]);
     // Each wake-up was taken no earlier than its backoff after the failure was written (database clock).
     const waits = await database.db.query<{ waited: number; due: number }>(
@@ -138,7 +139,7 @@ describe('retries with backoff', () => {
     const id = await trigger({ failures: 10 });
     const row = await ended(id);
     expect(row).toMatchObject({ status: 'failed', error_class: 'crash', retries: 2 });
-    expect(row.error_detail).toMatch(/^attempt 3 of 3: s3 failed, run 3/);
+    expect(row.error_detail).toMatch(/^attempt 3 of 3: in step 3 "s3": s3 failed, run 3/);
     expect(ran.get(`${id}:s3`)).toBe(3);
     expect(ran.get(`${id}:s1`)).toBe(1);
   });
@@ -157,7 +158,7 @@ describe('retries with backoff', () => {
     );
     const row = await ended(own);
     expect(row).toMatchObject({ status: 'failed', retries: 1 });
-    expect(row.error_detail).toMatch(/^attempt 2 of 2: s3 failed, run 2/);
+    expect(row.error_detail).toMatch(/^attempt 2 of 2: in step 3 "s3": s3 failed, run 2/);
     const marks = await database.db.query(
       `SELECT result_ref FROM cyclium_episode_steps WHERE episode_id = $1 AND name = 'retry'`,
       [own],
@@ -168,7 +169,7 @@ describe('retries with backoff', () => {
     expect(await ended(none)).toMatchObject({
       status: 'failed',
       retries: 0,
-      error_detail: expect.stringMatching(/^s3 failed, run 1/),
+      error_detail: expect.stringMatching(/^in step 3 "s3": s3 failed, run 1/),
     });
     expect(ran.get(`${none}:s3`)).toBe(1);
 

@@ -23,7 +23,7 @@ import { EpisodeStore } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeWaits } from './episode-waits.service.js';
 import { retryOptionsFor, type RetryOptions } from './retry-policy.js';
-import type { RunningEpisode } from './running-episode.js';
+import type { RunningEpisode, ThrowingStep } from './running-episode.js';
 
 /**
  * Failures the library decides rather than the host's code: their message says it all, so no stack
@@ -137,6 +137,7 @@ export class EpisodeEndings {
     scope: WriteScope,
     cause: unknown,
     declared?: RetryOptions,
+    step?: ThrowingStep,
   ): Promise<void> {
     // A lost claim, or a fault of the library's own writes (rule 12): the episode is someone
     // else's, or recovery's.
@@ -144,7 +145,9 @@ export class EpisodeEndings {
       this.abandon(episode, cause);
       return;
     }
-    const [status, errorClass, detail] = classify(cause);
+    const [status, errorClass, thrown] = classify(cause);
+    // Where it threw leads the detail: the journal holds only the steps that completed.
+    const detail = step ? `in ${step.kind} ${step.stepNo} "${step.name}": ${thrown}` : thrown;
     const { options: retry, problem } = retryOptionsFor(episode, declared);
     if (problem && status === 'failed')
       this.logger.warn(

@@ -409,7 +409,14 @@ export class EpisodeRunner implements OnModuleInit {
           );
       } else {
         await this.endings
-          .settle(episode, ownership, scope, cause, expectation?.options)
+          .settle(
+            episode,
+            ownership,
+            scope,
+            cause,
+            expectation?.options,
+            context.stepThatThrew(cause),
+          )
           .catch((e: unknown) =>
             this.logger.error(
               `could not record the end of episode ${episode.id}: ${errorMessage(e)}`,

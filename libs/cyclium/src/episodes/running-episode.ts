@@ -143,6 +143,13 @@ const FRESH: History = { checkpoints: new Map(), nextJournalNo: 1 };
  * One episode in flight on this node: the context its method receives, and the handle to stop it.
  * It exists from the first moment of the run, so a drain that looks at this node sees it.
  */
+/** Where a run failed: a step (or transaction step) and its number in the journal. */
+export interface ThrowingStep {
+  kind: StepKind;
+  name: string;
+  stepNo: number;
+}
+
 export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   readonly episode: EpisodeRow;
   readonly trigger: EpisodeTrigger<P>;
@@ -164,6 +171,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
    * transaction, and a transaction step inside any step would nest one step's journal in another's.
    */
   private inside: 'step' | 'transaction' | null = null;
+  /** The last error a step threw, and the step: an operator reads where an episode failed. */
+  private thrown: { error: unknown; step: ThrowingStep } | undefined;
   private readonly trace: RunTrace;
 
   constructor(private readonly deps: RunningEpisodeDeps) {
@@ -294,11 +303,19 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       span.end();
       return result;
     } catch (error) {
-      span.end(
-        error instanceof EpisodeSleeping || error instanceof EpisodeWaiting ? undefined : error,
-      );
+      const gaveUp = error instanceof EpisodeSleeping || error instanceof EpisodeWaiting;
+      span.end(gaveUp ? undefined : error);
+      if (!gaveUp) this.thrown = { error, step: { kind, name, stepNo } };
       throw error;
     }
+  }
+
+  /**
+   * The step that threw `cause`, when the run ends with the very error a step threw (not one the
+   * method caught and replaced, nor one thrown between steps).
+   */
+  stepThatThrew(cause: unknown): ThrowingStep | undefined {
+    return this.thrown && this.thrown.error === cause ? this.thrown.step : undefined;
   }
 
   async transaction<T>(
