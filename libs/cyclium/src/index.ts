@@ -61,6 +61,7 @@ export type {
   ClusterStatus,
   ClusterStatusOptions,
   EpisodeCount,
+  NodeHealth,
 } from './health/cluster-status.service.js';
 
 // Work claims.

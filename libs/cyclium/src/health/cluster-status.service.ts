@@ -8,6 +8,9 @@ import { STORED_POSITIONS, type StoredPosition } from '../bus/bus-positions.js';
 import type { CycliumMode, ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
 import type { LastSweep } from '../recovery/recovery-sweep.interface.js';
 
+/** How recently a node beat: see ClusterNode.health. */
+export type NodeHealth = 'live' | 'suspect' | 'stale';
+
 /** One node as the cluster status reads it from `cyclium_nodes`. */
 export interface ClusterNode {
   identity: string;
@@ -24,6 +27,13 @@ export interface ClusterNode {
    * stale within three beats.
    */
   live: boolean;
+  /**
+   * `live` while it beats on time; `suspect` once its beat is late (no beat for
+   * `nodeBeatIntervalMs` plus a quarter of it, at most a second more): a node killed outright
+   * turns suspect within about one interval, though nothing acts on that yet; `stale` once it is
+   * not `live` (two intervals), when recovery may take its work over.
+   */
+  health: NodeHealth;
   /** Episodes whose row names this node as owner and is `running`. */
   runningEpisodes: number;
   /** Work claims this node holds with a lease still in the future. */
@@ -120,6 +130,9 @@ const CLUSTER_STATUS = `
         n.hostname, 'pid', n.pid,
         'version', n.version, 'startedAt', n.started_at, 'lastSeenAt', n.last_seen_at,
         'live', n.last_seen_at > now() - make_interval(secs => $1::float8 / 1000),
+        'health', CASE WHEN n.last_seen_at > now() - make_interval(secs => $3::float8 / 1000)
+          THEN 'live' WHEN n.last_seen_at > now() - make_interval(secs => $1::float8 / 1000)
+          THEN 'suspect' ELSE 'stale' END,
         'runningEpisodes', coalesce(r.n, 0), 'liveClaims', coalesce(c.n, 0), 'lastSweep',
         n.last_sweep,
         'actors', n.actors)
@@ -198,9 +211,11 @@ export class ClusterStatusReader {
   }
 
   private async query(windowMs: number): Promise<ClusterStatus> {
+    const beat = this.options.nodeBeatIntervalMs;
     const { rows } = await this.database.sql.query<Row>(CLUSTER_STATUS, [
-      2 * this.options.nodeBeatIntervalMs,
+      2 * beat,
       windowMs,
+      beat + Math.min(beat / 4, 1_000),
     ]);
     const [row] = rows;
     const nodes = row.nodes.map((n) => ({
