@@ -83,6 +83,8 @@ export default defineConfig(
         URLSearchParams: 'readonly',
         Node: 'readonly',
         setTimeout: 'readonly',
+        setInterval: 'readonly',
+        history: 'readonly',
       },
     },
   },

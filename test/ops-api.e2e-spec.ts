@@ -414,6 +414,12 @@ describe('the operations API', () => {
           error: 'Service Unavailable',
         });
       }
+      // The pulse shares a ping of up to 0.4 s ago, which may predate the cut.
+      const pulse = await waitFor('the pulse to meet the outage', async () => {
+        const answer = await call('GET', '/pulse');
+        return answer.status === 503 ? answer : undefined;
+      });
+      expect(pulse.body.error).toBe('Service Unavailable');
       // This node's own view and its mode live in memory: they still answer.
       expect((await call('GET', '/node')).status).toBe(200);
       expect((await call('GET', '/mode')).status).toBe(200);
@@ -424,5 +430,10 @@ describe('the operations API', () => {
       'the API to read the database again',
       async () => (await call('GET', '/episodes?limit=1')).status === 200,
     );
+    const pulse = await waitFor('the pulse to answer again', async () => {
+      const answer = await call('GET', '/pulse');
+      return answer.status === 200 ? answer : undefined;
+    });
+    expect(pulse.body).toEqual({ databaseMs: expect.any(Number) });
   });
 });

@@ -176,6 +176,7 @@ describe('the operations page in a browser', () => {
     );
 
     await page.getByTestId('cancel-button').click();
+    await page.getByTestId('confirm-ok').click();
     await pageShows('the cancel to be acknowledged', async () =>
       /cancel requested|canceled/.test(await text('action-result')),
     );
@@ -258,6 +259,7 @@ describe('the operations page in a browser', () => {
     );
 
     await page.getByTestId('retry-button').click();
+    await page.getByTestId('confirm-ok').click();
     await pageShows('the resume to be acknowledged', async () =>
       (await text('action-result')).startsWith('resumed from its journal'),
     );
@@ -283,6 +285,7 @@ describe('the operations page in a browser', () => {
     );
     expect(await text('archive-note')).toBe('frees its dedupe key now; retention deletes it later');
     await page.getByTestId('archive-button').click();
+    await page.getByTestId('confirm-ok').click();
     await pageShows(
       'the archive to be done',
       async () => (await text('action-result')) === 'archived: its dedupe key is free',
@@ -335,6 +338,7 @@ describe('the operations page in a browser', () => {
     };
     await pageShows('the summary to count it pending', async () => (await counts())?.pending === 1);
     await page.getByTestId('cancel-button').click();
+    await page.getByTestId('confirm-ok').click();
     await pageShows(
       'it to end canceled, waiting for nothing',
       async () =>

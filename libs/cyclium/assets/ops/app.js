@@ -9,6 +9,14 @@
     : location.pathname;
   const BASE = mount.replace(/\/(index\.html)?$/, '');
   const POLL_MS = 2000;
+  // A request unanswered this long says so on the page, without waiting for it to fail.
+  const SLOW_MS = 1500;
+  // Between refreshes, a pulse asks whether the database answers (one shared SELECT 1 on the
+  // server): a freeze shows within about PULSE_MS + PULSE_SLOW_MS.
+  const PULSE_MS = 500;
+  const PULSE_SLOW_MS = 1000;
+  // The filters and the episode shown live in the page's address, so a link shows the same view.
+  const URL_FILTERS = ['actor', 'status', 'stack', 'env', 'eventId'];
   // `?pageSize=` in the page's address, for a long table or a short one (the API allows 1 to 100).
   const PAGE_SIZE = Math.min(
     Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1),
@@ -22,6 +30,11 @@
     sleep: 'sleeping',
     resume: 'resumes',
     wait: 'waiting',
+  };
+  const HEALTH_SAYS = {
+    live: 'beats on time',
+    suspect: 'its beat is late: it may have died; its runs are marked until it beats or is stale',
+    stale: 'no beat for two intervals: recovery takes its work over',
   };
   const CANCEL_SAYS = {
     canceled: 'canceled',
@@ -39,6 +52,13 @@
     busy: false,
     again: false,
     node: null,
+    // identity -> live | suspect | stale, from the last cluster read: marks runs of a silent node.
+    nodeHealth: new Map(),
+    // Requests on their way (start times), and when data last arrived whole.
+    pending: new Set(),
+    refreshedAt: null,
+    // The answer to the last action on an episode, kept until that episode moves on.
+    note: null,
   };
 
   const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
@@ -71,10 +91,14 @@
       init.body = JSON.stringify(options.body || {});
     }
     let response;
+    const asked = { at: Date.now(), pulse: Boolean(options && options.pulse) };
+    state.pending.add(asked);
     try {
       response = await fetch(BASE + path, init);
     } catch (error) {
       throw apiError(0, `server unreachable (${error.message})`);
+    } finally {
+      state.pending.delete(asked);
     }
     const body = await response.json().catch(() => null);
     if (!response.ok) {
@@ -201,19 +225,46 @@
 
   // --- banner -----------------------------------------------------------------------------------
 
+  const dataFrom = () =>
+    state.refreshedAt ? `; the data below is from ${state.refreshedAt.toLocaleTimeString()}` : '';
+
   function showProblem(error) {
     const banner = $('banner');
     banner.hidden = false;
+    banner.dataset.kind = 'error';
     banner.textContent =
-      error.status === 503
+      (error.status === 503
         ? 'database unavailable: retrying every 2 s'
         : error.status === 0
           ? error.message
-          : `error ${error.status}: ${error.message}`;
+          : `error ${error.status}: ${error.message}`) + dataFrom();
+    document.body.classList.add('stale');
   }
 
   function clearProblem() {
     $('banner').hidden = true;
+    document.body.classList.remove('stale');
+  }
+
+  /**
+   * A request that hangs (a frozen database holds the server's query, not its socket) would leave
+   * the last data looking current until it fails; past SLOW_MS the page says so.
+   */
+  function watchSlow() {
+    const now = Date.now();
+    const late = [...state.pending].filter(
+      (p) => now - p.at >= (p.pulse ? PULSE_SLOW_MS : SLOW_MS),
+    );
+    if (late.length === 0) return;
+    const oldest = Math.min(...late.map((p) => p.at));
+    const banner = $('banner');
+    if (!banner.hidden && banner.dataset.kind === 'error') return;
+    banner.hidden = false;
+    banner.dataset.kind = 'slow';
+    banner.textContent =
+      `no answer for ${Math.round((now - oldest) / 1000)} s: the database may be slow, ` +
+      `frozen or unreachable${dataFrom()}`;
+    document.body.classList.add('stale');
   }
 
   // --- header: this node ------------------------------------------------------------------------
@@ -250,12 +301,16 @@
 
   function renderCluster(cluster) {
     const self = (n) => state.node && n.identity === state.node.identity;
+    // A row from a release without `health` says only live or not.
+    const healthOf = (n) => n.health || (n.live ? 'live' : 'stale');
+    state.nodeHealth = new Map(cluster.nodes.map((n) => [n.identity, healthOf(n)]));
     const nodeRows = cluster.nodes.map((n) =>
       el(
         'tr',
         {
           'data-testid': 'node-row',
           'data-identity': n.identity,
+          'data-health': healthOf(n),
           class: self(n) ? 'self' : undefined,
         },
         el(
@@ -264,7 +319,11 @@
           el('code', {}, n.identity),
           self(n) ? el('span', { class: 'muted small' }, ' (this page)') : null,
         ),
-        el('td', {}, n.live ? badge('live') : badge('stale')),
+        el(
+          'td',
+          { 'data-testid': 'node-health', title: HEALTH_SAYS[healthOf(n)] },
+          badge(healthOf(n)),
+        ),
         // A node's row learns a mode change at its next beat; this node's own answer is already current.
         el('td', {}, self(n) ? state.node.mode : n.mode),
         el('td', {}, scope(n.stack, n.env)),
@@ -303,6 +362,31 @@
 
   // --- episodes ---------------------------------------------------------------------------------
 
+  /**
+   * Which attempt of its retry policy a started episode is on ("3 of 3"); crash recoveries, when
+   * any, after a plus.
+   */
+  function attemptText(e) {
+    if (!e.startedAt) return '—';
+    const attempt = (e.retries || 0) + 1;
+    const of = e.retryAttempts ? ` of ${e.retryAttempts}` : '';
+    return `${attempt}${of}${e.attempts ? ` +${e.attempts} recovered` : ''}`;
+  }
+
+  /** A run whose node has gone quiet: the row says so before recovery takes it over. */
+  function ownerHealth(e) {
+    const health = e.status === 'running' && state.nodeHealth.get(e.ownerNode);
+    if (!health || health === 'live') return null;
+    return [
+      ' ',
+      el(
+        'span',
+        { class: `badge ${health}`, 'data-testid': 'owner-health', title: HEALTH_SAYS[health] },
+        `node ${health}`,
+      ),
+    ];
+  }
+
   function renderEpisodes(page) {
     const rows = page.items.map((e) =>
       el(
@@ -317,19 +401,18 @@
         el('td', {}, time(e.startedAt || e.queuedAt || e.insertedAt)),
         el('td', {}, `${e.actorId} / ${e.expectationId}`),
         el('td', { 'data-testid': 'episode-status' }, badge(e.status), ' ', waits(e)),
-        el('td', {}, e.phase || ''),
-        el('td', { class: 'num' }, `${e.attempts}/${e.maxAttempts ?? '∞'}`),
+        el('td', { class: 'num', 'data-testid': 'episode-attempt' }, attemptText(e)),
         el('td', { title: e.dedupeKey }, trigger(e)),
-        el('td', {}, e.ownerNode || ''),
+        el('td', {}, e.ownerNode || '', ownerHealth(e)),
         el('td', {}, scope(e.sourceStack, e.sourceEnv)),
         el(
           'td',
-          { class: e.errorClass ? 'error' : undefined },
-          short(e.errorClass ? `${e.errorClass}: ${e.errorDetail || ''}` : e.summary || '', 80),
+          { class: e.errorClass ? 'error wrap' : 'wrap' },
+          short(e.errorClass ? `${e.errorClass}: ${e.errorDetail || ''}` : e.summary || '', 120),
         ),
       ),
     );
-    fill($('episodes-table').tBodies[0], rows, 'no episodes match', 9);
+    fill($('episodes-table').tBodies[0], rows, 'no episodes match', 8);
     state.nextCursor = page.nextCursor;
     $('episodes-older').disabled = !page.nextCursor;
     $('episodes-newest').disabled = state.cursors.length === 1;
@@ -340,11 +423,36 @@
   function readFilters() {
     const form = $('episode-filters');
     state.filters = {};
-    for (const name of ['actor', 'status', 'stack', 'env', 'eventId']) {
+    for (const name of URL_FILTERS) {
       const value = form.elements[name].value.trim();
       if (value) state.filters[name] = value;
     }
     state.cursors = [null];
+    showBulk();
+    writeUrl();
+  }
+
+  /** The filters and the episode shown, into the address (other parameters, like pageSize, kept). */
+  function writeUrl() {
+    const params = new URLSearchParams(location.search);
+    for (const name of [...URL_FILTERS, 'episode']) params.delete(name);
+    for (const [name, value] of Object.entries(state.filters)) params.set(name, value);
+    if (state.selected) params.set('episode', state.selected);
+    const search = params.toString();
+    history.replaceState(null, '', `${location.pathname}${search ? `?${search}` : ''}`);
+  }
+
+  /** A shared link: its filters into the form, and its episode opened. */
+  function readUrl() {
+    const params = new URLSearchParams(location.search);
+    const form = $('episode-filters');
+    for (const name of URL_FILTERS) {
+      const value = params.get(name);
+      if (value) form.elements[name].value = value;
+    }
+    readFilters();
+    const episode = params.get('episode');
+    if (episode) void openEpisode(episode);
   }
 
   const loadEpisodes = () =>
@@ -370,7 +478,12 @@
         'status',
         el('span', { 'data-testid': 'detail-status', class: `badge ${e.status}` }, e.status),
       ),
-      ...field('phase', e.phase),
+      ...field(
+        'failed in',
+        failedStep(e)
+          ? el('span', { 'data-testid': 'detail-failed-step' }, failedStep(e).text)
+          : null,
+      ),
       ...field(
         'version',
         e.version ? el('code', { 'data-testid': 'detail-version' }, e.version) : null,
@@ -390,8 +503,22 @@
           : null,
       ),
       ...field('send a signal', e.wait && e.wait.kind === 'signal' ? signalForm(e) : null),
-      ...field('attempts', `${e.attempts} of ${e.maxAttempts ?? 'unlimited'} (crash recoveries)`),
+      ...field(
+        'attempt',
+        el(
+          'span',
+          { 'data-testid': 'detail-attempt' },
+          e.startedAt
+            ? `${(e.retries || 0) + 1} of ${e.retryAttempts || 1}` +
+                (e.retryAttempts ? ' (its retry policy)' : ' (no retry policy)')
+            : 'not started',
+        ),
+      ),
       ...field('retries', e.retries ? String(e.retries) : null),
+      ...field(
+        'crash recoveries',
+        e.attempts ? `${e.attempts} of at most ${e.maxAttempts ?? 'unlimited'}` : null,
+      ),
       ...field('trigger', trigger(e)),
       ...field('event id', ref(e).eventId ? el('code', {}, ref(e).eventId) : null),
       ...field(
@@ -435,10 +562,14 @@
         ? 'resumes it from its journal: steps that completed do not run again'
         : 'starts a new episode; its steps run again from the first';
     $('archive-box').hidden = !e.finishedAt || Boolean(e.archivedAt);
-    const steps = detail.steps.map((s) =>
-      el(
+    const steps = detail.steps.map((s) => {
+      // A retry's marker carries the failed attempt's error in its result.
+      const retry = s.name === 'retry' && s.resultRef && typeof s.resultRef === 'object';
+      const error = s.errorClass || (retry && s.resultRef.errorClass);
+      const said = retry ? s.resultRef.error : null;
+      return el(
         'tr',
-        { 'data-testid': 'step-row' },
+        { 'data-testid': 'step-row', 'data-kind': s.kind },
         el('td', { class: 'num' }, s.stepNo),
         el('td', {}, s.kind),
         el('td', {}, s.name),
@@ -447,20 +578,71 @@
           { class: 'num' },
           s.durationMs === null || s.durationMs === undefined ? '' : `${s.durationMs} ms`,
         ),
-        el('td', { class: s.errorClass ? 'error' : undefined }, s.errorClass || ''),
+        el(
+          'td',
+          { class: error ? 'error wrap' : undefined, 'data-testid': 'step-error' },
+          error ? `${error}${said ? `: ${short(said, 100)}` : ''}` : '',
+        ),
         el(
           'td',
           { title: typeof s.resultRef === 'string' ? s.resultRef : JSON.stringify(s.resultRef) },
           short(s.resultRef ?? '', 60),
         ),
         el('td', {}, time(s.createdAt)),
-      ),
-    );
+      );
+    });
+    // The step that threw is not journaled (only completed steps are): its row comes from the end.
+    const failed = failedStep(e);
+    if (failed)
+      steps.push(
+        el(
+          'tr',
+          { 'data-testid': 'step-row', 'data-kind': 'failed', class: 'failure' },
+          el('td', { class: 'num' }, failed.stepNo),
+          el('td', {}, `${failed.kind}, failed`),
+          el('td', {}, failed.name),
+          el('td', {}, ''),
+          el(
+            'td',
+            { class: 'error wrap', 'data-testid': 'step-error' },
+            `${e.errorClass}: ${short(failed.error.split('\n')[0], 100)}`,
+          ),
+          el('td', {}, ''),
+          el('td', {}, time(e.finishedAt)),
+        ),
+      );
     fill($('steps-table').tBodies[0], steps, 'no steps journaled yet', 7);
+    noteSince(e);
     $('detail-findings').replaceChildren(genericTable(detail.findings, 'findings-table'));
     $('detail-outputs').replaceChildren(genericTable(detail.outputs, 'outputs-table'));
     $('detail-trigger-requests').replaceChildren(
       genericTable(detail.triggerRequests, 'episode-trigger-requests-table'),
+    );
+  }
+
+  /**
+   * The step a failed episode threw in, read from the head of its error detail (`[attempt n of m:
+   * ]in step 3 "charge": ...`, written by the library); null when it failed between steps.
+   */
+  function failedStep(e) {
+    if (!['failed', 'partially_failed'].includes(e.status) || !e.errorDetail) return null;
+    const found =
+      /^(?:attempt \d+ of \d+: )?in (step|transaction) (\d+) "((?:[^"\\]|\\.)*)": (.*)/s.exec(
+        e.errorDetail,
+      );
+    if (!found) return null;
+    const [, kind, stepNo, name, error] = found;
+    return { kind, stepNo: Number(stepNo), name, error, text: `${kind} ${stepNo} "${name}"` };
+  }
+
+  /** An action's answer stays next to the episode until it ends again; then it says how. */
+  function noteSince(e) {
+    const note = state.note;
+    if (!note || note.id !== e.id || note.ended || !ENDED.includes(e.status)) return;
+    if (!e.finishedAt || Date.parse(e.finishedAt) < note.at) return;
+    note.ended = true;
+    $('action-result').append(
+      el('span', { 'data-testid': 'action-since' }, `; since then it ended ${e.status}`),
     );
   }
 
@@ -473,14 +655,59 @@
 
   async function openEpisode(id) {
     state.selected = id;
+    state.note = null;
     $('action-result').textContent = '';
+    writeUrl();
     for (const row of document.querySelectorAll('[data-testid="episode-row"]'))
       row.classList.toggle('selected', row.dataset.episodeId === id);
     try {
       renderSelected(id, await api(`/api/episodes/${encodeURIComponent(id)}`));
+      // Opened from a row far down or from a link: the detail comes into view, title first.
+      if (state.selected === id) $('episode-detail').scrollIntoView({ block: 'start' });
     } catch (error) {
-      showProblem(error);
+      if (error.status === 404 && state.selected === id) {
+        $('action-result').textContent = '';
+        showProblem(Object.assign(error, { message: `no episode ${id}` }));
+      } else showProblem(error);
     }
+  }
+
+  function closeEpisode() {
+    state.selected = null;
+    state.note = null;
+    $('episode-detail').hidden = true;
+    for (const row of document.querySelectorAll('[data-testid="episode-row"].selected'))
+      row.classList.remove('selected');
+    writeUrl();
+  }
+
+  /**
+   * Asks before an action that changes work, in the page's own dialog (the reason goes with the
+   * request, and the server logs it): resolves to { reason } or null when the operator backs out.
+   */
+  function confirmAction(question) {
+    const dialog = $('confirm-dialog');
+    const form = $('confirm-form');
+    $('confirm-question').textContent = question;
+    form.elements.reason.value = '';
+    return new Promise((resolve) => {
+      const done = (answer) => {
+        form.onsubmit = null;
+        $('confirm-back').onclick = null;
+        dialog.onclose = null;
+        if (dialog.open) dialog.close();
+        resolve(answer);
+      };
+      form.onsubmit = (ev) => {
+        ev.preventDefault();
+        const reason = form.elements.reason.value.trim();
+        done(reason ? { reason } : {});
+      };
+      $('confirm-back').onclick = () => done(null);
+      // Escape closes it: the same as Back.
+      dialog.onclose = () => done(null);
+      dialog.showModal();
+    });
   }
 
   /**
@@ -525,14 +752,24 @@
     return form;
   }
 
+  const ASK = {
+    cancel: (id) => `Cancel episode ${id}? A waiting one ends now; a running one at its next step.`,
+    retry: (id) => `Retry episode ${id}? ${$('retry-note').textContent}.`,
+    archive: (id) => `Archive episode ${id}? Its dedupe key is free at once.`,
+  };
+
   async function act(verb) {
     const id = state.selected;
     if (!id) return;
     const result = $('action-result');
+    const confirmed = await confirmAction(ASK[verb](id));
+    if (!confirmed) return;
     try {
       const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, {
         method: 'POST',
+        body: confirmed,
       });
+      state.note = { id, at: Date.now(), ended: false };
       if (verb === 'cancel') result.textContent = CANCEL_SAYS[answer.result] || answer.result;
       else if (verb === 'archive')
         result.textContent =
@@ -559,6 +796,52 @@
       await refresh();
     } catch (error) {
       result.textContent = `${verb} refused: ${error.message}`;
+    }
+  }
+
+  // --- bulk actions on the filtered set -------------------------------------------------------
+
+  const BULK_LIMIT = 100;
+
+  /** Retry all matching when the filter names a failed status; cancel all when a live one. */
+  function showBulk() {
+    const status = state.filters.status;
+    $('bulk-retry').hidden = !RETRYABLE.includes(status);
+    $('bulk-cancel').hidden = !CANCELLABLE.includes(status);
+  }
+
+  function filterText() {
+    return Object.entries(state.filters)
+      .map(([name, value]) => `${name} ${value}`)
+      .join(', ');
+  }
+
+  /** One confirmation, then one request for the whole filtered set (at most BULK_LIMIT a call). */
+  async function actOnMatching(verb) {
+    const out = $('bulk-result');
+    const question =
+      `${verb === 'retry' ? 'Retry' : 'Cancel'} every episode matching ${filterText()}, ` +
+      `up to ${BULK_LIMIT}?`;
+    const confirmed = await confirmAction(question);
+    if (!confirmed) return;
+    out.hidden = false;
+    try {
+      const answer = await api(`/api/episodes/${verb}-matching`, {
+        method: 'POST',
+        body: { ...state.filters, limit: BULK_LIMIT, ...confirmed },
+      });
+      const done = Object.entries(answer.done || {})
+        .map(([result, n]) => `${n} ${result.replace(/_/g, ' ')}`)
+        .join(', ');
+      const refused = answer.refused || [];
+      out.textContent =
+        `${verb}: ${answer.matched} matched${done ? `; ${done}` : ''}` +
+        (refused.length ? `; ${refused.length} refused (${short(refused[0].reason, 80)})` : '') +
+        (answer.more ? `; more match: run it again for the next ${BULK_LIMIT}` : '');
+      clearProblem();
+      await refresh();
+    } catch (error) {
+      out.textContent = `${verb} refused: ${error.message}`;
     }
   }
 
@@ -824,7 +1107,8 @@
         renderSelected(selected, await api(`/api/episodes/${encodeURIComponent(selected)}`));
       await refreshLists();
       clearProblem();
-      $('refreshed-at').textContent = `updated ${new Date().toLocaleTimeString()}`;
+      state.refreshedAt = new Date();
+      $('refreshed-at').textContent = `updated ${state.refreshedAt.toLocaleTimeString()}`;
     } catch (error) {
       showProblem(error);
     } finally {
@@ -835,6 +1119,24 @@
         void refresh();
       }
     }
+  }
+
+  /** One pulse at a time; a 503 says the database is away at once, a hang shows by watchSlow. */
+  function pulse() {
+    const next = () => setTimeout(pulse, PULSE_MS);
+    if (!state.live || document.hidden) return void next();
+    api('/api/pulse', { pulse: true }).then(
+      () => {
+        // Only the pulse's own problem clears here: a refresh's error stays until a refresh works.
+        const banner = $('banner');
+        if (!banner.hidden && banner.dataset.kind === 'slow' && !state.pending.size) clearProblem();
+        next();
+      },
+      (error) => {
+        showProblem(error);
+        next();
+      },
+    );
   }
 
   function tick() {
@@ -857,12 +1159,9 @@
       () => state.nextCursor && (state.cursors.push(state.nextCursor), reload()),
     );
     on('episodes-newest', 'click', () => ((state.cursors = [null]), reload()));
-    on('detail-close', 'click', () => {
-      state.selected = null;
-      $('episode-detail').hidden = true;
-      for (const row of document.querySelectorAll('[data-testid="episode-row"].selected'))
-        row.classList.remove('selected');
-    });
+    on('detail-close', 'click', closeEpisode);
+    on('bulk-retry', 'click', () => void actOnMatching('retry'));
+    on('bulk-cancel', 'click', () => void actOnMatching('cancel'));
     on('cancel-button', 'click', () => void act('cancel'));
     on('retry-button', 'click', () => void act('retry'));
     on('archive-button', 'click', () => void act('archive'));
@@ -870,7 +1169,10 @@
 
   function start() {
     wire();
+    readUrl();
+    setInterval(watchSlow, 250);
     tick();
+    pulse();
   }
 
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);

@@ -66,7 +66,7 @@ export function retryDelayMs(
  * why.
  */
 export function retryOptionsFor(
-  episode: EpisodeRow,
+  episode: Pick<EpisodeRow, 'triggerRef'>,
   expectation: RetryOptions | undefined,
 ): { options: RetryOptions | undefined; problem?: string } {
   const override = (episode.triggerRef as { retry?: unknown } | null)?.retry;

@@ -19,6 +19,8 @@ import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { HostedVersions } from '../cluster/hosted-versions.js';
 import { Findings } from '../findings/findings.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
+import { ActorRegistry } from '../actors/actor-registry.service.js';
+import { retryOptionsFor } from '../episodes/retry-policy.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
 import { EpisodeIdParam, EpisodeListQuery, SignalBody } from './ops-queries.dto.js';
@@ -42,6 +44,7 @@ export class OpsEpisodesController {
     private readonly outputs: Outputs,
     private readonly requests: TriggerRequests,
     private readonly versions: HostedVersions,
+    private readonly registry: ActorRegistry,
   ) {}
 
   @Get()
@@ -91,8 +94,10 @@ export class OpsEpisodesController {
    * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume, wait) while it waits
    * for a trigger request, and `wait` (the row's `waiting_for`: a signal, an event and its match,
    * or children, with the deadline) while a wait holds it; null otherwise. A wait without a
-   * deadline is due never: `dueAt` null. An episode pinned to a version no live node of its env
-   * and stack runs waits for one first: `waitingFor` is `version <v>`.
+   * deadline is due never: `dueAt` null. `retryAttempts`: how many attempts its retry policy
+   * allows in all as this node reads it (its trigger's own, else its expectation's), null without
+   * one or on a node that does not declare its expectation. An episode pinned to a version no live
+   * node of its env and stack runs waits for one first: `waitingFor` is `version <v>`.
    */
   private async withWaits<E extends EpisodeRow>(episodes: E[]) {
     const waits = await this.requests.waitsOf(
@@ -114,8 +119,15 @@ export class OpsEpisodesController {
         dueAt: due?.waitingFor === 'wait' && !waiting?.deadline ? null : (due?.dueAt ?? null),
         waitingFor: stranded ? `version ${e.version}` : (due?.waitingFor ?? null),
         wait: waiting,
+        retryAttempts: this.retryAttempts(e),
       };
     });
+  }
+
+  private retryAttempts(episode: Omit<EpisodeRow, 'waitingFor'>): number | null {
+    const declared = this.registry.expectation(episode.actorId, episode.expectationId);
+    if (!declared) return null;
+    return retryOptionsFor(episode, declared.options).options?.retry?.attempts ?? null;
   }
 
   /** Sends a signal to the episode (Episodes.signal): 404 without one, 409 once it ended. */

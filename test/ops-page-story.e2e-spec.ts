@@ -1,0 +1,271 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import chromium from '@sparticuz/chromium';
+import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import { useDatabase } from './support/database.js';
+import { startNode } from './support/demo-cluster.js';
+import type { DemoNode } from './support/demo-node.js';
+import { TcpProxy } from './support/tcp-proxy.js';
+import { waitFor } from './support/wait-for.js';
+
+const BEAT_MS = 4_000;
+/**
+ * A beat of 4 s keeps a killed node `suspect` (its beat late: 5 s) for 3 s before it is `stale`
+ * (8 s), longer than the page's 2 s refresh, so the page is sure to show it suspect. Leases of 30 s
+ * keep its run where it was while the page is looked at: no takeover before the checks.
+ */
+const ENV = {
+  DEMO_NODE_BEAT_MS: String(BEAT_MS),
+  DEMO_LEASE_SECONDS: '30',
+  DEMO_JITTER_MS: '0',
+  DEMO_ADVISOR_EVERY: '1h',
+  DEMO_RETRY_INITIAL_MS: '100',
+  DEMO_DB_POOL: '4',
+};
+
+interface Episode {
+  id: string;
+  status: string;
+  ownerNode: string | null;
+}
+
+/**
+ * What an operator reads off the page about one episode and about the cluster, in a 1440×900
+ * window: an episode's attempts, retries and the step that failed, reached by a link; a node that
+ * stopped beating; a database that stopped answering. Two demo nodes reach the database through a
+ * TCP proxy the test can freeze.
+ */
+describe('the operations page tells the story of an episode and of the cluster', () => {
+  const database = useDatabase();
+  let proxy: TcpProxy;
+  const nodes: DemoNode[] = [];
+  let browser: Browser | undefined;
+  let page: Page;
+
+  const [first] = [() => nodes[0] as DemoNode];
+  const ops = <T>(path: string) => first().get<T>(`/ops/api${path}`);
+  const publish = async (type: string, payload: object, node = first()): Promise<string> => {
+    const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ type, payload }),
+    });
+    expect(response.status).toBe(202);
+    return ((await response.json()) as { eventId: string }).eventId;
+  };
+  const episodeOf = (eventId: string) =>
+    waitFor(
+      `the episode of event ${eventId}`,
+      async () =>
+        (await ops<{ items: Episode[] }>(`/episodes?eventId=${encodeURIComponent(eventId)}`))
+          .items[0],
+    );
+  const statusOf = async (id: string) =>
+    (await ops<{ episode: Episode }>(`/episodes/${id}`)).episode;
+  const text = async (testid: string, scope: Page | ReturnType<Page['locator']> = page) =>
+    ((await scope.getByTestId(testid).first().textContent()) ?? '').trim();
+  const pageShows = (what: string, probe: () => Promise<boolean>, ms = 15_000) =>
+    waitFor(what, probe, ms, 50);
+  const row = (id: string) => page.locator(`[data-testid="episode-row"][data-episode-id="${id}"]`);
+
+  beforeAll(async () => {
+    proxy = await TcpProxy.start({ target: database.url });
+    const url = proxy.url(database.url);
+    const launching = chromium
+      .executablePath()
+      .then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
+    const started = await Promise.allSettled([
+      startNode(url, 'story-1', ENV),
+      startNode(url, 'story-2', ENV),
+    ]);
+    for (const s of started) if (s.status === 'fulfilled') nodes.push(s.value);
+    browser = await launching;
+    for (const s of started) if (s.status === 'rejected') throw s.reason;
+    page = await browser.newPage({ viewport: { width: 1440, height: 900 } });
+    page.setDefaultTimeout(15_000);
+  });
+
+  afterAll(async () => {
+    proxy?.thaw();
+    await browser?.close();
+    await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
+    await proxy?.close();
+  });
+
+  it('shows a failed-after-retries episode by its link: each attempt, the step that threw and its error, in view without scrolling', async () => {
+    // Step 2 ("drain") throws on every attempt; its retry policy allows three.
+    const eventId = await publish('resource.rebalance_retried', {
+      resource: 'rack-story',
+      stepMs: 10,
+      failAtStep: 2,
+    });
+    const failed = await episodeOf(eventId);
+    await waitFor('the third attempt to fail', async () =>
+      (await statusOf(failed.id)).status === 'failed' ? true : undefined,
+    );
+    // Filler below it: the table is long, the detail must still come into view.
+    for (let i = 0; i < 20; i += 1)
+      await publish('resource.updated', { resource: `f-${i}`, usage: 1 });
+
+    await page.goto(`http://127.0.0.1:${first().port}/ops?episode=${failed.id}`);
+    await pageShows(
+      'the linked episode to open',
+      async () => (await text('detail-id')) === failed.id,
+    );
+    await pageShows(
+      'its journal to load',
+      async () => (await page.getByTestId('step-row').count()) > 0,
+    );
+    // In view below the sticky header: the title is not hidden behind it, nor below the window.
+    const header = await page.locator('header.top').boundingBox();
+    const title = await page.getByTestId('detail-id').boundingBox();
+    expect(header && title).toBeTruthy();
+    expect(title!.y).toBeGreaterThanOrEqual(header!.y + header!.height);
+    expect(title!.y + title!.height).toBeLessThanOrEqual(900);
+
+    expect(await text('detail-status')).toBe('failed');
+    expect(await text('detail-attempt')).toBe('3 of 3 (its retry policy)');
+    expect(await text('detail-failed-step')).toBe('step 2 "drain"');
+    const steps = await page.getByTestId('step-row').evaluateAll((rows) =>
+      rows.map((r) => ({
+        kind: r.getAttribute('data-kind'),
+        name: r.children[2]?.textContent,
+        error: r.querySelector('[data-testid="step-error"]')?.textContent ?? '',
+      })),
+    );
+    // plan once (replayed after); two retries, each with its attempt's error; then the failure,
+    // which no journal row holds (only completed steps are journaled).
+    const failing = steps.filter((s) => s.error !== '');
+    expect(failing.map((s) => s.name)).toEqual(['retry', 'retry', 'drain']);
+    for (const s of failing.slice(0, 2))
+      expect(s.error).toContain('crash: in step 2 "drain": drain failed on purpose');
+    expect(failing[2]?.error).toBe('crash: drain failed on purpose (failAtStep 2)');
+    expect(steps.at(-1)?.kind).toBe('failed');
+    expect(steps.filter((s) => s.name === 'plan')).toHaveLength(1);
+
+    // The table says which attempt it ended on, and it is no wider than the window.
+    await pageShows('its row', async () => (await row(failed.id).count()) === 1);
+    expect(await text('episode-attempt', row(failed.id))).toBe('3 of 3');
+    expect(await page.evaluate<number>('document.documentElement.scrollWidth')).toBeLessThanOrEqual(
+      1440,
+    );
+
+    // Retried from the page, it fails again: the answer then says so, instead of staying stale.
+    await page.getByTestId('retry-button').click();
+    await page.getByTestId('confirm-ok').click();
+    await pageShows('the resume to be acknowledged', async () =>
+      (await text('action-result')).startsWith('resumed from its journal'),
+    );
+    await pageShows(
+      'the note to say it ended failed since',
+      async () => (await page.getByTestId('action-since').count()) === 1,
+      30_000,
+    );
+    expect(await text('action-since')).toBe('; since then it ended failed');
+    // The address still names it: a reload shows the same episode.
+    expect(new URL(page.url()).searchParams.get('episode')).toBe(failed.id);
+  });
+
+  it('asks before acting, and Back leaves the episode as it was', async () => {
+    const eventId = await publish('resource.rebalance_once', {
+      resource: 'rack-ask',
+      stepMs: 20_000,
+    });
+    const running = await episodeOf(eventId);
+    await page.goto(`http://127.0.0.1:${first().port}/ops?episode=${running.id}`);
+    await pageShows('Cancel to be offered', () => page.getByTestId('cancel-button').isVisible());
+    await page.getByTestId('cancel-button').click();
+    expect(await page.getByTestId('confirm-dialog').isVisible()).toBe(true);
+    expect(await text('confirm-question')).toContain(running.id);
+    await page.getByTestId('confirm-back').click();
+    expect(await page.getByTestId('confirm-dialog').isVisible()).toBe(false);
+    expect(await text('action-result')).toBe('');
+    expect((await statusOf(running.id)).status).not.toBe('canceled');
+
+    await page.getByTestId('cancel-button').click();
+    await page.getByTestId('confirm-ok').click();
+    await pageShows('the cancel to take', async () =>
+      ['canceled'].includes((await statusOf(running.id)).status),
+    );
+  });
+
+  it('marks a node killed outright suspect within about a beat, and its run with it, in the page and cluster()', async () => {
+    const victim = nodes[1] as DemoNode;
+    // Started by the victim itself (a manual trigger runs on the node that takes it).
+    const response = await fetch(
+      `http://127.0.0.1:${victim.port}/actors/resource_rebalancer/rebalance_once`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ payload: { resource: 'rack-kill', stepMs: 20_000 } }),
+      },
+    );
+    const episode = { id: ((await response.json()) as { episodeId: string }).episodeId };
+    await waitFor('the victim to run it', async () => {
+      const e = await statusOf(episode.id);
+      return e.status === 'running' && e.ownerNode === 'story-2';
+    });
+    await page.goto(`http://127.0.0.1:${first().port}/ops`);
+    const victimRow = page.locator('[data-testid="node-row"][data-identity="story-2"]');
+    await pageShows(
+      'the victim live',
+      async () => (await victimRow.getAttribute('data-health')) === 'live',
+    );
+
+    victim.process.kill('SIGKILL');
+    const killedAt = Date.now();
+    await pageShows(
+      'the victim suspect',
+      async () => (await victimRow.getAttribute('data-health')) === 'suspect',
+      BEAT_MS * 3,
+    );
+    const shownAfterMs = Date.now() - killedAt;
+    // At most a beat and its quarter after its last beat, plus the page's refresh.
+    expect(shownAfterMs).toBeLessThanOrEqual(BEAT_MS + 1_000 + 2_500);
+    await pageShows(
+      'its run marked',
+      async () => (await text('owner-health', row(episode.id))) === 'node suspect',
+    );
+    const cluster = await ops<{ nodes: Array<{ identity: string; health: string }> }>('/nodes');
+    expect(cluster.nodes.find((n) => n.identity === 'story-2')?.health).toMatch(/suspect|stale/);
+    expect(cluster.nodes.find((n) => n.identity === 'story-1')?.health).toBe('live');
+    process.stdout.write(
+      `killed node shown suspect after ${shownAfterMs} ms (beat ${BEAT_MS} ms)\n`,
+    );
+    await pageShows(
+      'then stale',
+      async () => (await victimRow.getAttribute('data-health')) === 'stale',
+      BEAT_MS * 3,
+    );
+  });
+
+  it('says within 2 s of a freeze that the database stopped answering, and clears it after', async () => {
+    await page.goto(`http://127.0.0.1:${first().port}/ops`);
+    await pageShows('a first refresh', async () =>
+      (await text('refreshed-at')).startsWith('updated'),
+    );
+    proxy.freeze();
+    const frozenAt = Date.now();
+    try {
+      await pageShows(
+        'the banner',
+        async () =>
+          (await page.getByTestId('banner').isVisible()) &&
+          (await text('banner')).includes('no answer'),
+        10_000,
+      );
+      const shownAfterMs = Date.now() - frozenAt;
+      process.stdout.write(`banner shown ${shownAfterMs} ms after the freeze\n`);
+      // The page's pulse asks every 0.5 s and speaks up 1 s into a wait.
+      expect(shownAfterMs).toBeLessThanOrEqual(2_000);
+      expect(await text('banner')).toMatch(/the data below is from/);
+      expect(await page.evaluate<boolean>("document.body.classList.contains('stale')")).toBe(true);
+    } finally {
+      proxy.thaw();
+    }
+    await pageShows(
+      'the banner to go after the thaw',
+      async () => !(await page.getByTestId('banner').isVisible()),
+      30_000,
+    );
+  });
+});
