@@ -25,6 +25,12 @@ class CancellableActor {
     await ep.step('second', () => void steps.push('second'));
   }
 
+  /** Sleeps far past the test: `waiting`, with its wake-up `scheduled`. */
+  @Expectation({ id: 'sleeper', trigger: 'manual' })
+  async sleeper(ep: EpisodeContext): Promise<void> {
+    await ep.sleep('nap', 3_600_000);
+  }
+
   /** Takes no step: nothing in its run reads the cancel flag back on the way. */
   @Expectation({ id: 'stepless', trigger: 'manual' })
   async stepless(): Promise<{ summary: string }> {
@@ -108,5 +114,54 @@ describe('cancel is durable', () => {
     expect(steps).toEqual(['first']);
     expect(await b.get(Episodes).cancel(id)).toBe('finished');
     expect(await b.get(Episodes).cancel('00000000-0000-4000-8000-000000000000')).toBe('not_found');
+  });
+
+  it('a cancel meeting a node taking the wake-up neither waits for it nor deadlocks: the take ends the request and starts nothing', async () => {
+    const started = await a.get(Episodes).trigger('cancellable', 'sleeper', {});
+    const id = (started as { episode: { id: string } }).episode.id;
+    const request = await waitFor('the sleep to schedule its wake-up', async () => {
+      const { rows } = await database.db.query<{ id: string }>(
+        `SELECT r.id FROM cyclium_trigger_requests r JOIN cyclium_episodes e ON e.id = r.episode_id
+          WHERE r.episode_id = $1 AND r.status = 'scheduled' AND e.status = 'waiting'`,
+        [id],
+      );
+      return rows[0]?.id;
+    });
+    // A poller's take: the request first, then (below) the episode, in one transaction.
+    const taker = await database.db.connect();
+    try {
+      await taker.query('BEGIN');
+      const took = await taker.query(
+        `UPDATE cyclium_trigger_requests
+            SET status = 'completed', claimed_by = 'taker', claimed_at = now(), completed_at = now()
+          WHERE id = $1 AND status IN ('pending', 'scheduled')`,
+        [request],
+      );
+      expect(took.rowCount).toBe(1);
+      // The cancel locks the episode, then skips the request the taker holds rather than wait.
+      let timer: NodeJS.Timeout | undefined;
+      const waited = new Promise<string>((resolve) => {
+        timer = setTimeout(() => resolve('the cancel waited for the take'), 10_000);
+      });
+      const result = await Promise.race([a.get(Episodes).cancel(id), waited]);
+      clearTimeout(timer);
+      expect(result).toBe('canceled');
+      const resumed = await taker.query(
+        `UPDATE cyclium_episodes SET status = 'running', started_at = now()
+          WHERE id = $1 AND status IN ('deferred', 'waiting') RETURNING id`,
+        [id],
+      );
+      expect(resumed.rows).toEqual([]);
+      await taker.query('COMMIT');
+    } finally {
+      await taker.query('ROLLBACK').catch(() => undefined);
+      taker.release();
+    }
+    const { rows } = await database.db.query(
+      `SELECT status, claimed_by FROM cyclium_trigger_requests WHERE episode_id = $1`,
+      [id],
+    );
+    expect(rows).toEqual([{ status: 'completed', claimed_by: 'taker' }]);
+    expect(await a.get(Episodes).get(id)).toMatchObject({ status: 'canceled' });
   });
 });

@@ -3,6 +3,7 @@ import { PostgresClaims } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import type { CycliumDataSource } from '../libs/cyclium/src/database/cyclium-data-source.service.js';
+import type { CanceledRequests } from '../libs/cyclium/src/episodes/canceled-requests.interface.js';
 import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
 import { CANDIDATES, NOT_HOSTED } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
 import { OutputStore, TAKE_DUE } from '../libs/cyclium/src/outputs/output-store.js';
@@ -82,7 +83,9 @@ describe('query plans of the claim, sweep, bus, output and trigger request state
     const { events: page } = await events.readAfter(client, from, 10);
     if (page[0]) await events.readPage(client, from, from, page[0], 10);
     await events.prune(client, { olderThanMs: 3_600_000, undispatchedMs: 604_800_000 }, 10);
-    const queue = new EpisodeQueue({ sql: client } as unknown as CycliumDataSource);
+    // takeFromPeer cancels nothing, so no trigger requests to complete.
+    const noRequests = {} as CanceledRequests;
+    const queue = new EpisodeQueue({ sql: client } as unknown as CycliumDataSource, noRequests);
     await queue.takeFromPeer('a', ['e'], 'node-x', { stack: null, env: null });
   });
 

@@ -88,6 +88,20 @@ class WorkerActor {
     await ep.step('after', () => 'passed');
     return { summary: `through ${ep.trigger.payload.gate}` };
   }
+
+  /** Sleeps far past the test: `waiting`, with its wake-up `scheduled`. */
+  @Expectation({ id: 'napping', trigger: 'workflow' })
+  async napping(ep: EpisodeContext<Work>): Promise<Convergence> {
+    await ep.sleep('nap', 3_600_000);
+    return { summary: 'rested' };
+  }
+
+  /** Waits for a signal that never comes: `waiting`, with its deadline's wake-up `scheduled`. */
+  @Expectation({ id: 'awaiting', trigger: 'workflow' })
+  async awaiting(ep: EpisodeContext<Work>): Promise<Convergence> {
+    await ep.waitForSignal('go', { timeoutMs: 3_600_000 });
+    return { summary: 'went' };
+  }
 }
 
 function aborted(signal: AbortSignal): Promise<void> {
@@ -212,6 +226,26 @@ class TwoStepWorkflow {
   }
 }
 
+/** Three steps at once: one sleeping, one waiting for a signal, one running until canceled. */
+@Injectable()
+@Workflow({ id: 'resting' })
+class RestingWorkflow {
+  @WorkflowStep({ actor: 'wf_worker', expectation: 'napping' })
+  nap(): Work {
+    return { label: 'nap' };
+  }
+
+  @WorkflowStep({ actor: 'wf_worker', expectation: 'awaiting' })
+  hold(): Work {
+    return { label: 'hold' };
+  }
+
+  @WorkflowStep({ actor: 'wf_worker', expectation: 'gated' })
+  busy({ instanceId }: WorkflowStepContext): Work {
+    return { label: 'busy', gate: `resting:${instanceId}` };
+  }
+}
+
 @Injectable()
 /** No subject: only the id derived from the event keeps the two nodes that hear it from starting two instances. */
 @Workflow({ id: 'on_event', trigger: { event: 'wf_test.requested', filter: { kind: 'review' } } })
@@ -232,6 +266,7 @@ const PROVIDERS = [
   PerSubjectWorkflow,
   TwoStepWorkflow,
   OnEventWorkflow,
+  RestingWorkflow,
 ];
 const NODE = {
   workClaims: 'postgres' as const,
@@ -544,6 +579,69 @@ describe('workflows on two nodes', () => {
       async () =>
         (await episodesOf(id)).find((e) => e.workflow_step_id === 'two').status === 'canceled',
     );
+    expect(await instance(id)).toMatchObject({ status: 'canceled', error: 'canceled by request' });
+  });
+
+  it('cancel ends its sleeping and waiting step episodes with their wake-ups, in one commit; a running step stops at its next step', async () => {
+    const id = await a.get(WorkflowEngine).start('resting', {});
+    const requestsOf = (episodeId: string) =>
+      rows(
+        `SELECT status, error, opts ->> 'wake' AS wake FROM cyclium_trigger_requests
+          WHERE episode_id = $1 AND status IN ('pending', 'scheduled', 'completed')
+            AND (opts ->> 'wake') IS NOT NULL
+          ORDER BY inserted_at, id`,
+        [episodeId],
+      );
+    const steps = await waitFor(
+      'the sleep and the wait to be scheduled, the busy step to run',
+      async () => {
+        const by = Object.fromEntries((await episodesOf(id)).map((e) => [e.workflow_step_id, e]));
+        if (by.busy?.status !== 'running') return null;
+        for (const step of ['nap', 'hold']) {
+          if (by[step]?.status !== 'waiting') return null;
+          if ((await requestsOf(by[step].id))[0]?.status !== 'scheduled') return null;
+        }
+        return by;
+      },
+    );
+    expect(await requestsOf(steps.nap.id)).toEqual([
+      { status: 'scheduled', error: null, wake: 'sleep' },
+    ]);
+    expect(await requestsOf(steps.hold.id)).toEqual([
+      { status: 'scheduled', error: null, wake: 'wait' },
+    ]);
+
+    expect(await b.get(WorkflowEngine).cancel(id)).toBe('canceled');
+    // Read as soon as the cancel answers: the wake-ups ended with the episodes, in the same commit.
+    for (const step of ['nap', 'hold']) {
+      const [episode] = await rows(`SELECT status FROM cyclium_episodes WHERE id = $1`, [
+        steps[step].id,
+      ]);
+      expect(episode.status).toBe('canceled');
+      expect(
+        await rows(
+          `SELECT id FROM cyclium_trigger_requests
+            WHERE episode_id = $1 AND status IN ('pending', 'scheduled')`,
+          [steps[step].id],
+        ),
+      ).toEqual([]);
+      expect((await requestsOf(steps[step].id)).map((r) => [r.status, r.error])).toEqual([
+        ['completed', 'its episode was canceled'],
+      ]);
+    }
+    await waitFor(
+      'the busy step to stop',
+      async () =>
+        (await episodesOf(id)).find((e) => e.workflow_step_id === 'busy').status === 'canceled',
+    );
+    // It was running when canceled: only asked to stop, so nothing of its requests was ended.
+    expect(
+      await rows(
+        `SELECT id FROM cyclium_trigger_requests
+          WHERE episode_id = $1 AND error = 'its episode was canceled'`,
+        [steps.busy.id],
+      ),
+    ).toEqual([]);
     expect(await instance(id)).toMatchObject({ status: 'canceled', error: 'canceled by request' });
   });
 });

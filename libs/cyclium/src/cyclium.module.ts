@@ -24,6 +24,7 @@ import { VersionMoves } from './dispatch/version-moves.service.js';
 import { EpisodeEndings } from './episodes/episode-endings.service.js';
 import { EpisodeWaits } from './episodes/episode-waits.service.js';
 import { RETRY_WAKE_UPS } from './episodes/retry-wake-ups.interface.js';
+import { CANCELED_REQUESTS } from './episodes/canceled-requests.interface.js';
 import { EpisodeJournal } from './episodes/episode-journal.js';
 import { EpisodeStatements } from './episodes/episode-statements.js';
 import { BeginWrites } from './episodes/begin-writes.js';
@@ -154,6 +155,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeEndings,
     EpisodeWaits,
     { provide: RETRY_WAKE_UPS, useExisting: TriggerRequests },
+    { provide: CANCELED_REQUESTS, useExisting: TriggerRequests },
     EpisodeRunner,
     EpisodeVersions,
     EpisodeVersionMoves,

@@ -1,9 +1,8 @@
 import { VersionMoves, type MoveVersion, type MoveVersionResult } from './version-moves.service.js';
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { Dispatcher } from './dispatcher.service.js';
-import { TriggerRequests } from './trigger-requests.service.js';
 import { EpisodeRetry, type RetryResult } from './episode-retry.service.js';
 import type { DispatchOptions, DispatchResult } from './dispatch-result.js';
 import type { OnCommitResult } from './deferred-runner.service.js';
@@ -25,7 +24,7 @@ import { CANCEL_EVENT } from '../episodes/episode-events.js';
 import { EpisodeJournal } from '../episodes/episode-journal.js';
 import { EpisodeRunner } from '../episodes/episode-runner.service.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
-import { errorCode, errorMessage } from '../sql/database-errors.js';
+import { errorCode } from '../sql/database-errors.js';
 import { isUuid } from '../sql/uuid.js';
 import { InvalidListQueryError } from '../episodes/episode-errors.js';
 import {
@@ -135,8 +134,6 @@ const pick = <T>(explicit: T | undefined, fallback: T): T =>
 /** Episodes for hosts and UIs: start one, read them, cancel one from any node. */
 @Injectable()
 export class Episodes {
-  private readonly logger = new Logger('CycliumDispatch');
-
   constructor(
     private readonly dispatcher: Dispatcher,
     private readonly registry: ActorRegistry,
@@ -150,7 +147,6 @@ export class Episodes {
     private readonly signals: Signals,
     private readonly results: EpisodeResults,
     private readonly versionMoves: VersionMoves,
-    private readonly requests: TriggerRequests,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -339,18 +335,7 @@ export class Episodes {
   }
 
   private async cancelOne(id: string): Promise<CancelResult> {
-    if (await this.runner.cancelQueued(id)) {
-      // Its wake-up or run for later would start nothing now: it stops showing as due.
-      await this.requests
-        .dropForCanceled([id])
-        .catch((error: unknown) =>
-          this.logger.warn(
-            `episode ${id} is canceled; its trigger requests stay listed until due ` +
-              `(${errorMessage(error)})`,
-          ),
-        );
-      return 'canceled';
-    }
+    if (await this.runner.cancelQueued(id)) return 'canceled';
     const [requested] = await this.store.requestCancel([id]);
     if (!requested) return (await this.store.get(id)) ? 'finished' : 'not_found';
     this.events.announce(CANCEL_EVENT, { episodeId: id });

@@ -9,6 +9,7 @@ import { emptyWhenAbsent, nullWhenAbsent, rowMapper } from '../entities/row-mapp
 import { isUuid } from '../sql/uuid.js';
 import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import type { RetryWakeUps, WakeReason } from '../episodes/retry-wake-ups.interface.js';
+import type { CanceledRequests } from '../episodes/canceled-requests.interface.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { sameEnv, sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
 import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
@@ -85,7 +86,7 @@ export function deleteRequestsOf(statement: Statement, due: string): string {
  * requests trigger-only nodes deferred, oldest first, and what became of each.
  */
 @Injectable()
-export class TriggerRequests implements RetryWakeUps {
+export class TriggerRequests implements RetryWakeUps, CanceledRequests {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly signer: RowSigner,
@@ -192,18 +193,19 @@ export class TriggerRequests implements RetryWakeUps {
   }
 
   /**
-   * The requests still to run for canceled episodes (a sleep's or a backoff's wake-up, a run for
-   * later): completed now, so lists and counts stop showing them as due. A node that took one a
-   * moment before would find its episode canceled and start nothing.
+   * The requests still to run of the episodes a cancel ends (a sleep's or a backoff's wake-up, a
+   * run for later), completed by the cancel's own statement so lists and counts stop showing them
+   * as due. One another transaction holds is skipped, not waited for: a take and the expiry lock
+   * the request before its episode, a cancel the other way round, so waiting could deadlock; each
+   * of them ends the request itself (a take then finds the episode canceled and starts nothing).
    */
-  async dropForCanceled(episodeIds: readonly string[]): Promise<void> {
-    if (episodeIds.length === 0) return;
-    await this.database.sql.query(
-      `UPDATE cyclium_trigger_requests
-          SET status = 'completed', completed_at = now(), error = 'its episode was canceled'
-        WHERE episode_id = ANY($1::uuid[]) AND status IN ('pending', 'scheduled')`,
-      [episodeIds],
-    );
+  completeFor(canceled: string): string {
+    return `UPDATE cyclium_trigger_requests
+               SET status = 'completed', completed_at = now(), error = 'its episode was canceled'
+             WHERE id IN (SELECT r.id FROM cyclium_trigger_requests r
+                           WHERE r.episode_id IN (SELECT id FROM ${canceled})
+                             AND r.status IN ('pending', 'scheduled')
+                             FOR NO KEY UPDATE OF r SKIP LOCKED)`;
   }
 
   /** The condition that a wake-up `node` wrote waits for the episode `e` (see scheduleWithin). */

@@ -1,9 +1,10 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
 import { sameEnv, sameStack } from '../scope/scope-predicates.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { oneEpisode } from './episode-store.js';
+import { CANCELED_REQUESTS, type CanceledRequests } from './canceled-requests.interface.js';
 
 /**
  * The oldest queued episode of one actor on one node, locked; only of the expectations `$3` lists
@@ -104,7 +105,10 @@ export function takeQueued(refs: TakeRefs): Array<[string, string]> {
  */
 @Injectable()
 export class EpisodeQueue {
-  constructor(private readonly database: CycliumDataSource) {}
+  constructor(
+    private readonly database: CycliumDataSource,
+    @Inject(CANCELED_REQUESTS) private readonly requests: CanceledRequests,
+  ) {}
 
   /**
    * Takes this node's oldest queued episode of `actorId` (of one of its expectations `ids`) and
@@ -166,18 +170,25 @@ export class EpisodeQueue {
     return rows[0]?.n ?? 0;
   }
 
-  /** The oldest queued episode of `actorId` on this node, canceled; null when there is none. */
+  /**
+   * The oldest queued episode of `actorId` on this node, canceled with its requests still to run
+   * (see CanceledRequests); null when there is none.
+   */
   async cancelOldestQueued(
     actorId: string,
     owner: string,
     via: SqlExecutor,
   ): Promise<EpisodeRow | null> {
     const { rows } = await via.query(
-      `UPDATE cyclium_episodes
-        SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled'
-        WHERE id = (${QUEUE_HEAD})
-          AND status = 'queued'
-       RETURNING *`,
+      `WITH canceled AS (
+         UPDATE cyclium_episodes
+            SET status = 'canceled', finished_at = now(), updated_at = now(),
+                error_class = 'canceled'
+          WHERE id = (${QUEUE_HEAD})
+            AND status = 'queued'
+          RETURNING *),
+       requests AS (${this.requests.completeFor('canceled')})
+       SELECT * FROM canceled`,
       [owner, actorId],
     );
     return oneEpisode(rows);

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { EpisodeRetention } from './episode-retention.js';
+import { CANCELED_REQUESTS, type CanceledRequests } from './canceled-requests.interface.js';
 import { Statement } from '../sql/statement.js';
 import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.js';
 import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
@@ -94,6 +95,7 @@ export class EpisodeStore {
   constructor(
     private readonly database: CycliumDataSource,
     private readonly signatures: EpisodeSignatures,
+    @Inject(CANCELED_REQUESTS) private readonly requests: CanceledRequests,
   ) {}
 
   /** Inserts unless a live episode already has the dedupe key; null when another insert won. */
@@ -322,7 +324,8 @@ export class EpisodeStore {
 
   /**
    * Cancels the episodes of `ids` that are not running (queued, deferred, or waiting out a retry's
-   * backoff); returns them.
+   * backoff, a sleep or a wait), completing their requests still to run in the same statement;
+   * returns them.
    */
   async cancelWaiting(
     ids: readonly string[],
@@ -330,11 +333,14 @@ export class EpisodeStore {
   ): Promise<EpisodeRow[]> {
     if (ids.length === 0) return [];
     const { rows } = await via.query(
-      `UPDATE cyclium_episodes
-        SET status = 'canceled', finished_at = now(), updated_at = now(), error_class = 'canceled',
-              cancel_requested_at = coalesce(cancel_requested_at, now())
-        WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'throttled', 'deferred', 'waiting')
-        RETURNING *`,
+      `WITH canceled AS (
+         UPDATE cyclium_episodes
+            SET status = 'canceled', finished_at = now(), updated_at = now(),
+                error_class = 'canceled', cancel_requested_at = coalesce(cancel_requested_at, now())
+          WHERE id = ANY($1::uuid[]) AND status IN ('queued', 'throttled', 'deferred', 'waiting')
+          RETURNING *),
+       requests AS (${this.requests.completeFor('canceled')})
+       SELECT * FROM canceled`,
       [ids],
     );
     return rows.map(toEpisode);
