@@ -230,6 +230,12 @@ describe('npm start launcher', () => {
     orphans.push(after.pid);
     expect(after.identity).toBe('node-1');
     expect(run.output()).toContain('node-1 exited (SIGKILL); restarting it in 1 s');
+    // What the silent seconds after it are: the new process waits out the old one's beat.
+    expect(run.output()).toContain(
+      "node-1's new process waits up to 2 s (two node beats) for the old one's beat to stop",
+    );
+    // Nest's boot lines stay out of the launcher's output.
+    expect(run.output()).not.toMatch(/LOG \[(RouterExplorer|InstanceLoader)\]/);
     run.child.kill('SIGINT');
     expect(await run.exited).toBe(0);
   }, 120_000);

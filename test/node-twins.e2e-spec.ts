@@ -60,6 +60,13 @@ describe('two live processes with the same node identity', () => {
       `DuplicateNodeIdentityError: node identity "twin" is already in use by another live process (boot id ${firstBoot})`,
     );
     expect((await row())?.boot_id).toBe(firstBoot);
+    // It said what it waited for while it watched the beat (no silent seconds at boot).
+    expect(second.output()).toMatch(
+      new RegExp(
+        `node identity "twin" beat \\d+ ms ago from another process \\(boot id ${firstBoot}\\): ` +
+          `waiting up to \\d+ ms to see whether it stopped`,
+      ),
+    );
 
     // Going: a SIGTERM clears its boot id first, then the drain waits for the stubborn step.
     await triggerOn(first, 'twins', 'restart');

@@ -10,17 +10,25 @@ export interface NodeSpec {
 const MAX_RESTARTS = 5;
 const RESTART_WINDOW_MS = 60_000;
 
+/**
+ * Nest's own boot lines (modules loaded, every route mapped): about fifty per node, which bury the
+ * launcher's few useful lines. DEMO_VERBOSE_BOOT=1 shows them.
+ */
+const BOOT_NOISE = /\bLOG \[(InstanceLoader|RoutesResolver|RouterExplorer|NestFactory)\]/;
+
 function prefixLines(
   stream: NodeJS.ReadableStream | null,
   prefix: string,
   out: NodeJS.WritableStream,
+  quiet: boolean,
 ): void {
   let pending = '';
   stream?.setEncoding('utf8');
   stream?.on('data', (chunk: string) => {
     const lines = (pending + chunk).split('\n');
     pending = lines.pop() ?? '';
-    for (const line of lines) out.write(`${prefix} ${line}\n`);
+    for (const line of lines)
+      if (!quiet || !BOOT_NOISE.test(line)) out.write(`${prefix} ${line}\n`);
   });
 }
 
@@ -146,8 +154,9 @@ export class NodeSupervisor {
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
-    prefixLines(child.stdout, `[${spec.id}]`, process.stdout);
-    prefixLines(child.stderr, `[${spec.id}]`, process.stderr);
+    const quiet = spec.env.DEMO_VERBOSE_BOOT !== '1';
+    prefixLines(child.stdout, `[${spec.id}]`, process.stdout, quiet);
+    prefixLines(child.stderr, `[${spec.id}]`, process.stderr, quiet);
     return child;
   }
 
@@ -170,6 +179,12 @@ export class NodeSupervisor {
       node.restarts.push(now);
       const delayMs = 1000 * node.restarts.length;
       this.say(`${node.spec.id} exited (${how}); restarting it in ${delayMs / 1000} s`);
+      // Otherwise the restart looks hung: the new process is silent while it waits.
+      const beatMs = Number(node.spec.env.DEMO_NODE_BEAT_MS ?? 15_000);
+      this.say(
+        `${node.spec.id}'s new process waits up to ${(2 * beatMs) / 1000} s (two node beats) for ` +
+          `the old one's beat to stop before it takes the identity: one identity never runs twice`,
+      );
       node.timer = setTimeout(() => this.restart(node), delayMs);
     });
   }

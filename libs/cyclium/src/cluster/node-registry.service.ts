@@ -178,7 +178,13 @@ export class NodeRegistry implements OnApplicationBootstrap {
           `over`,
       );
     if (first.boot_id === null) return going();
-    const until = performance.now() + goneAfterMs - first.age_ms;
+    const waitMs = Math.ceil(goneAfterMs - first.age_ms);
+    this.logger.log(
+      `node identity "${me}" beat ${Math.round(first.age_ms)} ms ago from another process (boot ` +
+        `id ${first.boot_id}): waiting up to ${waitMs} ms to see whether it stopped (a process ` +
+        `killed outright) or still beats (a twin, refused)`,
+    );
+    const until = performance.now() + waitMs;
     while (performance.now() < until) {
       await sleep(Math.min(250, this.options.nodeBeatIntervalMs / 4));
       const now = await read();
