@@ -3,7 +3,7 @@ import { ActorRegistry } from '../actors/actor-registry.service.js';
 import type { RegisteredExpectation } from '../actors/registered-actor.js';
 import { EventOutbox } from '../bus/event-outbox.service.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
-import { episodeLabel } from '../episodes/episode-log-lines.js';
+import { byAnOperator, episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeSignatures } from '../episodes/episode-signatures.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { EpisodeWaits } from '../episodes/episode-waits.service.js';
@@ -53,7 +53,10 @@ export class EpisodeRetry {
     private readonly signatures: EpisodeSignatures,
   ) {}
 
-  async retry(id: string): Promise<RetryResult> {
+  /** `why`: the operator's reason, for the line logged as it runs again and a resume's marker. */
+  async retry(id: string, why?: string): Promise<RetryResult> {
+    // A sentence, not a document: cut as the operations API caps it.
+    const reason = why?.slice(0, 500);
     const old = isUuid(id) ? await this.store.get(id) : null;
     if (!old) return { status: 'not_found' };
     if (!RETRYABLE.has(old.status)) return { status: 'not_failed', current: old.status };
@@ -63,13 +66,13 @@ export class EpisodeRetry {
     const expectation = this.registry.expectation(old.actorId, old.expectationId);
     if (!expectation) return { status: 'not_hosted' };
     if (old.status === 'failed' && !old.archivedAt) {
-      const resumed = await this.waits.reopen(old);
+      const resumed = await this.waits.reopen(old, reason);
       if (resumed) {
         // Every full node's poller hears it now rather than at its next poll.
         this.events.announce(REQUEST_WAKE_EVENT, { node: this.identity.name() });
         this.logger.log(
           `${episodeLabel(old)} (failed as ${old.errorClass ?? 'unknown'}) resumes from its ` +
-            `journal: retried by an operator`,
+            `journal: retried ${byAnOperator(reason)}`,
         );
         return { status: 'resumed', episode: resumed };
       }
@@ -78,12 +81,13 @@ export class EpisodeRetry {
       if (now.status !== 'failed') return { status: 'not_failed', current: now.status };
       // Archived meanwhile: its checkpoints are gone, so it runs again as a new episode.
     }
-    return this.runAgain(old, expectation);
+    return this.runAgain(old, expectation, reason);
   }
 
   private async runAgain(
     old: EpisodeRow,
     expectation: RegisteredExpectation,
+    reason: string | undefined,
   ): Promise<RetryResult> {
     const base = old.dedupeKey ?? `retry-of:${old.id}`;
     const trigger = old.triggerRef as unknown as EpisodeTrigger;
@@ -96,6 +100,11 @@ export class EpisodeRetry {
       });
       if (dispatch.status === 'duplicate') continue;
       if (dispatch.status === 'disabled') return { status: 'disabled' };
+      const again = 'episode' in dispatch ? ` as episode ${dispatch.episode.id}` : '';
+      this.logger.log(
+        `${episodeLabel(old)} (${old.status}) runs again under ${dedupeKey}${again} ` +
+          `(${dispatch.status}): retried ${byAnOperator(reason)}`,
+      );
       return { status: 'retried', dedupeKey, dispatch };
     }
     return { status: 'not_failed', current: `${old.status}, retried ${MAX_RETRIES} times already` };

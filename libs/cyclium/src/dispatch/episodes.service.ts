@@ -390,10 +390,11 @@ export class Episodes {
    * `partially_failed` one (its method returned) or an archived one (its checkpoints are gone) runs
    * as a new episode of the same expectation and trigger under the old dedupe key plus `:retry:<n>`
    * (`retried`), from the first step. One that failed as `tampered` is not run. The actor must be
-   * declared on this node.
+   * declared on this node. `reason` (why an operator retries it) goes into the line logged when it
+   * runs again, and into the journal's `retry` marker of one that resumes.
    */
-  retry(id: string): Promise<RetryResult> {
-    return this.retries.retry(id);
+  retry(id: string, options: { reason?: string } = {}): Promise<RetryResult> {
+    return this.retries.retry(id, options.reason);
   }
 }
 

@@ -13,6 +13,16 @@ export function episodeLabel(
 }
 
 /**
+ * How a log line of an operator's action ends: `by an operator`, and the reason they gave. Quoted
+ * as JSON, so a reason's line breaks cannot forge the lines that follow; cut at 500 characters.
+ */
+export function byAnOperator(reason?: string): string {
+  return reason === undefined
+    ? 'by an operator'
+    : `by an operator, reason ${JSON.stringify(reason.slice(0, 500))}`;
+}
+
+/**
  * A log line carries one line of a message: a driver's multi-line text or a stack would drown the
  * rest.
  */

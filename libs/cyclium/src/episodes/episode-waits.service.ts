@@ -127,9 +127,11 @@ export class EpisodeWaits {
    * operator's retry, which resumes it from its journal on any node hosting the actor. Its error
    * goes to a `retry` marker (`manual`), and its counts of retries and crash recoveries start
    * again, so its policies apply afresh. Null when it is no longer failed (or was archived). The
-   * caller checked the row (`accepts`): its reset count is signed over the row as read.
+   * caller checked the row (`accepts`): its reset count is signed over the row as read. The
+   * operator's `reason`, when given, goes into the marker too: the journal is where the episode's
+   * page shows why it ran again.
    */
-  reopen(episode: EpisodeRow): Promise<EpisodeRow | null> {
+  reopen(episode: EpisodeRow, reason?: string): Promise<EpisodeRow | null> {
     const node = this.identity.name();
     const signature = this.signatures.sign({ ...episode, attempts: 0 });
     return this.database.transaction(async (client) => {
@@ -144,6 +146,7 @@ export class EpisodeWaits {
           node,
           errorClass: episode.errorClass,
           error: firstLine(episode.errorDetail ?? ''),
+          ...(reason === undefined ? {} : { reason }),
         },
         client,
       );

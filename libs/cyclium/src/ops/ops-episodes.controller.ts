@@ -23,15 +23,49 @@ import { ActorRegistry } from '../actors/actor-registry.service.js';
 import { retryOptionsFor } from '../episodes/retry-policy.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
-import { EpisodeIdParam, EpisodeListQuery, SignalBody } from './ops-queries.dto.js';
+import { OpsBulkActions, type BulkResult } from './bulk-actions.service.js';
+import {
+  CancelMatchingBody,
+  EpisodeIdParam,
+  EpisodeListQuery,
+  OperatorActionBody,
+  RetryMatchingBody,
+  SignalBody,
+} from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
+import { OperatorActions, retryRefusal } from './operator-actions.service.js';
 
 /** The statuses in which an episode waits for a node to take it. */
 const WAITS_FOR_A_NODE = new Set(['waiting', 'deferred', 'throttled', 'queued']);
 
 /**
  * Episodes for the operations page: list, read one with everything it wrote, cancel, retry,
- * archive.
+ * archive; and retry or cancel every episode a filter matches.
+ *
+ * Cancel, retry and archive take an optional JSON body `{ reason }` (1 to 500 characters), logged
+ * (context `CycliumOps`, or `CycliumDispatch` for a retry) with the episode's id.
+ *
+ * `POST retry-matching` and `POST cancel-matching` take the list's filters as a JSON body,
+ * `{ actor?, status?, stack?, env?, eventId?, limit?, reason? }` (each left out, never null, when
+ * unused; `limit` a whole number from 1 to 500, default 100), and act on the newest `limit`
+ * matching episodes as the single routes would, a few at a time. `status` may name only what the
+ * action can act on (else 400): `failed` or `partially_failed` for a retry (both when left out);
+ * `queued`, `throttled`, `deferred`, `waiting`, `running` or `blocked` for a cancel (all of them
+ * when left out). The answer, 200:
+ *
+ * ```json
+ * { "matched": 3, "done": { "resumed": 2, "retried": 0 },
+ *   "refused": [{ "id": "…", "reason": "not_hosted", "message": "the actor of episode …" }],
+ *   "more": true }
+ * ```
+ *
+ * `matched`: the episodes acted on (at most `limit`); `done` counts each result, every key present
+ * (`resumed` and `retried` for a retry, `canceled` and `requested` for a cancel); `refused`: those
+ * left as they were, with the single route's result code (a retry's `not_found`, `not_failed`,
+ * `tampered`, `not_hosted`, `disabled`; a cancel's `finished`, `not_found`; `error` for a fault of
+ * that episode alone) and its words; `more`: more episodes matched beyond `limit` (call again).
+ * A database that is away stops the call with a 503: each action done is logged, and a second
+ * call acts on what still matches.
  */
 @Controller('api/episodes')
 @UseGuards(OpsAccessGuard)
@@ -45,6 +79,8 @@ export class OpsEpisodesController {
     private readonly requests: TriggerRequests,
     private readonly versions: HostedVersions,
     private readonly registry: ActorRegistry,
+    private readonly actions: OperatorActions,
+    private readonly bulk: OpsBulkActions,
   ) {}
 
   @Get()
@@ -59,6 +95,20 @@ export class OpsEpisodesController {
       cursor: query.cursor,
     });
     return { ...page, items: await this.withWaits(page.items) };
+  }
+
+  // Declared before the `:id` routes: Express matches in declaration order, so a POST `:id` route
+  // added later cannot take these paths.
+  @Post('retry-matching')
+  @HttpCode(200)
+  retryMatching(@Body() body: RetryMatchingBody): Promise<BulkResult<'resumed' | 'retried'>> {
+    return this.bulk.retryMatching(body);
+  }
+
+  @Post('cancel-matching')
+  @HttpCode(200)
+  cancelMatching(@Body() body: CancelMatchingBody): Promise<BulkResult<'canceled' | 'requested'>> {
+    return this.bulk.cancelMatching(body);
   }
 
   @Get(':id')
@@ -145,8 +195,9 @@ export class OpsEpisodesController {
   @HttpCode(200)
   async cancel(
     @Param() { id }: EpisodeIdParam,
+    @Body() { reason }: OperatorActionBody,
   ): Promise<{ result: Exclude<CancelResult, 'not_found'> }> {
-    const result = await this.episodes.cancel(id);
+    const result = await this.actions.cancel(id, reason);
     if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
     return { result };
   }
@@ -156,8 +207,9 @@ export class OpsEpisodesController {
   @HttpCode(200)
   async archive(
     @Param() { id }: EpisodeIdParam,
+    @Body() { reason }: OperatorActionBody,
   ): Promise<{ result: 'archived' | 'already_archived' }> {
-    const result = await this.episodes.archive(id);
+    const result = await this.actions.archive(id, reason);
     if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
     if (result === 'live')
       throw new ConflictException(
@@ -174,9 +226,10 @@ export class OpsEpisodesController {
   @HttpCode(201)
   async retry(
     @Param() { id }: EpisodeIdParam,
+    @Body() { reason }: OperatorActionBody,
     @Res({ passthrough: true }) response: { status(code: number): unknown },
   ) {
-    const result = await this.episodes.retry(id);
+    const result = await this.actions.retry(id, reason);
     switch (result.status) {
       case 'resumed':
         response.status(202);
@@ -193,26 +246,10 @@ export class OpsEpisodesController {
             : null;
         return { result: 'retried', dispatch: dispatch.status, dedupeKey, episode };
       }
-      case 'tampered':
-        throw new ConflictException(
-          `episode ${id} failed as tampered: its rows are not this deployment's, and it is not ` +
-            `run again`,
-        );
       case 'not_found':
-        throw new NotFoundException(`no episode ${id}`);
-      case 'not_failed':
-        throw new ConflictException(
-          `episode ${id} is ${result.current}: only a failed episode can be retried`,
-        );
-      case 'not_hosted':
-        throw new ConflictException(
-          `the actor of episode ${id} is not declared on this node: retry it from a node that ` +
-            `hosts it`,
-        );
-      case 'disabled':
-        throw new ConflictException(
-          `the actor of episode ${id} is disabled on this node: switch the mode before retrying`,
-        );
+        throw new NotFoundException(retryRefusal(id, result));
+      default:
+        throw new ConflictException(retryRefusal(id, result));
     }
   }
 }

@@ -1,5 +1,15 @@
 import { Type } from 'class-transformer';
-import { IsIn, IsInt, IsOptional, IsString, IsUUID, Length, Max, Min } from 'class-validator';
+import {
+  IsIn,
+  IsInt,
+  IsOptional,
+  IsString,
+  IsUUID,
+  Length,
+  Max,
+  Min,
+  ValidateIf,
+} from 'class-validator';
 import { EPISODE_STATUSES, type EpisodeStatus } from '../entities/episode.entity.js';
 import { MAX_STATUS_WINDOW_MS } from '../health/cluster-status.service.js';
 import type { CycliumMode } from '../options/cyclium-options.interface.js';
@@ -15,17 +25,49 @@ const TRIGGER_REQUEST_STATUSES = [
 ] as const;
 const WORKFLOW_STATUSES = ['running', 'blocked', 'done', 'failed', 'canceled'] as const;
 
-/** Query strings arrive as text: a number field is converted first, then checked. */
-const Limit = () => (target: object, key: string) => {
-  Type(() => Number)(target, key);
+/** The statuses `retry-matching` acts on: only a failed episode can be retried. */
+export const RETRYABLE_STATUSES = [
+  'failed',
+  'partially_failed',
+] as const satisfies readonly EpisodeStatus[];
+
+/** The statuses `cancel-matching` acts on: those of an episode that has not ended. */
+export const CANCELABLE_STATUSES = [
+  'queued',
+  'throttled',
+  'deferred',
+  'waiting',
+  'running',
+  'blocked',
+] as const satisfies readonly EpisodeStatus[];
+
+const WholeLimit = () => (target: object, key: string) => {
   IsInt({ message: `${key} must be a whole number from 1 to 500` })(target, key);
   Min(1, { message: `${key} must be a whole number from 1 to 500` })(target, key);
   Max(500, { message: `${key} must be a whole number from 1 to 500` })(target, key);
 };
 
+/** Query strings arrive as text: a number field is converted first, then checked. */
+const Limit = () => (target: object, key: string) => {
+  Type(() => Number)(target, key);
+  WholeLimit()(target, key);
+};
+
+/**
+ * A body field that may be left out. Unlike IsOptional, null is refused: read as "no filter", a
+ * `"actor": null` would widen a bulk action to every actor.
+ */
+const Absent = () => ValidateIf((_body: object, value: unknown) => value !== undefined);
+
 const Text = (max: number) => (target: object, key: string) => {
   IsString({ message: `${key} must be text` })(target, key);
   Length(1, max, { message: `${key} must be 1 to ${max} characters` })(target, key);
+};
+
+/** Why an operator acts: logged with the episode's id (`reason`, 1 to 500 characters). */
+const Reason = () => (target: object, key: string) => {
+  Absent()(target, key);
+  Text(500)(target, key);
 };
 
 export class EpisodeIdParam {
@@ -102,6 +144,61 @@ export class EpisodeListQuery {
   @IsOptional()
   @Text(400)
   cursor?: string;
+}
+
+/** `POST /api/episodes/:id/cancel|retry|archive`: an optional body saying why. */
+export class OperatorActionBody {
+  @Reason()
+  reason?: string;
+}
+
+/**
+ * The filters of `GET /api/episodes` as a JSON body, how many matching episodes one call acts on
+ * (`limit`, default 100), and why. The status filter is each action's own: only the statuses it can
+ * act on.
+ */
+abstract class MatchingBody extends OperatorActionBody {
+  @Absent()
+  @Text(200)
+  actor?: string;
+
+  @Absent()
+  @Text(200)
+  stack?: string;
+
+  @Absent()
+  @Text(200)
+  env?: string;
+
+  @Absent()
+  @Text(200)
+  eventId?: string;
+
+  @Absent()
+  @WholeLimit()
+  limit?: number;
+}
+
+/** `POST /api/episodes/retry-matching`. */
+export class RetryMatchingBody extends MatchingBody {
+  @Absent()
+  @IsIn(RETRYABLE_STATUSES, {
+    message:
+      `status must be one of: ${RETRYABLE_STATUSES.join(', ')} ` +
+      `(only a failed episode can be retried)`,
+  })
+  status?: (typeof RETRYABLE_STATUSES)[number];
+}
+
+/** `POST /api/episodes/cancel-matching`. */
+export class CancelMatchingBody extends MatchingBody {
+  @Absent()
+  @IsIn(CANCELABLE_STATUSES, {
+    message:
+      `status must be one of: ${CANCELABLE_STATUSES.join(', ')} ` +
+      `(only an episode that has not ended can be canceled)`,
+  })
+  status?: (typeof CANCELABLE_STATUSES)[number];
 }
 
 export class TriggerRequestListQuery {

@@ -1,6 +1,7 @@
 import { Module, type CanActivate, type DynamicModule, type Provider } from '@nestjs/common';
 import { RouterModule } from '@nestjs/core';
 import { CycliumConfigError } from '../options/cyclium-config.error.js';
+import { OpsBulkActions } from './bulk-actions.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsClusterController } from './ops-cluster.controller.js';
 import { OpsEpisodesController } from './ops-episodes.controller.js';
@@ -11,6 +12,7 @@ import {
 } from './ops-options.interface.js';
 import { OpsPageController } from './ops-page.controller.js';
 import { OpsVersionsController } from './ops-versions.controller.js';
+import { OperatorActions } from './operator-actions.service.js';
 
 /**
  * The operations page and its JSON API, mounted at `path` (default `ops`) behind the host's guard.
@@ -45,6 +47,8 @@ export class CycliumOpsModule {
         ...(typeof guard === 'function' ? [guard] : []),
         hostGuard,
         OpsAccessGuard,
+        OperatorActions,
+        OpsBulkActions,
       ],
     };
   }
