@@ -831,12 +831,14 @@
         body: { ...state.filters, limit: BULK_LIMIT, ...confirmed },
       });
       const done = Object.entries(answer.done || {})
+        .filter(([, n]) => n > 0)
         .map(([result, n]) => `${n} ${result.replace(/_/g, ' ')}`)
         .join(', ');
       const refused = answer.refused || [];
+      const first = refused[0];
       out.textContent =
         `${verb}: ${answer.matched} matched${done ? `; ${done}` : ''}` +
-        (refused.length ? `; ${refused.length} refused (${short(refused[0].reason, 80)})` : '') +
+        (first ? `; ${refused.length} refused (${short(first.message || first.reason, 80)})` : '') +
         (answer.more ? `; more match: run it again for the next ${BULK_LIMIT}` : '');
       clearProblem();
       await refresh();
