@@ -21,6 +21,7 @@ import { EpisodeVersions } from './episodes/episode-versions.js';
 import { EpisodeVersionMoves } from './episodes/episode-version-moves.js';
 import { HostedVersions } from './cluster/hosted-versions.js';
 import { VersionMoves } from './dispatch/version-moves.service.js';
+import { ActorPauses } from './dispatch/actor-pauses.service.js';
 import { EpisodeEndings } from './episodes/episode-endings.service.js';
 import { EpisodeWaits } from './episodes/episode-waits.service.js';
 import { RETRY_WAKE_UPS } from './episodes/retry-wake-ups.interface.js';
@@ -186,6 +187,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     EpisodeTraces,
     { provide: RUN_TRACER, useExisting: EpisodeTraces },
     Mode,
+    ActorPauses,
     Dispatcher,
     DeferredRunner,
     TriggerRequests,
@@ -211,6 +213,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     CycliumStatus,
     BusConsumers,
     Mode,
+    ActorPauses,
     TriggerRequests,
     WorkflowEngine,
     // For the operations API's flow and versions (CycliumOpsModule).

@@ -87,6 +87,7 @@ export { ActorDefinitionError } from './discovery/actor-definition.error.js';
 export { UnknownActorError } from './actors/unknown-actor.error.js';
 export type { DispatchResult } from './dispatch/dispatch-result.js';
 export { Mode, type ModeStatus } from './dispatch/mode.service.js';
+export { ActorPauses, type ActorPause } from './dispatch/actor-pauses.service.js';
 export { TriggerRequests } from './dispatch/trigger-requests.service.js';
 export {
   Episodes,

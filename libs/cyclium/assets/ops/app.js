@@ -1002,6 +1002,81 @@
     }
   }
 
+  // --- actors: pause and resume cluster-wide ---------------------------------------------------
+
+  async function pauseOrResume(a) {
+    const verb = a.paused ? 'resume' : 'pause';
+    const question = a.paused
+      ? `Resume ${a.actorId} on every node of this stack and env? Its waiting work starts.`
+      : `Pause ${a.actorId} on every node of this stack and env? Nothing of it starts until ` +
+        `resumed; running episodes finish, its triggers wait.`;
+    const confirmed = await confirmAction(question);
+    if (!confirmed) return;
+    const result = $('actors-result');
+    try {
+      const answer = await api(`/api/actors/${encodeURIComponent(a.actorId)}/${verb}`, {
+        method: 'POST',
+        body: confirmed,
+      });
+      result.textContent = `${a.actorId}: ${answer.result.replace(/_/g, ' ')}`;
+      void refresh();
+    } catch (error) {
+      result.textContent = `${verb} refused: ${error.message}`;
+    }
+  }
+
+  function actorRow(a) {
+    const state = a.paused
+      ? [
+          badge('paused', 'warn'),
+          el(
+            'span',
+            { class: 'muted small' },
+            ` since `,
+            time(a.paused.pausedAt),
+            a.paused.reason ? `: ${a.paused.reason}` : '',
+          ),
+        ]
+      : badge('running', 'live');
+    return el(
+      'tr',
+      { 'data-testid': 'actor-row', 'data-actor': a.actorId, 'data-paused': String(!!a.paused) },
+      el('td', {}, el('code', {}, a.actorId)),
+      el('td', { 'data-testid': 'actor-state' }, state),
+      el('td', {}, a.mode),
+      el(
+        'td',
+        {},
+        el(
+          'button',
+          { type: 'button', 'data-testid': 'actor-toggle', onclick: () => pauseOrResume(a) },
+          a.paused ? 'Resume…' : 'Pause…',
+        ),
+      ),
+    );
+  }
+
+  async function refreshActors() {
+    const box = $('actors');
+    try {
+      const { items } = await api('/api/actors');
+      const table = el(
+        'table',
+        { 'data-testid': 'actors-table' },
+        el(
+          'thead',
+          {},
+          el('tr', {}, ...['actor', 'cluster-wide', 'mode here', ''].map((h) => el('th', {}, h))),
+        ),
+        el('tbody', {}),
+      );
+      fill(table.tBodies[0], items.map(actorRow), 'no actor declared on this node', 4);
+      box.replaceChildren(table);
+    } catch (error) {
+      box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+    }
+  }
+
   // --- versions ---------------------------------------------------------------------------------
 
   /**
@@ -1082,6 +1157,7 @@
 
   const refreshLists = () =>
     Promise.all([
+      refreshActors(),
       refreshFlow(),
       refreshVersions(),
       refreshList('/api/trigger-requests?limit=20', 'trigger-requests'),

@@ -144,6 +144,11 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'column cyclium_signals.trace_context',
     holds: columnExists('cyclium_signals', 'trace_context'),
   },
+  {
+    migration: 'CycliumActorPauses1764400000027',
+    missing: 'table cyclium_actor_pauses',
+    holds: `to_regclass('cyclium_actor_pauses') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

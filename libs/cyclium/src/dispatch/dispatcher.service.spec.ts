@@ -69,3 +69,40 @@ describe('Dispatcher.handOver', () => {
     },
   );
 });
+
+describe('Dispatcher.dispatch of an actor paused cluster-wide', () => {
+  const options = resolveCycliumOptions({ nodeIdentity: 'n' });
+  const registry = { declares: () => true, get: () => ({ id: 'a' }) } as unknown as ActorRegistry;
+  const expectation = { actorId: 'a', id: 'e', options: {} } as unknown as RegisteredExpectation;
+  const base: DispatchOptions = { dedupeKey: 'k', sourceStack: null, sourceEnv: null };
+
+  it('defers it due now (a request that never expires), and runs it once resumed', async () => {
+    const mode = new Mode(options, new NodeIdentity(options), registry);
+    const defer = jest.fn(() => Promise.resolve({ status: 'deferred' }));
+    const dispatch = jest.fn(() => Promise.resolve({ status: 'started' }));
+    const changed = jest.fn();
+    mode.onActorChange(changed);
+    const dispatcher = new Dispatcher(
+      mode,
+      { dispatch } as unknown as ActorSlots,
+      { defer } as unknown as DeferredRunner,
+    );
+    mode.setPaused(['a']);
+    expect(mode.of('a')).toBe('trigger_only');
+    expect(mode.status().paused).toEqual(['a']);
+    await dispatcher.dispatch(expectation, { type: 'manual', payload: {} }, base);
+    expect(defer).toHaveBeenCalledTimes(1);
+    expect(
+      (defer.mock.calls[0] as unknown as [unknown, unknown, DispatchOptions])[2].delay,
+    ).toEqual({ ms: 0 });
+    // A disabled override stays disabled: a pause never turns an actor on.
+    mode.setActorOverride('a', 'disabled');
+    expect(mode.of('a')).toBe('disabled');
+    mode.clearActorOverride('a');
+    mode.setPaused([]);
+    expect(mode.of('a')).toBe('full');
+    expect(changed.mock.calls.map(([id]) => id)).toEqual(['a', 'a', 'a', 'a']);
+    await dispatcher.dispatch(expectation, { type: 'manual', payload: {} }, base);
+    expect(dispatch).toHaveBeenCalledTimes(1);
+  });
+});

@@ -36,6 +36,10 @@ export class Dispatcher {
     // it.
     if (delay) return this.deferred.defer(expectation, trigger, { ...options, delay });
     if (mode === 'full') return this.slots.dispatch(expectation, trigger, options);
+    // Paused cluster-wide: due now, so the request waits out the pause however long (a request to
+    // run now expires after triggerRequestTtlMs).
+    if (this.mode.isPaused(expectation.actorId))
+      return this.deferred.defer(expectation, trigger, { ...options, delay: { ms: 0 } });
     return this.deferred.defer(expectation, trigger, options);
   }
 

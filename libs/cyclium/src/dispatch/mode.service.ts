@@ -12,6 +12,8 @@ export interface ModeStatus {
   nodeMode: CycliumMode;
   overrides: Record<string, CycliumMode>;
   nodeIdentity: string;
+  /** Actors paused cluster-wide in this node's stack and env (ActorPauses), as last read. */
+  paused: string[];
 }
 
 /**
@@ -25,6 +27,7 @@ export class Mode {
   private readonly logger = new Logger('CycliumDispatch');
   private nodeMode: CycliumMode;
   private readonly overrides = new Map<string, CycliumMode>();
+  private paused = new Set<string>();
   private readonly listeners = new Set<(mode: CycliumMode) => void>();
   private readonly actorListeners = new Set<(actorId: string) => void>();
 
@@ -41,9 +44,38 @@ export class Mode {
     return this.nodeMode;
   }
 
-  /** The mode that applies to `actorId`: its override, else the node's. */
+  /**
+   * The mode that applies to `actorId`: its override, else the node's; an actor paused cluster-wide
+   * that would run here is `trigger_only` (its triggers wait as requests with a due time, which
+   * never expire, for the resume).
+   */
   of(actorId: string): CycliumMode {
-    return this.overrides.get(actorId) ?? this.nodeMode;
+    const mode = this.overrides.get(actorId) ?? this.nodeMode;
+    return mode === 'full' && this.paused.has(actorId) ? 'trigger_only' : mode;
+  }
+
+  /** Whether `actorId` is paused cluster-wide, as this node last read it. */
+  isPaused(actorId: string): boolean {
+    return this.paused.has(actorId);
+  }
+
+  /**
+   * The actors paused cluster-wide in this node's scope (ActorPauses reads them): each whose state
+   * changes is announced to the actor listeners, so a resumed actor's pumps look for its backlog.
+   */
+  setPaused(actorIds: Iterable<string>): void {
+    const next = new Set(actorIds);
+    const changed = [
+      ...[...next].filter((id) => !this.paused.has(id)),
+      ...[...this.paused].filter((id) => !next.has(id)),
+    ];
+    this.paused = next;
+    for (const actorId of changed) {
+      this.logger.log(
+        `actor ${actorId} is ${next.has(actorId) ? 'paused' : 'resumed'} cluster-wide`,
+      );
+      this.actorChanged(actorId);
+    }
   }
 
   /** Switches this node's mode at run time, in memory (the `mode` option sets it at boot). */
@@ -112,6 +144,7 @@ export class Mode {
       nodeMode: this.nodeMode,
       overrides: Object.fromEntries(this.overrides),
       nodeIdentity: this.identity.name(),
+      paused: [...this.paused].sort(),
     };
   }
 }

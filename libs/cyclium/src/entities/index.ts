@@ -19,6 +19,7 @@ import { CycliumWorkflowInstance } from './workflow-instance.entity.js';
 import { CycliumSignal } from './signal.entity.js';
 import { CycliumEventWait, CycliumEventWaitShape } from './event-wait.entity.js';
 import { CycliumFlowStart } from './flow-start.entity.js';
+import { CycliumActorPause } from './actor-pause.entity.js';
 
 /** Every Cyclium entity, for hosts that add them to their DataSource to query the tables. */
 export const cycliumEntities = [
@@ -40,6 +41,7 @@ export const cycliumEntities = [
   CycliumEventWait,
   CycliumEventWaitShape,
   CycliumFlowStart,
+  CycliumActorPause,
 ] as const;
 
 export { CycliumEpisode, type EpisodeStatus } from './episode.entity.js';
@@ -61,5 +63,6 @@ export { CycliumBusPosition } from './bus-position.entity.js';
 export { CycliumIntegrityCutover } from './integrity-cutover.entity.js';
 export { CycliumSignal } from './signal.entity.js';
 export { CycliumFlowStart } from './flow-start.entity.js';
+export { CycliumActorPause } from './actor-pause.entity.js';
 export { CycliumEventWait, CycliumEventWaitShape } from './event-wait.entity.js';
 export type { MatchValue, WaitingFor } from './waiting-for.js';

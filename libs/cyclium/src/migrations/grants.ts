@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 /** Every table the migrations create. */
 export const CYCLIUM_TABLES = [
   'cyclium_actor_definitions',
+  'cyclium_actor_pauses',
   'cyclium_actor_scopes',
   'cyclium_bus_positions',
   'cyclium_episode_checkpoints',

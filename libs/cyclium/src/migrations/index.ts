@@ -28,6 +28,7 @@ import { CycliumFlowControl1764400000023 } from './1764400000023-cyclium-flow-co
 import { CycliumVersions1764400000024 } from './1764400000024-cyclium-versions.js';
 import { CycliumFlowRoom1764400000025 } from './1764400000025-cyclium-flow-room.js';
 import { CycliumTraceContext1764400000026 } from './1764400000026-cyclium-trace-context.js';
+import { CycliumActorPauses1764400000027 } from './1764400000027-cyclium-actor-pauses.js';
 
 export {
   CycliumSchema1764400000000,
@@ -84,4 +85,5 @@ export const cycliumMigrations = [
   CycliumVersions1764400000024,
   CycliumFlowRoom1764400000025,
   CycliumTraceContext1764400000026,
+  CycliumActorPauses1764400000027,
 ];

@@ -135,7 +135,7 @@ export class OpsClusterController {
   }
 
   private modes() {
-    const { nodeMode, overrides, nodeIdentity } = this.mode.status();
-    return { mode: nodeMode, actorOverrides: overrides, nodeIdentity };
+    const { nodeMode, overrides, nodeIdentity, paused } = this.mode.status();
+    return { mode: nodeMode, actorOverrides: overrides, pausedActors: paused, nodeIdentity };
   }
 }

@@ -77,6 +77,11 @@ export class EpisodeIdParam {
 
 export class WorkflowIdParam extends EpisodeIdParam {}
 
+export class ActorIdParam {
+  @Text(200)
+  actorId!: string;
+}
+
 /** `POST /api/episodes/:id/signal`: the signal's name and its payload (any JSON; default null). */
 export class SignalBody {
   @Text(200)

@@ -11,6 +11,7 @@ import {
   type CycliumOpsOptions,
 } from './ops-options.interface.js';
 import { OpsPageController } from './ops-page.controller.js';
+import { OpsActorsController } from './ops-actors.controller.js';
 import { OpsVersionsController } from './ops-versions.controller.js';
 import { OperatorActions } from './operator-actions.service.js';
 
@@ -40,6 +41,7 @@ export class CycliumOpsModule {
         OpsClusterController,
         OpsEpisodesController,
         OpsVersionsController,
+        OpsActorsController,
         OpsPageController,
       ],
       providers: [
