@@ -221,6 +221,32 @@ describe('the operations API', () => {
     expect(actors.items).toEqual([expect.objectContaining({ actorId: 'resource_rebalancer' })]);
   });
 
+  it('lists a preview of each payload, whole only in the detail', async () => {
+    const resource = `big-${'x'.repeat(20_000)}`;
+    const published = await fetch(`http://127.0.0.1:${node.port}/events`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ type: 'resource.updated', payload: { resource, usage: 1 } }),
+    });
+    const { eventId } = (await published.json()) as { eventId: string };
+    type Ref = { payload?: unknown; payloadPreview?: string; payloadChars?: number };
+    const listed = await waitFor('the episode listed', async () => {
+      const page = await ok<{ items: Array<{ id: string; triggerRef: Ref }> }>(
+        'GET',
+        `/episodes?eventId=${encodeURIComponent(eventId)}`,
+      );
+      return page.items[0];
+    });
+    const whole = JSON.stringify({ resource, usage: 1 });
+    expect(listed?.triggerRef).not.toHaveProperty('payload');
+    expect(listed?.triggerRef.payloadChars).toBe(whole.length);
+    // jsonb orders keys its own way: the preview is the stored JSON's head, 200 characters.
+    expect(listed?.triggerRef.payloadPreview).toMatch(/^\{"usage":1,"resource":"big-x+…$/);
+    expect(listed?.triggerRef.payloadPreview).toHaveLength(200);
+    const detail = await ok<{ episode: { triggerRef: Ref } }>('GET', `/episodes/${listed?.id}`);
+    expect(detail.episode.triggerRef.payload).toEqual({ resource, usage: 1 });
+  });
+
   it('cancels a running episode; retry resumes a failed one from its journal in place, and runs a partially failed one anew under its key plus :retry:<n>', async () => {
     const running = await rebalanceOn(node, { resource: 'ops-cancel', stepMs: 2_000 });
     expect(await ok('POST', `/episodes/${running}/cancel`)).toEqual({ result: 'requested' });

@@ -33,6 +33,7 @@ import {
   SignalBody,
 } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
+import { withPayloadPreview } from './payload-preview.js';
 import { OperatorActions, retryRefusal } from './operator-actions.service.js';
 
 /** The statuses in which an episode waits for a node to take it. */
@@ -94,7 +95,7 @@ export class OpsEpisodesController {
       limit: query.limit,
       cursor: query.cursor,
     });
-    return { ...page, items: await this.withWaits(page.items) };
+    return { ...page, items: (await this.withWaits(page.items)).map(withPayloadPreview) };
   }
 
   // Declared before the `:id` routes: Express matches in declaration order, so a POST `:id` route
