@@ -11,6 +11,7 @@ import {
   type RetryMatchingBody,
 } from './ops-queries.dto.js';
 import { OperatorActions, retryRefusal } from './operator-actions.service.js';
+import { OpsScope } from './ops-scope.service.js';
 
 /** How many matching episodes one call acts on when the body names no `limit`. */
 export const DEFAULT_BULK_LIMIT = 100;
@@ -55,6 +56,7 @@ export class OpsBulkActions {
   constructor(
     private readonly episodes: Episodes,
     private readonly actions: OperatorActions,
+    private readonly scope: OpsScope,
   ) {}
 
   retryMatching(body: RetryMatchingBody): Promise<BulkResult<'resumed' | 'retried'>> {
@@ -96,12 +98,14 @@ export class OpsBulkActions {
     kinds: readonly Done[],
     act: (id: string) => Promise<Outcome<Done>>,
   ): Promise<BulkResult<Done>> {
-    const filters = {
+    const asked = {
       actorId: body.actor,
       sourceStack: body.stack,
       sourceEnv: body.env,
       eventId: body.eventId,
     };
+    // The log line says what the operator asked; the module's scope pins what it may reach.
+    const filters = { ...asked, ...this.scope.filters(body) };
     const { items, more } = await matchingEpisodes(
       this.episodes,
       filters,
@@ -126,7 +130,7 @@ export class OpsBulkActions {
     });
     const counts = kinds.map((kind) => `${done[kind]} ${kind}`).join(', ');
     this.logger.log(
-      `${action} ${JSON.stringify({ ...filters, statuses })} ${byAnOperator(body.reason)}: ` +
+      `${action} ${JSON.stringify({ ...asked, statuses })} ${byAnOperator(body.reason)}: ` +
         `${items.length} matched (${counts}, ${refused.length} refused)` +
         `${more ? ', more match' : ''}`,
     );

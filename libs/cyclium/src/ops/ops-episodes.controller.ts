@@ -34,6 +34,7 @@ import {
 } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 import { withPayloadPreview } from './payload-preview.js';
+import { OpsScope } from './ops-scope.service.js';
 import { OperatorActions, retryRefusal } from './operator-actions.service.js';
 
 /** The statuses in which an episode waits for a node to take it. */
@@ -82,6 +83,7 @@ export class OpsEpisodesController {
     private readonly registry: ActorRegistry,
     private readonly actions: OperatorActions,
     private readonly bulk: OpsBulkActions,
+    private readonly scope: OpsScope,
   ) {}
 
   @Get()
@@ -89,8 +91,7 @@ export class OpsEpisodesController {
     const page = await this.episodes.list({
       actorId: query.actor,
       status: query.status,
-      sourceStack: query.stack,
-      sourceEnv: query.env,
+      ...this.scope.filters(query),
       eventId: query.eventId,
       limit: query.limit,
       cursor: query.cursor,
@@ -115,7 +116,7 @@ export class OpsEpisodesController {
   @Get(':id')
   async one(@Param() { id }: EpisodeIdParam) {
     const episode = await this.episodes.get(id);
-    if (!episode) throw new NotFoundException(`no episode ${id}`);
+    if (!episode || !this.scope.owns(episode)) throw new NotFoundException(`no episode ${id}`);
     const [steps, findings, outputs, triggerRequests] = await Promise.all([
       this.episodes.steps(id),
       this.findings.forEpisode(id),
@@ -185,6 +186,7 @@ export class OpsEpisodesController {
   @Post(':id/signal')
   @HttpCode(200)
   async signal(@Param() { id }: EpisodeIdParam, @Body() body: SignalBody) {
+    await this.scope.admit(id);
     const result = await this.episodes.signal(id, body.name, body.payload ?? null);
     if (result.status === 'not_found') throw new NotFoundException(`no episode ${id}`);
     if (result.status === 'finished')
@@ -198,6 +200,7 @@ export class OpsEpisodesController {
     @Param() { id }: EpisodeIdParam,
     @Body() { reason }: OperatorActionBody,
   ): Promise<{ result: Exclude<CancelResult, 'not_found'> }> {
+    await this.scope.admit(id);
     const result = await this.actions.cancel(id, reason);
     if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
     return { result };
@@ -210,6 +213,7 @@ export class OpsEpisodesController {
     @Param() { id }: EpisodeIdParam,
     @Body() { reason }: OperatorActionBody,
   ): Promise<{ result: 'archived' | 'already_archived' }> {
+    await this.scope.admit(id);
     const result = await this.actions.archive(id, reason);
     if (result === 'not_found') throw new NotFoundException(`no episode ${id}`);
     if (result === 'live')
@@ -230,6 +234,7 @@ export class OpsEpisodesController {
     @Body() { reason }: OperatorActionBody,
     @Res({ passthrough: true }) response: { status(code: number): unknown },
   ) {
+    await this.scope.admit(id);
     const result = await this.actions.retry(id, reason);
     switch (result.status) {
       case 'resumed':

@@ -19,6 +19,14 @@ export interface CycliumOpsOptions {
    * that page from the operator's. Unset: any host name.
    */
   allowedHosts?: readonly string[];
+  /**
+   * Whose episodes the page and its API show and act on: `'own'` (the default) only those of this
+   * node's stack and env, so a team's page in a database shared by several stacks or envs cannot
+   * read or cancel another's work; `'all'` every stack and env (the list's `stack` and `env`
+   * filters then choose). Under `'own'`, an episode of another scope answers 404 and a filter
+   * naming another scope 403.
+   */
+  scope?: 'own' | 'all';
   /** Modules the guard class depends on. */
   imports?: Array<Type<unknown> | DynamicModule | Promise<DynamicModule> | ForwardReference>;
 }

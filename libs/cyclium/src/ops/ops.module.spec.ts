@@ -16,4 +16,13 @@ describe('CycliumOpsModule.forRoot', () => {
     const allowedHosts = ['ops.example.com', 'localhost', '127.0.0.1', '[::1]'];
     expect(CycliumOpsModule.forRoot({ guard: false, allowedHosts }).module).toBe(CycliumOpsModule);
   });
+
+  it("refuses a scope but 'own' or 'all', naming it", () => {
+    for (const scope of ['mine', '', null, 1]) {
+      const forRoot = () =>
+        CycliumOpsModule.forRoot({ guard: false, scope: scope as 'own' | 'all' });
+      expect(forRoot).toThrow(/scope must be 'own'/);
+    }
+    expect(CycliumOpsModule.forRoot({ guard: false, scope: 'all' }).module).toBe(CycliumOpsModule);
+  });
 });

@@ -12,6 +12,7 @@ import {
 } from './ops-options.interface.js';
 import { OpsPageController } from './ops-page.controller.js';
 import { OpsActorsController } from './ops-actors.controller.js';
+import { OpsScope } from './ops-scope.service.js';
 import { OpsVersionsController } from './ops-versions.controller.js';
 import { OperatorActions } from './operator-actions.service.js';
 
@@ -50,6 +51,7 @@ export class CycliumOpsModule {
         hostGuard,
         OpsAccessGuard,
         OperatorActions,
+        OpsScope,
         OpsBulkActions,
       ],
     };
@@ -79,6 +81,13 @@ function checkedPath(options: CycliumOpsOptions): string {
     problems.push(
       `CycliumOpsModule: allowedHosts must be a non-empty list of host names without ports, such ` +
         `as ['localhost', '127.0.0.1', '[::1]'] (got ${JSON.stringify(hosts)})`,
+    );
+  }
+  const scope = options?.scope as unknown;
+  if (scope !== undefined && scope !== 'own' && scope !== 'all') {
+    problems.push(
+      `CycliumOpsModule: scope must be 'own' (this node's stack and env, the default) or 'all' ` +
+        `(got ${JSON.stringify(scope)})`,
     );
   }
   const path = options?.path ?? 'ops';
