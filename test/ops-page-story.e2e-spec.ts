@@ -142,6 +142,18 @@ describe('the operations page tells the story of an episode and of the cluster',
     expect(steps.at(-1)?.kind).toBe('failed');
     expect(steps.filter((s) => s.name === 'plan')).toHaveLength(1);
 
+    // Its timeline on one axis: the step that ran, each retry and wake-up (with the node that
+    // went on), the two backoffs waited out between them, and the end.
+    const timeline = page.getByTestId('episode-timeline');
+    expect(await timeline.getByTestId('timeline-step').count()).toBe(1);
+    const marks = await timeline
+      .getByTestId('timeline-mark')
+      .evaluateAll((g) => g.map((m) => m.getAttribute('data-name')));
+    expect(marks).toEqual(['retry', 'woken', 'retry', 'woken']);
+    expect(await timeline.getByTestId('timeline-wait').count()).toBe(2);
+    expect(await timeline.getByTestId('timeline-end').getAttribute('data-status')).toBe('failed');
+    expect(await timeline.textContent()).toMatch(/woken · story-[12]/);
+
     // The table says which attempt it ended on, and it is no wider than the window.
     await pageShows('its row', async () => (await row(failed.id).count()) === 1);
     expect(await text('episode-attempt', row(failed.id))).toBe('3 of 3');

@@ -612,6 +612,9 @@
         ),
       );
     fill($('steps-table').tBodies[0], steps, 'no steps journaled yet', 7);
+    // timeline.js draws it; the page still works should that file fail to load.
+    const timeline = globalThis.CycliumTimeline;
+    $('episode-timeline-box').replaceChildren(timeline ? timeline.render(e, detail.steps) : '');
     noteSince(e);
     $('detail-findings').replaceChildren(genericTable(detail.findings, 'findings-table'));
     $('detail-outputs').replaceChildren(genericTable(detail.outputs, 'outputs-table'));

@@ -1,0 +1,154 @@
+// An episode's timeline for the operations page: its journal on one time axis, as SVG built
+// element by element (no markup parsed, no inline style: the page's Content-Security-Policy holds).
+'use strict';
+
+(function () {
+  const SVG = 'http://www.w3.org/2000/svg';
+  const WIDTH = 1000;
+  const LEFT = 8;
+  const RIGHT = 8;
+  const STEP_Y = 26;
+  const STEP_H = 16;
+  const MARK_Y = 52;
+  const HEIGHT = 96;
+  // Journal rows that mark a moment rather than a step's work: why the run stopped or went on.
+  const WAITS_START = ['retry', 'sleep', 'interrupted', 'orphaned'];
+
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [name, value] of Object.entries(attrs || {}))
+      if (value !== undefined && value !== null) node.setAttribute(name, String(value));
+    for (const child of children) if (child) node.append(child);
+    return node;
+  }
+
+  const title = (text) => svg('title', {}, document.createTextNode(text));
+  const ms = (iso) => (iso ? Date.parse(iso) : NaN);
+
+  function span(ms0) {
+    const s = Math.round(ms0 / 100) / 10;
+    return s < 60 ? `${s} s` : `${Math.round(s / 6) / 10} min`;
+  }
+
+  /** Where a marker says the run went on: the node in its result (`woken`, `resumed`), if any. */
+  const nodeOf = (row) =>
+    row.resultRef && typeof row.resultRef === 'object' ? row.resultRef.node || null : null;
+
+  /**
+   * The timeline of `episode` with its journal `steps`: step bars (work, from the end the journal
+   * records back by its duration), markers for retries, sleeps, wake-ups and takeovers (with the
+   * node that went on, when the marker names it), shaded waits between a retry or sleep and the
+   * wake-up after it, and the end. Returns an <svg>.
+   */
+  function render(episode, steps) {
+    const start = Math.min(
+      ...[episode.queuedAt, episode.startedAt, steps[0] && steps[0].createdAt]
+        .map(ms)
+        .filter(Number.isFinite),
+    );
+    const end = Math.max(
+      ms(episode.finishedAt) || Date.now(),
+      ...steps.map((s) => ms(s.createdAt)).filter(Number.isFinite),
+    );
+    const total = Math.max(end - start, 1);
+    const x = (t) => LEFT + ((t - start) / total) * (WIDTH - LEFT - RIGHT);
+    const parts = [
+      svg('line', { class: 'axis', x1: LEFT, x2: WIDTH - RIGHT, y1: HEIGHT - 18, y2: HEIGHT - 18 }),
+      svg(
+        'text',
+        { class: 'tick', x: LEFT, y: HEIGHT - 4 },
+        document.createTextNode(new Date(start).toLocaleTimeString()),
+      ),
+      svg(
+        'text',
+        { class: 'tick', x: WIDTH - RIGHT, y: HEIGHT - 4, 'text-anchor': 'end' },
+        document.createTextNode(`+${span(total)}`),
+      ),
+    ];
+    let waitFrom = null;
+    for (const s of steps) {
+      const at = ms(s.createdAt);
+      if (!Number.isFinite(at)) continue;
+      const marker = s.kind === 'observation' || s.kind === 'sleep';
+      if (!marker) {
+        const from = at - (Number(s.durationMs) || 0);
+        parts.push(
+          svg(
+            'rect',
+            {
+              class: 'step',
+              'data-testid': 'timeline-step',
+              'data-name': s.name,
+              x: x(from),
+              y: STEP_Y,
+              width: Math.max(x(at) - x(from), 2),
+              height: STEP_H,
+            },
+            title(`#${s.stepNo} ${s.kind} ${s.name}: ${s.durationMs ?? 0} ms`),
+          ),
+        );
+        continue;
+      }
+      if (s.name === 'woken' && waitFrom !== null) {
+        parts.push(
+          svg('rect', {
+            class: 'wait',
+            'data-testid': 'timeline-wait',
+            x: x(waitFrom),
+            y: STEP_Y - 4,
+            width: Math.max(x(at) - x(waitFrom), 1),
+            height: STEP_H + 8,
+          }),
+        );
+        waitFrom = null;
+      }
+      if (WAITS_START.includes(s.name) || s.kind === 'sleep') waitFrom = at;
+      const node = nodeOf(s);
+      parts.push(
+        svg(
+          'g',
+          { 'data-testid': 'timeline-mark', 'data-name': s.name, class: `mark mark-${s.name}` },
+          svg('line', { x1: x(at), x2: x(at), y1: STEP_Y - 6, y2: MARK_Y }),
+          svg(
+            'text',
+            { x: x(at) + 2, y: MARK_Y + 10 },
+            document.createTextNode(node ? `${s.name} · ${node}` : s.name),
+          ),
+          title(`${s.name} at ${s.createdAt}${node ? ` on ${node}` : ''}`),
+        ),
+      );
+    }
+    if (episode.finishedAt) {
+      const at = ms(episode.finishedAt);
+      parts.push(
+        svg(
+          'g',
+          {
+            'data-testid': 'timeline-end',
+            'data-status': episode.status,
+            class: `end end-${episode.status}`,
+          },
+          svg('line', { x1: x(at), x2: x(at), y1: 4, y2: HEIGHT - 18 }),
+          svg(
+            'text',
+            { x: x(at) - 2, y: 14, 'text-anchor': 'end' },
+            document.createTextNode(episode.status),
+          ),
+        ),
+      );
+    }
+    return svg(
+      'svg',
+      {
+        'data-testid': 'episode-timeline',
+        class: 'timeline',
+        viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
+        role: 'img',
+        'aria-label': `timeline of episode ${episode.id}`,
+      },
+      ...parts,
+    );
+  }
+
+  globalThis.CycliumTimeline = { render };
+})();
