@@ -74,6 +74,7 @@ import { CycliumTelemetry } from './telemetry/telemetry.service.js';
 import { CycliumStatus } from './health/cyclium-status.service.js';
 import { ClusterStatusReader } from './health/cluster-status.service.js';
 import { BusConsumers } from './health/bus-consumers.service.js';
+import { FinishedHistoryReader } from './health/finished-history.service.js';
 import { SweepRecords } from './cluster/sweep-records.js';
 import { EpisodeRetry } from './dispatch/episode-retry.service.js';
 import { CycliumMetrics } from './metrics/cyclium-metrics.service.js';
@@ -180,6 +181,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     CycliumShutdown,
     CycliumStatus,
     ClusterStatusReader,
+    FinishedHistoryReader,
     BusConsumers,
     SweepRecords,
     EpisodeRetry,
@@ -216,9 +218,10 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     ActorPauses,
     TriggerRequests,
     WorkflowEngine,
-    // For the operations API's flow and versions (CycliumOpsModule).
+    // For the operations API's flow, history and versions (CycliumOpsModule).
     ActorRegistry,
     FlowStatusReader,
+    FinishedHistoryReader,
     VersionMoves,
     HostedVersions,
   ],

@@ -59,6 +59,8 @@
     refreshedAt: null,
     // The answer to the last action on an episode, kept until that episode moves on.
     note: null,
+    // When the chart of the last hour was last read (Date.now()), null to read it at once.
+    historyAt: null,
   };
 
   const $ = (testid) => document.querySelector(`[data-testid="${testid}"]`);
@@ -862,6 +864,29 @@
     }
   }
 
+  // --- the last hour ---------------------------------------------------------------------------
+
+  // An hour's chart moves by the minute: read at most this often, however fast the page refreshes.
+  const HISTORY_MS = 12000;
+
+  async function refreshHistory() {
+    if (state.historyAt && Date.now() - state.historyAt < HISTORY_MS) return;
+    state.historyAt = Date.now();
+    const box = $('history');
+    try {
+      const { buckets } = await api('/api/history?minutes=60');
+      const sum = (key) => buckets.reduce((n, b) => n + b[key], 0);
+      $('history-total').textContent =
+        `${sum('done')} done, ${sum('failed') + sum('partiallyFailed')} failed, ` +
+        `${sum('canceled')} canceled`;
+      box.replaceChildren(globalThis.CycliumCharts.finishedPerMinute(buckets));
+    } catch (error) {
+      // Read again at the next refresh, not in 12 s.
+      state.historyAt = null;
+      box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+    }
+  }
+
   // --- flow control -----------------------------------------------------------------------------
 
   function period(ms) {
@@ -1161,6 +1186,7 @@
   const refreshLists = () =>
     Promise.all([
       refreshActors(),
+      refreshHistory(),
       refreshFlow(),
       refreshVersions(),
       refreshList('/api/trigger-requests?limit=20', 'trigger-requests'),

@@ -18,10 +18,12 @@ import { FlowStatusReader, type FlowStatus } from '../episodes/flow-status.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { CycliumStatus } from '../health/cyclium-status.service.js';
 import { BusConsumers } from '../health/bus-consumers.service.js';
+import { FinishedHistoryReader, type FinishedHistory } from '../health/finished-history.service.js';
 import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
-import { BusConsumerBody, ClusterQuery, FlowQuery, ModeBody } from './ops-queries.dto.js';
+import { BusConsumerBody, ClusterQuery, FlowQuery, HistoryQuery } from './ops-queries.dto.js';
+import { ModeBody } from './ops-queries.dto.js';
 import { TriggerRequestListQuery, WorkflowIdParam, WorkflowListQuery } from './ops-queries.dto.js';
 import { errorMessage } from '../sql/database-errors.js';
 import { opsValidation } from './ops-validation.js';
@@ -40,11 +42,21 @@ export class OpsClusterController {
     private readonly busConsumers: BusConsumers,
     private readonly registry: ActorRegistry,
     private readonly flowStatus: FlowStatusReader,
+    private readonly history: FinishedHistoryReader,
   ) {}
 
   @Get('cluster')
   cluster(@Query() query: ClusterQuery) {
     return this.status.cluster({ windowMs: query.windowMs });
+  }
+
+  /**
+   * Episodes finished per minute over the last `minutes` (default 60), by terminal status: the
+   * page's chart.
+   */
+  @Get('history')
+  finishedHistory(@Query() query: HistoryQuery): Promise<FinishedHistory> {
+    return this.history.read(query.minutes ?? 60);
   }
 
   @Get('nodes')

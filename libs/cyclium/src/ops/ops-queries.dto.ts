@@ -12,6 +12,7 @@ import {
 } from 'class-validator';
 import { EPISODE_STATUSES, type EpisodeStatus } from '../entities/episode.entity.js';
 import { MAX_STATUS_WINDOW_MS } from '../health/cluster-status.service.js';
+import { MAX_HISTORY_MINUTES } from '../health/finished-history.service.js';
 import type { CycliumMode } from '../options/cyclium-options.interface.js';
 import { MODES } from '../options/options.schema.js';
 
@@ -119,6 +120,18 @@ export class ClusterQuery {
     message: `windowMs must be a whole number of milliseconds from 1 to ${MAX_STATUS_WINDOW_MS}`,
   })
   windowMs?: number;
+}
+
+const MINUTES = `minutes must be a whole number from 1 to ${MAX_HISTORY_MINUTES}`;
+
+/** `GET /api/history`: how many minutes back, the one under way included (default 60). */
+export class HistoryQuery {
+  @IsOptional()
+  @Type(() => Number)
+  @IsInt({ message: MINUTES })
+  @Min(1, { message: MINUTES })
+  @Max(MAX_HISTORY_MINUTES, { message: MINUTES })
+  minutes?: number;
 }
 
 export class EpisodeListQuery {
