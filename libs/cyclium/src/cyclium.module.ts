@@ -218,8 +218,9 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     ActorPauses,
     TriggerRequests,
     WorkflowEngine,
-    // For the operations API's flow, history and versions (CycliumOpsModule).
+    // For the operations API's flow, history, versions and workflow graphs (CycliumOpsModule).
     ActorRegistry,
+    WorkflowRegistry,
     FlowStatusReader,
     FinishedHistoryReader,
     VersionMoves,

@@ -434,17 +434,21 @@
     writeUrl();
   }
 
-  /** The filters and the episode shown, into the address (other parameters, like pageSize, kept). */
+  /**
+   * The filters, the episode and the workflow instance shown, into the address (other parameters,
+   * like pageSize, kept).
+   */
   function writeUrl() {
     const params = new URLSearchParams(location.search);
-    for (const name of [...URL_FILTERS, 'episode']) params.delete(name);
+    for (const name of [...URL_FILTERS, 'episode', 'workflow']) params.delete(name);
     for (const [name, value] of Object.entries(state.filters)) params.set(name, value);
     if (state.selected) params.set('episode', state.selected);
+    if (workflows.selected()) params.set('workflow', workflows.selected());
     const search = params.toString();
     history.replaceState(null, '', `${location.pathname}${search ? `?${search}` : ''}`);
   }
 
-  /** A shared link: its filters into the form, and its episode opened. */
+  /** A shared link: its filters into the form, its workflow instance and episode opened. */
   function readUrl() {
     const params = new URLSearchParams(location.search);
     const form = $('episode-filters');
@@ -454,6 +458,8 @@
     }
     readFilters();
     const episode = params.get('episode');
+    const workflow = params.get('workflow');
+    if (workflow) void workflows.open(workflow);
     if (episode) void openEpisode(episode);
   }
 
@@ -1190,8 +1196,23 @@
       refreshFlow(),
       refreshVersions(),
       refreshList('/api/trigger-requests?limit=20', 'trigger-requests'),
-      refreshList('/api/workflows?limit=20', 'workflows'),
+      workflows.refresh(),
     ]);
+
+  // The workflow instances, their detail and step graph (workflows.js, workflow-graph.js).
+  const workflows = globalThis.CycliumWorkflows.create({
+    $,
+    el,
+    api,
+    badge,
+    time,
+    scope,
+    confirmAction,
+    openEpisode,
+    showProblem,
+    writeUrl,
+    refresh,
+  });
 
   // --- refresh loop -----------------------------------------------------------------------------
 
@@ -1272,6 +1293,7 @@
     on('cancel-button', 'click', () => void act('cancel'));
     on('retry-button', 'click', () => void act('retry'));
     on('archive-button', 'click', () => void act('archive'));
+    workflows.wire();
   }
 
   function start() {

@@ -4,7 +4,6 @@ import {
   Get,
   HttpCode,
   NotFoundException,
-  Param,
   Post,
   Query,
   UseFilters,
@@ -19,16 +18,20 @@ import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
 import { CycliumStatus } from '../health/cyclium-status.service.js';
 import { BusConsumers } from '../health/bus-consumers.service.js';
 import { FinishedHistoryReader, type FinishedHistory } from '../health/finished-history.service.js';
-import { WorkflowEngine } from '../workflows/workflow-engine.service.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
-import { BusConsumerBody, ClusterQuery, FlowQuery, HistoryQuery } from './ops-queries.dto.js';
-import { ModeBody } from './ops-queries.dto.js';
-import { TriggerRequestListQuery, WorkflowIdParam, WorkflowListQuery } from './ops-queries.dto.js';
+import {
+  BusConsumerBody,
+  ClusterQuery,
+  FlowQuery,
+  HistoryQuery,
+  ModeBody,
+  TriggerRequestListQuery,
+} from './ops-queries.dto.js';
 import { errorMessage } from '../sql/database-errors.js';
 import { opsValidation } from './ops-validation.js';
 
-/** The cluster, this node and its mode, trigger requests and workflow instances. */
+/** The cluster, this node and its mode, the last hour, flow control and trigger requests. */
 @Controller('api')
 @UseGuards(OpsAccessGuard)
 @UseFilters(OpsExceptionFilter)
@@ -38,7 +41,6 @@ export class OpsClusterController {
     private readonly status: CycliumStatus,
     private readonly mode: Mode,
     private readonly requests: TriggerRequests,
-    private readonly workflows: WorkflowEngine,
     private readonly busConsumers: BusConsumers,
     private readonly registry: ActorRegistry,
     private readonly flowStatus: FlowStatusReader,
@@ -132,18 +134,6 @@ export class OpsClusterController {
   @Get('trigger-requests')
   async triggerRequests(@Query() query: TriggerRequestListQuery) {
     return { items: await this.requests.recent(query.status, query.limit ?? 50) };
-  }
-
-  @Get('workflows')
-  async workflowInstances(@Query() query: WorkflowListQuery) {
-    return { items: await this.workflows.list({ status: query.status, limit: query.limit }) };
-  }
-
-  @Get('workflows/:id')
-  async workflowInstance(@Param() { id }: WorkflowIdParam) {
-    const instance = await this.workflows.get(id);
-    if (!instance) throw new NotFoundException(`no workflow instance ${id}`);
-    return instance;
   }
 
   private modes() {

@@ -15,6 +15,7 @@ import { OpsActorsController } from './ops-actors.controller.js';
 import { OpsScope } from './ops-scope.service.js';
 import { OpsVersionsController } from './ops-versions.controller.js';
 import { OperatorActions } from './operator-actions.service.js';
+import { OpsWorkflowsController } from './ops-workflows.controller.js';
 
 /**
  * The operations page and its JSON API, mounted at `path` (default `ops`) behind the host's guard.
@@ -43,6 +44,7 @@ export class CycliumOpsModule {
         OpsEpisodesController,
         OpsVersionsController,
         OpsActorsController,
+        OpsWorkflowsController,
         OpsPageController,
       ],
       providers: [
