@@ -177,6 +177,63 @@ describe('the operations page tells the story of an episode and of the cluster',
     expect(new URL(page.url()).searchParams.get('episode')).toBe(failed.id);
   });
 
+  it('finds an episode by its id, its dedupe key or its event id, and holds the rows still under the pointer', async () => {
+    const eventId = await publish('resource.updated', { resource: 'findable', usage: 1 });
+    const found = await episodeOf(eventId);
+    const { episode } = await ops<{ episode: { dedupeKey: string } }>(`/episodes/${found.id}`);
+    await page.goto(`http://127.0.0.1:${first().port}/ops`);
+    const search = async (text: string) => {
+      await page.getByTestId('filter-find').fill(text);
+      await page.getByTestId('filter-apply').click();
+    };
+    const shown = () =>
+      page
+        .locator('[data-testid="episode-row"]')
+        .evaluateAll((rows) => rows.map((r) => r.getAttribute('data-episode-id')));
+    // Its id opens it (and names it in the address).
+    await search(found.id);
+    await pageShows('it opened', async () => (await text('detail-id')) === found.id);
+    expect(new URL(page.url()).searchParams.get('episode')).toBe(found.id);
+    // Its dedupe key, and its event's id, list it alone.
+    await page.getByTestId('filter-clear').click();
+    await search(episode.dedupeKey);
+    await pageShows(
+      'only it, by dedupe key',
+      async () => JSON.stringify(await shown()) === JSON.stringify([found.id]),
+    );
+    expect(new URL(page.url()).searchParams.get('dedupeKey')).toBe(episode.dedupeKey);
+    await page.getByTestId('filter-clear').click();
+    await search(eventId);
+    await pageShows(
+      'only it, by event id',
+      async () => JSON.stringify(await shown()) === JSON.stringify([found.id]),
+    );
+    // Each row links to its episode.
+    expect(await row(found.id).getByTestId('episode-link').getAttribute('href')).toBe(
+      `?episode=${found.id}`,
+    );
+
+    // With the pointer on the table, a new episode does not push the rows under it.
+    await page.getByTestId('filter-clear').click();
+    await pageShows('the unfiltered list', async () => (await shown()).length > 1);
+    const before = await shown();
+    await page.getByTestId('episodes-table').hover();
+    const newcomer = await episodeOf(
+      await publish('resource.updated', { resource: 'new', usage: 1 }),
+    );
+    await pageShows('the table to say it holds still', () =>
+      page.getByTestId('episodes-held').isVisible(),
+    );
+    // A refresh later the rows are where they were.
+    const refreshed = await text('refreshed-at');
+    await pageShows('a refresh', async () => (await text('refreshed-at')) !== refreshed);
+    expect(await shown()).toEqual(before);
+    await page.mouse.move(0, 0);
+    await pageShows('the newcomer once the pointer left', async () =>
+      (await shown()).includes(newcomer.id),
+    );
+  });
+
   it('asks before acting, and Back leaves the episode as it was', async () => {
     const eventId = await publish('resource.rebalance_once', {
       resource: 'rack-ask',

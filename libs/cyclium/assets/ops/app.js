@@ -16,7 +16,8 @@
   const PULSE_MS = 500;
   const PULSE_SLOW_MS = 1000;
   // The filters and the episode shown live in the page's address, so a link shows the same view.
-  const URL_FILTERS = ['actor', 'status', 'stack', 'env', 'eventId'];
+  const URL_FILTERS = ['actor', 'status', 'stack', 'env', 'eventId', 'dedupeKey'];
+  const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
   // `?pageSize=` in the page's address, for a long table or a short one (the API allows 1 to 100).
   const PAGE_SIZE = Math.min(
     Math.max(Number(new URLSearchParams(location.search).get('pageSize')) || 25, 1),
@@ -400,7 +401,20 @@
           class: state.selected === e.id ? 'selected' : undefined,
           onclick: () => openEpisode(e.id),
         },
-        el('td', {}, time(e.startedAt || e.queuedAt || e.insertedAt)),
+        // A real link (a new tab, a copied address): a plain click opens it in place.
+        el(
+          'td',
+          {},
+          el(
+            'a',
+            {
+              href: `?episode=${encodeURIComponent(e.id)}`,
+              'data-testid': 'episode-link',
+              onclick: (ev) => ev.button === 0 && !ev.ctrlKey && !ev.metaKey && ev.preventDefault(),
+            },
+            time(e.startedAt || e.queuedAt || e.insertedAt),
+          ),
+        ),
         el('td', {}, `${e.actorId} / ${e.expectationId}`),
         el('td', { 'data-testid': 'episode-status' }, badge(e.status), ' ', waits(e)),
         el('td', { class: 'num', 'data-testid': 'episode-attempt' }, attemptText(e)),
@@ -432,6 +446,25 @@
     state.cursors = [null];
     showBulk();
     writeUrl();
+  }
+
+  /**
+   * The filters, and the find box: an episode's id opens it; another UUID is an event id, whose
+   * episodes the list shows; anything else a dedupe key.
+   */
+  async function find() {
+    const form = $('episode-filters');
+    const text = form.elements.find.value.trim();
+    form.elements.find.value = '';
+    if (text && UUID.test(text)) {
+      const found = await api(`/api/episodes/${encodeURIComponent(text)}`).catch(() => null);
+      if (found) {
+        readFilters();
+        return openEpisode(text);
+      }
+      form.elements.eventId.value = text;
+    } else if (text) form.elements.dedupeKey.value = text;
+    readFilters();
   }
 
   /**
@@ -1229,7 +1262,11 @@
       ]);
       renderNode(node);
       renderCluster(cluster);
-      renderEpisodes(episodes);
+      // Under the pointer the rows hold still (a click must land on the row it aimed at); they
+      // catch up when it leaves.
+      if (state.hovering) state.heldPage = episodes;
+      else renderEpisodes(episodes);
+      $('episodes-held').hidden = !state.hovering;
       const selected = state.selected;
       if (selected)
         renderSelected(selected, await api(`/api/episodes/${encodeURIComponent(selected)}`));
@@ -1279,7 +1316,14 @@
     on('live-toggle', 'change', (ev) => (state.live = ev.target.checked) && reload());
     on('mode-select', 'change', (ev) => (ev.target.dataset.touched = '1'));
     on('mode-apply', 'click', () => void applyMode().then(refresh));
-    on('episode-filters', 'submit', (ev) => (ev.preventDefault(), readFilters(), reload()));
+    on('episode-filters', 'submit', (ev) => (ev.preventDefault(), void find().then(reload)));
+    on('episodes-table', 'mouseenter', () => (state.hovering = true));
+    on('episodes-table', 'mouseleave', () => {
+      state.hovering = false;
+      $('episodes-held').hidden = true;
+      if (state.heldPage) renderEpisodes(state.heldPage);
+      state.heldPage = null;
+    });
     on('filter-clear', 'click', () => ($('episode-filters').reset(), readFilters(), reload()));
     on(
       'episodes-older',

@@ -113,6 +113,8 @@ export interface ListEpisodes {
   sourceEnv?: string | null;
   /** Only the episodes this bus event started (the id `Bus.publish` returned). */
   eventId?: string;
+  /** Only the episode (or, archived, episodes) stored under this dedupe key. */
+  dedupeKey?: string;
   /** Default 50, at most 500. */
   limit?: number;
   /** `nextCursor` of the previous page. */

@@ -45,6 +45,8 @@ export interface EpisodePage {
   sourceStack?: string | null;
   sourceEnv?: string | null;
   eventId?: string;
+  /** Its dedupe key as stored (the page shows it so). */
+  dedupeKey?: string;
   limit: number;
   /** `[inserted_at as the database prints it, id]` of the last row of the previous page. */
   after?: [string, string];
@@ -417,6 +419,7 @@ export class EpisodeStore {
           AND (NOT $6::boolean OR source_stack IS NOT DISTINCT FROM $7)
           AND (NOT $8::boolean OR source_env IS NOT DISTINCT FROM $9)
           AND ($10::text IS NULL OR (trigger_type = 'event' AND trigger_ref ->> 'eventId' = $10))
+          AND ($11::text IS NULL OR dedupe_key = $11)
         ORDER BY inserted_at DESC, id DESC
         LIMIT $5`,
       [
@@ -430,6 +433,7 @@ export class EpisodeStore {
         query.sourceEnv !== undefined,
         query.sourceEnv ?? null,
         query.eventId ?? null,
+        query.dedupeKey ?? null,
       ],
     );
     return rows.map((r: Record<string, unknown>) => ({

@@ -93,6 +93,7 @@ export class OpsEpisodesController {
       status: query.status,
       ...this.scope.filters(query),
       eventId: query.eventId,
+      dedupeKey: query.dedupeKey,
       limit: query.limit,
       cursor: query.cursor,
     });

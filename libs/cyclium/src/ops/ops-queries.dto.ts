@@ -156,6 +156,10 @@ export class EpisodeListQuery {
   eventId?: string;
 
   @IsOptional()
+  @Text(1000)
+  dedupeKey?: string;
+
+  @IsOptional()
   @Limit()
   limit?: number;
 
