@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import chromium from '@sparticuz/chromium';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
+import { OpsBrowserRig, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
@@ -60,21 +60,11 @@ function perMinute(episodes: Episode[]): Map<number, Omit<Bucket, 'minute'>> {
 describe('the operations page: finished episodes over the last hour, as a chart', () => {
   const database = useDatabase();
   let node: DemoNode;
-  let browser: Browser | undefined;
   let page: Page;
-  const pageErrors: string[] = [];
-  const policyViolations: string[] = [];
+  const rig = new OpsBrowserRig<DemoNode>();
 
   const ops = <T>(path: string) => node.get<T>(`/ops/api${path}`);
-  const publish = async (type: string, payload: object): Promise<string> => {
-    const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ type, payload }),
-    });
-    expect(response.status).toBe(202);
-    return ((await response.json()) as { eventId: string }).eventId;
-  };
+  const publish = (type: string, payload: object) => publishEvent(node.port, type, payload);
   /** The episode an event caused, once it has finished. */
   const finished = async (eventId: string): Promise<Episode> => {
     const episode = await waitFor(`the episode of event ${eventId} to finish`, async () => {
@@ -101,23 +91,7 @@ describe('the operations page: finished episodes over the last hour, as a chart'
   });
 
   beforeAll(async () => {
-    const launching = chromium
-      .executablePath()
-      .then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
-    const [started, launched] = await Promise.allSettled([
-      startDemoNode(database.url, NODE_ENV),
-      launching,
-    ]);
-    if (started.status === 'fulfilled') node = started.value;
-    if (launched.status === 'fulfilled') browser = launched.value;
-    if (started.status === 'rejected') throw started.reason;
-    if (launched.status === 'rejected') throw launched.reason;
-    page = await launched.value.newPage({ viewport: { width: 1400, height: 1100 } });
-    page.setDefaultTimeout(15_000);
-    page.on('pageerror', (error) => pageErrors.push(error.message));
-    page.on('console', (message) => {
-      if (/Content Security Policy/i.test(message.text())) policyViolations.push(message.text());
-    });
+    ({ node, page } = await rig.start(startDemoNode(database.url, NODE_ENV)));
   });
 
   afterAll(async () => {
@@ -127,8 +101,7 @@ describe('the operations page: finished episodes over the last hour, as a chart'
         await page.screenshot({ path: `${OUTPUT}ops-page-charts.png`, fullPage: true });
       }
     } finally {
-      await browser?.close();
-      await node?.stop('SIGTERM');
+      await rig.close();
     }
   });
 
@@ -242,7 +215,7 @@ describe('the operations page: finished episodes over the last hour, as a chart'
     expect(await page.locator('[data-testid="history-total"]').textContent()).toMatch(
       /^\d+ done, \d+ failed, \d+ canceled$/,
     );
-    expect(pageErrors).toEqual([]);
-    expect(policyViolations).toEqual([]);
+    expect(rig.pageErrors).toEqual([]);
+    expect(rig.policyViolations).toEqual([]);
   });
 });

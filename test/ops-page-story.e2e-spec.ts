@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import chromium from '@sparticuz/chromium';
-import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startNode } from './support/demo-cluster.js';
 import type { DemoNode } from './support/demo-node.js';
 import { TcpProxy } from './support/tcp-proxy.js';
+import { launchChromium, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const BEAT_MS = 5_000;
@@ -43,15 +43,8 @@ describe('the operations page tells the story of an episode and of the cluster',
 
   const [first] = [() => nodes[0] as DemoNode];
   const ops = <T>(path: string) => first().get<T>(`/ops/api${path}`);
-  const publish = async (type: string, payload: object, node = first()): Promise<string> => {
-    const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ type, payload }),
-    });
-    expect(response.status).toBe(202);
-    return ((await response.json()) as { eventId: string }).eventId;
-  };
+  const publish = (type: string, payload: object, node = first()) =>
+    publishEvent(node.port, type, payload);
   const episodeOf = (eventId: string) =>
     waitFor(
       `the episode of event ${eventId}`,
@@ -70,9 +63,7 @@ describe('the operations page tells the story of an episode and of the cluster',
   beforeAll(async () => {
     proxy = await TcpProxy.start({ target: database.url });
     const url = proxy.url(database.url);
-    const launching = chromium
-      .executablePath()
-      .then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
+    const launching = launchChromium();
     const started = await Promise.allSettled([
       startNode(url, 'story-1', ENV),
       startNode(url, 'story-2', ENV),

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import chromium from '@sparticuz/chromium';
 import { fileURLToPath } from 'node:url';
-import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { startNodeProcess, type DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
+import { OpsBrowserRig } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const WAITS_NODE = fileURLToPath(new URL('./fixtures/dist/waits-node.js', import.meta.url));
@@ -16,35 +16,20 @@ const WAITS_NODE = fileURLToPath(new URL('./fixtures/dist/waits-node.js', import
 describe('waits on the operations page', () => {
   const database = useDatabase();
   let node: DemoNode | undefined;
-  let browser: Browser | undefined;
   let page: Page;
-  const pageErrors: string[] = [];
+  const rig = new OpsBrowserRig<DemoNode>();
 
   beforeAll(async () => {
     await database.db.query(`CREATE TABLE wait_runs (episode_id uuid, what text)`);
-    const launching = chromium
-      .executablePath()
-      .then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
-    const [started, launched] = await Promise.allSettled([
+    ({ node, page } = await rig.start(
       startNodeProcess(WAITS_NODE, database.url, {
         env: { CYCLIUM_NODE_ID: 'ops-waits' },
         ready: async (n) => (await n.get<{ status: string }>('/health')).status === 'ok',
       }),
-      launching,
-    ]);
-    if (started.status === 'fulfilled') node = started.value;
-    if (launched.status === 'fulfilled') browser = launched.value;
-    if (started.status === 'rejected') throw started.reason;
-    if (launched.status === 'rejected') throw launched.reason;
-    page = await launched.value.newPage({ viewport: { width: 1400, height: 1100 } });
-    page.setDefaultTimeout(15_000);
-    page.on('pageerror', (error) => pageErrors.push(error.message));
+    ));
   });
 
-  afterAll(async () => {
-    await browser?.close();
-    await node?.stop('SIGKILL');
-  });
+  afterAll(() => rig.close('SIGKILL'));
 
   const trigger = async (what: string, payload: object) => {
     const response = await fetch(`http://127.0.0.1:${node?.port}/trigger/${what}`, {
@@ -113,6 +98,6 @@ describe('waits on the operations page', () => {
       'the row to show it done',
       async () => (await row(approval).getAttribute('data-status')) === 'done',
     );
-    expect(pageErrors).toEqual([]);
+    expect(rig.pageErrors).toEqual([]);
   });
 });

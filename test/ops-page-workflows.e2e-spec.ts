@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import chromium from '@sparticuz/chromium';
 import { randomUUID } from 'node:crypto';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
+import { OpsBrowserRig } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
@@ -40,10 +40,8 @@ interface Instance {
 describe('the operations page: a workflow instance, its step graph and its cancel', () => {
   const database = useDatabase();
   let node: DemoNode;
-  let browser: Browser | undefined;
   let page: Page;
-  const pageErrors: string[] = [];
-  const policyViolations: string[] = [];
+  const rig = new OpsBrowserRig<DemoNode>();
   let finishedId: string;
 
   const base = () => `http://127.0.0.1:${node.port}`;
@@ -95,23 +93,7 @@ describe('the operations page: a workflow instance, its step graph and its cance
   });
 
   beforeAll(async () => {
-    const launching = chromium
-      .executablePath()
-      .then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
-    const [started, launched] = await Promise.allSettled([
-      startDemoNode(database.url, NODE_ENV),
-      launching,
-    ]);
-    if (started.status === 'fulfilled') node = started.value;
-    if (launched.status === 'fulfilled') browser = launched.value;
-    if (started.status === 'rejected') throw started.reason;
-    if (launched.status === 'rejected') throw launched.reason;
-    page = await launched.value.newPage({ viewport: { width: 1400, height: 1100 } });
-    page.setDefaultTimeout(15_000);
-    page.on('pageerror', (error) => pageErrors.push(error.message));
-    page.on('console', (message) => {
-      if (/Content Security Policy/i.test(message.text())) policyViolations.push(message.text());
-    });
+    ({ node, page } = await rig.start(startDemoNode(database.url, NODE_ENV)));
   });
 
   afterAll(async () => {
@@ -121,8 +103,7 @@ describe('the operations page: a workflow instance, its step graph and its cance
         await page.screenshot({ path: `${OUTPUT}ops-page-workflows.png`, fullPage: true });
       }
     } finally {
-      await browser?.close();
-      await node?.stop('SIGTERM');
+      await rig.close();
     }
   });
 
@@ -246,8 +227,8 @@ describe('the operations page: a workflow instance, its step graph and its cance
           `workflow instance ${id} canceled from the operations page (reason: "stuck drafting")`,
         ),
     );
-    expect(pageErrors).toEqual([]);
-    expect(policyViolations).toEqual([]);
+    expect(rig.pageErrors).toEqual([]);
+    expect(rig.policyViolations).toEqual([]);
   });
 
   it('answers the cancel route 404 for no instance, 409 once it ended, 400 naming the field, and 403 without its header', async () => {

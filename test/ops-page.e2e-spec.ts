@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import chromium from '@sparticuz/chromium';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
+import { OpsBrowserRig, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
@@ -42,22 +42,11 @@ interface Episode {
 describe('the operations page in a browser', () => {
   const database = useDatabase();
   let node: DemoNode;
-  let browser: Browser | undefined;
   let page: Page;
-  const pageErrors: string[] = [];
-  /** What Chromium refused under the page's Content-Security-Policy, as it logs it. */
-  const policyViolations: string[] = [];
+  const rig = new OpsBrowserRig<DemoNode>();
 
   const ops = <T>(path: string) => node.get<T>(`/ops/api${path}`);
-  const publish = async (type: string, payload: object): Promise<string> => {
-    const response = await fetch(`http://127.0.0.1:${node.port}/events`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ type, payload }),
-    });
-    expect(response.status).toBe(202);
-    return ((await response.json()) as { eventId: string }).eventId;
-  };
+  const publish = (type: string, payload: object) => publishEvent(node.port, type, payload);
   /** The one episode an event caused, found through the API (POST /events answers before it exists). */
   const episodeOf = (eventId: string) =>
     waitFor(
@@ -73,25 +62,7 @@ describe('the operations page in a browser', () => {
     waitFor(what, probe, 15_000, 100);
 
   beforeAll(async () => {
-    const launching = chromium
-      .executablePath()
-      .then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
-    // Whichever of the two fails, the other is still closed in afterAll.
-    const [started, launched] = await Promise.allSettled([
-      startDemoNode(database.url, NODE_ENV),
-      launching,
-    ]);
-    if (started.status === 'fulfilled') node = started.value;
-    if (launched.status === 'fulfilled') browser = launched.value;
-    if (started.status === 'rejected') throw started.reason;
-    if (launched.status === 'rejected') throw launched.reason;
-    page = await launched.value.newPage({ viewport: { width: 1400, height: 1100 } });
-    // Each wait below has its own deadline; a missing element fails as fast as they do.
-    page.setDefaultTimeout(15_000);
-    page.on('pageerror', (error) => pageErrors.push(error.message));
-    page.on('console', (message) => {
-      if (/Content Security Policy/i.test(message.text())) policyViolations.push(message.text());
-    });
+    ({ node, page } = await rig.start(startDemoNode(database.url, NODE_ENV)));
     await page.goto(`http://127.0.0.1:${node.port}/ops`);
   });
 
@@ -102,8 +73,7 @@ describe('the operations page in a browser', () => {
         await page.screenshot({ path: `${OUTPUT}ops-page.png`, fullPage: true });
       }
     } finally {
-      await browser?.close();
-      await node?.stop('SIGTERM');
+      await rig.close();
     }
   });
 
@@ -353,7 +323,7 @@ describe('the operations page in a browser', () => {
     // A page in a context of its own whose timers the test drives (Playwright's clock), so "no poll
     // while paused" is counted over ten polling periods without sleeping through them. Not closed
     // here: with the single-process Chromium, closing a context ends the browser (afterAll does).
-    const paused = await browser!.newPage();
+    const paused = await rig.browser!.newPage();
     await paused.addInitScript(() => {
       const page = globalThis as unknown as {
         clusterPolls: number;
@@ -411,14 +381,14 @@ describe('the operations page in a browser', () => {
           )?.includes(mode) ?? false,
       );
     }
-    expect(pageErrors).toEqual([]);
+    expect(rig.pageErrors).toEqual([]);
   });
 
   it('ran every case above under its Content-Security-Policy without a violation, and cannot be framed', async () => {
-    expect(policyViolations).toEqual([]);
+    expect(rig.policyViolations).toEqual([]);
     // Left open, as the paused page above is: with this Chromium's single process, closing a page
     // closes the browser (afterAll closes it).
-    const framer = await (browser as Browser).newPage();
+    const framer = await rig.browser!.newPage();
     const refused: string[] = [];
     framer.on('console', (message) => refused.push(message.text()));
     await framer.setContent(

@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import chromium from '@sparticuz/chromium';
-import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { FAST_RECOVERY, startNode } from './support/demo-cluster.js';
 import type { DemoNode } from './support/demo-node.js';
+import { launchChromium } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const ENV = {
@@ -58,9 +58,7 @@ describe('pausing an actor cluster-wide from the operations page', () => {
   const row = () => page.locator(`[data-testid="actor-row"][data-actor="${ACTOR}"]`);
 
   beforeAll(async () => {
-    const launching = chromium
-      .executablePath()
-      .then((executablePath) => pw.launch({ executablePath, args: chromium.args, headless: true }));
+    const launching = launchChromium();
     const started = await Promise.allSettled(
       ['p-1', 'p-2'].map((id) => startNode(database.url, id, ENV)),
     );

@@ -4,21 +4,11 @@
 'use strict';
 
 (function () {
-  const NS = 'http://www.w3.org/2000/svg';
+  const { svg } = globalThis.CycliumSvg;
   const WIDTH = 760;
   const HEIGHT = 190;
   // Room for the axis labels on the left and below, and for the legend above.
   const PAD = { left: 34, right: 8, top: 24, bottom: 22 };
-
-  function svg(tag, attrs, ...children) {
-    const node = document.createElementNS(NS, tag);
-    for (const [name, value] of Object.entries(attrs || {}))
-      if (value !== undefined && value !== null) node.setAttribute(name, String(value));
-    for (const child of children.flat())
-      if (child !== undefined && child !== null)
-        node.append(typeof child === 'string' ? document.createTextNode(child) : child);
-    return node;
-  }
 
   /** The top of the value axis: the largest stack, rounded up to a number that halves evenly. */
   function axisTop(largest) {

@@ -3,7 +3,7 @@
 'use strict';
 
 (function () {
-  const SVG = 'http://www.w3.org/2000/svg';
+  const { svg } = globalThis.CycliumSvg;
   const WIDTH = 1000;
   const LEFT = 8;
   const RIGHT = 8;
@@ -13,14 +13,6 @@
   const HEIGHT = 96;
   // Journal rows that mark a moment rather than a step's work: why the run stopped or went on.
   const WAITS_START = ['retry', 'sleep', 'interrupted', 'orphaned'];
-
-  function svg(tag, attrs, ...children) {
-    const node = document.createElementNS(SVG, tag);
-    for (const [name, value] of Object.entries(attrs || {}))
-      if (value !== undefined && value !== null) node.setAttribute(name, String(value));
-    for (const child of children) if (child) node.append(child);
-    return node;
-  }
 
   const title = (text) => svg('title', {}, document.createTextNode(text));
   const ms = (iso) => (iso ? Date.parse(iso) : NaN);

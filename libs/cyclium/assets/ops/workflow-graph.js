@@ -5,22 +5,12 @@
 'use strict';
 
 (function () {
-  const NS = 'http://www.w3.org/2000/svg';
+  const { svg } = globalThis.CycliumSvg;
   const BOX = { width: 170, height: 46 };
   const GAP = { x: 56, y: 16 };
   const PAD = 8;
   // Longer names are cut in the box; the whole name is in its hover title.
   const NAME_MAX = 22;
-
-  function svg(tag, attrs, ...children) {
-    const node = document.createElementNS(NS, tag);
-    for (const [name, value] of Object.entries(attrs || {}))
-      if (value !== undefined && value !== null) node.setAttribute(name, String(value));
-    for (const child of children.flat())
-      if (child !== undefined && child !== null)
-        node.append(typeof child === 'string' ? document.createTextNode(child) : child);
-    return node;
-  }
 
   const cut = (text) => (text.length > NAME_MAX ? `${text.slice(0, NAME_MAX - 1)}…` : text);
 

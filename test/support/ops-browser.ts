@@ -1,0 +1,61 @@
+import chromium from '@sparticuz/chromium';
+import { expect } from '@jest/globals';
+import { chromium as pw, type Browser, type Page } from 'playwright-core';
+
+/** Headless Chromium from @sparticuz/chromium (`npm install` alone brings it). */
+export async function launchChromium(): Promise<Browser> {
+  const executablePath = await chromium.executablePath();
+  return pw.launch({ executablePath, args: chromium.args, headless: true });
+}
+
+/**
+ * A node process and a browser started together, for a page test: whichever of the two fails,
+ * the other is kept so `close()` in afterAll still stops it. Tracks the page's script errors and
+ * what Chromium refused under the page's Content-Security-Policy.
+ */
+export class OpsBrowserRig<N extends { stop(signal?: NodeJS.Signals): Promise<void> }> {
+  node: N | undefined;
+  browser: Browser | undefined;
+  page!: Page;
+  readonly pageErrors: string[] = [];
+  readonly policyViolations: string[] = [];
+
+  async start(
+    starting: Promise<N>,
+    viewport = { width: 1400, height: 1100 },
+  ): Promise<{ node: N; page: Page }> {
+    const [started, launched] = await Promise.allSettled([starting, launchChromium()]);
+    if (started.status === 'fulfilled') this.node = started.value;
+    if (launched.status === 'fulfilled') this.browser = launched.value;
+    if (started.status === 'rejected') throw started.reason;
+    if (launched.status === 'rejected') throw launched.reason;
+    this.page = await launched.value.newPage({ viewport });
+    // Each wait has its own deadline; a missing element fails as fast as they do.
+    this.page.setDefaultTimeout(15_000);
+    this.page.on('pageerror', (error) => this.pageErrors.push(error.message));
+    this.page.on('console', (message) => {
+      if (/Content Security Policy/i.test(message.text()))
+        this.policyViolations.push(message.text());
+    });
+    return { node: started.value, page: this.page };
+  }
+
+  async close(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    try {
+      await this.browser?.close();
+    } finally {
+      await this.node?.stop(signal);
+    }
+  }
+}
+
+/** POST /events on a demo node (202 expected); the event's id. */
+export async function publishEvent(port: number, type: string, payload: object): Promise<string> {
+  const response = await fetch(`http://127.0.0.1:${port}/events`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ type, payload }),
+  });
+  expect(response.status).toBe(202);
+  return ((await response.json()) as { eventId: string }).eventId;
+}
