@@ -415,16 +415,28 @@
             time(e.startedAt || e.queuedAt || e.insertedAt),
           ),
         ),
-        el('td', {}, `${e.actorId} / ${e.expectationId}`),
-        el('td', { 'data-testid': 'episode-status' }, badge(e.status), ' ', waits(e)),
+        el('td', { class: 'wrap' }, `${e.actorId} / ${e.expectationId}`),
+        el(
+          'td',
+          { 'data-testid': 'episode-status', class: 'wrap-narrow' },
+          badge(e.status),
+          ' ',
+          waits(e),
+        ),
         el('td', { class: 'num', 'data-testid': 'episode-attempt' }, attemptText(e)),
-        el('td', { title: e.dedupeKey }, trigger(e)),
-        el('td', {}, e.ownerNode || '', ownerHealth(e)),
+        el('td', { title: e.dedupeKey, class: 'wrap-narrow' }, trigger(e)),
+        el('td', { class: 'wrap-narrow' }, e.ownerNode || '', ownerHealth(e)),
         el('td', {}, scope(e.sourceStack, e.sourceEnv)),
         el(
           'td',
           { class: e.errorClass ? 'error wrap' : 'wrap' },
-          short(e.errorClass ? `${e.errorClass}: ${e.errorDetail || ''}` : e.summary || '', 120),
+          // The error's first line only: a stack trace belongs to the detail.
+          short(
+            e.errorClass
+              ? `${e.errorClass}: ${(e.errorDetail || '').split('\n')[0]}`
+              : e.summary || '',
+            120,
+          ),
         ),
       ),
     );
@@ -503,11 +515,10 @@
 
   // --- one episode ------------------------------------------------------------------------------
 
+  /** A label and its value; none when there is no value, so the detail lists what is known. */
   function field(label, value) {
-    return [
-      el('dt', {}, label),
-      el('dd', {}, value === null || value === undefined || value === '' ? '—' : value),
-    ];
+    if (value === null || value === undefined || value === '') return [];
+    return [el('dt', {}, label), el('dd', {}, value)];
   }
 
   function renderDetail(detail) {

@@ -9,8 +9,12 @@
   const RIGHT = 8;
   const STEP_Y = 26;
   const STEP_H = 16;
-  const MARK_Y = 52;
-  const HEIGHT = 96;
+  const MARK_Y = 50;
+  // Marker labels take the first of three rows where they do not run into the last one there.
+  const LABEL_ROWS = 3;
+  const LABEL_ROW_H = 12;
+  const CHAR_W = 6.5;
+  const HEIGHT = MARK_Y + LABEL_ROWS * LABEL_ROW_H + 26;
   // Journal rows that mark a moment rather than a step's work: why the run stopped or went on.
   const WAITS_START = ['retry', 'sleep', 'interrupted', 'orphaned'];
 
@@ -58,6 +62,13 @@
       ),
     ];
     let waitFrom = null;
+    const rowEnds = new Array(LABEL_ROWS).fill(-Infinity);
+    /** The label row for text at `at`, or -1 when every row is taken there (the title says it). */
+    const labelRow = (left, text) => {
+      const row = rowEnds.findIndex((end) => end < left);
+      if (row >= 0) rowEnds[row] = left + text.length * CHAR_W + 6;
+      return row;
+    };
     for (const s of steps) {
       const at = ms(s.createdAt);
       if (!Number.isFinite(at)) continue;
@@ -96,16 +107,19 @@
       }
       if (WAITS_START.includes(s.name) || s.kind === 'sleep') waitFrom = at;
       const node = nodeOf(s);
+      const label = node ? `${s.name} · ${node}` : s.name;
+      const row = labelRow(x(at), label);
+      const y = MARK_Y + (row + 1) * LABEL_ROW_H - 2;
       parts.push(
         svg(
           'g',
           { 'data-testid': 'timeline-mark', 'data-name': s.name, class: `mark mark-${s.name}` },
-          svg('line', { x1: x(at), x2: x(at), y1: STEP_Y - 6, y2: MARK_Y }),
-          svg(
-            'text',
-            { x: x(at) + 2, y: MARK_Y + 10 },
-            document.createTextNode(node ? `${s.name} · ${node}` : s.name),
-          ),
+          svg('line', { x1: x(at), x2: x(at), y1: STEP_Y - 6, y2: row >= 0 ? y - 9 : MARK_Y }),
+          row < 0
+            ? null
+            : x(at) + label.length * CHAR_W > WIDTH - RIGHT
+              ? svg('text', { x: x(at) - 2, y, 'text-anchor': 'end' }, label)
+              : svg('text', { x: x(at) + 2, y }, label),
           title(`${s.name} at ${s.createdAt}${node ? ` on ${node}` : ''}`),
         ),
       );
