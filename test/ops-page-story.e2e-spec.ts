@@ -225,6 +225,38 @@ describe('the operations page tells the story of an episode and of the cluster',
     );
   });
 
+  it('starts an episode from the form, and refuses what the trigger would not take, naming the field', async () => {
+    await page.goto(`http://127.0.0.1:${first().port}/ops`);
+    const choice = 'resource_monitor.check_resource_limits';
+    await pageShows('the form to offer the expectation', async () =>
+      (await page.getByTestId('start-expectation').locator('option').allTextContents()).includes(
+        choice,
+      ),
+    );
+    await page.getByTestId('start-expectation').selectOption(choice);
+    await page.getByTestId('start-payload').fill('[1]');
+    await page.getByTestId('start-submit').click();
+    await pageShows('the refusal', async () =>
+      (await text('start-result')).includes('payload must be a JSON object'),
+    );
+    await page.getByTestId('start-payload').fill('{"resource": "formed", "usage": 1}');
+    await page.getByTestId('start-dedupe').fill('formed-once');
+    await page.getByTestId('start-submit').click();
+    await pageShows('the new episode linked', () => page.getByTestId('start-episode').isVisible());
+    const id = (await text('start-episode')).trim();
+    await waitFor('it to end done', async () => (await statusOf(id)).status === 'done');
+    // Its dedupe key holds: the same start again is a duplicate.
+    await page.getByTestId('start-submit').click();
+    await pageShows('a duplicate', async () => (await text('start-result')) === 'duplicate');
+    // Over HTTP: an expectation this node does not declare is a 404.
+    const unknown = await fetch(`http://127.0.0.1:${first().port}/ops/api/episodes/start`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-cyclium-ops': '1' },
+      body: JSON.stringify({ actorId: 'nobody', expectationId: 'nothing' }),
+    });
+    expect(unknown.status).toBe(404);
+  });
+
   it('asks before acting, and Back leaves the episode as it was', async () => {
     const eventId = await publish('resource.rebalance_once', {
       resource: 'rack-ask',

@@ -1003,10 +1003,63 @@
     );
   }
 
+  /** The start form's choices: every expectation of the actors this node declares. */
+  function fillStartChoices(items) {
+    const select = $('start-expectation');
+    const choices = items.flatMap((a) => a.expectations.map((x) => `${a.actorId}.${x}`));
+    if (select.dataset.choices === choices.join()) return;
+    select.dataset.choices = choices.join();
+    select.replaceChildren(...choices.map((c) => el('option', { value: c }, c)));
+  }
+
+  /** Starts an episode by hand; the answer links to it. */
+  async function startEpisode(ev) {
+    ev.preventDefault();
+    const form = $('start-form');
+    const out = $('start-result');
+    const [actorId, expectationId] = form.elements.expectation.value.split(/\.(.*)/s);
+    const body = { actorId, expectationId };
+    try {
+      body.payload = JSON.parse(form.elements.payload.value || '{}');
+    } catch (error) {
+      out.textContent = `payload: not JSON (${error.message})`;
+      return;
+    }
+    const key = form.elements.dedupeKey.value.trim();
+    if (key) body.dedupeKey = key;
+    const delay = form.elements.delayMs.value.trim();
+    if (delay) body.delayMs = Number(delay);
+    try {
+      const answer = await api('/api/episodes/start', { method: 'POST', body });
+      const open = (e) => (e.preventDefault(), openEpisode(answer.episode.id));
+      out.replaceChildren(
+        `${answer.status}`,
+        ...(answer.episode
+          ? [
+              ': ',
+              el(
+                'a',
+                {
+                  href: `?episode=${answer.episode.id}`,
+                  'data-testid': 'start-episode',
+                  onclick: open,
+                },
+                answer.episode.id,
+              ),
+            ]
+          : []),
+      );
+      void refresh();
+    } catch (error) {
+      out.textContent = `start refused: ${error.message}`;
+    }
+  }
+
   async function refreshActors() {
     const box = $('actors');
     try {
       const { items } = await api('/api/actors');
+      fillStartChoices(items);
       const table = el(
         'table',
         { 'data-testid': 'actors-table' },
@@ -1215,6 +1268,7 @@
     on('episodes-newest', 'click', () => ((state.cursors = [null]), reload()));
     on('detail-close', 'click', closeEpisode);
     on('bulk-retry', 'click', () => void actOnMatching('retry'));
+    on('start-form', 'submit', (ev) => void startEpisode(ev));
     on('bulk-cancel', 'click', () => void actOnMatching('cancel'));
     on('cancel-button', 'click', () => void act('cancel'));
     on('retry-button', 'click', () => void act('retry'));

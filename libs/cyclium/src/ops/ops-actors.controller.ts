@@ -37,12 +37,14 @@ export class OpsActorsController {
     private readonly mode: Mode,
   ) {}
 
-  /** Each declared actor, its mode on this node, and its pause (read now) or null. */
+  /** Each declared actor, its expectations, its mode on this node, and its pause or null. */
   @Get()
   async list() {
     const paused = new Map((await this.pauses.list()).map((p) => [p.actorId, p]));
     const items = this.registry.all().map((actor) => ({
       actorId: actor.id,
+      // What the page's start form offers: each can be started by hand (Episodes.trigger).
+      expectations: [...actor.expectations.keys()],
       mode: this.mode.of(actor.id),
       paused: paused.get(actor.id) ?? null,
     }));

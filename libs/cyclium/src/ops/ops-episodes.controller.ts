@@ -1,9 +1,11 @@
 import {
+  BadRequestException,
   Body,
   ConflictException,
   Controller,
   Get,
   HttpCode,
+  Logger,
   NotFoundException,
   Param,
   Post,
@@ -14,13 +16,12 @@ import {
   UsePipes,
 } from '@nestjs/common';
 import { Episodes, type CancelResult } from '../dispatch/episodes.service.js';
-import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { TriggerRequests } from '../dispatch/trigger-requests.service.js';
-import { HostedVersions } from '../cluster/hosted-versions.js';
 import { Findings } from '../findings/findings.service.js';
 import { Outputs } from '../outputs/outputs.service.js';
-import { ActorRegistry } from '../actors/actor-registry.service.js';
-import { retryOptionsFor } from '../episodes/retry-policy.js';
+import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
+import { InvalidTriggerError } from '../episodes/episode-errors.js';
+import { byAnOperator } from '../episodes/episode-log-lines.js';
 import { OpsAccessGuard } from './ops-access.guard.js';
 import { OpsExceptionFilter } from './ops-exception.filter.js';
 import { OpsBulkActions, type BulkResult } from './bulk-actions.service.js';
@@ -30,15 +31,14 @@ import {
   EpisodeListQuery,
   OperatorActionBody,
   RetryMatchingBody,
+  StartEpisodeBody,
   SignalBody,
 } from './ops-queries.dto.js';
 import { opsValidation } from './ops-validation.js';
 import { withPayloadPreview } from './payload-preview.js';
 import { OpsScope } from './ops-scope.service.js';
+import { EpisodeViews } from './episode-views.service.js';
 import { OperatorActions, retryRefusal } from './operator-actions.service.js';
-
-/** The statuses in which an episode waits for a node to take it. */
-const WAITS_FOR_A_NODE = new Set(['waiting', 'deferred', 'throttled', 'queued']);
 
 /**
  * Episodes for the operations page: list, read one with everything it wrote, cancel, retry,
@@ -74,13 +74,14 @@ const WAITS_FOR_A_NODE = new Set(['waiting', 'deferred', 'throttled', 'queued'])
 @UseFilters(OpsExceptionFilter)
 @UsePipes(opsValidation())
 export class OpsEpisodesController {
+  private readonly logger = new Logger('CycliumOps');
+
   constructor(
     private readonly episodes: Episodes,
     private readonly findings: Findings,
     private readonly outputs: Outputs,
     private readonly requests: TriggerRequests,
-    private readonly versions: HostedVersions,
-    private readonly registry: ActorRegistry,
+    private readonly views: EpisodeViews,
     private readonly actions: OperatorActions,
     private readonly bulk: OpsBulkActions,
     private readonly scope: OpsScope,
@@ -97,7 +98,7 @@ export class OpsEpisodesController {
       limit: query.limit,
       cursor: query.cursor,
     });
-    return { ...page, items: (await this.withWaits(page.items)).map(withPayloadPreview) };
+    return { ...page, items: (await this.views.describe(page.items)).map(withPayloadPreview) };
   }
 
   // Declared before the `:id` routes: Express matches in declaration order, so a POST `:id` route
@@ -106,6 +107,35 @@ export class OpsEpisodesController {
   @HttpCode(200)
   retryMatching(@Body() body: RetryMatchingBody): Promise<BulkResult<'resumed' | 'retried'>> {
     return this.bulk.retryMatching(body);
+  }
+
+  /**
+   * Starts an episode of an expectation this node declares, as `Episodes.trigger` would (a manual
+   * trigger in this node's stack and env): 201 with what became of it; 404 for an expectation this
+   * node does not declare (or cannot run in its mode), 400 naming a field the trigger refuses.
+   */
+  @Post('start')
+  @HttpCode(201)
+  async start(@Body() body: StartEpisodeBody) {
+    const { actorId, expectationId, payload, dedupeKey, delayMs, reason } = body;
+    const result = await this.episodes
+      .trigger(actorId, expectationId, payload ?? {}, { dedupeKey, delayMs })
+      .catch((error: unknown) => {
+        if (error instanceof ActorDefinitionError) throw new NotFoundException(error.message);
+        if (error instanceof InvalidTriggerError)
+          throw new BadRequestException([`${error.field}: ${error.message}`]);
+        throw error;
+      });
+    const episode = 'episode' in result ? result.episode : null;
+    this.logger.log(
+      `${actorId}.${expectationId} started ${byAnOperator(reason)}: ${result.status}` +
+        (episode ? `, episode ${episode.id}` : ''),
+    );
+    return {
+      status: result.status,
+      episode: episode && { id: episode.id, status: episode.status },
+      ...(result.status === 'deferred' && { notBefore: result.notBefore }),
+    };
   }
 
   @Post('cancel-matching')
@@ -124,7 +154,7 @@ export class OpsEpisodesController {
       this.outputs.forEpisode(id),
       this.requests.forEpisode(id),
     ]);
-    const [described] = await this.withWaits([episode]);
+    const [described] = await this.views.describe([episode]);
     const wait = described?.wait;
     // A children wait shows each child's status: one read for all of them.
     const children =
@@ -141,46 +171,6 @@ export class OpsEpisodesController {
       outputs,
       triggerRequests,
     };
-  }
-
-  /**
-   * Each episode with `dueAt` and `waitingFor` (start, retry, sleep, resume, wait) while it waits
-   * for a trigger request, and `wait` (the row's `waiting_for`: a signal, an event and its match,
-   * or children, with the deadline) while a wait holds it; null otherwise. A wait without a
-   * deadline is due never: `dueAt` null. `retryAttempts`: how many attempts its retry policy
-   * allows in all as this node reads it (its trigger's own, else its expectation's), null without
-   * one or on a node that does not declare its expectation. An episode pinned to a version no live
-   * node of its env and stack runs waits for one first: `waitingFor` is `version <v>`.
-   */
-  private async withWaits<E extends EpisodeRow>(episodes: E[]) {
-    const waits = await this.requests.waitsOf(
-      episodes.filter((e) => e.status === 'deferred' || e.status === 'waiting').map((e) => e.id),
-    );
-    const pinned = episodes.some((e) => e.version && WAITS_FOR_A_NODE.has(e.status));
-    const live = pinned ? await this.versions.live() : null;
-    return episodes.map(({ waitingFor: wait, ...e }) => {
-      const due = waits.get(e.id);
-      const waiting = e.status === 'waiting' && wait ? wait : null;
-      // Pinned to a version no live node of its env and stack runs: it waits for such a node,
-      // whatever else it awaits.
-      const stranded =
-        e.version &&
-        WAITS_FOR_A_NODE.has(e.status) &&
-        !live?.runs(e.actorId, e.expectationId, e.version, e.sourceEnv, e.sourceStack);
-      return {
-        ...e,
-        dueAt: due?.waitingFor === 'wait' && !waiting?.deadline ? null : (due?.dueAt ?? null),
-        waitingFor: stranded ? `version ${e.version}` : (due?.waitingFor ?? null),
-        wait: waiting,
-        retryAttempts: this.retryAttempts(e),
-      };
-    });
-  }
-
-  private retryAttempts(episode: Omit<EpisodeRow, 'waitingFor'>): number | null {
-    const declared = this.registry.expectation(episode.actorId, episode.expectationId);
-    if (!declared) return null;
-    return retryOptionsFor(episode, declared.options).options?.retry?.attempts ?? null;
   }
 
   /** Sends a signal to the episode (Episodes.signal): 404 without one, 409 once it ended. */

@@ -4,6 +4,7 @@ import {
   IsInt,
   IsOptional,
   IsString,
+  IsObject,
   IsUUID,
   Length,
   Max,
@@ -70,6 +71,38 @@ const Reason = () => (target: object, key: string) => {
   Absent()(target, key);
   Text(500)(target, key);
 };
+
+/** A year, the longest `delayMs` a start from the page takes (longer is a typing mistake). */
+const YEAR_MS = 31_536_000_000;
+
+/**
+ * `POST /api/episodes/start`: an expectation this node declares, its payload (a JSON object,
+ * default `{}`), and optionally a dedupe key and a delay.
+ */
+export class StartEpisodeBody {
+  @Text(200)
+  actorId!: string;
+
+  @Text(200)
+  expectationId!: string;
+
+  @Absent()
+  @IsObject({ message: 'payload must be a JSON object' })
+  payload?: Record<string, unknown>;
+
+  @Absent()
+  @Text(1000)
+  dedupeKey?: string;
+
+  @Absent()
+  @IsInt({ message: `delayMs must be a whole number of milliseconds from 0 to ${YEAR_MS}` })
+  @Min(0, { message: `delayMs must be a whole number of milliseconds from 0 to ${YEAR_MS}` })
+  @Max(YEAR_MS, { message: `delayMs must be a whole number of milliseconds from 0 to ${YEAR_MS}` })
+  delayMs?: number;
+
+  @Reason()
+  reason?: string;
+}
 
 export class EpisodeIdParam {
   @IsUUID('all', { message: 'id must be a UUID' })

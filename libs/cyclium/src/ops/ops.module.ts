@@ -13,6 +13,7 @@ import {
 import { OpsPageController } from './ops-page.controller.js';
 import { OpsActorsController } from './ops-actors.controller.js';
 import { OpsScope } from './ops-scope.service.js';
+import { EpisodeViews } from './episode-views.service.js';
 import { OpsVersionsController } from './ops-versions.controller.js';
 import { OperatorActions } from './operator-actions.service.js';
 import { OpsWorkflowsController } from './ops-workflows.controller.js';
@@ -54,6 +55,7 @@ export class CycliumOpsModule {
         OpsAccessGuard,
         OperatorActions,
         OpsScope,
+        EpisodeViews,
         OpsBulkActions,
       ],
     };
