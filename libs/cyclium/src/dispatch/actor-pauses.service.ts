@@ -61,6 +61,7 @@ export class ActorPauses implements OnModuleInit, OnApplicationShutdown {
     this.unsubscribe = this.events.subscribe(PAUSES_CHANGED, () => void this.refreshQuietly());
   }
 
+  /** Stops reading: a node shutting down starts nothing more anyway. */
   onApplicationShutdown(): void {
     clearInterval(this.timer);
     this.unsubscribe?.();
