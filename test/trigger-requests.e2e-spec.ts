@@ -101,6 +101,7 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
       nodeMode: 'full',
       overrides: {},
       nodeIdentity: 'full-default',
+      paused: [],
     });
     mode.setActorOverride('deferrable', 'trigger_only');
     expect(mode.of('deferrable')).toBe('trigger_only');
