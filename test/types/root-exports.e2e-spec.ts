@@ -16,9 +16,10 @@ const ROOT_HEADING = '\n## `@cyclium/nestjs`\n';
 /**
  * Grows only by a value hosts must name: 43 with ChildEpisodesFailedError and
  * EpisodeResultTimeoutError (issue 43); 45 with PatchDeprecatedError (a method's catch must let it
- * through) and InvalidVersionMoveError (what Episodes.moveVersion throws at its caller) (issue 45).
+ * through) and InvalidVersionMoveError (what Episodes.moveVersion throws at its caller) (issue 45);
+ * 46 with ActorPauses (pausing an actor cluster-wide from code, issue 47).
  */
-const MAX_ROOT_VALUES = 45;
+const MAX_ROOT_VALUES = 46;
 
 /** The names `index.ts` re-exports, split into values and type-only names (it holds nothing else). */
 function entryExports(file: string): { values: string[]; types: string[] } {
