@@ -103,6 +103,8 @@ export interface LivenessReport {
 @Injectable()
 export class CycliumStatus {
   private readonly pings = new SharedRead<number, number>();
+  /** The ping sent and not yet answered, if any (see ping). */
+  private unanswered: { sentAt: number; answer: Promise<number> } | undefined;
 
   constructor(
     private readonly identity: NodeIdentity,
@@ -215,19 +217,34 @@ export class CycliumStatus {
 
   /**
    * On the library's own connection: a host pool that is merely saturated is not a database that is
-   * away.
+   * away. That connection is the node beat's too, so a `SELECT 1` still unanswered is shared by
+   * every later ping until it settles, each timed from when it was sent: a frozen database costs
+   * one stuck statement, not a queue of them in front of the beat.
    */
   private ping(timeoutMs: number): Promise<number> {
-    const started = performance.now();
-    const query = this.database.dedicatedSql
-      .query('SELECT 1')
-      .then(() => Math.round(performance.now() - started));
+    const unanswered = this.unanswered ?? this.sendPing();
+    const left = timeoutMs - (performance.now() - unanswered.sentAt);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+      timer = setTimeout(
+        () => reject(new Error(`no answer within ${timeoutMs} ms`)),
+        Math.max(0, left),
+      );
     });
-    // The query may still fail after the timeout decided: that rejection is already accounted for.
-    query.catch(() => undefined);
-    return Promise.race([query, timeout]).finally(() => clearTimeout(timer));
+    return Promise.race([unanswered.answer, timeout]).finally(() => clearTimeout(timer));
+  }
+
+  private sendPing(): { sentAt: number; answer: Promise<number> } {
+    const sentAt = performance.now();
+    const answer = this.database.dedicatedSql
+      .query('SELECT 1')
+      .then(() => Math.round(performance.now() - sentAt))
+      .finally(() => {
+        if (this.unanswered?.answer === answer) this.unanswered = undefined;
+      });
+    // The query may still fail after a timeout decided: that rejection is already accounted for.
+    answer.catch(() => undefined);
+    this.unanswered = { sentAt, answer };
+    return this.unanswered;
   }
 }
