@@ -21,7 +21,7 @@ function statusOn(answer: () => Promise<unknown>) {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('CycliumStatus.databasePing', () => {
-  it('shares one unanswered SELECT 1 with every later ping until it settles', async () => {
+  it('shares one unanswered SELECT 1 with later pings until it settles', async () => {
     let release: (() => void) | undefined;
     const { status, sent } = statusOn(
       () => new Promise<void>((resolve) => (release = () => resolve())),
@@ -33,7 +33,7 @@ describe('CycliumStatus.databasePing', () => {
       await sleep(500);
     }
     const answers = await Promise.all(verdicts);
-    // One statement waits on the connection; each ping past 1.5 s since it was sent says so at once.
+    // One statement waits on the connection; each ping past 1.5 s since it was sent says so.
     expect(sent).toHaveLength(1);
     expect(answers.every((a) => a === 'no answer within 1500 ms')).toBe(true);
     release?.();
