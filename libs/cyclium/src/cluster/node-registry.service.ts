@@ -19,6 +19,7 @@ import { Mode } from '../dispatch/mode.service.js';
 import { OutputRescue } from './output-rescue.service.js';
 import { OutputStore } from '../outputs/output-store.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
+import { ActorPauses } from '../dispatch/actor-pauses.service.js';
 
 interface BeatRow {
   found: number;
@@ -36,6 +37,8 @@ interface BeatRow {
   peers: SignedPeer[];
   listeners: string[];
   outputs_due: boolean;
+  /** The actors paused in this node's stack and env (ActorPauses). */
+  paused: string[];
 }
 
 /**
@@ -84,6 +87,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     private readonly registry: ActorRegistry,
     private readonly outputs: OutputRescue,
     private readonly mode: Mode,
+    private readonly pauses: ActorPauses,
     signer: RowSigner,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
@@ -251,6 +255,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
    * process that got past the boot check, and says so.
    */
   async beat(): Promise<void> {
+    const paused = this.pauses.beatColumn(2, 3);
     try {
       const { rows } = await this.database.sql.query<BeatRow>(
         `WITH previous AS (SELECT boot_id, last_seen_at FROM cyclium_nodes
@@ -265,7 +270,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
                 coalesce((SELECT last_seen_at
                           FROM previous) < now() - make_interval(secs => $4::double precision),
                          false) AS gap,
-                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5, 2, 3)}`,
+                ${CHANNEL_NODES_FROM(2, 3, 4)}, ${this.outputsDue(5, 2, 3)}, ${paused.sql}`,
         [
           this.identity.name(),
           this.options.stackSlug,
@@ -280,6 +285,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
       );
       const row = rows[0] as BeatRow;
       if (row.gap) this.watching = row.seen_at;
+      paused.apply(row.paused);
       this.peers.update(this.signatures.trusted(row.peers), row.listeners);
       if (row.outputs_due) this.outputs.request();
       this.reportTwin(row.previous_boot);

@@ -27,12 +27,15 @@ export interface ActorPause {
   reason: string | null;
 }
 
-/** Rows of this node's stack and env: NULL (none, the default env) equal to NULL. */
-const IN_SCOPE = `stack IS NOT DISTINCT FROM $1 AND env IS NOT DISTINCT FROM $2`;
+/** Rows of a stack and env (parameter numbers): NULL (none, the default env) equal to NULL. */
+const inScope = (stack: number, env: number) =>
+  `stack IS NOT DISTINCT FROM $${stack}::text AND env IS NOT DISTINCT FROM $${env}::text`;
+const IN_SCOPE = inScope(1, 2);
 
 /**
  * Pauses and resumes an actor across every node of this stack and env. A pause is a row, read by
- * every node at boot, at each beat and at once when one is announced: the nodes start nothing of a
+ * every node at boot, in each node beat's own statement (`beatColumn`, so an idle node pays no
+ * statement for it) and at once when one is announced: the nodes start nothing of a
  * paused actor (its Mode is `trigger_only`), and its triggers, wake-ups and recovered runs wait as
  * requests that never expire; running episodes finish. Resumed, the nodes take them up again.
  * While the database is away a node keeps the pauses it last read.
@@ -41,7 +44,8 @@ const IN_SCOPE = `stack IS NOT DISTINCT FROM $1 AND env IS NOT DISTINCT FROM $2`
 export class ActorPauses implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger('CycliumDispatch');
   private readonly outage = new OutageLog(this.logger, 'reading paused actors');
-  private timer: NodeJS.Timeout | undefined;
+  /** Reads of the table so far: a beat's answer that a fresher read overtook is not applied. */
+  private reads = 0;
   private unsubscribe: (() => void) | undefined;
 
   constructor(
@@ -56,15 +60,28 @@ export class ActorPauses implements OnModuleInit, OnApplicationShutdown {
   /** Before any trigger is taken (pollers and subscriptions start at bootstrap). */
   async onModuleInit(): Promise<void> {
     await this.database.atBoot('reading paused actors', () => this.refresh());
-    this.timer = setInterval(() => void this.refreshQuietly(), this.options.nodeBeatIntervalMs);
-    this.timer.unref();
     this.unsubscribe = this.events.subscribe(PAUSES_CHANGED, () => void this.refreshQuietly());
   }
 
   /** Stops reading: a node shutting down starts nothing more anyway. */
   onApplicationShutdown(): void {
-    clearInterval(this.timer);
     this.unsubscribe?.();
+  }
+
+  /**
+   * The column a node beat's statement selects (`paused`, the actor ids paused in the stack and env
+   * its parameters `stack` and `env` name), and what to do with its answer: applied unless a pause,
+   * a resume or an announce was read while the beat was under way.
+   */
+  beatColumn(stack: number, env: number): { sql: string; apply(paused: string[]): void } {
+    const at = this.reads;
+    return {
+      sql: `coalesce((SELECT array_agg(actor_id) FROM cyclium_actor_pauses
+                       WHERE ${inScope(stack, env)}), '{}') AS paused`,
+      apply: (paused) => {
+        if (this.reads === at) this.mode.setPaused(paused);
+      },
+    };
   }
 
   /** The paused actors of this stack and env, oldest pause first. */
@@ -121,7 +138,9 @@ export class ActorPauses implements OnModuleInit, OnApplicationShutdown {
   }
 
   private async refresh(): Promise<void> {
-    this.mode.setPaused((await this.list()).map((p) => p.actorId));
+    const read = ++this.reads;
+    const paused = (await this.list()).map((p) => p.actorId);
+    if (read === this.reads) this.mode.setPaused(paused);
   }
 
   private async refreshQuietly(): Promise<void> {
