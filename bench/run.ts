@@ -20,6 +20,7 @@ import { historyBench } from './benchmarks/history.bench.js';
 import { scaleBench } from './benchmarks/scale.bench.js';
 import { takeoverBench } from './benchmarks/takeover.bench.js';
 import { waitsBench } from './benchmarks/waits.bench.js';
+import { writesBench } from './benchmarks/writes.bench.js';
 import { openBenchDatabase } from './support/bench-database.js';
 import { registerBenchMetrics } from './support/bench-metrics.js';
 
@@ -40,6 +41,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   arrivals: arrivalsBench,
   history: historyBench,
   waits: waitsBench,
+  writes: writesBench,
 };
 
 async function main(): Promise<void> {

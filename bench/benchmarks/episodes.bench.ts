@@ -138,7 +138,10 @@ interface Configuration {
 }
 
 /** A node of the bench actor on its own pool, claims on. */
-async function bootNode(url: string, cyclium: CycliumOptions): Promise<INestApplicationContext> {
+export async function bootNode(
+  url: string,
+  cyclium: CycliumOptions,
+): Promise<INestApplicationContext> {
   @Module({
     imports: [
       TypeOrmModule.forRoot({
@@ -163,7 +166,7 @@ async function bootNode(url: string, cyclium: CycliumOptions): Promise<INestAppl
  * Runs `count` episodes of `line` on `app`, at most `inFlight` at once. For a trigger in the host's
  * transaction, `latencies` gets each episode's time from its host COMMIT answered to done.
  */
-async function runMany(
+export async function runMany(
   app: INestApplicationContext,
   line: Line,
   count: number,

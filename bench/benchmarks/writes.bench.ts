@@ -1,0 +1,154 @@
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import pg from 'pg';
+import { settleStats } from '../support/counters.js';
+import { WARM_UP, printTable } from '../support/measure.js';
+import {
+  mark,
+  walPosition,
+  writesBetween,
+  type WriteMark,
+  type Writes,
+} from '../support/write-counters.js';
+import { bootNode, runMany } from './episodes.bench.js';
+
+/** Episodes (or jobs) per measured window, one at a time: what a first benchmark does. */
+const UNITS = 1_000;
+
+/**
+ * `npm run bench -- writes`: what one 1-step episode writes (heap tuples by kind, index entries,
+ * row locks, WAL records and bytes), one at a time, next to graphile-worker's one job (added, then
+ * run to its end, then the next) when PEERS_BENCH_DIR names a set-up copy of the side-by-side
+ * bench, whose node_modules hold graphile-worker. Each system gets a database of its own on the
+ * same server; the WAL is the server's, so nothing else runs in the window.
+ */
+export async function writesBench(url: string): Promise<void> {
+  const rows: Array<Record<string, string | number>> = [];
+  rows.push(row('cyclium 1-step episode', await cycliumWrites(url)));
+  const peers = process.env.PEERS_BENCH_DIR;
+  if (peers) rows.push(row('graphile-worker job', await graphileWrites(url, peers)));
+  printTable(`Writes per unit, ${UNITS} units one at a time`, rows);
+  if (!peers) process.stdout.write('graphile-worker: set PEERS_BENCH_DIR to measure it too\n');
+}
+
+async function cycliumWrites(url: string): Promise<Writes> {
+  const app = await bootNode(url, { nodeIdentity: 'writes' });
+  let walEnd: string;
+  let before: WriteMark;
+  try {
+    await runMany(app, 'k1', WARM_UP, 1);
+    await settleStats();
+    before = await mark(url);
+    await runMany(app, 'k1', UNITS, 1);
+    walEnd = await walPosition(url);
+  } finally {
+    // Closing ends the pool's backends, which flush their statistics as they exit.
+    await app.close();
+  }
+  await settleStats();
+  return writesBetween(url, before, await mark(url), UNITS, walEnd);
+}
+
+interface GraphileRunner {
+  stop(): Promise<void>;
+  addJob(identifier: string, payload: unknown): Promise<unknown>;
+  events: { on(event: string, listener: () => void): void };
+}
+
+interface Graphile {
+  run(options: Record<string, unknown>): Promise<GraphileRunner>;
+  runMigrations(options: Record<string, unknown>): Promise<void>;
+  Logger: new (factory: () => () => void) => unknown;
+}
+
+async function graphileWrites(serverUrl: string, peersDir: string): Promise<Writes> {
+  const gw = createRequire(join(peersDir, 'package.json'))('graphile-worker') as Graphile;
+  const url = await freshDatabase(serverUrl, 'writes_graphile');
+  const logger = new gw.Logger(() => () => undefined);
+  await gw.runMigrations({ connectionString: url, logger });
+  let done = 0;
+  const runner = await gw.run({
+    connectionString: url,
+    concurrency: 1,
+    noHandleSignals: true,
+    logger,
+    crontab: '',
+    taskList: { t: async () => undefined },
+  });
+  runner.events.on('job:complete', () => done++);
+  const runJobs = async (n: number) => {
+    for (let i = 0; i < n; i++) {
+      const target = done + 1;
+      await runner.addJob('t', { i });
+      await until(() => done >= target);
+    }
+  };
+  let walEnd: string;
+  let before: WriteMark;
+  try {
+    await runJobs(WARM_UP);
+    await settleStats();
+    before = await mark(url);
+    await runJobs(UNITS);
+    // Completions are committed after job:complete fires: wait until the table is empty.
+    await until(async () => (await countJobs(url)) === 0);
+    walEnd = await walPosition(url);
+  } finally {
+    await runner.stop();
+  }
+  await settleStats();
+  return writesBetween(url, before, await mark(url), UNITS, walEnd);
+}
+
+async function countJobs(url: string): Promise<number> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM graphile_worker._private_jobs',
+    );
+    return rows[0]!.n;
+  } finally {
+    await client.end();
+  }
+}
+
+async function freshDatabase(serverUrl: string, name: string): Promise<string> {
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.query(`CREATE DATABASE ${name}`);
+  } finally {
+    await admin.end();
+  }
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+async function until(condition: () => boolean | Promise<boolean>): Promise<void> {
+  const deadline = performance.now() + 30_000;
+  while (!(await condition())) {
+    if (performance.now() > deadline) throw new Error('writes bench: no progress for 30 s');
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+
+function row(label: string, w: Writes): Record<string, string | number> {
+  const f = (n: number | null) => (n === null ? 'n/a' : n.toFixed(2));
+  const heap = w.inserted + w.hotUpdated + w.coldUpdated + w.deleted;
+  return {
+    unit: label,
+    'heap ins': f(w.inserted),
+    'upd HOT': f(w.hotUpdated),
+    'upd cold': f(w.coldUpdated),
+    del: f(w.deleted),
+    'index entries': f(w.indexEntries),
+    'heap+index': w.indexEntries === null ? 'n/a' : f(heap + w.indexEntries),
+    locks: f(w.locks),
+    'WAL records': f(w.walRecords),
+    'WAL bytes': Math.round(w.walBytes),
+    'WAL bytes no FPI': w.walBytesNoFpi === null ? 'n/a' : Math.round(w.walBytesNoFpi),
+  };
+}
