@@ -142,6 +142,7 @@ export class EndWrites {
     // Named as the lone joined end it also is.
     const statement = new Statement('end_joined_many');
     const terminal = items.map((w) => w.outcome.terminal);
+    const steps = items.map((w) => w.outcome.lastStep);
     const input = statement.arrays([
       [items.map((w) => w.ownership.key), 'text[]'],
       [items.map((w) => w.ownership.owner), 'text[]'],
@@ -159,12 +160,17 @@ export class EndWrites {
       [terminal.map((t) => t.detail ?? null), 'text[]'],
       [terminal.map(claimFailureOf), 'text[]'],
       [terminal.map(resultJsonOf), 'jsonb[]'],
+      [steps.map((s) => s?.journalNo ?? null), 'int[]'],
+      [steps.map((s) => s?.name ?? null), 'text[]'],
+      [steps.map((s) => s?.resultJson ?? null), 'jsonb[]'],
+      [steps.map((s) => s?.durationMs ?? null), 'int[]'],
     ]);
     statement.with(
       'input',
       `SELECT * FROM unnest(${input})
          WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification,
-                               error_class, error_detail, failure, result, n)`,
+                               error_class, error_detail, failure, result, step_journal_no,
+                               step_name, step_result, step_ms, n)`,
     );
     statement.with('owner', ownerMany({ input: 'input' }));
     for (const [name, body] of finishEpisodes('owner')) statement.with(name, body);
@@ -175,6 +181,15 @@ export class EndWrites {
         `SELECT episode_id FROM won WHERE status IN ('done', 'partially_failed')`,
       ),
     );
+    if (steps.some((step) => step !== undefined))
+      statement.with(
+        'last_step',
+        this.journal.lastStepFragment(
+          `SELECT episode_id, step_journal_no AS journal_no, step_name AS name,
+                  step_result AS result, step_ms AS duration_ms
+             FROM won WHERE step_journal_no IS NOT NULL`,
+        ),
+      );
     statement.with('claim_finished', finishMany({ input: 'won' }));
     const event = this.events.fragmentMany(
       statement,

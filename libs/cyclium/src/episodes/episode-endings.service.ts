@@ -23,7 +23,7 @@ import { EpisodeStore } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeWaits } from './episode-waits.service.js';
 import { retryOptionsFor, type RetryOptions } from './retry-policy.js';
-import type { RunningEpisode, ThrowingStep } from './running-episode.js';
+import type { RunningEpisode, StepRecord, ThrowingStep } from './running-episode.js';
 
 /**
  * Failures the library decides rather than the host's code: their message says it all, so no stack
@@ -76,14 +76,18 @@ export class EpisodeEndings {
 
   /**
    * Post-converge (rule 4): ownership at the fence, findings, outputs, status, checkpoints, claim
-   * and the terminal event — one statement.
+   * and the terminal event — one statement, with the journal row of the run's last step when it
+   * is given (its checkpoint would be cleared in the same statement, so none is written). False
+   * when the end with that step was refused (a cancel pending, or the claim gone): nothing was
+   * written. Without a step, a refused end throws ClaimLostError.
    */
   async converge(
     episode: EpisodeRow,
     ownership: Ownership,
     scope: WriteScope,
     result: Convergence,
-  ): Promise<void> {
+    lastStep?: StepRecord,
+  ): Promise<boolean> {
     const status: EpisodeStatus =
       result.status === 'partially_failed' ? 'partially_failed' : 'done';
     // The outputs' leases run from the database's now(), which is later than this.
@@ -98,13 +102,16 @@ export class EpisodeEndings {
       findings: result.findings,
       outputs: result.outputs,
       event: this.lifecycle('episode.completed', episode, status),
+      lastStep,
     });
+    if (won === null && lastStep) return false;
     if (won === null) throw new ClaimLostError(ownership.key, ownership.fence, 'not_owner');
     this.telemetry.emit('episode.completed', { ...describeEpisode(episode), status });
     this.logger.debug(`${episodeLabel(episode)} ended ${status}`);
     const proposals = result.outputs ?? [];
     if (won.length < proposals.length) won.push(...(await this.reclaimed(episode, proposals, won)));
     if (won.length > 0) await this.outputs.deliver(won, sentAt);
+    return true;
   }
 
   /**

@@ -248,6 +248,19 @@ export class EpisodeJournal {
    * Part of a terminal statement: a finished episode keeps its journal, not its checkpoints (every
    * episode the SQL set `ids` names).
    */
+  /**
+   * The journal row of a run's last step, written by its end (see EpisodeEndings.converge): one per
+   * row of `rows` (columns `episode_id`, `journal_no`, `name`, `result`, `duration_ms`), which
+   * holds only ends that won. Its position is the run's own while its fence holds, so a row already
+   * there (none can be) would not fail the end.
+   */
+  lastStepFragment(rows: string): string {
+    return `INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref,
+                                                duration_ms)
+            SELECT episode_id, journal_no, 'step', name, result, duration_ms FROM (${rows}) s
+            ON CONFLICT (episode_id, step_no) DO NOTHING RETURNING 1`;
+  }
+
   clearCheckpointsFragment(ids: string): string {
     return `DELETE FROM cyclium_episode_checkpoints WHERE episode_id IN (${ids}) RETURNING 1`;
   }

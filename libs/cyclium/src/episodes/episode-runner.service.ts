@@ -379,11 +379,26 @@ export class EpisodeRunner implements OnModuleInit {
       } finally {
         options.returned?.();
       }
-      if (!context.wroteStep) await this.endings.honourCancel(context);
+      // A step written meanwhile (the method awaited something after it) is answered first.
+      await context.writesSettled();
+      // A last step unwritten rides in the end's statement, which reads the cancel flag itself.
+      if (!context.wroteStep && !context.hasUnwritten) await this.endings.honourCancel(context);
       context.throwIfAborted();
-      await this.endings.converge(episode, ownership, scope, result ?? {});
+      const lastStep = context.takeUnwritten();
+      if (await this.endings.converge(episode, ownership, scope, result ?? {}, lastStep))
+        context.carried();
+      else {
+        // Refused with the step: a cancel came meanwhile (the step alone then stops the run, as it
+        // would have before the end) or the claim is gone (the step alone says so).
+        await context.flushUnwritten(lastStep);
+        context.throwIfAborted();
+        await this.endings.converge(episode, ownership, scope, result ?? {});
+      }
     } catch (error) {
       const cause = context.signal.aborted ? (context.signal.reason as unknown) : error;
+      // A step the method finished before it failed (or slept) is journaled before its end.
+      if (!this.interrupted.has(episode.id) && !(cause instanceof EpisodeWaiting))
+        await context.flushUnwritten().catch(() => undefined);
       // Stamped by the drain: the restart elsewhere carries on from the last checkpoint.
       if (cause instanceof EpisodeInterruptedError || this.interrupted.has(episode.id)) {
         this.logger.debug(

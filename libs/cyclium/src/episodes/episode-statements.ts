@@ -28,6 +28,7 @@ import {
   resultJsonOf,
 } from './terminal-writes.js';
 import { runningHere } from './running-here.js';
+import type { StepRecord } from './running-episode.js';
 import { FlowQuiet } from './flow-quiet.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
@@ -51,7 +52,15 @@ export interface EndOutcome {
   outputs?: readonly OutputProposal[];
   /** The terminal lifecycle event, committed with the status. */
   event: OutgoingEvent;
+  /**
+   * The run's last step, journaled by the end (a converged end only): the end then writes nothing
+   * when a cancel is pending, so the run stops as it would have after that step's own write.
+   */
+  lastStep?: StepRecord;
 }
+
+/** An end carrying its run's last step is refused while a cancel is pending (see EndOutcome). */
+export const NO_CANCEL_PENDING = 'e.cancel_requested_at IS NULL';
 
 /** The text the busy guard fails with (an integer cast of it), recognised to answer busy. */
 const BUSY = 'cyclium: the claim is busy';
@@ -205,10 +214,25 @@ export class EpisodeStatements {
         },
         // Open: no claim in the statement, so the episode row proves it (a sweep may have taken
         // it).
-        joined ? undefined : runningHere('e', refs.owner),
+        [
+          joined ? undefined : runningHere('e', refs.owner),
+          outcome.lastStep ? NO_CANCEL_PENDING : undefined,
+        ]
+          .filter((held) => held !== undefined)
+          .join(' AND ') || undefined,
       ),
     );
     const won = 'EXISTS (SELECT 1 FROM ep)';
+    const step = outcome.lastStep;
+    if (step)
+      statement.with(
+        'last_step',
+        this.journal.lastStepFragment(
+          `SELECT id AS episode_id, ${p(step.journalNo, 'int')} AS journal_no,
+                  ${p(step.name, 'text')} AS name, ${p(step.resultJson, 'jsonb')} AS result,
+                  ${p(step.durationMs, 'int')} AS duration_ms FROM ep`,
+        ),
+      );
     const converged = terminal.status === 'done' || terminal.status === 'partially_failed';
     if (converged)
       statement.with('checkpoints', this.journal.clearCheckpointsFragment('SELECT id FROM ep'));

@@ -72,7 +72,9 @@ describe('RunningEpisode.transaction', () => {
     expect(seen).toHaveBeenCalledWith(MANAGER);
     expect(transactions.map((t) => [t.stepNo, t.journalNo, t.name])).toEqual([[2, 2, 'book']]);
     await ep.step('third', () => 3);
-    expect(writes).toEqual([1, 3]);
+    // The first step was written before the transaction; the last waits for the end.
+    expect(writes).toEqual([1]);
+    expect(ep.takeUnwritten()).toMatchObject({ stepNo: 3, journalNo: 3, name: 'third' });
   });
 
   it('a resumed run returns the recorded result without calling the function', async () => {
@@ -106,7 +108,22 @@ describe('RunningEpisode.transaction', () => {
       }),
     ).rejects.toThrow('host failure');
     await ep.step('next', () => 1);
+    await ep.flushUnwritten();
     expect(writes).toEqual([1]);
+  });
+
+  it('writes a finished step before the next call, or leaves it to the end', async () => {
+    const { ep, writes } = running();
+    await ep.step('one', () => 1);
+    expect(writes).toEqual([]);
+    await ep.step('two', () => 2);
+    expect(writes).toEqual([1]);
+    await ep.sleep('nap', 0);
+    // A sleep's wake-up time is journaled before the run could stop to sleep.
+    expect(writes).toEqual([1, 2, 3]);
+    await ep.step('last', () => 4);
+    expect(ep.takeUnwritten()).toMatchObject({ stepNo: 4, journalNo: 4, name: 'last' });
+    expect(writes).toEqual([1, 2, 3]);
   });
 
   it('refuses a step or a transaction inside a transaction step', async () => {

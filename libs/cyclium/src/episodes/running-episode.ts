@@ -162,6 +162,12 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   private journalNo: number | undefined;
   private history: History | undefined;
   private wrote = false;
+  /** A step the method has its result of, not written yet (see step). */
+  private unwritten: { record: StepRecord; durationMs: number } | undefined;
+  /** The function time of the step takeUnwritten handed to the end. */
+  private carriedMs: number | undefined;
+  /** The write flushIfStill started, until the run's next call (or its end) awaits it. */
+  private flushing: Promise<void> | undefined;
   /** The first patch marker this run replayed past without a call for it (see pastMarkers). */
   private skipped: Checkpoint | undefined;
   /** Patch markers taken fresh, journaled before the next step (see `patched`). */
@@ -282,9 +288,69 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
         resultJson,
         durationMs: journaledMs,
       };
-      this.written(await this.library(this.deps.writeStep(record)), durationMs);
+      // Written before anything else of the run happens (the next call on this context, the
+      // method's failure, anything it awaits outside), or with the end when the method just
+      // returns: the same fence proves both, and only the method's own code runs between.
+      const unwritten = { record, durationMs };
+      this.unwritten = unwritten;
+      setImmediate(() => this.flushIfStill(unwritten));
       return result;
     });
+  }
+
+  /** Whether a step waits to be written (see step). */
+  get hasUnwritten(): boolean {
+    return this.unwritten !== undefined;
+  }
+
+  /**
+   * A method that returns right after its last step does so within the microtasks that follow it;
+   * one still running by the next turn of the event loop awaits something outside (I/O, a timer),
+   * and the step is written now, alone, as it always was.
+   */
+  private flushIfStill(unwritten: { record: StepRecord; durationMs: number }): void {
+    if (this.unwritten !== unwritten) return;
+    const flush = this.flushUnwritten();
+    // Its failure reaches the run at its next call, or the end (see flushUnwritten).
+    flush.catch(() => undefined);
+    this.flushing = flush;
+  }
+
+  /** Once a write flushIfStill started is answered (its failure thrown). */
+  async writesSettled(): Promise<void> {
+    const flushing = this.flushing;
+    this.flushing = undefined;
+    if (flushing) await flushing;
+  }
+
+  /**
+   * The step whose write waits for whatever the run does next (see step), taken: the end writes
+   * it in its own statement and says so with `carried`.
+   */
+  takeUnwritten(): StepRecord | undefined {
+    const step = this.unwritten;
+    this.unwritten = undefined;
+    this.carriedMs = step?.durationMs;
+    return step?.record;
+  }
+
+  /** The end wrote the step takeUnwritten gave it. */
+  carried(): void {
+    if (this.carriedMs !== undefined) this.written('written', this.carriedMs);
+    this.carriedMs = undefined;
+  }
+
+  /**
+   * Writes the step that waits, if any, alone: before the run's next call, or its failure. A lost
+   * claim throws (ClaimLostError), a cancel stops the run, as after any step write.
+   */
+  async flushUnwritten(record?: StepRecord): Promise<void> {
+    // A write under way since the method awaited something: the run goes on once it is answered.
+    await this.writesSettled();
+    const step = record ? { record, durationMs: this.carriedMs ?? 0 } : this.unwritten;
+    this.unwritten = undefined;
+    this.carriedMs = undefined;
+    if (step) this.written(await this.library(this.deps.writeStep(step.record)), step.durationMs);
   }
 
   /**
@@ -368,6 +434,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       throw new TypeError(
         `step "${name}": a step cannot run inside ep.transaction; make it a step of its own`,
       );
+    await this.flushUnwritten();
     this.throwIfStopped();
     this.history ??= this.deps.resumed ? await this.library(this.deps.history) : FRESH;
     this.throwIfStopped();
@@ -473,6 +540,8 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     // before the wait was written) reads it back instead of sleeping from the start again.
     const now = this.deps.now ?? Date.now;
     const { wakeAt } = await this.step(`sleep:${name}`, () => ({ wakeAt: now() + ms }));
+    // The wake-up time must be journaled before the run stops to sleep.
+    await this.flushUnwritten();
     const left = wakeAt - now();
     if (left <= 0) return;
     const sleeping = new EpisodeSleeping(name, left);

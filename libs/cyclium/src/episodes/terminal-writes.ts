@@ -27,15 +27,18 @@ export function claimFailureOf(terminal: TerminalOutcome): string | null {
  * `error_detail`, `result`) whose episode is still running gets its outcome — `done` or
  * `partially_failed` with its summary and result, `failed` or `canceled` with its error — as
  * CTEs, the last named `ep` (`RETURNING id`). `input` holds only the rows whose ownership was
- * proven at their fence: no row, no write. The rows are locked in id order first, as the drain's
- * stamp locks them, so a batch and a stamp wait for each other instead of deadlocking.
+ * proven at their fence: no row, no write; a row whose `step_journal_no` is set (it carries its
+ * run's last step) is refused while a cancel is pending. The rows are locked in id order first, as
+ * the drain's stamp locks them, so a batch and a stamp wait for each other instead of deadlocking.
  */
 export function finishEpisodes(input: string): Array<[string, string]> {
   return [
     [
       'ep_locked',
       `SELECT e.id FROM cyclium_episodes e JOIN ${input} i ON i.episode_id = e.id
-        WHERE e.status = 'running' ORDER BY e.id FOR UPDATE OF e`,
+        WHERE e.status = 'running'
+          AND (i.step_journal_no IS NULL OR e.cancel_requested_at IS NULL)
+        ORDER BY e.id FOR UPDATE OF e`,
     ],
     [
       'ep',
