@@ -1,13 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { mkdir } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
 import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
 import { OpsBrowserRig, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
-const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
 // The advisor's schedule would add an episode a minute: the tables hold only what the tests cause.
 const NODE_ENV = { CYCLIUM_NODE_ID: 'charts-1', DEMO_JITTER_MS: '0', DEMO_ADVISOR_EVERY: '1h' };
 
@@ -94,16 +91,7 @@ describe('the operations page: finished episodes over the last hour, as a chart'
     ({ node, page } = await rig.start(startDemoNode(database.url, NODE_ENV)));
   });
 
-  afterAll(async () => {
-    try {
-      if (page) {
-        await mkdir(OUTPUT, { recursive: true });
-        await page.screenshot({ path: `${OUTPUT}ops-page-charts.png`, fullPage: true });
-      }
-    } finally {
-      await rig.close();
-    }
-  });
+  afterAll(() => rig.close({ screenshot: 'ops-page-charts.png' }));
 
   it('counts the episodes finished per minute by terminal status, one bucket per minute of the window', async () => {
     const events = await Promise.all([

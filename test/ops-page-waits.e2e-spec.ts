@@ -29,7 +29,7 @@ describe('waits on the operations page', () => {
     ));
   });
 
-  afterAll(() => rig.close('SIGKILL'));
+  afterAll(() => rig.close({ signal: 'SIGKILL' }));
 
   const trigger = async (what: string, payload: object) => {
     const response = await fetch(`http://127.0.0.1:${node?.port}/trigger/${what}`, {

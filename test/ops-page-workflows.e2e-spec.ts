@@ -1,14 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
-import { mkdir } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
 import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
 import { OpsBrowserRig } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
-const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
 // The advisor's schedule would add an episode a minute: the tables hold only what the tests cause.
 const NODE_ENV = { CYCLIUM_NODE_ID: 'wf-ops-1', DEMO_JITTER_MS: '0', DEMO_ADVISOR_EVERY: '1h' };
 /** The header the page sends with every state-changing request. */
@@ -96,16 +93,7 @@ describe('the operations page: a workflow instance, its step graph and its cance
     ({ node, page } = await rig.start(startDemoNode(database.url, NODE_ENV)));
   });
 
-  afterAll(async () => {
-    try {
-      if (page) {
-        await mkdir(OUTPUT, { recursive: true });
-        await page.screenshot({ path: `${OUTPUT}ops-page-workflows.png`, fullPage: true });
-      }
-    } finally {
-      await rig.close();
-    }
-  });
+  afterAll(() => rig.close({ screenshot: 'ops-page-workflows.png' }));
 
   it('opens an instance from its link: a box per step, an arrow per dependency, the statuses of the API, and a step opens its episode', async () => {
     finishedId = await startReview({ resource: 'db-graph', usage: 97, limit: 90 });

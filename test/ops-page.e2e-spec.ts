@@ -1,13 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { mkdir } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
 import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
 import { OpsBrowserRig, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
-const OUTPUT = fileURLToPath(new URL('./output/', import.meta.url));
 // The advisor's schedule would add an episode a minute: the tables hold only what the tests cause.
 const NODE_ENV = { CYCLIUM_NODE_ID: 'ops-1', DEMO_JITTER_MS: '0', DEMO_ADVISOR_EVERY: '1h' };
 
@@ -66,16 +63,7 @@ describe('the operations page in a browser', () => {
     await page.goto(`http://127.0.0.1:${node.port}/ops`);
   });
 
-  afterAll(async () => {
-    try {
-      if (page) {
-        await mkdir(OUTPUT, { recursive: true });
-        await page.screenshot({ path: `${OUTPUT}ops-page.png`, fullPage: true });
-      }
-    } finally {
-      await rig.close();
-    }
-  });
+  afterAll(() => rig.close({ screenshot: 'ops-page.png' }));
 
   it("shows the node it is on, its mode, and the cluster's nodes", async () => {
     await pageShows(

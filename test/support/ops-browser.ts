@@ -1,6 +1,11 @@
 import chromium from '@sparticuz/chromium';
 import { expect } from '@jest/globals';
+import { mkdir } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
 import { chromium as pw, type Browser, type Page } from 'playwright-core';
+
+/** Where a page test leaves its last screenshot (test/output/, ignored by git). */
+const OUTPUT = fileURLToPath(new URL('../output/', import.meta.url));
 
 /** Headless Chromium from @sparticuz/chromium (`npm install` alone brings it). */
 export async function launchChromium(): Promise<Browser> {
@@ -40,11 +45,23 @@ export class OpsBrowserRig<N extends { stop(signal?: NodeJS.Signals): Promise<vo
     return { node: started.value, page: this.page };
   }
 
-  async close(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  /**
+   * Stops both (the node with `signal`, SIGTERM unless given). With `screenshot`, a file name, the
+   * page as it was left is saved first to test/output/ under that name, to look at after a run;
+   * the node and the browser are stopped even when that fails.
+   */
+  async close(options: { signal?: NodeJS.Signals; screenshot?: string } = {}): Promise<void> {
     try {
-      await this.browser?.close();
+      if (options.screenshot && this.page) {
+        await mkdir(OUTPUT, { recursive: true });
+        await this.page.screenshot({ path: `${OUTPUT}${options.screenshot}`, fullPage: true });
+      }
     } finally {
-      await this.node?.stop(signal);
+      try {
+        await this.browser?.close();
+      } finally {
+        await this.node?.stop(options.signal ?? 'SIGTERM');
+      }
     }
   }
 }
