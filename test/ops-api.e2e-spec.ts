@@ -1,25 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
-import type { DemoNode } from './support/demo-node.js';
 import {
   FAST_RECOVERY,
   post,
   rebalanceOn,
   sideEffects,
-  startNode,
   waitForStatus,
 } from './support/demo-cluster.js';
 import { useDatabase } from './support/database.js';
+import { CSRF, useProxiedOpsNode } from './support/ops-api.js';
 import { rawRequest } from './support/raw-request.js';
-import { TcpProxy } from './support/tcp-proxy.js';
 import { waitFor } from './support/wait-for.js';
-
-const CSRF = { 'x-cyclium-ops': '1' };
-
-interface Answer {
-  status: number;
-  body: { message?: string | string[] } & Record<string, unknown>;
-}
 
 const database = useDatabase();
 
@@ -29,51 +20,18 @@ const database = useDatabase();
  * read true, cancel and retry act, cross-site writes are refused, and a database that is away is a 503.
  */
 describe('the operations API', () => {
-  let proxy: TcpProxy;
-  let node: DemoNode;
-  let away = false;
-
-  const call = async (
-    method: 'GET' | 'POST',
-    path: string,
-    body?: unknown,
-    headers: Record<string, string> = CSRF,
-  ): Promise<Answer> => {
-    const response = await fetch(`http://127.0.0.1:${node.port}/ops/api${path}`, {
-      method,
-      headers: {
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-        ...headers,
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? (JSON.parse(text) as Answer['body']) : {} };
-  };
+  // A first retry backoff of 30 s: the listing test finds its retrying episode waiting, not already back.
+  const ops = useProxiedOpsNode(database, 'ops-1', {
+    ...FAST_RECOVERY,
+    DEMO_RETRY_INITIAL_MS: '30000',
+  });
+  const { call } = ops;
   const ok = async <T>(method: 'GET' | 'POST', path: string, body?: unknown): Promise<T> => {
     const answer = await call(method, path, body);
     if (answer.status >= 300)
       throw new Error(`${method} ${path} → ${answer.status} ${JSON.stringify(answer.body)}`);
     return answer.body as T;
   };
-
-  beforeAll(async () => {
-    proxy = await TcpProxy.start({
-      target: database.url,
-      onClientData: () => (away ? 'drop-and-close' : 'forward'),
-    });
-    // A first retry backoff of 30 s: the listing test finds its retrying episode waiting, not already back.
-    node = await startNode(proxy.url(database.url), 'ops-1', {
-      ...FAST_RECOVERY,
-      DEMO_RETRY_INITIAL_MS: '30000',
-    });
-  }, 60_000);
-
-  afterAll(async () => {
-    away = false;
-    await node?.stop('SIGKILL');
-    await proxy?.close();
-  });
 
   it('answers 400 naming the field for every bad query, path id or body', async () => {
     const cases: Array<[method: 'GET' | 'POST', path: string, body: unknown, field: string]> = [
@@ -121,9 +79,9 @@ describe('the operations API', () => {
         status: 404,
       });
     }
-    expect((await fetch(`http://127.0.0.1:${node.port}/ops/assets/nothing-here.js`)).status).toBe(
-      404,
-    );
+    expect(
+      (await fetch(`http://127.0.0.1:${ops.node.port}/ops/assets/nothing-here.js`)).status,
+    ).toBe(404);
   });
 
   it('refuses a state-changing request without its header or from another site', async () => {
@@ -152,8 +110,8 @@ describe('the operations API', () => {
     ).toBe(403);
     expect((await ok<{ mode: string }>('GET', '/mode')).mode).toBe('full');
     // A DNS name rebound to this machine is refused for reads and writes (allowedHosts).
-    const base = `http://127.0.0.1:${node.port}/ops`;
-    const rebound = { ...CSRF, host: `rebound.example:${node.port}` };
+    const base = `http://127.0.0.1:${ops.node.port}/ops`;
+    const rebound = { ...CSRF, host: `rebound.example:${ops.node.port}` };
     expect((await rawRequest(`${base}/api/cluster`, { headers: rebound })).status).toBe(403);
     expect((await rawRequest(base, { headers: rebound })).status).toBe(403);
     expect(
@@ -166,7 +124,7 @@ describe('the operations API', () => {
   });
 
   it('serves the page under a Content-Security-Policy without inline code, that no site may frame', async () => {
-    const page = await fetch(`http://127.0.0.1:${node.port}/ops`);
+    const page = await fetch(`http://127.0.0.1:${ops.node.port}/ops`);
     expect(page.status).toBe(200);
     const policy = page.headers.get('content-security-policy') ?? '';
     expect(policy).toContain("frame-ancestors 'none'");
@@ -187,7 +145,7 @@ describe('the operations API', () => {
       expect.objectContaining({ identity: 'ops-1', live: true, mode: 'full' }),
     ]);
 
-    const published = await fetch(`http://127.0.0.1:${node.port}/events`, {
+    const published = await fetch(`http://127.0.0.1:${ops.node.port}/events`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({
@@ -223,7 +181,7 @@ describe('the operations API', () => {
 
   it('lists a preview of each payload, whole only in the detail', async () => {
     const resource = `big-${'x'.repeat(20_000)}`;
-    const published = await fetch(`http://127.0.0.1:${node.port}/events`, {
+    const published = await fetch(`http://127.0.0.1:${ops.node.port}/events`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ type: 'resource.updated', payload: { resource, usage: 1 } }),
@@ -248,12 +206,12 @@ describe('the operations API', () => {
   });
 
   it('cancels a running episode; retry resumes a failed one from its journal in place, and runs a partially failed one anew under its key plus :retry:<n>', async () => {
-    const running = await rebalanceOn(node, { resource: 'ops-cancel', stepMs: 2_000 });
+    const running = await rebalanceOn(ops.node, { resource: 'ops-cancel', stepMs: 2_000 });
     expect(await ok('POST', `/episodes/${running}/cancel`)).toEqual({ result: 'requested' });
     await waitForStatus(database.db, running, 'canceled');
 
     // A real failure at the third step: plan and drain are journaled.
-    const failed = await rebalanceOn(node, {
+    const failed = await rebalanceOn(ops.node, {
       resource: 'ops-resume',
       stepMs: 10,
       failAtStep: 3,
@@ -318,7 +276,7 @@ describe('the operations API', () => {
     });
 
     // Archive frees a key: the next retry takes :retry:1 again; a live episode is 409.
-    const live = await rebalanceOn(node, { resource: 'ops-live', stepMs: 2_000 });
+    const live = await rebalanceOn(ops.node, { resource: 'ops-live', stepMs: 2_000 });
     expect((await call('POST', `/episodes/${live}/archive`)).status).toBe(409);
     await ok('POST', `/episodes/${live}/cancel`);
     await waitForStatus(database.db, second.episode.id, 'done');
@@ -349,18 +307,18 @@ describe('the operations API', () => {
       retries: number;
     };
     const later = (
-      await post<{ episodeId: string }>(node, '/actors/resource_rebalancer/rebalance', {
+      await post<{ episodeId: string }>(ops.node, '/actors/resource_rebalancer/rebalance', {
         payload: { resource: 'ops-later' },
         delayMs: 60_000,
       })
     ).episodeId;
-    const sleeping = await rebalanceOn(node, {
+    const sleeping = await rebalanceOn(ops.node, {
       resource: 'ops-sleep',
       stepMs: 10,
       sleepMs: 60_000,
     });
     const retrying = await rebalanceOn(
-      node,
+      ops.node,
       { resource: 'ops-retrying', stepMs: 10, failAtStep: 1 },
       'rebalance_retried',
     );
@@ -411,8 +369,8 @@ describe('the operations API', () => {
 
   it('answers 503 on every database-backed route while the database is away, and works again after', async () => {
     const id = randomUUID();
-    away = true;
-    proxy.dropAll();
+    ops.away = true;
+    ops.proxy.dropAll();
     try {
       // The cluster read is shared by callers within half a second: the first one after the cut may be the last good one.
       await waitFor(
@@ -450,7 +408,7 @@ describe('the operations API', () => {
       expect((await call('GET', '/node')).status).toBe(200);
       expect((await call('GET', '/mode')).status).toBe(200);
     } finally {
-      away = false;
+      ops.away = false;
     }
     await waitFor(
       'the API to read the database again',

@@ -1,25 +1,16 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
-import type { DemoNode } from './support/demo-node.js';
 import {
   FAST_RECOVERY,
   episodeRow,
   post,
   rebalanceOn,
-  startNode,
   waitForStatus,
   type Rebalance,
 } from './support/demo-cluster.js';
 import { useDatabase } from './support/database.js';
-import { TcpProxy } from './support/tcp-proxy.js';
+import { CSRF, useProxiedOpsNode } from './support/ops-api.js';
 import { waitFor } from './support/wait-for.js';
-
-const CSRF = { 'x-cyclium-ops': '1' };
-
-interface Answer {
-  status: number;
-  body: { message?: string | string[] } & Record<string, unknown>;
-}
 
 interface BulkAnswer {
   matched: number;
@@ -37,27 +28,8 @@ const database = useDatabase();
  * refused, and log each action with the operator's reason.
  */
 describe('bulk retry and cancel in the operations API', () => {
-  let proxy: TcpProxy;
-  let node: DemoNode;
-  let away = false;
-
-  const call = async (
-    method: 'GET' | 'POST',
-    path: string,
-    body?: unknown,
-    headers: Record<string, string> = CSRF,
-  ): Promise<Answer> => {
-    const response = await fetch(`http://127.0.0.1:${node.port}/ops/api${path}`, {
-      method,
-      headers: {
-        ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-        ...headers,
-      },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
-    const text = await response.text();
-    return { status: response.status, body: text ? (JSON.parse(text) as Answer['body']) : {} };
-  };
+  const ops = useProxiedOpsNode(database, 'bulk-1', FAST_RECOVERY);
+  const { call } = ops;
   const bulk = async (action: 'retry' | 'cancel', body: unknown): Promise<BulkAnswer> => {
     const answer = await call('POST', `/episodes/${action}-matching`, body);
     if (answer.status !== 200)
@@ -71,7 +43,7 @@ describe('bulk retry and cancel in the operations API', () => {
     for (let i = 0; i < count; i++) {
       const payload: Rebalance = { resource: `${resource}-${i}`, stepMs: 10 };
       const answer = await post<{ status: string; episodeId: string | null }>(
-        node,
+        ops.node,
         '/actors/resource_rebalancer/rebalance',
         { payload: { ...payload, failAtStep: 1, failTimes: 1 } },
       );
@@ -116,21 +88,11 @@ describe('bulk retry and cancel in the operations API', () => {
 
   const statusOf = async (id: string) => (await episodeRow(database.db, id)).status as string;
   const logged = (text: string) =>
-    waitFor(`the node to log ${JSON.stringify(text)}`, () => node.output().includes(text), 5_000);
-
-  beforeAll(async () => {
-    proxy = await TcpProxy.start({
-      target: database.url,
-      onClientData: () => (away ? 'drop-and-close' : 'forward'),
-    });
-    node = await startNode(proxy.url(database.url), 'bulk-1', FAST_RECOVERY);
-  }, 60_000);
-
-  afterAll(async () => {
-    away = false;
-    await node?.stop('SIGKILL');
-    await proxy?.close();
-  });
+    waitFor(
+      `the node to log ${JSON.stringify(text)}`,
+      () => ops.node.output().includes(text),
+      5_000,
+    );
 
   it('retries every failed episode of one actor in one call, leaving the failed episodes of other actors as they are', async () => {
     const failed = await failedRebalances(20, 'bulk-20');
@@ -183,7 +145,7 @@ describe('bulk retry and cancel in the operations API', () => {
     for (const id of failed)
       await logged(`episode ${id} (resource_rebalancer.rebalance) (failed as crash) resumes from`);
     await logged(`runs again under bulk-partial:retry:1 as episode ${again.rows[0].id}`);
-    const reasoned = node
+    const reasoned = ops.node
       .output()
       .split('\n')
       .filter((line) => line.includes('retried by an operator, reason "disk replaced"'));
@@ -294,19 +256,19 @@ describe('bulk retry and cancel in the operations API', () => {
     const sleeping: string[] = [];
     for (let i = 0; i < 3; i++)
       sleeping.push(
-        await rebalanceOn(node, { resource: `bulk-sleep-${i}`, stepMs: 10, sleepMs: 60_000 }),
+        await rebalanceOn(ops.node, { resource: `bulk-sleep-${i}`, stepMs: 10, sleepMs: 60_000 }),
       );
     const later: string[] = [];
     for (let i = 0; i < 2; i++)
       later.push(
         (
-          await post<{ episodeId: string }>(node, '/actors/resource_rebalancer/rebalance', {
+          await post<{ episodeId: string }>(ops.node, '/actors/resource_rebalancer/rebalance', {
             payload: { resource: `bulk-later-${i}` },
             delayMs: 60_000,
           })
         ).episodeId,
       );
-    const running = await rebalanceOn(node, { resource: 'bulk-running', stepMs: 2_000 });
+    const running = await rebalanceOn(ops.node, { resource: 'bulk-running', stepMs: 2_000 });
     for (const id of sleeping) await waitForStatus(database.db, id, 'waiting');
     for (const id of later) expect(await statusOf(id)).toBe('deferred');
     const reason = 'maintenance window';
@@ -419,7 +381,7 @@ describe('bulk retry and cancel in the operations API', () => {
     expect(marker.rows[0]?.result_ref).toMatchObject({ reason: 'flaky disk\nline two' });
     // The reason's line break is quoted: it starts no line of its own.
     expect(
-      node
+      ops.node
         .output()
         .split('\n')
         .some((line) => line.startsWith('line two')),
@@ -431,7 +393,11 @@ describe('bulk retry and cancel in the operations API', () => {
     });
     await logged(`episode ${failed} archived by an operator, reason "cleared"`);
 
-    const sleeping = await rebalanceOn(node, { resource: 'bulk-one', stepMs: 10, sleepMs: 60_000 });
+    const sleeping = await rebalanceOn(ops.node, {
+      resource: 'bulk-one',
+      stepMs: 10,
+      sleepMs: 60_000,
+    });
     await waitForStatus(database.db, sleeping, 'waiting');
     expect(await call('POST', `/episodes/${sleeping}/cancel`, { reason: 'not needed' })).toEqual({
       status: 200,
@@ -439,7 +405,11 @@ describe('bulk retry and cancel in the operations API', () => {
     });
     await logged(`episode ${sleeping} canceled by an operator, reason "not needed"`);
     // With no reason (the page's `{}`; test/ops-api.e2e-spec.ts sends no body at all).
-    const other = await rebalanceOn(node, { resource: 'bulk-two', stepMs: 10, sleepMs: 60_000 });
+    const other = await rebalanceOn(ops.node, {
+      resource: 'bulk-two',
+      stepMs: 10,
+      sleepMs: 60_000,
+    });
     await waitForStatus(database.db, other, 'waiting');
     expect(await call('POST', `/episodes/${other}/cancel`, {})).toEqual({
       status: 200,
@@ -447,7 +417,7 @@ describe('bulk retry and cancel in the operations API', () => {
     });
     await logged(`episode ${other} canceled by an operator`);
     expect(
-      node
+      ops.node
         .output()
         .split('\n')
         .filter((line) => line.includes(`episode ${other} canceled`)),
@@ -457,8 +427,8 @@ describe('bulk retry and cancel in the operations API', () => {
   it('answers 503 while the database is away, and acts again once it is back', async () => {
     const [failed] = (await failedRebalances(1, 'bulk-away')) as [string];
     const filter = { actor: 'resource_rebalancer', status: 'failed', limit: 500 };
-    away = true;
-    proxy.dropAll();
+    ops.away = true;
+    ops.proxy.dropAll();
     try {
       for (const path of ['/episodes/retry-matching', '/episodes/cancel-matching'])
         await waitFor(`${path} to meet the outage`, async () => {
@@ -466,7 +436,7 @@ describe('bulk retry and cancel in the operations API', () => {
           return answer.status === 503 && answer.body.error === 'Service Unavailable';
         });
     } finally {
-      away = false;
+      ops.away = false;
     }
     await waitFor('the bulk retry to act again', async () => {
       const answer = await call('POST', '/episodes/retry-matching', filter);
