@@ -4,7 +4,7 @@ import { useDatabase } from './support/database.js';
 import { startNode } from './support/demo-cluster.js';
 import type { DemoNode } from './support/demo-node.js';
 import { TcpProxy } from './support/tcp-proxy.js';
-import { launchChromium, publishEvent } from './support/ops-browser.js';
+import { episodeOf, launchChromium, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const BEAT_MS = 5_000;
@@ -45,13 +45,6 @@ describe('the operations page tells the story of an episode and of the cluster',
   const ops = <T>(path: string) => first().get<T>(`/ops/api${path}`);
   const publish = (type: string, payload: object, node = first()) =>
     publishEvent(node.port, type, payload);
-  const episodeOf = (eventId: string) =>
-    waitFor(
-      `the episode of event ${eventId}`,
-      async () =>
-        (await ops<{ items: Episode[] }>(`/episodes?eventId=${encodeURIComponent(eventId)}`))
-          .items[0],
-    );
   const statusOf = async (id: string) =>
     (await ops<{ episode: Episode }>(`/episodes/${id}`)).episode;
   const text = async (testid: string, scope: Page | ReturnType<Page['locator']> = page) =>
@@ -89,7 +82,7 @@ describe('the operations page tells the story of an episode and of the cluster',
       stepMs: 10,
       failAtStep: 2,
     });
-    const failed = await episodeOf(eventId);
+    const failed = await episodeOf<Episode>(first(), eventId);
     await waitFor('the third attempt to fail', async () =>
       (await statusOf(failed.id)).status === 'failed' ? true : undefined,
     );
@@ -170,7 +163,7 @@ describe('the operations page tells the story of an episode and of the cluster',
 
   it('finds an episode by its id, its dedupe key or its event id, and holds the rows still under the pointer', async () => {
     const eventId = await publish('resource.updated', { resource: 'findable', usage: 1 });
-    const found = await episodeOf(eventId);
+    const found = await episodeOf<Episode>(first(), eventId);
     const { episode } = await ops<{ episode: { dedupeKey: string } }>(`/episodes/${found.id}`);
     await page.goto(`http://127.0.0.1:${first().port}/ops`);
     const search = async (text: string) => {
@@ -209,7 +202,8 @@ describe('the operations page tells the story of an episode and of the cluster',
     await pageShows('the unfiltered list', async () => (await shown()).length > 1);
     const before = await shown();
     await page.getByTestId('episodes-table').hover();
-    const newcomer = await episodeOf(
+    const newcomer = await episodeOf<Episode>(
+      first(),
       await publish('resource.updated', { resource: 'new', usage: 1 }),
     );
     await pageShows('the table to say it holds still', () =>
@@ -262,7 +256,7 @@ describe('the operations page tells the story of an episode and of the cluster',
       resource: 'rack-ask',
       stepMs: 20_000,
     });
-    const running = await episodeOf(eventId);
+    const running = await episodeOf<Episode>(first(), eventId);
     await page.goto(`http://127.0.0.1:${first().port}/ops?episode=${running.id}`);
     await pageShows('Cancel to be offered', () => page.getByTestId('cancel-button').isVisible());
     await page.getByTestId('cancel-button').click();
@@ -287,7 +281,8 @@ describe('the operations page tells the story of an episode and of the cluster',
     for (let i = 0; i < 20; i += 1)
       ids.push(
         (
-          await episodeOf(
+          await episodeOf<Episode>(
+            first(),
             await publish('resource.rebalance_once', {
               resource: `${batch}-${i}`,
               stepMs: 10,

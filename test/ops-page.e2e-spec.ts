@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
-import { OpsBrowserRig, publishEvent } from './support/ops-browser.js';
+import { episodeOf, OpsBrowserRig, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 // The advisor's schedule would add an episode a minute: the tables hold only what the tests cause.
@@ -44,14 +44,6 @@ describe('the operations page in a browser', () => {
 
   const ops = <T>(path: string) => node.get<T>(`/ops/api${path}`);
   const publish = (type: string, payload: object) => publishEvent(node.port, type, payload);
-  /** The one episode an event caused, found through the API (POST /events answers before it exists). */
-  const episodeOf = (eventId: string) =>
-    waitFor(
-      `the episode of event ${eventId}`,
-      async () =>
-        (await ops<{ items: Episode[] }>(`/episodes?eventId=${encodeURIComponent(eventId)}`))
-          .items[0],
-    );
   const row = (id: string) => page.locator(`[data-testid="episode-row"][data-episode-id="${id}"]`);
   const text = async (testid: string) =>
     ((await page.getByTestId(testid).textContent()) ?? '').trim();
@@ -83,7 +75,7 @@ describe('the operations page in a browser', () => {
       usage: 97,
       limit: 90,
     });
-    const episode = await episodeOf(eventId);
+    const episode = await episodeOf<Episode>(node, eventId);
     await row(episode.id).waitFor({ timeout: 15_000 });
     await pageShows(
       'the episode to show done',
@@ -121,7 +113,7 @@ describe('the operations page in a browser', () => {
 
   it('cancels a running rebalancer from the page and shows it end canceled', async () => {
     const eventId = await publish('resource.rebalance_once', { resource: 'rack-3', stepMs: 3_000 });
-    const episode = await episodeOf(eventId);
+    const episode = await episodeOf<Episode>(node, eventId);
     await pageShows(
       'the rebalancer to show running',
       async () => (await row(episode.id).getAttribute('data-status')) === 'running',
@@ -200,7 +192,7 @@ describe('the operations page in a browser', () => {
       failAtStep: 2,
       failTimes: 1,
     });
-    const failed = await episodeOf(eventId);
+    const failed = await episodeOf<Episode>(node, eventId);
     await pageShows(
       'the episode to show failed',
       async () => (await row(failed.id).getAttribute('data-status')) === 'failed',

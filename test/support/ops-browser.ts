@@ -3,6 +3,8 @@ import { expect } from '@jest/globals';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import type { DemoNode } from './demo-node.js';
+import { waitFor } from './wait-for.js';
 
 /** Where a page test leaves its last screenshot (test/output/, ignored by git). */
 const OUTPUT = fileURLToPath(new URL('../output/', import.meta.url));
@@ -75,4 +77,17 @@ export async function publishEvent(port: number, type: string, payload: object):
   });
   expect(response.status).toBe(202);
   return ((await response.json()) as { eventId: string }).eventId;
+}
+
+/**
+ * The one episode an event caused, found through the node's operations API: POST /events answers
+ * before the episode exists, so this polls until it does.
+ */
+export function episodeOf<E>(node: Pick<DemoNode, 'get'>, eventId: string): Promise<E> {
+  return waitFor(
+    `the episode of event ${eventId}`,
+    async () =>
+      (await node.get<{ items: E[] }>(`/ops/api/episodes?eventId=${encodeURIComponent(eventId)}`))
+        .items[0],
+  ) as Promise<E>;
 }
