@@ -41,6 +41,26 @@ export async function buildIndexes(
 }
 
 /**
+ * Drops `names` (indexes on `tables`) without stopping writes for the length of the drop on a large
+ * table: `DROP INDEX CONCURRENTLY` outside the migration's transaction, as buildIndexes builds.
+ * An index already gone is skipped, so the migration can be run again after any failure.
+ */
+export async function dropIndexes(
+  runner: QueryRunner,
+  tables: readonly string[],
+  names: readonly string[],
+): Promise<void> {
+  const wasInTransaction = runner.isTransactionActive;
+  let concurrently = !wasInTransaction;
+  for (const table of tables)
+    concurrently ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
+  if (concurrently && wasInTransaction) await runner.commitTransaction();
+  for (const name of names)
+    await runner.query(`DROP INDEX ${concurrently ? 'CONCURRENTLY ' : ''}IF EXISTS ${name}`);
+  if (concurrently && wasInTransaction) await runner.startTransaction();
+}
+
+/**
  * Validates constraints added `NOT VALID` ([table, constraint]). VALIDATE scans the table under a
  * lock that lets writes through, but inside the transaction that added the constraint the ADD's
  * exclusive lock would hold them back for the whole scan: on a large table this commits first,

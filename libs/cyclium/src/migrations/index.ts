@@ -29,6 +29,7 @@ import { CycliumVersions1764400000024 } from './1764400000024-cyclium-versions.j
 import { CycliumFlowRoom1764400000025 } from './1764400000025-cyclium-flow-room.js';
 import { CycliumTraceContext1764400000026 } from './1764400000026-cyclium-trace-context.js';
 import { CycliumActorPauses1764400000027 } from './1764400000027-cyclium-actor-pauses.js';
+import { CycliumUnfinishedIndex1764400000028 } from './1764400000028-cyclium-unfinished-index.js';
 
 export {
   CycliumSchema1764400000000,
@@ -86,4 +87,5 @@ export const cycliumMigrations = [
   CycliumFlowRoom1764400000025,
   CycliumTraceContext1764400000026,
   CycliumActorPauses1764400000027,
+  CycliumUnfinishedIndex1764400000028,
 ];
