@@ -8,6 +8,9 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
+import { EpisodeRecoveryStore } from '../libs/cyclium/src/episodes/episode-recovery-store.js';
+import { EpisodeJournal } from '../libs/cyclium/src/episodes/episode-journal.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -157,6 +160,36 @@ describe('the last step rides in the end', () => {
     expect(await finished(id)).toBe('canceled');
     const rows = await journaled([id], 'blocking');
     expect(rows).toEqual([expect.objectContaining({ status: 'canceled', with_end: false })]);
+  });
+
+  it('writes nothing once a drain stamped the run during its last step, on either path', async () => {
+    for (const node of [app, open]) {
+      const inStep = new Promise<void>((resolve) => (entered = resolve));
+      const id = await trigger(node, 'held');
+      await inStep;
+      // The drain's order: marked in memory, stamped, its marker at the next journal position.
+      node.get(EpisodeRunner).markInterrupted([id]);
+      expect(await node.get(EpisodeRecoveryStore).stampInterrupted([id])).toEqual([id]);
+      await node.get(EpisodeJournal).mark([id], 'interrupted', { node: 'drain' });
+      release?.();
+      await waitFor(
+        'the run gone from the node',
+        () => node.get(EpisodeRunner).inFlight().length === 0,
+      );
+      const { rows } = await database.db.query(
+        `SELECT e.status, e.phase, array_agg(s.name ORDER BY s.step_no) AS journal
+           FROM cyclium_episodes e JOIN cyclium_episode_steps s ON s.episode_id = e.id
+          WHERE e.id = $1 GROUP BY e.status, e.phase`,
+        [id],
+      );
+      // Left to a peer's restart: the step that finished after the stamp is not journaled.
+      expect(rows).toEqual([
+        { status: 'running', phase: 'interrupted', journal: ['first', 'interrupted'] },
+      ]);
+      await database.db.query(`UPDATE cyclium_episodes SET status = 'canceled' WHERE id = $1`, [
+        id,
+      ]);
+    }
   });
 
   it('journals a step the method finished before it failed: the retry replays it', async () => {

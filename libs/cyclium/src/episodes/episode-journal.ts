@@ -251,14 +251,14 @@ export class EpisodeJournal {
   /**
    * The journal row of a run's last step, written by its end (see EpisodeEndings.converge): one per
    * row of `rows` (columns `episode_id`, `journal_no`, `name`, `result`, `duration_ms`), which
-   * holds only ends that won. Its position is the run's own while its fence holds, so a row already
-   * there (none can be) would not fail the end.
+   * holds only ends that won: the run still owns its position there (no drain's marker took it,
+   * see carriedStepHeld), so a row already at it fails the end rather than hide the step.
    */
   lastStepFragment(rows: string): string {
     return `INSERT INTO cyclium_episode_steps (episode_id, step_no, kind, name, result_ref,
                                                 duration_ms)
             SELECT episode_id, journal_no, 'step', name, result, duration_ms FROM (${rows}) s
-            ON CONFLICT (episode_id, step_no) DO NOTHING RETURNING 1`;
+            RETURNING 1`;
   }
 
   clearCheckpointsFragment(ids: string): string {

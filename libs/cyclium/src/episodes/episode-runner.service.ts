@@ -384,12 +384,15 @@ export class EpisodeRunner implements OnModuleInit {
       // A last step unwritten rides in the end's statement, which reads the cancel flag itself.
       if (!context.wroteStep && !context.hasUnwritten) await this.endings.honourCancel(context);
       context.throwIfAborted();
+      // Stamped by the drain: the step alone is refused (not_owner), as any write of the run.
+      if (this.interrupted.has(episode.id)) await context.flushUnwritten();
       const lastStep = context.takeUnwritten();
       if (await this.endings.converge(episode, ownership, scope, result ?? {}, lastStep))
         context.carried();
       else {
         // Refused with the step: a cancel came meanwhile (the step alone then stops the run, as it
-        // would have before the end) or the claim is gone (the step alone says so).
+        // would have before the end), a drain stamped it or the claim is gone (the step alone is
+        // refused and says so).
         await context.flushUnwritten(lastStep);
         context.throwIfAborted();
         await this.endings.converge(episode, ownership, scope, result ?? {});

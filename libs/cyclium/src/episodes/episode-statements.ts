@@ -26,6 +26,7 @@ import {
   finishEpisode,
   type TerminalOutcome,
   resultJsonOf,
+  carriedStepHeld,
 } from './terminal-writes.js';
 import { runningHere } from './running-here.js';
 import type { StepRecord } from './running-episode.js';
@@ -54,13 +55,11 @@ export interface EndOutcome {
   event: OutgoingEvent;
   /**
    * The run's last step, journaled by the end (a converged end only): the end then writes nothing
-   * when a cancel is pending, so the run stops as it would have after that step's own write.
+   * when a cancel is pending or a drain stamped the run (carriedStepHeld), so the run stops as it
+   * would have after that step's own write.
    */
   lastStep?: StepRecord;
 }
-
-/** An end carrying its run's last step is refused while a cancel is pending (see EndOutcome). */
-export const NO_CANCEL_PENDING = 'e.cancel_requested_at IS NULL';
 
 /** The text the busy guard fails with (an integer cast of it), recognised to answer busy. */
 const BUSY = 'cyclium: the claim is busy';
@@ -216,7 +215,7 @@ export class EpisodeStatements {
         // it).
         [
           joined ? undefined : runningHere('e', refs.owner),
-          outcome.lastStep ? NO_CANCEL_PENDING : undefined,
+          outcome.lastStep ? carriedStepHeld('e') : undefined,
         ]
           .filter((held) => held !== undefined)
           .join(' AND ') || undefined,

@@ -28,8 +28,9 @@ export function claimFailureOf(terminal: TerminalOutcome): string | null {
  * `partially_failed` with its summary and result, `failed` or `canceled` with its error — as
  * CTEs, the last named `ep` (`RETURNING id`). `input` holds only the rows whose ownership was
  * proven at their fence: no row, no write; a row whose `step_journal_no` is set (it carries its
- * run's last step) is refused while a cancel is pending. The rows are locked in id order first, as
- * the drain's stamp locks them, so a batch and a stamp wait for each other instead of deadlocking.
+ * run's last step) is refused while a cancel is pending or a drain stamped it (carriedStepHeld).
+ * The rows are locked in id order first, as the drain's stamp locks them, so a batch and a stamp
+ * wait for each other instead of deadlocking.
  */
 export function finishEpisodes(input: string): Array<[string, string]> {
   return [
@@ -37,7 +38,7 @@ export function finishEpisodes(input: string): Array<[string, string]> {
       'ep_locked',
       `SELECT e.id FROM cyclium_episodes e JOIN ${input} i ON i.episode_id = e.id
         WHERE e.status = 'running'
-          AND (i.step_journal_no IS NULL OR e.cancel_requested_at IS NULL)
+          AND (i.step_journal_no IS NULL OR (${carriedStepHeld('e')}))
         ORDER BY e.id FOR UPDATE OF e`,
     ],
     [
@@ -97,4 +98,13 @@ export function finishEpisode(id: string, outcome: OutcomeRefs, held?: string): 
         FROM owner
        WHERE e.id = ${id} AND e.status = 'running'${held === undefined ? '' : ` AND ${held}`}
       RETURNING e.id`;
+}
+
+/**
+ * What an end carrying its run's last step also needs of the row `e` (see EndOutcome): no cancel
+ * pending, and no drain's stamp (its marker takes the next journal position, and the run must
+ * write nothing more), as the step's own write would have been refused.
+ */
+export function carriedStepHeld(e: string): string {
+  return `${e}.cancel_requested_at IS NULL AND ${e}.phase IS DISTINCT FROM 'interrupted'`;
 }
