@@ -20,24 +20,20 @@ export async function buildIndexes(
   tables: readonly string[],
   indexes: ReadonlyArray<readonly [string, string]>,
 ): Promise<void> {
-  const wasInTransaction = runner.isTransactionActive;
-  let concurrently = !wasInTransaction;
-  for (const table of tables)
-    concurrently ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
-  if (concurrently && wasInTransaction) await runner.commitTransaction();
-  for (const [name, definition] of indexes) {
-    const [found] = (await runner.query(
-      `SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid ` +
-        `WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
-      [name],
-    )) as Array<{ valid: boolean }>;
-    if (found?.valid) continue;
-    if (found) await runner.query(`DROP INDEX ${concurrently ? 'CONCURRENTLY ' : ''}${name}`);
-    await runner.query(
-      `CREATE INDEX ${concurrently ? 'CONCURRENTLY ' : ''}${name} ON ${definition}`,
-    );
-  }
-  if (concurrently && wasInTransaction) await runner.startTransaction();
+  await concurrentlyWhenLarge(runner, tables, async (concurrently) => {
+    for (const [name, definition] of indexes) {
+      const [found] = (await runner.query(
+        `SELECT i.indisvalid AS valid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid ` +
+          `WHERE c.relname = $1 AND c.relnamespace = current_schema()::regnamespace`,
+        [name],
+      )) as Array<{ valid: boolean }>;
+      if (found?.valid) continue;
+      if (found) await runner.query(`DROP INDEX ${concurrently ? 'CONCURRENTLY ' : ''}${name}`);
+      await runner.query(
+        `CREATE INDEX ${concurrently ? 'CONCURRENTLY ' : ''}${name} ON ${definition}`,
+      );
+    }
+  });
 }
 
 /**
@@ -50,13 +46,28 @@ export async function dropIndexes(
   tables: readonly string[],
   names: readonly string[],
 ): Promise<void> {
+  await concurrentlyWhenLarge(runner, tables, async (concurrently) => {
+    for (const name of names)
+      await runner.query(`DROP INDEX ${concurrently ? 'CONCURRENTLY ' : ''}IF EXISTS ${name}`);
+  });
+}
+
+/**
+ * Runs `work` told whether to use CONCURRENTLY: yes outside a transaction, or when any of `tables`
+ * is large, and then outside the migration's transaction (committed before, a new one opened
+ * after), which PostgreSQL requires of a concurrent build or drop.
+ */
+async function concurrentlyWhenLarge(
+  runner: QueryRunner,
+  tables: readonly string[],
+  work: (concurrently: boolean) => Promise<void>,
+): Promise<void> {
   const wasInTransaction = runner.isTransactionActive;
   let concurrently = !wasInTransaction;
   for (const table of tables)
     concurrently ||= (await estimatedRows(runner, table)) > SMALL_TABLE_ROWS;
   if (concurrently && wasInTransaction) await runner.commitTransaction();
-  for (const name of names)
-    await runner.query(`DROP INDEX ${concurrently ? 'CONCURRENTLY ' : ''}IF EXISTS ${name}`);
+  await work(concurrently);
   if (concurrently && wasInTransaction) await runner.startTransaction();
 }
 
