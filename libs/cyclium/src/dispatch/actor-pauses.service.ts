@@ -71,7 +71,9 @@ export class ActorPauses implements OnModuleInit, OnApplicationShutdown {
   /**
    * The column a node beat's statement selects (`paused`, the actor ids paused in the stack and env
    * its parameters `stack` and `env` name), and what to do with its answer: applied unless a pause,
-   * a resume or an announce was read while the beat was under way.
+   * a resume or an announce was read while the beat was under way. For NodeRegistry only.
+   *
+   * @internal
    */
   beatColumn(stack: number, env: number): { sql: string; apply(paused: string[]): void } {
     const at = this.reads;
