@@ -149,6 +149,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'table cyclium_actor_pauses',
     holds: `to_regclass('cyclium_actor_pauses') IS NOT NULL`,
   },
+  {
+    // Only an index: without it the recovery and status reads of a large table go unindexed.
+    migration: 'CycliumUnfinishedIndex1764400000028',
+    missing: 'index cyclium_episodes_unfinished',
+    holds: `to_regclass('cyclium_episodes_unfinished') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;
