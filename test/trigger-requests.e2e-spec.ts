@@ -252,7 +252,12 @@ describe('trigger requests: the poller, the TTL and env scoping', () => {
       'the fine one to run',
       async () => (await episodeRow(fine.episode.id))?.status === 'done',
     );
-    const [failed] = await requestsOf(doomed.episode.id);
+    // Each request is dispatched on its own: the fine one's episode can end before the doomed
+    // one's failure is written.
+    const failed = await waitFor('the doomed request to end', async () => {
+      const [request] = await requestsOf(doomed.episode.id);
+      return request?.status === 'pending' ? undefined : request;
+    });
     expect(failed).toMatchObject({
       status: 'failed',
       error: `episode ${doomed.episode.id} no longer exists`,
