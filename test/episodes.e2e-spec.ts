@@ -102,7 +102,8 @@ class MonitorActor {
     id: 'cooled',
     trigger: { event: 'resource.cooled' },
     subjectKey: 'resource',
-    cooldownMs: 200,
+    // Long enough to outlast the wait for the three runs on a loaded machine (200 ms did not).
+    cooldownMs: 3_000,
   })
   async cooled(ep: EpisodeContext<{ resource: string; n: number }>): Promise<Convergence> {
     return { summary: `${ep.trigger.payload.resource}:${ep.trigger.payload.n}` };
@@ -320,7 +321,7 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     const cooling = () => a.get(TriggerSources).coolingDown + b.get(TriggerSources).coolingDown;
     expect(cooling()).toBeGreaterThanOrEqual(3);
     await bus.publish('resource.cooled', { resource: 'c1', n: 2 }); // inside the cooldown: ignored
-    await waitFor('every cooldown to lapse and be forgotten', () => cooling() === 0, 5_000);
+    await waitFor('every cooldown to lapse and be forgotten', () => cooling() === 0, 10_000);
     await bus.publish('resource.cooled', { resource: 'c1', n: 3 });
     await waitFor(
       'c1 to run again',
