@@ -13,7 +13,7 @@ import {
 import { printTable } from '../support/measure.js';
 
 const DEMO_MAIN = fileURLToPath(new URL('../../../apps/demo/dist/main.js', import.meta.url));
-const NODE_COUNTS = [3, 6, 12];
+const NODE_COUNTS = (process.env.SCALE_NODES ?? '3,6,12').split(',').map(Number);
 const EVENTS = 600;
 const POSTERS = 8;
 const IDLE_MS = 20_000;
@@ -107,6 +107,35 @@ async function count(url: string, sql: string): Promise<number> {
   }
 }
 
+/** `--breakdown`: the statements behind the load's figure, per event, most called first. */
+const breakdown = process.argv.includes('--breakdown');
+
+async function callsByStatement(url: string): Promise<Map<string, number>> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const { rows } = await client.query<{ query: string; calls: string }>(
+      `SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS query, sum(calls) AS calls
+         FROM pg_stat_statements
+        WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+        GROUP BY 1`,
+    );
+    return new Map(rows.map((r) => [r.query, Number(r.calls)]));
+  } finally {
+    await client.end();
+  }
+}
+
+function printBreakdown(nodes: number, before: Map<string, number>, after: Map<string, number>) {
+  const rows = [...after]
+    .map(([query, calls]) => ({ query, perEvent: (calls - (before.get(query) ?? 0)) / EVENTS }))
+    .filter((r) => r.perEvent >= 0.01)
+    .sort((a, b) => b.perEvent - a.perEvent)
+    .slice(0, 20)
+    .map((r) => ({ 'per event': r.perEvent.toFixed(2), statement: r.query }));
+  printTable(`scale breakdown, ${nodes} nodes: statements per event`, rows);
+}
+
 /**
  * Commits and statements per event as the cluster grows: 3, 6 and 12 demo node processes on one
  * database, each with the library's default timings, 600 `resource.updated` events over HTTP
@@ -147,6 +176,7 @@ export async function scaleBench(benchUrl: string): Promise<void> {
       }
 
       const before = await countsSoFar(url);
+      const callsBefore = breakdown ? await callsByStatement(url) : undefined;
       let next = 0;
       await Promise.all(
         Array.from({ length: POSTERS }, async () => {
@@ -176,6 +206,7 @@ export async function scaleBench(benchUrl: string): Promise<void> {
       await stop(nodes);
       await settleStats();
       const load: Counts = since(before, await countsSoFar(url));
+      if (callsBefore) printBreakdown(n, callsBefore, await callsByStatement(url));
       rows.push({
         nodes: n,
         'commits/event': (load.commits / EVENTS).toFixed(2),
