@@ -50,7 +50,7 @@ const QUICK = [
   '/test/actor-discovery.e2e-spec.ts',
   '/test/connection-loss.e2e-spec.ts',
   '/test/work-claims.e2e-spec.ts',
-  '/test/lone-listener.e2e-spec.ts',
+  '/test/bus-wake-ups.e2e-spec.ts',
   '/test/work-claims-gate.e2e-spec.ts',
   '/test/output-outbox.e2e-spec.ts',
   '/test/integrity-workflow.e2e-spec.ts',

@@ -3,6 +3,18 @@ import type { QueryConfig } from 'pg';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { BusNotifier, notifyPayloads, type Heard } from './bus-notifier.js';
 
+/** An executor that keeps the payloads of each NOTIFY statement it is given. */
+function recordingSql(): { sent: string[][]; sql: SqlExecutor } {
+  const sent: string[][] = [];
+  const sql = {
+    query: async (config: QueryConfig) => {
+      sent.push((config.values as [string, string[]])[1]);
+      return { rows: [] };
+    },
+  } as unknown as SqlExecutor;
+  return { sent, sql };
+}
+
 describe('BusNotifier payloads', () => {
   it(
     'sends a bare wake-up as an empty payload, which every node (older ones too) reads as ' +
@@ -38,13 +50,7 @@ describe('BusNotifier wake-ups its own node can skip', () => {
     'names the sender when no handler on it wants what woke the channel, and every other reader ' +
       'still reads',
     async () => {
-      const sent: string[][] = [];
-      const sql = {
-        query: async (config: QueryConfig) => {
-          sent.push((config.values as [string, string[]])[1]);
-          return { rows: [] };
-        },
-      } as unknown as SqlExecutor;
+      const { sent, sql } = recordingSql();
       const bus = new BusNotifier(sql, 'cyclium_bus', 0, undefined, () => 'node-q');
       bus.wake(false);
       await bus.idle();
@@ -65,14 +71,8 @@ describe('BusNotifier wake-ups its own node can skip', () => {
 
 describe('BusNotifier and a lone node', () => {
   function notifier(alone: { value: boolean }) {
-    const sent: string[][] = [];
+    const { sent, sql } = recordingSql();
     const heardLocally: Heard[] = [];
-    const sql = {
-      query: async (config: QueryConfig) => {
-        sent.push((config.values as [string, string[]])[1]);
-        return { rows: [] };
-      },
-    } as unknown as SqlExecutor;
     const audience = {
       get alone() {
         return alone.value;
@@ -119,5 +119,47 @@ describe('BusNotifier and a lone node', () => {
 
   it("reads a listener's echo (its self-check) as asking for nothing: no read, no signal", () => {
     expect(BusNotifier.parse('e:')).toEqual({ wake: false, tokens: [] });
+  });
+});
+
+describe('BusNotifier wake-ups that name their event types', () => {
+  function recorder() {
+    const { sent, sql } = recordingSql();
+    return { sent, bus: new BusNotifier(sql, 'cyclium_bus', 0, undefined, () => 'node-t') };
+  }
+
+  it('lists the types of the wake-ups coalesced into one NOTIFY, signals apart', async () => {
+    const { sent, bus } = recorder();
+    // The first request is sent at once; those made while it is in flight share the next NOTIFY.
+    bus.wake(true, ['a.one']);
+    bus.wake(true, ['a.one']);
+    bus.wake(false, ['episode.completed', 'a.one']);
+    bus.signal(['t1']);
+    await bus.idle();
+    expect(sent).toEqual([['t:["a.one"]'], ['t:["a.one","episode.completed"]', 'd:t1']]);
+    expect(BusNotifier.parse(sent[1]?.[0] as string)).toEqual({
+      wake: true,
+      tokens: [],
+      types: ['a.one', 'episode.completed'],
+    });
+  });
+
+  it('falls back to a wake-up every node reads when one wake-up named no types', async () => {
+    const { sent, bus } = recorder();
+    bus.wake(false, ['b.two']);
+    bus.wake(true, ['a.one']);
+    bus.wake(true);
+    await bus.idle();
+    expect(sent).toEqual([['t:["b.two"]'], ['']]);
+  });
+
+  it('falls back when the types do not fit in a payload or do not parse', async () => {
+    const { sent, bus } = recorder();
+    const many = Array.from({ length: 100 }, (_, i) => `type.${i}.${'x'.repeat(90)}`);
+    bus.wake(false, many);
+    await bus.idle();
+    expect(sent).toEqual([['q:node-t']]);
+    expect(BusNotifier.parse('t:not json')).toEqual({ wake: true, tokens: [], types: undefined });
+    expect(BusNotifier.parse('t:[1]')).toEqual({ wake: true, tokens: [], types: undefined });
   });
 });

@@ -14,8 +14,9 @@ import { SpacedTrigger } from '../primitives/spaced-trigger.js';
  * listener (it then hears itself in-process). Payloads: '' wakes readers; 'w:' and 'd:' carry
  * signal tokens, with and without a wake-up; 'q:' wakes every reader but the named node's own,
  * for events no handler on the sender wants; 'j:' names a node that started listening; 'e:' is a
- * listener's self-check (BusEcho) and asks for nothing (an older node takes any of them for a
- * wake-up, which is harmless).
+ * listener's self-check (BusEcho) and asks for nothing; 't:' wakes the readers of the nodes
+ * where a handler wants one of the event types it lists (a JSON array), so a node that wants none
+ * of them does not read (an older node takes any of them for a wake-up, which is harmless).
  */
 const NOTIFY = prepared(
   'bus_notify',
@@ -26,6 +27,7 @@ const WAKE_AND_SIGNAL = 'w:';
 const SIGNAL_ONLY = 'd:';
 const JOINED = 'j:';
 const WAKE_OTHERS = 'q:';
+const WAKE_TYPES = 't:';
 const PAYLOAD_BYTES = 7_900;
 
 /** What a NOTIFY said: read the events table, and these triggers are handled. */
@@ -36,6 +38,11 @@ export interface Heard {
   joined?: string;
   /** The wake-up is for every reader but this node's: nothing on it wants what woke the channel. */
   notFor?: string;
+  /**
+   * The event types that woke the channel: only a node with a handler for one of them reads.
+   * Undefined when the sender did not say (a plain wake-up): every node reads.
+   */
+  types?: string[];
 }
 
 /** Hearing oneself without a NOTIFY, while nobody else listens. */
@@ -55,6 +62,8 @@ export class BusNotifier {
   private pendingWake = false;
   /** Some wake-up asked for since the last run wants this node's own reader woken too. */
   private pendingReadHere = false;
+  /** The event types behind the wake-ups asked for since the last run; null once one named none. */
+  private pendingTypes: Set<string> | null = new Set();
   private pendingSignals: string[] = [];
   private pendingJoin: string | undefined;
 
@@ -69,10 +78,16 @@ export class BusNotifier {
     this.runs = new SpacedTrigger(() => this.send(), spacingMs);
   }
 
-  /** `readHere` false: while this node is alone, its own reader need not read what woke it. */
-  wake(readHere = true): void {
+  /**
+   * `readHere` false: while this node is alone, its own reader need not read what woke it. `types`:
+   * the types of the events committed, so that only the nodes that want one of them read; without
+   * them, every node reads.
+   */
+  wake(readHere = true, types?: readonly string[]): void {
     this.pendingWake = true;
     this.pendingReadHere ||= readHere;
+    if (types === undefined || types.length === 0) this.pendingTypes = null;
+    else for (const type of types) this.pendingTypes?.add(type);
     this.runs.request();
   }
 
@@ -104,6 +119,7 @@ export class BusNotifier {
     const signals = payload.startsWith(WAKE_AND_SIGNAL) || payload.startsWith(SIGNAL_ONLY);
     if (payload.startsWith(WAKE_OTHERS))
       return { wake: true, tokens: [], notFor: payload.slice(WAKE_OTHERS.length) };
+    if (payload.startsWith(WAKE_TYPES)) return { wake: true, tokens: [], types: typesIn(payload) };
     if (!signals) return { wake: true, tokens: [] };
     return {
       wake: payload.startsWith(WAKE_AND_SIGNAL),
@@ -119,8 +135,10 @@ export class BusNotifier {
     const tokens = this.pendingSignals;
     const join = this.pendingJoin;
     const readHere = this.pendingReadHere;
+    const types = this.pendingTypes;
     this.pendingWake = false;
     this.pendingReadHere = false;
+    this.pendingTypes = new Set();
     this.pendingSignals = [];
     this.pendingJoin = undefined;
     if (join === undefined && this.lone?.audience.alone) {
@@ -130,9 +148,13 @@ export class BusNotifier {
     }
     const identity = this.identity();
     const othersOnly = wake && !readHere && identity !== '';
-    const payloads = othersOnly
-      ? [WAKE_OTHERS + identity, ...notifyPayloads(false, tokens)]
-      : notifyPayloads(wake, tokens);
+    const typed = wake && types !== null ? typedWake(types) : undefined;
+    const payloads =
+      typed !== undefined
+        ? [typed, ...notifyPayloads(false, tokens)]
+        : othersOnly
+          ? [WAKE_OTHERS + identity, ...notifyPayloads(false, tokens)]
+          : notifyPayloads(wake, tokens);
     if (join !== undefined) payloads.push(JOINED + join);
     try {
       await this.sql.query(NOTIFY([this.channel, payloads]));
@@ -142,6 +164,22 @@ export class BusNotifier {
       // a lost signal costs the waiting backups one dedupe attempt each, never an episode.
       this.outage.failed(error);
     }
+  }
+}
+
+/** A wake-up naming `types`, or undefined when the list does not fit in one payload. */
+function typedWake(types: ReadonlySet<string>): string | undefined {
+  const payload = WAKE_TYPES + JSON.stringify([...types]);
+  return Buffer.byteLength(payload, 'utf8') <= PAYLOAD_BYTES ? payload : undefined;
+}
+
+/** The types a 't:' payload lists; undefined (every node reads) when it does not parse. */
+function typesIn(payload: string): string[] | undefined {
+  try {
+    const types: unknown = JSON.parse(payload.slice(WAKE_TYPES.length));
+    return Array.isArray(types) && types.every((t) => typeof t === 'string') ? types : undefined;
+  } catch {
+    return undefined;
   }
 }
 

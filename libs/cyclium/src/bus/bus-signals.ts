@@ -22,6 +22,8 @@ export class BusSignals {
     publisher: (() => string) | undefined,
     /** Wakes this node's own reader. */
     private readonly wakeReader: () => void,
+    /** Whether a handler on this node takes events of `type`. */
+    private readonly wants: (type: string) => boolean = () => true,
   ) {
     const lone = this.audience
       ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) }
@@ -35,9 +37,12 @@ export class BusSignals {
     if (this.audience) this.notifier.announce(this.identity());
   }
 
-  /** Wakes every listener of the channel; this node's own reader only when `readHere`. */
-  wake(readHere: boolean): void {
-    this.notifier.wake(readHere);
+  /**
+   * Wakes the listeners of the channel that want one of `types` (every one without them); this
+   * node's own reader only when `readHere`.
+   */
+  wake(readHere: boolean, types?: readonly string[]): void {
+    this.notifier.wake(readHere, types);
   }
 
   signal(tokens: readonly string[]): void {
@@ -50,15 +55,17 @@ export class BusSignals {
   }
 
   /** What a NOTIFY (or this node itself, while alone) said. */
-  hear({ wake, tokens, joined, notFor }: Heard): void {
+  hear({ wake, tokens, joined, notFor, types }: Heard): void {
     if (joined !== undefined && joined !== this.identity() && this.audience) {
       const wasAlone = this.audience.alone;
       this.audience.joined(joined);
       // What this node committed unannounced since the newcomer took its cursor: it reads that now.
       if (wasAlone) this.notifier.wake();
     }
-    // A wake-up this node sent for events none of its handlers wants: the others read, it need not.
-    if (wake && notFor !== this.identity()) this.wakeReader();
+    // A wake-up for events none of this node's handlers wants: the others read, it need not. What
+    // it skips it reads with its next read (another wake-up, or the fallback timer).
+    const wanted = types === undefined || types.some((type) => this.wants(type));
+    if (wake && notFor !== this.identity() && wanted) this.wakeReader();
     if (tokens.length === 0) return;
     for (const handler of this.handlers) handler(tokens);
   }

@@ -135,6 +135,7 @@ export class PostgresBus
       options.audience,
       options.publisher,
       () => this.reader.wake(),
+      (type) => this.wants(type),
     );
   }
 
@@ -238,18 +239,20 @@ export class PostgresBus
   }
 
   /**
-   * Wakes every listener of the channel; call once the transaction that appended has committed.
-   * This node's own reader is woken only when a handler here wants one of `types` (alone on the
-   * channel, in-process; otherwise by a wake-up that names it as the one reader to skip): it would
-   * read its own events back for nobody. They are read with its next read (a wanted event,
-   * another node's, or the fallback timer).
+   * Wakes the listeners of the channel; call once the transaction that appended has committed.
+   * With `types`, only the nodes where a handler wants one of them read (this one too: alone on
+   * the channel, in-process): a node would otherwise read events back for nobody. What a node
+   * skips it reads with its next read (a wanted event, or the fallback timer).
    */
   wake(types?: readonly string[]): void {
-    if (types !== undefined && types.length > 0) this.observer?.published(types.length);
-    this.signals.wake(
-      types === undefined ||
-        types.some((type) => this.local.wants(type) || this.consumers.wants(type)),
-    );
+    const typed = types !== undefined && types.length > 0;
+    if (typed) this.observer?.published(types.length);
+    this.signals.wake(!typed || types.some((type) => this.wants(type)), typed ? types : undefined);
+  }
+
+  /** Whether a handler on this node takes events of `type` (a subscriber or a durable consumer). */
+  private wants(type: string): boolean {
+    return this.local.wants(type) || this.consumers.wants(type);
   }
 
   signalDispatched(tokens: readonly string[]): void {
