@@ -126,14 +126,19 @@ async function callsByStatement(url: string): Promise<Map<string, number>> {
   }
 }
 
-function printBreakdown(nodes: number, before: Map<string, number>, after: Map<string, number>) {
+function printBreakdown(
+  title: string,
+  before: Map<string, number>,
+  after: Map<string, number>,
+  per: number,
+): void {
   const rows = [...after]
-    .map(([query, calls]) => ({ query, perEvent: (calls - (before.get(query) ?? 0)) / EVENTS }))
-    .filter((r) => r.perEvent >= 0.01)
-    .sort((a, b) => b.perEvent - a.perEvent)
+    .map(([query, calls]) => ({ query, rate: (calls - (before.get(query) ?? 0)) / per }))
+    .filter((r) => r.rate >= 0.005)
+    .sort((a, b) => b.rate - a.rate)
     .slice(0, 20)
-    .map((r) => ({ 'per event': r.perEvent.toFixed(2), statement: r.query }));
-  printTable(`scale breakdown, ${nodes} nodes: statements per event`, rows);
+    .map((r) => ({ rate: r.rate.toFixed(3), statement: r.query }));
+  printTable(`scale breakdown, ${title}`, rows);
 }
 
 /**
@@ -169,8 +174,16 @@ export async function scaleBench(benchUrl: string): Promise<void> {
       for (let attempt = 0; attempt < IDLE_ATTEMPTS; attempt++) {
         const autovacuumBefore = await autovacuumRuns();
         const idleBefore = await countsSoFar(url);
+        const idleCalls = breakdown ? await callsByStatement(url) : undefined;
         await new Promise((r) => setTimeout(r, IDLE_MS));
         idle = since(idleBefore, await countsSoFar(url));
+        if (idleCalls)
+          printBreakdown(
+            `${n} nodes idle: statements per second per node`,
+            idleCalls,
+            await callsByStatement(url),
+            (IDLE_MS / 1000) * n,
+          );
         autovacuumDuringIdle = (await autovacuumRuns()) - autovacuumBefore;
         if (autovacuumDuringIdle === 0) break;
       }
@@ -206,7 +219,13 @@ export async function scaleBench(benchUrl: string): Promise<void> {
       await stop(nodes);
       await settleStats();
       const load: Counts = since(before, await countsSoFar(url));
-      if (callsBefore) printBreakdown(n, callsBefore, await callsByStatement(url));
+      if (callsBefore)
+        printBreakdown(
+          `${n} nodes: statements per event`,
+          callsBefore,
+          await callsByStatement(url),
+          EVENTS,
+        );
       rows.push({
         nodes: n,
         'commits/event': (load.commits / EVENTS).toFixed(2),
