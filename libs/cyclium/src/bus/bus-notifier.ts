@@ -11,12 +11,13 @@ import { SpacedTrigger } from '../primitives/spaced-trigger.js';
  * other notifying commit in the cluster). Not durable, so it never waits for a WAL flush. Every
  * NOTIFY costs each listening connection in the database a transaction to read it, which is why
  * there are as few as the load allows, and none at all while this node knows it is the only
- * listener (it then hears itself in-process). Payloads: '' wakes readers; 'w:' and 'd:' carry
- * signal tokens, with and without a wake-up; 'q:' wakes every reader but the named node's own,
- * for events no handler on the sender wants; 'j:' names a node that started listening; 'e:' is a
- * listener's self-check (BusEcho) and asks for nothing; 't:' wakes the readers of the nodes
- * where a handler wants one of the event types it lists (a JSON array), so a node that wants none
- * of them does not read (an older node takes any of them for a wake-up, which is harmless).
+ * listener (it then hears itself in-process). Payloads: '' wakes readers; 't:' wakes the readers
+ * of the nodes where a handler wants one of the event types it lists (a JSON array), so a node
+ * that wants none of them does not read; 'w:' and 'd:' carry signal tokens, with and without a
+ * wake-up; 'q:' (when the types do not fit in a payload) wakes every reader but the named node's
+ * own, for events no handler on the sender wants; 'j:' names a node that started listening; 'e:'
+ * is a listener's self-check (BusEcho) and asks for nothing. An older node takes any payload it
+ * does not know for a plain wake-up, which is harmless.
  */
 const NOTIFY = prepared(
   'bus_notify',
