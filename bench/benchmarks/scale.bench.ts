@@ -16,7 +16,7 @@ const DEMO_MAIN = fileURLToPath(new URL('../../../apps/demo/dist/main.js', impor
 const NODE_COUNTS = (process.env.SCALE_NODES ?? '3,6,12').split(',').map(Number);
 const EVENTS = 600;
 const POSTERS = 8;
-const IDLE_MS = 20_000;
+const IDLE_MS = Number(process.env.SCALE_IDLE_MS ?? 20_000);
 const IDLE_ATTEMPTS = 3;
 const BOOT_STATS_MS = 12_000;
 
