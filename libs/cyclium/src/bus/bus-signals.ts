@@ -23,7 +23,7 @@ export class BusSignals {
     /** Wakes this node's own reader. */
     private readonly wakeReader: () => void,
     /** Whether a handler on this node takes events of `type`. */
-    private readonly wants: (type: string) => boolean = () => true,
+    private readonly wants: (type: string) => boolean,
   ) {
     const lone = this.audience
       ? { audience: this.audience, hear: (heard: Heard) => this.hear(heard) }
