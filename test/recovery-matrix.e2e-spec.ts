@@ -31,9 +31,13 @@ import { waitFor } from './support/wait-for.js';
  * before the checkpoint, never appears after it). With a fixed identity the replacement boots
  * after the node-identity check (at most two beats of 1 s), inside that deadline.
  */
+// The lease as long as staleAfterMs: the bound is the same (the larger of the two), and a victim
+// starved on a loaded machine must miss renewals for 4 s, not 2 s, before it loses an episode
+// mid-test (CI at 3533b2d: a renewal round late by more than 2 s lost a `fail` episode after its
+// first step, which its own node's sweep then failed as orphaned before any fault).
 const TIMINGS = {
   staleAfterMs: 6_000,
-  leaseSeconds: 3,
+  leaseSeconds: 6,
   settleMs: 500,
   intervalMs: 500,
   stepMs: 800,
@@ -164,8 +168,12 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
       )
     ).rows.map((r) => r.step);
 
-  /** True once every episode of `ids` has two steps checkpointed; otherwise throws naming those behind, so a timeout says which and why. */
-  const midEpisode = async (ids: string[]) => {
+  /**
+   * True once every episode of `ids` has two steps checkpointed; otherwise throws naming those
+   * behind, so a timeout says which and why (for one that has already ended, with the lines of
+   * `output` about claims and recovery).
+   */
+  const midEpisode = async (ids: string[], output: () => string) => {
     const { rows } = await database.db.query<{
       id: string;
       env: string;
@@ -181,8 +189,18 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     );
     const behind = rows.filter((r) => r.steps < 2);
     if (rows.length === ids.length && behind.length === 0) return true;
+    const ended = behind.some((r) => r.status !== 'running');
+    const lines = ended
+      ? output()
+          .split('\n')
+          .filter((line) => /abort|claim|lost|recover|orphan|fenc/i.test(line))
+          .slice(-20)
+      : [];
     throw new Error(
-      `${ids.length - rows.length} not found; behind: ${behind.map((r) => `${r.env} ${r.id} ${r.status}${r.error_class ? `/${r.error_class}` : ''} on ${r.owner_node} after ${r.steps} step(s)`).join('; ')}`,
+      `${ids.length - rows.length} not found; behind: ${behind.map((r) => `${r.env} ${r.id} ${r.status}${r.error_class ? `/${r.error_class}` : ''} on ${r.owner_node} after ${r.steps} step(s)`).join('; ')}` +
+        (lines.length
+          ? `\n--- the victim's lines about claims and recovery:\n${lines.join('\n')}`
+          : ''),
     );
   };
 
@@ -233,12 +251,18 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
     await Promise.all(
       faults.map(async (fault, i) => {
         const ids = cellsOf(fault).flatMap((c) => Object.values(episodes.get(c) ?? {}));
-        await waitFor(`${fault} cells mid-episode`, () => midEpisode(ids), 20_000, 100);
+        const victim = victims[i] as DemoNode;
+        await waitFor(
+          `${fault} cells mid-episode`,
+          () => midEpisode(ids, () => victim.output()),
+          20_000,
+          100,
+        );
         faultAt.set(
           fault,
           (await database.db.query<{ at: Date }>(`SELECT clock_timestamp() AS at`)).rows[0]!.at,
         );
-        await (victims[i] as DemoNode).stop(fault);
+        await victim.stop(fault);
         await bootStandby(survivors, fault, sameOf(fault).map(envOf));
       }),
     );
