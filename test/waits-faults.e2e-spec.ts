@@ -7,9 +7,13 @@ import { waitFor } from './support/wait-for.js';
 const WAITS_NODE = fileURLToPath(new URL('./fixtures/dist/waits-node.js', import.meta.url));
 const POLL_MS = 500;
 
-function startWaitsNode(url: string, id: string): Promise<DemoNode> {
+function startWaitsNode(url: string, id: string, idleMs?: number): Promise<DemoNode> {
   return startNodeProcess(WAITS_NODE, url, {
-    env: { CYCLIUM_NODE_ID: id, WAITS_POLL_MS: String(POLL_MS) },
+    env: {
+      CYCLIUM_NODE_ID: id,
+      WAITS_POLL_MS: String(POLL_MS),
+      ...(idleMs ? { WAITS_IDLE_POLL_MS: String(idleMs) } : {}),
+    },
     ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
   });
 }
@@ -28,7 +32,7 @@ async function post<T>(node: DemoNode, path: string, body: object = {}): Promise
 /**
  * Waits against real node processes that die: an episode waiting for a signal resumes on a live
  * node when its own node was `kill -9`-ed, a deadline ends a wait by its timeout branch within a
- * poll interval, and a stop of the whole cluster during a signal, an event and a children wait
+ * poll interval (with idle polls, within the idle interval once the node that wrote it is gone), and a stop of the whole cluster during a signal, an event and a children wait
  * loses none of them.
  */
 describe('waits under kill -9 and whole-cluster stops', () => {
@@ -43,8 +47,8 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     await Promise.all(nodes.map((node) => node.stop('SIGKILL')));
   });
 
-  const start = async (id: string) => {
-    const node = await startWaitsNode(database.url, id);
+  const start = async (id: string, idleMs?: number) => {
+    const node = await startWaitsNode(database.url, id, idleMs);
     nodes.push(node);
     return node;
   };
@@ -148,6 +152,36 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     // One poll interval, plus the resume's own statements on a loaded machine.
     expect(lateMs).toBeLessThanOrEqual(POLL_MS + 1_000);
     await node.stop('SIGKILL');
+  });
+
+  it('with idle polls: a deadline is met within a poll interval by the node that wrote it, and within the idle interval by another once that node is kill -9-ed', async () => {
+    const IDLE_MS = 6_000;
+    const a = await start('wf-idle-a', IDLE_MS);
+    const b = await start('wf-idle-b', IDLE_MS);
+    const lateness = async (id: string) => {
+      const parked = await waiting(id, 'signal');
+      const done = await ended(id);
+      expect(done).toMatchObject({ status: 'done', result: { timedOut: true } });
+      return (
+        new Date(done?.finished_at as Date).getTime() -
+        Date.parse(parked?.waiting_for?.deadline as string)
+      );
+    };
+    // Both nodes idle (nothing due): only the writer's own note of the deadline polls on time.
+    const own = await lateness(await trigger(a, 'approvals/approve', { timeoutMs: 2_000 }));
+    const orphan = await trigger(a, 'approvals/approve', { timeoutMs: 2_000 });
+    await waiting(orphan, 'signal');
+    await a.stop('SIGKILL');
+    const other = await lateness(orphan);
+    console.log(
+      `idle polls (${IDLE_MS} ms, ticks ${POLL_MS} ms): a deadline met ${own} ms late by its ` +
+        `own node, ${other} ms late by another once its node was gone`,
+    );
+    expect(own).toBeGreaterThanOrEqual(0);
+    expect(own).toBeLessThanOrEqual(POLL_MS + 1_000);
+    expect(other).toBeGreaterThanOrEqual(0);
+    expect(other).toBeLessThanOrEqual(IDLE_MS + POLL_MS + 1_000);
+    await b.stop('SIGKILL');
   });
 
   it('a whole-cluster stop during a signal, an event and a children wait loses none of them', async () => {

@@ -11,7 +11,8 @@ import type { CycliumOptions } from '@cyclium/nestjs';
  *   DEMO_STALE_AFTER_MS        journal silence after which a running episode is an orphan (default 20000)
  *   DEMO_RECOVERY_INTERVAL_MS  period of the recovery sweep after the first one (default 5000)
  *   DEMO_NODE_BEAT_MS          how often the node refreshes its cyclium_nodes row (default 15000)
- *   DEMO_TRIGGER_POLL_MS       how often a full node polls for deferred trigger requests (default 5000)
+ *   DEMO_TRIGGER_POLL_MS       how often a full node polls for deferred trigger requests (library default 5000)
+ *   DEMO_TRIGGER_IDLE_POLL_MS  how long an idle full node goes without polling (library default 30000, or DEMO_TRIGGER_POLL_MS when that is set)
  *   DEMO_TRIGGER_TTL_MS        how long a trigger request may stay pending (default 3600000)
  *   DEMO_ADVISOR_EVERY         resource_advisor's interval (default 1m; read in resource-advisor.actor.ts)
  *   DEMO_ADVISOR_CATCH_UP      what resource_advisor does with the minutes a whole-cluster stop missed: none (default), last or all
@@ -44,7 +45,14 @@ export function demoCycliumSettings(env: NodeJS.ProcessEnv): CycliumOptions {
     jitterMs: Number(env.DEMO_JITTER_MS ?? 200),
     episodeShutdownMs: Number(env.DEMO_SHUTDOWN_MS ?? 5000),
     nodeBeatIntervalMs: Number(env.DEMO_NODE_BEAT_MS ?? 15000),
-    triggerPollIntervalMs: Number(env.DEMO_TRIGGER_POLL_MS ?? 5000),
+    // Unset, the library's ticks (5 s) and idle polls (30 s); set, this interval and no idling,
+    // unless DEMO_TRIGGER_IDLE_POLL_MS says otherwise.
+    ...(env.DEMO_TRIGGER_POLL_MS
+      ? { triggerPollIntervalMs: Number(env.DEMO_TRIGGER_POLL_MS) }
+      : {}),
+    ...(env.DEMO_TRIGGER_IDLE_POLL_MS
+      ? { triggerPollIdleIntervalMs: Number(env.DEMO_TRIGGER_IDLE_POLL_MS) }
+      : {}),
     triggerRequestTtlMs: Number(env.DEMO_TRIGGER_TTL_MS ?? 3_600_000),
     workflowEngine: env.DEMO_WORKFLOW_ENGINE !== 'off',
     // Unset leaves the library's defaults.

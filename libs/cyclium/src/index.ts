@@ -88,7 +88,7 @@ export { UnknownActorError } from './actors/unknown-actor.error.js';
 export type { DispatchResult } from './dispatch/dispatch-result.js';
 export { Mode, type ModeStatus } from './dispatch/mode.service.js';
 export { ActorPauses, type ActorPause } from './dispatch/actor-pauses.service.js';
-export { TriggerRequests } from './dispatch/trigger-requests.service.js';
+export { TriggerRequests, type PendingRequests } from './dispatch/trigger-requests.service.js';
 export {
   Episodes,
   type ArchiveResult,

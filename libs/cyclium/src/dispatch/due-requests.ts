@@ -86,23 +86,30 @@ export function expirable(ttl: string, judge: Judge): string {
 }
 
 /**
- * The requests a poller may take now, oldest due first: a range of the due index (migration 15)
- * up to now, so requests due later are never read, of the expectations it hosts. A request to run
- * now that is past its TTL is skipped (it only expires, however soon the expiry runs); the expiry
- * clears those within a minute, so they are few.
+ * The requests a poller may take, oldest due first: a range of the due index (migration 15) up to
+ * `horizonMs` from now, so requests due later are never read, of the expectations it hosts; each
+ * row says whether it is due now (`due_now`) and in how long (`due_in_ms`, by the database clock),
+ * so an idle poller learns when to look again from the same statement. A request to run now that
+ * is past its TTL is skipped (it only expires, however soon the expiry runs); the expiry clears
+ * those within a minute, so they are few.
  */
 export function pendingStatement(
   filter: RequestFilter,
   ttlMs: number,
   goneAfterMs: number,
+  horizonMs = 0,
 ): QueryText {
   return {
-    text: `SELECT * FROM cyclium_trigger_requests
+    text: `SELECT *, coalesce(not_before, inserted_at) <= now() AS due_now,
+              (extract(epoch FROM coalesce(not_before, inserted_at) - now()) * 1000)::float8
+                AS due_in_ms
+         FROM cyclium_trigger_requests
         WHERE status IN ('pending', 'scheduled')
           AND ${sameEnvIndexed('source_env', '$1', filter.env)}
           AND ${stackFilter('source_stack', '$2')}
           AND ${hostsExpectation('actor_id', 'expectation_id', '$3', EPISODE_VERSION)}
-          AND coalesce(not_before, inserted_at) <= now()
+          AND coalesce(not_before, inserted_at)
+                <= now() + make_interval(secs => $8::double precision / 1000)
           AND ${takeable('$5', { env: '$1::text', goneAfter: '$6', me: '$7' })}
         ORDER BY coalesce(not_before, inserted_at), id
         LIMIT $4`,
@@ -114,6 +121,7 @@ export function pendingStatement(
       ttlMs,
       goneAfterMs,
       filter.me,
+      horizonMs,
     ],
   };
 }

@@ -14,7 +14,8 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { OutageLog, errorMessage } from '../sql/database-errors.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { isLimited } from '../episodes/flow-limits.js';
-import { episodeFlow } from './flow-pump.js';
+import { FlowPump, episodeFlow } from './flow-pump.js';
+import { PollQuiet } from './poll-quiet.js';
 import { lifecycleEvent } from '../episodes/episode-events.js';
 import { episodeLabel } from '../episodes/episode-log-lines.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
@@ -72,7 +73,8 @@ type Started = {
 
 /**
  * On full nodes: runs what trigger-only nodes deferred, and runs for later once due. Every
- * `triggerPollIntervalMs` (through the app's SchedulerRegistry), at once when a deferring node's
+ * `triggerPollIntervalMs` (through the app's SchedulerRegistry; an idle poller lets ticks pass up
+ * to `triggerPollIdleIntervalMs`, see PollQuiet), at once when a deferring node's
  * wake-up arrives over the bus, and, while due requests remain that a poll left for want of slots,
  * each time one of those slots frees, it reads due requests oldest first — its env strictly
  * (`triggerPollSourceEnv`), one stack or every one (`triggerPollSourceStack`), only expectations it
@@ -103,6 +105,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
    * per slot; an actor with nothing due costs its slots nothing.
    */
   private readonly behind = new Set<string>();
+  private readonly quiet: PollQuiet;
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -118,7 +121,9 @@ export class TriggerPoller implements OnApplicationBootstrap {
     private readonly deferred: DeferredRunner,
     private readonly moduleRef: ModuleRef,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
-  ) {}
+  ) {
+    this.quiet = new PollQuiet(options.triggerPollIdleIntervalMs, options.triggerPollIntervalMs);
+  }
 
   onApplicationBootstrap(): void {
     const offWake = this.events.subscribe(REQUEST_WAKE_EVENT, () => this.polls.request());
@@ -134,14 +139,20 @@ export class TriggerPoller implements OnApplicationBootstrap {
     const offFreed = this.slots.onSlotFreed((actorId) => {
       if (this.behind.has(actorId)) this.polls.request();
     });
+    // A wake-up this node wrote for itself (a sleep, a backoff) is due by its own clock: no
+    // other node will say so.
+    const offWritten = this.requests.onWrittenHere((dueInMs) => this.quiet.dueIn(dueInMs));
     this.unsubscribe = () => {
       offWake();
       offDue();
       offMode();
       offActor();
       offFreed();
+      offWritten();
     };
-    const timer = setInterval(() => this.polls.request(), this.options.triggerPollIntervalMs);
+    const timer = setInterval(() => {
+      if (this.quiet.ticks()) this.polls.request();
+    }, this.options.triggerPollIntervalMs);
     timer.unref();
     this.timer = timer;
     this.schedulerRegistry()?.addInterval(INTERVAL_NAME, timer);
@@ -174,15 +185,22 @@ export class TriggerPoller implements OnApplicationBootstrap {
       const runnable = this.registry.all().filter(runs);
       const free = new Map(runnable.map((actor) => [actor.id, this.slots.free(actor.id)]));
       const capacity = [...free.values()].reduce((sum, n) => sum + n, 0);
-      if (capacity === 0) return;
+      if (capacity === 0) {
+        this.quiet.reset();
+        return;
+      }
       const limit = Math.min(capacity * SPREAD, BATCH);
-      const pending = await this.requests.pending({
-        env: this.options.triggerPollSourceEnv,
-        stack: this.options.triggerPollSourceStack,
-        hosted: this.registry.hostedExpectations(runnable),
-        limit,
-        me: this.identity.name(),
-      });
+      const sentAt = performance.now();
+      const { due: pending, nextDueInMs } = await this.requests.poll(
+        {
+          env: this.options.triggerPollSourceEnv,
+          stack: this.options.triggerPollSourceStack,
+          hosted: this.registry.hostedExpectations(runnable),
+          limit,
+          me: this.identity.name(),
+        },
+        this.quiet.horizonMs,
+      );
       // A full page may have left any polled actor's requests behind; otherwise only those of an
       // actor out of slots.
       for (const actorId of free.keys()) {
@@ -199,8 +217,13 @@ export class TriggerPoller implements OnApplicationBootstrap {
       // After the requests had the slots they needed: throttled episodes another node's end made
       // startable, and those of a restart or a whole-cluster stop.
       this.slots.lookAtThrottled();
+      // Throttled episodes free up when another node's run ends, which nothing announces here: a
+      // node hosting limits keeps its interval.
+      const limits = this.registry.all().some((actor) => FlowPump.limited(actor).length > 0);
+      this.quiet.polled(sentAt, pending.length > 0 || this.behind.size > 0 || limits, nextDueInMs);
       this.outage.succeeded();
     } catch (error) {
+      this.quiet.reset();
       this.outage.failed(error);
     }
   }

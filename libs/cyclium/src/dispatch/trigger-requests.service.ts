@@ -64,6 +64,12 @@ export interface ExpiredRequest {
   reason: string;
 }
 
+/** What a poll read: the requests due now, and when the next falls due (see pending). */
+export interface PendingRequests {
+  due: CycliumTriggerRequest[];
+  nextDueInMs: number | null;
+}
+
 /** The claim key a full node takes a request under. */
 export function requestClaimKey(id: string): string {
   return `trigger_request:${id}`;
@@ -92,6 +98,19 @@ export class TriggerRequests implements RetryWakeUps, CanceledRequests {
     private readonly signer: RowSigner,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
+
+  private readonly writtenHere = new Set<(dueInMs: number) => void>();
+
+  /**
+   * `listener` hears of each request this node writes with insertWithin (a sleep's, a backoff's or
+   * a wait's wake-up, a restart deferred), with how soon it falls due: a poller that idles polls
+   * then. Heard before the writing transaction commits (one that rolls back costs a poll for
+   * nothing). Returns the unsubscribe.
+   */
+  onWrittenHere(listener: (dueInMs: number) => void): () => void {
+    this.writtenHere.add(listener);
+    return () => this.writtenHere.delete(listener);
+  }
 
   /**
    * The request for episode `episodeId`, which the statement inserts (CTE `episodeCte` with column
@@ -153,6 +172,7 @@ export class TriggerRequests implements RetryWakeUps, CanceledRequests {
         request.delayMs ?? null,
       ],
     );
+    for (const listener of this.writtenHere) listener(Math.max(0, request.delayMs ?? 0));
     return (rows[0] as { id: string }).id;
   }
 
@@ -310,10 +330,29 @@ export class TriggerRequests implements RetryWakeUps, CanceledRequests {
 
   /** Pending requests a poller may take, oldest first. */
   async pending(filter: RequestFilter): Promise<CycliumTriggerRequest[]> {
-    if (Object.keys(filter.hosted).length === 0 || filter.limit < 1) return [];
-    const statement = pendingStatement(filter, this.options.triggerRequestTtlMs, this.goneAfterMs);
-    const { rows } = await this.database.sql.query(statement);
-    return rows.map(toRequest);
+    return (await this.poll(filter, 0)).due;
+  }
+
+  /**
+   * Pending requests a poller may take now, oldest first, and in how long the first of the others
+   * falls due within `horizonMs` (null when none does: the page may also have been full).
+   */
+  async poll(filter: RequestFilter, horizonMs: number): Promise<PendingRequests> {
+    if (Object.keys(filter.hosted).length === 0 || filter.limit < 1)
+      return { due: [], nextDueInMs: null };
+    const statement = pendingStatement(
+      filter,
+      this.options.triggerRequestTtlMs,
+      this.goneAfterMs,
+      horizonMs,
+    );
+    const { rows } = await this.database.sql.query<Record<string, unknown>>(statement);
+    const due = rows.filter((row) => row.due_now === true);
+    const later = rows.find((row) => row.due_now !== true);
+    return {
+      due: due.map(toRequest),
+      nextDueInMs: later ? Math.max(0, Number(later.due_in_ms)) : null,
+    };
   }
 
   /**

@@ -143,6 +143,15 @@ export interface CycliumOptions {
    * node's wake-up over the bus polls at once; this covers a lost one). Default 5 000.
    */
   triggerPollIntervalMs?: number;
+  /**
+   * How long an idle full node goes without polling, with the `postgres` bus: once a poll finds
+   * nothing due and nothing due sooner, interval ticks are skipped up to this long. Requests other
+   * nodes write wake it over the bus (in their own transaction), and those it writes itself (a
+   * sleep, a retry's backoff, a wait's deadline) poll when due; what is left to this poll is a
+   * wake-up lost with the node that wrote it. Default 30 000, or `triggerPollIntervalMs` when
+   * that is set and this is not; never below it.
+   */
+  triggerPollIdleIntervalMs?: number;
   triggerPollSourceStack?: string | null;
   triggerPollSourceEnv?: string | null;
   /**
@@ -276,6 +285,8 @@ export interface ResolvedCycliumOptions {
   recovery: Required<Omit<RecoveryOptions, 'resolvePolicy'>> &
     Pick<RecoveryOptions, 'resolvePolicy'>;
   triggerPollIntervalMs: number;
+  /** As given, or its default; equal to `triggerPollIntervalMs` with the `local` bus. */
+  triggerPollIdleIntervalMs: number;
   triggerPollSourceStack: string | null;
   triggerPollSourceEnv: string | null;
   triggerRequestTtlMs: number;

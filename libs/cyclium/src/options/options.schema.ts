@@ -256,6 +256,12 @@ export class CycliumOptionsSchema {
   @Min(1, positiveMs('triggerPollIntervalMs'))
   triggerPollIntervalMs?: unknown;
 
+  @defined('triggerPollIdleIntervalMs')
+  @timerMax('triggerPollIdleIntervalMs')
+  @IsInt(positiveMs('triggerPollIdleIntervalMs'))
+  @Min(1, positiveMs('triggerPollIdleIntervalMs'))
+  triggerPollIdleIntervalMs?: unknown;
+
   @IsOptional()
   @IsString(stringOrNull('triggerPollSourceStack'))
   triggerPollSourceStack?: unknown;

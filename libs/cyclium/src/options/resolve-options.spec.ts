@@ -50,6 +50,7 @@ describe('resolveCycliumOptions', () => {
         notHostedGraceMs: 3_600_000,
       },
       triggerPollIntervalMs: 5000,
+      triggerPollIdleIntervalMs: 30_000,
       triggerPollSourceStack: null,
       triggerPollSourceEnv: null,
       triggerRequestTtlMs: 3_600_000,
@@ -83,6 +84,25 @@ describe('resolveCycliumOptions', () => {
     expect(
       resolveCycliumOptions({ bus: 'local', busUndispatchedMaxAgeMs: 500 }).busUndispatchedMaxAgeMs,
     ).toBe(500);
+  });
+
+  it('idles the trigger poll only with the postgres bus, and never below its interval', () => {
+    const idle = (options: Parameters<typeof resolveCycliumOptions>[0]) =>
+      resolveCycliumOptions(options).triggerPollIdleIntervalMs;
+    expect(idle({})).toBe(30_000);
+    expect(idle({ triggerPollIdleIntervalMs: 12_000 })).toBe(12_000);
+    // The interval a host chose stays what it gets, unless it chose the idle one too.
+    expect(idle({ triggerPollIntervalMs: 200 })).toBe(200);
+    expect(idle({ triggerPollIntervalMs: 200, triggerPollIdleIntervalMs: 1_000 })).toBe(1_000);
+    expect(idle({ triggerPollIntervalMs: 60_000 })).toBe(60_000);
+    // No other bus carries another node's wake-up.
+    expect(idle({ bus: 'local' })).toBe(5_000);
+    // The database's own wake-ups (signals, events, children) are unsigned, and ignored.
+    expect(idle({ integrity: { keyId: 'k1', keys: { k1: 'x'.repeat(32) } } })).toBe(5_000);
+    expect(() => idle({ triggerPollIdleIntervalMs: 4_999 })).toThrow(
+      /triggerPollIdleIntervalMs must be at least triggerPollIntervalMs \(5000 here\).*4999/,
+    );
+    expect(() => idle({ triggerPollIdleIntervalMs: 0 })).toThrow(/triggerPollIdleIntervalMs/);
   });
 
   it(

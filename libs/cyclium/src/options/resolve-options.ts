@@ -34,6 +34,7 @@ export const DEFAULT_OPTIONS = {
     notHostedGraceMs: 3_600_000,
   },
   triggerPollIntervalMs: 5_000,
+  triggerPollIdleIntervalMs: 30_000,
   triggerRequestTtlMs: 3_600_000,
   checkoutTimeoutMs: 10_000,
   queryTimeoutMs: 30_000,
@@ -136,6 +137,7 @@ export function resolveCycliumOptions(raw: CycliumOptions | undefined): Resolved
           : input.recovery.notHostedGraceMs,
     },
     triggerPollIntervalMs: input.triggerPollIntervalMs ?? DEFAULT_OPTIONS.triggerPollIntervalMs,
+    triggerPollIdleIntervalMs: resolveIdlePoll(input),
     triggerPollSourceStack: blankToNull(input.triggerPollSourceStack),
     // The poller feeds its own env unless told otherwise; an explicit null targets the default env.
     triggerPollSourceEnv:
@@ -173,6 +175,27 @@ function checkUndispatchedWindow(input: CycliumOptions): void {
       `positions are stored at most every ${MIN_POSITION_FLUSH_MS} ms, and the window must hold ` +
       `four such writes (got ${window})`,
   ]);
+}
+
+/**
+ * How long an idle poller may skip its ticks. Only a durable bus carries other nodes' wake-ups,
+ * so with any other the poll keeps its interval, as it does with `integrity` (the wake-ups the
+ * database writes for signals, events and children are unsigned, and ignored); a host that chose
+ * the interval and not this keeps its interval too (what it tuned stays what it gets).
+ */
+function resolveIdlePoll(input: CycliumOptions): number {
+  const interval = input.triggerPollIntervalMs ?? DEFAULT_OPTIONS.triggerPollIntervalMs;
+  const given = input.triggerPollIdleIntervalMs;
+  if (given !== undefined && given < interval)
+    throw new CycliumConfigError([
+      `triggerPollIdleIntervalMs must be at least triggerPollIntervalMs (${interval} here): ` +
+        `an idle poll comes no more often than a busy one (got ${given})`,
+    ]);
+  if ((input.bus ?? DEFAULT_OPTIONS.bus) !== 'postgres' || input.integrity) return interval;
+  if (given !== undefined) return given;
+  return input.triggerPollIntervalMs === undefined
+    ? Math.max(interval, DEFAULT_OPTIONS.triggerPollIdleIntervalMs)
+    : interval;
 }
 
 /**
