@@ -22,6 +22,11 @@ class IdleWorkActor {
   async job(ep: EpisodeContext): Promise<void> {
     await ep.step('only', () => ep.episode.ownerNode);
   }
+
+  @Expectation({ id: 'approval', trigger: 'manual' })
+  async approval(ep: EpisodeContext): Promise<void> {
+    await ep.waitForSignal('go');
+  }
 }
 
 /**
@@ -104,6 +109,25 @@ describe('idle trigger polls', () => {
       `a deferred run ended ${tookMs.toFixed(0)} ms after it was written (idle ${IDLE_MS} ms)`,
     );
     expect(['idle-a', 'idle-b']).toContain((await statusOf(id))?.owner_node);
+  });
+
+  it('a signal resumes a wait at once on idle nodes (the wake-up the database writes for it)', async () => {
+    const started = await app('idle-a').get(Episodes).trigger('idle_work', 'approval', {});
+    if (!('episode' in started)) throw new Error(`not started: ${started.status}`);
+    const id = started.episode.id;
+    await waitFor('the wait', async () => (await statusOf(id))?.status === 'waiting', 5_000, 50);
+    // The nodes idle: the wait has no deadline, so its wake-up is due never.
+    const sent = performance.now();
+    expect(await app('idle-b').get(Episodes).signal(id, 'go')).toMatchObject({ status: 'sent' });
+    await waitFor(
+      'the signalled wait to end',
+      async () => (await statusOf(id))?.status === 'done',
+      IDLE_MS / 2,
+      50,
+    );
+    console.log(
+      `a signalled wait ended ${(performance.now() - sent).toFixed(0)} ms after the signal`,
+    );
   });
 
   it('a run for later starts when due, which the poll that heard of it read, not at the end of the idle interval', async () => {
