@@ -29,6 +29,16 @@ class IdleWorkActor {
   }
 }
 
+/** One slot per node: while it is taken, a poll reads nothing of this actor's. */
+@Injectable()
+@Actor({ id: 'idle_slot', maxConcurrentEpisodes: 1 })
+class IdleSlotActor {
+  @Expectation({ id: 'hold', trigger: 'manual' })
+  async hold(ep: EpisodeContext<{ ms: number }>): Promise<void> {
+    await ep.step('hold', () => sleep(ep.trigger.payload.ms));
+  }
+}
+
 /**
  * An idle trigger poller (the `postgres` bus, `triggerPollIdleIntervalMs`): two full nodes and a
  * trigger-only one, in this process, on a real database and bus. Idle, a full node polls once per
@@ -55,7 +65,7 @@ describe('idle trigger polls', () => {
             triggerPollIdleIntervalMs: IDLE_MS,
             recovery: { onBoot: false },
           },
-          providers: [IdleWorkActor],
+          providers: [IdleWorkActor, IdleSlotActor],
         }),
       );
     await Promise.all([
@@ -128,6 +138,32 @@ describe('idle trigger polls', () => {
     console.log(
       `a signalled wait ended ${(performance.now() - sent).toFixed(0)} ms after the signal`,
     );
+  });
+
+  it('a run deferred while its actor has no free slot anywhere starts once one frees, not at the end of the idle interval', async () => {
+    const HOLD_MS = 1_500;
+    const holds = await Promise.all(
+      ['idle-a', 'idle-b'].map(async (node) => {
+        const held = await app(node).get(Episodes).trigger('idle_slot', 'hold', { ms: HOLD_MS });
+        if (!('episode' in held)) throw new Error(`not started: ${held.status}`);
+        return held.episode.id;
+      }),
+    );
+    const started = performance.now();
+    const deferred = await app('idle-t').get(Episodes).trigger('idle_slot', 'hold', { ms: 10 });
+    if (deferred.status !== 'deferred') throw new Error(`not deferred: ${deferred.status}`);
+    // Both nodes heard the wake-up with their one slot taken: their polls read nothing of it.
+    await waitFor(
+      'the deferred run to end',
+      async () => (await statusOf(deferred.episode.id))?.status === 'done',
+      HOLD_MS + IDLE_MS / 2,
+      50,
+    );
+    console.log(
+      `a run deferred while every slot was taken ended ${(performance.now() - started).toFixed(0)} ms ` +
+        `after it was written (the slots free after ${HOLD_MS} ms)`,
+    );
+    for (const id of holds) expect((await statusOf(id))?.status).toBe('done');
   });
 
   it('a run for later starts when due, which the poll that heard of it read, not at the end of the idle interval', async () => {

@@ -2,7 +2,6 @@ import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs
 import { ModuleRef } from '@nestjs/core';
 import { SchedulerRegistry } from '@nestjs/schedule';
 import { ActorRegistry } from '../actors/actor-registry.service.js';
-import type { RegisteredActor } from '../actors/registered-actor.js';
 import { ActorSlots } from './actor-slots.service.js';
 import { EventOutbox, type Announce } from '../bus/event-outbox.service.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
@@ -180,9 +179,8 @@ export class TriggerPoller implements OnApplicationBootstrap {
     try {
       await this.expireOld();
       // Per actor: a trigger-only node takes requests for an actor switched to full on its own.
-      const runs = (actor: RegisteredActor) =>
-        this.mode.of(actor.id) === 'full' && this.slots.free(actor.id) > 0;
-      const runnable = this.registry.all().filter(runs);
+      const full = this.registry.all().filter((actor) => this.mode.of(actor.id) === 'full');
+      const runnable = full.filter((actor) => this.slots.free(actor.id) > 0);
       const free = new Map(runnable.map((actor) => [actor.id, this.slots.free(actor.id)]));
       const capacity = [...free.values()].reduce((sum, n) => sum + n, 0);
       if (capacity === 0) {
@@ -217,10 +215,14 @@ export class TriggerPoller implements OnApplicationBootstrap {
       // After the requests had the slots they needed: throttled episodes another node's end made
       // startable, and those of a restart or a whole-cluster stop.
       this.slots.lookAtThrottled();
-      // Throttled episodes free up when another node's run ends, which nothing announces here: a
-      // node hosting limits keeps its interval.
+      // Not idle, so every tick polls: an actor out of slots, whose requests this poll did not
+      // read (a wake-up for it, its own node's included, was heard while it had none, and its
+      // freed slot polls only when it is behind); and a node hosting limits, whose throttled
+      // episodes free up when another node's run ends, which nothing announces here.
+      const unread = runnable.length < full.length;
       const limits = this.registry.all().some((actor) => FlowPump.limited(actor).length > 0);
-      this.quiet.polled(sentAt, pending.length > 0 || this.behind.size > 0 || limits, nextDueInMs);
+      const busy = pending.length > 0 || this.behind.size > 0 || unread || limits;
+      this.quiet.polled(sentAt, busy, nextDueInMs);
       this.outage.succeeded();
     } catch (error) {
       this.quiet.reset();
