@@ -33,6 +33,19 @@ describe('PollQuiet', () => {
     expect(quiet.ticks(3_000)).toBe(true);
   });
 
+  it('keeps a write noted until a poll sent an interval after the note has read it', () => {
+    const quiet = new PollQuiet(30_000, 5_000);
+    quiet.polled(0, false, null);
+    // Noted before its transaction commits: a poll sent at once may not see the row.
+    quiet.dueIn(0, 1_000);
+    quiet.polled(1_001, false, null);
+    expect(quiet.ticks(6_000)).toBe(true);
+    // One sent an interval after the note saw it: what it read decides.
+    quiet.polled(6_000, false, null);
+    expect(quiet.ticks(11_000)).toBe(false);
+    expect(quiet.ticks(36_000)).toBe(true);
+  });
+
   it('never idles when the idle interval is no longer than the tick', () => {
     const quiet = new PollQuiet(5_000, 5_000);
     quiet.polled(0, false, null);

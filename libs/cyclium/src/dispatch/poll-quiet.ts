@@ -12,6 +12,13 @@
  */
 export class PollQuiet {
   private quietUntil = 0;
+  /**
+   * The earliest due time of a request written here, and when the last was noted: noted before
+   * its transaction commits, it is kept until a poll sent once it is due and an interval after
+   * the note (by then the write has committed, so that poll read it: its due time is the poll's
+   * to keep). A poll sent in between may not have seen the row.
+   */
+  private written: { dueAt: number; notedAt: number } | undefined;
 
   constructor(
     /** The longest an idle poller goes without polling; not above the interval: never quiet. */
@@ -21,7 +28,7 @@ export class PollQuiet {
 
   /** Whether an interval tick at `now` polls. */
   ticks(now = performance.now()): boolean {
-    return now >= this.quietUntil;
+    return now >= this.quietUntil || (this.written !== undefined && now >= this.written.dueAt);
   }
 
   /**
@@ -34,11 +41,17 @@ export class PollQuiet {
       busy || this.idleMs <= this.intervalMs
         ? 0
         : sentAt + Math.min(this.idleMs, nextDueInMs ?? Number.POSITIVE_INFINITY);
+    const written = this.written;
+    if (written && sentAt >= Math.max(written.dueAt, written.notedAt + this.intervalMs))
+      this.written = undefined;
   }
 
-  /** A request written here falls due in `ms`: the tick after that polls. */
+  /** A request written here falls due in `ms`: from then on ticks poll until one has read it. */
   dueIn(ms: number, now = performance.now()): void {
-    this.quietUntil = Math.min(this.quietUntil, now + ms);
+    this.written = {
+      dueAt: Math.min(this.written?.dueAt ?? Number.POSITIVE_INFINITY, now + ms),
+      notedAt: now,
+    };
   }
 
   /** Every tick polls until a poll says otherwise (one failed, say). */

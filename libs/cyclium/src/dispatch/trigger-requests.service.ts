@@ -64,7 +64,7 @@ export interface ExpiredRequest {
   reason: string;
 }
 
-/** What a poll read: the requests due now, and when the next falls due (see pending). */
+/** What a poll read: the requests due now, and when the next falls due (see poll). */
 export interface PendingRequests {
   due: CycliumTriggerRequest[];
   nextDueInMs: number | null;
