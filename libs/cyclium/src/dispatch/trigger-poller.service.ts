@@ -105,6 +105,11 @@ export class TriggerPoller implements OnApplicationBootstrap {
    */
   private readonly behind = new Set<string>();
   private readonly quiet: PollQuiet;
+  /**
+   * Whether an actor here has flow limits (the registry is discovered once, before bootstrap):
+   * such a node never idles, see poll.
+   */
+  private hostsLimits = false;
 
   constructor(
     private readonly database: CycliumDataSource,
@@ -125,6 +130,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
   }
 
   onApplicationBootstrap(): void {
+    this.hostsLimits = this.registry.all().some((actor) => FlowPump.limited(actor).length > 0);
     const offWake = this.events.subscribe(REQUEST_WAKE_EVENT, () => this.polls.request());
     // A run this node deferred for later is taken when due, not up to a poll interval after.
     const offDue = this.deferred.onDue(() => this.polls.request());
@@ -220,8 +226,7 @@ export class TriggerPoller implements OnApplicationBootstrap {
       // freed slot polls only when it is behind); and a node hosting limits, whose throttled
       // episodes free up when another node's run ends, which nothing announces here.
       const unread = runnable.length < full.length;
-      const limits = this.registry.all().some((actor) => FlowPump.limited(actor).length > 0);
-      const busy = pending.length > 0 || this.behind.size > 0 || unread || limits;
+      const busy = pending.length > 0 || this.behind.size > 0 || unread || this.hostsLimits;
       this.quiet.polled(sentAt, busy, nextDueInMs);
       this.outage.succeeded();
     } catch (error) {
