@@ -47,6 +47,7 @@ function cycliumOptions(config: FaultNodeConfig): CycliumOptions {
     jitterMs: 0,
     nodeBeatIntervalMs: t.beatMs,
     triggerPollIntervalMs: t.pollMs,
+    triggerPollIdleIntervalMs: t.idlePollMs,
     busPollIntervalMs: t.busPollMs,
     episodeShutdownMs: t.shutdownMs,
     triggerRequestTtlMs: t.triggerRequestTtlMs,

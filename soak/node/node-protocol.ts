@@ -32,6 +32,8 @@ export interface NodeTimings {
   sweepIntervalMs: number;
   beatMs: number;
   pollMs: number;
+  /** triggerPollIdleIntervalMs: an idle node lets its poll ticks pass up to this long. */
+  idlePollMs: number;
   busPollMs: number;
   shutdownMs: number;
   notHostedGraceMs: number;

@@ -19,6 +19,9 @@ function timings(short: boolean): NodeTimings {
     sweepIntervalMs: 800,
     beatMs: 700,
     pollMs: 1_000,
+    // Idle polls on (the library's default with the postgres bus): a sleep, backoff or wait whose
+    // node dies is taken by another within this of its due time.
+    idlePollMs: 4_000,
     busPollMs: 2_000,
     shutdownMs: 1_500,
     notHostedGraceMs: 7_000,
