@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { CYCLIUM_TABLES, cycliumMigrations } from '@cyclium/nestjs/migrations';
+import { PostgresClaims } from '@cyclium/nestjs/adapters';
+import pg from 'pg';
 import { DataSource } from 'typeorm';
 import { emptyDatabase } from './support/database.js';
 
@@ -48,9 +50,15 @@ describe('cycliumMigrations', () => {
     expect(await indexDefinition('cyclium_findings_active_key_env')).toMatch(
       /UNIQUE INDEX .* \(finding_key, env\) NULLS NOT DISTINCT WHERE \(status = 'active'::text\)/,
     );
-    expect(await indexDefinition('cyclium_work_claims_state_lease')).toMatch(
-      /\(state, lease_until\)/,
+    // A renewal changes no indexed column (a HOT update), a finish leaves the index.
+    expect(await indexDefinition('cyclium_work_claims_live')).toMatch(
+      /\(owner_node\) WHERE \(state = 'claimed'::text\)/,
     );
+    expect(await indexDefinition('cyclium_work_claims_state_lease')).toBeUndefined();
+    const [claims] = (await dataSource.query(
+      `SELECT reloptions FROM pg_class WHERE relname = 'cyclium_work_claims'`,
+    )) as Array<{ reloptions: string[] | null }>;
+    expect(claims?.reloptions).toEqual(['fillfactor=80']);
     expect(await indexDefinition('cyclium_trigger_requests_status_env')).toMatch(
       /\(status, source_env, inserted_at\)/,
     );
@@ -58,6 +66,31 @@ describe('cycliumMigrations', () => {
     expect(await indexDefinition('cyclium_events_channel_event_id')).toMatch(
       /UNIQUE INDEX .* \(channel, event_id\)/,
     );
+  });
+
+  it('renews a held lease as a HOT update: no index entry per renewal', async () => {
+    const url = (dataSource.options as { url: string }).url;
+    const client = new pg.Client({ connectionString: url });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      const claims = new PostgresClaims(client);
+      const held = [];
+      for (const key of ['hot:1', 'hot:2', 'hot:3']) {
+        const taken = await claims.acquire(key, 'node-h', { leaseSeconds: 60 });
+        if (taken.status !== 'acquired') throw new Error(`${key} was ${taken.status}`);
+        held.push({ key, fence: taken.claim.fence });
+      }
+      const counted = `SELECT pg_stat_get_xact_tuples_updated(c.oid)::int AS updated,
+                              pg_stat_get_xact_tuples_hot_updated(c.oid)::int AS hot
+                         FROM pg_class c WHERE c.relname = 'cyclium_work_claims'`;
+      await client.query('BEGIN');
+      expect(await claims.renewMany('node-h', held, 60)).toHaveLength(3);
+      expect((await client.query(counted)).rows[0]).toEqual({ updated: 3, hot: 3 });
+      await client.query('COMMIT');
+    } finally {
+      await client.end();
+    }
   });
 
   it('reverts cleanly, leaving no cyclium table behind, and applies again', async () => {

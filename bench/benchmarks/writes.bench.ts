@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { PostgresClaims } from '@cyclium/nestjs/adapters';
 import pg from 'pg';
 import { settleIdleStats, settleStats } from '../support/counters.js';
 import { WARM_UP, printTable } from '../support/measure.js';
@@ -23,11 +24,27 @@ const UNITS = 1_000;
  * same server; the WAL is the server's, so nothing else runs in the window.
  */
 export async function writesBench(url: string): Promise<void> {
-  const rows: Array<Record<string, string | number>> = [];
-  rows.push(row('cyclium 1-step episode', await cycliumWrites(url)));
+  const units: Array<[string, Writes]> = [
+    ['cyclium 1-step episode', await cycliumWrites(url)],
+    ['cyclium claim renewal', await renewalWrites(url)],
+  ];
   const peers = process.env.PEERS_BENCH_DIR;
-  if (peers) rows.push(row('graphile-worker job', await graphileWrites(url, peers)));
-  printTable(`Writes per unit, ${UNITS} units one at a time`, rows);
+  if (peers) units.push(['graphile-worker job', await graphileWrites(url, peers)]);
+  printTable(
+    `Writes per unit, ${UNITS} units one at a time`,
+    units.map(([label, w]) => row(label, w)),
+  );
+  for (const [label, w] of units) {
+    if (w.relations.length === 0) continue;
+    printTable(
+      `${label}: heap and btree records per relation`,
+      w.relations.map((r) => ({
+        relation: r.relation,
+        records: r.records.toFixed(2),
+        bytes: Math.round(r.bytes),
+      })),
+    );
+  }
   if (!peers) process.stdout.write('graphile-worker: set PEERS_BENCH_DIR to measure it too\n');
 }
 
@@ -45,6 +62,45 @@ async function cycliumWrites(url: string): Promise<Writes> {
   } finally {
     // Closing ends the pool's backends, which flush their statistics as they exit.
     await app.close();
+  }
+  await settleStats();
+  return writesBetween(url, before, await mark(url), UNITS, walEnd);
+}
+
+/** Claims held at once while their leases are renewed, as a node renews its running episodes'. */
+const HELD = 100;
+
+/**
+ * What renewing one held lease writes, among `HELD` held claims and as many finished ones: the
+ * renewer's statement, `UNITS / HELD` rounds of it, on the adapter alone (no node's chores).
+ */
+async function renewalWrites(url: string): Promise<Writes> {
+  const client = new pg.Client({ connectionString: url });
+  client.on('error', () => undefined);
+  await client.connect();
+  let walEnd: string;
+  let before: WriteMark;
+  try {
+    const claims = new PostgresClaims(client);
+    const held: Array<{ key: string; fence: number }> = [];
+    for (let i = 0; i < 2 * HELD; i++) {
+      const key = `renewals:${i}`;
+      const taken = await claims.acquire(key, 'writes', { leaseSeconds: 60 });
+      if (taken.status !== 'acquired') throw new Error(`writes bench: ${key} was ${taken.status}`);
+      if (i % 2 === 0) held.push({ key, fence: taken.claim.fence });
+      else await claims.complete(key, 'writes', taken.claim.fence);
+    }
+    const round = async () => {
+      const renewed = await claims.renewMany('writes', held, 60);
+      if (renewed.length !== held.length) throw new Error('writes bench: a renewal was refused');
+    };
+    for (let r = 0; r < WARM_UP / HELD; r++) await round();
+    await settleIdleStats();
+    before = await mark(url);
+    for (let r = 0; r < UNITS / HELD; r++) await round();
+    walEnd = await walPosition(url);
+  } finally {
+    await client.end();
   }
   await settleStats();
   return writesBetween(url, before, await mark(url), UNITS, walEnd);

@@ -16,6 +16,15 @@ export interface Writes {
   walBytes: number;
   /** WAL bytes less full-page images, which depend on where the window falls after a checkpoint. */
   walBytesNoFpi: number | null;
+  /** Per relation (table or index) written in the window: WAL records and bytes, per unit. */
+  relations: RelationWrites[];
+}
+
+export interface RelationWrites {
+  relation: string;
+  /** Heap inserts, updates, deletes and locks, or btree entries, per unit. */
+  records: number;
+  bytes: number;
 }
 
 export interface WriteMark {
@@ -82,6 +91,11 @@ export async function writesBetween(
     walRecords: wal.records / units,
     walBytes: wal.bytes / units,
     walBytesNoFpi: per(wal.bytesNoFpi),
+    relations: wal.relations.map((r) => ({
+      relation: r.relation,
+      records: r.records / units,
+      bytes: r.bytes / units,
+    })),
   };
 }
 
@@ -91,6 +105,7 @@ interface WalWindow {
   bytesNoFpi: number | null;
   indexEntries: number | null;
   locks: number | null;
+  relations: RelationWrites[];
 }
 
 async function walBetween(client: pg.Client, from: string, to: string): Promise<WalWindow> {
@@ -114,10 +129,42 @@ async function walBetween(client: pg.Client, from: string, to: string): Promise<
       bytesNoFpi: rows.reduce((n, r) => n + Number(r.size), 0),
       indexEntries: of(['Btree/INSERT_LEAF', 'Btree/INSERT_POST']),
       locks: of(['Heap/LOCK', 'Heap2/LOCK_UPDATED']),
+      relations: await relationsBetween(client, from, to),
     };
   } catch {
     const records = Number.NaN;
-    return { records, bytes, bytesNoFpi: null, indexEntries: null, locks: null };
+    return { records, bytes, bytesNoFpi: null, indexEntries: null, locks: null, relations: [] };
+  }
+}
+
+/** Which relations the window's records touched (PostgreSQL 16+; empty before). */
+async function relationsBetween(
+  client: pg.Client,
+  from: string,
+  to: string,
+): Promise<RelationWrites[]> {
+  try {
+    const { rows } = await client.query<{ relation: string; n: string; bytes: string }>(
+      `SELECT coalesce(c.relname, b.relfilenode::text) AS relation,
+              count(DISTINCT b.start_lsn) AS n, sum(b.main_data_length + b.block_data_length) AS bytes
+         FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, true) b
+         LEFT JOIN pg_class c ON c.relfilenode = b.relfilenode
+        WHERE b.relforknumber = 0
+          AND (b.resource_manager IN ('Heap', 'Heap2') AND b.record_type IN
+                 ('INSERT', 'INSERT+INIT', 'UPDATE', 'HOT_UPDATE', 'DELETE', 'LOCK',
+                  'LOCK_UPDATED', 'MULTI_INSERT', 'MULTI_INSERT+INIT', 'UPDATE+INIT',
+                  'HOT_UPDATE+INIT')
+               OR b.resource_manager = 'Btree' AND b.record_type IN ('INSERT_LEAF', 'INSERT_POST'))
+        GROUP BY 1 ORDER BY 2 DESC, 1`,
+      [from, to],
+    );
+    return rows.map((r) => ({
+      relation: r.relation,
+      records: Number(r.n),
+      bytes: Number(r.bytes),
+    }));
+  } catch {
+    return [];
   }
 }
 

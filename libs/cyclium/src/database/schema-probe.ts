@@ -155,6 +155,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'index cyclium_episodes_unfinished',
     holds: `to_regclass('cyclium_episodes_unfinished') IS NOT NULL`,
   },
+  {
+    // Only an index: without it the expired-lease sweep and the status count read every claim.
+    migration: 'CycliumLiveClaimsIndex1764400000029',
+    missing: 'index cyclium_work_claims_live',
+    holds: `to_regclass('cyclium_work_claims_live') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

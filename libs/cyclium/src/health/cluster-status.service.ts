@@ -114,7 +114,7 @@ export const MAX_STATUS_WINDOW_MS = 86_400_000;
 /**
  * One statement, every part of it bounded by live work or the window, never by the history: the
  * active counts read the status index, finished ones an index-only range over `finished_at`, the
- * requests their (status, inserted_at) index, claims their (state, lease_until) index. The window
+ * requests their (status, inserted_at) index, claims the index of held claims. The window
  * has an upper bound too (a minute ahead, which no row reaches): with no statistics yet for a large
  * table (right after a deploy, before autovacuum analyses it) the planner guesses a one-sided range
  * at a third of the table and reads all of it, a two-sided one at a fraction of a percent.

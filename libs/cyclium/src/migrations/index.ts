@@ -30,6 +30,7 @@ import { CycliumFlowRoom1764400000025 } from './1764400000025-cyclium-flow-room.
 import { CycliumTraceContext1764400000026 } from './1764400000026-cyclium-trace-context.js';
 import { CycliumActorPauses1764400000027 } from './1764400000027-cyclium-actor-pauses.js';
 import { CycliumUnfinishedIndex1764400000028 } from './1764400000028-cyclium-unfinished-index.js';
+import { CycliumLiveClaimsIndex1764400000029 } from './1764400000029-cyclium-live-claims-index.js';
 
 export {
   CycliumSchema1764400000000,
@@ -88,4 +89,5 @@ export const cycliumMigrations = [
   CycliumTraceContext1764400000026,
   CycliumActorPauses1764400000027,
   CycliumUnfinishedIndex1764400000028,
+  CycliumLiveClaimsIndex1764400000029,
 ];
