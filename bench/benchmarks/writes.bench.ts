@@ -17,15 +17,17 @@ import { bootNode, runMany } from './episodes.bench.js';
 const UNITS = 1_000;
 
 /**
- * `npm run bench -- writes`: what one 1-step episode writes (heap tuples by kind, index entries,
- * row locks, WAL records and bytes), one at a time, next to graphile-worker's one job (added, then
+ * `npm run bench -- writes`: what one 1-step episode, one 5-step episode and one lease renewal
+ * write (heap tuples by kind, index entries, row locks, WAL records and bytes, and which relation
+ * took them), one at a time, next to graphile-worker's one job (added, then
  * run to its end, then the next) when PEERS_BENCH_DIR names a set-up copy of the side-by-side
  * bench, whose node_modules hold graphile-worker. Each system gets a database of its own on the
  * same server; the WAL is the server's, so nothing else runs in the window.
  */
 export async function writesBench(url: string): Promise<void> {
   const units: Array<[string, Writes]> = [
-    ['cyclium 1-step episode', await cycliumWrites(url)],
+    ['cyclium 1-step episode', await cycliumWrites(url, 'k1')],
+    ['cyclium 5-step episode', await cycliumWrites(url, 'k5')],
     ['cyclium claim renewal', await renewalWrites(url)],
   ];
   const peers = process.env.PEERS_BENCH_DIR;
@@ -48,16 +50,16 @@ export async function writesBench(url: string): Promise<void> {
   if (!peers) process.stdout.write('graphile-worker: set PEERS_BENCH_DIR to measure it too\n');
 }
 
-async function cycliumWrites(url: string): Promise<Writes> {
-  const app = await bootNode(url, { nodeIdentity: 'writes' });
+async function cycliumWrites(url: string, line: 'k1' | 'k5'): Promise<Writes> {
+  const app = await bootNode(url, { nodeIdentity: `writes-${line}` });
   let walEnd: string;
   let before: WriteMark;
   try {
-    await runMany(app, 'k1', WARM_UP, 1);
+    await runMany(app, line, WARM_UP, 1);
     // The warm-up's statistics are flushed by backends that stay connected only once idle 10 s.
     await settleIdleStats();
     before = await mark(url);
-    await runMany(app, 'k1', UNITS, 1);
+    await runMany(app, line, UNITS, 1);
     walEnd = await walPosition(url);
   } finally {
     // Closing ends the pool's backends, which flush their statistics as they exit.
