@@ -50,23 +50,37 @@ export async function writesBench(url: string): Promise<void> {
   if (!peers) process.stdout.write('graphile-worker: set PEERS_BENCH_DIR to measure it too\n');
 }
 
-async function cycliumWrites(url: string, line: 'k1' | 'k5'): Promise<Writes> {
-  const app = await bootNode(url, { nodeIdentity: `writes-${line}` });
+/** A writer the bench measures: `run(n)` writes n units and returns once they are committed. */
+interface Writer {
+  run(units: number): Promise<void>;
+  /** Ends the writer's connections, whose backends flush their statistics as they exit. */
+  close(): Promise<void>;
+}
+
+/**
+ * What `writer` writes per unit over UNITS units, after WARM_UP of them. Backends that stay
+ * connected flush the warm-up's statistics only once idle 10 s, so the window opens after that;
+ * it closes at the last unit's WAL position and is read once the writer's backends are gone.
+ */
+async function unitWrites(url: string, writer: Writer): Promise<Writes> {
   let walEnd: string;
   let before: WriteMark;
   try {
-    await runMany(app, line, WARM_UP, 1);
-    // The warm-up's statistics are flushed by backends that stay connected only once idle 10 s.
+    await writer.run(WARM_UP);
     await settleIdleStats();
     before = await mark(url);
-    await runMany(app, line, UNITS, 1);
+    await writer.run(UNITS);
     walEnd = await walPosition(url);
   } finally {
-    // Closing ends the pool's backends, which flush their statistics as they exit.
-    await app.close();
+    await writer.close();
   }
   await settleStats();
   return writesBetween(url, before, await mark(url), UNITS, walEnd);
+}
+
+async function cycliumWrites(url: string, line: 'k1' | 'k5'): Promise<Writes> {
+  const app = await bootNode(url, { nodeIdentity: `writes-${line}` });
+  return unitWrites(url, { run: (n) => runMany(app, line, n, 1), close: () => app.close() });
 }
 
 /** Claims held at once while their leases are renewed, as a node renews its running episodes'. */
@@ -74,17 +88,15 @@ const HELD = 100;
 
 /**
  * What renewing one held lease writes, among `HELD` held claims and as many finished ones: the
- * renewer's statement, `UNITS / HELD` rounds of it, on the adapter alone (no node's chores).
+ * renewer's statement, in rounds over the held claims, on the adapter alone (no node's chores).
  */
 async function renewalWrites(url: string): Promise<Writes> {
   const client = new pg.Client({ connectionString: url });
   client.on('error', () => undefined);
   await client.connect();
-  let walEnd: string;
-  let before: WriteMark;
+  const claims = new PostgresClaims(client);
+  const held: Array<{ key: string; fence: number }> = [];
   try {
-    const claims = new PostgresClaims(client);
-    const held: Array<{ key: string; fence: number }> = [];
     for (let i = 0; i < 2 * HELD; i++) {
       const key = `renewals:${i}`;
       const taken = await claims.acquire(key, 'writes', { leaseSeconds: 60 });
@@ -92,20 +104,19 @@ async function renewalWrites(url: string): Promise<Writes> {
       if (i % 2 === 0) held.push({ key, fence: taken.claim.fence });
       else await claims.complete(key, 'writes', taken.claim.fence);
     }
-    const round = async () => {
-      const renewed = await claims.renewMany('writes', held, 60);
-      if (renewed.length !== held.length) throw new Error('writes bench: a renewal was refused');
-    };
-    for (let r = 0; r < WARM_UP / HELD; r++) await round();
-    await settleIdleStats();
-    before = await mark(url);
-    for (let r = 0; r < UNITS / HELD; r++) await round();
-    walEnd = await walPosition(url);
-  } finally {
+  } catch (error) {
     await client.end();
+    throw error;
   }
-  await settleStats();
-  return writesBetween(url, before, await mark(url), UNITS, walEnd);
+  return unitWrites(url, {
+    run: async (n) => {
+      for (let r = 0; r < n / HELD; r++) {
+        const renewed = await claims.renewMany('writes', held, 60);
+        if (renewed.length !== held.length) throw new Error('writes bench: a renewal was refused');
+      }
+    },
+    close: () => client.end(),
+  });
 }
 
 interface GraphileRunner {
@@ -135,28 +146,18 @@ async function graphileWrites(serverUrl: string, peersDir: string): Promise<Writ
     taskList: { t: async () => undefined },
   });
   runner.events.on('job:complete', () => done++);
-  const runJobs = async (n: number) => {
-    for (let i = 0; i < n; i++) {
-      const target = done + 1;
-      await runner.addJob('t', { i });
-      await until(() => done >= target);
-    }
-  };
-  let walEnd: string;
-  let before: WriteMark;
-  try {
-    await runJobs(WARM_UP);
-    await settleIdleStats();
-    before = await mark(url);
-    await runJobs(UNITS);
-    // Completions are committed after job:complete fires: wait until the table is empty.
-    await until(async () => (await countJobs(url)) === 0);
-    walEnd = await walPosition(url);
-  } finally {
-    await runner.stop();
-  }
-  await settleStats();
-  return writesBetween(url, before, await mark(url), UNITS, walEnd);
+  return unitWrites(url, {
+    run: async (n) => {
+      for (let i = 0; i < n; i++) {
+        const target = done + 1;
+        await runner.addJob('t', { i });
+        await until(() => done >= target);
+      }
+      // Completions are committed after job:complete fires: wait until the table is empty.
+      await until(async () => (await countJobs(url)) === 0);
+    },
+    close: () => runner.stop(),
+  });
 }
 
 async function countJobs(url: string): Promise<number> {
