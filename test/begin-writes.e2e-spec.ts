@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
 import { BeginWrites } from '../libs/cyclium/src/episodes/begin-writes.js';
 import type { NewEpisode } from '../libs/cyclium/src/episodes/episode-inserts.js';
+import { toEpisode } from '../libs/cyclium/src/episodes/episode-store.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 
@@ -112,5 +113,36 @@ describe('batched begins', () => {
       `SELECT owner_node, fence::int AS fence FROM cyclium_work_claims WHERE dedupe_key = 'b2-busy'`,
     );
     expect(claim.rows).toEqual([{ owner_node: 'other', fence: 1 }]);
+  });
+
+  it("hands the run the episode as stored, though the begin reads back only the database's columns", async () => {
+    // Keys out of jsonb's order: the run must see the trigger as a recovered run reads it.
+    const shaped = (dedupeKey: string | null): NewEpisode => ({
+      ...spec(dedupeKey),
+      trigger: { type: 'manual', payload: { zeta: 1, a: { yy: [2, { d: 1, c: 0 }], b: 'x' } } },
+      sourceStack: 'blue',
+      sourceEnv: 'prod',
+      workflowStepId: 'ws',
+      flow: { key: 'tenant-1', rateKey: null, priority: 3 },
+      version: 'v7',
+    });
+    const stored = async (id: string) =>
+      toEpisode(
+        (await database.db.query(`SELECT * FROM cyclium_episodes WHERE id = $1`, [id])).rows[0],
+      );
+
+    const alone = await begins.begin(shaped(null));
+    const batch = await Promise.all(['b3-a', 'b3-b', null].map((key) => begins.begin(shaped(key))));
+
+    for (const outcome of [alone, ...batch]) {
+      if (outcome.status !== 'started') throw new Error(outcome.status);
+      const row = await stored(outcome.episode.id);
+      expect(outcome.episode).toEqual(row);
+      expect(Object.keys(outcome.episode.triggerRef)).toEqual(Object.keys(row.triggerRef));
+      expect(JSON.stringify(outcome.episode.triggerRef)).toBe(JSON.stringify(row.triggerRef));
+    }
+    expect(JSON.stringify((alone as { episode: { triggerRef: unknown } }).episode.triggerRef)).toBe(
+      '{"type":"manual","payload":{"a":{"b":"x","yy":[2,{"c":0,"d":1}]},"zeta":1}}',
+    );
   });
 });

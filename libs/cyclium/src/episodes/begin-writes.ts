@@ -17,7 +17,13 @@ import {
 } from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
-import { episodeInput, insertEpisodes, insertOf } from './episode-inserts.js';
+import {
+  begunRow,
+  episodeInput,
+  insertEpisodes,
+  insertOf,
+  type EpisodeInsert,
+} from './episode-inserts.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
@@ -72,14 +78,9 @@ export class BeginWrites {
   private async beginMany(items: BeginWrite[]): Promise<BatchAnswer<BeginOutcome>> {
     const statement = new Statement('begin_many');
     const p = (value: unknown, cast: string) => statement.param(value, cast);
-    statement.with(
-      'input',
-      episodeInput(
-        statement,
-        items.map((b) => this.signatures.signed(insertOf(b.id, b.spec, 'running'))),
-      ),
-    );
-    statement.with('ep', insertEpisodes('input'));
+    const inserts = items.map((b) => this.signatures.signed(insertOf(b.id, b.spec, 'running')));
+    statement.with('input', episodeInput(statement, inserts));
+    statement.with('ep', insertEpisodes('input', 'skip', 'begun'));
     statement.with('began', `SELECT i.key FROM input i JOIN ep ON ep.id = i.id`);
     const { rows, sentAt } = await claimBegun(
       this.database.sql,
@@ -102,7 +103,7 @@ export class BeginWrites {
         ? { status: 'duplicate' }
         : {
             status: 'started',
-            episode: toEpisode(row),
+            episode: toEpisode(begunRow(inserts[i] as EpisodeInsert, row)),
             grant: this.claims.grantOf(row, item.key, sentAt),
           };
     });

@@ -124,13 +124,66 @@ export const INPUT_COLUMNS = [
 ] as const;
 
 /**
+ * What a begin reads back of the rows it inserted: what the database decides (the id to match,
+ * jsonb's own form of the trigger, the clock's columns, the counters' defaults). Every other column
+ * is the insert's own value (begunRow), so the begin's reply carries a sixth of the row, which
+ * pays for itself on every episode (parsed by the server, sent, parsed by pg and mapped here).
+ */
+export const BEGUN_COLUMNS =
+  'id, trigger_ref, attempts, retries, started_at, queued_at, inserted_at, updated_at';
+
+/**
+ * The stored row of an episode a begin inserted, as `SELECT *` would read it: `returned` (the
+ * BEGUN_COLUMNS) over the insert's own values, and NULL in the columns an insert never sets.
+ */
+export function begunRow(
+  insert: EpisodeInsert,
+  returned: Record<string, unknown>,
+): Record<string, unknown> {
+  return {
+    actor_id: insert.actorId,
+    expectation_id: insert.expectationId,
+    trigger_type: insert.triggerType,
+    dedupe_key: insert.dedupeKey,
+    status: insert.status,
+    phase: null,
+    max_attempts: insert.maxAttempts,
+    error_class: null,
+    error_detail: null,
+    summary: null,
+    classification: null,
+    owner_node: insert.ownerNode,
+    workflow_instance_id: insert.workflowInstanceId,
+    workflow_step_id: insert.workflowStepId,
+    source_stack: insert.sourceStack,
+    source_env: insert.sourceEnv,
+    finished_at: null,
+    archived_at: null,
+    cancel_requested_at: null,
+    signature: insert.signature,
+    waiting_for: null,
+    result: null,
+    flow_key: insert.flow?.key ?? null,
+    rate_key: insert.flow?.rateKey ?? null,
+    priority: insert.flow?.priority ?? 0,
+    version: insert.version,
+    ...returned,
+  };
+}
+
+/**
  * The one insert of cyclium_episodes, for one row or many: the rows of `input` (a CTE name, or a
  * parenthesised `episodeInput`), in key order, so two batches that meet on dedupe keys wait for
  * each other instead of deadlocking. Unless `duplicates` is `fail` (a seed), the dedupe index
  * decides: a row whose key a live episode holds is skipped. A row past its `insert_before` is
- * skipped too, checked by the clock as late as the statement can. `RETURNING *`: the rows written.
+ * skipped too, checked by the clock as late as the statement can. Returns the rows written: whole,
+ * or `begun` (BEGUN_COLUMNS, for begunRow).
  */
-export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'skip'): string {
+export function insertEpisodes(
+  input: string,
+  duplicates: 'skip' | 'fail' = 'skip',
+  returning: 'row' | 'begun' = 'row',
+): string {
   return `
     INSERT INTO cyclium_episodes
       (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
@@ -148,7 +201,7 @@ export function insertEpisodes(input: string, duplicates: 'skip' | 'fail' = 'ski
         ? 'ON CONFLICT (dedupe_key) WHERE dedupe_key IS NOT NULL AND archived_at IS NULL DO NOTHING'
         : ''
     }
-    RETURNING *`;
+    RETURNING ${returning === 'begun' ? BEGUN_COLUMNS : '*'}`;
 }
 
 /**

@@ -19,7 +19,7 @@ import { Outputs, toOutput } from '../outputs/outputs.service.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
-import { EpisodeStore, toEpisode } from './episode-store.js';
+import { EpisodeStore } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
 import {
   claimFailureOf,
@@ -116,7 +116,8 @@ export class EpisodeStatements {
     const statement = new Statement(`begin_${claims.shape}`);
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     // The dedupe index decides first; only the insert that won takes the claim.
-    statement.with('ep', this.store.insertFragment(statement, id, spec, 'running'));
+    const begun = this.store.beginFragment(statement, id, spec);
+    statement.with('ep', begun.body);
     const acquire = claims.fragments.acquire({
       key: p(key, 'text'),
       owner: p(me, 'text'),
@@ -167,7 +168,7 @@ export class EpisodeStatements {
     if (row.id === null) return { status: 'duplicate' };
     const grant = this.claims.grantOf(row, key, sentAt);
     event.announce();
-    return { status: 'started', episode: toEpisode(row), grant };
+    return { status: 'started', episode: begun.episode(row), grant };
   }
 
   /**

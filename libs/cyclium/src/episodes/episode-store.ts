@@ -10,6 +10,7 @@ import { CycliumEpisode, type EpisodeStatus } from '../entities/episode.entity.j
 import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mapper.js';
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import {
+  begunRow,
   episodeInput,
   insertEpisodes,
   insertOf,
@@ -121,6 +122,23 @@ export class EpisodeStore {
     return insertEpisodes(
       `(${episodeInput(statement, [this.signatures.signed(insertOf(id, spec, status))])})`,
     );
+  }
+
+  /**
+   * Begins running episode `id` as a CTE of the caller's statement (insertFragment's insert), which
+   * returns only the BEGUN_COLUMNS: `episode` turns the row the statement returns into the stored
+   * row.
+   */
+  beginFragment(
+    statement: Statement,
+    id: string,
+    spec: NewEpisode,
+  ): { body: string; episode: (returned: Record<string, unknown>) => EpisodeRow } {
+    const insert = this.signatures.signed(insertOf(id, spec, 'running'));
+    return {
+      body: insertEpisodes(`(${episodeInput(statement, [insert])})`, 'skip', 'begun'),
+      episode: (returned) => toEpisode(begunRow(insert, returned)),
+    };
   }
 
   /**
