@@ -11,6 +11,7 @@ import type { EndOutcome } from '../libs/cyclium/src/episodes/episode-statements
 import { startCycliumApp } from './support/cyclium-app.js';
 import { heldEpisodes, type HeldEpisode as Held } from './support/held-episodes.js';
 import { useDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
 
 describe('batched terminal writes', () => {
   const database = useDatabase();
@@ -136,5 +137,87 @@ describe('batched terminal writes', () => {
       expect(row).toMatchObject({ status: 'done', claim: 'done', checkpoints: 0 }),
     );
     expect(new Set(ok.map((r) => r.tx)).size).toBe(3);
+  });
+
+  it("proves a lone end's claim by finishing it: the claim row is written once, never locked first", async () => {
+    const [e] = (await held(1)) as [Held];
+    const superuser = (
+      await database.db.query(`SELECT rolsuper FROM pg_roles WHERE rolname = current_user`)
+    ).rows[0]?.rolsuper;
+    if (!superuser) {
+      console.warn('skipped: reading the WAL (pg_walinspect) needs a superuser');
+      return;
+    }
+    await database.db.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
+    const from = (await database.db.query(`SELECT pg_current_wal_insert_lsn()::text AS lsn`))
+      .rows[0].lsn;
+
+    expect(await ends.end(e.episode, e.ownership, done(e, 'alone'))).toEqual([]);
+
+    const to = (await database.db.query(`SELECT pg_current_wal_insert_lsn()::text AS lsn`)).rows[0]
+      .lsn;
+    // The end's own records on the claims table: its transaction wrote the claim's new version.
+    const { rows } = await database.db.query(
+      `SELECT b.record_type AS type, count(*)::int AS n
+         FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, true) b
+        WHERE b.relfilenode = pg_relation_filenode('cyclium_work_claims')
+          AND b.xid = (SELECT xmin::text::xid FROM cyclium_work_claims WHERE dedupe_key = $3)
+        GROUP BY 1 ORDER BY 1`,
+      [from, to, e.ownership.key],
+    );
+    expect(rows.map((r: { type: string }) => r.type)).not.toContain('LOCK');
+    expect(rows.reduce((sum: number, r: { n: number }) => sum + r.n, 0)).toBe(1);
+    const [row] = await state([e]);
+    expect(row).toMatchObject({ status: 'done', claim: 'done', checkpoints: 0 });
+  });
+
+  it("writes nothing when the episode's row refuses a lone end after its claim was finished", async () => {
+    const [e] = (await held(1)) as [Held];
+    const outcome: EndOutcome = {
+      ...done(e, 'raced'),
+      lastStep: { stepNo: 1, journalNo: 1, name: 'last', resultJson: '1', durationMs: 0 },
+    };
+    // A cancel asked while the end is under way: its row lock holds the end's own update back
+    // until after the end read the row (no cancel then) and finished the claim.
+    const canceler = await database.db.connect();
+    try {
+      await canceler.query('BEGIN');
+      await canceler.query(
+        `UPDATE cyclium_episodes SET cancel_requested_at = now() WHERE id = $1`,
+        [e.episode.id],
+      );
+      const ending = ends.end(e.episode, e.ownership, outcome);
+      await waitFor(
+        'the end waiting on the episode row',
+        async () =>
+          (
+            await database.db.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity
+                WHERE wait_event_type = 'Lock' AND query LIKE '%cyclium_episodes%'
+                  AND pid <> pg_backend_pid()`,
+            )
+          ).rows[0].n === 1,
+      );
+      await canceler.query('COMMIT');
+
+      expect(await ending).toBeNull();
+    } finally {
+      await canceler.query('ROLLBACK').catch(() => undefined);
+      canceler.release();
+    }
+    const [row] = await state([e]);
+    expect(row).toMatchObject({
+      status: 'running',
+      finished: false,
+      claim: 'claimed',
+      claim_owner: 'ender',
+      checkpoints: 1,
+      events: null,
+    });
+    const journal = await database.db.query(
+      `SELECT count(*)::int AS n FROM cyclium_episode_steps WHERE episode_id = $1`,
+      [e.episode.id],
+    );
+    expect(journal.rows[0].n).toBe(0);
   });
 });

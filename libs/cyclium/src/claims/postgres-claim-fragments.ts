@@ -65,6 +65,16 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
       when,
       returning: '1',
     }),
+  finishHeld: ({ key, owner, fence, failure, when }) =>
+    finishClaims({
+      key,
+      owner,
+      fence,
+      state: finishedState(`${failure}::text`),
+      detail: failure,
+      when: `c.lease_until > now() AND (${when})`,
+      returning: '1',
+    }),
   // acquire for many keys, each decided on the row as this statement sees it; takeovers lock in
   // key order (a lock re-reads the row, so a taker that lost the race finds no match: busy).
   acquireMany: ({ input, owner, leaseSeconds }) => [

@@ -111,6 +111,11 @@ export interface InTransactionClaims {
  * - `finished(refs)` (optional): a SELECT with one row when `owner` finished (completed or failed)
  *   `key` at `fence`: how a terminal write whose reply was lost is recognised as committed. Without
  *   it, the episode row alone decides (its status, and this node as its owner).
+ * - `finishHeld(refs)` (optional): `finish`, but only while `owner` holds `key` at `fence` as
+ *   `owner` proves it (state `claimed`, lease unexpired) and `when` holds: an UPDATE … RETURNING 1
+ *   that is the ownership proof and the finish in one write, its row lock holding the claim until
+ *   the transaction ends as `owner`'s does. A lone end uses it instead of `owner` and `finish`,
+ *   which lock the row and then write it again; without it, it uses those two.
  */
 export interface ClaimFragments {
   /** A SELECT with one row while `owner` holds `key` at `fence` (see above). */
@@ -136,6 +141,11 @@ export interface ClaimFragments {
   finishMany?(this: void, refs: { input: string }): string;
   /** A SELECT with one row when `owner` finished `key` at `fence` (see above). */
   finished?(this: void, refs: { key: string; owner: string; fence: string }): string;
+  /** `finish` only while `owner` holds `key` at `fence` and `when` holds (see above). */
+  finishHeld?(
+    this: void,
+    refs: { key: string; owner: string; fence: string; failure: string; when: string },
+  ): string;
 }
 
 /**

@@ -64,6 +64,12 @@ export interface EndOutcome {
 /** The text the busy guard fails with (an integer cast of it), recognised to answer busy. */
 const BUSY = 'cyclium: the claim is busy';
 
+/**
+ * The text an end fails with when it finished its claim but the episode's row refused the end (an
+ * integer cast of it): nothing is written, as when the claim refuses it.
+ */
+const TORN = 'cyclium: the end was refused by its episode';
+
 export interface BeginRow {
   fence: string | null;
   attempt: number | null;
@@ -196,14 +202,34 @@ export class EpisodeStatements {
       owner: p(ownership.owner, 'text'),
       fence: p(ownership.fence, 'bigint'),
     };
-    statement.with('owner', (joined ? claims : this.claims.openClaims()).fragments.owner(refs));
     const { terminal } = outcome;
+    const failure = claimFailureOf(terminal);
+    const id = p(episode.id, 'uuid');
+    const carried = outcome.lastStep ? carriedStepHeld('e') : undefined;
+    // Joined, the claim's finish is the proof when the adapter can make it one (finishHeld): one
+    // write of the claim row instead of a lock and then a write. It finishes the claim only while
+    // the episode can end, as read by this statement; should the row change before the episode's
+    // own update locks it (a cancel, a drain's stamp), `torn` fails the statement, which then
+    // writes nothing, as a refused end does.
+    const finishHeld = joined ? claims.fragments.finishHeld : undefined;
+    statement.with(
+      'owner',
+      finishHeld
+        ? finishHeld({
+            ...refs,
+            failure: p(failure, 'text'),
+            when:
+              `EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = ${id} ` +
+              `AND e.status = 'running'${carried ? ` AND ${carried}` : ''})`,
+          })
+        : (joined ? claims : this.claims.openClaims()).fragments.owner(refs),
+    );
     const classification =
       terminal.classification === undefined ? null : JSON.stringify(terminal.classification);
     statement.with(
       'ep',
       finishEpisode(
-        p(episode.id, 'uuid'),
+        id,
         {
           status: p(terminal.status, 'text'),
           summary: p(terminal.summary ?? null, 'text'),
@@ -214,10 +240,7 @@ export class EpisodeStatements {
         },
         // Open: no claim in the statement, so the episode row proves it (a sweep may have taken
         // it).
-        [
-          joined ? undefined : runningHere('e', refs.owner),
-          outcome.lastStep ? carriedStepHeld('e') : undefined,
-        ]
+        [joined ? undefined : runningHere('e', refs.owner), carried]
           .filter((held) => held !== undefined)
           .join(' AND ') || undefined,
       ),
@@ -246,8 +269,7 @@ export class EpisodeStatements {
     const proposals = outcome.outputs ?? [];
     if (proposals.length > 0)
       statement.with('outputs', this.outputs.fragment(statement, episode, proposals, won));
-    const failure = claimFailureOf(terminal);
-    if (joined)
+    if (joined && !finishHeld)
       statement.with(
         'claim_finished',
         claims.fragments.finish({ ...refs, failure: p(failure, 'text'), when: won }),
@@ -257,16 +279,28 @@ export class EpisodeStatements {
     const quiet = this.flowQuiet.ask(statement, [episode]);
     if (quiet) statement.with('flow_quiet', quiet.body);
     const asked = quiet ? `, ${quiet.column}` : '';
+    // The cast reads the claim's write, so the planner cannot fold it into an error of its own.
+    const torn = finishHeld
+      ? `, CASE WHEN NOT EXISTS (SELECT 1 FROM ep) AND EXISTS (SELECT 1 FROM owner) THEN ` +
+        `(${p(TORN, 'text')} || (SELECT count(*) FROM owner)::text)::int END AS torn`
+      : '';
 
     const startedAt = performance.now();
-    const { rows } = await this.database.sql.query<{ won: number } & Record<string, unknown>>(
-      statement.build(
-        proposals.length > 0
-          ? `SELECT w.n AS won, o.*${asked} FROM (SELECT count(*)::int AS n FROM ep) w ` +
-              `LEFT JOIN outputs o ON true`
-          : `SELECT count(*)::int AS won${asked} FROM ep`,
-      ),
-    );
+    let rows: Array<{ won: number } & Record<string, unknown>>;
+    try {
+      ({ rows } = await this.database.sql.query<{ won: number } & Record<string, unknown>>(
+        statement.build(
+          proposals.length > 0
+            ? `SELECT w.n AS won${torn ? ', w.torn' : ''}, o.*${asked} ` +
+                `FROM (SELECT count(*)::int AS n${torn} FROM ep) w ` +
+                `LEFT JOIN outputs o ON true`
+            : `SELECT count(*)::int AS won${asked}${torn} FROM ep`,
+        ),
+      ));
+    } catch (error) {
+      if (errorMessage(error).includes(TORN)) return null;
+      throw error;
+    }
     if (rows[0]?.won !== 1) return null;
     quiet?.answered(rows[0], [episode]);
     if (ownership.fence !== null) {
