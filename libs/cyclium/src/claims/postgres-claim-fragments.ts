@@ -9,6 +9,22 @@ import {
 } from './claim-sql.js';
 import type { ClaimFragments } from './work-claims-adapter.interface.js';
 
+/** Completes or fails the claim at `fence` when `when` holds, `RETURNING 1`. */
+function finishing(
+  { key, owner, fence, failure }: { key: string; owner: string; fence: string; failure: string },
+  when: string,
+): string {
+  return finishClaims({
+    key,
+    owner,
+    fence,
+    state: finishedState(`${failure}::text`),
+    detail: failure,
+    when,
+    returning: '1',
+  });
+}
+
 /**
  * PostgresClaims' claims as CTEs of the library's one-round-trip statements, in the shapes of
  * claim-sql.ts. A lease taken here runs from `now()`: the statement's transaction is the caller's
@@ -55,26 +71,9 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
     ],
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
   ],
-  finish: ({ key, owner, fence, failure, when }) =>
-    finishClaims({
-      key,
-      owner,
-      fence,
-      state: finishedState(`${failure}::text`),
-      detail: failure,
-      when,
-      returning: '1',
-    }),
-  finishHeld: ({ key, owner, fence, failure, when }) =>
-    finishClaims({
-      key,
-      owner,
-      fence,
-      state: finishedState(`${failure}::text`),
-      detail: failure,
-      when: `c.lease_until > now() AND (${when})`,
-      returning: '1',
-    }),
+  finish: (refs) => finishing(refs, refs.when),
+  // finish, with the lease `owner` checks: the write is the proof.
+  finishHeld: (refs) => finishing(refs, `c.lease_until > now() AND (${refs.when})`),
   // acquire for many keys, each decided on the row as this statement sees it; takeovers lock in
   // key order (a lock re-reads the row, so a taker that lost the race finds no match: busy).
   acquireMany: ({ input, owner, leaseSeconds }) => [
