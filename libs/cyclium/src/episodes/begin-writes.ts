@@ -15,15 +15,9 @@ import {
   type BeginOutcome,
   type BeginRow,
 } from './episode-statements.js';
-import { toEpisode } from './episode-store.js';
+import { begunEpisode } from './episode-store.js';
 import type { NewEpisode } from './episode-inserts.js';
-import {
-  begunRow,
-  episodeInput,
-  insertEpisodes,
-  insertOf,
-  type EpisodeInsert,
-} from './episode-inserts.js';
+import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert } from './episode-inserts.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
@@ -103,7 +97,7 @@ export class BeginWrites {
         ? { status: 'duplicate' }
         : {
             status: 'started',
-            episode: toEpisode(begunRow(inserts[i] as EpisodeInsert, row)),
+            episode: begunEpisode(inserts[i] as EpisodeInsert, row),
             grant: this.claims.grantOf(row, item.key, sentAt),
           };
     });

@@ -82,6 +82,15 @@ export const toEpisode: RowMapper<EpisodeRow> = rowMapper(CycliumEpisode, {
   rateKey: nullWhenAbsent,
 });
 
+/**
+ * The episode a begin inserted (`insert`), from the BEGUN_COLUMNS its statement `returned`: the
+ * stored row, as `toEpisode` maps `SELECT *`.
+ */
+export const begunEpisode = (
+  insert: EpisodeInsert,
+  returned: Record<string, unknown>,
+): EpisodeRow => toEpisode(begunRow(insert, returned));
+
 /** The first row mapped, or null when there is none. */
 export const oneEpisode = (rows: Array<Record<string, unknown>>): EpisodeRow | null =>
   rows[0] ? toEpisode(rows[0]) : null;
@@ -137,7 +146,7 @@ export class EpisodeStore {
     const insert = this.signatures.signed(insertOf(id, spec, 'running'));
     return {
       body: insertEpisodes(`(${episodeInput(statement, [insert])})`, 'skip', 'begun'),
-      episode: (returned) => toEpisode(begunRow(insert, returned)),
+      episode: (returned) => begunEpisode(insert, returned),
     };
   }
 
