@@ -174,21 +174,32 @@ export class EpisodeJournal {
    * cut-over is recorded: RowSigner.accepts) is TamperedRowError.
    */
   async checkpoints(id: string): Promise<Map<number, Checkpoint>> {
-    const { rows } = await this.database.sql.query<{
-      checkpoint_no: number;
-      phase: string;
-      state: unknown;
-      signature: string | null;
-    }>(
-      `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE ` +
-        `episode_id = $1 ORDER BY checkpoint_no`,
-      [id],
-    );
-    const accepted = (r: (typeof rows)[number]) => {
+    const read = async () =>
+      (
+        await this.database.sql.query<{
+          checkpoint_no: number;
+          phase: string;
+          state: unknown;
+          signature: string | null;
+        }>(
+          `SELECT checkpoint_no, phase, state, signature FROM cyclium_episode_checkpoints WHERE ` +
+            `episode_id = $1 ORDER BY checkpoint_no`,
+          [id],
+        )
+      ).rows;
+    type Row = Awaited<ReturnType<typeof read>>[number];
+    const accepted = (r: Row) => {
       const fields = checkpointFields(id, r.checkpoint_no, r.phase, r.state);
       return this.signer.accepts('checkpoint', fields, r.signature);
     };
-    const tampered = rows.find((r) => !accepted(r));
+    let rows = await read();
+    let tampered = rows.find((r) => !accepted(r));
+    // Read before a cut-over this node has seen since, an unsigned checkpoint was signed in flight
+    // meanwhile: a second read judges the rows as they are now.
+    if (tampered?.signature === null && this.signer.enabled) {
+      rows = await read();
+      tampered = rows.find((r) => !accepted(r));
+    }
     if (tampered)
       throw new TamperedRowError(
         'cyclium_episode_checkpoints',

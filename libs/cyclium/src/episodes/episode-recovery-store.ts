@@ -213,13 +213,16 @@ const ORPHANED_QUEUED = `
 /**
  * Rule 6: one conditional UPDATE on the state as read; zero rows means another node has it. The
  * attempt it counts is signed ($5, see EpisodeRecoveryStore.take): the count it was signed for is
- * the one read ($3 + 1).
+ * the one read ($3 + 1), and the signature read ($6) is part of the state: an `integrity` cut-over
+ * that signed the row since this node read it unsigned must not be overwritten by a judgement of
+ * the unsigned read.
  */
 const TAKE = `
   UPDATE cyclium_episodes
      SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now(),
          signature = $5
    WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
+     AND signature IS NOT DISTINCT FROM $6
   RETURNING *`;
 
 /**
@@ -333,6 +336,7 @@ export class EpisodeRecoveryStore {
       candidate.attempts,
       owner,
       signature,
+      candidate.signature,
     ]);
     return oneEpisode(rows);
   }

@@ -280,6 +280,19 @@ export class EpisodeRunner implements OnModuleInit {
   }
 
   /**
+   * Whether the row a take returned may run (the `integrity` option). A row read unsigned while
+   * unsigned rows were still accepted may be judged after this node has seen the cut-over, which
+   * signed it in flight meanwhile: its signature now, over the same fields, decides. A row nobody
+   * with the key wrote has none still.
+   */
+  private async admitted(episode: EpisodeRow): Promise<boolean> {
+    if (this.signatures.accepts(episode)) return true;
+    if (episode.signature !== null || !this.signatures.enabled) return false;
+    const signature = (await this.store.get(episode.id))?.signature ?? null;
+    return signature !== null && this.signatures.accepts({ ...episode, signature });
+  }
+
+  /**
    * Runs the episode to its end with `expectation`, the method its actor declares (undefined when
    * this node does not host it: the episode fails as `unknown_actor`; a row that does not verify
    * with the `integrity` option fails as `tampered`). Never rejects: every outcome is recorded (or,
@@ -342,7 +355,7 @@ export class EpisodeRunner implements OnModuleInit {
     try {
       // The row the take returned, checked in memory (the `integrity` option): a forged or edited
       // one fails as tampered before anything of it runs.
-      const forged = !options.inserted && !this.signatures.accepts(episode);
+      const forged = !options.inserted && !(await this.admitted(episode));
       if (forged) throw new TamperedRowError('cyclium_episodes', episode.id);
       if (!expectation) {
         throw Object.assign(

@@ -157,8 +157,7 @@ export class WorkflowAdvancer {
     const reason =
       `tampered: cyclium_workflow_instances row ${instance.id} is not signed by ` +
       `this deployment's integrity key (edited or forged); not advanced`;
-    if (!(await this.instances.failTampered(instance.id, instance.version, reason)))
-      return 'conflict';
+    if (!(await this.instances.failTampered(instance, reason))) return 'conflict';
     this.logger.warn(`workflow instance ${instance.id} (${instance.workflowId}) failed: ${reason}`);
     this.telemetry.emit('workflow.finished', {
       instanceId: instance.id,

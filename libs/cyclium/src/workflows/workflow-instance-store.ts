@@ -187,15 +187,19 @@ export class WorkflowInstanceStore {
 
   /**
    * Ends an instance that failed verification, without acting on anything in it; false when it
-   * moved on meanwhile.
+   * moved on meanwhile. The signature read is part of what moved: an `integrity` cut-over that
+   * signed the instance since it was read unsigned leaves it to be judged again on its next read.
    */
-  async failTampered(id: string, version: number, reason: string): Promise<boolean> {
+  async failTampered(
+    instance: Pick<WorkflowInstanceRow, 'id' | 'version' | 'signature'>,
+    reason: string,
+  ): Promise<boolean> {
     const { rowCount } = await this.database.sql.query(
       `UPDATE cyclium_workflow_instances
           SET status = 'failed', error = $3, version = version + 1, updated_at = now(),
               finished_at = now(), signature = NULL
-        WHERE id = $1 AND version = $2 AND ${LIVE}`,
-      [id, version, reason],
+        WHERE id = $1 AND version = $2 AND signature IS NOT DISTINCT FROM $4 AND ${LIVE}`,
+      [instance.id, instance.version, reason, instance.signature],
     );
     return rowCount === 1;
   }
