@@ -18,6 +18,8 @@ export interface Writes {
   walBytesNoFpi: number | null;
   /** Per relation (table or index) written in the window: WAL records and bytes, per unit. */
   relations: RelationWrites[];
+  /** Per WAL record type (resource manager/record type): records and bytes with headers, per unit. */
+  kinds: RelationWrites[];
 }
 
 export interface RelationWrites {
@@ -91,11 +93,8 @@ export async function writesBetween(
     walRecords: wal.records / units,
     walBytes: wal.bytes / units,
     walBytesNoFpi: per(wal.bytesNoFpi),
-    relations: wal.relations.map((r) => ({
-      relation: r.relation,
-      records: r.records / units,
-      bytes: r.bytes / units,
-    })),
+    relations: perUnit(wal.relations, units),
+    kinds: perUnit(wal.kinds, units),
   };
 }
 
@@ -106,6 +105,7 @@ interface WalWindow {
   indexEntries: number | null;
   locks: number | null;
   relations: RelationWrites[];
+  kinds: RelationWrites[];
 }
 
 async function walBetween(client: pg.Client, from: string, to: string): Promise<WalWindow> {
@@ -130,10 +130,15 @@ async function walBetween(client: pg.Client, from: string, to: string): Promise<
       indexEntries: of(['Btree/INSERT_LEAF', 'Btree/INSERT_POST']),
       locks: of(['Heap/LOCK', 'Heap2/LOCK_UPDATED']),
       relations: await relationsBetween(client, from, to),
+      kinds: rows
+        .map((r) => ({ relation: r.kind, records: Number(r.n), bytes: Number(r.size) }))
+        .filter((k) => k.records > 0)
+        .sort((a, b) => b.bytes - a.bytes),
     };
   } catch {
     const records = Number.NaN;
-    return { records, bytes, bytesNoFpi: null, indexEntries: null, locks: null, relations: [] };
+    const none = { bytesNoFpi: null, indexEntries: null, locks: null, relations: [], kinds: [] };
+    return { records, bytes, ...none };
   }
 }
 
@@ -166,6 +171,14 @@ async function relationsBetween(
   } catch {
     return [];
   }
+}
+
+function perUnit(rows: RelationWrites[], units: number): RelationWrites[] {
+  return rows.map((r) => ({
+    relation: r.relation,
+    records: r.records / units,
+    bytes: r.bytes / units,
+  }));
 }
 
 async function withClient<T>(url: string, use: (client: pg.Client) => Promise<T>): Promise<T> {

@@ -13,7 +13,8 @@ export interface DurableEvents {
   /**
    * The same as the body of a CTE in a statement the library composes (`INSERT … RETURNING`),
    * writing only when the SQL condition `when` holds, so an outcome and its event are one round
-   * trip.
+   * trip. The library passes only events it has just minted (fresh ids), so the body need not
+   * compare or skip ids already stored.
    */
   appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string;
   /**

@@ -182,11 +182,6 @@ export class EventAppender {
   }
 
   /**
-   * APPEND as the body of a CTE of a larger statement, writing only when `when` holds (`e.n` is an
-   * event's 1-based position). Without the conflict check: the library calls it only with ids it
-   * has just minted, which no stored event can share.
-   */
-  /**
    * The batch as the unnest() arrays every append and compare statement takes: ids, types,
    * payloads, publish times, signatures (the library's reserved events, with `integrity`) and
    * trace contexts (as JSON text).
@@ -209,6 +204,12 @@ export class EventAppender {
     ];
   }
 
+  /**
+   * APPEND as the body of a CTE of a larger statement, writing only when `when` holds (`e.n` is an
+   * event's 1-based position). Without a conflict arbiter or a compare: the library calls it only
+   * with ids it has just minted, which no stored event can share, and an arbiter would make each
+   * row a speculative insert (a second WAL record to confirm it).
+   */
   fragment(statement: Statement, events: readonly StorableEvent[], when: string): string {
     const { channel, stackSlug, env, publisher } = this.scope;
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
@@ -226,7 +227,6 @@ export class EventAppender {
                                    trace_context, n)
        WHERE (${when})
        ORDER BY e.n
-      ON CONFLICT (channel, event_id) DO NOTHING
       RETURNING 1`;
   }
 }

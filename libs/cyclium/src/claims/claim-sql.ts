@@ -83,10 +83,12 @@ export function renewLeases({
 /**
  * A first claim (attempt 1, fence 1): an INSERT that loses on the primary key when the key exists.
  * `rows` is the rest of a `SELECT <values>` (FROM, WHERE, ORDER BY) when the values come from a
- * query; without it the values are one row.
+ * query; without it the values are one row. `fresh`: no row can hold the keys yet (just-minted
+ * episode ids), so the insert goes without a conflict arbiter, which would make each row a
+ * speculative insert (a second WAL record to confirm it).
  */
 export function insertClaims(
-  refs: LeaseRefs & { key: string; rows?: string; returning: string },
+  refs: LeaseRefs & { key: string; rows?: string; returning: string; fresh?: boolean },
 ): string {
   const withType = refs.workType !== undefined;
   const columns =
@@ -98,7 +100,7 @@ export function insertClaims(
   return `
     INSERT INTO cyclium_work_claims (${columns})
     ${refs.rows === undefined ? `VALUES (${values})` : `SELECT ${values} ${refs.rows}`}
-    ON CONFLICT (dedupe_key) DO NOTHING
+    ${refs.fresh === true ? '' : 'ON CONFLICT (dedupe_key) DO NOTHING'}
     RETURNING ${refs.returning}`;
 }
 

@@ -26,17 +26,24 @@ function finishing(
 }
 
 /**
- * PostgresClaims' claims as CTEs of the library's one-round-trip statements, in the shapes of
- * claim-sql.ts. A lease taken here runs from `now()`: the statement's transaction is the caller's
- * step, and its holder's deadline counts from when the statement was sent.
+ * The claim of `acquire` for a key a row may hold. The row as this statement sees it decides,
+ * exactly as in INSERT_OR_READ + TAKE_OVER: no row means insert (a concurrent first claim makes it
+ * busy); a row is taken over only in the state read.
  */
-export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
-  owner: (refs) => ownedClaim(refs, true),
-  ownerMany: ({ input }) => ownedClaims(input),
-  // The row as this statement sees it decides, exactly as in INSERT_OR_READ + TAKE_OVER: no row
-  // means insert (a concurrent first claim makes it busy); a row is taken over only in the state
-  // read.
-  acquire: ({ key, owner, leaseSeconds, workType, when }) => [
+function acquireAsSeen({
+  key,
+  owner,
+  leaseSeconds,
+  workType,
+  when,
+}: {
+  key: string;
+  owner: string;
+  leaseSeconds: string;
+  workType: string;
+  when: string;
+}): Array<[string, string]> {
+  return [
     [
       'claim_seen',
       `SELECT state, owner_node, fence FROM cyclium_work_claims WHERE dedupe_key = ${key}`,
@@ -70,13 +77,28 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
       }),
     ],
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
-  ],
-  finish: (refs) => finishing(refs, refs.when),
-  // finish, with the lease `owner` checks: the write is the proof.
-  finishHeld: (refs) => finishing(refs, `c.lease_until > now() AND (${refs.when})`),
-  // acquire for many keys, each decided on the row as this statement sees it; takeovers lock in
-  // key order (a lock re-reads the row, so a taker that lost the race finds no match: busy).
-  acquireMany: ({ input, owner, leaseSeconds }) => [
+  ];
+}
+
+/** The claim of keys no row can hold yet (`fresh`): inserted without a look or an arbiter. */
+function acquireFresh(
+  refs: { key: string; owner: string; leaseSeconds: string; workType?: string },
+  rows: string,
+  returning: string,
+): Array<[string, string]> {
+  return [['claim', insertClaims({ ...refs, leaseFrom: 'now()', rows, returning, fresh: true })]];
+}
+
+/**
+ * `acquire` for many keys, each decided on the row as this statement sees it; takeovers lock in
+ * key order (a lock re-reads the row, so a taker that lost the race finds no match: busy).
+ */
+function acquireManyAsSeen(
+  input: string,
+  owner: string,
+  leaseSeconds: string,
+): Array<[string, string]> {
+  return [
     [
       'claim_seen',
       `SELECT c.dedupe_key, c.state, c.owner_node, c.fence FROM cyclium_work_claims c JOIN ` +
@@ -118,7 +140,36 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
       }),
     ],
     ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
-  ],
+  ];
+}
+
+/**
+ * PostgresClaims' claims as CTEs of the library's one-round-trip statements, in the shapes of
+ * claim-sql.ts. A lease taken here runs from `now()`: the statement's transaction is the caller's
+ * step, and its holder's deadline counts from when the statement was sent.
+ */
+export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
+  owner: (refs) => ownedClaim(refs, true),
+  ownerMany: ({ input }) => ownedClaims(input),
+  acquire: (refs) =>
+    refs.fresh === true
+      ? acquireFresh(
+          refs,
+          `WHERE (${refs.when})`,
+          'fence, attempt, lease_until, NULL::text AS stolen_from',
+        )
+      : acquireAsSeen(refs),
+  finish: (refs) => finishing(refs, refs.when),
+  // finish, with the lease `owner` checks: the write is the proof.
+  finishHeld: (refs) => finishing(refs, `c.lease_until > now() AND (${refs.when})`),
+  acquireMany: ({ input, owner, leaseSeconds, fresh }) =>
+    fresh === true
+      ? acquireFresh(
+          { key: 'i.key', owner, leaseSeconds },
+          `FROM ${input} i ORDER BY i.key`,
+          'dedupe_key AS key, fence, attempt, lease_until, NULL::text AS stolen_from',
+        )
+      : acquireManyAsSeen(input, owner, leaseSeconds),
   finishMany: ({ input }) =>
     finishClaims({
       key: 'i.key',

@@ -105,6 +105,9 @@ export interface InTransactionClaims {
  *   distinct), as `[name, body]` CTEs, the last one named `claim`, with one row (`key`, `fence`,
  *   `attempt`, `lease_until`, `stolen_from`) per claim taken; a key without a row is busy. Rows are
  *   written and taken over in key order. Without it, begins are never batched.
+ * - `fresh` (in `acquire`'s and `acquireMany`'s refs, optional): true when no claim can exist yet
+ *   for the keys (the keys of episodes this statement inserts with new ids), so the fragment may
+ *   insert without looking for a row to take over; an adapter may ignore it.
  * - `finishMany(refs)` (optional, with `ownerMany`): an UPDATE … RETURNING 1 that completes or
  *   fails, for every row of the CTE `input` (columns `key`, `owner`, `fence`, `failure`), the claim
  *   at that fence (`failure` NULL completes). Without it, terminal writes are never batched.
@@ -125,7 +128,14 @@ export interface ClaimFragments {
   /** `[name, body]` CTEs taking the claim, the last one named `claim` (see above). */
   acquire(
     this: void,
-    refs: { key: string; owner: string; leaseSeconds: string; workType: string; when: string },
+    refs: {
+      key: string;
+      owner: string;
+      leaseSeconds: string;
+      workType: string;
+      when: string;
+      fresh?: boolean;
+    },
   ): Array<[string, string]>;
   /** An UPDATE … RETURNING 1 that completes or fails the claim at `fence` (see above). */
   finish(
@@ -135,7 +145,7 @@ export interface ClaimFragments {
   /** `acquire` for every row of the CTE `input` (see above). */
   acquireMany?(
     this: void,
-    refs: { input: string; owner: string; leaseSeconds: string },
+    refs: { input: string; owner: string; leaseSeconds: string; fresh?: boolean },
   ): Array<[string, string]>;
   /** `finish` for every row of the CTE `input` (see above). */
   finishMany?(this: void, refs: { input: string }): string;

@@ -16,8 +16,14 @@ import {
   type BeginRow,
 } from './episode-statements.js';
 import { begunEpisode } from './episode-store.js';
-import type { NewEpisode } from './episode-inserts.js';
-import { episodeInput, insertEpisodes, insertOf, type EpisodeInsert } from './episode-inserts.js';
+import {
+  episodeInput,
+  insertEpisodes,
+  insertOf,
+  isFresh,
+  type EpisodeInsert,
+  type NewEpisode,
+} from './episode-inserts.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 
@@ -70,11 +76,12 @@ export class BeginWrites {
   }
 
   private async beginMany(items: BeginWrite[]): Promise<BatchAnswer<BeginOutcome>> {
-    const statement = new Statement('begin_many');
+    const fresh = items.every((b) => isFresh(b.spec));
+    const statement = new Statement(fresh ? 'begin_many_fresh' : 'begin_many');
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const inserts = items.map((b) => this.signatures.signed(insertOf(b.id, b.spec, 'running')));
     statement.with('input', episodeInput(statement, inserts));
-    statement.with('ep', insertEpisodes('input', 'skip', 'begun'));
+    statement.with('ep', insertEpisodes('input', fresh ? 'fail' : 'skip', 'begun'));
     statement.with('began', `SELECT i.key FROM input i JOIN ep ON ep.id = i.id`);
     const { rows, sentAt } = await claimBegun(
       this.database.sql,
@@ -83,6 +90,7 @@ export class BeginWrites {
       {
         owner: p(this.identity.name(), 'text'),
         leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
+        fresh,
       },
       `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key
         AND e.id IS NOT NULL

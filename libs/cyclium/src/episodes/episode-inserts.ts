@@ -172,12 +172,22 @@ export function begunRow(
 }
 
 /**
+ * Whether a begin's episode is new in every way: no dedupe key, so its row cannot meet a live
+ * one's and its claim key is its new id (claimKeyOf), which no claim row can hold yet. Such rows
+ * are inserted without conflict arbiters, which would make each a speculative insert (a second WAL
+ * record to confirm it).
+ */
+export function isFresh(spec: Pick<NewEpisode, 'dedupeKey'>): boolean {
+  return spec.dedupeKey === null;
+}
+
+/**
  * The one insert of cyclium_episodes, for one row or many: the rows of `input` (a CTE name, or a
  * parenthesised `episodeInput`), in key order, so two batches that meet on dedupe keys wait for
- * each other instead of deadlocking. Unless `duplicates` is `fail` (a seed), the dedupe index
- * decides: a row whose key a live episode holds is skipped. A row past its `insert_before` is
- * skipped too, checked by the clock as late as the statement can. Returns the rows written: whole,
- * or `begun` (BEGUN_COLUMNS, for begunRow).
+ * each other instead of deadlocking. Unless `duplicates` is `fail` (a seed, or rows without a
+ * dedupe key: isFresh), the dedupe index decides: a row whose key a live episode holds is skipped.
+ * A row past its `insert_before` is skipped too, checked by the clock as late as the statement
+ * can. Returns the rows written: whole, or `begun` (BEGUN_COLUMNS, for begunRow).
  */
 export function insertEpisodes(
   input: string,

@@ -20,7 +20,7 @@ import type { EpisodeRow } from './episode-context.interface.js';
 import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStore } from './episode-store.js';
-import type { NewEpisode } from './episode-inserts.js';
+import { isFresh, type NewEpisode } from './episode-inserts.js';
 import {
   claimFailureOf,
   finishEpisode,
@@ -119,7 +119,9 @@ export class EpisodeStatements {
     const key = claimKeyOf({ id, dedupeKey: spec.dedupeKey });
     const me = this.identity.name();
     const claims = this.claims.inStatement();
-    const statement = new Statement(`begin_${claims.shape}`);
+    // Without a dedupe key, the episode's row and claim are new: nothing to skip or take over.
+    const fresh = isFresh(spec);
+    const statement = new Statement(`begin_${claims.shape}${fresh ? '_fresh' : ''}`);
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     // The dedupe index decides first; only the insert that won takes the claim.
     const begun = this.store.beginFragment(statement, id, spec);
@@ -130,6 +132,7 @@ export class EpisodeStatements {
       leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
       workType: p(null, 'text'),
       when: 'EXISTS (SELECT 1 FROM ep)',
+      fresh,
     });
     for (const [name, body] of acquire) statement.with(name, body);
     const started = lifecycleEvent(
@@ -341,7 +344,7 @@ export async function claimBegun(
   sql: SqlExecutor,
   statement: Statement,
   acquire: AcquireMany,
-  claims: { owner: string; leaseSeconds: string },
+  claims: { owner: string; leaseSeconds: string; fresh?: boolean },
   from: string,
 ): Promise<{ rows: BeginRow[] | 'busy'; sentAt: number }> {
   for (const [name, body] of acquire({ input: 'began', ...claims })) statement.with(name, body);

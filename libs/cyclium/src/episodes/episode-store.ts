@@ -14,6 +14,7 @@ import {
   episodeInput,
   insertEpisodes,
   insertOf,
+  isFresh,
   type EpisodeInsert,
   type NewEpisode,
 } from './episode-inserts.js';
@@ -145,7 +146,11 @@ export class EpisodeStore {
   ): { body: string; episode: (returned: Record<string, unknown>) => EpisodeRow } {
     const insert = this.signatures.signed(insertOf(id, spec, 'running'));
     return {
-      body: insertEpisodes(`(${episodeInput(statement, [insert])})`, 'skip', 'begun'),
+      body: insertEpisodes(
+        `(${episodeInput(statement, [insert])})`,
+        isFresh(spec) ? 'fail' : 'skip',
+        'begun',
+      ),
       episode: (returned) => begunEpisode(insert, returned),
     };
   }
