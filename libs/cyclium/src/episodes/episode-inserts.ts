@@ -65,63 +65,57 @@ export interface EpisodeInsert {
 }
 
 /**
+ * The columns of an insert's input, in order: each one's name, its array's cast, and its value for
+ * a row; `stored` when the row keeps the value as given (`key` is the claim's; `waits` and
+ * `insert_before` only steer the insert). One table for the input (episodeInput), its column names
+ * (INPUT_COLUMNS) and the row a begin hands its run (begunRow).
+ */
+const INPUT: ReadonlyArray<{
+  name: string;
+  cast: string;
+  value: (r: EpisodeInsert) => unknown;
+  stored: boolean;
+}> = [
+  { name: 'id', cast: 'uuid[]', value: (r) => r.id, stored: true },
+  { name: 'key', cast: 'text[]', value: (r) => claimKeyOf(r), stored: false },
+  { name: 'actor_id', cast: 'text[]', value: (r) => r.actorId, stored: true },
+  { name: 'expectation_id', cast: 'text[]', value: (r) => r.expectationId, stored: true },
+  { name: 'trigger_type', cast: 'text[]', value: (r) => r.triggerType, stored: true },
+  { name: 'trigger_ref', cast: 'jsonb[]', value: (r) => r.triggerRef, stored: true },
+  { name: 'dedupe_key', cast: 'text[]', value: (r) => r.dedupeKey, stored: true },
+  { name: 'status', cast: 'text[]', value: (r) => r.status, stored: true },
+  { name: 'owner_node', cast: 'text[]', value: (r) => r.ownerNode, stored: true },
+  { name: 'max_attempts', cast: 'int[]', value: (r) => r.maxAttempts, stored: true },
+  { name: 'source_stack', cast: 'text[]', value: (r) => r.sourceStack, stored: true },
+  { name: 'source_env', cast: 'text[]', value: (r) => r.sourceEnv, stored: true },
+  {
+    name: 'workflow_instance_id',
+    cast: 'uuid[]',
+    value: (r) => r.workflowInstanceId,
+    stored: true,
+  },
+  { name: 'workflow_step_id', cast: 'text[]', value: (r) => r.workflowStepId, stored: true },
+  { name: 'started_at', cast: 'timestamptz[]', value: (r) => r.startedAt, stored: true },
+  { name: 'waits', cast: 'boolean[]', value: (r) => r.waits, stored: false },
+  { name: 'insert_before', cast: 'timestamptz[]', value: (r) => r.insertBefore, stored: false },
+  { name: 'signature', cast: 'text[]', value: (r) => r.signature, stored: true },
+  { name: 'flow_key', cast: 'text[]', value: (r) => r.flow?.key ?? null, stored: true },
+  { name: 'rate_key', cast: 'text[]', value: (r) => r.flow?.rateKey ?? null, stored: true },
+  { name: 'priority', cast: 'int[]', value: (r) => r.flow?.priority ?? 0, stored: true },
+  { name: 'version', cast: 'text[]', value: (r) => r.version, stored: true },
+];
+
+/** The columns of an episodeInput, in order: `key` is the claim's, `n` the row's place. */
+export const INPUT_COLUMNS = [...INPUT.map((c) => c.name), 'n'] as const;
+
+/**
  * The rows of an insert as one unnest() of column arrays (one row or many, the same text), in
  * input order (`n`), each with the key its claim is held under (`key`).
  */
 export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[]): string {
-  const input = statement.arrays([
-    [rows.map((r) => r.id), 'uuid[]'],
-    [rows.map((r) => claimKeyOf(r)), 'text[]'],
-    [rows.map((r) => r.actorId), 'text[]'],
-    [rows.map((r) => r.expectationId), 'text[]'],
-    [rows.map((r) => r.triggerType), 'text[]'],
-    [rows.map((r) => r.triggerRef), 'jsonb[]'],
-    [rows.map((r) => r.dedupeKey), 'text[]'],
-    [rows.map((r) => r.status), 'text[]'],
-    [rows.map((r) => r.ownerNode), 'text[]'],
-    [rows.map((r) => r.maxAttempts), 'int[]'],
-    [rows.map((r) => r.sourceStack), 'text[]'],
-    [rows.map((r) => r.sourceEnv), 'text[]'],
-    [rows.map((r) => r.workflowInstanceId), 'uuid[]'],
-    [rows.map((r) => r.workflowStepId), 'text[]'],
-    [rows.map((r) => r.startedAt), 'timestamptz[]'],
-    [rows.map((r) => r.waits), 'boolean[]'],
-    [rows.map((r) => r.insertBefore), 'timestamptz[]'],
-    [rows.map((r) => r.signature), 'text[]'],
-    [rows.map((r) => r.flow?.key ?? null), 'text[]'],
-    [rows.map((r) => r.flow?.rateKey ?? null), 'text[]'],
-    [rows.map((r) => r.flow?.priority ?? 0), 'int[]'],
-    [rows.map((r) => r.version), 'text[]'],
-  ]);
+  const input = statement.arrays(INPUT.map((c) => [rows.map(c.value), c.cast] as const));
   return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${INPUT_COLUMNS.join(', ')})`;
 }
-
-/** The columns of an episodeInput, in order: `key` is the claim's, `n` the row's place. */
-export const INPUT_COLUMNS = [
-  'id',
-  'key',
-  'actor_id',
-  'expectation_id',
-  'trigger_type',
-  'trigger_ref',
-  'dedupe_key',
-  'status',
-  'owner_node',
-  'max_attempts',
-  'source_stack',
-  'source_env',
-  'workflow_instance_id',
-  'workflow_step_id',
-  'started_at',
-  'waits',
-  'insert_before',
-  'signature',
-  'flow_key',
-  'rate_key',
-  'priority',
-  'version',
-  'n',
-] as const;
 
 /**
  * What a begin reads back of the rows it inserted: what the database decides (the id to match,
@@ -140,36 +134,23 @@ export function begunRow(
   insert: EpisodeInsert,
   returned: Record<string, unknown>,
 ): Record<string, unknown> {
-  return {
-    actor_id: insert.actorId,
-    expectation_id: insert.expectationId,
-    trigger_type: insert.triggerType,
-    dedupe_key: insert.dedupeKey,
-    status: insert.status,
-    phase: null,
-    max_attempts: insert.maxAttempts,
-    error_class: null,
-    error_detail: null,
-    summary: null,
-    classification: null,
-    owner_node: insert.ownerNode,
-    workflow_instance_id: insert.workflowInstanceId,
-    workflow_step_id: insert.workflowStepId,
-    source_stack: insert.sourceStack,
-    source_env: insert.sourceEnv,
-    finished_at: null,
-    archived_at: null,
-    cancel_requested_at: null,
-    signature: insert.signature,
-    waiting_for: null,
-    result: null,
-    flow_key: insert.flow?.key ?? null,
-    rate_key: insert.flow?.rateKey ?? null,
-    priority: insert.flow?.priority ?? 0,
-    version: insert.version,
-    ...returned,
-  };
+  const given = INPUT.filter((c) => c.stored).map((c) => [c.name, c.value(insert)] as const);
+  return { ...NEVER_INSERTED, ...Object.fromEntries(given), ...returned };
 }
+
+/** The columns an insert never sets, as a new row holds them. */
+const NEVER_INSERTED: Readonly<Record<string, unknown>> = {
+  phase: null,
+  error_class: null,
+  error_detail: null,
+  summary: null,
+  classification: null,
+  finished_at: null,
+  archived_at: null,
+  cancel_requested_at: null,
+  waiting_for: null,
+  result: null,
+};
 
 /**
  * Whether a begin's episode is new in every way: no dedupe key, so its row cannot meet a live

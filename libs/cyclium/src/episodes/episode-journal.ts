@@ -194,9 +194,8 @@ export class EpisodeJournal {
     };
     let rows = await read();
     let tampered = rows.find((r) => !accepted(r));
-    // Read before a cut-over this node has seen since, an unsigned checkpoint was signed in flight
-    // meanwhile: a second read judges the rows as they are now.
-    if (tampered?.signature === null && this.signer.enabled) {
+    // Read before a cut-over this node has seen since: a second read judges the rows as they are.
+    if (tampered && this.signer.mayBeSignedSince(tampered.signature)) {
       rows = await read();
       tampered = rows.find((r) => !accepted(r));
     }

@@ -287,7 +287,7 @@ export class EpisodeRunner implements OnModuleInit {
    */
   private async admitted(episode: EpisodeRow): Promise<boolean> {
     if (this.signatures.accepts(episode)) return true;
-    if (episode.signature !== null || !this.signatures.enabled) return false;
+    if (!this.signatures.mayBeSignedSince(episode)) return false;
     const signature = (await this.store.get(episode.id))?.signature ?? null;
     return signature !== null && this.signatures.accepts({ ...episode, signature });
   }

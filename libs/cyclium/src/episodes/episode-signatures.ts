@@ -54,6 +54,11 @@ export class EpisodeSignatures {
     return { ...row, signature: this.sign({ ...row, triggerRef, attempts: 0 }) };
   }
 
+  /** RowSigner.mayBeSignedSince, for an episode row refused. */
+  mayBeSignedSince(episode: Pick<EpisodeRow, 'signature'>): boolean {
+    return this.signer.mayBeSignedSince(episode.signature);
+  }
+
   /**
    * Whether the row may run: it verifies, or it is unsigned before the cut-over
    * (RowSigner.accepts).

@@ -56,6 +56,19 @@ export class RowSigner {
     return this.keyId !== null && this.unsignedAccepted;
   }
 
+  /**
+   * Whether a row refused with this signature deserves one more read: it had none while this node
+   * no longer accepts unsigned rows, and the cut-over signs every unsigned row in flight, so a read
+   * from before it may be signed now. A row nobody with the key wrote still has none.
+   */
+  mayBeSignedSince(signature: string | null | undefined): boolean {
+    return (
+      (signature === null || signature === undefined) &&
+      this.keyId !== null &&
+      !this.unsignedAccepted
+    );
+  }
+
   /** The cut-over's state, as IntegrityCutover finds it: `true` until it is recorded. */
   acceptUnsigned(accept: boolean): void {
     this.unsignedAccepted = accept;
