@@ -63,11 +63,14 @@ describe('fresh inserts', () => {
       );
       return rows.length === 1;
     });
+    // The WAL is the cluster's, and every test database is a copy of one template, so another
+    // suite's tables carry the same file numbers: only this database's records count.
     const { rows } = await database.db.query(
       `SELECT c.relname AS relation, count(DISTINCT b.start_lsn)::int AS n
          FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, true) b
          JOIN pg_class c ON c.relfilenode = b.relfilenode
         WHERE b.record_type = 'HEAP_CONFIRM' AND c.relname = ANY($3::text[])
+          AND b.reldatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
         GROUP BY 1`,
       [from, await lsn(), TABLES],
     );

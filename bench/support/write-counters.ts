@@ -155,6 +155,7 @@ async function relationsBetween(
          FROM pg_get_wal_block_info($1::pg_lsn, $2::pg_lsn, true) b
          LEFT JOIN pg_class c ON c.relfilenode = b.relfilenode
         WHERE b.relforknumber = 0
+          AND b.reldatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
           AND (b.resource_manager IN ('Heap', 'Heap2') AND b.record_type IN
                  ('INSERT', 'INSERT+INIT', 'UPDATE', 'HOT_UPDATE', 'DELETE', 'LOCK',
                   'LOCK_UPDATED', 'MULTI_INSERT', 'MULTI_INSERT+INIT', 'UPDATE+INIT',
