@@ -6,6 +6,7 @@ import {
   type ArrivalsRequest,
   type ArrivalsUnit,
 } from '../support/arrivals-protocol.js';
+import { cpuWindow, type CpuWindow } from '../support/cpu-meter.js';
 import { printTable } from '../support/measure.js';
 
 const WORKER = fileURLToPath(new URL('../support/arrivals-node.js', import.meta.url));
@@ -158,6 +159,20 @@ async function open(
 }
 
 /**
+ * CPU per unit in the worker and in the database server, and how many of the machine's cores the
+ * two kept busy: at a Poisson load, queueing follows how busy the cores are, not the load's share
+ * of the 16-in-flight rate (a batched rate, paid for with less CPU per unit than lone units cost).
+ */
+function cpuColumns(cpu: CpuWindow, n: number): Record<string, string> {
+  const busy = cpu.processMs + (cpu.databaseMs ?? 0);
+  return {
+    'worker CPU ms/unit': (cpu.processMs / n).toFixed(2),
+    'PG CPU ms/unit': cpu.databaseMs === undefined ? 'n/a' : (cpu.databaseMs / n).toFixed(2),
+    'cores busy': cpu.databaseMs === undefined ? 'n/a' : (busy / cpu.wallMs).toFixed(2),
+  };
+}
+
+/**
  * Arrivals that do not move in lockstep: manual 1-step episodes on one worker process, triggered
  * at Poisson times by this process at 25 %, 50 % and 90 % of the throughput the worker reached
  * with 16 in flight, each latency (trigger to `done`) set against the latency of an episode alone
@@ -171,13 +186,18 @@ export async function arrivalsBench(url: string): Promise<void> {
   try {
     for (const unit of ['floor', 'episode'] as const) {
       await closed(worker, unit, WARM_UP, 4);
+      const pid = worker.child.pid as number;
+      let stop = await cpuWindow(url, pid);
       const full = await closed(worker, unit, CLOSED_N[16], 16);
+      const fullCpu = await stop();
       const row = (
         load: string,
         perSecond: number,
         p50: number,
         p99: number,
         alone: { p50: number; p99: number },
+        cpu: CpuWindow,
+        n: number,
       ) => ({
         load,
         'units/s': Math.round(perSecond),
@@ -186,17 +206,30 @@ export async function arrivalsBench(url: string): Promise<void> {
         '1 in flight p50 / p99 ms': `${alone.p50.toFixed(2)} / ${alone.p99.toFixed(2)}`,
         'p50 ÷ 1 in flight': (p50 / alone.p50).toFixed(2),
         'p99 ÷ 1 in flight': (p99 / alone.p99).toFixed(2),
+        ...cpuColumns(cpu, n),
       });
       const rows: Array<Record<string, string | number>> = [];
       // This machine's speed drifts: each load is set against 1 in flight measured just before and just after it.
       let before = await closed(worker, unit, CLOSED_N[1], 1);
-      rows.push(row('16 in flight', full.perSecond, full.p50, full.p99, before));
+      rows.push(
+        row('16 in flight', full.perSecond, full.p50, full.p99, before, fullCpu, CLOSED_N[16]),
+      );
       for (const load of LOADS) {
+        stop = await cpuWindow(url, pid);
         const result = await open(worker, unit, load * full.perSecond, N);
+        const cpu = await stop();
         const after = await closed(worker, unit, CLOSED_N[1], 1);
         const alone = { p50: (before.p50 + after.p50) / 2, p99: (before.p99 + after.p99) / 2 };
         rows.push(
-          row(`Poisson ${load * 100} %`, result.offeredPerSecond, result.p50, result.p99, alone),
+          row(
+            `Poisson ${load * 100} %`,
+            result.offeredPerSecond,
+            result.p50,
+            result.p99,
+            alone,
+            cpu,
+            N,
+          ),
         );
         before = after;
       }
