@@ -8,7 +8,7 @@ export { PostgresBus } from '../bus/postgres-bus.js';
 export { busChannel } from '../bus/bus-channel.js';
 export type { PostgresBusOptions } from '../bus/postgres-bus-options.interface.js';
 export { LocalBus } from '../bus/local-bus.js';
-export type { DurableEvents } from '../bus/durable-events.interface.js';
+export type { DurableEvents, EventScope } from '../bus/durable-events.interface.js';
 export type {
   DurableHandler,
   DurableSubscriptions,

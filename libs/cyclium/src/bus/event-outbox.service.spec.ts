@@ -1,7 +1,8 @@
 import { describe, expect, it, jest } from '@jest/globals';
 import type { SqlExecutor } from '../sql/sql-executor.js';
+import { Statement } from '../sql/statement.js';
 import { Bus, type BusEvent } from './bus.interface.js';
-import type { DurableEvents } from './durable-events.interface.js';
+import type { DurableEvents, EventScope } from './durable-events.interface.js';
 import { EventOutbox } from './event-outbox.service.js';
 
 /** A durable transport that records what it was asked to do. */
@@ -45,4 +46,67 @@ describe('EventOutbox.within', () => {
       expect(wake).not.toHaveBeenCalled();
     },
   );
+});
+
+describe('EventOutbox.fragmentMany', () => {
+  const restricted = (param: string) =>
+    `SELECT p.n FROM (SELECT n FROM won) p (n) WHERE p.n = ANY(${param}::int[])`;
+
+  it('writes a batch of two scopes as one body per scope, each woken on its own', () => {
+    const many = jest.fn(
+      (_s: Statement, events: readonly BusEvent[], positions: string, scope?: EventScope) =>
+        `${scope?.stackSlug ?? 'own'}: ${events.length} events where ${positions}`,
+    );
+    const wake = jest.fn();
+    const durableEvents: DurableEvents = {
+      appendWithin: async () => undefined,
+      appendFragment: () => '',
+      appendManyFragment: many,
+      wake,
+    };
+    const transport = Object.assign(Object.create(Bus.prototype) as Bus, durableEvents);
+    const outbox = new EventOutbox(transport);
+    const statement = new Statement('test');
+    const own = { stackSlug: null, env: null };
+    const other = { stackSlug: 'stack_a', env: null };
+    const { bodies, announce } = outbox.fragmentMany(
+      statement,
+      [
+        { type: 'episode.completed', payload: { episodeId: 'e1' }, scope: own },
+        { type: 'episode.failed', payload: { episodeId: 'e2' }, scope: other },
+        { type: 'episode.completed', payload: { episodeId: 'e3' }, scope: own },
+      ],
+      'SELECT n FROM won',
+    );
+    // Every body sees the whole batch (positions stay the batch's), restricted to its scope's.
+    expect(bodies).toEqual([
+      `own: 3 events where ${restricted('$1')}`,
+      `stack_a: 3 events where ${restricted('$2')}`,
+    ]);
+    expect(statement.build('SELECT 1').values).toEqual([[1, 3], [2]]);
+    announce([1, 2]);
+    expect(wake.mock.calls).toEqual([
+      [['episode.completed'], own],
+      [['episode.failed'], other],
+    ]);
+  });
+
+  it('keeps the positions as given when the batch has one scope', () => {
+    const many = jest.fn((_s: Statement, _e: readonly BusEvent[], positions: string) => positions);
+    const transport = Object.assign(Object.create(Bus.prototype) as Bus, {
+      appendWithin: async () => undefined,
+      appendFragment: () => '',
+      appendManyFragment: many,
+      wake: jest.fn(),
+    } satisfies DurableEvents);
+    const { bodies } = new EventOutbox(transport).fragmentMany(
+      new Statement('test'),
+      [
+        { type: 'episode.completed', payload: {}, scope: { stackSlug: null, env: null } },
+        { type: 'episode.completed', payload: {}, scope: { stackSlug: null, env: null } },
+      ],
+      'SELECT n FROM won',
+    );
+    expect(bodies).toEqual(['SELECT n FROM won']);
+  });
 });

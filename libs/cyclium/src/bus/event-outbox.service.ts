@@ -4,13 +4,15 @@ import { errorMessage } from '../sql/database-errors.js';
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import { Statement } from '../sql/statement.js';
 import { Bus, type BusEvent, type BusHandler } from './bus.interface.js';
-import { isDurable } from './durable-events.interface.js';
+import { isDurable, type EventScope } from './durable-events.interface.js';
 import { hasDurableSubscriptions, type DurableHandler } from './durable-subscriptions.interface.js';
 import { mintBusEvent } from './local-bus.js';
 
 export interface OutgoingEvent {
   type: string;
   payload: unknown;
+  /** Where the event belongs (an episode's stack and env); absent: this node's own. */
+  scope?: EventScope;
 }
 
 /** What to call once the transaction that staged events has committed. */
@@ -43,11 +45,16 @@ export class EventOutbox {
     if (events.length === 0) return noop;
     const transport = this.transport;
     if (isDurable(transport)) {
-      await transport.appendWithin(
-        client,
-        events.map((e) => mintBusEvent(e.type, e.payload)),
-      );
-      return options.wake === false ? noop : () => transport.wake(typesOf(events));
+      const groups = byScope(events);
+      for (const group of groups)
+        await transport.appendWithin(
+          client,
+          group.events.map((e) => mintBusEvent(e.type, e.payload)),
+          group.scope,
+        );
+      return options.wake === false
+        ? noop
+        : () => groups.forEach((g) => transport.wake(typesOf(g.events), g.scope));
     }
     return () => {
       for (const event of events) this.announce(event.type, event.payload);
@@ -56,7 +63,8 @@ export class EventOutbox {
 
   /**
    * The events as a CTE body of a statement the library composes, written when `when` holds; null
-   * when the bus is not durable (then `announce` publishes them after commit).
+   * when the bus is not durable (then `announce` publishes them after commit). The events share
+   * one scope (the first one's).
    */
   fragment(
     statement: Statement,
@@ -66,14 +74,16 @@ export class EventOutbox {
   ): { body: string | null; announce: Announce } {
     const transport = this.transport;
     if (isDurable(transport)) {
+      const scope = events[0]?.scope;
       const body = transport.appendFragment(
         statement,
         events.map((e) => mintBusEvent(e.type, e.payload)),
         when,
+        scope,
       );
       return {
         body,
-        announce: options.wake === false ? noop : () => transport.wake(typesOf(events)),
+        announce: options.wake === false ? noop : () => transport.wake(typesOf(events), scope),
       };
     }
     return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
@@ -111,30 +121,44 @@ export class EventOutbox {
 
   /**
    * `fragment` for a batch of outcomes: writes the events whose 1-based position is in the SQL set
-   * `positions`; `announce` takes the positions that were written. Only when `batches`.
+   * `positions`; `announce` takes the positions that were written. Only when `batches`. One body
+   * per scope the events belong to (one, unless the batch ran episodes of other scopes), each a
+   * CTE of its own.
    */
   fragmentMany(
     statement: Statement,
     events: readonly OutgoingEvent[],
     positions: string,
-  ): { body: string | null; announce: (written: readonly number[]) => void } {
+  ): { bodies: string[]; announce: (written: readonly number[]) => void } {
     const transport = this.transport;
     if (isDurable(transport) && transport.appendManyFragment) {
-      const body = transport.appendManyFragment(
-        statement,
-        events.map((e) => mintBusEvent(e.type, e.payload)),
-        positions,
+      const all = events.map((e) => mintBusEvent(e.type, e.payload));
+      const groups = byScope(events);
+      const bodies = groups.map((group) =>
+        (transport.appendManyFragment as NonNullable<typeof transport.appendManyFragment>)(
+          statement,
+          all,
+          groups.length === 1
+            ? positions
+            : `SELECT p.n FROM (${positions}) p (n) ` +
+                `WHERE p.n = ANY(${statement.param(group.positions, 'int[]')})`,
+          group.scope,
+        ),
       );
       return {
-        body,
+        bodies,
         announce: (written) => {
-          if (written.length > 0)
-            transport.wake(written.map((n) => (events[n - 1] as OutgoingEvent).type));
+          for (const group of groups) {
+            const types = written
+              .filter((n) => group.positions.includes(n))
+              .map((n) => (events[n - 1] as OutgoingEvent).type);
+            if (types.length > 0) transport.wake(types, group.scope);
+          }
         },
       };
     }
     return {
-      body: null,
+      bodies: [],
       announce: (written) => {
         for (const n of written) {
           const event = events[n - 1] as OutgoingEvent;
@@ -203,3 +227,21 @@ export class EventOutbox {
 const noop: Announce = () => undefined;
 
 const typesOf = (events: readonly OutgoingEvent[]): string[] => events.map((e) => e.type);
+
+/** The events grouped by the scope they belong to, in order, with their 1-based positions. */
+function byScope(
+  events: readonly OutgoingEvent[],
+): Array<{ scope: EventScope | undefined; events: OutgoingEvent[]; positions: number[] }> {
+  const groups = new Map<
+    string,
+    { scope: EventScope | undefined; events: OutgoingEvent[]; positions: number[] }
+  >();
+  events.forEach((event, i) => {
+    const key = event.scope ? `${event.scope.stackSlug ?? ''}\u0000${event.scope.env ?? ''}` : '';
+    const group = groups.get(key) ?? { scope: event.scope, events: [], positions: [] };
+    group.events.push(event);
+    group.positions.push(i + 1);
+    groups.set(key, group);
+  });
+  return [...groups.values()];
+}

@@ -13,7 +13,7 @@ import { BusReader, type ReaderSink } from './bus-reader.js';
 import { BusRetention } from './bus-retention.js';
 import { Bus, type BusEvent, type BusHandler, type PublishOptions } from './bus.interface.js';
 import type { DispatchSignals } from './dispatch-signals.interface.js';
-import type { DurableEvents } from './durable-events.interface.js';
+import type { DurableEvents, EventScope } from './durable-events.interface.js';
 import { DurableConsumers } from './durable-consumers.js';
 import type { DurableHandler, DurableSubscriptions } from './durable-subscriptions.interface.js';
 import { EventLog } from './event-log.js';
@@ -21,6 +21,7 @@ import { EventPublisher, boundedEvent } from './event-publisher.js';
 import { LocalBus } from './local-bus.js';
 import { idleWriteMs, positionFlushMs } from './position-flush.js';
 import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
+import { ScopedLogs } from './scoped-logs.js';
 
 /**
  * The durable bus. An event is a row of cyclium_events, committed before `publish` resolves; a
@@ -44,6 +45,7 @@ export class PostgresBus
   private readonly local = new LocalBus();
   private readonly logger = new Logger('CycliumBus');
   private readonly log: EventLog;
+  private readonly scoped: ScopedLogs;
   private readonly listener: BusListener;
   private readonly reader: BusReader;
   private readonly consumers: DurableConsumers;
@@ -68,6 +70,10 @@ export class PostgresBus
       channel,
       stackSlug: options.stackSlug ?? null,
       env: options.env ?? null,
+      publisher: identity,
+      integrity: options.integrity,
+    });
+    this.scoped = new ScopedLogs(sql, this.log, {
       publisher: identity,
       integrity: options.integrity,
     });
@@ -193,14 +199,23 @@ export class PostgresBus
    * Stores `events` on `client`, inside the caller's transaction: they commit with it or not at
    * all. An id already stored with another type or payload throws EventIdConflictError (roll back).
    */
-  async appendWithin(client: SqlExecutor, events: readonly BusEvent[]): Promise<void> {
-    const outcomes = await this.log.append(client, events.map(boundedEvent));
+  async appendWithin(
+    client: SqlExecutor,
+    events: readonly BusEvent[],
+    scope?: EventScope,
+  ): Promise<void> {
+    const outcomes = await this.scoped.of(scope).append(client, events.map(boundedEvent));
     const conflict = events.find((_, i) => outcomes[i] === 'conflict');
     if (conflict) throw new EventIdConflictError(conflict.eventId, conflict.type);
   }
 
-  appendFragment(statement: Statement, events: readonly BusEvent[], when: string): string {
-    return this.log.appendFragment(statement, events.map(boundedEvent), when);
+  appendFragment(
+    statement: Statement,
+    events: readonly BusEvent[],
+    when: string,
+    scope?: EventScope,
+  ): string {
+    return this.scoped.of(scope).appendFragment(statement, events.map(boundedEvent), when);
   }
 
   /**
@@ -226,8 +241,15 @@ export class PostgresBus
     return `SELECT pg_notify(${statement.param(this.channel, 'text')}, '') WHERE ${when}`;
   }
 
-  appendManyFragment(statement: Statement, events: readonly BusEvent[], positions: string): string {
-    return this.log.appendFragment(statement, events.map(boundedEvent), `e.n IN (${positions})`);
+  appendManyFragment(
+    statement: Statement,
+    events: readonly BusEvent[],
+    positions: string,
+    scope?: EventScope,
+  ): string {
+    return this.scoped
+      .of(scope)
+      .appendFragment(statement, events.map(boundedEvent), `e.n IN (${positions})`);
   }
 
   /**
@@ -242,9 +264,12 @@ export class PostgresBus
    * Wakes the listeners of the channel; call once the transaction that appended has committed.
    * With `types`, only the nodes where a handler wants one of them read (this one too: alone on
    * the channel, in-process): a node would otherwise read events back for nobody. What a node
-   * skips it reads with its next read (a wanted event, or the fallback timer).
+   * skips it reads with its next read (a wanted event, or the fallback timer). Another scope's
+   * channel gets a plain wake-up (ScopedLogs.wake).
    */
-  wake(types?: readonly string[]): void {
+  wake(types?: readonly string[], scope?: EventScope): void {
+    const log = this.scoped.of(scope);
+    if (log !== this.log) return this.scoped.wake(log);
     const typed = types !== undefined && types.length > 0;
     if (typed) this.observer?.published(types.length);
     this.signals.wake(!typed || types.some((type) => this.wants(type)), typed ? types : undefined);

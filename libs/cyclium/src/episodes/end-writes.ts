@@ -196,7 +196,9 @@ export class EndWrites {
       items.map((w) => w.outcome.event),
       `SELECT n FROM won`,
     );
-    if (event.body) statement.with('terminal_event', event.body);
+    event.bodies.forEach((body, i) =>
+      statement.with(i === 0 ? 'terminal_event' : `terminal_event_${i + 1}`, body),
+    );
     const quiet = this.flowQuiet.ask(
       statement,
       items.map((w) => w.episode),

@@ -1,4 +1,5 @@
 import type { EpisodeStatus } from '../entities/episode.entity.js';
+import type { EventScope } from '../bus/durable-events.interface.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 
 /** Asks whichever node runs the episode to stop it before its next step. */
@@ -58,9 +59,11 @@ export function lifecycleEvent(
   status: LifecyclePayload['status'],
   node: string,
   extra: { errorClass?: string; replayed?: boolean } = {},
-): { type: LifecycleEventType; payload: LifecyclePayload } {
+): { type: LifecycleEventType; payload: LifecyclePayload; scope: EventScope } {
   return {
     type,
+    // The episode's own stack and env read it, whichever node ran it.
+    scope: { stackSlug: episode.sourceStack, env: episode.sourceEnv },
     payload: {
       episodeId: episode.id,
       actorId: episode.actorId,

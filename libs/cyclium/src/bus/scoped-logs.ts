@@ -1,0 +1,53 @@
+import { Logger } from '@nestjs/common';
+import { errorMessage } from '../sql/database-errors.js';
+import type { SqlExecutor } from '../sql/sql-executor.js';
+import { busChannel } from './bus-channel.js';
+import type { EventScope } from './durable-events.interface.js';
+import { EventLog } from './event-log.js';
+import type { EventLogScope } from './event-appender.js';
+
+/**
+ * The event logs of the scopes a node writes lifecycle events to: its own, and the stack and env
+ * of an episode it ran for another scope, whose nodes read only their own channel. A scope's log
+ * stamps the rows with that scope's channel, stack and env, and signs them for that channel.
+ */
+export class ScopedLogs {
+  private readonly logger = new Logger('CycliumBus');
+  private readonly others = new Map<string, EventLog>();
+
+  constructor(
+    private readonly sql: SqlExecutor,
+    private readonly own: EventLog,
+    private readonly stamp: Pick<EventLogScope, 'publisher' | 'integrity'>,
+  ) {}
+
+  /** The log of `scope`: this node's own when absent or when it names this node's channel. */
+  of(scope: EventScope | undefined): EventLog {
+    if (scope === undefined) return this.own;
+    const channel = busChannel(scope.stackSlug || null, scope.env || null);
+    if (channel === this.own.channel) return this.own;
+    let log = this.others.get(channel);
+    if (!log) {
+      log = new EventLog({
+        channel,
+        stackSlug: scope.stackSlug || null,
+        env: scope.env || null,
+        ...this.stamp,
+      });
+      this.others.set(channel, log);
+    }
+    return log;
+  }
+
+  /**
+   * Wakes another scope's listeners after the commit that wrote there; a lost wake-up costs them
+   * latency only (they read their channel at least every `pollIntervalMs`).
+   */
+  wake(log: EventLog): void {
+    this.sql
+      .query(`SELECT pg_notify($1, '')`, [log.channel])
+      .catch((error: unknown) =>
+        this.logger.warn(`could not wake channel ${log.channel}: ${errorMessage(error)}`),
+      );
+  }
+}
