@@ -13,7 +13,8 @@ import type { EventLogScope } from './event-appender.js';
  */
 export class ScopedLogs {
   private readonly logger = new Logger('CycliumBus');
-  private readonly others = new Map<string, EventLog>();
+  /** By scope (stack and env): this node's own log, or another scope's. */
+  private readonly logs = new Map<string, EventLog>();
 
   constructor(
     private readonly sql: SqlExecutor,
@@ -24,17 +25,18 @@ export class ScopedLogs {
   /** The log of `scope`: this node's own when absent or when it names this node's channel. */
   of(scope: EventScope | undefined): EventLog {
     if (scope === undefined) return this.own;
-    const channel = busChannel(scope.stackSlug || null, scope.env || null);
-    if (channel === this.own.channel) return this.own;
-    let log = this.others.get(channel);
+    const stackSlug = scope.stackSlug || null;
+    const env = scope.env || null;
+    // Keyed by the scope, so an end does not hash its channel again (every lifecycle event asks).
+    const key = `${stackSlug ?? ''}\u0000${env ?? ''}`;
+    let log = this.logs.get(key);
     if (!log) {
-      log = new EventLog({
-        channel,
-        stackSlug: scope.stackSlug || null,
-        env: scope.env || null,
-        ...this.stamp,
-      });
-      this.others.set(channel, log);
+      const channel = busChannel(stackSlug, env);
+      log =
+        channel === this.own.channel
+          ? this.own
+          : new EventLog({ channel, stackSlug, env, ...this.stamp });
+      this.logs.set(key, log);
     }
     return log;
   }
