@@ -16,7 +16,7 @@ import type { DispatchSignals } from './dispatch-signals.interface.js';
 import type { DurableEvents, EventScope } from './durable-events.interface.js';
 import { DurableConsumers } from './durable-consumers.js';
 import type { DurableHandler, DurableSubscriptions } from './durable-subscriptions.interface.js';
-import { EventLog } from './event-log.js';
+import type { EventLog } from './event-log.js';
 import { EventPublisher, boundedEvent } from './event-publisher.js';
 import { LocalBus } from './local-bus.js';
 import { idleWriteMs, positionFlushMs } from './position-flush.js';
@@ -66,17 +66,14 @@ export class PostgresBus
     }
     this.observer = options.observer;
     const identity = options.publisher ?? (() => 'unknown');
-    this.log = new EventLog({
+    this.scoped = new ScopedLogs(sql, {
       channel,
       stackSlug: options.stackSlug ?? null,
       env: options.env ?? null,
       publisher: identity,
       integrity: options.integrity,
     });
-    this.scoped = new ScopedLogs(sql, this.log, {
-      publisher: identity,
-      integrity: options.integrity,
-    });
+    this.log = this.scoped.own;
     const spacingMs = options.spacingMs ?? 10;
     const undispatchedMaxAgeMs = options.undispatchedMaxAgeMs ?? 604_800_000;
     this.retention = new BusRetention(

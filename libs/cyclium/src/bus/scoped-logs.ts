@@ -16,11 +16,16 @@ export class ScopedLogs {
   /** By scope (stack and env): this node's own log, or another scope's. */
   private readonly logs = new Map<string, EventLog>();
 
+  /** This node's own log (its channel, stack and env). */
+  readonly own: EventLog;
+
+  /** `scope`: this node's own; another scope's log takes its publisher and signer. */
   constructor(
     private readonly sql: SqlExecutor,
-    private readonly own: EventLog,
-    private readonly stamp: Pick<EventLogScope, 'publisher' | 'integrity'>,
-  ) {}
+    private readonly scope: EventLogScope,
+  ) {
+    this.own = new EventLog(scope);
+  }
 
   /** The log of `scope`: this node's own when absent or when it names this node's channel. */
   of(scope: EventScope | undefined): EventLog {
@@ -35,7 +40,7 @@ export class ScopedLogs {
       log =
         channel === this.own.channel
           ? this.own
-          : new EventLog({ channel, stackSlug, env, ...this.stamp });
+          : new EventLog({ ...this.scope, channel, stackSlug, env });
       this.logs.set(key, log);
     }
     return log;
