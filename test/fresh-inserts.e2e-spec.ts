@@ -11,6 +11,7 @@ import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nest
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
+import { readLifecycleEvents } from './support/lifecycle-readers.js';
 
 @Injectable()
 @Actor({ id: 'fresh' })
@@ -39,6 +40,8 @@ describe('fresh inserts', () => {
       cyclium: { nodeIdentity: 'fresh-node', workClaims: 'postgres', triggerPollIntervalMs: 100 },
       providers: [FreshActor],
     });
+    // Something reads the terminal event, so the end writes it.
+    await readLifecycleEvents(app, ['episode.completed']);
   });
 
   afterAll(async () => {

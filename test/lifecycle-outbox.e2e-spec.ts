@@ -3,6 +3,7 @@ import { useDatabase } from './support/database.js';
 import type { DemoNode } from './support/demo-node.js';
 import { FAST_RECOVERY, startNode } from './support/demo-cluster.js';
 import { waitFor } from './support/wait-for.js';
+import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 
 const EVENTS = 400;
 
@@ -44,6 +45,13 @@ describe('lifecycle events commit with the state they announce', () => {
   }
 
   it('holds when a node is killed with kill -9 in the middle of hundreds of episodes, and after a peer recovers them', async () => {
+    // A durable consumer of every type (its position stored, its node not up): every end writes
+    // its event, whichever node runs it and whenever.
+    await database.db.query(
+      `INSERT INTO cyclium_bus_positions (channel, consumer, position, type)
+       VALUES ($1, 'lifecycle-outbox-reader', pg_current_snapshot(), '*')`,
+      [busChannel(null, null)],
+    );
     const victim = await startNode(database.url, 'node-victim', {
       ...FAST_RECOVERY,
       DEMO_JITTER_MS: '0',

@@ -5,6 +5,7 @@ import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { TcpProxy, type ChunkVerdict, type ProxyConnection } from './support/tcp-proxy.js';
 import { waitFor } from './support/wait-for.js';
+import { readLifecycleEvents } from './support/lifecycle-readers.js';
 
 /** How often each step's function ran, by `<episode id>:<step no>`. */
 const runs = new Map<string, number>();
@@ -96,6 +97,8 @@ describe("faults of the library's own writes", () => {
       },
       providers: [LostReplyActor],
     });
+    // Something reads the terminal event, so each end writes it (once, whatever reply was lost).
+    await readLifecycleEvents(app, ['episode.completed']);
   });
 
   afterAll(async () => {

@@ -52,6 +52,7 @@ import { Episodes } from './dispatch/episodes.service.js';
 import { Findings } from './findings/findings.service.js';
 import { NodeIdentity } from './identity/node-identity.service.js';
 import { NodeRegistry } from './cluster/node-registry.service.js';
+import { LifecycleDeclarations } from './cluster/lifecycle-declarations.service.js';
 import { Peers } from './cluster/peers.service.js';
 import {
   CYCLIUM_MODULE_OPTIONS,
@@ -114,6 +115,7 @@ import { WorkflowExplorer } from './workflows/workflow.explorer.js';
     HostTransactions,
     NodeIdentity,
     NodeRegistry,
+    LifecycleDeclarations,
     Peers,
     StackSlug,
     Env,

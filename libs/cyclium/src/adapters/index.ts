@@ -9,6 +9,8 @@ export { busChannel } from '../bus/bus-channel.js';
 export type { PostgresBusOptions } from '../bus/postgres-bus-options.interface.js';
 export { LocalBus } from '../bus/local-bus.js';
 export type { DurableEvents, EventScope } from '../bus/durable-events.interface.js';
+export type { LifecycleReads } from '../bus/lifecycle-reads.interface.js';
+export { DECLARED_LIFECYCLE_TYPES } from '../bus/lifecycle-reads.interface.js';
 export type {
   DurableHandler,
   DurableSubscriptions,

@@ -279,6 +279,14 @@ export class EventLog {
     return this.scope.channel;
   }
 
+  get stackSlug(): string | null {
+    return this.scope.stackSlug;
+  }
+
+  get env(): string | null {
+    return this.scope.env;
+  }
+
   /**
    * Stores `events` (ids already stored are compared, not written); one outcome per event, in
    * order.

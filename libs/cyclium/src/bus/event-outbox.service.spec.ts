@@ -4,6 +4,7 @@ import { Statement } from '../sql/statement.js';
 import { Bus, type BusEvent } from './bus.interface.js';
 import type { DurableEvents, EventScope } from './durable-events.interface.js';
 import { EventOutbox } from './event-outbox.service.js';
+import type { LifecycleReads } from './lifecycle-reads.interface.js';
 
 /** A durable transport that records what it was asked to do. */
 function durable() {
@@ -108,5 +109,64 @@ describe('EventOutbox.fragmentMany', () => {
       'SELECT n FROM won',
     );
     expect(bodies).toEqual(['SELECT n FROM won']);
+  });
+});
+
+describe('EventOutbox: events written only when read', () => {
+  /** A durable transport that can tell who reads lifecycle events: its condition names the type. */
+  function reading() {
+    const appendFragment = jest.fn(
+      (_s: Statement, _e: readonly BusEvent[], when: string) => `INSERT WHERE ${when}`,
+    );
+    const appendManyFragment = jest.fn(
+      (_s: Statement, _e: readonly BusEvent[], positions: string) => positions,
+    );
+    const transport = Object.assign(Object.create(Bus.prototype) as Bus, {
+      appendWithin: async () => undefined,
+      appendFragment,
+      appendManyFragment,
+      wake: jest.fn(),
+      lifecycleReads: () => [],
+      onLifecycleReads: () => () => undefined,
+      subscribeUndeclared: () => () => undefined,
+      readCondition: (_s: Statement, type: string) => `read(${type})`,
+    } satisfies DurableEvents & LifecycleReads);
+    return new EventOutbox(transport);
+  }
+
+  it('writes a lone end only where its type is read, and one that must be written as asked', () => {
+    const outbox = reading();
+    const read = outbox.fragment(
+      new Statement('test'),
+      [{ type: 'episode.completed', payload: {}, ifRead: true }],
+      'won',
+    );
+    expect(read.body).toBe('INSERT WHERE (won) AND (read(episode.completed))');
+    const always = outbox.fragment(
+      new Statement('test'),
+      [{ type: 'episode.completed', payload: {} }],
+      'won',
+    );
+    expect(always.body).toBe('INSERT WHERE won');
+  });
+
+  it('keeps in a batch the positions always written, the others where their type is read', () => {
+    const statement = new Statement('test');
+    const { bodies } = reading().fragmentMany(
+      statement,
+      [
+        { type: 'episode.completed', payload: {}, ifRead: true },
+        { type: 'episode.failed', payload: {}, ifRead: true },
+        { type: 'episode.completed', payload: {} },
+        { type: 'episode.completed', payload: {}, ifRead: true },
+      ],
+      'SELECT n FROM won',
+    );
+    expect(bodies).toEqual([
+      'SELECT q.n FROM (SELECT n FROM won) q (n) WHERE q.n = ANY($3::int[]) OR ' +
+        '(q.n = ANY($1::int[]) AND read(episode.completed)) OR ' +
+        '(q.n = ANY($2::int[]) AND read(episode.failed))',
+    ]);
+    expect(statement.build('SELECT 1').values).toEqual([[1, 4], [2], [3]]);
   });
 });

@@ -7,12 +7,18 @@ import { Bus, type BusEvent, type BusHandler } from './bus.interface.js';
 import { isDurable, type EventScope } from './durable-events.interface.js';
 import { hasDurableSubscriptions, type DurableHandler } from './durable-subscriptions.interface.js';
 import { mintBusEvent } from './local-bus.js';
+import { readsLifecycle } from './lifecycle-reads.interface.js';
 
 export interface OutgoingEvent {
   type: string;
   payload: unknown;
   /** Where the event belongs (an episode's stack and env); absent: this node's own. */
   scope?: EventScope;
+  /**
+   * Written by `fragment` and `fragmentMany` only when something reads it (LifecycleReads), on a
+   * bus that can tell; `within` always writes.
+   */
+  ifRead?: boolean;
 }
 
 /** What to call once the transaction that staged events has committed. */
@@ -75,10 +81,11 @@ export class EventOutbox {
     const transport = this.transport;
     if (isDurable(transport)) {
       const scope = events[0]?.scope;
+      const read = this.readWhen(statement, events, scope);
       const body = transport.appendFragment(
         statement,
         events.map((e) => mintBusEvent(e.type, e.payload)),
-        when,
+        read === null ? when : `(${when}) AND ${read}`,
         scope,
       );
       return {
@@ -138,10 +145,14 @@ export class EventOutbox {
         (transport.appendManyFragment as NonNullable<typeof transport.appendManyFragment>)(
           statement,
           all,
-          groups.length === 1
-            ? positions
-            : `SELECT p.n FROM (${positions}) p (n) ` +
-                `WHERE p.n = ANY(${statement.param(group.positions, 'int[]')})`,
+          this.readPositions(
+            statement,
+            group,
+            groups.length === 1
+              ? positions
+              : `SELECT p.n FROM (${positions}) p (n) ` +
+                  `WHERE p.n = ANY(${statement.param(group.positions, 'int[]')})`,
+          ),
           group.scope,
         ),
       );
@@ -185,8 +196,64 @@ export class EventOutbox {
       );
   }
 
-  subscribe<P>(type: string, handler: BusHandler<P>): () => void {
-    return this.transport.subscribe(type, handler);
+  /**
+   * `undeclared`: the handler needs only events that are always written (a workflow engine's,
+   * which hears its own steps' ends), so it does not make this node a reader of the lifecycle
+   * events every end would otherwise write (LifecycleReads).
+   */
+  subscribe<P>(
+    type: string,
+    handler: BusHandler<P>,
+    options: { undeclared?: boolean } = {},
+  ): () => void {
+    const transport = this.transport;
+    return options.undeclared && readsLifecycle(transport)
+      ? transport.subscribeUndeclared(type, handler)
+      : transport.subscribe(type, handler);
+  }
+
+  /**
+   * The condition under which events that are written only if read are written, when all of
+   * `events` are such (any reader of any of their types then writes them all); null otherwise, or
+   * on a bus that cannot tell.
+   */
+  private readWhen(
+    statement: Statement,
+    events: readonly OutgoingEvent[],
+    scope: EventScope | undefined,
+  ): string | null {
+    const transport = this.transport;
+    if (!readsLifecycle(transport) || events.length === 0 || !events.every((e) => e.ifRead))
+      return null;
+    const types = [...new Set(events.map((e) => e.type))];
+    return `(${types.map((type) => transport.readCondition(statement, type, scope)).join(' OR ')})`;
+  }
+
+  /**
+   * `positions` (of one scope's group) less the events written only if read whose type nobody
+   * reads.
+   */
+  private readPositions(statement: Statement, group: ScopeGroup, positions: string): string {
+    const transport = this.transport;
+    if (!readsLifecycle(transport)) return positions;
+    const byType = new Map<string, number[]>();
+    group.events.forEach((event, i) => {
+      if (!event.ifRead) return;
+      const at = byType.get(event.type) ?? [];
+      at.push(group.positions[i] as number);
+      byType.set(event.type, at);
+    });
+    if (byType.size === 0) return positions;
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    const always = group.positions.filter((_, i) => !group.events[i]?.ifRead);
+    const read = [...byType].map(([type, at]) => {
+      const wanted = transport.readCondition(statement, type, group.scope);
+      return `(q.n = ANY(${p(at, 'int[]')}) AND ${wanted})`;
+    });
+    return (
+      `SELECT q.n FROM (${positions}) q (n) ` +
+      `WHERE q.n = ANY(${p(always, 'int[]')}) OR ${read.join(' OR ')}`
+    );
   }
 
   /** True when the transport replays to named consumers (see DurableSubscriptions). */
@@ -228,14 +295,16 @@ const noop: Announce = () => undefined;
 
 const typesOf = (events: readonly OutgoingEvent[]): string[] => events.map((e) => e.type);
 
+interface ScopeGroup {
+  scope: EventScope | undefined;
+  events: OutgoingEvent[];
+  /** 1-based, in the whole batch. */
+  positions: number[];
+}
+
 /** The events grouped by the scope they belong to, in order, with their 1-based positions. */
-function byScope(
-  events: readonly OutgoingEvent[],
-): Array<{ scope: EventScope | undefined; events: OutgoingEvent[]; positions: number[] }> {
-  const groups = new Map<
-    string,
-    { scope: EventScope | undefined; events: OutgoingEvent[]; positions: number[] }
-  >();
+function byScope(events: readonly OutgoingEvent[]): ScopeGroup[] {
+  const groups = new Map<string, ScopeGroup>();
   events.forEach((event, i) => {
     const key = event.scope ? `${event.scope.stackSlug ?? ''}\u0000${event.scope.env ?? ''}` : '';
     const group = groups.get(key) ?? { scope: event.scope, events: [], positions: [] };

@@ -111,6 +111,11 @@ export class LocalBus extends Bus implements DispatchSignals {
     return this.wants(event.type);
   }
 
+  /** How many handlers here subscribed to exactly `type` (`*` counts the wildcard's). */
+  handlers(type: string): number {
+    return this.subscriptions.get(type)?.size ?? 0;
+  }
+
   /** Whether a handler here takes events of `type` (its own subscribers, or the wildcard's). */
   wants(type: string): boolean {
     return this.subscriptions.has(type) || this.subscriptions.has('*');

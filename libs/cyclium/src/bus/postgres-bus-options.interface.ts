@@ -25,6 +25,11 @@ export interface PostgresBusOptions {
   env?: string | null;
   /** Stamped on every stored event. */
   publisher?: () => string;
+  /**
+   * A node row not refreshed for this long no longer counts as a reader of lifecycle events (see
+   * LifecycleReads). Default 30 (three default beats).
+   */
+  readersStaleSeconds?: number;
   /** Read even without a wake-up this often. Default 10 000. */
   pollIntervalMs?: number;
   /**

@@ -22,6 +22,7 @@ import { LocalBus } from './local-bus.js';
 import { idleWriteMs, positionFlushMs } from './position-flush.js';
 import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
 import { ScopedLogs } from './scoped-logs.js';
+import { DECLARED_LIFECYCLE_TYPES, type LifecycleReads } from './lifecycle-reads.interface.js';
 
 /**
  * The durable bus. An event is a row of cyclium_events, committed before `publish` resolves; a
@@ -40,7 +41,12 @@ import { ScopedLogs } from './scoped-logs.js';
  */
 export class PostgresBus
   extends Bus
-  implements DurableEvents, DurableSubscriptions, DispatchSignals, ListeningAnnouncement
+  implements
+    DurableEvents,
+    DurableSubscriptions,
+    DispatchSignals,
+    ListeningAnnouncement,
+    LifecycleReads
 {
   private readonly local = new LocalBus();
   private readonly logger = new Logger('CycliumBus');
@@ -53,6 +59,10 @@ export class PostgresBus
   private readonly publisher: EventPublisher;
   private readonly signals: BusSignals;
   private readonly observer: BusObserver | undefined;
+  private readonly readersStaleSeconds: number;
+  /** Subscriptions left out of the lifecycle declaration, by type (subscribeUndeclared). */
+  private readonly undeclared = new Map<string, number>();
+  private readonly readsListeners = new Set<() => void>();
 
   constructor(sql: SqlExecutor, listenConfig: () => pg.ClientConfig, options: PostgresBusOptions) {
     super();
@@ -65,6 +75,7 @@ export class PostgresBus
       );
     }
     this.observer = options.observer;
+    this.readersStaleSeconds = options.readersStaleSeconds ?? 30;
     const identity = options.publisher ?? (() => 'unknown');
     this.scoped = new ScopedLogs(sql, {
       channel,
@@ -177,7 +188,56 @@ export class PostgresBus
    * what committed while it was down is not replayed to them. For that, see `subscribeDurable`.
    */
   subscribe<P>(type: string, handler: BusHandler<P>): () => void {
-    return this.local.subscribe(type, handler);
+    const before = this.declares(type);
+    const unsubscribe = this.local.subscribe(type, handler);
+    if (!before && this.declares(type)) this.readsChanged();
+    return unsubscribe;
+  }
+
+  subscribeUndeclared<P>(type: string, handler: BusHandler<P>): () => void {
+    this.undeclared.set(type, (this.undeclared.get(type) ?? 0) + 1);
+    const unsubscribe = this.local.subscribe(type, handler);
+    let subscribed = true;
+    return () => {
+      if (!subscribed) return;
+      subscribed = false;
+      unsubscribe();
+      const left = (this.undeclared.get(type) ?? 1) - 1;
+      if (left > 0) this.undeclared.set(type, left);
+      else this.undeclared.delete(type);
+    };
+  }
+
+  lifecycleReads(): string[] {
+    return ['*', ...DECLARED_LIFECYCLE_TYPES].filter((type) => this.declares(type));
+  }
+
+  onLifecycleReads(listener: () => void): () => void {
+    this.readsListeners.add(listener);
+    return () => this.readsListeners.delete(listener);
+  }
+
+  readCondition(statement: Statement, type: string, scope?: EventScope): string {
+    const log = this.scoped.of(scope);
+    const p = (value: unknown, cast: string) => statement.param(value, cast);
+    // A sub-SELECT with no outer reference: an InitPlan, asked once however many rows test it.
+    return (
+      `(SELECT cyclium_lifecycle_read(${p(log.channel, 'text')}, ${p(log.stackSlug, 'text')}, ` +
+      `${p(log.env, 'text')}, ${p(type, 'text')}, ` +
+      `${p(this.readersStaleSeconds, 'float8')}))`
+    );
+  }
+
+  /** Whether a declared handler here takes `type` exactly (`*`: the wildcard's). */
+  private declares(type: string): boolean {
+    if (type !== '*' && !DECLARED_LIFECYCLE_TYPES.includes(type)) return false;
+    return (
+      this.local.handlers(type) > (this.undeclared.get(type) ?? 0) || this.consumers.wants(type)
+    );
+  }
+
+  private readsChanged(): void {
+    for (const listener of this.readsListeners) listener();
   }
 
   /**
@@ -187,7 +247,9 @@ export class PostgresBus
   subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void {
     if (typeof handler !== 'function')
       throw new TypeError(`bus: the handler of consumer "${consumer}" must be a function`);
+    const before = this.declares(type);
     const unsubscribe = this.consumers.add(consumer, type, handler as DurableHandler);
+    if (!before && this.declares(type)) this.readsChanged();
     this.reader.wake();
     return unsubscribe;
   }

@@ -20,6 +20,7 @@ import { OutputRescue } from './output-rescue.service.js';
 import { OutputStore } from '../outputs/output-store.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { ActorPauses } from '../dispatch/actor-pauses.service.js';
+import { LifecycleDeclarations } from './lifecycle-declarations.service.js';
 
 interface BeatRow {
   found: number;
@@ -88,6 +89,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     private readonly outputs: OutputRescue,
     private readonly mode: Mode,
     private readonly pauses: ActorPauses,
+    private readonly declarations: LifecycleDeclarations,
     signer: RowSigner,
     @Inject(CYCLIUM_BUS_TRANSPORT) private readonly bus: Bus,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
@@ -244,6 +246,7 @@ export class NodeRegistry implements OnApplicationBootstrap {
     this.peers.update(this.signatures.trusted(row.peers), row.listeners);
     if (row.outputs_due) this.outputs.request();
     if (announcesListening(this.bus)) this.bus.announceListening();
+    await this.declarations.registered();
     this.telemetry.emit('node.registered', { stack: stackSlug, env, mode });
   }
 
@@ -290,6 +293,8 @@ export class NodeRegistry implements OnApplicationBootstrap {
       if (row.outputs_due) this.outputs.request();
       this.reportTwin(row.previous_boot);
       if (row.found === 0 && this.timer && !this.going) await this.register();
+      // Narrows the declaration once handlers left (a widening is declared at once).
+      else if (!this.going) await this.declarations.settled();
       this.outage.succeeded();
     } catch (error) {
       this.outage.failed(error);

@@ -161,6 +161,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'index cyclium_work_claims_live',
     holds: `to_regclass('cyclium_work_claims_live') IS NOT NULL`,
   },
+  {
+    // Its last step: the column and the other function are in place too.
+    migration: 'CycliumLifecycleReads1764400000030',
+    missing: 'function cyclium_declare_lifecycle_reads',
+    holds: `to_regproc('cyclium_declare_lifecycle_reads') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

@@ -51,6 +51,16 @@ export class CycliumNode {
   bootId: string | null;
 
   /**
+   * The terminal lifecycle event types its handlers read (`*`: every type), as declared by the boot
+   * in `lifecycleBoot`; read as every type when that is not the row's boot id.
+   */
+  @Column({ name: 'lifecycle_reads', type: 'text', array: true, nullable: true })
+  lifecycleReads: string[] | null;
+
+  @Column({ name: 'lifecycle_boot', type: 'uuid', nullable: true })
+  lifecycleBoot: string | null;
+
+  /**
    * `<keyId>:<HMAC>` over the row's meaningful fields with the `integrity` option; null without it.
    */
   @Column({ type: 'text', nullable: true })

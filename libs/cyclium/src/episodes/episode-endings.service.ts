@@ -17,6 +17,7 @@ import {
   NondeterministicResumeError,
 } from './episode-errors.js';
 import { lifecycleEvent, type LifecycleEventType } from './episode-events.js';
+import type { OutgoingEvent } from '../bus/event-outbox.service.js';
 import { episodeLabel, failureLines, firstLine } from './episode-log-lines.js';
 import type { Ownership } from './episode-statements.js';
 import { EpisodeStore } from './episode-store.js';
@@ -353,13 +354,19 @@ export class EpisodeEndings {
     );
   }
 
+  /**
+   * An end's event, written only when something reads it (LifecycleReads), except a workflow
+   * step's: its engine hears it without declaring it.
+   */
   private lifecycle(
     type: LifecycleEventType,
     episode: EpisodeRow,
     status: EpisodeStatus,
     extra = {},
-  ) {
-    return lifecycleEvent(type, episode, status, this.identity.name(), extra);
+  ): OutgoingEvent {
+    const event: OutgoingEvent = lifecycleEvent(type, episode, status, this.identity.name(), extra);
+    event.ifRead = (episode.workflowInstanceId ?? null) === null;
+    return event;
   }
 }
 

@@ -31,6 +31,7 @@ import { CycliumTraceContext1764400000026 } from './1764400000026-cyclium-trace-
 import { CycliumActorPauses1764400000027 } from './1764400000027-cyclium-actor-pauses.js';
 import { CycliumUnfinishedIndex1764400000028 } from './1764400000028-cyclium-unfinished-index.js';
 import { CycliumLiveClaimsIndex1764400000029 } from './1764400000029-cyclium-live-claims-index.js';
+import { CycliumLifecycleReads1764400000030 } from './1764400000030-cyclium-lifecycle-reads.js';
 
 export {
   CycliumSchema1764400000000,
@@ -90,4 +91,5 @@ export const cycliumMigrations = [
   CycliumActorPauses1764400000027,
   CycliumUnfinishedIndex1764400000028,
   CycliumLiveClaimsIndex1764400000029,
+  CycliumLifecycleReads1764400000030,
 ];

@@ -48,6 +48,8 @@ export const busTransportProvider: Provider = {
           env: options.env,
           publisher: () => identity.name(),
           pollIntervalMs: options.busPollIntervalMs,
+          // As NodeRegistry ranks peers: a node that missed three beats reads nothing.
+          readersStaleSeconds: (3 * options.nodeBeatIntervalMs) / 1000,
           echoIntervalMs: options.busEchoIntervalMs,
           echoTimeoutMs: options.busEchoTimeoutMs,
           // Not the host pool: a saturated pool must not delay the echo into a false verdict.

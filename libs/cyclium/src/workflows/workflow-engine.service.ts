@@ -91,7 +91,10 @@ export class WorkflowEngine implements OnApplicationBootstrap {
     if (!this.advancing) return;
     for (const type of TERMINAL_EVENTS) {
       this.unsubscribes.push(
-        this.events.subscribe<LifecyclePayload>(type, (event) => this.heard(event)),
+        // Its steps' ends are always written: the engine is no reason to write the others'.
+        this.events.subscribe<LifecyclePayload>(type, (event) => this.heard(event), {
+          undeclared: true,
+        }),
       );
     }
     for (const workflow of this.registry.all()) {

@@ -1,0 +1,232 @@
+/**
+ * An episode's terminal lifecycle event is written only when something reads it: a node of its
+ * stack and env whose handlers declared the type, a node that declared nothing (an earlier
+ * release), a durable consumer's stored position (its node up or not), an event wait. And the
+ * declaration is ordered against the ends: one that commits while an end is looking makes that end
+ * wait for it and write.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import pg from 'pg';
+import { randomUUID } from 'node:crypto';
+import { Actor, Bus, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { useDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+let release: ((fail: boolean) => void) | undefined;
+
+@Injectable()
+@Actor({ id: 'reads_worker' })
+class Worker {
+  @Expectation({ id: 'ok', trigger: 'manual' })
+  async ok(ep: EpisodeContext): Promise<{ summary: string }> {
+    await ep.step('one', () => 1);
+    return { summary: 'ok' };
+  }
+
+  @Expectation({ id: 'boom', trigger: 'manual' })
+  async boom(ep: EpisodeContext): Promise<never> {
+    await ep.step('one', () => 1);
+    throw new Error('boom');
+  }
+
+  /** Ends when the test says, failing or not. */
+  @Expectation({ id: 'gated', trigger: 'manual' })
+  async gated(ep: EpisodeContext): Promise<{ summary: string }> {
+    const fail = await new Promise<boolean>((resolve) => (release = resolve));
+    await ep.step('one', () => 1);
+    if (fail) throw new Error('gated failure');
+    return { summary: 'ok' };
+  }
+}
+
+/** A durable consumer of `episode.failed` (an event-triggered expectation keeps a position). */
+@Injectable()
+@Actor({ id: 'reads_watcher' })
+class Watcher {
+  @Expectation({ id: 'on_failed', trigger: { event: 'episode.failed' } })
+  async onFailed(ep: EpisodeContext): Promise<{ summary: string }> {
+    await ep.step('saw', () => 1);
+    return { summary: 'saw' };
+  }
+}
+
+const NODE = { workClaims: 'postgres' as const, recovery: { onBoot: false } };
+const CHANNEL = busChannel(null, null);
+
+describe('terminal lifecycle events are written only when something reads them', () => {
+  const database = useDatabase(4);
+  let a: INestApplicationContext;
+  const apps: INestApplicationContext[] = [];
+
+  const start = async (name: string, providers: unknown[]) => {
+    const app = await startCycliumApp({
+      url: database.url,
+      cyclium: { ...NODE, nodeIdentity: name },
+      providers: providers as never[],
+    });
+    apps.push(app);
+    return app;
+  };
+
+  const close = async (app: INestApplicationContext) => {
+    apps.splice(apps.indexOf(app), 1);
+    await app.close();
+  };
+
+  const run = async (expectation: 'ok' | 'boom'): Promise<string> => {
+    const r = await a.get(Episodes).trigger('reads_worker', expectation, {});
+    const id = (r as { episode: { id: string } }).episode.id;
+    await ended(id);
+    return id;
+  };
+
+  const ended = (id: string) =>
+    waitFor(`episode ${id} to end`, async () => {
+      const { rows } = await database.db.query(
+        `SELECT status FROM cyclium_episodes WHERE id = $1`,
+        [id],
+      );
+      return ['done', 'failed'].includes(rows[0]?.status as string);
+    });
+
+  const events = async (id: string): Promise<string[]> => {
+    const { rows } = await database.db.query<{ type: string }>(
+      `SELECT type FROM cyclium_events WHERE payload->>'episodeId' = $1 ORDER BY id`,
+      [id],
+    );
+    return rows.map((row) => row.type);
+  };
+
+  const declared = async (node: string): Promise<string[] | null> => {
+    const { rows } = await database.db.query<{ reads: string[] | null }>(
+      `SELECT CASE WHEN lifecycle_boot = boot_id THEN lifecycle_reads END AS reads
+         FROM cyclium_nodes WHERE node_identity = $1`,
+      [node],
+    );
+    return rows[0]?.reads ?? null;
+  };
+
+  beforeAll(async () => {
+    a = await start('reads-a', [Worker]);
+  });
+
+  afterAll(async () => {
+    release?.(false);
+    await Promise.all(apps.map((app) => app.close()));
+  });
+
+  it('writes none when no node of the scope reads it, and each node says what it reads', async () => {
+    expect(await declared('reads-a')).toEqual([]);
+    const done = await run('ok');
+    const failed = await run('boom');
+    expect(await events(done)).toEqual([]);
+    expect(await events(failed)).toEqual([]);
+  });
+
+  it('writes the types a handler on another node declared, and that handler hears them', async () => {
+    const b = await start('reads-b', []);
+    const heard: string[] = [];
+    b.get(Bus).subscribe<{ episodeId: string }>('episode.completed', (event) => {
+      heard.push(event.payload.episodeId);
+    });
+    await waitFor("b's declaration", async () =>
+      (await declared('reads-b'))?.includes('episode.completed'),
+    );
+    const done = await run('ok');
+    const failed = await run('boom');
+    expect(await events(done)).toEqual(['episode.completed']);
+    expect(await events(failed)).toEqual([]);
+    await waitFor('b to hear the end', () => heard.includes(done));
+
+    // Episodes.result on b declares the failures too before it reads the row, so the end it
+    // awaits writes its event and wakes it.
+    const r = await a.get(Episodes).trigger('reads_worker', 'gated', {});
+    const gated = (r as { episode: { id: string } }).episode.id;
+    const outcome = b.get(Episodes).result(gated, { timeoutMs: 30_000 });
+    await waitFor("b's declaration of failures", async () =>
+      (await declared('reads-b'))?.includes('episode.failed'),
+    );
+    await waitFor('the gated episode to wait', () => release !== undefined);
+    release?.(true);
+    await expect(outcome).resolves.toMatchObject({ status: 'failed' });
+    expect(await events(gated)).toEqual(['episode.failed']);
+    await close(b);
+  });
+
+  it("writes for a durable consumer's stored position while its node is down", async () => {
+    const c = await start('reads-c', [Watcher]);
+    await waitFor("the watcher's position", async () => {
+      const { rows } = await database.db.query(
+        `SELECT 1 FROM cyclium_bus_positions WHERE channel = $1 AND type = 'episode.failed'`,
+        [CHANNEL],
+      );
+      return rows.length > 0;
+    });
+    await close(c);
+    expect(await declared('reads-c')).toBeNull();
+    const failed = await run('boom');
+    const done = await run('ok');
+    expect(await events(failed)).toEqual(['episode.failed']);
+    expect(await events(done)).toEqual([]);
+  });
+
+  it('writes every type while a node without a declaration of its boot is live', async () => {
+    await database.db.query(
+      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version,
+                                  started_at, last_seen_at, boot_id)
+       VALUES ('reads-old-release', NULL, NULL, 'full', 'elsewhere', 1, '0.1.0', now(), now(), $1)`,
+      [randomUUID()],
+    );
+    expect(await events(await run('ok'))).toEqual(['episode.completed']);
+    // Gone (three beats without a word): no longer a reader.
+    await database.db.query(
+      `UPDATE cyclium_nodes SET last_seen_at = now() - interval '1 hour'
+        WHERE node_identity = 'reads-old-release'`,
+    );
+    expect(await events(await run('ok'))).toEqual([]);
+  });
+
+  it('makes an end that looks while a declaration is being stored wait for it, and write', async () => {
+    const boot = randomUUID();
+    await database.db.query(
+      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version,
+                                  started_at, last_seen_at, boot_id, lifecycle_boot,
+                                  lifecycle_reads)
+       VALUES ('reads-declaring', NULL, NULL, 'full', 'elsewhere', 1, '0.2.0', now(), now(), $1,
+               $1, '{}')`,
+      [boot],
+    );
+    const declaring = new pg.Client({ connectionString: database.url });
+    declaring.on('error', () => undefined);
+    await declaring.connect();
+    try {
+      await declaring.query('BEGIN');
+      const { rows } = await declaring.query<{ stored: boolean }>(
+        `SELECT cyclium_declare_lifecycle_reads('reads-declaring', $1, '{episode.completed}')
+           AS stored`,
+        [boot],
+      );
+      expect(rows[0]?.stored).toBe(true);
+      const r = await a.get(Episodes).trigger('reads_worker', 'ok', {});
+      const id = (r as { episode: { id: string } }).episode.id;
+      await waitFor('the end to wait for the declaration', async () => {
+        // The shared hold the end asks for, queued behind the declaration's.
+        const { rows: waiting } = await database.db.query(
+          `SELECT 1 FROM pg_locks
+            WHERE locktype = 'advisory' AND mode = 'ShareLock' AND NOT granted
+              AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+        );
+        return waiting.length > 0;
+      });
+      await declaring.query('COMMIT');
+      await ended(id);
+      expect(await events(id)).toEqual(['episode.completed']);
+    } finally {
+      await declaring.query('ROLLBACK').catch(() => undefined);
+      await declaring.end();
+    }
+  });
+});
