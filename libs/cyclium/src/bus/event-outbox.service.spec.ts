@@ -128,6 +128,7 @@ describe('EventOutbox: events written only when read', () => {
       wake: jest.fn(),
       lifecycleReads: () => [],
       onLifecycleReads: () => () => undefined,
+      lifecycleReadsStored: async () => undefined,
       subscribeUndeclared: () => () => undefined,
       readCondition: (_s: Statement, type: string) => `read(${type})`,
     } satisfies DurableEvents & LifecycleReads);

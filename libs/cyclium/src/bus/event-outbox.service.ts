@@ -256,6 +256,15 @@ export class EventOutbox {
     );
   }
 
+  /**
+   * Resolves once this node's row says what its handlers read of the lifecycle events written only
+   * when read (LifecycleReads); at once on a bus that cannot tell.
+   */
+  readsStored(): Promise<void> {
+    const transport = this.transport;
+    return readsLifecycle(transport) ? transport.lifecycleReadsStored() : Promise.resolve();
+  }
+
   /** True when the transport replays to named consumers (see DurableSubscriptions). */
   get replays(): boolean {
     return hasDurableSubscriptions(this.transport);

@@ -21,8 +21,13 @@ export const DECLARED_LIFECYCLE_TYPES: readonly string[] = [
 export interface LifecycleReads {
   /** The declared lifecycle types this node's handlers take; `*` when one takes every type. */
   lifecycleReads(): string[];
-  /** Calls `listener` when a handler starts taking a type the last answer did not name. */
-  onLifecycleReads(listener: () => void): () => void;
+  /**
+   * Calls `listener` (which stores the answer, and resolves once it did or gave up) when a handler
+   * starts taking a type the last answer did not name.
+   */
+  onLifecycleReads(listener: () => Promise<void>): () => void;
+  /** Resolves once the listeners stored what the handlers read now (at once without listeners). */
+  lifecycleReadsStored(): Promise<void>;
   /**
    * A subscription left out of the declaration: its handler needs only events that are always
    * written (a workflow engine hears its steps' ends).
@@ -40,6 +45,7 @@ export function readsLifecycle<T extends object>(bus: T): bus is T & LifecycleRe
   return (
     typeof candidate.lifecycleReads === 'function' &&
     typeof candidate.onLifecycleReads === 'function' &&
+    typeof candidate.lifecycleReadsStored === 'function' &&
     typeof candidate.subscribeUndeclared === 'function' &&
     typeof candidate.readCondition === 'function'
   );

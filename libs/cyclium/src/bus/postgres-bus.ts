@@ -62,7 +62,7 @@ export class PostgresBus
   private readonly readersStaleSeconds: number;
   /** Subscriptions left out of the lifecycle declaration, by type (subscribeUndeclared). */
   private readonly undeclared = new Map<string, number>();
-  private readonly readsListeners = new Set<() => void>();
+  private readonly readsListeners = new Set<() => Promise<void>>();
 
   constructor(sql: SqlExecutor, listenConfig: () => pg.ClientConfig, options: PostgresBusOptions) {
     super();
@@ -212,9 +212,13 @@ export class PostgresBus
     return ['*', ...DECLARED_LIFECYCLE_TYPES].filter((type) => this.declares(type));
   }
 
-  onLifecycleReads(listener: () => void): () => void {
+  onLifecycleReads(listener: () => Promise<void>): () => void {
     this.readsListeners.add(listener);
     return () => this.readsListeners.delete(listener);
+  }
+
+  async lifecycleReadsStored(): Promise<void> {
+    await Promise.all([...this.readsListeners].map((listener) => listener()));
   }
 
   readCondition(statement: Statement, type: string, scope?: EventScope): string {
@@ -237,7 +241,9 @@ export class PostgresBus
   }
 
   private readsChanged(): void {
-    for (const listener of this.readsListeners) listener();
+    this.lifecycleReadsStored().catch((error: unknown) =>
+      this.logger.warn(`could not store the lifecycle events read here: ${String(error)}`),
+    );
   }
 
   /**

@@ -39,7 +39,7 @@ export class LifecycleDeclarations implements OnModuleDestroy {
     const bus = this.bus;
     if (!readsLifecycle(bus)) return;
     this.stored = null;
-    this.off ??= bus.onLifecycleReads(() => void this.settled());
+    this.off ??= bus.onLifecycleReads(() => this.settled());
     await this.settled();
   }
 

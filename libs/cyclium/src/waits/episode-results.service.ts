@@ -8,7 +8,6 @@ import type { EpisodeRow } from '../episodes/episode-context.interface.js';
 import { EpisodeResultTimeoutError } from '../episodes/wait-errors.js';
 import type { EpisodeOutcome, ResultOptions } from '../episodes/wait.types.js';
 import { isUuid } from '../sql/uuid.js';
-import { LifecycleDeclarations } from '../cluster/lifecycle-declarations.service.js';
 
 const TERMINAL = new Set(['done', 'partially_failed', 'failed', 'canceled']);
 
@@ -26,7 +25,6 @@ export class EpisodeResults implements OnModuleDestroy {
   constructor(
     private readonly store: EpisodeStore,
     private readonly events: EventOutbox,
-    private readonly declarations: LifecycleDeclarations,
     @Inject(CYCLIUM_OPTIONS) private readonly options: ResolvedCycliumOptions,
   ) {}
 
@@ -78,7 +76,7 @@ export class EpisodeResults implements OnModuleDestroy {
     try {
       // The end writes its event only for a declared reader: this node is one before it reads the
       // row (an end that looked earlier is found by the poll below).
-      await this.declarations.settled();
+      await this.events.readsStored();
       for (;;) {
         // Listening before reading: an end between the two still wakes the wait below.
         const poked = new Promise<void>((resolve) => (wake = resolve));
