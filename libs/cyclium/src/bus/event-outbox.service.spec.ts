@@ -137,12 +137,17 @@ describe('EventOutbox: events written only when read', () => {
 
   it('writes a lone end only where its type is read, and one that must be written as asked', () => {
     const outbox = reading();
+    const statement = new Statement('test');
     const read = outbox.fragment(
-      new Statement('test'),
+      statement,
       [{ type: 'episode.completed', payload: {}, ifRead: true }],
       'won',
     );
-    expect(read.body).toBe('INSERT WHERE (won) AND (read(episode.completed))');
+    expect(read.body).toBe('INSERT WHERE (won) AND ((SELECT yes FROM event_read_1))');
+    // The check is a CTE of its own, so the statement's prepared name differs from one without.
+    expect(statement.build('SELECT 1').text).toBe(
+      'WITH event_read_1 AS (SELECT read(episode.completed) AS yes)\nSELECT 1',
+    );
     const always = outbox.fragment(
       new Statement('test'),
       [{ type: 'episode.completed', payload: {} }],
@@ -165,8 +170,8 @@ describe('EventOutbox: events written only when read', () => {
     );
     expect(bodies).toEqual([
       'SELECT q.n FROM (SELECT n FROM won) q (n) WHERE q.n = ANY($3::int[]) OR ' +
-        '(q.n = ANY($1::int[]) AND read(episode.completed)) OR ' +
-        '(q.n = ANY($2::int[]) AND read(episode.failed))',
+        '(q.n = ANY($1::int[]) AND (SELECT yes FROM event_read_1_1)) OR ' +
+        '(q.n = ANY($2::int[]) AND (SELECT yes FROM event_read_1_2))',
     ]);
     expect(statement.build('SELECT 1').values).toEqual([[1, 4], [2], [3]]);
   });

@@ -141,13 +141,14 @@ export class EventOutbox {
     if (isDurable(transport) && transport.appendManyFragment) {
       const all = events.map((e) => mintBusEvent(e.type, e.payload));
       const groups = byScope(events);
-      const bodies = groups.map((group) =>
+      const bodies = groups.map((group, g) =>
         (transport.appendManyFragment as NonNullable<typeof transport.appendManyFragment>)(
           statement,
           all,
           this.readPositions(
             statement,
             group,
+            g + 1,
             groups.length === 1
               ? positions
               : `SELECT p.n FROM (${positions}) p (n) ` +
@@ -226,14 +227,39 @@ export class EventOutbox {
     if (!readsLifecycle(transport) || events.length === 0 || !events.every((e) => e.ifRead))
       return null;
     const types = [...new Set(events.map((e) => e.type))];
-    return `(${types.map((type) => transport.readCondition(statement, type, scope)).join(' OR ')})`;
+    const read = types.map((type, i) =>
+      this.readCte(statement, `event_read_${i + 1}`, type, scope),
+    );
+    return `(${read.join(' OR ')})`;
+  }
+
+  /**
+   * Whether events of `type` in `scope` are read, as a CTE of its own named `name` (the prepared
+   * statement's name follows its CTEs, so the same end with and without the check are two names);
+   * returns the condition that reads it.
+   */
+  private readCte(
+    statement: Statement,
+    name: string,
+    type: string,
+    scope: EventScope | undefined,
+  ): string {
+    const transport = this.transport;
+    if (!readsLifecycle(transport)) return 'true';
+    statement.with(name, `SELECT ${transport.readCondition(statement, type, scope)} AS yes`);
+    return `(SELECT yes FROM ${name})`;
   }
 
   /**
    * `positions` (of one scope's group) less the events written only if read whose type nobody
    * reads.
    */
-  private readPositions(statement: Statement, group: ScopeGroup, positions: string): string {
+  private readPositions(
+    statement: Statement,
+    group: ScopeGroup,
+    groupNo: number,
+    positions: string,
+  ): string {
     const transport = this.transport;
     if (!readsLifecycle(transport)) return positions;
     const byType = new Map<string, number[]>();
@@ -246,8 +272,8 @@ export class EventOutbox {
     if (byType.size === 0) return positions;
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const always = group.positions.filter((_, i) => !group.events[i]?.ifRead);
-    const read = [...byType].map(([type, at]) => {
-      const wanted = transport.readCondition(statement, type, group.scope);
+    const read = [...byType].map(([type, at], i) => {
+      const wanted = this.readCte(statement, `event_read_${groupNo}_${i + 1}`, type, group.scope);
       return `(q.n = ANY(${p(at, 'int[]')}) AND ${wanted})`;
     });
     return (
