@@ -64,13 +64,17 @@ describe('event placement', () => {
     const apps: INestApplicationContext[] = [];
     const names = ['place-a', 'place-b', 'place-c'];
     let publisher: INestApplicationContext;
+    // A peer that misses three beats drops out of the others' ranking, and two nodes then each rank
+    // themselves first: at 100 ms a 300 ms stall of a loaded CI machine did that (24 firsts for 20
+    // events). 500 ms still lets every node know the others within a second.
+    const nodeBeatIntervalMs = 500;
 
     beforeAll(async () => {
       for (const name of names) {
         apps.push(
           await startCycliumApp({
             url: database.url,
-            cyclium: { nodeIdentity: name, workClaims: 'postgres', bus, nodeBeatIntervalMs: 100 },
+            cyclium: { nodeIdentity: name, workClaims: 'postgres', bus, nodeBeatIntervalMs },
             providers: [PlacedActor],
           }),
         );
@@ -78,7 +82,7 @@ describe('event placement', () => {
       // A node that hosts no actor (an API service publishing on the same channel) is a peer too.
       publisher = await startCycliumApp({
         url: database.url,
-        cyclium: { nodeIdentity: 'place-api', bus, nodeBeatIntervalMs: 100 },
+        cyclium: { nodeIdentity: 'place-api', bus, nodeBeatIntervalMs },
       });
       // Every node knows all four once each has beaten after the last one registered.
       await waitFor('every node to know its peers', () =>
