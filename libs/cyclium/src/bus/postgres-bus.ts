@@ -22,7 +22,8 @@ import { LocalBus } from './local-bus.js';
 import { idleWriteMs, positionFlushMs } from './position-flush.js';
 import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
 import { ScopedLogs } from './scoped-logs.js';
-import { DECLARED_LIFECYCLE_TYPES, type LifecycleReads } from './lifecycle-reads.interface.js';
+import type { LifecycleReads } from './lifecycle-reads.interface.js';
+import { LifecycleReadSet } from './lifecycle-read-set.js';
 
 /**
  * The durable bus. An event is a row of cyclium_events, committed before `publish` resolves; a
@@ -60,9 +61,7 @@ export class PostgresBus
   private readonly signals: BusSignals;
   private readonly observer: BusObserver | undefined;
   private readonly readersStaleSeconds: number;
-  /** Subscriptions left out of the lifecycle declaration, by type (subscribeUndeclared). */
-  private readonly undeclared = new Map<string, number>();
-  private readonly readsListeners = new Set<() => Promise<void>>();
+  private readonly reads: LifecycleReadSet;
 
   constructor(sql: SqlExecutor, listenConfig: () => pg.ClientConfig, options: PostgresBusOptions) {
     super();
@@ -102,6 +101,11 @@ export class PostgresBus
       positions,
       flushEvery,
       idleWriteMs(undispatchedMaxAgeMs),
+    );
+    this.reads = new LifecycleReadSet(
+      this.local,
+      (type) => this.consumers.wants(type),
+      this.logger,
     );
     const sink: ReaderSink = {
       catchUp: (cursor, paging) => this.consumers.catchUp(cursor, paging),
@@ -188,37 +192,23 @@ export class PostgresBus
    * what committed while it was down is not replayed to them. For that, see `subscribeDurable`.
    */
   subscribe<P>(type: string, handler: BusHandler<P>): () => void {
-    const before = this.declares(type);
-    const unsubscribe = this.local.subscribe(type, handler);
-    if (!before && this.declares(type)) this.readsChanged();
-    return unsubscribe;
+    return this.reads.adding(type, () => this.local.subscribe(type, handler));
   }
 
   subscribeUndeclared<P>(type: string, handler: BusHandler<P>): () => void {
-    this.undeclared.set(type, (this.undeclared.get(type) ?? 0) + 1);
-    const unsubscribe = this.local.subscribe(type, handler);
-    let subscribed = true;
-    return () => {
-      if (!subscribed) return;
-      subscribed = false;
-      unsubscribe();
-      const left = (this.undeclared.get(type) ?? 1) - 1;
-      if (left > 0) this.undeclared.set(type, left);
-      else this.undeclared.delete(type);
-    };
+    return this.reads.undeclaredly(type, () => this.local.subscribe(type, handler));
   }
 
   lifecycleReads(): string[] {
-    return ['*', ...DECLARED_LIFECYCLE_TYPES].filter((type) => this.declares(type));
+    return this.reads.types();
   }
 
   onLifecycleReads(listener: () => Promise<void>): () => void {
-    this.readsListeners.add(listener);
-    return () => this.readsListeners.delete(listener);
+    return this.reads.onChange(listener);
   }
 
-  async lifecycleReadsStored(): Promise<void> {
-    await Promise.all([...this.readsListeners].map((listener) => listener()));
+  lifecycleReadsStored(): Promise<void> {
+    return this.reads.stored();
   }
 
   readCondition(statement: Statement, type: string, scope?: EventScope): string {
@@ -232,20 +222,6 @@ export class PostgresBus
     );
   }
 
-  /** Whether a declared handler here takes `type` exactly (`*`: the wildcard's). */
-  private declares(type: string): boolean {
-    if (type !== '*' && !DECLARED_LIFECYCLE_TYPES.includes(type)) return false;
-    return (
-      this.local.handlers(type) > (this.undeclared.get(type) ?? 0) || this.consumers.wants(type)
-    );
-  }
-
-  private readsChanged(): void {
-    this.lifecycleReadsStored().catch((error: unknown) =>
-      this.logger.warn(`could not store the lifecycle events read here: ${String(error)}`),
-    );
-  }
-
   /**
    * `consumer` gets every event of `type` committed since its stored position, then the live ones
    * (see DurableConsumers); its position moves past an event once the handler's promise settles.
@@ -253,9 +229,9 @@ export class PostgresBus
   subscribeDurable<P>(consumer: string, type: string, handler: DurableHandler<P>): () => void {
     if (typeof handler !== 'function')
       throw new TypeError(`bus: the handler of consumer "${consumer}" must be a function`);
-    const before = this.declares(type);
-    const unsubscribe = this.consumers.add(consumer, type, handler as DurableHandler);
-    if (!before && this.declares(type)) this.readsChanged();
+    const unsubscribe = this.reads.adding(type, () =>
+      this.consumers.add(consumer, type, handler as DurableHandler),
+    );
     this.reader.wake();
     return unsubscribe;
   }
