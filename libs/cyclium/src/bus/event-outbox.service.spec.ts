@@ -114,7 +114,7 @@ describe('EventOutbox.fragmentMany', () => {
 
 describe('EventOutbox: events written only when read', () => {
   /** A durable transport that can tell who reads lifecycle events: its condition names the type. */
-  function reading() {
+  function reading(wake = jest.fn()) {
     const appendFragment = jest.fn(
       (_s: Statement, _e: readonly BusEvent[], when: string) => `INSERT WHERE ${when}`,
     );
@@ -125,7 +125,7 @@ describe('EventOutbox: events written only when read', () => {
       appendWithin: async () => undefined,
       appendFragment,
       appendManyFragment,
-      wake: jest.fn(),
+      wake,
       lifecycleReads: () => [],
       onLifecycleReads: () => () => undefined,
       lifecycleReadsStored: async () => undefined,
@@ -156,6 +156,20 @@ describe('EventOutbox: events written only when read', () => {
     expect(always.body).toBe('INSERT WHERE won');
   });
 
+  it('wakes the channel after the commit only when the event was written', () => {
+    const wake = jest.fn();
+    const read = reading(wake).fragment(
+      new Statement('test'),
+      [{ type: 'episode.completed', payload: {}, ifRead: true }],
+      'won',
+    );
+    expect(read.columns).toBe(', (SELECT yes FROM event_read_1) AS event_read_1');
+    read.announce({ won: 1, event_read_1: false });
+    expect(wake).not.toHaveBeenCalled();
+    read.announce({ won: 1, event_read_1: true });
+    expect(wake).toHaveBeenCalledTimes(1);
+  });
+
   it('keeps in a batch the positions always written, the others where their type is read', () => {
     const statement = new Statement('test');
     const { bodies } = reading().fragmentMany(
@@ -174,5 +188,20 @@ describe('EventOutbox: events written only when read', () => {
         '(q.n = ANY($2::int[]) AND (SELECT yes FROM event_read_1_2))',
     ]);
     expect(statement.build('SELECT 1').values).toEqual([[1, 4], [2], [3]]);
+  });
+
+  it('wakes for the positions of a batch that were written, and no others', () => {
+    const wake = jest.fn();
+    const { announce } = reading(wake).fragmentMany(
+      new Statement('test'),
+      [
+        { type: 'episode.completed', payload: {}, ifRead: true },
+        { type: 'episode.failed', payload: {}, ifRead: true },
+        { type: 'episode.completed', payload: {} },
+      ],
+      'SELECT n FROM won',
+    );
+    announce([1, 2, 3], { event_read_1_1: false, event_read_1_2: true });
+    expect(wake.mock.calls).toEqual([[['episode.failed', 'episode.completed'], undefined]]);
   });
 });

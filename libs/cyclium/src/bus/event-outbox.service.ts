@@ -8,6 +8,7 @@ import { isDurable, type EventScope } from './durable-events.interface.js';
 import { hasDurableSubscriptions, type DurableHandler } from './durable-subscriptions.interface.js';
 import { mintBusEvent } from './local-bus.js';
 import { readsLifecycle } from './lifecycle-reads.interface.js';
+import { ReadChecks } from './read-checks.js';
 
 export interface OutgoingEvent {
   type: string;
@@ -23,6 +24,12 @@ export interface OutgoingEvent {
 
 /** What to call once the transaction that staged events has committed. */
 export type Announce = () => void;
+
+/**
+ * The same for events written only if read: given the row of the statement's final SELECT, wakes
+ * nobody for those that were not written.
+ */
+export type AnnounceRead = (row?: Readonly<Record<string, unknown>>) => void;
 
 /**
  * How the library itself talks on the bus: its reserved types (lifecycle events, cancel requests)
@@ -70,18 +77,20 @@ export class EventOutbox {
   /**
    * The events as a CTE body of a statement the library composes, written when `when` holds; null
    * when the bus is not durable (then `announce` publishes them after commit). The events share
-   * one scope (the first one's).
+   * one scope (the first one's). Events written only if read add `columns` for the statement's
+   * final SELECT; `announce` given its row wakes nobody when they were not written.
    */
   fragment(
     statement: Statement,
     events: readonly OutgoingEvent[],
     when: string,
     options: { wake?: boolean } = {},
-  ): { body: string | null; announce: Announce } {
+  ): { body: string | null; columns: string; announce: AnnounceRead } {
     const transport = this.transport;
     if (isDurable(transport)) {
       const scope = events[0]?.scope;
-      const read = this.readWhen(statement, events, scope);
+      const checks = new ReadChecks(transport, statement);
+      const read = checks.together(events, scope);
       const body = transport.appendFragment(
         statement,
         events.map((e) => mintBusEvent(e.type, e.payload)),
@@ -90,10 +99,20 @@ export class EventOutbox {
       );
       return {
         body,
-        announce: options.wake === false ? noop : () => transport.wake(typesOf(events), scope),
+        columns: checks.columns,
+        announce:
+          options.wake === false
+            ? noop
+            : (row) => {
+                if (checks.written(1, row)) transport.wake(typesOf(events), scope);
+              },
       };
     }
-    return { body: null, announce: () => events.forEach((e) => this.announce(e.type, e.payload)) };
+    return {
+      body: null,
+      columns: '',
+      announce: () => events.forEach((e) => this.announce(e.type, e.payload)),
+    };
   }
 
   /**
@@ -128,26 +147,33 @@ export class EventOutbox {
 
   /**
    * `fragment` for a batch of outcomes: writes the events whose 1-based position is in the SQL set
-   * `positions`; `announce` takes the positions that were written. Only when `batches`. One body
-   * per scope the events belong to (one, unless the batch ran episodes of other scopes), each a
-   * CTE of its own.
+   * `positions`; `announce` takes the positions whose outcomes were written (and the final
+   * SELECT's row, with `columns` in it, to leave out events written only if read that were not).
+   * Only when `batches`. One body per scope the events belong to (one, unless the batch ran
+   * episodes of other scopes), each a CTE of its own.
    */
   fragmentMany(
     statement: Statement,
     events: readonly OutgoingEvent[],
     positions: string,
-  ): { bodies: string[]; announce: (written: readonly number[]) => void } {
+  ): {
+    bodies: string[];
+    columns: string;
+    announce: (written: readonly number[], row?: Readonly<Record<string, unknown>>) => void;
+  } {
     const transport = this.transport;
     if (isDurable(transport) && transport.appendManyFragment) {
       const all = events.map((e) => mintBusEvent(e.type, e.payload));
       const groups = byScope(events);
+      const checks = new ReadChecks(transport, statement);
       const bodies = groups.map((group, g) =>
         (transport.appendManyFragment as NonNullable<typeof transport.appendManyFragment>)(
           statement,
           all,
-          this.readPositions(
-            statement,
-            group,
+          checks.among(
+            group.events,
+            group.positions,
+            group.scope,
             g + 1,
             groups.length === 1
               ? positions
@@ -159,10 +185,11 @@ export class EventOutbox {
       );
       return {
         bodies,
-        announce: (written) => {
+        columns: checks.columns,
+        announce: (written, row) => {
           for (const group of groups) {
             const types = written
-              .filter((n) => group.positions.includes(n))
+              .filter((n) => group.positions.includes(n) && checks.written(n, row))
               .map((n) => (events[n - 1] as OutgoingEvent).type);
             if (types.length > 0) transport.wake(types, group.scope);
           }
@@ -171,6 +198,7 @@ export class EventOutbox {
     }
     return {
       bodies: [],
+      columns: '',
       announce: (written) => {
         for (const n of written) {
           const event = events[n - 1] as OutgoingEvent;
@@ -211,75 +239,6 @@ export class EventOutbox {
     return options.undeclared && readsLifecycle(transport)
       ? transport.subscribeUndeclared(type, handler)
       : transport.subscribe(type, handler);
-  }
-
-  /**
-   * The condition under which events that are written only if read are written, when all of
-   * `events` are such (any reader of any of their types then writes them all); null otherwise, or
-   * on a bus that cannot tell.
-   */
-  private readWhen(
-    statement: Statement,
-    events: readonly OutgoingEvent[],
-    scope: EventScope | undefined,
-  ): string | null {
-    const transport = this.transport;
-    if (!readsLifecycle(transport) || events.length === 0 || !events.every((e) => e.ifRead))
-      return null;
-    const types = [...new Set(events.map((e) => e.type))];
-    const read = types.map((type, i) =>
-      this.readCte(statement, `event_read_${i + 1}`, type, scope),
-    );
-    return `(${read.join(' OR ')})`;
-  }
-
-  /**
-   * Whether events of `type` in `scope` are read, as a CTE of its own named `name` (the prepared
-   * statement's name follows its CTEs, so the same end with and without the check are two names);
-   * returns the condition that reads it.
-   */
-  private readCte(
-    statement: Statement,
-    name: string,
-    type: string,
-    scope: EventScope | undefined,
-  ): string {
-    const transport = this.transport;
-    if (!readsLifecycle(transport)) return 'true';
-    statement.with(name, `SELECT ${transport.readCondition(statement, type, scope)} AS yes`);
-    return `(SELECT yes FROM ${name})`;
-  }
-
-  /**
-   * `positions` (of one scope's group) less the events written only if read whose type nobody
-   * reads.
-   */
-  private readPositions(
-    statement: Statement,
-    group: ScopeGroup,
-    groupNo: number,
-    positions: string,
-  ): string {
-    const transport = this.transport;
-    if (!readsLifecycle(transport)) return positions;
-    const byType = new Map<string, number[]>();
-    group.events.forEach((event, i) => {
-      if (!event.ifRead) return;
-      const at = byType.get(event.type) ?? [];
-      at.push(group.positions[i] as number);
-      byType.set(event.type, at);
-    });
-    if (byType.size === 0) return positions;
-    const p = (value: unknown, cast: string) => statement.param(value, cast);
-    const always = group.positions.filter((_, i) => !group.events[i]?.ifRead);
-    const read = [...byType].map(([type, at], i) => {
-      const wanted = this.readCte(statement, `event_read_${groupNo}_${i + 1}`, type, group.scope);
-      return `(q.n = ANY(${p(at, 'int[]')}) AND ${wanted})`;
-    });
-    return (
-      `SELECT q.n FROM (${positions}) q (n) ` +
-      `WHERE q.n = ANY(${p(always, 'int[]')}) OR ${read.join(' OR ')}`
-    );
   }
 
   /**

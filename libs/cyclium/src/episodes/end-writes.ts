@@ -209,7 +209,7 @@ export class EndWrites {
     const { rows } = await this.database.sql.query<{ won: boolean } & Record<string, unknown>>(
       statement.build(
         `SELECT EXISTS (SELECT 1 FROM won w WHERE w.n = i.n) AS won
-                ${quiet ? `, ${quiet.column}` : ''}
+                ${quiet ? `, ${quiet.column}` : ''}${event.columns}
            FROM input i ORDER BY i.n`,
       ),
     );
@@ -229,7 +229,7 @@ export class EndWrites {
         startedAt,
       );
     });
-    event.announce(written);
+    event.announce(written, rows[0]);
     return won;
   }
 }

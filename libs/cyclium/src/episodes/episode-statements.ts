@@ -281,7 +281,7 @@ export class EpisodeStatements {
     if (event.body) statement.with('terminal_event', event.body);
     const quiet = this.flowQuiet.ask(statement, [episode]);
     if (quiet) statement.with('flow_quiet', quiet.body);
-    const asked = quiet ? `, ${quiet.column}` : '';
+    const asked = (quiet ? `, ${quiet.column}` : '') + event.columns;
     // The cast reads the claim's write, so the planner cannot fold it into an error of its own.
     const torn = finishHeld
       ? `, CASE WHEN NOT EXISTS (SELECT 1 FROM ep) AND EXISTS (SELECT 1 FROM owner) THEN ` +
@@ -313,7 +313,7 @@ export class EpisodeStatements {
         await this.claims.complete(ownership.key, ownership.owner, ownership.fence);
       else await this.claims.fail(ownership.key, ownership.owner, failure, ownership.fence);
     }
-    event.announce();
+    event.announce(rows[0]);
     return rows.filter((r) => r.id !== null && r.id !== undefined).map(toOutput);
   }
 }
