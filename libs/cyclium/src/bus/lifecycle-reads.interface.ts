@@ -4,8 +4,8 @@ import type { EventScope } from './durable-events.interface.js';
 
 /**
  * The lifecycle events an episode's end writes only when something reads them: nodes declare
- * which of these their handlers take (LifecycleDeclarations), durable consumers and event waits
- * are found by their stored rows. A workflow step's events are always written.
+ * which of these their handlers take (LifecycleDeclarations), durable consumers are found by their
+ * stored positions. A workflow step's events are always written.
  */
 export const DECLARED_LIFECYCLE_TYPES: readonly string[] = [
   'episode.completed',

@@ -15,7 +15,7 @@ const READS_LOCK = (take: string) => `${take}(hashtextextended('cyclium_lifecycl
  * declaration of its current boot (a node of an earlier release, one that has not declared yet,
  * or a process of an earlier release that took the identity over) and so reads every type; a
  * durable consumer's stored position for the type (or for every type: NULL, `*`), whether or not
- * its node is up; an event wait's shape for the type.
+ * its node is up. (An event wait is never one: `ep.waitForEvent` refuses the library's types.)
  *
  * Read under the shared lock, each query with a snapshot taken after it (VOLATILE, READ
  * COMMITTED): a declaration either committed before the end looked, and the end sees it, or waited
@@ -36,10 +36,7 @@ const READ = `
                      OR n.lifecycle_reads && ARRAY[p_type, '*']))
         OR EXISTS (
              SELECT 1 FROM cyclium_bus_positions p
-              WHERE p.channel = p_channel AND (p.type IS NULL OR p.type IN (p_type, '*')))
-        OR EXISTS (
-             SELECT 1 FROM cyclium_event_wait_shapes w
-              WHERE w.channel = p_channel AND w.event_type IN (p_type, '*'));
+              WHERE p.channel = p_channel AND (p.type IS NULL OR p.type IN (p_type, '*')));
   END $$`;
 
 /**
@@ -59,24 +56,13 @@ const DECLARE = `
   END $$`;
 
 /**
- * The exclusive lock alone, for a new reader that is a row of its own: an event wait on one of
- * these types takes it before it registers, so every end either saw its shape or committed first.
- */
-const LOCK = `
-  CREATE FUNCTION cyclium_lock_lifecycle_reads() RETURNS void
-  LANGUAGE plpgsql VOLATILE AS $$
-  BEGIN
-    PERFORM ${READS_LOCK('pg_advisory_xact_lock')};
-  END $$`;
-
-/**
  * Lighter ends: an episode's terminal lifecycle event (`episode.completed`, `.failed`,
  * `.canceled`) is written only when something reads it. Each node declares in its row which of
  * those types its in-process handlers take, tagged with its boot id; the end asks
  * cyclium_lifecycle_read in its own statement. A node of the previous release declares nothing
  * (the tag never matches its boot id), which reads every type, so while one is live in a stack and
  * env every end there writes its event as before: the rolling upgrade needs no cut-over. Two
- * nullable columns without a default and three functions: nothing waits on the table.
+ * nullable columns without a default and two functions: nothing waits on the table.
  */
 export class CycliumLifecycleReads1764400000030 implements MigrationInterface {
   name = 'CycliumLifecycleReads1764400000030';
@@ -86,13 +72,11 @@ export class CycliumLifecycleReads1764400000030 implements MigrationInterface {
       `ALTER TABLE cyclium_nodes ADD COLUMN lifecycle_reads text[], ADD COLUMN lifecycle_boot uuid`,
     );
     await runner.query(READ);
-    await runner.query(LOCK);
     await runner.query(DECLARE);
   }
 
   async down(runner: QueryRunner): Promise<void> {
     await runner.query(`DROP FUNCTION cyclium_declare_lifecycle_reads(text, uuid, text[])`);
-    await runner.query(`DROP FUNCTION cyclium_lock_lifecycle_reads()`);
     await runner.query(
       `DROP FUNCTION cyclium_lifecycle_read(text, text, text, text, double precision)`,
     );

@@ -1,6 +1,5 @@
 import type { SqlExecutor } from '../sql/sql-executor.js';
 import type { MatchValue, WaitedEvent } from '../episodes/wait.types.js';
-import { DECLARED_LIFECYCLE_TYPES } from '../bus/lifecycle-reads.interface.js';
 
 /**
  * Taken before an event wait is registered, until its transaction ends: the exclusive lock per
@@ -33,15 +32,8 @@ export function shapeOf(match: Readonly<Record<string, MatchValue>>): string[] {
 
 /** Every statement on cyclium_event_waits and cyclium_event_wait_shapes. */
 export const EventWaitStore = {
-  /**
-   * See LOCK: before the episode's row is locked, as a host's publish takes them in that order. A
-   * wait on a lifecycle event an end writes only when read first takes the lock ends ask that
-   * under (cyclium_lifecycle_read, which they ask before their event's match trigger takes LOCK):
-   * every end then either committed before this wait or sees its shape.
-   */
+  /** See LOCK: before the episode's row is locked, as a host's publish takes them in that order. */
   async lock(client: SqlExecutor, channel: string, type: string): Promise<void> {
-    if (type === '*' || DECLARED_LIFECYCLE_TYPES.includes(type))
-      await client.query(`SELECT cyclium_lock_lifecycle_reads()`);
     await client.query(LOCK, [channel, type]);
   },
 
