@@ -1,7 +1,7 @@
 /**
  * An episode's terminal lifecycle event is written only when something reads it: a node of its
  * stack and env whose handlers declared the type, a node that declared nothing (an earlier
- * release), a durable consumer's stored position (its node up or not), an event wait. And the
+ * release), a durable consumer's stored position (its node up or not). And the
  * declaration is ordered against the ends: one that commits while an end is looking makes that end
  * wait for it and write.
  */
@@ -187,6 +187,27 @@ describe('terminal lifecycle events are written only when something reads them',
         WHERE node_identity = 'reads-old-release'`,
     );
     expect(await events(await run('ok'))).toEqual([]);
+  });
+
+  it('writes every type once another process took a declared identity over', async () => {
+    const boot = randomUUID();
+    await database.db.query(
+      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version,
+                                  started_at, last_seen_at, boot_id, lifecycle_boot,
+                                  lifecycle_reads)
+       VALUES ('reads-taken-over', NULL, NULL, 'full', 'elsewhere', 1, '0.2.0', now(), now(), $1,
+               $1, '{}')`,
+      [boot],
+    );
+    expect(await events(await run('ok'))).toEqual([]);
+    // The identity comes straight back in a new process (an earlier release's, or this one's before
+    // it declared): its boot id is not the declaration's, so it reads everything.
+    await database.db.query(
+      `UPDATE cyclium_nodes SET boot_id = $1 WHERE node_identity = 'reads-taken-over'`,
+      [randomUUID()],
+    );
+    expect(await events(await run('ok'))).toEqual(['episode.completed']);
+    await database.db.query(`DELETE FROM cyclium_nodes WHERE node_identity = 'reads-taken-over'`);
   });
 
   it('makes an end that looks while a declaration is being stored wait for it, and write', async () => {

@@ -190,6 +190,8 @@ export class PostgresBus
   /**
    * Handlers get the events committed after this node began to read (its boot), at least once:
    * what committed while it was down is not replayed to them. For that, see `subscribeDurable`.
+   * Of the lifecycle events written only when read (DECLARED_LIFECYCLE_TYPES), those of the ends
+   * that look after this node's row names the type (LifecycleDeclarations).
    */
   subscribe<P>(type: string, handler: BusHandler<P>): () => void {
     return this.reads.adding(type, () => this.local.subscribe(type, handler));
