@@ -9,7 +9,15 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
-import { Actor, Bus, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import {
+  Actor,
+  Bus,
+  Episodes,
+  Expectation,
+  Workflow,
+  WorkflowStep,
+  type EpisodeContext,
+} from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
@@ -39,6 +47,29 @@ class Worker {
     await ep.step('one', () => 1);
     if (fail) throw new Error('gated failure');
     return { summary: 'ok' };
+  }
+}
+
+/**
+ * A workflow on node a: its engine hears its steps' ends, which are always written, so it does not
+ * make a a reader of every episode's.
+ */
+@Injectable()
+@Actor({ id: 'reads_stepper' })
+class Stepper {
+  @Expectation({ id: 'step', trigger: 'workflow' })
+  async step(ep: EpisodeContext): Promise<{ summary: string }> {
+    await ep.step('one', () => 1);
+    return { summary: 'stepped' };
+  }
+}
+
+@Injectable()
+@Workflow({ id: 'reads_flow' })
+class ReadsFlow {
+  @WorkflowStep({ actor: 'reads_stepper', expectation: 'step' })
+  only(): Record<string, never> {
+    return {};
   }
 }
 
@@ -110,7 +141,7 @@ describe('terminal lifecycle events are written only when something reads them',
   };
 
   beforeAll(async () => {
-    a = await start('reads-a', [Worker]);
+    a = await start('reads-a', [Worker, Stepper, ReadsFlow]);
   });
 
   afterAll(async () => {
