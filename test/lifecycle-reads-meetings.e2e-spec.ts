@@ -1,0 +1,179 @@
+/**
+ * Where the lifecycle readers' declarations meet other mechanisms (rule 14): the node modes (a
+ * trigger-only and a disabled node declare and hear as a full one does), the beat (a handler that
+ * left stops counting at the next one), and drain (a node going away reads every type until its
+ * row is gone, whatever it declared).
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { Actor, Bus, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { useDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+@Injectable()
+@Actor({ id: 'meet_worker' })
+class Worker {
+  @Expectation({ id: 'ok', trigger: 'manual' })
+  async ok(ep: EpisodeContext): Promise<{ summary: string }> {
+    await ep.step('one', () => 1);
+    return { summary: 'ok' };
+  }
+
+  @Expectation({ id: 'boom', trigger: 'manual' })
+  async boom(ep: EpisodeContext): Promise<never> {
+    await ep.step('one', () => 1);
+    throw new Error('boom');
+  }
+}
+
+let openGate: (() => void) | undefined;
+const gate = new Promise<void>((resolve) => (openGate = resolve));
+let holding = false;
+
+/** Holds its node's drain open: it ignores the abort until the test opens the gate. */
+@Injectable()
+@Actor({ id: 'meet_holder' })
+class Holder {
+  @Expectation({ id: 'hold', trigger: 'manual' })
+  async hold(): Promise<{ summary: string }> {
+    holding = true;
+    await gate;
+    return { summary: 'held' };
+  }
+}
+
+const NODE = { workClaims: 'postgres' as const, recovery: { onBoot: false } };
+
+describe('lifecycle readers where they meet modes, beats and drain', () => {
+  const database = useDatabase(4);
+  let a: INestApplicationContext;
+  const apps: INestApplicationContext[] = [];
+
+  const start = async (name: string, extra: Record<string, unknown>, providers: unknown[] = []) => {
+    const app = await startCycliumApp({
+      url: database.url,
+      cyclium: { ...NODE, nodeIdentity: name, ...extra },
+      providers: providers as never[],
+    });
+    apps.push(app);
+    return app;
+  };
+
+  const close = async (app: INestApplicationContext) => {
+    apps.splice(apps.indexOf(app), 1);
+    await app.close();
+  };
+
+  const run = async (expectation: 'ok' | 'boom'): Promise<string> => {
+    const r = await a.get(Episodes).trigger('meet_worker', expectation, {});
+    const id = (r as { episode: { id: string } }).episode.id;
+    await waitFor(`episode ${id} to end`, async () => {
+      const { rows } = await database.db.query(
+        `SELECT status FROM cyclium_episodes WHERE id = $1`,
+        [id],
+      );
+      return ['done', 'failed'].includes(rows[0]?.status as string);
+    });
+    return id;
+  };
+
+  const events = async (id: string): Promise<string[]> => {
+    const { rows } = await database.db.query<{ type: string }>(
+      `SELECT type FROM cyclium_events WHERE payload->>'episodeId' = $1 ORDER BY id`,
+      [id],
+    );
+    return rows.map((row) => row.type);
+  };
+
+  /** What `node`'s row declares for its current boot; null when it holds no such declaration. */
+  const declared = async (node: string): Promise<string[] | null> => {
+    const { rows } = await database.db.query<{ reads: string[] | null }>(
+      `SELECT CASE WHEN lifecycle_boot = boot_id THEN lifecycle_reads END AS reads
+         FROM cyclium_nodes WHERE node_identity = $1`,
+      [node],
+    );
+    return rows[0]?.reads ?? null;
+  };
+
+  beforeAll(async () => {
+    a = await start('meet-a', {}, [Worker]);
+  });
+
+  afterAll(async () => {
+    openGate?.();
+    await Promise.all(apps.map((app) => app.close()));
+  });
+
+  it('a trigger-only node and a disabled node declare what their handlers read, and hear it', async () => {
+    const t = await start('meet-trigger-only', { mode: 'trigger_only' });
+    const d = await start('meet-disabled', { mode: 'disabled' });
+    const completed: string[] = [];
+    const failed: string[] = [];
+    const offs = [
+      t.get(Bus).subscribe<{ episodeId: string }>('episode.completed', (event) => {
+        completed.push(event.payload.episodeId);
+      }),
+      d.get(Bus).subscribe<{ episodeId: string }>('episode.failed', (event) => {
+        failed.push(event.payload.episodeId);
+      }),
+    ];
+    await waitFor('both declarations', async () => {
+      const [onT, onD] = [await declared('meet-trigger-only'), await declared('meet-disabled')];
+      return onT?.join() === 'episode.completed' && onD?.join() === 'episode.failed';
+    });
+    const done = await run('ok');
+    const boom = await run('boom');
+    expect(await events(done)).toEqual(['episode.completed']);
+    expect(await events(boom)).toEqual(['episode.failed']);
+    await waitFor('the trigger-only node to hear the completion', () => completed.includes(done));
+    await waitFor('the disabled node to hear the failure', () => failed.includes(boom));
+    offs.forEach((off) => off());
+    await close(t);
+    await close(d);
+  });
+
+  it('stops counting a handler that left at the next beat, and ends then write nothing', async () => {
+    const b = await start('meet-beats', { nodeBeatIntervalMs: 200 });
+    const off = b.get(Bus).subscribe('episode.completed', () => undefined);
+    await waitFor("b's declaration", async () =>
+      (await declared('meet-beats'))?.includes('episode.completed'),
+    );
+    expect(await events(await run('ok'))).toEqual(['episode.completed']);
+    off();
+    await waitFor(
+      'the next beat to narrow the declaration',
+      async () => (await declared('meet-beats'))?.length === 0,
+    );
+    expect(await events(await run('ok'))).toEqual([]);
+    await close(b);
+  });
+
+  it('a draining node reads every type until its row is gone, whatever it declared', async () => {
+    const h = await start('meet-draining', { episodeShutdownMs: 60_000 }, [Holder]);
+    expect(await declared('meet-draining')).toEqual([]);
+    expect(await events(await run('ok'))).toEqual([]);
+    await h.get(Episodes).trigger('meet_holder', 'hold', {});
+    await waitFor('the holder to run', () => holding);
+    apps.splice(apps.indexOf(h), 1);
+    const closing = h.close();
+    try {
+      await waitFor('the draining row to drop its boot id', async () => {
+        const { rows } = await database.db.query(
+          `SELECT 1 FROM cyclium_nodes WHERE node_identity = 'meet-draining' AND boot_id IS NULL`,
+        );
+        return rows.length === 1;
+      });
+      expect(await events(await run('ok'))).toEqual(['episode.completed']);
+      expect(await events(await run('boom'))).toEqual(['episode.failed']);
+    } finally {
+      openGate?.();
+      await closing;
+    }
+    const { rows } = await database.db.query(
+      `SELECT 1 FROM cyclium_nodes WHERE node_identity = 'meet-draining'`,
+    );
+    expect(rows).toEqual([]);
+    expect(await events(await run('ok'))).toEqual([]);
+  });
+});
