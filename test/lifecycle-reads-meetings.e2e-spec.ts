@@ -1,14 +1,16 @@
 /**
  * Where the lifecycle readers' declarations meet other mechanisms (rule 14): the node modes (a
  * trigger-only and a disabled node declare and hear as a full one does), the beat (a handler that
- * left stops counting at the next one), and drain (a node going away reads every type until its
- * row is gone, whatever it declared).
+ * left stops counting at the next one), drain (a node going away reads every type until its row
+ * is gone, whatever it declared), and a node cut off from the database (its handler still counts
+ * for minutes after its last beat, and hears the ends of meanwhile once it is back).
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import { Actor, Bus, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
+import { TcpProxy } from './support/tcp-proxy.js';
 import { waitFor } from './support/wait-for.js';
 
 @Injectable()
@@ -50,9 +52,14 @@ describe('lifecycle readers where they meet modes, beats and drain', () => {
   let a: INestApplicationContext;
   const apps: INestApplicationContext[] = [];
 
-  const start = async (name: string, extra: Record<string, unknown>, providers: unknown[] = []) => {
+  const start = async (
+    name: string,
+    extra: Record<string, unknown>,
+    providers: unknown[] = [],
+    url = database.url,
+  ) => {
     const app = await startCycliumApp({
-      url: database.url,
+      url,
       cyclium: { ...NODE, nodeIdentity: name, ...extra },
       providers: providers as never[],
     });
@@ -65,8 +72,8 @@ describe('lifecycle readers where they meet modes, beats and drain', () => {
     await app.close();
   };
 
-  const run = async (expectation: 'ok' | 'boom'): Promise<string> => {
-    const r = await a.get(Episodes).trigger('meet_worker', expectation, {});
+  const run = async (expectation: 'ok' | 'boom', on = a): Promise<string> => {
+    const r = await on.get(Episodes).trigger('meet_worker', expectation, {});
     const id = (r as { episode: { id: string } }).episode.id;
     await waitFor(`episode ${id} to end`, async () => {
       const { rows } = await database.db.query(
@@ -175,5 +182,44 @@ describe('lifecycle readers where they meet modes, beats and drain', () => {
     );
     expect(rows).toEqual([]);
     expect(await events(await run('ok'))).toEqual([]);
+  });
+
+  it('counts a node cut off from the database for many beats, which hears the ends once back', async () => {
+    const proxy = await TcpProxy.start({ target: database.url });
+    try {
+      // Three beats are 0.6 s (the peers' staleness, far shorter than a database failover) on the
+      // node that ends the episode, which is the one that judges.
+      const ender = await start('meet-ender', { nodeBeatIntervalMs: 200 }, [Worker]);
+      const b = await start(
+        'meet-cut-off',
+        { nodeBeatIntervalMs: 200 },
+        [],
+        proxy.url(database.url),
+      );
+      const heard: string[] = [];
+      b.get(Bus).subscribe<{ episodeId: string }>('episode.completed', (event) => {
+        heard.push(event.payload.episodeId);
+      });
+      await waitFor("b's declaration", async () =>
+        (await declared('meet-cut-off'))?.includes('episode.completed'),
+      );
+      proxy.freeze();
+      await waitFor("b's row to miss ten of its beats", async () => {
+        const { rows } = await database.db.query(
+          `SELECT 1 FROM cyclium_nodes
+            WHERE node_identity = 'meet-cut-off' AND last_seen_at < now() - interval '2 s'`,
+        );
+        return rows.length === 1;
+      });
+      const done = await run('ok', ender);
+      expect(await events(done)).toEqual(['episode.completed']);
+      proxy.thaw();
+      await waitFor('b, back, to hear the end of meanwhile', () => heard.includes(done));
+      await close(b);
+      await close(ender);
+    } finally {
+      proxy.thaw();
+      await proxy.close();
+    }
   });
 });

@@ -212,7 +212,7 @@ describe('terminal lifecycle events are written only when something reads them',
       [randomUUID()],
     );
     expect(await events(await run('ok'))).toEqual(['episode.completed']);
-    // Gone (three beats without a word): no longer a reader.
+    // Gone (an hour without a word, past the readers' five minutes): no longer a reader.
     await database.db.query(
       `UPDATE cyclium_nodes SET last_seen_at = now() - interval '1 hour'
         WHERE node_identity = 'reads-old-release'`,

@@ -14,6 +14,16 @@ export const DECLARED_LIFECYCLE_TYPES: readonly string[] = [
 ];
 
 /**
+ * How long a node row not refreshed still counts as a reader (seconds; the node's own setting is
+ * three beats when that is longer). Minutes, not the peers' three beats: a live node cut off from
+ * the database (a failover, a partition) stops beating while its handlers still wait for events,
+ * and an event not written for it is lost to them for good, while one written for a node that
+ * died costs a row. Only an outage longer than this costs a cut-off node's handlers the ends that
+ * commit before its next beat; a durable consumer loses none.
+ */
+export const READER_GRACE_SECONDS = 300;
+
+/**
  * A bus that can say which of DECLARED_LIFECYCLE_TYPES this node's handlers take, and write such
  * an event only when a reader of its scope is declared (PostgresBus). A bus without it declares
  * nothing, and its node reads every type: ends always write the event.

@@ -27,7 +27,8 @@ export interface PostgresBusOptions {
   publisher?: () => string;
   /**
    * A node row not refreshed for this long no longer counts as a reader of lifecycle events (see
-   * LifecycleReads). Default 30 (three default beats).
+   * LifecycleReads). Default 300: five minutes, so a live node cut off from the database for less
+   * still gets the ends of meanwhile once it is back.
    */
   readersStaleSeconds?: number;
   /** Read even without a wake-up this often. Default 10 000. */

@@ -22,7 +22,7 @@ import { LocalBus } from './local-bus.js';
 import { idleWriteMs, positionFlushMs } from './position-flush.js';
 import type { BusObserver, PostgresBusOptions } from './postgres-bus-options.interface.js';
 import { ScopedLogs } from './scoped-logs.js';
-import type { LifecycleReads } from './lifecycle-reads.interface.js';
+import { READER_GRACE_SECONDS, type LifecycleReads } from './lifecycle-reads.interface.js';
 import { LifecycleReadSet } from './lifecycle-read-set.js';
 
 /**
@@ -74,7 +74,7 @@ export class PostgresBus
       );
     }
     this.observer = options.observer;
-    this.readersStaleSeconds = options.readersStaleSeconds ?? 30;
+    this.readersStaleSeconds = options.readersStaleSeconds ?? READER_GRACE_SECONDS;
     const identity = options.publisher ?? (() => 'unknown');
     this.scoped = new ScopedLogs(sql, {
       channel,

@@ -17,6 +17,7 @@ import { HostTransactions } from '../database/host-transactions.service.js';
 import { listenConnectionConfig } from '../bus/listen-connection.js';
 import { LocalBus } from '../bus/local-bus.js';
 import { notifySpacingMs } from '../bus/notify-spacing.js';
+import { READER_GRACE_SECONDS } from '../bus/lifecycle-reads.interface.js';
 import { PostgresBus } from '../bus/postgres-bus.js';
 import { positionFlushMs } from '../bus/position-flush.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
@@ -48,8 +49,10 @@ export const busTransportProvider: Provider = {
           env: options.env,
           publisher: () => identity.name(),
           pollIntervalMs: options.busPollIntervalMs,
-          // As NodeRegistry ranks peers: a node that missed three beats reads nothing.
-          readersStaleSeconds: (3 * options.nodeBeatIntervalMs) / 1000,
+          readersStaleSeconds: Math.max(
+            READER_GRACE_SECONDS,
+            (3 * options.nodeBeatIntervalMs) / 1000,
+          ),
           echoIntervalMs: options.busEchoIntervalMs,
           echoTimeoutMs: options.busEchoTimeoutMs,
           // Not the host pool: a saturated pool must not delay the echo into a false verdict.
