@@ -19,7 +19,8 @@
  * kill caught them; each recovery was made by the surviving node of the other version; no step
  * ran again after its checkpoint (its side effect, written just before the checkpoint, never
  * appears after it), and only a step a kill interrupted may have run twice; each `done` episode
- * has one output, delivered, never twice on the same attempt.
+ * has one output, delivered, never twice on the same attempt; and every episode has exactly its one
+ * terminal lifecycle event, whichever version ended it (the old nodes read every type).
  *
  * Skipped, with a notice, in a clone without the previous release's commit (a shallow clone).
  */
@@ -278,6 +279,11 @@ const identity = (name: string, env: string) =>
         node: string;
       }>(`SELECT key, attempt, node FROM mixed_deliveries`);
 
+      const { rows: terminal } = await database.db.query<{ episode_id: string; type: string }>(
+        `SELECT payload->>'episodeId' AS episode_id, type FROM cyclium_events
+          WHERE type IN ('episode.completed', 'episode.failed', 'episode.canceled')`,
+      );
+
       const byKey = new Map<string, typeof episodes>();
       for (const episode of episodes)
         byKey.set(episode.key, [...(byKey.get(episode.key) ?? []), episode]);
@@ -350,6 +356,11 @@ const identity = (name: string, env: string) =>
           )
             say(`deliveries ${JSON.stringify(delivered)}`);
         } else if (output.length > 0) say(`a failed episode has outputs`);
+        // A node of the previous release declares no lifecycle reads, so while one is live (or
+        // killed within the readers' five minutes) every end, of either version, writes its event.
+        const announced = terminal.filter((t) => t.episode_id === episode.id).map((t) => t.type);
+        const announcing = episode.status === 'done' ? 'episode.completed' : 'episode.failed';
+        if (announced.join() !== announcing) say(`terminal events [${announced.join()}]`);
       }
       expect(problems).toEqual([]);
       expect(outputs).toHaveLength(episodes.filter((e) => e.status === 'done').length);
