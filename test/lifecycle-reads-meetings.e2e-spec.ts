@@ -2,12 +2,15 @@
  * Where the lifecycle readers' declarations meet other mechanisms (rule 14): the node modes (a
  * trigger-only and a disabled node declare and hear as a full one does), the beat (a handler that
  * left stops counting at the next one), drain (a node going away reads every type until its row
- * is gone, whatever it declared), and a node cut off from the database (its handler still counts
- * for minutes after its last beat, and hears the ends of meanwhile once it is back).
+ * is gone, whatever it declared), a node cut off from the database (its handler still counts for
+ * minutes after its last beat, and hears the ends of meanwhile once it is back), and the bus's
+ * wake-ups (an event an end did not write wakes no node).
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import pg from 'pg';
 import { Actor, Bus, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
 import { TcpProxy } from './support/tcp-proxy.js';
@@ -220,6 +223,36 @@ describe('lifecycle readers where they meet modes, beats and drain', () => {
     } finally {
       proxy.thaw();
       await proxy.close();
+    }
+  });
+
+  it('wakes the channel for the events an end wrote, never for one it did not', async () => {
+    const b = await start('meet-woken', {});
+    const off = b.get(Bus).subscribe('episode.completed', () => undefined);
+    await waitFor("b's declaration", async () =>
+      (await declared('meet-woken'))?.includes('episode.completed'),
+    );
+    const listener = new pg.Client({ connectionString: database.url });
+    listener.on('error', () => undefined);
+    const payloads: string[] = [];
+    listener.on('notification', (n) => payloads.push(n.payload ?? ''));
+    await listener.connect();
+    try {
+      await listener.query(`LISTEN "${busChannel(null, null)}"`);
+      // b listens, so a is not alone on the channel: a wake-up for a written event is a NOTIFY
+      // naming its type ('t:[...]'), and one for the failure nobody reads would name that.
+      const failed = await run('boom');
+      const done = await run('ok');
+      expect(await events(failed)).toEqual([]);
+      expect(await events(done)).toEqual(['episode.completed']);
+      await waitFor('the wake-up for the completion', () =>
+        payloads.some((p) => p.includes('episode.completed')),
+      );
+      expect(payloads.filter((p) => p.includes('episode.failed'))).toEqual([]);
+    } finally {
+      await listener.end();
+      off();
+      await close(b);
     }
   });
 });
