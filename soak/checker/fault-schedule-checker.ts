@@ -6,6 +6,7 @@
 import type { RunLog } from '../cluster/run-log.js';
 import type { History } from './audit-reader.js';
 import { CheckContext, type Violation } from './check-context.js';
+import { checkLifecycleEvents } from './lifecycle-rules.js';
 import { checkOutcomes } from './outcome-rules.js';
 import { checkNodesAndQuiet, checkOutputs, checkRetention } from './scope-retention-rules.js';
 import { checkTriggers } from './trigger-rules.js';
@@ -16,6 +17,7 @@ export function checkRun(log: RunLog, history: History): Violation[] {
   const ctx = new CheckContext(log, history);
   checkTriggers(ctx);
   checkOutcomes(ctx);
+  checkLifecycleEvents(ctx);
   checkOutputs(ctx);
   checkRetention(ctx);
   checkNodesAndQuiet(ctx);

@@ -106,6 +106,7 @@ export class FaultCluster {
       actors: slot.setup.actors,
       legacyAlpha: slot.setup.legacyAlpha,
       claims: this.setup.claims,
+      lifecycleReaders: this.setup.lifecycleReaders,
       mode: 'full',
       timings: this.setup.timings,
       windows: this.setup.windows,

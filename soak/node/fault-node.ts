@@ -27,6 +27,7 @@ import {
   LegacyAlphaActor,
   ReportAdapter,
 } from './fault-actors.js';
+import { LifecycleWatcher } from './lifecycle-watcher.js';
 import type { FaultNodeConfig, NodeAnswer, NodeCommand, NodeMessage } from './node-protocol.js';
 
 export interface NodeChannel {
@@ -73,10 +74,11 @@ function cycliumOptions(config: FaultNodeConfig): CycliumOptions {
 }
 
 function nodeModule(config: FaultNodeConfig) {
-  const actors: Provider[] = [];
+  const providers: Provider[] = [];
   if (config.actors.includes('fs_alpha'))
-    actors.push(config.legacyAlpha ? LegacyAlphaActor : AlphaActor);
-  if (config.actors.includes('fs_beta')) actors.push(BetaActor);
+    providers.push(config.legacyAlpha ? LegacyAlphaActor : AlphaActor);
+  if (config.actors.includes('fs_beta')) providers.push(BetaActor);
+  if (config.lifecycleReaders) providers.push(LifecycleWatcher);
   @Module({
     imports: [
       TypeOrmModule.forRoot({
@@ -87,7 +89,7 @@ function nodeModule(config: FaultNodeConfig) {
       }),
       CycliumModule.forRoot(cycliumOptions(config)),
     ],
-    providers: [FaultWork, ReportAdapter, ...actors],
+    providers: [FaultWork, ReportAdapter, ...providers],
   })
   class FaultNodeModule {}
   return FaultNodeModule;

@@ -64,6 +64,8 @@ export interface FaultNodeConfig {
    */
   legacyAlpha: boolean;
   claims: boolean;
+  /** Subscribes to every terminal lifecycle event at boot (SeedSetup.lifecycleReaders). */
+  lifecycleReaders: boolean;
   mode: CycliumMode;
   timings: NodeTimings;
   windows: NodeWindows | null;
@@ -104,3 +106,11 @@ export type NodeMessage =
   | { type: 'drained' };
 
 export type DriverMessage = { id: number; command: NodeCommand };
+
+/** The terminal lifecycle event an episode's end writes, by the status it ends in. */
+export const TERMINAL_EVENTS: Readonly<Record<string, string>> = {
+  done: 'episode.completed',
+  partially_failed: 'episode.completed',
+  failed: 'episode.failed',
+  canceled: 'episode.canceled',
+};

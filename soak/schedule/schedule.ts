@@ -22,6 +22,11 @@ export interface SeedSetup {
   /** Real node processes and real signals, or worker threads in the runner's process. */
   processes: boolean;
   claims: boolean;
+  /**
+   * Every node subscribes to the terminal lifecycle events at boot (odd seeds), so every end must
+   * write its event; on even seeds no node reads them and ends write none of their own.
+   */
+  lifecycleReaders: boolean;
   layout: 'one_service' | 'two_services' | 'rolling';
   outsider: 'none' | 'env' | 'stack';
   slots: SlotSetup[];

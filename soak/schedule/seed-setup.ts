@@ -70,6 +70,8 @@ export function setupFor(seed: number, rng: SeededRandom, params: ScheduleParame
     seed,
     processes,
     claims,
+    // From the seed, not the generator: the seeds' schedules stay as they were.
+    lifecycleReaders: seed % 2 === 1,
     layout,
     outsider,
     slots,
