@@ -9,28 +9,18 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
 import pg from 'pg';
-import { Actor, Bus, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import { Actor, Bus, Episodes, Expectation } from '@cyclium/nestjs';
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
+import {
+  declaredReads,
+  EndingWorker,
+  episodeEvents,
+  runToEnd,
+} from './support/lifecycle-readers.js';
 import { TcpProxy } from './support/tcp-proxy.js';
 import { waitFor } from './support/wait-for.js';
-
-@Injectable()
-@Actor({ id: 'meet_worker' })
-class Worker {
-  @Expectation({ id: 'ok', trigger: 'manual' })
-  async ok(ep: EpisodeContext): Promise<{ summary: string }> {
-    await ep.step('one', () => 1);
-    return { summary: 'ok' };
-  }
-
-  @Expectation({ id: 'boom', trigger: 'manual' })
-  async boom(ep: EpisodeContext): Promise<never> {
-    await ep.step('one', () => 1);
-    throw new Error('boom');
-  }
-}
 
 let openGate: (() => void) | undefined;
 const gate = new Promise<void>((resolve) => (openGate = resolve));
@@ -75,39 +65,13 @@ describe('lifecycle readers where they meet modes, beats and drain', () => {
     await app.close();
   };
 
-  const run = async (expectation: 'ok' | 'boom', on = a): Promise<string> => {
-    const r = await on.get(Episodes).trigger('meet_worker', expectation, {});
-    const id = (r as { episode: { id: string } }).episode.id;
-    await waitFor(`episode ${id} to end`, async () => {
-      const { rows } = await database.db.query(
-        `SELECT status FROM cyclium_episodes WHERE id = $1`,
-        [id],
-      );
-      return ['done', 'failed'].includes(rows[0]?.status as string);
-    });
-    return id;
-  };
+  const run = (expectation: 'ok' | 'boom', on = a) => runToEnd(on, database.db, expectation);
 
-  const events = async (id: string): Promise<string[]> => {
-    const { rows } = await database.db.query<{ type: string }>(
-      `SELECT type FROM cyclium_events WHERE payload->>'episodeId' = $1 ORDER BY id`,
-      [id],
-    );
-    return rows.map((row) => row.type);
-  };
-
-  /** What `node`'s row declares for its current boot; null when it holds no such declaration. */
-  const declared = async (node: string): Promise<string[] | null> => {
-    const { rows } = await database.db.query<{ reads: string[] | null }>(
-      `SELECT CASE WHEN lifecycle_boot = boot_id THEN lifecycle_reads END AS reads
-         FROM cyclium_nodes WHERE node_identity = $1`,
-      [node],
-    );
-    return rows[0]?.reads ?? null;
-  };
+  const events = (id: string) => episodeEvents(database.db, id);
+  const declared = (node: string) => declaredReads(database.db, node);
 
   beforeAll(async () => {
-    a = await start('meet-a', {}, [Worker]);
+    a = await start('meet-a', {}, [EndingWorker]);
   });
 
   afterAll(async () => {
@@ -192,7 +156,7 @@ describe('lifecycle readers where they meet modes, beats and drain', () => {
     try {
       // Three beats are 0.6 s (the peers' staleness, far shorter than a database failover) on the
       // node that ends the episode, which is the one that judges.
-      const ender = await start('meet-ender', { nodeBeatIntervalMs: 200 }, [Worker]);
+      const ender = await start('meet-ender', { nodeBeatIntervalMs: 200 }, [EndingWorker]);
       const b = await start(
         'meet-cut-off',
         { nodeBeatIntervalMs: 200 },

@@ -21,26 +21,22 @@ import {
 import { busChannel } from '../libs/cyclium/src/bus/bus-channel.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
+import {
+  declaredReads,
+  EndingWorker,
+  episodeEnded,
+  episodeEvents,
+  foreignNode,
+  runToEnd,
+} from './support/lifecycle-readers.js';
 import { waitFor } from './support/wait-for.js';
 
 let release: ((fail: boolean) => void) | undefined;
 
+/** Ends when the test says, failing or not. */
 @Injectable()
-@Actor({ id: 'reads_worker' })
-class Worker {
-  @Expectation({ id: 'ok', trigger: 'manual' })
-  async ok(ep: EpisodeContext): Promise<{ summary: string }> {
-    await ep.step('one', () => 1);
-    return { summary: 'ok' };
-  }
-
-  @Expectation({ id: 'boom', trigger: 'manual' })
-  async boom(ep: EpisodeContext): Promise<never> {
-    await ep.step('one', () => 1);
-    throw new Error('boom');
-  }
-
-  /** Ends when the test says, failing or not. */
+@Actor({ id: 'reads_gate' })
+class Gate {
   @Expectation({ id: 'gated', trigger: 'manual' })
   async gated(ep: EpisodeContext): Promise<{ summary: string }> {
     const fail = await new Promise<boolean>((resolve) => (release = resolve));
@@ -107,41 +103,14 @@ describe('terminal lifecycle events are written only when something reads them',
     await app.close();
   };
 
-  const run = async (expectation: 'ok' | 'boom'): Promise<string> => {
-    const r = await a.get(Episodes).trigger('reads_worker', expectation, {});
-    const id = (r as { episode: { id: string } }).episode.id;
-    await ended(id);
-    return id;
-  };
+  const run = (expectation: 'ok' | 'boom') => runToEnd(a, database.db, expectation);
+  const ended = (id: string) => episodeEnded(database.db, id);
 
-  const ended = (id: string) =>
-    waitFor(`episode ${id} to end`, async () => {
-      const { rows } = await database.db.query(
-        `SELECT status FROM cyclium_episodes WHERE id = $1`,
-        [id],
-      );
-      return ['done', 'failed'].includes(rows[0]?.status as string);
-    });
-
-  const events = async (id: string): Promise<string[]> => {
-    const { rows } = await database.db.query<{ type: string }>(
-      `SELECT type FROM cyclium_events WHERE payload->>'episodeId' = $1 ORDER BY id`,
-      [id],
-    );
-    return rows.map((row) => row.type);
-  };
-
-  const declared = async (node: string): Promise<string[] | null> => {
-    const { rows } = await database.db.query<{ reads: string[] | null }>(
-      `SELECT CASE WHEN lifecycle_boot = boot_id THEN lifecycle_reads END AS reads
-         FROM cyclium_nodes WHERE node_identity = $1`,
-      [node],
-    );
-    return rows[0]?.reads ?? null;
-  };
+  const events = (id: string) => episodeEvents(database.db, id);
+  const declared = (node: string) => declaredReads(database.db, node);
 
   beforeAll(async () => {
-    a = await start('reads-a', [Worker, Stepper, ReadsFlow]);
+    a = await start('reads-a', [EndingWorker, Gate, Stepper, ReadsFlow]);
   });
 
   afterAll(async () => {
@@ -174,7 +143,7 @@ describe('terminal lifecycle events are written only when something reads them',
 
     // Episodes.result on b declares the failures too before it reads the row, so the end it
     // awaits writes its event and wakes it.
-    const r = await a.get(Episodes).trigger('reads_worker', 'gated', {});
+    const r = await a.get(Episodes).trigger('reads_gate', 'gated', {});
     const gated = (r as { episode: { id: string } }).episode.id;
     const outcome = b.get(Episodes).result(gated, { timeoutMs: 30_000 });
     await waitFor("b's declaration of failures", async () =>
@@ -205,12 +174,7 @@ describe('terminal lifecycle events are written only when something reads them',
   });
 
   it('writes every type while a node without a declaration of its boot is live', async () => {
-    await database.db.query(
-      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version,
-                                  started_at, last_seen_at, boot_id)
-       VALUES ('reads-old-release', NULL, NULL, 'full', 'elsewhere', 1, '0.1.0', now(), now(), $1)`,
-      [randomUUID()],
-    );
+    await foreignNode(database.db, 'reads-old-release', randomUUID());
     expect(await events(await run('ok'))).toEqual(['episode.completed']);
     // Gone (an hour without a word, past the readers' five minutes): no longer a reader.
     await database.db.query(
@@ -222,14 +186,7 @@ describe('terminal lifecycle events are written only when something reads them',
 
   it('writes every type once another process took a declared identity over', async () => {
     const boot = randomUUID();
-    await database.db.query(
-      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version,
-                                  started_at, last_seen_at, boot_id, lifecycle_boot,
-                                  lifecycle_reads)
-       VALUES ('reads-taken-over', NULL, NULL, 'full', 'elsewhere', 1, '0.2.0', now(), now(), $1,
-               $1, '{}')`,
-      [boot],
-    );
+    await foreignNode(database.db, 'reads-taken-over', boot, []);
     expect(await events(await run('ok'))).toEqual([]);
     // The identity comes straight back in a new process (an earlier release's, or this one's before
     // it declared): its boot id is not the declaration's, so it reads everything.
@@ -243,14 +200,7 @@ describe('terminal lifecycle events are written only when something reads them',
 
   it('makes an end that looks while a declaration is being stored wait for it, and write', async () => {
     const boot = randomUUID();
-    await database.db.query(
-      `INSERT INTO cyclium_nodes (node_identity, stack, env, mode, hostname, pid, version,
-                                  started_at, last_seen_at, boot_id, lifecycle_boot,
-                                  lifecycle_reads)
-       VALUES ('reads-declaring', NULL, NULL, 'full', 'elsewhere', 1, '0.2.0', now(), now(), $1,
-               $1, '{}')`,
-      [boot],
-    );
+    await foreignNode(database.db, 'reads-declaring', boot, []);
     const declaring = new pg.Client({ connectionString: database.url });
     declaring.on('error', () => undefined);
     await declaring.connect();

@@ -364,9 +364,10 @@ export class EpisodeEndings {
     status: EpisodeStatus,
     extra = {},
   ): OutgoingEvent {
-    const event: OutgoingEvent = lifecycleEvent(type, episode, status, this.identity.name(), extra);
-    event.ifRead = (episode.workflowInstanceId ?? null) === null;
-    return event;
+    return {
+      ...lifecycleEvent(type, episode, status, this.identity.name(), extra),
+      ifRead: (episode.workflowInstanceId ?? null) === null,
+    };
   }
 }
 
