@@ -122,3 +122,66 @@ describe('cycliumEntities', () => {
     }
   });
 });
+
+describe('the episode claim columns (migration 31) on a database with claims in flight', () => {
+  it("copies each unfinished episode's claim into its row, and mirrors every claim write from then on", async () => {
+    const url = await emptyDatabase('claim_columns');
+    const before = cycliumMigrations.findIndex(
+      (m) => new m().name === 'CycliumEpisodeClaimColumns1764400000031',
+    );
+    const open = async (migrations: typeof cycliumMigrations) => {
+      const source = new DataSource({ type: 'postgres', url, migrations });
+      await source.initialize();
+      await source.runMigrations({ transaction: 'each' });
+      return source;
+    };
+    const episode = (id: string, status: string, dedupe: string | null) =>
+      `INSERT INTO cyclium_episodes (id, actor_id, expectation_id, trigger_type, trigger_ref,
+                                     dedupe_key, status, max_attempts)
+       VALUES ('${id}', 'a', 'x', 'manual', '{}', ${dedupe === null ? 'NULL' : `'${dedupe}'`},
+               '${status}', 1)`;
+    const claim = (key: string, state: string, fence: number) =>
+      `INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until, claimed_at,
+                                        last_heartbeat_at, attempt, fence)
+       VALUES ('${key}', '${state}', 'old-node', now() + interval '1 minute', now(), now(), 2, ${fence})`;
+    const running = '00000000-0000-4000-8000-000000000001';
+    const deduped = '00000000-0000-4000-8000-000000000002';
+    const done = '00000000-0000-4000-8000-000000000003';
+
+    const previous = await open(cycliumMigrations.slice(0, before));
+    try {
+      await previous.query(episode(running, 'running', null));
+      await previous.query(claim(`episode:${running}`, 'claimed', 3));
+      await previous.query(episode(deduped, 'running', 'scoped:key'));
+      await previous.query(claim('scoped:key', 'claimed', 7));
+      await previous.query(episode(done, 'done', null));
+      await previous.query(claim(`episode:${done}`, 'done', 1));
+    } finally {
+      await previous.destroy();
+    }
+
+    const migrated = await open(cycliumMigrations);
+    try {
+      const rows = async () =>
+        (await migrated.query(
+          `SELECT id, claim_owner AS owner, claim_fence::int AS fence, claim_state AS state,
+                  claim_attempt AS attempt
+             FROM cyclium_episodes ORDER BY id`,
+        )) as Array<Record<string, unknown>>;
+      expect(await rows()).toEqual([
+        { id: running, owner: 'old-node', fence: 3, state: 'claimed', attempt: 2 },
+        { id: deduped, owner: 'old-node', fence: 7, state: 'claimed', attempt: 2 },
+        // An ended episode's claim is history: nothing will take it again.
+        { id: done, owner: null, fence: null, state: null, attempt: null },
+      ]);
+      // A previous release's node finishing its claim after the migration: the row follows.
+      await migrated.query(
+        `UPDATE cyclium_work_claims SET state = 'done', finished_at = now()
+          WHERE dedupe_key = 'scoped:key' AND owner_node = 'old-node' AND fence = 7`,
+      );
+      expect((await rows())[1]).toMatchObject({ owner: 'old-node', fence: 7, state: 'done' });
+    } finally {
+      await migrated.destroy();
+    }
+  });
+});

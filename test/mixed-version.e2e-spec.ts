@@ -284,6 +284,19 @@ const identity = (name: string, env: string) =>
           WHERE type IN ('episode.completed', 'episode.failed', 'episode.canceled')`,
       );
 
+      // Whichever version took, renewed, stole or finished a claim, the episode row holds it as the
+      // claim table does: the database mirrors the previous release's claim writes too.
+      const { rows: claimCopies } = await database.db.query<{ id: string; copied: boolean }>(
+        `SELECT e.id, c.dedupe_key IS NOT NULL
+                      AND (c.owner_node, c.fence, c.state, c.lease_until, c.attempt)
+                          IS NOT DISTINCT FROM (e.claim_owner, e.claim_fence, e.claim_state,
+                                                e.claim_lease_until, e.claim_attempt) AS copied
+           FROM cyclium_episodes e
+           LEFT JOIN cyclium_work_claims c ON c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)
+          WHERE e.actor_id = 'mixed_work' AND e.source_env = 'mv-claims'`,
+      );
+      const copied = new Map(claimCopies.map((c) => [c.id, c.copied]));
+
       const byKey = new Map<string, typeof episodes>();
       for (const episode of episodes)
         byKey.set(episode.key, [...(byKey.get(episode.key) ?? []), episode]);
@@ -361,6 +374,8 @@ const identity = (name: string, env: string) =>
         const announced = terminal.filter((t) => t.episode_id === episode.id).map((t) => t.type);
         const announcing = episode.status === 'done' ? 'episode.completed' : 'episode.failed';
         if (announced.join() !== announcing) say(`terminal events [${announced.join()}]`);
+        if (episode.source_env === 'mv-claims' && copied.get(episode.id) !== true)
+          say(`its row does not hold its claim as cyclium_work_claims does`);
       }
       expect(problems).toEqual([]);
       expect(outputs).toHaveLength(episodes.filter((e) => e.status === 'done').length);

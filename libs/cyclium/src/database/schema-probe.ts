@@ -167,6 +167,12 @@ const PROBES: ReadonlyArray<{ migration: string; missing: string; holds: string 
     missing: 'function cyclium_declare_lifecycle_reads',
     holds: `to_regproc('cyclium_declare_lifecycle_reads') IS NOT NULL`,
   },
+  {
+    // Its last step before the copy: the columns and the other trigger are in place too.
+    migration: 'CycliumEpisodeClaimColumns1764400000031',
+    missing: 'function cyclium_claims_mirror_episode_rows',
+    holds: `to_regproc('cyclium_claims_mirror_episode_rows') IS NOT NULL`,
+  },
 ];
 
 const STATEMENT = `SELECT ARRAY[${PROBES.map((p) => p.holds).join(',\n')}] AS holds`;

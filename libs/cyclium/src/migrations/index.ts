@@ -32,6 +32,10 @@ import { CycliumActorPauses1764400000027 } from './1764400000027-cyclium-actor-p
 import { CycliumUnfinishedIndex1764400000028 } from './1764400000028-cyclium-unfinished-index.js';
 import { CycliumLiveClaimsIndex1764400000029 } from './1764400000029-cyclium-live-claims-index.js';
 import { CycliumLifecycleReads1764400000030 } from './1764400000030-cyclium-lifecycle-reads.js';
+// prettier-ignore
+import {
+  CycliumEpisodeClaimColumns1764400000031,
+} from './1764400000031-cyclium-episode-claim-columns.js';
 
 export {
   CycliumSchema1764400000000,
@@ -92,4 +96,5 @@ export const cycliumMigrations = [
   CycliumUnfinishedIndex1764400000028,
   CycliumLiveClaimsIndex1764400000029,
   CycliumLifecycleReads1764400000030,
+  CycliumEpisodeClaimColumns1764400000031,
 ];

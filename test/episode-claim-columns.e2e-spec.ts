@@ -1,0 +1,256 @@
+/**
+ * An episode's claim in its own row, the expand half (migration 31). This release claims in
+ * cyclium_work_claims, as the previous one does; the database keeps each episode row's `claim_*`
+ * columns equal to its claim row in the claim's own transaction, and a claim that the next release
+ * holds in the episode row alone is honoured here: an acquire is busy while it is live and takes
+ * a higher fence after it lapses, a holder of the generation it replaced writes nothing, and a
+ * takeover that races one fails instead of making two holders. The next release's writes are
+ * spelled by hand here, on the columns it will use.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
+import { Actor, Episodes, Expectation, WorkClaims, type EpisodeContext } from '@cyclium/nestjs';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { useDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+let openGate: () => void = () => undefined;
+const gate = () => new Promise<void>((resolve) => (openGate = resolve));
+
+@Injectable()
+@Actor({ id: 'row_claims' })
+class RowClaimsActor {
+  @Expectation({ id: 'gated', trigger: 'manual' })
+  async gated(ep: EpisodeContext): Promise<void> {
+    await ep.step('wait', () => gate());
+  }
+
+  @Expectation({ id: 'ok', trigger: 'manual', recoveryPolicy: 'restart' })
+  async ok(ep: EpisodeContext): Promise<void> {
+    await ep.step('one', () => 1);
+  }
+
+  @Expectation({ id: 'boom', trigger: 'manual' })
+  async boom(ep: EpisodeContext): Promise<never> {
+    await ep.step('one', () => 1);
+    throw new Error('boom');
+  }
+}
+
+interface Pair {
+  table: Record<string, unknown> | undefined;
+  row: Record<string, unknown> | undefined;
+}
+
+describe("an episode's claim in its own row (expand)", () => {
+  const database = useDatabase();
+  let app: INestApplicationContext;
+  const NODE = 'row-node';
+
+  beforeAll(async () => {
+    app = await startCycliumApp({
+      url: database.url,
+      cyclium: {
+        nodeIdentity: NODE,
+        workClaims: 'postgres',
+        workClaimsLeaseSeconds: 0.9,
+        recovery: { settleMs: 0, intervalMs: 200, staleAfterMs: 500 },
+      },
+      providers: [RowClaimsActor],
+    });
+  });
+
+  afterAll(async () => {
+    openGate();
+    await app?.close();
+  });
+
+  /** Episode `id`'s claim as the table holds it and as its row does, in the same columns. */
+  const pair = async (id: string): Promise<Pair> => {
+    const { rows } = await database.db.query<Pair>(
+      `SELECT (SELECT to_jsonb(c) FROM (
+                 SELECT owner_node AS owner, fence, state, lease_until, attempt
+                   FROM cyclium_work_claims
+                  WHERE dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id)) c) AS table,
+              (SELECT to_jsonb(r) FROM (
+                 SELECT e.claim_owner AS owner, e.claim_fence AS fence, e.claim_state AS state,
+                        e.claim_lease_until AS lease_until, e.claim_attempt AS attempt) r) AS row
+         FROM cyclium_episodes e WHERE e.id = $1`,
+      [id],
+    );
+    return rows[0];
+  };
+
+  const trigger = async (expectation: string, dedupeKey?: string): Promise<string> => {
+    const answer = await app
+      .get(Episodes)
+      .trigger('row_claims', expectation, {}, dedupeKey === undefined ? {} : { dedupeKey });
+    return (answer as { episode: { id: string } }).episode.id;
+  };
+
+  const status = async (id: string) =>
+    (await database.db.query(`SELECT status FROM cyclium_episodes WHERE id = $1`, [id])).rows[0]
+      ?.status as string;
+
+  it('holds what the claim table holds, from the begin through renewals to the end', async () => {
+    const running = await trigger('gated');
+    const begun = await pair(running);
+    expect(begun.row).toMatchObject({ owner: NODE, fence: 1, state: 'claimed', attempt: 1 });
+    expect(begun.row).toEqual(begun.table);
+    // Renewed (every lease / 3) by the node's renewer: the row follows the table's lease.
+    await waitFor(
+      'a renewal of the running claim',
+      async () => {
+        const now = await pair(running);
+        return now.table?.lease_until !== begun.table?.lease_until;
+      },
+      5_000,
+    );
+    const renewed = await pair(running);
+    expect(renewed.row).toEqual(renewed.table);
+    openGate();
+    await waitFor('the gated episode to end', async () => (await status(running)) === 'done');
+    const ended = await pair(running);
+    expect(ended.row).toMatchObject({ owner: NODE, fence: 1, state: 'done' });
+    expect(ended.row).toEqual(ended.table);
+
+    // A failed end, and a begin with a dedupe key (its claim taken as seen, not inserted fresh).
+    const failed = await trigger('boom');
+    const deduped = await trigger('ok', `row-claims-${randomUUID()}`);
+    await waitFor(
+      'both to end',
+      async () => (await status(failed)) === 'failed' && (await status(deduped)) === 'done',
+    );
+    for (const id of [failed, deduped]) {
+      const { table, row } = await pair(id);
+      expect(row).toEqual(table);
+    }
+    expect((await pair(failed)).row).toMatchObject({ state: 'failed' });
+    expect((await pair(deduped)).row).toMatchObject({ owner: NODE, state: 'done' });
+  });
+
+  /**
+   * A running episode the next release's node `v3` began: its claim in the row alone, live for
+   * `leaseSeconds`, its journal quiet for a minute (an orphan to the sweep, were it not held).
+   */
+  const heldInRowOnly = async (leaseSeconds: number): Promise<string> => {
+    const id = randomUUID();
+    await database.db.query(
+      `INSERT INTO cyclium_episodes
+         (id, actor_id, expectation_id, trigger_type, trigger_ref, status, owner_node,
+          max_attempts, started_at, inserted_at, updated_at, claim_owner, claim_fence, claim_state,
+          claim_lease_until, claim_attempt)
+       VALUES ($1, 'row_claims', 'ok', 'manual', '{"type":"manual","payload":{}}', 'running', 'v3',
+               1, now() - interval '1 minute', now() - interval '1 minute',
+               now() - interval '1 minute', 'v3', 4, 'claimed',
+               now() + make_interval(secs => $2), 1)`,
+      [id, leaseSeconds],
+    );
+    return id;
+  };
+
+  const sweepsAfter = async (count: number) => {
+    const at = async () =>
+      (
+        await database.db.query(
+          `SELECT last_sweep->>'at' AS at FROM cyclium_nodes WHERE node_identity = $1`,
+          [NODE],
+        )
+      ).rows[0]?.at as string | undefined;
+    for (let i = 0; i < count; i++) {
+      const before = await at();
+      await waitFor('a recovery sweep', async () => (await at()) !== before, 5_000, 50);
+    }
+  };
+
+  it("leaves an episode the next release holds in its row alone, and takes it over above that row's fence once the lease lapses", async () => {
+    const id = await heldInRowOnly(3_600);
+    await sweepsAfter(3);
+    expect(await status(id)).toBe('running');
+    expect(await pair(id)).toEqual({
+      table: null,
+      row: expect.objectContaining({ owner: 'v3', fence: 4, state: 'claimed' }),
+    });
+
+    // The next release's holder died: its lease lapses, and this node's sweep takes it over.
+    await database.db.query(
+      `UPDATE cyclium_episodes SET claim_lease_until = now() - interval '1 second' WHERE id = $1`,
+      [id],
+    );
+    await waitFor(
+      'the lapsed episode to be recovered and end',
+      async () => (await status(id)) === 'done',
+    );
+    const { table, row } = await pair(id);
+    expect(table).toMatchObject({ owner: NODE, fence: 5, state: 'done' });
+    expect(row).toEqual(table);
+  });
+
+  it('lets no write of a generation the row has moved past through, and answers busy while the row claim is live', async () => {
+    const claims = app.get(WorkClaims);
+    const id = await heldInRowOnly(3_600);
+    const key = `episode:${id}`;
+    // A claim table row of an older generation, as this release left it before the next release's
+    // node took the episode over in the row (the mirror is bypassed to stage it).
+    await database.db.query(`ALTER TABLE cyclium_work_claims DISABLE TRIGGER USER`);
+    try {
+      await database.db.query(
+        `INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until, claimed_at,
+                                          last_heartbeat_at, attempt, fence)
+         VALUES ($1, 'claimed', $2, now() - interval '1 second', now(), now(), 1, 3)`,
+        [key, NODE],
+      );
+    } finally {
+      await database.db.query(`ALTER TABLE cyclium_work_claims ENABLE TRIGGER USER`);
+    }
+
+    expect(await claims.complete(key, NODE, 3)).not.toBe('ok');
+    expect(await claims.fail(key, NODE, 'late', 3)).not.toBe('ok');
+    expect(await claims.acquire(key)).toMatchObject({ status: 'busy' });
+    const { table, row } = await pair(id);
+    expect(table).toMatchObject({ owner: NODE, fence: 3, state: 'claimed' });
+    expect(row).toMatchObject({ owner: 'v3', fence: 4, state: 'claimed' });
+  });
+
+  it('fails a takeover that races a claim taken in the row, rather than letting both hold it', async () => {
+    const claims = app.get(WorkClaims);
+    const id = await heldInRowOnly(-1);
+    const key = `episode:${id}`;
+    const other = await database.db.connect();
+    try {
+      // The next release's node takes the lapsed row claim, and has not committed yet.
+      await other.query('BEGIN');
+      await other.query(
+        `UPDATE cyclium_episodes
+            SET claim_owner = 'v3b', claim_fence = claim_fence + 1,
+                claim_lease_until = now() + interval '1 hour'
+          WHERE id = $1`,
+        [id],
+      );
+      // This node's acquire saw the row claim lapsed; its mirror waits for that row.
+      const acquiring = claims.acquire(key);
+      acquiring.catch(() => undefined);
+      await waitFor(
+        'the acquire to wait for the row',
+        async () =>
+          (
+            await database.db.query(
+              `SELECT 1 FROM pg_stat_activity
+                WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+            )
+          ).rowCount === 1,
+        5_000,
+        20,
+      );
+      await other.query('COMMIT');
+      await expect(acquiring).rejects.toThrow(`claim ${key} was taken in its episode row`);
+    } finally {
+      await other.query('ROLLBACK').catch(() => undefined);
+      other.release();
+    }
+    const { table, row } = await pair(id);
+    expect(table).toBeNull();
+    expect(row).toMatchObject({ owner: 'v3b', fence: 5, state: 'claimed' });
+  });
+});
