@@ -180,6 +180,7 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
       from: `${input} i`,
       returning: '1',
     }),
+  episodeRows: true,
   finished: ({ key, owner, fence }) => `
     SELECT 1 FROM cyclium_work_claims
      WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence}

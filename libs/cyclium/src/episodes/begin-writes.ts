@@ -80,18 +80,26 @@ export class BeginWrites {
     const statement = new Statement(fresh ? 'begin_many_fresh' : 'begin_many');
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const inserts = items.map((b) => this.signatures.signed(insertOf(b.id, b.spec, 'running')));
+    const claim = {
+      owner: p(this.identity.name(), 'text'),
+      leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
+    };
     statement.with('input', episodeInput(statement, inserts));
-    statement.with('ep', insertEpisodes('input', fresh ? 'fail' : 'skip', 'begun'));
+    statement.with(
+      'ep',
+      insertEpisodes(
+        'input',
+        fresh ? 'fail' : 'skip',
+        'begun',
+        fresh && this.claims.inStatement().fragments.episodeRows === true ? claim : undefined,
+      ),
+    );
     statement.with('began', `SELECT i.key FROM input i JOIN ep ON ep.id = i.id`);
     const { rows, sentAt } = await claimBegun(
       this.database.sql,
       statement,
       this.batchFragment() as AcquireMany,
-      {
-        owner: p(this.identity.name(), 'text'),
-        leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
-        fresh,
-      },
+      { ...claim, fresh },
       `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key
         AND e.id IS NOT NULL
          ORDER BY i.n`,

@@ -173,7 +173,8 @@ export class EndWrites {
                                step_name, step_result, step_ms, n)`,
     );
     statement.with('owner', ownerMany({ input: 'input' }));
-    for (const [name, body] of finishEpisodes('owner')) statement.with(name, body);
+    const rowClaims = this.claims.inStatement().fragments.episodeRows === true;
+    for (const [name, body] of finishEpisodes('owner', rowClaims)) statement.with(name, body);
     statement.with('won', `SELECT o.* FROM owner o JOIN ep ON ep.id = o.episode_id`);
     statement.with(
       'checkpoints',

@@ -170,27 +170,49 @@ export function isFresh(spec: Pick<NewEpisode, 'dedupeKey'>): boolean {
 }
 
 /**
+ * The first claim of the new episodes an insert begins, written into their rows as the claim
+ * fragment writes it into cyclium_work_claims (insertClaims: fence 1, attempt 1, the lease from
+ * the transaction's `now()`), so the database's mirror finds the row already equal and writes
+ * nothing (ClaimFragments.episodeRows). SQL refs: the same ones the claim fragment gets.
+ */
+export interface RowClaim {
+  owner: string;
+  leaseSeconds: string;
+}
+
+/**
  * The one insert of cyclium_episodes, for one row or many: the rows of `input` (a CTE name, or a
  * parenthesised `episodeInput`), in key order, so two batches that meet on dedupe keys wait for
  * each other instead of deadlocking. Unless `duplicates` is `fail` (a seed, or rows without a
  * dedupe key: isFresh), the dedupe index decides: a row whose key a live episode holds is skipped.
  * A row past its `insert_before` is skipped too, checked by the clock as late as the statement
- * can. Returns the rows written: whole, or `begun` (BEGUN_COLUMNS, for begunRow).
+ * can. Returns the rows written: whole, or `begun` (BEGUN_COLUMNS, for begunRow). `claim`: the
+ * rows' first claim, for fresh rows that begin running here (RowClaim).
  */
 export function insertEpisodes(
   input: string,
   duplicates: 'skip' | 'fail' = 'skip',
   returning: 'row' | 'begun' = 'row',
+  claim?: RowClaim,
 ): string {
   return `
     INSERT INTO cyclium_episodes
       (id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
        max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id, started_at,
-       queued_at, signature, flow_key, rate_key, priority, version)
+       queued_at, signature, flow_key, rate_key, priority, version${
+         claim === undefined
+           ? ''
+           : ', claim_owner, claim_fence, claim_state, claim_lease_until, claim_attempt'
+       })
     SELECT id, actor_id, expectation_id, trigger_type, trigger_ref, dedupe_key, status, owner_node,
            max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id,
            coalesce(started_at, CASE WHEN status = 'running' THEN now() END),
-           CASE WHEN waits THEN now() END, signature, flow_key, rate_key, priority, version
+           CASE WHEN waits THEN now() END, signature, flow_key, rate_key, priority, version${
+             claim === undefined
+               ? ''
+               : `, ${claim.owner}, 1, 'claimed', ` +
+                 `now() + make_interval(secs => ${claim.leaseSeconds}), 1`
+           }
       FROM ${input} i
      WHERE i.insert_before IS NULL OR clock_timestamp() < i.insert_before
      ORDER BY key

@@ -32,6 +32,7 @@ import { runningHere } from './running-here.js';
 import type { StepRecord } from './running-episode.js';
 import { FlowQuiet } from './flow-quiet.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
+import { finishedState } from '../claims/claim-sql.js';
 
 /**
  * Who must own what for a write to count: the episode's claim key, this node, the fence it holds.
@@ -123,13 +124,20 @@ export class EpisodeStatements {
     const fresh = isFresh(spec);
     const statement = new Statement(`begin_${claims.shape}${fresh ? '_fresh' : ''}`);
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
+    const owner = p(me, 'text');
+    const leaseSeconds = p(this.claims.leaseSeconds, 'double precision');
     // The dedupe index decides first; only the insert that won takes the claim.
-    const begun = this.store.beginFragment(statement, id, spec);
+    const begun = this.store.beginFragment(
+      statement,
+      id,
+      spec,
+      fresh && claims.fragments.episodeRows === true ? { owner, leaseSeconds } : undefined,
+    );
     statement.with('ep', begun.body);
     const acquire = claims.fragments.acquire({
       key: p(key, 'text'),
-      owner: p(me, 'text'),
-      leaseSeconds: p(this.claims.leaseSeconds, 'double precision'),
+      owner,
+      leaseSeconds,
       workType: p(null, 'text'),
       when: 'EXISTS (SELECT 1 FROM ep)',
       fresh,
@@ -240,6 +248,10 @@ export class EpisodeStatements {
           errorClass: p(terminal.errorClass ?? null, 'text'),
           detail: p(terminal.detail ?? null, 'text'),
           result: p(resultJsonOf(terminal), 'jsonb'),
+          claim:
+            joined && claims.fragments.episodeRows === true
+              ? { ...refs, state: finishedState(p(failure, 'text')) }
+              : undefined,
         },
         // Open: no claim in the statement, so the episode row proves it (a sweep may have taken
         // it).

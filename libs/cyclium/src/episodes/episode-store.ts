@@ -17,6 +17,7 @@ import {
   isFresh,
   type EpisodeInsert,
   type NewEpisode,
+  type RowClaim,
 } from './episode-inserts.js';
 import { wokenMarker } from './episode-journal.js';
 import type { EpisodeFlow } from './flow-limits.js';
@@ -137,12 +138,13 @@ export class EpisodeStore {
   /**
    * Begins running episode `id` as a CTE of the caller's statement (insertFragment's insert), which
    * returns only the BEGUN_COLUMNS: `episode` turns the row the statement returns into the stored
-   * row.
+   * row. `claim`: its first claim, written into the row (RowClaim).
    */
   beginFragment(
     statement: Statement,
     id: string,
     spec: NewEpisode,
+    claim?: RowClaim,
   ): { body: string; episode: (returned: Record<string, unknown>) => EpisodeRow } {
     const insert = this.signatures.signed(insertOf(id, spec, 'running'));
     return {
@@ -150,6 +152,7 @@ export class EpisodeStore {
         `(${episodeInput(statement, [insert])})`,
         isFresh(spec) ? 'fail' : 'skip',
         'begun',
+        claim,
       ),
       episode: (returned) => begunEpisode(insert, returned),
     };

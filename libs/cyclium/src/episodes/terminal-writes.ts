@@ -1,4 +1,5 @@
 import type { EpisodeStatus } from '../entities/episode.entity.js';
+import { finishedState } from '../claims/claim-sql.js';
 
 /** How a run ended, as its terminal write records it. */
 export interface TerminalOutcome {
@@ -30,9 +31,10 @@ export function claimFailureOf(terminal: TerminalOutcome): string | null {
  * proven at their fence: no row, no write; a row whose `step_journal_no` is set (it carries its
  * run's last step) is refused while a cancel is pending or a drain stamped it (carriedStepHeld).
  * The rows are locked in id order first, as the drain's stamp locks them, so a batch and a stamp
- * wait for each other instead of deadlocking.
+ * wait for each other instead of deadlocking. `rowClaims`: `input`'s `owner`, `fence` and `failure`
+ * are the claims the statement finishes, which the rows hold too (OutcomeRefs.claim).
  */
-export function finishEpisodes(input: string): Array<[string, string]> {
+export function finishEpisodes(input: string, rowClaims = false): Array<[string, string]> {
   return [
     [
       'ep_locked',
@@ -51,6 +53,9 @@ export function finishEpisodes(input: string): Array<[string, string]> {
             errorClass: 'i.error_class',
             detail: 'i.error_detail',
             result: 'i.result',
+            claim: rowClaims
+              ? { owner: 'i.owner', fence: 'i.fence', state: finishedState('i.failure') }
+              : undefined,
           })}
          FROM ep_locked l JOIN ${input} i ON i.episode_id = l.id
         WHERE e.id = l.id
@@ -69,6 +74,12 @@ export interface OutcomeRefs {
   errorClass: string;
   detail: string;
   result: string;
+  /**
+   * The claim the same statement finishes, when the row holds it too (ClaimFragments.episodeRows):
+   * the row takes its finished state while it holds that generation, so the database's mirror of
+   * the claim's finish finds it already equal.
+   */
+  claim?: { owner: string; fence: string; state: string };
 }
 
 /**
@@ -80,7 +91,12 @@ function terminalSet(v: OutcomeRefs): string {
   classification = coalesce(${v.classification}, e.classification),
               error_class = ${v.errorClass}, error_detail = ${v.detail}, phase = NULL,
               result = ${v.result},
-              finished_at = now(), updated_at = now()`;
+              finished_at = now(), updated_at = now()${
+                v.claim === undefined
+                  ? ''
+                  : `, claim_state = CASE WHEN e.claim_owner = ${v.claim.owner} AND ` +
+                    `e.claim_fence = ${v.claim.fence} THEN ${v.claim.state} ELSE e.claim_state END`
+              }`;
 }
 
 /**
