@@ -422,7 +422,10 @@ async function fill(client: pg.Client): Promise<void> {
     `INSERT INTO cyclium_episode_checkpoints (episode_id, checkpoint_no, state)
      SELECT id, 1, '{}'::jsonb FROM cyclium_episodes WHERE status IN ('running', 'failed') ORDER BY id`,
   );
-  // Claims: every keyed episode's and every running one's; live ones held for an hour.
+  // Claims: every keyed episode's and every running one's; live ones held for an hour. Written as a
+  // database migrated from a release before migration 31 holds them (its copy follows), not row by
+  // row through the triggers that mirror each claim write into its episode's row.
+  await client.query(`ALTER TABLE cyclium_work_claims DISABLE TRIGGER USER`);
   await timed(
     'claims',
     `INSERT INTO cyclium_work_claims (dedupe_key, state, owner_node, lease_until, claimed_at, finished_at)
@@ -433,6 +436,15 @@ async function fill(client: pg.Client): Promise<void> {
        FROM cyclium_episodes
       WHERE (dedupe_key IS NOT NULL AND status IN ('done', 'failed', 'canceled')) OR status = 'running'
       ORDER BY 1`,
+  );
+  await client.query(`ALTER TABLE cyclium_work_claims ENABLE TRIGGER USER`);
+  await timed(
+    'claim columns',
+    `UPDATE cyclium_episodes e
+        SET claim_owner = c.owner_node, claim_fence = c.fence, claim_state = c.state,
+            claim_lease_until = c.lease_until, claim_attempt = c.attempt
+       FROM cyclium_work_claims c
+      WHERE c.dedupe_key = coalesce(e.dedupe_key, 'episode:' || e.id) AND e.status = 'running'`,
   );
   // Trigger requests: those of past manual episodes, ended; a pending one per deferred episode.
   await timed(

@@ -4,17 +4,21 @@ import type { MigrationInterface, QueryRunner } from 'typeorm';
 const EPISODE_KEY = `'^episode:[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$'`;
 
 /**
- * The episode row a claim key names: `episode:<id>` for an episode without a dedupe key, else the
- * live (unarchived) episode whose scoped dedupe key is the key (claimKeyOf). Any other key (a
- * host's own WorkClaims key, a key whose episode is not inserted yet) names no row.
+ * plpgsql: `ep` := the id of the episode row a claim key (NEW.dedupe_key) names: `episode:<id>`
+ * for an episode without a dedupe key, else the live (unarchived) episode whose scoped dedupe key
+ * is the key (claimKeyOf). Any other key (a host's own WorkClaims key, a key whose episode is not
+ * inserted yet) names none: NULL, or an id NAMED finds no row for. Each branch reads by an index.
  */
-function episodeOf(key: string): string {
-  return (
-    `(CASE WHEN ${key} ~ ${EPISODE_KEY} ` +
-    `THEN e.id = substr(${key}, 9)::uuid AND e.dedupe_key IS NULL ` +
-    `ELSE e.dedupe_key = ${key} AND e.archived_at IS NULL END)`
-  );
-}
+const FIND = `
+    IF NEW.dedupe_key ~ ${EPISODE_KEY} THEN
+      ep := substr(NEW.dedupe_key, 9)::uuid;
+    ELSE
+      SELECT e.id INTO ep FROM cyclium_episodes e
+       WHERE e.dedupe_key = NEW.dedupe_key AND e.archived_at IS NULL;
+    END IF;`;
+
+/** SQL: the episode row `e` is the one FIND named. */
+const NAMED = `e.id = ep AND (e.dedupe_key IS NULL OR e.dedupe_key = NEW.dedupe_key)`;
 
 /** The generation a claim row `r` holds, as the episode row's columns spell it. */
 const GENERATION = (r: string) =>
@@ -38,10 +42,11 @@ const HONOUR = `
   CREATE FUNCTION cyclium_claims_honour_episode_rows() RETURNS trigger
   LANGUAGE plpgsql AS $$
   DECLARE
+    ep uuid;
     row_claim record;
-  BEGIN
+  BEGIN${FIND}
     SELECT e.claim_owner, e.claim_fence, e.claim_state, e.claim_lease_until, e.claim_attempt
-      INTO row_claim FROM cyclium_episodes e WHERE ${episodeOf('NEW.dedupe_key')};
+      INTO row_claim FROM cyclium_episodes e WHERE ${NAMED};
     IF NOT FOUND OR row_claim.claim_fence IS NULL
        OR ${HELD('row_claim')} = ${GENERATION('NEW')} THEN
       RETURN NEW;
@@ -69,11 +74,16 @@ const HONOUR = `
 const MIRROR = `
   CREATE FUNCTION cyclium_claims_mirror_episode_rows() RETURNS trigger
   LANGUAGE plpgsql AS $$
-  BEGIN
+  DECLARE
+    ep uuid;
+  BEGIN${FIND}
+    IF ep IS NULL THEN
+      RETURN NULL;
+    END IF;
     UPDATE cyclium_episodes e
        SET claim_owner = NEW.owner_node, claim_fence = NEW.fence, claim_state = NEW.state,
            claim_lease_until = NEW.lease_until, claim_attempt = NEW.attempt
-     WHERE ${episodeOf('NEW.dedupe_key')}
+     WHERE ${NAMED}
        AND ${HELD('e')} IS DISTINCT FROM ${GENERATION('NEW')}
        AND (e.claim_fence IS NULL
             OR (e.claim_owner = OLD.owner_node AND e.claim_fence = OLD.fence)
@@ -82,7 +92,7 @@ const MIRROR = `
                 AND (e.claim_state <> 'claimed' OR e.claim_lease_until <= now())));
     IF NOT FOUND AND EXISTS (
          SELECT 1 FROM cyclium_episodes e
-          WHERE ${episodeOf('NEW.dedupe_key')}
+          WHERE ${NAMED}
             AND ${HELD('e')} IS DISTINCT FROM ${GENERATION('NEW')})
     THEN
       RAISE EXCEPTION 'claim % was taken in its episode row meanwhile', NEW.dedupe_key
