@@ -1,11 +1,11 @@
 /**
  * An episode's claim in its own row, the expand half (migration 31). This release claims in
  * cyclium_work_claims, as the previous one does; the database keeps each episode row's `claim_*`
- * columns equal to its claim row in the claim's own transaction, and a claim that the next release
- * holds in the episode row alone is honoured here: an acquire is busy while it is live and takes
- * a higher fence after it lapses, a holder of the generation it replaced writes nothing, and a
- * takeover that races one fails instead of making two holders. The next release's writes are
- * spelled by hand here, on the columns it will use.
+ * columns equal to its claim row in the claim's own transaction, and makes every claim write
+ * honour a claim held in the episode row alone (as the contract half will take them): an acquire
+ * is busy while it is live and takes a higher fence after it lapses, a holder of the generation it
+ * replaced writes nothing, and a takeover that races one fails instead of making two holders.
+ * Row-only claims are spelled by hand here, on the columns they will use.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type INestApplicationContext } from '@nestjs/common';
@@ -131,7 +131,7 @@ describe("an episode's claim in its own row (expand)", () => {
   });
 
   /**
-   * A running episode the next release's node `v3` began: its claim in the row alone, live for
+   * A running episode a node `v3` began claiming in rows: its claim in the row alone, live for
    * `leaseSeconds`, its journal quiet for a minute (an orphan to the sweep, were it not held).
    */
   const heldInRowOnly = async (leaseSeconds: number): Promise<string> => {
@@ -164,7 +164,7 @@ describe("an episode's claim in its own row (expand)", () => {
     }
   };
 
-  it("leaves an episode the next release holds in its row alone, and takes it over above that row's fence once the lease lapses", async () => {
+  it("leaves an episode held in its row alone, and takes it over above that row's fence once the lease lapses", async () => {
     const id = await heldInRowOnly(3_600);
     await sweepsAfter(3);
     expect(await status(id)).toBe('running');
@@ -173,7 +173,7 @@ describe("an episode's claim in its own row (expand)", () => {
       row: expect.objectContaining({ owner: 'v3', fence: 4, state: 'claimed' }),
     });
 
-    // The next release's holder died: its lease lapses, and this node's sweep takes it over.
+    // Its holder died: its lease lapses, and this node's sweep takes it over.
     await database.db.query(
       `UPDATE cyclium_episodes SET claim_lease_until = now() - interval '1 second' WHERE id = $1`,
       [id],
@@ -191,7 +191,7 @@ describe("an episode's claim in its own row (expand)", () => {
     const claims = app.get(WorkClaims);
     const id = await heldInRowOnly(3_600);
     const key = `episode:${id}`;
-    // A claim table row of an older generation, as this release left it before the next release's
+    // A claim table row of an older generation, as a table claimer left it before a row claimer's
     // node took the episode over in the row (the mirror is bypassed to stage it).
     await database.db.query(`ALTER TABLE cyclium_work_claims DISABLE TRIGGER USER`);
     try {
@@ -219,7 +219,7 @@ describe("an episode's claim in its own row (expand)", () => {
     const key = `episode:${id}`;
     const other = await database.db.connect();
     try {
-      // The next release's node takes the lapsed row claim, and has not committed yet.
+      // A row claimer takes the lapsed row claim, and has not committed yet.
       await other.query('BEGIN');
       await other.query(
         `UPDATE cyclium_episodes

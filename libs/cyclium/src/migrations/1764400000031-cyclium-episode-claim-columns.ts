@@ -31,7 +31,7 @@ const HELD = (r: string) =>
 /**
  * Before a claim row is written: whether the episode row's columns still hold what the claim table
  * held (or already what this write writes: a begin inserts both, its row visible here), and when
- * they do not (a later release claimed in the episode row alone), the row's claim decides. A
+ * they do not (the episode was claimed in its row alone), the row's claim decides. A
  * write of the generation the table held (renew, release, finish) is skipped: that holder lost the
  * key, and its statement sees no row, as for a fence that moved. An acquire (insert or takeover)
  * is skipped, so busy, while the row's claim is live, and otherwise goes on with a fence above the
@@ -69,7 +69,7 @@ const HONOUR = `
  * After a claim row is written: the episode row's columns take its generation, when they hold the
  * generation the write replaced, none yet, this one already, or a free claim below the new fence.
  * Anything else is a claim taken in the episode row after the check before the write (a race with
- * a later release): the write fails, and its statement with it, rather than two holders.
+ * a row claim): the write fails, and its statement with it, rather than two holders.
  */
 const MIRROR = `
   CREATE FUNCTION cyclium_claims_mirror_episode_rows() RETURNS trigger
@@ -123,10 +123,10 @@ const BACKFILL = `
  * The expand half of an episode's claim moving into its own row (lighter writes: one row per
  * episode instead of two). This release still claims in cyclium_work_claims, as the previous one
  * does; the episode row gets the claim as columns, kept equal to the claim row by the database
- * itself in the claim's own transaction, whichever release wrote it. The release after this one
- * claims in the episode row alone; a node of this release beside it honours those claims (the
- * check before each claim write). So the step to that release can roll from this one, and from
- * this one only: see the CHANGELOG's upgrade notes.
+ * itself in the claim's own transaction, whichever release wrote it. The contract half claims in
+ * the episode row alone. Every writer of cyclium_work_claims honours such a claim through the check
+ * before each claim write, a node of the previous release included (the migrations run before any
+ * node that claims in rows boots), so the contract can roll beside it.
  *
  * Nullable columns without a default and the triggers are catalog changes; the copy touches only
  * the unfinished episodes that hold a claim. Triggers come first, so a claim written while the
