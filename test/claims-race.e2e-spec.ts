@@ -5,7 +5,59 @@ import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
 const RACER = fileURLToPath(new URL('./fixtures/dist/claims-racer.js', import.meta.url));
+const ROW_RACER = fileURLToPath(new URL('./fixtures/dist/row-claims-racer.js', import.meta.url));
 const KEYS = 2000;
+
+interface Racer {
+  child: ChildProcess;
+  exit: Promise<number | null>;
+  output: () => string;
+}
+
+/** Starts racer `id` (the fixture at `script`) on `url`, its output kept for the assertions. */
+function spawnRacer(script: string, id: string, url: string, extra: Record<string, string>): Racer {
+  const child = spawn(process.execPath, [script], {
+    env: { ...process.env, DATABASE_URL: url, RACER_ID: id, RACE_LEASE_SECONDS: '1', ...extra },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+  child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (output += chunk));
+  const exit = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return { child, exit, output: () => output };
+}
+
+/** The statistics line every racer prints as it stops. */
+const resultOf = (racer: Racer) =>
+  JSON.parse(/^RESULT (.*)$/m.exec(racer.output())?.[1] ?? 'null') as { racer: string };
+
+/**
+ * What any number of claimers of one key must leave in `claim_history`, whatever shape they claim
+ * in: no two holders at one fence, fences that only rise in the order acquisitions were recorded,
+ * and each completion recorded by the holder of its fence before anyone took a newer one.
+ */
+async function expectOneHolderAtATime(count: (sql: string) => Promise<number>): Promise<void> {
+  expect(
+    await count(`SELECT count(*)::int AS n FROM (
+      SELECT key, fence FROM claim_history WHERE kind = 'acquired' GROUP BY key, fence HAVING count(*) > 1) dup`),
+  ).toBe(0);
+  expect(
+    await count(`SELECT count(*)::int AS n FROM (
+      SELECT fence, lag(fence) OVER (PARTITION BY key ORDER BY id) AS previous
+        FROM claim_history WHERE kind = 'acquired') h
+      WHERE previous IS NOT NULL AND fence <= previous`),
+  ).toBe(0);
+  expect(
+    await count(`SELECT count(*)::int AS n FROM claim_history c
+      WHERE c.kind = 'completed' AND NOT EXISTS (
+        SELECT 1 FROM claim_history a WHERE a.kind = 'acquired' AND a.key = c.key AND a.fence = c.fence AND a.owner = c.owner)`),
+  ).toBe(0);
+  expect(
+    await count(`SELECT count(*)::int AS n FROM claim_history c
+      JOIN claim_history newer ON newer.key = c.key AND newer.kind = 'acquired' AND newer.fence > c.fence AND newer.id < c.id
+      WHERE c.kind = 'completed'`),
+  ).toBe(0);
+}
 
 interface RacerStats {
   racer: string;
@@ -19,10 +71,9 @@ interface RacerStats {
   unrecorded: number;
 }
 
-describe('claims across 4 real processes, one of them paused past its lease', () => {
-  const database = useDatabase();
-  const racers: ChildProcess[] = [];
-
+/** The history tables a race writes, and the flag that stops it; racers killed after the file. */
+function useRaceTables(database: ReturnType<typeof useDatabase>): Racer[] {
+  const racers: Racer[] = [];
   beforeAll(async () => {
     await database.db.query(`
       CREATE TABLE claim_history (
@@ -34,35 +85,23 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
     await database.db.query(`CREATE TABLE race_control (stop boolean NOT NULL)`);
     await database.db.query(`INSERT INTO race_control VALUES (false)`);
   });
-
   afterAll(async () => {
-    for (const racer of racers) if (racer.exitCode === null) racer.kill('SIGKILL');
+    for (const racer of racers) if (racer.child.exitCode === null) racer.child.kill('SIGKILL');
   });
+  return racers;
+}
+
+describe('claims across 4 real processes, one of them paused past its lease', () => {
+  const database = useDatabase();
+  const racers = useRaceTables(database);
 
   const count = async (sql: string, params: unknown[] = []) =>
     (await database.db.query(sql, params)).rows[0].n as number;
 
   it('never lets two holders own a key at one fence, and every key shows a strictly increasing fence history', async () => {
-    const outputs: string[] = [];
-    const exits: Array<Promise<number | null>> = [];
-    for (let i = 1; i <= 4; i++) {
-      const child = spawn(process.execPath, [RACER], {
-        env: {
-          ...process.env,
-          DATABASE_URL: database.url,
-          RACER_ID: `racer-${i}`,
-          RACE_KEYS: String(KEYS),
-          RACE_LEASE_SECONDS: '1',
-        },
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      outputs[i] = '';
-      child.stdout?.setEncoding('utf8').on('data', (chunk: string) => (outputs[i] += chunk));
-      child.stderr?.setEncoding('utf8').on('data', (chunk: string) => (outputs[i] += chunk));
-      exits.push(new Promise((resolve) => child.once('exit', (code) => resolve(code))));
-      racers.push(child);
-    }
-    const paused = racers[3];
+    for (let i = 1; i <= 4; i++)
+      racers.push(spawnRacer(RACER, `racer-${i}`, database.url, { RACE_KEYS: String(KEYS) }));
+    const paused = (racers[3] as Racer).child;
 
     await waitFor(
       'racer-4 to hold claims',
@@ -95,37 +134,14 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
       60_000,
     );
     await database.db.query(`UPDATE race_control SET stop = true`);
-    const codes = await Promise.all(exits);
-    expect({ codes, outputs }).toMatchObject({ codes: [0, 0, 0, 0] });
-
-    const stats = outputs
-      .filter(Boolean)
-      .map((out) => JSON.parse(/^RESULT (.*)$/m.exec(out)?.[1] ?? 'null') as RacerStats);
+    const codes = await Promise.all(racers.map((r) => r.exit));
+    expect({ codes, outputs: racers.map((r) => r.output()) }).toMatchObject({
+      codes: [0, 0, 0, 0],
+    });
+    const stats = racers.map(resultOf) as RacerStats[];
     expect(stats).toHaveLength(4);
 
-    // No two holders at one fence of one key.
-    expect(
-      await count(`SELECT count(*)::int AS n FROM (
-      SELECT key, fence FROM claim_history WHERE kind = 'acquired' GROUP BY key, fence HAVING count(*) > 1) dup`),
-    ).toBe(0);
-    // Per key, fences strictly increase in the order acquisitions were recorded.
-    expect(
-      await count(`SELECT count(*)::int AS n FROM (
-      SELECT fence, lag(fence) OVER (PARTITION BY key ORDER BY id) AS previous
-        FROM claim_history WHERE kind = 'acquired') h
-      WHERE previous IS NOT NULL AND fence <= previous`),
-    ).toBe(0);
-    // Every completion belongs to the holder of that fence, and none is recorded after a newer fence was taken.
-    expect(
-      await count(`SELECT count(*)::int AS n FROM claim_history c
-      WHERE c.kind = 'completed' AND NOT EXISTS (
-        SELECT 1 FROM claim_history a WHERE a.kind = 'acquired' AND a.key = c.key AND a.fence = c.fence AND a.owner = c.owner)`),
-    ).toBe(0);
-    expect(
-      await count(`SELECT count(*)::int AS n FROM claim_history c
-      JOIN claim_history newer ON newer.key = c.key AND newer.kind = 'acquired' AND newer.fence > c.fence AND newer.id < c.id
-      WHERE c.kind = 'completed'`),
-    ).toBe(0);
+    await expectOneHolderAtATime(count);
     // The claim rows never lag the history: no recorded acquisition is newer than its row.
     expect(
       await count(`SELECT count(*)::int AS n FROM cyclium_work_claims w
@@ -161,5 +177,98 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
     const four = stats.find((s) => s.racer === 'racer-4') as RacerStats;
     expect(four.lostBeforeWrite + four.fencedOut).toBeGreaterThan(0);
     expect(stats.reduce((sum, s) => sum + s.steals, 0)).toBeGreaterThan(0);
+  }, 240_000);
+});
+
+/**
+ * The contract half of migration 31 beside today's claims: two processes claim episodes in their
+ * rows alone (row-claims-racer.ts, as the contract will), two claim them in cyclium_work_claims
+ * (this release, and the previous one's statements, which are the same), all for the same 300
+ * episodes, and one of each kind is paused past its lease. Every claim write of the table ones
+ * goes through the triggers, which hold them to the row's claim; the row ones lock a claim row
+ * that exists before they take the episode over.
+ */
+describe('claims in the episode row and in the claim table, raced across 4 processes', () => {
+  const database = useDatabase();
+  const racers = useRaceTables(database);
+  const count = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows[0].n as number;
+
+  it('never lets two holders own an episode at one fence, whichever shape each claims in', async () => {
+    await database.db.query(
+      `INSERT INTO cyclium_episodes (actor_id, expectation_id, trigger_type, trigger_ref, status)
+       SELECT 'race', 'x', 'manual', '{}', 'running' FROM generate_series(1, 300)`,
+    );
+    const table = { RACE_KEY_SOURCE: 'episodes' };
+    racers.push(
+      spawnRacer(RACER, 'table-1', database.url, table),
+      spawnRacer(RACER, 'table-2', database.url, table),
+      spawnRacer(ROW_RACER, 'row-1', database.url, {}),
+      spawnRacer(ROW_RACER, 'row-2', database.url, {}),
+    );
+    const acquired = (owner: string) =>
+      count(`SELECT count(*)::int AS n FROM claim_history WHERE owner = $1 AND kind = 'acquired'`, [
+        owner,
+      ]);
+    await waitFor(
+      'every racer to hold claims',
+      async () =>
+        (await Promise.all(['table-1', 'table-2', 'row-1', 'row-2'].map(acquired))).every(
+          (n) => n >= 50,
+        ),
+      60_000,
+    );
+    // A takeover, whoever made it: an acquisition after one its holder never completed. (A table
+    // claimer's adapter names only a previous holder of the table's row as stolen from.)
+    const takeovers = `
+      WITH a AS (
+        SELECT key, owner, lag(owner) OVER (PARTITION BY key ORDER BY id) AS previous,
+               lag(fence) OVER (PARTITION BY key ORDER BY id) AS previous_fence
+          FROM claim_history WHERE kind = 'acquired')
+      SELECT * FROM a
+       WHERE previous IS NOT NULL AND NOT EXISTS (
+         SELECT 1 FROM claim_history c
+          WHERE c.kind = 'completed' AND c.key = a.key AND c.fence = a.previous_fence)`;
+    const crossings = () =>
+      count(`
+        SELECT count(DISTINCT (split_part(previous, '-', 1), split_part(owner, '-', 1)))::int AS n
+          FROM (${takeovers}) t
+         WHERE split_part(previous, '-', 1) <> split_part(owner, '-', 1)`);
+    // One of each shape stops past its lease and the others take its claims over, until each shape
+    // has taken episodes over from the other.
+    const paused = [racers[1], racers[3]] as Racer[];
+    for (let round = 0; round < 10 && (await crossings()) < 2; round++) {
+      const before = await count(`SELECT count(*)::int AS n FROM (${takeovers}) t`);
+      for (const racer of paused) racer.child.kill('SIGSTOP');
+      await waitFor(
+        'the paused racers’ claims taken over',
+        async () => (await count(`SELECT count(*)::int AS n FROM (${takeovers}) t`)) > before,
+        30_000,
+        100,
+      );
+      await new Promise((resolve) => setTimeout(resolve, 1_500)); // every lease of theirs lapses
+      const [table, row] = [await acquired('table-2'), await acquired('row-2')];
+      for (const racer of paused) racer.child.kill('SIGCONT');
+      await waitFor(
+        'the paused racers to work again',
+        async () => (await acquired('table-2')) > table && (await acquired('row-2')) > row,
+        30_000,
+      );
+    }
+    await database.db.query(`UPDATE race_control SET stop = true`);
+    const codes = await Promise.all(racers.map((r) => r.exit));
+    expect({ codes, outputs: racers.map((r) => r.output()) }).toMatchObject({
+      codes: [0, 0, 0, 0],
+    });
+
+    await expectOneHolderAtATime(count);
+    // The shapes really met: each took episodes over from the other.
+    expect(await crossings()).toBe(2);
+    // The episode rows are never behind the history.
+    expect(
+      await count(`SELECT count(*)::int AS n FROM cyclium_episodes e
+        WHERE e.actor_id = 'race' AND coalesce(e.claim_fence, 0) < (
+          SELECT max(fence) FROM claim_history h WHERE h.key = 'episode:' || e.id AND h.kind = 'acquired')`),
+    ).toBe(0);
   }, 240_000);
 });
