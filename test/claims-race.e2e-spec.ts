@@ -71,9 +71,17 @@ interface RacerStats {
   unrecorded: number;
 }
 
-/** The history tables a race writes, and the flag that stops it; racers killed after the file. */
-function useRaceTables(database: ReturnType<typeof useDatabase>): Racer[] {
+/**
+ * The history tables a race writes, and the flag that stops it; racers killed after the file.
+ * `count` reads one `n` from the race's database.
+ */
+function useRaceTables(database: ReturnType<typeof useDatabase>): {
+  racers: Racer[];
+  count: (sql: string, params?: unknown[]) => Promise<number>;
+} {
   const racers: Racer[] = [];
+  const count = async (sql: string, params: unknown[] = []) =>
+    (await database.db.query(sql, params)).rows[0].n as number;
   beforeAll(async () => {
     await database.db.query(`
       CREATE TABLE claim_history (
@@ -88,15 +96,12 @@ function useRaceTables(database: ReturnType<typeof useDatabase>): Racer[] {
   afterAll(async () => {
     for (const racer of racers) if (racer.child.exitCode === null) racer.child.kill('SIGKILL');
   });
-  return racers;
+  return { racers, count };
 }
 
 describe('claims across 4 real processes, one of them paused past its lease', () => {
   const database = useDatabase();
-  const racers = useRaceTables(database);
-
-  const count = async (sql: string, params: unknown[] = []) =>
-    (await database.db.query(sql, params)).rows[0].n as number;
+  const { racers, count } = useRaceTables(database);
 
   it('never lets two holders own a key at one fence, and every key shows a strictly increasing fence history', async () => {
     for (let i = 1; i <= 4; i++)
@@ -185,14 +190,13 @@ describe('claims across 4 real processes, one of them paused past its lease', ()
  * rows alone (row-claims-racer.ts, as the contract will), two claim them in cyclium_work_claims
  * (this release, and the previous one's statements, which are the same), all for the same 300
  * episodes, and one of each kind is paused past its lease. Every claim write of the table ones
- * goes through the triggers, which hold them to the row's claim; the row ones lock a claim row
- * that exists before they take the episode over.
+ * goes through the triggers, which hold them to the row's claim; the row ones take an episode
+ * that has a claim row over through that row (its owner and fence moved), and claim in the row
+ * alone only when it has none.
  */
 describe('claims in the episode row and in the claim table, raced across 4 processes', () => {
   const database = useDatabase();
-  const racers = useRaceTables(database);
-  const count = async (sql: string, params: unknown[] = []) =>
-    (await database.db.query(sql, params)).rows[0].n as number;
+  const { racers, count } = useRaceTables(database);
 
   it('never lets two holders own an episode at one fence, whichever shape each claims in', async () => {
     await database.db.query(
