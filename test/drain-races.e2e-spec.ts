@@ -206,8 +206,8 @@ describe('the drain, racing what is starting and what peers write', () => {
     ).toEqual([]);
     const claim = (
       await database.db.query(
-        `SELECT lease_until <= now() AS released FROM cyclium_work_claims WHERE dedupe_key = $1`,
-        [`episode:${id}`],
+        `SELECT claim_lease_until <= now() AS released FROM cyclium_episodes WHERE id = $1`,
+        [id],
       )
     ).rows;
     expect(claim).toEqual([{ released: true }]);

@@ -27,6 +27,7 @@ import { TriggerSources } from '../libs/cyclium/src/triggers/trigger-sources.ser
 import { EpisodeRunner } from '../libs/cyclium/src/episodes/episode-runner.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase, pool } from './support/database.js';
+import { claimOf, stealClaim } from './support/episode-claims.js';
 import { waitFor } from './support/wait-for.js';
 
 /** A promise a test resolves by hand: lets a step wait until the test has done something mid-run. */
@@ -360,10 +361,7 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect(started.status).toBe('started');
     const id = (started as { episode: { id: string } }).episode.id;
     await gates.get('stolen')?.entered;
-    await db.query(
-      `UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`,
-      [`episode:${id}`],
-    );
+    await stealClaim(db, id);
     gates.get('stolen')?.release();
     await waitFor('the run to end on node-a', () =>
       a
@@ -397,10 +395,7 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     const id = (started as { episode: { id: string } }).episode.id;
     await gates.get('stale-converge')?.entered;
     // Stolen in place, as a peer's takeover would: the holder has not noticed (its renewal has not run).
-    await db.query(
-      `UPDATE cyclium_work_claims SET owner_node = 'thief', fence = fence + 1 WHERE dedupe_key = $1`,
-      [`episode:${id}`],
-    );
+    await stealClaim(db, id);
     gates.get('stale-converge')?.release();
     await waitFor('the run to end on node-a', () =>
       a
@@ -420,13 +415,7 @@ describe('episodes on two nodes sharing one database and one bus', () => {
     expect(
       (await db.query(`SELECT * FROM cyclium_findings WHERE finding_key = 'stale-finding'`)).rows,
     ).toEqual([]);
-    expect(
-      (
-        await db.query(`SELECT state, owner_node FROM cyclium_work_claims WHERE dedupe_key = $1`, [
-          `episode:${id}`,
-        ])
-      ).rows,
-    ).toEqual([{ state: 'claimed', owner_node: 'thief' }]);
+    expect(await claimOf(db, id)).toMatchObject({ state: 'claimed', owner_node: 'thief' });
     expect(terminalEvents(id)).toEqual([]);
   });
 

@@ -73,7 +73,7 @@ describe('health: liveness and readiness tell the truth', () => {
       .query('ALTER TABLE IF EXISTS cyclium_events_away RENAME TO cyclium_events')
       .catch(() => undefined);
     await database.db
-      .query('DROP TRIGGER IF EXISTS refuse_renewals ON cyclium_work_claims')
+      .query('DROP TRIGGER IF EXISTS refuse_renewals ON cyclium_episodes')
       .catch(() => undefined);
     if (!closed) await app?.close();
   });
@@ -101,7 +101,7 @@ describe('health: liveness and readiness tell the truth', () => {
     await database.db.query(`
       CREATE OR REPLACE FUNCTION refuse_renewal() RETURNS trigger LANGUAGE plpgsql AS $$
       BEGIN RAISE EXCEPTION 'renewal refused by the test'; END $$;
-      CREATE TRIGGER refuse_renewals BEFORE UPDATE ON cyclium_work_claims FOR EACH ROW EXECUTE FUNCTION refuse_renewal()`);
+      CREATE TRIGGER refuse_renewals BEFORE UPDATE OF claim_lease_until ON cyclium_episodes FOR EACH ROW EXECUTE FUNCTION refuse_renewal()`);
     try {
       await waitFor(
         'readiness to report the renewals',
@@ -110,7 +110,7 @@ describe('health: liveness and readiness tell the truth', () => {
       );
       expect(status.liveness().live).toBe(true);
     } finally {
-      await database.db.query('DROP TRIGGER refuse_renewals ON cyclium_work_claims');
+      await database.db.query('DROP TRIGGER refuse_renewals ON cyclium_episodes');
     }
     await waitFor('readiness once a renewal succeeds', () => readyNow(status), 10_000);
     releaseAll();

@@ -299,7 +299,7 @@ describe('hot statements with a million finished episodes behind a thousand live
       'end',
       // A batch finishes its claims after the checkpoints; a lone end finishes its claim first, as
       // its proof (finishHeld).
-      /DELETE FROM cyclium_episode_checkpoints[\s\S]*claim_finished|claim_finished[\s\S]*DELETE FROM cyclium_episode_checkpoints|WITH owner AS \(\s*UPDATE cyclium_work_claims[\s\S]*DELETE FROM cyclium_episode_checkpoints/,
+      /DELETE FROM cyclium_episode_checkpoints[\s\S]*claim_finished|claim_finished[\s\S]*DELETE FROM cyclium_episode_checkpoints|WITH claim_table AS \(\s*UPDATE cyclium_work_claims[\s\S]*DELETE FROM cyclium_episode_checkpoints/,
     ],
     ['queue take', /WITH head AS/],
     ['take from peer', /owner_node IS DISTINCT FROM \$1/],
@@ -318,7 +318,7 @@ describe('hot statements with a million finished episodes behind a thousand live
       /WITH running AS \(SELECT owner_node, count\(\*\)::int AS n FROM cyclium_episodes/,
     ],
     ['retention batch', /pg_try_advisory_xact_lock\(1668183404/],
-    ['claim insert or read', /WITH inserted AS \(\s*INSERT INTO cyclium_work_claims/],
+    ['claim insert or read', /inserted AS \(\s*INSERT INTO cyclium_work_claims/],
     ['claim take over', /UPDATE cyclium_work_claims c SET state = 'claimed'/],
     ['claims renew many', /JOIN unnest\(\$3::text\[\], \$4::bigint\[\]\)/],
     ['claim finish', /UPDATE cyclium_work_claims c SET state = \$3/],

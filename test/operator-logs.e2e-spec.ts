@@ -12,6 +12,7 @@ import { LocalBus } from '@cyclium/nestjs/adapters';
 import { CapturingLogger, STACK_LINE, aboveDebug } from './support/capturing-logger.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { useDatabase } from './support/database.js';
+import { lapseClaim, stealClaim } from './support/episode-claims.js';
 import { waitFor } from './support/wait-for.js';
 
 /** Steps wait here until the test opens the gate or the run is stopped. */
@@ -174,10 +175,7 @@ describe('logs an operator can read', () => {
     const id = started.episode.id;
     await waitFor('the step to wait', () => gates.has('lapsed'));
     // The lease runs out in the database while the holder still thinks it is alive; no node takes it.
-    await database.db.query(
-      `UPDATE cyclium_work_claims SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`,
-      [`episode:${id}`],
-    );
+    await lapseClaim(database.db, id);
     await waitFor('the abort line', () =>
       logger.about(id).some((line) => line.text.includes('aborted')),
     );
@@ -196,10 +194,7 @@ describe('logs an operator can read', () => {
     const id = started.episode.id;
     await waitFor('the step to wait', () => gates.has('stolen'));
     // What a peer's takeover writes: the claim at the next fence, and the row under its name.
-    await database.db.query(
-      `UPDATE cyclium_work_claims SET owner_node = 'node-thief', fence = fence + 1 WHERE dedupe_key = $1`,
-      [`episode:${id}`],
-    );
+    await stealClaim(database.db, id, 'node-thief');
     await database.db.query(`UPDATE cyclium_episodes SET owner_node = 'node-thief' WHERE id = $1`, [
       id,
     ]);

@@ -139,7 +139,7 @@ describe("faults of the library's own writes", () => {
       `SELECT e.status, e.error_class,
               (SELECT array_agg(s.name ORDER BY s.step_no) FROM cyclium_episode_steps s WHERE s.episode_id = e.id) AS steps,
               (SELECT count(*)::int FROM cyclium_events v WHERE v.payload->>'episodeId' = e.id::text AND v.type = 'episode.completed') AS terminal_events,
-              (SELECT c.state FROM cyclium_work_claims c WHERE c.dedupe_key = 'episode:' || e.id::text) AS claim
+              e.claim_state AS claim
          FROM cyclium_episodes e WHERE e.id = $1`,
       [id],
     );

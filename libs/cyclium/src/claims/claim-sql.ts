@@ -1,8 +1,12 @@
+import { OWN_CLAIM_IN_ROW, ownedInRow, ownedInRows } from './row-claim-sql.js';
+
 /**
  * The one spelling of each claim statement shape. The single statements, the in-transaction
  * fragments and the batched fragments all render their SQL here with their own parameter refs
  * (positional parameters, CTE columns), so a fence rule is written once and cannot drift between
- * forms. Every ref is an SQL expression used as is; the claim row is always aliased `c`.
+ * forms. Every ref is an SQL expression used as is; the claim row is always aliased `c`. A claim
+ * lives in cyclium_work_claims or, for a new episode, in its own row (row-claim-sql.ts): proofs
+ * and reads here look in both.
  */
 
 /** Which generation of a claim a statement means. */
@@ -39,25 +43,35 @@ export function heldClaim({ key, owner, fence }: ClaimRefs): string {
 }
 
 /**
- * The ownership proof: one row while owned. Locked (`FOR SHARE`), it holds the claim row until the
- * statement's transaction ends, so a thief's takeover waits for our commit and then sees the
- * outcome.
+ * The ownership proof: one row while owned, in the claim table or in the episode row that holds the
+ * claim alone (never both: claimInRow). Locked (`FOR SHARE`), it holds the row that holds the claim
+ * until the statement's transaction ends, so a thief's takeover waits for our commit and then sees
+ * the outcome (a takeover of a claim held in its row inserts a claim-table row, whose mirror into
+ * the episode row waits).
  */
 export function ownedClaim(refs: ClaimRefs, lock: boolean): string {
-  return `SELECT 1 FROM cyclium_work_claims c WHERE ${heldClaim(refs)}${lock ? ' FOR SHARE' : ''}`;
+  const share = lock ? ' FOR SHARE' : '';
+  return `
+    SELECT 1 FROM (SELECT 1 FROM cyclium_work_claims c WHERE ${heldClaim(refs)}${share}) t
+    UNION ALL
+    SELECT 1 FROM (${ownedInRow(refs, lock)}) r`;
 }
 
 /**
  * The ownership proof for every row of `input` (columns `key`, `owner`, `fence`): the rows whose
- * owner holds the key at that fence, their claim rows locked in key order (see RENEW_MANY).
+ * owner holds the key at that fence, their claim rows locked in key order (see RENEW_MANY), then
+ * the episode rows that hold their claims alone, in id order.
  */
 export function ownedClaims(input: string): string {
   return `
-    SELECT i.* FROM ${input} i
-      JOIN cyclium_work_claims c
-        ON ${heldClaim({ key: 'i.key', owner: 'i.owner', fence: 'i.fence' })}
-     ORDER BY c.dedupe_key
-       FOR SHARE OF c`;
+    SELECT t.* FROM (
+      SELECT i.* FROM ${input} i
+        JOIN cyclium_work_claims c
+          ON ${heldClaim({ key: 'i.key', owner: 'i.owner', fence: 'i.fence' })}
+       ORDER BY c.dedupe_key
+         FOR SHARE OF c) t
+    UNION ALL
+    SELECT r.* FROM (${ownedInRows(input)}) r`;
 }
 
 /** Extends held leases by `leaseSeconds` from now; `from` and `where` pick the rows. */
@@ -81,14 +95,18 @@ export function renewLeases({
 }
 
 /**
- * A first claim (attempt 1, fence 1): an INSERT that loses on the primary key when the key exists.
- * `rows` is the rest of a `SELECT <values>` (FROM, WHERE, ORDER BY) when the values come from a
- * query; without it the values are one row. `fresh`: no row can hold the keys yet (just-minted
- * episode ids), so the insert goes without a conflict arbiter, which would make each row a
- * speculative insert (a second WAL record to confirm it).
+ * A first claim in the table (attempt 1 unless `attempt` says otherwise; fence 1, which the table's
+ * trigger raises above a claim the episode row held): an INSERT that loses on the primary key when
+ * the key exists. `rows` is the rest of a `SELECT <values>` (FROM, WHERE, ORDER BY) when the values
+ * come from a query; without it the values are one row.
  */
 export function insertClaims(
-  refs: LeaseRefs & { key: string; rows?: string; returning: string; fresh?: boolean },
+  refs: LeaseRefs & {
+    key: string;
+    rows?: string;
+    returning: string;
+    attempt?: string;
+  },
 ): string {
   const withType = refs.workType !== undefined;
   const columns =
@@ -96,11 +114,12 @@ export function insertClaims(
     `attempt, fence${withType ? ', work_type' : ''}`;
   const values =
     `${refs.key}, 'claimed', ${refs.owner}, ${refs.leaseFrom} + make_interval(secs ` +
-    `=> ${refs.leaseSeconds}), now(), now(), 1, 1${withType ? `, ${refs.workType}` : ''}`;
+    `=> ${refs.leaseSeconds}), now(), now(), ${refs.attempt ?? '1'}, 1` +
+    (withType ? `, ${refs.workType}` : '');
   return `
     INSERT INTO cyclium_work_claims (${columns})
     ${refs.rows === undefined ? `VALUES (${values})` : `SELECT ${values} ${refs.rows}`}
-    ${refs.fresh === true ? '' : 'ON CONFLICT (dedupe_key) DO NOTHING'}
+    ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING ${refs.returning}`;
 }
 
@@ -169,12 +188,33 @@ export function finishClaims(
 
 /**
  * Whether anyone holds a live claim on the episode row `episode` (an SQL alias of cyclium_episodes)
- * names: its key as claimKeyOf spells it, state `claimed`, lease unexpired by the database clock.
+ * names: its key as claimKeyOf spells it, state `claimed`, lease unexpired by the database clock;
+ * in the claim table or in the row itself (which mirrors the table's claim when there is one).
+ * Never NULL (a row that never held a claim has NULL columns): callers negate it.
  */
 export function liveClaimOnEpisode(episode: string): string {
-  return `EXISTS (SELECT 1 FROM cyclium_work_claims c
+  return `(coalesce(${episode}.claim_state = 'claimed' AND ${episode}.claim_lease_until > now(),
+                    false)
+           OR EXISTS (SELECT 1 FROM cyclium_work_claims c
             WHERE c.dedupe_key = coalesce(${episode}.dedupe_key, 'episode:' || ${episode}.id)
-              AND c.state = 'claimed' AND c.lease_until > now())`;
+              AND c.state = 'claimed' AND c.lease_until > now()))`;
+}
+
+/**
+ * The live claims of each node (`owner_node`, `n`): the claim table's, and those of running
+ * episodes that hold theirs alone, read through the status index.
+ */
+export function liveClaimCounts(): string {
+  return `
+    SELECT owner_node, sum(n)::int AS n FROM (
+      SELECT owner_node, count(*) AS n FROM cyclium_work_claims
+       WHERE state = 'claimed' AND lease_until > now() GROUP BY owner_node
+      UNION ALL
+      SELECT e.claim_owner, count(*) FROM cyclium_episodes e
+       WHERE e.status = 'running' AND e.claim_state = 'claimed' AND e.claim_lease_until > now()
+         AND ${OWN_CLAIM_IN_ROW}
+       GROUP BY e.claim_owner) held
+     GROUP BY owner_node`;
 }
 
 /**

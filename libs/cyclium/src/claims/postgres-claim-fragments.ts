@@ -7,6 +7,7 @@ import {
   stillTakeable,
   takeOverClaims,
 } from './claim-sql.js';
+import { claimInRow } from './row-claim-sql.js';
 import type { ClaimFragments } from './work-claims-adapter.interface.js';
 
 /** Completes or fails the claim at `fence` when `when` holds, `RETURNING 1`. */
@@ -80,13 +81,20 @@ function acquireAsSeen({
   ];
 }
 
-/** The claim of keys no row can hold yet (`fresh`): inserted without a look or an arbiter. */
-function acquireFresh(
-  refs: { key: string; owner: string; leaseSeconds: string; workType?: string },
-  rows: string,
-  returning: string,
-): Array<[string, string]> {
-  return [['claim', insertClaims({ ...refs, leaseFrom: 'now()', rows, returning, fresh: true })]];
+/**
+ * The claim of keys no row can hold yet (`fresh`): the keys of the episodes the statement inserts,
+ * whose rows take the claim themselves (RowClaim, `episodeRows`). Nothing to write: the claim as
+ * the rows hold it, by the same expressions (fence 1, attempt 1, the lease from `now()`).
+ */
+function acquireFresh(leaseSeconds: string, key: string, rows: string): Array<[string, string]> {
+  return [
+    [
+      'claim',
+      `SELECT ${key} AS key, 1::bigint AS fence, 1 AS attempt,
+              now() + make_interval(secs => ${leaseSeconds}) AS lease_until,
+              NULL::text AS stolen_from ${rows}`,
+    ],
+  ];
 }
 
 /**
@@ -153,22 +161,14 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   ownerMany: ({ input }) => ownedClaims(input),
   acquire: (refs) =>
     refs.fresh === true
-      ? acquireFresh(
-          refs,
-          `WHERE (${refs.when})`,
-          'fence, attempt, lease_until, NULL::text AS stolen_from',
-        )
+      ? acquireFresh(refs.leaseSeconds, refs.key, `WHERE (${refs.when})`)
       : acquireAsSeen(refs),
   finish: (refs) => finishing(refs, refs.when),
   // finish, with the lease `owner` checks: the write is the proof.
   finishHeld: (refs) => finishing(refs, `c.lease_until > now() AND (${refs.when})`),
   acquireMany: ({ input, owner, leaseSeconds, fresh }) =>
     fresh === true
-      ? acquireFresh(
-          { key: 'i.key', owner, leaseSeconds },
-          `FROM ${input} i ORDER BY i.key`,
-          'dedupe_key AS key, fence, attempt, lease_until, NULL::text AS stolen_from',
-        )
+      ? acquireFresh(leaseSeconds, 'i.key', `FROM ${input} i`)
       : acquireManyAsSeen(input, owner, leaseSeconds),
   finishMany: ({ input }) =>
     finishClaims({
@@ -184,5 +184,9 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   finished: ({ key, owner, fence }) => `
     SELECT 1 FROM cyclium_work_claims
      WHERE dedupe_key = ${key} AND owner_node = ${owner} AND fence = ${fence}
-       AND state IN ('done', 'failed')`,
+       AND state IN ('done', 'failed')
+    UNION ALL
+    SELECT 1 FROM cyclium_episodes e
+     WHERE ${claimInRow(key)} AND e.claim_owner = ${owner} AND e.claim_fence = ${fence}
+       AND e.claim_state IN ('done', 'failed')`,
 };

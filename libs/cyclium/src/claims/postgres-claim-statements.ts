@@ -8,12 +8,15 @@ import {
   stillTakeable,
   takeOverClaims,
 } from './claim-sql.js';
+import { claimInRow, OWN_CLAIM_IN_ROW, renewInRows, writeRowClaims } from './row-claim-sql.js';
 
 /** The prepared statements PostgresClaims sends on its own, in the shapes of claim-sql.ts. */
 
 /** What INSERT_OR_READ and TAKE_OVER return. */
 export interface ClaimRow {
   inserted: boolean;
+  /** The holder of a lapsed claim its episode row held alone, which the insert took over. */
+  stolen_from?: string | null;
   state: 'claimed' | 'done' | 'failed';
   owner_node: string;
   fence: string;
@@ -33,22 +36,33 @@ const POSITIONAL = { key: '$1', owner: '$2', fence: '$3' };
  * The read uses this statement's snapshot, so a row another node inserted and committed while we
  * waited on its conflict is invisible here; no row at all therefore means a claim younger than us:
  * busy, which is the right answer.
+ * An episode that holds its claim in its own row (`in_row`) is taken over by this insert as a
+ * takeover of a claim-table row would: attempt counted on unless it was done, its holder reported.
+ * Its fence rises above the row's (the table's trigger sees to it); while the row's claim is live,
+ * the trigger skips the insert: busy.
  */
 export const INSERT_OR_READ = prepared(
   'claims_insert_or_read',
   `
-  WITH inserted AS (${insertClaims({
+  WITH in_row AS (
+    SELECT e.claim_owner, e.claim_state, e.claim_attempt FROM cyclium_episodes e
+     WHERE ${claimInRow('$1::text')} AND e.claim_fence IS NOT NULL),
+  inserted AS (${insertClaims({
     key: '$1',
     owner: '$2',
     leaseSeconds: '$3',
     leaseFrom: 'clock_timestamp()',
     workType: '$4',
-    returning: 'true AS inserted, state, owner_node, fence, attempt, lease_until, false AS expired',
+    rows: 'FROM (SELECT 1) one LEFT JOIN in_row r ON true',
+    attempt: `CASE WHEN r.claim_state IN ('claimed', 'failed') THEN r.claim_attempt + 1 ELSE 1 END`,
+    returning:
+      `true AS inserted, state, owner_node, fence, attempt, lease_until, false AS expired, ` +
+      `(SELECT claim_owner FROM in_row WHERE claim_state = 'claimed') AS stolen_from`,
   })}
   )
   SELECT * FROM inserted
   UNION ALL
-  SELECT false, state, owner_node, fence, attempt, lease_until, lease_until < now()
+  SELECT false, state, owner_node, fence, attempt, lease_until, lease_until < now(), NULL
     FROM cyclium_work_claims
    WHERE dedupe_key = $1 AND NOT EXISTS (SELECT 1 FROM inserted)`,
 );
@@ -68,13 +82,23 @@ export const TAKE_OVER = prepared(
   }),
 );
 
-/** $4 NULL: whichever generation `owner` holds. */
+/** $4 NULL: whichever generation `owner` holds. In the claim table or the episode row. */
 export const RENEW = prepared(
   'claims_renew',
-  renewLeases({
+  `
+  WITH renewed AS (${renewLeases({
     leaseSeconds: '$3',
     where: heldClaim({ key: '$1', owner: '$2', fence: 'coalesce($4::bigint, c.fence)' }),
-  }),
+    returning: '1',
+  })}),
+  ${renewInRows({
+    from: '(SELECT $1::text AS dedupe_key) held',
+    owner: '$2',
+    fence: 'coalesce($4::bigint, e.claim_fence)',
+    leaseSeconds: '$3',
+    returning: 'held.dedupe_key',
+  })}
+  SELECT 1 FROM renewed UNION ALL SELECT 1 FROM row_renewed`,
 );
 
 /**
@@ -90,13 +114,23 @@ export const RENEW_MANY = prepared(
       JOIN unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)
         ON ${heldClaim({ key: 'held.dedupe_key', owner: '$1', fence: 'held.fence' })}
      ORDER BY c.dedupe_key
-       FOR UPDATE OF c)
-  ${renewLeases({
+       FOR UPDATE OF c),
+  renewed AS (${renewLeases({
     leaseSeconds: '$2',
     from: 'locked',
     where: 'c.dedupe_key = locked.dedupe_key',
     returning: 'c.dedupe_key, c.fence',
-  })}`,
+  })}),
+  ${renewInRows({
+    from: 'unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)',
+    owner: '$1',
+    fence: 'held.fence',
+    leaseSeconds: '$2',
+    returning: 'held.dedupe_key, held.fence',
+  })}
+  SELECT dedupe_key, fence FROM renewed
+  UNION ALL
+  SELECT dedupe_key, fence FROM row_renewed`,
 );
 
 /**
@@ -111,10 +145,21 @@ export const RELEASE_MANY = prepared(
      WHERE owner_node = $1 AND state = 'claimed' AND dedupe_key = ANY($2::text[])
        AND lease_until > now()
      ORDER BY dedupe_key
-       FOR UPDATE)
-  UPDATE cyclium_work_claims AS c SET lease_until = now()
-    FROM locked
-   WHERE c.dedupe_key = locked.dedupe_key`,
+       FOR UPDATE),
+  released AS (
+    UPDATE cyclium_work_claims AS c SET lease_until = now()
+      FROM locked
+     WHERE c.dedupe_key = locked.dedupe_key
+    RETURNING 1),
+  ${writeRowClaims({
+    name: 'row_released',
+    from: 'unnest($2::text[]) AS held (dedupe_key)',
+    key: 'held.dedupe_key',
+    where: `e.claim_owner = $1 AND e.claim_state = 'claimed' AND e.claim_lease_until > now()`,
+    set: 'claim_lease_until = now()',
+    returning: 'held.dedupe_key',
+  })}
+  SELECT 1 FROM released UNION ALL SELECT 1 FROM row_released`,
 );
 
 /**
@@ -123,13 +168,26 @@ export const RELEASE_MANY = prepared(
  */
 export const FINISH = prepared(
   'claims_finish',
-  finishClaims({
+  `
+  WITH finished AS (${finishClaims({
     key: '$1',
     owner: '$2',
     fence: 'coalesce($5::bigint, c.fence)',
     state: '$3',
     detail: '$4',
-  }),
+    returning: '1',
+  })}),
+  ${writeRowClaims({
+    name: 'row_finished',
+    from: '(SELECT $1::text AS dedupe_key) held',
+    key: 'held.dedupe_key',
+    where:
+      `e.claim_owner = $2 AND e.claim_state = 'claimed' AND ` +
+      `e.claim_fence = coalesce($5::bigint, e.claim_fence)`,
+    set: 'claim_state = $3',
+    returning: 'held.dedupe_key',
+  })}
+  SELECT 1 FROM finished UNION ALL SELECT 1 FROM row_finished`,
 );
 
 export const OWNS = prepared('claims_owns', ownedClaim(POSITIONAL, false));
@@ -145,8 +203,14 @@ export const PROVE_OWNERSHIP = prepared('claims_prove_ownership', OWNER_CTE);
 export const RECLAIM_EXPIRED = prepared(
   'claims_reclaim_expired',
   `
-  SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
-   WHERE state = 'claimed' AND lease_until < now()
+  SELECT * FROM (
+    SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
+     WHERE state = 'claimed' AND lease_until < now()
+    UNION ALL
+    SELECT 'episode:' || e.id, e.claim_owner, e.claim_fence, e.claim_lease_until, NULL
+      FROM cyclium_episodes e
+     WHERE e.status = 'running' AND e.claim_state = 'claimed' AND e.claim_lease_until < now()
+       AND ${OWN_CLAIM_IN_ROW}) lapsed
    ORDER BY lease_until
    LIMIT $1`,
 );

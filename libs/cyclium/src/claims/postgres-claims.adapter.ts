@@ -23,6 +23,9 @@ import type {
   WorkClaimsAdapter,
 } from './work-claims-adapter.interface.js';
 
+/** SQLSTATE 40001. */
+const SERIALIZATION_FAILURE = '40001';
+
 /**
  * The shipped adapter: race-free at READ COMMITTED without explicit row locks. A first claim is
  * one INSERT that loses on the primary key; every takeover is one conditional UPDATE.
@@ -52,8 +55,18 @@ export class PostgresClaims implements WorkClaimsAdapter {
     private readonly renewals: SqlExecutor = sql,
   ) {}
 
-  acquire(key: string, owner: string, options: AcquireOptions): Promise<AcquireResult> {
-    return this.acquireOn(this.sql, key, owner, options);
+  /**
+   * A takeover that raced a claim taken or renewed in its episode row meanwhile fails with the
+   * table trigger's serialization failure, having written nothing: busy, as when it loses to a
+   * claim-table row. (Inside the caller's transaction it stays an error: that transaction is over.)
+   */
+  async acquire(key: string, owner: string, options: AcquireOptions): Promise<AcquireResult> {
+    try {
+      return await this.acquireOn(this.sql, key, owner, options);
+    } catch (error) {
+      if ((error as { code?: unknown }).code === SERIALIZATION_FAILURE) return { status: 'busy' };
+      throw error;
+    }
   }
 
   private async acquireOn(
@@ -67,7 +80,8 @@ export class PostgresClaims implements WorkClaimsAdapter {
     );
     const row = rows[0];
     if (!row) return { status: 'busy' };
-    if (row.inserted) return acquired(row);
+    if (row.inserted)
+      return row.stolen_from ? { ...acquired(row), stolenFrom: row.stolen_from } : acquired(row);
     // Not re-entrant: a live lease is busy for everyone, its holder included.
     if (row.state === 'claimed' && !row.expired) return { status: 'busy' };
 

@@ -119,11 +119,12 @@ export interface InTransactionClaims {
  *   that is the ownership proof and the finish in one write, its row lock holding the claim until
  *   the transaction ends as `owner`'s does. A lone end uses it instead of `owner` and `finish`,
  *   which lock the row and then write it again; without it, it uses those two.
- * - `episodeRows` (optional): true only where the claims are the shipped adapter's rows of
- *   cyclium_work_claims, which the database mirrors into each episode's own row (its `claim_*`
- *   columns). A begin of a new episode then writes its first claim into the row it inserts, and an
- *   end its finished state into the row it ends, so the mirror has nothing left to write. Leave it
- *   out in an adapter of your own.
+ * - `episodeRows` (optional): true only for the shipped adapter, whose claims of episodes live in
+ *   each episode's own row (its `claim_*` columns): a new episode's there alone, any other in
+ *   cyclium_work_claims, which the database mirrors into the row. A begin of a new episode then
+ *   writes its first claim into the row it inserts (the fragments' `fresh` acquire only reports
+ *   it), and an end proves its claim on the row it ends and writes the finished state there.
+ *   Leave it out in an adapter of your own.
  */
 export interface ClaimFragments {
   /** A SELECT with one row while `owner` holds `key` at `fence` (see above). */

@@ -170,10 +170,9 @@ export function isFresh(spec: Pick<NewEpisode, 'dedupeKey'>): boolean {
 }
 
 /**
- * The first claim of the new episodes an insert begins, written into their rows as the claim
- * fragment writes it into cyclium_work_claims (insertClaims: fence 1, attempt 1, the lease from
- * the transaction's `now()`), so the database's mirror finds the row already equal and writes
- * nothing (ClaimFragments.episodeRows). SQL refs: the same ones the claim fragment gets.
+ * The first claim of the new episodes an insert begins, held in their rows alone (fence 1,
+ * attempt 1, the lease from the transaction's `now()`, as the claim fragment reports it:
+ * ClaimFragments.episodeRows). SQL refs: the same ones the claim fragment gets.
  */
 export interface RowClaim {
   owner: string;

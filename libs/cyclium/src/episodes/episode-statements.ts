@@ -33,6 +33,7 @@ import type { StepRecord } from './running-episode.js';
 import { FlowQuiet } from './flow-quiet.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import { finishedState } from '../claims/claim-sql.js';
+import { rowHolds } from '../claims/row-claim-sql.js';
 
 /**
  * Who must own what for a write to count: the episode's claim key, this node, the fence it holds.
@@ -138,7 +139,8 @@ export class EpisodeStatements {
       key: p(key, 'text'),
       owner,
       leaseSeconds,
-      workType: p(null, 'text'),
+      // A begin has none: a constant, not a parameter a fragment may leave unread.
+      workType: 'NULL::text',
       when: 'EXISTS (SELECT 1 FROM ep)',
       fresh,
     });
@@ -223,8 +225,14 @@ export class EpisodeStatements {
     // own update locks it (a cancel, a drain's stamp), `torn` fails the statement, which then
     // writes nothing, as a refused end does.
     const finishHeld = joined ? claims.fragments.finishHeld : undefined;
+    // The row may hold the claim alone (a new episode's): then no claim-table row finishes, and the
+    // episode's own update is the proof, checked on the row as it is once locked. Where the table
+    // holds it, the row mirrors it, so the same check holds; the table's finish comes first (its
+    // row, then the episode's: the order a takeover and its mirror lock them in).
+    const rowClaims = joined && claims.fragments.episodeRows === true;
+    const claimWrite = finishHeld && rowClaims ? 'claim_table' : 'owner';
     statement.with(
-      'owner',
+      claimWrite,
       finishHeld
         ? finishHeld({
             ...refs,
@@ -235,6 +243,7 @@ export class EpisodeStatements {
           })
         : (joined ? claims : this.claims.openClaims()).fragments.owner(refs),
     );
+    if (claimWrite !== 'owner') statement.with('owner', `SELECT count(*) FROM ${claimWrite}`);
     const classification =
       terminal.classification === undefined ? null : JSON.stringify(terminal.classification);
     statement.with(
@@ -248,14 +257,15 @@ export class EpisodeStatements {
           errorClass: p(terminal.errorClass ?? null, 'text'),
           detail: p(terminal.detail ?? null, 'text'),
           result: p(resultJsonOf(terminal), 'jsonb'),
-          claim:
-            joined && claims.fragments.episodeRows === true
-              ? { ...refs, state: finishedState(p(failure, 'text')) }
-              : undefined,
+          claim: rowClaims ? { ...refs, state: finishedState(p(failure, 'text')) } : undefined,
         },
         // Open: no claim in the statement, so the episode row proves it (a sweep may have taken
         // it).
-        [joined ? undefined : runningHere('e', refs.owner), carried]
+        [
+          joined ? undefined : runningHere('e', refs.owner),
+          rowClaims ? rowHolds('e', refs) : undefined,
+          carried,
+        ]
           .filter((held) => held !== undefined)
           .join(' AND ') || undefined,
       ),
@@ -296,8 +306,8 @@ export class EpisodeStatements {
     const asked = (quiet ? `, ${quiet.column}` : '') + event.columns;
     // The cast reads the claim's write, so the planner cannot fold it into an error of its own.
     const torn = finishHeld
-      ? `, CASE WHEN NOT EXISTS (SELECT 1 FROM ep) AND EXISTS (SELECT 1 FROM owner) THEN ` +
-        `(${p(TORN, 'text')} || (SELECT count(*) FROM owner)::text)::int END AS torn`
+      ? `, CASE WHEN NOT EXISTS (SELECT 1 FROM ep) AND EXISTS (SELECT 1 FROM ${claimWrite}) ` +
+        `THEN (${p(TORN, 'text')} || (SELECT count(*) FROM ${claimWrite})::text)::int END AS torn`
       : '';
 
     const startedAt = performance.now();

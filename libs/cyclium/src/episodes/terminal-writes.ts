@@ -75,9 +75,10 @@ export interface OutcomeRefs {
   detail: string;
   result: string;
   /**
-   * The claim the same statement finishes, when the row holds it too (ClaimFragments.episodeRows):
-   * the row takes its finished state while it holds that generation, so the database's mirror of
-   * the claim's finish finds it already equal.
+   * The claim the same statement finishes, when the row holds it (ClaimFragments.episodeRows):
+   * the row takes its finished state while it holds that generation. A claim held in the row
+   * alone finishes there; one the claim table holds finishes there too, and the database's mirror
+   * of it finds the row already equal.
    */
   claim?: { owner: string; fence: string; state: string };
 }

@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { CYCLIUM_OPTIONS } from '../cyclium.constants.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
+import { liveClaimCounts } from '../claims/claim-sql.js';
 import { SharedRead } from '../primitives/shared-read.js';
 import { busChannel } from '../bus/bus-channel.js';
 import { STORED_POSITIONS, type StoredPosition } from '../bus/bus-positions.js';
@@ -122,8 +123,7 @@ export const MAX_STATUS_WINDOW_MS = 86_400_000;
 const CLUSTER_STATUS = `
   WITH running AS (SELECT owner_node, count(*)::int AS n FROM cyclium_episodes
                    WHERE status = 'running' GROUP BY owner_node),
-       claims AS (SELECT owner_node, count(*)::int AS n FROM cyclium_work_claims
-                   WHERE state = 'claimed' AND lease_until > now() GROUP BY owner_node)
+       claims AS (${liveClaimCounts()})
   SELECT now() AS at,
     coalesce((SELECT json_agg(json_build_object(
         'identity', n.node_identity, 'stack', n.stack, 'env', n.env, 'mode', n.mode, 'hostname',

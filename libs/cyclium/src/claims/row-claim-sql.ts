@@ -1,0 +1,123 @@
+/**
+ * The claims an episode holds in its own row (the `claim_*` columns of cyclium_episodes, migration
+ * 31). A begin of a new episode writes its first claim there and nowhere else; the claim then
+ * lives in the row until someone takes it over, which goes through cyclium_work_claims (insert or
+ * takeover), whose triggers carry every claim-table write into the row. So for a key
+ * `episode:<id>`: with no claim-table row, the row holds the claim alone; with one, the table row
+ * holds it and the episode row mirrors it. Every statement here acts only on the first case, so a
+ * statement that also acts on the table never writes one claim twice. The episode row is always
+ * aliased `e`.
+ */
+
+/** A key `episode:<uuid>` as claimKeyOf spells it (the migration's triggers read it so too). */
+const EPISODE_KEY = `'^episode:[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$'`;
+
+/**
+ * The id of the episode an `episode:<uuid>` key names, else NULL, never a cast error. A plain
+ * expression over the key, so a lookup `e.id = <this>` reads the primary key, planned generic or
+ * not.
+ */
+function episodeIdOfKey(key: string): string {
+  return `CASE WHEN ${key} ~ ${EPISODE_KEY} THEN substr(${key}, 9)::uuid END`;
+}
+
+/** The claim table has no row for `key`. */
+export function noClaimRow(key: string): string {
+  return `NOT EXISTS (SELECT 1 FROM cyclium_work_claims w WHERE w.dedupe_key = ${key})`;
+}
+
+/** The row `e` is the one that holds `key`'s claim alone (no claim-table row for it). */
+export function claimInRow(key: string): string {
+  return `e.id = ${episodeIdOfKey(key)} AND ${noClaimRow(key)}`;
+}
+
+/** The episode row `e` holds its own claim alone (no dedupe key, no claim-table row). */
+export const OWN_CLAIM_IN_ROW = `e.dedupe_key IS NULL AND ${noClaimRow(`'episode:' || e.id`)}`;
+
+/**
+ * The episode row `row` holds a claim of `owner` at `fence`, state `claimed`, its lease unexpired
+ * by the database clock: heldClaim, in the row's columns.
+ */
+export function rowHolds(row: string, { owner, fence }: { owner: string; fence: string }): string {
+  return (
+    `${row}.claim_owner = ${owner} AND ${row}.claim_fence = ${fence} AND ${row}.claim_state = ` +
+    `'claimed' AND ${row}.claim_lease_until > now()`
+  );
+}
+
+/** The proof of one claim held in its row (see ownedClaim). */
+export function ownedInRow(
+  refs: { key: string; owner: string; fence: string },
+  lock: boolean,
+): string {
+  return (
+    `SELECT 1 FROM cyclium_episodes e WHERE ${claimInRow(refs.key)} AND ${rowHolds('e', refs)}` +
+    (lock ? ' FOR SHARE OF e' : '')
+  );
+}
+
+/**
+ * The rows of `input` (columns `key`, `owner`, `fence`) whose claim their episode row holds, those
+ * rows locked in id order (the order terminal batches and a drain's stamp lock them in).
+ */
+export function ownedInRows(input: string): string {
+  return `
+    SELECT i.* FROM ${input} i
+      JOIN cyclium_episodes e
+        ON ${claimInRow('i.key')} AND ${rowHolds('e', { owner: 'i.owner', fence: 'i.fence' })}
+     ORDER BY e.id
+       FOR SHARE OF e`;
+}
+
+/**
+ * `SET`s the claim columns in `set` of the episode rows that hold the claims on the keys `from`
+ * lists (`key`, a column of it) alone, where `where` holds too, as CTEs for a `WITH` list:
+ * `${name}_locked` locks them in id order first, and `name` writes them, `RETURNING` the locked
+ * rows' `id` and `returning` columns.
+ */
+export function writeRowClaims({
+  name,
+  from,
+  key,
+  where,
+  set,
+  returning,
+}: {
+  name: string;
+  from: string;
+  key: string;
+  where: string;
+  set: string;
+  returning: string;
+}): string {
+  return `
+  ${name}_locked AS (
+    SELECT e.id, ${returning} FROM ${from}
+      JOIN cyclium_episodes e ON ${claimInRow(key)} AND ${where}
+     ORDER BY e.id
+       FOR UPDATE OF e),
+  ${name} AS (
+    UPDATE cyclium_episodes e SET ${set} FROM ${name}_locked l WHERE e.id = l.id
+    RETURNING l.*)`;
+}
+
+/**
+ * Renews by `leaseSeconds` from now the claims `owner` holds in their rows at `fence` on the keys
+ * `from` lists (`held.dedupe_key`): writeRowClaims' CTEs, named `row_renewed`.
+ */
+export function renewInRows(refs: {
+  from: string;
+  owner: string;
+  fence: string;
+  leaseSeconds: string;
+  returning: string;
+}): string {
+  return writeRowClaims({
+    name: 'row_renewed',
+    from: refs.from,
+    key: 'held.dedupe_key',
+    where: rowHolds('e', refs),
+    set: `claim_lease_until = now() + make_interval(secs => ${refs.leaseSeconds})`,
+    returning: refs.returning,
+  });
+}
