@@ -189,18 +189,21 @@ describe("an episode's claim in its own row", () => {
    * A running episode a node `v3` began claiming in rows: its claim in the row alone, live for
    * `leaseSeconds`, its journal quiet for a minute (an orphan to the sweep, were it not held).
    */
-  const heldInRowOnly = async (leaseSeconds: number): Promise<string> => {
+  const heldInRowOnly = async (
+    leaseSeconds: number,
+    env: string | null = null,
+  ): Promise<string> => {
     const id = randomUUID();
     await database.db.query(
       `INSERT INTO cyclium_episodes
          (id, actor_id, expectation_id, trigger_type, trigger_ref, status, owner_node,
-          max_attempts, started_at, inserted_at, updated_at, claim_owner, claim_fence, claim_state,
-          claim_lease_until, claim_attempt)
+          max_attempts, started_at, inserted_at, updated_at, source_env, claim_owner, claim_fence,
+          claim_state, claim_lease_until, claim_attempt)
        VALUES ($1, 'row_claims', 'ok', 'manual', '{"type":"manual","payload":{}}', 'running', 'v3',
                1, now() - interval '1 minute', now() - interval '1 minute',
-               now() - interval '1 minute', 'v3', 4, 'claimed',
+               now() - interval '1 minute', $3, 'v3', 4, 'claimed',
                now() + make_interval(secs => $2), 1)`,
-      [id, leaseSeconds],
+      [id, leaseSeconds, env],
     );
     return id;
   };
@@ -240,6 +243,37 @@ describe("an episode's claim in its own row", () => {
     const { table, row } = await pair(id);
     expect(table).toMatchObject({ owner: NODE, fence: 5, state: 'done' });
     expect(row).toEqual(table);
+  });
+
+  it('renews, proves, releases and finishes a claim held in its row alone, at its fence only', async () => {
+    const claims = app.get(WorkClaims);
+    const id = await heldInRowOnly(3_600);
+    const key = `episode:${id}`;
+    const before = (await pair(id)).row;
+    expect(await claims.owns(key, 'v3', 4)).toBe(true);
+    expect(await claims.owns(key, 'v3', 3)).toBe(false);
+    expect(await claims.owns(key, NODE, 4)).toBe(false);
+    expect(await claims.renew(key, 'v3', 7_200, 3)).toBe('not_owner');
+    expect(await claims.renew(key, 'v3', 7_200, 4)).toBe('ok');
+    const renewed = (await pair(id)).row;
+    expect(new Date(String(renewed?.lease_until)).getTime()).toBeGreaterThan(
+      new Date(String(before?.lease_until)).getTime(),
+    );
+    expect(await claims.complete(key, NODE, 4)).toBe('not_owner');
+    expect(await claims.fail(key, 'v3', 'late', 3)).toBe('not_owner');
+    expect(await claims.complete(key, 'v3', 4)).toBe('ok');
+    expect(await pair(id)).toEqual({
+      table: null,
+      row: expect.objectContaining({ owner: 'v3', fence: 4, state: 'done' }),
+    });
+    expect(await claims.owns(key, 'v3', 4)).toBe(false);
+
+    // A drain's release lapses the lease in the row; the claim stays `claimed`, free to take (in
+    // an env this node does not sweep, so that nobody takes it meanwhile).
+    const released = await heldInRowOnly(3_600, 'elsewhere');
+    expect(await claims.releaseAll([`episode:${released}`], 'v3')).toBe(1);
+    expect(await claims.owns(`episode:${released}`, 'v3', 4)).toBe(false);
+    expect((await pair(released)).row).toMatchObject({ owner: 'v3', state: 'claimed' });
   });
 
   it('lets no write of a generation the row has moved past through, and answers busy while the row claim is live', async () => {
