@@ -17,6 +17,11 @@ async function buckets(database: TestDatabase): Promise<Array<{ at: number; n: n
   return rows.map((r) => ({ at: Date.parse(r.at), n: r.n }));
 }
 
+/** Whether `seen` (in order) holds every bucket from `from` on, up to its newest. */
+function gapless(seen: Array<{ at: number }>, from: number): boolean {
+  return seen.every((b, i) => b.at === from + i * EVERY_MS);
+}
+
 /** Boots a cluster whose advisor runs every 2 s, lets it run a bucket, kills it all, and waits out MISSED more buckets. */
 function stoppedCluster(catchUp: 'all' | 'last') {
   const database = useDatabase();
@@ -68,10 +73,16 @@ describe("a schedule's catch-up after a whole-cluster stop", () => {
     it('runs each missed bucket once, from two nodes booting together', async () => {
       const last = await cluster.stop();
       const back = await Promise.all([cluster.boot('all-c'), cluster.boot('all-d')]);
-      const after = await waitFor('the missed buckets and a live one to run', async () => {
-        const seen = (await buckets(cluster.database)).filter((b) => b.at > last);
-        return seen.length >= MISSED + 1 ? seen : null;
-      }).then((seen) => seen as NonNullable<typeof seen>);
+      // The catch-up fires the missed buckets one by one while the live timer fires the next ones,
+      // so a live bucket may land before the last missed one: wait for every bucket from the stop on,
+      // which a lost bucket never completes.
+      const after = await waitFor(
+        'the missed buckets and a live one to run, with no gap',
+        async () => {
+          const seen = (await buckets(cluster.database)).filter((b) => b.at > last);
+          return seen.length >= MISSED + 1 && gapless(seen, last + EVERY_MS) ? seen : null;
+        },
+      ).then((seen) => seen as NonNullable<typeof seen>);
       // No gap from the last bucket before the stop to the newest, and none twice.
       expect(after.map((b) => (b.at - last) / EVERY_MS)).toEqual(after.map((_, i) => i + 1));
       expect(after.every((b) => b.n === 1)).toBe(true);
@@ -98,7 +109,7 @@ describe("a schedule's catch-up after a whole-cluster stop", () => {
       expect(latest).toBe(last + missed * EVERY_MS);
       const after = await waitFor('the latest missed bucket and a live one to run', async () => {
         const seen = (await buckets(cluster.database)).filter((b) => b.at > last);
-        return seen.length >= 2 ? seen : null;
+        return seen.length >= 2 && gapless(seen, latest) ? seen : null;
       }).then((seen) => seen as NonNullable<typeof seen>);
       // The buckets before the latest missed one never ran; from it on, each once.
       expect(after[0]?.at).toBe(latest);
