@@ -6,9 +6,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
+import { Episodes } from '@cyclium/nestjs';
 import { EndWrites } from '../libs/cyclium/src/episodes/end-writes.js';
 import type { EndOutcome } from '../libs/cyclium/src/episodes/episode-statements.js';
 import { startCycliumApp } from './support/cyclium-app.js';
+import { stealClaim } from './support/episode-claims.js';
 import { heldEpisodes, type HeldEpisode as Held } from './support/held-episodes.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
@@ -177,6 +179,55 @@ describe('batched terminal writes', () => {
     ]);
     const [row] = await state([e]);
     expect(row).toMatchObject({ status: 'done', claim: 'done', checkpoints: 0 });
+  });
+
+  it('proves a lone end of a claim held in its episode row alone on that row: stolen, it writes nothing', async () => {
+    // Two running episodes whose claims this node holds in their rows alone, as a begin of a new
+    // episode writes them; the first is then taken over in place.
+    const inRows = await Promise.all(
+      [1, 2].map(async () => {
+        const episode = await app.get(Episodes).create({ actorId: 'batch', expectationId: 'x' });
+        await database.db.query(
+          `UPDATE cyclium_episodes
+              SET claim_owner = 'ender', claim_fence = 1, claim_state = 'claimed',
+                  claim_lease_until = now() + interval '1 hour', claim_attempt = 1
+            WHERE id = $1`,
+          [episode.id],
+        );
+        return { episode, ownership: { key: `episode:${episode.id}`, owner: 'ender', fence: 1 } };
+      }),
+    );
+    const [stolen, kept] = inRows as [Held, Held];
+    await stealClaim(database.db, stolen.episode.id);
+
+    expect(await ends.end(stolen.episode, stolen.ownership, done(stolen, 'stolen'))).toBeNull();
+    expect(await ends.end(kept.episode, kept.ownership, done(kept, 'kept'))).toEqual([]);
+
+    const rows = await database.db.query(
+      `SELECT id, status, summary, claim_owner, claim_fence::int AS fence, claim_state,
+              (SELECT count(*)::int FROM cyclium_work_claims c
+                WHERE c.dedupe_key = 'episode:' || e.id) AS claim_rows
+         FROM cyclium_episodes e WHERE id = ANY($1::uuid[]) ORDER BY id = $2 DESC`,
+      [[stolen.episode.id, kept.episode.id], stolen.episode.id],
+    );
+    expect(rows.rows).toEqual([
+      expect.objectContaining({
+        status: 'running',
+        summary: null,
+        claim_owner: 'thief',
+        fence: 2,
+        claim_state: 'claimed',
+        claim_rows: 0,
+      }),
+      expect.objectContaining({
+        status: 'done',
+        summary: 'kept',
+        claim_owner: 'ender',
+        fence: 1,
+        claim_state: 'done',
+        claim_rows: 0,
+      }),
+    ]);
   });
 
   it("writes nothing when the episode's row refuses a lone end after its claim was finished", async () => {
