@@ -75,7 +75,9 @@ export async function startNodeProcess(
     try {
       return await startOnce(main, databaseUrl, options);
     } catch (error) {
-      if (attempt >= PORT_ATTEMPTS || !/EADDRINUSE/.test(String(error))) throw error;
+      // The demo says so in its own words ("port N is in use"); another app may print the code.
+      if (attempt >= PORT_ATTEMPTS || !/EADDRINUSE|port \d+ is in use/.test(String(error)))
+        throw error;
     }
   }
 }
