@@ -4,6 +4,7 @@ import type { ClaimFragments } from '../claims/work-claims-adapter.interface.js'
 import { WorkClaims } from '../leases/work-claims.service.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { Statement } from '../sql/statement.js';
+import { batchRows } from '../sql/batch-rows.js';
 import type { CycliumOutput } from '../entities/output.entity.js';
 import { BatchedWrites } from './batched-writes.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
@@ -167,10 +168,13 @@ export class EndWrites {
     ]);
     statement.with(
       'input',
-      `SELECT * FROM unnest(${input})
-         WITH ORDINALITY AS i (key, owner, fence, episode_id, status, summary, classification,
-                               error_class, error_detail, failure, result, step_journal_no,
-                               step_name, step_result, step_ms, n)`,
+      batchRows(
+        input,
+        'i',
+        `key, owner, fence, episode_id, status, summary, classification, error_class,
+         error_detail, failure, result, step_journal_no, step_name, step_result, step_ms, n`,
+        statement.param(items.length, 'int'),
+      ),
     );
     statement.with('owner', ownerMany({ input: 'input' }));
     const rowClaims = this.claims.inStatement().fragments.episodeRows === true;

@@ -1,4 +1,5 @@
 import type { Statement } from '../sql/statement.js';
+import { batchRows } from '../sql/batch-rows.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import type { EpisodeTrigger } from './episode-context.interface.js';
@@ -114,7 +115,7 @@ export const INPUT_COLUMNS = [...INPUT.map((c) => c.name), 'n'] as const;
  */
 export function episodeInput(statement: Statement, rows: readonly EpisodeInsert[]): string {
   const input = statement.arrays(INPUT.map((c) => [rows.map(c.value), c.cast] as const));
-  return `SELECT * FROM unnest(${input}) WITH ORDINALITY AS i (${INPUT_COLUMNS.join(', ')})`;
+  return batchRows(input, 'i', INPUT_COLUMNS.join(', '), statement.param(rows.length, 'int'));
 }
 
 /**

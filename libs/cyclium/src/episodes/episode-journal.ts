@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import type { FencedStatement } from '../leases/claims-in-statement.js';
 import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { prepared, type SqlExecutor } from '../sql/sql-executor.js';
+import { batchRows } from '../sql/batch-rows.js';
 import { CycliumEpisodeStep } from '../entities/episode-step.entity.js';
 import { rowMapper } from '../entities/row-mapper.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
@@ -38,11 +39,13 @@ export const STEP_CONFIRM: FencedStatement = {
 };
 
 /** The rows of a batch: one per element of the parameter arrays, numbered in order. */
-const STEP_INPUT_MANY = `
-    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[],
-                         $7::jsonb[], $8::int[], $9::int[], $10::text[])
-      WITH ORDINALITY AS i (key, owner, fence, episode_id, journal_no, name, result, duration_ms,
-                            step_no, signature, n)`;
+const STEP_INPUT_MANY = batchRows(
+  `$1::text[], $2::text[], $3::bigint[], $4::uuid[], $5::int[], $6::text[], $7::jsonb[],
+   $8::int[], $9::int[], $10::text[]`,
+  'i',
+  'key, owner, fence, episode_id, journal_no, name, result, duration_ms, step_no, signature, n',
+  '$11::int',
+);
 
 /** The row of a lone write, from scalar parameters in the same order: it plans as one row. */
 const STEP_INPUT_ONE = `
@@ -60,7 +63,7 @@ const STEP_INPUT_ONE = `
  * requested, so a running episode learns of one with the round trip it makes anyway. One row comes
  * back per input row, in input order. Parameters: keys, owners, fences, episode ids, journal
  * positions, names, results, durations, step numbers, checkpoint signatures (arrays of one length;
- * a lone write, the one that comes with `held`, passes them as scalars).
+ * a lone write, the one that comes with `held`, passes them as scalars), then a batch's length.
  */
 export function stepWrite(owner: string, held?: string): string {
   return `

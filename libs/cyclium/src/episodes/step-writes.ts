@@ -210,6 +210,7 @@ export class StepWrites {
         items.map((w) => w.record.durationMs),
         items.map((w) => w.record.stepNo),
         items.map((w) => this.signatureOf(w.episodeId, w.record)),
+        items.length,
       ]),
     );
     return items.map((_, i) => outcomeOf(rows[i]));

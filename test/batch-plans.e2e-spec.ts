@@ -1,0 +1,141 @@
+/**
+ * A batched begin, step and end keep reading the tables by key on the generic plan a connection
+ * keeps for its prepared statement, when that plan is made while the tables are small: the state
+ * of a new database, or of a deploy's first minutes, before autovacuum has analysed them.
+ *
+ * The statements are the real ones, sent by an in-process node that runs eight episodes at once so
+ * its writes leave in batches; each is then prepared on a connection of the test's own and its
+ * generic plan explained there, on the same small tables.
+ */
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type INestApplicationContext } from '@nestjs/common';
+import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import pg from 'pg';
+import { startCycliumApp } from './support/cyclium-app.js';
+import { freshDatabase } from './support/database.js';
+import { waitFor } from './support/wait-for.js';
+
+const AT_ONCE = 8;
+const TABLES = /^cyclium_(episodes|episode_steps|episode_checkpoints|work_claims)$/;
+
+@Injectable()
+@Actor({ id: 'batcher', maxConcurrentEpisodes: AT_ONCE })
+class BatcherActor {
+  @Expectation({ id: 'run', trigger: 'manual' })
+  async run(ep: EpisodeContext<{ n: number }>): Promise<void> {
+    await ep.step('first', () => ep.trigger.payload.n);
+    await ep.step('second', () => 2);
+  }
+}
+
+interface PlanNode {
+  'Node Type': string;
+  'Relation Name'?: string;
+  'Index Name'?: string;
+  Plans?: PlanNode[];
+}
+
+function nodesOf(plan: PlanNode): PlanNode[] {
+  return [plan, ...(plan.Plans ?? []).flatMap(nodesOf)];
+}
+
+type Query = (this: pg.Client, ...args: unknown[]) => unknown;
+
+/** The batched writes this test needs, by a piece of their text. */
+const BATCHES: Array<[string, RegExp]> = [
+  ['begin', /INSERT INTO cyclium_episodes/],
+  ['step', /INSERT INTO cyclium_episode_checkpoints/],
+  ['end', /DELETE FROM cyclium_episode_checkpoints/],
+];
+
+describe('batched writes on tables not yet analysed', () => {
+  let own: pg.Client;
+  let app: INestApplicationContext | undefined;
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- called with each client as `this`, and put back
+  const original = pg.Client.prototype.query as unknown as Query;
+  /** The text of each batch seen, by its name in BATCHES. */
+  const seen = new Map<string, string>();
+
+  beforeAll(async () => {
+    const url = await freshDatabase();
+    own = new pg.Client({ connectionString: url });
+    own.on('error', () => undefined);
+    await own.connect();
+    const { rows } = await own.query<{ analysed: number }>(
+      `SELECT count(*)::int AS analysed FROM pg_class
+        WHERE relname LIKE 'cyclium%' AND relkind = 'r' AND reltuples >= 0`,
+    );
+    // The state under test: PostgreSQL has never measured these tables.
+    expect(rows[0]?.analysed).toBe(0);
+    for (const table of ['cyclium_episodes', 'cyclium_episode_steps', 'cyclium_work_claims'])
+      await own.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
+    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+      const config = args[0] as pg.QueryConfig | string;
+      if (typeof config === 'object' && config.name && /unnest\(/.test(config.text)) {
+        // A batch: the parameter arrays carry more than one row.
+        const batch = (config.values ?? []).some((v) => Array.isArray(v) && v.length > 1);
+        const kind = BATCHES.find(([, pattern]) => pattern.test(config.text))?.[0];
+        if (batch && kind && !seen.has(kind)) seen.set(kind, config.text);
+      }
+      return original.apply(this, args);
+    } as unknown as typeof pg.Client.prototype.query;
+    app = await startCycliumApp({
+      url,
+      cyclium: {
+        nodeIdentity: 'batch-node',
+        workClaims: 'postgres',
+        bus: 'local',
+        recovery: { onBoot: false },
+      },
+      providers: [BatcherActor],
+      poolSize: AT_ONCE + 2,
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    pg.Client.prototype.query = original as unknown as typeof pg.Client.prototype.query;
+    await app?.close();
+    await own?.end();
+  });
+
+  /** The generic plan of `text`, prepared on the test's own connection. */
+  async function genericPlan(name: string, text: string): Promise<PlanNode> {
+    const count = Math.max(...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
+    await own.query('SET plan_cache_mode = force_generic_plan');
+    await own.query(`PREPARE ${name} AS ${text}`);
+    const { rows } = await own.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
+      `EXPLAIN (FORMAT JSON) EXECUTE ${name}(${Array(count).fill('NULL').join(', ')})`,
+    );
+    return (rows[0]?.['QUERY PLAN'][0] as { Plan: PlanNode }).Plan;
+  }
+
+  it('reads episodes, steps and claims through their keys, never a whole table', async () => {
+    const episodes = (app as INestApplicationContext).get(Episodes);
+    for (let round = 0; round < 5 && seen.size < BATCHES.length; round++) {
+      const started = await Promise.all(
+        Array.from({ length: AT_ONCE }, (_, n) => episodes.trigger('batcher', 'run', { n })),
+      );
+      const ids = started.map((r) => ('episode' in r ? r.episode.id : null));
+      await waitFor('the round to finish', async () => {
+        const { rows } = await own.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = 'done'`,
+          [ids],
+        );
+        return rows[0]?.n === AT_ONCE;
+      });
+    }
+    expect([...seen.keys()].sort()).toEqual(BATCHES.map(([kind]) => kind).sort());
+
+    const problems: string[] = [];
+    for (const [kind, text] of seen) {
+      const nodes = nodesOf(await genericPlan(`batch_${kind}`, text));
+      for (const node of nodes)
+        if (node['Node Type'] === 'Seq Scan' && TABLES.test(node['Relation Name'] ?? ''))
+          problems.push(`${kind}: Seq Scan on ${node['Relation Name']}`);
+      // A step's and an end's proof and update find each episode by its primary key.
+      if (kind !== 'begin' && !nodes.some((node) => node['Index Name'] === 'cyclium_episodes_pkey'))
+        problems.push(`${kind}: no episode read by cyclium_episodes_pkey`);
+    }
+    expect(problems).toEqual([]);
+  });
+});
