@@ -17,6 +17,7 @@ import {
 } from './benchmarks/episodes.bench.js';
 import { floorBench } from './benchmarks/floor.bench.js';
 import { historyBench } from './benchmarks/history.bench.js';
+import { limitBench } from './benchmarks/limit.bench.js';
 import { notifyBench } from './benchmarks/notify.bench.js';
 import { scaleBench } from './benchmarks/scale.bench.js';
 import { takeoverBench } from './benchmarks/takeover.bench.js';
@@ -43,6 +44,7 @@ const benchmarks: Record<string, (url: string) => Promise<void>> = {
   history: historyBench,
   waits: waitsBench,
   writes: writesBench,
+  limit: limitBench,
   notify: notifyBench,
 };
 
