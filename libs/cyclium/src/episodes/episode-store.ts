@@ -11,7 +11,7 @@ import { nullWhenAbsent, rowMapper, type RowMapper } from '../entities/row-mappe
 import type { EpisodeRow, EpisodeTrigger } from './episode-context.interface.js';
 import {
   begunRow,
-  episodeInput,
+  episodeRow,
   insertEpisodes,
   insertOf,
   isFresh,
@@ -131,7 +131,7 @@ export class EpisodeStore {
     status: Extract<EpisodeStatus, 'running' | 'queued' | 'throttled' | 'deferred'>,
   ): string {
     return insertEpisodes(
-      `(${episodeInput(statement, [this.signatures.signed(insertOf(id, spec, status))])})`,
+      `(${episodeRow(statement, this.signatures.signed(insertOf(id, spec, status)))})`,
     );
   }
 
@@ -149,7 +149,7 @@ export class EpisodeStore {
     const insert = this.signatures.signed(insertOf(id, spec, 'running'));
     return {
       body: insertEpisodes(
-        `(${episodeInput(statement, [insert])})`,
+        `(${episodeRow(statement, insert)})`,
         isFresh(spec) ? 'fail' : 'skip',
         'begun',
         claim,
@@ -334,7 +334,7 @@ export class EpisodeStore {
     };
     statement.with(
       'ep',
-      insertEpisodes(`(${episodeInput(statement, [this.signatures.signed(row)])})`, 'fail'),
+      insertEpisodes(`(${episodeRow(statement, this.signatures.signed(row))})`, 'fail'),
     );
     const { rows } = await this.database.sql.query(statement.build('SELECT * FROM ep'));
     return toEpisode(rows[0] as Record<string, unknown>);
