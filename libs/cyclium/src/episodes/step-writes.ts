@@ -37,7 +37,7 @@ type Proof = 'batched' | 'joined' | 'open';
  * while one is in flight leave together as one statement, group-committed as publishing is: each
  * row still commits only while its own claim is held at its fence, so a batch changes what a step
  * costs, not what it guarantees. A lone write goes out at once with its one claim proven by key
- * (the adapter's `owner`): the batch's join over its input would plan as if for many rows. A batch
+ * (the adapter's `owner`), from scalar parameters, which bind for less than arrays. A batch
  * that PostgreSQL refuses (a bad value, a deadlock) is written again one by one, so only the write
  * at fault fails. Claims off, or another adapter: each step is written alone, its claim proven by
  * the adapter's `owner` in the statement, or asked `owns()` first when its store is elsewhere; and
