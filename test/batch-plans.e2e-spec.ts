@@ -13,6 +13,7 @@ import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nest
 import pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase } from './support/database.js';
+import { nodesOf, type PlanNode } from './support/plan-nodes.js';
 import { waitFor } from './support/wait-for.js';
 
 const AT_ONCE = 8;
@@ -26,17 +27,6 @@ class BatcherActor {
     await ep.step('first', () => ep.trigger.payload.n);
     await ep.step('second', () => 2);
   }
-}
-
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Index Name'?: string;
-  Plans?: PlanNode[];
-}
-
-function nodesOf(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodesOf)];
 }
 
 type Query = (this: pg.Client, ...args: unknown[]) => unknown;

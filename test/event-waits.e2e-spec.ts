@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { startNodeProcess, type DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
+import { nodesOf, type PlanNode } from './support/plan-nodes.js';
 import { waitFor } from './support/wait-for.js';
 
 const WAITS_NODE = fileURLToPath(new URL('./fixtures/dist/waits-node.js', import.meta.url));
@@ -38,20 +39,6 @@ const nonMatching = (tag: string, n: number) =>
 
 const scalar = async (db: pg.Pool | pg.PoolClient, sql: string, params: unknown[] = []) =>
   Number((await db.query<{ v: string | number }>(sql, params)).rows[0]?.v);
-
-interface PlanNode {
-  'Node Type': string;
-  'Index Name'?: string;
-  'Relation Name'?: string;
-  'Shared Hit Blocks'?: number;
-  'Shared Read Blocks'?: number;
-  Plans?: PlanNode[];
-}
-
-const nodesOf = (plan: PlanNode): PlanNode[] => [
-  plan,
-  ...(plan.Plans ?? []).flatMap((child) => nodesOf(child)),
-];
 
 /**
  * Event waits (`ep.waitForEvent`) at scale: the matching of events to waits is indexed (its cost

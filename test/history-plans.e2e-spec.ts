@@ -25,6 +25,7 @@ import { EpisodeQueue } from '../libs/cyclium/src/episodes/episode-queue.js';
 import { TriggerPoller } from '../libs/cyclium/src/dispatch/trigger-poller.service.js';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase } from './support/database.js';
+import { nodesOf, type PlanNode as PlanNodeBase } from './support/plan-nodes.js';
 import { waitFor } from './support/wait-for.js';
 import { RetentionSchedule } from '../libs/cyclium/src/retention/retention.service.js';
 
@@ -45,10 +46,8 @@ class PlannerActor {
   }
 }
 
-interface PlanNode {
-  'Node Type': string;
-  'Relation Name'?: string;
-  'Index Name'?: string;
+/** A node of an EXPLAIN ANALYZE plan. */
+interface PlanNode extends PlanNodeBase {
   'Actual Rows': number;
   'Actual Loops': number;
   'Rows Removed by Filter'?: number;
@@ -63,11 +62,6 @@ interface Explained {
 }
 
 type Query = (this: pg.Client, ...args: unknown[]) => unknown;
-
-/** Every node of `plan`, depth first. */
-function nodesOf(plan: PlanNode): PlanNode[] {
-  return [plan, ...(plan.Plans ?? []).flatMap(nodesOf)];
-}
 
 /** What a node read over all its loops: the rows it returned and those its filters threw away. */
 function readBy(node: PlanNode): number {
