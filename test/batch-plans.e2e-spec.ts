@@ -13,7 +13,7 @@ import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nest
 import pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase } from './support/database.js';
-import { nodesOf, type PlanNode } from './support/plan-nodes.js';
+import { genericPlan, nodesOf, watchPreparedStatements } from './support/plan-nodes.js';
 import { waitFor } from './support/wait-for.js';
 
 const AT_ONCE = 8;
@@ -29,8 +29,6 @@ class BatcherActor {
   }
 }
 
-type Query = (this: pg.Client, ...args: unknown[]) => unknown;
-
 /** The batched writes this test needs, by a piece of their text. */
 const BATCHES: Array<[string, RegExp]> = [
   ['begin', /INSERT INTO cyclium_episodes/],
@@ -41,8 +39,7 @@ const BATCHES: Array<[string, RegExp]> = [
 describe('batched writes on tables not yet analysed', () => {
   let own: pg.Client;
   let app: INestApplicationContext | undefined;
-  // eslint-disable-next-line @typescript-eslint/unbound-method -- called with each client as `this`, and put back
-  const original = pg.Client.prototype.query as unknown as Query;
+  let unwatch: (() => void) | undefined;
   /** The text of each batch seen, by its name in BATCHES. */
   const seen = new Map<string, string>();
 
@@ -59,16 +56,13 @@ describe('batched writes on tables not yet analysed', () => {
     expect(rows[0]?.analysed).toBe(0);
     for (const table of ['cyclium_episodes', 'cyclium_episode_steps', 'cyclium_work_claims'])
       await own.query(`ALTER TABLE ${table} SET (autovacuum_enabled = false)`);
-    pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
-      const config = args[0] as pg.QueryConfig | string;
-      if (typeof config === 'object' && config.name && /unnest\(/.test(config.text)) {
-        // A batch: the parameter arrays carry more than one row.
-        const batch = (config.values ?? []).some((v) => Array.isArray(v) && v.length > 1);
-        const kind = BATCHES.find(([, pattern]) => pattern.test(config.text))?.[0];
-        if (batch && kind && !seen.has(kind)) seen.set(kind, config.text);
-      }
-      return original.apply(this, args);
-    } as unknown as typeof pg.Client.prototype.query;
+    unwatch = watchPreparedStatements((config) => {
+      if (!/unnest\(/.test(config.text)) return;
+      // A batch: the parameter arrays carry more than one row.
+      const batch = (config.values ?? []).some((v) => Array.isArray(v) && v.length > 1);
+      const kind = BATCHES.find(([, pattern]) => pattern.test(config.text))?.[0];
+      if (batch && kind && !seen.has(kind)) seen.set(kind, config.text);
+    });
     app = await startCycliumApp({
       url,
       cyclium: {
@@ -83,21 +77,10 @@ describe('batched writes on tables not yet analysed', () => {
   }, 60_000);
 
   afterAll(async () => {
-    pg.Client.prototype.query = original as unknown as typeof pg.Client.prototype.query;
+    unwatch?.();
     await app?.close();
     await own?.end();
   });
-
-  /** The generic plan of `text`, prepared on the test's own connection. */
-  async function genericPlan(name: string, text: string): Promise<PlanNode> {
-    const count = Math.max(...[...text.matchAll(/\$(\d+)/g)].map((m) => Number(m[1])));
-    await own.query('SET plan_cache_mode = force_generic_plan');
-    await own.query(`PREPARE ${name} AS ${text}`);
-    const { rows } = await own.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
-      `EXPLAIN (FORMAT JSON) EXECUTE ${name}(${Array(count).fill('NULL').join(', ')})`,
-    );
-    return (rows[0]?.['QUERY PLAN'][0] as { Plan: PlanNode }).Plan;
-  }
 
   it('reads episodes, steps and claims through their keys, never a whole table', async () => {
     const episodes = (app as INestApplicationContext).get(Episodes);
@@ -118,7 +101,7 @@ describe('batched writes on tables not yet analysed', () => {
 
     const problems: string[] = [];
     for (const [kind, text] of seen) {
-      const nodes = nodesOf(await genericPlan(`batch_${kind}`, text));
+      const nodes = nodesOf(await genericPlan(own, `batch_${kind}`, text));
       for (const node of nodes)
         if (node['Node Type'] === 'Seq Scan' && TABLES.test(node['Relation Name'] ?? ''))
           problems.push(`${kind}: Seq Scan on ${node['Relation Name']}`);

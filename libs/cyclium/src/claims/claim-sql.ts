@@ -1,4 +1,5 @@
 import { OWN_CLAIM_IN_ROW, ownedInRow, ownedInRows } from './row-claim-sql.js';
+import { KEYED_CLAIMED } from '../sql/keyed-status.js';
 
 /**
  * The one spelling of each claim statement shape. The single statements, the in-transaction
@@ -37,8 +38,8 @@ interface LeaseRefs {
  */
 export function heldClaim({ key, owner, fence }: ClaimRefs): string {
   return (
-    `c.dedupe_key = ${key} AND c.owner_node = ${owner} AND c.fence = ${fence} AND c.state = ` +
-    `'claimed' AND c.lease_until > now()`
+    `c.dedupe_key = ${key} AND c.owner_node = ${owner} AND c.fence = ${fence} AND ` +
+    `c.state = ${KEYED_CLAIMED} AND c.lease_until > now()`
   );
 }
 
@@ -181,8 +182,10 @@ export function finishClaims(
     UPDATE cyclium_work_claims c
        SET state = ${refs.state}, finished_at = now(), error_detail = ${refs.detail}
       ${refs.from === undefined ? '' : `FROM ${refs.from}`}
-     WHERE c.dedupe_key = ${refs.key} AND c.owner_node = ${refs.owner} AND c.state = 'claimed'
-       AND c.fence = ${refs.fence}${refs.when === undefined ? '' : ` AND (${refs.when})`}
+     WHERE c.dedupe_key = ${refs.key} AND c.owner_node = ${refs.owner}
+       AND c.state = ${KEYED_CLAIMED} AND c.fence = ${refs.fence}${
+         refs.when === undefined ? '' : ` AND (${refs.when})`
+       }
     ${refs.returning === undefined ? '' : `RETURNING ${refs.returning}`}`;
 }
 

@@ -166,6 +166,7 @@ export class EndWrites {
       [steps.map((s) => s?.resultJson ?? null), 'jsonb[]'],
       [steps.map((s) => s?.durationMs ?? null), 'int[]'],
     ]);
+    const count = statement.param(items.length, 'int');
     statement.with(
       'input',
       batchRows(
@@ -173,12 +174,13 @@ export class EndWrites {
         'i',
         `key, owner, fence, episode_id, status, summary, classification, error_class,
          error_detail, failure, result, step_journal_no, step_name, step_result, step_ms, n`,
-        statement.param(items.length, 'int'),
+        count,
       ),
     );
     statement.with('owner', ownerMany({ input: 'input' }));
     const rowClaims = this.claims.inStatement().fragments.episodeRows === true;
-    for (const [name, body] of finishEpisodes('owner', rowClaims)) statement.with(name, body);
+    for (const [name, body] of finishEpisodes('owner', count, rowClaims))
+      statement.with(name, body);
     statement.with('won', `SELECT o.* FROM owner o JOIN ep ON ep.id = o.episode_id`);
     statement.with(
       'checkpoints',

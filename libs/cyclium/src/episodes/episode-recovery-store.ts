@@ -12,6 +12,7 @@ import {
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeSignatures } from './episode-signatures.js';
 import { oneEpisode, toEpisode } from './episode-store.js';
+import { KEYED_RUNNING } from '../sql/keyed-status.js';
 
 /**
  * The recovery policy recorded (by ActorDefinitionsStore) for the episode aliased `e`, as a SQL
@@ -221,7 +222,7 @@ const TAKE = `
   UPDATE cyclium_episodes
      SET phase = 'recovering', attempts = attempts + 1, owner_node = $4, updated_at = now(),
          signature = $5
-   WHERE id = $1 AND status = 'running' AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
+   WHERE id = $1 AND status = ${KEYED_RUNNING} AND phase IS NOT DISTINCT FROM $2 AND attempts = $3
      AND signature IS NOT DISTINCT FROM $6
   RETURNING *`;
 
@@ -241,7 +242,7 @@ export class EpisodeRecoveryStore {
   async deferRestart(client: SqlExecutor, id: string): Promise<boolean> {
     const { rowCount } = await client.query(
       `UPDATE cyclium_episodes SET status = 'deferred', owner_node = NULL, updated_at = now()
-        WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
+        WHERE id = $1 AND status = ${KEYED_RUNNING} AND phase = 'recovering'`,
       [id],
     );
     return rowCount === 1;
@@ -256,7 +257,7 @@ export class EpisodeRecoveryStore {
       `UPDATE cyclium_episodes
           SET status = 'failed', error_class = 'orphaned', error_detail = $2, phase = NULL,
               finished_at = now(), updated_at = now()
-        WHERE id = $1 AND status = 'running' AND phase = 'recovering'`,
+        WHERE id = $1 AND status = ${KEYED_RUNNING} AND phase = 'recovering'`,
       [id, detail],
     );
     return rowCount === 1;
@@ -368,7 +369,7 @@ export class EpisodeRecoveryStore {
     const { rows } = await this.database.sql.query<{ id: string }>(
       // In id order, as a batch of terminal writes locks them (finishEpisodes).
       `WITH locked AS (
-         SELECT id FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = 'running'
+         SELECT id FROM cyclium_episodes WHERE id = ANY($1::uuid[]) AND status = ${KEYED_RUNNING}
            ORDER BY id FOR UPDATE)
        UPDATE cyclium_episodes e SET phase = 'interrupted', updated_at = now()
          FROM locked

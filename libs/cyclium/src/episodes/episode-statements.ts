@@ -34,6 +34,7 @@ import { FlowQuiet } from './flow-quiet.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
 import { finishedState } from '../claims/claim-sql.js';
 import { rowHolds } from '../claims/row-claim-sql.js';
+import { KEYED_RUNNING } from '../sql/keyed-status.js';
 
 /**
  * Who must own what for a write to count: the episode's claim key, this node, the fence it holds.
@@ -239,7 +240,7 @@ export class EpisodeStatements {
             failure: p(failure, 'text'),
             when:
               `EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = ${id} ` +
-              `AND e.status = 'running'${carried ? ` AND ${carried}` : ''})`,
+              `AND e.status = ${KEYED_RUNNING}${carried ? ` AND ${carried}` : ''})`,
           })
         : (joined ? claims : this.claims.openClaims()).fragments.owner(refs),
     );

@@ -24,6 +24,7 @@ import type { EpisodeFlow } from './flow-limits.js';
 import { EpisodeSignatures, IN_FLIGHT } from './episode-signatures.js';
 import { signInPages, type CutoverScope } from '../integrity/unsigned-pages.js';
 import { sameEnv, stackCovers } from '../scope/scope-predicates.js';
+import { KEYED_RUNNING } from '../sql/keyed-status.js';
 
 /** A row written as it is, for seeding and tests (`Episodes.create`). */
 export interface SeedEpisode {
@@ -67,7 +68,7 @@ export const RESUME_START: FencedStatement = {
   ep AS (
     UPDATE cyclium_episodes SET phase = NULL, owner_node = $2, updated_at = now()
       FROM owner
-     WHERE cyclium_episodes.id = $4 AND status = 'running' AND phase = 'recovering'
+     WHERE cyclium_episodes.id = $4 AND status = ${KEYED_RUNNING} AND phase = 'recovering'
        AND owner_node = $2
     RETURNING cyclium_episodes.*),
   woken AS (${wokenMarker('ep', '$2::text')})

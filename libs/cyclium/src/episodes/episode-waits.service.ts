@@ -11,6 +11,7 @@ import type { Ownership } from './episode-statements.js';
 import { toEpisode } from './episode-store.js';
 import { retryDelayMs, type RetryOptions } from './retry-policy.js';
 import { RETRY_WAKE_UPS, type RetryWakeUps } from './retry-wake-ups.interface.js';
+import { KEYED_RUNNING } from '../sql/keyed-status.js';
 
 /** Failures the library decides, and cancels: a retry would meet them again. */
 const NEVER_RETRIED = new Set([
@@ -35,7 +36,7 @@ const WAIT: FencedStatement = {
     SET status = 'waiting', owner_node = NULL, phase = NULL, retries = retries + $5::int,
         updated_at = now()
     FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
+   WHERE cyclium_episodes.id = $4 AND status = ${KEYED_RUNNING} AND owner_node = $2
      AND phase IS DISTINCT FROM 'recovering'
   RETURNING cyclium_episodes.*`,
 };

@@ -1,3 +1,5 @@
+import { KEYED_RUNNING } from '../sql/keyed-status.js';
+
 /**
  * With claims outside the statement (claims off, or an adapter whose store is elsewhere), the
  * episode row is what a run's write proves it still owns: running, this node its owner, and not
@@ -7,7 +9,7 @@
  */
 export function runningHere(e: string, owner: string): string {
   return (
-    `${e}.status = 'running' AND ${e}.owner_node = ${owner} AND ${e}.phase IS DISTINCT FROM ` +
-    `'recovering'`
+    `${e}.status = ${KEYED_RUNNING} AND ${e}.owner_node = ${owner} AND ` +
+    `${e}.phase IS DISTINCT FROM 'recovering'`
   );
 }

@@ -1,5 +1,6 @@
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { finishedState } from '../claims/claim-sql.js';
+import { KEYED_RUNNING } from '../sql/keyed-status.js';
 
 /** How a run ended, as its terminal write records it. */
 export interface TerminalOutcome {
@@ -31,15 +32,22 @@ export function claimFailureOf(terminal: TerminalOutcome): string | null {
  * proven at their fence: no row, no write; a row whose `step_journal_no` is set (it carries its
  * run's last step) is refused while a cancel is pending or a drain stamped it (carriedStepHeld).
  * The rows are locked in id order first, as the drain's stamp locks them, so a batch and a stamp
- * wait for each other instead of deadlocking. `rowClaims`: `input`'s `owner`, `fence` and `failure`
- * are the claims the statement finishes, which the rows hold too (OutcomeRefs.claim).
+ * wait for each other instead of deadlocking. `count`: how many rows `input` holds at most.
+ * `rowClaims`: `input`'s `owner`, `fence` and `failure` are the claims the statement finishes,
+ * which the rows hold too (OutcomeRefs.claim).
  */
-export function finishEpisodes(input: string, rowClaims = false): Array<[string, string]> {
+export function finishEpisodes(
+  input: string,
+  count: string,
+  rowClaims = false,
+): Array<[string, string]> {
   return [
     [
       'ep_locked',
-      `SELECT e.id FROM cyclium_episodes e JOIN ${input} i ON i.episode_id = e.id
-        WHERE e.status = 'running'
+      // The bound removes no row (see batchRows): planned for one, the batch drives the join.
+      `SELECT e.id FROM cyclium_episodes e
+         JOIN (SELECT * FROM ${input} LIMIT ${count}) i ON i.episode_id = e.id
+        WHERE e.status = ${KEYED_RUNNING}
           AND (i.step_journal_no IS NULL OR (${carriedStepHeld('e')}))
         ORDER BY e.id FOR UPDATE OF e`,
     ],
@@ -113,7 +121,7 @@ export function finishEpisode(id: string, outcome: OutcomeRefs, held?: string): 
       UPDATE cyclium_episodes e
          SET ${terminalSet(outcome)}
         FROM owner
-       WHERE e.id = ${id} AND e.status = 'running'${held === undefined ? '' : ` AND ${held}`}
+       WHERE e.id = ${id} AND e.status = ${KEYED_RUNNING}${held === undefined ? '' : ` AND ${held}`}
       RETURNING e.id`;
 }
 

@@ -1,4 +1,5 @@
 import type { FencedStatement } from '../leases/claims-in-statement.js';
+import { KEYED_RUNNING } from '../sql/keyed-status.js';
 
 /**
  * The first statement of a wait's transaction (WaitSteps): proves this node still owns the running
@@ -11,7 +12,7 @@ export const LOCK_RUNNING: FencedStatement = {
   body: `
   UPDATE cyclium_episodes SET updated_at = now()
     FROM owner
-   WHERE cyclium_episodes.id = $4 AND status = 'running' AND owner_node = $2
+   WHERE cyclium_episodes.id = $4 AND status = ${KEYED_RUNNING} AND owner_node = $2
      AND phase IS DISTINCT FROM 'recovering'
   RETURNING cyclium_episodes.waiting_for, cyclium_episodes.cancel_requested_at, now() AS db_now`,
 };
@@ -21,7 +22,7 @@ export const PARK = `
   UPDATE cyclium_episodes
      SET status = 'waiting', owner_node = NULL, phase = NULL, waiting_for = $2::jsonb,
          updated_at = now()
-   WHERE id = $1 AND status = 'running'
+   WHERE id = $1 AND status = ${KEYED_RUNNING}
   RETURNING *`;
 
 /** A wait that ended: the row no longer says what it waited for. */
