@@ -8,26 +8,17 @@
  * generic plan explained there, on the same small tables.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import type { INestApplicationContext } from '@nestjs/common';
+import { Episodes } from '@cyclium/nestjs';
 import pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase } from './support/database.js';
 import { genericPlan, nodesOf, watchPreparedStatements } from './support/plan-nodes.js';
+import { TWO_STEPS_AT_ONCE, TwoStepActor } from './support/two-step-actor.js';
 import { waitFor } from './support/wait-for.js';
 
-const AT_ONCE = 8;
+const AT_ONCE = TWO_STEPS_AT_ONCE;
 const TABLES = /^cyclium_(episodes|episode_steps|episode_checkpoints|work_claims)$/;
-
-@Injectable()
-@Actor({ id: 'batcher', maxConcurrentEpisodes: AT_ONCE })
-class BatcherActor {
-  @Expectation({ id: 'run', trigger: 'manual' })
-  async run(ep: EpisodeContext<{ n: number }>): Promise<void> {
-    await ep.step('first', () => ep.trigger.payload.n);
-    await ep.step('second', () => 2);
-  }
-}
 
 /** The batched writes this test needs, by a piece of their text. */
 const BATCHES: Array<[string, RegExp]> = [
@@ -71,7 +62,7 @@ describe('batched writes on tables not yet analysed', () => {
         bus: 'local',
         recovery: { onBoot: false },
       },
-      providers: [BatcherActor],
+      providers: [TwoStepActor],
       poolSize: AT_ONCE + 2,
     });
   }, 60_000);
@@ -86,7 +77,7 @@ describe('batched writes on tables not yet analysed', () => {
     const episodes = (app as INestApplicationContext).get(Episodes);
     for (let round = 0; round < 5 && seen.size < BATCHES.length; round++) {
       const started = await Promise.all(
-        Array.from({ length: AT_ONCE }, (_, n) => episodes.trigger('batcher', 'run', { n })),
+        Array.from({ length: AT_ONCE }, (_, n) => episodes.trigger('two-step', 'run', { n })),
       );
       const ids = started.map((r) => ('episode' in r ? r.episode.id : null));
       await waitFor('the round to finish', async () => {

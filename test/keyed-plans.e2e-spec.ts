@@ -14,29 +14,20 @@
  * own.
  */
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, type INestApplicationContext } from '@nestjs/common';
-import { Actor, Episodes, Expectation, type EpisodeContext } from '@cyclium/nestjs';
+import type { INestApplicationContext } from '@nestjs/common';
+import { Episodes } from '@cyclium/nestjs';
 import pg from 'pg';
 import { startCycliumApp } from './support/cyclium-app.js';
 import { freshDatabase } from './support/database.js';
 import { genericPlan, nodesOf, watchPreparedStatements } from './support/plan-nodes.js';
+import { TWO_STEPS_AT_ONCE, TwoStepActor } from './support/two-step-actor.js';
 import { waitFor } from './support/wait-for.js';
 
-const AT_ONCE = 8;
+const AT_ONCE = TWO_STEPS_AT_ONCE;
 const NODE = 'keyed-node';
 /** Running episodes and live claims added after the tables were analysed. */
 const ADDED = 3_000;
 const STATUS_INDEXES = new Set(['cyclium_episodes_unfinished', 'cyclium_work_claims_live']);
-
-@Injectable()
-@Actor({ id: 'keyed', maxConcurrentEpisodes: AT_ONCE })
-class KeyedActor {
-  @Expectation({ id: 'run', trigger: 'manual' })
-  async run(ep: EpisodeContext<{ n: number }>): Promise<void> {
-    await ep.step('first', () => ep.trigger.payload.n);
-    await ep.step('second', () => 2);
-  }
-}
 
 /** A run's writes, by a piece of their text: each step's and each end's. */
 const WRITES: Array<[string, RegExp]> = [
@@ -76,13 +67,13 @@ describe('a run writes by key on statistics taken while nothing ran', () => {
         bus: 'local',
         recovery: { onBoot: false },
       },
-      providers: [KeyedActor],
+      providers: [TwoStepActor],
       poolSize: AT_ONCE + 2,
     });
     open = await startCycliumApp({
       url,
       cyclium: { nodeIdentity: 'open-node', bus: 'local', recovery: { onBoot: false } },
-      providers: [KeyedActor],
+      providers: [TwoStepActor],
       poolSize: AT_ONCE + 2,
     });
   }, 60_000);
@@ -105,7 +96,7 @@ describe('a run writes by key on statistics taken while nothing ran', () => {
     const started = await Promise.all(
       Array.from({ length: count }, (_, n) =>
         episodes.trigger(
-          'keyed',
+          'two-step',
           'run',
           { n },
           keyed ? { dedupeKey: `keyed-${round}-${n}` } : undefined,
@@ -159,7 +150,7 @@ describe('a run writes by key on statistics taken while nothing ran', () => {
       `INSERT INTO cyclium_episodes (id, actor_id, expectation_id, trigger_type, trigger_ref,
          status, owner_node, max_attempts, started_at, claim_owner, claim_fence, claim_state,
          claim_lease_until, claim_attempt)
-       SELECT gen_random_uuid(), 'keyed', 'run', 'manual', '{}'::jsonb, 'running', $1, 3, now(),
+       SELECT gen_random_uuid(), 'two-step', 'run', 'manual', '{}'::jsonb, 'running', $1, 3, now(),
               $1, 1, 'claimed', now() + interval '1 hour', 1
          FROM generate_series(1, $2::int)`,
       [NODE, ADDED],
