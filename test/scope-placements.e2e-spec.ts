@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { DemoNode } from './support/demo-node.js';
+import { startAll, type DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
 import { postTo, startScopeNode } from './support/scope-node.js';
 import { waitFor } from './support/wait-for.js';
@@ -39,7 +39,7 @@ describe('stacks and envs on one database, with real nodes', () => {
       `CREATE TABLE scope_effects (episode_id uuid NOT NULL, step text NOT NULL, node text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())`,
     );
     const full = { SCOPE_CLAIMS: 'postgres', SCOPE_EVERY_MS: '2000' };
-    const started = await Promise.all([
+    const started = await startAll([
       startScopeNode(database.url, { id: 'rc-a', env: 'rc', extra: full }),
       startScopeNode(database.url, { id: 'rc-b', env: 'rc', extra: full }),
       startScopeNode(database.url, { id: 'def-a', extra: full }),

@@ -83,6 +83,20 @@ export async function startNodeProcess(
 }
 
 /**
+ * Every start of `starts`, begun together: the nodes in order once all are up. Should one fail, the
+ * others that did start are killed before its error is thrown, so no node of a test that could not
+ * begin outlives it and writes into the next test's database.
+ */
+export async function startAll(starts: ReadonlyArray<Promise<DemoNode>>): Promise<DemoNode[]> {
+  const settled = await Promise.allSettled(starts);
+  const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
+  const up = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  if (failed === undefined) return up;
+  await Promise.all(up.map((node) => node.stop('SIGKILL')));
+  throw failed.reason;
+}
+
+/**
  * True when process `pid` itself listens on TCP port `port`, any address (Linux /proc; true where
  * there is none), so another listener's answer on that port never passes for the node's.
  */
