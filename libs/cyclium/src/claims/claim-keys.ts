@@ -7,3 +7,8 @@ import type { CycliumEpisode } from '../entities/episode.entity.js';
 export function claimKeyOf(episode: Pick<CycliumEpisode, 'id' | 'dedupeKey'>): string {
   return episode.dedupeKey ?? `episode:${episode.id}`;
 }
+
+/** claimKeyOf in SQL, over the cyclium_episodes row aliased `row`. */
+export function claimKeyOfRow(row: string): string {
+  return `coalesce(${row}.dedupe_key, 'episode:' || ${row}.id)`;
+}

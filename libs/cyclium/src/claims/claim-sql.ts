@@ -1,4 +1,5 @@
 import { OWN_CLAIM_IN_ROW, ownedInRow, ownedInRows } from './row-claim-sql.js';
+import { claimKeyOfRow } from './claim-keys.js';
 import { KEYED_CLAIMED } from '../sql/keyed-status.js';
 
 /**
@@ -199,7 +200,7 @@ export function liveClaimOnEpisode(episode: string): string {
   return `(coalesce(${episode}.claim_state = 'claimed' AND ${episode}.claim_lease_until > now(),
                     false)
            OR EXISTS (SELECT 1 FROM cyclium_work_claims c
-            WHERE c.dedupe_key = coalesce(${episode}.dedupe_key, 'episode:' || ${episode}.id)
+            WHERE c.dedupe_key = ${claimKeyOfRow(episode)}
               AND c.state = 'claimed' AND c.lease_until > now()))`;
 }
 

@@ -37,12 +37,14 @@ function acquireAsSeen({
   leaseSeconds,
   workType,
   when,
+  inRow = 'false',
 }: {
   key: string;
   owner: string;
   leaseSeconds: string;
   workType: string;
   when: string;
+  inRow?: string;
 }): Array<[string, string]> {
   return [
     [
@@ -57,9 +59,16 @@ function acquireAsSeen({
         leaseSeconds,
         leaseFrom: 'now()',
         workType,
-        rows: `WHERE (${when}) AND NOT EXISTS (SELECT 1 FROM claim_seen)`,
+        rows: `WHERE (${when}) AND NOT (${inRow}) AND NOT EXISTS (SELECT 1 FROM claim_seen)`,
         returning: 'fence, attempt, lease_until, NULL::text AS stolen_from',
       }),
+    ],
+    [
+      'claim_in_row',
+      firstInRow(
+        leaseSeconds,
+        `WHERE (${when}) AND (${inRow}) AND NOT EXISTS (SELECT 1 FROM claim_seen)`,
+      ),
     ],
     [
       'claim_taken',
@@ -77,8 +86,23 @@ function acquireAsSeen({
           `seen.owner_node END AS stolen_from`,
       }),
     ],
-    ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
+    [
+      'claim',
+      `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_in_row UNION ALL ` +
+        `SELECT * FROM claim_taken`,
+    ],
   ];
+}
+
+/**
+ * The first claim an inserted episode row took itself (RowClaim), as a claim CTE reports it: fence
+ * 1, attempt 1, the lease from `now()`, the expressions the row was written with. `key`, when
+ * given, is the key column's expression.
+ */
+function firstInRow(leaseSeconds: string, rows: string, key?: string): string {
+  return `SELECT ${key === undefined ? '' : `${key} AS key, `}1::bigint AS fence, 1 AS attempt,
+              now() + make_interval(secs => ${leaseSeconds}) AS lease_until,
+              NULL::text AS stolen_from ${rows}`;
 }
 
 /**
@@ -87,14 +111,7 @@ function acquireAsSeen({
  * the rows hold it, by the same expressions (fence 1, attempt 1, the lease from `now()`).
  */
 function acquireFresh(leaseSeconds: string, key: string, rows: string): Array<[string, string]> {
-  return [
-    [
-      'claim',
-      `SELECT ${key} AS key, 1::bigint AS fence, 1 AS attempt,
-              now() + make_interval(secs => ${leaseSeconds}) AS lease_until,
-              NULL::text AS stolen_from ${rows}`,
-    ],
-  ];
+  return [['claim', firstInRow(leaseSeconds, rows, key)]];
 }
 
 /**
@@ -105,7 +122,9 @@ function acquireManyAsSeen(
   input: string,
   owner: string,
   leaseSeconds: string,
+  inRow = 'false',
 ): Array<[string, string]> {
+  const unseen = 'NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE seen.dedupe_key = i.key)';
   return [
     [
       'claim_seen',
@@ -119,11 +138,13 @@ function acquireManyAsSeen(
         owner,
         leaseSeconds,
         leaseFrom: 'now()',
-        rows:
-          `FROM ${input} i WHERE NOT EXISTS (SELECT 1 FROM claim_seen seen WHERE ` +
-          `seen.dedupe_key = i.key) ORDER BY i.key`,
+        rows: `FROM ${input} i WHERE NOT (${inRow}) AND ${unseen} ORDER BY i.key`,
         returning: 'dedupe_key AS key, fence, attempt, lease_until, NULL::text AS stolen_from',
       }),
+    ],
+    [
+      'claim_in_row',
+      firstInRow(leaseSeconds, `FROM ${input} i WHERE (${inRow}) AND ${unseen}`, 'i.key'),
     ],
     [
       'claim_lapsed',
@@ -147,7 +168,11 @@ function acquireManyAsSeen(
           `l.seen_state = 'claimed' THEN l.seen_owner END AS stolen_from`,
       }),
     ],
-    ['claim', `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_taken`],
+    [
+      'claim',
+      `SELECT * FROM claim_new UNION ALL SELECT * FROM claim_in_row UNION ALL ` +
+        `SELECT * FROM claim_taken`,
+    ],
   ];
 }
 
@@ -166,10 +191,10 @@ export const POSTGRES_CLAIM_FRAGMENTS: ClaimFragments = {
   finish: (refs) => finishing(refs, refs.when),
   // finish, with the lease `owner` checks: the write is the proof.
   finishHeld: (refs) => finishing(refs, `c.lease_until > now() AND (${refs.when})`),
-  acquireMany: ({ input, owner, leaseSeconds, fresh }) =>
+  acquireMany: ({ input, owner, leaseSeconds, fresh, inRow }) =>
     fresh === true
       ? acquireFresh(leaseSeconds, 'i.key', `FROM ${input} i`)
-      : acquireManyAsSeen(input, owner, leaseSeconds),
+      : acquireManyAsSeen(input, owner, leaseSeconds, inRow),
   finishMany: ({ input }) =>
     finishClaims({
       key: 'i.key',

@@ -8,6 +8,7 @@ import {
   stillTakeable,
   takeOverClaims,
 } from './claim-sql.js';
+import { claimKeyOfRow } from './claim-keys.js';
 import { claimInRow, OWN_CLAIM_IN_ROW, renewInRows, writeRowClaims } from './row-claim-sql.js';
 
 /** The prepared statements PostgresClaims sends on its own, in the shapes of claim-sql.ts. */
@@ -92,6 +93,7 @@ export const RENEW = prepared(
     returning: '1',
   })}),
   ${renewInRows({
+    one: true,
     from: '(SELECT $1::text AS dedupe_key) held',
     owner: '$2',
     fence: 'coalesce($4::bigint, e.claim_fence)',
@@ -178,6 +180,7 @@ export const FINISH = prepared(
     returning: '1',
   })}),
   ${writeRowClaims({
+    one: true,
     name: 'row_finished',
     from: '(SELECT $1::text AS dedupe_key) held',
     key: 'held.dedupe_key',
@@ -207,7 +210,7 @@ export const RECLAIM_EXPIRED = prepared(
     SELECT dedupe_key, owner_node, fence, lease_until, work_type FROM cyclium_work_claims
      WHERE state = 'claimed' AND lease_until < now()
     UNION ALL
-    SELECT 'episode:' || e.id, e.claim_owner, e.claim_fence, e.claim_lease_until, NULL
+    SELECT ${claimKeyOfRow('e')}, e.claim_owner, e.claim_fence, e.claim_lease_until, NULL
       FROM cyclium_episodes e
      WHERE e.status = 'running' AND e.claim_state = 'claimed' AND e.claim_lease_until < now()
        AND ${OWN_CLAIM_IN_ROW}) lapsed

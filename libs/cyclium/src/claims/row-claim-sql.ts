@@ -1,12 +1,15 @@
+import { claimKeyOfRow } from './claim-keys.js';
+
 /**
  * The claims an episode holds in its own row (the `claim_*` columns of cyclium_episodes, migration
- * 31). A begin of a new episode writes its first claim there and nowhere else; the claim then
- * lives in the row until someone takes it over, which goes through cyclium_work_claims (insert or
- * takeover), whose triggers carry every claim-table write into the row. So for a key
- * `episode:<id>`: with no claim-table row, the row holds the claim alone; with one, the table row
- * holds it and the episode row mirrors it. Every statement here acts only on the first case, so a
- * statement that also acts on the table never writes one claim twice. The episode row is always
- * aliased `e`.
+ * 31). A begin of a new episode writes its first claim there and nowhere else when the claim table
+ * has no row for its key (claimKeyOf: `episode:<id>`, or the dedupe key of an episode a trigger
+ * other than a host's manual one started); the claim then lives in the row until someone takes it
+ * over, which goes through cyclium_work_claims (insert or takeover), whose triggers carry every
+ * claim-table write into the row. So for an episode's key: with no claim-table row, the row holds
+ * the claim alone; with one, the table row holds it and the episode row mirrors it. Every statement
+ * here acts only on the first case, so a statement that also acts on the table never writes one
+ * claim twice. The episode row is always aliased `e`.
  */
 
 /** A key `episode:<uuid>` as claimKeyOf spells it (the migration's triggers read it so too). */
@@ -26,13 +29,45 @@ export function noClaimRow(key: string): string {
   return `NOT EXISTS (SELECT 1 FROM cyclium_work_claims w WHERE w.dedupe_key = ${key})`;
 }
 
-/** The row `e` is the one that holds `key`'s claim alone (no claim-table row for it). */
-export function claimInRow(key: string): string {
-  return `e.id = ${episodeIdOfKey(key)} AND ${noClaimRow(key)}`;
+/**
+ * The id of the episode whose claim key (claimKeyOf) `key` is: the one it names, or the live
+ * episode holding it as its dedupe key (the migration's triggers find it so too). Read by the
+ * primary key or the live dedupe index; the second read only when the first names none.
+ */
+function episodeIdOfClaimKey(key: string): string {
+  return (
+    `coalesce(${episodeIdOfKey(key)}, (SELECT d.id FROM cyclium_episodes d ` +
+    `WHERE d.dedupe_key = ${key} AND d.archived_at IS NULL))`
+  );
 }
 
-/** The episode row `e` holds its own claim alone (no dedupe key, no claim-table row). */
-export const OWN_CLAIM_IN_ROW = `e.dedupe_key IS NULL AND ${noClaimRow(`'episode:' || e.id`)}`;
+/**
+ * The row `e` is the one that holds `key`'s claim alone (no claim-table row for it). For one key
+ * (a parameter): its dedupe read is an init plan, run only for a key that names no id.
+ */
+export function claimInRow(key: string): string {
+  return (
+    `e.id = ${episodeIdOfClaimKey(key)} AND ${claimKeyOfRow('e')} = ${key} AND ` + noClaimRow(key)
+  );
+}
+
+/**
+ * claimInRow for a column of many rows (`key`, over a relation before it in a FROM list): joins
+ * the episode row `e` that holds each key's claim alone, where `on` holds too. The live episode
+ * holding the key as its dedupe key is joined first (`named`), so `e` is read by its primary key
+ * from plain columns: a sub-select in the join lets the planner prefer reading all of `e` on a
+ * table not yet analysed.
+ */
+export function joinClaimRows(key: string, on: string): string {
+  return `
+    LEFT JOIN cyclium_episodes named ON named.dedupe_key = ${key} AND named.archived_at IS NULL
+    JOIN cyclium_episodes e
+      ON e.id = coalesce(${episodeIdOfKey(key)}, named.id) AND ${claimKeyOfRow('e')} = ${key}
+     AND ${noClaimRow(key)} AND ${on}`;
+}
+
+/** The episode row `e` holds its own claim alone (no claim-table row for its key). */
+export const OWN_CLAIM_IN_ROW = noClaimRow(claimKeyOfRow('e'));
 
 /**
  * The episode row `row` holds a claim of `owner` at `fence`, state `claimed`, its lease unexpired
@@ -63,8 +98,7 @@ export function ownedInRow(
 export function ownedInRows(input: string): string {
   return `
     SELECT i.* FROM ${input} i
-      JOIN cyclium_episodes e
-        ON ${claimInRow('i.key')} AND ${rowHolds('e', { owner: 'i.owner', fence: 'i.fence' })}
+      ${joinClaimRows('i.key', rowHolds('e', { owner: 'i.owner', fence: 'i.fence' }))}
      ORDER BY e.id
        FOR SHARE OF e`;
 }
@@ -73,7 +107,8 @@ export function ownedInRows(input: string): string {
  * `SET`s the claim columns in `set` of the episode rows that hold the claims on the keys `from`
  * lists (`key`, a column of it) alone, where `where` holds too, as CTEs for a `WITH` list:
  * `${name}_locked` locks them in id order first, and `name` writes them, `RETURNING` the locked
- * rows' `id` and `returning` columns.
+ * rows' `id` and `returning` columns. `one`: `from` is one row of parameters (claimInRow reads
+ * it, else joinClaimRows).
  */
 export function writeRowClaims({
   name,
@@ -82,6 +117,7 @@ export function writeRowClaims({
   where,
   set,
   returning,
+  one = false,
 }: {
   name: string;
   from: string;
@@ -89,11 +125,15 @@ export function writeRowClaims({
   where: string;
   set: string;
   returning: string;
+  one?: boolean;
 }): string {
+  const rows = one
+    ? `JOIN cyclium_episodes e ON ${claimInRow(key)} AND ${where}`
+    : joinClaimRows(key, where);
   return `
   ${name}_locked AS (
     SELECT e.id, ${returning} FROM ${from}
-      JOIN cyclium_episodes e ON ${claimInRow(key)} AND ${where}
+      ${rows}
      ORDER BY e.id
        FOR UPDATE OF e),
   ${name} AS (
@@ -111,8 +151,10 @@ export function renewInRows(refs: {
   fence: string;
   leaseSeconds: string;
   returning: string;
+  one?: boolean;
 }): string {
   return writeRowClaims({
+    one: refs.one,
     name: 'row_renewed',
     from: refs.from,
     key: 'held.dedupe_key',

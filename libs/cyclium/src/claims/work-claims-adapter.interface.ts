@@ -108,6 +108,11 @@ export interface InTransactionClaims {
  * - `fresh` (in `acquire`'s and `acquireMany`'s refs, optional): true when no claim can exist yet
  *   for the keys (the keys of episodes this statement inserts with new ids), so the fragment may
  *   insert without looking for a row to take over; an adapter may ignore it.
+ * - `inRow` (in `acquire`'s and `acquireMany`'s refs, optional, passed only with `episodeRows`):
+ *   an SQL boolean (in `acquireMany`, over the `input` row `i`) that is true when the episode row
+ *   this statement inserts for the key took the key's first claim itself, should the claim table
+ *   hold no row for the key as this statement sees it. Such a claim is reported (fence 1, attempt
+ *   1, the lease from `now()`), not written again.
  * - `finishMany(refs)` (optional, with `ownerMany`): an UPDATE … RETURNING 1 that completes or
  *   fails, for every row of the CTE `input` (columns `key`, `owner`, `fence`, `failure`), the claim
  *   at that fence (`failure` NULL completes). Without it, terminal writes are never batched.
@@ -122,8 +127,9 @@ export interface InTransactionClaims {
  * - `episodeRows` (optional): true only for the shipped adapter, whose claims of episodes live in
  *   each episode's own row (its `claim_*` columns): a new episode's there alone, any other in
  *   cyclium_work_claims, which the database mirrors into the row. A begin of a new episode then
- *   writes its first claim into the row it inserts (the fragments' `fresh` acquire only reports
- *   it), and an end proves its claim on the row it ends and writes the finished state there.
+ *   writes its first claim into the row it inserts (the fragments' `fresh` acquire, or one with
+ *   `inRow`, only reports it), and an end proves its claim on the row it ends and writes the
+ *   finished state there.
  *   Leave it out in an adapter of your own.
  */
 export interface ClaimFragments {
@@ -141,6 +147,7 @@ export interface ClaimFragments {
       workType: string;
       when: string;
       fresh?: boolean;
+      inRow?: string;
     },
   ): Array<[string, string]>;
   /** An UPDATE … RETURNING 1 that completes or fails the claim at `fence` (see above). */
@@ -151,7 +158,13 @@ export interface ClaimFragments {
   /** `acquire` for every row of the CTE `input` (see above). */
   acquireMany?(
     this: void,
-    refs: { input: string; owner: string; leaseSeconds: string; fresh?: boolean },
+    refs: {
+      input: string;
+      owner: string;
+      leaseSeconds: string;
+      fresh?: boolean;
+      inRow?: string;
+    },
   ): Array<[string, string]>;
   /** `finish` for every row of the CTE `input` (see above). */
   finishMany?(this: void, refs: { input: string }): string;

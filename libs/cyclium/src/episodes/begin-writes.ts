@@ -21,6 +21,8 @@ import {
   insertEpisodes,
   insertOf,
   isFresh,
+  rowFirstClaim,
+  rowFirstKind,
   type EpisodeInsert,
   type NewEpisode,
 } from './episode-inserts.js';
@@ -77,7 +79,13 @@ export class BeginWrites {
 
   private async beginMany(items: BeginWrite[]): Promise<BatchAnswer<BeginOutcome>> {
     const fresh = items.every((b) => isFresh(b.spec));
-    const statement = new Statement(fresh ? 'begin_many_fresh' : 'begin_many');
+    const rowClaims = this.claims.inStatement().fragments.episodeRows === true;
+    // Not all new: each row with one of the library's own keys takes its claim unless the claim
+    // table has the key (rowFirstClaim).
+    const rowFirst = !fresh && rowClaims;
+    const statement = new Statement(
+      fresh ? 'begin_many_fresh' : rowFirst ? 'begin_many_row_first' : 'begin_many',
+    );
     const p = (value: unknown, cast: string) => statement.param(value, cast);
     const inserts = items.map((b) => this.signatures.signed(insertOf(b.id, b.spec, 'running')));
     const claim = {
@@ -91,15 +99,23 @@ export class BeginWrites {
         'input',
         fresh ? 'fail' : 'skip',
         'begun',
-        fresh && this.claims.inStatement().fragments.episodeRows === true ? claim : undefined,
+        fresh && rowClaims
+          ? claim
+          : rowFirst
+            ? { ...claim, when: `i.dedupe_key IS NULL OR ${rowFirstClaim('i')}` }
+            : undefined,
       ),
     );
-    statement.with('began', `SELECT i.key FROM input i JOIN ep ON ep.id = i.id`);
+    statement.with(
+      'began',
+      `SELECT i.key, (i.dedupe_key IS NULL OR ${rowFirstKind('i')}) AS in_row
+         FROM input i JOIN ep ON ep.id = i.id`,
+    );
     const { rows, sentAt } = await claimBegun(
       this.database.sql,
       statement,
       this.batchFragment() as AcquireMany,
-      { ...claim, fresh },
+      { ...claim, fresh, ...(rowFirst ? { inRow: 'i.in_row' } : {}) },
       `FROM input i LEFT JOIN ep e ON e.id = i.id LEFT JOIN claim c ON c.key = i.key
         AND e.id IS NOT NULL
          ORDER BY i.n`,

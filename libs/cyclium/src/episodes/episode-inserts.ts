@@ -2,6 +2,7 @@ import type { Statement } from '../sql/statement.js';
 import { batchRows } from '../sql/batch-rows.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
 import { claimKeyOf } from '../claims/claim-keys.js';
+import { noClaimRow } from '../claims/row-claim-sql.js';
 import type { EpisodeTrigger } from './episode-context.interface.js';
 import type { EpisodeFlow } from './flow-limits.js';
 
@@ -185,11 +186,48 @@ export function isFresh(spec: Pick<NewEpisode, 'dedupeKey'>): boolean {
 /**
  * The first claim of the new episodes an insert begins, held in their rows alone (fence 1,
  * attempt 1, the lease from the transaction's `now()`, as the claim fragment reports it:
- * ClaimFragments.episodeRows). SQL refs: the same ones the claim fragment gets.
+ * ClaimFragments.episodeRows). SQL refs: the same ones the claim fragment gets. `when`, over the
+ * input row `i`: only the rows where it holds take it (rowFirstClaim); the others leave the
+ * columns NULL for the claim table's mirror.
  */
 export interface RowClaim {
   owner: string;
   leaseSeconds: string;
+  when?: string;
+}
+
+/**
+ * Input rows `i` (key `i.key`) whose new episode takes its first claim in its own row although it
+ * has a dedupe key: the claim table holds no row for the key, and the key is not a host's manual
+ * one. A manual key may be triggered again once its episode is archived, and its claim row (which
+ * retention keeps) carries the fence on across those episodes; the library's own keys (events,
+ * schedules, children) name one occurrence, and retention drops their claim rows as it does the
+ * episodes. Read with the statement's snapshot, as the claim fragment's own look at the table
+ * (`inRow`), so both decide alike.
+ */
+export function rowFirstClaim(i: string): string {
+  return `${i}.trigger_type <> 'manual' AND ${noClaimRow(`${i}.key`)}`;
+}
+
+/** The part of rowFirstClaim a claim fragment gets as `inRow`: the key's kind alone. */
+export function rowFirstKind(i: string): string {
+  return `${i}.trigger_type <> 'manual'`;
+}
+
+/** The claim columns' values of RowClaim, NULL where its `when` does not hold. */
+function rowClaimValues(claim: RowClaim): string {
+  const values = [
+    claim.owner,
+    '1',
+    `'claimed'`,
+    `now() + make_interval(secs => ${claim.leaseSeconds})`,
+    '1',
+  ];
+  return values
+    .map((value) =>
+      claim.when === undefined ? value : `CASE WHEN ${claim.when} THEN ${value} END`,
+    )
+    .join(', ');
 }
 
 /**
@@ -220,10 +258,7 @@ export function insertEpisodes(
            max_attempts, source_stack, source_env, workflow_instance_id, workflow_step_id,
            coalesce(started_at, CASE WHEN status = 'running' THEN now() END),
            CASE WHEN waits THEN now() END, signature, flow_key, rate_key, priority, version${
-             claim === undefined
-               ? ''
-               : `, ${claim.owner}, 1, 'claimed', ` +
-                 `now() + make_interval(secs => ${claim.leaseSeconds}), 1`
+             claim === undefined ? '' : `, ${rowClaimValues(claim)}`
            }
       FROM ${input} i
      WHERE i.insert_before IS NULL OR clock_timestamp() < i.insert_before

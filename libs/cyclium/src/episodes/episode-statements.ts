@@ -20,7 +20,7 @@ import type { EpisodeRow } from './episode-context.interface.js';
 import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStore } from './episode-store.js';
-import { isFresh, type NewEpisode } from './episode-inserts.js';
+import { isFresh, rowFirstClaim, type NewEpisode } from './episode-inserts.js';
 import {
   claimFailureOf,
   finishEpisode,
@@ -124,7 +124,12 @@ export class EpisodeStatements {
     const claims = this.claims.inStatement();
     // Without a dedupe key, the episode's row and claim are new: nothing to skip or take over.
     const fresh = isFresh(spec);
-    const statement = new Statement(`begin_${claims.shape}${fresh ? '_fresh' : ''}`);
+    // With one of the library's own, the row takes the claim unless the claim table has the key.
+    const rowFirst =
+      !fresh && spec.trigger.type !== 'manual' && claims.fragments.episodeRows === true;
+    const statement = new Statement(
+      `begin_${claims.shape}${fresh ? '_fresh' : rowFirst ? '_row_first' : ''}`,
+    );
     const p = (value: unknown, cast?: string) => statement.param(value, cast);
     const owner = p(me, 'text');
     const leaseSeconds = p(this.claims.leaseSeconds, 'double precision');
@@ -133,7 +138,11 @@ export class EpisodeStatements {
       statement,
       id,
       spec,
-      fresh && claims.fragments.episodeRows === true ? { owner, leaseSeconds } : undefined,
+      fresh && claims.fragments.episodeRows === true
+        ? { owner, leaseSeconds }
+        : rowFirst
+          ? { owner, leaseSeconds, when: rowFirstClaim('i') }
+          : undefined,
     );
     statement.with('ep', begun.body);
     const acquire = claims.fragments.acquire({
@@ -144,6 +153,7 @@ export class EpisodeStatements {
       workType: 'NULL::text',
       when: 'EXISTS (SELECT 1 FROM ep)',
       fresh,
+      ...(rowFirst ? { inRow: 'true' } : {}),
     });
     for (const [name, body] of acquire) statement.with(name, body);
     const started = lifecycleEvent(
@@ -367,7 +377,7 @@ export async function claimBegun(
   sql: SqlExecutor,
   statement: Statement,
   acquire: AcquireMany,
-  claims: { owner: string; leaseSeconds: string; fresh?: boolean },
+  claims: { owner: string; leaseSeconds: string; fresh?: boolean; inRow?: string },
   from: string,
 ): Promise<{ rows: BeginRow[] | 'busy'; sentAt: number }> {
   for (const [name, body] of acquire({ input: 'began', ...claims })) statement.with(name, body);

@@ -5,7 +5,7 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { Statement } from '../sql/statement.js';
 import { NodeIdentity } from '../identity/node-identity.service.js';
 import type { ResolvedCycliumOptions } from '../options/cyclium-options.interface.js';
-import { claimKeyOf } from '../claims/claim-keys.js';
+import { claimKeyOf, claimKeyOfRow } from '../claims/claim-keys.js';
 import {
   batchedAcquire,
   claimBegun,
@@ -16,7 +16,7 @@ import { takeQueued, type TakeRefs } from './episode-queue.js';
 import { toEpisode } from './episode-store.js';
 
 /** The claim key of a cyclium_episodes row `e`, as claimKeyOf spells it. */
-export const KEY_OF_ROW = `coalesce(e.dedupe_key, 'episode:' || e.id)`;
+export const KEY_OF_ROW = claimKeyOfRow('e');
 
 /**
  * Queued episodes started in one statement: up to one row per free slot taken from a queue (this
