@@ -22,6 +22,8 @@ const TABLES = /^cyclium_(episodes|episode_steps|episode_checkpoints|work_claims
 
 /** The batched writes this test needs, by a piece of their text. */
 const BATCHES: Array<[string, RegExp]> = [
+  // Begins with dedupe keys: each looks for its key's claim row (row-first or in the table).
+  ['begin_keyed', /INSERT INTO cyclium_episodes[\s\S]*claim_seen/],
   ['begin', /INSERT INTO cyclium_episodes/],
   ['step', /INSERT INTO cyclium_episode_checkpoints/],
   ['end', /DELETE FROM cyclium_episode_checkpoints/],
@@ -75,9 +77,17 @@ describe('batched writes on tables not yet analysed', () => {
 
   it('reads episodes, steps and claims through their keys, never a whole table', async () => {
     const episodes = (app as INestApplicationContext).get(Episodes);
-    for (let round = 0; round < 5 && seen.size < BATCHES.length; round++) {
+    for (let round = 0; round < 6 && seen.size < BATCHES.length; round++) {
+      // Every other round with dedupe keys.
       const started = await Promise.all(
-        Array.from({ length: AT_ONCE }, (_, n) => episodes.trigger('two-step', 'run', { n })),
+        Array.from({ length: AT_ONCE }, (_, n) =>
+          episodes.trigger(
+            'two-step',
+            'run',
+            { n },
+            round % 2 === 0 ? {} : { dedupeKey: `plans-${round}-${n}` },
+          ),
+        ),
       );
       const ids = started.map((r) => ('episode' in r ? r.episode.id : null));
       await waitFor('the round to finish', async () => {
@@ -97,7 +107,10 @@ describe('batched writes on tables not yet analysed', () => {
         if (node['Node Type'] === 'Seq Scan' && TABLES.test(node['Relation Name'] ?? ''))
           problems.push(`${kind}: Seq Scan on ${node['Relation Name']}`);
       // A step's and an end's proof and update find each episode by its primary key.
-      if (kind !== 'begin' && !nodes.some((node) => node['Index Name'] === 'cyclium_episodes_pkey'))
+      if (
+        !kind.startsWith('begin') &&
+        !nodes.some((node) => node['Index Name'] === 'cyclium_episodes_pkey')
+      )
         problems.push(`${kind}: no episode read by cyclium_episodes_pkey`);
     }
     expect(problems).toEqual([]);
