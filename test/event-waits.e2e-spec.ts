@@ -261,7 +261,9 @@ describe('event waits at scale', () => {
       for (const id of ['events-a', 'events-b'])
         nodes.push(
           await startNodeProcess(WAITS_NODE, database.url, {
-            env: { CYCLIUM_NODE_ID: id },
+            // A lease that a loaded machine's stalls do not outlast: a lapse would let the peer
+            // restart an episode, a third run this test counts as a wrong one.
+            env: { CYCLIUM_NODE_ID: id, WAITS_LEASE_SECONDS: '15' },
             ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
           }),
         );
@@ -283,6 +285,7 @@ describe('event waits at scale', () => {
       return body.episodeId;
     };
 
+    // Its phases have deadlines of their own (a minute each); the test's covers them all.
     it('each episode wakes once, for its own event; the 10,000 others match nothing', async () => {
       const started = Date.now();
       // Spread over both nodes, 20 calls in flight.
@@ -399,6 +402,6 @@ describe('event waits at scale', () => {
         ),
       ).toBe(EPISODES);
       expect(await scalar(database.db, `SELECT count(*) AS v FROM cyclium_event_waits`)).toBe(0);
-    });
+    }, 240_000);
   });
 });
