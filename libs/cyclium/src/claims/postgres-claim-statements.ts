@@ -9,7 +9,14 @@ import {
   takeOverClaims,
 } from './claim-sql.js';
 import { claimKeyOfRow } from './claim-keys.js';
-import { claimInRow, OWN_CLAIM_IN_ROW, renewInRows, writeRowClaims } from './row-claim-sql.js';
+import {
+  claimInRow,
+  OWN_CLAIM_IN_ROW,
+  renewInRow,
+  renewInRows,
+  writeRowClaim,
+  writeRowClaims,
+} from './row-claim-sql.js';
 
 /** The prepared statements PostgresClaims sends on its own, in the shapes of claim-sql.ts. */
 
@@ -92,8 +99,7 @@ export const RENEW = prepared(
     where: heldClaim({ key: '$1', owner: '$2', fence: 'coalesce($4::bigint, c.fence)' }),
     returning: '1',
   })}),
-  ${renewInRows({
-    one: true,
+  ${renewInRow({
     from: '(SELECT $1::text AS dedupe_key) held',
     owner: '$2',
     fence: 'coalesce($4::bigint, e.claim_fence)',
@@ -179,8 +185,7 @@ export const FINISH = prepared(
     detail: '$4',
     returning: '1',
   })}),
-  ${writeRowClaims({
-    one: true,
+  ${writeRowClaim({
     name: 'row_finished',
     from: '(SELECT $1::text AS dedupe_key) held',
     key: 'held.dedupe_key',

@@ -51,16 +51,24 @@ export function claimInRow(key: string): string {
   );
 }
 
+/** The episode row `e` that holds one key's claim alone (`key`, a parameter), where `on` holds. */
+function joinClaimRow(key: string, on: string): string {
+  return `JOIN cyclium_episodes e ON ${claimInRow(key)} AND ${on}`;
+}
+
 /**
  * claimInRow for a column of many rows (`key`, over a relation before it in a FROM list): joins
  * the episode row `e` that holds each key's claim alone, where `on` holds too. The live episode
  * holding the key as its dedupe key is joined first (`named`), so `e` is read by its primary key
  * from plain columns: a sub-select in the join lets the planner prefer reading all of `e` on a
- * table not yet analysed.
+ * table not yet analysed. An `episode:<id>` key, the common one, probes the dedupe index with NULL,
+ * which matches nothing without reading a page.
  */
 export function joinClaimRows(key: string, on: string): string {
   return `
-    LEFT JOIN cyclium_episodes named ON named.dedupe_key = ${key} AND named.archived_at IS NULL
+    LEFT JOIN cyclium_episodes named
+      ON named.dedupe_key = CASE WHEN ${key} !~ ${EPISODE_KEY} THEN ${key} END
+     AND named.archived_at IS NULL
     JOIN cyclium_episodes e
       ON e.id = coalesce(${episodeIdOfKey(key)}, named.id) AND ${claimKeyOfRow('e')} = ${key}
      AND ${noClaimRow(key)} AND ${on}`;
@@ -103,33 +111,34 @@ export function ownedInRows(input: string): string {
        FOR SHARE OF e`;
 }
 
-/**
- * `SET`s the claim columns in `set` of the episode rows that hold the claims on the keys `from`
- * lists (`key`, a column of it) alone, where `where` holds too, as CTEs for a `WITH` list:
- * `${name}_locked` locks them in id order first, and `name` writes them, `RETURNING` the locked
- * rows' `id` and `returning` columns. `one`: `from` is one row of parameters (claimInRow reads
- * it, else joinClaimRows).
- */
-export function writeRowClaims({
-  name,
-  from,
-  key,
-  where,
-  set,
-  returning,
-  one = false,
-}: {
+interface RowClaimWrite {
+  /** The CTEs' name. */
   name: string;
+  /** The relation listing the keys. */
   from: string;
+  /** The key, a column of `from`. */
   key: string;
   where: string;
   set: string;
   returning: string;
-  one?: boolean;
-}): string {
-  const rows = one
-    ? `JOIN cyclium_episodes e ON ${claimInRow(key)} AND ${where}`
-    : joinClaimRows(key, where);
+}
+
+/**
+ * `SET`s the claim columns in `set` of the episode rows that hold the claims on the keys `from`
+ * lists alone, where `where` holds too, as CTEs for a `WITH` list: `${name}_locked` locks them in
+ * id order first, and `name` writes them, `RETURNING` the locked rows' `id` and `returning`
+ * columns.
+ */
+export function writeRowClaims(write: RowClaimWrite): string {
+  return lockedWrite(write, joinClaimRows(write.key, write.where));
+}
+
+/** writeRowClaims where `from` is one row of parameters, read as claimInRow reads one key. */
+export function writeRowClaim(write: RowClaimWrite): string {
+  return lockedWrite(write, joinClaimRow(write.key, write.where));
+}
+
+function lockedWrite({ name, from, set, returning }: RowClaimWrite, rows: string): string {
   return `
   ${name}_locked AS (
     SELECT e.id, ${returning} FROM ${from}
@@ -141,25 +150,35 @@ export function writeRowClaims({
     RETURNING l.*)`;
 }
 
-/**
- * Renews by `leaseSeconds` from now the claims `owner` holds in their rows at `fence` on the keys
- * `from` lists (`held.dedupe_key`): writeRowClaims' CTEs, named `row_renewed`.
- */
-export function renewInRows(refs: {
+interface Renewal {
+  /** The relation listing the keys, as `held.dedupe_key`. */
   from: string;
   owner: string;
   fence: string;
   leaseSeconds: string;
   returning: string;
-  one?: boolean;
-}): string {
-  return writeRowClaims({
-    one: refs.one,
+}
+
+function renewal(refs: Renewal): RowClaimWrite {
+  return {
     name: 'row_renewed',
     from: refs.from,
     key: 'held.dedupe_key',
     where: rowHolds('e', refs),
     set: `claim_lease_until = now() + make_interval(secs => ${refs.leaseSeconds})`,
     returning: refs.returning,
-  });
+  };
+}
+
+/**
+ * Renews by `leaseSeconds` from now the claims `owner` holds in their rows at `fence` on the keys
+ * `from` lists: writeRowClaims' CTEs, named `row_renewed`.
+ */
+export function renewInRows(refs: Renewal): string {
+  return writeRowClaims(renewal(refs));
+}
+
+/** renewInRows for one key, `from` one row of parameters (writeRowClaim). */
+export function renewInRow(refs: Renewal): string {
+  return writeRowClaim(renewal(refs));
 }

@@ -1,7 +1,7 @@
 import type { Statement } from '../sql/statement.js';
 import { batchRows } from '../sql/batch-rows.js';
 import type { EpisodeStatus } from '../entities/episode.entity.js';
-import { claimKeyOf } from '../claims/claim-keys.js';
+import { claimKeyOf, libraryKeySql } from '../claims/claim-keys.js';
 import { noClaimRow } from '../claims/row-claim-sql.js';
 import type { EpisodeTrigger } from './episode-context.interface.js';
 import type { EpisodeFlow } from './flow-limits.js';
@@ -198,20 +198,17 @@ export interface RowClaim {
 
 /**
  * Input rows `i` (key `i.key`) whose new episode takes its first claim in its own row although it
- * has a dedupe key: the claim table holds no row for the key, and the key is not a host's manual
- * one. A manual key may be triggered again once its episode is archived, and its claim row (which
- * retention keeps) carries the fence on across those episodes; the library's own keys (events,
- * schedules, children) name one occurrence, and retention drops their claim rows as it does the
- * episodes. Read with the statement's snapshot, as the claim fragment's own look at the table
+ * has a dedupe key: the key is one of the library's own (isLibraryKey) and the claim table holds no
+ * row for it. Read with the statement's snapshot, as the claim fragment's own look at the table
  * (`inRow`), so both decide alike.
  */
 export function rowFirstClaim(i: string): string {
-  return `${i}.trigger_type <> 'manual' AND ${noClaimRow(`${i}.key`)}`;
+  return `${rowFirstKind(i)} AND ${noClaimRow(`${i}.key`)}`;
 }
 
 /** The part of rowFirstClaim a claim fragment gets as `inRow`: the key's kind alone. */
 export function rowFirstKind(i: string): string {
-  return `${i}.trigger_type <> 'manual'`;
+  return libraryKeySql(`${i}.trigger_type`);
 }
 
 /** The claim columns' values of RowClaim, NULL where its `when` does not hold. */

@@ -1,5 +1,6 @@
 import { sameEnvIndexed, stackCovers } from '../scope/scope-predicates.js';
 import type { Statement } from '../sql/statement.js';
+import { libraryKeySql } from '../claims/claim-keys.js';
 
 /**
  * Whose finished work a retention pass handles: a node's stack and env (rule 8: the stack covers
@@ -148,7 +149,7 @@ export const EpisodeRetention = {
         table: 'cyclium_episodes',
         columns:
           `aged.id, CASE WHEN aged.dedupe_key IS NULL THEN 'episode:' || aged.id WHEN ` +
-          `aged.trigger_type <> 'manual' THEN aged.dedupe_key END AS claim_key`,
+          `${libraryKeySql('aged.trigger_type')} THEN aged.dedupe_key END AS claim_key`,
         age: 'archived_at',
         olderThanMs,
         limit,

@@ -20,7 +20,7 @@ import type { EpisodeRow } from './episode-context.interface.js';
 import { lifecycleEvent } from './episode-events.js';
 import { EpisodeJournal } from './episode-journal.js';
 import { EpisodeStore } from './episode-store.js';
-import { isFresh, rowFirstClaim, type NewEpisode } from './episode-inserts.js';
+import { isFresh, type NewEpisode } from './episode-inserts.js';
 import {
   claimFailureOf,
   finishEpisode,
@@ -31,9 +31,9 @@ import {
 import { runningHere } from './running-here.js';
 import type { StepRecord } from './running-episode.js';
 import { FlowQuiet } from './flow-quiet.js';
-import { claimKeyOf } from '../claims/claim-keys.js';
+import { claimKeyOf, isLibraryKey } from '../claims/claim-keys.js';
 import { finishedState } from '../claims/claim-sql.js';
-import { rowHolds } from '../claims/row-claim-sql.js';
+import { noClaimRow, rowHolds } from '../claims/row-claim-sql.js';
 import { KEYED_RUNNING } from '../sql/keyed-status.js';
 
 /**
@@ -126,7 +126,7 @@ export class EpisodeStatements {
     const fresh = isFresh(spec);
     // With one of the library's own, the row takes the claim unless the claim table has the key.
     const rowFirst =
-      !fresh && spec.trigger.type !== 'manual' && claims.fragments.episodeRows === true;
+      !fresh && isLibraryKey(spec.trigger.type) && claims.fragments.episodeRows === true;
     const statement = new Statement(
       `begin_${claims.shape}${fresh ? '_fresh' : rowFirst ? '_row_first' : ''}`,
     );
@@ -141,7 +141,7 @@ export class EpisodeStatements {
       fresh && claims.fragments.episodeRows === true
         ? { owner, leaseSeconds }
         : rowFirst
-          ? { owner, leaseSeconds, when: rowFirstClaim('i') }
+          ? { owner, leaseSeconds, when: noClaimRow('i.key') }
           : undefined,
     );
     statement.with('ep', begun.body);
