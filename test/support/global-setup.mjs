@@ -10,7 +10,11 @@ export const TEMPLATE = 'cyclium_test_template';
 export default async function globalSetup() {
   let url = process.env.DATABASE_URL;
   if (!url) {
-    const postgres = await startPostgres();
+    // No fsync: the tests' commits still reach the kernel before they are acknowledged, so a
+    // killed or restarted server (tests that do so start servers of their own) loses nothing; only
+    // a crash of this machine could, which ends the run anyway. Flushes queue behind each other on
+    // this shared server under three workers: the quick project runs in 62 s against 77.
+    const postgres = await startPostgres({ settings: { fsync: 'off', full_page_writes: 'off' } });
     globalThis.__cycliumPostgres = postgres;
     url = postgres.url;
   }
