@@ -181,7 +181,9 @@ describe('deploys under running episodes: patches and versions across node proce
   }, 150_000);
 
   it('the same deploy without the patch fails the A episodes as nondeterministic_resume', async () => {
-    const a = await start('plain-1', { CODE: 'A' });
+    // Backoffs of 3 s, longer than the naps of 2 s: whatever wakes first is a nap, as with A's
+    // default of 6 s, which B would only wait out.
+    const a = await start('plain-1', { CODE: 'A', RETRY_MS: '3000' });
     const ids = await trigger(
       a,
       'flow',
@@ -206,7 +208,8 @@ describe('deploys under running episodes: patches and versions across node proce
   }, 90_000);
 
   it('deprecatePatch refuses an episode that needs the old branch, naming the patch; new ones run', async () => {
-    const a = await start('dep-1', { CODE: 'A' });
+    // Backoffs of 3 s, longer than the naps of 2 s (as in the case above).
+    const a = await start('dep-1', { CODE: 'A', RETRY_MS: '3000' });
     const old = await trigger(
       a,
       'flow',
