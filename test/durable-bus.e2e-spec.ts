@@ -2,7 +2,7 @@ import { afterAll, afterEach, describe, expect, it } from '@jest/globals';
 import { startBusNode } from './support/bus-node.js';
 import { useDatabase } from './support/database.js';
 import { post } from './support/demo-cluster.js';
-import type { DemoNode } from './support/demo-node.js';
+import { startAll, type DemoNode } from './support/demo-node.js';
 import { waitFor } from './support/wait-for.js';
 
 /**
@@ -63,9 +63,12 @@ describe('durable dispatch positions', () => {
   });
 
   it('gives each event a publisher-only service stored while every worker was stopped one episode when a worker with a new identity boots', async () => {
-    const first = await boot('worker-a', 'x');
+    // The publisher hosts no actor: it boots beside the worker, and publishes once that is gone.
+    const [first, publisher] = (await startAll([boot('worker-a', 'x'), boot('publisher', '')])) as [
+      DemoNode,
+      DemoNode,
+    ];
     await first.stop('SIGTERM');
-    const publisher = await boot('publisher', '');
     const ids = Array.from({ length: 20 }, (_, i) => `alone-${i}`);
     for (const id of ids) await publish(publisher, 'test.x', id, { n: 1 });
     expect((await episodesByEvent('bus_x')).size).toBe(0);
@@ -75,9 +78,11 @@ describe('durable dispatch positions', () => {
   });
 
   it('runs X at once while the hosts of Y are stopped, and each Y once when a host of Y boots', async () => {
-    const publisher = await boot('publisher-2', '');
-    await boot('host-x', 'x');
-    const hostY = await boot('host-y', 'y');
+    const [publisher, , hostY] = (await startAll([
+      boot('publisher-2', ''),
+      boot('host-x', 'x'),
+      boot('host-y', 'y'),
+    ])) as [DemoNode, DemoNode, DemoNode];
     await hostY.stop('SIGTERM');
 
     const xs = Array.from({ length: 10 }, (_, i) => `split-x-${i}`);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
-import { startNodeProcess, type DemoNode } from './support/demo-node.js';
+import { startAll, startNodeProcess, type DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
 import { nodesOf, type PlanNode } from './support/plan-nodes.js';
 import { waitFor } from './support/wait-for.js';
@@ -258,15 +258,20 @@ describe('event waits at scale', () => {
     beforeAll(async () => {
       await database.db.query(`DELETE FROM cyclium_event_waits`);
       await database.db.query(`CREATE TABLE wait_runs (episode_id uuid, what text)`);
-      for (const id of ['events-a', 'events-b'])
-        nodes.push(
-          await startNodeProcess(WAITS_NODE, database.url, {
-            // A lease that a loaded machine's stalls do not outlast: a lapse would let the peer
-            // restart an episode, a third run this test counts as a wrong one.
-            env: { CYCLIUM_NODE_ID: id, WAITS_LEASE_SECONDS: '15' },
-            ready: async (node) => (await node.get<{ status: string }>('/health')).status === 'ok',
-          }),
-        );
+      // Both boot at once: neither has anything to do until the test triggers.
+      nodes.push(
+        ...(await startAll(
+          ['events-a', 'events-b'].map((id) =>
+            startNodeProcess(WAITS_NODE, database.url, {
+              // A lease that a loaded machine's stalls do not outlast: a lapse would let the peer
+              // restart an episode, a third run this test counts as a wrong one.
+              env: { CYCLIUM_NODE_ID: id, WAITS_LEASE_SECONDS: '15' },
+              ready: async (node) =>
+                (await node.get<{ status: string }>('/health')).status === 'ok',
+            }),
+          ),
+        )),
+      );
     });
 
     afterAll(async () => {

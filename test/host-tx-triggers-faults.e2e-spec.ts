@@ -78,6 +78,8 @@ function orderLoop(
 describe('triggers in the host transaction under cut connections and kill -9', () => {
   const database = useDatabase(3);
   let proxy: TcpProxy | undefined;
+  /** The node whose connections go through the proxy (the first case's), booted with the direct one. */
+  let proxied: DemoNode | undefined;
   /** Set in afterAll: every order loop stops, even one whose test failed half way. */
   let stopped = false;
   const nodes = new Set<DemoNode>();
@@ -126,8 +128,12 @@ describe('triggers in the host transaction under cut connections and kill -9', (
         return 'drop-and-close';
       },
     });
-    // Up throughout, direct: it runs episodes whatever happens to the node under faults.
-    await start(database.url, 'tx-direct');
+    // Up throughout, direct: it runs episodes whatever happens to the node under faults. The
+    // proxied one boots beside it; nothing is cut before the first case begins.
+    [, proxied] = await Promise.all([
+      start(database.url, 'tx-direct'),
+      start(proxy.url(database.url), 'tx-proxied'),
+    ]);
   }, 60_000);
 
   afterAll(async () => {
@@ -195,12 +201,12 @@ describe('triggers in the host transaction under cut connections and kill -9', (
   }
 
   it(`the proxy cuts the ordering node's connections ${FAULTS} times`, async () => {
-    if (!proxy) throw new Error('no proxy');
-    const proxied = await start(proxy.url(database.url), 'tx-proxied');
+    if (!proxy || !proxied) throw new Error('no proxy');
+    const node = proxied;
     let cutting = true;
     const loop = orderLoop(
       'cut',
-      () => proxied,
+      () => node,
       () => stopped || !cutting,
       {
         inFlight: 4,
@@ -237,7 +243,7 @@ describe('triggers in the host transaction under cut connections and kill -9', (
     }
     const faulted = Date.now() - began;
     // The node still works once the faults stop: one more order goes through.
-    const after = await fetch(`http://127.0.0.1:${proxied.port}/orders/cut-after`, {
+    const after = await fetch(`http://127.0.0.1:${node.port}/orders/cut-after`, {
       method: 'POST',
     });
     expect(after.status).toBe(201);

@@ -7,6 +7,8 @@ import { waitFor } from './support/wait-for.js';
 
 const STEP_MS = '1000';
 const INTEGRITY = { SCOPE_INTEGRITY: '1', SCOPE_CLAIMS: 'postgres', SCOPE_STEP_MS: STEP_MS };
+/** The only node of its env, killed and booted again by one case. */
+const SOLO = { id: 'int-solo', env: 'int-solo', extra: INTEGRITY };
 
 /**
  * Signed rows (the `integrity` option) with real node processes: someone with write access to the
@@ -72,9 +74,10 @@ describe('rows nobody can forge: the integrity option', () => {
         env: 'ctl-resume',
         extra: { SCOPE_CLAIMS: 'postgres', SCOPE_STEP_MS: STEP_MS },
       }),
+      startScopeNode(database.url, SOLO),
     ]);
-    for (const [i, id] of ['int-a', 'int-b', 'int-t', 'ctl-t', 'ctl-a', 'ctl-b'].entries())
-      nodes.set(id, started[i] as DemoNode);
+    const ids = ['int-a', 'int-b', 'int-t', 'ctl-t', 'ctl-a', 'ctl-b', 'int-solo'];
+    for (const [i, id] of ids.entries()) nodes.set(id, started[i] as DemoNode);
   }, 90_000);
 
   afterAll(async () => {
@@ -140,8 +143,6 @@ describe('rows nobody can forge: the integrity option', () => {
   }, 60_000);
 
   it('the only node, killed and back under the same identity, resumes from its own signed checkpoints: nothing tampered, no step run twice', async () => {
-    const solo = { id: 'int-solo', env: 'int-solo', extra: INTEGRITY };
-    nodes.set('int-solo', await startScopeNode(database.url, solo));
     const episodeId = await trigger('int-solo', 'slow');
     await waitFor(
       'two checkpoints',
@@ -151,7 +152,7 @@ describe('rows nobody can forge: the integrity option', () => {
     );
     await node('int-solo').stop('SIGKILL');
     // No node of its env is up now; the same identity comes straight back.
-    nodes.set('int-solo', await startScopeNode(database.url, solo));
+    nodes.set('int-solo', await startScopeNode(database.url, SOLO));
     expect(await ended(episodeId, 40_000)).toMatchObject({
       status: 'done',
       error_class: null,

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { fileURLToPath } from 'node:url';
-import { startNodeProcess, type DemoNode } from './support/demo-node.js';
+import { startAll, startNodeProcess, type DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
@@ -70,7 +70,7 @@ describe('transaction steps under kill -9 and SIGSTOP', () => {
 
   it('kill -9 at random instants across 100 episodes: the counter equals the episodes done, no row doubled', async () => {
     const env = { TX_HOLD_MS: '60', TX_AFTER_MS: '100', TX_LEASE_SECONDS: '3' };
-    const live = [await start('step-a', env), await start('step-b', env)];
+    const live = await startAll([start('step-a', env), start('step-b', env)]);
     let kills = 0;
     try {
       // Each call books a new order: a call whose answer died with its node may have started its
@@ -156,8 +156,10 @@ describe('transaction steps under kill -9 and SIGSTOP', () => {
   it("a SIGSTOP-ed holder's transaction step fails on the fence after SIGCONT: its writes are absent", async () => {
     const before = Number(await scalar(`SELECT n AS v FROM counters WHERE name = 'booked'`));
     // The holder sits 3 s inside its transaction before and after its writes: longer than its lease.
-    const holder = await start('stop-holder', { TX_HOLD_MS: '3000', TX_LEASE_SECONDS: '2' });
-    const taker = await start('stop-taker', { TX_HOLD_MS: '0', TX_LEASE_SECONDS: '2' });
+    const [holder, taker] = (await startAll([
+      start('stop-holder', { TX_HOLD_MS: '3000', TX_LEASE_SECONDS: '2' }),
+      start('stop-taker', { TX_HOLD_MS: '0', TX_LEASE_SECONDS: '2' }),
+    ])) as [DemoNode, DemoNode];
     // Claimed, or already done: with no hold of its own the taker can finish between two polls.
     const claimOwner = () =>
       scalar(

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { fileURLToPath } from 'node:url';
-import { startNodeProcess, type DemoNode } from './support/demo-node.js';
+import { startAll, startNodeProcess, type DemoNode } from './support/demo-node.js';
 import { useDatabase } from './support/database.js';
 import { waitFor } from './support/wait-for.js';
 
@@ -52,6 +52,9 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     nodes.push(node);
     return node;
   };
+  /** Nodes that boot together, none of them doing anything yet: up in the time of one boot. */
+  const startBoth = async (first: string, second: string, idleMs?: number) =>
+    (await startAll([start(first, idleMs), start(second, idleMs)])) as [DemoNode, DemoNode];
   const trigger = async (node: DemoNode, what: string, payload: object) =>
     (await post<{ episodeId: string }>(node, `/trigger/${what}`, payload)).episodeId;
   const row = async (id: string) =>
@@ -91,8 +94,7 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     });
 
   it('a signal sent through another node resumes a wait whose node was kill -9-ed', async () => {
-    const one = await start('wf-1');
-    const two = await start('wf-2');
+    const [one, two] = await startBoth('wf-1', 'wf-2');
     const id = await trigger(one, 'approvals/approve', { timeoutMs: 30_000 });
     await waiting(id, 'signal');
     await one.stop('SIGKILL');
@@ -156,8 +158,7 @@ describe('waits under kill -9 and whole-cluster stops', () => {
 
   it('with idle polls: a deadline is met within a poll interval by the node that wrote it, and within the idle interval by another once that node is kill -9-ed', async () => {
     const IDLE_MS = 6_000;
-    const a = await start('wf-idle-a', IDLE_MS);
-    const b = await start('wf-idle-b', IDLE_MS);
+    const [a, b] = await startBoth('wf-idle-a', 'wf-idle-b', IDLE_MS);
     const lateness = async (id: string) => {
       const parked = await waiting(id, 'signal');
       const done = await ended(id);
@@ -185,8 +186,7 @@ describe('waits under kill -9 and whole-cluster stops', () => {
   });
 
   it('a whole-cluster stop during a signal, an event and a children wait loses none of them', async () => {
-    const a = await start('wf-4');
-    const b = await start('wf-5');
+    const [a, b] = await startBoth('wf-4', 'wf-5');
     const signalled = await trigger(a, 'approvals/approve', {});
     const paid = await trigger(b, 'payments/pay', { orderId: 'o-stop' });
     const parent = await trigger(a, 'fanout/parent', { n: 3, workMs: 4_000 });
@@ -195,8 +195,7 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     await waiting(parent, 'children');
     await Promise.all([a.stop('SIGKILL'), b.stop('SIGKILL')]);
     // Sent and published while no node is up: stored, each wake-up due for whoever comes next.
-    const c = await start('wf-6');
-    const d = await start('wf-7');
+    const [c, d] = await startBoth('wf-6', 'wf-7');
     expect(await post(c, `/signal/${signalled}/approve`, { by: 'after-stop' })).toMatchObject({
       status: 'sent',
     });
