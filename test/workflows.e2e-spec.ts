@@ -458,6 +458,9 @@ describe('workflows on two nodes', () => {
     expect(second).not.toBe(first);
     expect((await instance(second)).status).toBe('running');
     for (const s of subjects) gate(`subject:${s}`).open();
+    // Every instance ends here: the next case's reconciliation counts the replays of every live
+    // instance, and one whose step has just ended is replayed (a fresh clone of 104421f read 3).
+    await Promise.all([...new Set(starts), second].map((id) => finished(id)));
   });
 
   it('a replayed terminal event does not advance a step twice', async () => {
