@@ -64,10 +64,7 @@ describe('durable dispatch positions', () => {
 
   it('gives each event a publisher-only service stored while every worker was stopped one episode when a worker with a new identity boots', async () => {
     // The publisher hosts no actor: it boots beside the worker, and publishes once that is gone.
-    const [first, publisher] = (await startAll([boot('worker-a', 'x'), boot('publisher', '')])) as [
-      DemoNode,
-      DemoNode,
-    ];
+    const [first, publisher] = await startAll([boot('worker-a', 'x'), boot('publisher', '')]);
     await first.stop('SIGTERM');
     const ids = Array.from({ length: 20 }, (_, i) => `alone-${i}`);
     for (const id of ids) await publish(publisher, 'test.x', id, { n: 1 });
@@ -78,11 +75,11 @@ describe('durable dispatch positions', () => {
   });
 
   it('runs X at once while the hosts of Y are stopped, and each Y once when a host of Y boots', async () => {
-    const [publisher, , hostY] = (await startAll([
+    const [publisher, , hostY] = await startAll([
       boot('publisher-2', ''),
       boot('host-x', 'x'),
       boot('host-y', 'y'),
-    ])) as [DemoNode, DemoNode, DemoNode];
+    ]);
     await hostY.stop('SIGTERM');
 
     const xs = Array.from({ length: 10 }, (_, i) => `split-x-${i}`);

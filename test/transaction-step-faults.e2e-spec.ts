@@ -158,10 +158,10 @@ describe('transaction steps under kill -9 and SIGSTOP', () => {
   it("a SIGSTOP-ed holder's transaction step fails on the fence after SIGCONT: its writes are absent", async () => {
     const before = Number(await scalar(`SELECT n AS v FROM counters WHERE name = 'booked'`));
     // The holder sits 3 s inside its transaction before and after its writes: longer than its lease.
-    const [holder, taker] = (await startAll([
+    const [holder, taker] = await startAll([
       start('stop-holder', { TX_HOLD_MS: '3000', TX_LEASE_SECONDS: '2' }),
       start('stop-taker', { TX_HOLD_MS: '0', TX_LEASE_SECONDS: '2' }),
-    ])) as [DemoNode, DemoNode];
+    ]);
     // Claimed, or already done: with no hold of its own the taker can finish between two polls.
     const claimOwner = () =>
       scalar(

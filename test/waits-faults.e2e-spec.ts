@@ -53,8 +53,8 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     return node;
   };
   /** Nodes that boot together, none of them doing anything yet: up in the time of one boot. */
-  const startBoth = async (first: string, second: string, idleMs?: number) =>
-    (await startAll([start(first, idleMs), start(second, idleMs)])) as [DemoNode, DemoNode];
+  const startBoth = (first: string, second: string, idleMs?: number) =>
+    startAll([start(first, idleMs), start(second, idleMs)]);
   const trigger = async (node: DemoNode, what: string, payload: object) =>
     (await post<{ episodeId: string }>(node, `/trigger/${what}`, payload)).episodeId;
   const row = async (id: string) =>

@@ -82,16 +82,24 @@ export async function startNodeProcess(
   }
 }
 
+/** A tuple of node starts, each resolved: `[a, b]` destructures without a cast. */
+export type Started<T extends ReadonlyArray<Promise<DemoNode>>> = {
+  -readonly [K in keyof T]: Awaited<T[K]>;
+};
+
 /**
  * Every start of `starts`, begun together: the nodes in order once all are up. Should one fail, the
  * others that did start are killed before its error is thrown, so no node of a test that could not
  * begin outlives it and writes into the next test's database.
  */
-export async function startAll(starts: ReadonlyArray<Promise<DemoNode>>): Promise<DemoNode[]> {
+export async function startAll<const T extends ReadonlyArray<Promise<DemoNode>>>(
+  starts: T,
+): Promise<Started<T>> {
   const settled = await Promise.allSettled(starts);
   const failed = settled.find((s): s is PromiseRejectedResult => s.status === 'rejected');
   const up = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
-  if (failed === undefined) return up;
+  // Every start fulfilled, in order: the tuple the caller passed, each promise resolved.
+  if (failed === undefined) return up as Started<T>;
   await Promise.all(up.map((node) => node.stop('SIGKILL')));
   throw failed.reason;
 }
