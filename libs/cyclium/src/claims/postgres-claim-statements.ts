@@ -12,8 +12,7 @@ import { claimKeyOfRow } from './claim-keys.js';
 import {
   claimInRow,
   OWN_CLAIM_IN_ROW,
-  renewInRow,
-  renewInRows,
+  rowRenewal,
   writeRowClaim,
   writeRowClaims,
 } from './row-claim-sql.js';
@@ -99,13 +98,15 @@ export const RENEW = prepared(
     where: heldClaim({ key: '$1', owner: '$2', fence: 'coalesce($4::bigint, c.fence)' }),
     returning: '1',
   })}),
-  ${renewInRow({
-    from: '(SELECT $1::text AS dedupe_key) held',
-    owner: '$2',
-    fence: 'coalesce($4::bigint, e.claim_fence)',
-    leaseSeconds: '$3',
-    returning: 'held.dedupe_key',
-  })}
+  ${writeRowClaim(
+    rowRenewal({
+      from: '(SELECT $1::text AS dedupe_key) held',
+      owner: '$2',
+      fence: 'coalesce($4::bigint, e.claim_fence)',
+      leaseSeconds: '$3',
+      returning: 'held.dedupe_key',
+    }),
+  )}
   SELECT 1 FROM renewed UNION ALL SELECT 1 FROM row_renewed`,
 );
 
@@ -129,13 +130,15 @@ export const RENEW_MANY = prepared(
     where: 'c.dedupe_key = locked.dedupe_key',
     returning: 'c.dedupe_key, c.fence',
   })}),
-  ${renewInRows({
-    from: 'unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)',
-    owner: '$1',
-    fence: 'held.fence',
-    leaseSeconds: '$2',
-    returning: 'held.dedupe_key, held.fence',
-  })}
+  ${writeRowClaims(
+    rowRenewal({
+      from: 'unnest($3::text[], $4::bigint[]) AS held (dedupe_key, fence)',
+      owner: '$1',
+      fence: 'held.fence',
+      leaseSeconds: '$2',
+      returning: 'held.dedupe_key, held.fence',
+    }),
+  )}
   SELECT dedupe_key, fence FROM renewed
   UNION ALL
   SELECT dedupe_key, fence FROM row_renewed`,

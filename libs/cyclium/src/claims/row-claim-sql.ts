@@ -159,7 +159,12 @@ interface Renewal {
   returning: string;
 }
 
-function renewal(refs: Renewal): RowClaimWrite {
+/**
+ * Renews by `leaseSeconds` from now the claims `owner` holds in their rows at `fence` on the keys
+ * `from` lists: for writeRowClaims (many keys) or writeRowClaim (one row of parameters), as CTEs
+ * named `row_renewed`.
+ */
+export function rowRenewal(refs: Renewal): RowClaimWrite {
   return {
     name: 'row_renewed',
     from: refs.from,
@@ -168,17 +173,4 @@ function renewal(refs: Renewal): RowClaimWrite {
     set: `claim_lease_until = now() + make_interval(secs => ${refs.leaseSeconds})`,
     returning: refs.returning,
   };
-}
-
-/**
- * Renews by `leaseSeconds` from now the claims `owner` holds in their rows at `fence` on the keys
- * `from` lists: writeRowClaims' CTEs, named `row_renewed`.
- */
-export function renewInRows(refs: Renewal): string {
-  return writeRowClaims(renewal(refs));
-}
-
-/** renewInRows for one key, `from` one row of parameters (writeRowClaim). */
-export function renewInRow(refs: Renewal): string {
-  return writeRowClaim(renewal(refs));
 }
