@@ -130,5 +130,5 @@ describe('bus retention, scoped: two envs on one database with different windows
       [busChannel(null, 'prod'), PROD_RETENTION_MS, busChannel(null, 'rc'), RC_RETENTION_MS],
     );
     expect(early.rows).toEqual([]);
-  });
+  }, 120_000);
 });

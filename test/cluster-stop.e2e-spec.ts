@@ -118,5 +118,5 @@ describe('whole-cluster stops', () => {
     await stopAllUnderLoad('SIGKILL');
     await bootCluster();
     await everyAcceptedOnce();
-  }, 180_000);
+  }, 240_000);
 });

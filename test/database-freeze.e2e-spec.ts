@@ -223,5 +223,5 @@ describe('the database freezes under three nodes', () => {
         exitCode: null,
         signal: null,
       });
-  });
+  }, 180_000);
 });

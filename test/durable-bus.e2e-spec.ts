@@ -166,7 +166,7 @@ describe('durable dispatch positions', () => {
     );
     const byEvent = await episodesByEvent('bus_cool');
     expect(['cool-1', 'cool-2', 'cool-3'].map((id) => byEvent.get(id) ?? 0)).toEqual([1, 0, 1]);
-  }, 60_000);
+  }, 120_000);
 
   it('groups a window by committed time on a node that boots in the middle of it, as the live node did', async () => {
     const debounceMs = 6_000;

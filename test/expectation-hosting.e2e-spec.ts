@@ -129,7 +129,7 @@ describe('expectations a node does not host', () => {
       running: 'done on host-new',
       queued: 'done on host-new',
     });
-  });
+  }, 120_000);
 
   /**
    * The expectation removed for good: the nodes left host its actor, none the expectation. Its
@@ -193,5 +193,5 @@ describe('expectations a node does not host', () => {
       { detail: expect.stringContaining('expectation rebalance_retried'), after_grace: true },
       { detail: expect.stringContaining('expectation rebalance_retried'), after_grace: true },
     ]);
-  });
+  }, 120_000);
 });

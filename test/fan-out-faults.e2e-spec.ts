@@ -133,7 +133,7 @@ describe('child episodes across three nodes under kill -9 and a whole-cluster st
     // running (while it started its children).
     expect(Number(runs?.n)).toBeGreaterThanOrEqual(2);
     expect(Number(runs?.n)).toBeLessThanOrEqual(4);
-  });
+  }, 240_000);
 
   it('canceling a parent cancels its children that have not ended', async () => {
     const node = nodes[nodes.length - 1] as DemoNode;

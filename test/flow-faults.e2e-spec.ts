@@ -307,7 +307,7 @@ describe('flow control across three node processes under kill -9, drains and clu
     );
     // The kill cut runs short: they were restarted elsewhere, within the limits.
     expect(killed!.n).toBeGreaterThan(0);
-  }, 150_000);
+  }, 180_000);
 
   it('a whole-cluster stop with 1,000 throttled rows: limits hold, each runs once', async () => {
     sampled = 0;
@@ -349,7 +349,7 @@ describe('flow control across three node processes under kill -9, drains and clu
     // The 20 that ran when the cluster stopped ran again; the 1,000 that waited ran once.
     expect(cut).toBe(20);
     expect(runs).toBe(ids.length + 20);
-  }, 180_000);
+  }, 240_000);
 
   it('a priority-10 trigger starts before a backlog of 500; B before 20 more of A', async () => {
     // Priority: the one running holds until the gate opens; 500 wait behind it.

@@ -140,7 +140,7 @@ describe('rows nobody can forge: the integrity option', () => {
       [[edited, copied]],
     );
     expect(after).toEqual([]);
-  }, 60_000);
+  }, 180_000);
 
   it('the only node, killed and back under the same identity, resumes from its own signed checkpoints: nothing tampered, no step run twice', async () => {
     const episodeId = await trigger('int-solo', 'slow');
@@ -225,7 +225,7 @@ describe('rows nobody can forge: the integrity option', () => {
     await logged('int-b', 'ignored event');
     expect(node('int-b').output()).toContain('(cyclium.episode.cancel, id forged-cancel-1)');
     expect(await ended(running)).toMatchObject({ status: 'done' });
-  }, 60_000);
+  }, 120_000);
 
   it('a trigger request pointed at another actor fails as tampered with its episode, and the next one runs; without the option it runs as edited', async () => {
     const pointAtOther = (id: string) =>
@@ -277,5 +277,5 @@ describe('rows nobody can forge: the integrity option', () => {
         control,
       ]),
     ).toHaveLength(1);
-  }, 90_000);
+  }, 120_000);
 });

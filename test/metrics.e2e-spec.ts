@@ -194,5 +194,5 @@ describe('metrics: /metrics on demo nodes', () => {
     } finally {
       holder.process.kill('SIGCONT');
     }
-  });
+  }, 120_000);
 });

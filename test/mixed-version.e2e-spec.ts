@@ -443,6 +443,6 @@ const identity = (name: string, env: string) =>
           `${markers.length} recoveries, ${deliveries.length} deliveries of ${outputs.length} outputs\n${figures.join('\n')}\n` +
           [...crossed].map(([way, n]) => `  events ${way}: ${n}`).join('\n'),
       );
-    }, 90_000);
+    }, 180_000);
   },
 );

@@ -87,5 +87,5 @@ describe('not_hosted after a whole-cluster stop: the first service back does not
     for (const id of ids.slice(1)) expect(await sideEffects(database.db, id)).toEqual(once);
     const markers = `SELECT 1 FROM cyclium_episode_steps WHERE episode_id = ANY($1::uuid[]) AND name = 'not_hosted'`;
     expect(await query(markers, [ids])).toEqual([]);
-  });
+  }, 180_000);
 });

@@ -205,5 +205,5 @@ describe('the operations page: finished episodes over the last hour, as a chart'
     );
     expect(rig.pageErrors).toEqual([]);
     expect(rig.policyViolations).toEqual([]);
-  });
+  }, 120_000);
 });

@@ -139,7 +139,7 @@ describe('pausing an actor cluster-wide from the operations page', () => {
       200,
     );
     for (const id of ['p-1', 'p-2', 'p-3']) expect(await pausedOn(id)).toBe(false);
-  });
+  }, 120_000);
 
   it('leaves a run orphaned by a kill -9 during the pause waiting, and runs it after the resume', async () => {
     const headers = { 'x-cyclium-ops': '1' };
@@ -165,7 +165,7 @@ describe('pausing an actor cluster-wide from the operations page', () => {
     }
     expect((await post('p-1', `/ops/api/actors/${ACTOR}/resume`, {}, headers)).status).toBe(200);
     await waitFor('it to run to done', async () => (await statusOf(id)) === 'done', 30_000, 200);
-  });
+  }, 120_000);
 
   it('answers 404 for an actor this node does not declare, 400 naming a bad field, and needs the header', async () => {
     const headers = { 'x-cyclium-ops': '1' };

@@ -162,5 +162,5 @@ describe('an output whose delivering node is killed is delivered by a peer', () 
       ['out-prod-2', 'started'],
       ['out-prod-2', 'finished'],
     ]);
-  });
+  }, 120_000);
 });

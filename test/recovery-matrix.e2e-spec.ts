@@ -357,5 +357,5 @@ describe('recovery matrix: claims × identity × fault × who comes back', () =>
         recoveredUnderVictimsName: o.sameName,
       })),
     );
-  }, 60_000);
+  }, 120_000);
 });

@@ -160,7 +160,7 @@ describe('trigger requests across whole-cluster stops', () => {
       restarted: 'done',
     });
     await n.stop('SIGKILL');
-  });
+  }, 180_000);
 
   it('expires a trigger-only request only once a full node of its env has been up for the TTL', async () => {
     const lonely = { CYCLIUM_ENV: 'lonely' };

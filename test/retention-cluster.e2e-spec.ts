@@ -152,5 +152,5 @@ describe('retention under load on three nodes, one killed', () => {
         `SELECT count(*)::int AS n FROM cyclium_episode_steps s WHERE NOT EXISTS (SELECT 1 FROM cyclium_episodes e WHERE e.id = s.episode_id)`,
       ),
     ).toBe(0);
-  });
+  }, 180_000);
 });

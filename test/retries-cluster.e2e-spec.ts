@@ -135,7 +135,7 @@ describe('retries across nodes', () => {
       verify: 1,
       report: 1,
     });
-  });
+  }, 120_000);
 
   it('resumes a sleeping episode on another node when the one it slept on is killed', async () => {
     const [c] = nodes.slice(-1) as [DemoNode];
@@ -207,5 +207,5 @@ describe('retries across nodes', () => {
       verify: 1,
       report: 1,
     });
-  });
+  }, 120_000);
 });

@@ -117,5 +117,5 @@ describe('rolling deploy of 3 nodes while 300 episodes flow', () => {
       expect(row.status).toBe('done');
       expect(row.attempts).toBeGreaterThanOrEqual(1);
     }
-  }, 180_000);
+  }, 240_000);
 });

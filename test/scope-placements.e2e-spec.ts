@@ -151,7 +151,7 @@ describe('stacks and envs on one database, with real nodes', () => {
       [[rcEpisode, defaultEpisode]],
     );
     expect(resumedBy.length).toBe(2);
-  }, 60_000);
+  }, 120_000);
 
   it('a trigger-only node of env rc feeds rc full nodes only: its triggers and events run on rc-b, none in the default env', async () => {
     const triggered = await Promise.all(

@@ -73,5 +73,5 @@ describe('startPostgres', () => {
     } finally {
       child.kill('SIGKILL');
     }
-  });
+  }, 120_000);
 });

@@ -207,7 +207,7 @@ describe('trigger-only mode: one node triggers, two full nodes run', () => {
       ),
     ).toBe(10);
     await setMode('node-f2', 'full');
-  }, 60_000);
+  }, 120_000);
 
   it('a full node killed with kill -9 right after taking requests: each still ends done exactly once, on the other full node', async () => {
     await setMode('node-f2', 'trigger_only'); // only f1 takes requests

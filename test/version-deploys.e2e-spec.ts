@@ -178,7 +178,7 @@ describe('deploys under running episodes: patches and versions across node proce
         `${oldBranch} of ${interrupted.length} interrupted before the patch point`,
     );
     await Promise.all(nodes.map((node) => node.stop('SIGTERM')));
-  }, 150_000);
+  }, 180_000);
 
   it('the same deploy without the patch fails the A episodes as nondeterministic_resume', async () => {
     // Backoffs of 3 s, longer than the naps of 2 s: whatever wakes first is a nap, as with A's
@@ -310,5 +310,5 @@ describe('deploys under running episodes: patches and versions across node proce
     expect(onV1).toEqual([{ result: 'v1' }]);
     expect([...(await outcomes(second)).values()].every((r) => r.status === 'done')).toBe(true);
     await Promise.all([...v2, back].map((node) => node.stop('SIGTERM')));
-  }, 120_000);
+  }, 240_000);
 });

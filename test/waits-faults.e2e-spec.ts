@@ -183,7 +183,7 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     expect(other).toBeGreaterThanOrEqual(0);
     expect(other).toBeLessThanOrEqual(IDLE_MS + POLL_MS + 1_000);
     await b.stop('SIGKILL');
-  });
+  }, 120_000);
 
   it('a whole-cluster stop during a signal, an event and a children wait loses none of them', async () => {
     const [a, b] = await startBoth('wf-4', 'wf-5');
@@ -210,7 +210,7 @@ describe('waits under kill -9 and whole-cluster stops', () => {
       status: 'done',
       result: { sum: 6, children: 3 },
     });
-  });
+  }, 180_000);
 
   it('the operations API shows what an episode waits for, its children, and sends a signal', async () => {
     const node = await start('wf-ops');
@@ -262,5 +262,5 @@ describe('waits under kill -9 and whole-cluster stops', () => {
     // Cancel from the page's API reaches a waiting parent and its children.
     expect((await ops('POST', `/episodes/${parent}/cancel`)).body).toEqual({ result: 'canceled' });
     expect(await ended(parent)).toMatchObject({ status: 'canceled' });
-  });
+  }, 120_000);
 });

@@ -94,7 +94,7 @@ describe('workflows across a deploy, with real node processes', () => {
     expect(
       await rows(`SELECT 1 FROM cyclium_episodes WHERE workflow_instance_id = $1`, [id]),
     ).toHaveLength(2);
-  });
+  }, 120_000);
 
   it('a deploy mid-workflow: SIGTERM drains the running step, a step ends in the window, the new node sweeps and reconciles, and both workflows complete', async () => {
     const old = await boot('wf-old');

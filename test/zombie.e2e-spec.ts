@@ -67,5 +67,5 @@ describe('zombie: a holder paused past its lease wakes up after a peer took over
     const aborted = new RegExp(`episode ${id} \\([^)]*\\) aborted`);
     await waitFor('the woken holder to abort', () => aborted.test(holder.output()), 20_000);
     expect(await snapshot()).toEqual(before);
-  });
+  }, 120_000);
 });
