@@ -141,7 +141,9 @@ describe('PostgresClaims against real PostgreSQL', () => {
 
   it('renewMany renews every live claim of the owner in one statement and leaves out lost ones', async () => {
     const keys = Array.from({ length: 50 }, freshKey);
-    for (const key of keys) await claims.acquire(key, 'node-r', { leaseSeconds: 1 });
+    // Leases long enough to outlast 50 acquires on a loaded machine (a 1 s one lapsed under CI),
+    // and shorter than the renewal's 60 s, which the count below tells apart.
+    for (const key of keys) await claims.acquire(key, 'node-r', { leaseSeconds: 30 });
     // One of them is taken away; another is held at a different fence than the renewer believes.
     await db.query(
       `UPDATE cyclium_work_claims SET owner_node = 'node-x', fence = fence + 1 WHERE dedupe_key = $1`,
