@@ -29,6 +29,7 @@ interface Episode {
   id: string;
   status: string;
   ownerNode: string | null;
+  finishedAt: string | null;
 }
 
 /**
@@ -148,7 +149,17 @@ describe('the operations page tells the story of an episode and of the cluster',
       1440,
     );
 
-    // Retried from the page, it fails again: the answer then says so, instead of staying stale.
+    // Retried from the page, it fails again: the answer then says so, instead of staying stale. The
+    // answer reaches the page only once the episode has failed again, an end the note still counts.
+    const endedBefore = (await statusOf(failed.id)).finishedAt;
+    await page.route(`**/api/episodes/${failed.id}/retry`, async (route) => {
+      const response = await route.fetch();
+      await waitFor('the resumed episode to fail again', async () => {
+        const episode = await statusOf(failed.id);
+        return episode.status === 'failed' && episode.finishedAt !== endedBefore;
+      });
+      await route.fulfill({ response });
+    });
     await page.getByTestId('retry-button').click();
     await page.getByTestId('confirm-ok').click();
     await pageShows('the resume to be acknowledged', async () =>

@@ -60,6 +60,8 @@
     refreshedAt: null,
     // The answer to the last action on an episode, kept until that episode moves on.
     note: null,
+    // The end time (finishedAt) of the episode on screen, as last read: what an action is weighed against.
+    shownEnd: null,
     // When the chart of the last hour was last read (Date.now()), null to read it at once.
     historyAt: null,
   };
@@ -523,6 +525,7 @@
 
   function renderDetail(detail) {
     const e = detail.episode;
+    state.shownEnd = e.finishedAt ?? null;
     $('detail-id').textContent = e.id;
     $('detail-fields').replaceChildren(
       ...field('actor / expectation', `${e.actorId} / ${e.expectationId}`),
@@ -690,11 +693,16 @@
     return { kind, stepNo: Number(stepNo), name, error, text: `${kind} ${stepNo} "${name}"` };
   }
 
-  /** An action's answer stays next to the episode until it ends again; then it says how. */
+  /**
+   * An action's answer stays next to the episode until it ends again; then it says how. "Again" is
+   * an end later than the one on screen when the action was sent, both the database's times: the
+   * browser's clock would miss an episode that ended before the action's answer arrived.
+   */
   function noteSince(e) {
     const note = state.note;
     if (!note || note.id !== e.id || note.ended || !ENDED.includes(e.status)) return;
-    if (!e.finishedAt || Date.parse(e.finishedAt) < note.at) return;
+    if (!e.finishedAt) return;
+    if (note.endBefore && Date.parse(e.finishedAt) <= Date.parse(note.endBefore)) return;
     note.ended = true;
     $('action-result').append(
       el('span', { 'data-testid': 'action-since' }, `; since then it ended ${e.status}`),
@@ -711,6 +719,7 @@
   async function openEpisode(id) {
     state.selected = id;
     state.note = null;
+    state.shownEnd = null;
     $('action-result').textContent = '';
     writeUrl();
     for (const row of document.querySelectorAll('[data-testid="episode-row"]'))
@@ -739,6 +748,7 @@
   function closeEpisode() {
     state.selected = null;
     state.note = null;
+    state.shownEnd = null;
     $('episode-detail').hidden = true;
     for (const row of document.querySelectorAll('[data-testid="episode-row"].selected'))
       row.classList.remove('selected');
@@ -828,12 +838,13 @@
     const result = $('action-result');
     const confirmed = await confirmAction(ASK[verb](id));
     if (!confirmed) return;
+    const endBefore = state.shownEnd;
     try {
       const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, {
         method: 'POST',
         body: confirmed,
       });
-      state.note = { id, at: Date.now(), ended: false };
+      state.note = { id, endBefore, ended: false };
       if (verb === 'cancel') result.textContent = CANCEL_SAYS[answer.result] || answer.result;
       else if (verb === 'archive')
         result.textContent =
