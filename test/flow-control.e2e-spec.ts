@@ -142,7 +142,8 @@ describe.each<{ claims: CycliumOptions['workClaims'] }>([
   });
 
   it('starts a higher priority next, before an older backlog', async () => {
-    const blocker = await trigger('one', { run: 'prio', ms: 1_500 });
+    // It runs until all 21 are in: 21 triggers in a row take over a second on a loaded machine.
+    const blocker = await trigger('one', { run: 'prio', ms: 5_000 });
     await waitFor(
       'the first to run',
       async () => (await episodes.get(blocker))?.status === 'running',

@@ -80,10 +80,11 @@ describe('limited starts without a backlog, and the place an end frees', () => {
 
   it('starts in their insert the triggers the limits allow, and only those', async () => {
     const episodes = a.get(Episodes);
-    // Two customers at once: each gets its 2 places in the insert, the rest wait throttled.
+    // Two customers at once: each gets its 2 places in the insert, the rest wait throttled. The
+    // first four run until every insert and the count below are done, also on a loaded machine.
     const results = await Promise.all(
       Array.from({ length: 10 }, (_, i) =>
-        episodes.trigger('starts', 'keyed', { run: 'insert', customer: `c${i % 2}`, ms: 400 }),
+        episodes.trigger('starts', 'keyed', { run: 'insert', customer: `c${i % 2}`, ms: 2_000 }),
       ),
     );
     const started = results.filter((r) => r.status === 'started');
@@ -106,7 +107,8 @@ describe('limited starts without a backlog, and the place an end frees', () => {
   });
 
   it("an episode's end on one node starts what another node throttled", async () => {
-    const blocker = await a.get(Episodes).trigger('starts', 'one', { run: 'cross', ms: 600 });
+    // Running until B's three triggers have each been answered `queued`.
+    const blocker = await a.get(Episodes).trigger('starts', 'one', { run: 'cross', ms: 3_000 });
     expect(blocker.status).toBe('started');
     const waiting = [];
     for (let i = 0; i < 3; i++) {
@@ -115,7 +117,7 @@ describe('limited starts without a backlog, and the place an end frees', () => {
       waiting.push('episode' in result ? result.episode.id : '');
     }
     const blockerId = 'episode' in blocker ? blocker.episode.id : '';
-    await allDone(db, [blockerId, ...waiting], 10_000);
+    await allDone(db, [blockerId, ...waiting], 20_000);
     expect(await peak(db, 'cross')).toBe(1);
     // The first of B's rows started within moments of the blocker's end, not at a poll.
     const { rows } = await db.query<{ gap: number }>(
