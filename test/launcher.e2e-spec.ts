@@ -51,7 +51,23 @@ function runLauncher(
   const exited = new Promise<number | null>((resolve) =>
     child.once('exit', (code) => resolve(code)),
   );
-  return { child, exited, output: () => output };
+  /**
+   * Waits for `cluster up: <n> nodes`. A launcher that exits first fails at once; either way the
+   * failure carries what the launcher printed.
+   */
+  const clusterUp = async (nodes: number) => {
+    const up = () => output.includes(`cluster up: ${nodes} nodes`);
+    const gone = () => child.exitCode !== null || child.signalCode !== null;
+    let failure: string | undefined;
+    try {
+      await waitFor('the cluster to come up', () => up() || gone(), 90_000, 100);
+      if (!up()) failure = `the launcher exited (${child.signalCode ?? child.exitCode}) first`;
+    } catch (error) {
+      failure = String(error);
+    }
+    if (failure) throw new Error(`${failure}\n--- the launcher's output:\n${output.slice(-4000)}`);
+  };
+  return { child, exited, output: () => output, clusterUp };
 }
 
 describe('npm start launcher', () => {
@@ -92,12 +108,7 @@ describe('npm start launcher', () => {
     const { child, exited } = run;
     launcher = child;
 
-    await waitFor(
-      'the cluster to come up',
-      () => run.output().includes('cluster up: 3 nodes'),
-      60_000,
-      100,
-    );
+    await run.clusterUp(3);
     for (let i = 0; i < 3; i++) {
       const health = await fetch(`http://127.0.0.1:${basePort + i}/health`);
       expect(health.status).toBe(200);
@@ -163,7 +174,7 @@ describe('npm start launcher', () => {
     }
     // Persistent data survives the stop, so the next npm start finds its episodes again.
     expect(existsSync(join(dataRoot, 'pgdata', 'PG_VERSION'))).toBe(true);
-  }, 120_000);
+  }, 180_000);
 
   it('reports a node that could not take its port, instead of claiming the cluster is up, and exits non-zero', async () => {
     const basePort = await consecutiveFreePorts(3);
@@ -199,12 +210,7 @@ describe('npm start launcher', () => {
       { DEMO_NODE_BEAT_MS: '1000' },
     );
     launcher = run.child;
-    await waitFor(
-      'the cluster to come up',
-      () => run.output().includes('cluster up: 2 nodes'),
-      60_000,
-      100,
-    );
+    await run.clusterUp(2);
     const before = (await (await fetch(`http://127.0.0.1:${basePort}/node`)).json()) as {
       pid: number;
     };
@@ -238,5 +244,5 @@ describe('npm start launcher', () => {
     expect(run.output()).not.toMatch(/LOG \[(RouterExplorer|InstanceLoader)\]/);
     run.child.kill('SIGINT');
     expect(await run.exited).toBe(0);
-  }, 120_000);
+  }, 180_000);
 });
