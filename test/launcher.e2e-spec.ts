@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '@cyclium/nestjs/testing';
 import { freshDatabase } from './support/database.js';
-import { waitFor } from './support/wait-for.js';
+import { waitFor, waitWhileRunning } from './support/wait-for.js';
 
 const LAUNCHER = fileURLToPath(new URL('../apps/demo/dist/launcher.js', import.meta.url));
 
@@ -51,22 +51,15 @@ function runLauncher(
   const exited = new Promise<number | null>((resolve) =>
     child.once('exit', (code) => resolve(code)),
   );
-  /**
-   * Waits for `cluster up: <n> nodes`. A launcher that exits first fails at once; either way the
-   * failure carries what the launcher printed.
-   */
-  const clusterUp = async (nodes: number) => {
-    const up = () => output.includes(`cluster up: ${nodes} nodes`);
-    const gone = () => child.exitCode !== null || child.signalCode !== null;
-    let failure: string | undefined;
-    try {
-      await waitFor('the cluster to come up', () => up() || gone(), 90_000, 100);
-      if (!up()) failure = `the launcher exited (${child.signalCode ?? child.exitCode}) first`;
-    } catch (error) {
-      failure = String(error);
-    }
-    if (failure) throw new Error(`${failure}\n--- the launcher's output:\n${output.slice(-4000)}`);
-  };
+  /** Waits for `cluster up: <n> nodes`; a launcher that exits first fails at once. */
+  const clusterUp = (nodes: number) =>
+    waitWhileRunning(
+      `the launcher to print "cluster up: ${nodes} nodes"`,
+      child,
+      () => output,
+      () => output.includes(`cluster up: ${nodes} nodes`),
+      90_000,
+    );
   return { child, exited, output: () => output, clusterUp };
 }
 

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '@cyclium/nestjs/testing';
+import { outputTail, waitWhileRunning } from './wait-for.js';
 
 const DEMO_MAIN = fileURLToPath(new URL('../../apps/demo/dist/main.js', import.meta.url));
 
@@ -18,10 +19,6 @@ const faults: string[] = [];
 /** Node processes that crashed (an error exit code, or a crash printed) since the last call (see fault-guard.ts). */
 export function takeNodeFaults(): string[] {
   return faults.splice(0);
-}
-
-function tail(output: string): string {
-  return output.split('\n').slice(-40).join('\n');
 }
 
 export interface DemoNode {
@@ -170,7 +167,9 @@ async function startOnce(
       const crashed =
         (code !== null && code !== 0) || CRASH_MARKERS.some((marker) => marker.test(output));
       if (booted && crashed)
-        faults.push(`node on port ${port} crashed (${signal ?? `code ${code}`}):\n${tail(output)}`);
+        faults.push(
+          `node on port ${port} crashed (${signal ?? `code ${code}`}):\n${outputTail(output)}`,
+        );
       resolve();
     }),
   );
@@ -190,44 +189,17 @@ async function startOnce(
     },
   };
   try {
-    await untilReady(node, () => listensOn(child.pid, port) && options.ready(node), options);
+    await waitWhileRunning(
+      `node on port ${port} to answer`,
+      child,
+      () => output,
+      async () => listensOn(child.pid, port) && (await options.ready(node)),
+      options.readyTimeoutMs ?? 30_000,
+    );
   } catch (error) {
     await node.stop('SIGKILL');
-    throw new Error(
-      `${error instanceof Error ? error.message : String(error)}\n--- its output:\n${tail(output)}`,
-      { cause: error },
-    );
+    throw error;
   }
   booted = true;
   return node;
-}
-
-/**
- * Polls `ready` until it holds, for up to `readyTimeoutMs` (30 s); fails at once, with what it
- * printed, when the process exits first (its port taken, say), rather than at the deadline.
- */
-async function untilReady(
-  node: DemoNode,
-  ready: () => boolean | Promise<boolean>,
-  options: NodeProcessOptions,
-): Promise<void> {
-  const timeoutMs = options.readyTimeoutMs ?? 30_000;
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    const { exitCode, signalCode } = node.process;
-    if (exitCode !== null || signalCode !== null)
-      throw new Error(`exited with ${signalCode ?? `code ${exitCode}`}:\n${node.output()}`);
-    try {
-      if (await ready()) return;
-    } catch (error) {
-      last = error;
-    }
-    if (Date.now() > deadline)
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for node on port ${node.port} to answer` +
-          (last instanceof Error ? `: ${last.message}` : ''),
-      );
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
 }

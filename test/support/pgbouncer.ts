@@ -5,7 +5,7 @@ import { connect } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { freePort } from '@cyclium/nestjs/testing';
-import { waitFor } from './wait-for.js';
+import { waitWhileRunning } from './wait-for.js';
 
 /** Debian puts the binary in /usr/sbin, which a non-root PATH often lacks. */
 const PLACES = [...(process.env.PATH ?? '').split(delimiter), '/usr/sbin', '/usr/local/sbin'];
@@ -117,14 +117,13 @@ export async function startPgBouncer(
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    await waitFor(
+    await waitWhileRunning(
       'pgbouncer to accept connections',
-      async () => {
-        if (child.exitCode !== null)
-          throw new Error(`pgbouncer exited (${child.exitCode}): ${log}`);
-        return accepts(port);
-      },
+      child,
+      () => log,
+      () => accepts(port),
       10_000,
+      50,
     );
   } catch (error) {
     await stop();
