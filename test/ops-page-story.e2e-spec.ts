@@ -288,6 +288,47 @@ describe('the operations page tells the story of an episode and of the cluster',
     );
   });
 
+  it('acts only on the episode on screen: while another one loads, its buttons wait', async () => {
+    const [shown, next] = await Promise.all(
+      ['rack-shown', 'rack-next'].map(async (resource) =>
+        episodeOf<Episode>(
+          first(),
+          await publish('resource.rebalance_once', { resource, stepMs: 20_000 }),
+        ),
+      ),
+    );
+    await page.goto(`http://127.0.0.1:${first().port}/ops?episode=${shown.id}`);
+    await pageShows('Cancel to be offered', () => page.getByTestId('cancel-button').isVisible());
+    await pageShows('the other episode in the list', () => row(next.id).isVisible());
+    // The other episode's detail is held, so the first one's stays on screen meanwhile.
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const detail = `**/ops/api/episodes/${next.id}`;
+    await page.route(detail, async (route) => {
+      await held;
+      await route.continue();
+    });
+    try {
+      await row(next.id).click();
+      expect(await text('detail-id')).toBe(shown.id);
+      expect(await page.getByTestId('cancel-button').isDisabled()).toBe(true);
+    } finally {
+      release();
+    }
+    await pageShows(
+      'the other episode on screen',
+      async () => (await text('detail-id')) === next.id,
+    );
+    await page.unroute(detail);
+    await page.getByTestId('cancel-button').click();
+    expect(await text('confirm-question')).toContain(next.id);
+    await page.getByTestId('confirm-ok').click();
+    await pageShows('the cancel to take', async () =>
+      ['canceled'].includes((await statusOf(next.id)).status),
+    );
+    expect((await statusOf(shown.id)).status).not.toBe('canceled');
+  });
+
   it('retries a filtered set of 20 failed episodes with one confirmation, and they run again', async () => {
     const batch = `bulk-${Date.now()}`;
     const ids: string[] = [];

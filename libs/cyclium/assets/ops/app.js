@@ -60,8 +60,8 @@
     refreshedAt: null,
     // The answer to the last action on an episode, kept until that episode moves on.
     note: null,
-    // The end time (finishedAt) of the episode on screen, as last read: what an action is weighed against.
-    shownEnd: null,
+    // The episode whose detail is on screen, and the end it shows: actions act on it alone.
+    shown: null,
     // When the chart of the last hour was last read (Date.now()), null to read it at once.
     historyAt: null,
   };
@@ -525,7 +525,8 @@
 
   function renderDetail(detail) {
     const e = detail.episode;
-    state.shownEnd = e.finishedAt ?? null;
+    state.shown = { id: e.id, end: e.finishedAt ?? null };
+    actionsEnabled(true);
     $('detail-id').textContent = e.id;
     $('detail-fields').replaceChildren(
       ...field('actor / expectation', `${e.actorId} / ${e.expectationId}`),
@@ -719,7 +720,9 @@
   async function openEpisode(id) {
     state.selected = id;
     state.note = null;
-    state.shownEnd = null;
+    state.shown = null;
+    // Until this episode's detail arrives, the one on screen is another's: its buttons wait.
+    actionsEnabled(false);
     $('action-result').textContent = '';
     writeUrl();
     for (const row of document.querySelectorAll('[data-testid="episode-row"]'))
@@ -748,7 +751,7 @@
   function closeEpisode() {
     state.selected = null;
     state.note = null;
-    state.shownEnd = null;
+    state.shown = null;
     $('episode-detail').hidden = true;
     for (const row of document.querySelectorAll('[data-testid="episode-row"].selected'))
       row.classList.remove('selected');
@@ -832,13 +835,19 @@
     archive: (id) => `Archive episode ${id}? Its dedupe key is free at once.`,
   };
 
+  function actionsEnabled(on) {
+    for (const button of ['cancel-button', 'retry-button', 'archive-button'])
+      $(button).disabled = !on;
+  }
+
   async function act(verb) {
-    const id = state.selected;
-    if (!id) return;
+    // The episode on screen, not one still loading: the end it shows is what "again" is after.
+    const shown = state.shown;
+    if (!shown || shown.id !== state.selected) return;
+    const { id, end: endBefore } = shown;
     const result = $('action-result');
     const confirmed = await confirmAction(ASK[verb](id));
     if (!confirmed) return;
-    const endBefore = state.shownEnd;
     try {
       const answer = await api(`/api/episodes/${encodeURIComponent(id)}/${verb}`, {
         method: 'POST',
