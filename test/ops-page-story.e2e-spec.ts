@@ -4,7 +4,7 @@ import { useDatabase } from './support/database.js';
 import { startNode } from './support/demo-cluster.js';
 import type { DemoNode } from './support/demo-node.js';
 import { TcpProxy } from './support/tcp-proxy.js';
-import { episodeOf, launchChromium, publishEvent } from './support/ops-browser.js';
+import { episodeOf, holdRequests, launchChromium, publishEvent } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 const BEAT_MS = 5_000;
@@ -301,25 +301,18 @@ describe('the operations page tells the story of an episode and of the cluster',
     await pageShows('Cancel to be offered', () => page.getByTestId('cancel-button').isVisible());
     await pageShows('the other episode in the list', () => row(next.id).isVisible());
     // The other episode's detail is held, so the first one's stays on screen meanwhile.
-    let release = () => {};
-    const held = new Promise<void>((resolve) => (release = resolve));
-    const detail = `**/ops/api/episodes/${next.id}`;
-    await page.route(detail, async (route) => {
-      await held;
-      await route.continue();
-    });
+    const release = await holdRequests(page, `**/ops/api/episodes/${next.id}`);
     try {
       await row(next.id).click();
       expect(await text('detail-id')).toBe(shown.id);
       expect(await page.getByTestId('cancel-button').isDisabled()).toBe(true);
     } finally {
-      release();
+      await release();
     }
     await pageShows(
       'the other episode on screen',
       async () => (await text('detail-id')) === next.id,
     );
-    await page.unroute(detail);
     await page.getByTestId('cancel-button').click();
     expect(await text('confirm-question')).toContain(next.id);
     await page.getByTestId('confirm-ok').click();

@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { Page } from 'playwright-core';
 import { useDatabase } from './support/database.js';
 import { startDemoNode, type DemoNode } from './support/demo-node.js';
-import { OpsBrowserRig } from './support/ops-browser.js';
+import { holdRequests, OpsBrowserRig } from './support/ops-browser.js';
 import { waitFor } from './support/wait-for.js';
 
 // The advisor's schedule would add an episode a minute: the tables hold only what the tests cause.
@@ -153,14 +153,22 @@ describe('the operations page: a workflow instance, its step graph and its cance
     expect(new URL(page.url()).searchParams.get('workflow')).toBe(finishedId);
   });
 
-  it('cancels a live instance through the confirmation, with a reason, and shows it canceled', async () => {
+  it('cancels a live instance through the confirmation, with a reason, and shows it canceled; Cancel waits for its detail', async () => {
     // The advice takes a minute to draft: the instance stays live with its second step running.
     const id = await startReview({ resource: 'db-live', usage: 10, draftMs: 60_000 });
     await waitFor(
       'the advise step to run',
       async () => (await instance(id)).stepStates.advise?.status === 'running',
     );
-    await page.locator(`[data-testid="workflow-row"][data-workflow-id="${id}"]`).click();
+    // While its detail loads, the instance on screen is another's (or none): Cancel waits for it.
+    const release = await holdRequests(page, `**/ops/api/workflows/${id}`);
+    try {
+      await page.locator(`[data-testid="workflow-row"][data-workflow-id="${id}"]`).click();
+      expect(await text('workflow-detail-id')).not.toBe(id);
+      expect(await page.getByTestId('workflow-cancel-button').isDisabled()).toBe(true);
+    } finally {
+      await release();
+    }
     await pageShows(
       'the graph to show the advise step running',
       async () =>

@@ -91,3 +91,21 @@ export function episodeOf<E>(node: Pick<DemoNode, 'get'>, eventId: string): Prom
         .items[0],
   ) as Promise<E>;
 }
+
+/**
+ * Holds the page's requests to `url` until the returned function is called, which lets them through
+ * and then removes the page's routes once every handler has finished: a route removed while one of
+ * its requests is held lets that request through itself, and the handler's own continue then throws.
+ */
+export async function holdRequests(page: Page, url: string): Promise<() => Promise<void>> {
+  let open = () => {};
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  await page.route(url, async (route) => {
+    await opened;
+    await route.continue();
+  });
+  return async () => {
+    open();
+    await page.unrouteAll({ behavior: 'wait' });
+  };
+}

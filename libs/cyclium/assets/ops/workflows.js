@@ -15,6 +15,8 @@
     // The detail last drawn, as JSON: an instance that has not moved is not drawn again, so a
     // hover or a focused step survives the refresh loop.
     let drawn = null;
+    // The instance whose detail is on screen: Cancel acts on it alone.
+    let shown = null;
 
     const field = (label, value) => [
       el('dt', {}, label),
@@ -68,6 +70,8 @@
     }
 
     function renderDetail(w) {
+      shown = w.id;
+      $('workflow-cancel-button').disabled = false;
       $('workflow-detail-id').textContent = w.id;
       $('workflow-fields').replaceChildren(
         ...field('workflow', w.workflowId),
@@ -122,6 +126,9 @@
     async function open(id) {
       selected = id;
       drawn = null;
+      // Until this instance's detail arrives, the one on screen is another's: its Cancel waits.
+      shown = null;
+      $('workflow-cancel-button').disabled = true;
       $('workflow-action-result').textContent = '';
       page.writeUrl();
       markRows();
@@ -138,14 +145,16 @@
     function close() {
       selected = null;
       drawn = null;
+      shown = null;
       $('workflow-detail').hidden = true;
       markRows();
       page.writeUrl();
     }
 
     async function cancel() {
-      const id = selected;
-      if (!id) return;
+      // The instance on screen, not one still loading.
+      const id = shown;
+      if (!id || id !== selected) return;
       const result = $('workflow-action-result');
       const confirmed = await page.confirmAction(
         `Cancel workflow instance ${id}? Its waiting steps never start; the episodes of its ` +
