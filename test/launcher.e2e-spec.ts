@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '@cyclium/nestjs/testing';
+import { freePort } from './support/free-port.js';
 import { freshDatabase } from './support/database.js';
 import { waitFor, waitWhileRunning } from './support/wait-for.js';
 

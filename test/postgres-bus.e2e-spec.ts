@@ -15,7 +15,7 @@ import { EventLog } from '../libs/cyclium/src/bus/event-log.js';
 import { GuardedBus } from '../libs/cyclium/src/bus/guarded-bus.js';
 import { PostgresBus } from '../libs/cyclium/src/bus/postgres-bus.js';
 import type { PostgresBusOptions } from '../libs/cyclium/src/bus/postgres-bus-options.interface.js';
-import { freePort } from '@cyclium/nestjs/testing';
+import { freePort } from './support/free-port.js';
 import type { SqlExecutor } from '../libs/cyclium/src/sql/sql-executor.js';
 import { insertEventsBehindUndispatched } from '../bench/support/history-fixtures.js';
 import { freshDatabase, pool } from './support/database.js';

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from '@jest/globals';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer, type Server } from 'node:net';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '@cyclium/nestjs/testing';
+import { freePort } from './support/free-port.js';
 import { databaseUrl, freshDatabase, pool, serverUrl } from './support/database.js';
 
 const DEMO_MAIN = fileURLToPath(new URL('../apps/demo/dist/main.js', import.meta.url));

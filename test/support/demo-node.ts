@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { freePort } from '@cyclium/nestjs/testing';
+import { freePort } from './free-port.js';
 import { outputTail, waitWhileRunning } from './wait-for.js';
 
 const DEMO_MAIN = fileURLToPath(new URL('../../apps/demo/dist/main.js', import.meta.url));

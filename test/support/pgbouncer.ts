@@ -4,7 +4,7 @@ import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { delimiter, join } from 'node:path';
-import { freePort } from '@cyclium/nestjs/testing';
+import { freePort } from './free-port.js';
 import { waitWhileRunning } from './wait-for.js';
 
 /** Debian puts the binary in /usr/sbin, which a non-root PATH often lacks. */
