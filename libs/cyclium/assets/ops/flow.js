@@ -1,11 +1,13 @@
 // The operations page's flow control section: each limited expectation's limits, its running and
-// waiting work per key, and its rate window. Kept out of app.js, which hands over its helpers.
+// waiting work per key, and its rate window. Kept out of app.js, which hands over its API client.
 'use strict';
 
 (function () {
-  /** `page`: app.js's helpers ($, el, api, badge, time, ago, fill). */
+  const { $, el, badge, time, ago, fill } = globalThis.CycliumPageKit;
+
+  /** `page`: the API client. */
   function create(page) {
-    const { $, el, api, badge, time, ago, fill } = page;
+    const { api } = page;
 
     function period(ms) {
       if (ms % 3600000 === 0) return `${ms / 3600000} h`;

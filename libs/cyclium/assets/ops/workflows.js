@@ -1,16 +1,18 @@
 // The operations page's workflow instances: the list, one instance's detail with its step graph
-// (workflow-graph.js), and its cancel. Kept out of app.js, which hands over the helpers it owns.
+// (workflow-graph.js), and its cancel. Kept out of app.js, which hands over what it owns.
 'use strict';
 
 (function () {
   const LIVE = ['running', 'blocked'];
 
+  const { $, el, badge, time, scope, confirmAction } = globalThis.CycliumPageKit;
+
   /**
-   * `page`: app.js's helpers ($, el, api, badge, time, scope), its confirmation dialog, the episode
-   * detail a step opens, its banner, the page's address (writeUrl) and its refresh.
+   * `page`: the API client, the episode detail a step opens (openEpisode), the banner
+   * (showProblem), the page's address (writeUrl) and its refresh.
    */
   function create(page) {
-    const { $, el, api, badge, time, scope } = page;
+    const { api } = page;
     let selected = null;
     // The detail last drawn, as JSON: an instance that has not moved is not drawn again, so a
     // hover or a focused step survives the refresh loop.
@@ -156,7 +158,7 @@
       const id = shown;
       if (!id || id !== selected) return;
       const result = $('workflow-action-result');
-      const confirmed = await page.confirmAction(
+      const confirmed = await confirmAction(
         `Cancel workflow instance ${id}? Its waiting steps never start; the episodes of its ` +
           `running steps are canceled.`,
       );
