@@ -6,7 +6,7 @@ import { ActorDefinitionError } from '../discovery/actor-definition.error.js';
 import type { EpisodeRow, EpisodeTrigger } from '../episodes/episode-context.interface.js';
 import { EpisodeStore } from '../episodes/episode-store.js';
 import { checkTriggerInput } from '../episodes/trigger-input.js';
-import type { ChildSpec } from '../episodes/running-episode.js';
+import type { ChildSpec } from '../episodes/step-ports.interface.js';
 import type { ChildStarter } from '../episodes/wait-ports.interface.js';
 import type { ChildHandle } from '../episodes/wait.types.js';
 import { scopeKey } from '../scope/scope-key.js';

@@ -24,7 +24,8 @@ import { EpisodeStore } from './episode-store.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
 import { EpisodeWaits } from './episode-waits.service.js';
 import { retryOptionsFor, type RetryOptions } from './retry-policy.js';
-import type { RunningEpisode, StepRecord, ThrowingStep } from './running-episode.js';
+import type { RunningEpisode, ThrowingStep } from './running-episode.js';
+import type { StepRecord } from './step-ports.interface.js';
 
 /**
  * Failures the library decides rather than the host's code: their message says it all, so no stack

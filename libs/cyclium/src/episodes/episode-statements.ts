@@ -29,7 +29,7 @@ import {
   carriedStepHeld,
 } from './terminal-writes.js';
 import { runningHere } from './running-here.js';
-import type { StepRecord } from './running-episode.js';
+import type { StepRecord } from './step-ports.interface.js';
 import { FlowQuiet } from './flow-quiet.js';
 import { claimKeyOf, isLibraryKey } from '../claims/claim-keys.js';
 import { finishedState } from '../claims/claim-sql.js';

@@ -7,7 +7,7 @@ import { EpisodeWriteUnavailableError } from './episode-errors.js';
 import type { EpisodeJournal } from './episode-journal.js';
 import type { EndOutcome } from './episode-statements.js';
 import { OwnedWrites } from './owned-writes.js';
-import type { StepRecord, StepWriteOutcome } from './running-episode.js';
+import type { StepRecord, StepWriteOutcome } from './step-ports.interface.js';
 import type { StepWrites } from './step-writes.js';
 
 const ownership = { key: 'episode:e1', owner: 'n1', fence: 7 };

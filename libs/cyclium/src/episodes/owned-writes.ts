@@ -10,7 +10,7 @@ import { EpisodeWriteUnavailableError } from './episode-errors.js';
 import { EpisodeJournal } from './episode-journal.js';
 import type { EndOutcome, Ownership } from './episode-statements.js';
 import { EndWrites } from './end-writes.js';
-import type { History, StepRecord, StepWriteOutcome } from './running-episode.js';
+import type { History, StepRecord, StepWriteOutcome } from './step-ports.interface.js';
 import { StepWrites } from './step-writes.js';
 
 const FIRST_BACKOFF_MS = 50;

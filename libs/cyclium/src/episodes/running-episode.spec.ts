@@ -4,15 +4,14 @@ import { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import type { EpisodeRow } from './episode-context.interface.js';
 import { EpisodeWaiting, NondeterministicResumeError } from './episode-errors.js';
-import {
-  RunningEpisode,
-  type History,
-  type RunningEpisodeDeps,
-  type TransactionStep,
-  type TransactionStepOutcome,
-  type WaitStep,
-  type WaitStepOutcome,
-} from './running-episode.js';
+import { RunningEpisode, type RunningEpisodeDeps } from './running-episode.js';
+import type {
+  History,
+  TransactionStep,
+  TransactionStepOutcome,
+  WaitStep,
+  WaitStepOutcome,
+} from './step-ports.interface.js';
 import { ChildEpisodesFailedError } from './wait-errors.js';
 
 const MANAGER = {} as EntityManager;

@@ -1,5 +1,4 @@
 import { TamperedRowError } from '../integrity/tampered-row.error.js';
-import { isReservedType } from '../bus/reserved-types.js';
 import type { ClaimHold } from '../claims/claim-hold.js';
 import { ClaimLostError } from '../claims/claim-lost.error.js';
 import {
@@ -26,12 +25,30 @@ import type {
   EpisodeOutcome,
   EventWaitOptions,
   EventWaitResult,
-  MatchValue,
   SignalWaitResult,
   StartChildOptions,
   WaitOptions,
 } from './wait.types.js';
 import { ChildEpisodesFailedError } from './wait-errors.js';
+import {
+  checkName,
+  checkSleep,
+  childSpec,
+  childrenWait,
+  eventWait,
+  signalWait,
+} from './wait-arguments.js';
+import type {
+  ChildSpec,
+  History,
+  StepRecord,
+  StepWriteOutcome,
+  TransactionStep,
+  TransactionStepOutcome,
+  WaitSpec,
+  WaitStep,
+  WaitStepOutcome,
+} from './step-ports.interface.js';
 import { PATCH_PREFIX, missingPatch, pastMarkers, patchPoint } from './patch-points.js';
 import {
   NOOP_RUN_TRACE,
@@ -41,77 +58,6 @@ import {
 } from './run-tracer.interface.js';
 
 const INT4_MAX = 2_147_483_647;
-
-export interface StepRecord {
-  stepNo: number;
-  journalNo: number;
-  name: string;
-  /** The result as stored (see encodeStepResult). */
-  resultJson: string;
-  durationMs: number;
-}
-
-/**
- * What a fenced step write found: written (and whether a cancel is pending), or the claim is gone.
- */
-export type StepWriteOutcome = 'written' | 'cancel_requested' | 'not_owner';
-
-/** One transaction step as the running episode asks for it. */
-export interface TransactionStep {
-  stepNo: number;
-  journalNo: number;
-  name: string;
-  /** The host's writes, on the manager of the step's transaction; its result is the step's. */
-  run: (manager: EntityManager) => Promise<unknown>;
-  /** Throws when the run must not commit any more (its claim is lost by the local clock). */
-  check: () => void;
-}
-
-/** What a transaction step came to: its write's outcome, and the result and time of `run`. */
-export interface TransactionStepOutcome {
-  outcome: StepWriteOutcome;
-  result: unknown;
-  durationMs: number;
-}
-
-/** A child episode as `ep.startChild` asks for it. */
-export interface ChildSpec {
-  actorId: string;
-  expectationId: string;
-  payload: unknown;
-  key: string;
-  detached: boolean;
-}
-
-/** What a wait waits for, as the running episode asks for it. */
-export type WaitSpec = { timeoutMs?: number } & (
-  | { kind: 'signal'; name: string }
-  | { kind: 'event'; type: string; match: Record<string, MatchValue> }
-  | { kind: 'children'; children: string[] }
-);
-
-/** One wait as the running episode asks for it (WaitSteps). */
-export interface WaitStep {
-  stepNo: number;
-  journalNo: number;
-  name: string;
-  wait: WaitSpec;
-}
-
-/**
- * What a wait came to: satisfied (or timed out) and journaled, recorded as `waiting` (the run
- * stops), or stopped by a cancel asked for meanwhile.
- */
-export type WaitStepOutcome =
-  | { outcome: StepWriteOutcome; result: unknown }
-  | { outcome: 'waiting'; deadline: string | null }
-  | { outcome: 'canceled' };
-
-/** Where a resumed run picks up: the checkpointed results and the next free journal position. */
-export interface History {
-  checkpoints: Map<number, Checkpoint>;
-  nextJournalNo: number;
-}
 
 export interface RunningEpisodeDeps {
   episode: EpisodeRow;
@@ -139,10 +85,6 @@ export interface RunningEpisodeDeps {
 
 const FRESH: History = { checkpoints: new Map(), nextJournalNo: 1 };
 
-/**
- * One episode in flight on this node: the context its method receives, and the handle to stop it.
- * It exists from the first moment of the run, so a drain that looks at this node sees it.
- */
 /** Where a run failed: a step (or transaction step) and its number in the journal. */
 export interface ThrowingStep {
   kind: StepKind;
@@ -150,6 +92,10 @@ export interface ThrowingStep {
   stepNo: number;
 }
 
+/**
+ * One episode in flight on this node: the context its method receives, and the handle to stop it.
+ * It exists from the first moment of the run, so a drain that looks at this node sees it.
+ */
 export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   readonly episode: EpisodeRow;
   readonly trigger: EpisodeTrigger<P>;
@@ -532,10 +478,7 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
   }
 
   async sleep(name: string, ms: number): Promise<void> {
-    if (!(Number.isSafeInteger(ms) && ms >= 0))
-      throw new RangeError(
-        `ep.sleep("${name}", ms): ms must be a whole number of milliseconds >= 0 (got ${ms})`,
-      );
+    checkSleep(name, ms);
     // The wake-up time is the step's recorded result: a replay (after a wake-up, or a crash
     // before the wait was written) reads it back instead of sleeping from the start again.
     const now = this.deps.now ?? Date.now;
@@ -553,26 +496,16 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     name: string,
     options: WaitOptions = {},
   ): Promise<SignalWaitResult<T>> {
-    checkName('ep.waitForSignal', 'name', name);
-    const timeoutMs = checkTimeout(`ep.waitForSignal("${name}")`, options.timeoutMs);
-    return this.waitStep(`signal:${name}`, { kind: 'signal', name, timeoutMs }) as Promise<
-      SignalWaitResult<T>
-    >;
+    const wait = signalWait(name, options);
+    return this.waitStep(`signal:${name}`, wait) as Promise<SignalWaitResult<T>>;
   }
 
   async waitForEvent<T = unknown>(
     type: string,
     options: EventWaitOptions = {},
   ): Promise<EventWaitResult<T>> {
-    checkName('ep.waitForEvent', 'type', type);
-    // The library's own events never wake a wait (the match trigger skips them).
-    if (isReservedType(type))
-      throw new TypeError(`ep.waitForEvent("${type}"): a library event type cannot be waited for`);
-    const timeoutMs = checkTimeout(`ep.waitForEvent("${type}")`, options.timeoutMs);
-    const match = checkMatch(type, options.match ?? {});
-    return this.waitStep(`event:${type}`, { kind: 'event', type, match, timeoutMs }) as Promise<
-      EventWaitResult<T>
-    >;
+    const wait = eventWait(type, options);
+    return this.waitStep(`event:${type}`, wait) as Promise<EventWaitResult<T>>;
   }
 
   async startChild<C = unknown>(
@@ -581,35 +514,21 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
     payload: C,
     options: StartChildOptions,
   ): Promise<ChildHandle> {
-    const key = options?.key;
-    if (typeof key !== 'string' || key === '' || key.length > 200 || key.includes('\u0000'))
-      throw new TypeError(
-        `ep.startChild(${actorId}.${expectationId}): key must be a non-empty string of at most ` +
-          `200 characters without NUL (got ${JSON.stringify(key)})`,
-      );
-    const child: ChildSpec = {
-      actorId,
-      expectationId,
-      payload,
-      key,
-      detached: options.detached === true,
-    };
-    return this.transaction(`child:${key}`, (manager) => this.deps.startChild(manager, child));
+    const child = childSpec(actorId, expectationId, payload, options);
+    return this.transaction(`child:${child.key}`, (manager) =>
+      this.deps.startChild(manager, child),
+    );
   }
 
   async waitForChildren(
     handles: readonly ChildHandle[],
     options: WaitOptions = {},
   ): Promise<ChildrenWaitResult> {
-    const children: unknown[] = Array.from(handles ?? [], (h: ChildHandle) => h?.episodeId);
-    if (children.some((id) => typeof id !== 'string'))
-      throw new TypeError('ep.waitForChildren: pass the handles ep.startChild returned');
-    const timeoutMs = checkTimeout('ep.waitForChildren', options.timeoutMs);
-    const result = (await this.waitStep(`children:${children.length}`, {
-      kind: 'children',
-      children: children as string[],
-      timeoutMs,
-    })) as ChildrenWaitResult;
+    const wait = childrenWait(handles, options);
+    const result = (await this.waitStep(
+      `children:${wait.children.length}`,
+      wait,
+    )) as ChildrenWaitResult;
     if (result.status === 'done') {
       const failed = result.children.filter(
         (c: EpisodeOutcome) => c.status === 'failed' || c.status === 'canceled',
@@ -651,42 +570,4 @@ export class RunningEpisode<P = unknown> implements EpisodeContext<P> {
       return done.result;
     });
   }
-}
-
-function checkName(call: string, field: string, value: unknown): void {
-  if (typeof value !== 'string' || value === '' || value.length > 200)
-    throw new TypeError(
-      `${call}: ${field} must be a non-empty string of at most 200 characters (got ` +
-        `${JSON.stringify(value)})`,
-    );
-}
-
-function checkTimeout(call: string, timeoutMs: unknown): number | undefined {
-  if (timeoutMs === undefined) return undefined;
-  if (!(typeof timeoutMs === 'number' && Number.isSafeInteger(timeoutMs) && timeoutMs >= 0))
-    throw new RangeError(
-      `${call}: timeoutMs must be a whole number of milliseconds >= 0 (got ` +
-        `${JSON.stringify(timeoutMs)})`,
-    );
-  return timeoutMs;
-}
-
-function checkMatch(type: string, match: unknown): Record<string, MatchValue> {
-  const scalar = (v: unknown) =>
-    v === null ||
-    typeof v === 'string' ||
-    typeof v === 'boolean' ||
-    (typeof v === 'number' && Number.isFinite(v));
-  if (
-    typeof match !== 'object' ||
-    match === null ||
-    Array.isArray(match) ||
-    Object.keys(match).length > 16 ||
-    !Object.values(match).every(scalar)
-  )
-    throw new TypeError(
-      `ep.waitForEvent("${type}"): match must be an object of at most 16 fields whose values are ` +
-        `strings, numbers, booleans or null`,
-    );
-  return { ...(match as Record<string, MatchValue>) };
 }

@@ -8,7 +8,7 @@ import { errorCode } from '../sql/database-errors.js';
 import { RowSigner } from '../integrity/row-signer.service.js';
 import { STEP_CONFIRM, checkpointFields, stepWrite } from './episode-journal.js';
 import type { Ownership } from './episode-statements.js';
-import type { StepRecord, StepWriteOutcome } from './running-episode.js';
+import type { StepRecord, StepWriteOutcome } from './step-ports.interface.js';
 import { BatchedWrites } from './batched-writes.js';
 import { runningHere } from './running-here.js';
 

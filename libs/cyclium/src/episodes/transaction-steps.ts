@@ -4,7 +4,11 @@ import { CycliumDataSource } from '../database/cyclium-data-source.service.js';
 import { HostTransactions } from '../database/host-transactions.service.js';
 import type { Ownership } from './episode-statements.js';
 import { OwnedWrites, type WriteScope } from './owned-writes.js';
-import type { StepRecord, TransactionStep, TransactionStepOutcome } from './running-episode.js';
+import type {
+  StepRecord,
+  TransactionStep,
+  TransactionStepOutcome,
+} from './step-ports.interface.js';
 import { encodeStepResult } from './step-result.js';
 import { StepWrites } from './step-writes.js';
 

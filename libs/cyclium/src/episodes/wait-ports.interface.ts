@@ -2,7 +2,7 @@ import type { EntityManager } from 'typeorm';
 import type { EpisodeRow } from './episode-context.interface.js';
 import type { Ownership } from './episode-statements.js';
 import type { WriteScope } from './owned-writes.js';
-import type { ChildSpec, WaitStep, WaitStepOutcome } from './running-episode.js';
+import type { ChildSpec, WaitStep, WaitStepOutcome } from './step-ports.interface.js';
 import type { ChildHandle } from './wait.types.js';
 
 /** Runs a wait of a running episode (the waits room's WaitSteps). */

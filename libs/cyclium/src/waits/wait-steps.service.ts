@@ -14,7 +14,7 @@ import type {
   StepWriteOutcome,
   WaitStep,
   WaitStepOutcome,
-} from '../episodes/running-episode.js';
+} from '../episodes/step-ports.interface.js';
 import { encodeStepResult } from '../episodes/step-result.js';
 import { StepWrites } from '../episodes/step-writes.js';
 import { CLEAR, LOCK_RUNNING, OUTCOMES, PARK, PARKED } from '../episodes/waiting-rows.js';
