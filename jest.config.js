@@ -64,6 +64,7 @@ const QUICK = [
   '/test/demo-actors-kit.e2e-spec.ts',
   '/test/types/folder-imports.e2e-spec.ts',
   '/test/types/root-exports.e2e-spec.ts',
+  '/test/wait-while-running.e2e-spec.ts',
 ];
 
 /** @type {import('jest').Config} */
