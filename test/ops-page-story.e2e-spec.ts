@@ -173,6 +173,28 @@ describe('the operations page tells the story of an episode and of the cluster',
     expect(await text('action-since')).toBe('; since then it ended failed');
     // The address still names it: a reload shows the same episode.
     expect(new URL(page.url()).searchParams.get('episode')).toBe(failed.id);
+
+    // Archived, it has no journal to resume from: a retry starts a new episode, and the answer's
+    // link opens that one in place.
+    await page.getByTestId('archive-button').click();
+    await page.getByTestId('confirm-ok').click();
+    await pageShows('the archive to be acknowledged', async () =>
+      (await text('action-result')).startsWith('archived'),
+    );
+    await pageShows('the retry to say it starts anew', async () =>
+      (await text('retry-note')).startsWith('starts a new episode'),
+    );
+    await page.getByTestId('retry-button').click();
+    await page.getByTestId('confirm-ok').click();
+    await pageShows(
+      'a link to the new episode',
+      async () => (await page.getByTestId('retry-new-episode').count()) === 1,
+    );
+    const retried = await text('retry-new-episode');
+    expect(retried).not.toBe(failed.id);
+    await page.getByTestId('retry-new-episode').click();
+    await pageShows('the new episode on screen', async () => (await text('detail-id')) === retried);
+    expect(new URL(page.url()).searchParams.get('episode')).toBe(retried);
   });
 
   it('finds an episode by its id, its dedupe key or its event id, and holds the rows still under the pointer', async () => {
