@@ -287,6 +287,28 @@ describe('the operations page tells the story of an episode and of the cluster',
     expect(unknown.status).toBe(404);
   });
 
+  it('says so in its own place when one secondary list fails, and keeps the rest of the page live', async () => {
+    const versions = '**/ops/api/versions';
+    await page.route(versions, (route) =>
+      route.fulfill({ status: 500, json: { statusCode: 500, message: 'versions broke' } }),
+    );
+    try {
+      await pageShows('the failure in its place', async () =>
+        (await text('versions')).startsWith('could not load: versions broke'),
+      );
+      // The refresh still completes around it: the rest of the page moves on.
+      const refreshed = await text('refreshed-at');
+      await pageShows('a refresh', async () => (await text('refreshed-at')) !== refreshed);
+      expect(await page.getByTestId('actors-table').count()).toBe(1);
+    } finally {
+      await page.unroute(versions);
+    }
+    await pageShows(
+      'the list back',
+      async () => !(await text('versions')).startsWith('could not load'),
+    );
+  });
+
   it('asks before acting, and Back leaves the episode as it was', async () => {
     const eventId = await publish('resource.rebalance_once', {
       resource: 'rack-ask',

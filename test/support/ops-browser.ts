@@ -2,7 +2,7 @@ import chromium from '@sparticuz/chromium';
 import { expect } from '@jest/globals';
 import { mkdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import { chromium as pw, type Browser, type Page } from 'playwright-core';
+import { chromium as pw, type Browser, type Page, type Route } from 'playwright-core';
 import type { DemoNode } from './demo-node.js';
 import { waitFor } from './wait-for.js';
 
@@ -94,18 +94,28 @@ export function episodeOf<E>(node: Pick<DemoNode, 'get'>, eventId: string): Prom
 
 /**
  * Holds the page's requests to `url` until the returned function is called, which lets them through
- * and then removes the page's routes once every handler has finished: a route removed while one of
- * its requests is held lets that request through itself, and the handler's own continue then throws.
+ * and then removes this route (and no other) once every request it held has gone on: a route removed
+ * while one of its requests is held lets that request through itself, and the handler's own
+ * continue then throws.
  */
 export async function holdRequests(page: Page, url: string): Promise<() => Promise<void>> {
   let open = () => {};
   const opened = new Promise<void>((resolve) => (open = resolve));
-  await page.route(url, async (route) => {
-    await opened;
-    await route.continue();
-  });
+  const held: Array<Promise<void>> = [];
+  const handler = (route: Route) => {
+    const handled = opened.then(() => route.continue());
+    held.push(handled);
+    return handled;
+  };
+  await page.route(url, handler);
   return async () => {
     open();
-    await page.unrouteAll({ behavior: 'wait' });
+    // A request that arrived meanwhile goes on at once, but is awaited too.
+    for (let awaited = 0; awaited < held.length;) {
+      const seen = held.length;
+      await Promise.all(held);
+      awaited = seen;
+    }
+    await page.unroute(url, handler);
   };
 }

@@ -3,7 +3,7 @@
 'use strict';
 
 (function () {
-  const { $, el, badge, time, fill, confirmAction } = globalThis.CycliumPageKit;
+  const { $, el, badge, time, fill, confirmAction, loadFailed } = globalThis.CycliumPageKit;
 
   /** `page`: the API client, the episode detail's opener (openEpisode) and the page's refresh. */
   function create(page) {
@@ -131,7 +131,7 @@
         fill(table.tBodies[0], items.map(actorRow), 'no actor declared on this node', 4);
         box.replaceChildren(table);
       } catch (error) {
-        box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+        box.replaceChildren(loadFailed(error));
       }
     }
 

@@ -5,7 +5,7 @@
 'use strict';
 
 (function () {
-  const { $, el, apiClient, ago, time, badge, scope, genericTable, fill } =
+  const { $, el, apiClient, ago, time, badge, scope, genericTable, fill, loadFailed } =
     globalThis.CycliumPageKit;
   const { HEALTH_SAYS } = globalThis.CycliumEpisodeWords;
   // The server writes a <base> naming the mount path; without one, the page's own path is the mount.
@@ -205,7 +205,7 @@
     } catch (error) {
       // Read again at the next refresh, not in 12 s.
       state.historyAt = null;
-      box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+      box.replaceChildren(loadFailed(error));
     }
   }
 
@@ -243,7 +243,7 @@
     try {
       box.replaceChildren(genericTable((await api(path)).items, `${testid}-table`));
     } catch (error) {
-      box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+      box.replaceChildren(loadFailed(error));
     }
   }
 
@@ -265,9 +265,8 @@
    */
   function writeUrl() {
     const params = new URLSearchParams(location.search);
-    for (const name of [...globalThis.CycliumEpisodeList.URL_FILTERS, 'episode', 'workflow'])
-      params.delete(name);
-    for (const [name, value] of Object.entries(list.filters())) params.set(name, value);
+    for (const name of ['episode', 'workflow']) params.delete(name);
+    list.toUrl(params);
     if (detail.selected()) params.set('episode', detail.selected());
     if (workflows.selected()) params.set('workflow', workflows.selected());
     const search = params.toString();

@@ -143,6 +143,12 @@
       page.writeUrl();
     }
 
+    /** The filters into the page's address (`params`), in place of those it held. */
+    function toUrl(params) {
+      for (const name of URL_FILTERS) params.delete(name);
+      for (const [name, value] of Object.entries(filters)) params.set(name, value);
+    }
+
     /** A shared link's filters, into the form and the list. */
     function fromUrl(params) {
       const form = $('episode-filters');
@@ -238,11 +244,11 @@
       load,
       show,
       fromUrl,
+      toUrl,
       wire,
-      filters: () => filters,
       drawn: () => drawn,
     };
   }
 
-  globalThis.CycliumEpisodeList = Object.freeze({ create, URL_FILTERS });
+  globalThis.CycliumEpisodeList = Object.freeze({ create });
 })();

@@ -3,7 +3,7 @@
 'use strict';
 
 (function () {
-  const { $, el, badge, time, ago, fill } = globalThis.CycliumPageKit;
+  const { $, el, badge, time, ago, fill, loadFailed } = globalThis.CycliumPageKit;
 
   /** `page`: the API client. */
   function create(page) {
@@ -146,7 +146,7 @@
             : [el('p', { class: 'muted' }, 'no expectation with a concurrency or rate limit')]),
         );
       } catch (error) {
-        box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+        box.replaceChildren(loadFailed(error));
       }
     }
 

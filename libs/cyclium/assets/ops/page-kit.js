@@ -123,6 +123,9 @@
     );
   }
 
+  /** What a part of the page shows in its place when its read failed: the rest of the page stays live. */
+  const loadFailed = (error) => el('p', { class: 'error' }, `could not load: ${error.message}`);
+
   /**
    * Asks before an action that changes work, in the page's own dialog (the reason goes with the
    * request, and the server logs it): resolves to { reason } or null when the operator backs out.
@@ -164,6 +167,7 @@
     short,
     fill,
     genericTable,
+    loadFailed,
     confirmAction,
   });
 })();

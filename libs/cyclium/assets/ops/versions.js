@@ -3,7 +3,7 @@
 'use strict';
 
 (function () {
-  const { $, el } = globalThis.CycliumPageKit;
+  const { $, el, loadFailed } = globalThis.CycliumPageKit;
 
   /** `page`: the API client and the page's refresh. */
   function create(page) {
@@ -83,7 +83,7 @@
             : el('p', { class: 'muted' }, 'no episode in flight is pinned to a version'),
         );
       } catch (error) {
-        box.replaceChildren(el('p', { class: 'error' }, `could not load: ${error.message}`));
+        box.replaceChildren(loadFailed(error));
       }
     }
 

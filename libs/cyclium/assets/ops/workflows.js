@@ -5,7 +5,7 @@
 (function () {
   const LIVE = ['running', 'blocked'];
 
-  const { $, el, badge, time, scope, confirmAction } = globalThis.CycliumPageKit;
+  const { $, el, badge, time, scope, confirmAction, loadFailed } = globalThis.CycliumPageKit;
 
   /**
    * `page`: the API client, the episode detail a step opens (openEpisode), the banner
@@ -183,10 +183,7 @@
         id ? api(`/api/workflows/${encodeURIComponent(id)}`) : null,
       ]);
       if (list.status === 'fulfilled') renderList(list.value.items);
-      else
-        $('workflows').replaceChildren(
-          el('p', { class: 'error' }, `could not load: ${list.reason.message}`),
-        );
+      else $('workflows').replaceChildren(loadFailed(list.reason));
       if (!id) return;
       if (detail.status === 'fulfilled') show(id, detail.value);
       else if (selected === id)
